@@ -45,6 +45,12 @@ struct Models {
   Effect checkpoint, adamw8bit, offload, bf16;
 };
 
+// Micro-batches per optimizer step: ceil(G / b), the last one smaller when b
+// does not divide G.
+int64_t micro_batch_count(int64_t global_batch, int64_t micro_batch) {
+  return (global_batch + micro_batch - 1) / micro_batch;
+}
+
 struct Prediction {
   double peak_bytes = 0;
   double seconds_per_global_batch = 0;
@@ -93,7 +99,7 @@ Prediction predict(const Models& m, const TrainingConfig& c, int64_t global_batc
   // backward peak comes early in backward, before most gradients exist, so
   // they are added whole (measured on the example GPT: 16 x 2 peaked
   // 4.03 MiB = its gradient bytes above 16 x 1).
-  const int64_t steps = (global_batch + c.micro_batch - 1) / c.micro_batch;
+  const int64_t steps = micro_batch_count(global_batch, c.micro_batch);
   const int64_t last = global_batch - (steps - 1) * c.micro_batch;
   std::vector<std::pair<double, bool>> micro_batches = {{b, false}};  // (size, gradients alive)
   if (steps > 2) micro_batches.push_back({b, true});
@@ -136,7 +142,7 @@ std::vector<int64_t> probe_sizes(const JobSpec& job) {
 
 TrainingConfig with_micro_batch(TrainingConfig c, int64_t micro_batch, int64_t global_batch) {
   c.micro_batch = micro_batch;
-  c.accumulation_steps = (global_batch + micro_batch - 1) / micro_batch;
+  c.accumulation_steps = micro_batch_count(global_batch, micro_batch);
   return c;
 }
 
@@ -148,6 +154,13 @@ std::string describe(const TrainingConfig& c) {
   if (c.offload_optimizer) parts.push_back("offload");
   parts.push_back(to_string(c.precision));
   return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+// Strategies a configuration uses beyond the job's own: accumulation,
+// checkpointing, a different optimizer, offload, a different precision.
+int strategy_count(const TrainingConfig& c, const TrainingConfig& job_base) {
+  return (c.accumulation_steps > 1) + c.checkpoint.enabled() + (c.optimizer != job_base.optimizer) +
+         c.offload_optimizer + (c.precision != job_base.precision);
 }
 
 class Search {
@@ -281,40 +294,47 @@ class Search {
   }
 
   // Adds the node for `config` at the largest valid micro-batch that is
-  // predicted to fit (at most `largest`), or at the smallest if none fits.
-  // With `exact`, only micro-batch `largest` itself is tried.
+  // predicted to fit (at most `largest`), balanced (see the Rules), or at
+  // the smallest if none fits. With `exact`, only micro-batch `largest`
+  // itself is tried.
   void add_node(const std::string& name, const TrainingConfig& config, int64_t largest, bool exact = false) {
     const std::vector<int64_t> valid = valid_micro_batches(job_);
     if (valid.empty()) return;
     if (exact && std::find(valid.begin(), valid.end(), largest) == valid.end()) return;
+    const auto budget = static_cast<double>(result_.usable_budget_bytes);
     TrailNode node;
     node.node = name;
-    bool found = false;
     for (auto it = valid.rbegin(); it != valid.rend(); ++it) {
       if (*it > largest || (exact && *it != largest)) continue;
-      TrainingConfig candidate = with_micro_batch(config, *it, job_.global_batch);
-      const Prediction p = predict(models_, candidate, job_.global_batch);
-      if (p.peak_bytes <= static_cast<double>(result_.usable_budget_bytes)) {
-        node.config = candidate;
-        node.predicted_peak_bytes = p.peak_bytes;
-        node.predicted_seconds = p.seconds_per_global_batch;
-        node.predicted_fit = true;
-        found = true;
+      if (predict(models_, with_micro_batch(config, *it, job_.global_batch), job_.global_batch).peak_bytes <= budget) {
+        node.largest_fitting_micro_batch = *it;
         break;
       }
     }
-    if (!found) {
-      // The largest valid micro-batch within reach, else the smallest valid one.
-      int64_t at = valid.front();
+    int64_t at = valid.front();  // the largest valid micro-batch within reach, else the smallest
+    for (int64_t b : valid)
+      if (b <= largest) at = b;
+    if (node.largest_fitting_micro_batch > 0) {
+      const int64_t steps = micro_batch_count(job_.global_batch, node.largest_fitting_micro_batch);
+      at = node.largest_fitting_micro_batch;
+      // Ascending: the first that needs as few micro-batches and fits is the
+      // balanced one (a smaller first micro-batch can still lose: the later
+      // ones run with the gradients alive).
       for (int64_t b : valid)
-        if (b <= largest) at = b;
-      node.config = with_micro_batch(config, at, job_.global_batch);
-      const Prediction p = predict(models_, node.config, job_.global_batch);
-      node.predicted_peak_bytes = p.peak_bytes;
-      node.predicted_seconds = p.seconds_per_global_batch;
+        if (b <= at && micro_batch_count(job_.global_batch, b) == steps &&
+            predict(models_, with_micro_batch(config, b, job_.global_batch), job_.global_batch).peak_bytes <= budget) {
+          at = b;
+          break;
+        }
+    }
+    node.config = with_micro_batch(config, at, job_.global_batch);
+    const Prediction p = predict(models_, node.config, job_.global_batch);
+    node.predicted_peak_bytes = p.peak_bytes;
+    node.predicted_seconds = p.seconds_per_global_batch;
+    node.predicted_fit = p.peak_bytes <= budget;
+    if (!node.predicted_fit)
       node.note = fmt::format("predicted not to fit: {} > budget {}", format_bytes(static_cast<int64_t>(p.peak_bytes)),
                               format_bytes(result_.usable_budget_bytes));
-    }
     progress_(fmt::format("node   {:<36} {:<44} predicted {} {}", name, describe(node.config),
                           format_bytes(static_cast<int64_t>(node.predicted_peak_bytes)),
                           node.predicted_fit ? "fits" : "does not fit"));
@@ -404,24 +424,44 @@ class Search {
       }
       node.verification = std::move(r);
     }
-    // The fastest verified configuration wins.
+    // The fastest verified configuration wins; within kTimingTieRatio of
+    // it, the simplest (Rules: Ties).
+    std::vector<std::size_t> fitting;
+    double fastest = 0;
     for (std::size_t i = 0; i < result_.trail.size(); ++i) {
       const TrailNode& node = result_.trail[i];
       if (!node.verification || node.verification->outcome != TrialOutcome::kOk ||
           node.verification->peak_bytes > result_.usable_budget_bytes)
         continue;
-      if (!result_.chosen ||
-          node.verification->samples_per_second > result_.trail[*result_.chosen].verification->samples_per_second)
-        result_.chosen = i;
+      fitting.push_back(i);
+      fastest = std::max(fastest, node.verification->samples_per_second);
+    }
+    auto simpler = [&](std::size_t a, std::size_t b) {
+      const int sa = strategy_count(result_.trail[a].config, base_), sb = strategy_count(result_.trail[b].config, base_);
+      if (sa != sb) return sa < sb;
+      return result_.trail[a].verification->peak_bytes < result_.trail[b].verification->peak_bytes;
+    };
+    for (std::size_t i : fitting) {
+      if (result_.trail[i].verification->samples_per_second < kTimingTieRatio * fastest) continue;
+      if (!result_.chosen || simpler(i, *result_.chosen)) result_.chosen = i;
     }
     if (!result_.chosen) return;
     const TrailNode& best = result_.trail[*result_.chosen];
     for (std::size_t i = 0; i < result_.trail.size(); ++i) {
       TrailNode& node = result_.trail[i];
       if (i == *result_.chosen) {
-        node.note = fmt::format("chosen: fastest verified, {:.1f} samples/s, {} below the budget",
-                                node.verification->samples_per_second,
-                                format_bytes(result_.usable_budget_bytes - node.verification->peak_bytes));
+        const double sps = node.verification->samples_per_second;
+        node.note = fmt::format("chosen: {}, {:.1f} samples/s, {} below the budget",
+                                sps >= fastest ? "fastest verified"
+                                               : fmt::format("simplest within {:.0f} % of the fastest verified "
+                                                             "({:.1f} samples/s)",
+                                                             100 * (1 - kTimingTieRatio), fastest),
+                                sps, format_bytes(result_.usable_budget_bytes - node.verification->peak_bytes));
+      } else if (node.note.empty() && node.verification &&
+                 node.verification->samples_per_second >= kTimingTieRatio * fastest) {
+        node.note = fmt::format("verified, {:.1f} samples/s: as fast within {:.0f} % (a tie), but more strategies or "
+                                "less margin than the chosen one",
+                                node.verification->samples_per_second, 100 * (1 - kTimingTieRatio));
       } else if (node.note.empty() && node.verification) {
         node.note = fmt::format("verified, but slower: {:.1f} samples/s", node.verification->samples_per_second);
       } else if (node.note.empty() && node.predicted_fit) {

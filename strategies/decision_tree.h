@@ -12,6 +12,18 @@
 //   guard only).
 // - Every node that is predicted to fit is a candidate; candidates are
 //   ranked by predicted seconds per global batch ("fastest, not first").
+// - Balanced split: a node whose largest fitting micro-batch b* needs
+//   k = ceil(G / b*) micro-batches runs the smallest valid micro-batch that
+//   still needs only k (G = 16, b* = 11: 8 x 2, not 11 + 5). The time model
+//   predicts the same seconds for both (k per-micro-batch costs plus G
+//   samples); the balanced one has more margin, no small remainder, and was
+//   measured faster on 2 CPU threads (bench/search: 11 + 5 ran 0.91x of
+//   10 + 6). The node keeps b* for the report.
+// - Ties: verified candidates within kTimingTieRatio of the fastest measured
+//   one count as equally fast; of those, the one with the fewest strategies
+//   wins (then the larger margin): each strategy is a moving part (8-bit
+//   moments change the numerics, offload needs host memory and PCIe,
+//   checkpointing recomputes), worth nothing when it buys no speed.
 // - The top candidates are verified by a run of the job's verify_steps in a
 //   fresh process under the budget (DESIGN.md: fitting two steps is not
 //   fitting). A verified run that goes out of memory means the model was
@@ -54,6 +66,7 @@ class TrialRunner {
 struct TrailNode {
   std::string node;                     // "plain", "checkpointing (selective)", ...
   TrainingConfig config;
+  int64_t largest_fitting_micro_batch = 0;  // COUNT: b* predicted to fit with these strategies (0: none)
   double predicted_peak_bytes = 0;      // SUM (predicted)
   double predicted_seconds = 0;         // seconds per global batch (predicted)
   bool predicted_fit = false;
@@ -75,6 +88,14 @@ struct SearchResult {
   StaticMemory static_memory;                // of the plain probe
   double smallest_predicted_peak_bytes = 0;  // the least memory any node needs (micro-batch min)
 };
+
+/// Verified samples/s at or above this fraction of the fastest verified run
+/// count as a tie, broken by simplicity (see Rules). Repeated runs of one
+/// configuration spread wider than this on a shared 2-core machine
+/// (bench/search: 151-170 samples/s for one configuration), so a smaller
+/// difference is not evidence of speed; choosing within the band costs at
+/// most 3 %.
+inline constexpr double kTimingTieRatio = 0.97;
 
 /// Options of the search.
 struct SearchOptions {

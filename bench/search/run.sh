@@ -25,7 +25,6 @@ global_batch = $batch
 remainder = "last_smaller"
 device = "cpu"
 budget = "${SEARCH_BUDGET:-9MiB}"
-verify_steps = 3
 trial_timeout = 120
 
 [[inputs]]

@@ -26,7 +26,9 @@ Methods (the baselines only change the micro-batch; they know no strategies):
               would only add failing trials).
   oomtune     `oomtune autotune JOB --json`: probes, then at most 3 verification
               runs; "largest" is the largest micro-batch it predicts plain to
-              fit (its "micro-batch + accumulation" or "plain" node).
+              fit (largest_fitting_micro_batch of its "micro-batch +
+              accumulation" or "plain" node; the node itself runs the
+              balanced split with as few micro-batches).
   oracle      every micro-batch 1..G with each strategy set (plain, ckpt=all,
               optimizer=adamw8bit, offload=on): the largest plain micro-batch
               that fits and the fastest configuration that fits.
@@ -130,9 +132,9 @@ def main():
         sys.exit(f"search_bench: autotune exited {proc.returncode}: {proc.stderr.strip()[-600:]}")
     at = json.loads(proc.stdout)
     plain_largest = 0
-    for node in at["trail"]:
+    for node in at["trail"]:  # the node runs a balanced split; b* is the largest that fits
         if node["node"] in ("plain", "micro-batch + accumulation") and node["predicted_fit"]:
-            plain_largest = max(plain_largest, node["micro_batch"])
+            plain_largest = max(plain_largest, node["largest_fitting_micro_batch"])
     chosen = at["chosen"]
 
     def timed(name, fn):

@@ -9,8 +9,9 @@ namespace {
 
 std::string bytes_or_dash(const std::optional<int64_t>& bytes) { return bytes ? format_bytes(*bytes) : "-"; }
 
-std::string short_config(const TrainingConfig& c) {
+std::string short_config(const TrainingConfig& c, int64_t largest_fitting = 0) {
   std::string text = fmt::format("{}x{}", c.micro_batch, c.accumulation_steps);
+  if (largest_fitting > c.micro_batch) text += fmt::format(" (max {})", largest_fitting);
   if (c.checkpoint.enabled()) text += " ckpt:" + to_string(c.checkpoint);
   if (c.optimizer != OptimizerKind::kAdamW) text += " " + to_string(c.optimizer);
   if (c.offload_optimizer) text += " offload";
@@ -23,6 +24,7 @@ nlohmann::json node_json(const TrailNode& n) {
                       {"config", to_string(n.config)},
                       {"micro_batch", n.config.micro_batch},
                       {"accumulation_steps", n.config.accumulation_steps},
+                      {"largest_fitting_micro_batch", n.largest_fitting_micro_batch},
                       {"predicted_peak_bytes", static_cast<int64_t>(n.predicted_peak_bytes)},
                       {"predicted_seconds_per_global_batch", n.predicted_seconds},
                       {"predicted_fit", n.predicted_fit},
@@ -58,7 +60,8 @@ std::string render_autotune_text(const AutotuneReport& report) {
       if (v.outcome == TrialOutcome::kOk) measured_seconds = fmt::format("{:.4f}", v.timing.steady_step_seconds);
       fits = v.outcome == TrialOutcome::kOk && v.peak_bytes <= s.usable_budget_bytes ? "yes" : "no";
     }
-    line(fmt::format("{:<3} {:<42} {:<24} {:>11} {:>11} {:>9.4f} {:>9} {:>8}  {}", i + 1, n.node, short_config(n.config),
+    line(fmt::format("{:<3} {:<42} {:<24} {:>11} {:>11} {:>9.4f} {:>9} {:>8}  {}", i + 1, n.node,
+                     short_config(n.config, n.largest_fitting_micro_batch),
                      format_bytes(static_cast<int64_t>(n.predicted_peak_bytes)), measured_peak, n.predicted_seconds,
                      measured_seconds, fits, n.note));
   }

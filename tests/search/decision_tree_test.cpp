@@ -16,7 +16,7 @@ constexpr int64_t kMiB = 1 << 20;
 ///   plain peak(b)  = 16 P + 2 MiB + A b          (params 4 P, grads 4 P, AdamW 8 P)
 ///   checkpointing  : A -> A / 4,   time x 1.6 (all 4 blocks; n blocks: n / 4 of that)
 ///   8-bit AdamW    : 8 P -> 2 P,   time x 1.1
-///   offload        : 8 P -> 0,     time x 1.5
+///   offload        : 8 P -> 0,     time x offload_time_factor (1.5)
 ///   bf16           : A -> A / 2,   time x 0.9
 ///   accumulation   : + 4 P (gradients alive through later micro-batches)
 ///   time(b)        = 0.01 + 0.002 b seconds per micro-batch
@@ -25,6 +25,7 @@ class FakeRunner : public TrialRunner {
   int64_t parameters = 4 * kMiB / 4;  // 4 MiB of fp32 parameters
   int64_t activation_per_sample = 8 * kMiB;
   int64_t extra_at_full_batch = 0;    // a surprise the probes cannot see
+  double offload_time_factor = 1.5;
   int64_t global_batch = 32;
   int probes = 0;
   int verifications = 0;
@@ -76,7 +77,7 @@ class FakeRunner : public TrialRunner {
     double t = 0.01 + 0.002 * static_cast<double>(c.micro_batch);
     t *= 1 + 0.6 * checkpointed_fraction(c);
     if (c.optimizer == OptimizerKind::kAdamW8bit) t *= 1.1;
-    if (c.offload_optimizer) t *= 1.5;
+    if (c.offload_optimizer) t *= offload_time_factor;
     if (c.precision == Precision::kBf16) t *= 0.9;
     return t;
   }
@@ -163,6 +164,46 @@ TEST(DecisionTree, AccumulationFindsTheOraclesLargestMicroBatch) {
   EXPECT_FALSE(best.config.checkpoint.enabled());
   EXPECT_EQ(best.config.micro_batch * best.config.accumulation_steps, 32) << "global batch exact";
   EXPECT_LE(r.verification_trials, 3);
+}
+
+TEST(DecisionTree, AccumulationRunsTheBalancedSplitOfTheLargestFit) {
+  FakeRunner fake;
+  JobSpec job = job_with_budget(plain_peak(13) + 4 * kMiB + kMiB / 2);
+  job.allow_remainder = true;
+  // With accumulation the largest plain micro-batch that fits is 13
+  // (18 + 8 x 13 + 4 = 126 MiB): 13 + 13 + 6, three micro-batches. 11 + 11
+  // + 10 is three as well, predicted as fast, with 16 MiB more margin.
+  const SearchResult r = run_search(fake, job);
+  const TrailNode* node = nullptr;
+  for (const TrailNode& n : r.trail)
+    if (n.node == "micro-batch + accumulation") node = &n;
+  ASSERT_NE(node, nullptr);
+  EXPECT_EQ(node->largest_fitting_micro_batch, 13);
+  EXPECT_EQ(node->config.micro_batch, 11);
+  EXPECT_EQ(node->config.accumulation_steps, 3);
+  EXPECT_NEAR(node->predicted_peak_bytes, plain_peak(11) + 4 * kMiB, 1.0);
+  EXPECT_EQ(chosen(r).config.micro_batch, 11);
+}
+
+TEST(DecisionTree, AVerifiedTieGoesToTheConfigurationWithFewerStrategies) {
+  // Plain 32 x 1 and offload 32 x 1 both fit. Offload 1 % faster is a tie
+  // (within kTimingTieRatio): plain wins, offload says why. 10 % faster is
+  // not: offload wins.
+  for (const auto& [factor, want_offload] : {std::pair{0.99, false}, std::pair{0.90, true}}) {
+    SCOPED_TRACE(factor);
+    FakeRunner fake;
+    fake.offload_time_factor = factor;
+    const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB));
+    const TrailNode& best = chosen(r);
+    EXPECT_EQ(best.config.offload_optimizer, want_offload);
+    EXPECT_EQ(best.config.micro_batch, 32);
+    for (const TrailNode& n : r.trail)
+      if (n.config.offload_optimizer && !n.config.checkpoint.enabled() && n.config.micro_batch == 32 && !want_offload) {
+        ASSERT_TRUE(n.verification.has_value());
+        EXPECT_NE(n.note.find("a tie"), std::string::npos) << n.note;
+      }
+    if (!want_offload) EXPECT_NE(best.note.find("simplest within 3 %"), std::string::npos) << best.note;
+  }
 }
 
 TEST(DecisionTree, CheckpointingWhenAccumulationIsNotAllowed) {
