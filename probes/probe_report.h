@@ -80,7 +80,7 @@ struct ProbeReport {
   std::vector<std::string> checkpointed_blocks;
   std::string torch_version;
   bool optimizing_executor = false;
-  std::string precision_form;         // "autocast" or "bf16 parameters, fp32 master" (bf16 fallback)
+  std::string precision_form;         // "fp32", "autocast" or "bf16 parameters, fp32 master" (bf16 fallback)
 };
 
 /// JSON with units in the key names (`peak_bytes`, `seconds`).

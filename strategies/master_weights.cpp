@@ -1,4 +1,6 @@
-#include "strategies/optimizer_offload.h"
+#include "strategies/master_weights.h"
+
+#include <optional>
 
 #include <ATen/core/grad_mode.h>
 
@@ -7,51 +9,69 @@
 namespace oomtune {
 namespace {
 
-at::Tensor host_like(const at::Tensor& device_tensor) {
+/// An uninitialised fp32 tensor shaped like `param`, at `placement`.
+at::Tensor fp32_like(const at::Tensor& param, MasterPlacement placement) {
+  if (placement == MasterPlacement::kDevice) return at::empty(param.sizes(), param.options().dtype(at::kFloat));
   // Pinned memory only exists with CUDA; on CPU a plain host tensor.
-  const bool pin = device_tensor.is_cuda();
-  return at::empty(device_tensor.sizes(),
-                   at::TensorOptions().dtype(at::kFloat).device(at::kCPU).pinned_memory(pin));
+  const bool pin = param.is_cuda();
+  return at::empty(param.sizes(), at::TensorOptions().dtype(at::kFloat).device(at::kCPU).pinned_memory(pin));
 }
 
 }  // namespace
 
-OffloadedOptimizer::OffloadedOptimizer(std::vector<at::Tensor> device_params, const OptimizerMaker& make_inner)
-    : device_params_(std::move(device_params)) {
-  HostMemoryScope host;
+MasterWeightOptimizer::MasterWeightOptimizer(std::vector<at::Tensor> params, MasterPlacement placement,
+                                             const OptimizerMaker& make_inner)
+    : params_(std::move(params)), placement_(placement) {
+  std::optional<HostMemoryScope> host;
+  if (placement_ == MasterPlacement::kHost) host.emplace();
   at::NoGradGuard no_grad;
-  for (const at::Tensor& p : device_params_) {
-    at::Tensor master = host_like(p);
+  for (const at::Tensor& p : params_) {
+    at::Tensor master = fp32_like(p, placement_);
     master.copy_(p);
     master.set_requires_grad(true);
-    host_params_.push_back(master);
+    masters_.push_back(master);
   }
-  inner_ = make_inner(host_params_);
+  inner_ = make_inner(masters_);
 }
 
-void OffloadedOptimizer::step() {
-  HostMemoryScope host;
+void MasterWeightOptimizer::step() {
+  std::optional<HostMemoryScope> host;
+  if (placement_ == MasterPlacement::kHost) host.emplace();
   at::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < device_params_.size(); ++i) {
-    const at::Tensor& grad = device_params_[i].grad();
-    at::Tensor& master = host_params_[i];
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& grad = params_[i].grad();
+    at::Tensor& master = masters_[i];
     if (!grad.defined()) {
       master.mutable_grad() = at::Tensor();
       continue;
     }
-    if (!master.grad().defined()) master.mutable_grad() = host_like(master);
-    master.mutable_grad().copy_(grad, /*non_blocking=*/true);
+    if (placement_ == MasterPlacement::kDevice) {
+      // Released again below (see the header); an fp32 gradient is shared, not copied.
+      master.mutable_grad() = grad.to(at::kFloat);
+      continue;
+    }
+    if (!master.grad().defined()) master.mutable_grad() = fp32_like(master, placement_);
+    // Blocking: the CPU update below reads the buffer at once, and a
+    // non-blocking device-to-host copy may still be in flight then.
+    master.mutable_grad().copy_(grad);
   }
   inner_->step();
-  for (std::size_t i = 0; i < device_params_.size(); ++i)
-    if (device_params_[i].grad().defined()) device_params_[i].copy_(host_params_[i], /*non_blocking=*/true);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor& param = params_[i];
+    if (!param.grad().defined()) continue;
+    // Host to device may overlap when no conversion is needed; a converting
+    // non-blocking copy would first stage the fp32 master on the device.
+    const bool same_dtype = param.scalar_type() == masters_[i].scalar_type();
+    param.copy_(masters_[i], /*non_blocking=*/same_dtype && placement_ == MasterPlacement::kHost);
+    if (placement_ == MasterPlacement::kDevice) masters_[i].mutable_grad() = at::Tensor();
+  }
 }
 
-int64_t OffloadedOptimizer::host_buffer_bytes() const {
+int64_t MasterWeightOptimizer::buffer_bytes() const {
   int64_t bytes = 0;
-  for (const at::Tensor& p : host_params_) {
-    bytes += p.nbytes();
-    if (p.grad().defined()) bytes += p.grad().nbytes();
+  for (const at::Tensor& m : masters_) {
+    bytes += static_cast<int64_t>(m.nbytes());
+    if (m.grad().defined()) bytes += static_cast<int64_t>(m.grad().nbytes());
   }
   return bytes;
 }

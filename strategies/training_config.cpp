@@ -60,6 +60,7 @@ std::string to_string(Precision precision) {
     case Precision::kFp32: return "fp32";
     case Precision::kBf16: return "bf16";
     case Precision::kFp16: return "fp16";
+    case Precision::kBf16Params: return "bf16_params";
   }
   return "?";
 }
@@ -94,7 +95,9 @@ Precision parse_precision(const std::string& text) {
   if (text == "fp32") return Precision::kFp32;
   if (text == "bf16") return Precision::kBf16;
   if (text == "fp16") return Precision::kFp16;
-  throw ConfigError(fmt::format("unknown precision '{}' ({})", text, suggest(text, {"fp32", "bf16", "fp16"})));
+  if (text == "bf16_params") return Precision::kBf16Params;
+  throw ConfigError(fmt::format("unknown precision '{}' ({})", text,
+                                suggest(text, {"fp32", "bf16", "fp16", "bf16_params"})));
 }
 
 CheckpointPlan parse_checkpoint_plan(const std::string& text) {

@@ -32,8 +32,14 @@ struct CheckpointPlan {
 /// The optimizer that updates the parameters.
 enum class OptimizerKind { kAdamW, kAdamW8bit, kSgd };
 
-/// Numeric precision of forward and backward. Master weights stay fp32.
-enum class Precision { kFp32, kBf16, kFp16 };
+/// Numeric precision of forward and backward (strategies/mixed_precision.h
+/// has the rules of each). The optimizer always updates fp32 weights.
+enum class Precision {
+  kFp32,        ///< everything fp32
+  kBf16,        ///< autocast to bfloat16; parameters stay fp32
+  kFp16,        ///< autocast to float16 with dynamic loss scaling (CUDA only)
+  kBf16Params,  ///< bf16 parameters and gradients, fp32 master weights in the optimizer
+};
 
 /// One training configuration: how the global batch is split and which
 /// memory-saving strategies are on.
@@ -57,7 +63,7 @@ struct TrainingConfig {
 
 /// "adamw", "adamw8bit", "sgd".
 std::string to_string(OptimizerKind kind);
-/// "fp32", "bf16", "fp16".
+/// "fp32", "bf16", "fp16", "bf16_params".
 std::string to_string(Precision precision);
 /// "none", "all", "every:2", "first:3", "paths:blocks.0+blocks.1".
 std::string to_string(const CheckpointPlan& plan);

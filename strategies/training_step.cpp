@@ -5,13 +5,26 @@
 #include <torch/optim/sgd.h>
 
 #include "common/error.h"
+#include "probes/memory_tracker.h"
 #include "strategies/accumulation.h"
 #include "strategies/activation_checkpointing.h"
 #include "strategies/adamw8bit.h"
+#include "strategies/master_weights.h"
 #include "strategies/mixed_precision.h"
-#include "strategies/optimizer_offload.h"
 
 namespace oomtune {
+namespace {
+
+/// bf16_params: the batch's floating-point model inputs cast to `dtype` on
+/// the host, so the device receives only the bf16 copy, as
+/// `x.to(device, dtype)` does in eager code. Without a dtype, `host` as it is.
+Batch in_model_precision(Batch host, const JobSpec& job, std::optional<at::ScalarType> dtype) {
+  if (!dtype) return host;
+  HostMemoryScope in_host;
+  return cast_model_inputs(host, job.loss.target, *dtype);
+}
+
+}  // namespace
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind, const OptimizerSpec& spec,
                                                         std::vector<at::Tensor> params) {
@@ -67,12 +80,17 @@ TrainingStep::TrainingStep(ModelSession& session, const TrainingConfig& config)
   if (config_.checkpoint.enabled()) checkpointed_ = apply_checkpointing(session_.module(), config_.checkpoint, session_.job().model_path).checkpointed;
   const OptimizerSpec& spec = session_.job().optimizer;
   const OptimizerKind kind = config_.optimizer;
-  if (config_.offload_optimizer) {
-    offloaded_ = std::make_unique<OffloadedOptimizer>(
-        session_.parameters(), [&](std::vector<at::Tensor> host) { return make_optimizer(kind, spec, host); });
+  const auto low_precision = parameter_dtype(config_.precision);
+  if (config_.offload_optimizer || low_precision) {
+    // Masters first, from the fp32 parameters, so they start exact.
+    const MasterPlacement where = config_.offload_optimizer ? MasterPlacement::kHost : MasterPlacement::kDevice;
+    master_ = std::make_unique<MasterWeightOptimizer>(
+        session_.parameters(), where,
+        [&](std::vector<at::Tensor> masters) { return make_optimizer(kind, spec, std::move(masters)); });
   } else {
     optimizer_ = make_optimizer(kind, spec, session_.parameters());
   }
+  if (low_precision) cast_floating_point(session_.module(), *low_precision);
   if (config_.precision == Precision::kFp16) scaler_ = std::make_unique<DynamicLossScaler>();
 }
 
@@ -82,10 +100,12 @@ StepResult TrainingStep::run(const Batch& global_batch, const PhaseHook& hook) {
   const JobSpec& job = session_.job();
   const auto slices = split_global_batch(global_batch.size, config_.micro_batch, job.allow_remainder);
   const auto dtype = autocast_dtype(config_.precision);
+  const auto input_dtype = parameter_dtype(config_.precision);
   const double scale = scaler_ ? scaler_->scale() : 1.0;
   StepResult result;
   for (const MicroBatchSlice& slice : slices) {
-    const Batch micro = session_.to_device(global_batch.slice(slice.start, slice.length));
+    const Batch micro =
+        session_.to_device(in_model_precision(global_batch.slice(slice.start, slice.length), job, input_dtype));
     result.loss += slice.loss_weight * run_micro_batch(session_, micro, slice.loss_weight * scale, dtype, hook);
     ++result.micro_batches;
   }
@@ -93,7 +113,7 @@ StepResult TrainingStep::run(const Batch& global_batch, const PhaseHook& hook) {
   bool found_inf = false;
   if (scaler_) found_inf = !scaler_->unscale(session_.parameters());
   if (!found_inf) {
-    if (offloaded_) offloaded_->step();
+    if (master_) master_->step();
     else optimizer_->step();
   }
   if (scaler_) scaler_->update(found_inf);

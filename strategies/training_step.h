@@ -11,6 +11,10 @@
 //   full batch's for mean-reduced losses.
 // - The optimizer steps once per global batch; gradients are then set to
 //   undefined (zero_grad(set_to_none=True)).
+// - With offload or bf16_params the optimizer updates fp32 master copies
+//   (strategies/master_weights.h): on the host with offload, else on the
+//   device. bf16_params casts the model to bf16 when the step is built
+//   (strategies/mixed_precision.h).
 
 #include <memory>
 #include <optional>
@@ -27,7 +31,7 @@
 
 namespace oomtune {
 
-class OffloadedOptimizer;
+class MasterWeightOptimizer;
 class DynamicLossScaler;
 
 /// What one TrainingStep::run did.
@@ -41,7 +45,10 @@ struct StepResult {
 class TrainingStep {
  public:
   /// Applies `config` to `session`: rewrites the model for checkpointing,
-  /// builds the optimizer. `config` must be normalized (normalize_config).
+  /// builds the optimizer, and for bf16_params makes the fp32 masters and
+  /// then casts the model's floating-point parameters and buffers to bf16
+  /// in place (the session's tensors change dtype). `config` is normalized
+  /// here (normalize_config).
   /// Throws ConfigError for combinations that cannot run (fp16 off CUDA,
   /// checkpointing without blocks, ...).
   TrainingStep(ModelSession& session, const TrainingConfig& config);
@@ -57,13 +64,16 @@ class TrainingStep {
   const TrainingConfig& config() const { return config_; }
   /// Dotted paths of the checkpointed blocks (empty without checkpointing).
   const std::vector<std::string>& checkpointed_blocks() const { return checkpointed_; }
+  /// The master-weight optimizer (offload or bf16_params), or nullptr when
+  /// the optimizer updates the model's parameters directly.
+  const MasterWeightOptimizer* master_weights() const { return master_.get(); }
 
  private:
   ModelSession& session_;
   TrainingConfig config_;
   std::vector<std::string> checkpointed_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  std::unique_ptr<OffloadedOptimizer> offloaded_;
+  std::unique_ptr<MasterWeightOptimizer> master_;
   std::unique_ptr<DynamicLossScaler> scaler_;
 };
 

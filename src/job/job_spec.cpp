@@ -225,7 +225,7 @@ JobSpec parse_job_spec(const std::string& text, const std::string& origin, const
   read_optimizer(top, spec);
   spec.global_batch = top.integer("global_batch", 1);
   spec.allow_remainder = top.choice_or("remainder", "error", {"error", "last_smaller"}) == "last_smaller";
-  spec.precision = top.choice_or("precision", "fp32", {"fp32", "bf16", "fp16"});
+  spec.precision = top.choice_or("precision", "fp32", {"fp32", "bf16", "fp16", "bf16_params"});
   spec.allow_bf16 = top.boolean_or("allow_bf16", false);
   spec.device = top.choice_or("device", "cpu", {"cpu", "cuda"});
   if (top.has("budget")) {

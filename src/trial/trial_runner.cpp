@@ -10,6 +10,8 @@
 #include "probes/memory_tracker.h"
 #include "session/batch.h"
 #include "session/model_session.h"
+#include "strategies/master_weights.h"
+#include "strategies/mixed_precision.h"
 #include "strategies/training_step.h"
 
 namespace oomtune {
@@ -88,7 +90,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
   report.global_batch = job.global_batch;
   report.torch_version = compat::torch_version();
   report.optimizing_executor = job.optimizing_executor;
-  report.precision_form = config.precision == Precision::kFp32 ? "fp32" : "autocast";
+  report.precision_form = precision_form(config.precision);
   report.timing.tolerance = options.timing_tolerance;
   set_optimizing_executor(job.optimizing_executor);
 
@@ -117,8 +119,19 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
       batch = make_batch(job, job.global_batch, job.seed);
     }
     const int64_t host_before_optimizer = tracker.live_bytes(MemoryPool::kHost);
+    const int64_t live_before_step = tracker.live_bytes();
     TrainingStep step(session, config);
     report.checkpointed_blocks = step.checkpointed_blocks();
+    // bf16_params replaces the parameter and buffer storages with bf16 ones
+    // and keeps fp32 masters on the device: measure the split again. The
+    // device masters are optimizer state; other forms change nothing here.
+    const MasterWeightOptimizer* master = step.master_weights();
+    const int64_t device_master_bytes =
+        master && master->placement() == MasterPlacement::kDevice ? storage_bytes(tracker, master->masters()) : 0;
+    const int64_t parameter_bytes = storage_bytes(tracker, session.parameters());
+    report.static_memory.buffer_bytes += tracker.live_bytes() - live_before_step - device_master_bytes -
+                                         (parameter_bytes - report.static_memory.parameter_bytes);
+    report.static_memory.parameter_bytes = parameter_bytes;
 
     // Step 1: warm-up; creates the optimizer state.
     int64_t live_before_update = 0;
@@ -127,7 +140,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
       tracker.begin_phase(phase);
       if (phase == Phase::kOptimizer) {
         report.static_memory.gradient_bytes = storage_bytes(tracker, gradients(session));
-        live_before_update = tracker.live_bytes() - report.static_memory.gradient_bytes;
+        live_before_update = tracker.live_bytes() - report.static_memory.gradient_bytes - device_master_bytes;
       }
     };
     auto start = Clock::now();

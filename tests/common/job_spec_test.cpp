@@ -113,6 +113,15 @@ TEST(JobSpec, EachBadInputGetsItsExactError) {
   EXPECT_EQ(error_of("model = \"a.pt\"\nglobal_batch = [\n"), "job.toml:2:18: Error while parsing array: encountered end-of-file");
 }
 
+TEST(JobSpec, PrecisionBf16ParamsIsAChoice) {
+  const std::string text = replace(kGood, "global_batch = 32", "global_batch = 32\nprecision = \"bf16_params\"");
+  const JobSpec spec = parse_job_spec(text, "job.toml", "");
+  EXPECT_EQ(spec.precision, "bf16_params");
+  EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_batch = 32\nprecision = \"bf16params\"")),
+            "job.toml:3:13: precision: unknown value 'bf16params' (did you mean 'bf16_params'?; valid: fp32, bf16, "
+            "fp16, bf16_params)");
+}
+
 TEST(JobSpec, OverridesWinAndCheckTheirValues) {
   JobSpec spec = parse_job_spec(kGood, "job.toml", "");
   apply_overrides(spec, {std::string("512MiB"), std::string("cuda"), int64_t{8}});

@@ -35,6 +35,23 @@ TEST(TrainingConfig, OverridesParseAndRoundTrip) {
   EXPECT_EQ(parse_checkpoint_plan("first:3").first_n, 3);
 }
 
+TEST(TrainingConfig, EveryPrecisionRoundTripsThroughItsName) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16, Precision::kBf16Params})
+    EXPECT_EQ(parse_precision(to_string(p)), p) << to_string(p);
+  EXPECT_EQ(to_string(Precision::kBf16Params), "bf16_params");
+  TrainingConfig c;
+  c.precision = Precision::kBf16Params;
+  c.offload_optimizer = true;
+  EXPECT_EQ(to_string(c), "micro_batch=1,accum=1,ckpt=none,optimizer=adamw,offload=on,precision=bf16_params");
+  EXPECT_EQ(parse_config_overrides(to_string(c), TrainingConfig{}), c);
+  try {
+    parse_precision("bf16_param");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean 'bf16_params'?"), std::string::npos) << e.what();
+  }
+}
+
 TEST(TrainingConfig, BadOverridesNameTheProblem) {
   try {
     parse_config_overrides("micro_bach=4", TrainingConfig{});

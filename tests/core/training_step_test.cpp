@@ -2,11 +2,14 @@
 
 #include "strategies/training_step.h"
 
+#include <cmath>
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include "common/error.h"
 #include "session/model_session.h"
+#include "strategies/master_weights.h"
 #include "quick_trial.h"
 #include "test_jobs.h"
 #include "trial/trial_runner.h"
@@ -127,6 +130,153 @@ TEST(TrainingStep, Bf16RunsOnCpuAndRetainsFewerActivationBytes) {
   ASSERT_EQ(low.outcome, TrialOutcome::kOk) << low.message;
   EXPECT_LT(low.retained_activation_bytes, fp32.retained_activation_bytes);
   EXPECT_EQ(low.static_memory.parameter_bytes, fp32.static_memory.parameter_bytes) << "fp32 master weights";
+}
+
+/// Weights, loss and (bf16_params) fp32 masters after one optimizer step.
+struct AfterOneStep {
+  std::vector<at::Tensor> parameters;
+  std::vector<at::Tensor> masters;
+  std::vector<at::Tensor> fp32_gradients;  // the model's gradients at the optimizer step, as fp32
+  double loss = 0;
+};
+
+AfterOneStep one_step(const JobSpec& job, const TrainingConfig& config, const Batch& batch) {
+  ModelSession session(job);
+  TrainingStep step(session, config);
+  AfterOneStep out;
+  auto keep_gradients = [&](Phase phase) {
+    if (phase != Phase::kOptimizer) return;
+    for (const at::Tensor& p : session.parameters()) out.fp32_gradients.push_back(p.grad().to(at::kFloat));
+  };
+  out.loss = step.run(batch, keep_gradients).loss;
+  for (const at::Tensor& p : session.parameters()) out.parameters.push_back(p.detach().clone());
+  if (const MasterWeightOptimizer* master = step.master_weights())
+    for (const at::Tensor& m : master->masters()) out.masters.push_back(m.detach().clone());
+  return out;
+}
+
+TEST(TrainingStep, Bf16ParamsMastersTakeTheFp32UpdateAndTheModelTheirBf16Rounding) {
+  const JobSpec job = mlp_job(16);
+  if (!exists(job.model_path)) GTEST_SKIP();
+  const Batch batch = make_batch(job, 16, 21);
+  TrainingConfig bf16 = baseline_config(job);
+  bf16.precision = Precision::kBf16Params;
+  const AfterOneStep fp32 = one_step(job, baseline_config(job), batch);
+  const AfterOneStep low = one_step(job, bf16, batch);
+  const std::size_t n = fp32.parameters.size();
+  ASSERT_EQ(low.masters.size(), n);
+  ASSERT_EQ(low.parameters.size(), n);
+
+  // The model holds exactly the bf16 rounding of each master (copy_ and
+  // .to both round to nearest even).
+  for (std::size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(low.masters[i].scalar_type(), at::kFloat);
+    EXPECT_EQ(low.parameters[i].scalar_type(), at::kBFloat16);
+    EXPECT_TRUE(at::equal(low.parameters[i], low.masters[i].to(at::kBFloat16))) << "parameter " << i;
+  }
+
+  // The update is fp32 AdamW on the exact fp32 weights (the masters are
+  // copied before the cast) with the bf16 gradients upcast: bit for bit.
+  std::vector<at::Tensor> reference;
+  {
+    ModelSession fresh(job);
+    for (const at::Tensor& p : fresh.parameters()) reference.push_back(p.detach().clone().set_requires_grad(true));
+  }
+  for (std::size_t i = 0; i < n; ++i) reference[i].mutable_grad() = low.fp32_gradients[i].clone();
+  make_optimizer(OptimizerKind::kAdamW, job.optimizer, reference)->step();
+  for (std::size_t i = 0; i < n; ++i) EXPECT_TRUE(at::equal(low.masters[i], reference[i].detach())) << "master " << i;
+
+  // Against the fp32 run. bf16 keeps 8 significant bits: each rounding is
+  // off by at most 2^-9 relative. The loss (fp32, from logits that carry a
+  // handful of such roundings, averaged over 16 samples) is within 2^-8
+  // relative. So is the last layer's gradient in norm (2^-6 allows for its
+  // few roundings; no ReLU between it and the loss): tensors 4, 5 are fc3's.
+  EXPECT_NEAR(low.loss, fp32.loss, std::ldexp(std::abs(fp32.loss), -8));
+  for (std::size_t i = n - 2; i < n; ++i) {
+    const double relative = ((low.fp32_gradients[i] - fp32.fp32_gradients[i]).norm() /
+                             fp32.fp32_gradients[i].norm()).item<double>();
+    EXPECT_LT(relative, std::ldexp(1.0, -6)) << "gradient " << i;
+  }
+  // The masters cannot be compared with a relative tolerance: AdamW's first
+  // update is lr * g / (|g| + eps), +-lr whatever the gradient's size, so an
+  // element moves the same in both runs exactly when its gradient has the
+  // same sign. Earlier layers' gradients do flip sign here and there: a
+  // pre-activation within bf16 rounding of zero flips its ReLU, and that
+  // sample's whole contribution to the row changes (measured: 6-7 % of fc1's
+  // and fc2's gradient norm, 1-3 % of their elements flip). So: everywhere,
+  // the masters are within the 2 lr by which one step can make two runs
+  // differ; where both gradients have the same sign and are at least
+  // 1000 eps, both updates are within lr * eps / (1000 eps) = lr / 1000 of
+  // +-lr, so the masters equal the fp32 run's weights within that plus
+  // fp32 rounding of weights ~0.06 (1e-7).
+  const double lr = job.optimizer.lr;
+  const double small = 1000 * job.optimizer.eps;
+  for (std::size_t i = 0; i < n; ++i) {
+    SCOPED_TRACE(i);
+    const at::Tensor diff = (low.masters[i] - fp32.parameters[i]).abs();
+    EXPECT_LE(diff.max().item<double>(), 2 * lr + 1e-7);
+    const at::Tensor g = fp32.fp32_gradients[i];
+    const at::Tensor h = low.fp32_gradients[i];
+    const at::Tensor agree = (g.sign() == h.sign()) & (g.abs() > small) & (h.abs() > small);
+    ASSERT_GT(agree.sum().item<int64_t>(), diff.numel() / 2);
+    EXPECT_LE(diff.masked_select(agree).max().item<double>(), lr / 1000 + 1e-7);
+  }
+}
+
+TEST(TrainingStep, Bf16ParamsCastsFloatBuffersAndLeavesIntegerOnes) {
+  const JobSpec job = gpt_job(4);
+  if (!exists(job.model_path)) GTEST_SKIP();
+  ModelSession session(job);
+  TrainingConfig bf16 = baseline_config(job);
+  bf16.precision = Precision::kBf16Params;
+  TrainingStep step(session, bf16);
+  int64_t float_buffers = 0, integer_buffers = 0;
+  for (const at::Tensor& b : session.module().buffers()) {
+    if (at::isIntegralType(b.scalar_type(), /*includeBool=*/true)) {
+      EXPECT_EQ(b.scalar_type(), at::kLong);  // the GPT's positions
+      ++integer_buffers;
+    } else {
+      EXPECT_EQ(b.scalar_type(), at::kBFloat16);  // the causal masks
+      ++float_buffers;
+    }
+  }
+  EXPECT_GT(float_buffers, 0);
+  EXPECT_GT(integer_buffers, 0);
+  for (const at::Tensor& p : session.module().parameters()) EXPECT_EQ(p.scalar_type(), at::kBFloat16);
+  // A step runs on the GPT (embedding, layer_norm, gelu, softmax, dropout
+  // in bf16 on CPU) and its gradients are bf16.
+  const Batch batch = make_batch(job, 4, 9);
+  bool checked = false;
+  const StepResult r = step.run(batch, [&](Phase phase) {
+    if (phase != Phase::kOptimizer) return;
+    for (const at::Tensor& p : session.parameters()) EXPECT_EQ(p.grad().scalar_type(), at::kBFloat16);
+    checked = true;
+  });
+  EXPECT_TRUE(checked);
+  EXPECT_TRUE(std::isfinite(r.loss));
+}
+
+TEST(TrainingStep, Bf16ParamsWithOffloadUpdatesLikeDeviceMasters) {
+  // Offload moves the masters to the host; the numbers must not change.
+  const JobSpec job = mlp_job(8);
+  if (!exists(job.model_path)) GTEST_SKIP();
+  const Batch batch = make_batch(job, 8, 5);
+  auto parameters_after_two_steps = [&](bool offload) {
+    ModelSession session(job);
+    TrainingConfig config = baseline_config(job);
+    config.precision = Precision::kBf16Params;
+    config.offload_optimizer = offload;
+    TrainingStep step(session, config);
+    EXPECT_EQ(step.master_weights()->placement(), offload ? MasterPlacement::kHost : MasterPlacement::kDevice);
+    for (int i = 0; i < 2; ++i) step.run(batch, [](Phase) {});
+    std::vector<at::Tensor> out;
+    for (const at::Tensor& t : session.parameters()) out.push_back(t.detach().clone());
+    return out;
+  };
+  const auto device = parameters_after_two_steps(false);
+  const auto host = parameters_after_two_steps(true);
+  ASSERT_EQ(device.size(), host.size());
+  for (std::size_t i = 0; i < device.size(); ++i) EXPECT_TRUE(at::equal(device[i], host[i])) << "parameter " << i;
 }
 
 TEST(TrainingStep, BadCombinationsGetClearErrors) {

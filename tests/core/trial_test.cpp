@@ -42,6 +42,69 @@ TEST(Trial, StaticMemoryEqualsTheAnalyticByteCounts) {
   EXPECT_EQ(r.static_memory.optimizer_host_bytes, 0);
 }
 
+TEST(Trial, Bf16ParamsSplitsStaticMemoryAsZeroCountsMixedPrecision) {
+  const JobSpec job = mlp_job(16);
+  if (!exists(job.model_path)) GTEST_SKIP() << "no " << job.model_path;
+  TrainingConfig config = baseline_config(job);
+  config.precision = Precision::kBf16Params;
+  const ProbeReport r = run_trial(job, config, quick());
+  const ProbeReport fp32 = run_trial(job, baseline_config(job), quick());
+  ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
+  EXPECT_EQ(r.precision_form, "bf16 parameters, fp32 master");
+  EXPECT_EQ(fp32.precision_form, "fp32");
+  EXPECT_EQ(r.parameter_count, kMlpParameters);
+  // Exact, as for fp32 (requested bytes, no rounding): bf16 parameters 2 P,
+  // bf16 gradients 2 P; optimizer state = fp32 masters 4 P + AdamW's
+  // exp_avg and exp_avg_sq 8 P. The masters' fp32 gradients live only
+  // during the update (strategies/master_weights.h), so they are not static.
+  EXPECT_EQ(r.static_memory.parameter_bytes, 2 * kMlpParameters);
+  EXPECT_EQ(r.static_memory.gradient_bytes, 2 * kMlpParameters);
+  EXPECT_EQ(r.static_memory.optimizer_state_bytes, 12 * kMlpParameters);
+  EXPECT_EQ(r.static_memory.optimizer_host_bytes, 0);
+  // The MLP has no buffers; what else load leaves alive is not cast.
+  EXPECT_EQ(r.static_memory.buffer_bytes, fp32.static_memory.buffer_bytes);
+  // ...but the update holds them: the optimizer phase peaks with bf16
+  // weights and gradients, masters, state and fp32 gradients, 20 P.
+  EXPECT_GE(r.phases[static_cast<std::size_t>(Phase::kOptimizer)].peak_bytes, 20 * kMlpParameters);
+}
+
+TEST(Trial, Bf16ParamsWithOffloadKeepsTheMastersInTheHostPool) {
+  const JobSpec job = mlp_job(16);
+  if (!exists(job.model_path)) GTEST_SKIP();
+  TrainingConfig config = baseline_config(job);
+  config.precision = Precision::kBf16Params;
+  config.offload_optimizer = true;
+  const ProbeReport r = run_trial(job, config, quick());
+  ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
+  // Device: bf16 parameters and gradients only.
+  EXPECT_EQ(r.static_memory.parameter_bytes, 2 * kMlpParameters);
+  EXPECT_EQ(r.static_memory.gradient_bytes, 2 * kMlpParameters);
+  EXPECT_EQ(r.static_memory.optimizer_state_bytes, 0);
+  // Host: fp32 masters 4 P, their persistent fp32 gradient buffers 4 P,
+  // AdamW state 8 P (ZeRO-Offload's mixed-precision split).
+  EXPECT_EQ(r.static_memory.optimizer_host_bytes, 16 * kMlpParameters);
+}
+
+TEST(Trial, Bf16ParamsHalvesTheGptsBuffersButNotItsTokenPositions) {
+  const JobSpec job = gpt_job(4);
+  if (!exists(job.model_path)) GTEST_SKIP();
+  TrainingConfig config = baseline_config(job);
+  config.precision = Precision::kBf16Params;
+  const ProbeReport fp32 = run_trial(job, baseline_config(job), quick());
+  const ProbeReport low = run_trial(job, config, quick());
+  ASSERT_EQ(low.outcome, TrialOutcome::kOk) << low.message;
+  // Four causal masks [1, 1, 64, 64] go from fp32 to bf16; the int64
+  // positions [64] stay.
+  constexpr int64_t kMaskElements = 4 * 64 * 64;
+  EXPECT_EQ(fp32.static_memory.buffer_bytes - low.static_memory.buffer_bytes, kMaskElements * 2);
+  const int64_t p = low.parameter_count;
+  EXPECT_EQ(fp32.static_memory.parameter_bytes, 4 * p);
+  EXPECT_EQ(low.static_memory.parameter_bytes, 2 * p);
+  EXPECT_EQ(low.static_memory.gradient_bytes, 2 * p);
+  EXPECT_EQ(low.static_memory.optimizer_state_bytes, 12 * p);
+  EXPECT_LT(low.retained_activation_bytes, fp32.retained_activation_bytes);
+}
+
 TEST(Trial, SgdWithMomentumKeepsOneBufferPerParameter) {
   const JobSpec job = mlp_job(16, "sgd");
   if (!exists(job.model_path)) GTEST_SKIP();

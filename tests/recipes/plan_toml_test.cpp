@@ -86,6 +86,15 @@ TEST(PlanToml, RoundTripIsExactForAwkwardValues) {
   EXPECT_EQ(write_plan_toml(back), text);
 }
 
+TEST(PlanToml, Bf16ParamsRoundTripsByName) {
+  Plan plan = testing::base_plan(4, 2);
+  plan.config.precision = Precision::kBf16Params;
+  plan.config.offload_optimizer = true;
+  const std::string text = write_plan_toml(plan);
+  EXPECT_NE(text.find("precision = \"bf16_params\"\n"), std::string::npos) << text;
+  EXPECT_EQ(parse_plan_toml(text, "plan.toml"), plan);
+}
+
 TEST(PlanToml, WritesTheDocumentedLayout) {
   const std::string text = write_plan_toml(testing::golden_plans()[1].second);
   for (const char* expected :
@@ -129,7 +138,7 @@ TEST(PlanToml, ErrorsNameFileLineColumnAndKey) {
             "adamw, adamw8bit, sgd)");
   EXPECT_EQ(error_of(std::string(kMinimal) + "precision = \"bf61\"\n"),
             "plan.toml:4:13: config.precision: unknown precision 'bf61' (did you mean 'bf16'?; valid: fp32, bf16, "
-            "fp16)");
+            "fp16, bf16_params)");
   EXPECT_EQ(error_of(std::string(kMinimal) + "offload_optimizer = \"yes\"\n"),
             "plan.toml:4:21: config.offload_optimizer: expected true or false, got a string");
   EXPECT_EQ(error_of(std::string("[job]\nglobal_batch = 10\n") + kMinimal),
