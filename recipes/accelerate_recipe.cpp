@@ -7,6 +7,9 @@
 // - Offload: distributed_type DEEPSPEED with deepspeed_config
 //   {gradient_accumulation_steps, offload_optimizer_device: cpu,
 //   offload_param_device: none, zero3_init_flag: false, zero_stage: 2}.
+// - bf16_params: the same DeepSpeed block without offload (zero_stage 0,
+//   offload_optimizer_device none) and mixed_precision bf16, which under
+//   DeepSpeed is DeepSpeed's bf16 mode (bf16 weights, fp32 master weights).
 // - Without DeepSpeed the config file has no gradient-accumulation key
 //   (Accelerate rejects unknown keys), so accumulation is a comment naming
 //   Accelerator(gradient_accumulation_steps=N) and
@@ -29,6 +32,7 @@ namespace oomtune {
 namespace {
 
 constexpr int kZeroStageOffload = 2;  // ZeRO-Offload: optimizer state and update on the host
+constexpr int kZeroStageNone = 0;     // DeepSpeed without partitioning (bf16_params alone)
 
 /// A YAML single-quoted scalar: the only escape is '' for '.
 std::string yaml_quote(const std::string& text) {
@@ -40,7 +44,8 @@ std::string yaml_quote(const std::string& text) {
 std::string accelerate_precision(Precision precision) {
   switch (precision) {
     case Precision::kFp32: return "no";
-    case Precision::kBf16: return "bf16";
+    case Precision::kBf16:
+    case Precision::kBf16Params: return "bf16";  // bf16_params: under DEEPSPEED (see Rules)
     case Precision::kFp16: return "fp16";
   }
   return "?";
@@ -65,7 +70,7 @@ std::vector<std::string> accelerate_notes(const Plan& plan) {
   const TrainingConfig& c = plan.config;
   std::vector<std::string> notes;
   notes.push_back(recipe_text::batch_note(plan, "the config has no batch size; your DataLoader"));
-  if (!c.offload_optimizer)
+  if (!recipe_text::uses_deepspeed(c))
     notes.push_back(fmt::format(
         "gradient accumulation has no key outside deepspeed_config: create Accelerator(gradient_accumulation_steps="
         "{0}) and run each micro-batch inside `with accelerator.accumulate(model):`, or export "
@@ -101,7 +106,11 @@ std::vector<std::string> accelerate_notes(const Plan& plan) {
         "SGD with optimizer offload: under offload Accelerate replaces a torch optimizer by DeepSpeedCPUAdam "
         "unless zero_force_ds_cpu_optimizer is false, which the inline deepspeed_config cannot say: replace it by "
         "deepspeed_config_file: 'ds_config.json' (written beside this file)");
-  if (c.offload_optimizer && plan.device == "cpu") notes.push_back(recipe_text::deepspeed_needs_gpu_note());
+  if (c.precision == Precision::kBf16Params)
+    notes.push_back(recipe_text::bf16_params_note(
+        "mixed_precision 'bf16' with distributed_type 'DEEPSPEED' gives it; without DeepSpeed it is autocast"));
+  if (recipe_text::uses_deepspeed(c) && plan.device == "cpu")
+    notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
   return notes;
 }
 
@@ -115,15 +124,16 @@ std::string write_accelerate_config(const Plan& plan) {
   for (const auto& note : accelerate_notes(plan)) out += comment("note: ", note);
   out += fmt::format("compute_environment: {}\n", yaml_quote("LOCAL_MACHINE"));
   out += "debug: false\n";
-  if (c.offload_optimizer) {
+  const bool deepspeed = recipe_text::uses_deepspeed(c);
+  if (deepspeed) {
     out += "deepspeed_config:\n";
     out += fmt::format("  gradient_accumulation_steps: {}\n", c.accumulation_steps);
-    out += fmt::format("  offload_optimizer_device: {}\n", yaml_quote("cpu"));
+    out += fmt::format("  offload_optimizer_device: {}\n", yaml_quote(c.offload_optimizer ? "cpu" : "none"));
     out += fmt::format("  offload_param_device: {}\n", yaml_quote("none"));
     out += "  zero3_init_flag: false\n";
-    out += fmt::format("  zero_stage: {}\n", kZeroStageOffload);
+    out += fmt::format("  zero_stage: {}\n", c.offload_optimizer ? kZeroStageOffload : kZeroStageNone);
   }
-  out += fmt::format("distributed_type: {}\n", yaml_quote(c.offload_optimizer ? "DEEPSPEED" : "NO"));
+  out += fmt::format("distributed_type: {}\n", yaml_quote(deepspeed ? "DEEPSPEED" : "NO"));
   out += fmt::format("downcast_bf16: {}\n", yaml_quote("no"));
   out += "machine_rank: 0\n";
   out += fmt::format("main_training_function: {}\n", yaml_quote("main"));
@@ -132,8 +142,8 @@ std::string write_accelerate_config(const Plan& plan) {
   out += "num_processes: 1\n";
   out += fmt::format("rdzv_backend: {}\n", yaml_quote("static"));
   out += "same_network: true\n";
-  // DeepSpeed (offload) needs a GPU whatever the plan was measured on (see the note).
-  out += fmt::format("use_cpu: {}\n", plan.device == "cpu" && !c.offload_optimizer ? "true" : "false");
+  // DeepSpeed needs a GPU whatever the plan was measured on (see the note).
+  out += fmt::format("use_cpu: {}\n", plan.device == "cpu" && !deepspeed ? "true" : "false");
   return out;
 }
 

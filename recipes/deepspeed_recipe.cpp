@@ -7,6 +7,8 @@
 // - Offload is ZeRO-Offload: zero_optimization stage 2 with offload_optimizer
 //   {device: cpu, pin_memory: true}; without offload, stage 0.
 // - Precision: bf16.enabled, or fp16 with loss_scale 0 (dynamic loss scaling).
+//   bf16_params (bf16 weights, fp32 master weights in the optimizer) is what
+//   bf16.enabled does in DeepSpeed.
 // - Optimizer: an "optimizer" section (AdamW / SGD) with the job's
 //   hyper-parameters; 8-bit AdamW has no config type, so the section is left
 //   out and the note says to pass bitsandbytes' optimizer to
@@ -68,7 +70,10 @@ std::vector<std::string> deepspeed_notes(const Plan& plan) {
     notes.push_back(
         "SGD with optimizer offload: DeepSpeed expects its own CPU optimizers under offload; "
         "zero_force_ds_cpu_optimizer = false lets torch.optim.SGD update the host copies");
-  if (c.offload_optimizer && plan.device == "cpu") notes.push_back(recipe_text::deepspeed_needs_gpu_note());
+  if (c.precision == Precision::kBf16Params)
+    notes.push_back(recipe_text::bf16_params_note("\"bf16\": {\"enabled\": true}, as written here"));
+  if (recipe_text::uses_deepspeed(c) && plan.device == "cpu")
+    notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
   return notes;
 }
 
@@ -80,7 +85,8 @@ std::string write_deepspeed_config(const Plan& plan) {
   config["train_micro_batch_size_per_gpu"] = c.micro_batch;
   config["gradient_accumulation_steps"] = c.accumulation_steps;
   if (has_optimizer_section(plan)) config["optimizer"] = optimizer_section(plan);
-  if (c.precision == Precision::kBf16) config["bf16"] = {{"enabled", true}};
+  if (c.precision == Precision::kBf16 || c.precision == Precision::kBf16Params)
+    config["bf16"] = {{"enabled", true}};
   if (c.precision == Precision::kFp16) config["fp16"] = {{"enabled", true}, {"loss_scale", 0}};
   if (c.offload_optimizer) {
     config["zero_optimization"] = {{"stage", kZeroStageOffload},

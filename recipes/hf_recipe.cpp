@@ -7,6 +7,8 @@
 //   learning_rate, weight_decay and (AdamW kinds) adam_beta1/2, adam_epsilon.
 //   SGD momentum has no TrainingArguments field: a note says how to pass it.
 // - Precision: bf16 / fp16 booleans (torch.autocast, fp32 weights).
+//   bf16_params (bf16 weights, fp32 master weights) only exists through
+//   DeepSpeed: bf16 = true and `deepspeed` names ds_config.json.
 // - Checkpointing: gradient_checkpointing is all-or-nothing over a
 //   transformers model's layers; a selective plan is written as true (the
 //   nearest form: more recompute, less memory) with a note.
@@ -69,7 +71,12 @@ std::vector<std::string> hf_notes(const Plan& plan) {
         "TrainingArguments has no SGD momentum: build optimizer = {} and pass Trainer(..., optimizers=(optimizer, "
         "None))",
         recipe_text::optimizer_call(plan, "model.parameters()")));
-  if (c.offload_optimizer && plan.device == "cpu") notes.push_back(recipe_text::deepspeed_needs_gpu_note());
+  if (c.precision == Precision::kBf16Params)
+    notes.push_back(recipe_text::bf16_params_note(
+        "`deepspeed` points at ds_config.json (written beside this file), whose \"bf16\" section keeps the "
+        "weights in bf16; bf16 = true without it would be autocast"));
+  if (recipe_text::uses_deepspeed(c) && plan.device == "cpu")
+    notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
   return notes;
 }
 
@@ -89,9 +96,9 @@ std::string write_hf_training_args(const Plan& plan) {
     args["adam_beta2"] = o.beta2;
     args["adam_epsilon"] = o.eps;
   }
-  args["bf16"] = c.precision == Precision::kBf16;
+  args["bf16"] = c.precision == Precision::kBf16 || c.precision == Precision::kBf16Params;
   args["fp16"] = c.precision == Precision::kFp16;
-  if (c.offload_optimizer) args["deepspeed"] = "ds_config.json";
+  if (recipe_text::uses_deepspeed(c)) args["deepspeed"] = "ds_config.json";
   Json file;
   file["training_args"] = std::move(args);
   file["notes"] = hf_notes(plan);

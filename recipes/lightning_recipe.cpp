@@ -4,6 +4,10 @@
 // - Trainer kwargs: accelerator, devices (1), precision ("32-true",
 //   "bf16-mixed", "16-mixed"), accumulate_grad_batches, strategy ("auto", or
 //   "deepspeed_stage_2_offload" for optimizer offload).
+// - bf16_params: "bf16-mixed" under a DeepSpeed strategy, which Lightning
+//   turns into DeepSpeed's bf16 mode (bf16 weights, fp32 master weights);
+//   without offload the strategy is "deepspeed_stage_1" (on one GPU ZeRO
+//   stage 1 partitions nothing).
 // - The Trainer has no batch size and no optimizer: the file carries
 //   "datamodule": {"batch_size"} for the DataLoader and "optimizer" (class
 //   and kwargs) for LightningModule.configure_optimizers(), with notes.
@@ -29,11 +33,13 @@ using Json = nlohmann::ordered_json;
 
 constexpr const char* kOffloadStrategy = "deepspeed_stage_2_offload";  // Lightning's registered ZeRO-Offload
 constexpr const char* kCpuAdamClass = "deepspeed.ops.adam.DeepSpeedCPUAdam";
+constexpr const char* kDeepSpeedStrategy = "deepspeed_stage_1";  // Lightning's registered DeepSpeed, no offload
 
 std::string lightning_precision(Precision precision) {
   switch (precision) {
     case Precision::kFp32: return "32-true";
-    case Precision::kBf16: return "bf16-mixed";
+    case Precision::kBf16:
+    case Precision::kBf16Params: return "bf16-mixed";  // bf16_params: under DeepSpeed (see Rules)
     case Precision::kFp16: return "16-mixed";
   }
   return "?";
@@ -82,7 +88,14 @@ std::vector<std::string> lightning_notes(const Plan& plan) {
         "SGD with optimizer offload: DeepSpeed refuses a non-DeepSpeed optimizer under offload unless "
         "zero_force_ds_cpu_optimizer is false, which the registered strategy name cannot say: use "
         "strategy=DeepSpeedStrategy(config=\"ds_config.json\") with the ds_config.json written beside this file");
-  if (c.offload_optimizer && plan.device == "cpu") notes.push_back(recipe_text::deepspeed_needs_gpu_note());
+  if (c.precision == Precision::kBf16Params)
+    notes.push_back(recipe_text::bf16_params_note(fmt::format(
+        "Lightning turns precision \"bf16-mixed\" into it under a DeepSpeed strategy (\"{}\" here; on one GPU "
+        "nothing is partitioned), or use strategy=DeepSpeedStrategy(config=\"ds_config.json\") with the file "
+        "written beside this one; without DeepSpeed \"bf16-mixed\" is autocast",
+        c.offload_optimizer ? kOffloadStrategy : kDeepSpeedStrategy)));
+  if (recipe_text::uses_deepspeed(c) && plan.device == "cpu")
+    notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
   return notes;
 }
 
@@ -90,12 +103,14 @@ std::string write_lightning_trainer(const Plan& plan) {
   validate_plan(plan);
   const TrainingConfig& c = plan.config;
   Json trainer;
-  // DeepSpeed (offload) needs a GPU whatever the plan was measured on (see the note).
-  trainer["accelerator"] = plan.device == "cuda" || c.offload_optimizer ? "gpu" : "cpu";
+  // DeepSpeed needs a GPU whatever the plan was measured on (see the note).
+  trainer["accelerator"] = plan.device == "cuda" || recipe_text::uses_deepspeed(c) ? "gpu" : "cpu";
   trainer["devices"] = 1;
   trainer["precision"] = lightning_precision(c.precision);
   trainer["accumulate_grad_batches"] = c.accumulation_steps;
-  trainer["strategy"] = c.offload_optimizer ? kOffloadStrategy : "auto";
+  trainer["strategy"] = c.offload_optimizer                        ? kOffloadStrategy
+                        : c.precision == Precision::kBf16Params ? kDeepSpeedStrategy
+                                                                : "auto";
   Json file;
   file["trainer"] = std::move(trainer);
   file["datamodule"] = {{"batch_size", c.micro_batch}};

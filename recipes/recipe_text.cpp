@@ -40,10 +40,22 @@ std::string optimizer_call(const Plan& plan, const std::string& params, const st
                      number(o.beta1), number(o.beta2), number(o.eps), number(o.weight_decay));
 }
 
-std::string deepspeed_needs_gpu_note() {
-  return "optimizer offload runs through DeepSpeed, which trains on a GPU, so this file targets one although "
-         "the plan was measured on the CPU (device = \"cpu\"): its memory numbers are host memory; re-run "
-         "autotune with device = \"cuda\" before trusting them on a GPU";
+bool uses_deepspeed(const TrainingConfig& config) {
+  return config.offload_optimizer || config.precision == Precision::kBf16Params;
+}
+
+std::string deepspeed_needs_gpu_note(const TrainingConfig& config) {
+  return fmt::format(
+      "{} through DeepSpeed, which trains on a GPU, so this file targets one although the plan was measured on "
+      "the CPU (device = \"cpu\"): its memory numbers are host memory; re-run autotune with device = \"cuda\" "
+      "before trusting them on a GPU",
+      config.offload_optimizer ? "optimizer offload runs" : "bf16 parameters with fp32 master weights run");
+}
+
+std::string bf16_params_note(const std::string& how) {
+  return "precision bf16_params (bf16 weights and gradients, fp32 master weights kept by the optimizer; oomtune "
+         "measures it when bf16 autocast fails for the model) is DeepSpeed's bf16 mode: " +
+         how;
 }
 
 std::string adamw8bit_offload_note() {

@@ -25,8 +25,19 @@ std::string optimizer_class(OptimizerKind kind);
 /// Python repr of a float as the notes print it ("0.001", "1e-08").
 std::string number(double value);
 
-/// Note: the plan uses DeepSpeed (offload) but was measured on the CPU.
-std::string deepspeed_needs_gpu_note();
+/// Whether the plan runs through DeepSpeed in every framework: optimizer
+/// offload (ZeRO-Offload), or bf16 parameters with fp32 master weights
+/// (DeepSpeed's bf16 mode; without DeepSpeed the frameworks' bf16 switch is
+/// autocast).
+bool uses_deepspeed(const TrainingConfig& config);
+
+/// Note: the plan uses DeepSpeed (see uses_deepspeed) but was measured on
+/// the CPU; names offload, or else bf16 parameters, as the reason.
+std::string deepspeed_needs_gpu_note(const TrainingConfig& config);
+
+/// Note: precision bf16_params is DeepSpeed's bf16 mode (`how` says how this
+/// framework gets there), not the framework's bf16 autocast switch.
+std::string bf16_params_note(const std::string& how);
 
 /// Note: 8-bit AdamW together with optimizer offload.
 std::string adamw8bit_offload_note();

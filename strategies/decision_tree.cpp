@@ -42,7 +42,8 @@ struct Models {
   BatchLine seconds;       // seconds per micro-batch step
   int64_t gradient_bytes = 0;
   int64_t checkpoint_blocks = 0;  // COUNT: blocks that "all" checkpoints
-  Effect checkpoint, adamw8bit, offload, bf16;
+  Effect checkpoint, adamw8bit, offload, bf16;  // bf16: whichever form ran (Note [bf16 fallback])
+  Precision base_precision = Precision::kFp32;   // the plain probes' precision
 };
 
 // Micro-batches per optimizer step: ceil(G / b), the last one smaller when b
@@ -91,7 +92,7 @@ Prediction predict(const Models& m, const TrainingConfig& c, int64_t global_batc
   }
   if (c.optimizer == OptimizerKind::kAdamW8bit) apply(m.adamw8bit, 1, lines, time_factor);
   if (c.offload_optimizer) apply(m.offload, 1, lines, time_factor);
-  if (c.precision == Precision::kBf16) apply(m.bf16, 1, lines, time_factor);
+  if (c.precision != m.base_precision) apply(m.bf16, 1, lines, time_factor);
   const auto b = static_cast<double>(c.micro_batch);
   // The micro-batches of one step: the first runs without gradients; every
   // later one (the last may be a smaller remainder) runs with the gradients
@@ -163,6 +164,14 @@ int strategy_count(const TrainingConfig& c, const TrainingConfig& job_base) {
          c.offload_optimizer + (c.precision != job_base.precision);
 }
 
+// "crashed: SIGSEGV during forward": the outcome, then the message unless
+// the message already begins with it.
+std::string failure_text(const ProbeReport& r) {
+  const std::string outcome = to_string(r.outcome);
+  if (r.message.rfind(outcome, 0) == 0) return r.message;
+  return r.message.empty() ? outcome : outcome + ": " + r.message;
+}
+
 class Search {
  public:
   Search(const JobSpec& job, TrialRunner& runner, const SearchOptions& options,
@@ -206,9 +215,8 @@ class Search {
     for (int64_t s : sizes) {
       const ProbeReport r = probe(config, s);
       if (r.outcome != TrialOutcome::kOk) {
-        result_.notes.push_back(fmt::format("{}: not available (micro-batch {}: {}{})", name, s,
-                                            r.message.rfind(to_string(r.outcome), 0) == 0 ? "" : to_string(r.outcome) + ": ",
-                                            r.message));
+        last_failure_ = r;
+        result_.notes.push_back(fmt::format("{}: not available (micro-batch {}: {})", name, s, failure_text(r)));
         return {};
       }
       if (config.checkpoint.enabled()) models_.checkpoint_blocks = static_cast<int64_t>(r.checkpointed_blocks.size());
@@ -240,21 +248,31 @@ class Search {
     std::vector<std::array<double, kNumPhases>> phase_peaks;
     std::vector<double> peaks, seconds;
     ProbeReport first_failure;
-    for (int64_t s : sizes) {
-      const ProbeReport r = probe(base_, s);
-      if (r.outcome != TrialOutcome::kOk) {
-        if (ok.empty()) first_failure = r;
-        continue;
+    auto probe_plain = [&] {
+      for (int64_t s : sizes) {
+        const ProbeReport r = probe(base_, s);
+        if (r.outcome != TrialOutcome::kOk) {
+          if (ok.empty()) first_failure = r;
+          continue;
+        }
+        ok.push_back(s);
+        phase_peaks.push_back(phase_peaks_of(r, job_));
+        peaks.push_back(static_cast<double>(r.peak_bytes));
+        seconds.push_back(r.timing.steady_step_seconds);
+        plain_seconds_[s] = r.timing.steady_step_seconds;
+        result_.parameter_count = r.parameter_count;
+        result_.static_memory = r.static_memory;
+        models_.gradient_bytes = r.static_memory.gradient_bytes;
       }
-      ok.push_back(s);
-      phase_peaks.push_back(phase_peaks_of(r, job_));
-      peaks.push_back(static_cast<double>(r.peak_bytes));
-      seconds.push_back(r.timing.steady_step_seconds);
-      plain_seconds_[s] = r.timing.steady_step_seconds;
-      result_.parameter_count = r.parameter_count;
-      result_.static_memory = r.static_memory;
-      models_.gradient_bytes = r.static_memory.gradient_bytes;
+    };
+    probe_plain();
+    if (ok.empty() && base_.precision == Precision::kBf16 && form_failed(first_failure)) {
+      // The job asks for bf16 and its autocast fails (Note [bf16 fallback]).
+      result_.notes.push_back(bf16_fallback_note(first_failure));
+      base_.precision = bf16_form_ = Precision::kBf16Params;
+      probe_plain();
     }
+    models_.base_precision = base_.precision;
     if (ok.empty() && first_failure.static_memory.parameter_bytes > result_.usable_budget_bytes)
       throw InputError(fmt::format("budget {} (after {:.0f} % headroom) is smaller than the parameters alone ({})",
                                    format_bytes(result_.usable_budget_bytes), 100 * job_.headroom,
@@ -289,8 +307,33 @@ class Search {
     if (job_.allow_bf16 && base_.precision == Precision::kFp32) {
       c = base_;
       c.precision = Precision::kBf16;
-      models_.bf16 = probe_effect("bf16", c, two);
+      models_.bf16 = probe_effect("bf16 autocast", c, two);
+      if (!models_.bf16.available && form_failed(last_failure_)) {
+        c.precision = Precision::kBf16Params;
+        models_.bf16 = probe_effect("bf16 parameters + fp32 master weights", c, two);
+        if (models_.bf16.available) {
+          bf16_form_ = Precision::kBf16Params;
+          result_.notes.push_back(bf16_fallback_note(last_failure_));
+        }
+      }
     }
+  }
+
+  // Note [bf16 fallback]
+  // TorchScript's autocast pass crashes or fails on some models (measured
+  // on an H100: a scripted ViT-B/16 under bf16 autocast died by SIGSEGV;
+  // with the pass off it raised a dtype mismatch). When a bf16-autocast
+  // probe fails for any reason but memory, bf16 is tried as bf16
+  // parameters with fp32 master weights kept by the optimizer
+  // (Precision::kBf16Params, DeepSpeed's bf16 mode), and the report says
+  // which form ran and why.
+  static bool form_failed(const ProbeReport& r) {
+    return r.outcome != TrialOutcome::kOk && r.outcome != TrialOutcome::kOutOfMemory;
+  }
+  static std::string bf16_fallback_note(const ProbeReport& failed) {
+    return fmt::format("bf16: autocast failed ({}), so bf16 runs as bf16 parameters with fp32 master weights "
+                       "kept by the optimizer (precision = \"bf16_params\")",
+                       failure_text(failed));
   }
 
   // Adds the node for `config` at the largest valid micro-batch that is
@@ -377,14 +420,15 @@ class Search {
     };
     with_strategy("8-bit AdamW", models_.adamw8bit, [](TrainingConfig& c) { c.optimizer = OptimizerKind::kAdamW8bit; });
     with_strategy("optimizer offload", models_.offload, [](TrainingConfig& c) { c.offload_optimizer = true; });
-    with_strategy("bf16", models_.bf16, [](TrainingConfig& c) { c.precision = Precision::kBf16; });
+    with_strategy(bf16_form_ == Precision::kBf16 ? "bf16" : "bf16 parameters", models_.bf16,
+                  [this](TrainingConfig& c) { c.precision = bf16_form_; });
 
     // The least memory any combination needs, for the "nothing fits" report.
     TrainingConfig least = base_;
     if (ckpt) least.checkpoint.mode = CheckpointPlan::Mode::kAll;
     if (models_.offload.available) least.offload_optimizer = true;
     else if (models_.adamw8bit.available) least.optimizer = OptimizerKind::kAdamW8bit;
-    if (models_.bf16.available) least.precision = Precision::kBf16;
+    if (models_.bf16.available) least.precision = bf16_form_;
     const std::vector<int64_t> valid = valid_micro_batches(job_);
     if (!valid.empty())
       result_.smallest_predicted_peak_bytes = predict(models_, with_micro_batch(least, valid.front(), g), g).peak_bytes;
@@ -418,8 +462,9 @@ class Search {
         node.note = r.outcome == TrialOutcome::kOk
                         ? fmt::format("verified peak {} is over the budget: the memory model was wrong; dropped",
                                       format_bytes(r.peak_bytes))
-                        : fmt::format("verified run: {} after {} steps ({}); the memory model was wrong; dropped",
-                                      to_string(r.outcome), r.steps_run, r.message);
+                        : fmt::format("verified run: {} after {} steps ({}); {}dropped", to_string(r.outcome),
+                                      r.steps_run, r.message,
+                                      r.outcome == TrialOutcome::kOutOfMemory ? "the memory model was wrong; " : "");
         result_.notes.push_back(fmt::format("{}: {}", node.node, node.note));
       }
       node.verification = std::move(r);
@@ -480,6 +525,8 @@ class Search {
   TrainingConfig base_;
   Models models_;
   std::map<int64_t, double> plain_seconds_;
+  ProbeReport last_failure_;                     // the last strategy probe that failed
+  Precision bf16_form_ = Precision::kBf16;       // kBf16Params after a fallback
   SearchResult result_;
 };
 

@@ -31,6 +31,10 @@
 // - Budget test: on CUDA the predicted reserved bytes of the caching
 //   allocator (probes/caching_allocator_sim.h, replaying each probe's
 //   allocation stream), elsewhere the allocated peak.
+// - bf16: when a bf16-autocast probe fails for a reason other than memory
+//   (TorchScript's autocast crashes on some models), bf16 is tried as bf16
+//   parameters with fp32 master weights; SearchResult::notes says which
+//   form ran and why (decision_tree.cpp, Note [bf16 fallback]).
 // - The global batch stays exact: micro-batch × accumulation steps = G.
 // - No number in the result is untested without saying so: predictions are
 //   labelled predicted, measurements come from ProbeReports.

@@ -72,7 +72,8 @@ void install_crash_notes(const std::string& note_path) {
 }
 
 // OOMTUNE_TEST_FAULT="KIND:PHASE[:TEXT]": fail on purpose when PHASE
-// begins, in trials whose config string contains TEXT (all when absent).
+// begins, in trials whose config string followed by ',' contains TEXT (all
+// when absent); the ',' lets "precision=bf16," name bf16 but not bf16_params.
 std::function<void(Phase)> fault_from_environment(const std::string& config) {
   const char* text = std::getenv("OOMTUNE_TEST_FAULT");
   if (!text || !*text) return nullptr;
@@ -81,7 +82,7 @@ std::function<void(Phase)> fault_from_environment(const std::string& config) {
   for (std::istringstream in(text); std::getline(in, part, ':');) parts.push_back(part);
   const std::string kind = parts.empty() ? "abort" : parts[0];
   const std::string phase = parts.size() > 1 ? parts[1] : "forward";
-  if (parts.size() > 2 && config.find(parts[2]) == std::string::npos) return nullptr;
+  if (parts.size() > 2 && (config + ",").find(parts[2]) == std::string::npos) return nullptr;
   return [kind, phase](Phase now) {
     if (phase_name(now) != phase) return;
     if (kind == "abort") std::abort();

@@ -6,6 +6,8 @@
 //   adamw8bit_fp16    8-bit AdamW, selective checkpointing (first 2 blocks), fp16
 //   offload_bf16      optimizer offload, bf16, checkpointing of named submodules
 //   sgd_offload_cpu   SGD with momentum + offload, measured on the CPU
+//   bf16_params_cpu   bf16 weights + fp32 master weights (the fallback when
+//                     bf16 autocast fails), micro-batch 8 x 2, on the CPU
 
 #include <string>
 #include <utility>
@@ -84,6 +86,16 @@ inline std::vector<std::pair<std::string, Plan>> golden_plans() {
   sgd.model_path = "examples/models/resnet18.pt";
   sgd.job_spec_path = "examples/resnet18.toml";
   cases.emplace_back("sgd_offload_cpu", sgd);
+
+  Plan bf16_params = base_plan(8, 2);
+  bf16_params.config.precision = Precision::kBf16Params;
+  bf16_params.device = "cpu";
+  bf16_params.budget_bytes = int64_t{256} << 20;
+  bf16_params.measured_peak_bytes = 98'566'144;
+  bf16_params.measured_samples_per_second = 14.5;
+  bf16_params.notes = {"bf16: autocast failed (crashed: SIGSEGV during forward), so bf16 runs as bf16 parameters "
+                       "with fp32 master weights kept by the optimizer (precision = \"bf16_params\")"};
+  cases.emplace_back("bf16_params_cpu", bf16_params);
 
   return cases;
 }

@@ -17,7 +17,7 @@ constexpr int64_t kMiB = 1 << 20;
 ///   checkpointing  : A -> A / 4,   time x 1.6 (all 4 blocks; n blocks: n / 4 of that)
 ///   8-bit AdamW    : 8 P -> 2 P,   time x 1.1
 ///   offload        : 8 P -> 0,     time x offload_time_factor (1.5)
-///   bf16           : A -> A / 2,   time x 0.9
+///   bf16           : A -> A / 2,   time x 0.9 (autocast and bf16_params alike)
 ///   accumulation   : + 4 P (gradients alive through later micro-batches)
 ///   time(b)        = 0.01 + 0.002 b seconds per micro-batch
 class FakeRunner : public TrialRunner {
@@ -26,6 +26,7 @@ class FakeRunner : public TrialRunner {
   int64_t activation_per_sample = 8 * kMiB;
   int64_t extra_at_full_batch = 0;    // a surprise the probes cannot see
   double offload_time_factor = 1.5;
+  bool autocast_crashes = false;      // bf16 autocast dies by SIGSEGV (bf16_params runs)
   int64_t global_batch = 32;
   int probes = 0;
   int verifications = 0;
@@ -51,7 +52,7 @@ class FakeRunner : public TrialRunner {
   int64_t activation_bytes(const TrainingConfig& c) const {
     double a = static_cast<double>(activation_per_sample);
     a *= 1 - 0.75 * checkpointed_fraction(c);
-    if (c.precision == Precision::kBf16) a /= 2;
+    if (c.precision != Precision::kFp32) a /= 2;
     return static_cast<int64_t>(a) * c.micro_batch;
   }
 
@@ -61,7 +62,7 @@ class FakeRunner : public TrialRunner {
     if (c.offload_optimizer) state = 0;
     double a = static_cast<double>(activation_per_sample);
     a *= 1 - 0.75 * checkpointed_fraction(c);
-    if (c.precision == Precision::kBf16) a /= 2;
+    if (c.precision != Precision::kFp32) a /= 2;
     int64_t peak = 8 * parameters + state + 2 * kMiB + static_cast<int64_t>(a) * c.micro_batch;
     if (c.micro_batch == global_batch) peak += extra_at_full_batch;
     return peak;
@@ -78,7 +79,7 @@ class FakeRunner : public TrialRunner {
     t *= 1 + 0.6 * checkpointed_fraction(c);
     if (c.optimizer == OptimizerKind::kAdamW8bit) t *= 1.1;
     if (c.offload_optimizer) t *= offload_time_factor;
-    if (c.precision == Precision::kBf16) t *= 0.9;
+    if (c.precision != Precision::kFp32) t *= 0.9;
     return t;
   }
 
@@ -100,6 +101,11 @@ class FakeRunner : public TrialRunner {
     r.phases[static_cast<std::size_t>(Phase::kOptimizer)].peak_bytes = true_peak(c, c.micro_batch) -
                                                                       activation_bytes(c);
     if (c.checkpoint.enabled()) r.checkpointed_blocks = {"blocks.0", "blocks.1", "blocks.2", "blocks.3"};
+    if (autocast_crashes && c.precision == Precision::kBf16) {
+      r.outcome = TrialOutcome::kCrashed;
+      r.message = "crashed: SIGSEGV during forward";
+      return r;
+    }
     if (enforce && r.peak_bytes > usable_budget) {
       r.outcome = TrialOutcome::kOutOfMemory;
       r.message = "oomtune budget: tried to allocate";
@@ -202,8 +208,40 @@ TEST(DecisionTree, AVerifiedTieGoesToTheConfigurationWithFewerStrategies) {
         ASSERT_TRUE(n.verification.has_value());
         EXPECT_NE(n.note.find("a tie"), std::string::npos) << n.note;
       }
-    if (!want_offload) EXPECT_NE(best.note.find("simplest within 3 %"), std::string::npos) << best.note;
+    if (!want_offload) {
+      EXPECT_NE(best.note.find("simplest within 3 %"), std::string::npos) << best.note;
+    }
   }
+}
+
+TEST(DecisionTree, Bf16FallsBackToBf16ParametersWhenAutocastCrashes) {
+  // bf16 is 10 % faster, so it is the answer in either form; with autocast
+  // crashing, the bf16_params form runs and the notes say why.
+  for (bool crashes : {false, true}) {
+    SCOPED_TRACE(crashes);
+    FakeRunner fake;
+    fake.autocast_crashes = crashes;
+    JobSpec job = job_with_budget(plain_peak(32) + kMiB);
+    job.allow_bf16 = true;
+    const SearchResult r = run_search(fake, job);
+    EXPECT_EQ(chosen(r).config.precision, crashes ? Precision::kBf16Params : Precision::kBf16);
+    bool noted = false;
+    for (const std::string& note : r.notes)
+      noted = noted || note.find("bf16: autocast failed (crashed: SIGSEGV during forward), so bf16 runs as "
+                                 "bf16 parameters with fp32 master weights") != std::string::npos;
+    EXPECT_EQ(noted, crashes);
+  }
+}
+
+TEST(DecisionTree, AJobInBf16FallsBackWhenItsOwnAutocastCrashes) {
+  FakeRunner fake;
+  fake.autocast_crashes = true;
+  JobSpec job = job_with_budget(plain_peak(32) + kMiB);
+  job.precision = "bf16";
+  const SearchResult r = run_search(fake, job);
+  EXPECT_EQ(chosen(r).config.precision, Precision::kBf16Params);
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_NE(r.notes.front().find("autocast failed"), std::string::npos) << r.notes.front();
 }
 
 TEST(DecisionTree, CheckpointingWhenAccumulationIsNotAllowed) {
