@@ -3,41 +3,26 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "support/run_oomtune.h"
 #include "test_support.h"
 
 namespace oomtune::diagnose {
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-Result run_oomtune(const std::string& args) {
-  const std::string out = ::testing::TempDir() + "diag_out.txt";
-  const std::string err = ::testing::TempDir() + "diag_err.txt";
-  const std::string cmd = std::string(OOMTUNE_BINARY) + " " + args + " >" + out + " 2>" + err;
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = testing::read_all(out);
-  r.err = testing::read_all(err);
-  return r;
-}
+using oomtune::testing::run_oomtune;  // unique output files per call: the tests run in parallel
 
 TEST(DiagnoseCli, RealFixtureAsJson) {
   const std::string path = testing::real_fixture("oom_fragmentation.pickle");
   SKIP_IF_MISSING(path);
-  const std::string svg = ::testing::TempDir() + "diag.svg";
+  const std::string svg = ::testing::TempDir() + "diag_" + std::to_string(::getpid()) + ".svg";
   std::remove(svg.c_str());
-  const Result r = run_oomtune("diagnose " + path + " --json --svg " + svg);
-  ASSERT_EQ(r.code, 0) << r.err;
+  const auto r = run_oomtune("diagnose " + path + " --json --svg " + svg);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["verdicts"][0]["id"], "fragmentation");
@@ -50,8 +35,8 @@ TEST(DiagnoseCli, RealFixtureAsJson) {
 TEST(DiagnoseCli, TextReportNamesTheVerdict) {
   const std::string path = testing::real_fixture("oom_gpt_activations.pickle");
   SKIP_IF_MISSING(path);
-  const Result r = run_oomtune("diagnose " + path + " --top 3");
-  ASSERT_EQ(r.code, 0) << r.err;
+  const auto r = run_oomtune("diagnose " + path + " --top 3");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("Activations in the forward pass [activations_in_forward]"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("gpu_truth.py:35 in forward"), std::string::npos);
 }
@@ -63,15 +48,15 @@ TEST(DiagnoseCli, BadFilesExitTwoWithOneLine) {
     SCOPED_TRACE(f);
     const std::string path = testing::synthetic_fixture(f);
     SKIP_IF_MISSING(path);
-    const Result r = run_oomtune("diagnose " + path);
-    EXPECT_EQ(r.code, 2);
+    const auto r = run_oomtune("diagnose " + path);
+    EXPECT_EQ(r.exit_code, 2);
     EXPECT_EQ(r.out, "");
     EXPECT_EQ(r.err.rfind("oomtune: " + path + ": ", 0), 0u) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
   EXPECT_FALSE(testing::exists("/tmp/oomtune_fixture_pwned"));  // the GLOBAL os.system never ran
-  const Result missing = run_oomtune("diagnose /nonexistent/snap.pickle");
-  EXPECT_EQ(missing.code, 2);
+  const auto missing = run_oomtune("diagnose /nonexistent/snap.pickle");
+  EXPECT_EQ(missing.exit_code, 2);
   EXPECT_EQ(missing.out, "");
   EXPECT_EQ(missing.err, "oomtune: /nonexistent/snap.pickle: cannot open: No such file or directory\n");
 }
