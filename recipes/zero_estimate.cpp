@@ -80,6 +80,11 @@ BytesPerParameter bytes_per_parameter(Precision precision, OptimizerKind optimiz
   return bytes;
 }
 
+BytesPerParameter stored_bytes_per_parameter(const TrainingConfig& config, bool sgd_momentum) {
+  const bool half_weights = config.precision == Precision::kBf16Params;
+  return bytes_per_parameter(half_weights ? Precision::kBf16Params : Precision::kFp32, config.optimizer, sgd_momentum);
+}
+
 bool ZeroMemory::operator==(const ZeroMemory& other) const {
   return weights == other.weights && gradients == other.gradients && optimizer_state == other.optimizer_state &&
          activations == other.activations;

@@ -66,8 +66,16 @@ struct BytesPerParameter {
 /// (m, v in int8 plus one fp32 absmax per 2048-element block each), SGD 4
 /// with momentum else 0. bf16 AdamW gives the paper's 2 + 2 + 12.
 /// Note: oomtune's own bf16 strategy is autocast with fp32 weights; for that
-/// pass Precision::kFp32 (the weights and gradients stay fp32).
+/// pass Precision::kFp32 (the weights and gradients stay fp32), or use
+/// stored_bytes_per_parameter.
 BytesPerParameter bytes_per_parameter(Precision precision, OptimizerKind optimizer, bool sgd_momentum = false);
+
+/// Bytes per parameter that oomtune's own training step keeps for `config`
+/// (the analytic column of `oomtune probe`): autocast (bf16, fp16) keeps
+/// fp32 weights and gradients, so it counts as fp32; bf16_params is mixed
+/// precision as above (2 + 2 + 4 master + state). Offload moves the
+/// optimizer state to the host but does not change its size.
+BytesPerParameter stored_bytes_per_parameter(const TrainingConfig& config, bool sgd_momentum = false);
 
 /// Inputs of the table.
 struct ZeroInputs {

@@ -1,6 +1,7 @@
 // `oomtune probe JOB.toml`: measure one training configuration per phase.
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 
 #include <CLI/CLI.hpp>
@@ -10,6 +11,7 @@
 #include "common/error.h"
 #include "job/job_spec.h"
 #include "recipes/plan_toml.h"
+#include "recipes/zero_estimate.h"
 #include "report/probe_summary.h"
 #include "strategies/training_step.h"
 #include "trial/trial_runner.h"
@@ -88,7 +90,11 @@ int run_probe(ProbeFlags flags) {
   summary.device = job.device;
   summary.budget_bytes = job.budget_bytes;
   summary.report = run_trial(job, config, options);
-  summary.analytic = analytic_static(summary.report.parameter_count, to_string(config.optimizer), job.optimizer.momentum);
+  const BytesPerParameter per = stored_bytes_per_parameter(config, job.optimizer.momentum > 0);
+  const auto bytes = [&](double each) {
+    return static_cast<int64_t>(std::llround(each * static_cast<double>(summary.report.parameter_count)));
+  };
+  summary.analytic = {bytes(per.weights), bytes(per.gradients), bytes(per.optimizer_state)};
   if (summary.report.outcome == TrialOutcome::kOk && !flags.no_fit) {
     const auto sizes = flags.fit_batches.empty() ? default_fit_batches(config.micro_batch) : flags.fit_batches;
     if (sizes.size() >= 2) summary.activation_fit = fit_activations(job, config, sizes);

@@ -17,16 +17,6 @@ std::string percent_diff(int64_t measured, int64_t expected) {
 
 }  // namespace
 
-AnalyticStatic analytic_static(int64_t parameter_count, const std::string& optimizer, double momentum) {
-  AnalyticStatic a;
-  a.parameter_bytes = 4 * parameter_count;
-  a.gradient_bytes = 4 * parameter_count;
-  if (optimizer == "adamw") a.optimizer_state_bytes = 8 * parameter_count;
-  else if (optimizer == "adamw8bit") a.optimizer_state_bytes = 2 * parameter_count;
-  else a.optimizer_state_bytes = momentum > 0 ? 4 * parameter_count : 0;
-  return a;
-}
-
 std::string render_probe_text(const ProbeSummary& s) {
   const ProbeReport& r = s.report;
   std::string out;

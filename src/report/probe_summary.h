@@ -23,11 +23,13 @@ struct ActivationFit {
   LinearFit fit;                        // bytes = intercept + slope * micro_batch
 };
 
-/// Static bytes expected from the parameter count alone, for fp32 training:
-/// parameters 4·P, gradients 4·P, optimizer state 8·P (AdamW: exp_avg and
-/// exp_avg_sq, torch/optim/adamw.py), 4·P (SGD with momentum), 0 (plain SGD),
-/// 2·P + 4·ceil-per-block (8-bit AdamW, Dettmers et al. 2022; approximated as
-/// 2·P here).
+/// Static bytes expected from the parameter count P alone, as
+/// recipes/zero_estimate.h (stored_bytes_per_parameter) counts them:
+/// parameters 4·P (2·P for bf16_params), gradients likewise, optimizer state
+/// 8·P (AdamW: exp_avg and exp_avg_sq, torch/optim/adamw.py), 4·P (SGD with
+/// momentum), 0 (plain SGD), 2·P plus one fp32 absmax per 2048-element block
+/// of each state (8-bit AdamW, Dettmers et al. 2022), plus 4·P of fp32
+/// master weights for bf16_params.
 struct AnalyticStatic {
   int64_t parameter_bytes = 0;        // SUM
   int64_t gradient_bytes = 0;         // SUM
@@ -45,9 +47,6 @@ struct ProbeSummary {
   std::optional<ActivationFit> activation_fit;
 };
 
-/// The analytic static bytes for `parameter_count` fp32 parameters trained
-/// with `optimizer` ("adamw", "adamw8bit", "sgd") and SGD `momentum`.
-AnalyticStatic analytic_static(int64_t parameter_count, const std::string& optimizer, double momentum);
 
 /// Human table: phases as rows, IEC units.
 std::string render_probe_text(const ProbeSummary& summary);

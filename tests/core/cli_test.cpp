@@ -58,6 +58,27 @@ TEST(Cli, ProbeJsonOnTheExampleGpt) {
   EXPECT_NE(r.err.find("probe:"), std::string::npos) << "progress goes to stderr";
 }
 
+TEST(Cli, ProbeAnalyticColumnFollowsThePrecisionForm) {
+  // bf16_params keeps bf16 weights and gradients (2 bytes each) and fp32
+  // masters beside AdamW's two fp32 moments (4 + 8): 2 + 2 + 12 bytes per
+  // parameter, measured and analytic alike.
+  const std::string job = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
+  if (!testing::exists(testing::example_model("gpt"))) GTEST_SKIP();
+  const RunResult r = run_oomtune("probe " + job + " --json --batch 2 --no-fit --config precision=bf16_params");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto json = nlohmann::json::parse(r.out);
+  const int64_t p = json.at("report").at("parameter_count");
+  const auto& analytic = json.at("analytic");
+  EXPECT_EQ(analytic.at("parameter_bytes"), 2 * p);
+  EXPECT_EQ(analytic.at("gradient_bytes"), 2 * p);
+  EXPECT_EQ(analytic.at("optimizer_state_bytes"), 12 * p);
+  const auto& measured = json.at("report").at("static");
+  EXPECT_EQ(measured.at("parameter_bytes"), analytic.at("parameter_bytes"));
+  EXPECT_EQ(measured.at("gradient_bytes"), analytic.at("gradient_bytes"));
+  EXPECT_EQ(measured.at("optimizer_state_bytes"), analytic.at("optimizer_state_bytes"));
+  EXPECT_EQ(json.at("report").at("precision_form"), "bf16 parameters, fp32 master");
+}
+
 TEST(Cli, ProbeTableHasPhasesAsRows) {
   const std::string job = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
   if (!testing::exists(testing::example_model("gpt"))) GTEST_SKIP();
