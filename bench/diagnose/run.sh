@@ -7,7 +7,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../../build}"
 events="${2:-1000000}"
-oomtune="$build/src/oomtune"
+oomtune="$build/oomtune"
 py=/usr/bin/python3
 [ -x "$oomtune" ] || { echo "no oomtune at $oomtune (pass the build folder)" >&2; exit 1; }
 [ -x /usr/bin/time ] || { echo "needs /usr/bin/time (GNU time)" >&2; exit 1; }

@@ -4,13 +4,13 @@
 # trials of the CPU backend under the enforced budget (search_bench.py says
 # what each mirrors). Prints one table.
 #
-# Usage: bench/search/run.sh          BUILD_DIR (default build/) holds src/oomtune
+# Usage: bench/search/run.sh          BUILD_DIR (default build/) holds oomtune
 #   SEARCH_BUDGET   budget of the job (default 9MiB)
 #   SEARCH_BATCH    global batch (default 16)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
-oomtune="$build/src/oomtune"
+oomtune="$build/oomtune"
 [[ -x "$oomtune" ]] || cmake --build "$build" --target oomtune -j "${JOBS:-2}"
 work="$build/bench-search"
 mkdir -p "$work"

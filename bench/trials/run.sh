@@ -14,5 +14,5 @@ if [[ ! -f "$build/build.ninja" && ! -f "$build/Makefile" ]]; then
 fi
 log="$(cmake --build "$build" --target bench_trials oomtune -j "${JOBS:-2}" 2>&1)" || { echo "$log" >&2; exit 1; }
 /usr/bin/python3 "$root/examples/export_models.py" --only gpt --only resnet50 --if-missing
-exec "$build/bench/trials/bench_trials" --oomtune "$build/src/oomtune" --gpt-job "$root/examples/gpt.toml" \
+exec "$build/bench/trials/bench_trials" --oomtune "$build/oomtune" --gpt-job "$root/examples/gpt.toml" \
   --resnet-job "$root/examples/resnet50.toml" "$@"
