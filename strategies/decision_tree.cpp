@@ -434,6 +434,11 @@ class Search {
       result_.smallest_predicted_peak_bytes = predict(models_, with_micro_batch(least, valid.front(), g), g).peak_bytes;
   }
 
+  // A verification run that finished within the usable budget.
+  bool fits_budget(const ProbeReport& r) const {
+    return r.outcome == TrialOutcome::kOk && r.peak_bytes <= result_.usable_budget_bytes;
+  }
+
   void verify_candidates() {
     std::vector<std::size_t> order;
     std::set<std::string> seen;
@@ -455,7 +460,7 @@ class Search {
                                 ? fmt::format("peak {}, {:.1f} samples/s over {} steps", format_bytes(r.peak_bytes),
                                               r.samples_per_second, r.steps_run)
                                 : fmt::format("{}: {}", to_string(r.outcome), r.message)));
-      if (r.outcome == TrialOutcome::kOk && r.peak_bytes <= result_.usable_budget_bytes) {
+      if (fits_budget(r)) {
         ++succeeded;
       } else {
         ++failed;
@@ -475,9 +480,7 @@ class Search {
     double fastest = 0;
     for (std::size_t i = 0; i < result_.trail.size(); ++i) {
       const TrailNode& node = result_.trail[i];
-      if (!node.verification || node.verification->outcome != TrialOutcome::kOk ||
-          node.verification->peak_bytes > result_.usable_budget_bytes)
-        continue;
+      if (!node.verification || !fits_budget(*node.verification)) continue;
       fitting.push_back(i);
       fastest = std::max(fastest, node.verification->samples_per_second);
     }
