@@ -24,6 +24,9 @@
 //   wins (then the larger margin): each strategy is a moving part (8-bit
 //   moments change the numerics, offload needs host memory and PCIe,
 //   checkpointing recomputes), worth nothing when it buys no speed.
+// - The simplest fitting candidate (fewest strategies) is always verified,
+//   in the last of the verification slots if not ranked higher: the
+//   reference the strategies must beat.
 // - The top candidates are verified by a run of the job's verify_steps in a
 //   fresh process under the budget (DESIGN.md: fitting two steps is not
 //   fitting). A verified run that goes out of memory means the model was

@@ -214,6 +214,27 @@ TEST(DecisionTree, AVerifiedTieGoesToTheConfigurationWithFewerStrategies) {
   }
 }
 
+TEST(DecisionTree, TheSimplestFittingCandidateIsAlwaysVerified) {
+  // Offload at half the time and bf16 at 0.9 rank offload (0.5), offload +
+  // checkpointing (0.8) and bf16 (0.9) above plain (1.0): plain still takes
+  // the last of the three verification slots, and offload, 2x faster, wins.
+  FakeRunner fake;
+  fake.offload_time_factor = 0.5;
+  JobSpec job = job_with_budget(plain_peak(32) + kMiB);
+  job.allow_bf16 = true;
+  const SearchResult r = run_search(fake, job);
+  EXPECT_EQ(r.verification_trials, 3);
+  bool plain_verified = false, bf16_verified = false;
+  for (const TrailNode& n : r.trail) {
+    if (n.node == "plain") plain_verified = n.verification.has_value();
+    if (n.node == "bf16") bf16_verified = n.verification.has_value();
+  }
+  EXPECT_TRUE(plain_verified) << "the reference run";
+  EXPECT_FALSE(bf16_verified) << "third by prediction, so its slot went to plain";
+  EXPECT_TRUE(chosen(r).config.offload_optimizer);
+  EXPECT_FALSE(chosen(r).config.checkpoint.enabled());
+}
+
 TEST(DecisionTree, Bf16FallsBackToBf16ParametersWhenAutocastCrashes) {
   // bf16 is 10 % faster, so it is the answer in either form; with autocast
   // crashing, the bf16_params form runs and the notes say why.
