@@ -1,14 +1,19 @@
 #pragma once
 // What the benchmark programs share: reading the machine's load, medians,
-// and the options of the step benchmarks (tracker, strategies).
+// and the options and set-up line of the step benchmarks (tracker,
+// strategies).
 
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
+
+#include "compat/torch_compat.h"
 
 namespace oomtune::bench {
 
@@ -54,6 +59,16 @@ inline StepBenchOptions parse_step_bench_options(int argc, char** argv, const st
   defaults.rounds = std::max(3, defaults.rounds);
   defaults.warmup = std::max(1, defaults.warmup);
   return defaults;
+}
+
+/// What a step benchmark ran on, one line: "job J, global batch B, optimizer
+/// O, graph executor optimize off, libtorch V, T intra-op threads, H
+/// hardware threads".
+inline std::string step_bench_setup(const std::string& job, int64_t global_batch, const std::string& optimizer) {
+  return "job " + job + ", global batch " + std::to_string(global_batch) + ", optimizer " + optimizer +
+         ", graph executor optimize off, libtorch " + compat::torch_version() + ", " +
+         std::to_string(at::get_num_threads()) + " intra-op threads, " +
+         std::to_string(std::thread::hardware_concurrency()) + " hardware threads";
 }
 
 }  // namespace oomtune::bench

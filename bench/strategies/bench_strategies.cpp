@@ -62,6 +62,7 @@ oomtune::bench::StepBenchOptions parse(int argc, char** argv) {
 
 using oomtune::bench::load_average;
 using oomtune::bench::median;
+using oomtune::bench::step_bench_setup;
 
 double mb(int64_t bytes) { return static_cast<double>(bytes) / 1e6; }
 
@@ -175,10 +176,7 @@ int main(int argc, char** argv) {
   const std::string load_after = load_average();
 
   std::printf("## bench/strategies: memory-saving strategies vs the plain config\n\n");
-  std::printf("job %s, global batch %lld, optimizer %s, graph executor optimize off, libtorch %s, %d intra-op "
-              "threads, %u hardware threads\n",
-              options.job.c_str(), static_cast<long long>(options.batch), job.optimizer.kind.c_str(),
-              compat::torch_version(), at::get_num_threads(), std::thread::hardware_concurrency());
+  std::printf("%s\n", step_bench_setup(options.job, options.batch, job.optimizer.kind).c_str());
   std::printf("memory: run_trial per variant (3 steps); time: %d rounds, one step per variant per round, order "
               "rotated, medians; load average before %s, after %s.\nShared, loaded machine: time ratios are judged on "
               "process CPU time (wall-time ratios in parentheses).\n\n",

@@ -52,6 +52,7 @@ oomtune::bench::StepBenchOptions parse(int argc, char** argv) {
 }
 
 using oomtune::bench::load_average;
+using oomtune::bench::step_bench_setup;
 
 double quantile(std::vector<double> values, double q) {
   std::sort(values.begin(), values.end());
@@ -155,10 +156,7 @@ int main(int argc, char** argv) {
   const Row rows[] = {{kNone, -1, 0}, {kNoneAgain, kNone, 0}, {kTracker, kNone, 1.03}, {kEvents, kTracker, 1.05}};
 
   std::printf("## bench/tracker: MemoryTracker cost per training step\n\n");
-  std::printf("job %s, global batch %lld, optimizer %s, graph executor optimize off, libtorch %s, %d intra-op "
-              "threads, %u hardware threads\n",
-              options.job.c_str(), static_cast<long long>(job.global_batch), job.optimizer.kind.c_str(),
-              compat::torch_version(), at::get_num_threads(), std::thread::hardware_concurrency());
+  std::printf("%s\n", step_bench_setup(options.job, job.global_batch, job.optimizer.kind).c_str());
   std::printf("%d rounds x %d variants, one step each, order rotated per round; load average before %s, after "
               "%s.\nShared, loaded machine: wall time mostly measures the scheduler, so the targets are judged "
               "on process CPU time (the tracker's cost is CPU work); the A/A row is the noise floor.\n\n",
