@@ -7,10 +7,6 @@
 #              (default: build/ at the repository root)
 # Targets (issue #4): state bytes <= 27 % of AdamW's, step time <= 1.5x.
 set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-build="${BUILD_DIR:-$root/build}"
-if [[ ! -f "$build/build.ninja" && ! -f "$build/Makefile" ]]; then
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
-fi
-cmake --build "$build" --target bench_adamw8bit -j "${JOBS:-2}"
+source "$(dirname "$0")/../common/build.sh"
+bench_build bench_adamw8bit
 exec "$build/bench/adamw8bit/bench_adamw8bit" "$@"

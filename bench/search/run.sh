@@ -8,10 +8,9 @@
 #   SEARCH_BUDGET   budget of the job (default 9MiB)
 #   SEARCH_BATCH    global batch (default 16)
 set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-build="${BUILD_DIR:-$root/build}"
+source "$(dirname "$0")/../common/build.sh"
+bench_build oomtune
 oomtune="$build/oomtune"
-[[ -x "$oomtune" ]] || cmake --build "$build" --target oomtune -j "${JOBS:-2}"
 work="$build/bench-search"
 mkdir -p "$work"
 # The small GPT of tests/autotune (2 blocks, d=64, seq 32, vocabulary 512).
