@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include "compat/torch_compat.h"
+#include "job/job_spec.h"
 
 namespace oomtune::bench {
 
@@ -59,6 +60,17 @@ inline StepBenchOptions parse_step_bench_options(int argc, char** argv, const st
   defaults.rounds = std::max(3, defaults.rounds);
   defaults.warmup = std::max(1, defaults.warmup);
   return defaults;
+}
+
+/// The job a step benchmark times: the spec at options.job with the global
+/// batch options.batch, no budget (measure, do not cap) and graph-executor
+/// optimization off (oomtune's default). Throws what load_job_spec throws.
+inline JobSpec load_step_bench_job(const StepBenchOptions& options) {
+  JobSpec job = load_job_spec(options.job);
+  job.global_batch = options.batch;
+  job.budget_bytes.reset();
+  job.optimizing_executor = false;
+  return job;
 }
 
 /// What a step benchmark ran on, one line: "job J, global batch B, optimizer

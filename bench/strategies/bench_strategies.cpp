@@ -109,10 +109,7 @@ std::string pct(double ratio) {
 int main(int argc, char** argv) {
   using namespace oomtune;
   const auto options = parse(argc, argv);
-  JobSpec job = load_job_spec(options.job);
-  job.global_batch = options.batch;
-  job.budget_bytes.reset();  // measure, do not cap
-  job.optimizing_executor = false;
+  const JobSpec job = bench::load_step_bench_job(options);
   JobSpec quarter_job = job;
   quarter_job.global_batch = options.batch / 4;
 

@@ -99,10 +99,7 @@ struct Samples {
 int main(int argc, char** argv) {
   using namespace oomtune;
   const auto options = parse(argc, argv);
-  JobSpec job = load_job_spec(options.job);
-  job.global_batch = options.batch;
-  job.budget_bytes.reset();  // timing only: no budget
-  job.optimizing_executor = false;
+  const JobSpec job = bench::load_step_bench_job(options);
   set_optimizing_executor(false);
 
   ModelSession session(job);
