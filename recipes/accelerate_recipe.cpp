@@ -31,9 +31,6 @@
 namespace oomtune {
 namespace {
 
-constexpr int kZeroStageOffload = 2;  // ZeRO-Offload: optimizer state and update on the host
-constexpr int kZeroStageNone = 0;     // DeepSpeed without partitioning (bf16_params alone)
-
 /// A YAML single-quoted scalar: the only escape is '' for '.
 std::string yaml_quote(const std::string& text) {
   std::string out = "'";
@@ -131,7 +128,7 @@ std::string write_accelerate_config(const Plan& plan) {
     out += fmt::format("  offload_optimizer_device: {}\n", yaml_quote(c.offload_optimizer ? "cpu" : "none"));
     out += fmt::format("  offload_param_device: {}\n", yaml_quote("none"));
     out += "  zero3_init_flag: false\n";
-    out += fmt::format("  zero_stage: {}\n", c.offload_optimizer ? kZeroStageOffload : kZeroStageNone);
+    out += fmt::format("  zero_stage: {}\n", recipe_text::zero_stage(c));
   }
   out += fmt::format("distributed_type: {}\n", yaml_quote(deepspeed ? "DEEPSPEED" : "NO"));
   out += fmt::format("downcast_bf16: {}\n", yaml_quote("no"));

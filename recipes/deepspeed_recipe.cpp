@@ -30,9 +30,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-constexpr int kZeroStageNone = 0;     // plain data parallel (no partitioning)
-constexpr int kZeroStageOffload = 2;  // ZeRO-Offload: optimizer state and update on the host
-
 /// Whether the file names an optimizer DeepSpeed builds itself.
 bool has_optimizer_section(const Plan& plan) {
   return plan.config.optimizer != OptimizerKind::kAdamW8bit || plan.config.offload_optimizer;
@@ -89,10 +86,10 @@ std::string write_deepspeed_config(const Plan& plan) {
     config["bf16"] = {{"enabled", true}};
   if (c.precision == Precision::kFp16) config["fp16"] = {{"enabled", true}, {"loss_scale", 0}};
   if (c.offload_optimizer) {
-    config["zero_optimization"] = {{"stage", kZeroStageOffload},
+    config["zero_optimization"] = {{"stage", recipe_text::zero_stage(c)},
                                    {"offload_optimizer", {{"device", "cpu"}, {"pin_memory", true}}}};
   } else {
-    config["zero_optimization"] = {{"stage", kZeroStageNone}};
+    config["zero_optimization"] = {{"stage", recipe_text::zero_stage(c)}};
   }
   if (c.optimizer == OptimizerKind::kSgd && c.offload_optimizer) config["zero_force_ds_cpu_optimizer"] = false;
   if (c.checkpoint.enabled())

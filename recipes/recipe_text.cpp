@@ -40,6 +40,8 @@ std::string optimizer_call(const Plan& plan, const std::string& params, const st
                      number(o.beta1), number(o.beta2), number(o.eps), number(o.weight_decay));
 }
 
+int zero_stage(const TrainingConfig& config) { return config.offload_optimizer ? 2 : 0; }
+
 bool uses_deepspeed(const TrainingConfig& config) {
   return config.offload_optimizer || config.precision == Precision::kBf16Params;
 }

@@ -25,6 +25,11 @@ std::string optimizer_class(OptimizerKind kind);
 /// Python repr of a float as the notes print it ("0.001", "1e-08").
 std::string number(double value);
 
+/// The ZeRO stage the plan asks DeepSpeed for: 2 with optimizer offload
+/// (ZeRO-Offload: optimizer state and update on the host), else 0 (no
+/// partitioning; one GPU).
+int zero_stage(const TrainingConfig& config);
+
 /// Whether the plan runs through DeepSpeed in every framework: optimizer
 /// offload (ZeRO-Offload), or bf16 parameters with fp32 master weights
 /// (DeepSpeed's bf16 mode; without DeepSpeed the frameworks' bf16 switch is
