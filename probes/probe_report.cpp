@@ -58,6 +58,7 @@ nlohmann::json to_json(const ProbeReport& r) {
       {"parameter_count", r.parameter_count},
       {"outcome", to_string(r.outcome)},
       {"message", r.message},
+      {"input_error", r.input_error},
       {"phase_at_failure", r.phase_at_failure},
       {"phases", phases},
       {"peak_bytes", r.peak_bytes},
@@ -105,6 +106,7 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     r.parameter_count = j.at("parameter_count").get<int64_t>();
     r.outcome = outcome_from_string(j.at("outcome").get<std::string>());
     r.message = j.at("message").get<std::string>();
+    r.input_error = j.value("input_error", false);
     r.phase_at_failure = j.value("phase_at_failure", "");
     for (std::size_t i = 0; i < kNumPhases; ++i)
       r.phases[i] = phase_from_json(j.at("phases").at(std::string(phase_name(static_cast<Phase>(i)))));

@@ -66,6 +66,7 @@ struct ProbeReport {
   int64_t parameter_count = 0;        // COUNT: trainable parameter elements
   TrialOutcome outcome = TrialOutcome::kOk;
   std::string message;                // why it did not run (empty when ok)
+  bool input_error = false;           // kError caused by the user's input (model file, job, config): exit code 2
   std::string phase_at_failure;       // phase where an OOM or crash happened, if known
   std::array<PhaseMemory, kNumPhases> phases{};  // of the measured step
   int64_t peak_bytes = 0;             // SUM: device peak of the measured step

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -13,8 +14,8 @@
 #include "recipes/plan_toml.h"
 #include "recipes/zero_estimate.h"
 #include "report/probe_summary.h"
-#include "strategies/training_step.h"
-#include "trial/trial_runner.h"
+#include "strategies/job_config.h"
+#include "trial/child_trial.h"
 
 namespace oomtune {
 namespace {
@@ -30,6 +31,19 @@ struct ProbeFlags {
   bool enforce_budget = false;
 };
 
+// Each trial of the probe runs in a child process, as autotune's do: the
+// model's crash is reported, not suffered, and each trial starts with a
+// fresh allocator. A trial's error is the probe's error (exit 2 when it is
+// the user's input: model file, output selection, config).
+ProbeReport run_probe_trial(const JobSpec& job, const TrainingConfig& config, const TrialOptions& options) {
+  ChildTrialOptions child;
+  child.timeout_seconds = job.trial_timeout_seconds;
+  ProbeReport r = run_trial_in_child(job, config, options, child);
+  if (r.outcome != TrialOutcome::kError) return r;
+  if (r.input_error) throw InputError(r.message);
+  throw Error(r.message);
+}
+
 std::vector<int64_t> default_fit_batches(int64_t micro_batch) {
   std::vector<int64_t> sizes;
   for (int64_t b : {micro_batch, micro_batch / 2, micro_batch / 4})
@@ -38,7 +52,9 @@ std::vector<int64_t> default_fit_batches(int64_t micro_batch) {
   return sizes;
 }
 
-ActivationFit fit_activations(const JobSpec& job, const TrainingConfig& config, const std::vector<int64_t>& sizes) {
+// The fit over the sizes whose trial ran; none when fewer than two ran.
+std::optional<ActivationFit> fit_activations(const JobSpec& job, const TrainingConfig& config,
+                                             const std::vector<int64_t>& sizes) {
   ActivationFit fit;
   for (int64_t b : sizes) {
     JobSpec small = job;
@@ -51,10 +67,15 @@ ActivationFit fit_activations(const JobSpec& job, const TrainingConfig& config, 
     options.max_timed_steps = 1;
     options.enforce_budget = false;
     fmt::print(stderr, "probe: retained activations at micro-batch {}\n", b);
-    const ProbeReport r = run_trial(small, at_b, options);
+    const ProbeReport r = run_probe_trial(small, at_b, options);
+    if (r.outcome != TrialOutcome::kOk) {
+      fmt::print(stderr, "probe: micro-batch {} left out of the fit: {}\n", b, r.message);
+      continue;
+    }
     fit.micro_batches.push_back(b);
     fit.retained_bytes.push_back(r.retained_activation_bytes);
   }
+  if (fit.micro_batches.size() < 2) return std::nullopt;
   std::vector<double> xs(fit.micro_batches.begin(), fit.micro_batches.end());
   std::vector<double> ys(fit.retained_bytes.begin(), fit.retained_bytes.end());
   fit.fit = fit_line(xs, ys);
@@ -89,7 +110,7 @@ int run_probe(ProbeFlags flags) {
   summary.model_path = job.model_path;
   summary.device = job.device;
   summary.budget_bytes = job.budget_bytes;
-  summary.report = run_trial(job, config, options);
+  summary.report = run_probe_trial(job, config, options);
   const BytesPerParameter per = stored_bytes_per_parameter(config, job.optimizer.momentum > 0);
   const auto bytes = [&](double each) {
     return static_cast<int64_t>(std::llround(each * static_cast<double>(summary.report.parameter_count)));

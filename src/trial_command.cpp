@@ -1,11 +1,12 @@
-// `oomtune trial REQUEST RESULT` (hidden): the child side of a trial.
+// `oomtune trial REQUEST RESULT` (hidden): the child side of a trial, run
+// from the libtorch module (trial/trial_module.h).
 
 #include <memory>
 
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
-#include "trial/child_trial.h"
+#include "trial/trial_module.h"
 
 namespace oomtune {
 
@@ -15,7 +16,7 @@ void add_trial_command(CLI::App& app, const Command& self, int* exit_code) {
   cmd->group("");  // hidden from --help: oomtune starts it, people do not
   cmd->add_option("request", paths->first, "Trial request (JSON)")->required();
   cmd->add_option("result", paths->second, "Where to write the ProbeReport (JSON)")->required();
-  cmd->callback([paths, exit_code] { *exit_code = serve_trial(paths->first, paths->second); });
+  cmd->callback([paths, exit_code] { *exit_code = serve_trial_from_module(paths->first, paths->second); });
 }
 
 }  // namespace oomtune

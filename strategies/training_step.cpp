@@ -48,33 +48,6 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind, cons
   throw ConfigError("unknown optimizer");
 }
 
-TrainingConfig baseline_config(const JobSpec& job) {
-  TrainingConfig config;
-  config.micro_batch = job.global_batch;
-  config.accumulation_steps = 1;
-  config.optimizer = parse_optimizer(job.optimizer.kind);
-  config.precision = parse_precision(job.precision);
-  return config;
-}
-
-TrainingConfig normalize_config(TrainingConfig config, const JobSpec& job) {
-  if (config.precision == Precision::kFp16 && job.device != "cuda")
-    throw ConfigError(fmt::format("precision fp16 needs device = \"cuda\" (dynamic loss scaling), the job has "
-                                  "device = \"{}\"; use bf16 on CPU",
-                                  job.device));
-  if (config.optimizer == OptimizerKind::kSgd && job.optimizer.kind != "sgd")
-    throw ConfigError(fmt::format("optimizer sgd: the job trains with {}; oomtune does not change the optimizer family",
-                                  job.optimizer.kind));
-  const auto slices = split_global_batch(job.global_batch, config.micro_batch, job.allow_remainder);
-  const auto steps = static_cast<int64_t>(slices.size());
-  if (config.accumulation_steps != 1 && config.accumulation_steps != steps)
-    throw ConfigError(fmt::format("micro_batch {} x accumulation_steps {} does not make the global batch {} "
-                                  "(it takes {} micro-batches)",
-                                  config.micro_batch, config.accumulation_steps, job.global_batch, steps));
-  config.accumulation_steps = steps;
-  return config;
-}
-
 TrainingStep::TrainingStep(ModelSession& session, const TrainingConfig& config)
     : session_(session), config_(normalize_config(config, session.job())) {
   if (config_.checkpoint.enabled()) checkpointed_ = apply_checkpointing(session_.module(), config_.checkpoint, session_.job().model_path).checkpointed;

@@ -27,6 +27,7 @@
 #include "session/batch.h"
 #include "session/model_session.h"
 #include "session/train_step.h"
+#include "strategies/job_config.h"
 #include "strategies/training_config.h"
 
 namespace oomtune {
@@ -76,17 +77,6 @@ class TrainingStep {
   std::unique_ptr<MasterWeightOptimizer> master_;
   std::unique_ptr<DynamicLossScaler> scaler_;
 };
-
-/// Checks `config` against `job` and fills in what follows from it:
-/// accumulation_steps = ceil(global / micro_batch) when it was left at 1.
-/// Throws ConfigError when micro_batch > global batch, when micro_batch ×
-/// accumulation_steps does not cover the global batch exactly and the job
-/// does not allow a remainder, for fp16 on a non-CUDA device.
-TrainingConfig normalize_config(TrainingConfig config, const JobSpec& job);
-
-/// The config a job asks for with no strategy: one micro-batch of the
-/// global batch, the job's optimizer and precision.
-TrainingConfig baseline_config(const JobSpec& job);
 
 /// Makes the optimizer `kind` over `params` with the job's hyper-parameters.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind, const OptimizerSpec& spec,

@@ -5,18 +5,15 @@
 // outcome in the report, never the end of the search; each trial starts
 // with a fresh allocator, so one trial's cache never distorts the next.
 //
-// Test hook: the environment variable OOMTUNE_TEST_FAULT = "KIND:PHASE[:TEXT]"
-// (KIND abort, segv or hang; PHASE forward, loss, backward or optimizer)
-// makes a child whose config string followed by ',' contains TEXT (any
-// child when TEXT is absent; "precision=bf16," names bf16 autocast only)
-// fail that way when the phase begins.
+// The request and report travel as files (src/trial/trial_request.h); the
+// child side is src/trial/serve_trial.h. No libtorch on this side.
 
 #include <string>
 
 #include "job/job_spec.h"
 #include "probes/probe_report.h"
 #include "strategies/training_config.h"
-#include "trial/trial_runner.h"
+#include "trial/trial_options.h"
 
 namespace oomtune {
 
@@ -32,10 +29,5 @@ struct ChildTrialOptions {
 /// started at all (fork/exec failure, no temp folder).
 ProbeReport run_trial_in_child(const JobSpec& job, const TrainingConfig& config, const TrialOptions& options,
                                const ChildTrialOptions& child);
-
-/// The child side (the hidden `trial` subcommand): reads the request,
-/// runs the trial, writes the report atomically to `result_path`. Model and
-/// config errors become outcome kError. Returns the process exit code.
-int serve_trial(const std::string& request_path, const std::string& result_path);
 
 }  // namespace oomtune

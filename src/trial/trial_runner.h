@@ -17,27 +17,12 @@
 // - The global batch is made in host memory and each micro-batch is copied to
 //   the device, as a training loop's `x.to(device)` does.
 
-#include <cstdint>
-#include <functional>
-#include <optional>
-
-#include "common/phase.h"
 #include "job/job_spec.h"
 #include "probes/probe_report.h"
 #include "strategies/training_config.h"
+#include "trial/trial_options.h"
 
 namespace oomtune {
-
-/// How a trial runs.
-struct TrialOptions {
-  int64_t min_timed_steps = 2;     // COUNT: timed steps after the measured step's warm-up
-  int64_t max_timed_steps = 8;     // COUNT: upper bound while waiting for steady timing
-  int64_t total_steps = 0;         // COUNT: when > 0, run exactly this many steps (verification runs)
-  bool enforce_budget = true;      // the job's usable budget caps live device bytes
-  bool record_events = false;      // keep the allocation stream and predict reserved bytes
-  double timing_tolerance = 0.15;  // relative agreement of consecutive timed steps
-  std::function<void(Phase)> on_phase;  // told as each phase begins (crash reports, fault tests)
-};
 
 /// Runs the trial and returns its report. Out of memory is an outcome, not
 /// an error. Throws ModelError / ConfigError (bad model, bad config) — the

@@ -2,6 +2,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -176,6 +177,54 @@ TEST(Cli, ProbeRunsAPlanBack) {
   const RunResult bad = run_oomtune("probe --plan /nonexistent/plan.toml");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(bad.out, "");
+}
+
+// Probe trials run in a child process as autotune's do: a model that kills
+// its process becomes a reported outcome, not a dead oomtune.
+TEST(Cli, ProbeReportsACrashInsteadOfDying) {
+  if (!testing::exists(testing::test_model("mlp"))) GTEST_SKIP();
+  const std::string job = job_for_model("crash.toml", testing::test_model("mlp"));
+  const RunResult r = run_oomtune("probe " + job + " --no-fit", "OOMTUNE_TEST_FAULT=segv:backward");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.out.find("crashed: SIGSEGV during backward"), std::string::npos) << r.out;
+}
+
+// The executable never loads libtorch itself (src/trial/trial_module.h):
+// diagnose, emit and --version must not pay for it.
+TEST(Cli, TheExecutableDoesNotLinkLibtorch) {
+  FILE* pipe = ::popen(("readelf -d " + std::string(OOMTUNE_BINARY)).c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string dynamic;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) dynamic.append(buffer, n);
+  ASSERT_EQ(::pclose(pipe), 0) << "readelf failed";
+  ASSERT_NE(dynamic.find("(NEEDED)"), std::string::npos) << dynamic;
+  for (const char* library : {"libtorch", "libc10"})
+    EXPECT_EQ(dynamic.find(std::string("[") + library), std::string::npos) << library << " is linked:\n" << dynamic;
+}
+
+// Without its module beside it, the executable says which file it looked
+// for, in one line, and the trial fails with exit code 1.
+TEST(Cli, AMissingTrialModuleIsOneClearLine) {
+  const auto dir = std::filesystem::temp_directory_path() / ("oomtune_no_module_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto copy = dir / "oomtune";
+  std::filesystem::copy_file(OOMTUNE_BINARY, copy, std::filesystem::copy_options::overwrite_existing);
+  FILE* pipe = ::popen((copy.string() + " trial /nonexistent/request.json " + (dir / "result.json").string() +
+                        " 2>&1").c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string err;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) err.append(buffer, n);
+  const int status = ::pclose(pipe);
+  std::filesystem::remove_all(dir);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << err;
+  EXPECT_EQ(err.rfind("oomtune: " + (dir / "liboomtune_trial_module.so").string() +
+                          ": cannot load the libtorch trial module",
+                      0),
+            0u)
+      << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 }
 
 TEST(Cli, VersionNamesTheLibtorch) {

@@ -1,0 +1,94 @@
+#include "trial/serve_trial.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "trial/trial_request.h"
+#include "trial/trial_runner.h"
+
+namespace oomtune {
+namespace {
+
+// The phase the child is in, for the crash note; written by on_phase,
+// read by the signal handler (async-signal-safe: only write(2)).
+volatile sig_atomic_t g_phase = 0;
+int g_note_fd = -1;
+constexpr int kCrashSignals[] = {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL};
+
+void on_crash(int signal_number) {
+  if (g_note_fd >= 0) {
+    const std::string_view name = phase_name(static_cast<Phase>(g_phase));
+    ssize_t ignored = ::write(g_note_fd, name.data(), name.size());
+    (void)ignored;
+  }
+  ::signal(signal_number, SIG_DFL);
+  ::raise(signal_number);
+}
+
+void install_crash_notes(const std::string& note_path) {
+  g_note_fd = ::open(note_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  for (int s : kCrashSignals) ::signal(s, on_crash);
+}
+
+// OOMTUNE_TEST_FAULT="KIND:PHASE[:TEXT]": fail on purpose when PHASE
+// begins, in trials whose config string followed by ',' contains TEXT (all
+// when absent); the ',' lets "precision=bf16," name bf16 but not bf16_params.
+std::function<void(Phase)> fault_from_environment(const std::string& config) {
+  const char* text = std::getenv("OOMTUNE_TEST_FAULT");
+  if (!text || !*text) return nullptr;
+  std::vector<std::string> parts;
+  std::string part;
+  for (std::istringstream in(text); std::getline(in, part, ':');) parts.push_back(part);
+  const std::string kind = parts.empty() ? "abort" : parts[0];
+  const std::string phase = parts.size() > 1 ? parts[1] : "forward";
+  if (parts.size() > 2 && (config + ",").find(parts[2]) == std::string::npos) return nullptr;
+  return [kind, phase](Phase now) {
+    if (phase_name(now) != phase) return;
+    if (kind == "abort") std::abort();
+    if (kind == "segv") ::raise(SIGSEGV);
+    if (kind == "hang")
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  };
+}
+
+}  // namespace
+
+int serve_trial(const std::string& request_path, const std::string& result_path) {
+  TrialRequest request = read_trial_request(request_path);
+  install_crash_notes(crash_note_path(result_path));
+  auto fault = fault_from_environment(request.config);
+  request.options.on_phase = [fault](Phase phase) {
+    g_phase = static_cast<sig_atomic_t>(phase);
+    if (fault) fault(phase);
+  };
+  ProbeReport report;
+  TrainingConfig config;
+  const auto failed = [&](const std::string& message, bool input_error) {
+    report = outcome_report(request.job, config, TrialOutcome::kError, message,
+                            std::string(phase_name(static_cast<Phase>(g_phase))));
+    report.input_error = input_error;
+  };
+  try {
+    config = parse_config_overrides(request.config, TrainingConfig{});
+    report = run_trial(request.job, config, request.options);
+  } catch (const InputError& e) {
+    failed(e.what(), true);
+  } catch (const std::exception& e) {
+    // Error, or an exception from libtorch (c10::Error) that nothing
+    // wrapped: one failed trial, not the end of the search.
+    failed(e.what(), false);
+  }
+  write_file_atomically(result_path, to_json(report).dump());
+  return kExitOk;
+}
+
+}  // namespace oomtune

@@ -1,0 +1,42 @@
+#include "trial/trial_module.h"
+
+#include <dlfcn.h>
+
+#include <array>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+
+namespace oomtune {
+namespace {
+
+using ServeTrial = decltype(&oomtune_serve_trial);
+
+ServeTrial load_serve_trial() {
+  std::error_code ec;
+  const std::filesystem::path executable = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::string path = (executable.parent_path() / OOMTUNE_TRIAL_MODULE).string();
+  void* module = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!module)
+    throw Error(fmt::format("{}: cannot load the libtorch trial module ({}); it is built beside the oomtune "
+                            "executable and must stay there",
+                            path, ::dlerror()));
+  auto* entry = reinterpret_cast<ServeTrial>(::dlsym(module, "oomtune_serve_trial"));
+  if (!entry) throw Error(fmt::format("{}: not an oomtune trial module (no oomtune_serve_trial)", path));
+  return entry;  // the module stays loaded until the process ends
+}
+
+}  // namespace
+
+int serve_trial_from_module(const std::string& request_path, const std::string& result_path) {
+  static const ServeTrial serve = load_serve_trial();
+  std::array<char, 4096> message{};
+  const int code = serve(request_path.c_str(), result_path.c_str(), message.data(), message.size());
+  if (code == kExitOk) return code;
+  if (code == kExitBadInput) throw InputError(message.data());
+  throw Error(message.data());
+}
+
+}  // namespace oomtune
