@@ -5,8 +5,13 @@
 //   process: compute_environment, distributed_type, mixed_precision,
 //   use_cpu, num_machines, num_processes, ...
 // - Offload: distributed_type DEEPSPEED with deepspeed_config
-//   {gradient_accumulation_steps, offload_optimizer_device: cpu,
-//   offload_param_device: none, zero3_init_flag: false, zero_stage: 2}.
+//   {gradient_accumulation_steps, gradient_clipping: 0.0,
+//   offload_optimizer_device: cpu, offload_param_device: none,
+//   zero3_init_flag: false, zero_stage: 2}. gradient_clipping 0.0 keeps
+//   clipping off, as measured: without the key Accelerate writes "auto" into
+//   the DeepSpeed config and fills it with 1.0. Accelerate leaves a 0.0 out
+//   of that config, though, and DeepSpeed 0.19.3 and later default to 1.0;
+//   a note says so.
 // - bf16_params: the same DeepSpeed block without offload (zero_stage 0,
 //   offload_optimizer_device none) and mixed_precision bf16, which under
 //   DeepSpeed is DeepSpeed's bf16 mode (bf16 weights, fp32 master weights).
@@ -18,8 +23,26 @@
 // - YAML by hand (no YAML library here): block mappings only, every string
 //   single-quoted ('no' and 'NO' would otherwise read as booleans), notes as
 //   '#' comments.
+// - The notes' way out (the optimizer from ds_config.json) is
+//   deepspeed_config_file in place of every other deepspeed_config key, no
+//   mixed_precision line, and accelerate.utils.DummyOptim in the script:
+//   Accelerate refuses each of those next to a config file.
 // Source: https://huggingface.co/docs/accelerate/package_reference/cli and
-// https://huggingface.co/docs/accelerate/usage_guides/deepspeed
+// https://huggingface.co/docs/accelerate/usage_guides/deepspeed, checked
+// against huggingface/accelerate (commit 16cb6eb8, 1.15.0.dev0):
+// src/accelerate/commands/config/config_args.py (ClusterConfig fields;
+// unknown keys raise ValueError), commands/config/cluster.py (what
+// `accelerate config` writes: deepspeed_config zero_stage 0-3,
+// offload_*_device none/cpu/nvme, gradient_accumulation_steps,
+// gradient_clipping, zero3_init_flag; downcast_bf16 'no'),
+// commands/launch.py and utils/launch.py (deepspeed_config keys become
+// ACCELERATE_* variables; mixed_precision joins ACCELERATE_CONFIG_DS_FIELDS),
+// utils/dataclasses.py (DistributedType 'NO'/'DEEPSPEED', PrecisionType
+// 'no'/'fp16'/'bf16', DeepSpeedPlugin, _deepspeed_config_checks),
+// accelerator.py (_prepare_deepspeed: gradient_clipping "auto" -> 1.0,
+// optimizer-in-file needs DummyOptim, the DeepSpeedCPUAdam swap) and
+// utils/deepspeed.py (map_pytorch_optim_to_deepspeed keeps lr and
+// weight_decay).
 
 #include <sstream>
 
@@ -61,6 +84,14 @@ std::string comment(const std::string& prefix, const std::string& text) {
   return out.empty() ? fmt::format("# {}\n", prefix) : out;
 }
 
+/// How to take the optimizer from ds_config.json instead of the inline
+/// deepspeed_config: what Accelerate accepts next to a config file.
+constexpr const char* kUseDeepSpeedFile =
+    "put deepspeed_config_file: 'ds_config.json' (written beside this file) in place of the other deepspeed_config "
+    "keys, delete the mixed_precision line (the file's bf16/fp16 section decides; Accelerate refuses those keys next "
+    "to a config file) and build optimizer = accelerate.utils.DummyOptim(model.parameters()) in the script (the "
+    "file's optimizer section builds the optimizer; Accelerate refuses a real one next to it)";
+
 }  // namespace
 
 std::vector<std::string> accelerate_notes(const Plan& plan) {
@@ -94,15 +125,21 @@ std::vector<std::string> accelerate_notes(const Plan& plan) {
        plan.optimizer.eps != defaults.eps))
     notes.push_back(fmt::format(
         "Accelerate's swap to DeepSpeedCPUAdam keeps only lr and weight_decay: betas ({}, {}) and eps {} fall "
-        "back to DeepSpeedCPUAdam's defaults unless you use deepspeed_config_file: 'ds_config.json' (written "
-        "beside this file), whose optimizer section has them",
+        "back to DeepSpeedCPUAdam's defaults; to keep them, take the optimizer from ds_config.json, whose optimizer "
+        "section has them: {}",
         recipe_text::number(plan.optimizer.beta1), recipe_text::number(plan.optimizer.beta2),
-        recipe_text::number(plan.optimizer.eps)));
+        recipe_text::number(plan.optimizer.eps), kUseDeepSpeedFile));
   if (c.optimizer == OptimizerKind::kSgd && c.offload_optimizer)
+    notes.push_back(fmt::format(
+        "SGD with optimizer offload: under offload Accelerate replaces a torch optimizer by DeepSpeedCPUAdam (Adam, "
+        "not SGD) unless zero_force_ds_cpu_optimizer is false, which the inline deepspeed_config cannot say: {}",
+        kUseDeepSpeedFile));
+  if (recipe_text::uses_deepspeed(c))
     notes.push_back(
-        "SGD with optimizer offload: under offload Accelerate replaces a torch optimizer by DeepSpeedCPUAdam "
-        "unless zero_force_ds_cpu_optimizer is false, which the inline deepspeed_config cannot say: replace it by "
-        "deepspeed_config_file: 'ds_config.json' (written beside this file)");
+        "gradient_clipping: 0.0 keeps gradients unclipped, as measured, with DeepSpeed up to 0.19.2; Accelerate "
+        "leaves a 0.0 out of the DeepSpeed config it builds, and DeepSpeed 0.19.3 and later then clip at their "
+        "default of 1.0: there, give Accelerate a DeepSpeed config file (deepspeed_config_file) that sets "
+        "\"gradient_clipping\": 0.0, as oomtune's deepspeed format does");
   if (c.precision == Precision::kBf16Params)
     notes.push_back(recipe_text::bf16_params_note(
         "mixed_precision 'bf16' with distributed_type 'DEEPSPEED' gives it; without DeepSpeed it is autocast"));
@@ -125,6 +162,7 @@ std::string write_accelerate_config(const Plan& plan) {
   if (deepspeed) {
     out += "deepspeed_config:\n";
     out += fmt::format("  gradient_accumulation_steps: {}\n", c.accumulation_steps);
+    out += "  gradient_clipping: 0.0\n";  // off, as measured (absent, Accelerate clips at 1.0)
     out += fmt::format("  offload_optimizer_device: {}\n", yaml_quote(c.offload_optimizer ? "cpu" : "none"));
     out += fmt::format("  offload_param_device: {}\n", yaml_quote("none"));
     out += "  zero3_init_flag: false\n";

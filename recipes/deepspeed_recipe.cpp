@@ -4,6 +4,8 @@
 // - Batch: train_micro_batch_size_per_gpu, gradient_accumulation_steps and
 //   train_batch_size (= their product on one GPU) are all written, so
 //   DeepSpeed's own consistency check pins the global batch.
+// - gradient_clipping 0.0: no clipping, as measured. DeepSpeed's default
+//   was 0 up to 0.19.2 and is 1.0 from 0.19.3 on, so the key is written.
 // - Offload is ZeRO-Offload: zero_optimization stage 2 with offload_optimizer
 //   {device: cpu, pin_memory: true}; without offload, stage 0.
 // - Precision: bf16.enabled, or fp16 with loss_scale 0 (dynamic loss scaling).
@@ -13,10 +15,29 @@
 //   hyper-parameters; 8-bit AdamW has no config type, so the section is left
 //   out and the note says to pass bitsandbytes' optimizer to
 //   deepspeed.initialize(optimizer=...).
+// - SGD under offload: DeepSpeed builds torch.optim.SGD from the section,
+//   which is not in ZeRO's tested list, so zero_allow_untested_optimizer is
+//   true (else deepspeed.initialize asserts); zero_force_ds_cpu_optimizer is
+//   false so that a torch.optim.SGD passed by the caller is accepted too.
 // - Activation checkpointing: the activation_checkpointing section only
 //   configures deepspeed.checkpointing.checkpoint calls that the model code
-//   must make; the note says so.
-// Source: https://www.deepspeed.ai/docs/config-json/
+//   must make (read by deepspeed.checkpointing.configure, never by the
+//   engine); the note says so.
+// Source: https://www.deepspeed.ai/docs/config-json/, checked against
+// deepspeedai/DeepSpeed v0.19.6 (edaa7221) and microsoft/DeepSpeed v0.16.4
+// (38327e07): deepspeed/runtime/constants.py (train_batch_size,
+// train_micro_batch_size_per_gpu, gradient_accumulation_steps,
+// gradient_clipping and its default, bf16, fp16,
+// loss_scale 0 = dynamic, zero_allow_untested_optimizer,
+// zero_force_ds_cpu_optimizer), deepspeed/runtime/config.py (_batch_assertion:
+// train_batch_size == micro * accumulation * world_size; optimizer type
+// lower-cased when it is a DeepSpeed one), deepspeed/runtime/engine.py
+// (_configure_basic_optimizer: "AdamW" -> FusedAdam / DeepSpeedCPUAdam, other
+// names -> getattr(torch.optim, type); _do_optimizer_sanity_check),
+// deepspeed/runtime/zero/config.py and offload_config.py (stage 0-3,
+// offload_optimizer.device none/cpu/nvme, pin_memory),
+// deepspeed/runtime/zero/utils.py (ZERO_SUPPORTED_OPTIMIZERS) and
+// deepspeed/runtime/activation_checkpointing/config.py.
 
 #include <nlohmann/json.hpp>
 
@@ -53,8 +74,9 @@ std::vector<std::string> deepspeed_notes(const Plan& plan) {
   if (c.checkpoint.enabled())
     notes.push_back(fmt::format(
         "activation checkpointing ({}) is not switched on by this file: the model's forward must call "
-        "deepspeed.checkpointing.checkpoint(block, *inputs) for {}; the activation_checkpointing section only "
-        "configures those calls",
+        "deepspeed.checkpointing.checkpoint(block, *inputs) for {}; the activation_checkpointing section (DeepSpeed's "
+        "defaults) only configures those calls, and only once the script calls "
+        "deepspeed.checkpointing.configure(None, deepspeed_config=\"ds_config.json\")",
         to_string(c.checkpoint), recipe_text::describe_checkpoint(c.checkpoint)));
   if (c.optimizer == OptimizerKind::kAdamW8bit && !c.offload_optimizer)
     notes.push_back(fmt::format(
@@ -65,8 +87,10 @@ std::vector<std::string> deepspeed_notes(const Plan& plan) {
     notes.push_back(recipe_text::adamw8bit_offload_note());
   if (c.optimizer == OptimizerKind::kSgd && c.offload_optimizer)
     notes.push_back(
-        "SGD with optimizer offload: DeepSpeed expects its own CPU optimizers under offload; "
-        "zero_force_ds_cpu_optimizer = false lets torch.optim.SGD update the host copies");
+        "SGD with optimizer offload: DeepSpeed builds torch.optim.SGD from the \"optimizer\" section and steps it on "
+        "the host copies; zero_allow_untested_optimizer = true lets ZeRO take it (torch.optim.SGD is not among "
+        "ZeRO's tested optimizers), and zero_force_ds_cpu_optimizer = false lets a torch.optim.SGD passed to "
+        "deepspeed.initialize(optimizer=...) run under offload instead of DeepSpeed's CPU optimizers");
   if (c.precision == Precision::kBf16Params)
     notes.push_back(recipe_text::bf16_params_note("\"bf16\": {\"enabled\": true}, as written here"));
   if (recipe_text::uses_deepspeed(c) && plan.device == "cpu")
@@ -81,6 +105,7 @@ std::string write_deepspeed_config(const Plan& plan) {
   config["train_batch_size"] = plan.global_batch;
   config["train_micro_batch_size_per_gpu"] = c.micro_batch;
   config["gradient_accumulation_steps"] = c.accumulation_steps;
+  config["gradient_clipping"] = 0.0;  // off, as measured (DeepSpeed >= 0.19.3 defaults to 1.0)
   if (has_optimizer_section(plan)) config["optimizer"] = optimizer_section(plan);
   if (c.precision == Precision::kBf16 || c.precision == Precision::kBf16Params)
     config["bf16"] = {{"enabled", true}};
@@ -91,7 +116,10 @@ std::string write_deepspeed_config(const Plan& plan) {
   } else {
     config["zero_optimization"] = {{"stage", recipe_text::zero_stage(c)}};
   }
-  if (c.optimizer == OptimizerKind::kSgd && c.offload_optimizer) config["zero_force_ds_cpu_optimizer"] = false;
+  if (c.optimizer == OptimizerKind::kSgd && c.offload_optimizer) {
+    config["zero_allow_untested_optimizer"] = true;
+    config["zero_force_ds_cpu_optimizer"] = false;
+  }
   if (c.checkpoint.enabled())
     config["activation_checkpointing"] = {{"partition_activations", false},
                                           {"cpu_checkpointing", false},

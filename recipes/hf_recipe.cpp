@@ -15,8 +15,21 @@
 // - Offload: the Trainer offloads only through DeepSpeed, so `deepspeed`
 //   names ds_config.json (written beside, see needs()), whose optimizer
 //   section the Trainer then uses instead of `optim`.
+// - Gradient clipping: max_grad_norm = 0 (off). The Trainer clips at 1.0 by
+//   default, which the measured step does not do; ds_config.json says
+//   gradient_clipping 0.0 too, and the Trainer refuses the two if they differ.
 // Source: https://huggingface.co/docs/transformers/main_classes/trainer#transformers.TrainingArguments
-// and https://huggingface.co/docs/transformers/deepspeed
+// and https://huggingface.co/docs/transformers/deepspeed, checked against
+// huggingface/transformers src/transformers/training_args.py (5.x, commit
+// 00349ae8: per_device_train_batch_size, gradient_accumulation_steps,
+// gradient_checkpointing, optim / OptimizerNames "adamw_torch",
+// "adamw_bnb_8bit", "sgd", learning_rate, weight_decay, adam_beta1/2,
+// adam_epsilon, max_grad_norm, bf16, fp16, deepspeed; the same names exist
+// in 4.x, where "adamw_hf", not written here, was the old default) and
+// src/transformers/integrations/deepspeed.py (commit 02348331: fill_match
+// checks ds_config.json's train_batch_size, micro-batch, accumulation,
+// optimizer params, fp16/bf16 against these arguments; an optimizer section
+// makes the Trainer pass DummyOptim).
 
 #include <nlohmann/json.hpp>
 
@@ -96,6 +109,7 @@ std::string write_hf_training_args(const Plan& plan) {
     args["adam_beta2"] = o.beta2;
     args["adam_epsilon"] = o.eps;
   }
+  args["max_grad_norm"] = 0.0;  // no clipping, as measured (the Trainer's default is 1.0)
   args["bf16"] = c.precision == Precision::kBf16 || c.precision == Precision::kBf16Params;
   args["fp16"] = c.precision == Precision::kFp16;
   if (recipe_text::uses_deepspeed(c)) args["deepspeed"] = "ds_config.json";

@@ -15,9 +15,22 @@
 //   to wrap in torch.utils.checkpoint.
 // - Under deepspeed_stage_2_offload configure_optimizers should return
 //   DeepSpeedCPUAdam (Lightning's DeepSpeed guide); SGD under offload needs
-//   DeepSpeedStrategy(config="ds_config.json") (zero_force_ds_cpu_optimizer).
+//   DeepSpeedStrategy(config={...}) with zero_force_ds_cpu_optimizer false
+//   (a config dict, not ds_config.json: Lightning refuses a DeepSpeed config
+//   that sets gradient_accumulation_steps).
 // Source: https://lightning.ai/docs/pytorch/stable/common/trainer.html and
-// https://lightning.ai/docs/pytorch/stable/advanced/model_parallel/deepspeed.html
+// https://lightning.ai/docs/pytorch/stable/advanced/model_parallel/deepspeed.html,
+// checked against Lightning-AI/pytorch-lightning (commit 7f0c3436, after
+// 2.6.5): src/lightning/pytorch/trainer/trainer.py (accelerator, devices,
+// precision, accumulate_grad_batches, strategy),
+// src/lightning/fabric/plugins/precision/precision.py and deepspeed.py
+// ("32-true", "bf16-mixed", "16-mixed"),
+// src/lightning/pytorch/strategies/deepspeed.py (register_strategies:
+// "deepspeed_stage_1", "deepspeed_stage_2_offload";
+// zero_allow_untested_optimizer true by default;
+// _format_batch_size_and_grad_accum_config refuses gradient_accumulation_steps
+// in a given config) and deepspeed/ops/adam/cpu_adam.py (DeepSpeedCPUAdam
+// lr, betas, eps, weight_decay, adamw_mode).
 
 #include <nlohmann/json.hpp>
 
@@ -87,12 +100,15 @@ std::vector<std::string> lightning_notes(const Plan& plan) {
     notes.push_back(
         "SGD with optimizer offload: DeepSpeed refuses a non-DeepSpeed optimizer under offload unless "
         "zero_force_ds_cpu_optimizer is false, which the registered strategy name cannot say: use "
-        "strategy=DeepSpeedStrategy(config=\"ds_config.json\") with the ds_config.json written beside this file");
+        "strategy=DeepSpeedStrategy(config={\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": "
+        "{\"device\": \"cpu\", \"pin_memory\": True}}, \"zero_allow_untested_optimizer\": True, "
+        "\"zero_force_ds_cpu_optimizer\": False}), the same entries as the ds_config.json written beside this file; "
+        "not that file itself, which Lightning refuses because it sets gradient_accumulation_steps (Lightning takes "
+        "it from accumulate_grad_batches)");
   if (c.precision == Precision::kBf16Params)
     notes.push_back(recipe_text::bf16_params_note(fmt::format(
         "Lightning turns precision \"bf16-mixed\" into it under a DeepSpeed strategy (\"{}\" here; on one GPU "
-        "nothing is partitioned), or use strategy=DeepSpeedStrategy(config=\"ds_config.json\") with the file "
-        "written beside this one; without DeepSpeed \"bf16-mixed\" is autocast",
+        "nothing is partitioned); without DeepSpeed \"bf16-mixed\" is autocast",
         c.offload_optimizer ? kOffloadStrategy : kDeepSpeedStrategy)));
   if (recipe_text::uses_deepspeed(c) && plan.device == "cpu")
     notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));

@@ -64,12 +64,18 @@ std::vector<EmittedFile> emit_all(const Plan& plan, const std::string& dir,
 // ---- The writers. Each docstring cites the page its keys come from.
 
 /// DeepSpeed `ds_config.json`. Keys from the DeepSpeed Configuration JSON
-/// reference, https://www.deepspeed.ai/docs/config-json/ : batch size
+/// reference, https://www.deepspeed.ai/docs/config-json/ , checked against
+/// deepspeed/runtime/{constants,config,engine}.py and runtime/zero/ (DeepSpeed
+/// 0.16.4 and 0.19.6): batch size
 /// (train_batch_size = train_micro_batch_size_per_gpu *
-/// gradient_accumulation_steps * GPUs, written for one GPU), optimizer
+/// gradient_accumulation_steps * GPUs, written for one GPU),
+/// gradient_clipping 0.0 (no clipping, as measured; the default became 1.0
+/// in DeepSpeed 0.19.3), optimizer
 /// (type "AdamW"/"SGD" with torch's params), bf16.enabled, fp16 (loss_scale 0
 /// = dynamic), zero_optimization.stage (0, or 2 with
-/// offload_optimizer {device cpu, pin_memory true}) and activation_checkpointing.
+/// offload_optimizer {device cpu, pin_memory true}), for SGD under offload
+/// zero_allow_untested_optimizer true and zero_force_ds_cpu_optimizer false,
+/// and activation_checkpointing.
 /// Notes go in a top-level "oomtune_notes" array, which DeepSpeed ignores
 /// (it reads only the keys it knows).
 std::string write_deepspeed_config(const Plan& plan);
@@ -79,10 +85,12 @@ std::vector<std::string> deepspeed_notes(const Plan& plan);
 /// Hugging Face `TrainingArguments` keyword arguments, as
 /// {"training_args": {...}, "notes": [...]}; use
 /// TrainingArguments(output_dir=..., **json.load(f)["training_args"]).
-/// Keys from https://huggingface.co/docs/transformers/main_classes/trainer#transformers.TrainingArguments :
+/// Keys from https://huggingface.co/docs/transformers/main_classes/trainer#transformers.TrainingArguments
+/// (checked against src/transformers/training_args.py, 4.x and 5.x):
 /// per_device_train_batch_size, gradient_accumulation_steps,
 /// gradient_checkpointing, optim ("adamw_torch", "adamw_bnb_8bit", "sgd"),
-/// learning_rate, weight_decay, adam_beta1/2, adam_epsilon, bf16, fp16 and
+/// learning_rate, weight_decay, adam_beta1/2, adam_epsilon, max_grad_norm
+/// (0: no clipping, as measured; the Trainer's default is 1.0), bf16, fp16 and
 /// deepspeed (the path of ds_config.json: the Trainer's only way to offload
 /// optimizer state, https://huggingface.co/docs/transformers/deepspeed).
 std::string write_hf_training_args(const Plan& plan);
@@ -91,7 +99,9 @@ std::vector<std::string> hf_notes(const Plan& plan);
 
 /// PyTorch Lightning `Trainer` keyword arguments plus what lives elsewhere, as
 /// {"trainer": {...}, "datamodule": {"batch_size": N}, "optimizer": {...},
-/// "notes": [...]}. Keys from https://lightning.ai/docs/pytorch/stable/common/trainer.html :
+/// "notes": [...]}. Keys from https://lightning.ai/docs/pytorch/stable/common/trainer.html
+/// (checked against src/lightning/pytorch/trainer/trainer.py and
+/// strategies/deepspeed.py):
 /// accelerator, devices, precision ("32-true", "bf16-mixed", "16-mixed"),
 /// accumulate_grad_batches, strategy ("deepspeed_stage_2_offload" for
 /// offload, https://lightning.ai/docs/pytorch/stable/advanced/model_parallel/deepspeed.html).
@@ -107,9 +117,12 @@ std::vector<std::string> lightning_notes(const Plan& plan);
 /// https://huggingface.co/docs/accelerate/usage_guides/deepspeed :
 /// compute_environment, distributed_type ('NO' or DEEPSPEED), mixed_precision
 /// ('no', 'bf16', 'fp16'), use_cpu, num_machines, num_processes and
-/// deepspeed_config {gradient_accumulation_steps, offload_optimizer_device,
-/// offload_param_device, zero3_init_flag, zero_stage}. Accelerate rejects
-/// unknown keys, so notes are YAML comments.
+/// deepspeed_config {gradient_accumulation_steps, gradient_clipping (0.0: no
+/// clipping, as measured), offload_optimizer_device, offload_param_device,
+/// zero3_init_flag, zero_stage}, checked against
+/// src/accelerate/commands/config/{config_args,cluster}.py and
+/// utils/dataclasses.py (DeepSpeedPlugin). Accelerate rejects unknown
+/// top-level keys, so notes are YAML comments.
 std::string write_accelerate_config(const Plan& plan);
 /// The notes accelerate_config.yaml carries for `plan`: what it could not express, one line each.
 std::vector<std::string> accelerate_notes(const Plan& plan);
