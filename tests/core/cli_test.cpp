@@ -192,15 +192,11 @@ TEST(Cli, ProbeReportsACrashInsteadOfDying) {
 // The executable never loads libtorch itself (src/trial/trial_module.h):
 // diagnose, emit and --version must not pay for it.
 TEST(Cli, TheExecutableDoesNotLinkLibtorch) {
-  FILE* pipe = ::popen(("readelf -d " + std::string(OOMTUNE_BINARY)).c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string dynamic;
-  char buffer[4096];
-  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) dynamic.append(buffer, n);
-  ASSERT_EQ(::pclose(pipe), 0) << "readelf failed";
-  ASSERT_NE(dynamic.find("(NEEDED)"), std::string::npos) << dynamic;
+  const RunResult r = testing::run_program("readelf", "-d " + std::string(OOMTUNE_BINARY));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_NE(r.out.find("(NEEDED)"), std::string::npos) << r.out;
   for (const char* library : {"libtorch", "libc10"})
-    EXPECT_EQ(dynamic.find(std::string("[") + library), std::string::npos) << library << " is linked:\n" << dynamic;
+    EXPECT_EQ(r.out.find(std::string("[") + library), std::string::npos) << library << " is linked:\n" << r.out;
 }
 
 // Without its module beside it, the executable says which file it looked
@@ -210,21 +206,16 @@ TEST(Cli, AMissingTrialModuleIsOneClearLine) {
   std::filesystem::create_directories(dir);
   const auto copy = dir / "oomtune";
   std::filesystem::copy_file(OOMTUNE_BINARY, copy, std::filesystem::copy_options::overwrite_existing);
-  FILE* pipe = ::popen((copy.string() + " trial /nonexistent/request.json " + (dir / "result.json").string() +
-                        " 2>&1").c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string err;
-  char buffer[4096];
-  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) err.append(buffer, n);
-  const int status = ::pclose(pipe);
+  const RunResult r =
+      testing::run_program(copy.string(), "trial /nonexistent/request.json " + (dir / "result.json").string());
   std::filesystem::remove_all(dir);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << err;
-  EXPECT_EQ(err.rfind("oomtune: " + (dir / "liboomtune_trial_module.so").string() +
-                          ": cannot load the libtorch trial module",
-                      0),
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.err.rfind("oomtune: " + (dir / "liboomtune_trial_module.so").string() +
+                            ": cannot load the libtorch trial module",
+                        0),
             0u)
-      << err;
-  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
 TEST(Cli, VersionNamesTheLibtorch) {

@@ -1,6 +1,6 @@
 #pragma once
-// Running the built oomtune binary from a test (OOMTUNE_BINARY): its exit
-// code, stdout and stderr. Shared by the end-to-end tests.
+// Running the built oomtune binary from a test (OOMTUNE_BINARY), or any
+// program: its exit code, stdout and stderr. Shared by the end-to-end tests.
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,13 +28,13 @@ inline std::string slurp(const std::filesystem::path& path) {
   return s.str();
 }
 
-/// Runs `OOMTUNE_BINARY args`; `env` ("NAME=VALUE ...") is set for it alone.
-inline RunResult run_oomtune(const std::string& args, const std::string& env = "") {
+/// Runs `program args` through the shell; `env` ("NAME=VALUE ...") is set
+/// for it alone.
+inline RunResult run_program(const std::string& program, const std::string& args, const std::string& env = "") {
   static int calls = 0;
   const auto err_path = std::filesystem::temp_directory_path() /
                         ("oomtune_test_stderr_" + std::to_string(::getpid()) + "_" + std::to_string(++calls) + ".txt");
-  const std::string command =
-      (env.empty() ? "" : "env " + env + " ") + std::string(OOMTUNE_BINARY) + " " + args + " 2>" + err_path.string();
+  const std::string command = (env.empty() ? "" : "env " + env + " ") + program + " " + args + " 2>" + err_path.string();
   RunResult result;
   FILE* pipe = ::popen(command.c_str(), "r");
   char buffer[4096];
@@ -45,6 +45,11 @@ inline RunResult run_oomtune(const std::string& args, const std::string& env = "
   result.err = slurp(err_path);
   std::filesystem::remove(err_path);
   return result;
+}
+
+/// Runs `OOMTUNE_BINARY args`; `env` ("NAME=VALUE ...") is set for it alone.
+inline RunResult run_oomtune(const std::string& args, const std::string& env = "") {
+  return run_program(OOMTUNE_BINARY, args, env);
 }
 
 /// The last non-empty line (stderr: progress lines come before the error).
