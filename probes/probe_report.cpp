@@ -46,6 +46,13 @@ std::string to_string(TrialOutcome outcome) {
   return "?";
 }
 
+std::string outcome_text(const ProbeReport& r) {
+  const std::string outcome = to_string(r.outcome);
+  if (r.message.rfind(outcome, 0) == 0) return r.message;  // "crashed: SIGSEGV during forward" says it all
+  const std::string where = r.phase_at_failure.empty() ? outcome : outcome + " during " + r.phase_at_failure;
+  return r.message.empty() ? where : where + ": " + r.message;
+}
+
 nlohmann::json to_json(const ProbeReport& r) {
   nlohmann::json phases = nlohmann::json::object();
   for (std::size_t i = 0; i < kNumPhases; ++i)

@@ -28,6 +28,13 @@ enum class TrialOutcome {
 /// "ok", "out_of_memory", "crashed", "timeout", "error".
 std::string to_string(TrialOutcome outcome);
 
+struct ProbeReport;
+
+/// The outcome, the phase it happened in and its message in one phrase,
+/// each said once: "crashed: SIGSEGV during forward" (the message names
+/// both), "out_of_memory during backward: <message>", "ok".
+std::string outcome_text(const ProbeReport& report);
+
 /// Memory that lives for the whole run, measured on the tracker.
 struct StaticMemory {
   int64_t parameter_bytes = 0;        // SUM: trainable parameter storages

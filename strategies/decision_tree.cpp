@@ -164,14 +164,6 @@ int strategy_count(const TrainingConfig& c, const TrainingConfig& job_base) {
          c.offload_optimizer + (c.precision != job_base.precision);
 }
 
-// "crashed: SIGSEGV during forward": the outcome, then the message unless
-// the message already begins with it.
-std::string failure_text(const ProbeReport& r) {
-  const std::string outcome = to_string(r.outcome);
-  if (r.message.rfind(outcome, 0) == 0) return r.message;
-  return r.message.empty() ? outcome : outcome + ": " + r.message;
-}
-
 class Search {
  public:
   Search(const JobSpec& job, TrialRunner& runner, const SearchOptions& options,
@@ -202,7 +194,7 @@ class Search {
                           r.outcome == TrialOutcome::kOk
                               ? fmt::format("peak {}, {:.4f} s/step", format_bytes(r.peak_bytes),
                                             r.timing.steady_step_seconds)
-                              : fmt::format("{}: {}", to_string(r.outcome), r.message)));
+                              : outcome_text(r)));
     result_.probes.push_back(r);
     return r;
   }
@@ -216,7 +208,7 @@ class Search {
       const ProbeReport r = probe(config, s);
       if (r.outcome != TrialOutcome::kOk) {
         last_failure_ = r;
-        result_.notes.push_back(fmt::format("{}: not available (micro-batch {}: {})", name, s, failure_text(r)));
+        result_.notes.push_back(fmt::format("{}: not available (micro-batch {}: {})", name, s, outcome_text(r)));
         return {};
       }
       if (config.checkpoint.enabled()) models_.checkpoint_blocks = static_cast<int64_t>(r.checkpointed_blocks.size());
@@ -333,7 +325,7 @@ class Search {
   static std::string bf16_fallback_note(const ProbeReport& failed) {
     return fmt::format("bf16: autocast failed ({}), so bf16 runs as bf16 parameters with fp32 master weights "
                        "kept by the optimizer (precision = \"bf16_params\")",
-                       failure_text(failed));
+                       outcome_text(failed));
   }
 
   // Adds the node for `config` at the largest valid micro-batch that is
@@ -472,7 +464,7 @@ class Search {
                             r.outcome == TrialOutcome::kOk
                                 ? fmt::format("peak {}, {:.1f} samples/s over {} steps", format_bytes(r.peak_bytes),
                                               r.samples_per_second, r.steps_run)
-                                : fmt::format("{}: {}", to_string(r.outcome), r.message)));
+                                : outcome_text(r)));
       if (fits_budget(r)) {
         ++succeeded;
       } else {

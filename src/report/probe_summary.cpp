@@ -21,12 +21,14 @@ std::string render_probe_text(const ProbeSummary& s) {
   const ProbeReport& r = s.report;
   std::string out;
   auto line = [&out](const std::string& text) { out += text + "\n"; };
-  line(fmt::format("model     {}  ({} parameters, device {})", s.model_path, r.parameter_count, s.device));
+  // A trial that died before loading finished counted no parameters.
+  const std::string parameters = r.parameter_count > 0 ? fmt::format("{} parameters, ", r.parameter_count) : "";
+  line(fmt::format("model     {}  ({}device {})", s.model_path, parameters, s.device));
   line(fmt::format("config    {}", r.config));
   line(fmt::format("batch     global {} = micro-batch {} x {} accumulation steps", r.global_batch, r.micro_batch,
                    r.accumulation_steps));
   if (r.outcome != TrialOutcome::kOk) {
-    line(fmt::format("outcome   {} during {}: {}", to_string(r.outcome), r.phase_at_failure, r.message));
+    line(fmt::format("outcome   {}", outcome_text(r)));
     return out;
   }
   line("");
