@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
 # Benchmark: `oomtune diagnose --json` against Python pickle.load +
 # torch.cuda._memory_viz on a snapshot with >= 10^6 trace events.
-# Usage: bench/diagnose/run.sh [BUILD_DIR] [EVENTS]
+# Usage: bench/diagnose/run.sh [BUILD_DIR] [EVENTS] [GENERATOR OPTIONS...]
+#   EVENTS defaults to 10^6 (~79 MB); the options go to make_large_snapshot.py
+#   (--real: one frames list per event, deep stacks, 512 segments).
+#   RUNS=N runs each tool N times (default 3; the median wall time is shown).
+#   The 1 GB cases (see bench/README.md), ~6 minutes each:
+#     bench/diagnose/run.sh BUILD_DIR 14000000          # ~1.1 GB
+#     bench/diagnose/run.sh BUILD_DIR 10000000 --real   # ~1.1 GB
+#   They need ~1.1 GB free in TMPDIR and ~6 GB of memory for the Python side.
 # Targets (issue #6): oomtune >= 10x faster; oomtune peak RSS <= 2x the file.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../../build}"
 events="${2:-1000000}"
+shift $(( $# < 2 ? $# : 2 ))
+gen_options=("$@")
+runs="${RUNS:-3}"
 oomtune="$build/oomtune"
 py=/usr/bin/python3
 [ -x "$oomtune" ] || { echo "no oomtune at $oomtune (pass the build folder)" >&2; exit 1; }
@@ -15,8 +25,10 @@ py=/usr/bin/python3
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 snap="$tmp/large.pickle"
-"$py" "$here/make_large_snapshot.py" "$snap" "$events"
+"$py" "$here/make_large_snapshot.py" "$snap" "$events" ${gen_options[@]+"${gen_options[@]}"}
 bytes=$(stat -c %s "$snap")
+sync "$snap"                 # no writeback of the fresh file during the timed runs,
+cat "$snap" > /dev/null      # and both tools read it from the page cache
 
 measure() {  # name command... -> "seconds rss_kib"
   local log="$tmp/$1.time"; shift
@@ -29,20 +41,21 @@ measure() {  # name command... -> "seconds rss_kib"
   echo "$secs $rss"
 }
 
-median3() {  # name command... -> median wall seconds and the largest RSS of 3 runs
+median() {  # name command... -> median wall seconds and the largest RSS of $runs runs
   local name="$1"; shift
-  local runs=()
-  for _ in 1 2 3; do runs+=("$(measure "$name" "$@")"); done
-  printf '%s\n' "${runs[@]}" | sort -n | awk 'NR == 2 {s = $1} {if ($2 > r) r = $2} END {print s, r}'
+  local results=()
+  for _ in $(seq "$runs"); do results+=("$(measure "$name" "$@")"); done
+  printf '%s\n' "${results[@]}" | sort -n |
+    awk -v m=$(( (runs + 1) / 2 )) 'NR == m {s = $1} {if ($2 > r) r = $2} END {print s, r}'
 }
 
-read -r o_s o_rss < <(median3 oomtune "$oomtune" diagnose "$snap" --json)
-read -r p_s p_rss < <(median3 python "$py" "$here/python_baseline.py" "$snap")
+read -r o_s o_rss < <(median oomtune "$oomtune" diagnose "$snap" --json)
+read -r p_s p_rss < <(median python "$py" "$here/python_baseline.py" "$snap")
 
-awk -v b="$bytes" -v ev="$events" -v os="$o_s" -v orss="$o_rss" -v ps="$p_s" -v prss="$p_rss" 'BEGIN {
+awk -v b="$bytes" -v ev="$events" -v opts="${gen_options[*]-}" -v n="$runs" -v os="$o_s" -v orss="$o_rss" -v ps="$p_s" -v prss="$p_rss" 'BEGIN {
   mib = 1048576
-  printf "snapshot: %d trace events, %.1f MiB\n\n", ev, b / mib
-  printf "(median of 3 runs)\n\n| tool | wall s | peak RSS MiB | RSS / file |\n|---|---|---|---|\n"
+  printf "snapshot: %d trace events%s, %.1f MiB\n\n", ev, opts == "" ? "" : " (" opts ")", b / mib
+  printf "(median of %d run%s)\n\n| tool | wall s | peak RSS MiB | RSS / file |\n|---|---|---|---|\n", n, n == 1 ? "" : "s"
   printf "| oomtune diagnose --json | %.2f | %.1f | %.2fx |\n", os, orss / 1024, orss * 1024 / b
   printf "| pickle.load + _memory_viz (torch 1.13) | %.2f | %.1f | %.2fx |\n", ps, prss / 1024, prss * 1024 / b
   printf "\nspeed-up: %.1fx (target >= 10x); oomtune RSS / file: %.2fx (target <= 2x)\n", ps / (os > 0 ? os : 0.01), orss * 1024 / b

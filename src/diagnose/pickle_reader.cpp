@@ -35,16 +35,15 @@ class Input {
 
   /// Little-endian unsigned of n <= 8 bytes, or throws Truncated.
   uint64_t read_le(size_t n) {
-    unsigned char b[8] = {};
-    if (end_ - pos_ >= n) {
-      std::memcpy(b, data_ + pos_, n);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (end_ - pos_ >= 8) {  // fast path: one 8-byte load, the n low bytes kept
+      uint64_t word = 0;
+      std::memcpy(&word, data_ + pos_, 8);
       pos_ += n;
-    } else {
-      read(reinterpret_cast<char*>(b), n);
+      return n >= 8 ? word : word & ((uint64_t{1} << (8 * n)) - 1);
     }
-    uint64_t v = 0;
-    for (size_t i = n; i-- > 0;) v = (v << 8) | b[i];
-    return v;
+#endif
+    return read_le_slow(n);
   }
 
   /// One byte; false at the end of the input.
@@ -100,6 +99,20 @@ class Input {
   struct LineTooLong {};
 
  private:
+  /// read_le byte by byte (near the end of the buffer, or big-endian hosts).
+  uint64_t read_le_slow(size_t n) {
+    unsigned char b[8] = {};
+    if (end_ - pos_ >= n) {
+      std::memcpy(b, data_ + pos_, n);
+      pos_ += n;
+    } else {
+      read(reinterpret_cast<char*>(b), n);
+    }
+    uint64_t v = 0;
+    for (size_t i = n; i-- > 0;) v = (v << 8) | b[i];
+    return v;
+  }
+
   bool refill() {
     if (file_ == nullptr) return false;
     base_ += static_cast<int64_t>(end_);

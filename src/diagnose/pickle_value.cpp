@@ -74,8 +74,14 @@ ValueRef ValueStore::make_int(int64_t value) {
   if (value > -kSmallIntLimit && value < kSmallIntLimit) {
     return make_ref(kTagSmallInt, static_cast<uint32_t>(value) & ((1u << 29) - 1));
   }
+  // Equal large ints share one entry (device addresses repeat: the caching
+  // allocator hands the same blocks out again); a direct-mapped cache.
+  const size_t slot = (static_cast<uint64_t>(value) * 0x9E3779B97F4A7C15ull) >> (64 - kIntCacheBits);
+  const uint32_t cached = int_cache_[slot];
+  if (cached != 0 && ints_[cached - 1] == value) return make_ref(kTagInt, cached - 1);
   check_room(ints_.size());
   ints_.push_back(value);
+  int_cache_[slot] = static_cast<uint32_t>(ints_.size());
   return make_ref(kTagInt, static_cast<uint32_t>(ints_.size() - 1));
 }
 
@@ -130,37 +136,152 @@ ValueRef ValueStore::make_container(ValueKind kind) {
   return make_ref(kTagContainer, static_cast<uint32_t>(containers_.size() - 1));
 }
 
+namespace {
+
+// Run-sharing table: 4096 slots, 65536 once the store holds 2^22 children
+// (a table is a cache: a slot lost to a collision only costs a copy).
+constexpr size_t kSmallRunTable = size_t{1} << 12;
+constexpr size_t kLargeRunTable = size_t{1} << 16;
+constexpr size_t kLargeRunTableFrom = size_t{1} << 22;
+
+uint64_t hash_run(const ValueRef* children, size_t count) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ count;
+  for (size_t i = 0; i < count; ++i) {
+    h = (h ^ children[i].bits()) * 0xFF51AFD7ED558CCDull;
+    h ^= h >> 29;
+  }
+  return h;
+}
+
+}  // namespace
+
+uint32_t ValueStore::find_run(const ValueRef* children, size_t count, uint64_t hash) const {
+  if (!runs_) return UINT32_MAX;
+  const Run& slot = runs_[hash & (run_slots_ - 1)];
+  if (slot.count != count) return UINT32_MAX;
+  const uint32_t* run = children_.run(slot.start, count);
+  for (size_t i = 0; i < count; ++i) {
+    if ((run != nullptr ? run[i] : children_[size_t{slot.start} + i]) != children[i].bits()) return UINT32_MAX;
+  }
+  return slot.start;
+}
+
+void ValueStore::remember_run(uint32_t start, size_t count, uint64_t hash) {
+  const size_t want = children_.size() >= kLargeRunTableFrom ? kLargeRunTable : kSmallRunTable;
+  if (run_slots_ < want) {  // first use, or grown: start the cache afresh
+    runs_ = std::make_unique<Run[]>(want);
+    run_slots_ = want;
+  }
+  runs_[hash & (run_slots_ - 1)] = Run{start, static_cast<uint32_t>(count)};
+}
+
+void ValueStore::link_run(Container& c, uint32_t start, uint32_t count) {
+  if (c.chunks == kNoChunk) {
+    if (c.size == 0) {
+      c.start = start;
+      c.size = count;
+      return;
+    }
+    if (c.start + c.size == start) {  // the run follows: extend it
+      c.size += count;
+      return;
+    }
+    // A second, separate run: move to a chunk list.
+    chunks_.push_back(Chunk{c.start, c.size, kNoChunk});
+    const uint32_t first = static_cast<uint32_t>(chunks_.size() - 1);
+    chunks_.push_back(Chunk{start, count, kNoChunk});
+    const uint32_t second = static_cast<uint32_t>(chunks_.size() - 1);
+    chunks_[first].next = second;
+    c.chunks = first;
+    c.start = second;
+    c.size += count;
+    return;
+  }
+  Chunk& last = chunks_[c.start];
+  if (last.start + last.count == start) {
+    last.count += count;
+  } else {
+    chunks_.push_back(Chunk{start, count, kNoChunk});
+    const uint32_t chunk = static_cast<uint32_t>(chunks_.size() - 1);
+    chunks_[c.start].next = chunk;
+    c.start = chunk;
+  }
+  c.size += count;
+}
+
+uint32_t ValueStore::store_run(const ValueRef* children, size_t count, bool shareable) {
+  shareable = shareable && count >= kMinSharedRun;
+  const uint64_t hash = shareable ? hash_run(children, count) : 0;
+  uint32_t start = shareable ? find_run(children, count, hash) : UINT32_MAX;
+  if (start == UINT32_MAX) {
+    start = static_cast<uint32_t>(children_.size());
+    for (size_t i = 0; i < count; ++i) children_.push_back(children[i].bits());
+    if (shareable) remember_run(start, count, hash);
+  }
+  return start;
+}
+
+void ValueStore::unsplit(Container& c) {
+  const size_t pairs = c.size / 2;
+  const uint32_t start = static_cast<uint32_t>(children_.size());
+  for (size_t i = 0; i < pairs; ++i) {
+    const uint32_t key = children_[size_t{c.chunks} + i];
+    const uint32_t value = children_[size_t{c.start} + i];
+    children_.push_back(key);
+    children_.push_back(value);
+  }
+  c.start = start;
+  c.chunks = kNoChunk;
+  c.split = false;
+}
+
 void ValueStore::append_children(ValueRef container, const ValueRef* children, size_t count) {
   if (count == 0) return;
   Container& c = containers_[index_of(container)];
-  if (children_.size() + count >= UINT32_MAX || chunks_.size() >= kMaxEntries) {
+  const size_t copied = c.split ? c.size : 0;  // unsplit() copies the pairs
+  if (children_.size() + copied + count >= UINT32_MAX || size_t{c.size} + count >= UINT32_MAX ||
+      chunks_.size() + 2 >= kMaxEntries) {
     throw std::length_error("pickle holds more than 2^32 container items");
   }
-  const uint32_t start = static_cast<uint32_t>(children_.size());
   int tallest = 0;
   for (size_t i = 0; i < count; ++i) {
-    children_.push_back(children[i].bits());
     if (tag_of(children[i]) == kTagContainer) tallest = std::max(tallest, height(children[i]));
   }
   if (tallest + 1 > c.height) c.height = static_cast<uint16_t>(std::min<int>(tallest + 1, kMaxHeight));
-  // Extend the last chunk when the new children follow it directly.
-  if (c.last_chunk != UINT32_MAX) {
-    Chunk& last = chunks_[c.last_chunk];
-    if (last.start + last.count == start) {
-      last.count += static_cast<uint32_t>(count);
-      c.size += static_cast<uint32_t>(count);
+  if (c.kind == ValueKind::kDict) {
+    if (c.size == 0 && c.chunks == kNoChunk && count >= kMinSplitDict && count % 2 == 0) {
+      // The first batch of a dict: keys (shared) and values as two runs.
+      // Dicts of one kind come in a row (trace events): the last key run
+      // is tried before hashing.
+      const size_t pairs = count / 2;
+      uint32_t keys = UINT32_MAX;
+      if (last_keys_.count == pairs) {
+        const uint32_t* last = children_.run(last_keys_.start, pairs);
+        size_t i = 0;
+        if (last != nullptr) {
+          while (i < pairs && last[i] == children[2 * i].bits()) ++i;
+        } else {
+          while (i < pairs && children_[size_t{last_keys_.start} + i] == children[2 * i].bits()) ++i;
+        }
+        if (i == pairs) keys = last_keys_.start;
+      }
+      if (keys == UINT32_MAX) {
+        scratch_.clear();
+        for (size_t i = 0; i < count; i += 2) scratch_.push_back(children[i]);
+        keys = store_run(scratch_.data(), pairs, true);
+        last_keys_ = Run{keys, static_cast<uint32_t>(pairs)};
+      }
+      c.start = static_cast<uint32_t>(children_.size());
+      for (size_t i = 1; i < count; i += 2) children_.push_back(children[i].bits());
+      c.chunks = keys;
+      c.size = static_cast<uint32_t>(count);
+      c.split = true;
       return;
     }
+    if (c.split) unsplit(c);
   }
-  chunks_.push_back(Chunk{start, static_cast<uint32_t>(count), UINT32_MAX});
-  const uint32_t chunk = static_cast<uint32_t>(chunks_.size() - 1);
-  if (c.last_chunk == UINT32_MAX) {
-    c.first_chunk = chunk;
-  } else {
-    chunks_[c.last_chunk].next = chunk;
-  }
-  c.last_chunk = chunk;
-  c.size += static_cast<uint32_t>(count);
+  const bool shareable = c.kind == ValueKind::kList || c.kind == ValueKind::kTuple;
+  link_run(c, store_run(children, count, shareable), static_cast<uint32_t>(count));
 }
 
 int ValueStore::height(ValueRef value) const {
@@ -234,9 +355,37 @@ bool ValueStore::find(ValueRef dict, std::string_view key, ValueRef* value) cons
   return found;
 }
 
+void ValueStore::gather(const Container& c, std::vector<uint32_t>* out) const {
+  out->clear();
+  out->reserve(c.size);
+  if (c.split) {
+    for (size_t i = 0; i < c.size / 2; ++i) {
+      out->push_back(children_[size_t{c.chunks} + i]);
+      out->push_back(children_[size_t{c.start} + i]);
+    }
+    return;
+  }
+  auto add = [out](ValueRef v) { out->push_back(v.bits()); };
+  if (c.chunks == kNoChunk) {
+    for_each_in_run(c.start, c.size, add);
+    return;
+  }
+  for (uint32_t chunk = c.chunks; chunk != kNoChunk; chunk = chunks_[chunk].next) {
+    for_each_in_run(chunks_[chunk].start, chunks_[chunk].count, add);
+  }
+}
+
+bool ValueStore::items_key(ValueRef container, uint64_t* key) const {
+  if (tag_of(container) != kTagContainer) return false;
+  const Container& c = containers_[payload_of(container)];
+  if (c.chunks != kNoChunk || c.split) return false;
+  *key = c.size == 0 ? 0 : (uint64_t{c.start} << 32 | c.size);
+  return true;
+}
+
 size_t ValueStore::bytes() const {
   return ints_.bytes() + floats_.bytes() + texts_.bytes() + text_blocks_.size() * kTextBlock +
-         containers_.bytes() + chunks_.bytes() + children_.bytes();
+         containers_.bytes() + chunks_.bytes() + children_.bytes() + run_slots_ * sizeof(Run);
 }
 
 }  // namespace oomtune::diagnose

@@ -7,9 +7,18 @@
 //   - a ValueRef is 32 bits: a 3-bit tag and a 29-bit payload. Small ints
 //     (|v| < 2^28), None and booleans are immediate; other ints, floats,
 //     strings and containers are indices into the store's tables;
-//   - a container's children are appended in chunks (one per APPENDS /
+//   - a container's children are appended in runs (one per APPENDS /
 //     SETITEMS batch) to one paged array, so no per-container allocation and
-//     no reallocation spikes;
+//     no reallocation spikes; a container whose children form one run (the
+//     usual case) keeps it inline, with no chunk record;
+//   - a list or tuple whose new run equals a run stored before shares it
+//     (the array is append-only, so a stored run never changes): PyTorch
+//     writes one frames list per allocation, the same frames over and over;
+//   - a dict filled by one batch keeps its keys and its values as two runs,
+//     and the key run is shared like a list's: every trace event has the
+//     same 8 keys, stored once;
+//   - equal large ints share an entry when a small cache still has the
+//     value (addresses repeat);
 //   - a memoized value fetched again (pickle's BINGET) is the same ValueRef,
 //     so shared frames and strings are stored once.
 // Source of the pickle data model: CPython Lib/pickle.py and
@@ -71,6 +80,11 @@ class PagedVector {
   }
   T& operator[](size_t i) { return page(i / kPageSize)[i % kPageSize]; }
   const T& operator[](size_t i) const { return page(i / kPageSize)[i % kPageSize]; }
+  /// The elements [i, i + n) as one array when they lie in one page (n > 0),
+  /// else nullptr.
+  const T* run(size_t i, size_t n) const {
+    return i / kPageSize == (i + n - 1) / kPageSize ? &page(i / kPageSize)[i % kPageSize] : nullptr;
+  }
   /// Bytes held (for memory accounting in tests and the benchmark).
   size_t bytes() const { return pages_.size() * kPageBytes; }
 
@@ -136,30 +150,66 @@ class ValueStore {
   /// Finds the value of the first key equal to the string `key`; false
   /// when absent (or `dict` is not a dict).
   bool find(ValueRef dict, std::string_view key, ValueRef* value) const;
+  /// For a container whose children are one stored run: a key such that
+  /// two containers with the same key hold the same children (they share
+  /// the run; all empty containers have key 0). False for scalars and for
+  /// containers built from several runs. Lets a reader cache what it made
+  /// of a list by content instead of by identity.
+  bool items_key(ValueRef container, uint64_t* key) const;
 
   /// Bytes held by the store's tables (approximate heap use).
   size_t bytes() const;
 
  private:
+  // A container's children: one run children_[start, start + size) while
+  // `chunks` is kNoChunk; else the chunk list from `chunks`, and `start`
+  // holds the last chunk's index (where the next run is linked). A split
+  // dict has its size / 2 values at `start` and its keys at `chunks`.
+  static constexpr uint32_t kNoChunk = UINT32_MAX;
   struct Container {
-    uint32_t first_chunk = UINT32_MAX;
-    uint32_t last_chunk = UINT32_MAX;
+    uint32_t start = 0;
     uint32_t size = 0;  // children (items, or keys + values)
+    uint32_t chunks = kNoChunk;
     uint16_t height = 1;
     ValueKind kind = ValueKind::kList;
+    bool split = false;
   };
   struct Chunk {
     uint32_t start = 0;
     uint32_t count = 0;
-    uint32_t next = UINT32_MAX;
+    uint32_t next = kNoChunk;
   };
   struct Text {
     const char* data = nullptr;
     uint32_t size = 0;
     bool is_bytes = false;
   };
+  /// A list/tuple run remembered for sharing (direct-mapped by content hash).
+  struct Run {
+    uint32_t start = 0;
+    uint32_t count = 0;  // 0: empty slot
+  };
+  static constexpr uint32_t kMinSharedRun = 2;  // shorter runs are not looked up
+  static constexpr size_t kMinSplitDict = 4;    // children (2 pairs) before a dict is split
   static constexpr size_t kTextBlock = size_t{2} << 20;  // bytes per text arena block
   uint32_t index_of(ValueRef value) const;
+  /// Where `count` children equal to `children` are already stored, or
+  /// UINT32_MAX; remember_run() records a new run for later lookups.
+  uint32_t find_run(const ValueRef* children, size_t count, uint64_t hash) const;
+  void remember_run(uint32_t start, size_t count, uint64_t hash);
+  /// Adds the run children_[start, start + count) to container c.
+  void link_run(Container& c, uint32_t start, uint32_t count);
+  /// Stores `count` children (shared with an equal run when `shareable`);
+  /// returns where they start.
+  uint32_t store_run(const ValueRef* children, size_t count, bool shareable);
+  /// A split dict gets a second batch: its pairs are copied into one run.
+  void unsplit(Container& c);
+  template <typename Fn>
+  void for_each_in_run(uint32_t start, uint32_t count, Fn& fn) const;
+
+  /// Copies a dict's children, in order, into `out` (for_each_pair on a
+  /// dict that is not split, or whose runs cross a page).
+  void gather(const Container& c, std::vector<uint32_t>* out) const;
 
   PagedVector<int64_t> ints_;
   PagedVector<double> floats_;
@@ -170,38 +220,71 @@ class ValueStore {
   PagedVector<Container> containers_;
   PagedVector<Chunk> chunks_;
   PagedVector<uint32_t> children_;
+  std::unique_ptr<Run[]> runs_;  // run-sharing table, made on first use
+  size_t run_slots_ = 0;
+  std::vector<ValueRef> scratch_;  // a dict batch's keys
+  static constexpr int kIntCacheBits = 12;
+  std::vector<uint32_t> int_cache_ = std::vector<uint32_t>(size_t{1} << kIntCacheBits);  // 1 + index in ints_, 0: none
+  Run last_keys_;                  // the last split dict's key run
 };
+
+template <typename Fn>
+void ValueStore::for_each_in_run(uint32_t start, uint32_t count, Fn& fn) const {
+  size_t i = start;
+  const size_t end = size_t{start} + count;
+  while (i < end) {  // contiguous pieces within one page
+    const uint32_t* run = &children_[i];
+    const size_t in_page = PagedVector<uint32_t>::kPageSize - i % PagedVector<uint32_t>::kPageSize;
+    const size_t n = std::min(end - i, in_page);
+    for (size_t j = 0; j < n; ++j) fn(ValueRef::from_bits(run[j]));
+    i += n;
+  }
+}
 
 template <typename Fn>
 void ValueStore::for_each_item(ValueRef container, Fn&& fn) const {
   const Container& c = containers_[index_of(container)];
-  for (uint32_t chunk = c.first_chunk; chunk != UINT32_MAX; chunk = chunks_[chunk].next) {
-    const Chunk& k = chunks_[chunk];
-    size_t i = k.start;
-    const size_t end = size_t{k.start} + k.count;
-    while (i < end) {  // contiguous runs within one page
-      const uint32_t* run = &children_[i];
-      const size_t in_page = PagedVector<uint32_t>::kPageSize - i % PagedVector<uint32_t>::kPageSize;
-      const size_t n = std::min(end - i, in_page);
-      for (size_t j = 0; j < n; ++j) fn(ValueRef::from_bits(run[j]));
-      i += n;
+  if (c.split) {  // key, value, key, value ... from the two runs
+    const size_t pairs = c.size / 2;
+    for (size_t i = 0; i < pairs; ++i) {
+      fn(ValueRef::from_bits(children_[size_t{c.chunks} + i]));
+      fn(ValueRef::from_bits(children_[size_t{c.start} + i]));
     }
+    return;
+  }
+  if (c.chunks == kNoChunk) {
+    for_each_in_run(c.start, c.size, fn);
+    return;
+  }
+  for (uint32_t chunk = c.chunks; chunk != kNoChunk; chunk = chunks_[chunk].next) {
+    const Chunk& k = chunks_[chunk];
+    for_each_in_run(k.start, k.count, fn);
   }
 }
 
 template <typename Fn>
 void ValueStore::for_each_pair(ValueRef dict, Fn&& fn) const {
-  bool have_key = false;
-  ValueRef key;
-  for_each_item(dict, [&](ValueRef v) {
-    if (!have_key) {
-      key = v;
-      have_key = true;
-    } else {
-      fn(key, v);
-      have_key = false;
-    }
-  });
+  // One loop, one call site (so fn is inlined): a split dict's two runs
+  // read in place, any other layout gathered first (rare: a one-pair dict,
+  // or one filled by several batches).
+  const Container& c = containers_[index_of(dict)];
+  const size_t pairs = c.size / 2;
+  if (pairs == 0) return;
+  const uint32_t* keys = nullptr;
+  const uint32_t* values = nullptr;
+  size_t stride = 1;
+  std::vector<uint32_t> gathered;
+  if (c.split) {
+    keys = children_.run(c.chunks, pairs);
+    values = children_.run(c.start, pairs);
+  }
+  if (keys == nullptr || values == nullptr) {
+    gather(c, &gathered);
+    keys = gathered.data();
+    values = gathered.data() + 1;
+    stride = 2;
+  }
+  for (size_t i = 0; i < pairs; ++i) fn(ValueRef::from_bits(keys[i * stride]), ValueRef::from_bits(values[i * stride]));
 }
 
 }  // namespace oomtune::diagnose

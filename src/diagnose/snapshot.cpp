@@ -216,21 +216,27 @@ class Builder {
 
   StackId intern_stack(ValueRef frames, const Path& path) {
     if (s_.kind(frames) == ValueKind::kNone) return 0;
-    auto cached = stack_cache_.find(frames.bits());
-    if (cached != stack_cache_.end()) return cached->second;
     expect_sequence(frames, path);
-    std::vector<uint32_t> ids;
-    ids.reserve(s_.size(frames));
+    // PyTorch writes one frames list per allocation, so caching by list
+    // identity would grow by one entry per event: cache by content instead
+    // (lists with equal items share their run in the store, items_key), in
+    // a fixed direct-mapped table; a miss only costs the interning below.
+    uint64_t key = 0;
+    if (!s_.items_key(frames, &key)) key = uint64_t{0xFFFFFFFF} << 32 | frames.bits();
+    StackCacheEntry& entry = stack_cache_[(key * 0x9E3779B97F4A7C15ull) >> (64 - kStackCacheBits)];
+    if (entry.valid && entry.key == key) return entry.stack;
+    std::vector<uint32_t>& ids = stack_ids_;
+    ids.clear();
     int64_t i = 0;
     s_.for_each_item(frames, [&](ValueRef f) { ids.push_back(intern_frame(f, path.item(i++))); });
     StackId id = 0;
     if (!ids.empty()) {
-      std::string key(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(uint32_t));
-      auto [it, inserted] = stack_by_content_.emplace(std::move(key), static_cast<StackId>(out_.stacks.size()));
-      if (inserted) out_.stacks.push_back(std::move(ids));
+      std::string content(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(uint32_t));
+      auto [it, inserted] = stack_by_content_.emplace(std::move(content), static_cast<StackId>(out_.stacks.size()));
+      if (inserted) out_.stacks.push_back(ids);
       id = it->second;
     }
-    stack_cache_.emplace(frames.bits(), id);
+    entry = StackCacheEntry{key, id, true};
     return id;
   }
 
@@ -496,7 +502,14 @@ class Builder {
   std::vector<std::pair<uint32_t, TraceAction>> action_cache_;
   std::unordered_map<uint32_t, uint32_t> frame_cache_;
   std::unordered_map<std::string, uint32_t> frame_by_content_;
-  std::unordered_map<uint32_t, StackId> stack_cache_;
+  struct StackCacheEntry {
+    uint64_t key = 0;
+    StackId stack = 0;
+    bool valid = false;
+  };
+  static constexpr int kStackCacheBits = 12;
+  std::vector<StackCacheEntry> stack_cache_ = std::vector<StackCacheEntry>(size_t{1} << kStackCacheBits);
+  std::vector<uint32_t> stack_ids_;  // scratch for intern_stack
   std::unordered_map<std::string, StackId> stack_by_content_;
   uint16_t last_stream_ = 0;
   std::unordered_map<int64_t, uint16_t> stream_ids_;

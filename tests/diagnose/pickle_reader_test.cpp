@@ -1,7 +1,10 @@
 #include "diagnose/pickle_reader.h"
 
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -216,6 +219,122 @@ TEST(PickleReader, FileErrorsNameTheFile) {
 
 namespace oomtune::diagnose {
 namespace {
+
+// The store shares identical list runs and keeps a dict's keys apart from
+// its values (pickle_value.h); what is read back must not show it.
+std::vector<std::pair<std::string, int64_t>> pairs(const ValueStore& s, ValueRef dict) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  s.for_each_pair(dict, [&](ValueRef k, ValueRef v) { out.emplace_back(std::string(s.as_text(k)), s.as_int(v)); });
+  return out;
+}
+
+std::vector<int64_t> ints(const ValueStore& s, ValueRef list) {
+  std::vector<int64_t> out;
+  s.for_each_item(list, [&](ValueRef v) { out.push_back(s.as_int(v)); });
+  return out;
+}
+
+TEST(ValueStore, SharedListRunsReadBackAsWritten) {
+  ValueStore s;
+  const ValueRef a = s.make_int(1), b = s.make_int(2), c = s.make_int(3), d = s.make_int(4);
+  const ValueRef ab[] = {a, b};
+  const ValueRef l1 = s.make_container(ValueKind::kList);
+  s.append_children(l1, ab, 2);
+  const ValueRef l2 = s.make_container(ValueKind::kList);
+  s.append_children(l2, ab, 2);  // shares l1's run, which ends the array
+  const ValueRef t = s.make_container(ValueKind::kTuple);
+  s.append_children(t, ab, 2);
+  uint64_t k1 = 0, k2 = 0, kt = 0;
+  ASSERT_TRUE(s.items_key(l1, &k1));
+  ASSERT_TRUE(s.items_key(l2, &k2));
+  ASSERT_TRUE(s.items_key(t, &kt));
+  EXPECT_EQ(k1, k2);
+  EXPECT_EQ(k1, kt);
+  EXPECT_EQ(s.kind(t), ValueKind::kTuple);
+  EXPECT_EQ(s.kind(l1), ValueKind::kList);
+  // l2 grows in place past the shared run; l1 must not see it.
+  s.append_children(l2, &c, 1);
+  EXPECT_EQ(ints(s, l2), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(ints(s, l1), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(ints(s, t), (std::vector<int64_t>{1, 2}));
+  // l1 grows too: its run is no longer at the end, so it takes a chunk list.
+  s.append_children(l1, &d, 1);
+  const ValueRef cd[] = {c, d};
+  s.append_children(l1, cd, 2);
+  EXPECT_EQ(ints(s, l1), (std::vector<int64_t>{1, 2, 4, 3, 4}));
+  EXPECT_EQ(s.size(l1), 5u);
+  EXPECT_FALSE(s.items_key(l1, &k1));
+  EXPECT_EQ(ints(s, l2), (std::vector<int64_t>{1, 2, 3}));
+  uint64_t empty = 1;
+  ASSERT_TRUE(s.items_key(s.make_container(ValueKind::kList), &empty));
+  EXPECT_EQ(empty, 0u);
+  EXPECT_FALSE(s.items_key(a, &empty));
+}
+
+TEST(ValueStore, DictsKeepPairOrderAcrossBatches) {
+  ValueStore s;
+  const ValueRef x = s.make_string("x"), y = s.make_string("y"), z = s.make_string("z");
+  const ValueRef one[] = {x, s.make_int(1), y, s.make_int(2)};
+  const ValueRef two[] = {x, s.make_int(10), y, s.make_int(20)};
+  const ValueRef d1 = s.make_container(ValueKind::kDict);
+  s.append_children(d1, one, 4);  // keys and values apart
+  const ValueRef d2 = s.make_container(ValueKind::kDict);
+  s.append_children(d2, two, 4);  // same keys, stored once
+  using P = std::vector<std::pair<std::string, int64_t>>;
+  EXPECT_EQ(pairs(s, d1), (P{{"x", 1}, {"y", 2}}));
+  EXPECT_EQ(pairs(s, d2), (P{{"x", 10}, {"y", 20}}));
+  EXPECT_EQ(items(s, d1).size(), 4u);
+  EXPECT_EQ(s.as_text(items(s, d1)[2]), "y");
+  EXPECT_EQ(s.as_int(items(s, d1)[3]), 2);
+  // A second batch (SETITEMS again, or SETITEM): pairs stay in order.
+  const ValueRef more[] = {z, s.make_int(3)};
+  s.append_children(d1, more, 2);
+  const ValueRef again[] = {x, s.make_int(5), z, s.make_int(6)};
+  s.append_children(d1, again, 4);
+  EXPECT_EQ(pairs(s, d1), (P{{"x", 1}, {"y", 2}, {"z", 3}, {"x", 5}, {"z", 6}}));
+  EXPECT_EQ(s.size(d1), 5u);
+  ValueRef v;
+  ASSERT_TRUE(s.find(d1, "x", &v));  // the first key wins, as before
+  EXPECT_EQ(s.as_int(v), 1);
+  ASSERT_TRUE(s.find(d1, "z", &v));
+  EXPECT_EQ(s.as_int(v), 3);
+  EXPECT_EQ(pairs(s, d2), (P{{"x", 10}, {"y", 20}}));
+  // A one-pair dict, then more pairs.
+  const ValueRef d3 = s.make_container(ValueKind::kDict);
+  s.append_children(d3, more, 2);
+  s.append_children(d3, one, 4);
+  EXPECT_EQ(pairs(s, d3), (P{{"z", 3}, {"x", 1}, {"y", 2}}));
+  // Heights still count nested containers.
+  const ValueRef outer = s.make_container(ValueKind::kList);
+  const ValueRef ds[] = {d1, d2};
+  s.append_children(outer, ds, 2);
+  EXPECT_EQ(s.height(outer), 2);
+  const ValueRef nested[] = {x, outer, y, s.make_int(0)};
+  const ValueRef d4 = s.make_container(ValueKind::kDict);
+  s.append_children(d4, nested, 4);
+  EXPECT_EQ(s.height(d4), 3);
+}
+
+TEST(ValueStore, RepeatedFramesListsAreStoredOnce) {
+  // One frames list per event, as PyTorch writes them: the items are kept
+  // once, the lists read back whole.
+  const int kLists = 200000;
+  auto fill = [&](bool same) {
+    auto s = std::make_unique<ValueStore>();
+    std::vector<ValueRef> frames;
+    for (int i = 0; i < 16; ++i) frames.push_back(s->make_container(ValueKind::kDict));
+    ValueRef last;
+    for (int i = 0; i < kLists; ++i) {
+      last = s->make_container(ValueKind::kList);
+      if (!same) frames[0] = s->make_int(i);
+      s->append_children(last, frames.data(), frames.size());
+    }
+    EXPECT_EQ(s->size(last), 16u);
+    EXPECT_EQ(s->height(last), 2);
+    return s->bytes();
+  };
+  EXPECT_LT(fill(true) + (size_t{8} << 20), fill(false));
+}
 
 TEST(PickleReader, EmptyStringsFirst) {
   // Found by the fuzzer: an empty string before any other text.
