@@ -69,7 +69,7 @@ std::optional<ActivationFit> fit_activations(const JobSpec& job, const TrainingC
     fmt::print(stderr, "probe: retained activations at micro-batch {}\n", b);
     const ProbeReport r = run_probe_trial(small, at_b, options);
     if (r.outcome != TrialOutcome::kOk) {
-      fmt::print(stderr, "probe: micro-batch {} left out of the fit: {}\n", b, r.message);
+      fmt::print(stderr, "probe: micro-batch {} left out of the fit: {}\n", b, outcome_text(r));
       continue;
     }
     fit.micro_batches.push_back(b);

@@ -189,6 +189,20 @@ TEST(Cli, ProbeReportsACrashInsteadOfDying) {
   EXPECT_NE(r.out.find("crashed: SIGSEGV during backward"), std::string::npos) << r.out;
 }
 
+// A fit trial that crashes is left out of the retained-activation fit; the
+// other sizes still make it.
+TEST(Cli, ProbeFitLeavesOutACrashedSize) {
+  if (!testing::exists(testing::test_model("mlp"))) GTEST_SKIP();
+  const std::string job = job_for_model("crash_fit.toml", testing::test_model("mlp"));
+  const RunResult r =
+      run_oomtune("probe " + job + " --fit-batches 1,2,4 --json", "OOMTUNE_TEST_FAULT=segv:forward:micro_batch=1,");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("probe: micro-batch 1 left out of the fit: crashed: SIGSEGV during forward"), std::string::npos)
+      << r.err;
+  const auto json = nlohmann::json::parse(r.out);
+  EXPECT_EQ(json.at("activation_fit").at("micro_batches"), nlohmann::json::array({2, 4}));
+}
+
 // The executable never loads libtorch itself (src/trial/trial_module.h):
 // diagnose, emit and --version must not pay for it.
 TEST(Cli, TheExecutableDoesNotLinkLibtorch) {
