@@ -13,6 +13,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "trial/trial_module.h"
 #include "trial/trial_request.h"
 
 namespace oomtune {
@@ -29,6 +30,14 @@ std::string signal_name(int signal_number) {
 
 ProbeReport run_trial_in_child(const JobSpec& job, const TrainingConfig& config, const TrialOptions& options,
                                const ChildTrialOptions& child) {
+  const std::string executable = child.executable.empty() ? "/proc/self/exe" : child.executable;
+  // Without its module no trial can run: one clear error, not a trial
+  // outcome that would read as the model's failure.
+  const std::string module = trial_module_path(executable);
+  if (!std::filesystem::exists(module))
+    throw Error(fmt::format("{}: the libtorch trial module is missing; it is built beside the oomtune executable "
+                            "and must stay there",
+                            module));
   char dir_template[] = "/tmp/oomtune-trial-XXXXXX";
   if (!::mkdtemp(dir_template)) throw Error(fmt::format("cannot make a temp folder for a trial: {}", std::strerror(errno)));
   const std::filesystem::path dir(dir_template);
@@ -36,7 +45,6 @@ ProbeReport run_trial_in_child(const JobSpec& job, const TrainingConfig& config,
   const std::string result_path = (dir / "result.json").string();
   write_file_atomically(request_path, trial_request_json(job, config, options).dump());
 
-  const std::string executable = child.executable.empty() ? "/proc/self/exe" : child.executable;
   const pid_t pid = ::fork();
   if (pid < 0) throw Error(fmt::format("cannot start a trial process: {}", std::strerror(errno)));
   if (pid == 0) {

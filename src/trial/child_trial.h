@@ -26,7 +26,8 @@ struct ChildTrialOptions {
 /// Runs one trial in a child process and returns its report. Outcomes:
 /// the child's own (ok, out_of_memory, error), kCrashed ("crashed: SIGSEGV
 /// during forward"), kTimeout. Throws Error only when no child can be
-/// started at all (fork/exec failure, no temp folder).
+/// started at all (the trial module beside the executable is missing,
+/// fork/exec failure, no temp folder).
 ProbeReport run_trial_in_child(const JobSpec& job, const TrainingConfig& config, const TrialOptions& options,
                                const ChildTrialOptions& child);
 

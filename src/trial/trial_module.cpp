@@ -15,9 +15,7 @@ namespace {
 using ServeTrial = decltype(&oomtune_serve_trial);
 
 ServeTrial load_serve_trial() {
-  std::error_code ec;
-  const std::filesystem::path executable = std::filesystem::read_symlink("/proc/self/exe", ec);
-  const std::string path = (executable.parent_path() / OOMTUNE_TRIAL_MODULE).string();
+  const std::string path = trial_module_path("/proc/self/exe");
   void* module = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!module)
     throw Error(fmt::format("{}: cannot load the libtorch trial module ({}); it is built beside the oomtune "
@@ -29,6 +27,13 @@ ServeTrial load_serve_trial() {
 }
 
 }  // namespace
+
+std::string trial_module_path(const std::string& executable) {
+  std::error_code ec;
+  std::filesystem::path resolved = std::filesystem::canonical(executable, ec);
+  if (ec) resolved = executable;
+  return (resolved.parent_path() / "liboomtune_trial_module.so").string();
+}
 
 int serve_trial_from_module(const std::string& request_path, const std::string& result_path) {
   static const ServeTrial serve = load_serve_trial();

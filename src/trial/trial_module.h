@@ -19,8 +19,12 @@ extern "C" int oomtune_serve_trial(const char* request_path, const char* result_
 
 namespace oomtune {
 
-/// Runs serve_trial from the module in the folder of the running
-/// executable, loading it on the first call. Returns the exit code (0).
+/// The module's path for the oomtune executable at `executable`: the file
+/// liboomtune_trial_module.so in the same folder (symbolic links followed).
+std::string trial_module_path(const std::string& executable);
+
+/// Runs serve_trial from the module beside the running executable
+/// (trial_module_path("/proc/self/exe")), loading it on the first call. Returns the exit code (0).
 /// Throws Error naming the module's path and the loader's reason when it
 /// cannot be loaded, and the module's own errors with their exit codes
 /// (InputError for 2, Error otherwise).

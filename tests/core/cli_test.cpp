@@ -214,22 +214,30 @@ TEST(Cli, TheExecutableDoesNotLinkLibtorch) {
 }
 
 // Without its module beside it, the executable says which file it looked
-// for, in one line, and the trial fails with exit code 1.
+// for, in one line, exit code 1: the trial child when it cannot load it,
+// probe (and autotune) before any trial starts.
 TEST(Cli, AMissingTrialModuleIsOneClearLine) {
+  if (!testing::exists(testing::test_model("mlp"))) GTEST_SKIP();
   const auto dir = std::filesystem::temp_directory_path() / ("oomtune_no_module_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto copy = dir / "oomtune";
   std::filesystem::copy_file(OOMTUNE_BINARY, copy, std::filesystem::copy_options::overwrite_existing);
-  const RunResult r =
+  const std::string module = (dir / "liboomtune_trial_module.so").string();
+  const RunResult trial =
       testing::run_program(copy.string(), "trial /nonexistent/request.json " + (dir / "result.json").string());
+  const RunResult probe =
+      testing::run_program(copy.string(), "probe " + job_for_model("no_module.toml", testing::test_model("mlp")) +
+                                              " --no-fit");
   std::filesystem::remove_all(dir);
-  EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_EQ(r.err.rfind("oomtune: " + (dir / "liboomtune_trial_module.so").string() +
-                            ": cannot load the libtorch trial module",
-                        0),
-            0u)
-      << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(trial.exit_code, 1) << trial.err;
+  EXPECT_EQ(trial.err.rfind("oomtune: " + module + ": cannot load the libtorch trial module", 0), 0u) << trial.err;
+  EXPECT_EQ(std::count(trial.err.begin(), trial.err.end(), '\n'), 1) << trial.err;
+  EXPECT_EQ(probe.exit_code, 1) << probe.err;
+  EXPECT_EQ(probe.out, "");
+  EXPECT_EQ(last_line(probe.err), "oomtune: " + module +
+                                      ": the libtorch trial module is missing; it is built beside the oomtune "
+                                      "executable and must stay there")
+      << probe.err;
 }
 
 TEST(Cli, VersionNamesTheLibtorch) {
