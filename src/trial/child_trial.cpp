@@ -31,13 +31,7 @@ std::string signal_name(int signal_number) {
 ProbeReport run_trial_in_child(const JobSpec& job, const TrainingConfig& config, const TrialOptions& options,
                                const ChildTrialOptions& child) {
   const std::string executable = child.executable.empty() ? "/proc/self/exe" : child.executable;
-  // Without its module no trial can run: one clear error, not a trial
-  // outcome that would read as the model's failure.
-  const std::string module = trial_module_path(executable);
-  if (!std::filesystem::exists(module))
-    throw Error(fmt::format("{}: the libtorch trial module is missing; it is built beside the oomtune executable "
-                            "and must stay there",
-                            module));
+  require_trial_module(executable);
   char dir_template[] = "/tmp/oomtune-trial-XXXXXX";
   if (!::mkdtemp(dir_template)) throw Error(fmt::format("cannot make a temp folder for a trial: {}", std::strerror(errno)));
   const std::filesystem::path dir(dir_template);

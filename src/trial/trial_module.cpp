@@ -14,13 +14,13 @@ namespace {
 
 using ServeTrial = decltype(&oomtune_serve_trial);
 
+constexpr const char* kWhereItBelongs = "it is built beside the oomtune executable and must stay there";
+
 ServeTrial load_serve_trial() {
   const std::string path = trial_module_path("/proc/self/exe");
   void* module = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!module)
-    throw Error(fmt::format("{}: cannot load the libtorch trial module ({}); it is built beside the oomtune "
-                            "executable and must stay there",
-                            path, ::dlerror()));
+    throw Error(fmt::format("{}: cannot load the libtorch trial module ({}); {}", path, ::dlerror(), kWhereItBelongs));
   auto* entry = reinterpret_cast<ServeTrial>(::dlsym(module, "oomtune_serve_trial"));
   if (!entry) throw Error(fmt::format("{}: not an oomtune trial module (no oomtune_serve_trial)", path));
   return entry;  // the module stays loaded until the process ends
@@ -33,6 +33,12 @@ std::string trial_module_path(const std::string& executable) {
   std::filesystem::path resolved = std::filesystem::canonical(executable, ec);
   if (ec) resolved = executable;
   return (resolved.parent_path() / "liboomtune_trial_module.so").string();
+}
+
+void require_trial_module(const std::string& executable) {
+  const std::string path = trial_module_path(executable);
+  if (!std::filesystem::exists(path))
+    throw Error(fmt::format("{}: the libtorch trial module is missing; {}", path, kWhereItBelongs));
 }
 
 int serve_trial_from_module(const std::string& request_path, const std::string& result_path) {

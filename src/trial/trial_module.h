@@ -23,6 +23,11 @@ namespace oomtune {
 /// liboomtune_trial_module.so in the same folder (symbolic links followed).
 std::string trial_module_path(const std::string& executable);
 
+/// Throws Error naming the module's path when the module beside
+/// `executable` is missing: without it no trial can run, which is one clear
+/// error rather than a trial outcome that would read as the model's failure.
+void require_trial_module(const std::string& executable);
+
 /// Runs serve_trial from the module beside the running executable
 /// (trial_module_path("/proc/self/exe")), loading it on the first call. Returns the exit code (0).
 /// Throws Error naming the module's path and the loader's reason when it
