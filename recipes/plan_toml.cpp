@@ -2,9 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -12,6 +9,7 @@
 #include "common/byte_size.h"
 #include "common/closest_name.h"
 #include "common/error.h"
+#include "common/text_file.h"
 #include "common/toml_table.h"
 
 namespace oomtune {
@@ -276,15 +274,7 @@ Plan parse_plan_toml(const std::string& text, const std::string& origin) {
 }
 
 Plan read_plan_toml(const std::string& path) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error))
-    throw InputError(fmt::format("{}: is a folder, not a plan file", path));
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw InputError(fmt::format("{}: cannot open the plan file", path));
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  if (file.bad()) throw InputError(fmt::format("{}: cannot read the plan file", path));
-  return parse_plan_toml(buffer.str(), path);
+  return parse_plan_toml(read_text_file(path, "plan file"), path);
 }
 
 }  // namespace oomtune

@@ -1,9 +1,7 @@
 #include "job/job_spec.h"
 
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -11,6 +9,7 @@
 #include "common/byte_size.h"
 #include "common/closest_name.h"
 #include "common/error.h"
+#include "common/text_file.h"
 #include "common/toml_table.h"
 
 namespace oomtune {
@@ -249,12 +248,8 @@ JobSpec parse_job_spec(const std::string& text, const std::string& origin, const
 }
 
 JobSpec load_job_spec(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw InputError(fmt::format("{}: cannot open the job spec", path));
-  std::stringstream buffer;
-  buffer << file.rdbuf();
   const std::string base_dir = std::filesystem::path(path).parent_path().string();
-  return parse_job_spec(buffer.str(), path, base_dir);
+  return parse_job_spec(read_text_file(path, "job spec"), path, base_dir);
 }
 
 void apply_overrides(JobSpec& spec, const JobOverrides& overrides) {

@@ -137,8 +137,20 @@ TEST(JobSpec, MissingFileIsAnInputError) {
     load_job_spec("/nonexistent/job.toml");
     FAIL();
   } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "/nonexistent/job.toml: cannot open the job spec");
+    EXPECT_STREQ(e.what(), "/nonexistent/job.toml: cannot open the job spec: No such file or directory");
     EXPECT_EQ(e.exit_code(), 2);
+  }
+}
+
+TEST(JobSpec, AFolderIsNotAJobSpec) {
+  // An ifstream reads a folder as an empty file; the error must not be a
+  // confusing "model: missing required key".
+  const std::string folder = ::testing::TempDir();
+  try {
+    load_job_spec(folder);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), folder + ": is a folder, not a job spec");
   }
 }
 

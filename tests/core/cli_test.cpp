@@ -158,7 +158,7 @@ TEST(Cli, BadTomlExitsTwoNamingFileLineAndKey) {
       << r.err;
   const RunResult missing = run_oomtune("probe /nonexistent.toml");
   EXPECT_EQ(missing.exit_code, 2);
-  EXPECT_EQ(last_line(missing.err), "oomtune: /nonexistent.toml: cannot open the job spec");
+  EXPECT_EQ(last_line(missing.err), "oomtune: /nonexistent.toml: cannot open the job spec: No such file or directory");
 }
 
 TEST(Cli, ProbeRunsAPlanBack) {

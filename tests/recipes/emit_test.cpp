@@ -216,7 +216,7 @@ TEST_P(EmitCommand, BadPlanIsOneLineExit2AndNothingWritten) {
 
   r = run(binary_, "emit '" + (tmp.path() / "missing.toml").string() + "' --out '" + out.string() + "'", tmp.path());
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "oomtune: " + (tmp.path() / "missing.toml").string() + ": cannot open the plan file\n");
+  EXPECT_EQ(r.err, "oomtune: " + (tmp.path() / "missing.toml").string() + ": cannot open the plan file: No such file or directory\n");
   EXPECT_FALSE(fs::exists(out));
 
   r = run(binary_,

@@ -180,7 +180,7 @@ TEST(PlanToml, ReadNamesAMissingFile) {
     read_plan_toml("/nonexistent/plan.toml");
     FAIL() << "no error";
   } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "/nonexistent/plan.toml: cannot open the plan file");
+    EXPECT_STREQ(e.what(), "/nonexistent/plan.toml: cannot open the plan file: No such file or directory");
   }
   const std::string folder = std::filesystem::temp_directory_path().string();
   try {

@@ -1,0 +1,30 @@
+#include "common/text_file.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace oomtune {
+
+std::string read_text_file(const std::string& path, const std::string& what) {
+  // An ifstream opens a folder without complaint on Linux and reads it as
+  // empty, which would surface later as "missing required key".
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored))
+    throw InputError(fmt::format("{}: is a folder, not a {}", path, what));
+  errno = 0;
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw InputError(fmt::format("{}: cannot open the {}: {}", path, what, std::strerror(errno)));
+  std::stringstream buffer;
+  buffer << file.rdbuf();
+  if (file.bad()) throw InputError(fmt::format("{}: cannot read the {}: {}", path, what, std::strerror(errno)));
+  return buffer.str();
+}
+
+}  // namespace oomtune
