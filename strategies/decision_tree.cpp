@@ -265,17 +265,23 @@ class Search {
       probe_plain();
     }
     models_.base_precision = base_.precision;
+    // Parameters alone over the budget is a bad input (no single-device
+    // configuration can hold them). Probes run under a looser RAM guard, so
+    // the parameters are usually measured; when even loading the weights ran
+    // out of memory under that guard, they are over the budget too.
+    const auto parameters_alone = [&](const std::string& parameters) {
+      return InputError(fmt::format("budget {} (after {:.0f} % headroom) is smaller than the parameters alone ({})",
+                                    format_bytes(result_.usable_budget_bytes), 100 * job_.headroom, parameters));
+    };
     if (ok.empty() && first_failure.static_memory.parameter_bytes > result_.usable_budget_bytes)
-      throw InputError(fmt::format("budget {} (after {:.0f} % headroom) is smaller than the parameters alone ({})",
-                                   format_bytes(result_.usable_budget_bytes), 100 * job_.headroom,
-                                   format_bytes(first_failure.static_memory.parameter_bytes)));
+      throw parameters_alone(format_bytes(first_failure.static_memory.parameter_bytes));
+    if (ok.empty() && first_failure.outcome == TrialOutcome::kOutOfMemory && first_failure.phase_at_failure == "load")
+      throw parameters_alone(fmt::format("loading the weights ran out of memory: {}", first_failure.message));
     if (ok.empty())
       throw InputError(fmt::format("{}: the plain configuration could not run at micro-batch {}: {}", job_.model_path,
                                    sizes.front(), first_failure.message));
     if (result_.static_memory.parameter_bytes > result_.usable_budget_bytes)
-      throw InputError(fmt::format("budget {} (after {:.0f} % headroom) is smaller than the parameters alone ({})",
-                                   format_bytes(result_.usable_budget_bytes), 100 * job_.headroom,
-                                   format_bytes(result_.static_memory.parameter_bytes)));
+      throw parameters_alone(format_bytes(result_.static_memory.parameter_bytes));
     models_.phases = fit_phase_lines(ok, phase_peaks, nullptr);
     models_.seconds = fit_batch_line(ok, seconds);
     result_.baseline_peak = fit_batch_line(ok, peaks);

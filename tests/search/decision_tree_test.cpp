@@ -371,6 +371,32 @@ TEST(DecisionTree, BadBudgetsAreInputErrors) {
   }
 }
 
+// Weights larger than even the probes' RAM guard: every plain probe runs
+// out of memory while loading, so no parameter bytes are measured; the
+// search still names the cause instead of "could not run".
+TEST(DecisionTree, WeightsThatDoNotLoadAreOverTheBudget) {
+  struct WeightsDoNotLoad : FakeRunner {
+    ProbeReport probe(const TrainingConfig& c) override {
+      ++probes;
+      ProbeReport r;
+      r.config = to_string(c);
+      r.outcome = TrialOutcome::kOutOfMemory;
+      r.phase_at_failure = "load";
+      r.message = "oomtune budget: tried to allocate 4.83 KiB; 0 B of 3.80 KiB budget in use";
+      return r;
+    }
+  } fake;
+  try {
+    run_search(fake, job_with_budget(1024));
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "budget 1.00 KiB (after 0 % headroom) is smaller than the parameters alone (loading the weights ran out "
+              "of memory: oomtune budget: tried to allocate 4.83 KiB; 0 B of 3.80 KiB budget in use)");
+  }
+  EXPECT_EQ(fake.verifications, 0);
+}
+
 TEST(DecisionTree, ValidMicroBatchesKeepTheGlobalBatchExact) {
   JobSpec job = job_with_budget(kMiB);
   job.global_batch = 12;
