@@ -238,13 +238,7 @@ std::string write_plan_toml(const Plan& plan) {
 }
 
 Plan parse_plan_toml(const std::string& text, const std::string& origin) {
-  toml::table root;
-  try {
-    root = toml::parse(text, origin);
-  } catch (const toml::parse_error& e) {
-    throw SpecError(fmt::format("{}:{}:{}: {}", origin, e.source().begin.line, e.source().begin.column,
-                                std::string(e.description())));
-  }
+  const toml::table root = parse_toml(text, origin);
   PlanTable top(root, origin, "");
   top.reject_unknown(kTopKeys);
   if (auto version = top.integer("plan_version", 1); version && *version != kPlanVersion)

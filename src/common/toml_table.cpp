@@ -10,6 +10,15 @@
 
 namespace oomtune {
 
+toml::table parse_toml(const std::string& text, const std::string& origin) {
+  try {
+    return toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    throw SpecError(fmt::format("{}:{}:{}: {}", origin, e.source().begin.line, e.source().begin.column,
+                                std::string(e.description())));
+  }
+}
+
 TomlTable::TomlTable(const toml::table& table, std::string origin, std::string prefix)
     : table_(table), origin_(std::move(origin)), prefix_(std::move(prefix)) {}
 

@@ -13,6 +13,10 @@
 
 namespace oomtune {
 
+/// Parses the TOML document `text`; `origin` names the file in messages.
+/// Throws SpecError "ORIGIN:LINE:COLUMN: what toml++ found wrong".
+toml::table parse_toml(const std::string& text, const std::string& origin);
+
 /// One table of a TOML document. Getters return nullopt for an absent key
 /// and throw SpecError for a value of the wrong type or range.
 class TomlTable {

@@ -203,13 +203,7 @@ std::optional<int64_t> JobSpec::usable_budget_bytes() const {
 }
 
 JobSpec parse_job_spec(const std::string& text, const std::string& origin, const std::string& base_dir) {
-  toml::table root;
-  try {
-    root = toml::parse(text, origin);
-  } catch (const toml::parse_error& e) {
-    throw SpecError(fmt::format("{}:{}:{}: {}", origin, e.source().begin.line, e.source().begin.column,
-                                std::string(e.description())));
-  }
+  const toml::table root = parse_toml(text, origin);
   TableReader top(root, origin, "");
   top.reject_unknown(kTopKeys);
   JobSpec spec;

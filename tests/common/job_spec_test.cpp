@@ -82,6 +82,8 @@ TEST(JobSpec, DefaultsArePinned) {
 }
 
 TEST(JobSpec, EachBadInputGetsItsExactError) {
+  EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_batch =")),
+            "job.toml:2:15: Error while parsing key-value pair: expected value, saw '\\n'");
   EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_bach = 32")),
             "job.toml:2:1: global_bach: unknown key (did you mean 'global_batch'?; valid: model, inputs, output, "
             "loss, global_batch, remainder, optimizer, precision, allow_bf16, device, budget, headroom, "
