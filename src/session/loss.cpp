@@ -92,7 +92,7 @@ at::Tensor compute_loss(const JobSpec& job, const at::Tensor& output, const Batc
     }
   } catch (const c10::Error& e) {
     if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) throw;
-    throw ModelError(fmt::format("{}: loss failed: {}", path, first_line(e.what_without_backtrace())));
+    throw ModelError(fmt::format("{}: loss failed: {}", path, one_line(e.what_without_backtrace())));
   }
   return {};
 }

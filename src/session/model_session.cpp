@@ -1,8 +1,10 @@
 #include "session/model_session.h"
 
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -33,7 +35,7 @@ bool looks_like_zip(const std::string& path) {
         "or export the model without it (for Hugging Face models: attn_implementation=\"eager\")",
         path, match[1].str(), compat::torch_version()));
   }
-  throw ModelError(fmt::format("{}: cannot load the TorchScript model: {}", path, first_line(message)));
+  throw ModelError(fmt::format("{}: cannot load the TorchScript model: {}", path, one_line(message)));
 }
 
 std::string describe(const Batch& batch, const std::vector<std::size_t>& which) {
@@ -65,18 +67,70 @@ std::string out_of_memory_message(const std::exception& e) {
   const std::string text = error_text(e);
   for (const char* marker : {kBudgetMessage, "CUDA out of memory"}) {
     const auto at = text.find(marker);
-    if (at != std::string::npos) return first_line(text.substr(at));
+    if (at != std::string::npos) return one_line(text.substr(at));
   }
-  return first_line(text);
+  return one_line(text);
 }
 
-std::string first_line(const std::string& message) {
+namespace {
+
+std::string first_line_of(const std::string& message) {
   std::string line = message.substr(0, message.find('\n'));
   // libtorch appends " (most recent call first)" or exception frames after.
   const auto frames = line.find(" Exception raised from ");
   if (frames != std::string::npos) line = line.substr(0, frames);
   while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
   return line;
+}
+
+}  // namespace
+
+// Note [TorchScript errors]
+// An error raised inside a TorchScript graph reaches C++ as (libtorch 1.13
+// and 2.x; torch/csrc/jit/runtime/interpreter.cpp, handleError):
+//   The following operation failed in the TorchScript interpreter.
+//   Traceback of TorchScript, serialized code (most recent call last):
+//     File "code/__torch__.py", line 18, in forward
+//     ...
+//   Traceback of TorchScript, original code (most recent call last):
+//     File "/home/me/model.py", line 83, in forward          (scripted)
+//   or
+//   /site-packages/torch/nn/functional.py(2567): embedding   (traced:
+//   .../transformers/models/gpt2/modeling_gpt2.py(576): forward  innermost
+//   ...                                                          first)
+//   RuntimeError: index out of range in self
+// The first line says nothing. The cause is the last "SomethingError: "
+// line; the place is the innermost frame of the original code outside
+// torch's own package: the user's model, or the transformers file it came
+// from. Without such a frame, no place is given.
+std::string one_line(const std::string& message) {
+  static const std::string kInterpreter = "The following operation failed in the TorchScript interpreter.";
+  if (message.rfind(kInterpreter, 0) != 0) return first_line_of(message);
+  static const std::regex kCause(R"(^[A-Za-z_][A-Za-z0-9_.]*(Error|Exception): (.*)$)");
+  static const std::regex kScriptedFrame(R"re(^\s*File "([^"]+)", line (\d+), in (\S+))re");
+  static const std::regex kTracedFrame(R"(^(\S+)\((\d+)\): (\S+)$)");
+  std::istringstream lines(message);
+  std::string line, cause;
+  std::deque<std::string> frames;  // original code, outermost first
+  bool original = false;
+  std::smatch match;
+  while (std::getline(lines, line)) {
+    if (line.rfind("Traceback of TorchScript", 0) == 0) original = line.find("original code") != std::string::npos;
+    if (std::regex_search(line, match, kCause)) {
+      cause = match[2].str();
+      continue;
+    }
+    const bool scripted = std::regex_search(line, match, kScriptedFrame);
+    if (!original || (!scripted && !std::regex_search(line, match, kTracedFrame))) continue;
+    if (match[1].str().find("-packages/torch/") != std::string::npos) continue;  // site- or dist-packages
+    std::string frame = fmt::format("{}:{} in {}", std::filesystem::path(match[1].str()).filename().string(),
+                                    match[2].str(), match[3].str());
+    if (scripted) frames.push_back(std::move(frame));
+    else frames.push_front(std::move(frame));
+  }
+  if (cause.empty()) return first_line_of(message);
+  if (frames.empty()) return first_line_of(cause);
+  return fmt::format("{} (at {})", first_line_of(cause), frames.back());
 }
 
 void set_optimizing_executor(bool enabled) { torch::jit::setGraphExecutorOptimize(enabled); }
@@ -145,7 +199,7 @@ c10::IValue ModelSession::forward(const Batch& batch) {
     // Out of memory is a trial result, not a model error.
     if (is_out_of_memory(e)) throw;
     throw ModelError(fmt::format("{}: forward({}) failed: {}", job_.model_path, describe(batch, which),
-                                 first_line(error_text(e))));
+                                 one_line(error_text(e))));
   }
 }
 

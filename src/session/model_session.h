@@ -71,7 +71,11 @@ std::string out_of_memory_message(const std::exception& e);
 /// The message of `e` without libtorch's C++ backtrace.
 std::string error_text(const std::exception& e);
 
-/// First line of a libtorch error message (no C++ stack trace).
-std::string first_line(const std::string& message);
+/// The one line of a libtorch error message that says what went wrong: its
+/// first line without the C++ stack trace, or, for an error raised inside a
+/// TorchScript graph, the cause and the model's source line ("index out of
+/// range in self (at model.py:83 in forward)"; model_session.cpp, Note
+/// [TorchScript errors]).
+std::string one_line(const std::string& message);
 
 }  // namespace oomtune

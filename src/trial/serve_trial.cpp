@@ -12,6 +12,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "session/model_session.h"
 #include "trial/trial_request.h"
 #include "trial/trial_runner.h"
 
@@ -84,8 +85,9 @@ int serve_trial(const std::string& request_path, const std::string& result_path)
     failed(e.what(), true);
   } catch (const std::exception& e) {
     // Error, or an exception from libtorch (c10::Error) that nothing
-    // wrapped: one failed trial, not the end of the search.
-    failed(e.what(), false);
+    // wrapped: one failed trial, not the end of the search. The report
+    // carries one line, not libtorch's C++ or TorchScript traceback.
+    failed(one_line(error_text(e)), false);
   }
   write_file_atomically(result_path, to_json(report).dump());
   return kExitOk;

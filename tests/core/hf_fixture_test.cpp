@@ -57,6 +57,24 @@ TEST(HuggingFaceFixture, EagerGpt2NeedsAnOutputKey) {
   }
 }
 
+// A traced model's error names the cause and the innermost transformers
+// line: GPT2Config(n_positions=128), so position 128 is past wpe's table
+// (transformers' modeling_gpt2.py line 576 in the exporting version).
+TEST(HuggingFaceFixture, ForwardErrorsNameTheCauseAndTheModelLine) {
+  JobSpec job = hf_job("hf_gpt2_eager_trace.pt");
+  if (!testing::exists(job.model_path)) GTEST_SKIP();
+  for (InputSpec& input : job.inputs) input.shape[1] = 200;
+  try {
+    run_trial(job, baseline_config(job), testing::one_timed_step());
+    FAIL();
+  } catch (const ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("failed: index out of range in self (at modeling_gpt2.py:576 in forward)"),
+              std::string::npos)
+        << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "one line";
+  }
+}
+
 TEST(HuggingFaceFixture, SdpaGpt2LoadsOnlyWhereTheOperatorExists) {
   const JobSpec job = hf_job("hf_gpt2_sdpa_trace.pt");
   if (!testing::exists(job.model_path)) GTEST_SKIP();

@@ -1,0 +1,74 @@
+// one_line(): the line of a libtorch error a user is shown (Note
+// [TorchScript errors] in src/session/model_session.cpp). The messages are
+// cut from real ones (libtorch 1.13 scripted; PyTorch 2.11 traced).
+
+#include <gtest/gtest.h>
+
+#include "session/model_session.h"
+
+namespace oomtune {
+namespace {
+
+TEST(ErrorLine, APlainErrorKeepsItsFirstLineWithoutTheCxxFrames) {
+  EXPECT_EQ(one_line("shape '[4, 8]' is invalid for input of size 3 Exception raised from view at aten.cpp:1\nframe #0"),
+            "shape '[4, 8]' is invalid for input of size 3");
+}
+
+TEST(ErrorLine, AScriptedModelGivesTheCauseAndTheInnermostUserFrame) {
+  const std::string message = R"(The following operation failed in the TorchScript interpreter.
+Traceback of TorchScript, serialized code (most recent call last):
+  File "code/__torch__.py", line 18, in forward
+    _0 = (tok_emb).forward(input_ids, )
+          ~~~~~~~~~~~~~~~~ <--- HERE
+Traceback of TorchScript, original code (most recent call last):
+  File "/home/me/train/model.py", line 83, in forward
+        x = self.drop(self.tok_emb(input_ids) + self.pos_emb(self.positions[:T]))
+                      ~~~~~~~~~~~~ <--- HERE
+  File "/home/me/train/layers.py", line 12, in embed
+        return F.embedding(
+  File "/usr/lib/python3/dist-packages/torch/nn/functional.py", line 2210, in embedding
+    return torch.embedding(weight, input, padding_idx, scale_grad_by_freq, sparse)
+           ~~~~~~~~~~~~~~~ <--- HERE
+RuntimeError: index out of range in self
+)";
+  EXPECT_EQ(one_line(message), "index out of range in self (at layers.py:12 in embed)");
+}
+
+TEST(ErrorLine, ATracedModelListsItsInnermostFrameFirst) {
+  const std::string message = R"(The following operation failed in the TorchScript interpreter.
+Traceback of TorchScript, serialized code (most recent call last):
+  File "code/__torch__/transformers/models/gpt2/modeling_gpt2.py", line 48, in forward
+    position_embeds = torch.to((wpe).forward(input, ), dtype=6, layout=0, device=torch.device("cpu"))
+                                ~~~~~~~~~~~~ <--- HERE
+
+Traceback of TorchScript, original code (most recent call last):
+/opt/venv/lib/python3.12/site-packages/torch/nn/functional.py(2567): embedding
+/opt/venv/lib/python3.12/site-packages/torch/nn/modules/sparse.py(189): forward
+/opt/venv/lib/python3.12/site-packages/transformers/models/gpt2/modeling_gpt2.py(576): forward
+/opt/venv/lib/python3.12/site-packages/transformers/utils/generic.py(939): wrapper
+/opt/venv/lib/python3.12/site-packages/torch/jit/_trace.py(1216): trace_module
+/home/me/export.py(86): hf
+RuntimeError: index out of range in self
+)";
+  EXPECT_EQ(one_line(message), "index out of range in self (at modeling_gpt2.py:576 in forward)");
+}
+
+TEST(ErrorLine, NoUserFrameGivesTheCauseAlone) {
+  const std::string message = R"(The following operation failed in the TorchScript interpreter.
+Traceback of TorchScript, serialized code (most recent call last):
+  File "code/__torch__.py", line 9, in forward
+    return torch.mm(x, w)
+Traceback of TorchScript, original code (most recent call last):
+  File "/usr/lib/python3/dist-packages/torch/nn/functional.py", line 2210, in linear
+RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x256 and 16x32)
+)";
+  EXPECT_EQ(one_line(message), "mat1 and mat2 shapes cannot be multiplied (4x256 and 16x32)");
+}
+
+TEST(ErrorLine, AnInterpreterMessageWithoutACauseLineKeepsItsFirstLine) {
+  EXPECT_EQ(one_line("The following operation failed in the TorchScript interpreter.\nTraceback of TorchScript"),
+            "The following operation failed in the TorchScript interpreter.");
+}
+
+}  // namespace
+}  // namespace oomtune
