@@ -5,6 +5,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -42,9 +43,11 @@ std::vector<std::string> files_in(const fs::path& dir) {
 class TempDir {
  public:
   TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("oomtune_emit_test_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    // A parameterized test is named "Name/param": flattened, so that the
+    // destructor removes the whole folder, not only a "param" subfolder.
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    path_ = fs::temp_directory_path() / ("oomtune_emit_test_" + std::to_string(::getpid()) + "_" + name);
     fs::remove_all(path_);
     fs::create_directories(path_);
   }

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <ostream>
@@ -48,15 +49,23 @@ std::string example_model(const std::string& name) {
 
 bool exists(const std::string& path) { return std::ifstream(path).good(); }
 
-/// The models of make_checkpoint_models.py, written once per test process.
+/// The models of make_checkpoint_models.py, written once per test process
+/// into a folder removed when the process exits.
 std::string test_model(const std::string& name) {
-  static const std::string dir = [] {
+  struct ModelDir {
+    std::string path;  // empty when the export failed
+    ~ModelDir() {
+      std::error_code ignored;
+      if (!path.empty()) std::filesystem::remove_all(path, ignored);
+    }
+  };
+  static const ModelDir dir = [] {
     const std::string out = ::testing::TempDir() + "oomtune_ckpt_models_" + std::to_string(::getpid());
     const std::string command = "/usr/bin/python3 " + std::string(OOMTUNE_SOURCE_DIR) +
                                 "/tests/strategies/make_checkpoint_models.py " + out + " 2>&1";
-    return std::system(command.c_str()) == 0 ? out : std::string();
+    return ModelDir{std::system(command.c_str()) == 0 ? out : std::string()};
   }();
-  return dir.empty() ? std::string() : dir + "/" + name;
+  return dir.path.empty() ? std::string() : dir.path + "/" + name;
 }
 
 #define LOAD_OR_SKIP(var, path)                                       \
