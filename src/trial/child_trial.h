@@ -5,8 +5,13 @@
 // outcome in the report, never the end of the search; each trial starts
 // with a fresh allocator, so one trial's cache never distorts the next.
 //
-// The request and report travel as files (src/trial/trial_request.h); the
-// child side is src/trial/serve_trial.h. No libtorch on this side.
+// The request and report travel as files in a fresh folder under $TMPDIR
+// (/tmp by default; src/trial/trial_request.h); the child side is
+// src/trial/serve_trial.h. No libtorch on this side.
+//
+// The child dies with its parent (PR_SET_PDEATHSIG), so no trial outlives an
+// oomtune that was killed. SIGINT, SIGTERM or SIGHUP during a trial kill the
+// child, remove the trial's folder and end oomtune by that signal.
 
 #include <string>
 

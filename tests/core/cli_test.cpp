@@ -1,12 +1,17 @@
 // The oomtune executable end to end: JSON output, exit codes, one-line errors.
 
+#include <signal.h>
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -119,6 +124,91 @@ TEST(Cli, BadModelFilesExitTwoWithOneLine) {
     EXPECT_EQ(line.rfind("oomtune: " + c.expected, 0), 0u) << line;
     EXPECT_EQ(r.err.find("Exception raised from"), std::string::npos) << "no C++ stack trace";
   }
+}
+
+// ---- Signals: no trial outlives oomtune, no trial folder outlives a trial.
+
+// The pid of a live process whose command line mentions `text`, or -1.
+pid_t process_mentioning(const std::string& text) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    std::string cmdline = testing::slurp(entry.path() / "cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(text) == std::string::npos) continue;
+    const std::string stat = testing::slurp(entry.path() / "stat");
+    const auto state = stat.find(") ");
+    if (state != std::string::npos && stat.compare(state + 2, 1, "Z") == 0) continue;  // dead, not yet reaped
+    return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+// Polls `done` every 50 ms for up to `seconds`.
+template <typename F>
+bool eventually(F done, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return done();
+}
+
+// Starts `oomtune probe` whose trial hangs in forward, with its own TMPDIR;
+// returns the parent's pid once the trial child runs.
+struct HangingProbe {
+  std::filesystem::path tmp;
+  pid_t parent = -1;
+  pid_t child = -1;
+};
+
+HangingProbe start_hanging_probe(const std::string& name) {
+  HangingProbe p;
+  p.tmp = std::filesystem::temp_directory_path() / ("oomtune_signal_test_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(p.tmp);
+  std::filesystem::create_directories(p.tmp);
+  const std::string job = job_for_model(name + ".toml", testing::test_model("mlp"));
+  p.parent = ::fork();
+  if (p.parent == 0) {
+    ::setenv("TMPDIR", p.tmp.c_str(), 1);
+    ::setenv("OOMTUNE_TEST_FAULT", "hang:forward", 1);
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, STDOUT_FILENO);
+    ::dup2(devnull, STDERR_FILENO);
+    ::execl(OOMTUNE_BINARY, OOMTUNE_BINARY, "probe", job.c_str(), "--no-fit", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  eventually([&] { return (p.child = process_mentioning(p.tmp.string())) > 0; }, 60);
+  return p;
+}
+
+TEST(Cli, SigtermDuringATrialKillsItAndRemovesItsFolder) {
+  if (!testing::exists(testing::test_model("mlp"))) GTEST_SKIP();
+  HangingProbe p = start_hanging_probe("sigterm");
+  ASSERT_GT(p.child, 0) << "no trial child started";
+  ASSERT_FALSE(std::filesystem::is_empty(p.tmp)) << "the trial's folder";
+  ::kill(p.parent, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(::waitpid(p.parent, &status, 0), p.parent);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "status " << status;
+  EXPECT_TRUE(eventually([&] { return process_mentioning(p.tmp.string()) < 0; }, 10)) << "the trial outlived oomtune";
+  EXPECT_TRUE(std::filesystem::is_empty(p.tmp)) << "a trial folder was left in " << p.tmp;
+  ::kill(p.child, SIGKILL);  // after a failure, leave no hanging trial behind
+  std::filesystem::remove_all(p.tmp);
+}
+
+TEST(Cli, ATrialDiesWithAKilledParent) {
+  if (!testing::exists(testing::test_model("mlp"))) GTEST_SKIP();
+  HangingProbe p = start_hanging_probe("sigkill");
+  ASSERT_GT(p.child, 0) << "no trial child started";
+  ::kill(p.parent, SIGKILL);  // no handler runs: only PR_SET_PDEATHSIG can end the child
+  int status = 0;
+  ASSERT_EQ(::waitpid(p.parent, &status, 0), p.parent);
+  EXPECT_TRUE(eventually([&] { return process_mentioning(p.tmp.string()) < 0; }, 10))
+      << "the trial (pid " << p.child << ") outlived its killed parent";
+  ::kill(p.child, SIGKILL);
+  std::filesystem::remove_all(p.tmp);
 }
 
 TEST(Cli, OutputSelectionErrorsListWhatTheModelReturns) {
