@@ -20,6 +20,14 @@ at::Tensor expect_tensor(const c10::IValue& value, const std::string& what, cons
   return value.toTensor();
 }
 
+// ": its range in the job spec is [0, 5000)" for an input with a range.
+std::string spec_range(const JobSpec& job, const std::string& input) {
+  for (const InputSpec& spec : job.inputs)
+    if (spec.name == input && spec.low && spec.high)
+      return fmt::format(": its range in the job spec is [{}, {})", *spec.low, *spec.high);
+  return "";
+}
+
 }  // namespace
 
 at::Tensor select_output(const c10::IValue& output, const OutputSelector& selector, bool want_loss,
@@ -72,7 +80,18 @@ at::Tensor compute_loss(const JobSpec& job, const at::Tensor& output, const Batc
           throw ModelError(fmt::format("{}: cross_entropy: output [{}] does not match target '{}' [{}]", path,
                                        fmt::join(output.sizes(), ", "), job.loss.target,
                                        fmt::join(target.sizes(), ", ")));
-        return at::cross_entropy_loss(output.reshape({-1, classes}).to(at::kFloat), target.reshape({-1}).to(at::kLong));
+        try {
+          return at::cross_entropy_loss(output.reshape({-1, classes}).to(at::kFloat),
+                                        target.reshape({-1}).to(at::kLong));
+        } catch (const c10::Error& e) {
+          // "Target 3757 is out of bounds." alone does not say what bounds.
+          const std::string message = one_line(e.what_without_backtrace());
+          if (message.find("out of bounds") == std::string::npos) throw;
+          throw ModelError(fmt::format("{}: loss failed: {} The model's output has {} classes, so target '{}' must "
+                                       "lie in [0, {}){}",
+                                       path, message, classes, job.loss.target, classes,
+                                       spec_range(job, job.loss.target)));
+        }
       }
       case LossSpec::Kind::kMse: {
         const at::Tensor& target = batch.get(job.loss.target);

@@ -126,6 +126,39 @@ TEST(Cli, BadModelFilesExitTwoWithOneLine) {
   }
 }
 
+TEST(Cli, AnOutOfRangeTargetNamesTheClassCount) {
+  if (!testing::exists(testing::example_model("gpt"))) GTEST_SKIP();
+  // The example GPT has a 1000-token vocabulary; targets drawn from [0, 5000).
+  const std::string job = testing::write_temp_file("target_range.toml", "model = \"" + testing::example_model("gpt") +
+                                                                            R"("
+global_batch = 4
+
+[[inputs]]
+name = "input_ids"
+shape = ["batch", 64]
+dtype = "int64"
+range = [0, 1000]
+
+[[inputs]]
+name = "targets"
+shape = ["batch", 64]
+dtype = "int64"
+range = [0, 5000]
+
+[loss]
+kind = "cross_entropy"
+target = "targets"
+)");
+  const RunResult r = run_oomtune("probe " + job + " --no-fit");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  const std::string line = last_line(r.err);
+  EXPECT_NE(line.find(": loss failed: Target "), std::string::npos) << line;
+  EXPECT_NE(line.find("is out of bounds. The model's output has 1000 classes, so target 'targets' must lie in "
+                      "[0, 1000): its range in the job spec is [0, 5000)"),
+            std::string::npos)
+      << line;
+}
+
 // ---- Signals: no trial outlives oomtune, no trial folder outlives a trial.
 
 // The pid of a live process whose command line mentions `text`, or -1.
