@@ -128,27 +128,17 @@ TEST(Cli, BadModelFilesExitTwoWithOneLine) {
 
 TEST(Cli, AnOutOfRangeTargetNamesTheClassCount) {
   if (!testing::exists(testing::example_model("gpt"))) GTEST_SKIP();
-  // The example GPT has a 1000-token vocabulary; targets drawn from [0, 5000).
-  const std::string job = testing::write_temp_file("target_range.toml", "model = \"" + testing::example_model("gpt") +
-                                                                            R"("
-global_batch = 4
-
-[[inputs]]
-name = "input_ids"
-shape = ["batch", 64]
-dtype = "int64"
-range = [0, 1000]
-
-[[inputs]]
-name = "targets"
-shape = ["batch", 64]
-dtype = "int64"
-range = [0, 5000]
-
-[loss]
-kind = "cross_entropy"
-target = "targets"
-)");
+  // examples/gpt.toml (a 1000-token vocabulary) with targets drawn from [0, 5000).
+  std::string text = testing::slurp(std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml");
+  const auto targets = text.find("name = \"targets\"");
+  const auto range = text.find("range = [0, 1000]", targets);
+  ASSERT_NE(range, std::string::npos) << text;
+  text.replace(range, std::string("range = [0, 1000]").size(), "range = [0, 5000]");
+  const auto model = text.find("model = \"models/gpt.pt\"");
+  ASSERT_NE(model, std::string::npos) << text;
+  text.replace(model, std::string("model = \"models/gpt.pt\"").size(),
+               "model = \"" + testing::example_model("gpt") + "\"");
+  const std::string job = testing::write_temp_file("target_range.toml", text);
   const RunResult r = run_oomtune("probe " + job + " --no-fit");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   const std::string line = last_line(r.err);
