@@ -38,12 +38,40 @@ Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& fr
   out.event_phase.assign(n, Phase::kUnknown);
   out.event_category.assign(n, Category::kTemporaries);
 
-  // Phases: frames first, then trace order for frameless events.
+  // One pass (a 10^7-event trace: no per-event side tables but the outputs).
+  // An allocation is retained when a phase boundary comes after it and no
+  // later than its free (free_requested, or free_completed alone), or it is
+  // never freed. Boundaries are numbered as they come: `epoch` counts those
+  // at or before the current event, so a boundary lies in (alloc, free]
+  // exactly when the epoch grew between the two.
+  struct Open {
+    size_t event;
+    uint64_t epoch;
+  };
+  std::unordered_map<int64_t, Open> open;  // addr -> its last alloc not yet freed
+  auto categorize = [&](size_t i, bool retained) {
+    Category c = Category::kTemporaries;
+    if (frames.allocates_parameters(trace[i].frames)) {
+      c = Category::kParameters;
+    } else if (retained) {
+      switch (out.event_phase[i]) {
+        case Phase::kOptimizer: c = Category::kOptimizerState; break;
+        case Phase::kBackward: c = Category::kGradients; break;
+        case Phase::kForward: c = Category::kActivations; break;
+        default: c = Category::kUnattributed; break;
+      }
+    }
+    out.event_category[i] = c;
+  };
+
   Phase last_framed = Phase::kUnknown;
   bool seen_forward = false;
   bool seen_after_forward = false;  // a backward/optimizer event since the last iteration start
+  Phase current = Phase::kUnknown;  // the training phase run we are in (kUnknown after an oom)
+  uint64_t epoch = 0;
   for (size_t i = 0; i < n; ++i) {
     const TraceEvent& e = trace[i];
+    // Phase: frames first, then trace order for frameless events.
     Phase p = frames.phase(e.frames);
     if (e.frames == 0) {
       if (last_framed == Phase::kOptimizer) {
@@ -69,63 +97,29 @@ Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& fr
       seen_after_forward = seen_forward;
     }
     out.event_phase[i] = p;
-  }
 
-  // Phase boundary after each event: the first later event that starts a
-  // different training phase run, or an oom.
-  std::vector<uint32_t> boundary(n, static_cast<uint32_t>(n));
-  {
-    // run_end[i]: index of the first event after i that starts a different
-    // training phase run, or is an oom.
-    uint32_t pending_from = 0;  // first event whose boundary is not yet known
-    Phase current = Phase::kUnknown;
-    for (size_t i = 0; i < n; ++i) {
-      const Phase p = out.event_phase[i];
-      const bool oom = trace[i].action == TraceAction::kOom;
-      const bool change = is_training_phase(p) && current != Phase::kUnknown && p != current;
-      if (oom || change) {
-        for (size_t j = pending_from; j < i; ++j) boundary[j] = static_cast<uint32_t>(i);
-        pending_from = static_cast<uint32_t>(i);
-      }
-      if (is_training_phase(p)) current = p;
-      if (oom) current = Phase::kUnknown;
-    }
-    for (size_t j = pending_from; j < n; ++j) boundary[j] = static_cast<uint32_t>(n);
-  }
+    // A phase boundary: an event that starts a different training phase
+    // run, or an oom.
+    const bool oom = e.action == TraceAction::kOom;
+    if (oom || (is_training_phase(p) && current != Phase::kUnknown && p != current)) ++epoch;
+    if (is_training_phase(p)) current = p;
+    if (oom) current = Phase::kUnknown;
 
-  // Free index of each allocation (free_requested, or free_completed alone).
-  std::unordered_map<int64_t, size_t> open;  // addr -> alloc event
-  std::vector<uint32_t> freed_at(n, UINT32_MAX);
-  for (size_t i = 0; i < n; ++i) {
-    const TraceEvent& e = trace[i];
     if (e.action == TraceAction::kAlloc) {
-      open[e.addr] = i;
+      auto [it, inserted] = open.try_emplace(e.addr, Open{i, epoch});
+      if (!inserted) {  // the earlier alloc at this address is never freed
+        categorize(it->second.event, true);
+        it->second = Open{i, epoch};
+      }
     } else if (e.action == TraceAction::kFreeRequested || e.action == TraceAction::kFreeCompleted) {
       auto it = open.find(e.addr);
       if (it != open.end()) {
-        freed_at[it->second] = static_cast<uint32_t>(i);
+        categorize(it->second.event, epoch > it->second.epoch);
         open.erase(it);
       }
     }
   }
-
-  for (size_t i = 0; i < n; ++i) {
-    const TraceEvent& e = trace[i];
-    if (e.action != TraceAction::kAlloc) continue;
-    const bool retained = freed_at[i] == UINT32_MAX || freed_at[i] >= boundary[i];
-    Category c = Category::kTemporaries;
-    if (frames.allocates_parameters(e.frames)) {
-      c = Category::kParameters;
-    } else if (retained) {
-      switch (out.event_phase[i]) {
-        case Phase::kOptimizer: c = Category::kOptimizerState; break;
-        case Phase::kBackward: c = Category::kGradients; break;
-        case Phase::kForward: c = Category::kActivations; break;
-        default: c = Category::kUnattributed; break;
-      }
-    }
-    out.event_category[i] = c;
-  }
+  for (const auto& [addr, o] : open) categorize(o.event, true);
   return out;
 }
 

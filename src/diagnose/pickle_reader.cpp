@@ -1,5 +1,6 @@
 #include "diagnose/pickle_reader.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -52,6 +53,14 @@ class Input {
     *byte = static_cast<uint8_t>(data_[pos_++]);
     return true;
   }
+
+  /// The buffered bytes not read yet (never refills), to read in place;
+  /// advance(n) then consumes n of them.
+  const uint8_t* window(size_t* available) const {
+    *available = end_ - pos_;
+    return reinterpret_cast<const uint8_t*>(data_ + pos_);
+  }
+  void advance(size_t n) { pos_ += n; }
 
   /// Exactly n bytes into dst, or throws Truncated.
   void read(char* dst, size_t n) {
@@ -189,11 +198,13 @@ constexpr uint64_t kDenseMemoSlack = uint64_t{1} << 20;
 
 class Machine {
  public:
-  Machine(Input& in, std::string name) : in_(in), name_(std::move(name)) {}
+  Machine(Input& in, std::string name, ItemSink* sink) : in_(in), name_(std::move(name)), sink_(sink) {}
 
   PickleDocument run() {
     try {
       return run_inner();
+    } catch (const NotInStore& e) {  // only with a sink: a placeholder or taken list used as stored
+      abandon(e.what());
     } catch (const Input::Truncated& t) {
       fail(fmt::format("truncated: the input ends at byte {} while {} needed {} more byte{}", in_.offset(),
                        current_name(), t.missing, t.missing == 1 ? "" : "s"));
@@ -273,7 +284,132 @@ class Machine {
     return t;
   }
 
+  // ---- streaming into the sink (ItemSink in pickle_reader.h)
+
+  [[noreturn]] void abandon(const std::string& why) const {
+    throw SinkAbandoned(fmt::format("{}: streaming stopped at byte {}: {}", name_, op_offset_, why));
+  }
+
+  /// EMPTY_LIST made `list` (not pushed yet): offers it to the sink when it
+  /// is an item of the list under a key of the top-level dict being filled:
+  /// stack = dict, MARK, key, value, ..., key, outer list[, MARK, items]
+  /// (keys at odd positions, the outer list at an even one).
+  void offer(ValueRef list) {
+    const ValueStore& s = doc_.store;
+    if (marks_.empty() || marks_.size() > 2 || marks_[0] != 1 || s.kind(stack_[0]) != ValueKind::kDict) return;
+    const size_t outer = marks_.size() == 2 ? marks_[1] - 1 : stack_.size() - 1;
+    if (outer < 2 || outer % 2 != 0 || s.kind(stack_[outer]) != ValueKind::kList ||
+        s.kind(stack_[outer - 1]) != ValueKind::kString) {
+      return;
+    }
+    if (!sink_->claim(s.as_text(stack_[outer - 1]), list)) return;
+    if (claimed_ && appended_ != opened_) abandon("a claimed list still misses items when the next is claimed");
+    first_id_ += opened_;
+    opened_ = appended_ = 0;
+    filling_ = kNone;
+    item_height_ = 1;
+    claimed_ = true;
+    claimed_list_ = list;
+  }
+
+  /// True when EMPTY_DICT opens an item of the claimed list's APPENDS batch.
+  bool opens_item() const {
+    return claimed_ && !marks_.empty() && marks_.back() > 0 && stack_[marks_.back() - 1] == claimed_list_;
+  }
+
+  /// True inside the SETITEMS batch of the item being filled (the last
+  /// MARK is right above its placeholder).
+  bool in_item_batch() const {
+    return filling_ != kNone && !marks_.empty() && marks_.back() > 0 &&
+           stack_[marks_.back() - 1] == ValueStore::placeholder(first_id_ + filling_);
+  }
+
+  /// An int read from the input. In an item's batch it is transient: the
+  /// sink reads it, the store need not keep it (fill_item forgets it).
+  ValueRef make_int(int64_t value) {
+    return in_item_batch() ? doc_.store.make_transient_int(value) : doc_.store.make_int(value);
+  }
+
+  /// APPENDS filled `list`, made in the batch of the item being filled
+  /// (a trace event's frames list): when an earlier list has the same items,
+  /// that one takes its place (ValueStore::share_list), so ten million
+  /// frames lists cost no container each. Only when every ref to `list` is
+  /// known: the stack top, and at most one memo entry.
+  void share_fresh_list(ValueRef list) {
+    fresh_list_ = ValueRef();
+    if (fresh_item_ != filling_ || !in_item_batch() || fresh_memo_puts_ > 1) return;
+    for (size_t i = marks_.back(); i + 1 < stack_.size(); ++i) {
+      if (stack_[i] == list) return;  // a copy on the stack
+    }
+    ValueRef* memo = nullptr;
+    if (fresh_memo_puts_ == 1) {
+      if (fresh_memo_index_ < memo_.size()) {
+        memo = &memo_[fresh_memo_index_];
+      } else {
+        auto it = sparse_memo_.find(fresh_memo_index_);
+        if (it != sparse_memo_.end()) memo = &it->second;
+      }
+      if (memo == nullptr || *memo != list) return;
+    }
+    const ValueRef shared = doc_.store.share_list(list, fresh_children_);
+    if (shared == list) return;
+    stack_.back() = shared;
+    if (memo != nullptr) *memo = shared;
+  }
+
+  void open_item() {
+    if (first_id_ + opened_ >= ValueStore::kMaxEntries) abandon("too many items");
+    sink_->open_item(in_.remaining());
+    push(ValueStore::placeholder(first_id_ + opened_));
+    filling_ = opened_++;
+  }
+
+  /// SETITEM(S) on a placeholder: its pairs go to the sink.
+  void fill_item(uint32_t id, size_t first, bool pairs) {
+    const size_t count = stack_.size() - first;
+    if (count == 0 && pairs) return;  // an empty batch changes nothing
+    if (!pairs || filling_ == kNone || id != first_id_ + filling_ || count % 2 != 0) {
+      abandon("a streamed dict used otherwise than filled once");
+    }
+    int tallest = 0;
+    uint32_t other = 0;
+    for (size_t i = first; i < stack_.size(); ++i) {
+      if (ValueStore::is_placeholder(stack_[i], &other)) abandon("a streamed dict inside a streamed dict");
+      tallest = std::max(tallest, doc_.store.height(stack_[i]));
+    }
+    if (tallest + 1 > kMaxPickleDepth) abandon("nesting too deep");
+    sink_->set_items(doc_.store, filling_, stack_.data() + first, count);
+    doc_.store.clear_transients();  // the batch's ints are read; none is left on the stack
+    filling_ = kNone;
+    item_height_ = std::max(item_height_, tallest + 1);
+    stack_.resize(first);
+  }
+
+  /// APPEND(S) of placeholders to the claimed list: they must be its items
+  /// in the order opened, each once.
+  void append_items(ValueRef container, size_t first) {
+    const size_t count = stack_.size() - first;
+    if (container != claimed_list_) abandon("a streamed dict added to another container");
+    for (size_t i = 0; i < count; ++i) {
+      uint32_t id = 0;
+      if (!ValueStore::is_placeholder(stack_[first + i], &id) || id != first_id_ + appended_ + i) {
+        abandon("the claimed list's items appended out of order");
+      }
+    }
+    doc_.store.append_taken(container, count, item_height_);
+    appended_ += static_cast<uint32_t>(count);
+    stack_.resize(first);
+    check_depth(container);
+  }
+
   void append_to(ValueRef container, size_t first, bool pairs) {
+    uint32_t id = 0;
+    if (claimed_) {  // placeholders exist only then
+      if (ValueStore::is_placeholder(container, &id)) return fill_item(id, first, pairs);
+      if (!pairs && first < stack_.size() && ValueStore::is_placeholder(stack_[first], &id)) {
+        return append_items(container, first);
+      }
+    }
     const ValueKind kind = doc_.store.kind(container);
     const size_t count = stack_.size() - first;
     if (pairs) {
@@ -287,10 +423,17 @@ class Machine {
     doc_.store.append_children(container, stack_.data() + first, count);
     stack_.resize(first);
     check_depth(container);
+    if (container == fresh_list_ && !pairs && !stack_.empty() && stack_.back() == container) {
+      share_fresh_list(container);
+    }
   }
 
   void memo_put(uint64_t index) {
-    const ValueRef v = top();
+    const ValueRef v = doc_.store.lasting(top());
+    if (v == fresh_list_) {
+      ++fresh_memo_puts_;
+      fresh_memo_index_ = index;
+    }
     if (index < memo_.size()) {
       if (memo_[index] == kUnset) ++memo_count_;
       memo_[index] = v;
@@ -315,6 +458,37 @@ class Machine {
                      index));
   }
 
+  /// BINGET / LONG_BINGET, then the ones right after it read in place from
+  /// the buffer without going back through the dispatch: they are ~70 % of a
+  /// snapshot's opcodes (dict keys, frames lists), mostly in runs. The loop
+  /// stops at anything else: an opcode or argument not wholly buffered, or
+  /// an index the dense memo does not hold (the dispatch then reads it, and
+  /// says what is wrong).
+  void get_run(uint8_t op) {
+    push(memo_get(read_le(op == 'h' ? 1 : 4)));
+    size_t available = 0;
+    const uint8_t* p = in_.window(&available);
+    const uint8_t* const end = p + available;
+    const int64_t base = in_.offset();
+    const uint8_t* at = p;
+    while (end - at >= 2) {
+      uint32_t index = at[1];
+      size_t length = 2;
+      if (at[0] == 'j' && end - at >= 5) {
+        index = uint32_t{at[1]} | uint32_t{at[2]} << 8 | uint32_t{at[3]} << 16 | uint32_t{at[4]} << 24;
+        length = 5;
+      } else if (at[0] != 'h') {
+        break;
+      }
+      if (index >= memo_.size() || memo_[index] == kUnset) break;
+      op_offset_ = base + (at - p);
+      op_ = at[0];
+      push(memo_[index]);
+      at += length;
+    }
+    in_.advance(static_cast<size_t>(at - p));
+  }
+
   void read_text(ValueKind kind, uint64_t length) {
     const size_t n = checked_length(length);
     ValueRef ref;
@@ -327,13 +501,13 @@ class Machine {
   void read_long(uint64_t n_raw) {
     const size_t n = checked_length(n_raw);
     if (n == 0) {
-      push(doc_.store.make_int(0));
+      push(make_int(0));
       return;
     }
     if (n <= 8) {
       uint64_t v = read_le(static_cast<int>(n));
       if (n < 8 && (v >> (8 * n - 1)) & 1) v |= ~uint64_t{0} << (8 * n);  // sign-extend
-      push(doc_.store.make_int(static_cast<int64_t>(v)));
+      push(make_int(static_cast<int64_t>(v)));
       return;
     }
     // Longer: fits in 64 bits only if the high bytes are sign padding.
@@ -345,7 +519,7 @@ class Machine {
       if (!in_.next(&b)) throw Input::Truncated{n - i};
       if (b != pad) fits = false;
     }
-    push(fits ? doc_.store.make_int(static_cast<int64_t>(low)) : doc_.store.make_huge_int());
+    push(fits ? make_int(static_cast<int64_t>(low)) : doc_.store.make_huge_int());
   }
 
   int64_t parse_decimal(const std::string& text) {
@@ -388,8 +562,12 @@ class Machine {
           break;
         }
         case '.': {  // STOP
-          doc_.root = pop();
+          doc_.root = doc_.store.lasting(pop());
           if (!marks_.empty()) fail(fmt::format("STOP at byte {} with an unclosed MARK", op_offset_));
+          uint32_t id = 0;
+          if (claimed_ && (appended_ != opened_ || ValueStore::is_placeholder(doc_.root, &id))) {
+            abandon("a streamed dict was not appended to its list");
+          }
           doc_.bytes_read = in_.offset();
           return std::move(doc_);
         }
@@ -403,8 +581,25 @@ class Machine {
         case '1': stack_.resize(pop_mark()); break;
         case '2': push(top()); break;
         // ---- containers
-        case '}': push(doc_.store.make_container(ValueKind::kDict)); break;
-        case ']': push(doc_.store.make_container(ValueKind::kList)); break;
+        case '}':
+          if (opens_item()) {
+            open_item();
+          } else {
+            push(doc_.store.make_container(ValueKind::kDict));
+          }
+          break;
+        case ']': {
+          const ValueRef list = doc_.store.make_container(ValueKind::kList);
+          if (sink_ != nullptr && marks_.size() <= 2) offer(list);
+          if (in_item_batch()) {  // maybe a frames list: see share_fresh_list
+            fresh_list_ = list;
+            fresh_item_ = filling_;
+            fresh_children_ = doc_.store.child_count();
+            fresh_memo_puts_ = 0;
+          }
+          push(list);
+          break;
+        }
         case 0x8f: push(doc_.store.make_container(ValueKind::kList)); break;  // EMPTY_SET
         case ')': push(doc_.store.make_container(ValueKind::kTuple)); break;
         case 'd': {  // DICT
@@ -467,9 +662,9 @@ class Machine {
           break;
         }
         // ---- numbers
-        case 'J': push(doc_.store.make_int(static_cast<int32_t>(static_cast<uint32_t>(read_le(4))))); break;
-        case 'K': push(doc_.store.make_int(static_cast<int64_t>(read_le(1)))); break;
-        case 'M': push(doc_.store.make_int(static_cast<int64_t>(read_le(2)))); break;
+        case 'J': push(make_int(static_cast<int32_t>(static_cast<uint32_t>(read_le(4))))); break;
+        case 'K': push(make_int(static_cast<int64_t>(read_le(1)))); break;
+        case 'M': push(make_int(static_cast<int64_t>(read_le(2)))); break;
         case 0x8a: read_long(read_le(1)); break;
         case 0x8b: {
           const int64_t n = static_cast<int32_t>(static_cast<uint32_t>(read_le(4)));
@@ -483,13 +678,13 @@ class Machine {
             push(doc_.store.make_bool(text == "01"));
           } else {
             const int64_t v = parse_decimal(text);
-            push(v == INT64_MIN ? doc_.store.make_huge_int() : doc_.store.make_int(v));
+            push(v == INT64_MIN ? doc_.store.make_huge_int() : make_int(v));
           }
           break;
         }
         case 'L': {
           const int64_t v = parse_decimal(in_.line(kMaxLine));
-          push(v == INT64_MIN ? doc_.store.make_huge_int() : doc_.store.make_int(v));
+          push(v == INT64_MIN ? doc_.store.make_huge_int() : make_int(v));
           break;
         }
         case 'G': {
@@ -544,8 +739,8 @@ class Machine {
           memo_put(static_cast<uint64_t>(v));
           break;
         }
-        case 'h': push(memo_get(read_le(1))); break;
-        case 'j': push(memo_get(read_le(4))); break;
+        case 'h':
+        case 'j': get_run(op); break;
         case 'g': {
           const int64_t v = parse_decimal(in_.line(kMaxLine));
           if (v < 0) fail(fmt::format("GET at byte {}: bad memo index", op_offset_));
@@ -584,6 +779,23 @@ class Machine {
 
   Input& in_;
   std::string name_;
+  ItemSink* sink_ = nullptr;
+  // Streaming: the list claimed last, and its items by placeholder id
+  // (first_id_ + item index; ids keep counting across claimed lists).
+  static constexpr uint32_t kNone = UINT32_MAX;
+  bool claimed_ = false;
+  ValueRef claimed_list_;
+  uint32_t first_id_ = 0;
+  uint32_t opened_ = 0;     // items opened (EMPTY_DICT)
+  uint32_t appended_ = 0;   // items appended to the list, in order
+  uint32_t filling_ = kNone;  // the item whose pairs may come (the last opened, not yet filled)
+  int item_height_ = 1;     // tallest item so far
+  // The list made last in an item's batch (None: none), for share_fresh_list.
+  ValueRef fresh_list_;
+  uint32_t fresh_item_ = kNone;    // the item it was made for
+  size_t fresh_children_ = 0;      // the store's child count when it was made
+  int fresh_memo_puts_ = 0;        // memo entries it was put in
+  uint64_t fresh_memo_index_ = 0;  // the last of them
   PickleDocument doc_;
   std::vector<ValueRef> stack_;
   std::vector<size_t> marks_;
@@ -596,12 +808,12 @@ class Machine {
 
 }  // namespace
 
-PickleDocument read_pickle_bytes(std::string_view bytes, const std::string& name) {
+PickleDocument read_pickle_bytes(std::string_view bytes, const std::string& name, ItemSink* sink) {
   Input in(bytes);
-  return Machine(in, name).run();
+  return Machine(in, name, sink).run();
 }
 
-PickleDocument read_pickle_file(const std::string& path) {
+PickleDocument read_pickle_file(const std::string& path, ItemSink* sink) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!file) throw SnapshotError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
   if (std::fseek(file.get(), 0, SEEK_END) != 0) {
@@ -612,7 +824,7 @@ PickleDocument read_pickle_file(const std::string& path) {
   std::rewind(file.get());
   if (size == 0) throw SnapshotError(fmt::format("{}: pickle: the file is empty", path));
   Input in(file.get(), size);
-  return Machine(in, path).run();
+  return Machine(in, path, sink).run();
 }
 
 }  // namespace oomtune::diagnose

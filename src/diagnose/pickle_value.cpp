@@ -19,10 +19,12 @@ enum Tag : uint32_t {
   kTagInt = 2,       // payload: index in ints_
   kTagFloat = 3,     // payload: index in floats_
   kTagText = 4,      // payload: index in texts_
-  kTagContainer = 5, // payload: index in containers_
+  kTagContainer = ValueRef::kContainerTag,      // payload: index in containers_
+  kTagPlaceholder = ValueRef::kPlaceholderTag,  // payload: a reader's id (never stored)
+  kTagTransient = ValueRef::kTransientTag,      // payload: index in transients_ (never stored)
 };
-constexpr uint32_t kTagBits = 3;
-constexpr uint32_t kTagMask = (1u << kTagBits) - 1;
+constexpr uint32_t kTagBits = ValueRef::kTagBits;
+constexpr uint32_t kTagMask = ValueRef::kTagMask;
 constexpr int64_t kSmallIntLimit = int64_t{1} << 28;  // |v| < 2^28 is immediate
 constexpr uint16_t kMaxHeight = UINT16_MAX;
 
@@ -77,12 +79,18 @@ ValueRef ValueStore::make_int(int64_t value) {
   // Equal large ints share one entry (device addresses repeat: the caching
   // allocator hands the same blocks out again); a direct-mapped cache.
   const size_t slot = (static_cast<uint64_t>(value) * 0x9E3779B97F4A7C15ull) >> (64 - kIntCacheBits);
-  const uint32_t cached = int_cache_[slot];
-  if (cached != 0 && ints_[cached - 1] == value) return make_ref(kTagInt, cached - 1);
+  CachedInt& cached = int_cache_[slot];
+  if (cached.ref != 0 && cached.value == value) return make_ref(kTagInt, cached.ref - 1);
   check_room(ints_.size());
   ints_.push_back(value);
-  int_cache_[slot] = static_cast<uint32_t>(ints_.size());
+  cached = CachedInt{value, static_cast<uint32_t>(ints_.size())};
   return make_ref(kTagInt, static_cast<uint32_t>(ints_.size() - 1));
+}
+
+ValueRef ValueStore::make_transient_int(int64_t value) {
+  if ((value > -kSmallIntLimit && value < kSmallIntLimit) || transients_.size() >= kMaxEntries) return make_int(value);
+  transients_.push_back(value);
+  return make_ref(kTagTransient, static_cast<uint32_t>(transients_.size() - 1));
 }
 
 ValueRef ValueStore::make_float(double value) {
@@ -145,12 +153,24 @@ constexpr size_t kLargeRunTable = size_t{1} << 16;
 constexpr size_t kLargeRunTableFrom = size_t{1} << 22;
 
 uint64_t hash_run(const ValueRef* children, size_t count) {
-  uint64_t h = 0x9E3779B97F4A7C15ull ^ count;
-  for (size_t i = 0; i < count; ++i) {
-    h = (h ^ children[i].bits()) * 0xFF51AFD7ED558CCDull;
-    h ^= h >> 29;
+  // Two refs a step, in two independent chains: a frames list is ~24 refs,
+  // and one chain of 24 dependent multiplies was most of storing it.
+  constexpr uint64_t kMul = 0xFF51AFD7ED558CCDull;
+  auto two = [children](size_t i) { return uint64_t{children[i].bits()} << 32 | children[i + 1].bits(); };
+  uint64_t a = 0x9E3779B97F4A7C15ull ^ count;
+  uint64_t b = 0xC2B2AE3D27D4EB4Full;
+  size_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+    a = (a ^ two(i)) * kMul;
+    b = (b ^ two(i + 2)) * kMul;
+    a ^= a >> 29;
+    b ^= b >> 29;
   }
-  return h;
+  for (; i < count; ++i) {
+    a = (a ^ children[i].bits()) * kMul;
+    a ^= a >> 29;
+  }
+  return (a ^ (b * 0x9E3779B97F4A7C15ull)) * kMul;
 }
 
 }  // namespace
@@ -232,20 +252,37 @@ void ValueStore::unsplit(Container& c) {
   }
   c.start = start;
   c.chunks = kNoChunk;
-  c.split = false;
+  c.form = Form::kRuns;
 }
 
 void ValueStore::append_children(ValueRef container, const ValueRef* children, size_t count) {
   if (count == 0) return;
   Container& c = containers_[index_of(container)];
-  const size_t copied = c.split ? c.size : 0;  // unsplit() copies the pairs
+  if (c.form == Form::kTaken) throw NotInStore("ValueStore: stored items added to a list of taken items");
+  if (c.form == Form::kShared) throw NotInStore("ValueStore: items added to a list shared by others");
+  const bool split = c.form == Form::kSplit;
+  const size_t copied = split ? c.size : 0;  // unsplit() copies the pairs
   if (children_.size() + copied + count >= UINT32_MAX || size_t{c.size} + count >= UINT32_MAX ||
       chunks_.size() + 2 >= kMaxEntries) {
     throw std::length_error("pickle holds more than 2^32 container items");
   }
   int tallest = 0;
+  bool transient = false;
   for (size_t i = 0; i < count; ++i) {
-    if (tag_of(children[i]) == kTagContainer) tallest = std::max(tallest, height(children[i]));
+    const uint32_t tag = tag_of(children[i]);
+    if (tag == kTagContainer) {
+      tallest = std::max(tallest, height(children[i]));
+    } else if (tag == kTagPlaceholder) {
+      throw NotInStore("ValueStore: a placeholder stored as a child");
+    } else if (tag == kTagTransient) {
+      transient = true;
+    }
+  }
+  if (transient) {  // rare: a transient int stored after all
+    std::vector<ValueRef> stored(children, children + count);
+    for (ValueRef& v : stored) v = lasting(v);
+    append_children(container, stored.data(), count);
+    return;
   }
   if (tallest + 1 > c.height) c.height = static_cast<uint16_t>(std::min<int>(tallest + 1, kMaxHeight));
   if (c.kind == ValueKind::kDict) {
@@ -275,19 +312,58 @@ void ValueStore::append_children(ValueRef container, const ValueRef* children, s
       for (size_t i = 1; i < count; i += 2) children_.push_back(children[i].bits());
       c.chunks = keys;
       c.size = static_cast<uint32_t>(count);
-      c.split = true;
+      c.form = Form::kSplit;
       return;
     }
-    if (c.split) unsplit(c);
+    if (split) unsplit(c);
   }
   const bool shareable = c.kind == ValueKind::kList || c.kind == ValueKind::kTuple;
   link_run(c, store_run(children, count, shareable), static_cast<uint32_t>(count));
 }
 
-int ValueStore::height(ValueRef value) const {
-  if (tag_of(value) != kTagContainer) return 0;
-  return containers_[payload_of(value)].height;
+void ValueStore::append_taken(ValueRef list, size_t count, int height) {
+  if (tag_of(list) != kTagContainer) throw NotInStore("ValueStore: taken items added to a value that is no list");
+  Container& c = containers_[payload_of(list)];
+  if (c.kind != ValueKind::kList || (c.form != Form::kTaken && (c.size != 0 || c.chunks != kNoChunk))) {
+    throw NotInStore("ValueStore: taken items added to a list of stored items");
+  }
+  if (size_t{c.size} + count >= UINT32_MAX) throw std::length_error("pickle holds more than 2^32 container items");
+  c.form = Form::kTaken;
+  c.size += static_cast<uint32_t>(count);
+  if (count > 0 && height + 1 > c.height) c.height = static_cast<uint16_t>(std::min<int>(height + 1, kMaxHeight));
 }
+
+ValueRef ValueStore::share_list(ValueRef list, size_t children_before) {
+  if (tag_of(list) != kTagContainer) return list;
+  const Container& c = containers_[payload_of(list)];
+  if (c.kind != ValueKind::kList || c.form != Form::kRuns || c.chunks != kNoChunk || c.size < kMinSharedRun) {
+    return list;
+  }
+  if (shared_lists_.empty()) shared_lists_.assign(size_t{1} << kSharedListBits, 0);
+  const uint64_t key = uint64_t{c.start} << 32 | c.size;
+  uint32_t& slot = shared_lists_[(key * 0x9E3779B97F4A7C15ull) >> (64 - kSharedListBits)];
+  // `list` can go when nothing else can refer to it: it is the container
+  // made last, its run predates it (so the run cannot hold it), and no child
+  // stored since it was made is it.
+  bool can_go = payload_of(list) + size_t{1} == containers_.size() && size_t{c.start} + c.size <= children_before;
+  for (size_t i = children_before; can_go && i < children_.size(); ++i) can_go = children_[i] != list.bits();
+  if (slot != 0 && slot - 1 != payload_of(list) && can_go) {
+    Container& other = containers_[slot - 1];
+    if (other.kind == ValueKind::kList && (other.form == Form::kRuns || other.form == Form::kShared) &&
+        other.chunks == kNoChunk && other.start == c.start && other.size == c.size && containers_.pop_back()) {
+      other.form = Form::kShared;
+      return make_ref(kTagContainer, slot - 1);
+    }
+  }
+  slot = payload_of(list) + 1;  // the list to share the next time this run comes
+  return list;
+}
+
+bool ValueStore::is_taken(ValueRef value) const {
+  return tag_of(value) == kTagContainer && containers_[payload_of(value)].form == Form::kTaken;
+}
+
+void ValueStore::taken_items_read() { throw NotInStore("ValueStore: the items of a list of taken items read"); }
 
 uint32_t ValueStore::index_of(ValueRef value) const {
   if (tag_of(value) != kTagContainer) throw std::logic_error("ValueStore: not a container");
@@ -305,6 +381,7 @@ ValueKind ValueStore::kind(ValueRef value) const {
     case kTagFloat: return ValueKind::kFloat;
     case kTagText: return texts_[payload_of(value)].is_bytes ? ValueKind::kBytes : ValueKind::kString;
     case kTagContainer: return containers_[payload_of(value)].kind;
+    case kTagTransient: return ValueKind::kInt;
     default: return ValueKind::kNone;
   }
 }
@@ -321,6 +398,7 @@ int64_t ValueStore::as_int(ValueRef value) const {
       return raw;
     }
     case kTagInt: return ints_[payload_of(value)];
+    case kTagTransient: return transients_[payload_of(value)];
     case kTagSpecial: return payload_of(value) == 2 ? 1 : 0;
     default: return 0;
   }
@@ -358,7 +436,7 @@ bool ValueStore::find(ValueRef dict, std::string_view key, ValueRef* value) cons
 void ValueStore::gather(const Container& c, std::vector<uint32_t>* out) const {
   out->clear();
   out->reserve(c.size);
-  if (c.split) {
+  if (c.form == Form::kSplit) {
     for (size_t i = 0; i < c.size / 2; ++i) {
       out->push_back(children_[size_t{c.chunks} + i]);
       out->push_back(children_[size_t{c.start} + i]);
@@ -378,7 +456,8 @@ void ValueStore::gather(const Container& c, std::vector<uint32_t>* out) const {
 bool ValueStore::items_key(ValueRef container, uint64_t* key) const {
   if (tag_of(container) != kTagContainer) return false;
   const Container& c = containers_[payload_of(container)];
-  if (c.chunks != kNoChunk || c.split) return false;
+  if (c.form == Form::kTaken) taken_items_read();
+  if (c.chunks != kNoChunk || c.form == Form::kSplit) return false;
   *key = c.size == 0 ? 0 : (uint64_t{c.start} << 32 | c.size);
   return true;
 }

@@ -20,13 +20,20 @@
 //   - equal large ints share an entry when a small cache still has the
 //     value (addresses repeat);
 //   - a memoized value fetched again (pickle's BINGET) is the same ValueRef,
-//     so shared frames and strings are stored once.
+//     so shared frames and strings are stored once;
+//   - a list's items can be held outside the store ("taken": a reader's
+//     ItemSink converted them as they were read, pickle_reader.h): the store
+//     keeps only their number, and a placeholder ValueRef stands for such an
+//     item while it is read. Using either as stored values throws NotInStore.
+//     The large ints of such an item (a trace event's time) are transient:
+//     kept only until the sink has read them.
 // Source of the pickle data model: CPython Lib/pickle.py and
 // Lib/pickletools.py (protocols 0–5).
 
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string_view>
 #include <vector>
 
@@ -38,9 +45,26 @@ enum class ValueKind : uint8_t { kNone, kBool, kInt, kFloat, kString, kBytes, kL
 /// "int", "str", ... as Python names them (for error messages).
 const char* kind_name(ValueKind kind);
 
+/// Thrown when a value the store does not hold is used as if it did: a
+/// placeholder given as a child, an item added to a list of taken items (or
+/// a taken item to a list of stored ones), the items of a taken list read.
+/// A reader streaming into an ItemSink turns it into SinkAbandoned.
+class NotInStore : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
 /// A handle to one value in a ValueStore. Default: None.
 class ValueRef {
  public:
+  /// Layout: the low 3 bits a tag, the high 29 a payload (pickle_value.cpp
+  /// lists the tags; the two here let hot readers inline).
+  static constexpr uint32_t kTagBits = 3;
+  static constexpr uint32_t kTagMask = (1u << kTagBits) - 1;
+  static constexpr uint32_t kContainerTag = 5;    ///< payload: index in the store's containers
+  static constexpr uint32_t kPlaceholderTag = 6;  ///< payload: a reader's id
+  static constexpr uint32_t kTransientTag = 7;    ///< payload: index in the store's transient ints
+
   constexpr ValueRef() = default;
   /// The raw 32 bits (tag in the low 3 bits).
   constexpr uint32_t bits() const { return bits_; }
@@ -77,6 +101,13 @@ class PagedVector {
     if (size_ == limit_) grow();
     tail_[size_ - base_] = value;
     ++size_;
+  }
+  /// Drops the last element when it lies in the last page (true), else
+  /// keeps it (false): a page, once taken, stays.
+  bool pop_back() {
+    if (size_ == base_) return false;
+    --size_;
+    return true;
   }
   T& operator[](size_t i) { return page(i / kPageSize)[i % kPageSize]; }
   const T& operator[](size_t i) const { return page(i / kPageSize)[i % kPageSize]; }
@@ -131,7 +162,56 @@ class ValueStore {
   /// Throws std::length_error past kMaxEntries.
   void append_children(ValueRef container, const ValueRef* children, size_t count);
   /// Nesting height of a container (1 + the tallest child), 0 for scalars.
-  int height(ValueRef value) const;
+  int height(ValueRef value) const {
+    if ((value.bits() & ValueRef::kTagMask) != ValueRef::kContainerTag) return 0;
+    return containers_[value.bits() >> ValueRef::kTagBits].height;
+  }
+
+  // ---- items held outside the store (see ItemSink, pickle_reader.h)
+  /// A stand-in for a value that a reader keeps outside the store; `id`
+  /// (< 2^29) is the reader's. The store never makes one itself and refuses
+  /// one as a child (append_children throws NotInStore); kind() and the
+  /// other readers see None.
+  static ValueRef placeholder(uint32_t id) {
+    return ValueRef::from_bits(id << ValueRef::kTagBits | ValueRef::kPlaceholderTag);
+  }
+  /// True, with its id, when `value` is a placeholder.
+  static bool is_placeholder(ValueRef value, uint32_t* id) {
+    if ((value.bits() & ValueRef::kTagMask) != ValueRef::kPlaceholderTag) return false;
+    *id = value.bits() >> ValueRef::kTagBits;
+    return true;
+  }
+  /// Appends `count` items held outside the store to a list, of nesting
+  /// height `height` at most: only their number is kept. Throws NotInStore
+  /// when the list already has stored items (or `list` is no list), as
+  /// append_children does on a list with taken items.
+  void append_taken(ValueRef list, size_t count, int height);
+  /// True for a list whose items are taken. Reading its items (for_each_item,
+  /// items_key) throws NotInStore; kind, size and height answer as usual.
+  bool is_taken(ValueRef value) const;
+  /// An int kept only until clear_transients(): a value a reader hands to an
+  /// ItemSink, which reads it at once, so the store need not keep it. kind()
+  /// and as_int() read it like any int; append_children stores it as
+  /// make_int would, lasting() gives the stored equivalent.
+  ValueRef make_transient_int(int64_t value);
+  /// `value`, or for a transient int the same int stored.
+  ValueRef lasting(ValueRef value) {
+    if ((value.bits() & ValueRef::kTagMask) != ValueRef::kTransientTag) return value;
+    return make_int(transients_[value.bits() >> ValueRef::kTagBits]);
+  }
+  /// Forgets the transient ints; a ref to one must not be used afterwards.
+  void clear_transients() { transients_.clear(); }
+  /// Number of children stored so far (see share_list).
+  size_t child_count() const { return children_.size(); }
+  /// For a list just filled with one run (made when child_count() was
+  /// `children_before`): an earlier list with the same run, when there is
+  /// one and `list` is the container made last with a run stored before it
+  /// (PyTorch writes one frames list per trace event, the same frames over
+  /// and over); else `list`, remembered for the next list with its run.
+  /// When it returns another list, `list` is forgotten (the caller replaces
+  /// every ref to it) and the list returned is frozen: adding to it
+  /// afterwards throws NotInStore, as it now stands for both.
+  ValueRef share_list(ValueRef list, size_t children_before);
 
   // ---- reading ----
   ValueKind kind(ValueRef value) const;
@@ -161,18 +241,22 @@ class ValueStore {
   size_t bytes() const;
 
  private:
-  // A container's children: one run children_[start, start + size) while
-  // `chunks` is kNoChunk; else the chunk list from `chunks`, and `start`
-  // holds the last chunk's index (where the next run is linked). A split
-  // dict has its size / 2 values at `start` and its keys at `chunks`.
+  // A container's children (Form::kRuns): one run children_[start, start +
+  // size) while `chunks` is kNoChunk; else the chunk list from `chunks`, and
+  // `start` holds the last chunk's index (where the next run is linked). A
+  // split dict (Form::kSplit) has its size / 2 values at `start` and its keys
+  // at `chunks`. A list of taken items (Form::kTaken) has only its size. A
+  // list that stands for others with its run (Form::kShared, share_list) is
+  // one run and takes no more items.
   static constexpr uint32_t kNoChunk = UINT32_MAX;
+  enum class Form : uint8_t { kRuns, kSplit, kTaken, kShared };  // kShared: kRuns, frozen
   struct Container {
     uint32_t start = 0;
     uint32_t size = 0;  // children (items, or keys + values)
     uint32_t chunks = kNoChunk;
     uint16_t height = 1;
     ValueKind kind = ValueKind::kList;
-    bool split = false;
+    Form form = Form::kRuns;
   };
   struct Chunk {
     uint32_t start = 0;
@@ -206,6 +290,7 @@ class ValueStore {
   void unsplit(Container& c);
   template <typename Fn>
   void for_each_in_run(uint32_t start, uint32_t count, Fn& fn) const;
+  [[noreturn]] static void taken_items_read();
 
   /// Copies a dict's children, in order, into `out` (for_each_pair on a
   /// dict that is not split, or whose runs cross a page).
@@ -223,8 +308,17 @@ class ValueStore {
   std::unique_ptr<Run[]> runs_;  // run-sharing table, made on first use
   size_t run_slots_ = 0;
   std::vector<ValueRef> scratch_;  // a dict batch's keys
+  std::vector<int64_t> transients_;  // transient ints, by payload
+  static constexpr int kSharedListBits = 12;
+  std::vector<uint32_t> shared_lists_;  // by run: 1 + index of a list with that run, 0: none
+  /// A cached large int: its value is kept here, so a miss (most of them:
+  /// timestamps never repeat) does not read the ints table.
+  struct CachedInt {
+    int64_t value = 0;
+    uint32_t ref = 0;  // 1 + index in ints_, 0: none
+  };
   static constexpr int kIntCacheBits = 12;
-  std::vector<uint32_t> int_cache_ = std::vector<uint32_t>(size_t{1} << kIntCacheBits);  // 1 + index in ints_, 0: none
+  std::vector<CachedInt> int_cache_ = std::vector<CachedInt>(size_t{1} << kIntCacheBits);
   Run last_keys_;                  // the last split dict's key run
 };
 
@@ -244,7 +338,8 @@ void ValueStore::for_each_in_run(uint32_t start, uint32_t count, Fn& fn) const {
 template <typename Fn>
 void ValueStore::for_each_item(ValueRef container, Fn&& fn) const {
   const Container& c = containers_[index_of(container)];
-  if (c.split) {  // key, value, key, value ... from the two runs
+  if (c.form == Form::kTaken) taken_items_read();
+  if (c.form == Form::kSplit) {  // key, value, key, value ... from the two runs
     const size_t pairs = c.size / 2;
     for (size_t i = 0; i < pairs; ++i) {
       fn(ValueRef::from_bits(children_[size_t{c.chunks} + i]));
@@ -268,13 +363,14 @@ void ValueStore::for_each_pair(ValueRef dict, Fn&& fn) const {
   // read in place, any other layout gathered first (rare: a one-pair dict,
   // or one filled by several batches).
   const Container& c = containers_[index_of(dict)];
+  if (c.form == Form::kTaken) taken_items_read();
   const size_t pairs = c.size / 2;
   if (pairs == 0) return;
   const uint32_t* keys = nullptr;
   const uint32_t* values = nullptr;
   size_t stride = 1;
   std::vector<uint32_t> gathered;
-  if (c.split) {
+  if (c.form == Form::kSplit) {
     keys = children_.run(c.chunks, pairs);
     values = children_.run(c.start, pairs);
   }

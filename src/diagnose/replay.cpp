@@ -67,14 +67,14 @@ Replay::Replay(const Snapshot& snapshot, int device, const ar::AllocatorConfig& 
       }
     }
   }
-  last_alloc_.assign(trace.size(), 0);
+  last_alloc_.assign(trace.size(), false);
   for (const Segment* s : segments) {
     for (const Block& b : s->blocks) {
       if (b.state == BlockState::kInactive) continue;
       auto it = live_from_trace.find(b.address);
       if (it != live_from_trace.end()) {
         exact_size_[b.address] = b.size;
-        last_alloc_[static_cast<size_t>(last_alloc_at[b.address])] = 1;
+        last_alloc_[static_cast<size_t>(last_alloc_at[b.address])] = true;
         continue;
       }
       if (orphaned.count(b.address)) continue;

@@ -117,7 +117,7 @@ class Replay {
   std::map<int64_t, ReservedRange> ranges_;
   std::map<int64_t, LiveBlock> live_;
   std::map<int64_t, int64_t> exact_size_;   // addr -> dumped size, for the last alloc at addr
-  std::vector<uint8_t> last_alloc_;          // per event: 1 if this alloc's block is in the dump
+  std::vector<bool> last_alloc_;             // per event: this alloc's block is in the dump (a bit an event)
   std::vector<int64_t> by_category_;
   std::vector<int64_t> by_site_;
   int64_t allocated_ = 0;

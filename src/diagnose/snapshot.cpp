@@ -75,9 +75,187 @@ constexpr int64_t kMaxBytes = int64_t{1} << 52;
 constexpr int64_t kMaxAddress = int64_t{1} << 60;
 constexpr int64_t kMaxTimeUs = int64_t{1} << 62;
 
+/// Field of a dict key. Keys are memoized strings, so one ValueRef per key
+/// name: a direct-mapped cache on the ref's bits avoids comparing text.
+class FieldCache {
+ public:
+  Field of(const ValueStore& s, ValueRef key) {
+    const size_t slot = (key.bits() * 2654435761u) >> (32 - kBits);
+    Entry& entry = entries_[slot];
+    if (entry.valid && entry.bits == key.bits()) return entry.field;
+    Field f = kFUnknown;
+    const std::string_view text = s.as_text(key);
+    for (const auto& [n, id] : kFieldNames) {
+      if (n == text) f = id;
+    }
+    entry = Entry{key.bits(), f, true};
+    return f;
+  }
+
+ private:
+  struct Entry {
+    uint32_t bits = 0;
+    Field field = kFUnknown;
+    bool valid = false;
+  };
+  static constexpr int kBits = 8;
+  std::array<Entry, 1 << kBits> entries_{};
+};
+
+/// The trace action PyTorch names `text`; kOther for names it does not know.
+TraceAction action_named(std::string_view text) {
+  TraceAction a = TraceAction::kOther;
+  for (int i = 0; i < kNumTraceActions; ++i) {
+    if (text == action_name(static_cast<TraceAction>(i))) a = static_cast<TraceAction>(i);
+  }
+  return a;
+}
+
+/// The ItemSink of load_snapshot (pickle_reader.h): reads each dict of a
+/// list under "device_traces" into a TraceEvent while the pickle is read,
+/// by Builder::read_event's rules, so the store never holds the events
+/// (~60 bytes an event, then copied into the 32-byte records). An event
+/// read_event would refuse (or that needs more than its rules: a field given
+/// twice, > 65535 streams) makes it give up: a plain read then says what is
+/// wrong. Frames and streams are numbered later, by the Builder in its
+/// reading order, so their ids are a plain read's: until then an event's
+/// `frames` holds the frames value's ValueRef bits, `stream` 1 + an index
+/// into the trace's stream values (0: no stream key).
+class TraceStream : public ItemSink {
+ public:
+  struct Trace {
+    ValueRef list;
+    std::vector<TraceEvent> events;
+    std::vector<int64_t> streams;  // stream values, first seen first
+    std::unordered_map<int64_t, uint16_t> stream_ids;  // value -> 1 + index in streams
+    uint16_t last_stream = 0;
+    bool saw_time_us = false;
+    bool delivered = false;        // moved out by the Builder
+    int64_t bytes_left_at_first = -1;  // input left when item 0 was opened
+  };
+
+  bool claim(std::string_view key, ValueRef list) override {
+    if (key != "device_traces") return false;
+    traces_.emplace_back();
+    traces_.back().list = list;
+    return true;
+  }
+
+  void open_item(int64_t bytes_left) override {
+    Trace& t = traces_.back();
+    if (t.bytes_left_at_first < 0) t.bytes_left_at_first = bytes_left;
+    if (t.events.size() == t.events.capacity()) reserve_more(t, bytes_left);
+    t.events.emplace_back();
+  }
+
+  void set_items(const ValueStore& s, size_t item, const ValueRef* pairs, size_t count) override {
+    Trace& t = traces_.back();
+    TraceEvent& e = t.events[item];
+    int64_t device_free = -1;
+    uint32_t seen = 0;
+    for (size_t i = 0; i + 1 < count; i += 2) {
+      const ValueRef v = pairs[i + 1];
+      const Field f = fields_.of(s, pairs[i]);
+      switch (f) {
+        case kFAction: e.action = action_of(s, v); break;
+        case kFAddr: e.addr = int_in(s, v, 0, kMaxAddress); break;
+        case kFSize: e.size = int_in(s, v, 0, kMaxBytes); break;
+        case kFStream: e.stream = stream_of(t, int_in(s, v, INT64_MIN, INT64_MAX)); break;
+        case kFTimeUs:
+          e.time_us = int_in(s, v, 0, kMaxTimeUs);
+          t.saw_time_us = true;
+          break;
+        case kFDeviceFree: device_free = int_in(s, v, INT64_MIN, INT64_MAX); break;
+        case kFFrames: {
+          const ValueKind k = s.kind(v);
+          if (k != ValueKind::kNone && k != ValueKind::kList && k != ValueKind::kTuple) give_up();
+          e.frames = v.bits();  // None is 0: no frames
+          break;
+        }
+        default: continue;  // keys read_event ignores
+      }
+      if (seen & (1u << f)) give_up();  // read_event would also number the first one
+      seen |= 1u << f;
+    }
+    if (e.action == TraceAction::kOom) e.addr = device_free;
+  }
+
+  /// True once a list was claimed (placeholders may have been made).
+  bool claimed_any() const { return !traces_.empty(); }
+  /// True once the Builder took a streamed trace.
+  bool delivered_any() const {
+    for (const Trace& t : traces_) {
+      if (t.delivered) return true;
+    }
+    return false;
+  }
+  /// The trace read into `list`, or nullptr.
+  Trace* find(ValueRef list) {
+    for (Trace& t : traces_) {
+      if (t.list == list) return &t;
+    }
+    return nullptr;
+  }
+
+ private:
+  [[noreturn]] static void give_up() { throw SinkAbandoned("a trace event needs the plain read"); }
+
+  TraceAction action_of(const ValueStore& s, ValueRef v) {
+    for (const auto& [bits, action] : action_cache_) {
+      if (bits == v.bits()) return action;
+    }
+    const ValueKind k = s.kind(v);
+    if (k != ValueKind::kString && k != ValueKind::kBytes) give_up();
+    const TraceAction a = action_named(s.as_text(v));
+    if (action_cache_.size() < 64) action_cache_.emplace_back(v.bits(), a);
+    return a;
+  }
+
+  static int64_t int_in(const ValueStore& s, ValueRef v, int64_t lo, int64_t hi) {
+    const ValueKind k = s.kind(v);
+    if (k != ValueKind::kInt && k != ValueKind::kBool) give_up();
+    const int64_t n = s.as_int(v);
+    if (n < lo || n > hi) give_up();
+    return n;
+  }
+
+  static uint16_t stream_of(Trace& t, int64_t stream) {
+    if (t.last_stream != 0 && t.streams[t.last_stream - 1u] == stream) return t.last_stream;
+    auto it = t.stream_ids.find(stream);
+    if (it != t.stream_ids.end()) return t.last_stream = it->second;
+    if (t.streams.size() >= UINT16_MAX - 1) give_up();  // the plain read shares the last index past 65535
+    t.streams.push_back(stream);
+    t.stream_ids.emplace(stream, static_cast<uint16_t>(t.streams.size()));
+    return t.last_stream = static_cast<uint16_t>(t.streams.size());
+  }
+
+  /// Room for the rest of the trace at once, at the input rate of its items
+  /// so far plus a quarter: growing by doubling would copy the events and
+  /// touch twice the memory. Reserved pages never written cost nothing.
+  static void reserve_more(Trace& t, int64_t bytes_left) {
+    const size_t n = t.events.size();
+    double want = std::max<double>(4096, 2.0 * static_cast<double>(n));
+    const int64_t used = t.bytes_left_at_first - bytes_left;
+    if (n >= 4096 && used > 0) {
+      const double rest = 1.25 * static_cast<double>(bytes_left) * static_cast<double>(n) / static_cast<double>(used);
+      want = std::max(want, static_cast<double>(n) + rest);
+    }
+    want = std::min(want, static_cast<double>(n) + static_cast<double>(bytes_left) + 1);  // >= 1 byte an item
+    t.events.reserve(static_cast<size_t>(want));
+    advise_huge_pages(t.events.data(), t.events.capacity() * sizeof(TraceEvent));
+  }
+
+  FieldCache fields_;
+  std::vector<std::pair<uint32_t, TraceAction>> action_cache_;
+  std::vector<Trace> traces_;
+};
+
 class Builder {
  public:
-  Builder(const ValueStore& store, std::string name) : s_(store), name_(std::move(name)) {
+  /// `stream`: the sink the pickle was read with, if any (its traces replace
+  /// the lists it took).
+  Builder(const ValueStore& store, std::string name, TraceStream* stream = nullptr)
+      : s_(store), name_(std::move(name)), stream_(stream) {
     out_.frames.reserve(64);
     out_.stacks.push_back({});
   }
@@ -138,20 +316,7 @@ class Builder {
     fail(path, fmt::format("expected {}, got {}", expected, kind_name(s_.kind(v))));
   }
 
-  /// Field of a dict key. Keys are memoized strings, so one ValueRef per
-  /// key name: a direct-mapped cache on the ref's bits avoids comparing text.
-  Field field_of(ValueRef key) {
-    const size_t slot = (key.bits() * 2654435761u) >> (32 - kKeyCacheBits);
-    KeyCacheEntry& entry = key_cache_[slot];
-    if (entry.valid && entry.bits == key.bits()) return entry.field;
-    Field f = kFUnknown;
-    const std::string_view text = s_.as_text(key);
-    for (const auto& [n, id] : kFieldNames) {
-      if (n == text) f = id;
-    }
-    entry = KeyCacheEntry{key.bits(), f, true};
-    return f;
-  }
+  Field field_of(ValueRef key) { return fields_.of(s_, key); }
 
   int64_t to_int(ValueRef v, const Path& path) const {
     const ValueKind k = s_.kind(v);
@@ -379,6 +544,10 @@ class Builder {
     s_.for_each_item(list, [&](ValueRef trace) {
       const Path tp = path.item(d++);
       expect_sequence(trace, tp);
+      if (s_.is_taken(trace)) {
+        out_.device_traces.push_back(streamed_trace(trace, tp));
+        return;
+      }
       std::vector<TraceEvent> events;
       events.reserve(s_.size(trace));
       advise_huge_pages(events.data(), events.capacity() * sizeof(TraceEvent));
@@ -388,15 +557,31 @@ class Builder {
     });
   }
 
+  /// A trace the TraceStream read while the pickle was read: its frames and
+  /// streams are numbered here, event by event, as read_event numbers them.
+  std::vector<TraceEvent> streamed_trace(ValueRef list, const Path& path) {
+    TraceStream::Trace* t = stream_ != nullptr ? stream_->find(list) : nullptr;
+    if (t == nullptr || t->delivered || t->events.size() != s_.size(list)) {
+      throw SinkAbandoned("a streamed trace listed twice");  // load_snapshot reads plainly
+    }
+    t->delivered = true;
+    std::vector<TraceEvent> events = std::move(t->events);
+    if (t->saw_time_us) saw_time_us_ = true;
+    for (size_t i = 0; i < events.size(); ++i) {
+      TraceEvent& e = events[i];
+      if (e.frames != 0) {
+        e.frames = intern_stack(ValueRef::from_bits(e.frames), path.item(static_cast<int64_t>(i)).child("frames"));
+      }
+      if (e.stream != 0) e.stream = stream_index(t->streams[e.stream - 1u]);
+    }
+    return events;
+  }
+
   TraceAction to_action(ValueRef v, const Path& path) {
     for (const auto& [bits, action] : action_cache_) {
       if (bits == v.bits()) return action;
     }
-    const std::string_view t = to_text(v, path);
-    TraceAction a = TraceAction::kOther;
-    for (int i = 0; i < kNumTraceActions; ++i) {
-      if (t == action_name(static_cast<TraceAction>(i))) a = static_cast<TraceAction>(i);
-    }
+    const TraceAction a = action_named(to_text(v, path));
     if (action_cache_.size() < 64) action_cache_.emplace_back(v.bits(), a);
     return a;
   }
@@ -412,6 +597,9 @@ class Builder {
     return last_stream_ = static_cast<uint16_t>(out_.streams.size() - 1);
   }
 
+  /// One trace entry. TraceStream::set_items reads streamed entries by the
+  /// same rules: keep the two in step (the tests and the fuzzer compare a
+  /// streamed read with a plain one).
   TraceEvent read_event(ValueRef v, const Path& path) {
     expect(v, ValueKind::kDict, path);
     TraceEvent e;
@@ -491,14 +679,9 @@ class Builder {
 
   const ValueStore& s_;
   std::string name_;
+  TraceStream* stream_ = nullptr;
   Snapshot out_;
-  struct KeyCacheEntry {
-    uint32_t bits = 0;
-    Field field = kFUnknown;
-    bool valid = false;
-  };
-  static constexpr int kKeyCacheBits = 8;
-  std::array<KeyCacheEntry, 1 << kKeyCacheBits> key_cache_{};
+  FieldCache fields_;
   std::vector<std::pair<uint32_t, TraceAction>> action_cache_;
   std::unordered_map<uint32_t, uint32_t> frame_cache_;
   std::unordered_map<std::string, uint32_t> frame_by_content_;
@@ -552,14 +735,51 @@ Snapshot snapshot_from_pickle(const ValueStore& store, ValueRef root, const std:
   return Builder(store, name).build(root);
 }
 
-Snapshot load_snapshot(const std::string& path) {
+namespace {
+
+/// Reads with a TraceStream; when streaming gives up, or anything fails once
+/// it claimed a list, reads again without it, so that the result and every
+/// error message are exactly those of a plain read. `read(sink)` reads the
+/// pickle.
+template <typename Read>
+Snapshot load_streamed(const Read& read, const std::string& name, bool* streamed) {
+  {
+    TraceStream stream;
+    try {
+      Snapshot snapshot;
+      {
+        PickleDocument doc = read(&stream);
+        snapshot = Builder(doc.store, name, &stream).build(doc.root);
+        snapshot.file_bytes = doc.bytes_read;
+      }  // the value tree is freed here, before any analysis
+      if (streamed != nullptr) *streamed = stream.delivered_any();
+      return snapshot;
+    } catch (const SinkAbandoned&) {
+    } catch (const NotInStore&) {  // a taken list read as stored
+    } catch (const SnapshotError&) {
+      // Without a claimed list the read was a plain one. With one, the plain
+      // read names the error (a store limit, say, falls at another byte).
+      if (!stream.claimed_any()) throw;
+    }
+  }  // what the stream read is freed before reading again
+  if (streamed != nullptr) *streamed = false;
   Snapshot snapshot;
   {
-    PickleDocument doc = read_pickle_file(path);
-    snapshot = snapshot_from_pickle(doc.store, doc.root, path);
+    PickleDocument doc = read(nullptr);
+    snapshot = snapshot_from_pickle(doc.store, doc.root, name);
     snapshot.file_bytes = doc.bytes_read;
-  }  // the value tree is freed here, before any analysis
+  }
   return snapshot;
+}
+
+}  // namespace
+
+Snapshot load_snapshot(const std::string& path) {
+  return load_streamed([&](ItemSink* sink) { return read_pickle_file(path, sink); }, path, nullptr);
+}
+
+Snapshot load_snapshot_bytes(std::string_view bytes, const std::string& name, bool* streamed) {
+  return load_streamed([&](ItemSink* sink) { return read_pickle_bytes(bytes, name, sink); }, name, streamed);
 }
 
 }  // namespace oomtune::diagnose

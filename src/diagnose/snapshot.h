@@ -23,6 +23,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -141,8 +142,16 @@ struct Snapshot {
 /// and the path of a wrongly typed key.
 Snapshot snapshot_from_pickle(const ValueStore& store, ValueRef root, const std::string& name);
 
-/// Reads and parses a snapshot file (read_pickle_file + snapshot_from_pickle);
-/// the value tree is freed before returning. Throws SnapshotError.
+/// Reads and parses a snapshot file: the result, and any SnapshotError, are
+/// those of read_pickle_file + snapshot_from_pickle, but the trace events
+/// are read while the file is read (an ItemSink, pickle_reader.h) instead of
+/// being kept in the value tree first; a file that path cannot take is read
+/// again plainly. The value tree is freed before returning.
 Snapshot load_snapshot(const std::string& path);
+
+/// load_snapshot from bytes in memory (tests, the fuzzer). `streamed`, when
+/// given, tells whether trace events were read while streaming (false when
+/// it fell back to a plain read, or the pickle had no trace to stream).
+Snapshot load_snapshot_bytes(std::string_view bytes, const std::string& name, bool* streamed = nullptr);
 
 }  // namespace oomtune::diagnose

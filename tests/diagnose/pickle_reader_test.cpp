@@ -205,6 +205,34 @@ TEST(PickleReader, ReadsTheRealSnapshotsFromFiles) {
   EXPECT_EQ(doc.store.size(segments), 203u);
 }
 
+TEST(PickleReader, RunsOfMemoFetchesReadAcrossTheFileBuffer) {
+  // BINGET / LONG_BINGET runs are read in place from the 1 MiB buffer: a run
+  // longer than the buffer, with an argument cut by its end somewhere.
+  std::string bytes = "\x80\x02]q\x00("s;
+  const int kGets = 400001;
+  for (int i = 0; i < kGets; ++i) bytes += i % 3 == 0 ? "j\x00\x00\x00\x00"s : "h\x00"s;
+  bytes += "e.";
+  ASSERT_GT(bytes.size(), size_t{1} << 20);
+  const std::string path = ::testing::TempDir() + "oomtune_memo_runs.pickle";
+  {
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
+    ASSERT_TRUE(f);
+    ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f.get()), bytes.size());
+  }
+  const PickleDocument doc = read_pickle_file(path);
+  std::remove(path.c_str());
+  const auto list = items(doc.store, doc.root);
+  ASSERT_EQ(list.size(), static_cast<size_t>(kGets));
+  for (const ValueRef v : list) ASSERT_EQ(v, doc.root);
+  // A bad index inside a run names its own opcode and offset.
+  EXPECT_EQ(error_of("\x80\x02Nq\x00h\x00h\x00j\x00\x00\x00\x00h\x05."s),
+            "t.pickle: pickle: BINGET at byte 14 refers to memo entry 5, which was never stored");
+  EXPECT_EQ(error_of("\x80\x02Nq\x00h\x00j\x07\x00\x00\x00h\x00."s),
+            "t.pickle: pickle: LONG_BINGET at byte 7 refers to memo entry 7, which was never stored");
+  EXPECT_EQ(error_of("\x80\x02Nq\x00h\x00j\x00\x00"s),
+            "t.pickle: pickle: truncated: the input ends at byte 10 while LONG_BINGET needed 2 more bytes");
+}
+
 TEST(PickleReader, FileErrorsNameTheFile) {
   try {
     read_pickle_file("/nonexistent/x.pickle");
@@ -334,6 +362,197 @@ TEST(ValueStore, RepeatedFramesListsAreStoredOnce) {
     return s->bytes();
   };
   EXPECT_LT(fill(true) + (size_t{8} << 20), fill(false));
+}
+
+TEST(ValueStore, PlaceholdersAndTakenItemsAreNeverReadAsStored) {
+  ValueStore s;
+  uint32_t id = 0;
+  const ValueRef p = ValueStore::placeholder(12345);
+  ASSERT_TRUE(ValueStore::is_placeholder(p, &id));
+  EXPECT_EQ(id, 12345u);
+  EXPECT_FALSE(ValueStore::is_placeholder(s.make_int(7), &id));
+  EXPECT_FALSE(ValueStore::is_placeholder(s.make_container(ValueKind::kList), &id));
+  // A placeholder is never stored as a child.
+  const ValueRef list = s.make_container(ValueKind::kList);
+  const ValueRef with_p[] = {s.make_int(1), p};
+  EXPECT_THROW(s.append_children(list, with_p, 2), NotInStore);
+  // Taken items: only their number (and height) is kept.
+  const ValueRef taken = s.make_container(ValueKind::kList);
+  EXPECT_FALSE(s.is_taken(taken));
+  s.append_taken(taken, 3, 2);
+  s.append_taken(taken, 2, 1);
+  EXPECT_TRUE(s.is_taken(taken));
+  EXPECT_EQ(s.kind(taken), ValueKind::kList);
+  EXPECT_EQ(s.size(taken), 5u);
+  EXPECT_EQ(s.height(taken), 3);
+  uint64_t key = 0;
+  EXPECT_THROW(s.for_each_item(taken, [](ValueRef) {}), NotInStore);
+  EXPECT_THROW(s.items_key(taken, &key), NotInStore);
+  EXPECT_THROW(s.append_children(taken, with_p, 1), NotInStore);
+  // Taken and stored items never mix in one list; dicts take none.
+  const ValueRef stored = s.make_container(ValueKind::kList);
+  s.append_children(stored, with_p, 1);
+  EXPECT_THROW(s.append_taken(stored, 1, 1), NotInStore);
+  EXPECT_THROW(s.append_taken(s.make_container(ValueKind::kDict), 1, 1), NotInStore);
+  EXPECT_FALSE(s.is_taken(stored));
+  EXPECT_FALSE(s.is_taken(s.make_int(1)));
+  // A list holding a taken list is an ordinary list.
+  const ValueRef outer = s.make_container(ValueKind::kList);
+  s.append_children(outer, &taken, 1);
+  EXPECT_EQ(s.height(outer), 4);
+  EXPECT_EQ(items(s, outer), std::vector<ValueRef>{taken});
+}
+
+TEST(ValueStore, TransientIntsAreStoredOnlyWhereKept) {
+  ValueStore s;
+  const int64_t big = int64_t{1} << 40;
+  const ValueRef small = s.make_transient_int(5);
+  const ValueRef t1 = s.make_transient_int(big);
+  const ValueRef t2 = s.make_transient_int(big + 1);
+  EXPECT_EQ(s.as_int(small), 5);
+  EXPECT_EQ(s.kind(t1), ValueKind::kInt);
+  EXPECT_EQ(s.as_int(t1), big);
+  EXPECT_DOUBLE_EQ(s.as_float(t2), static_cast<double>(big + 1));
+  EXPECT_EQ(s.bytes(), ValueStore().bytes());  // nothing stored yet
+  // Stored as a child or made lasting, a transient int outlives the clear.
+  const ValueRef list = s.make_container(ValueKind::kList);
+  const ValueRef both[] = {t1, t2};
+  s.append_children(list, both, 2);
+  const ValueRef kept = s.lasting(t2);
+  EXPECT_EQ(s.lasting(small), small);
+  s.clear_transients();
+  std::vector<int64_t> values;
+  s.for_each_item(list, [&](ValueRef v) { values.push_back(s.as_int(v)); });
+  EXPECT_EQ(values, (std::vector<int64_t>{big, big + 1}));
+  EXPECT_EQ(s.as_int(kept), big + 1);
+}
+
+TEST(ValueStore, AListMadeLastCanStandInForAnEarlierEqualOne) {
+  ValueStore s;
+  const ValueRef frames[] = {s.make_container(ValueKind::kDict), s.make_container(ValueKind::kDict)};
+  const ValueRef first = s.make_container(ValueKind::kList);
+  s.append_children(first, frames, 2);
+  EXPECT_EQ(s.share_list(first, 0), first);  // its run is new: nothing to share
+  const size_t before = s.child_count();
+  const ValueRef again = s.make_container(ValueKind::kList);
+  s.append_children(again, frames, 2);  // the same run, stored once
+  EXPECT_EQ(s.child_count(), before);
+  EXPECT_EQ(s.share_list(again, before), first);
+  // `again` is forgotten: the next container takes its place.
+  EXPECT_EQ(s.make_container(ValueKind::kList), again);
+  // The shared list reads as before, and takes no more items.
+  EXPECT_EQ(items(s, first), (std::vector<ValueRef>{frames[0], frames[1]}));
+  EXPECT_THROW(s.append_children(first, frames, 1), NotInStore);
+  // Not shared: a list that is not the last made, or whose run is not older.
+  const ValueRef third = s.make_container(ValueKind::kList);
+  s.append_children(third, frames, 2);
+  s.make_container(ValueKind::kDict);
+  EXPECT_EQ(s.share_list(third, s.child_count()), third);
+  const ValueRef fourth = s.make_container(ValueKind::kList);
+  s.append_children(fourth, frames, 2);
+  EXPECT_EQ(s.share_list(fourth, 0), fourth);
+}
+
+/// Claims the lists under `key` and records what it is given.
+class RecordingSink : public ItemSink {
+ public:
+  explicit RecordingSink(std::string key) : key_(std::move(key)) {}
+  bool claim(std::string_view key, ValueRef) override {
+    offered.emplace_back(key);
+    return key == key_;
+  }
+  void open_item(int64_t bytes_left) override {
+    EXPECT_GT(bytes_left, 0);
+    items.emplace_back();
+  }
+  void set_items(const ValueStore& store, size_t item, const ValueRef* pairs, size_t count) override {
+    ASSERT_LT(item, items.size());
+    for (size_t i = 0; i + 1 < count; i += 2) {
+      items[item].emplace_back(std::string(store.as_text(pairs[i])), store.as_int(pairs[i + 1]));
+    }
+  }
+  std::vector<std::string> offered;
+  std::vector<std::vector<std::pair<std::string, int64_t>>> items;
+
+ private:
+  std::string key_;
+};
+
+TEST(PickleReader, AnItemSinkTakesTheDictsOfTheListsItClaims) {
+  // {'t': [[{'a': 1, 'b': 2}, {}, {'a': 3}]], 'u': [[{'a': 4, 'b': 5}]]}
+  testing::PickleWriter w;
+  w.ops("}(").str("t").ops("]](}(").pair("a", 1).pair("b", 2).ops("u}}").put(0).str("a").num(3).ops("se");
+  w.ops("a").str("u").ops("]](}(").pair("a", 4).pair("b", 5).ops("uea").ops("u");
+  const std::string bytes = w.done();
+  RecordingSink sink("t");
+  const PickleDocument doc = read_pickle_bytes(bytes, "s.pickle", &sink);
+  EXPECT_EQ(sink.offered, (std::vector<std::string>{"t", "u"}));
+  using Pairs = std::vector<std::pair<std::string, int64_t>>;
+  ASSERT_EQ(sink.items.size(), 3u);
+  EXPECT_EQ(sink.items[0], (Pairs{{"a", 1}, {"b", 2}}));
+  EXPECT_EQ(sink.items[1], Pairs{});
+  EXPECT_EQ(sink.items[2], (Pairs{{"a", 3}}));  // a one-pair dict: SETITEM
+  const ValueStore& s = doc.store;
+  const ValueRef t = items(s, at(s, doc.root, "t"))[0];
+  EXPECT_TRUE(s.is_taken(t));
+  EXPECT_EQ(s.size(t), 3u);
+  EXPECT_EQ(s.height(t), 2);
+  const ValueRef u = items(s, at(s, doc.root, "u"))[0];
+  EXPECT_FALSE(s.is_taken(u));
+  EXPECT_EQ(pairs(s, items(s, u)[0]), (Pairs{{"a", 4}, {"b", 5}}));
+  // Without a sink the same bytes read as before.
+  const PickleDocument plain = read_pickle_bytes(bytes, "s.pickle");
+  const auto t_items = items(plain.store, items(plain.store, at(plain.store, plain.root, "t"))[0]);
+  ASSERT_EQ(t_items.size(), 3u);
+  EXPECT_EQ(pairs(plain.store, t_items[2]), (Pairs{{"a", 3}}));
+}
+
+TEST(PickleReader, AStreamedDictsIntsStayReadableWhereTheyAreKept) {
+  // {'t': [[{'a': 2**40, 'b': (2**40 + 1, 2**40 + 2)}]], 'v': [2**40]}: the
+  // dict's ints are transient, but the memo and the tuple keep theirs.
+  const int64_t big = int64_t{1} << 40;
+  testing::PickleWriter w;
+  w.ops("}(").str("t").ops("]](}(").str("a").num(big).put(5).str("b").num(big + 1).num(big + 2).ops("\x86");
+  w.put(6).ops("uea").str("v").ops("](").get(5).ops("e").str("w").get(6).ops("u");
+  RecordingSink sink("t");
+  const PickleDocument doc = read_pickle_bytes(w.done(), "s.pickle", &sink);
+  ASSERT_EQ(sink.items.size(), 1u);
+  ASSERT_EQ(sink.items[0].size(), 2u);
+  EXPECT_EQ(sink.items[0][0], (std::pair<std::string, int64_t>{"a", big}));
+  const ValueStore& s = doc.store;
+  EXPECT_EQ(s.as_int(items(s, at(s, doc.root, "v"))[0]), big);
+  const auto tuple = items(s, at(s, doc.root, "w"));
+  ASSERT_EQ(tuple.size(), 2u);
+  EXPECT_EQ(s.as_int(tuple[0]), big + 1);
+  EXPECT_EQ(s.as_int(tuple[1]), big + 2);
+}
+
+TEST(PickleReader, AnItemSinkIsAbandonedWhenItsDictsAreUsedOtherwise) {
+  using W = testing::PickleWriter;
+  auto head = [] {  // {'t': [[{  (the dict streams)
+    W w;
+    w.ops("}(").str("t").ops("]](}");
+    return w;
+  };
+  struct Case {
+    const char* what;
+    W pickle;
+  };
+  const Case cases[] = {
+      {"also stored under another key",
+       head().put(0).ops("(").pair("a", 1).ops("uea").str("v").ops("](").get(0).ops("eu")},
+      {"appended twice", head().ops("2eau")},
+      {"dropped", head().ops("0}eau")},
+      {"filled twice", head().ops("(").pair("a", 1).ops("u(").pair("b", 2).ops("ueau")},
+      {"inside itself", head().put(0).ops("(").str("a").get(0).ops("ueau")},
+      {"a key of a stored dict", head().num(1).ops("deau")},
+      {"never appended, the next list claimed", W().ops("}(").str("t").ops("](](}0e](}eeu")},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    RecordingSink sink("t");
+    EXPECT_THROW(read_pickle_bytes(c.pickle.done(), "s.pickle", &sink), SinkAbandoned);
+  }
 }
 
 TEST(PickleReader, EmptyStringsFirst) {

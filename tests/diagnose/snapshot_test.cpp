@@ -1,11 +1,16 @@
 #include "diagnose/snapshot.h"
 
+#include <algorithm>
+#include <filesystem>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "common/error.h"
 #include "diagnose/pickle_reader.h"
+#include "snapshot_dump.h"
 #include "test_support.h"
 
 namespace oomtune::diagnose {
@@ -139,6 +144,202 @@ TEST(Snapshot, MissingOptionalKeysTakeDefaults) {
   EXPECT_EQ(s.segments[0].stream, 0);
   EXPECT_TRUE(s.device_traces.empty());
   EXPECT_FALSE(s.allocator_settings.present);
+}
+
+// ---- load_snapshot streams trace events (TraceStream, an ItemSink): the
+// result and every error must be those of a plain read.
+
+/// read_pickle_bytes + snapshot_from_pickle: every field, or the error.
+std::string plain_read(const std::string& bytes, const std::string& name) {
+  try {
+    const PickleDocument doc = read_pickle_bytes(bytes, name);
+    Snapshot s = snapshot_from_pickle(doc.store, doc.root, name);
+    s.file_bytes = doc.bytes_read;
+    return testing::snapshot_dump(s);
+  } catch (const SnapshotError& e) {
+    return std::string("error: ") + e.what();
+  }
+}
+
+/// load_snapshot_bytes: every field, or the error; whether it streamed.
+std::string streamed_read(const std::string& bytes, const std::string& name, bool* streamed) {
+  *streamed = false;
+  try {
+    return testing::snapshot_dump(load_snapshot_bytes(bytes, name, streamed));
+  } catch (const SnapshotError& e) {
+    return std::string("error: ") + e.what();
+  }
+}
+
+TEST(Snapshot, StreamingReadsEveryFixtureAsAPlainRead) {
+  std::vector<std::string> files;
+  for (const std::string& dir : {testing::synthetic_fixture(""), testing::real_fixture("")}) {
+    if (!std::filesystem::is_directory(dir)) continue;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      if (entry.path().extension() == ".pickle") files.push_back(entry.path().string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  ASSERT_GE(files.size(), 19u);
+  int streamed_files = 0;
+  for (const std::string& path : files) {
+    SCOPED_TRACE(path);
+    const std::string bytes = testing::read_all(path);
+    const std::string plain = plain_read(bytes, path);
+    bool streamed = false;
+    EXPECT_EQ(streamed_read(bytes, path, &streamed), plain);
+    // Every snapshot with trace events streams them (none needs the fallback).
+    const bool has_events = plain.find("trace 0: 0 events") == std::string::npos &&
+                            plain.find("\ntrace 0: ") != std::string::npos;
+    EXPECT_EQ(streamed, has_events);
+    streamed_files += streamed ? 1 : 0;
+  }
+  EXPECT_GE(streamed_files, 10);
+}
+
+/// A snapshot written opcode by opcode: {'device_traces': [...], 'segments':
+/// [one segment]} as pickle.dump writes it (the trace first: frames are
+/// numbered in reading order). `traces` writes the device_traces list's items
+/// (the list is open: MARK ... APPENDS); memo entries 0-9 are free.
+std::string snapshot_with(const std::function<void(testing::PickleWriter&)>& traces) {
+  testing::PickleWriter w;
+  w.ops("}").put(100).ops("(").str("device_traces").ops("]").put(101).ops("(");
+  traces(w);
+  w.ops("e").str("segments").ops("](}(").pair("device", 0).pair("address", 4096).pair("total_size", 2 << 20);
+  w.str("stream").num(7).str("frames").ops("](}(").str("filename").str("seg.py").str("name").str("alloc");
+  w.pair("line", 9).ops("ueu").ops("eu");
+  return w.done();
+}
+
+/// One trace event dict (EMPTY_DICT, MARK, pairs, SETITEMS); `frames`
+/// writes the frames value.
+void event(testing::PickleWriter& w, const std::string& action, int64_t addr, int64_t stream,
+           const std::function<void(testing::PickleWriter&)>& frames) {
+  w.ops("}(").str("action").str(action).pair("addr", addr).pair("size", 512).pair("stream", stream);
+  w.pair("time_us", 1000 + addr).str("compile_context").str("N/A").str("frames");
+  frames(w);
+  w.ops("u");
+}
+
+void frames_list(testing::PickleWriter& w, int line) {
+  w.ops("](}(").str("filename").str("/home/u/train.py").str("name").str("forward").pair("line", line).ops("ue");
+}
+
+TEST(Snapshot, StreamedTracesKeepAPlainReadsNumbering) {
+  // Two devices; frames lists shared through the memo (as PyTorch's alloc
+  // and segment_alloc share one); streams 5 and 0; an oom with device_free;
+  // an event without frames, one with frames None, one with no keys at all.
+  const std::string bytes = snapshot_with([](testing::PickleWriter& w) {
+    w.ops("](");  // device 0
+    event(w, "segment_alloc", 4096, 5, [](testing::PickleWriter& x) { frames_list(x, 20); x.put(1); });
+    event(w, "alloc", 4096, 5, [](testing::PickleWriter& x) { x.get(1); });
+    event(w, "free_requested", 4096, 0, [](testing::PickleWriter& x) { frames_list(x, 30); });
+    event(w, "annotate", 0, 5, [](testing::PickleWriter& x) { x.ops("N"); });
+    w.ops("}(").str("action").str("oom").pair("device_free", 123).pair("size", 1 << 20).ops("u");
+    w.ops("}");
+    w.ops("e](");  // device 1: ']' then its batch
+    event(w, "alloc", 8192, 0, [](testing::PickleWriter& x) { frames_list(x, 40); });
+    event(w, "alloc", 8704, 5, [](testing::PickleWriter& x) { x.get(1); });
+    w.ops("e");
+  });
+  const std::string plain = plain_read(bytes, "s.pickle");
+  ASSERT_EQ(plain.find("error"), std::string::npos) << plain;
+  bool streamed = false;
+  EXPECT_EQ(streamed_read(bytes, "s.pickle", &streamed), plain);
+  EXPECT_TRUE(streamed);
+  const Snapshot s = load_snapshot_bytes(bytes, "s.pickle");
+  ASSERT_EQ(s.device_traces.size(), 2u);
+  ASSERT_EQ(s.device_traces[0].size(), 6u);
+  EXPECT_EQ(s.device_traces[0][4].action, TraceAction::kOom);
+  EXPECT_EQ(s.device_traces[0][4].addr, 123);
+  EXPECT_EQ(s.device_traces[0][3].frames, 0u);
+  EXPECT_EQ(s.device_traces[0][0].frames, s.device_traces[0][1].frames);
+  EXPECT_EQ(s.streams, (std::vector<int64_t>{5, 0}));
+  EXPECT_EQ(s.layout, SnapshotLayout::kV2_2);  // time_us seen in a streamed trace
+}
+
+TEST(Snapshot, StreamingFallsBackToAPlainReadWordForWord) {
+  using W = testing::PickleWriter;
+  auto frames = [](W& x) { frames_list(x, 20); };
+  struct Case {
+    const char* what;
+    std::function<void(W&)> traces;
+  };
+  const Case cases[] = {
+      {"a size that is a str", [&](W& w) {
+         w.ops("](");
+         event(w, "alloc", 4096, 0, frames);
+         w.ops("}(").str("action").str("alloc").str("size").str("big").ops("u");
+         w.ops("e");
+       }},
+      {"a negative time_us", [&](W& w) {
+         w.ops("](}(").str("action").str("alloc").pair("time_us", -1).ops("u}e");
+       }},
+      {"a frame whose line is a str", [&](W& w) {
+         w.ops("](");
+         event(w, "alloc", 4096, 0, [](W& x) {
+           x.ops("](}(").str("filename").str("a.py").str("name").str("f").str("line").str("x").ops("ue");
+         });
+         w.ops("e");
+       }},
+      {"frames given twice", [&](W& w) {
+         w.ops("](}(").str("action").str("alloc").str("frames");
+         frames_list(w, 1);
+         w.str("frames");
+         frames_list(w, 2);
+         w.ops("u}e");
+       }},
+      {"an event filled by two batches", [&](W& w) {
+         w.ops("](}(").str("action").str("alloc").ops("u(").pair("addr", 4096).ops("u}e");
+       }},
+      {"an event dropped before its APPENDS", [&](W& w) {
+         w.ops("](");
+         event(w, "alloc", 4096, 0, frames);
+         w.ops("}0");
+         event(w, "free_requested", 4096, 0, frames);
+         w.ops("e");
+       }},
+      {"an event fetched from the memo into another list", [&](W& w) {
+         w.ops("](");
+         event(w, "alloc", 4096, 0, frames);
+         w.put(2).ops("e").ops("](").get(2).ops("e");  // device 1 holds device 0's event
+       }},
+      {"an event appended twice", [&](W& w) {
+         w.ops("](");
+         event(w, "alloc", 4096, 0, frames);
+         w.ops("2e");
+       }},
+      {"one trace listed twice", [&](W& w) {
+         w.ops("](");
+         event(w, "alloc", 4096, 0, frames);
+         w.ops("e").put(3).get(3);
+       }},
+      {"a shared frames list appended to afterwards", [&](W& w) {
+         w.ops("](");
+         event(w, "alloc", 4096, 0, [](W& x) { frames_list(x, 20); });
+         event(w, "alloc", 8192, 0, [](W& x) { frames_list(x, 20); x.put(2); });  // equal: shared
+         w.ops("e").get(2).num(5).ops("a0");  // only the second event's list grows
+       }},
+      {"a stored dict among streamed ones", [&](W& w) {
+         w.ops("](");
+         event(w, "alloc", 4096, 0, frames);
+         w.ops("(").str("action").str("alloc").ops("de");
+       }},
+      {"a list of one event (APPEND, not streamed)", [&](W& w) {
+         w.ops("]");
+         event(w, "alloc", 4096, 0, frames);
+         w.ops("a");
+       }},
+      {"events that are not dicts", [&](W& w) { w.ops("](").num(1).num(2).ops("e"); }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const std::string bytes = snapshot_with(c.traces);
+    const std::string plain = plain_read(bytes, "f.pickle");
+    bool streamed = true;
+    EXPECT_EQ(streamed_read(bytes, "f.pickle", &streamed), plain);
+    EXPECT_FALSE(streamed);
+  }
 }
 
 }  // namespace

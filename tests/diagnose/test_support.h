@@ -1,6 +1,7 @@
 #pragma once
 // Paths of the fixtures the diagnose tests read.
 
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -27,6 +28,45 @@ inline std::string read_all(const std::string& path) {
   s << in.rdbuf();
   return s.str();
 }
+
+/// Writes small protocol-4 pickles opcode by opcode, for shapes no fixture
+/// has. Single-character opcodes go in as text: '}' EMPTY_DICT, ']'
+/// EMPTY_LIST, '(' MARK, 'u' SETITEMS, 's' SETITEM, 'e' APPENDS, 'a' APPEND,
+/// '0' POP, '2' DUP, 'N' None; done() adds STOP.
+class PickleWriter {
+ public:
+  PickleWriter& ops(const std::string& opcodes) {
+    out_ += opcodes;
+    return *this;
+  }
+  /// SHORT_BINUNICODE.
+  PickleWriter& str(const std::string& text) {
+    out_ += '\x8c';
+    out_ += static_cast<char>(text.size());
+    out_ += text;
+    return *this;
+  }
+  /// LONG1 of 8 bytes (any int64).
+  PickleWriter& num(int64_t v) {
+    out_ += "\x8a\x08";
+    for (int i = 0; i < 8; ++i) out_ += static_cast<char>((static_cast<uint64_t>(v) >> (8 * i)) & 0xff);
+    return *this;
+  }
+  /// LONG_BINPUT / LONG_BINGET of memo entry i.
+  PickleWriter& put(uint32_t i) { return memo('r', i); }
+  PickleWriter& get(uint32_t i) { return memo('j', i); }
+  /// A string key, then an int value (a dict pair).
+  PickleWriter& pair(const std::string& key, int64_t value) { return str(key).num(value); }
+  std::string done() const { return "\x80\x04" + out_ + "."; }
+
+ private:
+  PickleWriter& memo(char op, uint32_t i) {
+    out_ += op;
+    for (int k = 0; k < 4; ++k) out_ += static_cast<char>((i >> (8 * k)) & 0xff);
+    return *this;
+  }
+  std::string out_;
+};
 
 }  // namespace oomtune::diagnose::testing
 
