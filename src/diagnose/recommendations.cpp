@@ -184,9 +184,13 @@ void recommend(Diagnosis& d) {
         fmt::format("torch.cuda.memory._record_memory_history(max_entries={}, stacks=\"python\") before the model "
                     "is built",
                     entries),
-        fmt::format("{}: record at least 2 steps ({} events per iteration seen) with Python stacks only "
+        fmt::format("{}: record at least 2 steps ({}) with Python stacks only "
                     "(stacks=\"all\" dumps are ~100x slower, torchtitan PR #3628).",
-                    why, per_iteration),
+                    why,
+                    // Under two iterations no per-iteration count exists: the
+                    // whole trace is at most one step.
+                    t.iterations >= 2 ? fmt::format("{} events per iteration seen", per_iteration)
+                                      : fmt::format("{} events in the whole trace", t.events)),
         0, "no memory effect; a better next snapshot"});
   }
 }

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -185,6 +186,11 @@ TEST(DiagnoseSynthetic, MissingFramesAreExplained) {
   EXPECT_NE(d.trace.frames_note.find("context=\"all\""), std::string::npos);
   ASSERT_TRUE(has_recommendation(d, "record_more"));
   EXPECT_NE(d.recommendations.back().change.find("stacks=\"python\""), std::string::npos);
+  // Under two iterations there is no per-iteration count to quote.
+  ASSERT_LT(d.trace.iterations, 2);
+  EXPECT_NE(d.recommendations.back().reason.find(fmt::format("({} events in the whole trace)", d.trace.events)),
+            std::string::npos)
+      << d.recommendations.back().reason;
 }
 
 TEST(DiagnoseRender, JsonUnitsAndSvgWithoutScripts) {
