@@ -111,16 +111,48 @@ TraceAction action_named(std::string_view text) {
   return a;
 }
 
+/// Reads one trace event, a dict of the keys of PyTorch's TraceEntry
+/// (CUDACachingAllocator.h; torch/cuda/_memory_viz.py reads the same). The
+/// one place that says which key sets which TraceEvent field, for both reads:
+/// the plain one (Builder) and the streamed one (TraceStream) differ only in
+/// how `rules` converts a value and what a bad value does (an error naming its
+/// path; giving up, so that a plain read says it). `for_each_pair(fn)` calls
+/// fn(Field, ValueRef value) for each key. Rules has action, address, bytes,
+/// stream, time_us, device_free and frames (ValueRef -> the field's value)
+/// and repeated(Field) for a key given twice (the last value counts).
+template <typename Rules, typename ForEachPair>
+TraceEvent read_trace_event(Rules& rules, ForEachPair&& for_each_pair) {
+  TraceEvent e;
+  int64_t device_free = -1;
+  uint32_t seen = 0;
+  for_each_pair([&](Field f, ValueRef v) {
+    switch (f) {
+      case kFAction: e.action = rules.action(v); break;
+      case kFAddr: e.addr = rules.address(v); break;
+      case kFSize: e.size = rules.bytes(v); break;
+      case kFStream: e.stream = rules.stream(v); break;
+      case kFTimeUs: e.time_us = rules.time_us(v); break;
+      case kFDeviceFree: device_free = rules.device_free(v); break;
+      case kFFrames: e.frames = rules.frames(v); break;
+      default: return;  // keys the model does not read
+    }
+    if (seen & (1u << f)) rules.repeated(f);
+    seen |= 1u << f;
+  });
+  if (e.action == TraceAction::kOom) e.addr = device_free;  // an OOM event's addr is CUDA's free bytes
+  return e;
+}
+
 /// The ItemSink of load_snapshot (pickle_reader.h): reads each dict of a
-/// list under "device_traces" into a TraceEvent while the pickle is read,
-/// by Builder::read_event's rules, so the store never holds the events
-/// (~60 bytes an event, then copied into the 32-byte records). An event
-/// read_event would refuse (or that needs more than its rules: a field given
-/// twice, > 65535 streams) makes it give up: a plain read then says what is
-/// wrong. Frames and streams are numbered later, by the Builder in its
-/// reading order, so their ids are a plain read's: until then an event's
-/// `frames` holds the frames value's ValueRef bits, `stream` 1 + an index
-/// into the trace's stream values (0: no stream key).
+/// list under "device_traces" into a TraceEvent while the pickle is read
+/// (read_trace_event), so the store never holds the events (~60 bytes an
+/// event, then copied into the 32-byte records). An event the plain read
+/// would refuse (or that needs more than these rules: a field given twice,
+/// > 65535 streams) makes it give up: a plain read then says what is wrong.
+/// Frames and streams are numbered later, by the Builder in its reading
+/// order, so their ids are a plain read's: until then an event's `frames`
+/// holds the frames value's ValueRef bits, `stream` 1 + an index into the
+/// trace's stream values (0: no stream key).
 class TraceStream : public ItemSink {
  public:
   struct Trace {
@@ -150,34 +182,10 @@ class TraceStream : public ItemSink {
 
   void set_items(const ValueStore& s, size_t item, const ValueRef* pairs, size_t count) override {
     Trace& t = traces_.back();
-    TraceEvent& e = t.events[item];
-    int64_t device_free = -1;
-    uint32_t seen = 0;
-    for (size_t i = 0; i + 1 < count; i += 2) {
-      const ValueRef v = pairs[i + 1];
-      const Field f = fields_.of(s, pairs[i]);
-      switch (f) {
-        case kFAction: e.action = action_of(s, v); break;
-        case kFAddr: e.addr = int_in(s, v, 0, kMaxAddress); break;
-        case kFSize: e.size = int_in(s, v, 0, kMaxBytes); break;
-        case kFStream: e.stream = stream_of(t, int_in(s, v, INT64_MIN, INT64_MAX)); break;
-        case kFTimeUs:
-          e.time_us = int_in(s, v, 0, kMaxTimeUs);
-          t.saw_time_us = true;
-          break;
-        case kFDeviceFree: device_free = int_in(s, v, INT64_MIN, INT64_MAX); break;
-        case kFFrames: {
-          const ValueKind k = s.kind(v);
-          if (k != ValueKind::kNone && k != ValueKind::kList && k != ValueKind::kTuple) give_up();
-          e.frames = v.bits();  // None is 0: no frames
-          break;
-        }
-        default: continue;  // keys read_event ignores
-      }
-      if (seen & (1u << f)) give_up();  // read_event would also number the first one
-      seen |= 1u << f;
-    }
-    if (e.action == TraceAction::kOom) e.addr = device_free;
+    EventRules rules{*this, s, t};
+    t.events[item] = read_trace_event(rules, [&](auto&& fn) {
+      for (size_t i = 0; i + 1 < count; i += 2) fn(fields_.of(s, pairs[i]), pairs[i + 1]);
+    });
   }
 
   /// True once a list was claimed (placeholders may have been made).
@@ -199,6 +207,32 @@ class TraceStream : public ItemSink {
 
  private:
   [[noreturn]] static void give_up() { throw SinkAbandoned("a trace event needs the plain read"); }
+
+  /// read_trace_event's rules for a streamed event: a value the plain read
+  /// would refuse gives up. Frames and streams are numbered later, in the
+  /// Builder's reading order (see the class comment).
+  struct EventRules {
+    TraceStream& ts;
+    const ValueStore& s;
+    Trace& t;
+
+    TraceAction action(ValueRef v) { return ts.action_of(s, v); }
+    int64_t address(ValueRef v) { return int_in(s, v, 0, kMaxAddress); }
+    int64_t bytes(ValueRef v) { return int_in(s, v, 0, kMaxBytes); }
+    uint16_t stream(ValueRef v) { return stream_of(t, int_in(s, v, INT64_MIN, INT64_MAX)); }
+    int64_t time_us(ValueRef v) {
+      t.saw_time_us = true;
+      return int_in(s, v, 0, kMaxTimeUs);
+    }
+    int64_t device_free(ValueRef v) { return int_in(s, v, INT64_MIN, INT64_MAX); }
+    StackId frames(ValueRef v) {
+      const ValueKind k = s.kind(v);
+      if (k != ValueKind::kNone && k != ValueKind::kList && k != ValueKind::kTuple) give_up();
+      return v.bits();  // None is 0: no frames
+    }
+    /// The plain read would number the first value's frames or stream too.
+    [[noreturn]] void repeated(Field) { give_up(); }
+  };
 
   TraceAction action_of(const ValueStore& s, ValueRef v) {
     for (const auto& [bits, action] : action_cache_) {
@@ -597,33 +631,35 @@ class Builder {
     return last_stream_ = static_cast<uint16_t>(out_.streams.size() - 1);
   }
 
-  /// One trace entry. TraceStream::set_items reads streamed entries by the
-  /// same rules: keep the two in step (the tests and the fuzzer compare a
-  /// streamed read with a plain one).
+  /// read_trace_event's rules for a plain read: a bad value is an error
+  /// naming its path; frames and streams are numbered as they are read.
+  struct EventRules {
+    Builder& b;
+    const Path& path;
+
+    TraceAction action(ValueRef v) { return b.to_action(v, path.child("action")); }
+    int64_t address(ValueRef v) { return b.to_address(v, path.child("addr")); }
+    int64_t bytes(ValueRef v) { return b.to_bytes(v, path.child("size")); }
+    uint16_t stream(ValueRef v) { return b.stream_index(b.to_int(v, path.child("stream"))); }
+    int64_t time_us(ValueRef v) {
+      const int64_t n = b.to_int(v, path.child("time_us"));
+      if (n < 0 || n > kMaxTimeUs) {
+        b.fail(path.child("time_us"), fmt::format("expected 0 to 2^62 microseconds, got {}", n));
+      }
+      b.saw_time_us_ = true;
+      return n;
+    }
+    int64_t device_free(ValueRef v) { return b.to_int(v, path.child("device_free")); }
+    StackId frames(ValueRef v) { return b.intern_stack(v, path.child("frames")); }
+    void repeated(Field) {}
+  };
+
   TraceEvent read_event(ValueRef v, const Path& path) {
     expect(v, ValueKind::kDict, path);
-    TraceEvent e;
-    int64_t device_free = -1;
-    s_.for_each_pair(v, [&](ValueRef k, ValueRef val) {
-      switch (field_of(k)) {
-        case kFAction: e.action = to_action(val, path.child("action")); break;
-        case kFAddr: e.addr = to_address(val, path.child("addr")); break;
-        case kFSize: e.size = to_bytes(val, path.child("size")); break;
-        case kFStream: e.stream = stream_index(to_int(val, path.child("stream"))); break;
-        case kFTimeUs:
-          e.time_us = to_int(val, path.child("time_us"));
-          if (e.time_us < 0 || e.time_us > kMaxTimeUs) {
-            fail(path.child("time_us"), fmt::format("expected 0 to 2^62 microseconds, got {}", e.time_us));
-          }
-          saw_time_us_ = true;
-          break;
-        case kFDeviceFree: device_free = to_int(val, path.child("device_free")); break;
-        case kFFrames: e.frames = intern_stack(val, path.child("frames")); break;
-        default: break;
-      }
+    EventRules rules{*this, path};
+    return read_trace_event(rules, [&](auto&& fn) {
+      s_.for_each_pair(v, [&](ValueRef k, ValueRef val) { fn(field_of(k), val); });
     });
-    if (e.action == TraceAction::kOom) e.addr = device_free;
-    return e;
   }
 
   /// roundup_power2_divisions entry: 0 (off) or a power of two up to 2^16
