@@ -243,6 +243,9 @@ class Search {
     auto probe_plain = [&] {
       for (int64_t s : sizes) {
         const ProbeReport r = probe(base_, s);
+        // A model file that does not load will not load at any micro-batch.
+        if (r.outcome == TrialOutcome::kError && r.input_error && r.phase_at_failure == phase_name(Phase::kLoad))
+          throw InputError(r.message);
         if (r.outcome != TrialOutcome::kOk) {
           if (ok.empty()) first_failure = r;
           continue;

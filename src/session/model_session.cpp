@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "compat/torch_compat.h"
 #include "session/device_constants.h"
+#include "session/model_file.h"
 
 namespace oomtune {
 namespace {
@@ -23,6 +24,15 @@ bool looks_like_zip(const std::string& path) {
   char magic[4] = {};
   file.read(magic, 4);
   return file.gcount() == 4 && magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4;
+}
+
+/// For a file (or folder) that is something other than TorchScript, the
+/// error says what it is and how to export one.
+void throw_if_not_torchscript(const std::string& path) {
+  const std::string kind = non_torchscript_kind(path);
+  if (!kind.empty()) {
+    throw ModelError(fmt::format("{}: is {}, not a TorchScript model; {}", path, kind, how_to_export_torchscript()));
+  }
 }
 
 [[noreturn]] void throw_load_error(const std::string& path, const std::string& message) {
@@ -35,6 +45,7 @@ bool looks_like_zip(const std::string& path) {
         "or export the model without it (for Hugging Face models: attn_implementation=\"eager\")",
         path, match[1].str(), compat::torch_version()));
   }
+  throw_if_not_torchscript(path);
   throw ModelError(fmt::format("{}: cannot load the TorchScript model: {}", path, one_line(message)));
 }
 
@@ -139,10 +150,10 @@ ModelSession::ModelSession(const JobSpec& job)
     : job_(job), device_(job.device == "cuda" ? at::Device(at::kCUDA) : at::Device(at::kCPU)) {
   const std::string& path = job_.model_path;
   if (!std::filesystem::exists(path)) throw ModelError(fmt::format("{}: no such model file", path));
-  if (std::filesystem::is_directory(path)) throw ModelError(fmt::format("{}: is a folder, not a model file", path));
-  if (!looks_like_zip(path))
-    throw ModelError(fmt::format("{}: not a TorchScript archive (expected a file written by torch.jit.save or "
-                                 "torch.jit.script(model).save)", path));
+  if (std::filesystem::is_directory(path) || !looks_like_zip(path)) {
+    throw_if_not_torchscript(path);
+    throw ModelError(fmt::format("{}: not a TorchScript archive; {}", path, how_to_export_torchscript()));
+  }
   if (job_.device == "cuda" && !at::hasCUDA())
     throw ModelError(fmt::format("{}: device = \"cuda\" but this oomtune/libtorch ({}) has no CUDA device",
                                  job_.spec_path.empty() ? path : job_.spec_path, compat::torch_version()));

@@ -6,8 +6,10 @@
 //   job asks for the optimizing executor: off reproduces eager PyTorch's
 //   memory within 0.1 % (DESIGN.md, measured on five torchvision models).
 // - Load failures become one-line ModelErrors naming the file: missing file,
-//   not a TorchScript archive, an operator this libtorch lacks (with the two
-//   fixes), anything else with libtorch's first message line.
+//   what it is when it is not TorchScript (a state_dict, safetensors, a PT2
+//   archive...; model_file.h) and how to export, an operator this libtorch
+//   lacks (with the two fixes), anything else with libtorch's first message
+//   line.
 
 #include <string>
 #include <vector>
@@ -25,7 +27,8 @@ class ModelSession {
  public:
   /// Loads `job.model_path` onto the job's device, in training mode.
   /// Throws ModelError (exit code 2) when the file is missing, is not a
-  /// TorchScript archive, or uses an operator this libtorch does not have.
+  /// TorchScript archive (naming what it is, see non_torchscript_kind), or
+  /// uses an operator this libtorch does not have.
   explicit ModelSession(const JobSpec& job);
 
   const JobSpec& job() const { return job_; }

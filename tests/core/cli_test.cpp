@@ -126,6 +126,39 @@ TEST(Cli, BadModelFilesExitTwoWithOneLine) {
   }
 }
 
+// What users pass instead of TorchScript (make_test_models.py writes them as
+// torch.save and the formats' specs do): each is named, with how to export.
+TEST(Cli, ModelFilesThatAreNotTorchScriptSayWhatTheyAre) {
+  const std::string dir = std::string(OOMTUNE_TEST_MODELS) + "/not_torchscript/";
+  if (!testing::exists(dir + "state_dict.pt")) GTEST_SKIP();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"state_dict.pt", "is a torch.save file holding a state_dict (weights only), not a TorchScript model; "},
+      {"pickled_module.pt", "is a torch.save file holding a pickled __main__.DictOut, not a TorchScript model; "},
+      {"checkpoint.pt", "is a torch.save file holding a dict (a checkpoint or a state_dict: weights only), not a "},
+      {"legacy.pt", "is a torch.save file in the pre-1.6 format, not a TorchScript model; "},
+      {"model.safetensors", "is a safetensors file (weights only), not a TorchScript model; "},
+      {"exported.pt2", "is a torch.export program (torch.export.save, PT2 archive), not a TorchScript model; "},
+      {"hf_folder", "is a folder holding config.json (a Hugging Face model folder?), not a TorchScript model; "},
+  };
+  for (const auto& [file, expected] : cases) {
+    const RunResult r = run_oomtune("probe " + job_for_model("not_ts.toml", dir + file) + " --no-fit");
+    EXPECT_EQ(r.exit_code, 2) << file << "\n" << r.err;
+    const std::string line = last_line(r.err);
+    EXPECT_EQ(line.rfind("oomtune: " + dir + file + ": " + expected, 0), 0u) << line;
+    EXPECT_NE(line.find("torch.jit.script(model).save(\"model.pt\")"), std::string::npos) << line;
+    EXPECT_EQ(r.err.find("Exception raised from"), std::string::npos) << "no C++ stack trace";
+  }
+  // autotune stops at the first trial that cannot load the model: the same
+  // line, not three probes and "the plain configuration could not run".
+  const RunResult r = run_oomtune("autotune " + job_for_model("not_ts.toml", dir + "state_dict.pt") + " --budget 1GiB");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(last_line(r.err).rfind("oomtune: " + dir + "state_dict.pt: " + cases.front().second, 0), 0u) << r.err;
+  size_t probes = 0;
+  for (size_t at = r.err.find("autotune: probe"); at != std::string::npos; at = r.err.find("autotune: probe", at + 1))
+    ++probes;
+  EXPECT_EQ(probes, 1u) << r.err;
+}
+
 TEST(Cli, AnOutOfRangeTargetNamesTheClassCount) {
   if (!testing::exists(testing::example_model("gpt"))) GTEST_SKIP();
   // examples/gpt.toml (a 1000-token vocabulary) with targets drawn from [0, 5000).

@@ -9,6 +9,10 @@ Writes into the folder given as the first argument:
   dict_out.pt    returns {"logits": [B, 10], "hidden": [B, 32]}
   tuple_out.pt   returns (logits [B, 10], hidden [B, 32])
   returns_loss.pt returns {"loss": scalar, "logits": [B, 10]} given (x, labels)
+  not_torchscript/  what users pass instead of TorchScript: a state_dict, a
+                 pickled module and a checkpoint dict (torch.save), the pre-1.6
+                 torch.save format, safetensors, a PT2 archive (torch.export),
+                 a Hugging Face model folder
 Run with /usr/bin/python3 (Debian's python3-torch).
 """
 
@@ -76,6 +80,34 @@ class MadeInForward(nn.Module):
         return x.float().unsqueeze(-1) + self.emb(positions)
 
 
+def write_not_torchscript(out: str) -> None:
+    """Files as torch.save, safetensors and torch.export write them. Debian's
+    torch 1.13 has neither torch.export nor safetensors: those two are laid
+    out here by their specs (torch/export/pt2_archive/constants.py: an
+    `archive_format` record holding "pt2"; safetensors: u64 little-endian
+    header length, JSON header, raw data)."""
+    import json
+    import struct
+    os.makedirs(out, exist_ok=True)
+    model = DictOut()
+    torch.save(model.state_dict(), os.path.join(out, "state_dict.pt"))
+    torch.save(model, os.path.join(out, "pickled_module.pt"))
+    torch.save({"model": model.state_dict(), "step": 3}, os.path.join(out, "checkpoint.pt"))
+    torch.save(model.state_dict(), os.path.join(out, "legacy.pt"), _use_new_zipfile_serialization=False)
+    weight = model.head.bias.detach().numpy().tobytes()
+    header = json.dumps({"head.bias": {"dtype": "F32", "shape": [10], "data_offsets": [0, len(weight)]}}).encode()
+    with open(os.path.join(out, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header + weight)
+    writer = torch._C.PyTorchFileWriter(os.path.join(out, "exported.pt2"))
+    for name, data in [("archive_format", b"pt2"), ("archive_version", b"0"),
+                       ("models/model.json", b"{}"), ("data/weights/weight_0", weight)]:
+        writer.write_record(name, data, len(data))
+    writer.write_end_of_file()
+    os.makedirs(os.path.join(out, "hf_folder"), exist_ok=True)
+    with open(os.path.join(out, "hf_folder", "config.json"), "w") as f:
+        f.write('{"model_type": "gpt2"}\n')
+
+
 def main() -> int:
     out = sys.argv[1] if len(sys.argv) > 1 else "."
     os.makedirs(out, exist_ok=True)
@@ -86,6 +118,7 @@ def main() -> int:
     made = MadeInForward()
     torch.jit.trace(made, torch.zeros(2, 8)).save(os.path.join(out, "arange_trace.pt"))
     torch.jit.script(made).save(os.path.join(out, "arange_script.pt"))
+    write_not_torchscript(os.path.join(out, "not_torchscript"))
     return 0
 
 
