@@ -240,7 +240,9 @@ class Search {
     std::vector<std::array<double, kNumPhases>> phase_peaks;
     std::vector<double> peaks, seconds;
     ProbeReport first_failure;
+    std::vector<std::pair<int64_t, ProbeReport>> errors_before_ok;  // (micro-batch, report)
     auto probe_plain = [&] {
+      errors_before_ok.clear();
       for (int64_t s : sizes) {
         const ProbeReport r = probe(base_, s);
         // A model file that does not load will not load at any micro-batch.
@@ -248,6 +250,7 @@ class Search {
           throw InputError(r.message);
         if (r.outcome != TrialOutcome::kOk) {
           if (ok.empty()) first_failure = r;
+          if (ok.empty() && r.outcome == TrialOutcome::kError) errors_before_ok.emplace_back(s, r);
           continue;
         }
         ok.push_back(s);
@@ -285,6 +288,7 @@ class Search {
                                    sizes.front(), first_failure.message));
     if (result_.static_memory.parameter_bytes > result_.usable_budget_bytes)
       throw parameters_alone(format_bytes(result_.static_memory.parameter_bytes));
+    raise_min_micro_batch(errors_before_ok);
     models_.phases = fit_phase_lines(ok, phase_peaks, nullptr);
     models_.seconds = fit_batch_line(ok, seconds);
     result_.baseline_peak = fit_batch_line(ok, peaks);
@@ -328,6 +332,18 @@ class Search {
   // parameters with fp32 master weights kept by the optimizer
   // (Precision::kBf16Params, DeepSpeed's bf16 mode), and the report says
   // which form ran and why.
+  // A micro-batch that fails where a larger one runs fails for its size, not
+  // for memory (BatchNorm needs more than one value per channel): the search
+  // stays above the largest such size, so no node is built on it.
+  void raise_min_micro_batch(const std::vector<std::pair<int64_t, ProbeReport>>& errors_before_ok) {
+    if (errors_before_ok.empty()) return;
+    const auto& [size, report] = errors_before_ok.back();
+    job_.min_micro_batch = std::max(job_.min_micro_batch, size + 1);
+    result_.notes.push_back(fmt::format("micro-batch {} cannot run ({}), so the search uses micro-batches of {} or "
+                                        "more (min_micro_batch = {} in the job spec skips that probe)",
+                                        size, outcome_text(report), job_.min_micro_batch, job_.min_micro_batch));
+  }
+
   static bool form_failed(const ProbeReport& r) {
     return r.outcome != TrialOutcome::kOk && r.outcome != TrialOutcome::kOutOfMemory;
   }
@@ -345,6 +361,11 @@ class Search {
     const std::vector<int64_t> valid = valid_micro_batches(job_);
     if (valid.empty()) return;
     if (exact && std::find(valid.begin(), valid.end(), largest) == valid.end()) return;
+    if (valid.front() > largest) {  // e.g. accumulation when only the global batch itself is a valid micro-batch
+      result_.notes.push_back(fmt::format("{}: not possible (no valid micro-batch is {} or less; valid: {})", name,
+                                          largest, fmt::join(valid, ", ")));
+      return;
+    }
     const auto budget = static_cast<double>(result_.usable_budget_bytes);
     TrailNode node;
     node.node = name;
@@ -431,8 +452,10 @@ class Search {
     else if (models_.adamw8bit.available) least.optimizer = OptimizerKind::kAdamW8bit;
     if (models_.bf16.available) least.precision = bf16_form_;
     const std::vector<int64_t> valid = valid_micro_batches(job_);
-    if (!valid.empty())
+    if (!valid.empty()) {
+      result_.smallest_micro_batch = valid.front();
       result_.smallest_predicted_peak_bytes = predict(models_, with_micro_batch(least, valid.front(), g), g).peak_bytes;
+    }
   }
 
   // A verification run that finished within the usable budget.
@@ -535,7 +558,7 @@ class Search {
     }
   }
 
-  const JobSpec& job_;
+  JobSpec job_;  // a copy: a micro-batch that cannot run raises min_micro_batch
   TrialRunner& runner_;
   SearchOptions options_;
   std::function<void(const std::string&)> progress_;

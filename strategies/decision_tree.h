@@ -93,7 +93,8 @@ struct SearchResult {
   BatchLine baseline_peak;                   // bytes vs micro-batch (plain)
   BatchLine baseline_seconds;                // seconds per micro-batch (plain)
   StaticMemory static_memory;                // of the plain probe
-  double smallest_predicted_peak_bytes = 0;  // the least memory any node needs (micro-batch min)
+  double smallest_predicted_peak_bytes = 0;  // the least memory any node needs (at smallest_micro_batch)
+  int64_t smallest_micro_batch = 0;          // the smallest micro-batch the search used (0: none valid)
 };
 
 /// Verified samples/s at or above this fraction of the fastest verified run

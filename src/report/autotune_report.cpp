@@ -79,7 +79,7 @@ std::string render_autotune_text(const AutotuneReport& report) {
   } else {
     line(fmt::format("nothing fits: the least memory any configuration needs is {} (predicted, micro-batch {}), "
                      "the usable budget is {}",
-                     format_bytes(static_cast<int64_t>(s.smallest_predicted_peak_bytes)), job.min_micro_batch,
+                     format_bytes(static_cast<int64_t>(s.smallest_predicted_peak_bytes)), s.smallest_micro_batch,
                      format_bytes(s.usable_budget_bytes)));
     if (report.nothing_fits) out += report.nothing_fits->table;
   }
@@ -115,6 +115,7 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
                       {"notes", s.notes},
                       {"verification_trials", s.verification_trials},
                       {"smallest_predicted_peak_bytes", static_cast<int64_t>(s.smallest_predicted_peak_bytes)},
+                      {"smallest_micro_batch", s.smallest_micro_batch},
                       {"emitted_files", report.emitted_files}};
   j["chosen"] = s.chosen ? node_json(s.trail[*s.chosen]) : nlohmann::json();
   if (report.nothing_fits) j["nothing_fits"] = report.nothing_fits->json;

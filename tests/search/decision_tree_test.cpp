@@ -27,6 +27,7 @@ class FakeRunner : public TrialRunner {
   int64_t extra_at_full_batch = 0;    // a surprise the probes cannot see
   double offload_time_factor = 1.5;
   bool autocast_crashes = false;      // bf16 autocast dies by SIGSEGV (bf16_params runs)
+  int64_t fails_at_or_below = 0;      // micro-batches this small raise an error (BatchNorm at 1)
   int64_t global_batch = 32;
   int probes = 0;
   int verifications = 0;
@@ -104,6 +105,12 @@ class FakeRunner : public TrialRunner {
     if (autocast_crashes && c.precision == Precision::kBf16) {
       r.outcome = TrialOutcome::kCrashed;
       r.message = "crashed: SIGSEGV during forward";
+      return r;
+    }
+    if (c.micro_batch <= fails_at_or_below) {
+      r.outcome = TrialOutcome::kError;
+      r.phase_at_failure = "forward";
+      r.message = "Expected more than 1 value per channel when training";
       return r;
     }
     if (enforce && r.peak_bytes > usable_budget) {
@@ -338,6 +345,7 @@ TEST(DecisionTree, NothingFitsSaysSoWithTheLeastMemoryNeeded) {
   EXPECT_FALSE(r.chosen.has_value());
   EXPECT_EQ(r.verification_trials, 0);
   EXPECT_NEAR(r.smallest_predicted_peak_bytes, 16 * kMiB, 1.0);
+  EXPECT_EQ(r.smallest_micro_batch, 1);
   for (const TrailNode& node : r.trail) EXPECT_FALSE(node.predicted_fit) << node.node;
 }
 
@@ -355,6 +363,44 @@ TEST(DecisionTree, AVerifiedOutOfMemoryDropsTheCandidateAndGoesOn) {
       dropped = true;
     }
   EXPECT_TRUE(dropped);
+}
+
+TEST(DecisionTree, AMicroBatchThatFailsBelowOneThatRunsIsNeverPlanned) {
+  // Probes at 4, 8, 16; 4 raises an error (not an OOM), 8 and 16 run. With
+  // room for plain micro-batch 4 only (18 + 32 + 4 = 54 MiB of 55), no node
+  // may use 4 or less: 8, 16 and 32 are what is left of the divisors of 32.
+  FakeRunner fake;
+  fake.fails_at_or_below = 4;
+  const SearchResult r = run_search(fake, job_with_budget(plain_peak(4) + 4 * kMiB + kMiB));
+  ASSERT_FALSE(r.trail.empty());
+  for (const TrailNode& n : r.trail) EXPECT_GE(n.config.micro_batch, 8) << n.node;
+  EXPECT_EQ(r.smallest_micro_batch, 8);
+  bool noted = false;
+  for (const std::string& note : r.notes)
+    noted |= note.rfind("micro-batch 4 cannot run (error during forward: Expected more than 1 value", 0) == 0 &&
+             note.find("micro-batches of 5 or more (min_micro_batch = 5") != std::string::npos;
+  EXPECT_TRUE(noted) << testing::PrintToString(r.notes);
+  // Checkpointing at 16 x 2 fits (18 + 2 x 16 + 4 = 54 MiB) and runs.
+  EXPECT_EQ(chosen(r).config.micro_batch, 16);
+  EXPECT_TRUE(chosen(r).config.checkpoint.enabled());
+}
+
+TEST(DecisionTree, NoAccumulationNodeWhenOnlyTheGlobalBatchIsAValidMicroBatch) {
+  FakeRunner fake;
+  fake.global_batch = 3;
+  JobSpec job = job_with_budget(plain_peak(3) + kMiB);
+  job.global_batch = 3;
+  job.min_micro_batch = 2;  // valid micro-batches: 3 only (2 does not divide 3)
+  const SearchResult r = run_search(fake, job);
+  for (const TrailNode& n : r.trail) {
+    EXPECT_EQ(n.node.find("accumulation"), std::string::npos) << n.node;
+    EXPECT_EQ(n.config.micro_batch, 3) << n.node;
+  }
+  bool noted = false;
+  for (const std::string& note : r.notes)
+    noted |= note == "micro-batch + accumulation: not possible (no valid micro-batch is 2 or less; valid: 3)";
+  EXPECT_TRUE(noted) << testing::PrintToString(r.notes);
+  EXPECT_EQ(chosen(r).node, "plain");
 }
 
 TEST(DecisionTree, BadBudgetsAreInputErrors) {
