@@ -39,6 +39,17 @@ std::string initials(std::string_view name) {
   return out;
 }
 
+// "mask" is a word of "attention_mask": users often give the short name.
+bool has_word(std::string_view candidate, std::string_view word) {
+  for (std::size_t at = candidate.find(word); at != std::string_view::npos; at = candidate.find(word, at + 1)) {
+    const auto separator = [](char c) { return c == '_' || c == '-' || c == '.'; };
+    const bool starts = at == 0 || separator(candidate[at - 1]);
+    const std::size_t end = at + word.size();
+    if (starts && (end == candidate.size() || separator(candidate[end]))) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string closest_name(std::string_view name, const std::vector<std::string>& candidates) {
@@ -46,6 +57,9 @@ std::string closest_name(std::string_view name, const std::vector<std::string>& 
   if (abbreviation.size() > 1)
     for (const auto& candidate : candidates)
       if (candidate == abbreviation) return candidate;
+  if (name.size() > 1)
+    for (const auto& candidate : candidates)
+      if (candidate != name && has_word(candidate, name)) return candidate;
   std::string best;
   std::size_t best_distance = SIZE_MAX;
   for (const auto& candidate : candidates) {

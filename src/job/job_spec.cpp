@@ -25,6 +25,18 @@ const std::vector<std::string> kLossKeys = {"kind", "target"};
 const std::vector<std::string> kOptimizerKeys = {"kind", "lr", "weight_decay", "betas", "eps", "momentum"};
 const std::vector<std::string> kDtypes = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "bool"};
 
+/// The canonical dtype for PyTorch's own spellings: the torch. prefix and
+/// the aliases torch defines (torch.float is float32, half float16, double
+/// float64, long int64, int int32; torch/_tensor_docs.py, "torch.dtype").
+std::string canonical_dtype(std::string dtype) {
+  if (dtype.rfind("torch.", 0) == 0) dtype.erase(0, 6);
+  static const std::pair<const char*, const char*> kAliases[] = {
+      {"float", "float32"}, {"half", "float16"}, {"double", "float64"}, {"long", "int64"}, {"int", "int32"}};
+  for (const auto& [alias, name] : kAliases)
+    if (dtype == alias) return name;
+  return dtype;
+}
+
 /// A job-spec table: TomlTable plus required keys, defaults, choices and
 /// ranges, each error saying FILE:LINE:COLUMN: KEY.
 class TableReader : public TomlTable {
@@ -79,7 +91,11 @@ InputSpec read_input(const toml::table& table, const std::string& origin, std::s
   reader.reject_unknown(kInputKeys);
   InputSpec input;
   input.name = reader.string("name");
-  input.dtype = reader.choice_or("dtype", "float32", kDtypes);
+  const std::string dtype = reader.string_or("dtype", "float32");
+  input.dtype = canonical_dtype(dtype);
+  if (std::find(kDtypes.begin(), kDtypes.end(), input.dtype) == kDtypes.end())
+    reader.fail("dtype", fmt::format("unknown value '{}' ({}; PyTorch's names work too: torch.long, half, ...)", dtype,
+                                     suggest(input.dtype, kDtypes)));
   const toml::node* shape = reader.node("shape");
   if (!shape) reader.fail("shape", "missing required key");
   if (!shape->is_array() || shape->as_array()->empty())

@@ -57,7 +57,7 @@ struct OptimizerSpec {
 struct JobSpec {
   std::string spec_path;               // the TOML file ("" when built in code)
   std::string model_path;              // absolute or relative to the cwd (resolved from the TOML's folder)
-  std::vector<InputSpec> inputs;       // in forward-argument order; the loss target is among them
+  std::vector<InputSpec> inputs;       // forward's arguments, by name or in order (model_session.cpp); and the loss target
   OutputSelector output;
   LossSpec loss;
   int64_t global_batch = 1;            // COUNT: samples per optimizer step

@@ -27,8 +27,9 @@ class ModelSession {
  public:
   /// Loads `job.model_path` onto the job's device, in training mode.
   /// Throws ModelError (exit code 2) when the file is missing, is not a
-  /// TorchScript archive (naming what it is, see non_torchscript_kind), or
-  /// uses an operator this libtorch does not have.
+  /// TorchScript archive (naming what it is, see non_torchscript_kind),
+  /// uses an operator this libtorch does not have, or when the job's inputs
+  /// do not match forward's arguments (Note [Forward arguments]).
   explicit ModelSession(const JobSpec& job);
 
   const JobSpec& job() const { return job_; }
@@ -43,17 +44,23 @@ class ModelSession {
   int64_t parameter_count() const;
 
   /// Runs forward on the batch's model inputs (all but the loss target) and
-  /// returns the raw output. Throws ModelError when the model rejects the
-  /// inputs (arity, dtype, shape), naming the inputs given.
+  /// returns the raw output: by name when the inputs are named as forward's
+  /// arguments, else in order (Note [Forward arguments]). Throws ModelError
+  /// when the model rejects the inputs (dtype, shape), naming the inputs given.
   c10::IValue forward(const Batch& batch);
 
   /// Moves a CPU batch to the session's device.
   Batch to_device(const Batch& batch) const;
 
  private:
+  /// Checks the job's inputs against forward's schema and chooses how they
+  /// are passed (sets by_name_).
+  void bind_forward_arguments();
+
   JobSpec job_;
   torch::jit::Module module_;
   at::Device device_;
+  bool by_name_ = false;  // inputs passed as keyword arguments
 };
 
 /// Sets TorchScript graph-executor optimization (process-wide). The probe

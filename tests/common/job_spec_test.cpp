@@ -115,6 +115,20 @@ TEST(JobSpec, EachBadInputGetsItsExactError) {
   EXPECT_EQ(error_of("model = \"a.pt\"\nglobal_batch = [\n"), "job.toml:2:18: Error while parsing array: encountered end-of-file");
 }
 
+TEST(JobSpec, DtypesTakePyTorchsNames) {
+  // torch.long is int64, half float16, ... (the torch.dtype aliases); the
+  // spec keeps the canonical name, which the child trial reads back.
+  for (const auto& [given, canonical] : std::vector<std::pair<std::string, std::string>>{
+           {"long", "int64"}, {"torch.long", "int64"}, {"torch.int64", "int64"}, {"int", "int32"},
+           {"half", "float16"}, {"torch.float", "float32"}, {"double", "float64"}, {"torch.bfloat16", "bfloat16"}}) {
+    const JobSpec spec = parse_job_spec(replace(kGood, "dtype = \"int64\"", "dtype = \"" + given + "\""), "job.toml", "");
+    EXPECT_EQ(spec.inputs[0].dtype, canonical) << given;
+  }
+  EXPECT_EQ(error_of(replace(kGood, "dtype = \"int64\"", "dtype = \"torch.lng\"")),
+            "job.toml:9:9: inputs[0].dtype: unknown value 'torch.lng' (did you mean 'int64'?; valid: float32, float16, "
+            "bfloat16, float64, int64, int32, bool; PyTorch's names work too: torch.long, half, ...)");
+}
+
 TEST(JobSpec, PrecisionBf16ParamsIsAChoice) {
   const std::string text = replace(kGood, "global_batch = 32", "global_batch = 32\nprecision = \"bf16_params\"");
   const JobSpec spec = parse_job_spec(text, "job.toml", "");

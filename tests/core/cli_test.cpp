@@ -114,14 +114,18 @@ TEST(Cli, BadModelFilesExitTwoWithOneLine) {
            ": forward(x: Float 4x256) failed: mat1 and mat2 shapes cannot be multiplied (4x256 and 16x32) (at "
            "make_test_models.py:"},
       {testing::test_model("returns_loss"), "",
-       testing::test_model("returns_loss") + ": forward(x: Float 4x256) failed:"},
+       "JOB: forward(x, labels) in " + testing::test_model("returns_loss") +
+           " takes 'labels', the loss target, which is not passed to forward; for a model that computes its own "
+           "loss set [loss] kind = \"model_returns_loss\""},
   };
   for (const Case& c : cases) {
-    const RunResult r = run_oomtune("probe " + job_for_model("bad_model.toml", c.model, c.extra) + " --no-fit");
+    const std::string job = job_for_model("bad_model.toml", c.model, c.extra);
+    const RunResult r = run_oomtune("probe " + job + " --no-fit");
     EXPECT_EQ(r.exit_code, 2) << c.model << "\n" << r.err;
     EXPECT_EQ(r.out, "") << c.model;
     const std::string line = last_line(r.err);
-    EXPECT_EQ(line.rfind("oomtune: " + c.expected, 0), 0u) << line;
+    const std::string expected = c.expected.rfind("JOB:", 0) == 0 ? job + c.expected.substr(3) : c.expected;
+    EXPECT_EQ(line.rfind("oomtune: " + expected, 0), 0u) << line;
     EXPECT_EQ(r.err.find("Exception raised from"), std::string::npos) << "no C++ stack trace";
   }
 }
@@ -157,6 +161,53 @@ TEST(Cli, ModelFilesThatAreNotTorchScriptSayWhatTheyAre) {
   for (size_t at = r.err.find("autotune: probe"); at != std::string::npos; at = r.err.find("autotune: probe", at + 1))
     ++probes;
   EXPECT_EQ(probes, 1u) << r.err;
+}
+
+// Note [Forward arguments]: inputs named as forward's arguments go by name
+// (two_inputs fails when its int64 ids and float mask are swapped), others
+// in order; a mix, a missing required argument or a count forward cannot
+// take is a one-line error naming the job spec.
+TEST(Cli, InputsNamedAsForwardsArgumentsArePassedByName) {
+  const std::string model = testing::test_model("two_inputs");
+  if (!testing::exists(model)) GTEST_SKIP();
+  const auto input = [](const std::string& name, const char* dtype_and_range) {
+    return "[[inputs]]\nname = \"" + name + "\"\nshape = [\"batch\", 16]\n" + dtype_and_range + "\n\n";
+  };
+  const auto ids = [&](const std::string& name) { return input(name, "dtype = \"int64\"\nrange = [0, 100]"); };
+  const auto mask = [&](const std::string& name) { return input(name, "range = [0.0, 1.0]"); };
+  const std::string labels =
+      "[[inputs]]\nname = \"labels\"\nshape = [\"batch\"]\ndtype = \"int64\"\nrange = [0, 10]\n\n"
+      "[loss]\nkind = \"cross_entropy\"\ntarget = \"labels\"\n";
+  const auto probe = [&](const std::string& inputs) {
+    const std::string job = testing::write_temp_file(
+        "two_inputs.toml", "model = \"" + model + "\"\nglobal_batch = 4\n\n" + inputs + labels);
+    return std::pair{job, run_oomtune("probe " + job + " --no-fit")};
+  };
+  for (const std::string& inputs : {ids("input_ids") + mask("attention_mask"),   // in order, by name
+                                    mask("attention_mask") + ids("input_ids"),   // swapped, by name
+                                    ids("ids") + mask("mask")}) {                // in order, by position
+    const auto [job, r] = probe(inputs);
+    EXPECT_EQ(r.exit_code, 0) << inputs << r.err;
+  }
+  {
+    const auto [job, r] = probe(mask("mask") + ids("ids"));  // swapped, by position: the model's own error
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(last_line(r.err).find("forward(mask: Float 4x16, ids: Long 4x16) failed"), std::string::npos) << r.err;
+  }
+  const std::string signature = "forward(input_ids, attention_mask, bias) in " + model;
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {ids("input_ids") + mask("mask"),
+       ": input 'mask' is not an argument of " + signature + " (did you mean 'attention_mask'?): inputs named as "
+       "forward's arguments are passed by name, inputs named otherwise in order, not a mix"},
+      {ids("input_ids"), ": " + signature + " needs 'attention_mask', which no input gives (inputs passed by name: "
+       "input_ids)"},
+      {ids("ids"), ": " + signature + " takes 2 to 3 inputs, the job passes 1 (ids) besides the loss target 'labels'"},
+  };
+  for (const auto& [inputs, expected] : bad) {
+    const auto [job, r] = probe(inputs);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(last_line(r.err), "oomtune: " + job + expected);
+  }
 }
 
 TEST(Cli, AnOutOfRangeTargetNamesTheClassCount) {

@@ -9,6 +9,8 @@ Writes into the folder given as the first argument:
   dict_out.pt    returns {"logits": [B, 10], "hidden": [B, 32]}
   tuple_out.pt   returns (logits [B, 10], hidden [B, 32])
   returns_loss.pt returns {"loss": scalar, "logits": [B, 10]} given (x, labels)
+  two_inputs.pt  forward(input_ids [B, 16] int64, attention_mask [B, 16] float,
+                 bias: Optional = None) -> [B, 10]; swapping the two fails
   not_torchscript/  what users pass instead of TorchScript: a state_dict, a
                  pickled module and a checkpoint dict (torch.save), the pre-1.6
                  torch.save format, safetensors, a PT2 archive (torch.export),
@@ -21,7 +23,7 @@ import sys
 
 import torch
 import torch.nn as nn
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 
 class MLP(nn.Module):
@@ -65,6 +67,20 @@ class ReturnsLoss(DictOut):
     def forward(self, x: torch.Tensor, labels: torch.Tensor) -> Dict[str, torch.Tensor]:
         logits = self.head(self.body(x))
         return {"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+
+class TwoInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(100, 32)
+        self.out = nn.Linear(32, 10)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        h = self.emb(input_ids) * attention_mask.unsqueeze(-1)
+        if bias is not None:
+            h = h + bias
+        return self.out(h.mean(1))
 
 
 class MadeInForward(nn.Module):
@@ -113,7 +129,7 @@ def main() -> int:
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
     for name, model in [("mlp", MLP()), ("bigmatmul", BigMatmul()), ("dict_out", DictOut()),
-                        ("tuple_out", TupleOut()), ("returns_loss", ReturnsLoss())]:
+                        ("tuple_out", TupleOut()), ("returns_loss", ReturnsLoss()), ("two_inputs", TwoInputs())]:
         torch.jit.script(model).save(os.path.join(out, f"{name}.pt"))
     made = MadeInForward()
     torch.jit.trace(made, torch.zeros(2, 8)).save(os.path.join(out, "arange_trace.pt"))
