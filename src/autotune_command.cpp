@@ -139,6 +139,10 @@ void add_autotune_command(CLI::App& app, const Command& self, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(self.name, self.help);
   cmd->add_option("job", flags->job_path, "Job spec (TOML)")->required();
   add_job_override_flags(*cmd, flags->overrides);
+  cmd->add_option("--min-micro-batch", flags->overrides.min_micro_batch,
+                  "Smallest micro-batch to try (overrides the file)");
+  cmd->add_option("--max-micro-batch", flags->overrides.max_micro_batch,
+                  "Largest micro-batch to try, e.g. for the data loader's host memory (overrides the file)");
   cmd->add_option("--max-verifications", flags->max_verifications, "Real runs of the top candidates (default 3)");
   cmd->add_option("--emit", flags->emit_dir,
                   "Write plan.toml and DeepSpeed/HF/Lightning/Accelerate configs for the chosen plan into DIR");

@@ -179,6 +179,7 @@ class Search {
       throw InputError(fmt::format("{}: autotune needs a memory budget (budget = \"8GiB\" or --budget)",
                                    job_.spec_path.empty() ? "job" : job_.spec_path));
     result_.usable_budget_bytes = *job_.usable_budget_bytes();
+    require_a_valid_micro_batch("");
     fit_models();
     walk_tree();
     verify_candidates();
@@ -342,6 +343,19 @@ class Search {
     result_.notes.push_back(fmt::format("micro-batch {} cannot run ({}), so the search uses micro-batches of {} or "
                                         "more (min_micro_batch = {} in the job spec skips that probe)",
                                         size, outcome_text(report), job_.min_micro_batch, job_.min_micro_batch));
+    require_a_valid_micro_batch(fmt::format("micro-batch {} cannot run ({}), and ", size, outcome_text(report)));
+  }
+
+  // The constraints (global batch, min/max micro-batch, remainder) leave at
+  // least one micro-batch, else no configuration exists: a bad input.
+  void require_a_valid_micro_batch(const std::string& cause) const {
+    if (!valid_micro_batches(job_).empty()) return;
+    const int64_t g = job_.global_batch;
+    const int64_t top = job_.max_micro_batch ? std::min(g, *job_.max_micro_batch) : g;
+    throw InputError(fmt::format("{}: {}no micro-batch from {} to {} divides the global batch {} (change "
+                                 "min_micro_batch / max_micro_batch, or set remainder = \"last_smaller\")",
+                                 job_.spec_path.empty() ? job_.model_path : job_.spec_path, cause,
+                                 job_.min_micro_batch, top, g));
   }
 
   static bool form_failed(const ProbeReport& r) {

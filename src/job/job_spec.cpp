@@ -279,6 +279,20 @@ void apply_overrides(JobSpec& spec, const JobOverrides& overrides) {
       throw InputError(fmt::format("--batch: must be >= 1, got {}", *overrides.global_batch));
     spec.global_batch = *overrides.global_batch;
   }
+  if (overrides.min_micro_batch) {
+    if (*overrides.min_micro_batch < 1)
+      throw InputError(fmt::format("--min-micro-batch: must be >= 1, got {}", *overrides.min_micro_batch));
+    spec.min_micro_batch = *overrides.min_micro_batch;
+  }
+  if (overrides.max_micro_batch) {
+    if (*overrides.max_micro_batch < 1)
+      throw InputError(fmt::format("--max-micro-batch: must be >= 1, got {}", *overrides.max_micro_batch));
+    spec.max_micro_batch = *overrides.max_micro_batch;
+  }
+  if (spec.max_micro_batch && *spec.max_micro_batch < spec.min_micro_batch)
+    throw InputError(fmt::format("{}: max_micro_batch {} is below min_micro_batch {}",
+                                 overrides.max_micro_batch ? "--max-micro-batch" : "--min-micro-batch",
+                                 *spec.max_micro_batch, spec.min_micro_batch));
 }
 
 }  // namespace oomtune

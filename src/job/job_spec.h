@@ -96,6 +96,8 @@ struct JobOverrides {
   std::optional<std::string> budget;   // human size, e.g. "8GiB"
   std::optional<std::string> device;
   std::optional<int64_t> global_batch;
+  std::optional<int64_t> min_micro_batch;
+  std::optional<int64_t> max_micro_batch;  // e.g. host RAM of the data loader, CUDA launch limits
 };
 
 /// Applies overrides. Throws InputError naming the flag for a bad value.

@@ -140,12 +140,40 @@ TEST(JobSpec, PrecisionBf16ParamsIsAChoice) {
 
 TEST(JobSpec, OverridesWinAndCheckTheirValues) {
   JobSpec spec = parse_job_spec(kGood, "job.toml", "");
-  apply_overrides(spec, {std::string("512MiB"), std::string("cuda"), int64_t{8}});
+  JobOverrides given;
+  given.budget = "512MiB";
+  given.device = "cuda";
+  given.global_batch = 8;
+  apply_overrides(spec, given);
   EXPECT_EQ(spec.budget_bytes, 512LL << 20);
   EXPECT_EQ(spec.device, "cuda");
   EXPECT_EQ(spec.global_batch, 8);
-  EXPECT_THROW(apply_overrides(spec, {std::string("lots"), std::nullopt, std::nullopt}), InputError);
-  EXPECT_THROW(apply_overrides(spec, {std::nullopt, std::string("tpu"), std::nullopt}), InputError);
+  JobOverrides bad_budget;
+  bad_budget.budget = "lots";
+  EXPECT_THROW(apply_overrides(spec, bad_budget), InputError);
+  JobOverrides bad_device;
+  bad_device.device = "tpu";
+  EXPECT_THROW(apply_overrides(spec, bad_device), InputError);
+  JobOverrides bounds;
+  bounds.min_micro_batch = 2;
+  bounds.max_micro_batch = 4;
+  apply_overrides(spec, bounds);
+  EXPECT_EQ(spec.min_micro_batch, 2);
+  EXPECT_EQ(spec.max_micro_batch, 4);
+  const auto message = [&](const JobOverrides& o) {
+    try {
+      apply_overrides(spec, o);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  JobOverrides below;
+  below.min_micro_batch = 8;  // above the max of 4 already applied
+  EXPECT_EQ(message(below), "--min-micro-batch: max_micro_batch 4 is below min_micro_batch 8");
+  JobOverrides zero;
+  zero.max_micro_batch = 0;
+  EXPECT_EQ(message(zero), "--max-micro-batch: must be >= 1, got 0");
 }
 
 TEST(JobSpec, MissingFileIsAnInputError) {

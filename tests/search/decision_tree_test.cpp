@@ -403,6 +403,35 @@ TEST(DecisionTree, NoAccumulationNodeWhenOnlyTheGlobalBatchIsAValidMicroBatch) {
   EXPECT_EQ(chosen(r).node, "plain");
 }
 
+TEST(DecisionTree, ConstraintsThatLeaveNoMicroBatchAreInputErrors) {
+  const auto message = [](FakeRunner& fake, const JobSpec& job) {
+    try {
+      run_search(fake, job);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  JobSpec job = job_with_budget(plain_peak(3) + kMiB);
+  job.spec_path = "job.toml";
+  job.global_batch = 3;
+  job.min_micro_batch = 2;
+  job.max_micro_batch = 2;
+  FakeRunner before;
+  before.global_batch = 3;
+  EXPECT_EQ(message(before, job), "job.toml: no micro-batch from 2 to 2 divides the global batch 3 (change "
+                                  "min_micro_batch / max_micro_batch, or set remainder = \"last_smaller\")");
+  EXPECT_EQ(before.probes, 0) << "refused before any trial";
+  // Allowed by the spec (1 divides 3), but micro-batch 1 cannot run.
+  job.min_micro_batch = 1;
+  FakeRunner after;
+  after.global_batch = 3;
+  after.fails_at_or_below = 1;
+  EXPECT_EQ(message(after, job), "job.toml: micro-batch 1 cannot run (error during forward: Expected more than 1 value "
+                                 "per channel when training), and no micro-batch from 2 to 2 divides the global batch "
+                                 "3 (change min_micro_batch / max_micro_batch, or set remainder = \"last_smaller\")");
+}
+
 TEST(DecisionTree, BadBudgetsAreInputErrors) {
   FakeRunner fake;
   JobSpec no_budget = job_with_budget(1);
