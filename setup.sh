@@ -25,7 +25,7 @@ torch_source="${OOMTUNE_TORCH:-debian}"
 
 packages=(build-essential cmake ninja-build ccache pkg-config
           libcli11-dev libtomlplusplus-dev libtomlplusplus3 libfmt-dev nlohmann-json3-dev
-          libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
+          zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
           python3-torch python3-torchvision)
 if [ "$torch_source" = debian ]; then packages+=(libtorch-dev); fi
 

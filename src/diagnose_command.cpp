@@ -3,6 +3,7 @@
 // Thin: the analysis is diagnose/ (a library), the output its renderers.
 
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -10,9 +11,11 @@
 #include "commands.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/gzip_file.h"
 #include "diagnose/diagnosis.h"
 #include "diagnose/render.h"
 #include "diagnose/snapshot.h"
+#include "diagnose/snapshot_file.h"
 
 namespace oomtune {
 namespace {
@@ -24,8 +27,22 @@ struct DiagnoseArgs {
   int top = 10;
 };
 
+// A gzip-compressed snapshot ("snapshot.pickle.gz") is read decompressed in
+// memory; any other file as it is.
+diagnose::Snapshot load(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  char head[2] = {};
+  file.read(head, sizeof head);
+  if (file.gcount() == 2 && diagnose::is_gzip(std::string_view(head, 2))) {
+    const std::string bytes = read_gzip_file(path);
+    diagnose::expect_a_snapshot_pickle(std::string_view(bytes).substr(0, 16), path);
+    return diagnose::load_snapshot_bytes(bytes, path);
+  }
+  return diagnose::load_snapshot(path);
+}
+
 int run_diagnose(const DiagnoseArgs& args) {
-  const diagnose::Snapshot snapshot = diagnose::load_snapshot(args.snapshot);
+  const diagnose::Snapshot snapshot = load(args.snapshot);
   diagnose::DiagnoseOptions options;
   options.top = args.top;
   const diagnose::Diagnosis diagnosis = diagnose::diagnose(snapshot, args.snapshot, options);
@@ -43,7 +60,8 @@ void add_diagnose_command(CLI::App& app, const Command& self, int* exit_code) {
   auto args = std::make_shared<DiagnoseArgs>();
   CLI::App* sub = app.add_subcommand(self.name, self.help);
   sub->add_option("snapshot", args->snapshot,
-                  "Pickle written by torch.cuda.memory._dump_snapshot() (PyTorch 1.13-2.11 layouts, protocols 2-5)")
+                  "Pickle written by torch.cuda.memory._dump_snapshot() (PyTorch 1.13-2.11 layouts, protocols 2-5; "
+                  "gzip-compressed too)")
       ->required();
   sub->add_flag("--json", args->json, "Print everything as JSON (units in key names: _bytes, _us)");
   sub->add_option("--svg", args->svg, "Also write the timeline and segment map as an SVG file");

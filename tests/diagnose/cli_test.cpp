@@ -2,7 +2,10 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
+#include <tuple>
+#include <vector>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -59,6 +62,62 @@ TEST(DiagnoseCli, BadFilesExitTwoWithOneLine) {
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_EQ(missing.out, "");
   EXPECT_EQ(missing.err, "oomtune: /nonexistent/snap.pickle: cannot open: No such file or directory\n");
+}
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "diag_" + std::to_string(::getpid()) + "_" + name;
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// Compressed snapshots (gzip, as people share 1 GB dumps) read as the pickle
+// inside: the same report, with the .gz path as the file's name.
+TEST(DiagnoseCli, GzipSnapshotsReadAsThePickleInside) {
+  const std::string path = testing::real_fixture("oom_fragmentation.pickle");
+  SKIP_IF_MISSING(path);
+  const std::string gz = temp_path("snapshot.pickle.gz");
+  ASSERT_EQ(std::system(("gzip -c " + path + " > " + gz).c_str()), 0);
+  const auto plain = run_oomtune("diagnose " + path + " --json");
+  const auto packed = run_oomtune("diagnose " + gz + " --json");
+  ASSERT_EQ(packed.exit_code, 0) << packed.err;
+  auto a = nlohmann::json::parse(plain.out);
+  auto b = nlohmann::json::parse(packed.out);
+  EXPECT_EQ(b["file"], gz);
+  a.erase("file");
+  b.erase("file");
+  EXPECT_EQ(a, b);
+  // Half of the compressed file: zlib's reason, one line, exit 2.
+  const std::string bytes = testing::read_all(gz);
+  const std::string cut = temp_path("cut.pickle.gz");
+  write_file(cut, bytes.substr(0, bytes.size() / 2));
+  const auto truncated = run_oomtune("diagnose " + cut);
+  EXPECT_EQ(truncated.exit_code, 2);
+  EXPECT_EQ(truncated.err, "oomtune: " + cut + ": gzip: unexpected end of file (truncated or corrupt file)\n");
+  std::remove(gz.c_str());
+  std::remove(cut.c_str());
+}
+
+TEST(DiagnoseCli, FilesThatAreNotSnapshotsSayWhatTheyAre) {
+  const std::string how =
+      ", not a memory snapshot pickle; write one with torch.cuda.memory._record_memory_history() before the run and "
+      "torch.cuda.memory._dump_snapshot(\"snapshot.pickle\") after the out-of-memory\n";
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"viewer.html", "\n<!DOCTYPE html>\n<html>", "is an HTML or XML file (the memory viewer's page?)"},
+      {"trace.json", "{\"traceEvents\": []}", "is a JSON file (a profiler or Chrome trace?)"},
+      {"model.pt", std::string("PK\x03\x04\x14\x00", 6), "is a zip archive (a TorchScript model or a torch.save file?)"},
+      {"snap.db", std::string("SQLite format 3\0", 16), "is a SQLite database"},
+  };
+  for (const auto& [name, bytes, kind] : cases) {
+    const std::string path = temp_path(name);
+    write_file(path, bytes);
+    const auto r = run_oomtune("diagnose " + path);
+    EXPECT_EQ(r.exit_code, 2) << name;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, "oomtune: " + path + ": " + kind + how);
+    std::remove(path.c_str());
+  }
 }
 
 }  // namespace

@@ -1,0 +1,34 @@
+#include "diagnose/snapshot_file.h"
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+
+namespace oomtune::diagnose {
+
+bool is_gzip(std::string_view head) { return head.size() >= 2 && head[0] == '\x1f' && head[1] == '\x8b'; }
+
+std::string non_snapshot_kind(std::string_view head) {
+  // Whitespace may precede HTML and JSON, never a pickle's first opcode.
+  std::string_view text = head;
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\n' || text.front() == '\r' ||
+                           text.front() == '\t'))
+    text.remove_prefix(1);
+  if (head.rfind("PK\x03\x04", 0) == 0) return "a zip archive (a TorchScript model or a torch.save file?)";
+  if (is_gzip(head)) return "gzip-compressed";
+  if (head.rfind("SQLite format 3", 0) == 0) return "a SQLite database";
+  if (text.rfind("<", 0) == 0) return "an HTML or XML file (the memory viewer's page?)";
+  if (text.rfind("{", 0) == 0 || text.rfind("[{", 0) == 0) return "a JSON file (a profiler or Chrome trace?)";
+  return "";
+}
+
+void expect_a_snapshot_pickle(std::string_view head, const std::string& name) {
+  const std::string kind = non_snapshot_kind(head);
+  if (kind.empty()) return;
+  throw SnapshotError(fmt::format("{}: is {}, not a memory snapshot pickle; write one with "
+                                  "torch.cuda.memory._record_memory_history() before the run and "
+                                  "torch.cuda.memory._dump_snapshot(\"snapshot.pickle\") after the out-of-memory",
+                                  name, kind));
+}
+
+}  // namespace oomtune::diagnose

@@ -1,0 +1,30 @@
+#pragma once
+// What a file handed to `diagnose` is when it is not a snapshot pickle: the
+// viewer's HTML, a profiler's JSON trace, a model archive... so that the
+// error says so instead of "unknown opcode at byte 0".
+
+#include <string>
+#include <string_view>
+
+namespace oomtune::diagnose {
+
+/// True when `head` (a file's first bytes) starts with the gzip magic 1f 8b
+/// (RFC 1952, section 2.3.1).
+bool is_gzip(std::string_view head);
+
+/// For a file whose first bytes are `head` and that is not a pickle, what it
+/// most likely is, as a phrase completing "PATH is ...": "a zip archive (a
+/// TorchScript model or a torch.save file?)", "an HTML file (the memory
+/// viewer's page?)", "a JSON file (a profiler trace?)", "a SQLite database",
+/// "gzip-compressed". "" when `head` may start a pickle (PROTO 0x80, or a
+/// protocol 0/1 opcode) or is not recognized: the pickle reader then says
+/// what is wrong.
+std::string non_snapshot_kind(std::string_view head);
+
+/// Throws SnapshotError "NAME: is KIND, not a memory snapshot pickle; write
+/// one with ..." when non_snapshot_kind(head) names something. load_snapshot
+/// calls it on a file's first bytes (load_snapshot_bytes does not: it reads
+/// bytes exactly as the plain pickle read does).
+void expect_a_snapshot_pickle(std::string_view head, const std::string& name);
+
+}  // namespace oomtune::diagnose
