@@ -5,11 +5,15 @@
 #include <memory>
 
 #include <fmt/format.h>
+#ifdef OOMTUNE_WITH_ZLIB
 #include <zlib.h>
+#endif
 
 #include "common/error.h"
 
 namespace oomtune {
+
+#ifdef OOMTUNE_WITH_ZLIB
 namespace {
 
 /// zlib's error message for `file`, without the "PATH: " zlib puts first.
@@ -43,5 +47,11 @@ std::string read_gzip_file(const std::string& path) {
   if (code != Z_OK) throw InputError(fmt::format("{}: gzip: {} (truncated or corrupt file)", path, message));
   return out;
 }
+#else
+std::string read_gzip_file(const std::string& path) {
+  throw InputError(fmt::format("{}: gzip-compressed, and this oomtune was built without zlib: decompress it first "
+                               "(gunzip -k {})", path, path));
+}
+#endif
 
 }  // namespace oomtune

@@ -8,7 +8,8 @@ namespace oomtune {
 
 /// The decompressed content of the gzip file at `path` (all members, RFC
 /// 1952), in memory. Throws InputError naming the file when it cannot be
-/// opened, is corrupt or is truncated ("unexpected end of file").
+/// opened, is corrupt or is truncated ("unexpected end of file"), or when
+/// oomtune was built without zlib (then saying how to decompress it).
 std::string read_gzip_file(const std::string& path);
 
 }  // namespace oomtune
