@@ -274,21 +274,13 @@ void apply_overrides(JobSpec& spec, const JobOverrides& overrides) {
       throw InputError(fmt::format("--device: expected cpu or cuda, got '{}'", *overrides.device));
     spec.device = *overrides.device;
   }
-  if (overrides.global_batch) {
-    if (*overrides.global_batch < 1)
-      throw InputError(fmt::format("--batch: must be >= 1, got {}", *overrides.global_batch));
-    spec.global_batch = *overrides.global_batch;
-  }
-  if (overrides.min_micro_batch) {
-    if (*overrides.min_micro_batch < 1)
-      throw InputError(fmt::format("--min-micro-batch: must be >= 1, got {}", *overrides.min_micro_batch));
-    spec.min_micro_batch = *overrides.min_micro_batch;
-  }
-  if (overrides.max_micro_batch) {
-    if (*overrides.max_micro_batch < 1)
-      throw InputError(fmt::format("--max-micro-batch: must be >= 1, got {}", *overrides.max_micro_batch));
-    spec.max_micro_batch = *overrides.max_micro_batch;
-  }
+  const auto count = [](const char* flag, const std::optional<int64_t>& value) {
+    if (value && *value < 1) throw InputError(fmt::format("{}: must be >= 1, got {}", flag, *value));
+    return value;
+  };
+  if (const auto n = count("--batch", overrides.global_batch)) spec.global_batch = *n;
+  if (const auto n = count("--min-micro-batch", overrides.min_micro_batch)) spec.min_micro_batch = *n;
+  if (const auto n = count("--max-micro-batch", overrides.max_micro_batch)) spec.max_micro_batch = *n;
   if (spec.max_micro_batch && *spec.max_micro_batch < spec.min_micro_batch)
     throw InputError(fmt::format("{}: max_micro_batch {} is below min_micro_batch {}",
                                  overrides.max_micro_batch ? "--max-micro-batch" : "--min-micro-batch",
