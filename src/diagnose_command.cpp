@@ -2,6 +2,7 @@
 // PyTorch memory snapshot, explains the out-of-memory and what to change.
 // Thin: the analysis is diagnose/ (a library), the output its renderers.
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -28,16 +29,23 @@ struct DiagnoseArgs {
 };
 
 // A gzip-compressed snapshot ("snapshot.pickle.gz") is read decompressed in
-// memory; any other file as it is.
+// memory; any other file as it is. Either is named for what it is when it
+// is plainly not a pickle (snapshot_file.h).
 diagnose::Snapshot load(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  char head[2] = {};
-  file.read(head, sizeof head);
-  if (file.gcount() == 2 && diagnose::is_gzip(std::string_view(head, 2))) {
+  char head[16] = {};
+  std::streamsize got = 0;
+  {
+    std::ifstream file(path, std::ios::binary);
+    file.read(head, sizeof head);
+    got = std::max<std::streamsize>(file.gcount(), 0);
+  }  // unreadable: load_snapshot names the reason
+  const std::string_view first(head, static_cast<std::size_t>(got));
+  if (diagnose::is_gzip(first)) {
     const std::string bytes = read_gzip_file(path);
-    diagnose::expect_a_snapshot_pickle(std::string_view(bytes).substr(0, 16), path);
+    diagnose::expect_a_snapshot_pickle(std::string_view(bytes).substr(0, sizeof head), path);
     return diagnose::load_snapshot_bytes(bytes, path);
   }
+  diagnose::expect_a_snapshot_pickle(first, path);
   return diagnose::load_snapshot(path);
 }
 

@@ -1,8 +1,6 @@
 #include "diagnose/snapshot.h"
 
-#include <algorithm>
 #include <array>
-#include <fstream>
 #include <string_view>
 #include <unordered_map>
 
@@ -10,7 +8,6 @@
 
 #include "common/error.h"
 #include "diagnose/pickle_reader.h"
-#include "diagnose/snapshot_file.h"
 
 #ifdef __linux__
 #include <sys/mman.h>
@@ -814,13 +811,6 @@ Snapshot load_streamed(const Read& read, const std::string& name, bool* streamed
 }  // namespace
 
 Snapshot load_snapshot(const std::string& path) {
-  {
-    std::ifstream file(path, std::ios::binary);
-    char head[16] = {};
-    file.read(head, sizeof head);
-    expect_a_snapshot_pickle(std::string_view(head, static_cast<size_t>(std::max<std::streamsize>(file.gcount(), 0))),
-                             path);
-  }  // an unreadable file: read_pickle_file names the reason
   return load_streamed([&](ItemSink* sink) { return read_pickle_file(path, sink); }, path, nullptr);
 }
 

@@ -22,9 +22,9 @@ bool is_gzip(std::string_view head);
 std::string non_snapshot_kind(std::string_view head);
 
 /// Throws SnapshotError "NAME: is KIND, not a memory snapshot pickle; write
-/// one with ..." when non_snapshot_kind(head) names something. load_snapshot
-/// calls it on a file's first bytes (load_snapshot_bytes does not: it reads
-/// bytes exactly as the plain pickle read does).
+/// one with ..." when non_snapshot_kind(head) names something. For callers
+/// (the diagnose command) to check a file's first bytes before load_snapshot,
+/// which reads any bytes exactly as the plain pickle read does.
 void expect_a_snapshot_pickle(std::string_view head, const std::string& name);
 
 }  // namespace oomtune::diagnose
