@@ -131,9 +131,14 @@ PhaseLines fit_phase_lines(const std::vector<int64_t>& sizes, const std::vector<
   return lines;
 }
 
+/// The largest micro-batch the job allows: the global batch, or max_micro_batch below it.
+int64_t largest_micro_batch(const JobSpec& job) {
+  return job.max_micro_batch ? std::min(job.global_batch, *job.max_micro_batch) : job.global_batch;
+}
+
 std::vector<int64_t> probe_sizes(const JobSpec& job) {
   const int64_t g = job.global_batch;
-  const int64_t top = job.max_micro_batch ? std::min(g, *job.max_micro_batch) : g;
+  const int64_t top = largest_micro_batch(job);
   const int64_t bottom = std::min(job.min_micro_batch, top);  // e.g. BatchNorm needs more than one sample
   std::set<int64_t> sizes;
   for (int64_t s : {g / 8, g / 4, g / 2}) sizes.insert(std::clamp<int64_t>(s, bottom, top));
@@ -241,9 +246,10 @@ class Search {
     std::vector<std::array<double, kNumPhases>> phase_peaks;
     std::vector<double> peaks, seconds;
     ProbeReport first_failure;
-    std::vector<std::pair<int64_t, ProbeReport>> errors_before_ok;  // (micro-batch, report)
+    // The largest micro-batch whose probe erred before any probe ran.
+    std::optional<std::pair<int64_t, ProbeReport>> error_before_ok;
     auto probe_plain = [&] {
-      errors_before_ok.clear();
+      error_before_ok.reset();
       for (int64_t s : sizes) {
         const ProbeReport r = probe(base_, s);
         // A model file that does not load will not load at any micro-batch.
@@ -251,7 +257,7 @@ class Search {
           throw InputError(r.message);
         if (r.outcome != TrialOutcome::kOk) {
           if (ok.empty()) first_failure = r;
-          if (ok.empty() && r.outcome == TrialOutcome::kError) errors_before_ok.emplace_back(s, r);
+          if (ok.empty() && r.outcome == TrialOutcome::kError) error_before_ok.emplace(s, r);
           continue;
         }
         ok.push_back(s);
@@ -289,7 +295,7 @@ class Search {
                                    sizes.front(), first_failure.message));
     if (result_.static_memory.parameter_bytes > result_.usable_budget_bytes)
       throw parameters_alone(format_bytes(result_.static_memory.parameter_bytes));
-    raise_min_micro_batch(errors_before_ok);
+    if (error_before_ok) raise_min_micro_batch(error_before_ok->first, error_before_ok->second);
     models_.phases = fit_phase_lines(ok, phase_peaks, nullptr);
     models_.seconds = fit_batch_line(ok, seconds);
     result_.baseline_peak = fit_batch_line(ok, peaks);
@@ -325,20 +331,10 @@ class Search {
     }
   }
 
-  // Note [bf16 fallback]
-  // TorchScript's autocast pass crashes or fails on some models (measured
-  // on an H100: a scripted ViT-B/16 under bf16 autocast died by SIGSEGV;
-  // with the pass off it raised a dtype mismatch). When a bf16-autocast
-  // probe fails for any reason but memory, bf16 is tried as bf16
-  // parameters with fp32 master weights kept by the optimizer
-  // (Precision::kBf16Params, DeepSpeed's bf16 mode), and the report says
-  // which form ran and why.
   // A micro-batch that fails where a larger one runs fails for its size, not
   // for memory (BatchNorm needs more than one value per channel): the search
   // stays above the largest such size, so no node is built on it.
-  void raise_min_micro_batch(const std::vector<std::pair<int64_t, ProbeReport>>& errors_before_ok) {
-    if (errors_before_ok.empty()) return;
-    const auto& [size, report] = errors_before_ok.back();
+  void raise_min_micro_batch(int64_t size, const ProbeReport& report) {
     job_.min_micro_batch = std::max(job_.min_micro_batch, size + 1);
     result_.notes.push_back(fmt::format("micro-batch {} cannot run ({}), so the search uses micro-batches of {} or "
                                         "more (min_micro_batch = {} in the job spec skips that probe)",
@@ -350,14 +346,20 @@ class Search {
   // least one micro-batch, else no configuration exists: a bad input.
   void require_a_valid_micro_batch(const std::string& cause) const {
     if (!valid_micro_batches(job_).empty()) return;
-    const int64_t g = job_.global_batch;
-    const int64_t top = job_.max_micro_batch ? std::min(g, *job_.max_micro_batch) : g;
     throw InputError(fmt::format("{}: {}no micro-batch from {} to {} divides the global batch {} (change "
                                  "min_micro_batch / max_micro_batch, or set remainder = \"last_smaller\")",
                                  job_.spec_path.empty() ? job_.model_path : job_.spec_path, cause,
-                                 job_.min_micro_batch, top, g));
+                                 job_.min_micro_batch, largest_micro_batch(job_), job_.global_batch));
   }
 
+  // Note [bf16 fallback]
+  // TorchScript's autocast pass crashes or fails on some models (measured
+  // on an H100: a scripted ViT-B/16 under bf16 autocast died by SIGSEGV;
+  // with the pass off it raised a dtype mismatch). When a bf16-autocast
+  // probe fails for any reason but memory, bf16 is tried as bf16
+  // parameters with fp32 master weights kept by the optimizer
+  // (Precision::kBf16Params, DeepSpeed's bf16 mode), and the report says
+  // which form ran and why.
   static bool form_failed(const ProbeReport& r) {
     return r.outcome != TrialOutcome::kOk && r.outcome != TrialOutcome::kOutOfMemory;
   }
@@ -612,7 +614,7 @@ class Search {
 
 std::vector<int64_t> valid_micro_batches(const JobSpec& job) {
   std::vector<int64_t> sizes;
-  const int64_t top = job.max_micro_batch ? std::min(job.global_batch, *job.max_micro_batch) : job.global_batch;
+  const int64_t top = largest_micro_batch(job);
   for (int64_t b = job.min_micro_batch; b <= top; ++b)
     if (job.allow_remainder || job.global_batch % b == 0) sizes.push_back(b);
   return sizes;
