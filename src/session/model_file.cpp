@@ -21,6 +21,8 @@ std::string read_head(const std::string& path, size_t bytes) {
   return head;
 }
 
+bool starts_like_zip(std::string_view head) { return head.rfind("PK\x03\x04", 0) == 0; }
+
 bool ends_with(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
 }
@@ -100,13 +102,18 @@ std::string non_torchscript_kind(const std::string& path) {
   const uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec) return "";
   const std::string head = read_head(path, 16);
-  if (head.rfind("PK\x03\x04", 0) == 0) return zip_kind(path);
+  if (starts_like_zip(head)) return zip_kind(path);
   if (is_legacy_torch_save(head)) return "a torch.save file in the pre-1.6 format";
   if (is_safetensors(head, size)) return "a safetensors file (weights only)";
   if (head.rfind("GGUF", 0) == 0) return "a GGUF file (llama.cpp weights)";
   if (ends_with(path, ".onnx")) return "an ONNX model";
   if (!head.empty() && head[0] == '\x80') return "a Python pickle";
   return "";
+}
+
+bool is_zip_archive(const std::string& path) {
+  std::error_code ec;
+  return !std::filesystem::is_directory(path, ec) && starts_like_zip(read_head(path, 4));
 }
 
 std::string how_to_export_torchscript() {

@@ -27,6 +27,11 @@ namespace oomtune {
 /// Throws nothing: an unreadable file is "".
 std::string non_torchscript_kind(const std::string& path);
 
+/// True when the file at `path` starts with a zip local-file header ("PK\3\4"),
+/// as every TorchScript archive does (torch.jit.save writes a zip). False for
+/// a folder or an unreadable file.
+bool is_zip_archive(const std::string& path);
+
 /// The sentence a load error adds after the kind: oomtune needs the model's
 /// code as well as its weights, and the two ways to export it.
 std::string how_to_export_torchscript();

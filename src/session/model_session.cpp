@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <deque>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <sstream>
 #include <unordered_set>
@@ -20,13 +19,6 @@
 
 namespace oomtune {
 namespace {
-
-bool looks_like_zip(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  char magic[4] = {};
-  file.read(magic, 4);
-  return file.gcount() == 4 && magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4;
-}
 
 /// For a file (or folder) that is something other than TorchScript, the
 /// error says what it is and how to export one.
@@ -152,7 +144,7 @@ ModelSession::ModelSession(const JobSpec& job)
     : job_(job), device_(job.device == "cuda" ? at::Device(at::kCUDA) : at::Device(at::kCPU)) {
   const std::string& path = job_.model_path;
   if (!std::filesystem::exists(path)) throw ModelError(fmt::format("{}: no such model file", path));
-  if (std::filesystem::is_directory(path) || !looks_like_zip(path)) {
+  if (!is_zip_archive(path)) {
     throw_if_not_torchscript(path);
     throw ModelError(fmt::format("{}: not a TorchScript archive; {}", path, how_to_export_torchscript()));
   }
