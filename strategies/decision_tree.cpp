@@ -300,6 +300,7 @@ class Search {
     models_.seconds = fit_batch_line(ok, seconds);
     result_.baseline_peak = fit_batch_line(ok, peaks);
     result_.baseline_seconds = models_.seconds;
+    result_.baseline_micro_batches = ok;
 
     const std::vector<int64_t> two(ok.begin(), ok.begin() + std::min<std::size_t>(2, ok.size()));
     const std::vector<int64_t> one(ok.begin(), ok.begin() + 1);
@@ -416,9 +417,10 @@ class Search {
     if (!node.predicted_fit)
       node.note = fmt::format("predicted not to fit: {} > budget {}", format_bytes(static_cast<int64_t>(p.peak_bytes)),
                               format_bytes(result_.usable_budget_bytes));
-    progress_(fmt::format("node   {:<36} {:<44} predicted {} {}", name, describe(node.config),
+    // The configuration goes last: its length varies the most.
+    progress_(fmt::format("node   {:<42} predicted {:>11} {:<12} {}", name,
                           format_bytes(static_cast<int64_t>(node.predicted_peak_bytes)),
-                          node.predicted_fit ? "fits" : "does not fit"));
+                          node.predicted_fit ? "fits" : "does not fit", describe(node.config)));
     result_.trail.push_back(std::move(node));
   }
 

@@ -92,6 +92,7 @@ struct SearchResult {
   int64_t parameter_count = 0;               // COUNT
   BatchLine baseline_peak;                   // bytes vs micro-batch (plain)
   BatchLine baseline_seconds;                // seconds per micro-batch (plain)
+  std::vector<int64_t> baseline_micro_batches;  // the plain probes both lines were fitted to
   StaticMemory static_memory;                // of the plain probe
   double smallest_predicted_peak_bytes = 0;  // the least memory any node needs (at smallest_micro_batch)
   int64_t smallest_micro_batch = 0;          // the smallest micro-batch the search used (0: none valid)

@@ -1,6 +1,11 @@
 #include "report/autotune_report.h"
 
+#include <algorithm>
+#include <array>
+#include <vector>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/byte_size.h"
 
@@ -33,6 +38,43 @@ nlohmann::json node_json(const TrailNode& n) {
   return j;
 }
 
+/// The decision trail as a table. Columns are as wide as their widest cell,
+/// so a long node name or configuration does not shift the numbers after it.
+std::string render_trail_table(const SearchResult& s) {
+  using Row = std::array<std::string, 9>;
+  std::vector<Row> rows = {{"#", "node", "micro x accum + strategies", "pred. peak", "meas. peak", "pred. s", "meas. s",
+                            "fits", "note"}};
+  for (std::size_t i = 0; i < s.trail.size(); ++i) {
+    const TrailNode& n = s.trail[i];
+    std::string measured_peak = "-", measured_seconds = "-", fits = n.predicted_fit ? "pred." : "no";
+    if (n.verification) {
+      const ProbeReport& v = *n.verification;
+      measured_peak = v.outcome == TrialOutcome::kOk ? format_bytes(v.peak_bytes) : to_string(v.outcome);
+      if (v.outcome == TrialOutcome::kOk) measured_seconds = fmt::format("{:.4f}", v.timing.steady_step_seconds);
+      fits = v.outcome == TrialOutcome::kOk && v.peak_bytes <= s.usable_budget_bytes ? "yes" : "no";
+    }
+    rows.push_back({std::to_string(i + 1), n.node, short_config(n.config, n.largest_fitting_micro_batch),
+                    format_bytes(static_cast<int64_t>(n.predicted_peak_bytes)), measured_peak,
+                    fmt::format("{:.4f}", n.predicted_seconds), measured_seconds, fits, n.note});
+  }
+  std::array<std::size_t, 9> width{};
+  for (const Row& row : rows)
+    for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  // Text columns (#, node, configuration, note) align left; numbers and the
+  // verdict align right. The note, last, is not padded.
+  constexpr std::array<bool, 9> left = {true, true, true, false, false, false, false, false, true};
+  std::string out;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    std::string text;
+    for (std::size_t c = 0; c + 1 < rows[r].size(); ++c)
+      text += left[c] ? fmt::format("{:<{}} ", rows[r][c], width[c]) : fmt::format("{:>{}} ", rows[r][c], width[c]);
+    text += " " + rows[r].back();
+    while (!text.empty() && text.back() == ' ') text.pop_back();
+    out += text + (r + 1 < rows.size() ? "\n" : "");
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string render_autotune_text(const AutotuneReport& report) {
@@ -44,27 +86,13 @@ std::string render_autotune_text(const AutotuneReport& report) {
   line(fmt::format("budget    {} ({} usable after {:.0f} % headroom), device {}, global batch {}",
                    bytes_or_dash(job.budget_bytes), format_bytes(s.usable_budget_bytes), 100 * job.headroom,
                    job.device, job.global_batch));
-  line(fmt::format("model     plain peak = {} + {} per sample (fitted to {} probe trials); {:.4f} s + {:.5f} s per sample",
-                   format_bytes(static_cast<int64_t>(s.baseline_peak.intercept)),
-                   format_bytes(static_cast<int64_t>(s.baseline_peak.slope)), s.probes.size(),
-                   s.baseline_seconds.intercept, s.baseline_seconds.slope));
+  line(fmt::format("model     plain peak = {} + {} per sample", format_bytes(static_cast<int64_t>(s.baseline_peak.intercept)),
+                   format_bytes(static_cast<int64_t>(s.baseline_peak.slope))));
+  line(fmt::format("          plain step = {:.4f} s + {:.5f} s per sample (both fitted to the plain probes at micro-batch {})",
+                   s.baseline_seconds.intercept, s.baseline_seconds.slope,
+                   fmt::join(s.baseline_micro_batches, ", ")));
   line("");
-  line(fmt::format("{:<3} {:<42} {:<24} {:>11} {:>11} {:>9} {:>9} {:>8}  {}", "#", "node", "micro x accum + strategies",
-                   "pred. peak", "meas. peak", "pred. s", "meas. s", "fits", "note"));
-  for (std::size_t i = 0; i < s.trail.size(); ++i) {
-    const TrailNode& n = s.trail[i];
-    std::string measured_peak = "-", measured_seconds = "-", fits = n.predicted_fit ? "pred." : "no";
-    if (n.verification) {
-      const ProbeReport& v = *n.verification;
-      measured_peak = v.outcome == TrialOutcome::kOk ? format_bytes(v.peak_bytes) : to_string(v.outcome);
-      if (v.outcome == TrialOutcome::kOk) measured_seconds = fmt::format("{:.4f}", v.timing.steady_step_seconds);
-      fits = v.outcome == TrialOutcome::kOk && v.peak_bytes <= s.usable_budget_bytes ? "yes" : "no";
-    }
-    line(fmt::format("{:<3} {:<42} {:<24} {:>11} {:>11} {:>9.4f} {:>9} {:>8}  {}", i + 1, n.node,
-                     short_config(n.config, n.largest_fitting_micro_batch),
-                     format_bytes(static_cast<int64_t>(n.predicted_peak_bytes)), measured_peak, n.predicted_seconds,
-                     measured_seconds, fits, n.note));
-  }
+  line(render_trail_table(s));
   line("");
   if (s.chosen) {
     const TrailNode& best = s.trail[*s.chosen];
@@ -109,7 +137,8 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
                        {{"peak_intercept_bytes", s.baseline_peak.intercept},
                         {"peak_bytes_per_sample", s.baseline_peak.slope},
                         {"seconds_intercept", s.baseline_seconds.intercept},
-                        {"seconds_per_sample", s.baseline_seconds.slope}}},
+                        {"seconds_per_sample", s.baseline_seconds.slope},
+                        {"micro_batches", s.baseline_micro_batches}}},
                       {"probes", probes},
                       {"trail", trail},
                       {"notes", s.notes},

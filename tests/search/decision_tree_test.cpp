@@ -6,150 +6,15 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "fake_runner.h"
 
 namespace oomtune {
 namespace {
-
-constexpr int64_t kMiB = 1 << 20;
-
-/// A model with P parameters (fp32) and A bytes of activations per sample:
-///   plain peak(b)  = 16 P + 2 MiB + A b          (params 4 P, grads 4 P, AdamW 8 P)
-///   checkpointing  : A -> A / 4,   time x 1.6 (all 4 blocks; n blocks: n / 4 of that)
-///   8-bit AdamW    : 8 P -> 2 P,   time x 1.1
-///   offload        : 8 P -> 0,     time x offload_time_factor (1.5)
-///   bf16           : A -> A / 2,   time x 0.9 (autocast and bf16_params alike)
-///   accumulation   : + 4 P (gradients alive through later micro-batches)
-///   time(b)        = 0.01 + 0.002 b seconds per micro-batch
-class FakeRunner : public TrialRunner {
- public:
-  int64_t parameters = 4 * kMiB / 4;  // 4 MiB of fp32 parameters
-  int64_t activation_per_sample = 8 * kMiB;
-  int64_t extra_at_full_batch = 0;    // a surprise the probes cannot see
-  double offload_time_factor = 1.5;
-  double eight_bit_time_factor = 1.1;
-  bool autocast_crashes = false;      // bf16 autocast dies by SIGSEGV (bf16_params runs)
-  int64_t fails_at_or_below = 0;      // micro-batches this small raise an error (BatchNorm at 1)
-  int64_t global_batch = 32;
-  int probes = 0;
-  int verifications = 0;
-  double usable_budget = 0;
-
-  ProbeReport probe(const TrainingConfig& c) override {
-    ++probes;
-    return run(c, c.micro_batch, false);
-  }
-  ProbeReport verify(const TrainingConfig& c) override {
-    ++verifications;
-    return run(c, global_batch, true);
-  }
-
-  // The model has 4 blocks; checkpointing n of them saves n / 4 of the
-  // checkpointing saving and costs n / 4 of its time.
-  static double checkpointed_fraction(const TrainingConfig& c) {
-    if (c.checkpoint.mode == CheckpointPlan::Mode::kAll) return 1;
-    if (c.checkpoint.mode == CheckpointPlan::Mode::kFirstN) return static_cast<double>(c.checkpoint.first_n) / 4;
-    return 0;
-  }
-
-  int64_t activation_bytes(const TrainingConfig& c) const {
-    double a = static_cast<double>(activation_per_sample);
-    a *= 1 - 0.75 * checkpointed_fraction(c);
-    if (c.precision != Precision::kFp32) a /= 2;
-    return static_cast<int64_t>(a) * c.micro_batch;
-  }
-
-  int64_t true_peak(const TrainingConfig& c) const {
-    int64_t state = 8 * parameters;
-    if (c.optimizer == OptimizerKind::kAdamW8bit) state = 2 * parameters;
-    if (c.offload_optimizer) state = 0;
-    double a = static_cast<double>(activation_per_sample);
-    a *= 1 - 0.75 * checkpointed_fraction(c);
-    if (c.precision != Precision::kFp32) a /= 2;
-    int64_t peak = 8 * parameters + state + 2 * kMiB + static_cast<int64_t>(a) * c.micro_batch;
-    if (c.micro_batch == global_batch) peak += extra_at_full_batch;
-    return peak;
-  }
-
-  // With accumulation the gradients (4 P) stay alive through the next
-  // micro-batch, on top of that micro-batch's own peak.
-  int64_t true_peak(const TrainingConfig& c, int64_t global) const {
-    return true_peak(c) + (global > c.micro_batch ? 4 * parameters : 0);
-  }
-
-  double true_seconds(const TrainingConfig& c) const {
-    double t = 0.01 + 0.002 * static_cast<double>(c.micro_batch);
-    t *= 1 + 0.6 * checkpointed_fraction(c);
-    if (c.optimizer == OptimizerKind::kAdamW8bit) t *= eight_bit_time_factor;
-    if (c.offload_optimizer) t *= offload_time_factor;
-    if (c.precision != Precision::kFp32) t *= 0.9;
-    return t;
-  }
-
- private:
-  ProbeReport run(const TrainingConfig& c, int64_t global, bool enforce) {
-    ProbeReport r;
-    r.config = to_string(c);
-    r.micro_batch = c.micro_batch;
-    r.global_batch = global;
-    r.parameter_count = parameters;
-    r.static_memory.parameter_bytes = 4 * parameters;
-    r.static_memory.gradient_bytes = 4 * parameters;
-    r.peak_bytes = true_peak(c, global);
-    // Backward holds the peak; forward is everything but the gradients; the
-    // optimizer phase holds no activations.
-    r.phases[static_cast<std::size_t>(Phase::kBackward)].peak_bytes = r.peak_bytes;
-    r.phases[static_cast<std::size_t>(Phase::kForward)].peak_bytes = r.peak_bytes - 4 * parameters;
-    r.phases[static_cast<std::size_t>(Phase::kLoss)].peak_bytes = r.peak_bytes - 4 * parameters;
-    r.phases[static_cast<std::size_t>(Phase::kOptimizer)].peak_bytes = true_peak(c, c.micro_batch) -
-                                                                      activation_bytes(c);
-    if (c.checkpoint.enabled()) r.checkpointed_blocks = {"blocks.0", "blocks.1", "blocks.2", "blocks.3"};
-    if (autocast_crashes && c.precision == Precision::kBf16) {
-      r.outcome = TrialOutcome::kCrashed;
-      r.message = "crashed: SIGSEGV during forward";
-      return r;
-    }
-    if (c.micro_batch <= fails_at_or_below) {
-      r.outcome = TrialOutcome::kError;
-      r.phase_at_failure = "forward";
-      r.message = "Expected more than 1 value per channel when training";
-      return r;
-    }
-    if (enforce && r.peak_bytes > usable_budget) {
-      r.outcome = TrialOutcome::kOutOfMemory;
-      r.message = "oomtune budget: tried to allocate";
-      return r;
-    }
-    const int64_t steps = (global + c.micro_batch - 1) / c.micro_batch;
-    r.timing.steady_step_seconds = true_seconds(c) * static_cast<double>(steps);
-    r.samples_per_second = static_cast<double>(global) / r.timing.steady_step_seconds;
-    r.steps_run = enforce ? 20 : 3;
-    return r;
-  }
-};
-
-JobSpec job_with_budget(int64_t budget_bytes) {
-  JobSpec job;
-  job.model_path = "fake.pt";
-  job.global_batch = 32;
-  job.budget_bytes = budget_bytes;
-  job.headroom = 0;
-  job.optimizer.kind = "adamw";
-  return job;
-}
-
-SearchResult run_search(FakeRunner& fake, const JobSpec& job) {
-  fake.usable_budget = static_cast<double>(*job.usable_budget_bytes());
-  return search(job, fake, SearchOptions{}, [](const std::string&) {});
-}
 
 const TrailNode& chosen(const SearchResult& r) {
   EXPECT_TRUE(r.chosen.has_value());
   return r.trail.at(*r.chosen);
 }
-
-// With the defaults (P = 1 Mi parameters, A = 8 MiB):
-// plain peak(b) = 16 MiB + 2 MiB + 8 MiB b.
-int64_t plain_peak(int64_t b) { return 18 * kMiB + 8 * kMiB * b; }
 
 TEST(DecisionTree, PlainFitsWhenTheBudgetIsLarge) {
   FakeRunner fake;
