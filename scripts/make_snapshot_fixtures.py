@@ -38,7 +38,10 @@ Files written (each < 200 KB):
                         (protocol 2 for v1_13/v2_0, 4 for the others, 5 for
                         layout_v2_11_protocol5.pickle)
   leak.pickle           6 iterations; each keeps its loss with the graph
-  optimizer_oom.pickle  AdamW's first step runs out of memory allocating state
+  optimizer_oom.pickle  AdamW's first step runs out of memory allocating state;
+                        the device itself is full (device_free 6 MiB), the
+                        other files are capped processes on an 80 GB GPU
+                        (device_free 70 GiB), like the real H100 snapshots
   backward_peak.pickle  out of memory in backward (frameless C++ allocations)
   expandable.pickle     expandable_segments:True, out of memory in forward
   missing_frames.pickle recorded without context: no frames anywhere
@@ -114,10 +117,11 @@ class OutOfMemory(Exception):
 class Sim:
     """The caching allocator, one device, one stream."""
 
-    def __init__(self, cap, expandable=False, record_frames=True):
+    def __init__(self, cap, expandable=False, record_frames=True, device_free=70 << 30):
         self.cap = cap
         self.expandable = expandable
         self.record_frames = record_frames
+        self.device_free = device_free  # what CUDA reports free at an oom
         self.segments = []  # {address, size, large, expandable, blocks: [...]}
         self.trace = []
         self.next_address = 0x7F0000000000
@@ -192,7 +196,7 @@ class Sim:
             seg = self._expand(large, rounded, frames) if self.expandable else \
                 self._new_segment(allocation_size(rounded), large, frames)
             if seg is None:
-                self.event("oom", 0, requested, frames, device_free=70 << 30)
+                self.event("oom", 0, requested, frames, device_free=self.device_free)
                 raise OutOfMemory(requested)
             return self.malloc_after_growth(requested, frames)
         seg, i, b = best
@@ -346,7 +350,8 @@ def leak():
 
 
 def optimizer_oom():
-    sim = Sim(cap=220 * MIB)
+    # No cap: the 220 MiB are the device; 6 MiB stay free for the context.
+    sim = Sim(cap=220 * MIB, device_free=6 * MIB)
     params = [sim.malloc(12 * MIB, param_frames()) for _ in range(6)]
     grads, state = [], []
     try:

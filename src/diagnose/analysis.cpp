@@ -270,6 +270,20 @@ void add_verdicts(Diagnosis& d) {
                     format_bytes(oom->requested_bytes), format_bytes(oom->allocated_bytes),
                     format_bytes(oom->reserved_bytes), format_bytes(oom->reserved_free_bytes))});
   }
+  // The cap says where the limit was, not why the job needed more: last.
+  std::vector<Verdict> cap_verdicts;
+  if (oom && oom->memory_cap) {
+    cap_verdicts.push_back(Verdict{
+        "memory_cap", "The process's memory cap was the limit, not the device",
+        fmt::format("CUDA reported {} free on the device at the out-of-memory, enough for the {} segment the "
+                    "allocator needed. PyTorch's caching allocator refused it itself: {} reserved plus that segment "
+                    "would pass the cap set by torch.cuda.set_per_process_memory_fraction, so the cap lies between "
+                    "{} and {}.{}",
+                    format_bytes(oom->device_free_bytes), format_bytes(oom->segment_bytes),
+                    format_bytes(oom->reserved_bytes), format_bytes(oom->reserved_bytes),
+                    format_bytes(oom->reserved_bytes + oom->segment_bytes),
+                    main.empty() && leak_verdicts.empty() ? "" : " The verdicts above say why the job needed more.")});
+  }
   // A leak that explains much of the memory goes first.
   const bool leak_first = !leak_verdicts.empty() && (main.empty() || !oom || !oom->fragmentation);
   if (leak_first) {
@@ -279,6 +293,7 @@ void add_verdicts(Diagnosis& d) {
     d.verdicts = main;
     d.verdicts.insert(d.verdicts.end(), leak_verdicts.begin(), leak_verdicts.end());
   }
+  d.verdicts.insert(d.verdicts.end(), cap_verdicts.begin(), cap_verdicts.end());
 }
 
 }  // namespace
@@ -381,6 +396,9 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       o.largest_free_block_bytes = replay.largest_free_block(pool);
       o.fully_free_segment_bytes = replay.fully_free_segment_bytes();
       o.fragmentation = o.reserved_free_bytes >= o.requested_bytes && o.largest_free_block_bytes < o.rounded_bytes;
+      // device_free is read after the allocator has released its cached
+      // segments and retried, so without a cap it is below the segment.
+      o.memory_cap = o.device_free_bytes >= o.segment_bytes;
       o.phase = attr.event_phase[i];
       o.site = frames.describe(frames.site_frame(e.frames));
       if (frames.site_frame(e.frames) < 0) o.site.clear();

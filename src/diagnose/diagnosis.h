@@ -43,6 +43,12 @@ struct OomReport {
   int64_t largest_free_block_bytes = 0;  ///< in the request's pool
   int64_t fully_free_segment_bytes = 0;
   bool fragmentation = false;         ///< reserved_free >= request but no free block fits
+  /// CUDA had room for the segment (device_free >= segment_bytes), so the
+  /// caching allocator's own cap refused it: set_per_process_memory_fraction
+  /// makes alloc_block fail when reserved + segment > the cap, before any
+  /// cudaMalloc (c10/cuda/CUDACachingAllocator.cpp, alloc_block). The cap is
+  /// then in [reserved_bytes, reserved_bytes + segment_bytes).
+  bool memory_cap = false;
   Phase phase = Phase::kUnknown;
   std::string site;                   ///< innermost user frame of the failing call
   std::string model_forward;          ///< outermost user "forward" frame, if any

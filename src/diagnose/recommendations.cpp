@@ -168,6 +168,18 @@ void recommend(Diagnosis& d) {
         "all optimizer state"});
   }
 
+  if (oom && oom->memory_cap) {
+    out.push_back(Recommendation{
+        "memory_cap", "Raise or remove torch.cuda.set_per_process_memory_fraction, if the cap is not deliberate",
+        fmt::format("The device had {} free at the out-of-memory; the cap, below {}, refused the {} segment. "
+                    "Keep it when it is there on purpose (a GPU shared with other jobs) and apply the changes "
+                    "above instead.",
+                    format_bytes(oom->device_free_bytes), format_bytes(oom->reserved_bytes + oom->segment_bytes),
+                    format_bytes(oom->segment_bytes)),
+        0, fmt::format("no memory effect; a larger budget, up to {} more (CUDA's free bytes then)",
+                       format_bytes(oom->device_free_bytes))});
+  }
+
   const TraceSummary& t = d.trace;
   const bool no_frames = t.alloc_events > 0 && t.alloc_events_without_frames == t.alloc_events;
   if (t.truncated || t.iterations < 2 || no_frames) {

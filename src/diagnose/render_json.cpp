@@ -77,6 +77,7 @@ std::string render_json(const Diagnosis& d) {
                     {"largest_free_block_bytes", o.largest_free_block_bytes},
                     {"fully_free_segment_bytes", o.fully_free_segment_bytes},
                     {"fragmentation", o.fragmentation},
+                    {"memory_cap", o.memory_cap},
                     {"phase", phase_name(o.phase)},
                     {"site", o.site},
                     {"model_forward", o.model_forward},

@@ -60,6 +60,10 @@ std::string render_text(const Diagnosis& d) {
                          o.device_free_bytes >= 0 ? fmt::format("; CUDA reported {} free on the device",
                                                                  format_bytes(o.device_free_bytes))
                                                   : "");
+      if (o.memory_cap)
+        out += fmt::format("    the device had room for the segment: this process's memory cap was the limit "
+                           "(between {} and {})\n",
+                           format_bytes(o.reserved_bytes), format_bytes(o.reserved_bytes + o.segment_bytes));
       out += fmt::format("    alive: {}\n", categories_line(o.live_by_category));
     }
     if (!d.oom_sites.empty()) {

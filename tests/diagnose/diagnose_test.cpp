@@ -34,6 +34,14 @@ bool has_recommendation(const Diagnosis& d, const std::string& id) {
   return false;
 }
 
+// The cap the process ran under (set_per_process_memory_fraction) lies in
+// [reserved, reserved + segment) at an oom the cap refused.
+void expect_cap_within(const OomReport& o, int64_t cap) {
+  EXPECT_TRUE(o.memory_cap) << "event " << o.event_index;
+  EXPECT_LE(o.reserved_bytes, cap) << "event " << o.event_index;
+  EXPECT_LT(cap, o.reserved_bytes + o.segment_bytes) << "event " << o.event_index;
+}
+
 TEST(BlockSplit, FollowsTheCachingAllocatorRules) {
   // Large pool: a 10.5 MiB free block serving 9.5 MiB leaves exactly 1 MiB:
   // not MORE than kSmallSize, so it is handed out whole (the real fixture's
@@ -73,6 +81,15 @@ TEST(DiagnoseReal, FragmentationFixture) {
   EXPECT_EQ(d.recommendations.front().frees_bytes, int64_t{203} * 11010048);
   EXPECT_TRUE(d.trace.replay_matches_dump);
   EXPECT_EQ(d.trace.inconsistencies, 0);
+  // README: "4.00 GiB allowed", on an 80 GB H100 that had 74.7 GiB free.
+  for (const OomReport& oom : d.ooms) expect_cap_within(oom, int64_t{4} << 30);
+  EXPECT_EQ(d.verdicts.back().id, "memory_cap");
+  EXPECT_NE(d.verdicts.back().evidence.find("between 3.96 GiB and 4.46 GiB"), std::string::npos)
+      << d.verdicts.back().evidence;
+  // The cap is said last among the changes: the fixes come first.
+  ASSERT_GE(d.recommendations.size(), 3u);
+  EXPECT_EQ(d.recommendations[2].id, "memory_cap");
+  EXPECT_EQ(d.recommendations[2].frees_bytes, 0);
 }
 
 TEST(DiagnoseReal, GptActivationsFixture) {
@@ -100,6 +117,8 @@ TEST(DiagnoseReal, GptActivationsFixture) {
   EXPECT_TRUE(has_recommendation(d, "micro_batch"));
   EXPECT_FALSE(has_recommendation(d, "expandable_segments"));
   EXPECT_TRUE(d.trace.replay_matches_dump);
+  expect_cap_within(o, int64_t{8} << 30);  // README: "8.00 GiB allowed"
+  EXPECT_TRUE(has_recommendation(d, "memory_cap"));
 }
 
 TEST(DiagnoseSynthetic, LayoutsGiveTheSameDiagnosis) {
@@ -149,6 +168,13 @@ TEST(DiagnoseSynthetic, OptimizerStepOom) {
   EXPECT_EQ(o.phase, Phase::kOptimizer);
   EXPECT_EQ(d.recommendations.front().id, "adamw_8bit");
   EXPECT_EQ(d.recommendations.front().frees_bytes, 72 * kMiB);  // 75% of 96 MiB
+  // The device itself was full (6 MiB free, a 12 MiB segment needed): no cap to blame.
+  EXPECT_EQ(o.device_free_bytes, 6 * kMiB);
+  EXPECT_EQ(o.segment_bytes, 12 * kMiB);  // one 12 MiB AdamW state, its own segment
+  EXPECT_FALSE(o.memory_cap);
+  for (const Verdict& v : d.verdicts) EXPECT_NE(v.id, "memory_cap");
+  EXPECT_FALSE(has_recommendation(d, "memory_cap"));
+  EXPECT_EQ(render_text(d).find("memory cap"), std::string::npos);
 }
 
 TEST(DiagnoseSynthetic, BackwardPeakWithFramelessAllocations) {
@@ -202,6 +228,7 @@ TEST(DiagnoseRender, JsonUnitsAndSvgWithoutScripts) {
   EXPECT_EQ(j["ooms"][0]["requested_bytes"].get<int64_t>(), 64 * kMiB);
   EXPECT_EQ(j["ooms"][0]["largest_free_block_bytes"].get<int64_t>(), 11010048);
   EXPECT_EQ(j["verdicts"][0]["id"], "fragmentation");
+  EXPECT_EQ(j["ooms"][0]["memory_cap"], true);  // 70 GiB free on the device
   EXPECT_TRUE(j["trace"].contains("duration_us"));
   const std::string svg = render_svg(d);
   EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
@@ -210,6 +237,9 @@ TEST(DiagnoseRender, JsonUnitsAndSvgWithoutScripts) {
   EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
   const std::string text = render_text(d);
   EXPECT_NE(text.find("largest free block in the large pool 10.50 MiB"), std::string::npos);
+  EXPECT_NE(text.find("this process's memory cap was the limit (between 400.00 MiB and 464.00 MiB)"),
+            std::string::npos)
+      << text;
 }
 
 }  // namespace
