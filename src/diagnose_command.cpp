@@ -73,7 +73,12 @@ void add_diagnose_command(CLI::App& app, const Command& self, int* exit_code) {
       ->required();
   sub->add_flag("--json", args->json, "Print everything as JSON (units in key names: _bytes, _us)");
   sub->add_option("--svg", args->svg, "Also write the timeline and segment map as an SVG file");
-  sub->add_option("--top", args->top, "Allocation sites to list (default 10)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--top", args->top, "Allocation sites to list (default 10)")
+      ->check(CLI::Validator(
+          [](const std::string& value) {
+            return !value.empty() && value[0] == '-' ? "must be >= 0, got " + value : std::string();
+          },
+          "N >= 0"));
   sub->callback([args, exit_code]() { *exit_code = run_diagnose(*args); });
 }
 

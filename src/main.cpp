@@ -3,10 +3,13 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "command_line_error.h"
 #include "commands.h"
 #include "common/error.h"
 
@@ -20,8 +23,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // --help and --version are "errors" that exit 0; CLI11 prints them.
-    int code = app.exit(e);
-    return code == 0 ? 0 : oomtune::kExitBadInput;
+    if (e.get_exit_code() == 0) return app.exit(e);
+    fmt::print(stderr, "{}\n", oomtune::command_line_error(app, e, std::vector<std::string>(argv + 1, argv + argc)));
+    return oomtune::kExitBadInput;
   } catch (const oomtune::Error& e) {
     std::fflush(stdout);
     fmt::print(stderr, "oomtune: {}\n", e.what());
