@@ -108,6 +108,7 @@ int run_autotune(const AutotuneFlags& flags) {
   report.job_path = flags.job_path;
   report.job = load_job_spec(flags.job_path);
   apply_overrides(report.job, flags.overrides);
+  require_device_support(report.job);
   if (!report.job.budget_bytes)
     throw InputError(fmt::format("{}: autotune needs a memory budget: set budget = \"8GiB\" or pass --budget",
                                  flags.job_path));

@@ -26,6 +26,9 @@ const std::vector<Command>& commands() {
 }  // namespace oomtune
 
 #ifdef OOMTUNE_WITH_TORCH
+#include <fmt/format.h>
+
+#include "common/error.h"
 #include "compat/torch_compat.h"
 #endif
 
@@ -36,6 +39,17 @@ void add_job_override_flags(CLI::App& cmd, JobOverrides& overrides) {
   cmd.add_option("--device", overrides.device, "cpu or cuda (overrides the file)");
   cmd.add_option("--batch", overrides.global_batch, "Global batch size (overrides the file)");
 }
+
+#ifdef OOMTUNE_WITH_TORCH
+void require_device_support(const JobSpec& job) {
+  if (job.device != "cuda" || compat::cuda_compiled()) return;
+  throw InputError(fmt::format(
+      "{}: device = \"cuda\" but this oomtune was built without CUDA (libtorch {}, CPU only); use device = "
+      "\"cpu\" (--device cpu), or build oomtune against a PyTorch with CUDA: OOMTUNE_TORCH=python ./setup.sh "
+      "(README)",
+      job.spec_path, compat::torch_version()));
+}
+#endif
 
 const char* version_string() {
 #ifdef OOMTUNE_WITH_TORCH

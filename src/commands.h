@@ -13,6 +13,7 @@ class App;
 namespace oomtune {
 
 struct JobOverrides;
+struct JobSpec;
 
 /// One subcommand. `add` creates it under `app`; the callback it installs
 /// writes the command's exit code to *exit_code.
@@ -31,6 +32,11 @@ void add_emit_command(CLI::App& app, const Command& self, int* exit_code);
 void add_probe_command(CLI::App& app, const Command& self, int* exit_code);
 void add_autotune_command(CLI::App& app, const Command& self, int* exit_code);
 void add_trial_command(CLI::App& app, const Command& self, int* exit_code);
+
+/// Throws InputError when `job` asks for device = "cuda" and this build has
+/// no CUDA support (compat::cuda_compiled()), before any trial starts: a
+/// trial would load libtorch only to find that out.
+void require_device_support(const JobSpec& job);
 #endif
 
 /// Adds --budget, --device and --batch (the job-spec overrides) to `cmd`.

@@ -98,6 +98,7 @@ int run_probe(ProbeFlags flags) {
   if (flags.job_path.empty()) throw InputError("probe: give a job spec (JOB.toml) or --plan PLAN.toml");
   JobSpec job = load_job_spec(flags.job_path);
   apply_overrides(job, flags.overrides);
+  require_device_support(job);
   TrainingConfig config = normalize_config(
       parse_config_overrides(flags.config, have_plan ? from_plan : baseline_config(job)), job);
 

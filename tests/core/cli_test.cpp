@@ -44,6 +44,28 @@ target = "labels"
 )");
 }
 
+// A CUDA job on a build without CUDA stops before any trial: one line, exit
+// 2, no progress (a trial would load libtorch only to find that out).
+TEST(Cli, ACudaJobOnABuildWithoutCudaStopsBeforeAnyTrial) {
+  // "oomtune 0.1.0 (libtorch 1.13.0, CUDA: no)"
+  const std::string version = run_oomtune("--version").out;
+  if (version.find("CUDA: no") == std::string::npos) GTEST_SKIP() << "this build has CUDA: " << version;
+  const std::size_t from = version.find("libtorch ") + 9;
+  const std::string torch_version = version.substr(from, version.find(',', from) - from);
+  const std::string job = job_for_model("cuda_job.toml", "no_such_model.pt", "device = \"cuda\"\nbudget = \"1GiB\"\n");
+  for (const std::string command : {"probe ", "autotune "}) {
+    const RunResult r = run_oomtune(command + job);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(r.err, "oomtune: " + job +
+                         ": device = \"cuda\" but this oomtune was built without CUDA (libtorch " +
+                         torch_version + ", CPU only); use device = \"cpu\" (--device cpu), or build oomtune "
+                         "against a PyTorch with CUDA: OOMTUNE_TORCH=python ./setup.sh (README)\n");
+  }
+  // --device cuda on a CPU job file stops the same way.
+  const std::string cpu_job = job_for_model("cpu_job.toml", "no_such_model.pt", "budget = \"1GiB\"\n");
+  EXPECT_EQ(run_oomtune("probe " + cpu_job + " --device cuda").exit_code, 2);
+}
+
 TEST(Cli, ProbeJsonOnTheExampleGpt) {
   const std::string job = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
   if (!testing::exists(testing::example_model("gpt"))) GTEST_SKIP();
