@@ -60,16 +60,17 @@ std::string command_line_error(const CLI::App& app, const CLI::ParseError& error
   const CLI::App* scope = parsed.empty() ? &app : parsed.front();
   const std::string name = parsed.empty() ? "oomtune" : "oomtune " + scope->get_name();
   std::string what = error.what();
-  const std::string commands = fmt::format("{}", fmt::join(command_names(app), ", "));
+  const std::vector<std::string> commands = command_names(app);
   static const std::regex missing_value(R"(^(\S+): 1 required .* missing$)");
   static const std::regex not_converted(R"(^Could not convert: (\S+) = (.*)$)");
   std::smatch match;
   if (parsed.empty() && !args.empty() && !starts_with_dash(args.front())) {
-    what = fmt::format("'{}' is not a command ({})", args.front(), suggest(args.front(), command_names(app)));
+    what = fmt::format("'{}' is not a command ({})", args.front(), suggest(args.front(), commands));
   } else if (parsed.empty() && !args.empty()) {
-    what = fmt::format("unknown option {} (give --version, --help or a command: {})", args.front(), commands);
+    what = fmt::format("unknown option {} (give --version, --help or a command: {})", args.front(),
+                       fmt::join(commands, ", "));
   } else if (parsed.empty()) {
-    what = "give a command: " + commands;
+    what = fmt::format("give a command: {}", fmt::join(commands, ", "));
   } else if (std::regex_match(what, match, missing_value)) {
     what = match[1].str() + ": needs a value";
   } else if (std::regex_match(what, match, not_converted)) {

@@ -271,6 +271,7 @@ void add_verdicts(Diagnosis& d) {
                     format_bytes(oom->reserved_bytes), format_bytes(oom->reserved_free_bytes))});
   }
   // The cap says where the limit was, not why the job needed more: last.
+  // (With an oom, `main` always holds a verdict: capacity is the fallback.)
   std::vector<Verdict> cap_verdicts;
   if (oom && oom->memory_cap) {
     cap_verdicts.push_back(Verdict{
@@ -278,11 +279,10 @@ void add_verdicts(Diagnosis& d) {
         fmt::format("CUDA reported {} free on the device at the out-of-memory, enough for the {} segment the "
                     "allocator needed. PyTorch's caching allocator refused it itself: {} reserved plus that segment "
                     "would pass the cap set by torch.cuda.set_per_process_memory_fraction, so the cap lies between "
-                    "{} and {}.{}",
+                    "{} and {}. The verdicts above say why the job needed more.",
                     format_bytes(oom->device_free_bytes), format_bytes(oom->segment_bytes),
                     format_bytes(oom->reserved_bytes), format_bytes(oom->reserved_bytes),
-                    format_bytes(oom->reserved_bytes + oom->segment_bytes),
-                    main.empty() && leak_verdicts.empty() ? "" : " The verdicts above say why the job needed more.")});
+                    format_bytes(oom->reserved_bytes + oom->segment_bytes))});
   }
   // A leak that explains much of the memory goes first.
   const bool leak_first = !leak_verdicts.empty() && (main.empty() || !oom || !oom->fragmentation);
