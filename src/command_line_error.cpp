@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "common/byte_size.h"
 #include "common/closest_name.h"
 
 namespace oomtune {
@@ -31,11 +32,10 @@ std::vector<std::string> command_names(const CLI::App& app) {
   return names;
 }
 
-bool is_size_unit(std::string arg) {
-  std::transform(arg.begin(), arg.end(), arg.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (const char* unit : {"b", "kb", "kib", "mb", "mib", "gb", "gib", "tb", "tib"})
-    if (arg == unit) return true;
-  return false;
+// "GiB" in "--budget 8 GiB": a word that parse_byte_size takes as a unit.
+bool is_size_unit(const std::string& arg) {
+  const bool word = !arg.empty() && std::all_of(arg.begin(), arg.end(), [](unsigned char c) { return std::isalpha(c); });
+  return word && parse_byte_size("1" + arg).has_value();
 }
 
 // What is wrong with the arguments CLI11 could not place.
