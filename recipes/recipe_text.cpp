@@ -1,6 +1,7 @@
 #include "recipes/recipe_text.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 
 namespace oomtune::recipe_text {
 

@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 
 #include "common/atomic_file.h"
 #include "common/closest_name.h"

@@ -5,6 +5,7 @@
 #include <regex>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 
 #include "common/byte_size.h"
 #include "common/closest_name.h"

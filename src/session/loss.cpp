@@ -1,6 +1,7 @@
 #include "session/loss.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 
 #include "common/error.h"
 #include "session/model_session.h"

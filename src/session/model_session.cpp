@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 #include <cstdio>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
