@@ -33,9 +33,9 @@ void add_probe_command(CLI::App& app, const Command& self, int* exit_code);
 void add_autotune_command(CLI::App& app, const Command& self, int* exit_code);
 void add_trial_command(CLI::App& app, const Command& self, int* exit_code);
 
-/// Throws InputError when `job` asks for device = "cuda" and this build has
-/// no CUDA support (compat::cuda_compiled()), before any trial starts: a
-/// trial would load libtorch only to find that out.
+/// Throws InputError when `job` asks for device = "cuda", before any trial
+/// starts: the memory tracker has only its CPU backend, which cannot see
+/// the allocations of a model on a GPU, on CPU-only and CUDA builds alike.
 void require_device_support(const JobSpec& job);
 #endif
 

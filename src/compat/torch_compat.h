@@ -21,10 +21,6 @@
 #include <c10/core/Allocator.h>
 #include <torch/version.h>
 
-#if defined(OOMTUNE_WITH_CUDA)
-#include <c10/cuda/CUDACachingAllocator.h>
-#endif
-
 #if TORCH_VERSION_MAJOR >= 2 && (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 3)
 #define OOMTUNE_TORCH_HAS_COPY_DATA 1
 #else
@@ -53,7 +49,8 @@ inline const char* torch_version() { return TORCH_VERSION; }
 constexpr int kTorchMajor = TORCH_VERSION_MAJOR;
 constexpr int kTorchMinor = TORCH_VERSION_MINOR;
 
-/// True when this build has the CUDA backend compiled in.
+/// True when the libtorch compiled against has CUDA (OOMTUNE_WITH_CUDA, set
+/// by CMakeLists.txt from the CAFFE2_USE_CUDA of Torch's CMake config).
 constexpr bool cuda_compiled() {
 #if defined(OOMTUNE_WITH_CUDA)
   return true;
