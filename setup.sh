@@ -23,6 +23,37 @@ build_dir="${OOMTUNE_BUILD_DIR:-build}"
 build_type="${OOMTUNE_BUILD_TYPE:-Release}"
 torch_source="${OOMTUNE_TORCH:-debian}"
 
+# The libtorch to build against, as the directory of its TorchConfig.cmake.
+# A PyTorch that cannot be built against is refused before anything is
+# installed.
+prefix_args=()
+if [ "$torch_source" = python ]; then
+  if ! torch_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)"; then
+    echo "setup: OOMTUNE_TORCH=python, but $(command -v python3) cannot import torch" >&2
+    exit 2
+  fi
+  torch_dir="$torch_prefix/Torch"
+  if [ ! -f "$torch_dir/TorchConfig.cmake" ]; then
+    echo "setup: OOMTUNE_TORCH=python, but the PyTorch of $(command -v python3) has no $torch_dir/TorchConfig.cmake" \
+         "(Debian's python3-torch ships none; the wheels from pytorch.org and PyPI do); run without OOMTUNE_TORCH" \
+         "to build against Debian's libtorch-dev" >&2
+    exit 2
+  fi
+  # Every TU must use the libstdc++ ABI of libtorch, and Debian's compiled
+  # GoogleTest, toml++ and Google Benchmark use the C++11 one. PyTorch wheels
+  # do from 2.7 on (pytorch/pytorch #143962); older ones would fail to link.
+  if [ "$(python3 -c 'import torch; print(int(torch.compiled_with_cxx11_abi()))')" != 1 ]; then
+    echo "setup: OOMTUNE_TORCH=python, but the PyTorch of $(command -v python3)" \
+         "($(python3 -c 'import torch; print(torch.__version__)')) uses the pre-C++11 libstdc++ ABI" \
+         "(_GLIBCXX_USE_CXX11_ABI=0), which Debian's libraries cannot link with; use PyTorch 2.7 or newer" >&2
+    exit 2
+  fi
+  # Searched before /usr, so that Torch's own find_package(Caffe2) cannot
+  # pick Debian's Caffe2 config when libtorch-dev is installed too.
+  prefix_args=(-DCMAKE_PREFIX_PATH="$torch_prefix")
+  echo "setup: building against the PyTorch at $torch_prefix" >&2
+fi
+
 packages=(build-essential cmake ninja-build ccache pkg-config
           libcli11-dev libtomlplusplus-dev libtomlplusplus3 libfmt-dev nlohmann-json3-dev
           zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
@@ -41,14 +72,22 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-prefix_args=()
-if [ "$torch_source" = python ]; then
-  torch_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
-  prefix_args=(-DCMAKE_PREFIX_PATH="$torch_prefix")
-  echo "setup: building against the PyTorch at $torch_prefix" >&2
+if [ "$torch_source" = debian ]; then
+  torch_dir="$(dirname "$(dpkg -L libtorch-dev | grep '/TorchConfig\.cmake$' | head -n 1)")"
 fi
 
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" "${prefix_args[@]}" >/dev/null
+# A build directory configured against the other libtorch keeps that one's
+# cached paths (Caffe2_DIR, TORCH_LIBRARY, ...): headers of one version would
+# be linked with the libraries of the other. Configure it afresh instead.
+fresh_args=()
+cached_torch_dir="$(sed -n 's/^Torch_DIR:[A-Z]*=//p' "$build_dir/CMakeCache.txt" 2>/dev/null || true)"
+if [ -f "$build_dir/CMakeCache.txt" ] && [ "$cached_torch_dir" != "$torch_dir" ]; then
+  echo "setup: $build_dir was configured against another libtorch; configuring it afresh" >&2
+  fresh_args=(--fresh)
+fi
+
+cmake "${fresh_args[@]}" -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DTorch_DIR:PATH="$torch_dir" \
+  "${prefix_args[@]}" >/dev/null
 cmake --build "$build_dir" -j"$(nproc)"
 /usr/bin/python3 examples/export_models.py --if-missing
 
