@@ -44,15 +44,15 @@ target = "labels"
 )");
 }
 
-// A CUDA job on a build without CUDA stops before any trial: one line, exit
-// 2, no progress (a trial would load libtorch only to find that out).
+// A CUDA job stops before any trial: one line, exit 2, no progress. The
+// memory tracker has only its CPU backend, so a CUDA trial would measure
+// nothing of the GPU's memory, with or without CUDA in libtorch.
 TEST(Cli, ACudaJobStopsBeforeAnyTrialOnEveryBuild) {
-  // The memory tracker has only its CPU backend: a CUDA trial would measure
-  // nothing of the GPU's memory, with or without CUDA in libtorch.
   // "oomtune 0.1.0 (libtorch 1.13.0, CUDA: no)"
   const std::string version = run_oomtune("--version").out;
-  const std::size_t from = version.find("libtorch ") + 9;
-  ASSERT_NE(from, std::string::npos + 9) << version;
+  const std::size_t at = version.find("libtorch ");
+  ASSERT_NE(at, std::string::npos) << version;
+  const std::size_t from = at + 9;
   const std::string torch_version = version.substr(from, version.find(',', from) - from);
   const bool cuda = version.find("CUDA: yes") != std::string::npos;
   const std::string job = job_for_model("cuda_job.toml", "no_such_model.pt", "device = \"cuda\"\nbudget = \"1GiB\"\n");
@@ -76,7 +76,6 @@ TEST(Cli, VersionSaysWhetherLibtorchHasCuda) {
   // CMakeLists.txt reads CUDA support from Torch's CMake config; the Debian
   // libtorch this project's CI uses is CPU only, a CUDA wheel's is not.
   const std::string version = run_oomtune("--version").out;
-  EXPECT_EQ(version.find("CUDA: yes") != std::string::npos, OOMTUNE_EXPECT_TORCH_CUDA) << version;
   EXPECT_NE(version.find(OOMTUNE_EXPECT_TORCH_CUDA ? "CUDA: yes" : "CUDA: no"), std::string::npos) << version;
 }
 
