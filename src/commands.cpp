@@ -36,7 +36,7 @@ namespace oomtune {
 
 void add_job_override_flags(CLI::App& cmd, JobOverrides& overrides) {
   cmd.add_option("--budget", overrides.budget, "Memory budget, e.g. 8GiB, 7.5GB (overrides the file)");
-  cmd.add_option("--device", overrides.device, "cpu or cuda (overrides the file)");
+  cmd.add_option("--device", overrides.device, "cpu; cuda is refused until the CUDA memory backend exists (overrides the file)");
   cmd.add_option("--batch", overrides.global_batch, "Global batch size (overrides the file)");
 }
 
