@@ -28,13 +28,17 @@ torch_source="${OOMTUNE_TORCH:-debian}"
 # installed.
 prefix_args=()
 if [ "$torch_source" = python ]; then
-  if ! torch_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)"; then
-    echo "setup: OOMTUNE_TORCH=python, but $(command -v python3) cannot import torch" >&2
+  python3_path="$(command -v python3 || echo python3)"
+  # One import of torch (seconds for a CUDA wheel): its CMake prefix, ABI, version.
+  if ! torch_facts="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path);
+print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__)' 2>/dev/null)"; then
+    echo "setup: OOMTUNE_TORCH=python, but $python3_path cannot import torch" >&2
     exit 2
   fi
+  { read -r torch_prefix; read -r torch_cxx11_abi; read -r torch_version; } <<< "$torch_facts"
   torch_dir="$torch_prefix/Torch"
   if [ ! -f "$torch_dir/TorchConfig.cmake" ]; then
-    echo "setup: OOMTUNE_TORCH=python, but the PyTorch of $(command -v python3) has no $torch_dir/TorchConfig.cmake" \
+    echo "setup: OOMTUNE_TORCH=python, but the PyTorch of $python3_path has no $torch_dir/TorchConfig.cmake" \
          "(Debian's python3-torch ships none; the wheels from pytorch.org and PyPI do); run without OOMTUNE_TORCH" \
          "to build against Debian's libtorch-dev" >&2
     exit 2
@@ -42,10 +46,10 @@ if [ "$torch_source" = python ]; then
   # Every TU must use the libstdc++ ABI of libtorch, and Debian's compiled
   # GoogleTest, toml++ and Google Benchmark use the C++11 one. PyTorch wheels
   # do from 2.7 on (pytorch/pytorch #143962); older ones would fail to link.
-  if [ "$(python3 -c 'import torch; print(int(torch.compiled_with_cxx11_abi()))')" != 1 ]; then
-    echo "setup: OOMTUNE_TORCH=python, but the PyTorch of $(command -v python3)" \
-         "($(python3 -c 'import torch; print(torch.__version__)')) uses the pre-C++11 libstdc++ ABI" \
-         "(_GLIBCXX_USE_CXX11_ABI=0), which Debian's libraries cannot link with; use PyTorch 2.7 or newer" >&2
+  if [ "$torch_cxx11_abi" != 1 ]; then
+    echo "setup: OOMTUNE_TORCH=python, but the PyTorch of $python3_path ($torch_version) uses the pre-C++11" \
+         "libstdc++ ABI (_GLIBCXX_USE_CXX11_ABI=0), which Debian's libraries cannot link with; use PyTorch 2.7" \
+         "or newer" >&2
     exit 2
   fi
   # Searched before /usr, so that Torch's own find_package(Caffe2) cannot

@@ -11,16 +11,15 @@ trap 'rm -rf "$work"' EXIT
 failures=0
 
 # fake_python NAME PREFIX ABI: a python3 whose torch has cmake_prefix_path
-# PREFIX and compiled_with_cxx11_abi() ABI; PREFIX "none" means no torch.
+# PREFIX, compiled_with_cxx11_abi() ABI and version 2.5.1+cu124, printed in
+# that order as setup.sh asks for them; PREFIX "none" means no torch.
 fake_python() {
   mkdir -p "$work/$1"
   cat > "$work/$1/python3" <<SCRIPT
 #!/bin/sh
 if [ "$2" = none ]; then echo "ModuleNotFoundError: No module named 'torch'" >&2; exit 1; fi
 case "\$2" in
-  *cmake_prefix_path*) echo "$2" ;;
-  *compiled_with_cxx11_abi*) echo "$3" ;;
-  *__version__*) echo "2.5.1+cu124" ;;
+  *cmake_prefix_path*compiled_with_cxx11_abi*__version__*) printf '%s\n' "$2" "$3" "2.5.1+cu124" ;;
   *) exec /usr/bin/python3 "\$@" ;;
 esac
 SCRIPT
