@@ -9,9 +9,25 @@
 # OOMTUNE_TORCH=python builds against the PyTorch of `python3` (its
 # torch.utils.cmake_prefix_path) instead of Debian's libtorch-dev: the way
 # to read models exported by PyTorch 2.x that use newer operators.
+# OOMTUNE_PYTHON (default /usr/bin/python3, Debian's, with python3-torch and
+# python3-torchvision) exports the example and test models.
+# OOMTUNE_DEPS=DIR installs no packages: the libraries are already under the
+# prefix DIR (e.g. .device-deps/usr from ../shared/device/pack-deps on a
+# machine without Debian's package registry).
 # OOMTUNE_BUILD_DIR overrides build/; OOMTUNE_BUILD_TYPE overrides Release.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
+
+# Whether CMake can find a CUDA compiler: the places its CUDA language and
+# FindCUDA/FindCUDAToolkit look by default.
+cuda_compiler_found() {
+  local candidate
+  for candidate in "${CUDACXX:-}" "$(command -v nvcc || true)" "${CUDA_HOME:+$CUDA_HOME/bin/nvcc}" \
+                   "${CUDA_PATH:+$CUDA_PATH/bin/nvcc}" /usr/local/cuda/bin/nvcc; do
+    if [ -n "$candidate" ] && [ -x "$candidate" ]; then return 0; fi
+  done
+  return 1
+}
 
 mode="${1:-}"
 case "$mode" in
@@ -22,20 +38,29 @@ esac
 build_dir="${OOMTUNE_BUILD_DIR:-build}"
 build_type="${OOMTUNE_BUILD_TYPE:-Release}"
 torch_source="${OOMTUNE_TORCH:-debian}"
+python="${OOMTUNE_PYTHON:-/usr/bin/python3}"
+python="$(command -v "$python" || echo "$python")"  # a path: the tests check that it exists
+deps="${OOMTUNE_DEPS:-}"
+if [ -n "$deps" ] && [ ! -d "$deps" ]; then
+  echo "setup: OOMTUNE_DEPS=$deps is not a directory (make it with ../shared/device/pack-deps: .device-deps/usr)" >&2
+  exit 2
+fi
+if [ -n "$deps" ]; then deps="$(cd "$deps" && pwd)"; fi
 
 # The libtorch to build against, as the directory of its TorchConfig.cmake.
 # A PyTorch that cannot be built against is refused before anything is
 # installed.
-prefix_args=()
+prefix_path=()
+torch_cuda=""
 if [ "$torch_source" = python ]; then
   python3_path="$(command -v python3 || echo python3)"
   # One import of torch (seconds for a CUDA wheel): its CMake prefix, ABI, version.
   if ! torch_facts="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path);
-print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__)' 2>/dev/null)"; then
+print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__); print(torch.version.cuda or "")' 2>/dev/null)"; then
     echo "setup: OOMTUNE_TORCH=python, but $python3_path cannot import torch" >&2
     exit 2
   fi
-  { read -r torch_prefix; read -r torch_cxx11_abi; read -r torch_version; } <<< "$torch_facts"
+  { read -r torch_prefix; read -r torch_cxx11_abi; read -r torch_version; read -r torch_cuda; } <<< "$torch_facts"
   torch_dir="$torch_prefix/Torch"
   if [ ! -f "$torch_dir/TorchConfig.cmake" ]; then
     echo "setup: OOMTUNE_TORCH=python, but the PyTorch of $python3_path has no $torch_dir/TorchConfig.cmake" \
@@ -54,7 +79,7 @@ print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__)' 2>/dev/nu
   fi
   # Searched before /usr, so that Torch's own find_package(Caffe2) cannot
   # pick Debian's Caffe2 config when libtorch-dev is installed too.
-  prefix_args=(-DCMAKE_PREFIX_PATH="$torch_prefix")
+  prefix_path=("$torch_prefix")
   echo "setup: building against the PyTorch at $torch_prefix" >&2
 fi
 
@@ -65,9 +90,13 @@ packages=(build-essential cmake ninja-build ccache pkg-config
 if [ "$torch_source" = debian ]; then packages+=(libtorch-dev); fi
 
 missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
+if [ -n "$deps" ]; then
+  prefix_path+=("$deps")
+else
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+fi
 if [ "${#missing[@]}" -gt 0 ]; then
   sudo=""
   if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
@@ -77,7 +106,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 if [ "$torch_source" = debian ]; then
-  torch_dir="$(dirname "$(dpkg -L libtorch-dev | grep '/TorchConfig\.cmake$' | head -n 1)")"
+  if ! torch_config="$(dpkg -L libtorch-dev 2>/dev/null | grep '/TorchConfig\.cmake$')"; then
+    echo "setup: Debian's libtorch-dev is not installed (with OOMTUNE_DEPS nothing is installed); install it," \
+         "or build against the PyTorch of python3: OOMTUNE_TORCH=python" >&2
+    exit 2
+  fi
+  torch_dir="$(dirname "$(head -n 1 <<< "$torch_config")")"
 fi
 
 # A build directory configured against the other libtorch keeps that one's
@@ -90,10 +124,26 @@ if [ -f "$build_dir/CMakeCache.txt" ] && [ "$cached_torch_dir" != "$torch_dir" ]
   fresh_args=(--fresh)
 fi
 
-cmake "${fresh_args[@]}" -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DTorch_DIR:PATH="$torch_dir" \
-  "${prefix_args[@]}" >/dev/null
+prefix_args=()
+if [ "${#prefix_path[@]}" -gt 0 ]; then
+  prefix_args=(-DCMAKE_PREFIX_PATH="$(IFS=';'; echo "${prefix_path[*]}")")
+fi
+if ! cmake "${fresh_args[@]}" -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" \
+       -DTorch_DIR:PATH="$torch_dir" -DOOMTUNE_PYTHON:FILEPATH="$python" "${prefix_args[@]}" >/dev/null; then
+  # Torch's CMake config of a CUDA build finds the CUDA toolkit again
+  # (cmake/public/cuda.cmake: find_package(CUDA), enable_language(CUDA)) and
+  # fails with a page of CMake output when there is none.
+  if [ -n "$torch_cuda" ] && ! cuda_compiler_found; then
+    echo "setup: the PyTorch at $torch_prefix ($torch_version) was built with CUDA $torch_cuda, and CMake" \
+         "needs the CUDA toolkit to build against it, but no nvcc was found (CUDACXX, PATH, CUDA_HOME," \
+         "CUDA_PATH, /usr/local/cuda); install the CUDA $torch_cuda toolkit or set CUDACXX to its nvcc" >&2
+    exit 2
+  fi
+  echo "setup: configuring $build_dir failed (CMake's messages above)" >&2
+  exit 1
+fi
 cmake --build "$build_dir" -j"$(nproc)"
-/usr/bin/python3 examples/export_models.py --if-missing
+"$python" examples/export_models.py --if-missing
 
 case "$mode" in
   --example)

@@ -38,7 +38,7 @@ for target in oomtune bench_adamw8bit bench_checkpointing bench_tracker bench_st
 done
 
 note "example models"
-/usr/bin/python3 "$root/examples/export_models.py" --if-missing || echo "export_models.py FAILED: benchmarks that need the models will fail"
+"${OOMTUNE_PYTHON:-/usr/bin/python3}" "$root/examples/export_models.py" --if-missing || echo "export_models.py FAILED: benchmarks that need the models will fail"
 
 # How each benchmark's run.sh takes the build tree. Scripts not listed get
 # BUILD_DIR in the environment and no arguments.

@@ -11,7 +11,7 @@ build="${1:-$repo/build}"
 shift || true
 cmake --build "$build" -j2 --target bench_checkpointing
 if [[ ! -f "$repo/examples/models/gpt.pt" ]]; then
-  /usr/bin/python3 "$repo/examples/export_models.py" --only gpt --if-missing
+  "${OOMTUNE_PYTHON:-/usr/bin/python3}" "$repo/examples/export_models.py" --only gpt --if-missing
 fi
 cd "$repo"
 exec "$build/bench/checkpointing/bench_checkpointing" --model "$repo/examples/models/gpt.pt" "$@"

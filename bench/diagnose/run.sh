@@ -18,7 +18,7 @@ shift $(( $# < 2 ? $# : 2 ))
 gen_options=("$@")
 runs="${RUNS:-3}"
 oomtune="$build/oomtune"
-py=/usr/bin/python3
+py="${OOMTUNE_PYTHON:-/usr/bin/python3}"
 [ -x "$oomtune" ] || { echo "no oomtune at $oomtune (pass the build folder)" >&2; exit 1; }
 [ -x /usr/bin/time ] || { echo "needs /usr/bin/time (GNU time)" >&2; exit 1; }
 

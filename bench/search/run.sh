@@ -14,7 +14,7 @@ oomtune="$build/oomtune"
 work="$build/bench-search"
 mkdir -p "$work"
 # The small GPT of tests/autotune (2 blocks, d=64, seq 32, vocabulary 512).
-[[ -f "$work/gpt.pt" ]] || /usr/bin/python3 "$root/examples/export_models.py" --only gpt --out "$work" \
+[[ -f "$work/gpt.pt" ]] || "${OOMTUNE_PYTHON:-/usr/bin/python3}" "$root/examples/export_models.py" --only gpt --out "$work" \
   --gpt-layers 2 --gpt-dim 64 --gpt-seq 32 --gpt-vocab 512
 batch="${SEARCH_BATCH:-16}"
 cat >"$work/job.toml" <<TOML

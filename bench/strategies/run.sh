@@ -8,5 +8,5 @@
 set -euo pipefail
 source "$(dirname "$0")/../common/build.sh"
 bench_build bench_strategies
-/usr/bin/python3 "$root/examples/export_models.py" --only gpt --if-missing
+"${OOMTUNE_PYTHON:-/usr/bin/python3}" "$root/examples/export_models.py" --only gpt --if-missing
 exec "$build/bench/strategies/bench_strategies" --job "$root/examples/gpt.toml" "$@"

@@ -9,5 +9,5 @@
 set -euo pipefail
 source "$(dirname "$0")/../common/build.sh"
 bench_build bench_tracker
-/usr/bin/python3 "$root/examples/export_models.py" --only gpt --if-missing
+"${OOMTUNE_PYTHON:-/usr/bin/python3}" "$root/examples/export_models.py" --only gpt --if-missing
 exec "$build/bench/tracker/bench_tracker" --job "$root/examples/gpt.toml" "$@"

@@ -9,6 +9,6 @@
 set -euo pipefail
 source "$(dirname "$0")/../common/build.sh"
 bench_build bench_trials oomtune
-/usr/bin/python3 "$root/examples/export_models.py" --only gpt --only resnet50 --if-missing
+"${OOMTUNE_PYTHON:-/usr/bin/python3}" "$root/examples/export_models.py" --only gpt --only resnet50 --if-missing
 exec "$build/bench/trials/bench_trials" --oomtune "$build/oomtune" --gpt-job "$root/examples/gpt.toml" \
   --resnet-job "$root/examples/resnet50.toml" "$@"

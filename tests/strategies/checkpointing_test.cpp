@@ -34,6 +34,7 @@
 #include "strategies/activation_checkpointing.h"
 #include "strategies/recompute_op.h"
 #include "strategies/training_config.h"
+#include "support/run_oomtune.h"
 
 namespace oomtune {
 namespace {
@@ -50,10 +51,13 @@ std::string example_model(const std::string& name) {
 bool exists(const std::string& path) { return std::ifstream(path).good(); }
 
 /// The models of make_checkpoint_models.py, written once per test process
-/// into a folder removed when the process exits.
+/// into a folder removed when the process exits. A failed export fails the
+/// test that asked (with the script's output), never skips it: the suite
+/// needs OOMTUNE_PYTHON (tests/CMakeLists.txt) to have torch.
 std::string test_model(const std::string& name) {
   struct ModelDir {
-    std::string path;  // empty when the export failed
+    std::string path;    // empty when the export failed
+    std::string output;  // the script's stdout and stderr
     ~ModelDir() {
       std::error_code ignored;
       if (!path.empty()) std::filesystem::remove_all(path, ignored);
@@ -61,16 +65,22 @@ std::string test_model(const std::string& name) {
   };
   static const ModelDir dir = [] {
     const std::string out = ::testing::TempDir() + "oomtune_ckpt_models_" + std::to_string(::getpid());
-    const std::string command = "/usr/bin/python3 " + std::string(OOMTUNE_SOURCE_DIR) +
-                                "/tests/strategies/make_checkpoint_models.py " + out + " 2>&1";
-    return ModelDir{std::system(command.c_str()) == 0 ? out : std::string()};
+    const testing::RunResult r = testing::run_program(
+        std::string("'") + OOMTUNE_PYTHON + "'",
+        std::string("'") + OOMTUNE_SOURCE_DIR + "/tests/strategies/make_checkpoint_models.py' '" + out + "'");
+    return ModelDir{r.exit_code == 0 ? out : std::string(), r.out + r.err};
   }();
-  return dir.path.empty() ? std::string() : dir.path + "/" + name;
+  if (dir.path.empty()) {
+    ADD_FAILURE() << "make_checkpoint_models.py failed under " << OOMTUNE_PYTHON << ":\n" << dir.output;
+    return std::string();
+  }
+  return dir.path + "/" + name;
 }
 
 #define LOAD_OR_SKIP(var, path)                                       \
   const std::string var##_path = (path);                              \
-  if (var##_path.empty() || !exists(var##_path)) {                    \
+  if (::testing::Test::HasFailure()) return;                          \
+  if (!exists(var##_path)) {                                          \
     GTEST_SKIP() << "model not available: " << var##_path;            \
   }                                                                   \
   torch::jit::Module var = torch::jit::load(var##_path)
