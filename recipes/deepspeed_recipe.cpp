@@ -43,6 +43,7 @@
 
 #include <fmt/format.h>
 
+#include "common/json_text.h"
 #include "recipes/recipe_text.h"
 #include "recipes/recipes.h"
 
@@ -126,7 +127,7 @@ std::string write_deepspeed_config(const Plan& plan) {
                                           {"contiguous_memory_optimization", false},
                                           {"synchronize_checkpoint_boundary", false}};
   config["oomtune_notes"] = deepspeed_notes(plan);
-  return config.dump(2) + "\n";
+  return json_text(config, 2) + "\n";
 }
 
 }  // namespace oomtune

@@ -35,6 +35,7 @@
 
 #include <fmt/format.h>
 
+#include "common/json_text.h"
 #include "recipes/recipe_text.h"
 #include "recipes/recipes.h"
 
@@ -116,7 +117,7 @@ std::string write_hf_training_args(const Plan& plan) {
   Json file;
   file["training_args"] = std::move(args);
   file["notes"] = hf_notes(plan);
-  return file.dump(2) + "\n";
+  return json_text(file, 2) + "\n";
 }
 
 }  // namespace oomtune

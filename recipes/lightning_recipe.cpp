@@ -36,6 +36,7 @@
 
 #include <fmt/format.h>
 
+#include "common/json_text.h"
 #include "recipes/recipe_text.h"
 #include "recipes/recipes.h"
 
@@ -132,7 +133,7 @@ std::string write_lightning_trainer(const Plan& plan) {
   file["datamodule"] = {{"batch_size", c.micro_batch}};
   file["optimizer"] = {{"class", lightning_optimizer_class(plan)}, {"kwargs", optimizer_kwargs(plan)}};
   file["notes"] = lightning_notes(plan);
-  return file.dump(2) + "\n";
+  return json_text(file, 2) + "\n";
 }
 
 }  // namespace oomtune

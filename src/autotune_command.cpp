@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "common/byte_size.h"
 #include "common/error.h"
+#include "common/json_text.h"
 #include "job/job_spec.h"
 #include "recipes/recipes.h"
 #include "recipes/zero_estimate.h"
@@ -128,7 +129,7 @@ int run_autotune(const AutotuneFlags& flags) {
     std::filesystem::create_directories(flags.emit_dir);
     for (const EmittedFile& file : emit_all(plan_from(report), flags.emit_dir)) report.emitted_files.push_back(file.path);
   }
-  if (flags.json) fmt::print("{}\n", autotune_json(report).dump(2));
+  if (flags.json) fmt::print("{}\n", json_text(autotune_json(report), 2));
   else fmt::print("{}", render_autotune_text(report));
   return report.search.chosen ? kExitOk : kExitNothingFits;
 }

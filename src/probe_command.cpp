@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "common/error.h"
+#include "common/json_text.h"
 #include "job/job_spec.h"
 #include "recipes/plan_toml.h"
 #include "recipes/zero_estimate.h"
@@ -121,7 +122,7 @@ int run_probe(ProbeFlags flags) {
     const auto sizes = flags.fit_batches.empty() ? default_fit_batches(config.micro_batch) : flags.fit_batches;
     if (sizes.size() >= 2) summary.activation_fit = fit_activations(job, config, sizes);
   }
-  if (flags.json) fmt::print("{}\n", probe_summary_json(summary).dump(2));
+  if (flags.json) fmt::print("{}\n", json_text(probe_summary_json(summary), 2));
   else fmt::print("{}", render_probe_text(summary));
   return summary.report.outcome == TrialOutcome::kOk ? kExitOk : kExitFailure;
 }

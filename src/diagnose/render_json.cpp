@@ -1,5 +1,6 @@
 #include <nlohmann/json.hpp>
 
+#include "common/json_text.h"
 #include "diagnose/render.h"
 
 namespace oomtune::diagnose {
@@ -128,7 +129,7 @@ std::string render_json(const Diagnosis& d) {
                     {"expandable", v.is_expandable}, {"live_blocks", blocks}});
   }
   j["segment_map"] = {{"moment", d.map_moment}, {"segments", segs}};
-  return j.dump(1) + "\n";
+  return json_text(j, 1) + "\n";
 }
 
 }  // namespace oomtune::diagnose

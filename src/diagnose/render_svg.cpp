@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/byte_size.h"
+#include "common/utf8.h"
 #include "diagnose/render.h"
 
 namespace oomtune::diagnose {
@@ -22,15 +23,24 @@ constexpr int kMaxMapRows = 200;  // segments drawn; the rest are summarised
 // Category colours (Category order).
 constexpr const char* kColors[kNumCategories] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#edc948", "#b07aa1"};
 
+/// Text as XML character data: markup characters escaped, and what XML 1.0
+/// does not allow even escaped (ill-formed UTF-8, control characters other
+/// than tab, newline and carriage return) written as U+FFFD, so that a
+/// snapshot's odd file names still give a file a browser opens.
 std::string escape(const std::string& text) {
   std::string out;
-  for (char c : text) {
+  for (char c : to_valid_utf8(text)) {
     switch (c) {
       case '<': out += "&lt;"; break;
       case '>': out += "&gt;"; break;
       case '&': out += "&amp;"; break;
       case '"': out += "&quot;"; break;
-      default: out.push_back(c);
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+          out += "\xEF\xBF\xBD";
+        } else {
+          out.push_back(c);
+        }
     }
   }
   return out;

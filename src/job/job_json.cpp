@@ -1,14 +1,34 @@
 #include "job/job_json.h"
 
+#include <cstdint>
+#include <string>
+
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/utf8.h"
 
 namespace oomtune {
 namespace {
 
 nlohmann::json optional_number(const std::optional<double>& value) {
   return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
+// A path byte for byte: a JSON string when it is UTF-8, else the array of
+// its byte values (a JSON string must be UTF-8, and a file name need not be).
+nlohmann::json path_json(const std::string& path) {
+  if (is_valid_utf8(path)) return path;
+  nlohmann::json bytes = nlohmann::json::array();
+  for (const char c : path) bytes.push_back(static_cast<unsigned char>(c));
+  return bytes;
+}
+
+std::string path_from_json(const nlohmann::json& j) {
+  if (j.is_string()) return j.get<std::string>();
+  std::string path;
+  for (const auto& byte : j) path.push_back(static_cast<char>(byte.get<uint8_t>()));
+  return path;
 }
 
 std::optional<double> read_optional(const nlohmann::json& j, const char* key) {
@@ -27,8 +47,8 @@ nlohmann::json to_json(const JobSpec& job) {
   if (const auto* key = std::get_if<std::string>(&job.output)) output = *key;
   if (const auto* index = std::get_if<int64_t>(&job.output)) output = *index;
   const OptimizerSpec& o = job.optimizer;
-  return {{"spec_path", job.spec_path},
-          {"model_path", job.model_path},
+  return {{"spec_path", path_json(job.spec_path)},
+          {"model_path", path_json(job.model_path)},
           {"inputs", inputs},
           {"output", output},
           {"loss", {{"kind", static_cast<int>(job.loss.kind)}, {"target", job.loss.target}}},
@@ -53,8 +73,8 @@ nlohmann::json to_json(const JobSpec& job) {
 JobSpec job_spec_from_json(const nlohmann::json& j) {
   try {
     JobSpec job;
-    job.spec_path = j.at("spec_path").get<std::string>();
-    job.model_path = j.at("model_path").get<std::string>();
+    job.spec_path = path_from_json(j.at("spec_path"));
+    job.model_path = path_from_json(j.at("model_path"));
     for (const auto& in : j.at("inputs")) {
       InputSpec spec;
       spec.name = in.at("name").get<std::string>();

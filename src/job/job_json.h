@@ -7,7 +7,8 @@
 
 namespace oomtune {
 
-/// Every field of `job`, paths as they are (already resolved).
+/// Every field of `job`, paths as they are (already resolved) and byte for
+/// byte: a path that is not UTF-8 is an array of its byte values.
 nlohmann::json to_json(const JobSpec& job);
 /// Reads what to_json wrote. Throws InputError naming the key on a bad record.
 JobSpec job_spec_from_json(const nlohmann::json& json);

@@ -15,6 +15,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/json_text.h"
 #include "trial/trial_module.h"
 #include "trial/trial_request.h"
 
@@ -84,7 +85,7 @@ ProbeReport run_trial_in_child(const JobSpec& job, const TrainingConfig& config,
   const std::filesystem::path dir(dir_template);
   const std::string request_path = (dir / "request.json").string();
   const std::string result_path = (dir / "result.json").string();
-  write_file_atomically(request_path, trial_request_json(job, config, options).dump());
+  write_file_atomically(request_path, json_text(trial_request_json(job, config, options)));
 
   StopSignals stop_signals;
   const pid_t parent = ::getpid();

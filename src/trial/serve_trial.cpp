@@ -12,6 +12,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/json_text.h"
 #include "session/model_session.h"
 #include "trial/trial_request.h"
 #include "trial/trial_runner.h"
@@ -89,7 +90,7 @@ int serve_trial(const std::string& request_path, const std::string& result_path)
     // carries one line, not libtorch's C++ or TorchScript traceback.
     failed(one_line(error_text(e)), false);
   }
-  write_file_atomically(result_path, to_json(report).dump());
+  write_file_atomically(result_path, json_text(to_json(report)));
   return kExitOk;
 }
 

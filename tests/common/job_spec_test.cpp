@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "common/json_text.h"
+#include "job/job_json.h"
 
 namespace oomtune {
 namespace {
@@ -196,6 +198,22 @@ TEST(JobSpec, AFolderIsNotAJobSpec) {
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()), folder + ": is a folder, not a job spec");
   }
+}
+
+// The trial child gets the job as JSON: a job in a folder whose name is not
+// UTF-8 (a Latin-1 "mémoire") must reach it byte for byte, or the child
+// cannot open the model.
+TEST(JobSpec, JsonCarriesPathsByteForByte) {
+  JobSpec job = parse_job_spec(kGood, "/data/m\xE9moire/job.toml", "/data/m\xE9moire");
+  ASSERT_EQ(job.model_path, "/data/m\xE9moire/models/gpt.pt");
+  const nlohmann::json sent = nlohmann::json::parse(json_text(to_json(job)));
+  EXPECT_TRUE(sent.at("model_path").is_array());  // not a string: it is not UTF-8
+  const JobSpec received = job_spec_from_json(sent);
+  EXPECT_EQ(received.model_path, job.model_path);
+  EXPECT_EQ(received.spec_path, job.spec_path);
+  // UTF-8 paths stay strings.
+  job.model_path = "/data/m\xC3\xA9moire/gpt.pt";
+  EXPECT_EQ(to_json(job).at("model_path"), "/data/m\xC3\xA9moire/gpt.pt");
 }
 
 }  // namespace

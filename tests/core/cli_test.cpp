@@ -99,6 +99,27 @@ TEST(Cli, ProbeJsonOnTheExampleGpt) {
   EXPECT_NE(r.err.find("probe:"), std::string::npos) << "progress goes to stderr";
 }
 
+// A job in a folder whose name is not UTF-8 (Latin-1 "mémoire"): the trial
+// child gets the model path byte for byte, and the JSON report writes the
+// name with U+FFFD instead of failing (it was "internal error: invalid UTF-8").
+TEST(Cli, AJobInAFolderNamedInLatin1Probes) {
+  if (!testing::exists(testing::example_model("gpt"))) GTEST_SKIP();
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("oomtune_m\xE9moire_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "models");
+  std::filesystem::copy_file(testing::example_model("gpt"), dir / "models" / "gpt.pt",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml", dir / "gpt.toml",
+                             std::filesystem::copy_options::overwrite_existing);
+  const RunResult r = run_oomtune("probe '" + (dir / "gpt.toml").string() + "' --json --batch 4 --no-fit");
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto json = nlohmann::json::parse(r.out);
+  EXPECT_EQ(json.at("report").at("outcome"), "ok");
+  EXPECT_NE(json.at("model").get<std::string>().find("oomtune_m\xEF\xBF\xBDmoire_"), std::string::npos)
+      << json.at("model");
+}
+
 TEST(Cli, ProbeAnalyticColumnFollowsThePrecisionForm) {
   // bf16_params keeps bf16 weights and gradients (2 bytes each) and fp32
   // masters beside AdamW's two fp32 moments (4 + 8): 2 + 2 + 12 bytes per

@@ -35,6 +35,26 @@ TEST(DiagnoseCli, RealFixtureAsJson) {
   EXPECT_EQ(drawn.find("<script"), std::string::npos);
 }
 
+// A snapshot named in Latin-1 ("mémoire"): the JSON and the SVG write the
+// name with U+FFFD; JSON output was "internal error: invalid UTF-8" before.
+TEST(DiagnoseCli, AFileNameThatIsNotUtf8IsReplacedInJsonAndSvg) {
+  const std::string fixture = testing::synthetic_fixture("layout_v2_11.pickle");
+  SKIP_IF_MISSING(fixture);
+  const std::string stem = ::testing::TempDir() + "m\xE9moire_" + std::to_string(::getpid());
+  const std::string path = stem + ".pickle", svg = stem + ".svg";
+  std::ofstream(path, std::ios::binary) << testing::read_all(fixture);
+  const auto r = run_oomtune("diagnose '" + path + "' --json --svg '" + svg + "'");
+  const std::string drawn = testing::read_all(svg);
+  std::remove(path.c_str());
+  std::remove(svg.c_str());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const std::string shown = std::string("m\xEF\xBF\xBDmoire_") + std::to_string(::getpid()) + ".pickle";
+  EXPECT_NE(j["file"].get<std::string>().find(shown), std::string::npos) << j["file"];
+  EXPECT_NE(drawn.find(shown), std::string::npos);
+  EXPECT_EQ(drawn.find("m\xE9moire"), std::string::npos) << "no ill-formed UTF-8 in the SVG";
+}
+
 TEST(DiagnoseCli, TextReportNamesTheVerdict) {
   const std::string path = testing::real_fixture("oom_gpt_activations.pickle");
   SKIP_IF_MISSING(path);
