@@ -1,36 +1,49 @@
 #!/usr/bin/env bash
-# Issue #10's check on the GPU machine (../shared/device/README.md): build
-# oomtune against that machine's PyTorch the way README tells PyTorch 2.x
-# users to (OOMTUNE_TORCH=python ./setup.sh), run the whole test suite there
-# and probe both Hugging Face fixtures, the SDPA one included.
+# The checks that need the GPU machine (../shared/device/README.md), one
+# device call each, every step bounded so that the call ends inside the
+# device tool's 10 minutes and its files come back (at most 8 are returned).
 #
 #   scripts/device_check.sh --pack   here, once: .device-deps/ (the Debian
 #                                    libraries, ../shared/device/pack-deps)
 #                                    and .device-shared/ (a copy of
 #                                    ../shared/fixtures, which does not travel)
-#   scripts/device_check.sh          there, with carry [".device-deps",
-#                                    ".device-shared"]; the results go to
-#                                    $OUT (default ./device_out)
+#   scripts/device_check.sh          there, issue #10: build oomtune against
+#                                    that machine's PyTorch the way README tells
+#                                    PyTorch 2.x users to (OOMTUNE_TORCH=python
+#                                    ./setup.sh), run the whole test suite, probe
+#                                    both Hugging Face fixtures (the SDPA one
+#                                    must probe there) and the example GPT
+#   scripts/device_check.sh --peaks  there, issue #11 item 1: oomtune's CPU
+#                                    peaks next to PyTorch's on CUDA, eager and
+#                                    TorchScript (scripts/compare_peaks.py), for
+#                                    the example GPT and ResNet-50
 #
-# Here, as a dry run against Debian's libtorch (the SDPA probe then gives
-# its clear load error): OOMTUNE_TORCH=debian OOMTUNE_PYTHON=/usr/bin/python3
-# scripts/device_check.sh; OOMTUNE_BUILD_DIR overrides /tmp/oomtune_build.
+# Both take carry [".device-deps", ".device-shared"] and write to $OUT
+# (default ./device_out): summary.md (versions, each step's exit status and
+# time, test totals and failures, the probe tables, the peaks tables),
+# setup.log, ctest.log, probe_eager.json, probe_sdpa.json; peaks.tar.gz (every
+# run's JSON) with --peaks. The build goes to /tmp/oomtune_build
+# (OOMTUNE_BUILD_DIR) and is reused while the machine stays warm.
 #
-# Results: summary.md (versions, each step's exit status, the test totals and
-# failures, the probe tables), setup.log, ctest.log, probe_*.txt and
-# probe_*.json. Each step is bounded so that the whole run ends inside the
-# device tool's 10 minutes and its files come back.
+# Here, as a dry run against Debian's libtorch (the SDPA probe then gives its
+# clear load error, and --peaks has no CUDA): OOMTUNE_TORCH=debian
+# OOMTUNE_PYTHON=/usr/bin/python3 scripts/device_check.sh
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root="$PWD"
+mode="${1:-}"
 
-if [ "${1:-}" = --pack ]; then
+if [ "$mode" = --pack ]; then
   set -e
   [ -d .device-deps/usr ] || sh ../shared/device/pack-deps
   rm -rf .device-shared && mkdir -p .device-shared && cp -r ../shared/fixtures .device-shared/
   du -sh .device-deps .device-shared
   exit 0
 fi
+case "$mode" in
+  ""|--peaks) ;;
+  *) echo "usage: scripts/device_check.sh [--pack|--peaks]" >&2; exit 2 ;;
+esac
 
 out="${OUT:-$root/device_out}"
 mkdir -p "$out"
@@ -40,6 +53,9 @@ python="${OOMTUNE_PYTHON:-$(command -v python3)}"
 summary="$out/summary.md"
 : > "$summary"
 say() { printf '%s\n' "$*" | tee -a "$summary"; }
+# Seconds a step may take: at most CAP, and never past 560 s from the start
+# (the device tool stops a command at 600 s).
+budget() { local left=$((560 - SECONDS)); echo $(( left < $1 ? (left > 1 ? left : 1) : $1 )); }
 
 # The tests and examples find the fixtures at ../shared beside the checkout.
 if [ ! -e ../shared ] && [ -d .device-shared ]; then ln -s "$root/.device-shared" ../shared; fi
@@ -55,10 +71,10 @@ print("GPU", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no
   tee -a "$summary"
 say '```'
 
-# 1. Set-up as README documents it for PyTorch 2.x, with the libraries carried.
+# Set-up as README documents it for PyTorch 2.x, with the libraries carried.
 start=$SECONDS
 OOMTUNE_TORCH="$torch_source" OOMTUNE_PYTHON="$python" OOMTUNE_DEPS="$root/.device-deps/usr" \
-  OOMTUNE_BUILD_DIR="$build" timeout 300 ./setup.sh > "$out/setup.log" 2>&1
+  OOMTUNE_BUILD_DIR="$build" timeout "$(budget 330)" ./setup.sh > "$out/setup.log" 2>&1
 status=$?
 say ""
 say "## Set-up: OOMTUNE_TORCH=$torch_source ./setup.sh: exit $status in $((SECONDS - start)) s"
@@ -71,9 +87,25 @@ if [ "$status" -ne 0 ]; then
   exit 1
 fi
 
-# 2. The whole test suite (fuzz needs clang's libFuzzer, absent there: skipped).
+if [ "$mode" = --peaks ]; then
+  rm -f "$out/setup.log"  # its warnings are in the summary; room for the JSON
+  start=$SECONDS
+  say ""
+  say "## Peaks: oomtune on the CPU, PyTorch on CUDA (scripts/compare_peaks.py)"
+  timeout "$(budget 540)" "$python" scripts/compare_peaks.py --oomtune "$build/oomtune" --out /tmp/oomtune_peaks \
+    --python "$python" examples/gpt.toml:8 examples/gpt.toml:16 examples/gpt.toml:32 examples/gpt.toml:32:ckpt \
+    examples/gpt.toml:32:bf16 examples/resnet50.toml:8 examples/resnet50.toml:16 examples/resnet50.toml:16:bf16 \
+    2>&1 | tee -a "$summary"
+  status=${PIPESTATUS[0]}
+  say ""
+  say "compare_peaks.py: exit $status in $((SECONDS - start)) s"
+  tar -czf "$out/peaks.tar.gz" -C /tmp oomtune_peaks
+  exit 0
+fi
+
+# The whole test suite (fuzz needs clang's libFuzzer, absent there: skipped).
 start=$SECONDS
-timeout 330 ctest --test-dir "$build" --output-on-failure -j"$(nproc)" --timeout 300 > "$out/ctest.log" 2>&1
+timeout "$(budget $((480 - SECONDS)))" ctest --test-dir "$build" --output-on-failure -j"$(nproc)" --timeout 300 > "$out/ctest.log" 2>&1
 status=$?
 say ""
 say "## Tests: ctest -j$(nproc): exit $status in $((SECONDS - start)) s"
@@ -87,28 +119,29 @@ say "passed $(grep -c ' Passed ' "$out/ctest.log"), failed $(grep -c '\*\*\*Fail
 grep -E '\*\*\*|tests passed|Total Test time' "$out/ctest.log" | sed 's/ \.\.\.*/ /' | tee -a "$summary"
 say '```'
 
-# 3. Both fixtures probed end to end; the SDPA one must probe on a libtorch
-#    that has aten::scaled_dot_product_attention.
+# Both fixtures probed end to end (the SDPA one must probe on a libtorch that
+# has aten::scaled_dot_product_attention), and the example GPT.
 sdpa_job=/tmp/hf_gpt2_sdpa.toml
 sed "s#^model = .*#model = \"$(cd ../shared && pwd)/fixtures/torchscript/hf_gpt2_sdpa_trace.pt\"#" \
   examples/hf_gpt2.toml > "$sdpa_job"
 for job in eager:examples/hf_gpt2.toml sdpa:$sdpa_job gpt:examples/gpt.toml; do
   name="${job%%:*}" file="${job#*:}"
   start=$SECONDS
-  timeout 120 "$build/oomtune" probe "$file" > "$out/probe_$name.txt" 2>&1
+  table="$(timeout 120 "$build/oomtune" probe "$file" 2>&1)"
   status=$?
   say ""
   say "## probe $name ($file): exit $status in $((SECONDS - start)) s"
   say '```'
-  tee -a "$summary" < "$out/probe_$name.txt"
+  say "$table"
   say '```'
-  timeout 120 "$build/oomtune" probe "$file" --json --no-fit > "$out/probe_$name.json" 2>/dev/null
+  if [ "$name" != gpt ]; then
+    timeout 120 "$build/oomtune" probe "$file" --json --no-fit > "$out/probe_$name.json" 2>/dev/null
+  fi
 done
 
-# 4. A CUDA job is refused before any trial until the CUDA memory backend exists.
+# A CUDA job is refused before any trial until the CUDA memory backend exists.
 say ""
 say "## device = cuda"
 say '```'
-"$build/oomtune" probe examples/gpt.toml --device cuda 2>&1 | tee -a "$summary"
-say "exit ${PIPESTATUS[0]}"
+say "$("$build/oomtune" probe examples/gpt.toml --device cuda 2>&1; echo "exit $?")"
 say '```'
