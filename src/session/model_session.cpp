@@ -31,7 +31,9 @@ void throw_if_not_torchscript(const std::string& path) {
 }
 
 [[noreturn]] void throw_load_error(const std::string& path, const std::string& message) {
-  static const std::regex kUnknownOp(R"(Unknown builtin op: ([A-Za-z0-9_:.]+))");
+  // "Unknown builtin op: aten::scaled_dot_product_attention." (the sentence's
+  // period is not part of the name; an overload name would be: aten::add.Tensor).
+  static const std::regex kUnknownOp(R"(Unknown builtin op: ([A-Za-z0-9_:]+(?:\.[A-Za-z0-9_]+)?))");
   std::smatch match;
   if (std::regex_search(message, match, kUnknownOp)) {
     throw ModelError(fmt::format(
