@@ -8,21 +8,17 @@
 
 namespace oomtune {
 
-/// `value` as JSON text: compact when `indent` < 0, else pretty-printed with
-/// `indent` spaces per level. A string that is not UTF-8 (a file name or a
-/// snapshot frame can hold any bytes) has its ill-formed bytes written as
-/// U+FFFD. nlohmann's default (error_handler_t::strict,
-/// nlohmann/detail/output/serializer.hpp) throws type_error 316 instead,
-/// which turned `diagnose --json` on such a file into an internal error.
-/// Throws nothing but std::bad_alloc.
-inline std::string json_text(const nlohmann::json& value, int indent = -1) {
-  return value.dump(indent, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace);
-}
-
-/// The same for an ordered_json, whose keys stay in insertion order (the
-/// framework configs are written in the order their documentation uses).
-inline std::string json_text(const nlohmann::ordered_json& value, int indent = -1) {
-  return value.dump(indent, ' ', /*ensure_ascii=*/false, nlohmann::ordered_json::error_handler_t::replace);
+/// `value` (an nlohmann::json, or an ordered_json whose keys keep their
+/// insertion order, as the framework configs do) as JSON text: compact when
+/// `indent` < 0, else pretty-printed with `indent` spaces per level. A string
+/// that is not UTF-8 (a file name or a snapshot frame can hold any bytes) has
+/// its ill-formed bytes written as U+FFFD. nlohmann's default
+/// (error_handler_t::strict, nlohmann/detail/output/serializer.hpp) throws
+/// type_error 316 instead, which turned `diagnose --json` on such a file into
+/// an internal error. Throws nothing but std::bad_alloc.
+template <typename Json>
+std::string json_text(const Json& value, int indent = -1) {
+  return value.dump(indent, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
 }
 
 }  // namespace oomtune

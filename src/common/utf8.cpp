@@ -60,7 +60,7 @@ std::string to_valid_utf8(std::string_view bytes) {
     if (s.valid) {
       text.append(bytes.substr(i, s.length));
     } else {
-      text += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
+      text += kReplacementCharacter;
     }
     i += s.length;
   }

@@ -8,6 +8,9 @@
 
 namespace oomtune {
 
+/// U+FFFD REPLACEMENT CHARACTER, encoded.
+inline constexpr const char* kReplacementCharacter = "\xEF\xBF\xBD";
+
 /// Whether `bytes` is well-formed UTF-8: the byte sequences of the Unicode
 /// Standard's table 3-7 (section 3.9), so no overlong forms, no surrogates
 /// (U+D800..U+DFFF) and nothing above U+10FFFF. Throws nothing.

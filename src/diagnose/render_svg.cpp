@@ -37,7 +37,7 @@ std::string escape(const std::string& text) {
       case '"': out += "&quot;"; break;
       default:
         if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') {
-          out += "\xEF\xBF\xBD";
+          out += kReplacementCharacter;
         } else {
           out.push_back(c);
         }
