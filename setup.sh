@@ -41,11 +41,13 @@ torch_source="${OOMTUNE_TORCH:-debian}"
 python="${OOMTUNE_PYTHON:-/usr/bin/python3}"
 python="$(command -v "$python" || echo "$python")"  # a path: the tests check that it exists
 deps="${OOMTUNE_DEPS:-}"
-if [ -n "$deps" ] && [ ! -d "$deps" ]; then
-  echo "setup: OOMTUNE_DEPS=$deps is not a directory (make it with ../shared/device/pack-deps: .device-deps/usr)" >&2
-  exit 2
+if [ -n "$deps" ]; then
+  if [ ! -d "$deps" ]; then
+    echo "setup: OOMTUNE_DEPS=$deps is not a directory (make it with ../shared/device/pack-deps: .device-deps/usr)" >&2
+    exit 2
+  fi
+  deps="$(cd "$deps" && pwd)"
 fi
-if [ -n "$deps" ]; then deps="$(cd "$deps" && pwd)"; fi
 
 # The libtorch to build against, as the directory of its TorchConfig.cmake.
 # A PyTorch that cannot be built against is refused before anything is

@@ -55,7 +55,11 @@ summary="$out/summary.md"
 say() { printf '%s\n' "$*" | tee -a "$summary"; }
 # Seconds a step may take: at most CAP, and never past 560 s from the start
 # (the device tool stops a command at 600 s).
-budget() { local left=$((560 - SECONDS)); echo $(( left < $1 ? (left > 1 ? left : 1) : $1 )); }
+budget() {
+  local seconds=$((560 - SECONDS))
+  if [ "$1" -lt "$seconds" ]; then seconds=$1; fi
+  echo $((seconds > 1 ? seconds : 1))
+}
 
 # The tests and examples find the fixtures at ../shared beside the checkout.
 if [ ! -e ../shared ] && [ -d .device-shared ]; then ln -s "$root/.device-shared" ../shared; fi

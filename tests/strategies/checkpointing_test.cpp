@@ -8,7 +8,6 @@
 #include <atomic>
 #include <cctype>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -79,7 +78,7 @@ std::string test_model(const std::string& name) {
 
 #define LOAD_OR_SKIP(var, path)                                       \
   const std::string var##_path = (path);                              \
-  if (::testing::Test::HasFailure()) return;                          \
+  if (var##_path.empty()) return; /* test_model recorded why */     \
   if (!exists(var##_path)) {                                          \
     GTEST_SKIP() << "model not available: " << var##_path;            \
   }                                                                   \
