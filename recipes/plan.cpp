@@ -5,17 +5,13 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "job/hyper_parameters.h"
 
 namespace oomtune {
 namespace {
 
 [[noreturn]] void fail(const std::string& key, const std::string& message) {
   throw ConfigError(fmt::format("plan: {}: {}", key, message));
-}
-
-void check_range(const std::string& key, double value, double low, double high, bool high_open) {
-  const bool ok = std::isfinite(value) && value >= low && (high_open ? value < high : value <= high);
-  if (!ok) fail(key, fmt::format("must be in [{}, {}{}, got {}", low, high, high_open ? ")" : "]", value));
 }
 
 }  // namespace
@@ -35,10 +31,16 @@ bool Plan::operator==(const Plan& other) const {
          predicted_samples_per_second == other.predicted_samples_per_second && notes == other.notes;
 }
 
+std::optional<int64_t> samples_per_step(const TrainingConfig& config) {
+  int64_t product = 0;
+  if (__builtin_mul_overflow(config.micro_batch, config.accumulation_steps, &product)) return std::nullopt;
+  return product;
+}
+
 Plan plan_for(const TrainingConfig& config) {
   Plan plan;
   plan.config = config;
-  plan.global_batch = config.micro_batch * config.accumulation_steps;
+  plan.global_batch = samples_per_step(config).value_or(0);  // validate_plan reports an overflow
   return plan;
 }
 
@@ -47,25 +49,26 @@ void validate_plan(const Plan& plan) {
   if (c.micro_batch < 1) fail("config.micro_batch", fmt::format("must be >= 1, got {}", c.micro_batch));
   if (c.accumulation_steps < 1)
     fail("config.accumulation_steps", fmt::format("must be >= 1, got {}", c.accumulation_steps));
-  if (plan.global_batch != c.micro_batch * c.accumulation_steps)
+  const std::optional<int64_t> product = samples_per_step(c);
+  if (!product)
+    fail("config.accumulation_steps", fmt::format("micro_batch * accumulation_steps = {} * {} does not fit int64",
+                                                  c.micro_batch, c.accumulation_steps));
+  if (plan.global_batch != *product)
     fail("job.global_batch",
          fmt::format("must equal micro_batch * accumulation_steps = {} * {} = {} (frameworks cannot "
                      "express a smaller last micro-batch), got {}",
-                     c.micro_batch, c.accumulation_steps, c.micro_batch * c.accumulation_steps,
-                     plan.global_batch));
+                     c.micro_batch, c.accumulation_steps, *product, plan.global_batch));
   if (plan.device != "cpu" && plan.device != "cuda")
     fail("job.device", fmt::format("expected \"cpu\" or \"cuda\", got '{}'", plan.device));
   if (plan.budget_bytes && *plan.budget_bytes <= 0)
     fail("job.budget", fmt::format("must be > 0 bytes, got {}", *plan.budget_bytes));
-  check_range("job.headroom", plan.headroom, 0.0, 0.9, false);
+  if (!(std::isfinite(plan.headroom) && plan.headroom >= 0.0 && plan.headroom <= 0.9))
+    fail("job.headroom", fmt::format("must be in [0, 0.9], got {}", plan.headroom));
   const OptimizerHyperParameters& o = plan.optimizer;
-  if (!(std::isfinite(o.lr) && o.lr > 0.0)) fail("optimizer.lr", fmt::format("must be > 0, got {}", o.lr));
-  if (!(std::isfinite(o.weight_decay) && o.weight_decay >= 0.0))
-    fail("optimizer.weight_decay", fmt::format("must be >= 0, got {}", o.weight_decay));
-  check_range("optimizer.betas", o.beta1, 0.0, 1.0, true);
-  check_range("optimizer.betas", o.beta2, 0.0, 1.0, true);
-  if (!(std::isfinite(o.eps) && o.eps > 0.0)) fail("optimizer.eps", fmt::format("must be > 0, got {}", o.eps));
-  check_range("optimizer.momentum", o.momentum, 0.0, 1.0, true);
+  for (auto [key, value] : {std::pair{"lr", o.lr}, std::pair{"weight_decay", o.weight_decay}, std::pair{"betas", o.beta1},
+                            std::pair{"betas", o.beta2}, std::pair{"eps", o.eps}, std::pair{"momentum", o.momentum}})
+    if (const std::string problem = hyper_parameter_problem(key, value); !problem.empty())
+      fail(std::string("optimizer.") + key, problem);
   for (const auto* bytes : {&plan.measured_peak_bytes, &plan.predicted_peak_bytes})
     if (*bytes && **bytes < 0)
       fail(bytes == &plan.measured_peak_bytes ? "result.measured_peak_bytes" : "result.predicted_peak_bytes",

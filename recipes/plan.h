@@ -52,14 +52,18 @@ struct Plan {
   bool operator!=(const Plan& other) const { return !(*this == other); }
 };
 
+/// micro_batch * accumulation_steps (COUNT: samples per optimizer step), or
+/// nullopt when the product does not fit int64.
+std::optional<int64_t> samples_per_step(const TrainingConfig& config);
+
 /// A plan with the given config whose global batch is micro_batch *
 /// accumulation_steps, all else default.
 Plan plan_for(const TrainingConfig& config);
 
 /// Checks the invariants every writer relies on: micro_batch and
 /// accumulation_steps >= 1, global_batch == micro_batch * accumulation_steps,
-/// device "cpu" or "cuda", finite hyper-parameters (lr > 0, weight_decay >= 0,
-/// betas in [0, 1), eps > 0, momentum in [0, 1)), headroom in [0, 0.9],
+/// device "cpu" or "cuda", hyper-parameters in the ranges of
+/// hyper_parameter_problem (job/hyper_parameters.h), headroom in [0, 0.9],
 /// budget > 0. Throws ConfigError "plan: KEY: what
 /// is wrong, got VALUE" (key as spelled in plan.toml) on the first violation.
 void validate_plan(const Plan& plan);

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/text_file.h"
 #include "common/toml_table.h"
+#include "job/hyper_parameters.h"
 
 namespace oomtune {
 namespace {
@@ -120,31 +121,7 @@ void read_config(const PlanTable& config, Plan& plan) {
 void read_optimizer(const PlanTable& table, Plan& plan) {
   table.reject_unknown(kOptimizerKeys);
   OptimizerHyperParameters& o = plan.optimizer;
-  if (auto lr = table.number("lr")) {
-    if (*lr <= 0.0) table.fail("lr", fmt::format("must be > 0, got {}", *lr));
-    o.lr = *lr;
-  }
-  if (auto decay = table.number("weight_decay")) {
-    if (*decay < 0.0) table.fail("weight_decay", fmt::format("must be >= 0, got {}", *decay));
-    o.weight_decay = *decay;
-  }
-  if (const toml::node* betas = table.get("betas")) {
-    const toml::array* array = betas->as_array();
-    if (!array || array->size() != 2) table.fail("betas", "expected [beta1, beta2]");
-    o.beta1 = table.number_of((*array)[0], "betas");
-    o.beta2 = table.number_of((*array)[1], "betas");
-    for (double beta : {o.beta1, o.beta2})
-      if (beta < 0.0 || beta >= 1.0) table.fail("betas", fmt::format("each beta must be in [0, 1), got {}", beta));
-  }
-  if (auto eps = table.number("eps")) {
-    if (*eps <= 0.0) table.fail("eps", fmt::format("must be > 0, got {}", *eps));
-    o.eps = *eps;
-  }
-  if (auto momentum = table.number("momentum")) {
-    if (*momentum < 0.0 || *momentum >= 1.0)
-      table.fail("momentum", fmt::format("must be in [0, 1), got {}", *momentum));
-    o.momentum = *momentum;
-  }
+  read_hyper_parameters(table, {&o.lr, &o.weight_decay, &o.beta1, &o.beta2, &o.eps, &o.momentum});
 }
 
 void read_result(const PlanTable& result, Plan& plan) {
@@ -248,18 +225,24 @@ Plan parse_plan_toml(const std::string& text, const std::string& origin) {
   read_notes(top, plan);
   const toml::table* config = top.table("config");
   if (!config) top.fail_at(root.source(), "config", "missing required table [config]");
-  read_config(PlanTable(*config, origin, "config"), plan);
-  plan.global_batch = plan.config.micro_batch * plan.config.accumulation_steps;
+  const PlanTable config_table(*config, origin, "config");
+  read_config(config_table, plan);
+  const std::optional<int64_t> product = samples_per_step(plan.config);
+  if (!product)
+    config_table.fail("accumulation_steps",
+                      fmt::format("micro_batch * accumulation_steps = {} * {} does not fit int64",
+                                  plan.config.micro_batch, plan.config.accumulation_steps));
+  plan.global_batch = *product;
   bool has_global_batch = false;
   if (const toml::table* job = top.table("job")) {
     PlanTable table(*job, origin, "job");
     read_job(table, plan, has_global_batch);
-    if (has_global_batch && plan.global_batch != plan.config.micro_batch * plan.config.accumulation_steps)
+    if (has_global_batch && plan.global_batch != *product)
       table.fail("global_batch",
                  fmt::format("must equal config.micro_batch * config.accumulation_steps = {} * {} = {} "
                              "(frameworks cannot express a smaller last micro-batch), got {}",
-                             plan.config.micro_batch, plan.config.accumulation_steps,
-                             plan.config.micro_batch * plan.config.accumulation_steps, plan.global_batch));
+                             plan.config.micro_batch, plan.config.accumulation_steps, *product,
+                             plan.global_batch));
   }
   if (const toml::table* optimizer = top.table("optimizer"))
     read_optimizer(PlanTable(*optimizer, origin, "optimizer"), plan);

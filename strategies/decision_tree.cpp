@@ -50,7 +50,7 @@ struct Models {
 // Micro-batches per optimizer step: ceil(G / b), the last one smaller when b
 // does not divide G.
 int64_t micro_batch_count(int64_t global_batch, int64_t micro_batch) {
-  return (global_batch + micro_batch - 1) / micro_batch;
+  return global_batch / micro_batch + (global_batch % micro_batch != 0);  // no overflow near INT64_MAX
 }
 
 struct Prediction {

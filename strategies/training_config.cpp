@@ -1,7 +1,7 @@
 #include "strategies/training_config.h"
 
-#include <cstdlib>
-#include <sstream>
+#include <algorithm>
+#include <charconv>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
@@ -12,10 +12,13 @@
 namespace oomtune {
 namespace {
 
+// Digits only, and within int64 (strtoll took " 5" and "+5" and clamped
+// 99999999999999999999 to its maximum without a word).
 int64_t parse_positive(const std::string& key, const std::string& value) {
-  char* end = nullptr;
-  long long number = std::strtoll(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || number < 1)
+  int64_t number = 0;
+  const char* end = value.data() + value.size();
+  const auto [stop, error] = std::from_chars(value.data(), end, number);
+  if (value.empty() || error != std::errc() || stop != end || number < 1)
     throw ConfigError(fmt::format("config: {} must be a whole number >= 1, got '{}'", key, value));
   return number;
 }
@@ -26,11 +29,13 @@ bool parse_switch(const std::string& key, const std::string& value) {
   throw ConfigError(fmt::format("config: {} must be on or off, got '{}'", key, value));
 }
 
+// Every part, empty ones included: "a++b" is {"a", "", "b"}, "a+" is {"a", ""}.
 std::vector<std::string> split(const std::string& text, char separator) {
-  std::vector<std::string> parts;
-  std::stringstream stream(text);
-  std::string part;
-  while (std::getline(stream, part, separator)) parts.push_back(part);
+  std::vector<std::string> parts(1);
+  for (char c : text) {
+    if (c == separator) parts.emplace_back();
+    else parts.back() += c;
+  }
   return parts;
 }
 
@@ -118,7 +123,10 @@ CheckpointPlan parse_checkpoint_plan(const std::string& text) {
   } else if (head == "paths") {
     plan.mode = CheckpointPlan::Mode::kPaths;
     plan.paths = split(tail, '+');
-    if (plan.paths.empty()) throw ConfigError("config: ckpt paths: needs at least one path, e.g. paths:blocks.0");
+    if (tail.empty()) throw ConfigError("config: ckpt paths: needs at least one path, e.g. paths:blocks.0");
+    // An empty path would not survive to_string and back ("a++" reads as "a+").
+    if (std::find(plan.paths.begin(), plan.paths.end(), "") != plan.paths.end())
+      throw ConfigError(fmt::format("config: ckpt paths: empty path in '{}' (write paths:A+B)", text));
   } else {
     throw ConfigError(fmt::format("unknown checkpoint plan '{}' ({})", text,
                                   suggest(head, {"none", "all", "auto", "every:K", "first:N", "paths:A+B"})));

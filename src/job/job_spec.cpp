@@ -1,9 +1,12 @@
 #include "job/job_spec.h"
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 #include <toml++/toml.h>
 
 #include "common/byte_size.h"
@@ -11,6 +14,7 @@
 #include "common/error.h"
 #include "common/text_file.h"
 #include "common/toml_table.h"
+#include "job/hyper_parameters.h"
 
 namespace oomtune {
 namespace {
@@ -86,6 +90,51 @@ class TableReader : public TomlTable {
   }
 };
 
+/// What makes `input`'s finite low < high range unusable for its dtype, or "".
+/// Integer inputs come from at::randint(low, high) with int64 bounds, so the
+/// bounds are whole numbers, exact in a double (|x| <= 2^53) and inside the
+/// dtype: [-2^31, 2^31] for int32, [0, 2] for bool. Float inputs come from
+/// uniform_ on a float32 tensor (session/batch.cpp), so the bounds and their
+/// difference are float32-finite, and within ±65504 for float16.
+std::string range_problem(const InputSpec& input) {
+  const double low = *input.low, high = *input.high;
+  const auto bounds = [&](double floor, double ceiling, const char* why) {
+    if (low >= floor && high <= ceiling) return std::string();
+    return fmt::format("{} takes bounds in [{}, {}] ({}), got [{}, {}]", input.dtype, floor, ceiling, why, low, high);
+  };
+  if (input.dtype == "int64" || input.dtype == "int32" || input.dtype == "bool") {
+    if (low != std::trunc(low) || high != std::trunc(high))
+      return fmt::format("integer inputs take whole-number bounds, got [{}, {}]", low, high);
+    if (input.dtype == "bool") return bounds(0, 2, "high is exclusive");
+    if (input.dtype == "int32") return bounds(-2147483648.0, 2147483648.0, "high is exclusive");
+    return bounds(-9007199254740992.0, 9007199254740992.0, "2^53: exact as the double the range is read as");
+  }
+  const double largest = std::numeric_limits<float>::max();
+  if (high - low > largest) return fmt::format("high - low must be a finite float32, got [{}, {}]", low, high);
+  if (input.dtype == "float16") return bounds(-65504.0, 65504.0, "float16's largest finite value");
+  return bounds(-largest, largest, "values are drawn as float32");
+}
+
+/// The index of the first input whose tensor at micro-batch `batch` would
+/// hold more bytes than int64 counts (torch: "Storage size calculation
+/// overflowed"), counting 8 bytes an element, or nullopt.
+std::optional<std::size_t> oversized_input(const JobSpec& spec, int64_t batch) {
+  for (std::size_t i = 0; i < spec.inputs.size(); ++i) {
+    double elements = 1;  // a double: the product itself may not fit int64
+    for (int64_t dim : spec.inputs[i].shape) elements *= static_cast<double>(dim == kBatchDim ? batch : dim);
+    if (elements * 8 >= 9223372036854775808.0) return i;
+  }
+  return std::nullopt;
+}
+
+std::string oversized_message(const JobSpec& spec, std::size_t index, int64_t batch) {
+  const InputSpec& input = spec.inputs[index];
+  std::vector<std::string> dims;
+  for (int64_t dim : input.shape) dims.push_back(dim == kBatchDim ? "\"batch\"" : std::to_string(dim));
+  return fmt::format("[{}] at the global batch {} has more bytes than a tensor can hold", fmt::join(dims, ", "),
+                     batch);
+}
+
 InputSpec read_input(const toml::table& table, const std::string& origin, std::size_t index) {
   TableReader reader(table, origin, fmt::format("inputs[{}]", index));
   reader.reject_unknown(kInputKeys);
@@ -117,10 +166,11 @@ InputSpec read_input(const toml::table& table, const std::string& origin, std::s
     const toml::array* array = range->as_array();
     if (!array || array->size() != 2 || !(*array)[0].is_number() || !(*array)[1].is_number())
       reader.fail("range", "expected [low, high] numbers");
-    input.low = *(*array)[0].value<double>();
-    input.high = *(*array)[1].value<double>();
+    input.low = reader.number_of((*array)[0], "range");
+    input.high = reader.number_of((*array)[1], "range");
     if (!(*input.low < *input.high))
       reader.fail("range", fmt::format("low must be < high, got [{}, {}]", *input.low, *input.high));
+    if (const std::string problem = range_problem(input); !problem.empty()) reader.fail("range", problem);
   } else if (input.dtype == "int64" || input.dtype == "int32") {
     reader.fail_at(table.source(), "range", "integer inputs need a range = [low, high) (token ids, labels)");
   }
@@ -174,20 +224,10 @@ void read_optimizer(const TableReader& top, JobSpec& spec) {
   if (!top.has("optimizer")) return;
   TableReader opt(top.table_at("optimizer"), top.origin(), "optimizer");
   opt.reject_unknown(kOptimizerKeys);
-  spec.optimizer.kind = opt.choice_or("kind", "adamw", {"adamw", "sgd"});
-  spec.optimizer.lr = opt.number_or("lr", spec.optimizer.lr, 0.0, 1e3);
-  spec.optimizer.weight_decay = opt.number_or("weight_decay", spec.optimizer.kind == "sgd" ? 0.0 : 0.01, 0.0, 1e3);
-  spec.optimizer.eps = opt.number_or("eps", spec.optimizer.eps, 0.0, 1.0);
-  spec.optimizer.momentum = opt.number_or("momentum", 0.0, 0.0, 1.0);
-  if (const toml::node* betas = opt.node("betas")) {
-    const toml::array* array = betas->as_array();
-    if (!array || array->size() != 2 || !(*array)[0].is_number() || !(*array)[1].is_number())
-      opt.fail("betas", "expected [beta1, beta2]");
-    spec.optimizer.beta1 = *(*array)[0].value<double>();
-    spec.optimizer.beta2 = *(*array)[1].value<double>();
-    for (double beta : {spec.optimizer.beta1, spec.optimizer.beta2})
-      if (beta < 0.0 || beta >= 1.0) opt.fail("betas", fmt::format("each beta must be in [0, 1), got {}", beta));
-  }
+  OptimizerSpec& o = spec.optimizer;
+  o.kind = opt.choice_or("kind", "adamw", {"adamw", "sgd"});
+  if (o.kind == "sgd") o.weight_decay = 0.0;  // torch.optim.SGD's default; AdamW's is 0.01
+  read_hyper_parameters(opt, {&o.lr, &o.weight_decay, &o.beta1, &o.beta2, &o.eps, &o.momentum});
 }
 
 void read_output(const TableReader& top, JobSpec& spec) {
@@ -233,6 +273,14 @@ JobSpec parse_job_spec(const std::string& text, const std::string& origin, const
   read_loss(top, spec);
   read_optimizer(top, spec);
   spec.global_batch = top.integer("global_batch", 1);
+  if (spec.global_batch > kMaxGlobalBatch)
+    top.fail("global_batch", fmt::format("must be at most {} samples per optimizer step on one device, got {}",
+                                         kMaxGlobalBatch, spec.global_batch));
+  if (const auto index = oversized_input(spec, spec.global_batch)) {
+    const toml::node& input = *top.node("inputs")->as_array()->get(*index);
+    top.fail_at(input.as_table()->get("shape")->source(), fmt::format("inputs[{}].shape", *index),
+                oversized_message(spec, *index, spec.global_batch));
+  }
   spec.allow_remainder = top.choice_or("remainder", "error", {"error", "last_smaller"}) == "last_smaller";
   spec.precision = top.choice_or("precision", "fp32", {"fp32", "bf16", "fp16", "bf16_params"});
   spec.allow_bf16 = top.boolean_or("allow_bf16", false);
@@ -278,7 +326,15 @@ void apply_overrides(JobSpec& spec, const JobOverrides& overrides) {
     if (value && *value < 1) throw InputError(fmt::format("{}: must be >= 1, got {}", flag, *value));
     return value;
   };
-  if (const auto n = count("--batch", overrides.global_batch)) spec.global_batch = *n;
+  if (const auto n = count("--batch", overrides.global_batch)) {
+    if (*n > kMaxGlobalBatch)
+      throw InputError(fmt::format("--batch: must be at most {} samples per optimizer step on one device, got {}",
+                                   kMaxGlobalBatch, *n));
+    if (const auto index = oversized_input(spec, *n))
+      throw InputError(fmt::format("--batch: inputs[{}] '{}': {}", *index, spec.inputs[*index].name,
+                                   oversized_message(spec, *index, *n)));
+    spec.global_batch = *n;
+  }
   if (const auto n = count("--min-micro-batch", overrides.min_micro_batch)) spec.min_micro_batch = *n;
   if (const auto n = count("--max-micro-batch", overrides.max_micro_batch)) spec.max_micro_batch = *n;
   if (spec.max_micro_batch && *spec.max_micro_batch < spec.min_micro_batch)

@@ -14,6 +14,12 @@ namespace oomtune {
 /// The shape dimension that stands for the batch.
 constexpr int64_t kBatchDim = -1;
 
+/// The largest global batch a job may ask for (COUNT, samples per optimizer
+/// step on one device): the search lists every valid micro-batch up to it,
+/// so a mistyped 10^12 would otherwise run out of memory or never end.
+/// 2^20, above any per-device batch in common use.
+constexpr int64_t kMaxGlobalBatch = int64_t{1} << 20;
+
 /// One named model input (or loss target) generated for a trial.
 struct InputSpec {
   std::string name;
@@ -85,7 +91,11 @@ struct JobSpec {
 /// against the TOML file's folder.
 /// Throws SpecError "FILE:LINE:COLUMN: KEY: what is wrong" for syntax errors,
 /// missing or unknown keys (with the closest valid name), wrong types and
-/// out-of-range values, and InputError when the file cannot be read.
+/// out-of-range values (among them a global_batch above kMaxGlobalBatch, an
+/// input range its dtype cannot hold, an input with more bytes than a tensor
+/// can hold at the global batch, optimizer values outside
+/// job/hyper_parameters.h's ranges), and InputError when the file cannot be
+/// read.
 JobSpec load_job_spec(const std::string& path);
 
 /// Same, from TOML text; `origin` names the source in error messages.
@@ -100,7 +110,9 @@ struct JobOverrides {
   std::optional<int64_t> max_micro_batch;  // e.g. host RAM of the data loader, CUDA launch limits
 };
 
-/// Applies overrides. Throws InputError naming the flag for a bad value.
+/// Applies overrides. Throws InputError naming the flag for a bad value
+/// (a count below 1, a --batch above kMaxGlobalBatch or one at which an
+/// input would have more bytes than a tensor can hold).
 void apply_overrides(JobSpec& spec, const JobOverrides& overrides);
 
 }  // namespace oomtune

@@ -117,6 +117,65 @@ TEST(JobSpec, EachBadInputGetsItsExactError) {
   EXPECT_EQ(error_of("model = \"a.pt\"\nglobal_batch = [\n"), "job.toml:2:18: Error while parsing array: encountered end-of-file");
 }
 
+// Values a trial cannot use are refused where they are written, not minutes
+// later in a child process (found by tests/fuzz/fuzz_job_files.cpp; each
+// case below was accepted before).
+TEST(JobSpec, ValuesATrialCannotUseAreRefused) {
+  // A NaN beta reached the child as JSON null: "job record: type must be number".
+  EXPECT_EQ(error_of(replace(kGood, "lr = 3e-4", "lr = 3e-4\nbetas = [nan, 0.9]")),
+            "job.toml:25:10: optimizer.betas: must be finite, got nan");
+  // The plan writer's ranges (job/hyper_parameters.h): with lr = 0 autotune
+  // searched, then failed to write its plan.
+  EXPECT_EQ(error_of(replace(kGood, "lr = 3e-4", "lr = 0.0")), "job.toml:24:6: optimizer.lr: must be in (0, 1000], got 0");
+  EXPECT_EQ(error_of(replace(kGood, "lr = 3e-4", "lr = 3e-4\neps = 0")),
+            "job.toml:25:7: optimizer.eps: must be in (0, 1], got 0");
+  EXPECT_EQ(error_of(replace(kGood, "kind = \"adamw\"", "kind = \"sgd\"\nmomentum = 1.0")),
+            "job.toml:24:12: optimizer.momentum: must be in [0, 1), got 1");
+  // Integer bounds go to at::randint as int64: 1e300 became INT64_MIN.
+  EXPECT_EQ(error_of(replace(kGood, "range = [0, 1000]", "range = [0, 1e300]")),
+            "job.toml:10:9: inputs[0].range: int64 takes bounds in [-9007199254740992, 9007199254740992] "
+            "(2^53: exact as the double the range is read as), got [0, 1e+300]");
+  EXPECT_EQ(error_of(replace(kGood, "range = [0, 1000]", "range = [0, 999.5]")),
+            "job.toml:10:9: inputs[0].range: integer inputs take whole-number bounds, got [0, 999.5]");
+  EXPECT_EQ(error_of(replace(replace(kGood, "dtype = \"int64\"", "dtype = \"int32\""), "range = [0, 1000]",
+                             "range = [0, 4294967296]")),
+            "job.toml:10:9: inputs[0].range: int32 takes bounds in [-2147483648, 2147483648] (high is exclusive), "
+            "got [0, 4294967296]");
+  EXPECT_EQ(error_of(replace(replace(kGood, "dtype = \"int64\"", "dtype = \"bool\""), "range = [0, 1000]",
+                             "range = [0, 3]")),
+            "job.toml:10:9: inputs[0].range: bool takes bounds in [0, 2] (high is exclusive), got [0, 3]");
+  // Float bounds: finite, and values a float32 (float16) holds.
+  const std::string floats = replace(kGood, "dtype = \"int64\"", "dtype = \"float16\"");
+  EXPECT_EQ(error_of(replace(floats, "range = [0, 1000]", "range = [-inf, 1000]")),
+            "job.toml:10:10: inputs[0].range: must be finite, got -inf");
+  EXPECT_EQ(error_of(replace(floats, "range = [0, 1000]", "range = [0, 1e5]")),
+            "job.toml:10:9: inputs[0].range: float16 takes bounds in [-65504, 65504] (float16's largest finite "
+            "value), got [0, 100000]");
+  EXPECT_EQ(error_of(replace(floats, "range = [0, 1000]", "range = [-3e38, 3e38]")),
+            "job.toml:10:9: inputs[0].range: high - low must be a finite float32, got [-3e+38, 3e+38]");
+  // Sizes: the search lists every valid micro-batch up to the global batch,
+  // and a trial's input must fit a tensor.
+  EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_batch = 1048577")),
+            "job.toml:2:16: global_batch: must be at most 1048576 samples per optimizer step on one device, got "
+            "1048577");
+  EXPECT_EQ(error_of(replace(kGood, "shape = [\"batch\", 64]", "shape = [\"batch\", 4611686018427387904]")),
+            "job.toml:8:9: inputs[0].shape: [\"batch\", 4611686018427387904] at the global batch 32 has more bytes "
+            "than a tensor can hold");
+  // The largest values each rule keeps are accepted.
+  const JobSpec edge = parse_job_spec(
+      replace(replace(kGood, "global_batch = 32", "global_batch = 1048576"), "lr = 3e-4",
+              "lr = 1000\nweight_decay = 1000\neps = 1\nbetas = [0, 0.999999]"),
+      "job.toml", "");
+  EXPECT_EQ(edge.global_batch, 1048576);
+  EXPECT_EQ(edge.optimizer.lr, 1000);
+  EXPECT_EQ(edge.optimizer.eps, 1);
+  EXPECT_EQ(parse_job_spec(replace(kGood, "range = [0, 1000]", "range = [-9007199254740992, 9007199254740992]"),
+                           "job.toml", "")
+                .inputs[0]
+                .high,
+            9007199254740992.0);
+}
+
 TEST(JobSpec, DtypesTakePyTorchsNames) {
   // torch.long is int64, half float16, ... (the torch.dtype aliases); the
   // spec keeps the canonical name, which the child trial reads back.
@@ -176,6 +235,21 @@ TEST(JobSpec, OverridesWinAndCheckTheirValues) {
   JobOverrides zero;
   zero.max_micro_batch = 0;
   EXPECT_EQ(message(zero), "--max-micro-batch: must be >= 1, got 0");
+  JobOverrides huge;
+  huge.global_batch = kMaxGlobalBatch + 1;
+  EXPECT_EQ(message(huge), "--batch: must be at most 1048576 samples per optimizer step on one device, got 1048577");
+  JobSpec wide = parse_job_spec(replace(kGood, "shape = [\"batch\", 64]", "shape = [\"batch\", 1099511627776]"),
+                                "job.toml", "");  // 2^40 elements a sample: 2^48 bytes at batch 32
+  JobOverrides more;
+  more.global_batch = 1 << 20;  // 2^60 elements: more bytes than int64 counts
+  try {
+    apply_overrides(wide, more);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "--batch: inputs[0] 'input_ids': [\"batch\", 1099511627776] at the global batch 1048576 "
+                           "has more bytes than a tensor can hold");
+  }
+  EXPECT_EQ(wide.global_batch, 32);  // unchanged by the refused flag
 }
 
 TEST(JobSpec, MissingFileIsAnInputError) {

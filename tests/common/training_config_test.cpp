@@ -67,5 +67,29 @@ TEST(TrainingConfig, BadOverridesNameTheProblem) {
   EXPECT_THROW(parse_config_overrides("precision", TrainingConfig{}), ConfigError);
 }
 
+std::string checkpoint_error(const std::string& text) {
+  try {
+    parse_checkpoint_plan(text);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Found by tests/fuzz/fuzz_job_files.cpp: "paths:a++" read as {"a", ""},
+// which plan.toml wrote as "paths:a+", read back as {"a"}: a different plan.
+TEST(TrainingConfig, EveryCheckpointPlanItReadsWritesBackTheSame) {
+  for (const std::string text : {"paths:blocks.0++", "paths:+blocks.0", "paths:blocks.0++blocks.1", "paths:a+"})
+    EXPECT_EQ(checkpoint_error(text), "config: ckpt paths: empty path in '" + text + "' (write paths:A+B)");
+  EXPECT_EQ(checkpoint_error("paths:"), "config: ckpt paths: needs at least one path, e.g. paths:blocks.0");
+  // Counts are digits within int64: strtoll clamped the first to its maximum.
+  for (const std::string text : {"every:99999999999999999999", "every: 2", "first:+2", "every:2x", "first:0"})
+    EXPECT_NE(checkpoint_error(text).find("must be a whole number >= 1, got '" + text.substr(text.find(':') + 1) + "'"),
+              std::string::npos)
+        << text;
+  for (const std::string text : {"none", "all", "every:3", "first:9223372036854775807", "paths:a", "paths:a.b+c"})
+    EXPECT_EQ(to_string(parse_checkpoint_plan(text)), text);
+}
+
 }  // namespace
 }  // namespace oomtune

@@ -155,7 +155,22 @@ TEST(PlanToml, ErrorsNameFileLineColumnAndKey) {
   EXPECT_EQ(error_of(std::string(kMinimal) + "[optimizer]\nbetas = [0.9, 1.0]\n"),
             "plan.toml:5:9: optimizer.betas: each beta must be in [0, 1), got 1");
   EXPECT_EQ(error_of(std::string(kMinimal) + "[optimizer]\nlr = 0\n"),
-            "plan.toml:5:6: optimizer.lr: must be > 0, got 0");
+            "plan.toml:5:6: optimizer.lr: must be in (0, 1000], got 0");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "[optimizer]\nweight_decay = 1001\n"),
+            "plan.toml:5:16: optimizer.weight_decay: must be in [0, 1000], got 1001");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "[optimizer]\neps = 0.0\n"),
+            "plan.toml:5:7: optimizer.eps: must be in (0, 1], got 0");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "[optimizer]\nbetas = [nan, 0.9]\n"),
+            "plan.toml:5:10: optimizer.betas: must be finite, got nan");
+  // micro_batch * accumulation_steps is the global batch: past int64 it
+  // would wrap (signed overflow) instead of failing.
+  EXPECT_EQ(error_of("[config]\nmicro_batch = 4611686018427387904\naccumulation_steps = 2\n"),
+            "plan.toml:3:22: config.accumulation_steps: micro_batch * accumulation_steps = 4611686018427387904 * 2 "
+            "does not fit int64");
+  // An empty submodule path would not survive writing ("a++" reads back as "a+").
+  EXPECT_EQ(error_of(std::string(kMinimal) + "checkpoint = \"paths:blocks.0++\"\n"),
+            "plan.toml:4:14: config.checkpoint: config: ckpt paths: empty path in 'paths:blocks.0++' (write "
+            "paths:A+B)");
   EXPECT_EQ(error_of(std::string(kMinimal) + "[optimizer]\nlr = inf\n"),
             "plan.toml:5:6: optimizer.lr: must be finite, got inf");
   EXPECT_EQ(error_of("plan_version = 2\n" + std::string(kMinimal)),
