@@ -115,6 +115,12 @@ std::string range_problem(const InputSpec& input) {
   return bounds(-largest, largest, "values are drawn as float32");
 }
 
+/// Why `batch` cannot be a job's global batch (above kMaxGlobalBatch), or "".
+std::string global_batch_problem(int64_t batch) {
+  if (batch <= kMaxGlobalBatch) return "";
+  return fmt::format("must be at most {} samples per optimizer step on one device, got {}", kMaxGlobalBatch, batch);
+}
+
 /// The index of the first input whose tensor at micro-batch `batch` would
 /// hold more bytes than int64 counts (torch: "Storage size calculation
 /// overflowed"), counting 8 bytes an element, or nullopt.
@@ -273,9 +279,8 @@ JobSpec parse_job_spec(const std::string& text, const std::string& origin, const
   read_loss(top, spec);
   read_optimizer(top, spec);
   spec.global_batch = top.integer("global_batch", 1);
-  if (spec.global_batch > kMaxGlobalBatch)
-    top.fail("global_batch", fmt::format("must be at most {} samples per optimizer step on one device, got {}",
-                                         kMaxGlobalBatch, spec.global_batch));
+  if (const std::string problem = global_batch_problem(spec.global_batch); !problem.empty())
+    top.fail("global_batch", problem);
   if (const auto index = oversized_input(spec, spec.global_batch)) {
     const toml::node& input = *top.node("inputs")->as_array()->get(*index);
     top.fail_at(input.as_table()->get("shape")->source(), fmt::format("inputs[{}].shape", *index),
@@ -327,9 +332,8 @@ void apply_overrides(JobSpec& spec, const JobOverrides& overrides) {
     return value;
   };
   if (const auto n = count("--batch", overrides.global_batch)) {
-    if (*n > kMaxGlobalBatch)
-      throw InputError(fmt::format("--batch: must be at most {} samples per optimizer step on one device, got {}",
-                                   kMaxGlobalBatch, *n));
+    if (const std::string problem = global_batch_problem(*n); !problem.empty())
+      throw InputError("--batch: " + problem);
     if (const auto index = oversized_input(spec, *n))
       throw InputError(fmt::format("--batch: inputs[{}] '{}': {}", *index, spec.inputs[*index].name,
                                    oversized_message(spec, *index, *n)));
