@@ -55,12 +55,9 @@ import os
 import pickle
 import sys
 
-K_MIN_BLOCK = 512
-K_SMALL_SIZE = 1 << 20
-K_SMALL_BUFFER = 2 << 20
-K_LARGE_BUFFER = 20 << 20
-K_MIN_LARGE_ALLOC = 10 << 20
-K_ROUND_LARGE = 2 << 20
+from caching_allocator_rules import (K_LARGE_BUFFER, K_MIN_BLOCK, K_SMALL_BUFFER, K_SMALL_SIZE,
+                                     allocation_size, round_size)
+
 MIB = 1 << 20
 
 TORCH = "/usr/lib/python3/dist-packages/torch"
@@ -96,18 +93,6 @@ def param_frames():
 
 def user_frames(line):
     return [frame(USER, "main", line)]
-
-
-def round_size(size):
-    return max(K_MIN_BLOCK, (size + K_MIN_BLOCK - 1) // K_MIN_BLOCK * K_MIN_BLOCK)
-
-
-def allocation_size(rounded):
-    if rounded <= K_SMALL_SIZE:
-        return K_SMALL_BUFFER
-    if rounded < K_MIN_LARGE_ALLOC:
-        return K_LARGE_BUFFER
-    return (rounded + K_ROUND_LARGE - 1) // K_ROUND_LARGE * K_ROUND_LARGE
 
 
 class OutOfMemory(Exception):

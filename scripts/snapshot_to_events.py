@@ -56,28 +56,10 @@ import os
 import pickle
 import sys
 
-K_MIN_BLOCK = 512
-K_SMALL_SIZE = 1 << 20
-K_SMALL_BUFFER = 2 << 20
-K_LARGE_BUFFER = 20 << 20
-K_MIN_LARGE_ALLOC = 10 << 20
-K_ROUND_LARGE = 2 << 20
+from caching_allocator_rules import K_MIN_BLOCK, K_SMALL_BUFFER, K_SMALL_SIZE, allocation_size, round_size
 
 KEPT_ACTIONS = ("alloc", "free_completed", "segment_alloc", "segment_free",
                 "segment_map", "segment_unmap", "oom")
-
-
-def round_512(size):
-    return max(K_MIN_BLOCK, (size + K_MIN_BLOCK - 1) // K_MIN_BLOCK * K_MIN_BLOCK)
-
-
-def allocation_size(size):
-    """get_allocation_size() of a rounded request."""
-    if size <= K_SMALL_SIZE:
-        return K_SMALL_BUFFER
-    if size < K_MIN_LARGE_ALLOC:
-        return K_LARGE_BUFFER
-    return (size + K_ROUND_LARGE - 1) // K_ROUND_LARGE * K_ROUND_LARGE
 
 
 def settings_of(snapshot):
@@ -150,7 +132,7 @@ def initial_state(snapshot, trace, device):
             size, requested = allocated[addr]
             inferred = size is None
             if inferred:
-                size = round_512(requested)
+                size = round_size(requested)
                 limit = addrs[i + 1] if i + 1 < len(addrs) else end
                 gap = limit - addr - size
                 small = seg["segment_type"] == "small"
