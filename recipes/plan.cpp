@@ -37,6 +37,11 @@ std::optional<int64_t> samples_per_step(const TrainingConfig& config) {
   return product;
 }
 
+std::string samples_per_step_overflow(const TrainingConfig& config) {
+  return fmt::format("micro_batch * accumulation_steps = {} * {} does not fit int64", config.micro_batch,
+                     config.accumulation_steps);
+}
+
 Plan plan_for(const TrainingConfig& config) {
   Plan plan;
   plan.config = config;
@@ -51,8 +56,7 @@ void validate_plan(const Plan& plan) {
     fail("config.accumulation_steps", fmt::format("must be >= 1, got {}", c.accumulation_steps));
   const std::optional<int64_t> product = samples_per_step(c);
   if (!product)
-    fail("config.accumulation_steps", fmt::format("micro_batch * accumulation_steps = {} * {} does not fit int64",
-                                                  c.micro_batch, c.accumulation_steps));
+    fail("config.accumulation_steps", samples_per_step_overflow(c));
   if (plan.global_batch != *product)
     fail("job.global_batch",
          fmt::format("must equal micro_batch * accumulation_steps = {} * {} = {} (frameworks cannot "

@@ -56,6 +56,11 @@ struct Plan {
 /// nullopt when the product does not fit int64.
 std::optional<int64_t> samples_per_step(const TrainingConfig& config);
 
+/// Why samples_per_step(config) is nullopt, for the error of the key
+/// config.accumulation_steps ("micro_batch * accumulation_steps = A * B does
+/// not fit int64"); read by parse_plan_toml and validate_plan.
+std::string samples_per_step_overflow(const TrainingConfig& config);
+
 /// A plan with the given config whose global batch is micro_batch *
 /// accumulation_steps, all else default.
 Plan plan_for(const TrainingConfig& config);

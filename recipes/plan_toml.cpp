@@ -229,9 +229,7 @@ Plan parse_plan_toml(const std::string& text, const std::string& origin) {
   read_config(config_table, plan);
   const std::optional<int64_t> product = samples_per_step(plan.config);
   if (!product)
-    config_table.fail("accumulation_steps",
-                      fmt::format("micro_batch * accumulation_steps = {} * {} does not fit int64",
-                                  plan.config.micro_batch, plan.config.accumulation_steps));
+    config_table.fail("accumulation_steps", samples_per_step_overflow(plan.config));
   plan.global_batch = *product;
   bool has_global_batch = false;
   if (const toml::table* job = top.table("job")) {
