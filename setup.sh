@@ -88,7 +88,7 @@ fi
 packages=(build-essential cmake ninja-build ccache pkg-config
           libcli11-dev libtomlplusplus-dev libtomlplusplus3 libfmt-dev nlohmann-json3-dev
           zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
-          python3-torch python3-torchvision)
+          python3-torch python3-torchvision python3-yaml)
 if [ "$torch_source" = debian ]; then packages+=(libtorch-dev); fi
 
 missing=()

@@ -1,0 +1,231 @@
+#!/usr/bin/python3
+"""Every file `oomtune emit` writes uses only keys and values its framework
+accepts, as read from the framework's own source (framework_keys.json, made by
+scripts/extract_framework_keys.py; none of the frameworks is installed here).
+
+Usage: framework_keys_test.py OOMTUNE_EMIT FRAMEWORK_KEYS_JSON WORK_DIR
+
+It writes a grid of plans (precision x optimizer x offload x checkpointing x
+accumulation x device), emits each with `OOMTUNE_EMIT PLAN --out DIR`, and
+checks the four framework files against the lists, plus the rules the
+frameworks enforce when they load them:
+- DeepSpeed: train_batch_size = train_micro_batch_size_per_gpu *
+  gradient_accumulation_steps (config.py _batch_assertion, one GPU); the
+  pydantic sections accept only their fields (extra="forbid"); an optimizer
+  "type" is one of DEEPSPEED_OPTIMIZERS (any case) or a torch.optim class,
+  and its "params" are that optimizer's keyword arguments (DeepSpeedCPUAdam
+  under offload, FusedAdam otherwise; engine.py _configure_basic_optimizer).
+- transformers: TrainingArguments' fields; optim one of OptimizerNames; not
+  both bf16 and fp16; `deepspeed` names a file written beside it.
+- Lightning: Trainer's parameters, a precision of _PRECISION_INPUT_STR, a
+  registered strategy and accelerator; the optimizer's kwargs fit its class.
+- Accelerate: ClusterConfig's fields (from_yaml_file raises on any other
+  key); deepspeed_config keys are `accelerate launch` options (launch copies
+  each onto its arguments); enum values as DistributedType, PrecisionType,
+  ComputeEnvironment.
+And in every file the global batch is the plan's, exactly.
+
+Needs PyYAML and torch (torch.optim signatures) in this Python; exits 77
+(ctest: skipped) when either is missing.
+"""
+
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+try:
+    import torch
+    import yaml
+except ImportError as e:
+    print(f"framework_keys_test: skipped: {e}")
+    sys.exit(77)
+
+# Keys oomtune adds for the reader: DeepSpeed reads its config by the keys it
+# knows (DeepSpeedConfig._initialize_params) and ignores others at the top
+# level; JSON has no comments, so the notes travel in this key.
+OOMTUNE_KEYS = {"oomtune_notes"}
+
+failures = []
+
+
+def check(condition, where, message):
+    if not condition:
+        failures.append(f"{where}: {message}")
+
+
+def subset(keys, allowed, where, what):
+    unknown = sorted(set(keys) - set(allowed))
+    check(not unknown, where, f"{what} the framework does not accept: {unknown}")
+
+
+def kwargs_of(class_path, keys):
+    """The keyword arguments class_path accepts, from the lists or torch."""
+    if class_path == "deepspeed.ops.adam.DeepSpeedCPUAdam":
+        return KEYS["deepspeed"]["cpu_adam_kwargs"]
+    if class_path == "bitsandbytes.optim.AdamW8bit":
+        return KEYS["bitsandbytes"]["adamw8bit_kwargs"]
+    if class_path.startswith("torch.optim.") and hasattr(torch.optim, class_path.rsplit(".", 1)[1]):
+        return list(inspect.signature(getattr(torch.optim, class_path.rsplit(".", 1)[1])).parameters)
+    return None
+
+
+def check_deepspeed(path, plan):
+    ds = KEYS["deepspeed"]
+    config = json.load(open(path))
+    where = f"{path}"
+    subset(config, ds["top_level"] + sorted(OOMTUNE_KEYS), where, "top-level keys")
+    micro, accum = config.get("train_micro_batch_size_per_gpu"), config.get("gradient_accumulation_steps")
+    check(config.get("train_batch_size") == plan["global"] and micro == plan["micro"] and accum == plan["accum"],
+          where, f"batch sizes {config.get('train_batch_size')} = {micro} x {accum}, plan {plan['global']}")
+    zero = config.get("zero_optimization", {})
+    subset(zero, ds["zero_optimization"], where, "zero_optimization keys")
+    check(zero.get("stage", 0) in ds["zero_stage"], where, f"zero stage {zero.get('stage')}")
+    offload = zero.get("offload_optimizer")
+    if offload is not None:
+        subset(offload, ds["offload_optimizer"], where, "offload_optimizer keys")
+        check(offload.get("device") in ds["offload_device"], where, f"offload device {offload.get('device')}")
+    check((offload is not None and offload.get("device") != "none") == plan["offload"], where,
+          f"optimizer offload {offload} for a plan with offload {plan['offload']}")
+    for section in ("fp16", "bf16", "activation_checkpointing"):
+        if section in config:
+            subset(config[section], ds[section], where, f"{section} keys")
+    optimizer = config.get("optimizer")
+    if optimizer is not None:
+        subset(optimizer, ["type", "params"], where, "optimizer keys")
+        kind = optimizer["type"]
+        if kind.lower() in ds["optimizer_types"]:
+            allowed = ds["cpu_adam_kwargs"] if plan["offload"] else ds["fused_adam_kwargs"]
+        else:
+            allowed = kwargs_of(f"torch.optim.{kind}", None)
+            check(allowed is not None, where, f"optimizer type {kind} is neither DeepSpeed's nor torch.optim's")
+        if allowed is not None:
+            subset(optimizer.get("params", {}), allowed, where, f"{kind} params")
+
+
+def check_hf(path, out_dir, plan):
+    hf = KEYS["transformers"]
+    args = json.load(open(path))["training_args"]
+    where = f"{path}"
+    subset(args, hf["training_args"], where, "TrainingArguments fields")
+    check(args.get("optim") in hf["optim"], where, f"optim {args.get('optim')}")
+    check(not (args.get("bf16") and args.get("fp16")), where, "bf16 and fp16 both true")
+    check(args["per_device_train_batch_size"] * args["gradient_accumulation_steps"] == plan["global"], where,
+          "per_device_train_batch_size x gradient_accumulation_steps is not the global batch")
+    if "deepspeed" in args:
+        check(os.path.isfile(os.path.join(out_dir, args["deepspeed"])), where,
+              f"deepspeed = {args['deepspeed']} was not written beside it")
+
+
+def check_lightning(path, plan):
+    pl = KEYS["lightning"]
+    config = json.load(open(path))
+    trainer = config["trainer"]
+    where = f"{path}"
+    subset(config, ["trainer", "datamodule", "optimizer", "notes"], where, "sections")
+    subset(trainer, pl["trainer"], where, "Trainer parameters")
+    for key in ("precision", "strategy", "accelerator"):
+        if key in trainer:
+            check(trainer[key] in pl[key], where, f"{key} {trainer[key]!r}")
+    check(config["datamodule"]["batch_size"] * trainer.get("accumulate_grad_batches", 1) == plan["global"], where,
+          "batch_size x accumulate_grad_batches is not the global batch")
+    optimizer = config["optimizer"]
+    allowed = kwargs_of(optimizer["class"], None)
+    check(allowed is not None, where, f"optimizer class {optimizer['class']} is not known")
+    if allowed is not None:
+        subset(optimizer["kwargs"], allowed, where, f"{optimizer['class']} kwargs")
+
+
+def check_accelerate(path, plan):
+    acc = KEYS["accelerate"]
+    config = yaml.safe_load(open(path))
+    where = f"{path}"
+    subset(config, acc["config"], where, "config keys (ClusterConfig.from_yaml_file refuses others)")
+    for key in ("distributed_type", "mixed_precision", "compute_environment"):
+        check(config.get(key) in acc[key], where, f"{key} {config.get(key)!r}")
+    ds = config.get("deepspeed_config")
+    if ds is not None:
+        subset(ds, acc["launch_options"], where, "deepspeed_config keys (not `accelerate launch` options)")
+        check(ds.get("zero_stage") in KEYS["deepspeed"]["zero_stage"], where, f"zero_stage {ds.get('zero_stage')}")
+        for key in ("offload_optimizer_device", "offload_param_device"):
+            if key in ds:
+                check(ds[key] in KEYS["deepspeed"]["offload_device"], where, f"{key} {ds[key]!r}")
+        check(ds.get("gradient_accumulation_steps") == plan["accum"], where, "gradient_accumulation_steps")
+    check(config.get("num_processes") == 1, where, "num_processes (the plan was measured on one device)")
+
+
+PLAN = """plan_version = 1
+[job]
+spec = "job.toml"
+model = "model.pt"
+device = "{device}"
+global_batch = {global_batch}
+[config]
+micro_batch = {micro}
+accumulation_steps = {accum}
+checkpoint = "{checkpoint}"
+optimizer = "{optimizer}"
+offload_optimizer = {offload}
+precision = "{precision}"
+[optimizer]
+lr = 3e-4
+weight_decay = 0.01
+betas = [0.9, 0.95]
+eps = 1e-08
+momentum = {momentum}
+"""
+
+
+def main(argv):
+    global KEYS
+    emit, keys_path, work = argv
+    KEYS = json.load(open(keys_path))
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    emitted = refused = 0
+    for precision in ("fp32", "bf16", "fp16", "bf16_params"):
+        for optimizer in ("adamw", "adamw8bit", "sgd"):
+            for offload in (False, True):
+                for checkpoint in ("none", "all", "first:2"):
+                    for micro, accum in ((8, 1), (2, 4)):
+                        for device in ("cpu", "cuda"):
+                            name = f"{precision}-{optimizer}-{'offload' if offload else 'gpu'}-" \
+                                   f"{checkpoint.replace(':', '')}-{micro}x{accum}-{device}"
+                            case = os.path.join(work, name)
+                            os.makedirs(case)
+                            plan_path = os.path.join(case, "plan.toml")
+                            with open(plan_path, "w") as f:
+                                f.write(PLAN.format(device=device, global_batch=micro * accum, micro=micro,
+                                                    accum=accum, checkpoint=checkpoint, optimizer=optimizer,
+                                                    offload=str(offload).lower(), precision=precision,
+                                                    momentum=0.9 if optimizer == "sgd" else 0.0))
+                            out = os.path.join(case, "out")
+                            run = subprocess.run([emit, "emit", plan_path, "--out", out], capture_output=True,
+                                                 text=True)
+                            if run.returncode != 0:
+                                # A plan oomtune refuses is refused cleanly: one line, exit 2, no folder.
+                                refused += 1
+                                lines = run.stderr.strip().splitlines()
+                                check(run.returncode == 2 and len(lines) == 1 and lines[0].startswith("oomtune: ")
+                                      and not os.path.exists(out), name,
+                                      f"refused with exit {run.returncode}: {run.stderr.strip()}")
+                                continue
+                            emitted += 1
+                            plan = {"global": micro * accum, "micro": micro, "accum": accum, "offload": offload}
+                            check_deepspeed(os.path.join(out, "ds_config.json"), plan)
+                            check_hf(os.path.join(out, "hf_training_args.json"), out, plan)
+                            check_lightning(os.path.join(out, "lightning_trainer.json"), plan)
+                            check_accelerate(os.path.join(out, "accelerate_config.yaml"), plan)
+    print(f"framework_keys_test: {emitted} plans emitted and checked, {refused} refused")
+    check(emitted >= 100, "grid", f"only {emitted} plans emitted")
+    for failure in failures[:20]:
+        print("FAIL", failure)
+    if len(failures) > 20:
+        print(f"... and {len(failures) - 20} more failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
