@@ -75,7 +75,7 @@ def main():
         references = {}
         for mode in ("eager", "script"):
             if mode == "script" and ckpt == "all":
-                continue  # eager_peaks.py checkpoints the eager GPT only
+                continue  # eager_peaks.py checkpoints the eager module only
             references[mode] = run_json(
                 [args.python, os.path.join(HERE, "eager_peaks.py"), job, "--micro-batch", micro_batch,
                  "--mode", mode, "--ckpt", ckpt, "--precision", precision, "--device", args.device],

@@ -98,7 +98,8 @@ if [ "$mode" = --peaks ]; then
   say "## Peaks: oomtune on the CPU, PyTorch on CUDA (scripts/compare_peaks.py)"
   timeout "$(budget 540)" "$python" scripts/compare_peaks.py --oomtune "$build/oomtune" --out /tmp/oomtune_peaks \
     --python "$python" examples/gpt.toml:8 examples/gpt.toml:16 examples/gpt.toml:32 examples/gpt.toml:32:ckpt \
-    examples/gpt.toml:32:bf16 examples/resnet50.toml:8 examples/resnet50.toml:16 examples/resnet50.toml:16:bf16 \
+    examples/gpt.toml:32:bf16 examples/resnet50.toml:8 examples/resnet50.toml:16 examples/resnet50.toml:16:ckpt \
+    examples/resnet50.toml:16:bf16 \
     2>&1 | tee -a "$summary"
   status=${PIPESTATUS[0]}
   say ""

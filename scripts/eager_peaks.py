@@ -15,9 +15,9 @@ decoupled weight decay, SGD with L2 and momentum).
 --mode eager (default) trains the nn.Module, as users do: the model file must
 be one that examples/export_models.py writes (gpt.pt, resnet18.pt,
 resnet50.pt); the module is rebuilt from that script's classes with the
-file's sizes and weights. --ckpt all then wraps each GPT block in
-torch.utils.checkpoint.checkpoint(use_reentrant=False), as oomtune's
-ckpt=all checkpoints the blocks. --mode script trains the TorchScript file
+file's sizes and weights. --ckpt all then wraps each GPT block, or each
+ResNet block (layerN.i), in torch.utils.checkpoint.checkpoint(
+use_reentrant=False), as oomtune's ckpt=all checkpoints those blocks. --mode script trains the TorchScript file
 with graph-executor optimization off, which is what oomtune runs (any model).
 bf16 is torch.autocast over forward and loss.
 
@@ -85,15 +85,24 @@ def eager_module(path, scripted):
     return model
 
 
-def gpt_forward_checkpointed(model, input_ids):
-    """export_models.GPT.forward with each block checkpointed."""
+def forward_checkpointed(model, x):
+    """The eager module's forward with each block oomtune's ckpt=all finds
+    (docs/checkpointing.md) under torch.utils.checkpoint: GPT's blocks.i
+    (export_models.GPT.forward) or ResNet's layerN.i (torchvision's
+    ResNet._forward_impl)."""
     from torch.utils.checkpoint import checkpoint
 
-    T = input_ids.size(1)
-    x = model.drop(model.tok_emb(input_ids) + model.pos_emb(model.positions[:T]))
-    for block in model.blocks:
-        x = checkpoint(block, x, use_reentrant=False)
-    return model.head(model.ln_f(x))
+    if hasattr(model, "blocks"):
+        T = x.size(1)
+        x = model.drop(model.tok_emb(x) + model.pos_emb(model.positions[:T]))
+        for block in model.blocks:
+            x = checkpoint(block, x, use_reentrant=False)
+        return model.head(model.ln_f(x))
+    x = model.maxpool(model.relu(model.bn1(model.conv1(x))))
+    for layer in (model.layer1, model.layer2, model.layer3, model.layer4):
+        for block in layer:
+            x = checkpoint(block, x, use_reentrant=False)
+    return model.fc(torch.flatten(model.avgpool(x), 1))
 
 
 def make_inputs(job, micro_batch, device, generator):
@@ -197,8 +206,8 @@ def main():
         model = scripted
     else:
         model = eager_module(path, scripted)
-    if args.ckpt == "all" and not (args.mode == "eager" and os.path.basename(path) == "gpt.pt"):
-        fail("--ckpt all is implemented for the eager example GPT only")
+    if args.ckpt == "all" and args.mode != "eager":
+        fail("--ckpt all checkpoints the eager module only (--mode eager)")
     model = model.to(device).train()
     torch.manual_seed(args.seed)  # building the eager module drew from the RNG: same dropout masks in both modes
     target_name = job["loss"].get("target")
@@ -215,7 +224,7 @@ def main():
         record = {phase: {} for phase in PHASES}
         with meter.phase(record["forward"]), autocast():
             if args.ckpt == "all":
-                raw = gpt_forward_checkpointed(model, *args_in)
+                raw = forward_checkpointed(model, *args_in)
             else:
                 raw = model(*args_in)
             output = select_output(raw, job.get("output"))

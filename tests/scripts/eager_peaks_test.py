@@ -1,8 +1,8 @@
 """scripts/eager_peaks.py rebuilds the nn.Module of an exported example with
 the file's sizes and weights. On the CPU, training it eagerly must give the
 losses that training the TorchScript file gives, step for step (same weights,
-same dropout masks), also with every GPT block checkpointed and under bf16
-autocast; every phase must be reported. The byte counts need CUDA
+same dropout masks), also with every GPT or ResNet block checkpointed and
+under bf16 autocast; every phase must be reported. The byte counts need CUDA
 (scripts/device_check.sh --peaks).
 
 Usage: eager_peaks_test.py SOURCE_DIR EXAMPLES_DIR
@@ -43,5 +43,7 @@ expect_equal("gpt", losses("gpt.toml", "--mode", "eager"), gpt_script)
 expect_equal("gpt ckpt=all", losses("gpt.toml", "--mode", "eager", "--ckpt", "all"), gpt_script)
 expect_equal("gpt bf16", losses("gpt.toml", "--mode", "eager", "--precision", "bf16"),
              losses("gpt.toml", "--mode", "script", "--precision", "bf16"))
-expect_equal("resnet18", losses("resnet18.toml", "--mode", "eager"), losses("resnet18.toml", "--mode", "script"))
+resnet_script = losses("resnet18.toml", "--mode", "script")
+expect_equal("resnet18", losses("resnet18.toml", "--mode", "eager"), resnet_script)
+expect_equal("resnet18 ckpt=all", losses("resnet18.toml", "--mode", "eager", "--ckpt", "all"), resnet_script)
 sys.exit(1 if failures else 0)
