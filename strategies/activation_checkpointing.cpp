@@ -28,7 +28,7 @@
 // every object of the method's class, so it reaches the paths
 // `<instance>.<chain>` for each instance of that class. A call site that
 // reaches a chosen path becomes
-//   %in  : Tensor[] = prim::ListConstruct(%x, ...)
+//   %in  : Any[]    = prim::ListConstruct(%x, ...)
 //   %out : Tensor[] = oomtune::checkpoint(%block, %in)
 //   %y, ...         = prim::ListUnpack(%out)      (+ prim::TupleConstruct)
 // and every object of the callee's class gets the attribute
@@ -152,16 +152,47 @@ std::vector<CallSite> find_call_sites(const torch::jit::Module& module) {
 
 bool is_tensor(const c10::TypePtr& type) { return type->kind() == c10::TypeKind::TensorType; }
 
-/// Throws ConfigError unless the call's forward takes Tensors only and
-/// returns a Tensor or a tuple of Tensors.
+bool is_optional_tensor(const c10::TypePtr& type) {
+  const auto optional = type->cast<c10::OptionalType>();
+  return optional && is_tensor(optional->getElementType());
+}
+
+/// Whether a value of this type can hold a Tensor (inside a list, tuple,
+/// dict, object, ...): such an argument would reach the block's forward
+/// without autograd seeing its Tensors.
+bool holds_tensors(const c10::TypePtr& type) {
+  if (is_tensor(type) || type->kind() == c10::TypeKind::AnyType || type->kind() == c10::TypeKind::ClassType ||
+      type->kind() == c10::TypeKind::InterfaceType) {
+    return true;
+  }
+  for (const auto& contained : type->containedTypes()) {
+    if (holds_tensors(contained)) return true;
+  }
+  return false;
+}
+
+/// A class's TorchScript name without the "(of Python compilation unit at:
+/// 0x...)" that repr_str() appends.
+std::string type_name(const c10::TypePtr& type) {
+  const auto class_type = type->cast<c10::ClassType>();
+  return class_type && class_type->name() ? class_type->name()->qualifiedName() : type->repr_str();
+}
+
+/// Throws ConfigError unless the call's forward takes one or more Tensor or
+/// Optional[Tensor] arguments, other arguments that hold no Tensor (None,
+/// bool, int, float, str, ...), and returns a Tensor or a tuple of Tensors.
 void check_call(const Node* call, const std::string& path, const std::string& label) {
   std::vector<const Value*> inputs(call->inputs().begin() + 1, call->inputs().end());
   std::string signature;
-  bool tensors_only = true;
+  bool arguments_ok = false;
   for (const Value* input : inputs) {
     if (!signature.empty()) signature += ", ";
-    signature += input->type()->repr_str();
-    tensors_only = tensors_only && is_tensor(input->type());
+    signature += type_name(input->type());
+    arguments_ok = arguments_ok || is_tensor(input->type()) || is_optional_tensor(input->type());
+  }
+  for (const Value* input : inputs) {
+    const c10::TypePtr& type = input->type();
+    arguments_ok = arguments_ok && (is_tensor(type) || is_optional_tensor(type) || !holds_tensors(type));
   }
   const c10::TypePtr out_type = call->output()->type();
   const auto tuple_type = out_type->cast<c10::TupleType>();
@@ -170,11 +201,12 @@ void check_call(const Node* call, const std::string& path, const std::string& la
     output_ok = !tuple_type->elements().empty();
     for (const auto& element : tuple_type->elements()) output_ok = output_ok && is_tensor(element);
   }
-  if (!tensors_only || !output_ok || inputs.empty()) {
+  if (!arguments_ok || !output_ok) {
     throw ConfigError(fmt::format(
         "{}: cannot checkpoint '{}' ({}): its forward takes ({}) and returns {}; the recompute operator "
-        "needs one or more Tensor inputs and a Tensor or a tuple of Tensors as output",
-        label, path, call->input(0)->type()->repr_str(), signature, out_type->repr_str()));
+        "needs one or more Tensor or Optional[Tensor] arguments, no other argument that holds Tensors "
+        "(a list, tuple or dict of them), and a Tensor or a tuple of Tensors as output",
+        label, path, type_name(call->input(0)->type()), signature, type_name(out_type)));
   }
 }
 
@@ -186,7 +218,7 @@ void rewrite_call(Node* call) {
   const auto tuple_type = out_type->cast<c10::TupleType>();
   torch::jit::Graph* graph = call->owningGraph();
   torch::jit::WithInsertPoint guard(call);
-  Node* list = graph->insertNode(graph->createList(c10::TensorType::get(), inputs));
+  Node* list = graph->insertNode(graph->createList(c10::AnyType::get(), inputs));
   Node* op = graph->insertNode(
       graph->create(c10::Symbol::fromQualString(kCheckpointOpName), {call->input(0), list->output()}, 1));
   op->output()->setType(c10::ListType::ofTensors());

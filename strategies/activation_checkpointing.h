@@ -13,8 +13,11 @@
 //   num_batches_tracked counts it twice (PyTorch's torch.utils.checkpoint does
 //   the same). Gradients are unaffected.
 // - Cannot apply: to a model without repeated blocks unless submodule paths
-//   are named; to a block whose forward takes anything but Tensors or returns
-//   anything but a Tensor or a tuple of Tensors; to a submodule that no
+//   are named; to a block whose forward takes no Tensor or Optional[Tensor],
+//   or takes a list, tuple, dict or object holding Tensors, or returns
+//   anything but a Tensor or a tuple of Tensors (other arguments, such as
+//   nn.TransformerEncoderLayer's masks left None or a bool, pass through
+//   unchanged to every run); to a submodule that no
 //   TorchScript method calls as `prim::CallMethod[name="forward"]`; to a
 //   module whose methods already ran (the graph executor keeps the graph it
 //   compiled at the first run: apply checkpointing right after loading).
@@ -68,7 +71,9 @@ std::vector<std::string> select_checkpoint_paths(const torch::jit::Module& modul
 ///
 /// Throws what select_checkpoint_paths throws, and ConfigError when a chosen
 /// submodule is never called through prim::CallMethod forward or its forward
-/// does not take Tensors only and return a Tensor or a tuple of Tensors.
+/// takes no Tensor (or Optional[Tensor]), takes an argument holding Tensors
+/// (a list, tuple, dict or object of them), or returns anything but a Tensor
+/// or a tuple of Tensors.
 CheckpointReport apply_checkpointing(torch::jit::Module& module, const CheckpointPlan& plan,
                                      const std::string& model_name = "");
 

@@ -50,13 +50,43 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-/// The block's forward, called as prim::CallMethod would: self first.
+/// The block's arguments apart from self, as the call site passed them, split
+/// so that autograd sees the Tensors: `tensors` in order, and `layout` holding
+/// every argument with None in each Tensor's place; `tensor_slots` lists those
+/// places. Other arguments (None for an Optional[Tensor], a bool, an int) pass
+/// through unchanged.
+struct BlockArguments {
+  c10::List<c10::IValue> layout{c10::AnyType::get()};
+  c10::List<int64_t> tensor_slots;
+  std::vector<at::Tensor> tensors;
+};
+
+BlockArguments split_arguments(c10::ArrayRef<c10::IValue> arguments) {
+  BlockArguments split;
+  for (const auto& argument : arguments) {
+    if (argument.isTensor()) {
+      split.tensor_slots.push_back(static_cast<int64_t>(split.layout.size()));
+      split.tensors.push_back(argument.toTensor());
+      split.layout.push_back(c10::IValue());
+    } else {
+      split.layout.push_back(argument);
+    }
+  }
+  return split;
+}
+
+/// The block's forward, called as prim::CallMethod would: self first, then
+/// `layout` with `tensors` put back into `tensor_slots`.
 std::vector<at::Tensor> run_forward(const c10::intrusive_ptr<c10::ivalue::Object>& block,
-                                    at::TensorList inputs) {
+                                    const c10::List<c10::IValue>& layout, const c10::List<int64_t>& tensor_slots,
+                                    at::TensorList tensors) {
+  TORCH_CHECK(tensor_slots.size() == tensors.size(), kCheckpointOpName, ": ", tensors.size(), " tensors for ",
+              tensor_slots.size(), " tensor arguments");
   torch::jit::Stack stack;
-  stack.reserve(inputs.size() + 1);
+  stack.reserve(layout.size() + 1);
   stack.emplace_back(block);
-  for (const auto& input : inputs) stack.emplace_back(input);
+  for (size_t i = 0; i < layout.size(); ++i) stack.emplace_back(layout.get(i));
+  for (size_t i = 0; i < tensors.size(); ++i) stack[1 + static_cast<size_t>(tensor_slots.get(i))] = tensors[i];
   block->type()->getMethod("forward").run(stack);
   TORCH_CHECK(stack.size() == 1, kCheckpointOpName, ": forward of ", block->type()->repr_str(),
               " left ", stack.size(), " values on the stack, expected 1");
@@ -169,8 +199,10 @@ class AutocastKeys {
 struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
   // `anchor` is an empty tensor, a leaf requiring grad when no input does
   // (Note [Checkpoint anchor]).
-  static variable_list forward(AutogradContext* ctx, c10::IValue block, at::TensorList inputs,
-                               const at::Tensor& anchor) {
+  // `layout` and `tensor_slots` are BlockArguments' (the non-Tensor
+  // arguments pass through autograd as IValues).
+  static variable_list forward(AutogradContext* ctx, c10::IValue block, c10::IValue layout,
+                               c10::IValue tensor_slots, at::TensorList inputs, const at::Tensor& anchor) {
     (void)anchor;
     const auto devices = cuda_devices(inputs);
     RngState rng = capture_rng(devices);  // Note [Recompute RNG]
@@ -183,6 +215,8 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
       cuda_states.push_back(state);
     }
     ctx->saved_data["block"] = block;
+    ctx->saved_data["layout"] = layout;
+    ctx->saved_data["tensor_slots"] = tensor_slots;
     ctx->saved_data["requires_grad"] = requires_grad;
     ctx->saved_data["cpu_rng"] = rng.cpu;
     ctx->saved_data["cuda_devices"] = device_list;
@@ -190,7 +224,7 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     ctx->saved_data["autocast_cpu"] = c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::AutocastCPU);
     ctx->saved_data["autocast_cuda"] = c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::AutocastCUDA);
     ctx->save_for_backward(inputs.vec());
-    return run_forward(block.toObject(), inputs);
+    return run_forward(block.toObject(), layout.toList(), tensor_slots.toIntList(), inputs);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -217,7 +251,8 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
       RngFork fork(rng);  // Note [Recompute RNG]
       AutocastKeys autocast(ctx->saved_data["autocast_cpu"].toBool(), ctx->saved_data["autocast_cuda"].toBool());
       at::AutoGradMode enable_grad(true);
-      outputs = run_forward(ctx->saved_data["block"].toObject(), detached);
+      outputs = run_forward(ctx->saved_data["block"].toObject(), ctx->saved_data["layout"].toList(),
+                            ctx->saved_data["tensor_slots"].toIntList(), detached);
     }
     TORCH_CHECK(outputs.size() == grad_outputs.size(), kCheckpointOpName, ": recomputation returned ",
                 outputs.size(), " outputs, the forward returned ", grad_outputs.size());
@@ -233,8 +268,10 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     if (!roots.empty()) torch::autograd::backward(roots, root_grads);
 
     variable_list grads;
-    grads.reserve(detached.size() + 2);
+    grads.reserve(detached.size() + 4);
     grads.emplace_back();  // block: not a tensor
+    grads.emplace_back();  // layout
+    grads.emplace_back();  // tensor_slots
     for (const auto& input : detached) {
       grads.push_back(input.defined() && input.requires_grad() ? input.grad() : at::Tensor());
     }
@@ -244,23 +281,29 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
 };
 
 std::vector<at::Tensor> checkpoint_or_call(const c10::intrusive_ptr<c10::ivalue::Object>& block,
-                                           const std::vector<at::Tensor>& inputs, bool checkpoint) {
-  if (!checkpoint || !at::GradMode::is_enabled()) return run_forward(block, inputs);
+                                           c10::ArrayRef<c10::IValue> arguments, bool checkpoint) {
+  BlockArguments split = split_arguments(arguments);
+  if (!checkpoint || !at::GradMode::is_enabled()) {
+    return run_forward(block, split.layout, split.tensor_slots, split.tensors);
+  }
   bool any_requires_grad = false;
-  for (const auto& input : inputs) any_requires_grad = any_requires_grad || (input.defined() && input.requires_grad());
+  for (const auto& input : split.tensors) {
+    any_requires_grad = any_requires_grad || (input.defined() && input.requires_grad());
+  }
   // Note [Checkpoint anchor]. Always a defined tensor: custom Function inputs
   // record their device, which an undefined tensor does not have.
   at::Tensor anchor = at::empty({0});
   if (!any_requires_grad) anchor.requires_grad_(true);
-  return RecomputeFunction::apply(c10::IValue(block), at::TensorList(inputs), anchor);
+  return RecomputeFunction::apply(c10::IValue(block), c10::IValue(split.layout), c10::IValue(split.tensor_slots),
+                                  at::TensorList(split.tensors), anchor);
 }
 
 void checkpoint_kernel(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack) {
-  std::vector<at::Tensor> inputs = torch::jit::pop(*stack).toTensorVector();
+  const c10::IValue arguments = torch::jit::pop(*stack);
   c10::IValue block = torch::jit::pop(*stack);
   TORCH_CHECK(block.isObject(), kCheckpointOpName, ": expected a module object, got ", block.tagKind());
   auto object = block.toObject();
-  std::vector<at::Tensor> outputs = checkpoint_or_call(object, inputs, checkpoint_flag(*object));
+  std::vector<at::Tensor> outputs = checkpoint_or_call(object, arguments.toListRef(), checkpoint_flag(*object));
   c10::List<at::Tensor> list;
   list.reserve(outputs.size());
   for (auto& output : outputs) list.push_back(std::move(output));
@@ -270,7 +313,7 @@ void checkpoint_kernel(const c10::OperatorHandle& /*op*/, torch::jit::Stack* sta
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(oomtune, m) {
-  m.def(torch::schema("oomtune::checkpoint(Any block, Tensor[] inputs) -> Tensor[]",
+  m.def(torch::schema("oomtune::checkpoint(Any block, Any[] inputs) -> Tensor[]",
                       c10::AliasAnalysisKind::CONSERVATIVE),
         torch::CppFunction::makeFromBoxedFunction<&checkpoint_kernel>());
 }
@@ -285,11 +328,6 @@ bool checkpoint_flag(const c10::ivalue::Object& block) {
   if (!slot || *slot >= block.slots().size()) return false;
   const c10::IValue& value = block.getSlot(*slot);
   return value.isBool() && value.toBool();
-}
-
-std::vector<at::Tensor> run_checkpointed(const c10::intrusive_ptr<c10::ivalue::Object>& block,
-                                         const std::vector<at::Tensor>& inputs) {
-  return checkpoint_or_call(block, inputs, /*checkpoint=*/true);
 }
 
 }  // namespace oomtune

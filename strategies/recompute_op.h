@@ -4,8 +4,11 @@
 // graph in place of `prim::CallMethod[name="forward"](%block, %x, ...)`.
 //
 // Rules:
-// - Schema: `oomtune::checkpoint(Any block, Tensor[] inputs) -> Tensor[]`,
-//   a boxed kernel, conservative alias analysis (it writes module state such
+// - Schema: `oomtune::checkpoint(Any block, Any[] inputs) -> Tensor[]`:
+//   `inputs` are the call's arguments after self, in order. Tensors among them
+//   are the autograd Function's inputs (saved, given gradients); the others
+//   (None for an Optional[Tensor], bools, ints, floats, strings) are passed
+//   to every run of `forward` unchanged. A boxed kernel, conservative alias analysis (it writes module state such
 //   as BatchNorm running stats and draws from the RNG, so the JIT must neither
 //   reorder, merge nor drop it).
 // - When grad mode is on and the block object's `_oomtune_checkpoint`
@@ -42,11 +45,5 @@ void ensure_recompute_op_registered();
 /// Whether `block` has its checkpoint flag set (false when the class has no
 /// such attribute or the object predates it).
 bool checkpoint_flag(const c10::ivalue::Object& block);
-
-/// Runs `block.forward(inputs...)` through the recompute autograd Function
-/// (as the operator does when the flag is on and grad mode is enabled) and
-/// returns its outputs flattened. Exposed for tests.
-std::vector<at::Tensor> run_checkpointed(const c10::intrusive_ptr<c10::ivalue::Object>& block,
-                                         const std::vector<at::Tensor>& inputs);
 
 }  // namespace oomtune

@@ -13,13 +13,20 @@ python3-torch); writes into the folder given as the first argument:
                  each block ran; input x [B, 16] -> [B, 16]
   no_blocks.pt   three Linear layers as plain attributes: nothing repeated
   int_arg.pt     repeated blocks whose forward takes (Tensor, int)
+  masked.pt      blocks whose forward takes (Tensor, Optional[Tensor], float,
+                 bool): block 0 gets mask None, block 1 a mask computed from
+                 the input, each with dropout; input x [B, 16] -> [B, 16]
+  encoder.pt     nn.TransformerEncoder (2 layers of nn.TransformerEncoderLayer,
+                 d_model 16, dropout 0.1), whose layers take Optional[Tensor]
+                 masks; input x [B, 6, 16] -> [B, 6, 16]
+  list_arg.pt    repeated blocks whose forward takes List[Tensor]
 
 Nothing here is committed as .pt; the test runs this script at test time.
 """
 
 import os
 import sys
-from typing import Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -108,12 +115,63 @@ class IntArgNet(nn.Module):
         return x
 
 
+class MaskedBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+        self.drop = nn.Dropout(0.2)
+
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor], scale: float, residual: bool) -> torch.Tensor:
+        h = self.drop(torch.tanh(self.lin(x))) * scale
+        if mask is not None:
+            h = h * mask
+        return h + x if residual else h
+
+
+class MaskedNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([MaskedBlock() for _ in range(2)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = torch.sigmoid(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if i == 0 else mask, 0.5 + i, i == 1)
+        return x
+
+
+class ListArgBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, xs: List[torch.Tensor]) -> torch.Tensor:
+        return self.lin(xs[0] + xs[1])
+
+
+class ListArgNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([ListArgBlock() for _ in range(2)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block([x, x * 2.0])
+        return x
+
+
+def encoder() -> nn.Module:
+    layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.1, batch_first=True)
+    return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+
 def main() -> int:
     out = sys.argv[1] if len(sys.argv) > 1 else "."
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
     for name, model in [("pair", PairNet()), ("shared", SharedNet()), ("no_blocks", NoBlocks()),
-                        ("int_arg", IntArgNet())]:
+                        ("int_arg", IntArgNet()), ("masked", MaskedNet()), ("encoder", encoder()),
+                        ("list_arg", ListArgNet())]:
         path = os.path.join(out, f"{name}.pt")
         torch.jit.script(model).save(path + ".tmp")
         os.replace(path + ".tmp", path)
