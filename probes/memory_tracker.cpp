@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <stdexcept>
+#include <string_view>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -51,14 +52,23 @@ void on_op_exit(const at::RecordFunction&, at::ObserverContext*) {
   if (!t_ops.empty()) t_ops.pop_back();
 }
 
-// "aten::linear" in forward; "MmBackward0 > aten::mm" in backward: the
-// outermost aten op under the innermost autograd node.
+// A frame the model's own ops run inside: an autograd node in backward, or an
+// operator oomtune registers around a part of the model (the recompute
+// operator oomtune::checkpoint, strategies/recompute_op.h), which would
+// otherwise be the outermost op of every allocation in a checkpointed block.
+bool is_enclosing_frame(const OpFrame& frame) {
+  return frame.backward || std::string_view(frame.name).rfind("oomtune::", 0) == 0;
+}
+
+// "aten::linear" in forward; "MmBackward0 > aten::mm" in backward;
+// "oomtune::checkpoint > aten::linear" in a checkpointed block: the outermost
+// aten op under the innermost enclosing frame.
 std::string current_op_label() {
   if (t_ops.empty()) return "(unknown)";
   std::size_t first_op = 0;
   const char* node = nullptr;
   for (std::size_t i = t_ops.size(); i-- > 0;) {
-    if (t_ops[i].backward) {
+    if (is_enclosing_frame(t_ops[i])) {
       node = t_ops[i].name;
       first_op = i + 1;
       break;

@@ -15,7 +15,9 @@
 //   throws c10::OutOfMemoryError, as the CUDA caching allocator does; the
 //   caller records it as an out-of-memory result.
 // - Operator attribution uses an at::RecordFunction callback: the outermost
-//   aten op, under the innermost autograd node ("MmBackward0 > aten::mm").
+//   aten op, under the innermost autograd node ("MmBackward0 > aten::mm") or
+//   oomtune operator ("oomtune::checkpoint > aten::linear" in a checkpointed
+//   block).
 //
 // Technique (DESIGN.md, checked on libtorch 1.13): DataPtr with data ==
 // context (ops using raw_allocate assert it), a raw_deleter, block size kept

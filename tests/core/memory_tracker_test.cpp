@@ -1,6 +1,7 @@
 #include "probes/memory_tracker.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 
@@ -94,6 +95,23 @@ TEST(MemoryTracker, LargestAllocationNamesItsOperatorAndPhase) {
   EXPECT_EQ(largest.bytes, 64 * 4096 * 4);
   EXPECT_EQ(largest.op, "aten::mm");
   EXPECT_EQ(largest.phase, Phase::kForward);
+}
+
+TEST(MemoryTracker, OpsInsideAnOomtuneOperatorAreNamedUnderIt) {
+  // A checkpointed block's ops run inside the recompute operator
+  // oomtune::checkpoint; the label names the model's op under it.
+  MemoryTracker tracker;
+  at::Tensor x = at::randn({64, 256});
+  at::Tensor w = at::randn({256, 4096});
+  tracker.reset_statistics();
+  tracker.begin_phase(Phase::kForward);
+  at::Tensor y;
+  {
+    RECORD_FUNCTION("oomtune::checkpoint", std::vector<c10::IValue>());
+    y = at::mm(x, w);
+  }
+  tracker.end_phase();
+  EXPECT_EQ(tracker.largest().op, "oomtune::checkpoint > aten::mm");
 }
 
 TEST(MemoryTracker, RecordsEventsInOrderWhenAsked) {
