@@ -1,5 +1,6 @@
 #include "strategies/block_detection.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace oomtune {
@@ -33,24 +34,42 @@ std::string join(const std::string& prefix, const std::string& name) {
 void find_blocks(const torch::jit::Module& module, const std::string& path, std::vector<BlockInfo>& out) {
   std::vector<std::pair<std::string, torch::jit::Module>> children;
   for (const auto& child : module.named_children()) children.emplace_back(child.name, child.value);
-
-  if (is_container(unmangled_type_name(module)) && children.size() >= 2) {
+  if (!is_container(unmangled_type_name(module))) {
+    for (const auto& [name, child] : children) find_blocks(child, join(path, name), out);
+    return;
+  }
+  // Runs of consecutive composite children of one class. All children in one
+  // run: they are the blocks, whatever their class. Several runs (a stem,
+  // then repeated units, then a head): each run of two or more is blocks
+  // unless its class is a plain container itself (EfficientNet's stages, a
+  // Sequential each), whose own children are then looked at.
+  const bool container_has_one_run = [&] {
+    if (children.size() < 2) return false;
     const std::string first_type = unmangled_type_name(children.front().second);
-    bool repeated = true;
     for (const auto& [name, child] : children) {
-      if (unmangled_type_name(child) != first_type || !has_children(child)) {
-        repeated = false;
-        break;
-      }
+      if (unmangled_type_name(child) != first_type || !has_children(child)) return false;
     }
-    if (repeated) {
-      for (const auto& [name, child] : children) {
-        out.push_back(BlockInfo{join(path, name), first_type, parameter_count(child)});
+    return true;
+  }();
+  size_t begin = 0;
+  while (begin < children.size()) {
+    const std::string type = unmangled_type_name(children[begin].second);
+    size_t end = begin;
+    while (end < children.size() && has_children(children[end].second) &&
+           unmangled_type_name(children[end].second) == type) {
+      ++end;
+    }
+    if (end - begin >= 2 && (container_has_one_run || !is_container(type))) {
+      for (size_t i = begin; i < end; ++i) {
+        out.push_back(BlockInfo{join(path, children[i].first), type, parameter_count(children[i].second)});
       }
-      return;
+      begin = end;
+    } else {
+      const size_t next = std::max(end, begin + 1);
+      for (size_t i = begin; i < next; ++i) find_blocks(children[i].second, join(path, children[i].first), out);
+      begin = next;
     }
   }
-  for (const auto& [name, child] : children) find_blocks(child, join(path, name), out);
 }
 
 }  // namespace

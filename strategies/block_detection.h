@@ -8,6 +8,12 @@
 //   its own: GPT's `blocks.0` .. `blocks.3`, ResNet's `layer1.0`, `layer1.1`,
 //   ..., `layer4.1`. A Sequential of mixed layers (Linear, GELU, Linear) and a
 //   list of leaf layers (Linear, Linear) are not blocks.
+// - In a container with other children too, a run of two or more
+//   consecutive such children of one class is blocks, unless that class is
+//   itself nn.Sequential or nn.ModuleList: MobileNetV3's `features.1` ..
+//   `features.11` (InvertedResidual, between a stem and a head), SqueezeNet's
+//   Fire modules between pooling layers; EfficientNet's stages (Sequentials
+//   of MBConv) are looked inside instead (`features.1.0`, ...).
 // - Blocks are not looked for inside a block (the outermost repetition wins).
 // - Order: depth-first in registration order, which is forward order for
 //   Sequential and for a ModuleList walked by `for block in self.blocks`.

@@ -267,6 +267,22 @@ TEST(BlockDetection, MixedSequentialAndLeafLayersAreNotBlocks) {
   EXPECT_EQ(blocks[1].path, "stages.1");
 }
 
+TEST(BlockDetection, RunsOfOneClassBetweenAStemAndAHeadAreBlocks) {
+  // features = Sequential(Stem, Unit, Unit, Unit, Sequential(Unit, Unit),
+  // Sequential(Unit, Unit), Head): the run of Units is blocks; the two
+  // stages are plain Sequentials, so their Units are the blocks.
+  OptimizeScope optimize(false);
+  LOAD_OR_SKIP(plain, test_model("mixed.pt"));
+  std::vector<std::string> paths;
+  for (const auto& block : detect_blocks(plain)) paths.push_back(block.path);
+  EXPECT_EQ(paths, (std::vector<std::string>{"features.1", "features.2", "features.3", "features.4.0",
+                                             "features.4.1", "features.5.0", "features.5.1"}));
+  torch::jit::Module ckpt = torch::jit::load(plain_path);
+  apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
+  const auto input = [] { return std::vector<c10::IValue>{at::randn({8, 16})}; };
+  expect_same_gradients(train_steps(plain, input, 1), train_steps(ckpt, input, 1));
+}
+
 TEST(SelectCheckpointPaths, PlansChooseBlocksInForwardOrder) {
   LOAD_OR_SKIP(gpt, example_model("gpt.pt"));
   using V = std::vector<std::string>;

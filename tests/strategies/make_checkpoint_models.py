@@ -20,6 +20,10 @@ python3-torch); writes into the folder given as the first argument:
                  d_model 16, dropout 0.1), whose layers take Optional[Tensor]
                  masks; input x [B, 6, 16] -> [B, 6, 16]
   list_arg.pt    repeated blocks whose forward takes List[Tensor]
+  mixed.pt       a Sequential `features` of a stem, three Units, two plain
+                 Sequentials of two Units each (stages), and a head (as
+                 MobileNetV3 and EfficientNet lay out their features), Units
+                 with dropout; input x [B, 16] -> [B, 16]
 
 Nothing here is committed as .pt; the test runs this script at test time.
 """
@@ -160,6 +164,45 @@ class ListArgNet(nn.Module):
         return x
 
 
+class Stem(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.lin(x))
+
+
+class Unit(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+        self.norm = nn.LayerNorm(16)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.drop(self.norm(torch.tanh(self.lin(x))))
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x)
+
+
+class MixedNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(Stem(), Unit(), Unit(), Unit(), nn.Sequential(Unit(), Unit()),
+                                      nn.Sequential(Unit(), Unit()), Head())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.features(x)
+
+
 def encoder() -> nn.Module:
     layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.1, batch_first=True)
     return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
@@ -171,7 +214,7 @@ def main() -> int:
     torch.manual_seed(0)
     for name, model in [("pair", PairNet()), ("shared", SharedNet()), ("no_blocks", NoBlocks()),
                         ("int_arg", IntArgNet()), ("masked", MaskedNet()), ("encoder", encoder()),
-                        ("list_arg", ListArgNet())]:
+                        ("list_arg", ListArgNet()), ("mixed", MixedNet())]:
         path = os.path.join(out, f"{name}.pt")
         torch.jit.script(model).save(path + ".tmp")
         os.replace(path + ".tmp", path)
