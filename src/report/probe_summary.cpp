@@ -16,6 +16,13 @@ std::string percent_diff(int64_t measured, int64_t expected) {
   return std::fabs(diff) < 0.005 ? "exact" : fmt::format("{:+.2f} %", diff);
 }
 
+// "blocks.0, blocks.2"; past kListed names, the first three and the last.
+std::string block_list(const std::vector<std::string>& paths) {
+  constexpr std::size_t kListed = 6;
+  if (paths.size() <= kListed) return fmt::format("{}", fmt::join(paths, ", "));
+  return fmt::format("{}, {}, {}, ..., {} (--json lists all)", paths[0], paths[1], paths[2], paths.back());
+}
+
 }  // namespace
 
 std::string render_probe_text(const ProbeSummary& s) {
@@ -26,6 +33,9 @@ std::string render_probe_text(const ProbeSummary& s) {
   const std::string parameters = r.parameter_count > 0 ? fmt::format("{} parameters, ", r.parameter_count) : "";
   line(fmt::format("model     {}  ({}device {})", s.model_path, parameters, s.device));
   line(fmt::format("config    {}", r.config));
+  if (!r.checkpointed_blocks.empty())
+    line(fmt::format("ckpt      {} block{} recomputed: {}", r.checkpointed_blocks.size(),
+                     r.checkpointed_blocks.size() == 1 ? "" : "s", block_list(r.checkpointed_blocks)));
   line(fmt::format("batch     global {} = micro-batch {} x {} accumulation steps", r.global_batch, r.micro_batch,
                    r.accumulation_steps));
   if (r.outcome != TrialOutcome::kOk) {

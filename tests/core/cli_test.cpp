@@ -150,6 +150,24 @@ TEST(Cli, ProbeTableHasPhasesAsRows) {
     EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
 }
 
+TEST(Cli, ProbeTableNamesTheCheckpointedBlocks) {
+  const std::string gpt = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
+  if (!testing::exists(testing::example_model("gpt"))) GTEST_SKIP();
+  const RunResult every2 = run_oomtune("probe " + gpt + " --batch 2 --no-fit --config ckpt=every:2");
+  ASSERT_EQ(every2.exit_code, 0) << every2.err;
+  EXPECT_NE(every2.out.find("\nckpt      2 blocks recomputed: blocks.0, blocks.2\n"), std::string::npos) << every2.out;
+  const RunResult plain = run_oomtune("probe " + gpt + " --batch 2 --no-fit");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("\nckpt "), std::string::npos) << plain.out;
+
+  const std::string resnet = std::string(OOMTUNE_EXAMPLES_DIR) + "/resnet18.toml";
+  if (!testing::exists(testing::example_model("resnet18"))) GTEST_SKIP();
+  const RunResult all = run_oomtune("probe " + resnet + " --batch 1 --no-fit --config ckpt=all");
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  const std::string listed = "layer1.0, layer1.1, layer2.0, ..., layer4.1 (--json lists all)";
+  EXPECT_NE(all.out.find("\nckpt      8 blocks recomputed: " + listed + "\n"), std::string::npos) << all.out;
+}
+
 TEST(Cli, BadModelFilesExitTwoWithOneLine) {
   if (!testing::exists(testing::test_model("mlp"))) GTEST_SKIP();
   const std::string text_file = testing::write_temp_file("not_a_model.pt", "hello, I am not a zip\n");
