@@ -7,10 +7,11 @@
 #include <ATen/core/function.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
+
+#include "compat/torch_compat.h"
 
 // Note [Recompute RNG]
 // Rationale: a block with dropout draws random masks in its forward. The
@@ -27,9 +28,12 @@
 // Limitations: generators other than the default ones (a torch.Generator
 // passed into the block) are not saved. A block that draws on a CUDA device
 // none of its inputs is on is not covered (PyTorch has the same rule).
-// Autocast: whether CPU/CUDA autocast was on at the forward is restored for
-// the recomputation (the dispatch-key TLS, same in libtorch 1.13 and 2.x);
-// the autocast dtype is the thread's current one, not a saved one.
+// Autocast: whether CPU/CUDA autocast was on at the forward, and its dtype,
+// are saved and set again for the recomputation (as torch/utils/checkpoint.py
+// saves its autocast kwargs), then the backward's settings are put back and
+// the cast cache dropped (AutocastFork). Read and set through the compat
+// header: autocast is on while its key is *not* excluded in the thread's
+// dispatch-key TLS, in 1.13 and 2.x alike.
 
 // Note [Checkpoint anchor]
 // Rationale: a torch::autograd::Function whose tensor inputs all have
@@ -174,25 +178,44 @@ class RngFork {
   RngState outer_;
 };
 
-/// Sets whether CPU and CUDA autocast are on for its lifetime.
-class AutocastKeys {
+/// Autocast's settings at one moment, per device: on or off, and the dtype.
+struct AutocastState {
+  bool cpu = false;
+  at::ScalarType cpu_dtype = at::kBFloat16;
+  bool cuda = false;
+  at::ScalarType cuda_dtype = at::kHalf;
+};
+
+AutocastState current_autocast() {
+  return {compat::cpu_autocast_enabled(), compat::cpu_autocast_dtype(), compat::cuda_autocast_enabled(),
+          compat::cuda_autocast_dtype()};
+}
+
+void set_autocast(const AutocastState& state) {
+  compat::set_cpu_autocast(state.cpu, state.cpu_dtype);
+  compat::set_cuda_autocast(state.cuda, state.cuda_dtype);
+}
+
+/// Sets `inner` for its lifetime and puts the settings found at construction
+/// back afterwards. Leaving autocast (on inside, off outside) drops its cast
+/// cache, as torch.autocast's __exit__ does at nesting level 0: the cache
+/// holds lower-precision copies of the weights, which would otherwise stay
+/// alive and be reused, stale, after the optimizer step.
+class AutocastFork {
  public:
-  AutocastKeys(bool cpu, bool cuda)
-      : cpu_(c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::AutocastCPU)),
-        cuda_(c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::AutocastCUDA)) {
-    c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::AutocastCPU, cpu);
-    c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::AutocastCUDA, cuda);
+  explicit AutocastFork(const AutocastState& inner) : outer_(current_autocast()), inner_(inner) {
+    set_autocast(inner_);
   }
-  ~AutocastKeys() {
-    c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::AutocastCPU, cpu_);
-    c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::AutocastCUDA, cuda_);
+  ~AutocastFork() {
+    set_autocast(outer_);
+    if ((inner_.cpu || inner_.cuda) && !outer_.cpu && !outer_.cuda) compat::clear_autocast_cache();
   }
-  AutocastKeys(const AutocastKeys&) = delete;
-  AutocastKeys& operator=(const AutocastKeys&) = delete;
+  AutocastFork(const AutocastFork&) = delete;
+  AutocastFork& operator=(const AutocastFork&) = delete;
 
  private:
-  bool cpu_;
-  bool cuda_;
+  AutocastState outer_;
+  AutocastState inner_;
 };
 
 /// Forward under no-grad keeping only the inputs; backward recomputes.
@@ -221,8 +244,11 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     ctx->saved_data["cpu_rng"] = rng.cpu;
     ctx->saved_data["cuda_devices"] = device_list;
     ctx->saved_data["cuda_rng"] = cuda_states;
-    ctx->saved_data["autocast_cpu"] = c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::AutocastCPU);
-    ctx->saved_data["autocast_cuda"] = c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::AutocastCUDA);
+    const AutocastState autocast = current_autocast();  // Note [Recompute RNG], autocast
+    ctx->saved_data["autocast_cpu"] = autocast.cpu;
+    ctx->saved_data["autocast_cpu_dtype"] = static_cast<int64_t>(autocast.cpu_dtype);
+    ctx->saved_data["autocast_cuda"] = autocast.cuda;
+    ctx->saved_data["autocast_cuda_dtype"] = static_cast<int64_t>(autocast.cuda_dtype);
     ctx->save_for_backward(inputs.vec());
     return run_forward(block.toObject(), layout.toList(), tensor_slots.toIntList(), inputs);
   }
@@ -249,7 +275,11 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     std::vector<at::Tensor> outputs;
     {
       RngFork fork(rng);  // Note [Recompute RNG]
-      AutocastKeys autocast(ctx->saved_data["autocast_cpu"].toBool(), ctx->saved_data["autocast_cuda"].toBool());
+      AutocastFork autocast(AutocastState{
+          ctx->saved_data["autocast_cpu"].toBool(),
+          static_cast<at::ScalarType>(ctx->saved_data["autocast_cpu_dtype"].toInt()),
+          ctx->saved_data["autocast_cuda"].toBool(),
+          static_cast<at::ScalarType>(ctx->saved_data["autocast_cuda_dtype"].toInt())});
       at::AutoGradMode enable_grad(true);
       outputs = run_forward(ctx->saved_data["block"].toObject(), ctx->saved_data["layout"].toList(),
                             ctx->saved_data["tensor_slots"].toIntList(), detached);

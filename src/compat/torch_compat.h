@@ -9,8 +9,11 @@
 //   OOMTUNE_ALLOCATOR_COPY_DATA declares the former, OOMTUNE_ALLOCATE_CONST
 //   spells the latter.
 // - Autocast switches: 1.13 has at::autocast::set_cpu_enabled /
-//   set_autocast_cpu_dtype; 2.x has set_autocast_enabled(device_type, bool) /
-//   set_autocast_dtype(device_type, dtype) (ATen/autocast_mode.h, 2.4+).
+//   set_autocast_cpu_dtype (and is_*/get_* for CPU and CUDA); 2.x has
+//   set_autocast_enabled(device_type, bool) / set_autocast_dtype(device_type,
+//   dtype) / is_autocast_enabled / get_autocast_dtype (ATen/autocast_mode.h,
+//   2.4+). In both, autocast is on while its dispatch key is *not* in the
+//   thread's excluded set.
 // - Optimizer state keys: 1.13 keys param state by the string of the
 //   TensorImpl pointer, 2.x by the void* itself (torch/optim/optimizer.h).
 
@@ -76,6 +79,33 @@ inline bool cpu_autocast_enabled() {
   return at::autocast::is_autocast_enabled(at::kCPU);
 #else
   return at::autocast::is_cpu_enabled();
+#endif
+}
+
+/// The dtype CPU autocast casts to (bf16 unless set).
+inline at::ScalarType cpu_autocast_dtype() {
+#if TORCH_VERSION_MAJOR >= 2 && (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 4)
+  return at::autocast::get_autocast_dtype(at::kCPU);
+#else
+  return at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
+/// Whether CUDA autocast is on (false on a CPU-only build: nothing sets it).
+inline bool cuda_autocast_enabled() {
+#if TORCH_VERSION_MAJOR >= 2 && (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 4)
+  return at::autocast::is_autocast_enabled(at::kCUDA);
+#else
+  return at::autocast::is_enabled();
+#endif
+}
+
+/// The dtype CUDA autocast casts to (fp16 unless set).
+inline at::ScalarType cuda_autocast_dtype() {
+#if TORCH_VERSION_MAJOR >= 2 && (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 4)
+  return at::autocast::get_autocast_dtype(at::kCUDA);
+#else
+  return at::autocast::get_autocast_gpu_dtype();
 #endif
 }
 

@@ -128,6 +128,32 @@ Grads train_steps(torch::jit::Module& module, MakeInput make_input, int steps) {
   return gradients(module);
 }
 
+/// As train_steps, with forward under CPU bf16 autocast as the training step
+/// runs precision=bf16 (autocast on for forward, then off, its cast cache
+/// dropped), and an SGD update (lr 0.1) after each step but the last, so a
+/// later step runs on new weights.
+template <typename MakeInput>
+Grads train_steps_bf16_autocast(torch::jit::Module& module, MakeInput make_input, int steps) {
+  module.train(true);
+  for (int step = 0; step < steps; ++step) {
+    zero_grads(module);
+    at::manual_seed(kSeed + step);
+    std::vector<c10::IValue> inputs = make_input();
+    compat::set_cpu_autocast(true, at::kBFloat16);
+    at::Tensor out = module.forward(inputs).toTensor();
+    compat::set_cpu_autocast(false, at::kBFloat16);
+    compat::clear_autocast_cache();
+    at::Tensor probe = at::randn(out.sizes());
+    (out.to(at::kFloat) * probe).sum().backward();
+    if (step + 1 == steps) break;
+    at::NoGradGuard no_grad;
+    for (auto parameter : module.parameters(/*recurse=*/true)) {
+      if (parameter.grad().defined()) parameter.sub_(parameter.grad() * 0.1);
+    }
+  }
+  return gradients(module);
+}
+
 void expect_same_gradients(const Grads& expected, const Grads& actual) {
   ASSERT_EQ(expected.size(), actual.size());
   for (const auto& [name, grad] : expected) {
@@ -473,6 +499,19 @@ TEST(CheckpointOp, TransformerEncoderLayersWithOptionalMasks) {
               100.0 * static_cast<double>(ckpt_bytes) / static_cast<double>(plain_bytes));
   EXPECT_LE(static_cast<double>(ckpt_bytes), 0.5 * static_cast<double>(plain_bytes))
       << "plain " << plain_bytes << " B, checkpointed " << ckpt_bytes << " B";
+}
+
+// The recomputation runs under the forward's autocast (bf16 here), not the
+// backward's (off), and leaves no cast weights behind for the next step.
+TEST(CheckpointOp, RecomputationRunsUnderTheForwardsAutocast) {
+  OptimizeScope optimize(false);
+  LOAD_OR_SKIP(plain, example_model("gpt.pt"));
+  torch::jit::Module ckpt = torch::jit::load(plain_path);
+  apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
+  const Grads expected = train_steps_bf16_autocast(plain, [] { return gpt_input(2); }, 2);
+  const Grads actual = train_steps_bf16_autocast(ckpt, [] { return gpt_input(2); }, 2);
+  expect_same_gradients(expected, actual);
+  EXPECT_FALSE(compat::cpu_autocast_enabled());
 }
 
 TEST(CheckpointOp, SharedGraphChoosesPerBlockObject) {
