@@ -110,45 +110,39 @@ void zero_grads(torch::jit::Module& module) {
   for (const auto& parameter : module.parameters(/*recurse=*/true)) parameter.mutable_grad() = at::Tensor();
 }
 
+/// How train_steps runs a step beyond forward and backward.
+struct StepOptions {
+  // Forward under CPU bf16 autocast, as the training step runs
+  // precision=bf16: on for forward, then off, its cast cache dropped.
+  bool bf16_autocast = false;
+  // An SGD update with this learning rate after each step but the last, so
+  // a later step runs on new weights; 0: none.
+  double sgd_lr = 0.0;
+};
+
 /// `steps` training steps (forward, a fixed random projection of the output
 /// as loss, backward) with the CPU generator seeded before each; returns the
 /// last step's parameter gradients. The profiling executor (optimization on)
 /// runs its optimized plan from the second step.
 template <typename MakeInput>
-Grads train_steps(torch::jit::Module& module, MakeInput make_input, int steps) {
+Grads train_steps(torch::jit::Module& module, MakeInput make_input, int steps, StepOptions options = {}) {
   module.train(true);
   for (int step = 0; step < steps; ++step) {
     zero_grads(module);
     at::manual_seed(kSeed + step);
     std::vector<c10::IValue> inputs = make_input();
+    if (options.bf16_autocast) compat::set_cpu_autocast(true, at::kBFloat16);
     at::Tensor out = module.forward(inputs).toTensor();
-    at::Tensor probe = at::randn(out.sizes());
-    (out * probe).sum().backward();
-  }
-  return gradients(module);
-}
-
-/// As train_steps, with forward under CPU bf16 autocast as the training step
-/// runs precision=bf16 (autocast on for forward, then off, its cast cache
-/// dropped), and an SGD update (lr 0.1) after each step but the last, so a
-/// later step runs on new weights.
-template <typename MakeInput>
-Grads train_steps_bf16_autocast(torch::jit::Module& module, MakeInput make_input, int steps) {
-  module.train(true);
-  for (int step = 0; step < steps; ++step) {
-    zero_grads(module);
-    at::manual_seed(kSeed + step);
-    std::vector<c10::IValue> inputs = make_input();
-    compat::set_cpu_autocast(true, at::kBFloat16);
-    at::Tensor out = module.forward(inputs).toTensor();
-    compat::set_cpu_autocast(false, at::kBFloat16);
-    compat::clear_autocast_cache();
+    if (options.bf16_autocast) {
+      compat::set_cpu_autocast(false, at::kBFloat16);
+      compat::clear_autocast_cache();
+    }
     at::Tensor probe = at::randn(out.sizes());
     (out.to(at::kFloat) * probe).sum().backward();
-    if (step + 1 == steps) break;
+    if (options.sgd_lr == 0.0 || step + 1 == steps) continue;
     at::NoGradGuard no_grad;
     for (auto parameter : module.parameters(/*recurse=*/true)) {
-      if (parameter.grad().defined()) parameter.sub_(parameter.grad() * 0.1);
+      if (parameter.grad().defined()) parameter.sub_(parameter.grad() * options.sgd_lr);
     }
   }
   return gradients(module);
@@ -508,8 +502,9 @@ TEST(CheckpointOp, RecomputationRunsUnderTheForwardsAutocast) {
   LOAD_OR_SKIP(plain, example_model("gpt.pt"));
   torch::jit::Module ckpt = torch::jit::load(plain_path);
   apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
-  const Grads expected = train_steps_bf16_autocast(plain, [] { return gpt_input(2); }, 2);
-  const Grads actual = train_steps_bf16_autocast(ckpt, [] { return gpt_input(2); }, 2);
+  const StepOptions bf16_sgd{/*bf16_autocast=*/true, /*sgd_lr=*/0.1};
+  const Grads expected = train_steps(plain, [] { return gpt_input(2); }, 2, bf16_sgd);
+  const Grads actual = train_steps(ckpt, [] { return gpt_input(2); }, 2, bf16_sgd);
   expect_same_gradients(expected, actual);
   EXPECT_FALSE(compat::cpu_autocast_enabled());
 }
