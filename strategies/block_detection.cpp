@@ -43,14 +43,6 @@ void find_blocks(const torch::jit::Module& module, const std::string& path, std:
   // then repeated units, then a head): each run of two or more is blocks
   // unless its class is a plain container itself (EfficientNet's stages, a
   // Sequential each), whose own children are then looked at.
-  const bool container_has_one_run = [&] {
-    if (children.size() < 2) return false;
-    const std::string first_type = unmangled_type_name(children.front().second);
-    for (const auto& [name, child] : children) {
-      if (unmangled_type_name(child) != first_type || !has_children(child)) return false;
-    }
-    return true;
-  }();
   size_t begin = 0;
   while (begin < children.size()) {
     const std::string type = unmangled_type_name(children[begin].second);
@@ -59,7 +51,8 @@ void find_blocks(const torch::jit::Module& module, const std::string& path, std:
            unmangled_type_name(children[end].second) == type) {
       ++end;
     }
-    if (end - begin >= 2 && (container_has_one_run || !is_container(type))) {
+    const bool whole_container = begin == 0 && end == children.size();
+    if (end - begin >= 2 && (whole_container || !is_container(type))) {
       for (size_t i = begin; i < end; ++i) {
         out.push_back(BlockInfo{join(path, children[i].first), type, parameter_count(children[i].second)});
       }
