@@ -30,6 +30,7 @@ Needs PyYAML and torch (torch.optim signatures) in this Python; exits 77
 """
 
 import inspect
+import itertools
 import json
 import os
 import shutil
@@ -61,7 +62,7 @@ def subset(keys, allowed, where, what):
     check(not unknown, where, f"{what} the framework does not accept: {unknown}")
 
 
-def kwargs_of(class_path, keys):
+def kwargs_of(class_path):
     """The keyword arguments class_path accepts, from the lists or torch."""
     if class_path == "deepspeed.ops.adam.DeepSpeedCPUAdam":
         return KEYS["deepspeed"]["cpu_adam_kwargs"]
@@ -75,7 +76,7 @@ def kwargs_of(class_path, keys):
 def check_deepspeed(path, plan):
     ds = KEYS["deepspeed"]
     config = json.load(open(path))
-    where = f"{path}"
+    where = path
     subset(config, ds["top_level"] + sorted(OOMTUNE_KEYS), where, "top-level keys")
     micro, accum = config.get("train_micro_batch_size_per_gpu"), config.get("gradient_accumulation_steps")
     check(config.get("train_batch_size") == plan["global"] and micro == plan["micro"] and accum == plan["accum"],
@@ -99,7 +100,7 @@ def check_deepspeed(path, plan):
         if kind.lower() in ds["optimizer_types"]:
             allowed = ds["cpu_adam_kwargs"] if plan["offload"] else ds["fused_adam_kwargs"]
         else:
-            allowed = kwargs_of(f"torch.optim.{kind}", None)
+            allowed = kwargs_of(f"torch.optim.{kind}")
             check(allowed is not None, where, f"optimizer type {kind} is neither DeepSpeed's nor torch.optim's")
         if allowed is not None:
             subset(optimizer.get("params", {}), allowed, where, f"{kind} params")
@@ -108,7 +109,7 @@ def check_deepspeed(path, plan):
 def check_hf(path, out_dir, plan):
     hf = KEYS["transformers"]
     args = json.load(open(path))["training_args"]
-    where = f"{path}"
+    where = path
     subset(args, hf["training_args"], where, "TrainingArguments fields")
     check(args.get("optim") in hf["optim"], where, f"optim {args.get('optim')}")
     check(not (args.get("bf16") and args.get("fp16")), where, "bf16 and fp16 both true")
@@ -123,7 +124,7 @@ def check_lightning(path, plan):
     pl = KEYS["lightning"]
     config = json.load(open(path))
     trainer = config["trainer"]
-    where = f"{path}"
+    where = path
     subset(config, ["trainer", "datamodule", "optimizer", "notes"], where, "sections")
     subset(trainer, pl["trainer"], where, "Trainer parameters")
     for key in ("precision", "strategy", "accelerator"):
@@ -132,7 +133,7 @@ def check_lightning(path, plan):
     check(config["datamodule"]["batch_size"] * trainer.get("accumulate_grad_batches", 1) == plan["global"], where,
           "batch_size x accumulate_grad_batches is not the global batch")
     optimizer = config["optimizer"]
-    allowed = kwargs_of(optimizer["class"], None)
+    allowed = kwargs_of(optimizer["class"])
     check(allowed is not None, where, f"optimizer class {optimizer['class']} is not known")
     if allowed is not None:
         subset(optimizer["kwargs"], allowed, where, f"{optimizer['class']} kwargs")
@@ -141,7 +142,7 @@ def check_lightning(path, plan):
 def check_accelerate(path, plan):
     acc = KEYS["accelerate"]
     config = yaml.safe_load(open(path))
-    where = f"{path}"
+    where = path
     subset(config, acc["config"], where, "config keys (ClusterConfig.from_yaml_file refuses others)")
     for key in ("distributed_type", "mixed_precision", "compute_environment"):
         check(config.get(key) in acc[key], where, f"{key} {config.get(key)!r}")
@@ -185,39 +186,33 @@ def main(argv):
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     emitted = refused = 0
-    for precision in ("fp32", "bf16", "fp16", "bf16_params"):
-        for optimizer in ("adamw", "adamw8bit", "sgd"):
-            for offload in (False, True):
-                for checkpoint in ("none", "all", "first:2"):
-                    for micro, accum in ((8, 1), (2, 4)):
-                        for device in ("cpu", "cuda"):
-                            name = f"{precision}-{optimizer}-{'offload' if offload else 'gpu'}-" \
-                                   f"{checkpoint.replace(':', '')}-{micro}x{accum}-{device}"
-                            case = os.path.join(work, name)
-                            os.makedirs(case)
-                            plan_path = os.path.join(case, "plan.toml")
-                            with open(plan_path, "w") as f:
-                                f.write(PLAN.format(device=device, global_batch=micro * accum, micro=micro,
-                                                    accum=accum, checkpoint=checkpoint, optimizer=optimizer,
-                                                    offload=str(offload).lower(), precision=precision,
-                                                    momentum=0.9 if optimizer == "sgd" else 0.0))
-                            out = os.path.join(case, "out")
-                            run = subprocess.run([emit, "emit", plan_path, "--out", out], capture_output=True,
-                                                 text=True)
-                            if run.returncode != 0:
-                                # A plan oomtune refuses is refused cleanly: one line, exit 2, no folder.
-                                refused += 1
-                                lines = run.stderr.strip().splitlines()
-                                check(run.returncode == 2 and len(lines) == 1 and lines[0].startswith("oomtune: ")
-                                      and not os.path.exists(out), name,
-                                      f"refused with exit {run.returncode}: {run.stderr.strip()}")
-                                continue
-                            emitted += 1
-                            plan = {"global": micro * accum, "micro": micro, "accum": accum, "offload": offload}
-                            check_deepspeed(os.path.join(out, "ds_config.json"), plan)
-                            check_hf(os.path.join(out, "hf_training_args.json"), out, plan)
-                            check_lightning(os.path.join(out, "lightning_trainer.json"), plan)
-                            check_accelerate(os.path.join(out, "accelerate_config.yaml"), plan)
+    grid = itertools.product(("fp32", "bf16", "fp16", "bf16_params"), ("adamw", "adamw8bit", "sgd"), (False, True),
+                             ("none", "all", "first:2"), ((8, 1), (2, 4)), ("cpu", "cuda"))
+    for precision, optimizer, offload, checkpoint, (micro, accum), device in grid:
+        name = f"{precision}-{optimizer}-{'offload' if offload else 'gpu'}-" \
+               f"{checkpoint.replace(':', '')}-{micro}x{accum}-{device}"
+        case = os.path.join(work, name)
+        os.makedirs(case)
+        plan_path = os.path.join(case, "plan.toml")
+        with open(plan_path, "w") as f:
+            f.write(PLAN.format(device=device, global_batch=micro * accum, micro=micro, accum=accum,
+                                checkpoint=checkpoint, optimizer=optimizer, offload=str(offload).lower(),
+                                precision=precision, momentum=0.9 if optimizer == "sgd" else 0.0))
+        out = os.path.join(case, "out")
+        run = subprocess.run([emit, "emit", plan_path, "--out", out], capture_output=True, text=True)
+        if run.returncode != 0:
+            # A plan oomtune refuses is refused cleanly: one line, exit 2, no folder.
+            refused += 1
+            lines = run.stderr.strip().splitlines()
+            check(run.returncode == 2 and len(lines) == 1 and lines[0].startswith("oomtune: ")
+                  and not os.path.exists(out), name, f"refused with exit {run.returncode}: {run.stderr.strip()}")
+            continue
+        emitted += 1
+        plan = {"global": micro * accum, "micro": micro, "accum": accum, "offload": offload}
+        check_deepspeed(os.path.join(out, "ds_config.json"), plan)
+        check_hf(os.path.join(out, "hf_training_args.json"), out, plan)
+        check_lightning(os.path.join(out, "lightning_trainer.json"), plan)
+        check_accelerate(os.path.join(out, "accelerate_config.yaml"), plan)
     print(f"framework_keys_test: {emitted} plans emitted and checked, {refused} refused")
     check(emitted >= 100, "grid", f"only {emitted} plans emitted")
     for failure in failures[:20]:
