@@ -17,7 +17,8 @@ be one that examples/export_models.py writes (gpt.pt, resnet18.pt,
 resnet50.pt); the module is rebuilt from that script's classes with the
 file's sizes and weights. --ckpt all then wraps each GPT block, or each
 ResNet block (layerN.i), in torch.utils.checkpoint.checkpoint(
-use_reentrant=False), as oomtune's ckpt=all checkpoints those blocks. --mode script trains the TorchScript file
+use_reentrant=False), as oomtune's ckpt=all checkpoints those blocks.
+--mode script trains the TorchScript file
 with graph-executor optimization off, which is what oomtune runs (any model).
 bf16 is torch.autocast over forward and loss.
 
