@@ -196,6 +196,21 @@ void set_autocast(const AutocastState& state) {
   compat::set_cuda_autocast(state.cuda, state.cuda_dtype);
 }
 
+/// Keeps `state` in the autograd context for backward, and reads it back.
+void save_autocast(AutogradContext* ctx, const AutocastState& state) {
+  ctx->saved_data["autocast_cpu"] = state.cpu;
+  ctx->saved_data["autocast_cpu_dtype"] = static_cast<int64_t>(state.cpu_dtype);
+  ctx->saved_data["autocast_cuda"] = state.cuda;
+  ctx->saved_data["autocast_cuda_dtype"] = static_cast<int64_t>(state.cuda_dtype);
+}
+
+AutocastState saved_autocast(AutogradContext* ctx) {
+  return {ctx->saved_data["autocast_cpu"].toBool(),
+          static_cast<at::ScalarType>(ctx->saved_data["autocast_cpu_dtype"].toInt()),
+          ctx->saved_data["autocast_cuda"].toBool(),
+          static_cast<at::ScalarType>(ctx->saved_data["autocast_cuda_dtype"].toInt())};
+}
+
 /// Sets `inner` for its lifetime and puts the settings found at construction
 /// back afterwards. Leaving autocast (on inside, off outside) drops its cast
 /// cache, as torch.autocast's __exit__ does at nesting level 0: the cache
@@ -244,11 +259,7 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     ctx->saved_data["cpu_rng"] = rng.cpu;
     ctx->saved_data["cuda_devices"] = device_list;
     ctx->saved_data["cuda_rng"] = cuda_states;
-    const AutocastState autocast = current_autocast();  // Note [Recompute RNG], autocast
-    ctx->saved_data["autocast_cpu"] = autocast.cpu;
-    ctx->saved_data["autocast_cpu_dtype"] = static_cast<int64_t>(autocast.cpu_dtype);
-    ctx->saved_data["autocast_cuda"] = autocast.cuda;
-    ctx->saved_data["autocast_cuda_dtype"] = static_cast<int64_t>(autocast.cuda_dtype);
+    save_autocast(ctx, current_autocast());  // Note [Recompute RNG], autocast
     ctx->save_for_backward(inputs.vec());
     return run_forward(block.toObject(), layout.toList(), tensor_slots.toIntList(), inputs);
   }
@@ -275,11 +286,7 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     std::vector<at::Tensor> outputs;
     {
       RngFork fork(rng);  // Note [Recompute RNG]
-      AutocastFork autocast(AutocastState{
-          ctx->saved_data["autocast_cpu"].toBool(),
-          static_cast<at::ScalarType>(ctx->saved_data["autocast_cpu_dtype"].toInt()),
-          ctx->saved_data["autocast_cuda"].toBool(),
-          static_cast<at::ScalarType>(ctx->saved_data["autocast_cuda_dtype"].toInt())});
+      AutocastFork autocast(saved_autocast(ctx));
       at::AutoGradMode enable_grad(true);
       outputs = run_forward(ctx->saved_data["block"].toObject(), ctx->saved_data["layout"].toList(),
                             ctx->saved_data["tensor_slots"].toIntList(), detached);
