@@ -29,7 +29,7 @@
 // `<instance>.<chain>` for each instance of that class. A call site that
 // reaches a chosen path becomes
 //   %in  : Any[]    = prim::ListConstruct(%x, ...)
-//   %out : Tensor[] = oomtune::checkpoint(%block, %in)
+//   %out : Tensor[] = oomtune::checkpoint(%block, "forward", %in)
 //   %y, ...         = prim::ListUnpack(%out)      (+ prim::TupleConstruct)
 // and every object of the callee's class gets the attribute
 // `_oomtune_checkpoint` (true for chosen paths, false otherwise), which the
@@ -42,8 +42,11 @@
 // Limitations: a module whose methods already ran keeps its compiled plan
 // (GraphExecutor has no public way to drop it); blocks called through
 // something other than a GetAttr chain from self (a module passed as an
-// argument, an interface call) are not found; the callee's forward must take
-// and return Tensors (a tuple of Tensors on output).
+// argument, an interface call) are not found; the callee's forward (or the
+// overload called, forward__N) must take Tensors, Optional[Tensor]s or
+// List[Tensor]s besides plain values and return Tensors (a tuple of Tensors
+// on output); a Tensor that the block puts into its List[Tensor] argument
+// rather than return reaches the caller without a gradient path.
 
 namespace oomtune {
 namespace {
@@ -105,12 +108,23 @@ std::optional<std::string> attribute_chain(const Value* value, const Value* self
   return path;
 }
 
+/// Whether a prim::CallMethod calls a forward: `forward` itself, or one of
+/// its overloads, which TorchScript compiles as `forward__0`, `forward__1`,
+/// ... (torch/jit/_recursive.py; torchvision's _DenseLayer has two).
+bool is_forward_method(const std::string& name) {
+  const std::string prefix = "forward";
+  if (name == prefix) return true;
+  if (name.size() <= prefix.size() + 2 || name.compare(0, prefix.size() + 2, prefix + "__") != 0) return false;
+  return std::all_of(name.begin() + static_cast<std::ptrdiff_t>(prefix.size() + 2), name.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
 void collect_calls(torch::jit::Block* block, const Value* self, const std::vector<std::string>& owners,
                    std::vector<CallSite>& out) {
   static const c10::Symbol kCheckpointSymbol = c10::Symbol::fromQualString(kCheckpointOpName);
   for (Node* node : block->nodes()) {
     for (torch::jit::Block* sub : node->blocks()) collect_calls(sub, self, owners, out);
-    const bool is_call = node->kind() == c10::prim::CallMethod && node->s(c10::attr::name) == "forward";
+    const bool is_call = node->kind() == c10::prim::CallMethod && is_forward_method(node->s(c10::attr::name));
     const bool is_checkpoint = node->kind() == kCheckpointSymbol;
     if (!is_call && !is_checkpoint) continue;
     auto callee = node->input(0)->type()->cast<c10::ClassType>();
@@ -157,6 +171,16 @@ bool is_optional_tensor(const c10::TypePtr& type) {
   return optional && is_tensor(optional->getElementType());
 }
 
+bool is_tensor_list(const c10::TypePtr& type) {
+  const auto list = type->cast<c10::ListType>();
+  return list && is_tensor(list->getElementType());
+}
+
+/// Argument types whose Tensors the recompute operator hands to autograd.
+bool is_tensor_argument(const c10::TypePtr& type) {
+  return is_tensor(type) || is_optional_tensor(type) || is_tensor_list(type);
+}
+
 /// Whether a value of this type can hold a Tensor (inside a list, tuple,
 /// dict, object, ...): such an argument would reach the block's forward
 /// without autograd seeing its Tensors.
@@ -178,9 +202,10 @@ std::string type_name(const c10::TypePtr& type) {
   return class_type && class_type->name() ? class_type->name()->qualifiedName() : type->repr_str();
 }
 
-/// Throws ConfigError unless the call's forward takes one or more Tensor or
-/// Optional[Tensor] arguments, other arguments that hold no Tensor (None,
-/// bool, int, float, str, ...), and returns a Tensor or a tuple of Tensors.
+/// Throws ConfigError unless the call's forward takes one or more Tensor,
+/// Optional[Tensor] or List[Tensor] arguments, other arguments that hold no
+/// Tensor (None, bool, int, float, str, ...), and returns a Tensor or a tuple
+/// of Tensors.
 void check_call(const Node* call, const std::string& path, const std::string& label) {
   std::vector<const Value*> inputs(call->inputs().begin() + 1, call->inputs().end());
   std::string signature;
@@ -188,11 +213,10 @@ void check_call(const Node* call, const std::string& path, const std::string& la
   for (const Value* input : inputs) {
     if (!signature.empty()) signature += ", ";
     signature += type_name(input->type());
-    arguments_ok = arguments_ok || is_tensor(input->type()) || is_optional_tensor(input->type());
+    arguments_ok = arguments_ok || is_tensor_argument(input->type());
   }
   for (const Value* input : inputs) {
-    const c10::TypePtr& type = input->type();
-    arguments_ok = arguments_ok && (is_tensor(type) || is_optional_tensor(type) || !holds_tensors(type));
+    arguments_ok = arguments_ok && (is_tensor_argument(input->type()) || !holds_tensors(input->type()));
   }
   const c10::TypePtr out_type = call->output()->type();
   const auto tuple_type = out_type->cast<c10::TupleType>();
@@ -204,8 +228,8 @@ void check_call(const Node* call, const std::string& path, const std::string& la
   if (!arguments_ok || !output_ok) {
     throw ConfigError(fmt::format(
         "{}: cannot checkpoint '{}' ({}): its forward takes ({}) and returns {}; the recompute operator "
-        "needs one or more Tensor or Optional[Tensor] arguments, no other argument that holds Tensors "
-        "(a list, tuple or dict of them), and a Tensor or a tuple of Tensors as output",
+        "needs one or more Tensor, Optional[Tensor] or List[Tensor] arguments, no other argument that "
+        "holds Tensors (a tuple or dict of them, an object), and a Tensor or a tuple of Tensors as output",
         label, path, type_name(call->input(0)->type()), signature, type_name(out_type)));
   }
 }
@@ -219,8 +243,9 @@ void rewrite_call(Node* call) {
   torch::jit::Graph* graph = call->owningGraph();
   torch::jit::WithInsertPoint guard(call);
   Node* list = graph->insertNode(graph->createList(c10::AnyType::get(), inputs));
-  Node* op = graph->insertNode(
-      graph->create(c10::Symbol::fromQualString(kCheckpointOpName), {call->input(0), list->output()}, 1));
+  Value* method = graph->insertConstant(call->s(c10::attr::name));
+  Node* op = graph->insertNode(graph->create(c10::Symbol::fromQualString(kCheckpointOpName),
+                                             {call->input(0), method, list->output()}, 1));
   op->output()->setType(c10::ListType::ofTensors());
   op->setSourceRange(call->sourceRange());
   const size_t count = tuple_type ? tuple_type->elements().size() : 1;

@@ -35,7 +35,22 @@ void find_blocks(const torch::jit::Module& module, const std::string& path, std:
   std::vector<std::pair<std::string, torch::jit::Module>> children;
   for (const auto& child : module.named_children()) children.emplace_back(child.name, child.value);
   if (!is_container(unmangled_type_name(module))) {
-    for (const auto& [name, child] : children) find_blocks(child, join(path, name), out);
+    // A module of its own class whose children are all composite units of
+    // one class (not plain containers) holds blocks too: torchvision's
+    // _DenseBlock, a ModuleDict subclass of _DenseLayers, is one.
+    const bool all_blocks =
+        children.size() >= 2 && std::all_of(children.begin(), children.end(), [&](const auto& child) {
+          const std::string type = unmangled_type_name(child.second);
+          return has_children(child.second) && !is_container(type) &&
+                 type == unmangled_type_name(children.front().second);
+        });
+    for (const auto& [name, child] : children) {
+      if (all_blocks) {
+        out.push_back(BlockInfo{join(path, name), unmangled_type_name(child), parameter_count(child)});
+      } else {
+        find_blocks(child, join(path, name), out);
+      }
+    }
     return;
   }
   // Runs of consecutive composite children of one class. All children in one

@@ -14,6 +14,11 @@
 //   `features.11` (InvertedResidual, between a stem and a head), SqueezeNet's
 //   Fire modules between pooling layers; EfficientNet's stages (Sequentials
 //   of MBConv) are looked inside instead (`features.1.0`, ...).
+// - A module of any other class whose children are all two or more such
+//   modules of one class (not nn.Sequential or nn.ModuleList) holds blocks
+//   as well: DenseNet's `features.denseblock1.denselayer1` .. `denselayer6`
+//   (a ModuleDict subclass of _DenseLayer). A module with other children
+//   too (a stem, a norm) is looked inside instead.
 // - Blocks are not looked for inside a block (the outermost repetition wins).
 // - Order: depth-first in registration order, which is forward order for
 //   Sequential and for a ModuleList walked by `for block in self.blocks`.

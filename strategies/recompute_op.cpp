@@ -56,22 +56,33 @@ using torch::autograd::variable_list;
 
 /// The block's arguments apart from self, as the call site passed them, split
 /// so that autograd sees the Tensors: `tensors` in order, and `layout` holding
-/// every argument with None in each Tensor's place; `tensor_slots` lists those
-/// places. Other arguments (None for an Optional[Tensor], a bool, an int) pass
-/// through unchanged.
+/// every argument with None in each Tensor's place and an empty list in each
+/// List[Tensor]'s place. `places` gives, per tensor, its argument's index and
+/// its index in that list (-1 for a Tensor argument). Other arguments (None for
+/// an Optional[Tensor], a bool, an int) pass through unchanged.
 struct BlockArguments {
   c10::List<c10::IValue> layout{c10::AnyType::get()};
-  c10::List<int64_t> tensor_slots;
+  c10::List<int64_t> places;  // argument index, element index (or -1), per tensor
   std::vector<at::Tensor> tensors;
 };
 
 BlockArguments split_arguments(c10::ArrayRef<c10::IValue> arguments) {
   BlockArguments split;
   for (const auto& argument : arguments) {
+    const auto index = static_cast<int64_t>(split.layout.size());
     if (argument.isTensor()) {
-      split.tensor_slots.push_back(static_cast<int64_t>(split.layout.size()));
+      split.places.push_back(index);
+      split.places.push_back(-1);
       split.tensors.push_back(argument.toTensor());
       split.layout.push_back(c10::IValue());
+    } else if (argument.isTensorList()) {
+      const auto list = argument.toTensorList();
+      for (size_t i = 0; i < list.size(); ++i) {
+        split.places.push_back(index);
+        split.places.push_back(static_cast<int64_t>(i));
+        split.tensors.push_back(list.get(i));
+      }
+      split.layout.push_back(c10::List<at::Tensor>());
     } else {
       split.layout.push_back(argument);
     }
@@ -79,20 +90,41 @@ BlockArguments split_arguments(c10::ArrayRef<c10::IValue> arguments) {
   return split;
 }
 
-/// The block's forward, called as prim::CallMethod would: self first, then
-/// `layout` with `tensors` put back into `tensor_slots`.
-std::vector<at::Tensor> run_forward(const c10::intrusive_ptr<c10::ivalue::Object>& block,
-                                    const c10::List<c10::IValue>& layout, const c10::List<int64_t>& tensor_slots,
-                                    at::TensorList tensors) {
-  TORCH_CHECK(tensor_slots.size() == tensors.size(), kCheckpointOpName, ": ", tensors.size(), " tensors for ",
-              tensor_slots.size(), " tensor arguments");
+/// The call's arguments rebuilt from `layout` with `tensors` put back into
+/// their `places`; every List[Tensor] is a new list, so nothing the caller
+/// did to its list after the call shows in a recomputation.
+std::vector<c10::IValue> join_arguments(const c10::List<c10::IValue>& layout, const c10::List<int64_t>& places,
+                                        at::TensorList tensors) {
+  TORCH_CHECK(places.size() == 2 * tensors.size(), kCheckpointOpName, ": ", tensors.size(), " tensors for ",
+              places.size() / 2, " tensor places");
+  std::vector<c10::IValue> arguments;
+  arguments.reserve(layout.size());
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const c10::IValue value = layout.get(i);
+    arguments.push_back(value.isTensorList() ? c10::IValue(c10::List<at::Tensor>()) : value);
+  }
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    c10::IValue& argument = arguments.at(static_cast<size_t>(places.get(2 * t)));
+    if (places.get(2 * t + 1) < 0) {
+      argument = tensors[t];
+    } else {
+      argument.toTensorList().push_back(tensors[t]);
+    }
+  }
+  return arguments;
+}
+
+/// The block's `method` (forward, or an overload of it such as forward__0),
+/// called as prim::CallMethod would: self first, then `arguments`. Returns its
+/// output flattened to Tensors.
+std::vector<at::Tensor> run_method(const c10::intrusive_ptr<c10::ivalue::Object>& block, const std::string& method,
+                                   std::vector<c10::IValue> arguments) {
   torch::jit::Stack stack;
-  stack.reserve(layout.size() + 1);
+  stack.reserve(arguments.size() + 1);
   stack.emplace_back(block);
-  for (size_t i = 0; i < layout.size(); ++i) stack.emplace_back(layout.get(i));
-  for (size_t i = 0; i < tensors.size(); ++i) stack[1 + static_cast<size_t>(tensor_slots.get(i))] = tensors[i];
-  block->type()->getMethod("forward").run(stack);
-  TORCH_CHECK(stack.size() == 1, kCheckpointOpName, ": forward of ", block->type()->repr_str(),
+  for (auto& argument : arguments) stack.push_back(std::move(argument));
+  block->type()->getMethod(method).run(stack);
+  TORCH_CHECK(stack.size() == 1, kCheckpointOpName, ": ", method, " of ", block->type()->repr_str(),
               " left ", stack.size(), " values on the stack, expected 1");
   const c10::IValue& out = stack.back();
   std::vector<at::Tensor> outputs;
@@ -100,12 +132,12 @@ std::vector<at::Tensor> run_forward(const c10::intrusive_ptr<c10::ivalue::Object
     outputs.push_back(out.toTensor());
   } else if (out.isTuple()) {
     for (const auto& element : out.toTupleRef().elements()) {
-      TORCH_CHECK(element.isTensor(), kCheckpointOpName, ": forward of ", block->type()->repr_str(),
+      TORCH_CHECK(element.isTensor(), kCheckpointOpName, ": ", method, " of ", block->type()->repr_str(),
                   " returned a tuple with a ", element.tagKind(), ", expected only Tensors");
       outputs.push_back(element.toTensor());
     }
   } else {
-    TORCH_CHECK(false, kCheckpointOpName, ": forward of ", block->type()->repr_str(), " returned a ",
+    TORCH_CHECK(false, kCheckpointOpName, ": ", method, " of ", block->type()->repr_str(), " returned a ",
                 out.tagKind(), ", expected a Tensor or a tuple of Tensors");
   }
   return outputs;
@@ -235,12 +267,16 @@ class AutocastFork {
 
 /// Forward under no-grad keeping only the inputs; backward recomputes.
 struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
+  // `method` names the forward (or an overload of it) that the call site
+  // called. `layout` and `places` are BlockArguments' (the non-Tensor
+  // arguments pass through autograd as IValues). `call` holds the arguments
+  // as the call site passed them: the forward runs on them, so a List[Tensor]
+  // is the caller's own list; only the recomputation rebuilds it.
   // `anchor` is an empty tensor, a leaf requiring grad when no input does
   // (Note [Checkpoint anchor]).
-  // `layout` and `tensor_slots` are BlockArguments' (the non-Tensor
-  // arguments pass through autograd as IValues).
-  static variable_list forward(AutogradContext* ctx, c10::IValue block, c10::IValue layout,
-                               c10::IValue tensor_slots, at::TensorList inputs, const at::Tensor& anchor) {
+  static variable_list forward(AutogradContext* ctx, c10::IValue block, c10::IValue method, c10::IValue layout,
+                               c10::IValue places, c10::IValue call, at::TensorList inputs,
+                               const at::Tensor& anchor) {
     (void)anchor;
     const auto devices = cuda_devices(inputs);
     RngState rng = capture_rng(devices);  // Note [Recompute RNG]
@@ -253,15 +289,16 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
       cuda_states.push_back(state);
     }
     ctx->saved_data["block"] = block;
+    ctx->saved_data["method"] = method;
     ctx->saved_data["layout"] = layout;
-    ctx->saved_data["tensor_slots"] = tensor_slots;
+    ctx->saved_data["places"] = places;
     ctx->saved_data["requires_grad"] = requires_grad;
     ctx->saved_data["cpu_rng"] = rng.cpu;
     ctx->saved_data["cuda_devices"] = device_list;
     ctx->saved_data["cuda_rng"] = cuda_states;
     save_autocast(ctx, current_autocast());  // Note [Recompute RNG], autocast
     ctx->save_for_backward(inputs.vec());
-    return run_forward(block.toObject(), layout.toList(), tensor_slots.toIntList(), inputs);
+    return run_method(block.toObject(), method.toStringRef(), call.toListRef().vec());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -288,8 +325,9 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
       RngFork fork(rng);  // Note [Recompute RNG]
       AutocastFork autocast(saved_autocast(ctx));
       at::AutoGradMode enable_grad(true);
-      outputs = run_forward(ctx->saved_data["block"].toObject(), ctx->saved_data["layout"].toList(),
-                            ctx->saved_data["tensor_slots"].toIntList(), detached);
+      outputs = run_method(ctx->saved_data["block"].toObject(), ctx->saved_data["method"].toStringRef(),
+                           join_arguments(ctx->saved_data["layout"].toList(),
+                                          ctx->saved_data["places"].toIntList(), detached));
     }
     TORCH_CHECK(outputs.size() == grad_outputs.size(), kCheckpointOpName, ": recomputation returned ",
                 outputs.size(), " outputs, the forward returned ", grad_outputs.size());
@@ -304,11 +342,10 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     }
     if (!roots.empty()) torch::autograd::backward(roots, root_grads);
 
-    variable_list grads;
-    grads.reserve(detached.size() + 4);
-    grads.emplace_back();  // block: not a tensor
-    grads.emplace_back();  // layout
-    grads.emplace_back();  // tensor_slots
+    // One gradient per forward argument after ctx, a TensorList's counted
+    // per tensor; none for the non-Tensor ones and the anchor.
+    variable_list grads(5);  // block, method, layout, places, call
+    grads.reserve(detached.size() + 6);
     for (const auto& input : detached) {
       grads.push_back(input.defined() && input.requires_grad() ? input.grad() : at::Tensor());
     }
@@ -318,11 +355,10 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
 };
 
 std::vector<at::Tensor> checkpoint_or_call(const c10::intrusive_ptr<c10::ivalue::Object>& block,
-                                           c10::ArrayRef<c10::IValue> arguments, bool checkpoint) {
-  BlockArguments split = split_arguments(arguments);
-  if (!checkpoint || !at::GradMode::is_enabled()) {
-    return run_forward(block, split.layout, split.tensor_slots, split.tensors);
-  }
+                                           const std::string& method, const c10::IValue& arguments,
+                                           bool checkpoint) {
+  if (!checkpoint || !at::GradMode::is_enabled()) return run_method(block, method, arguments.toListRef().vec());
+  BlockArguments split = split_arguments(arguments.toListRef());
   bool any_requires_grad = false;
   for (const auto& input : split.tensors) {
     any_requires_grad = any_requires_grad || (input.defined() && input.requires_grad());
@@ -331,16 +367,17 @@ std::vector<at::Tensor> checkpoint_or_call(const c10::intrusive_ptr<c10::ivalue:
   // record their device, which an undefined tensor does not have.
   at::Tensor anchor = at::empty({0});
   if (!any_requires_grad) anchor.requires_grad_(true);
-  return RecomputeFunction::apply(c10::IValue(block), c10::IValue(split.layout), c10::IValue(split.tensor_slots),
-                                  at::TensorList(split.tensors), anchor);
+  return RecomputeFunction::apply(c10::IValue(block), c10::IValue(method), c10::IValue(split.layout),
+                                  c10::IValue(split.places), arguments, at::TensorList(split.tensors), anchor);
 }
 
 void checkpoint_kernel(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack) {
   const c10::IValue arguments = torch::jit::pop(*stack);
+  const c10::IValue method = torch::jit::pop(*stack);
   c10::IValue block = torch::jit::pop(*stack);
   TORCH_CHECK(block.isObject(), kCheckpointOpName, ": expected a module object, got ", block.tagKind());
   auto object = block.toObject();
-  std::vector<at::Tensor> outputs = checkpoint_or_call(object, arguments.toListRef(), checkpoint_flag(*object));
+  std::vector<at::Tensor> outputs = checkpoint_or_call(object, method.toStringRef(), arguments, checkpoint_flag(*object));
   c10::List<at::Tensor> list;
   list.reserve(outputs.size());
   for (auto& output : outputs) list.push_back(std::move(output));
@@ -350,7 +387,7 @@ void checkpoint_kernel(const c10::OperatorHandle& /*op*/, torch::jit::Stack* sta
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(oomtune, m) {
-  m.def(torch::schema("oomtune::checkpoint(Any block, Any[] inputs) -> Tensor[]",
+  m.def(torch::schema("oomtune::checkpoint(Any block, str method, Any[] inputs) -> Tensor[]",
                       c10::AliasAnalysisKind::CONSERVATIVE),
         torch::CppFunction::makeFromBoxedFunction<&checkpoint_kernel>());
 }

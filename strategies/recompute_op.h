@@ -4,13 +4,17 @@
 // graph in place of `prim::CallMethod[name="forward"](%block, %x, ...)`.
 //
 // Rules:
-// - Schema: `oomtune::checkpoint(Any block, Any[] inputs) -> Tensor[]`:
-//   `inputs` are the call's arguments after self, in order. Tensors among them
-//   are the autograd Function's inputs (saved, given gradients); the others
-//   (None for an Optional[Tensor], bools, ints, floats, strings) are passed
-//   to every run of `forward` unchanged. A boxed kernel, conservative alias analysis (it writes module state such
-//   as BatchNorm running stats and draws from the RNG, so the JIT must neither
-//   reorder, merge nor drop it).
+// - Schema: `oomtune::checkpoint(Any block, str method, Any[] inputs) ->
+//   Tensor[]`: `method` is the forward the call site called (`forward`, or an
+//   overload such as `forward__0`), `inputs` the call's arguments after self,
+//   in order. Tensors among them, and the Tensors of a List[Tensor], are the
+//   autograd Function's inputs (saved, given gradients); the others (None for
+//   an Optional[Tensor], bools, ints, floats, strings) are passed to every run
+//   of the method unchanged. The first run gets the arguments as passed (a
+//   List[Tensor] is the caller's list); a recomputation gets a new list of the
+//   Tensors it held at the call. A boxed kernel, conservative alias analysis
+//   (it writes module state such as BatchNorm running stats and draws from the
+//   RNG, so the JIT must neither reorder, merge nor drop it).
 // - When grad mode is on and the block object's `_oomtune_checkpoint`
 //   attribute is true, the block's `forward` runs under no-grad inside a
 //   torch::autograd::Function that keeps only the inputs; its backward runs

@@ -303,6 +303,19 @@ TEST(BlockDetection, RunsOfOneClassBetweenAStemAndAHeadAreBlocks) {
   expect_same_gradients(train_steps(plain, input, 1), train_steps(ckpt, input, 1));
 }
 
+TEST(BlockDetection, AModuleDictSubclassOfOneClassHoldsBlocks) {
+  // DenseNet(stem, DenseBlock(layer1, layer2, layer3), head): the DenseBlock
+  // is a class of its own (an nn.ModuleDict subclass) whose children are all
+  // DenseLayers; the model itself has other children too.
+  LOAD_OR_SKIP(dense, test_model("dense.pt"));
+  std::vector<std::string> paths;
+  for (const auto& block : detect_blocks(dense)) {
+    paths.push_back(block.path);
+    EXPECT_EQ(block.type_name, "__torch__.DenseLayer");
+  }
+  EXPECT_EQ(paths, (std::vector<std::string>{"block.layer1", "block.layer2", "block.layer3"}));
+}
+
 TEST(SelectCheckpointPaths, PlansChooseBlocksInForwardOrder) {
   LOAD_OR_SKIP(gpt, example_model("gpt.pt"));
   using V = std::vector<std::string>;
@@ -471,6 +484,31 @@ INSTANTIATE_TEST_SUITE_P(Optimize, NonTensorArguments, ::testing::Values(false, 
                            return std::string(info.param ? "on" : "off");
                          });
 
+class ListArguments : public ::testing::TestWithParam<bool> {};
+
+// dense.pt's DenseLayers are called through an overloaded forward
+// (forward__0) with the list of all features before them (List[Tensor]),
+// which the caller appends to after each call. The recomputation must see the
+// list as it was at the call: layer1 recomputed with the final list would
+// concatenate 20 features into its 8-feature BatchNorm and fail. Dropout and
+// BatchNorm are on; gradients equal the plain run's.
+TEST_P(ListArguments, DenseLayersCheckpointAndGradientsEqualThePlainRun) {
+  OptimizeScope optimize(GetParam());
+  const int steps = GetParam() ? 3 : 1;
+  LOAD_OR_SKIP(plain, test_model("dense.pt"));
+  torch::jit::Module ckpt = torch::jit::load(plain_path);
+  const CheckpointReport report = apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
+  EXPECT_EQ(report.checkpointed, (std::vector<std::string>{"block.layer1", "block.layer2", "block.layer3"}));
+  EXPECT_EQ(count_checkpoint_nodes(ckpt), 3);
+  const auto input = [] { return std::vector<c10::IValue>{at::randn({8, 16})}; };
+  expect_same_gradients(train_steps(plain, input, steps), train_steps(ckpt, input, steps));
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimize, ListArguments, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "on" : "off");
+                         });
+
 // nn.TransformerEncoder calls each nn.TransformerEncoderLayer with
 // Optional[Tensor] masks (None here): the layers checkpoint, gradients equal
 // the plain run's (dropout on), and less stays alive between forward and
@@ -578,6 +616,39 @@ TEST(CheckpointMemory, RetainedActivationsDropOnGpt) {
       << "plain " << plain_bytes << " B, checkpointed " << ckpt_bytes << " B";
 }
 
+// DenseNet's layers keep the inputs they are given (the features before
+// them, already alive) instead of their concatenation, its normalization and
+// activation: the memory-efficient DenseNet (Pleiss et al. 2017,
+// arXiv:1707.06990), which torchvision's memory_efficient=True does in eager
+// PyTorch but not in TorchScript.
+TEST(CheckpointMemory, DenseLayersKeepOnlyTheFeaturesBeforeThem) {
+  OptimizeScope optimize(false);
+  LOAD_OR_SKIP(plain, test_model("dense.pt"));
+  torch::jit::Module ckpt = torch::jit::load(plain_path);
+  apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
+  constexpr int64_t kBatch = 256;
+  constexpr int64_t kRow = kBatch * 4;  // bytes of one fp32 feature over the batch
+  at::manual_seed(kSeed);
+  const std::vector<c10::IValue> inputs{at::randn({kBatch, 16})};
+  const int64_t plain_bytes = retained_activation_bytes(plain, inputs);
+  const int64_t ckpt_bytes = retained_activation_bytes(ckpt, inputs);
+  std::printf("retained activations (dense): plain %lld B, checkpoint-all %lld B (%.1f %%)\n",
+              static_cast<long long>(plain_bytes), static_cast<long long>(ckpt_bytes),
+              100.0 * static_cast<double>(ckpt_bytes) / static_cast<double>(plain_bytes));
+  // Either way: the head's input (the block's 20 features), the output (kept
+  // by pow) and the loss.
+  const int64_t outside = kRow * (20 + 16) + 4;
+  // Checkpointed: the features the layers were given, each once (the stem's
+  // 8, layer1's 4, layer2's 4), and one CPU generator state per layer (Note
+  // [Recompute RNG]), nothing of the layers' insides.
+  const int64_t rng_state = at::globalContext().defaultGenerator(c10::Device(c10::kCPU)).get_state().nbytes();
+  EXPECT_EQ(ckpt_bytes, outside + kRow * (8 + 4 + 4) + 3 * rng_state);
+  // Plain: at least each layer's concatenation (kept by BatchNorm) and ReLU
+  // output (kept by Linear), 8, 12 and 16 features wide, and a dropout mask
+  // of one byte or more per element of its 4 features.
+  EXPECT_GE(plain_bytes, outside + 2 * kRow * (8 + 12 + 16) + 3 * kBatch * 4);
+}
+
 // --- Bad plans ------------------------------------------------------------
 
 template <typename F>
@@ -622,12 +693,12 @@ TEST(CheckpointErrors, FirstNPastTheBlockCount) {
   EXPECT_NE(message.find("got 5"), std::string::npos) << message;
 }
 
-TEST(CheckpointErrors, TensorsInsideAContainerArgumentAreRefused) {
-  LOAD_OR_SKIP(model, test_model("list_arg.pt"));
+TEST(CheckpointErrors, TensorsInsideATupleArgumentAreRefused) {
+  LOAD_OR_SKIP(model, test_model("tuple_arg.pt"));
   const std::string message =
       config_error_message([&] { apply_checkpointing(model, parse_checkpoint_plan("all")); });
-  EXPECT_NE(message.find("cannot checkpoint 'blocks.0' (__torch__.ListArgBlock)"), std::string::npos) << message;
-  EXPECT_NE(message.find("takes (List[Tensor]) and returns Tensor"), std::string::npos) << message;
+  EXPECT_NE(message.find("cannot checkpoint 'blocks.0' (__torch__.TupleArgBlock)"), std::string::npos) << message;
+  EXPECT_NE(message.find("takes (Tuple[Tensor, Tensor]) and returns Tensor"), std::string::npos) << message;
   EXPECT_EQ(message.find("compilation unit"), std::string::npos) << message;
   EXPECT_EQ(count_checkpoint_nodes(model), 0);
 }

@@ -19,7 +19,14 @@ python3-torch); writes into the folder given as the first argument:
   encoder.pt     nn.TransformerEncoder (2 layers of nn.TransformerEncoderLayer,
                  d_model 16, dropout 0.1), whose layers take Optional[Tensor]
                  masks; input x [B, 6, 16] -> [B, 6, 16]
-  list_arg.pt    repeated blocks whose forward takes List[Tensor]
+  tuple_arg.pt   repeated blocks whose forward takes Tuple[Tensor, Tensor]
+  dense.pt       as torchvision's DenseNet: a stem, a DenseBlock (an
+                 nn.ModuleDict subclass) of three DenseLayers, and a head;
+                 each DenseLayer's forward is overloaded (List[Tensor] or
+                 Tensor; TorchScript names them forward__0, forward__1), takes
+                 the list of all earlier features, which the DenseBlock
+                 appends to after each call, and holds a BatchNorm1d and
+                 dropout; input x [B, 16] -> [B, 16]
   mixed.pt       a Sequential `features` of a stem, three Units, two plain
                  Sequentials of two Units each (stages), and a head (as
                  MobileNetV3 and EfficientNet lay out their features), Units
@@ -144,24 +151,74 @@ class MaskedNet(nn.Module):
         return x
 
 
-class ListArgBlock(nn.Module):
+class TupleArgBlock(nn.Module):
     def __init__(self):
         super().__init__()
         self.lin = nn.Linear(16, 16)
 
-    def forward(self, xs: List[torch.Tensor]) -> torch.Tensor:
+    def forward(self, xs: Tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return self.lin(xs[0] + xs[1])
 
 
-class ListArgNet(nn.Module):
+class TupleArgNet(nn.Module):
     def __init__(self):
         super().__init__()
-        self.blocks = nn.ModuleList([ListArgBlock() for _ in range(2)])
+        self.blocks = nn.ModuleList([TupleArgBlock() for _ in range(2)])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
-            x = block([x, x * 2.0])
+            x = block((x, x * 2.0))
         return x
+
+
+class DenseLayer(nn.Module):
+    """torchvision.models.densenet._DenseLayer in small: the concatenation
+    of all earlier features, normalized, projected to `growth` features."""
+
+    def __init__(self, width: int, growth: int):
+        super().__init__()
+        self.norm = nn.BatchNorm1d(width)
+        self.lin = nn.Linear(width, growth)
+        self.drop = nn.Dropout(0.1)
+
+    @torch.jit._overload_method  # noqa: F811
+    def forward(self, features: List[torch.Tensor]) -> torch.Tensor:  # noqa: F811
+        pass
+
+    @torch.jit._overload_method  # noqa: F811
+    def forward(self, features: torch.Tensor) -> torch.Tensor:  # noqa: F811
+        pass
+
+    def forward(self, features):  # noqa: F811
+        if isinstance(features, torch.Tensor):
+            prev = [features]
+        else:
+            prev = features
+        return self.drop(self.lin(torch.relu(self.norm(torch.cat(prev, 1)))))
+
+
+class DenseBlock(nn.ModuleDict):
+    def __init__(self, layers: int, width: int, growth: int):
+        super().__init__()
+        for i in range(layers):
+            self.add_module(f"layer{i + 1}", DenseLayer(width + i * growth, growth))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = [x]
+        for name, layer in self.items():
+            features.append(layer(features))
+        return torch.cat(features, 1)
+
+
+class DenseNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Linear(16, 8)
+        self.block = DenseBlock(3, 8, 4)
+        self.head = nn.Linear(8 + 3 * 4, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block(self.stem(x)))
 
 
 class Stem(nn.Module):
@@ -214,7 +271,7 @@ def main() -> int:
     torch.manual_seed(0)
     for name, model in [("pair", PairNet()), ("shared", SharedNet()), ("no_blocks", NoBlocks()),
                         ("int_arg", IntArgNet()), ("masked", MaskedNet()), ("encoder", encoder()),
-                        ("list_arg", ListArgNet()), ("mixed", MixedNet())]:
+                        ("tuple_arg", TupleArgNet()), ("mixed", MixedNet()), ("dense", DenseNet())]:
         path = os.path.join(out, f"{name}.pt")
         torch.jit.script(model).save(path + ".tmp")
         os.replace(path + ".tmp", path)
