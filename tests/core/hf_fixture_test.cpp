@@ -1,10 +1,16 @@
 // Real users' files: Hugging Face GPT-2 traced by PyTorch 2.11
 // (../shared/fixtures/torchscript/README.md).
 
+#include <map>
+
 #include <gtest/gtest.h>
+
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/csrc/jit/serialization/import.h>
 
 #include "common/error.h"
 #include "compat/torch_compat.h"
+#include "strategies/activation_checkpointing.h"
 #include "strategies/training_step.h"
 #include "quick_trial.h"
 #include "test_jobs.h"
@@ -97,6 +103,47 @@ TEST(HuggingFaceFixture, SdpaGpt2LoadsOnlyWhereTheOperatorExists) {
     EXPECT_NE(message.find("OOMTUNE_TORCH=python ./setup.sh"), std::string::npos) << message;
     EXPECT_NE(message.find("attn_implementation=\"eager\""), std::string::npos) << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << "one line";
+  }
+}
+
+/// Parameter gradients of one training step of the traced GPT-2 (logits,
+/// cross-entropy against random targets) on seeded random tokens.
+std::map<std::string, at::Tensor> gpt2_gradients(torch::jit::Module& module) {
+  module.train(true);
+  at::manual_seed(7);
+  const at::Tensor ids = at::randint(1000, {4, 64}, at::kLong);
+  const at::Tensor targets = at::randint(1000, {4, 64}, at::kLong);
+  const at::Tensor logits = module.forward({ids}).toGenericDict().at("logits").toTensor();
+  at::cross_entropy_loss(logits.reshape({-1, 1000}), targets.reshape({-1})).backward();
+  std::map<std::string, at::Tensor> grads;
+  for (const auto& parameter : module.named_parameters(/*recurse=*/true)) grads[parameter.name] = parameter.value.grad();
+  return grads;
+}
+
+// The traced transformers GPT-2's blocks (transformer.h.0, .1: traced
+// submodules called as prim::CallMethod with (Tensor, Tensor): the hidden
+// states and the attention mask) checkpoint, and their gradients equal the
+// plain run's. (The fixture was traced with its dropouts off: dropout under
+// recomputation is covered by the checkpointing tests.)
+TEST(HuggingFaceFixture, EagerGpt2CheckpointsItsBlocksWithTheSameGradients) {
+  const std::string path = fixture("hf_gpt2_eager_trace.pt");
+  if (!testing::exists(path)) GTEST_SKIP() << "no shared fixture";
+  const bool optimize = torch::jit::getGraphExecutorOptimize();
+  torch::jit::setGraphExecutorOptimize(false);
+  torch::jit::Module plain = torch::jit::load(path);
+  torch::jit::Module ckpt = torch::jit::load(path);
+  const CheckpointReport report = apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
+  EXPECT_EQ(report.checkpointed, (std::vector<std::string>{"transformer.h.0", "transformer.h.1"}));
+  const auto expected = gpt2_gradients(plain);
+  const auto actual = gpt2_gradients(ckpt);
+  torch::jit::setGraphExecutorOptimize(optimize);
+  ASSERT_EQ(expected.size(), actual.size());
+  for (const auto& [name, grad] : expected) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(grad.defined());
+    ASSERT_TRUE(actual.at(name).defined());
+    EXPECT_TRUE(at::allclose(actual.at(name), grad, 1e-5, 1e-5))
+        << "max abs diff " << (actual.at(name) - grad).abs().max().item<double>();
   }
 }
 
