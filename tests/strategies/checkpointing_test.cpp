@@ -238,6 +238,13 @@ int64_t retained_activation_bytes(torch::jit::Module& module, std::vector<c10::I
   return retained;
 }
 
+/// Prints both counts of retained activations (shown by ctest -V).
+void print_retained(const char* model, int64_t plain_bytes, int64_t ckpt_bytes) {
+  std::printf("retained activations (%s): plain %lld B, checkpoint-all %lld B (%.1f %%)\n", model,
+              static_cast<long long>(plain_bytes), static_cast<long long>(ckpt_bytes),
+              100.0 * static_cast<double>(ckpt_bytes) / static_cast<double>(plain_bytes));
+}
+
 // --- Block detection ------------------------------------------------------
 
 TEST(BlockDetection, GptBlocksAreTheModuleListEntries) {
@@ -526,9 +533,7 @@ TEST(CheckpointOp, TransformerEncoderLayersWithOptionalMasks) {
   const std::vector<c10::IValue> inputs{at::randn({64, 6, 16})};
   const int64_t plain_bytes = retained_activation_bytes(plain, inputs);
   const int64_t ckpt_bytes = retained_activation_bytes(ckpt, inputs);
-  std::printf("retained activations (encoder): plain %lld B, checkpoint-all %lld B (%.1f %%)\n",
-              static_cast<long long>(plain_bytes), static_cast<long long>(ckpt_bytes),
-              100.0 * static_cast<double>(ckpt_bytes) / static_cast<double>(plain_bytes));
+  print_retained("encoder", plain_bytes, ckpt_bytes);
   EXPECT_LE(static_cast<double>(ckpt_bytes), 0.5 * static_cast<double>(plain_bytes))
       << "plain " << plain_bytes << " B, checkpointed " << ckpt_bytes << " B";
 }
@@ -608,9 +613,7 @@ TEST(CheckpointMemory, RetainedActivationsDropOnGpt) {
   const int64_t ckpt_bytes = retained_activation_bytes(ckpt, inputs);
   RecordProperty("plain_retained_bytes", std::to_string(plain_bytes));
   RecordProperty("checkpoint_retained_bytes", std::to_string(ckpt_bytes));
-  std::printf("retained activations: plain %lld B, checkpoint-all %lld B (%.1f %%)\n",
-              static_cast<long long>(plain_bytes), static_cast<long long>(ckpt_bytes),
-              100.0 * static_cast<double>(ckpt_bytes) / static_cast<double>(plain_bytes));
+  print_retained("gpt", plain_bytes, ckpt_bytes);
   EXPECT_GT(plain_bytes, 10 * 1000 * 1000);  // about 27 MB: [8, 64] tokens, d_model 128, 4 blocks
   EXPECT_LE(static_cast<double>(ckpt_bytes), 0.35 * static_cast<double>(plain_bytes))
       << "plain " << plain_bytes << " B, checkpointed " << ckpt_bytes << " B";
@@ -632,9 +635,7 @@ TEST(CheckpointMemory, DenseLayersKeepOnlyTheFeaturesBeforeThem) {
   const std::vector<c10::IValue> inputs{at::randn({kBatch, 16})};
   const int64_t plain_bytes = retained_activation_bytes(plain, inputs);
   const int64_t ckpt_bytes = retained_activation_bytes(ckpt, inputs);
-  std::printf("retained activations (dense): plain %lld B, checkpoint-all %lld B (%.1f %%)\n",
-              static_cast<long long>(plain_bytes), static_cast<long long>(ckpt_bytes),
-              100.0 * static_cast<double>(ckpt_bytes) / static_cast<double>(plain_bytes));
+  print_retained("dense", plain_bytes, ckpt_bytes);
   // Either way: the head's input (the block's 20 features), the output (kept
   // by pow) and the loss.
   const int64_t outside = kRow * (20 + 16) + 4;
