@@ -31,6 +31,22 @@ std::string join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 
+/// Whether the plain containers children[begin, end) (stages) hold only
+/// composite modules of one class that is not a plain container: EfficientNet's
+/// stages, Sequentials of one to four MBConvs each.
+bool stages_of_one_block_class(const std::vector<std::pair<std::string, torch::jit::Module>>& children,
+                               size_t begin, size_t end) {
+  std::string unit_type;
+  for (size_t i = begin; i < end; ++i) {
+    for (const auto& unit : children[i].second.children()) {
+      const std::string type = unmangled_type_name(unit);
+      if (!has_children(unit) || is_container(type) || (!unit_type.empty() && type != unit_type)) return false;
+      unit_type = type;
+    }
+  }
+  return !unit_type.empty();
+}
+
 void find_blocks(const torch::jit::Module& module, const std::string& path, std::vector<BlockInfo>& out) {
   std::vector<std::pair<std::string, torch::jit::Module>> children;
   for (const auto& child : module.named_children()) children.emplace_back(child.name, child.value);
@@ -54,10 +70,13 @@ void find_blocks(const torch::jit::Module& module, const std::string& path, std:
     return;
   }
   // Runs of consecutive composite children of one class. All children in one
-  // run: they are the blocks, whatever their class. Several runs (a stem,
-  // then repeated units, then a head): each run of two or more is blocks
-  // unless its class is a plain container itself (EfficientNet's stages, a
-  // Sequential each), whose own children are then looked at.
+  // run: they are the blocks, whatever their class (the outermost repetition
+  // wins). Several runs (a stem, then repeated units, then a head): each run
+  // of two or more is blocks unless its class is a plain container itself
+  // (stages). Stages whose children are all composite modules of one class
+  // give those children as blocks, however many each stage holds
+  // (EfficientNet's hold one to four MBConvs); other stages are looked
+  // inside one by one.
   size_t begin = 0;
   while (begin < children.size()) {
     const std::string type = unmangled_type_name(children[begin].second);
@@ -67,7 +86,16 @@ void find_blocks(const torch::jit::Module& module, const std::string& path, std:
       ++end;
     }
     const bool whole_container = begin == 0 && end == children.size();
-    if (end - begin >= 2 && (whole_container || !is_container(type))) {
+    if (end - begin >= 2 && !whole_container && is_container(type) &&
+        stages_of_one_block_class(children, begin, end)) {
+      for (size_t i = begin; i < end; ++i) {
+        for (const auto& unit : children[i].second.named_children()) {
+          const std::string unit_path = join(join(path, children[i].first), unit.name);
+          out.push_back(BlockInfo{unit_path, unmangled_type_name(unit.value), parameter_count(unit.value)});
+        }
+      }
+      begin = end;
+    } else if (end - begin >= 2 && (whole_container || !is_container(type))) {
       for (size_t i = begin; i < end; ++i) {
         out.push_back(BlockInfo{join(path, children[i].first), type, parameter_count(children[i].second)});
       }

@@ -12,8 +12,12 @@
 //   consecutive such children of one class is blocks, unless that class is
 //   itself nn.Sequential or nn.ModuleList: MobileNetV3's `features.1` ..
 //   `features.11` (InvertedResidual, between a stem and a head), SqueezeNet's
-//   Fire modules between pooling layers; EfficientNet's stages (Sequentials
-//   of MBConv) are looked inside instead (`features.1.0`, ...).
+//   Fire modules between pooling layers.
+// - In such a container, two or more consecutive plain containers (stages)
+//   whose children are all modules of one class, each with submodules: those
+//   children are the blocks, however many each stage holds. EfficientNet-B0's seven stages of
+//   one to four MBConvs give `features.1.0` .. `features.7.0` (16). Stages
+//   holding anything else are looked inside one by one.
 // - A module of any other class whose children are all two or more such
 //   modules of one class (not nn.Sequential or nn.ModuleList) holds blocks
 //   as well: DenseNet's `features.denseblock1.denselayer1` .. `denselayer6`

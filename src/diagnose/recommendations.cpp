@@ -17,7 +17,7 @@
 //     garbage_collect_cached_blocks); frees those bytes.
 //   - Activations (forward oom or peak, or activations >= 25% of allocated):
 //     activation checkpointing frees ~83% of activations (DESIGN.md: 85.9 MB
-//     -> 14.5 MB retained on a 4-block GPT) at +17% to +48% step time
+//     -> 14.5 MB retained on a 4-block GPT) at +24% to +48% step time
 //     (docs/checkpointing.md, nine models on libtorch 1.13 CPU); half the
 //     micro-batch with twice the gradient accumulation frees half of
 //     activations + temporaries and keeps the global batch.
@@ -142,7 +142,7 @@ void recommend(Diagnosis& d) {
     out.push_back(Recommendation{
         "activation_checkpointing", "Activation checkpointing on the model's repeated blocks",
         fmt::format("{} of activations were alive{}; recomputing them in backward keeps only block inputs "
-                    "(oomtune autotune applies it; +17% to +48% step time on the nine models measured in "
+                    "(oomtune autotune applies it; +24% to +48% step time on the nine models measured in "
                     "docs/checkpointing.md).",
                     format_bytes(act), oom ? " at the out-of-memory" : " at the peak"),
         static_cast<int64_t>(std::llround(kCheckpointingSaving * static_cast<double>(act))),

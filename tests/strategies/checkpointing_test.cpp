@@ -296,14 +296,15 @@ TEST(BlockDetection, MixedSequentialAndLeafLayersAreNotBlocks) {
 
 TEST(BlockDetection, RunsOfOneClassBetweenAStemAndAHeadAreBlocks) {
   // features = Sequential(Stem, Unit, Unit, Unit, Sequential(Unit, Unit),
-  // Sequential(Unit, Unit), Head): the run of Units is blocks; the two
-  // stages are plain Sequentials, so their Units are the blocks.
+  // Sequential(Unit, Unit), Sequential(Unit), Head): the run of Units is
+  // blocks; the three stages are plain Sequentials of Units only, so their
+  // Units are the blocks, the one-Unit stage's too (as EfficientNet's).
   OptimizeScope optimize(false);
   LOAD_OR_SKIP(plain, test_model("mixed.pt"));
   std::vector<std::string> paths;
   for (const auto& block : detect_blocks(plain)) paths.push_back(block.path);
   EXPECT_EQ(paths, (std::vector<std::string>{"features.1", "features.2", "features.3", "features.4.0",
-                                             "features.4.1", "features.5.0", "features.5.1"}));
+                                             "features.4.1", "features.5.0", "features.5.1", "features.6.0"}));
   torch::jit::Module ckpt = torch::jit::load(plain_path);
   apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
   const auto input = [] { return std::vector<c10::IValue>{at::randn({8, 16})}; };

@@ -27,8 +27,8 @@ python3-torch); writes into the folder given as the first argument:
                  the list of all earlier features, which the DenseBlock
                  appends to after each call, and holds a BatchNorm1d and
                  dropout; input x [B, 16] -> [B, 16]
-  mixed.pt       a Sequential `features` of a stem, three Units, two plain
-                 Sequentials of two Units each (stages), and a head (as
+  mixed.pt       a Sequential `features` of a stem, three Units, three plain
+                 Sequentials of two, two and one Unit (stages), and a head (as
                  MobileNetV3 and EfficientNet lay out their features), Units
                  with dropout; input x [B, 16] -> [B, 16]
 
@@ -254,7 +254,7 @@ class MixedNet(nn.Module):
     def __init__(self):
         super().__init__()
         self.features = nn.Sequential(Stem(), Unit(), Unit(), Unit(), nn.Sequential(Unit(), Unit()),
-                                      nn.Sequential(Unit(), Unit()), Head())
+                                      nn.Sequential(Unit(), Unit()), nn.Sequential(Unit()), Head())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.features(x)
