@@ -45,8 +45,8 @@
 // argument, an interface call) are not found; the callee's forward (or the
 // overload called, forward__N) must take Tensors, Optional[Tensor]s or
 // List[Tensor]s besides plain values and return Tensors (a tuple of Tensors
-// on output); a Tensor that the block puts into its List[Tensor] argument
-// rather than return reaches the caller without a gradient path.
+// on output); a block that puts a Tensor into its List[Tensor] argument
+// rather than return it fails at run time (the operator checks the list).
 
 namespace oomtune {
 namespace {

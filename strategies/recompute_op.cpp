@@ -90,6 +90,13 @@ BlockArguments split_arguments(c10::ArrayRef<c10::IValue> arguments) {
   return split;
 }
 
+/// The block's TorchScript class without the "(of Python compilation unit
+/// at: 0x...)" that repr_str() appends.
+std::string class_name(const c10::ivalue::Object& block) {
+  const auto& name = block.type()->name();
+  return name ? name->qualifiedName() : block.type()->repr_str();
+}
+
 /// The call's arguments rebuilt from `layout` with `tensors` put back into
 /// their `places`; every List[Tensor] is a new list, so nothing the caller
 /// did to its list after the call shows in a recomputation.
@@ -124,7 +131,7 @@ std::vector<at::Tensor> run_method(const c10::intrusive_ptr<c10::ivalue::Object>
   stack.emplace_back(block);
   for (auto& argument : arguments) stack.push_back(std::move(argument));
   block->type()->getMethod(method).run(stack);
-  TORCH_CHECK(stack.size() == 1, kCheckpointOpName, ": ", method, " of ", block->type()->repr_str(),
+  TORCH_CHECK(stack.size() == 1, kCheckpointOpName, ": ", method, " of ", class_name(*block),
               " left ", stack.size(), " values on the stack, expected 1");
   const c10::IValue& out = stack.back();
   std::vector<at::Tensor> outputs;
@@ -132,12 +139,12 @@ std::vector<at::Tensor> run_method(const c10::intrusive_ptr<c10::ivalue::Object>
     outputs.push_back(out.toTensor());
   } else if (out.isTuple()) {
     for (const auto& element : out.toTupleRef().elements()) {
-      TORCH_CHECK(element.isTensor(), kCheckpointOpName, ": ", method, " of ", block->type()->repr_str(),
+      TORCH_CHECK(element.isTensor(), kCheckpointOpName, ": ", method, " of ", class_name(*block),
                   " returned a tuple with a ", element.tagKind(), ", expected only Tensors");
       outputs.push_back(element.toTensor());
     }
   } else {
-    TORCH_CHECK(false, kCheckpointOpName, ": ", method, " of ", block->type()->repr_str(), " returned a ",
+    TORCH_CHECK(false, kCheckpointOpName, ": ", method, " of ", class_name(*block), " returned a ",
                 out.tagKind(), ", expected a Tensor or a tuple of Tensors");
   }
   return outputs;
@@ -367,8 +374,22 @@ std::vector<at::Tensor> checkpoint_or_call(const c10::intrusive_ptr<c10::ivalue:
   // record their device, which an undefined tensor does not have.
   at::Tensor anchor = at::empty({0});
   if (!any_requires_grad) anchor.requires_grad_(true);
-  return RecomputeFunction::apply(c10::IValue(block), c10::IValue(method), c10::IValue(split.layout),
-                                  c10::IValue(split.places), arguments, at::TensorList(split.tensors), anchor);
+  std::vector<at::Tensor> outputs =
+      RecomputeFunction::apply(c10::IValue(block), c10::IValue(method), c10::IValue(split.layout),
+                               c10::IValue(split.places), arguments, at::TensorList(split.tensors), anchor);
+  // A Tensor the forward put into a List[Tensor] argument was made under
+  // no-grad and has no path to the block's parameters: refuse rather than
+  // give wrong gradients.
+  const BlockArguments after = split_arguments(arguments.toListRef());
+  bool unchanged = after.tensors.size() == split.tensors.size();
+  for (size_t i = 0; unchanged && i < after.tensors.size(); ++i) {
+    unchanged = after.tensors[i].is_same(split.tensors[i]);
+  }
+  TORCH_CHECK(unchanged, kCheckpointOpName, ": ", method, " of ", class_name(*block),
+              " changed its List[Tensor] argument (", split.tensors.size(), " tensors before the call, ",
+              after.tensors.size(), " after); a checkpointed block must return the Tensors it makes, "
+              "so checkpoint the blocks around it instead");
+  return outputs;
 }
 
 void checkpoint_kernel(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack) {

@@ -12,7 +12,8 @@
 //   an Optional[Tensor], bools, ints, floats, strings) are passed to every run
 //   of the method unchanged. The first run gets the arguments as passed (a
 //   List[Tensor] is the caller's list); a recomputation gets a new list of the
-//   Tensors it held at the call. A boxed kernel, conservative alias analysis
+//   Tensors it held at the call. A checkpointed forward that changes such a
+//   list throws (a Tensor it added would have no gradient path). A boxed kernel, conservative alias analysis
 //   (it writes module state such as BatchNorm running stats and draws from the
 //   RNG, so the JIT must neither reorder, merge nor drop it).
 // - When grad mode is on and the block object's `_oomtune_checkpoint`

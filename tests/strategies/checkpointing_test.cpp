@@ -512,6 +512,31 @@ TEST_P(ListArguments, DenseLayersCheckpointAndGradientsEqualThePlainRun) {
   expect_same_gradients(train_steps(plain, input, steps), train_steps(ckpt, input, steps));
 }
 
+// A block that appends a Tensor it made to its List[Tensor] argument (and
+// the caller reads it from there) is refused at the first checkpointed call:
+// that Tensor was made under no-grad, so the block would get no gradients.
+// Unchecked, the same model trains normally.
+TEST(CheckpointErrors, ABlockThatAddsToItsListArgumentIsRefused) {
+  OptimizeScope optimize(false);
+  LOAD_OR_SKIP(plain, test_model("appending.pt"));
+  const auto input = [] { return std::vector<c10::IValue>{at::randn({8, 16})}; };
+  const Grads grads = train_steps(plain, input, 1);
+  EXPECT_GT(grads.at("blocks.0.lin.weight").abs().sum().item<double>(), 0.0);
+  torch::jit::Module ckpt = torch::jit::load(plain_path);
+  apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
+  ckpt.train(true);
+  try {
+    ckpt.forward(input());
+    FAIL() << "no error";
+  } catch (const std::exception& e) {  // the interpreter's JITException
+    const std::string message = e.what();
+    EXPECT_NE(message.find("forward of __torch__.AppendingBlock changed"), std::string::npos) << message;
+    EXPECT_NE(message.find("changed its List[Tensor] argument (1 tensors before the call, 2 after)"),
+              std::string::npos)
+        << message;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Optimize, ListArguments, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return std::string(info.param ? "on" : "off");

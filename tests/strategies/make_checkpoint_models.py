@@ -20,6 +20,8 @@ python3-torch); writes into the folder given as the first argument:
                  d_model 16, dropout 0.1), whose layers take Optional[Tensor]
                  masks; input x [B, 6, 16] -> [B, 6, 16]
   tuple_arg.pt   repeated blocks whose forward takes Tuple[Tensor, Tensor]
+  appending.pt   blocks whose forward appends its result to its List[Tensor]
+                 argument (the caller reads it from there), input x [B, 16]
   dense.pt       as torchvision's DenseNet: a stem, a DenseBlock (an
                  nn.ModuleDict subclass) of three DenseLayers, and a head;
                  each DenseLayer's forward is overloaded (List[Tensor] or
@@ -171,6 +173,29 @@ class TupleArgNet(nn.Module):
         return x
 
 
+class AppendingBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, xs: List[torch.Tensor]) -> torch.Tensor:
+        y = self.lin(xs[-1])
+        xs.append(y)
+        return y.sum(1, keepdim=True)
+
+
+class AppendingNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([AppendingBlock() for _ in range(2)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xs = [x]
+        for block in self.blocks:
+            block(xs)
+        return xs[-1]
+
+
 class DenseLayer(nn.Module):
     """torchvision.models.densenet._DenseLayer in small: the concatenation
     of all earlier features, normalized, projected to `growth` features."""
@@ -271,7 +296,8 @@ def main() -> int:
     torch.manual_seed(0)
     for name, model in [("pair", PairNet()), ("shared", SharedNet()), ("no_blocks", NoBlocks()),
                         ("int_arg", IntArgNet()), ("masked", MaskedNet()), ("encoder", encoder()),
-                        ("tuple_arg", TupleArgNet()), ("mixed", MixedNet()), ("dense", DenseNet())]:
+                        ("tuple_arg", TupleArgNet()), ("mixed", MixedNet()), ("dense", DenseNet()),
+                        ("appending", AppendingNet())]:
         path = os.path.join(out, f"{name}.pt")
         torch.jit.script(model).save(path + ".tmp")
         os.replace(path + ".tmp", path)
