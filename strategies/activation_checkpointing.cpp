@@ -43,8 +43,8 @@
 // (GraphExecutor has no public way to drop it); blocks called through
 // something other than a GetAttr chain from self (a module passed as an
 // argument, an interface call) are not found; the callee's forward (or the
-// overload called, forward__N) must take Tensors, Optional[Tensor]s or
-// List[Tensor]s besides plain values and return Tensors (a tuple of Tensors
+// overload called, forward__N) must take Tensors, Optional[Tensor]s,
+// List[Tensor]s or tuples of Tensors besides plain values and return Tensors (a tuple of Tensors
 // on output); a block that puts a Tensor into its List[Tensor] argument
 // rather than return it fails at run time (the operator checks the list).
 
@@ -176,9 +176,15 @@ bool is_tensor_list(const c10::TypePtr& type) {
   return list && is_tensor(list->getElementType());
 }
 
+bool is_tensor_tuple(const c10::TypePtr& type) {
+  const auto tuple = type->cast<c10::TupleType>();
+  return tuple && !tuple->elements().empty() &&
+         std::all_of(tuple->elements().begin(), tuple->elements().end(), is_tensor);
+}
+
 /// Argument types whose Tensors the recompute operator hands to autograd.
 bool is_tensor_argument(const c10::TypePtr& type) {
-  return is_tensor(type) || is_optional_tensor(type) || is_tensor_list(type);
+  return is_tensor(type) || is_optional_tensor(type) || is_tensor_list(type) || is_tensor_tuple(type);
 }
 
 /// Whether a value of this type can hold a Tensor (inside a list, tuple,
@@ -203,9 +209,9 @@ std::string type_name(const c10::TypePtr& type) {
 }
 
 /// Throws ConfigError unless the call's forward takes one or more Tensor,
-/// Optional[Tensor] or List[Tensor] arguments, other arguments that hold no
-/// Tensor (None, bool, int, float, str, ...), and returns a Tensor or a tuple
-/// of Tensors.
+/// Optional[Tensor], List[Tensor] or Tuple[Tensor, ...] arguments, other
+/// arguments that hold no Tensor (None, bool, int, float, str, ...), and
+/// returns a Tensor or a tuple of Tensors.
 void check_call(const Node* call, const std::string& path, const std::string& label) {
   std::vector<const Value*> inputs(call->inputs().begin() + 1, call->inputs().end());
   std::string signature;
@@ -228,8 +234,9 @@ void check_call(const Node* call, const std::string& path, const std::string& la
   if (!arguments_ok || !output_ok) {
     throw ConfigError(fmt::format(
         "{}: cannot checkpoint '{}' ({}): its forward takes ({}) and returns {}; the recompute operator "
-        "needs one or more Tensor, Optional[Tensor] or List[Tensor] arguments, no other argument that "
-        "holds Tensors (a tuple or dict of them, an object), and a Tensor or a tuple of Tensors as output",
+        "needs one or more Tensor, Optional[Tensor], List[Tensor] or Tuple[Tensor, ...] arguments, no "
+        "other argument that holds Tensors (a dict of them, an object, a tuple mixing them with other "
+        "values), and a Tensor or a tuple of Tensors as output",
         label, path, type_name(call->input(0)->type()), signature, type_name(out_type)));
   }
 }

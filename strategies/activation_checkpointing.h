@@ -13,11 +13,11 @@
 //   num_batches_tracked counts it twice (PyTorch's torch.utils.checkpoint does
 //   the same). Gradients are unaffected.
 // - Cannot apply: to a model without repeated blocks unless submodule paths
-//   are named; to a block whose forward takes no Tensor, Optional[Tensor] or
-//   List[Tensor], or takes a tuple, dict or object holding Tensors, or
-//   returns anything but a Tensor or a tuple of Tensors (other arguments, such
-//   as nn.TransformerEncoderLayer's masks left None or a bool, pass through
-//   unchanged to every run); to a submodule that no TorchScript method calls
+//   are named; to a block whose forward takes no Tensor, Optional[Tensor],
+//   List[Tensor] or Tuple[Tensor, ...], or takes a dict, an object or a
+//   mixed tuple holding Tensors, or returns anything but a Tensor or a tuple
+//   of Tensors (other arguments, such as nn.TransformerEncoderLayer's masks
+//   left None or a bool, pass through unchanged to every run); to a submodule that no TorchScript method calls
 //   as `prim::CallMethod[name="forward"]` (or an overload, "forward__N"); to a
 //   module whose methods already ran (the graph executor keeps the graph it
 //   compiled at the first run: apply checkpointing right after loading).

@@ -1,5 +1,6 @@
 #include "strategies/recompute_op.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <ATen/Context.h>
@@ -56,15 +57,23 @@ using torch::autograd::variable_list;
 
 /// The block's arguments apart from self, as the call site passed them, split
 /// so that autograd sees the Tensors: `tensors` in order, and `layout` holding
-/// every argument with None in each Tensor's place and an empty list in each
-/// List[Tensor]'s place. `places` gives, per tensor, its argument's index and
-/// its index in that list (-1 for a Tensor argument). Other arguments (None for
-/// an Optional[Tensor], a bool, an int) pass through unchanged.
+/// every argument with None in each Tensor's place, an empty list in each
+/// List[Tensor]'s and an empty tuple in each tuple of Tensors'. `places` gives,
+/// per tensor, its argument's index and its index in that list or tuple (-1
+/// for a Tensor argument). Other arguments (None for an Optional[Tensor], a
+/// bool, an int, a tuple of ints) pass through unchanged.
 struct BlockArguments {
   c10::List<c10::IValue> layout{c10::AnyType::get()};
   c10::List<int64_t> places;  // argument index, element index (or -1), per tensor
   std::vector<at::Tensor> tensors;
 };
+
+bool is_tensor_tuple(const c10::IValue& value) {
+  if (!value.isTuple()) return false;
+  const auto& elements = value.toTupleRef().elements();
+  return !elements.empty() &&
+         std::all_of(elements.begin(), elements.end(), [](const c10::IValue& e) { return e.isTensor(); });
+}
 
 BlockArguments split_arguments(c10::ArrayRef<c10::IValue> arguments) {
   BlockArguments split;
@@ -83,6 +92,14 @@ BlockArguments split_arguments(c10::ArrayRef<c10::IValue> arguments) {
         split.tensors.push_back(list.get(i));
       }
       split.layout.push_back(c10::List<at::Tensor>());
+    } else if (is_tensor_tuple(argument)) {
+      const auto& elements = argument.toTupleRef().elements();
+      for (size_t i = 0; i < elements.size(); ++i) {
+        split.places.push_back(index);
+        split.places.push_back(static_cast<int64_t>(i));
+        split.tensors.push_back(elements[i].toTensor());
+      }
+      split.layout.push_back(c10::ivalue::Tuple::create(std::vector<c10::IValue>{}));
     } else {
       split.layout.push_back(argument);
     }
@@ -99,7 +116,8 @@ std::string class_name(const c10::ivalue::Object& block) {
 
 /// The call's arguments rebuilt from `layout` with `tensors` put back into
 /// their `places`; every List[Tensor] is a new list, so nothing the caller
-/// did to its list after the call shows in a recomputation.
+/// did to its list after the call shows in a recomputation, and every tuple
+/// of Tensors a new tuple.
 std::vector<c10::IValue> join_arguments(const c10::List<c10::IValue>& layout, const c10::List<int64_t>& places,
                                         at::TensorList tensors) {
   TORCH_CHECK(places.size() == 2 * tensors.size(), kCheckpointOpName, ": ", tensors.size(), " tensors for ",
@@ -110,13 +128,20 @@ std::vector<c10::IValue> join_arguments(const c10::List<c10::IValue>& layout, co
     const c10::IValue value = layout.get(i);
     arguments.push_back(value.isTensorList() ? c10::IValue(c10::List<at::Tensor>()) : value);
   }
+  std::vector<std::vector<c10::IValue>> tuples(layout.size());
   for (size_t t = 0; t < tensors.size(); ++t) {
-    c10::IValue& argument = arguments.at(static_cast<size_t>(places.get(2 * t)));
+    const auto index = static_cast<size_t>(places.get(2 * t));
+    c10::IValue& argument = arguments.at(index);
     if (places.get(2 * t + 1) < 0) {
       argument = tensors[t];
-    } else {
+    } else if (argument.isTensorList()) {
       argument.toTensorList().push_back(tensors[t]);
+    } else {
+      tuples[index].emplace_back(tensors[t]);
     }
+  }
+  for (size_t i = 0; i < tuples.size(); ++i) {
+    if (!tuples[i].empty()) arguments[i] = c10::ivalue::Tuple::create(std::move(tuples[i]));
   }
   return arguments;
 }

@@ -7,15 +7,17 @@
 // - Schema: `oomtune::checkpoint(Any block, str method, Any[] inputs) ->
 //   Tensor[]`: `method` is the forward the call site called (`forward`, or an
 //   overload such as `forward__0`), `inputs` the call's arguments after self,
-//   in order. Tensors among them, and the Tensors of a List[Tensor], are the
-//   autograd Function's inputs (saved, given gradients); the others (None for
-//   an Optional[Tensor], bools, ints, floats, strings) are passed to every run
-//   of the method unchanged. The first run gets the arguments as passed (a
-//   List[Tensor] is the caller's list); a recomputation gets a new list of the
-//   Tensors it held at the call. A checkpointed forward that changes such a
-//   list throws (a Tensor it added would have no gradient path). A boxed kernel, conservative alias analysis
-//   (it writes module state such as BatchNorm running stats and draws from the
-//   RNG, so the JIT must neither reorder, merge nor drop it).
+//   in order. Tensors among them, and the Tensors of a List[Tensor] or of a
+//   tuple of Tensors, are the autograd Function's inputs (saved, given
+//   gradients); the others (None for an Optional[Tensor], bools, ints,
+//   floats, strings) are passed to every run of the method unchanged.
+// - The first run gets the arguments as passed (a List[Tensor] is the
+//   caller's list); a recomputation gets a new list (or tuple) of the Tensors
+//   it held at the call. A checkpointed forward that changes such a list
+//   throws: a Tensor it added would have no gradient path.
+// - A boxed kernel, conservative alias analysis (it writes module state such
+//   as BatchNorm running stats and draws from the RNG, so the JIT must
+//   neither reorder, merge nor drop it).
 // - When grad mode is on and the block object's `_oomtune_checkpoint`
 //   attribute is true, the block's `forward` runs under no-grad inside a
 //   torch::autograd::Function that keeps only the inputs; its backward runs

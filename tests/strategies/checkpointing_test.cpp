@@ -537,6 +537,18 @@ TEST(CheckpointErrors, ABlockThatAddsToItsListArgumentIsRefused) {
   }
 }
 
+// A Tuple[Tensor, Tensor] argument: its Tensors go to autograd one by one and
+// the recomputation gets a new tuple of them.
+TEST_P(ListArguments, TuplesOfTensorsCheckpointToo) {
+  OptimizeScope optimize(GetParam());
+  LOAD_OR_SKIP(plain, test_model("tuple_arg.pt"));
+  torch::jit::Module ckpt = torch::jit::load(plain_path);
+  const CheckpointReport report = apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
+  EXPECT_EQ(report.checkpointed, (std::vector<std::string>{"blocks.0", "blocks.1"}));
+  const auto input = [] { return std::vector<c10::IValue>{at::randn({8, 16}).requires_grad_(true)}; };
+  expect_same_gradients(train_steps(plain, input, GetParam() ? 3 : 1), train_steps(ckpt, input, GetParam() ? 3 : 1));
+}
+
 INSTANTIATE_TEST_SUITE_P(Optimize, ListArguments, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return std::string(info.param ? "on" : "off");
@@ -720,12 +732,12 @@ TEST(CheckpointErrors, FirstNPastTheBlockCount) {
   EXPECT_NE(message.find("got 5"), std::string::npos) << message;
 }
 
-TEST(CheckpointErrors, TensorsInsideATupleArgumentAreRefused) {
-  LOAD_OR_SKIP(model, test_model("tuple_arg.pt"));
+TEST(CheckpointErrors, TensorsInsideADictArgumentAreRefused) {
+  LOAD_OR_SKIP(model, test_model("dict_arg.pt"));
   const std::string message =
       config_error_message([&] { apply_checkpointing(model, parse_checkpoint_plan("all")); });
-  EXPECT_NE(message.find("cannot checkpoint 'blocks.0' (__torch__.TupleArgBlock)"), std::string::npos) << message;
-  EXPECT_NE(message.find("takes (Tuple[Tensor, Tensor]) and returns Tensor"), std::string::npos) << message;
+  EXPECT_NE(message.find("cannot checkpoint 'blocks.0' (__torch__.DictArgBlock)"), std::string::npos) << message;
+  EXPECT_NE(message.find("takes (Dict[str, Tensor]) and returns Tensor"), std::string::npos) << message;
   EXPECT_EQ(message.find("compilation unit"), std::string::npos) << message;
   EXPECT_EQ(count_checkpoint_nodes(model), 0);
 }

@@ -19,7 +19,9 @@ python3-torch); writes into the folder given as the first argument:
   encoder.pt     nn.TransformerEncoder (2 layers of nn.TransformerEncoderLayer,
                  d_model 16, dropout 0.1), whose layers take Optional[Tensor]
                  masks; input x [B, 6, 16] -> [B, 6, 16]
-  tuple_arg.pt   repeated blocks whose forward takes Tuple[Tensor, Tensor]
+  tuple_arg.pt   repeated blocks whose forward takes Tuple[Tensor, Tensor],
+                 input x [B, 16] -> [B, 16]
+  dict_arg.pt    repeated blocks whose forward takes Dict[str, Tensor]
   appending.pt   blocks whose forward appends its result to its List[Tensor]
                  argument (the caller reads it from there), input x [B, 16]
   dense.pt       as torchvision's DenseNet: a stem, a DenseBlock (an
@@ -39,7 +41,7 @@ Nothing here is committed as .pt; the test runs this script at test time.
 
 import os
 import sys
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -159,7 +161,7 @@ class TupleArgBlock(nn.Module):
         self.lin = nn.Linear(16, 16)
 
     def forward(self, xs: Tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        return self.lin(xs[0] + xs[1])
+        return self.lin(xs[0]) * torch.tanh(xs[1])
 
 
 class TupleArgNet(nn.Module):
@@ -170,6 +172,26 @@ class TupleArgNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
             x = block((x, x * 2.0))
+        return x
+
+
+class DictArgBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, xs: Dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.lin(xs["a"] + xs["b"])
+
+
+class DictArgNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([DictArgBlock() for _ in range(2)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block({"a": x, "b": x * 2.0})
         return x
 
 
@@ -297,7 +319,7 @@ def main() -> int:
     for name, model in [("pair", PairNet()), ("shared", SharedNet()), ("no_blocks", NoBlocks()),
                         ("int_arg", IntArgNet()), ("masked", MaskedNet()), ("encoder", encoder()),
                         ("tuple_arg", TupleArgNet()), ("mixed", MixedNet()), ("dense", DenseNet()),
-                        ("appending", AppendingNet())]:
+                        ("appending", AppendingNet()), ("dict_arg", DictArgNet())]:
         path = os.path.join(out, f"{name}.pt")
         torch.jit.script(model).save(path + ".tmp")
         os.replace(path + ".tmp", path)
