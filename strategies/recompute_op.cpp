@@ -77,28 +77,23 @@ bool is_tensor_tuple(const c10::IValue& value) {
 
 BlockArguments split_arguments(c10::ArrayRef<c10::IValue> arguments) {
   BlockArguments split;
+  const auto add = [&split](int64_t argument, int64_t element, const at::Tensor& tensor) {
+    split.places.push_back(argument);
+    split.places.push_back(element);
+    split.tensors.push_back(tensor);
+  };
   for (const auto& argument : arguments) {
     const auto index = static_cast<int64_t>(split.layout.size());
     if (argument.isTensor()) {
-      split.places.push_back(index);
-      split.places.push_back(-1);
-      split.tensors.push_back(argument.toTensor());
+      add(index, -1, argument.toTensor());
       split.layout.push_back(c10::IValue());
     } else if (argument.isTensorList()) {
       const auto list = argument.toTensorList();
-      for (size_t i = 0; i < list.size(); ++i) {
-        split.places.push_back(index);
-        split.places.push_back(static_cast<int64_t>(i));
-        split.tensors.push_back(list.get(i));
-      }
+      for (size_t i = 0; i < list.size(); ++i) add(index, static_cast<int64_t>(i), list.get(i));
       split.layout.push_back(c10::List<at::Tensor>());
     } else if (is_tensor_tuple(argument)) {
       const auto& elements = argument.toTupleRef().elements();
-      for (size_t i = 0; i < elements.size(); ++i) {
-        split.places.push_back(index);
-        split.places.push_back(static_cast<int64_t>(i));
-        split.tensors.push_back(elements[i].toTensor());
-      }
+      for (size_t i = 0; i < elements.size(); ++i) add(index, static_cast<int64_t>(i), elements[i].toTensor());
       split.layout.push_back(c10::ivalue::Tuple::create(std::vector<c10::IValue>{}));
     } else {
       split.layout.push_back(argument);
