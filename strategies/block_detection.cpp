@@ -31,40 +31,35 @@ std::string join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 
-/// Whether the plain containers children[begin, end) (stages) hold only
-/// composite modules of one class that is not a plain container: EfficientNet's
-/// stages, Sequentials of one to four MBConvs each.
-bool stages_of_one_block_class(const std::vector<std::pair<std::string, torch::jit::Module>>& children,
-                               size_t begin, size_t end) {
-  std::string unit_type;
-  for (size_t i = begin; i < end; ++i) {
-    for (const auto& unit : children[i].second.children()) {
-      const std::string type = unmangled_type_name(unit);
-      if (!has_children(unit) || is_container(type) || (!unit_type.empty() && type != unit_type)) return false;
-      unit_type = type;
-    }
-  }
-  return !unit_type.empty();
+using NamedModules = std::vector<std::pair<std::string, torch::jit::Module>>;
+
+/// Whether `units` (path, module) are one or more composite modules of one
+/// class that is not a plain container.
+bool one_block_class(const NamedModules& units) {
+  if (units.empty()) return false;
+  const std::string first = unmangled_type_name(units.front().second);
+  return std::all_of(units.begin(), units.end(), [&](const auto& unit) {
+    return has_children(unit.second) && !is_container(first) && unmangled_type_name(unit.second) == first;
+  });
+}
+
+void add_block(const std::string& path, const torch::jit::Module& module, std::vector<BlockInfo>& out) {
+  out.push_back(BlockInfo{path, unmangled_type_name(module), parameter_count(module)});
 }
 
 void find_blocks(const torch::jit::Module& module, const std::string& path, std::vector<BlockInfo>& out) {
-  std::vector<std::pair<std::string, torch::jit::Module>> children;
-  for (const auto& child : module.named_children()) children.emplace_back(child.name, child.value);
+  NamedModules children;
+  for (const auto& child : module.named_children()) children.emplace_back(join(path, child.name), child.value);
   if (!is_container(unmangled_type_name(module))) {
     // A module of its own class whose children are all composite units of
     // one class (not plain containers) holds blocks too: torchvision's
     // _DenseBlock, a ModuleDict subclass of _DenseLayers, is one.
-    const bool all_blocks =
-        children.size() >= 2 && std::all_of(children.begin(), children.end(), [&](const auto& child) {
-          const std::string type = unmangled_type_name(child.second);
-          return has_children(child.second) && !is_container(type) &&
-                 type == unmangled_type_name(children.front().second);
-        });
-    for (const auto& [name, child] : children) {
+    const bool all_blocks = children.size() >= 2 && one_block_class(children);
+    for (const auto& [child_path, child] : children) {
       if (all_blocks) {
-        out.push_back(BlockInfo{join(path, name), unmangled_type_name(child), parameter_count(child)});
+        add_block(child_path, child, out);
       } else {
-        find_blocks(child, join(path, name), out);
+        find_blocks(child, child_path, out);
       }
     }
     return;
@@ -86,23 +81,23 @@ void find_blocks(const torch::jit::Module& module, const std::string& path, std:
       ++end;
     }
     const bool whole_container = begin == 0 && end == children.size();
-    if (end - begin >= 2 && !whole_container && is_container(type) &&
-        stages_of_one_block_class(children, begin, end)) {
+    NamedModules units;  // the stages' children, when the run is stages
+    if (end - begin >= 2 && !whole_container && is_container(type)) {
       for (size_t i = begin; i < end; ++i) {
         for (const auto& unit : children[i].second.named_children()) {
-          const std::string unit_path = join(join(path, children[i].first), unit.name);
-          out.push_back(BlockInfo{unit_path, unmangled_type_name(unit.value), parameter_count(unit.value)});
+          units.emplace_back(join(children[i].first, unit.name), unit.value);
         }
       }
+    }
+    if (one_block_class(units)) {
+      for (const auto& [unit_path, unit] : units) add_block(unit_path, unit, out);
       begin = end;
     } else if (end - begin >= 2 && (whole_container || !is_container(type))) {
-      for (size_t i = begin; i < end; ++i) {
-        out.push_back(BlockInfo{join(path, children[i].first), type, parameter_count(children[i].second)});
-      }
+      for (size_t i = begin; i < end; ++i) add_block(children[i].first, children[i].second, out);
       begin = end;
     } else {
       const size_t next = std::max(end, begin + 1);
-      for (size_t i = begin; i < next; ++i) find_blocks(children[i].second, join(path, children[i].first), out);
+      for (size_t i = begin; i < next; ++i) find_blocks(children[i].second, children[i].first, out);
       begin = next;
     }
   }
