@@ -46,7 +46,8 @@
 // overload called, forward__N) must take Tensors, Optional[Tensor]s,
 // List[Tensor]s or tuples of Tensors besides plain values and return Tensors (a tuple of Tensors
 // on output); a block that puts a Tensor into its List[Tensor] argument
-// rather than return it fails at run time (the operator checks the list).
+// rather than return it, or modifies a Tensor argument in place, fails at
+// run time (the operator checks the list and the version counters).
 
 namespace oomtune {
 namespace {

@@ -381,6 +381,39 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
   }
 };
 
+/// Refuses a checkpointed forward that changed what its recomputation will
+/// start from, rather than give wrong gradients: a Tensor it put into a
+/// List[Tensor] argument was made under no-grad and has no path to the
+/// block's parameters; a Tensor argument it modified in place (its version
+/// counter moved, as autograd's saved-variable check reads it) holds the
+/// modified values, so the recomputation would run on other inputs than the
+/// forward did. `before` and `versions` are the arguments' Tensors and their
+/// versions before the forward.
+void check_arguments_kept(const c10::ivalue::Object& block, const std::string& method, const BlockArguments& before,
+                          const std::vector<int64_t>& versions, const c10::IValue& arguments) {
+  const BlockArguments after = split_arguments(arguments.toListRef());
+  bool unchanged = after.tensors.size() == before.tensors.size();
+  for (size_t i = 0; unchanged && i < after.tensors.size(); ++i) {
+    unchanged = after.tensors[i].is_same(before.tensors[i]);
+  }
+  TORCH_CHECK(unchanged, kCheckpointOpName, ": ", method, " of ", class_name(block),
+              " changed its List[Tensor] argument (", before.tensors.size(), " tensors before the call, ",
+              after.tensors.size(), " after); a checkpointed block must return the Tensors it makes, "
+              "so checkpoint the blocks around it instead");
+  for (size_t i = 0; i < before.tensors.size(); ++i) {
+    const at::Tensor& input = before.tensors[i];
+    if (!input.defined() || input._version() == versions[i]) continue;
+    const auto& schema = block.type()->getMethod(method).getSchema();
+    const auto argument = static_cast<size_t>(before.places.get(2 * i)) + 1;  // after self
+    const int64_t element = before.places.get(2 * i + 1);
+    TORCH_CHECK(false, kCheckpointOpName, ": ", method, " of ", class_name(block), " modified its argument ",
+                schema.arguments().at(argument).name(), element < 0 ? "" : "[" + std::to_string(element) + "]",
+                " in place, so its recomputation would start from the modified values; make that operation "
+                "out of place (x = x * 2 rather than x.mul_(2) or x *= 2, ReLU(inplace=False)) or checkpoint "
+                "the blocks around it instead");
+  }
+}
+
 std::vector<at::Tensor> checkpoint_or_call(const c10::intrusive_ptr<c10::ivalue::Object>& block,
                                            const std::string& method, const c10::IValue& arguments,
                                            bool checkpoint) {
@@ -394,21 +427,13 @@ std::vector<at::Tensor> checkpoint_or_call(const c10::intrusive_ptr<c10::ivalue:
   // record their device, which an undefined tensor does not have.
   at::Tensor anchor = at::empty({0});
   if (!any_requires_grad) anchor.requires_grad_(true);
+  std::vector<int64_t> versions;
+  versions.reserve(split.tensors.size());
+  for (const auto& input : split.tensors) versions.push_back(input.defined() ? input._version() : 0);
   std::vector<at::Tensor> outputs =
       RecomputeFunction::apply(c10::IValue(block), c10::IValue(method), c10::IValue(split.layout),
                                c10::IValue(split.places), arguments, at::TensorList(split.tensors), anchor);
-  // A Tensor the forward put into a List[Tensor] argument was made under
-  // no-grad and has no path to the block's parameters: refuse rather than
-  // give wrong gradients.
-  const BlockArguments after = split_arguments(arguments.toListRef());
-  bool unchanged = after.tensors.size() == split.tensors.size();
-  for (size_t i = 0; unchanged && i < after.tensors.size(); ++i) {
-    unchanged = after.tensors[i].is_same(split.tensors[i]);
-  }
-  TORCH_CHECK(unchanged, kCheckpointOpName, ": ", method, " of ", class_name(*block),
-              " changed its List[Tensor] argument (", split.tensors.size(), " tensors before the call, ",
-              after.tensors.size(), " after); a checkpointed block must return the Tensors it makes, "
-              "so checkpoint the blocks around it instead");
+  check_arguments_kept(*block, method, split, versions, arguments);
   return outputs;
 }
 

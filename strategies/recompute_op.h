@@ -14,7 +14,9 @@
 // - The first run gets the arguments as passed (a List[Tensor] is the
 //   caller's list); a recomputation gets a new list (or tuple) of the Tensors
 //   it held at the call. A checkpointed forward that changes such a list
-//   throws: a Tensor it added would have no gradient path.
+//   throws: a Tensor it added would have no gradient path. So does one that
+//   modifies a Tensor argument in place (its version counter moved): the
+//   recomputation would start from the modified values.
 // - A boxed kernel, conservative alias analysis (it writes module state such
 //   as BatchNorm running stats and draws from the RNG, so the JIT must
 //   neither reorder, merge nor drop it).

@@ -218,6 +218,30 @@ class AppendingNet(nn.Module):
         return xs[-1]
 
 
+class ScalingBlock(nn.Module):
+    """Scales its input in place before using it (pre-activation blocks do
+    the same with ReLU(inplace=True))."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.mul_(0.5)
+        return x + torch.tanh(self.lin(x))
+
+
+class ScalingNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([ScalingBlock() for _ in range(2)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
 class DenseLayer(nn.Module):
     """torchvision.models.densenet._DenseLayer in small: the concatenation
     of all earlier features, normalized, projected to `growth` features."""
@@ -319,7 +343,8 @@ def main() -> int:
     for name, model in [("pair", PairNet()), ("shared", SharedNet()), ("no_blocks", NoBlocks()),
                         ("int_arg", IntArgNet()), ("masked", MaskedNet()), ("encoder", encoder()),
                         ("tuple_arg", TupleArgNet()), ("mixed", MixedNet()), ("dense", DenseNet()),
-                        ("appending", AppendingNet()), ("dict_arg", DictArgNet())]:
+                        ("appending", AppendingNet()), ("dict_arg", DictArgNet()),
+                        ("in_place", ScalingNet())]:
         path = os.path.join(out, f"{name}.pt")
         torch.jit.script(model).save(path + ".tmp")
         os.replace(path + ".tmp", path)
