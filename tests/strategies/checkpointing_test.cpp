@@ -580,6 +580,30 @@ INSTANTIATE_TEST_SUITE_P(Optimize, ListArguments, ::testing::Values(false, true)
                            return std::string(info.param ? "on" : "off");
                          });
 
+class TracedDecoder : public ::testing::TestWithParam<bool> {};
+
+// A Llama-style decoder traced as users export Hugging Face models: the
+// trace flattens each layer's rotary (cos, sin) tuple into two Tensor
+// arguments and bakes the training-mode dropout in as aten::dropout(train=
+// True). The layers are the blocks; with dropout on, gradients equal the
+// plain run's.
+TEST_P(TracedDecoder, LlamaLayersCheckpointAndGradientsEqualThePlainRun) {
+  OptimizeScope optimize(GetParam());
+  const int steps = GetParam() ? 3 : 1;
+  LOAD_OR_SKIP(plain, test_model("llama_trace.pt"));
+  torch::jit::Module ckpt = torch::jit::load(plain_path);
+  const CheckpointReport report = apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
+  EXPECT_EQ(report.checkpointed, (std::vector<std::string>{"model.layers.0", "model.layers.1", "model.layers.2"}));
+  EXPECT_EQ(count_checkpoint_nodes(ckpt), 3);
+  const auto input = [] { return std::vector<c10::IValue>{at::randint(0, 100, {8, 16})}; };
+  expect_same_gradients(train_steps(plain, input, steps), train_steps(ckpt, input, steps));
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimize, TracedDecoder, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "on" : "off");
+                         });
+
 // nn.TransformerEncoder calls each nn.TransformerEncoderLayer with
 // Optional[Tensor] masks (None here): the layers checkpoint, gradients equal
 // the plain run's (dropout on), and less stays alive between forward and

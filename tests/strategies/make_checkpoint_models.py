@@ -31,6 +31,16 @@ python3-torch); writes into the folder given as the first argument:
                  the list of all earlier features, which the DenseBlock
                  appends to after each call, and holds a BatchNorm1d and
                  dropout; input x [B, 16] -> [B, 16]
+  in_place.pt    two blocks that scale their input in place (x.mul_(0.5))
+                 before using it; input x [B, 16] -> [B, 16]
+  llama_trace.pt a Llama-style decoder as Hugging Face's LlamaForCausalLM lays
+                 it out (embed_tokens, layers of RMSNorm, rotary attention
+                 with dropout 0.1 and a SwiGLU MLP, norm, lm_head), *traced*
+                 in training mode as users export HF models: each layer gets
+                 the hidden states, the rotary cos/sin (a tuple in Python,
+                 two Tensors in the trace) and the causal mask, and returns a
+                 one-element tuple; input ids [B, 16] in [0, 100) -> logits
+                 [B, 16, 100]
   mixed.pt       a Sequential `features` of a stem, three Units, three plain
                  Sequentials of two, two and one Unit (stages), and a head (as
                  MobileNetV3 and EfficientNet lay out their features), Units
@@ -45,6 +55,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 class PairBlock(nn.Module):
@@ -331,6 +342,110 @@ class MixedNet(nn.Module):
         return self.features(x)
 
 
+class RMSNorm(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, head_dim: int):
+        super().__init__()
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, position_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        freqs = position_ids[:, :, None].float() * self.inv_freq[None, None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos(), emb.sin()
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.heads, self.head_dim = heads, d // heads
+        self.q_proj = nn.Linear(d, d, bias=False)
+        self.k_proj = nn.Linear(d, d, bias=False)
+        self.v_proj = nn.Linear(d, d, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=False)
+
+    def forward(self, x, position_embeddings, attention_mask):
+        b, t, d = x.shape
+        q, k, v = (proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+                   for proj in (self.q_proj, self.k_proj, self.v_proj))
+        cos, sin = (e.unsqueeze(1) for e in position_embeddings)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        weights = torch.softmax(q @ k.transpose(-1, -2) / self.head_dim ** 0.5 + attention_mask, -1)
+        weights = F.dropout(weights, 0.1, self.training)
+        return self.o_proj((weights @ v).transpose(1, 2).reshape(b, t, d))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(d, 2 * d, bias=False)
+        self.up_proj = nn.Linear(d, 2 * d, bias=False)
+        self.down_proj = nn.Linear(2 * d, d, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.self_attn = LlamaAttention(d, heads)
+        self.mlp = LlamaMLP(d)
+        self.input_layernorm = RMSNorm(d)
+        self.post_attention_layernorm = RMSNorm(d)
+
+    def forward(self, hidden_states, attention_mask, position_embeddings):
+        h = hidden_states + self.self_attn(self.input_layernorm(hidden_states), position_embeddings, attention_mask)
+        return (h + self.mlp(self.post_attention_layernorm(h)),)
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, vocab: int, d: int, heads: int, layers: int):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, d)
+        self.layers = nn.ModuleList([LlamaDecoderLayer(d, heads) for _ in range(layers)])
+        self.norm = RMSNorm(d)
+        self.rotary_emb = RotaryEmbedding(d // heads)
+
+    def forward(self, input_ids):
+        b, t = input_ids.shape
+        x = self.embed_tokens(input_ids)
+        position_embeddings = self.rotary_emb(torch.arange(t)[None].expand(b, t))
+        mask = torch.full((t, t), float("-inf")).triu(1)[None, None]
+        for layer in self.layers:
+            x = layer(x, mask, position_embeddings)[0]
+        return self.norm(x)
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, vocab: int = 100, d: int = 32, heads: int = 4, layers: int = 3):
+        super().__init__()
+        self.model = LlamaModel(vocab, d, heads, layers)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, input_ids):
+        return self.lm_head(self.model(input_ids))
+
+
+def traced_llama() -> torch.jit.ScriptModule:
+    model = LlamaForCausalLM().train()
+    return torch.jit.trace(model, (torch.randint(0, 100, (2, 16)),), check_trace=False)
+
+
 def encoder() -> nn.Module:
     layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.1, batch_first=True)
     return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
@@ -348,6 +463,9 @@ def main() -> int:
         path = os.path.join(out, f"{name}.pt")
         torch.jit.script(model).save(path + ".tmp")
         os.replace(path + ".tmp", path)
+    path = os.path.join(out, "llama_trace.pt")
+    traced_llama().save(path + ".tmp")
+    os.replace(path + ".tmp", path)
     return 0
 
 
