@@ -177,6 +177,27 @@ int64_t count_checkpoint_nodes(const torch::jit::Module& module) {
   return count;
 }
 
+/// Names a test instance by its graph-executor optimization parameter.
+std::string on_or_off(const ::testing::TestParamInfo<bool>& info) { return info.param ? "on" : "off"; }
+
+/// Loads make_checkpoint_models.py's `name` twice, checkpoints every block of
+/// one copy (expecting exactly `blocks`, one oomtune::checkpoint node each)
+/// and expects its gradients to equal the plain copy's, with graph-executor
+/// optimization `optimize`: after 1 step, or 3 with optimization on (the
+/// profiling executor runs its optimized plan from the second).
+template <typename MakeInput>
+void expect_all_blocks_train_like_plain(const std::string& name, bool optimize, const std::vector<std::string>& blocks,
+                                        MakeInput make_input) {
+  OptimizeScope optimize_scope(optimize);
+  const int steps = optimize ? 3 : 1;
+  LOAD_OR_SKIP(plain, test_model(name));
+  torch::jit::Module ckpt = torch::jit::load(plain_path);
+  const CheckpointReport report = apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
+  EXPECT_EQ(report.checkpointed, blocks);
+  EXPECT_EQ(count_checkpoint_nodes(ckpt), static_cast<int64_t>(blocks.size()));
+  expect_same_gradients(train_steps(plain, make_input, steps), train_steps(ckpt, make_input, steps));
+}
+
 int64_t batches_tracked(const torch::jit::Module& module, const std::string& bn_path) {
   for (const auto& buffer : module.named_buffers(/*recurse=*/true)) {
     if (buffer.name == bn_path + ".num_batches_tracked") return buffer.value.item<int64_t>();
@@ -433,10 +454,7 @@ TEST_P(ResNetGradients, AllBlocksEqualThePlainRun) {
   EXPECT_EQ(batches_tracked(ckpt, "bn1"), steps);
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimize, ResNetGradients, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "on" : "off");
-                         });
+INSTANTIATE_TEST_SUITE_P(Optimize, ResNetGradients, ::testing::Values(false, true), on_or_off);
 
 TEST(ResNetGradients, FirstBlockOnlyInsideTheSequentialGraph) {
   OptimizeScope optimize(false);
@@ -471,26 +489,15 @@ class NonTensorArguments : public ::testing::TestWithParam<bool> {};
 // recomputation: an int (int_arg.pt); an Optional[Tensor] given None to one
 // block and a Tensor to the other, a float and a bool (masked.pt).
 TEST_P(NonTensorArguments, PassThroughAndGradientsEqualThePlainRun) {
-  OptimizeScope optimize(GetParam());
-  const int steps = GetParam() ? 3 : 1;
   for (const std::string name : {"int_arg.pt", "masked.pt"}) {
     SCOPED_TRACE(name);
-    LOAD_OR_SKIP(plain, test_model(name));
-    torch::jit::Module ckpt = torch::jit::load(plain_path);
-    const CheckpointReport report = apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
-    EXPECT_EQ(report.checkpointed, (std::vector<std::string>{"blocks.0", "blocks.1"}));
-    EXPECT_EQ(count_checkpoint_nodes(ckpt), 2);
-    const auto input = [] { return std::vector<c10::IValue>{at::randn({8, 16}).requires_grad_(true)}; };
-    const Grads expected = train_steps(plain, input, steps);
-    const Grads actual = train_steps(ckpt, input, steps);
-    expect_same_gradients(expected, actual);
+    expect_all_blocks_train_like_plain(name, GetParam(), {"blocks.0", "blocks.1"}, [] {
+      return std::vector<c10::IValue>{at::randn({8, 16}).requires_grad_(true)};
+    });
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimize, NonTensorArguments, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "on" : "off");
-                         });
+INSTANTIATE_TEST_SUITE_P(Optimize, NonTensorArguments, ::testing::Values(false, true), on_or_off);
 
 class ListArguments : public ::testing::TestWithParam<bool> {};
 
@@ -501,15 +508,8 @@ class ListArguments : public ::testing::TestWithParam<bool> {};
 // concatenate 20 features into its 8-feature BatchNorm and fail. Dropout and
 // BatchNorm are on; gradients equal the plain run's.
 TEST_P(ListArguments, DenseLayersCheckpointAndGradientsEqualThePlainRun) {
-  OptimizeScope optimize(GetParam());
-  const int steps = GetParam() ? 3 : 1;
-  LOAD_OR_SKIP(plain, test_model("dense.pt"));
-  torch::jit::Module ckpt = torch::jit::load(plain_path);
-  const CheckpointReport report = apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
-  EXPECT_EQ(report.checkpointed, (std::vector<std::string>{"block.layer1", "block.layer2", "block.layer3"}));
-  EXPECT_EQ(count_checkpoint_nodes(ckpt), 3);
-  const auto input = [] { return std::vector<c10::IValue>{at::randn({8, 16})}; };
-  expect_same_gradients(train_steps(plain, input, steps), train_steps(ckpt, input, steps));
+  expect_all_blocks_train_like_plain("dense.pt", GetParam(), {"block.layer1", "block.layer2", "block.layer3"},
+                                     [] { return std::vector<c10::IValue>{at::randn({8, 16})}; });
 }
 
 // A block that appends a Tensor it made to its List[Tensor] argument (and
@@ -540,14 +540,9 @@ TEST(CheckpointErrors, ABlockThatAddsToItsListArgumentIsRefused) {
 // A Tuple[Tensor, Tensor] argument: its Tensors go to autograd one by one and
 // the recomputation gets a new tuple of them.
 TEST_P(ListArguments, TuplesOfTensorsCheckpointToo) {
-  OptimizeScope optimize(GetParam());
-  const int steps = GetParam() ? 3 : 1;
-  LOAD_OR_SKIP(plain, test_model("tuple_arg.pt"));
-  torch::jit::Module ckpt = torch::jit::load(plain_path);
-  const CheckpointReport report = apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
-  EXPECT_EQ(report.checkpointed, (std::vector<std::string>{"blocks.0", "blocks.1"}));
-  const auto input = [] { return std::vector<c10::IValue>{at::randn({8, 16}).requires_grad_(true)}; };
-  expect_same_gradients(train_steps(plain, input, steps), train_steps(ckpt, input, steps));
+  expect_all_blocks_train_like_plain("tuple_arg.pt", GetParam(), {"blocks.0", "blocks.1"}, [] {
+    return std::vector<c10::IValue>{at::randn({8, 16}).requires_grad_(true)};
+  });
 }
 
 // A block that scales its input in place (x.mul_(0.5)) before using it: the
@@ -575,10 +570,7 @@ TEST(CheckpointErrors, ABlockThatModifiesItsInputInPlaceIsRefused) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimize, ListArguments, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "on" : "off");
-                         });
+INSTANTIATE_TEST_SUITE_P(Optimize, ListArguments, ::testing::Values(false, true), on_or_off);
 
 class TracedDecoder : public ::testing::TestWithParam<bool> {};
 
@@ -588,21 +580,12 @@ class TracedDecoder : public ::testing::TestWithParam<bool> {};
 // True). The layers are the blocks; with dropout on, gradients equal the
 // plain run's.
 TEST_P(TracedDecoder, LlamaLayersCheckpointAndGradientsEqualThePlainRun) {
-  OptimizeScope optimize(GetParam());
-  const int steps = GetParam() ? 3 : 1;
-  LOAD_OR_SKIP(plain, test_model("llama_trace.pt"));
-  torch::jit::Module ckpt = torch::jit::load(plain_path);
-  const CheckpointReport report = apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
-  EXPECT_EQ(report.checkpointed, (std::vector<std::string>{"model.layers.0", "model.layers.1", "model.layers.2"}));
-  EXPECT_EQ(count_checkpoint_nodes(ckpt), 3);
-  const auto input = [] { return std::vector<c10::IValue>{at::randint(0, 100, {8, 16})}; };
-  expect_same_gradients(train_steps(plain, input, steps), train_steps(ckpt, input, steps));
+  expect_all_blocks_train_like_plain("llama_trace.pt", GetParam(),
+                                     {"model.layers.0", "model.layers.1", "model.layers.2"},
+                                     [] { return std::vector<c10::IValue>{at::randint(0, 100, {8, 16})}; });
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimize, TracedDecoder, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "on" : "off");
-                         });
+INSTANTIATE_TEST_SUITE_P(Optimize, TracedDecoder, ::testing::Values(false, true), on_or_off);
 
 // nn.TransformerEncoder calls each nn.TransformerEncoderLayer with
 // Optional[Tensor] masks (None here): the layers checkpoint, gradients equal
