@@ -198,6 +198,28 @@ void expect_all_blocks_train_like_plain(const std::string& name, bool optimize, 
   expect_same_gradients(train_steps(plain, make_input, steps), train_steps(ckpt, make_input, steps));
 }
 
+/// Expects make_checkpoint_models.py's `name` (blocks.0.lin, fed an [8, 16]
+/// input) to train unchecked, then, checkpointed by `plan`, to be refused at
+/// its first forward with an error containing every one of `expected`.
+void expect_refused_at_first_call(const std::string& name, const std::string& plan,
+                                  const std::vector<std::string>& expected) {
+  OptimizeScope optimize(false);
+  LOAD_OR_SKIP(plain, test_model(name));
+  const auto input = [] { return std::vector<c10::IValue>{at::randn({8, 16})}; };
+  const Grads grads = train_steps(plain, input, 1);
+  EXPECT_GT(grads.at("blocks.0.lin.weight").abs().sum().item<double>(), 0.0);
+  torch::jit::Module ckpt = torch::jit::load(plain_path);
+  apply_checkpointing(ckpt, parse_checkpoint_plan(plan));
+  ckpt.train(true);
+  try {
+    ckpt.forward(input());
+    FAIL() << "no error";
+  } catch (const std::exception& e) {  // the interpreter's JITException
+    const std::string message = e.what();
+    for (const std::string& part : expected) EXPECT_NE(message.find(part), std::string::npos) << message;
+  }
+}
+
 int64_t batches_tracked(const torch::jit::Module& module, const std::string& bn_path) {
   for (const auto& buffer : module.named_buffers(/*recurse=*/true)) {
     if (buffer.name == bn_path + ".num_batches_tracked") return buffer.value.item<int64_t>();
@@ -517,24 +539,9 @@ TEST_P(ListArguments, DenseLayersCheckpointAndGradientsEqualThePlainRun) {
 // that Tensor was made under no-grad, so the block would get no gradients.
 // Unchecked, the same model trains normally.
 TEST(CheckpointErrors, ABlockThatAddsToItsListArgumentIsRefused) {
-  OptimizeScope optimize(false);
-  LOAD_OR_SKIP(plain, test_model("appending.pt"));
-  const auto input = [] { return std::vector<c10::IValue>{at::randn({8, 16})}; };
-  const Grads grads = train_steps(plain, input, 1);
-  EXPECT_GT(grads.at("blocks.0.lin.weight").abs().sum().item<double>(), 0.0);
-  torch::jit::Module ckpt = torch::jit::load(plain_path);
-  apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
-  ckpt.train(true);
-  try {
-    ckpt.forward(input());
-    FAIL() << "no error";
-  } catch (const std::exception& e) {  // the interpreter's JITException
-    const std::string message = e.what();
-    EXPECT_NE(message.find("forward of __torch__.AppendingBlock changed"), std::string::npos) << message;
-    EXPECT_NE(message.find("changed its List[Tensor] argument (1 tensors before the call, 2 after)"),
-              std::string::npos)
-        << message;
-  }
+  expect_refused_at_first_call("appending.pt", "all",
+                               {"forward of __torch__.AppendingBlock changed",
+                                "changed its List[Tensor] argument (1 tensors before the call, 2 after)"});
 }
 
 // A Tuple[Tensor, Tensor] argument: its Tensors go to autograd one by one and
@@ -552,22 +559,8 @@ TEST_P(ListArguments, TuplesOfTensorsCheckpointToo) {
 // (max abs diff 0.88). Refused at the first checkpointed call, naming the
 // argument; unchecked, the same model trains.
 TEST(CheckpointErrors, ABlockThatModifiesItsInputInPlaceIsRefused) {
-  OptimizeScope optimize(false);
-  LOAD_OR_SKIP(plain, test_model("in_place.pt"));
-  const auto input = [] { return std::vector<c10::IValue>{at::randn({8, 16})}; };
-  const Grads grads = train_steps(plain, input, 1);
-  EXPECT_GT(grads.at("blocks.0.lin.weight").abs().sum().item<double>(), 0.0);
-  torch::jit::Module ckpt = torch::jit::load(plain_path);
-  apply_checkpointing(ckpt, parse_checkpoint_plan("first:1"));
-  ckpt.train(true);
-  try {
-    ckpt.forward(input());
-    FAIL() << "no error";
-  } catch (const std::exception& e) {  // the interpreter's JITException
-    const std::string message = e.what();
-    EXPECT_NE(message.find("forward of __torch__.ScalingBlock modified its argument x in place"), std::string::npos)
-        << message;
-  }
+  expect_refused_at_first_call("in_place.pt", "first:1",
+                               {"forward of __torch__.ScalingBlock modified its argument x in place"});
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimize, ListArguments, ::testing::Values(false, true), on_or_off);

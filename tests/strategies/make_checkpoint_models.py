@@ -119,6 +119,15 @@ class NoBlocks(nn.Module):
         return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
 
 
+class TwoBlocks(nn.Module):
+    """Two instances of `block` in self.blocks; subclasses say, in forward,
+    how the blocks are called (the argument form each model tests)."""
+
+    def __init__(self, block):
+        super().__init__()
+        self.blocks = nn.ModuleList([block() for _ in range(2)])
+
+
 class IntArgBlock(nn.Module):
     def __init__(self):
         super().__init__()
@@ -130,10 +139,9 @@ class IntArgBlock(nn.Module):
         return x
 
 
-class IntArgNet(nn.Module):
+class IntArgNet(TwoBlocks):
     def __init__(self):
-        super().__init__()
-        self.blocks = nn.ModuleList([IntArgBlock() for _ in range(2)])
+        super().__init__(IntArgBlock)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
@@ -154,10 +162,9 @@ class MaskedBlock(nn.Module):
         return h + x if residual else h
 
 
-class MaskedNet(nn.Module):
+class MaskedNet(TwoBlocks):
     def __init__(self):
-        super().__init__()
-        self.blocks = nn.ModuleList([MaskedBlock() for _ in range(2)])
+        super().__init__(MaskedBlock)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mask = torch.sigmoid(x)
@@ -175,10 +182,9 @@ class TupleArgBlock(nn.Module):
         return self.lin(xs[0]) * torch.tanh(xs[1])
 
 
-class TupleArgNet(nn.Module):
+class TupleArgNet(TwoBlocks):
     def __init__(self):
-        super().__init__()
-        self.blocks = nn.ModuleList([TupleArgBlock() for _ in range(2)])
+        super().__init__(TupleArgBlock)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
@@ -195,10 +201,9 @@ class DictArgBlock(nn.Module):
         return self.lin(xs["a"] + xs["b"])
 
 
-class DictArgNet(nn.Module):
+class DictArgNet(TwoBlocks):
     def __init__(self):
-        super().__init__()
-        self.blocks = nn.ModuleList([DictArgBlock() for _ in range(2)])
+        super().__init__(DictArgBlock)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
@@ -217,10 +222,9 @@ class AppendingBlock(nn.Module):
         return y.sum(1, keepdim=True)
 
 
-class AppendingNet(nn.Module):
+class AppendingNet(TwoBlocks):
     def __init__(self):
-        super().__init__()
-        self.blocks = nn.ModuleList([AppendingBlock() for _ in range(2)])
+        super().__init__(AppendingBlock)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xs = [x]
@@ -242,10 +246,9 @@ class ScalingBlock(nn.Module):
         return x + torch.tanh(self.lin(x))
 
 
-class ScalingNet(nn.Module):
+class ScalingNet(TwoBlocks):
     def __init__(self):
-        super().__init__()
-        self.blocks = nn.ModuleList([ScalingBlock() for _ in range(2)])
+        super().__init__(ScalingBlock)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
