@@ -216,6 +216,11 @@ std::string write_plan_toml(const Plan& plan) {
 
 Plan parse_plan_toml(const std::string& text, const std::string& origin) {
   const toml::table root = parse_toml(text, origin);
+  // A job spec (src/job/job_spec.h) names a model at the top, a plan in [job].
+  if (root.contains("model") && !root.contains("config"))
+    throw InputError(fmt::format("{}: is a job spec, not a plan; emit reads the plan.toml that oomtune autotune {} "
+                                 "--emit DIR writes into DIR",
+                                 origin, origin));
   PlanTable top(root, origin, "");
   top.reject_unknown(kTopKeys);
   if (auto version = top.integer("plan_version", 1); version && *version != kPlanVersion)
@@ -249,7 +254,8 @@ Plan parse_plan_toml(const std::string& text, const std::string& origin) {
 }
 
 Plan read_plan_toml(const std::string& path) {
-  return parse_plan_toml(read_text_file(path, "plan file"), path);
+  return parse_plan_toml(read_text_file(path, "plan file", "emit reads the plan.toml that autotune --emit DIR writes"),
+                         path);
 }
 
 }  // namespace oomtune

@@ -29,12 +29,14 @@ std::string write_plan_toml(const Plan& plan);
 /// or a value out of range (the validate_plan rules). Optional keys take the
 /// Plan defaults; job.global_batch defaults to micro_batch *
 /// accumulation_steps; job.budget is bytes (integer) or a size string such as
-/// "16GiB".
+/// "16GiB". Throws InputError "ORIGIN: is a job spec, not a plan; ..." for
+/// a job spec (a top-level model and no [config]).
 Plan parse_plan_toml(const std::string& text, const std::string& origin);
 
 /// Reads a plan file. Throws InputError "PATH: cannot open the plan file"
 /// when it cannot be read ("PATH: is a folder, not a plan file" for a
-/// folder), else as parse_plan_toml.
+/// folder, "PATH: is a zip archive (...), not a plan file; ..." for a binary
+/// file: common/text_file.h), else as parse_plan_toml.
 Plan read_plan_toml(const std::string& path);
 
 }  // namespace oomtune

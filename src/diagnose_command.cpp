@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/file_magic.h"
 #include "common/gzip_file.h"
 #include "diagnose/diagnosis.h"
 #include "diagnose/render.h"
@@ -40,7 +41,7 @@ diagnose::Snapshot load(const std::string& path) {
     got = std::max<std::streamsize>(file.gcount(), 0);
   }  // unreadable: load_snapshot names the reason
   const std::string_view first(head, static_cast<std::size_t>(got));
-  if (diagnose::is_gzip(first)) {
+  if (is_gzip(first)) {
     const std::string bytes = read_gzip_file(path);
     diagnose::expect_a_snapshot_pickle(std::string_view(bytes).substr(0, sizeof head), path);
     return diagnose::load_snapshot_bytes(bytes, path);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 #include <unordered_map>
@@ -814,6 +815,10 @@ PickleDocument read_pickle_bytes(std::string_view bytes, const std::string& name
 }
 
 PickleDocument read_pickle_file(const std::string& path, ItemSink* sink) {
+  // fopen opens a folder on Linux, and ftell then reports a size it cannot read.
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored))
+    throw SnapshotError(fmt::format("{}: is a folder, not a memory snapshot", path));
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!file) throw SnapshotError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
   if (std::fseek(file.get(), 0, SEEK_END) != 0) {

@@ -85,8 +85,9 @@ class ItemSink {
   virtual void set_items(const ValueStore& store, size_t item, const ValueRef* pairs, size_t count) = 0;
 };
 
-/// Reads the pickle in `path`. Throws SnapshotError "PATH: pickle: ..." for
-/// an unreadable file, a refused opcode ("opcode GLOBAL (0x63) at byte 2
+/// Reads the pickle in `path`. Throws SnapshotError "PATH: is a folder, not a
+/// memory snapshot", "PATH: cannot open: REASON", and "PATH: pickle: ..." for
+/// an empty file, a refused opcode ("opcode GLOBAL (0x63) at byte 2
 /// refused: it would import Python code 'os system'"), truncation, a bad
 /// memo index, an absurd length or too deep nesting. With a `sink`, may
 /// throw SinkAbandoned (see ItemSink).

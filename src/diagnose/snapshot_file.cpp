@@ -3,10 +3,9 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/file_magic.h"
 
 namespace oomtune::diagnose {
-
-bool is_gzip(std::string_view head) { return head.size() >= 2 && head[0] == '\x1f' && head[1] == '\x8b'; }
 
 std::string non_snapshot_kind(std::string_view head) {
   // Whitespace may precede HTML and JSON, never a pickle's first opcode.
@@ -14,9 +13,8 @@ std::string non_snapshot_kind(std::string_view head) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\n' || text.front() == '\r' ||
                            text.front() == '\t'))
     text.remove_prefix(1);
-  if (head.rfind("PK\x03\x04", 0) == 0) return "a zip archive (a TorchScript model or a torch.save file?)";
-  if (is_gzip(head)) return "gzip-compressed";
-  if (head.rfind("SQLite format 3", 0) == 0) return "a SQLite database";
+  if (head.rfind('\x80', 0) == 0) return "";  // PROTO: a pickle, maybe a snapshot
+  if (std::string kind = binary_format(head); !kind.empty()) return kind;
   if (text.rfind("<", 0) == 0) return "an HTML or XML file (the memory viewer's page?)";
   if (text.rfind("{", 0) == 0 || text.rfind("[{", 0) == 0) return "a JSON file (a profiler or Chrome trace?)";
   return "";

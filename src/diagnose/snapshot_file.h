@@ -8,17 +8,13 @@
 
 namespace oomtune::diagnose {
 
-/// True when `head` (a file's first bytes) starts with the gzip magic 1f 8b
-/// (RFC 1952, section 2.3.1).
-bool is_gzip(std::string_view head);
-
 /// For a file whose first bytes are `head` and that is not a pickle, what it
 /// most likely is, as a phrase completing "PATH is ...": "a zip archive (a
 /// TorchScript model or a torch.save file?)", "an HTML file (the memory
 /// viewer's page?)", "a JSON file (a profiler trace?)", "a SQLite database",
-/// "gzip-compressed". "" when `head` may start a pickle (PROTO 0x80, or a
-/// protocol 0/1 opcode) or is not recognized: the pickle reader then says
-/// what is wrong.
+/// "gzip-compressed" (common/file_magic.h names the binary ones). "" when
+/// `head` may start a pickle (PROTO 0x80, or a protocol 0/1 opcode) or is
+/// not recognized: the pickle reader then says what is wrong.
 std::string non_snapshot_kind(std::string_view head);
 
 /// Throws SnapshotError "NAME: is KIND, not a memory snapshot pickle; write

@@ -266,6 +266,14 @@ std::optional<int64_t> JobSpec::usable_budget_bytes() const {
 
 JobSpec parse_job_spec(const std::string& text, const std::string& origin, const std::string& base_dir) {
   const toml::table root = parse_toml(text, origin);
+  // A plan.toml (recipes/plan_toml.h) holds [config] and [job], never a model.
+  if (!root.contains("model") && root.contains("config")) {
+    const std::optional<std::string> spec = root["job"]["spec"].value<std::string>();
+    throw InputError(fmt::format("{}: is a plan (autotune --emit writes one), not a job spec; run its configuration "
+                                 "with oomtune probe --plan {}{}",
+                                 origin, origin,
+                                 spec ? fmt::format(", or tune again from the job spec it names: {}", *spec) : ""));
+  }
   TableReader top(root, origin, "");
   top.reject_unknown(kTopKeys);
   JobSpec spec;
@@ -312,7 +320,10 @@ JobSpec parse_job_spec(const std::string& text, const std::string& origin, const
 
 JobSpec load_job_spec(const std::string& path) {
   const std::string base_dir = std::filesystem::path(path).parent_path().string();
-  return parse_job_spec(read_text_file(path, "job spec"), path, base_dir);
+  return parse_job_spec(read_text_file(path, "job spec",
+                                       "autotune and probe read a TOML job spec that names the model file, its "
+                                       "inputs, loss and optimizer (examples/gpt.toml; README \"Your own model\")"),
+                        path, base_dir);
 }
 
 void apply_overrides(JobSpec& spec, const JobOverrides& overrides) {

@@ -95,7 +95,9 @@ struct JobSpec {
 /// input range its dtype cannot hold, an input with more bytes than a tensor
 /// can hold at the global batch, optimizer values outside
 /// job/hyper_parameters.h's ranges), and InputError when the file cannot be
-/// read.
+/// read, is binary (a model file: common/text_file.h) or is a plan.toml
+/// ("FILE: is a plan ..., not a job spec; run its configuration with oomtune
+/// probe --plan FILE").
 JobSpec load_job_spec(const std::string& path);
 
 /// Same, from TOML text; `origin` names the source in error messages.

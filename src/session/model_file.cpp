@@ -10,6 +10,8 @@
 #include <caffe2/serialize/inline_container.h>
 #include <fmt/format.h>
 
+#include "common/file_magic.h"
+
 namespace oomtune {
 namespace {
 
@@ -20,8 +22,6 @@ std::string read_head(const std::string& path, size_t bytes) {
   head.resize(file ? bytes : static_cast<size_t>(std::max<std::streamsize>(file.gcount(), 0)));
   return head;
 }
-
-bool starts_like_zip(std::string_view head) { return head.rfind("PK\x03\x04", 0) == 0; }
 
 bool ends_with(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;

@@ -1,5 +1,13 @@
 #include "job/job_spec.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "common/error.h"
@@ -272,6 +280,33 @@ TEST(JobSpec, AFolderIsNotAJobSpec) {
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()), folder + ": is a folder, not a job spec");
   }
+}
+
+// `oomtune probe model.pt` (a model or a snapshot where the job spec
+// belongs) names what the file is and what to pass instead, rather than a
+// TOML syntax error at the first binary byte. Magic numbers: PKWARE
+// APPNOTE.TXT 4.3.7 (zip), Lib/pickle.py PROTO (pickle protocol 4).
+TEST(JobSpec, ABinaryFileIsNamedForWhatItIs) {
+  const std::string instead =
+      ", not a job spec; autotune and probe read a TOML job spec that names the model file, its inputs, loss and "
+      "optimizer (examples/gpt.toml; README \"Your own model\")";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {std::string("PK\x03\x04\x14\x00\x00\x00", 8), "a zip archive (a TorchScript model or a torch.save file?)"},
+      {std::string("\x80\x04\x95\x10\x00\x00\x00", 7), "a Python pickle (a memory snapshot or a torch.save file?)"},
+      {std::string("model = \"m.pt\"\n\x00\x01", 17), "a binary file"},
+  };
+  const std::string path = ::testing::TempDir() + "oomtune_binary_job_" + std::to_string(::getpid());
+  for (const auto& [bytes, kind] : cases) {
+    SCOPED_TRACE(kind);
+    std::ofstream(path, std::ios::binary) << bytes;
+    try {
+      load_job_spec(path);
+      FAIL();
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()), path + ": is " + kind + instead);
+    }
+  }
+  std::remove(path.c_str());
 }
 
 // The trial child gets the job as JSON: a job in a folder whose name is not

@@ -242,6 +242,18 @@ TEST(PickleReader, FileErrorsNameTheFile) {
   }
 }
 
+// A folder opens like a file on Linux; it is named for what it is rather
+// than read as a pickle that ends at byte 0.
+TEST(PickleReader, AFolderIsNamedAsOne) {
+  const std::string folder = ::testing::TempDir();
+  try {
+    read_pickle_file(folder);
+    FAIL();
+  } catch (const SnapshotError& e) {
+    EXPECT_EQ(std::string(e.what()), folder + ": is a folder, not a memory snapshot");
+  }
+}
+
 }  // namespace
 }  // namespace oomtune::diagnose
 

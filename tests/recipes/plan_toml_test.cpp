@@ -9,6 +9,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "job/job_spec.h"
 #include "tests/recipes/plan_cases.h"
 
 namespace oomtune {
@@ -203,6 +204,30 @@ TEST(PlanToml, ReadNamesAMissingFile) {
     FAIL() << "no error";
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()), folder + ": is a folder, not a plan file");
+  }
+}
+
+// The two TOML files trade places easily (autotune reads job.toml, emit
+// reads plan.toml): each reader names the other file and the command that
+// takes it, rather than "unknown key" at its first table.
+TEST(PlanToml, AJobSpecAndAPlanAreToldApart) {
+  const Plan plan = testing::golden_plans()[0].second;
+  ASSERT_EQ(plan.job_spec_path, "examples/gpt.toml");
+  try {
+    parse_job_spec(write_plan_toml(plan), "out/plan.toml", "out");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "out/plan.toml: is a plan (autotune --emit writes one), not a job spec; run its configuration with "
+              "oomtune probe --plan out/plan.toml, or tune again from the job spec it names: examples/gpt.toml");
+  }
+  try {
+    parse_plan_toml("model = \"m.pt\"\nglobal_batch = 8\n", "job.toml");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "job.toml: is a job spec, not a plan; emit reads the plan.toml that oomtune autotune job.toml --emit "
+              "DIR writes into DIR");
   }
 }
 
