@@ -11,6 +11,7 @@
 
 #include "common/byte_size.h"
 #include "common/error.h"
+#include "common/seconds_text.h"
 
 namespace oomtune {
 namespace {
@@ -571,8 +572,8 @@ class Search {
       } else if (node.note.empty() && node.predicted_fit) {
         node.note = node.predicted_seconds < best.predicted_seconds
                         ? "not verified (verification budget spent)"
-                        : fmt::format("predicted slower ({:.3f} s vs {:.3f} s per global batch)", node.predicted_seconds,
-                                      best.predicted_seconds);
+                        : fmt::format("predicted slower ({} s vs {} s per global batch)",
+                                      format_seconds(node.predicted_seconds), format_seconds(best.predicted_seconds));
       }
     }
     note_optimizer_change(fitting);

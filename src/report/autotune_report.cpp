@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "common/byte_size.h"
+#include "common/seconds_text.h"
 
 namespace oomtune {
 namespace {
@@ -88,8 +89,8 @@ std::string render_autotune_text(const AutotuneReport& report) {
                    job.device, job.global_batch));
   line(fmt::format("model     plain peak = {} + {} per sample", format_bytes(static_cast<int64_t>(s.baseline_peak.intercept)),
                    format_bytes(static_cast<int64_t>(s.baseline_peak.slope))));
-  line(fmt::format("          plain step = {:.4f} s + {:.5f} s per sample (both fitted to the plain probes at micro-batch {})",
-                   s.baseline_seconds.intercept, s.baseline_seconds.slope,
+  line(fmt::format("          plain step = {} s + {} s per sample (both fitted to the plain probes at micro-batch {})",
+                   format_seconds(s.baseline_seconds.intercept), format_seconds(s.baseline_seconds.slope),
                    fmt::join(s.baseline_micro_batches, ", ")));
   line("");
   line(render_trail_table(s));

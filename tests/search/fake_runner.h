@@ -25,6 +25,7 @@ class FakeRunner : public TrialRunner {
   int64_t extra_at_full_batch = 0;    // a surprise the probes cannot see
   double offload_time_factor = 1.5;
   double eight_bit_time_factor = 1.1;
+  double time_scale = 1;              // every time above times this (a model of microseconds per step)
   bool autocast_crashes = false;      // bf16 autocast dies by SIGSEGV (bf16_params runs)
   int64_t fails_at_or_below = 0;      // micro-batches this small raise an error (BatchNorm at 1)
   int64_t global_batch = 32;
@@ -80,7 +81,7 @@ class FakeRunner : public TrialRunner {
     if (c.optimizer == OptimizerKind::kAdamW8bit) t *= eight_bit_time_factor;
     if (c.offload_optimizer) t *= offload_time_factor;
     if (c.precision != Precision::kFp32) t *= 0.9;
-    return t;
+    return t * time_scale;
   }
 
  private:
