@@ -26,11 +26,14 @@ using testing::last_line;
 using testing::run_oomtune;
 using testing::RunResult;
 
-std::string job_for_model(const std::string& name, const std::string& model, const std::string& extra = "") {
+/// A job spec for `model` taking x [batch, features] and int64 labels in
+/// [0, 10) under cross-entropy; `extra` lines go after global_batch.
+std::string job_for_model(const std::string& name, const std::string& model, const std::string& extra = "",
+                          int features = 256) {
   return testing::write_temp_file(name, "model = \"" + model + "\"\nglobal_batch = 4\n" + extra + R"(
 [[inputs]]
 name = "x"
-shape = ["batch", 256]
+shape = ["batch", )" + std::to_string(features) + R"(]
 
 [[inputs]]
 name = "labels"
@@ -394,23 +397,9 @@ TEST(Cli, ATrialDiesWithAKilledParent) {
 
 TEST(Cli, OutputSelectionErrorsListWhatTheModelReturns) {
   if (!testing::exists(testing::test_model("dict_out"))) GTEST_SKIP();
-  // dict_out takes x [batch, 16]; the job gives [batch, 256] only to mlp.
+  // dict_out and tuple_out take x [batch, 16].
   auto job = [](const std::string& model, const std::string& output) {
-    return testing::write_temp_file("out.toml", "model = \"" + model + "\"\nglobal_batch = 4\n" + output + R"(
-[[inputs]]
-name = "x"
-shape = ["batch", 16]
-
-[[inputs]]
-name = "labels"
-shape = ["batch"]
-dtype = "int64"
-range = [0, 10]
-
-[loss]
-kind = "cross_entropy"
-target = "labels"
-)");
+    return job_for_model("out.toml", model, output, 16);
   };
   RunResult r = run_oomtune("probe " + job(testing::test_model("dict_out"), "") + " --no-fit");
   EXPECT_EQ(r.exit_code, 2);
@@ -436,6 +425,24 @@ TEST(Cli, BadTomlExitsTwoNamingFileLineAndKey) {
   const RunResult missing = run_oomtune("probe /nonexistent.toml");
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_EQ(last_line(missing.err), "oomtune: /nonexistent.toml: cannot open the job spec: No such file or directory");
+}
+
+// The model itself where its job spec belongs, through main: exit 2 and one
+// line naming what the file is (common/text_file.h), not a TOML syntax error.
+TEST(Cli, AModelFileGivenAsTheJobSpecIsNamed) {
+  const std::string model = testing::test_model("mlp");
+  if (!testing::exists(model)) GTEST_SKIP();
+  for (const char* command : {"probe ", "autotune "}) {
+    const RunResult r = run_oomtune(command + model);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err.rfind("oomtune: " + model + ": is a zip archive (a TorchScript model or a torch.save file?), "
+                          "not a job spec; autotune and probe read a TOML job spec",
+                          0),
+              0u)
+        << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
 }
 
 TEST(Cli, ProbeRunsAPlanBack) {
