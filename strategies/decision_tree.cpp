@@ -257,6 +257,12 @@ class Search {
         // A model file that does not load will not load at any micro-batch.
         if (r.outcome == TrialOutcome::kError && r.input_error && r.phase_at_failure == phase_name(Phase::kLoad))
           throw InputError(r.message);
+        // Nor do weights that ran out of memory loading: the sizes rise, and
+        // a larger micro-batch loads the same weights.
+        if (r.outcome == TrialOutcome::kOutOfMemory && r.phase_at_failure == phase_name(Phase::kLoad)) {
+          if (ok.empty()) first_failure = r;
+          break;
+        }
         if (r.outcome != TrialOutcome::kOk) {
           if (ok.empty()) first_failure = r;
           if (ok.empty() && r.outcome == TrialOutcome::kError) error_before_ok.emplace(s, r);
