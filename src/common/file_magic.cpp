@@ -10,7 +10,8 @@ std::string binary_format(std::string_view head) {
   if (starts_like_zip(head)) return "a zip archive (a TorchScript model or a torch.save file?)";
   if (is_gzip(head)) return "gzip-compressed";
   if (head.rfind("SQLite format 3", 0) == 0) return "a SQLite database";
-  if (head.size() >= 2 && head[0] == '\x80' && head[1] >= 2 && head[1] <= 5) return "a Python pickle (a memory snapshot or a torch.save file?)";
+  if (head.size() >= 2 && head[0] == '\x80' && head[1] >= 2 && head[1] <= 5)
+    return "a Python pickle (a memory snapshot or a torch.save file?)";
   return "";
 }
 

@@ -11,11 +11,12 @@ namespace oomtune {
 /// (the OS reason, e.g. "No such file or directory"), "PATH: cannot read
 /// the WHAT: REASON" when reading fails part-way, or "PATH: is KIND, not a
 /// WHAT; INSTEAD" when the file is binary: it starts like a known binary
-/// format or holds a NUL byte, which no text file has (TOML 1.0 forbids control characters other than tab in
-/// every string and comment, toml.io/en/v1.0.0). KIND names a known binary
-/// format (common/file_magic.h: "a zip archive (a TorchScript model or a
-/// torch.save file?)", "a Python pickle") or is "a binary file"; INSTEAD
-/// (`if_binary`) says what to pass, and is left out when empty.
+/// format or holds a NUL byte, which no text file has (TOML 1.0 forbids
+/// control characters other than tab in every string and comment,
+/// toml.io/en/v1.0.0). KIND names the format (common/file_magic.h: "a zip
+/// archive (a TorchScript model or a torch.save file?)", "a Python pickle
+/// (...)") or is "a binary file"; INSTEAD (`if_binary`) says what to pass,
+/// and is left out when empty.
 std::string read_text_file(const std::string& path, const std::string& what, const std::string& if_binary = "");
 
 }  // namespace oomtune
