@@ -93,6 +93,9 @@ nlohmann::json to_json(const ProbeReport& r) {
       {"optimizing_executor", r.optimizing_executor},
       {"precision_form", r.precision_form},
   };
+  if (!r.refused_checkpoint_class.empty()) {
+    j["checkpoint_refusal"] = {{"class", r.refused_checkpoint_class}, {"other_blocks", r.other_checkpointed_blocks}};
+  }
   if (r.reserved) {
     j["reserved"] = {{"peak_reserved_bytes", r.reserved->peak_reserved_bytes},
                      {"reserved_minus_allocated_bytes", r.reserved->reserved_minus_allocated_bytes},
@@ -143,6 +146,11 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     r.torch_version = j.at("torch_version").get<std::string>();
     r.optimizing_executor = j.at("optimizing_executor").get<bool>();
     r.precision_form = j.value("precision_form", "");
+    if (j.contains("checkpoint_refusal")) {
+      const auto& refusal = j.at("checkpoint_refusal");
+      r.refused_checkpoint_class = refusal.at("class").get<std::string>();
+      r.other_checkpointed_blocks = refusal.at("other_blocks").get<std::vector<std::string>>();
+    }
     if (j.contains("reserved")) {
       const auto& res = j.at("reserved");
       r.reserved = ReservedPrediction{res.at("peak_reserved_bytes").get<int64_t>(),

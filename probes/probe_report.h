@@ -86,6 +86,12 @@ struct ProbeReport {
   double samples_per_second = 0;      // global batch / steady step seconds
   std::optional<ReservedPrediction> reserved;
   std::vector<std::string> checkpointed_blocks;
+  // A kError where the recompute operator refused a checkpointed block
+  // (strategies/recompute_op.h): the block's class ("__torch__.Decoder"),
+  // and the checkpointed blocks of the other classes, which a retry may
+  // checkpoint alone. Empty otherwise.
+  std::string refused_checkpoint_class;
+  std::vector<std::string> other_checkpointed_blocks;
   std::string torch_version;
   bool optimizing_executor = false;
   std::string precision_form;         // "fp32", "autocast" or "bf16 parameters, fp32 master" (bf16 fallback)

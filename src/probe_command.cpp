@@ -41,6 +41,13 @@ ProbeReport run_probe_trial(const JobSpec& job, const TrainingConfig& config, co
   child.timeout_seconds = job.trial_timeout_seconds;
   ProbeReport r = run_trial_in_child(job, config, options, child);
   if (r.outcome != TrialOutcome::kError) return r;
+  if (!r.other_checkpointed_blocks.empty()) {
+    CheckpointPlan others;
+    others.mode = CheckpointPlan::Mode::kPaths;
+    others.paths = r.other_checkpointed_blocks;
+    throw ConfigError(fmt::format("{}; the blocks of the other classes can be checkpointed alone: --config ckpt={}",
+                                  r.message, to_string(others)));
+  }
   if (r.input_error) throw InputError(r.message);
   throw Error(r.message);
 }

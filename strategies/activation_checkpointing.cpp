@@ -383,6 +383,7 @@ CheckpointReport apply_checkpointing(torch::jit::Module& module, const Checkpoin
     object.register_attribute(kCheckpointFlag, c10::BoolType::get(), chosen_set.count(entry.name) > 0);
     if (chosen_set.count(entry.name) > 0) {
       report.checkpointed.push_back(entry.name);
+      report.checkpointed_classes.push_back(unmangled_type_name(entry.value));
       for (const auto& parameter : object.parameters(/*recurse=*/true)) {
         report.checkpointed_parameters += parameter.numel();
       }

@@ -40,6 +40,7 @@ namespace oomtune {
 /// What apply_checkpointing did.
 struct CheckpointReport {
   std::vector<std::string> checkpointed;  // dotted paths now recomputed, forward order
+  std::vector<std::string> checkpointed_classes;  // unmangled class of each, same order: "__torch__.Block"
   std::vector<BlockInfo> blocks;          // the detected blocks (detect_blocks)
   int64_t rewritten_calls = 0;            // COUNT: prim::CallMethod nodes replaced by this call
   int64_t checkpointed_parameters = 0;    // COUNT: parameter elements inside checkpointed blocks

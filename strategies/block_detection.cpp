@@ -106,7 +106,10 @@ void find_blocks(const torch::jit::Module& module, const std::string& path, std:
 }  // namespace
 
 std::string unmangled_type_name(const torch::jit::Module& module) {
-  const std::string qualified = module.type()->name()->qualifiedName();
+  return unmangled_name(module.type()->name()->qualifiedName());
+}
+
+std::string unmangled_name(const std::string& qualified) {
   std::string out;
   size_t begin = 0;
   while (begin <= qualified.size()) {

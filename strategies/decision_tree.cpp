@@ -48,6 +48,17 @@ struct Models {
   Precision base_precision = Precision::kFp32;   // the plain probes' precision
 };
 
+CheckpointPlan checkpoint_every_block() {
+  CheckpointPlan plan;
+  plan.mode = CheckpointPlan::Mode::kAll;
+  return plan;
+}
+
+// "__torch__.model.Decoder" -> "Decoder": the class as the user wrote it.
+std::string short_class_name(const std::string& qualified) {
+  return qualified.substr(qualified.rfind('.') + 1);
+}
+
 // Micro-batches per optimizer step: ceil(G / b), the last one smaller when b
 // does not divide G.
 int64_t micro_batch_count(int64_t global_batch, int64_t micro_batch) {
@@ -88,8 +99,14 @@ Prediction predict(const Models& m, const TrainingConfig& c, int64_t global_batc
   double time_factor = 1;
   if (c.checkpoint.enabled()) {
     double fraction = 1;
-    if (c.checkpoint.mode == CheckpointPlan::Mode::kFirstN && m.checkpoint_blocks > 0)
-      fraction = std::min(1.0, static_cast<double>(c.checkpoint.first_n) / static_cast<double>(m.checkpoint_blocks));
+    // Of the blocks "all" checkpoints: the first n, or named paths (the
+    // blocks left when one block class was refused, or the first n of them).
+    const auto part = c.checkpoint.mode == CheckpointPlan::Mode::kFirstN ? c.checkpoint.first_n
+                      : c.checkpoint.mode == CheckpointPlan::Mode::kPaths
+                          ? static_cast<int64_t>(c.checkpoint.paths.size())
+                          : m.checkpoint_blocks;
+    if (m.checkpoint_blocks > 0)
+      fraction = std::min(1.0, static_cast<double>(part) / static_cast<double>(m.checkpoint_blocks));
     apply(m.checkpoint, fraction, lines, time_factor);
   }
   if (c.optimizer == OptimizerKind::kAdamW8bit) apply(m.adamw8bit, 1, lines, time_factor);
@@ -242,6 +259,35 @@ class Search {
     return effect;
   }
 
+  // Checkpointing every detected block; when the recompute operator refuses
+  // the blocks of one class (a forward that modifies its argument in place),
+  // the blocks of the other classes alone. Each retry checkpoints fewer
+  // blocks, so the loop ends.
+  Effect probe_checkpointing(const std::vector<int64_t>& sizes) {
+    TrainingConfig c = base_;
+    c.checkpoint = checkpoint_every_block();
+    std::vector<std::string> refused;
+    for (;;) {
+      const Effect effect = probe_effect("activation checkpointing", c, sizes);
+      if (effect.available) {
+        checkpoint_all_ = c.checkpoint;
+        if (!refused.empty())
+          checkpoint_label_ = fmt::format("all blocks but {}", fmt::join(refused, ", "));
+        return effect;
+      }
+      const ProbeReport& r = last_failure_;
+      if (r.refused_checkpoint_class.empty() || r.other_checkpointed_blocks.empty() ||
+          r.other_checkpointed_blocks.size() >= r.checkpointed_blocks.size())
+        return effect;
+      refused.push_back(short_class_name(r.refused_checkpoint_class));
+      c.checkpoint.mode = CheckpointPlan::Mode::kPaths;
+      c.checkpoint.paths = r.other_checkpointed_blocks;
+      result_.notes.push_back(fmt::format("activation checkpointing: trying the {} blocks of other classes than {}: {}",
+                                          c.checkpoint.paths.size(), refused.back(),
+                                          fmt::join(c.checkpoint.paths, ", ")));
+    }
+  }
+
   void fit_models() {
     const std::vector<int64_t> sizes = probe_sizes(job_);
     std::vector<int64_t> ok;
@@ -312,9 +358,8 @@ class Search {
 
     const std::vector<int64_t> two(ok.begin(), ok.begin() + std::min<std::size_t>(2, ok.size()));
     const std::vector<int64_t> one(ok.begin(), ok.begin() + 1);
-    TrainingConfig c = base_;
-    c.checkpoint.mode = CheckpointPlan::Mode::kAll;
-    models_.checkpoint = probe_effect("activation checkpointing", c, two);
+    models_.checkpoint = probe_checkpointing(two);
+    TrainingConfig c;
     if (base_.optimizer == OptimizerKind::kAdamW) {
       c = base_;
       c.optimizer = OptimizerKind::kAdamW8bit;
@@ -432,26 +477,37 @@ class Search {
     result_.trail.push_back(std::move(node));
   }
 
+  // The first n of the blocks checkpoint_all_ checkpoints.
+  CheckpointPlan first_blocks(int64_t n) const {
+    CheckpointPlan plan = checkpoint_all_;
+    if (plan.mode == CheckpointPlan::Mode::kPaths) {
+      plan.paths.resize(static_cast<std::size_t>(n));
+    } else {
+      plan.mode = CheckpointPlan::Mode::kFirstN;
+      plan.first_n = n;
+    }
+    return plan;
+  }
+
   void walk_tree() {
     const int64_t g = job_.global_batch;
     const int64_t below_g = g - 1;
     const bool ckpt = models_.checkpoint.available;
     TrainingConfig all = base_;
-    all.checkpoint.mode = CheckpointPlan::Mode::kAll;
+    all.checkpoint = checkpoint_all_;
 
     add_node("plain", base_, g, /*exact=*/true);
     if (ckpt) {
       for (int64_t n = 1; n < models_.checkpoint_blocks; ++n) {
         TrainingConfig first = base_;
-        first.checkpoint.mode = CheckpointPlan::Mode::kFirstN;
-        first.checkpoint.first_n = n;
+        first.checkpoint = first_blocks(n);
         if (predict(models_, with_micro_batch(first, g, g), g).peak_bytes <= static_cast<double>(result_.usable_budget_bytes)) {
           add_node(fmt::format("checkpointing (first {} of {} blocks)", n, models_.checkpoint_blocks), first, g,
                    /*exact=*/true);
           break;
         }
       }
-      add_node("checkpointing (all blocks)", all, g, /*exact=*/true);
+      add_node("checkpointing (" + checkpoint_label_ + ")", all, g, /*exact=*/true);
     }
     add_node("micro-batch + accumulation", base_, below_g);
     if (ckpt) add_node("micro-batch + accumulation + checkpointing", all, below_g);
@@ -473,7 +529,7 @@ class Search {
 
     // The least memory any combination needs, for the "nothing fits" report.
     TrainingConfig least = base_;
-    if (ckpt) least.checkpoint.mode = CheckpointPlan::Mode::kAll;
+    if (ckpt) least.checkpoint = checkpoint_all_;
     if (models_.offload.available) least.offload_optimizer = true;
     else if (models_.adamw8bit.available) least.optimizer = OptimizerKind::kAdamW8bit;
     if (models_.bf16.available) least.precision = bf16_form_;
@@ -616,6 +672,8 @@ class Search {
   Models models_;
   std::map<int64_t, double> plain_seconds_;
   ProbeReport last_failure_;                     // the last strategy probe that failed
+  CheckpointPlan checkpoint_all_ = checkpoint_every_block();  // what "all blocks" checkpoints
+  std::string checkpoint_label_ = "all blocks";  // names checkpoint_all_ in node names
   Precision bf16_form_ = Precision::kBf16;       // kBf16Params after a fallback
   SearchResult result_;
 };

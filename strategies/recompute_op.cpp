@@ -1,6 +1,8 @@
 #include "strategies/recompute_op.h"
 
 #include <algorithm>
+#include <mutex>
+#include <optional>
 #include <utility>
 
 #include <ATen/Context.h>
@@ -13,6 +15,7 @@
 #include <torch/library.h>
 
 #include "compat/torch_compat.h"
+#include "strategies/block_detection.h"
 
 // Note [Recompute RNG]
 // Rationale: a block with dropout draws random masks in its forward. The
@@ -381,6 +384,17 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
   }
 };
 
+// The class of the block check_arguments_kept refused last, kept outside the
+// error: the TorchScript interpreter rethrows the op's c10::Error with its
+// own text, so no type or field of ours survives the throw.
+std::mutex g_refusal_mutex;
+std::optional<std::string> g_refused_class;
+
+void note_refusal(const c10::ivalue::Object& block) {
+  const std::lock_guard<std::mutex> lock(g_refusal_mutex);
+  g_refused_class = unmangled_name(class_name(block));
+}
+
 /// Refuses a checkpointed forward that changed what its recomputation will
 /// start from, rather than give wrong gradients: a Tensor it put into a
 /// List[Tensor] argument was made under no-grad and has no path to the
@@ -396,6 +410,7 @@ void check_arguments_kept(const c10::ivalue::Object& block, const std::string& m
   for (size_t i = 0; unchanged && i < after.tensors.size(); ++i) {
     unchanged = after.tensors[i].is_same(before.tensors[i]);
   }
+  if (!unchanged) note_refusal(block);
   TORCH_CHECK(unchanged, kCheckpointOpName, ": ", method, " of ", class_name(block),
               " changed its List[Tensor] argument (", before.tensors.size(), " tensors before the call, ",
               after.tensors.size(), " after); a checkpointed block must return the Tensors it makes, "
@@ -406,6 +421,7 @@ void check_arguments_kept(const c10::ivalue::Object& block, const std::string& m
     const auto& schema = block.type()->getMethod(method).getSchema();
     const auto argument = static_cast<size_t>(before.places.get(2 * i)) + 1;  // after self
     const int64_t element = before.places.get(2 * i + 1);
+    note_refusal(block);
     TORCH_CHECK(false, kCheckpointOpName, ": ", method, " of ", class_name(block), " modified its argument ",
                 schema.arguments().at(argument).name(), element < 0 ? "" : "[" + std::to_string(element) + "]",
                 " in place, so its recomputation would start from the modified values; make that operation "
@@ -451,6 +467,13 @@ void checkpoint_kernel(const c10::OperatorHandle& /*op*/, torch::jit::Stack* sta
 }
 
 }  // namespace
+
+std::optional<std::string> take_refused_block_class() {
+  const std::lock_guard<std::mutex> lock(g_refusal_mutex);
+  std::optional<std::string> refused;
+  refused.swap(g_refused_class);
+  return refused;
+}
 
 TORCH_LIBRARY_FRAGMENT(oomtune, m) {
   m.def(torch::schema("oomtune::checkpoint(Any block, str method, Any[] inputs) -> Tensor[]",

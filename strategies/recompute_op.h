@@ -31,6 +31,7 @@
 //   Tensors one element per tuple entry.
 // See Note [Recompute RNG] and Note [Checkpoint anchor] in recompute_op.cpp.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,5 +55,13 @@ void ensure_recompute_op_registered();
 /// Whether `block` has its checkpoint flag set (false when the class has no
 /// such attribute or the object predates it).
 bool checkpoint_flag(const c10::ivalue::Object& block);
+
+/// The class (unmangled, "__torch__.Decoder") of the last block whose
+/// checkpointed forward the operator refused because it changed its
+/// List[Tensor] argument or modified a Tensor argument in place, and forgets
+/// it; nullopt when none was refused since the last call. The refusal itself
+/// is a c10::Error that the TorchScript interpreter rethrows with its own
+/// text, so a trial reads the class here to retry without those blocks.
+std::optional<std::string> take_refused_block_class();
 
 }  // namespace oomtune

@@ -65,6 +65,8 @@ class TrainingStep {
   const TrainingConfig& config() const { return config_; }
   /// Dotted paths of the checkpointed blocks (empty without checkpointing).
   const std::vector<std::string>& checkpointed_blocks() const { return checkpointed_; }
+  /// The unmangled class of each checkpointed block, in the same order.
+  const std::vector<std::string>& checkpointed_classes() const { return checkpointed_classes_; }
   /// The master-weight optimizer (offload or bf16_params), or nullptr when
   /// the optimizer updates the model's parameters directly.
   const MasterWeightOptimizer* master_weights() const { return master_.get(); }
@@ -73,6 +75,7 @@ class TrainingStep {
   ModelSession& session_;
   TrainingConfig config_;
   std::vector<std::string> checkpointed_;
+  std::vector<std::string> checkpointed_classes_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<MasterWeightOptimizer> master_;
   std::unique_ptr<DynamicLossScaler> scaler_;

@@ -12,6 +12,7 @@
 #include "session/model_session.h"
 #include "strategies/master_weights.h"
 #include "strategies/mixed_precision.h"
+#include "strategies/recompute_op.h"
 #include "strategies/training_step.h"
 
 namespace oomtune {
@@ -99,6 +100,8 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
   tracker_options.record_events = options.record_events;
   MemoryTracker tracker(tracker_options);
   Phase current_phase = Phase::kLoad;
+  std::vector<std::string> checkpointed_classes;
+  take_refused_block_class();  // none left over from an earlier trial in this process
   auto enter = [&](Phase phase) {
     current_phase = phase;
     if (options.on_phase) options.on_phase(phase);
@@ -122,6 +125,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     const int64_t live_before_step = tracker.live_bytes();
     TrainingStep step(session, config);
     report.checkpointed_blocks = step.checkpointed_blocks();
+    checkpointed_classes = step.checkpointed_classes();
     // bf16_params replaces the parameter and buffer storages with bf16 ones
     // and keeps fp32 masters on the device: measure the split again. The
     // device masters are optimizer state; other forms change nothing here.
@@ -193,7 +197,22 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
       report.samples_per_second = static_cast<double>(job.global_batch) / report.timing.steady_step_seconds;
     if (options.record_events) report.reserved = predict_reserved(tracker, job.usable_budget_bytes());
   } catch (const std::exception& e) {
-    if (!is_out_of_memory(e)) throw;
+    if (!is_out_of_memory(e)) {
+      const std::optional<std::string> refused = take_refused_block_class();
+      if (!refused) throw;
+      // The configuration cannot be applied to this model (a ConfigError's
+      // case, exit 2): one block class cannot be checkpointed. The report
+      // names it and the blocks a retry can checkpoint instead.
+      report.outcome = TrialOutcome::kError;
+      report.input_error = true;
+      report.message = one_line(error_text(e));
+      report.phase_at_failure = std::string(phase_name(current_phase));
+      report.refused_checkpoint_class = *refused;
+      for (std::size_t i = 0; i < checkpointed_classes.size(); ++i)
+        if (checkpointed_classes[i] != *refused)
+          report.other_checkpointed_blocks.push_back(report.checkpointed_blocks[i]);
+      return report;
+    }
     report.outcome = TrialOutcome::kOutOfMemory;
     report.message = out_of_memory_message(e);
     report.phase_at_failure = std::string(phase_name(current_phase));

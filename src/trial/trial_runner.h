@@ -25,8 +25,11 @@
 namespace oomtune {
 
 /// Runs the trial and returns its report. Out of memory is an outcome, not
-/// an error. Throws ModelError / ConfigError (bad model, bad config) — the
-/// child-process wrapper turns those into outcome kError.
+/// an error, and so is a checkpointed block that the recompute operator
+/// refused (kError with refused_checkpoint_class and
+/// other_checkpointed_blocks set). Throws ModelError / ConfigError (bad
+/// model, bad config) — the child-process wrapper turns those into outcome
+/// kError.
 ProbeReport run_trial(const JobSpec& job, const TrainingConfig& config, const TrialOptions& options);
 
 }  // namespace oomtune

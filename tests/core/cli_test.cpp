@@ -171,6 +171,43 @@ TEST(Cli, ProbeTableNamesTheCheckpointedBlocks) {
   EXPECT_NE(all.out.find("\nckpt      8 blocks recomputed: " + listed + "\n"), std::string::npos) << all.out;
 }
 
+// encoder_decoder.pt: the decoder's Halving blocks scale their input in
+// place, so recomputing them is refused. `probe --config ckpt=all` stops
+// with the refused class and the paths that can be checkpointed instead;
+// autotune retries with those paths and verifies them.
+TEST(Cli, ARefusedBlockClassLeavesTheOtherBlocksToCheckpoint) {
+  if (!testing::exists(testing::test_model("encoder_decoder"))) GTEST_SKIP();
+  const std::string job =
+      job_for_model("encdec.toml", testing::test_model("encoder_decoder"), "budget = \"1GiB\"\n", 64);
+  const RunResult probe = run_oomtune("probe " + job + " --batch 2 --no-fit --config ckpt=all");
+  EXPECT_EQ(probe.exit_code, 2) << probe.err;
+  const std::string line = last_line(probe.err);
+  EXPECT_NE(line.find("__torch__.Halving"), std::string::npos) << probe.err;
+  EXPECT_NE(line.find("--config ckpt=paths:encoder.0+encoder.1"), std::string::npos) << probe.err;
+
+  const RunResult tuned = run_oomtune("autotune " + job + " --json --max-verifications 2");
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.err;
+  const auto report = nlohmann::json::parse(tuned.out);
+  bool noted = false;
+  for (const auto& note : report.at("notes"))
+    noted = noted || note.get<std::string>().find("trying the 2 blocks of other classes than Halving: "
+                                                  "encoder.0, encoder.1") != std::string::npos;
+  EXPECT_TRUE(noted) << report.at("notes").dump(2);
+  bool retried = false;
+  for (const auto& node : report.at("trail"))
+    if (node.at("node") == "checkpointing (all blocks but Halving)") {
+      retried = true;
+      EXPECT_NE(node.at("config").get<std::string>().find("ckpt=paths:encoder.0+encoder.1"), std::string::npos)
+          << node.dump(2);
+    }
+  EXPECT_TRUE(retried) << report.at("trail").dump(2);
+  bool probed = false;
+  for (const auto& p : report.at("probes"))
+    probed = probed || (p.at("outcome") == "ok" &&
+                        p.at("checkpointed_blocks") == nlohmann::json({"encoder.0", "encoder.1"}));
+  EXPECT_TRUE(probed) << "a probe checkpointed the encoder's blocks";
+}
+
 TEST(Cli, BadModelFilesExitTwoWithOneLine) {
   if (!testing::exists(testing::test_model("mlp"))) GTEST_SKIP();
   const std::string text_file = testing::write_temp_file("not_a_model.pt", "hello, I am not a zip\n");

@@ -11,6 +11,10 @@ Writes into the folder given as the first argument:
   returns_loss.pt returns {"loss": scalar, "logits": [B, 10]} given (x, labels)
   two_inputs.pt  forward(input_ids [B, 16] int64, attention_mask [B, 16] float,
                  bias: Optional = None) -> [B, 10]; swapping the two fails
+  encoder_decoder.pt an `encoder` ModuleList of two Residual blocks and a
+                 `decoder` ModuleList of two Halving blocks, which scale their
+                 input in place (x.mul_(0.5)) first: the recompute operator
+                 refuses to checkpoint them; x [B, 64] -> [B, 64]
   not_torchscript/  what users pass instead of TorchScript: a state_dict, a
                  pickled module and a checkpoint dict (torch.save), the pre-1.6
                  torch.save format, safetensors, a PT2 archive (torch.export),
@@ -83,6 +87,35 @@ class TwoInputs(nn.Module):
         return self.out(h.mean(1))
 
 
+class Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.tanh(self.lin(x))
+
+
+class Halving(Residual):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.mul_(0.5)
+        return x + torch.tanh(self.lin(x))
+
+
+class EncoderDecoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.ModuleList([Residual() for _ in range(2)])
+        self.decoder = nn.ModuleList([Halving() for _ in range(2)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.encoder:
+            x = block(x)
+        for block in self.decoder:
+            x = block(x)
+        return x
+
+
 class MadeInForward(nn.Module):
     """Creates a tensor in forward from x's device: tracing on CPU bakes
     device=cpu into the graph (issue #10)."""
@@ -129,7 +162,8 @@ def main() -> int:
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
     for name, model in [("mlp", MLP()), ("bigmatmul", BigMatmul()), ("dict_out", DictOut()),
-                        ("tuple_out", TupleOut()), ("returns_loss", ReturnsLoss()), ("two_inputs", TwoInputs())]:
+                        ("tuple_out", TupleOut()), ("returns_loss", ReturnsLoss()), ("two_inputs", TwoInputs()),
+                        ("encoder_decoder", EncoderDecoder())]:
         torch.jit.script(model).save(os.path.join(out, f"{name}.pt"))
     made = MadeInForward()
     torch.jit.trace(made, torch.zeros(2, 8)).save(os.path.join(out, "arange_trace.pt"))

@@ -49,6 +49,15 @@ JobSpec bigmatmul_job(int64_t global_batch) {
   return job;
 }
 
+JobSpec encoder_decoder_job(int64_t global_batch) {
+  JobSpec job;
+  job.model_path = test_model("encoder_decoder");
+  job.inputs = {input("x", {kBatchDim, 64}, "float32")};
+  job.loss.kind = LossSpec::Kind::kMean;
+  job.global_batch = global_batch;
+  return job;
+}
+
 JobSpec gpt_job(int64_t global_batch) {
   JobSpec job;
   job.model_path = example_model("gpt");

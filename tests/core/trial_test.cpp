@@ -12,6 +12,7 @@ namespace oomtune {
 namespace {
 
 using testing::bigmatmul_job;
+using testing::encoder_decoder_job;
 using testing::exists;
 using testing::gpt_job;
 using testing::mlp_job;
@@ -197,6 +198,36 @@ TEST(Trial, TheOptimizingExecutorIsOptIn) {
   EXPECT_FALSE(run_trial(job, baseline_config(job), quick()).optimizing_executor);
   job.optimizing_executor = true;
   EXPECT_TRUE(run_trial(job, baseline_config(job), quick()).optimizing_executor);
+}
+
+// encoder_decoder.pt: the decoder's Halving blocks scale their input in
+// place, which the recompute operator refuses at the first checkpointed
+// forward. The trial is a failed one, not an error: it names the class and
+// the checkpointed blocks of other classes, and those alone train. The
+// refusal survives the JSON that carries a child trial's report.
+TEST(Trial, ARefusedCheckpointNamesItsClassAndTheBlocksLeft) {
+  const JobSpec job = encoder_decoder_job(8);
+  if (!exists(job.model_path)) GTEST_SKIP() << "no " << job.model_path;
+  TrainingConfig config = baseline_config(job);
+  config.checkpoint = parse_checkpoint_plan("all");
+  const ProbeReport refused = run_trial(job, config, quick());
+  EXPECT_EQ(refused.outcome, TrialOutcome::kError);
+  EXPECT_EQ(refused.phase_at_failure, "forward");
+  EXPECT_NE(refused.message.find("forward of __torch__.Halving modified its argument x in place"), std::string::npos)
+      << refused.message;
+  EXPECT_EQ(refused.refused_checkpoint_class, "__torch__.Halving");
+  const std::vector<std::string> encoder = {"encoder.0", "encoder.1"};
+  EXPECT_EQ(refused.other_checkpointed_blocks, encoder);
+  const ProbeReport carried = probe_report_from_json(to_json(refused));
+  EXPECT_EQ(carried.refused_checkpoint_class, refused.refused_checkpoint_class);
+  EXPECT_EQ(carried.other_checkpointed_blocks, encoder);
+
+  config.checkpoint = parse_checkpoint_plan("paths:encoder.0+encoder.1");
+  const ProbeReport rest = run_trial(job, config, quick());
+  ASSERT_EQ(rest.outcome, TrialOutcome::kOk) << rest.message;
+  EXPECT_EQ(rest.checkpointed_blocks, encoder);
+  EXPECT_TRUE(rest.refused_checkpoint_class.empty());
+  EXPECT_TRUE(probe_report_from_json(to_json(rest)).refused_checkpoint_class.empty());
 }
 
 }  // namespace

@@ -186,6 +186,61 @@ TEST(DecisionTree, SelectiveCheckpointingTakesTheFewestBlocks) {
   EXPECT_EQ(chosen(r).config.checkpoint.mode, CheckpointPlan::Mode::kFirstN);
 }
 
+bool has_note(const SearchResult& r, const std::string& text) {
+  for (const std::string& note : r.notes)
+    if (note.find(text) != std::string::npos) return true;
+  return false;
+}
+
+// The two Decoder blocks modify their input in place, which the recompute
+// operator refuses; the two Encoder blocks alone save 2 x 1.5 = 3 MiB a
+// sample: peak(32) = 18 + 5 x 32 = 178 MiB, and the first Encoder alone
+// 18 + 6.5 x 32 = 226 MiB. The global batch must run in one micro-batch.
+TEST(DecisionTree, ARefusedBlockClassLeavesTheOtherBlocksToCheckpoint) {
+  FakeRunner fake;
+  fake.refusing_class = "__torch__.Decoder";
+  JobSpec job = job_with_budget(194 * kMiB);  // plain 274 MiB, 8-bit 268, offload 266
+  job.min_micro_batch = 32;
+  SearchResult r = run_search(fake, job);
+  ASSERT_TRUE(r.chosen.has_value());
+  EXPECT_EQ(chosen(r).node, "checkpointing (all blocks but Decoder)");
+  EXPECT_EQ(chosen(r).config.checkpoint.mode, CheckpointPlan::Mode::kPaths);
+  EXPECT_EQ(chosen(r).config.checkpoint.paths, (std::vector<std::string>{"blocks.0", "blocks.1"}));
+  EXPECT_TRUE(has_note(r, "activation checkpointing: not available (micro-batch 32: error during forward: "
+                          "oomtune::checkpoint: forward of __torch__.Decoder modified its argument x in place)"));
+  EXPECT_TRUE(has_note(r, "activation checkpointing: trying the 2 blocks of other classes than Decoder: blocks.0, "
+                          "blocks.1"));
+
+  // Selective checkpointing counts among the blocks left: the first 1 of 2.
+  fake.probes = 0;
+  r = run_search(fake, job_with_budget(230 * kMiB));
+  bool found = false;
+  for (const TrailNode& node : r.trail)
+    if (node.node == "checkpointing (first 1 of 2 blocks)") {
+      EXPECT_EQ(node.config.checkpoint.paths, std::vector<std::string>{"blocks.0"});
+      EXPECT_TRUE(node.predicted_fit);
+      found = true;
+    }
+  EXPECT_TRUE(found);
+}
+
+// When every block is of the refused class, checkpointing is out after one
+// probe, as any other strategy whose probe fails.
+TEST(DecisionTree, ARefusedClassOfEveryBlockRulesCheckpointingOut) {
+  FakeRunner fake;
+  fake.block_classes.assign(4, "__torch__.Block");
+  fake.refusing_class = "__torch__.Block";
+  JobSpec job = job_with_budget(194 * kMiB);
+  job.min_micro_batch = 32;
+  const SearchResult r = run_search(fake, job);
+  EXPECT_FALSE(r.chosen.has_value());
+  int checkpoint_probes = 0;
+  for (const ProbeReport& p : r.probes) checkpoint_probes += p.config.find("ckpt=none") == std::string::npos;
+  EXPECT_EQ(checkpoint_probes, 1);
+  EXPECT_FALSE(has_note(r, "trying the"));
+  for (const TrailNode& node : r.trail) EXPECT_FALSE(node.config.checkpoint.enabled()) << node.node;
+}
+
 TEST(DecisionTree, EightBitWhenOnlyItsSmallerStateFits) {
   FakeRunner fake;
   fake.parameters = 4 * kMiB;  // 4 Mi parameters: 4 P = 16 MiB

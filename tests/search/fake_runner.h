@@ -3,6 +3,8 @@
 // so every expectation is computed by hand from the curve.
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "strategies/decision_tree.h"
 
@@ -28,6 +30,12 @@ class FakeRunner : public TrialRunner {
   double time_scale = 1;              // every time above times this (a model of microseconds per step)
   bool autocast_crashes = false;      // bf16 autocast dies by SIGSEGV (bf16_params runs)
   int64_t fails_at_or_below = 0;      // micro-batches this small raise an error (BatchNorm at 1)
+  // The classes of blocks.0 .. blocks.3; a checkpointed block of
+  // `refusing_class` modifies its input in place, which the recompute
+  // operator refuses at the first forward.
+  std::vector<std::string> block_classes = {"__torch__.Encoder", "__torch__.Encoder", "__torch__.Decoder",
+                                            "__torch__.Decoder"};
+  std::string refusing_class;
   int64_t global_batch = 32;
   int probes = 0;
   int verifications = 0;
@@ -45,9 +53,17 @@ class FakeRunner : public TrialRunner {
   // The model has 4 blocks; checkpointing n of them saves n / 4 of the
   // checkpointing saving and costs n / 4 of its time.
   static double checkpointed_fraction(const TrainingConfig& c) {
-    if (c.checkpoint.mode == CheckpointPlan::Mode::kAll) return 1;
-    if (c.checkpoint.mode == CheckpointPlan::Mode::kFirstN) return static_cast<double>(c.checkpoint.first_n) / 4;
-    return 0;
+    return static_cast<double>(checkpointed(c).size()) / 4;
+  }
+
+  static std::vector<std::string> checkpointed(const TrainingConfig& c) {
+    const std::vector<std::string> blocks = {"blocks.0", "blocks.1", "blocks.2", "blocks.3"};
+    switch (c.checkpoint.mode) {
+      case CheckpointPlan::Mode::kAll: return blocks;
+      case CheckpointPlan::Mode::kFirstN: return {blocks.begin(), blocks.begin() + c.checkpoint.first_n};
+      case CheckpointPlan::Mode::kPaths: return c.checkpoint.paths;
+      default: return {};
+    }
   }
 
   int64_t activation_bytes(const TrainingConfig& c) const {
@@ -101,7 +117,18 @@ class FakeRunner : public TrialRunner {
     r.phases[static_cast<std::size_t>(Phase::kLoss)].peak_bytes = r.peak_bytes - 4 * parameters;
     r.phases[static_cast<std::size_t>(Phase::kOptimizer)].peak_bytes = true_peak(c, c.micro_batch) -
                                                                       activation_bytes(c);
-    if (c.checkpoint.enabled()) r.checkpointed_blocks = {"blocks.0", "blocks.1", "blocks.2", "blocks.3"};
+    r.checkpointed_blocks = checkpointed(c);
+    for (const std::string& path : r.checkpointed_blocks) {
+      if (block_classes.at(static_cast<std::size_t>(path.back() - '0')) != refusing_class) continue;
+      r.outcome = TrialOutcome::kError;
+      r.phase_at_failure = "forward";
+      r.message = "oomtune::checkpoint: forward of " + refusing_class + " modified its argument x in place";
+      r.refused_checkpoint_class = refusing_class;
+      for (const std::string& other : r.checkpointed_blocks)
+        if (block_classes.at(static_cast<std::size_t>(other.back() - '0')) != refusing_class)
+          r.other_checkpointed_blocks.push_back(other);
+      return r;
+    }
     if (autocast_crashes && c.precision == Precision::kBf16) {
       r.outcome = TrialOutcome::kCrashed;
       r.message = "crashed: SIGSEGV during forward";

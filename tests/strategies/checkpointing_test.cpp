@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -201,7 +202,9 @@ void expect_all_blocks_train_like_plain(const std::string& name, bool optimize, 
 /// Expects make_checkpoint_models.py's `name` (blocks.0.lin, fed an [8, 16]
 /// input) to train unchecked, then, checkpointed by `plan`, to be refused at
 /// its first forward with an error containing every one of `expected`.
-void expect_refused_at_first_call(const std::string& name, const std::string& plan,
+// Also checks that the operator kept the refused block's class for the
+// trial to read (take_refused_block_class), once.
+void expect_refused_at_first_call(const std::string& name, const std::string& plan, const std::string& block_class,
                                   const std::vector<std::string>& expected) {
   OptimizeScope optimize(false);
   LOAD_OR_SKIP(plain, test_model(name));
@@ -218,6 +221,8 @@ void expect_refused_at_first_call(const std::string& name, const std::string& pl
     const std::string message = e.what();
     for (const std::string& part : expected) EXPECT_NE(message.find(part), std::string::npos) << message;
   }
+  EXPECT_EQ(take_refused_block_class(), std::optional<std::string>(block_class));
+  EXPECT_EQ(take_refused_block_class(), std::nullopt);
 }
 
 int64_t batches_tracked(const torch::jit::Module& module, const std::string& bn_path) {
@@ -539,7 +544,7 @@ TEST_P(ListArguments, DenseLayersCheckpointAndGradientsEqualThePlainRun) {
 // that Tensor was made under no-grad, so the block would get no gradients.
 // Unchecked, the same model trains normally.
 TEST(CheckpointErrors, ABlockThatAddsToItsListArgumentIsRefused) {
-  expect_refused_at_first_call("appending.pt", "all",
+  expect_refused_at_first_call("appending.pt", "all", "__torch__.AppendingBlock",
                                {"forward of __torch__.AppendingBlock changed",
                                 "changed its List[Tensor] argument (1 tensors before the call, 2 after)"});
 }
@@ -559,7 +564,7 @@ TEST_P(ListArguments, TuplesOfTensorsCheckpointToo) {
 // (max abs diff 0.88). Refused at the first checkpointed call, naming the
 // argument; unchecked, the same model trains.
 TEST(CheckpointErrors, ABlockThatModifiesItsInputInPlaceIsRefused) {
-  expect_refused_at_first_call("in_place.pt", "first:1",
+  expect_refused_at_first_call("in_place.pt", "first:1", "__torch__.ScalingBlock",
                                {"forward of __torch__.ScalingBlock modified its argument x in place"});
 }
 
