@@ -26,6 +26,16 @@ InputSpec input(const std::string& name, std::vector<int64_t> shape, const std::
   return spec;
 }
 
+// A test model taking x [batch, features], trained on the mean of its output.
+JobSpec mean_loss_job(const std::string& model, int64_t features, int64_t global_batch) {
+  JobSpec job;
+  job.model_path = test_model(model);
+  job.inputs = {input("x", {kBatchDim, features}, "float32")};
+  job.loss.kind = LossSpec::Kind::kMean;
+  job.global_batch = global_batch;
+  return job;
+}
+
 }  // namespace
 
 JobSpec mlp_job(int64_t global_batch, const std::string& optimizer) {
@@ -40,23 +50,9 @@ JobSpec mlp_job(int64_t global_batch, const std::string& optimizer) {
   return job;
 }
 
-JobSpec bigmatmul_job(int64_t global_batch) {
-  JobSpec job;
-  job.model_path = test_model("bigmatmul");
-  job.inputs = {input("x", {kBatchDim, 256}, "float32")};
-  job.loss.kind = LossSpec::Kind::kMean;
-  job.global_batch = global_batch;
-  return job;
-}
+JobSpec bigmatmul_job(int64_t global_batch) { return mean_loss_job("bigmatmul", 256, global_batch); }
 
-JobSpec encoder_decoder_job(int64_t global_batch) {
-  JobSpec job;
-  job.model_path = test_model("encoder_decoder");
-  job.inputs = {input("x", {kBatchDim, 64}, "float32")};
-  job.loss.kind = LossSpec::Kind::kMean;
-  job.global_batch = global_batch;
-  return job;
-}
+JobSpec encoder_decoder_job(int64_t global_batch) { return mean_loss_job("encoder_decoder", 64, global_batch); }
 
 JobSpec gpt_job(int64_t global_batch) {
   JobSpec job;
