@@ -9,6 +9,7 @@
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/ir/ir.h>
 
+#include "common/class_name.h"
 #include "common/closest_name.h"
 #include "common/error.h"
 #include "strategies/recompute_op.h"
@@ -71,16 +72,11 @@ std::string model_label(const torch::jit::Module& module, const std::string& mod
   return model_name.empty() ? "model " + module.type()->name()->qualifiedName() : model_name;
 }
 
-std::string short_type(const std::string& unmangled) {
-  const auto dot = unmangled.rfind('.');
-  return dot == std::string::npos ? unmangled : unmangled.substr(dot + 1);
-}
-
 std::string top_level_children(const torch::jit::Module& module) {
   std::string out;
   for (const auto& child : module.named_children()) {
     if (!out.empty()) out += ", ";
-    out += fmt::format("{} ({})", child.name, short_type(unmangled_type_name(child.value)));
+    out += fmt::format("{} ({})", child.name, short_class_name(unmangled_type_name(child.value)));
   }
   return out.empty() ? "none" : out;
 }

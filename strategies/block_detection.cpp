@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/class_name.h"
+
 namespace oomtune {
 namespace {
-
-constexpr const char* kMangleAtom = "___torch_mangle_";  // c10/util QualifiedName mangling
 
 bool is_container(const std::string& type_name) {
   return type_name == "__torch__.torch.nn.modules.container.ModuleList" ||
@@ -107,22 +107,6 @@ void find_blocks(const torch::jit::Module& module, const std::string& path, std:
 
 std::string unmangled_type_name(const torch::jit::Module& module) {
   return unmangled_name(module.type()->name()->qualifiedName());
-}
-
-std::string unmangled_name(const std::string& qualified) {
-  std::string out;
-  size_t begin = 0;
-  while (begin <= qualified.size()) {
-    size_t end = qualified.find('.', begin);
-    if (end == std::string::npos) end = qualified.size();
-    const std::string atom = qualified.substr(begin, end - begin);
-    if (atom.rfind(kMangleAtom, 0) != 0) {
-      if (!out.empty()) out += '.';
-      out += atom;
-    }
-    begin = end + 1;
-  }
-  return out;
 }
 
 std::vector<BlockInfo> detect_blocks(const torch::jit::Module& module) {

@@ -53,8 +53,6 @@ std::vector<BlockInfo> detect_blocks(const torch::jit::Module& module);
 /// "__torch__.torchvision.models.resnet.___torch_mangle_12.BasicBlock" ->
 /// "__torch__.torchvision.models.resnet.BasicBlock".
 std::string unmangled_type_name(const torch::jit::Module& module);
-/// The same for a qualified class name (c10::QualifiedName::qualifiedName()).
-std::string unmangled_name(const std::string& qualified);
 
 /// Dotted paths and unmangled class names of every submodule of `module`
 /// (not `module` itself), depth-first in registration order.

@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 
 #include "common/byte_size.h"
+#include "common/class_name.h"
 #include "common/error.h"
 #include "common/seconds_text.h"
 
@@ -52,11 +53,6 @@ CheckpointPlan checkpoint_every_block() {
   CheckpointPlan plan;
   plan.mode = CheckpointPlan::Mode::kAll;
   return plan;
-}
-
-// "__torch__.model.Decoder" -> "Decoder": the class as the user wrote it.
-std::string short_class_name(const std::string& qualified) {
-  return qualified.substr(qualified.rfind('.') + 1);
 }
 
 // Micro-batches per optimizer step: ceil(G / b), the last one smaller when b

@@ -15,7 +15,7 @@
 #include <torch/library.h>
 
 #include "compat/torch_compat.h"
-#include "strategies/block_detection.h"
+#include "common/class_name.h"
 
 // Note [Recompute RNG]
 // Rationale: a block with dropout draws random masks in its forward. The
