@@ -241,6 +241,28 @@ TEST(DecisionTree, ARefusedClassOfEveryBlockRulesCheckpointingOut) {
   for (const TrailNode& node : r.trail) EXPECT_FALSE(node.config.checkpoint.enabled()) << node.node;
 }
 
+// Checkpointing probes that ran 2 % faster than plain (noise: recomputation
+// only adds work) are predicted at plain's time, not faster: with one
+// verification slot, plain (first in the trail at the same time) is the one
+// verified. Left at 0.98 the checkpointing node ranked first and won.
+TEST(DecisionTree, CheckpointingIsNeverPredictedFasterThanPlain) {
+  FakeRunner fake;
+  fake.checkpoint_time_cost = -0.02;
+  SearchOptions options;
+  options.max_verifications = 1;
+  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB), options);
+  ASSERT_TRUE(r.chosen.has_value());
+  EXPECT_EQ(chosen(r).node, "plain");
+  EXPECT_TRUE(has_note(r, "activation checkpointing: measured at 0.980x the plain step time; recomputation cannot "
+                          "make a step faster, so it is predicted at 1x (timing noise)"));
+  for (const TrailNode& n : r.trail) {
+    if (n.config.checkpoint.enabled() && n.config.micro_batch == 32 && !n.config.offload_optimizer &&
+        n.config.optimizer == OptimizerKind::kAdamW) {
+      EXPECT_GE(n.predicted_seconds, chosen(r).predicted_seconds) << n.node;
+    }
+  }
+}
+
 TEST(DecisionTree, EightBitWhenOnlyItsSmallerStateFits) {
   FakeRunner fake;
   fake.parameters = 4 * kMiB;  // 4 Mi parameters: 4 P = 16 MiB

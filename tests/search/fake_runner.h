@@ -27,6 +27,7 @@ class FakeRunner : public TrialRunner {
   int64_t extra_at_full_batch = 0;    // a surprise the probes cannot see
   double offload_time_factor = 1.5;
   double eight_bit_time_factor = 1.1;
+  double checkpoint_time_cost = 0.6;  // all 4 blocks: time x (1 + this); below 0 models timing noise
   double time_scale = 1;              // every time above times this (a model of microseconds per step)
   bool autocast_crashes = false;      // bf16 autocast dies by SIGSEGV (bf16_params runs)
   int64_t fails_at_or_below = 0;      // micro-batches this small raise an error (BatchNorm at 1)
@@ -93,7 +94,7 @@ class FakeRunner : public TrialRunner {
 
   double true_seconds(const TrainingConfig& c) const {
     double t = 0.01 + 0.002 * static_cast<double>(c.micro_batch);
-    t *= 1 + 0.6 * checkpointed_fraction(c);
+    t *= 1 + checkpoint_time_cost * checkpointed_fraction(c);
     if (c.optimizer == OptimizerKind::kAdamW8bit) t *= eight_bit_time_factor;
     if (c.offload_optimizer) t *= offload_time_factor;
     if (c.precision != Precision::kFp32) t *= 0.9;
@@ -163,9 +164,9 @@ inline JobSpec job_with_budget(int64_t budget_bytes) {
   return job;
 }
 
-inline SearchResult run_search(FakeRunner& fake, const JobSpec& job) {
+inline SearchResult run_search(FakeRunner& fake, const JobSpec& job, const SearchOptions& options = {}) {
   fake.usable_budget = static_cast<double>(*job.usable_budget_bytes());
-  return search(job, fake, SearchOptions{}, [](const std::string&) {});
+  return search(job, fake, options, [](const std::string&) {});
 }
 
 // With the defaults (P = 1 Mi parameters, A = 8 MiB):
