@@ -365,9 +365,8 @@ class Search {
     const std::vector<int64_t> two(ok.begin(), ok.begin() + std::min<std::size_t>(2, ok.size()));
     const std::vector<int64_t> one(ok.begin(), ok.begin() + 1);
     models_.checkpoint = probe_checkpointing(two);
-    TrainingConfig c;
+    TrainingConfig c = base_;
     if (base_.optimizer == OptimizerKind::kAdamW) {
-      c = base_;
       c.optimizer = OptimizerKind::kAdamW8bit;
       models_.adamw8bit = probe_effect("8-bit AdamW", c, one);
     } else {

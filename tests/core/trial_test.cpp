@@ -202,9 +202,10 @@ TEST(Trial, TheOptimizingExecutorIsOptIn) {
 
 // encoder_decoder.pt: the decoder's Halving blocks scale their input in
 // place, which the recompute operator refuses at the first checkpointed
-// forward. The trial is a failed one, not an error: it names the class and
-// the checkpointed blocks of other classes, and those alone train. The
-// refusal survives the JSON that carries a child trial's report.
+// forward. The trial returns a report with outcome "error" instead of
+// throwing: it names the class and the checkpointed blocks of other classes,
+// and those alone train. The refusal survives the JSON that carries a child
+// trial's report.
 TEST(Trial, ARefusedCheckpointNamesItsClassAndTheBlocksLeft) {
   const JobSpec job = encoder_decoder_job(8);
   if (!exists(job.model_path)) GTEST_SKIP() << "no " << job.model_path;
