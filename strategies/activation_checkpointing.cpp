@@ -12,6 +12,7 @@
 #include "common/class_name.h"
 #include "common/closest_name.h"
 #include "common/error.h"
+#include "strategies/argument_writes.h"
 #include "strategies/recompute_op.h"
 
 // Note [Rewrite at the call site]
@@ -47,7 +48,8 @@
 // overload called, forward__N) must take Tensors, Optional[Tensor]s,
 // List[Tensor]s or tuples of Tensors besides plain values and return Tensors (a tuple of Tensors
 // on output); a block that puts a Tensor into its List[Tensor] argument
-// rather than return it, or modifies a Tensor argument in place, fails at
+// rather than return it, or modifies a Tensor argument in place, is refused
+// here when its graph shows it (strategies/argument_writes.h), otherwise at
 // run time (the operator checks the list and the version counters).
 
 namespace oomtune {
@@ -238,6 +240,42 @@ void check_call(const Node* call, const std::string& path, const std::string& la
   }
 }
 
+/// The method a call site calls: the CallMethod's name, or the name a
+/// rewritten site passes to the recompute operator.
+std::string called_method(const CallSite& site) {
+  if (!site.rewritten) return site.node->s(c10::attr::name);
+  const auto name = torch::jit::toIValue(site.node->input(1));  // c10::optional in 1.13
+  return name && name->isString() ? name->toStringRef() : "forward";
+}
+
+/// Throws CheckpointRefused for the first chosen block, in forward order,
+/// whose called forward certainly writes to its argument.
+void refuse_argument_writes(const torch::jit::Module& module, const std::vector<std::string>& chosen,
+                            const std::vector<CallSite>& sites, const std::string& label) {
+  std::map<std::string, std::string> class_of;  // chosen path -> unmangled class
+  for (const auto& entry : module.named_modules()) class_of[entry.name] = unmangled_type_name(entry.value);
+  std::map<std::pair<const c10::ClassType*, std::string>, std::optional<ArgumentWrite>> checked;
+  for (const auto& path : chosen) {
+    for (const auto& site : sites) {
+      if (std::find(site.reaches.begin(), site.reaches.end(), path) == site.reaches.end()) continue;
+      const std::string method = called_method(site);
+      const auto key = std::make_pair(site.callee.get(), method);
+      if (checked.count(key) == 0) {
+        torch::jit::Function* function = site.callee->findMethod(method);
+        checked[key] = function ? certain_argument_write(*function) : std::nullopt;
+      }
+      if (!checked[key]) continue;
+      const std::string& refused = class_of[path];
+      std::vector<std::string> others;
+      for (const auto& other : chosen)
+        if (class_of[other] != refused) others.push_back(other);
+      throw CheckpointRefused(fmt::format("{}: cannot checkpoint '{}': {} of {} {}", label, path, method, refused,
+                                          describe(*checked[key])),
+                              refused, chosen, others);
+    }
+  }
+}
+
 /// Replaces a prim::CallMethod forward (checked by check_call) by the
 /// recompute operator (Note [Rewrite at the call site]).
 void rewrite_call(Node* call) {
@@ -345,6 +383,7 @@ CheckpointReport apply_checkpointing(torch::jit::Module& module, const Checkpoin
 
   // The call sites that reach a chosen block, all checked before the first
   // rewrite so that a refused plan leaves the graphs as they were.
+  refuse_argument_writes(module, chosen, sites, label);
   std::vector<CallSite*> to_rewrite;
   for (auto& site : sites) {
     if (site.rewritten) continue;

@@ -20,7 +20,11 @@
 //   left None or a bool, pass through unchanged to every run); to a submodule that no TorchScript method calls
 //   as `prim::CallMethod[name="forward"]` (or an overload, "forward__N"); to a
 //   module whose methods already ran (the graph executor keeps the graph it
-//   compiled at the first run: apply checkpointing right after loading).
+//   compiled at the first run: apply checkpointing right after loading); to
+//   a block whose forward modifies a Tensor argument in place or changes its
+//   List[Tensor] argument (found in the graph, strategies/argument_writes.h,
+//   before anything runs; the recompute operator refuses the cases the graph
+//   check cannot be sure of at their first call).
 // - Dropout masks repeat exactly in the recomputation: Note [Recompute RNG]
 //   (strategies/recompute_op.cpp).
 // - Works with the graph executor's optimization on or off: see
@@ -32,10 +36,35 @@
 
 #include <torch/csrc/jit/api/module.h>
 
+#include "common/error.h"
 #include "strategies/block_detection.h"
 #include "strategies/training_config.h"
 
 namespace oomtune {
+
+/// A chosen block's forward writes to its argument (strategies/argument_writes.h),
+/// so no block of its class can be checkpointed; the chosen blocks of other
+/// classes can. Exit code 2, like every ConfigError.
+class CheckpointRefused : public ConfigError {
+ public:
+  CheckpointRefused(const std::string& message, std::string block_class, std::vector<std::string> chosen_blocks,
+                    std::vector<std::string> other_blocks)
+      : ConfigError(message),
+        block_class_(std::move(block_class)),
+        chosen_blocks_(std::move(chosen_blocks)),
+        other_blocks_(std::move(other_blocks)) {}
+  /// The refused class, unmangled: "__torch__.Halving".
+  const std::string& block_class() const { return block_class_; }
+  /// The blocks the plan chose (dotted paths, forward order).
+  const std::vector<std::string>& chosen_blocks() const { return chosen_blocks_; }
+  /// The chosen blocks of the other classes (dotted paths, forward order); empty when none.
+  const std::vector<std::string>& other_blocks() const { return other_blocks_; }
+
+ private:
+  std::string block_class_;
+  std::vector<std::string> chosen_blocks_;
+  std::vector<std::string> other_blocks_;
+};
 
 /// What apply_checkpointing did.
 struct CheckpointReport {
@@ -70,11 +99,14 @@ std::vector<std::string> select_checkpoint_paths(const torch::jit::Module& modul
 /// time through its `_oomtune_checkpoint` attribute, so every plan works on
 /// every layout.
 ///
-/// Throws what select_checkpoint_paths throws, and ConfigError when a chosen
+/// Throws what select_checkpoint_paths throws; ConfigError when a chosen
 /// submodule is never called through prim::CallMethod forward or its forward
 /// takes no Tensor (or Optional[Tensor]), takes an argument holding Tensors
 /// (a list, tuple, dict or object of them), or returns anything but a Tensor
-/// or a tuple of Tensors.
+/// or a tuple of Tensors; CheckpointRefused when a chosen block's forward
+/// certainly writes to its argument (the first such block in forward order;
+/// the message names the argument, the operator and the line). Nothing is
+/// rewritten when it throws.
 CheckpointReport apply_checkpointing(torch::jit::Module& module, const CheckpointPlan& plan,
                                      const std::string& model_name = "");
 

@@ -16,6 +16,7 @@
 
 #include "compat/torch_compat.h"
 #include "common/class_name.h"
+#include "strategies/argument_writes.h"
 
 // Note [Recompute RNG]
 // Rationale: a block with dropout draws random masks in its forward. The
@@ -413,8 +414,7 @@ void check_arguments_kept(const c10::ivalue::Object& block, const std::string& m
   if (!unchanged) note_refusal(block);
   TORCH_CHECK(unchanged, kCheckpointOpName, ": ", method, " of ", class_name(block),
               " changed its List[Tensor] argument (", before.tensors.size(), " tensors before the call, ",
-              after.tensors.size(), " after); a checkpointed block must return the Tensors it makes, "
-              "so checkpoint the blocks around it instead");
+              after.tensors.size(), " after); ", kListAdvice);
   for (size_t i = 0; i < before.tensors.size(); ++i) {
     const at::Tensor& input = before.tensors[i];
     if (!input.defined() || input._version() == versions[i]) continue;
@@ -424,9 +424,7 @@ void check_arguments_kept(const c10::ivalue::Object& block, const std::string& m
     note_refusal(block);
     TORCH_CHECK(false, kCheckpointOpName, ": ", method, " of ", class_name(block), " modified its argument ",
                 schema.arguments().at(argument).name(), element < 0 ? "" : "[" + std::to_string(element) + "]",
-                " in place, so its recomputation would start from the modified values; make that operation "
-                "out of place (x = x * 2 rather than x.mul_(2) or x *= 2, ReLU(inplace=False)) or checkpoint "
-                "the blocks around it instead");
+                " in place, so its recomputation would start from the modified values; ", kInPlaceAdvice);
   }
 }
 

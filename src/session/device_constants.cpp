@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <torch/csrc/jit/ir/ir.h>
 
+#include "session/node_source.h"
+
 namespace oomtune {
 namespace {
 
@@ -14,18 +16,11 @@ bool is_cpu_device_constant(const torch::jit::Value* value) {
   return constant && constant->isDevice() && constant->toDevice().is_cpu();
 }
 
-std::string source_of(const torch::jit::Node* node) {
-  const auto location = node->sourceRange().file_line_col();
-  if (!location) return "";
-  const auto& [file, line, column] = *location;
-  return fmt::format("{}:{}:{}", file, line, column);
-}
-
 void scan_block(const torch::jit::Block* block, const std::string& method, std::vector<DeviceConstant>& found) {
   for (const torch::jit::Node* node : block->nodes()) {
     for (const torch::jit::Value* input : node->inputs()) {
       if (is_cpu_device_constant(input)) {
-        found.push_back({method, node->kind().toQualString(), source_of(node)});
+        found.push_back({method, node->kind().toQualString(), node_source(node)});
         break;
       }
     }

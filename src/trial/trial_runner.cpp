@@ -10,6 +10,7 @@
 #include "probes/memory_tracker.h"
 #include "session/batch.h"
 #include "session/model_session.h"
+#include "strategies/activation_checkpointing.h"
 #include "strategies/master_weights.h"
 #include "strategies/mixed_precision.h"
 #include "strategies/recompute_op.h"
@@ -78,6 +79,19 @@ ReservedPrediction predict_reserved(const MemoryTracker& tracker, std::optional<
   prediction.segment_allocations = sim.num_device_alloc;
   prediction.fits_budget = !sim.oom;
   return prediction;
+}
+
+// A configuration that cannot be applied to this model (a ConfigError's
+// case, exit 2): the blocks of `refused_class` cannot be checkpointed. The
+// report names the class and the chosen blocks a retry can checkpoint instead.
+void refuse_checkpoint(ProbeReport& report, const std::string& message, Phase phase, const std::string& refused_class,
+                       const std::vector<std::string>& other_blocks) {
+  report.outcome = TrialOutcome::kError;
+  report.input_error = true;
+  report.message = one_line(message);
+  report.phase_at_failure = std::string(phase_name(phase));
+  report.refused_checkpoint_class = refused_class;
+  report.other_checkpointed_blocks = other_blocks;
 }
 
 }  // namespace
@@ -196,21 +210,20 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     if (report.timing.steady_step_seconds > 0)
       report.samples_per_second = static_cast<double>(job.global_batch) / report.timing.steady_step_seconds;
     if (options.record_events) report.reserved = predict_reserved(tracker, job.usable_budget_bytes());
+  } catch (const CheckpointRefused& e) {
+    // Found in the graph before the step ran (strategies/argument_writes.h).
+    report.checkpointed_blocks = e.chosen_blocks();
+    refuse_checkpoint(report, e.what(), current_phase, e.block_class(), e.other_blocks());
+    return report;
   } catch (const std::exception& e) {
     if (!is_out_of_memory(e)) {
+      // Or refused by the recompute operator at the block's first call.
       const std::optional<std::string> refused = take_refused_block_class();
       if (!refused) throw;
-      // The configuration cannot be applied to this model (a ConfigError's
-      // case, exit 2): one block class cannot be checkpointed. The report
-      // names it and the blocks a retry can checkpoint instead.
-      report.outcome = TrialOutcome::kError;
-      report.input_error = true;
-      report.message = one_line(error_text(e));
-      report.phase_at_failure = std::string(phase_name(current_phase));
-      report.refused_checkpoint_class = *refused;
+      std::vector<std::string> others;
       for (std::size_t i = 0; i < checkpointed_classes.size(); ++i)
-        if (checkpointed_classes[i] != *refused)
-          report.other_checkpointed_blocks.push_back(report.checkpointed_blocks[i]);
+        if (checkpointed_classes[i] != *refused) others.push_back(report.checkpointed_blocks[i]);
+      refuse_checkpoint(report, error_text(e), current_phase, *refused, others);
       return report;
     }
     report.outcome = TrialOutcome::kOutOfMemory;

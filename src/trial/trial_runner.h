@@ -25,8 +25,10 @@
 namespace oomtune {
 
 /// Runs the trial and returns its report. Out of memory is an outcome, not
-/// an error, and so is a checkpointed block that the recompute operator
-/// refused (kError with refused_checkpoint_class and
+/// an error, and so is a checkpointed block class refused because its
+/// forward writes to its argument, whether its graph showed it
+/// (CheckpointRefused, phase "load") or the recompute operator found it at
+/// the first call (kError with refused_checkpoint_class and
 /// other_checkpointed_blocks set). Throws ModelError / ConfigError (bad
 /// model, bad config) — the child-process wrapper turns those into outcome
 /// kError.

@@ -13,8 +13,11 @@ Writes into the folder given as the first argument:
                  bias: Optional = None) -> [B, 10]; swapping the two fails
   encoder_decoder.pt an `encoder` ModuleList of two Residual blocks and a
                  `decoder` ModuleList of two Halving blocks, which scale their
-                 input in place (x.mul_(0.5)) first: the recompute operator
-                 refuses to checkpoint them; x [B, 64] -> [B, 64]
+                 input in place (x.mul_(0.5)) first: their graph shows it, so
+                 checkpointing refuses them before running; x [B, 64] -> [B, 64]
+  encoder_decoder_branch.pt the same with BranchHalving blocks, which scale
+                 their input in place under `if x.dim() == 2`: the graph
+                 cannot tell, the recompute operator refuses them at run time
   not_torchscript/  what users pass instead of TorchScript: a state_dict, a
                  pickled module and a checkpoint dict (torch.save), the pre-1.6
                  torch.save format, safetensors, a PT2 archive (torch.export),
@@ -102,11 +105,18 @@ class Halving(Residual):
         return x + torch.tanh(self.lin(x))
 
 
+class BranchHalving(Residual):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:
+            x.mul_(0.5)
+        return x + torch.tanh(self.lin(x))
+
+
 class EncoderDecoder(nn.Module):
-    def __init__(self):
+    def __init__(self, decoder_block=Halving):
         super().__init__()
         self.encoder = nn.ModuleList([Residual() for _ in range(2)])
-        self.decoder = nn.ModuleList([Halving() for _ in range(2)])
+        self.decoder = nn.ModuleList([decoder_block() for _ in range(2)])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.encoder:
@@ -163,7 +173,8 @@ def main() -> int:
     torch.manual_seed(0)
     for name, model in [("mlp", MLP()), ("bigmatmul", BigMatmul()), ("dict_out", DictOut()),
                         ("tuple_out", TupleOut()), ("returns_loss", ReturnsLoss()), ("two_inputs", TwoInputs()),
-                        ("encoder_decoder", EncoderDecoder())]:
+                        ("encoder_decoder", EncoderDecoder()),
+                        ("encoder_decoder_branch", EncoderDecoder(BranchHalving))]:
         torch.jit.script(model).save(os.path.join(out, f"{name}.pt"))
     made = MadeInForward()
     torch.jit.trace(made, torch.zeros(2, 8)).save(os.path.join(out, "arange_trace.pt"))

@@ -52,7 +52,9 @@ JobSpec mlp_job(int64_t global_batch, const std::string& optimizer) {
 
 JobSpec bigmatmul_job(int64_t global_batch) { return mean_loss_job("bigmatmul", 256, global_batch); }
 
-JobSpec encoder_decoder_job(int64_t global_batch) { return mean_loss_job("encoder_decoder", 64, global_batch); }
+JobSpec encoder_decoder_job(int64_t global_batch, const std::string& model) {
+  return mean_loss_job(model, 64, global_batch);
+}
 
 JobSpec gpt_job(int64_t global_batch) {
   JobSpec job;

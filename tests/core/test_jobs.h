@@ -19,8 +19,9 @@ bool exists(const std::string& path);
 JobSpec mlp_job(int64_t global_batch, const std::string& optimizer = "adamw");
 /// bigmatmul.pt: x [batch, 256], loss = mean of the output.
 JobSpec bigmatmul_job(int64_t global_batch);
-/// encoder_decoder.pt: x [batch, 64], loss = mean of the output.
-JobSpec encoder_decoder_job(int64_t global_batch);
+/// encoder_decoder.pt (or `model`, encoder_decoder_branch): x [batch, 64],
+/// loss = mean of the output.
+JobSpec encoder_decoder_job(int64_t global_batch, const std::string& model = "encoder_decoder");
 /// The example GPT: tokens [batch, 64] in [0, 1000), next-token cross_entropy.
 JobSpec gpt_job(int64_t global_batch);
 

@@ -200,25 +200,40 @@ TEST(Trial, TheOptimizingExecutorIsOptIn) {
   EXPECT_TRUE(run_trial(job, baseline_config(job), quick()).optimizing_executor);
 }
 
-// encoder_decoder.pt: the decoder's Halving blocks scale their input in
-// place, which the recompute operator refuses at the first checkpointed
-// forward. The trial returns a report with outcome "error" instead of
-// throwing: it names the class and the checkpointed blocks of other classes,
-// and those alone train. The refusal survives the JSON that carries a child
-// trial's report.
-TEST(Trial, ARefusedCheckpointNamesItsClassAndTheBlocksLeft) {
-  const JobSpec job = encoder_decoder_job(8);
+// A checkpointed block class whose forward modifies its input in place.
+struct RefusalCase {
+  std::string model;          // test model
+  std::string block_class;    // the refused class
+  std::string phase;          // when it was found
+  std::string message;        // part of the report's message
+};
+
+class RefusedCheckpoint : public ::testing::TestWithParam<RefusalCase> {};
+
+// The decoder's blocks scale their input in place, so checkpointing them
+// would recompute from the scaled values. The trial returns a report with
+// outcome "error" instead of throwing: it names the class and the
+// checkpointed blocks of other classes, and those alone train. The refusal
+// survives the JSON that carries a child trial's report. encoder_decoder.pt
+// shows its x.mul_(0.5) in the graph, so the step never runs (phase "load",
+// the message names the line); encoder_decoder_branch.pt's sits under an
+// `if` the graph cannot decide, so the recompute operator refuses it at the
+// first checkpointed forward.
+TEST_P(RefusedCheckpoint, NamesItsClassAndTheBlocksLeft) {
+  const RefusalCase& c = GetParam();
+  const JobSpec job = encoder_decoder_job(8, c.model);
   if (!exists(job.model_path)) GTEST_SKIP() << "no " << job.model_path;
   TrainingConfig config = baseline_config(job);
   config.checkpoint = parse_checkpoint_plan("all");
   const ProbeReport refused = run_trial(job, config, quick());
   EXPECT_EQ(refused.outcome, TrialOutcome::kError);
-  EXPECT_EQ(refused.phase_at_failure, "forward");
-  EXPECT_NE(refused.message.find("forward of __torch__.Halving modified its argument x in place"), std::string::npos)
-      << refused.message;
-  EXPECT_EQ(refused.refused_checkpoint_class, "__torch__.Halving");
+  EXPECT_EQ(refused.phase_at_failure, c.phase);
+  EXPECT_NE(refused.message.find(c.message), std::string::npos) << refused.message;
+  EXPECT_EQ(refused.refused_checkpoint_class, c.block_class);
   const std::vector<std::string> encoder = {"encoder.0", "encoder.1"};
   EXPECT_EQ(refused.other_checkpointed_blocks, encoder);
+  const std::vector<std::string> all = {"encoder.0", "encoder.1", "decoder.0", "decoder.1"};
+  EXPECT_EQ(refused.checkpointed_blocks, all);
   const ProbeReport carried = probe_report_from_json(to_json(refused));
   EXPECT_EQ(carried.refused_checkpoint_class, refused.refused_checkpoint_class);
   EXPECT_EQ(carried.other_checkpointed_blocks, encoder);
@@ -230,6 +245,18 @@ TEST(Trial, ARefusedCheckpointNamesItsClassAndTheBlocksLeft) {
   EXPECT_TRUE(rest.refused_checkpoint_class.empty());
   EXPECT_TRUE(probe_report_from_json(to_json(rest)).refused_checkpoint_class.empty());
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Trial, RefusedCheckpoint,
+    ::testing::Values(
+        RefusalCase{"encoder_decoder", "__torch__.Halving", "load",
+                    "cannot checkpoint 'decoder.0': forward of __torch__.Halving modifies its argument x in place "
+                    "(aten::mul_ at "},
+        RefusalCase{"encoder_decoder_branch", "__torch__.BranchHalving", "forward",
+                    "forward of __torch__.BranchHalving modified its argument x in place"}),
+    [](const ::testing::TestParamInfo<RefusalCase>& info) {
+      return info.param.phase == "load" ? std::string("FoundInTheGraph") : std::string("FoundAtRunTime");
+    });
 
 }  // namespace
 }  // namespace oomtune

@@ -32,6 +32,7 @@
 #include "common/error.h"
 #include "compat/torch_compat.h"
 #include "strategies/activation_checkpointing.h"
+#include "strategies/argument_writes.h"
 #include "strategies/recompute_op.h"
 #include "strategies/training_config.h"
 #include "support/run_oomtune.h"
@@ -542,10 +543,12 @@ TEST_P(ListArguments, DenseLayersCheckpointAndGradientsEqualThePlainRun) {
 // A block that appends a Tensor it made to its List[Tensor] argument (and
 // the caller reads it from there) is refused at the first checkpointed call:
 // that Tensor was made under no-grad, so the block would get no gradients.
-// Unchecked, the same model trains normally.
+// The append sits under `if len(xs) > 0`, so the graph check
+// (ArgumentWrites.*) leaves it to the operator. Unchecked, the same model
+// trains normally.
 TEST(CheckpointErrors, ABlockThatAddsToItsListArgumentIsRefused) {
-  expect_refused_at_first_call("appending.pt", "all", "__torch__.AppendingBlock",
-                               {"forward of __torch__.AppendingBlock changed",
+  expect_refused_at_first_call("appending_branch.pt", "all", "__torch__.BranchAppendingBlock",
+                               {"forward of __torch__.BranchAppendingBlock changed",
                                 "changed its List[Tensor] argument (1 tensors before the call, 2 after)"});
 }
 
@@ -562,10 +565,11 @@ TEST_P(ListArguments, TuplesOfTensorsCheckpointToo) {
 // block's input is data (no grad), so nothing in autograd notices, and
 // without the check its checkpointed gradients differ from the plain run's
 // (max abs diff 0.88). Refused at the first checkpointed call, naming the
-// argument; unchecked, the same model trains.
+// argument; unchecked, the same model trains. The write sits under
+// `if x.dim() == 2`, which the graph check cannot decide.
 TEST(CheckpointErrors, ABlockThatModifiesItsInputInPlaceIsRefused) {
-  expect_refused_at_first_call("in_place.pt", "first:1", "__torch__.ScalingBlock",
-                               {"forward of __torch__.ScalingBlock modified its argument x in place"});
+  expect_refused_at_first_call("in_place_branch.pt", "first:1", "__torch__.BranchScalingBlock",
+                               {"forward of __torch__.BranchScalingBlock modified its argument x in place"});
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimize, ListArguments, ::testing::Values(false, true), on_or_off);
@@ -771,6 +775,176 @@ TEST(CheckpointErrors, TensorsInsideADictArgumentAreRefused) {
   EXPECT_NE(message.find("takes (Dict[str, Tensor]) and returns Tensor"), std::string::npos) << message;
   EXPECT_EQ(message.find("compilation unit"), std::string::npos) << message;
   EXPECT_EQ(count_checkpoint_nodes(model), 0);
+}
+
+// --- Argument writes found in the graph -------------------------------------
+
+/// "make_checkpoint_models.py:LINE:" of the first line holding `code` after
+/// the line that starts `class <klass>(` in the script that wrote the test
+/// models: the source an ArgumentWrite must name.
+std::string script_line(const std::string& klass, const std::string& code) {
+  std::ifstream script(std::string(OOMTUNE_SOURCE_DIR) + "/tests/strategies/make_checkpoint_models.py");
+  std::string line;
+  bool in_class = false;
+  for (int number = 1; std::getline(script, line); ++number) {
+    in_class = in_class || line.rfind("class " + klass + "(", 0) == 0;
+    if (in_class && line.find(code) != std::string::npos)
+      return "make_checkpoint_models.py:" + std::to_string(number) + ":";
+  }
+  ADD_FAILURE() << "no '" << code << "' in class " << klass;
+  return "?";
+}
+
+std::optional<ArgumentWrite> block_write(const torch::jit::Module& model, const std::string& path) {
+  for (const auto& entry : model.named_modules())
+    if (entry.name == path) return certain_argument_write(entry.value.get_method("forward").function());
+  ADD_FAILURE() << "no submodule " << path;
+  return std::nullopt;
+}
+
+/// A module with the TorchScript `source` as its methods.
+torch::jit::Module defined(const std::string& source) {
+  torch::jit::Module module("Block");
+  module.define(source);
+  return module;
+}
+
+TEST(ArgumentWrites, AnInPlaceOpOnTheInputNamesTheArgumentAndTheLine) {
+  LOAD_OR_SKIP(model, test_model("in_place.pt"));
+  const std::optional<ArgumentWrite> write = block_write(model, "blocks.0");
+  ASSERT_TRUE(write);
+  EXPECT_EQ(write->argument, "x");
+  EXPECT_FALSE(write->list);
+  EXPECT_EQ(write->op, "aten::mul_");
+  EXPECT_NE(write->source.find(script_line("ScalingBlock", "x.mul_(0.5)")), std::string::npos) << write->source;
+  EXPECT_EQ(describe(*write).rfind("modifies its argument x in place (aten::mul_ at ", 0), 0) << describe(*write);
+}
+
+TEST(ArgumentWrites, AnAppendToTheListArgumentChangesTheList) {
+  LOAD_OR_SKIP(model, test_model("appending.pt"));
+  const std::optional<ArgumentWrite> write = block_write(model, "blocks.1");
+  ASSERT_TRUE(write);
+  EXPECT_EQ(write->argument, "xs");
+  EXPECT_TRUE(write->list);
+  EXPECT_EQ(write->op, "aten::append");
+  EXPECT_NE(write->source.find(script_line("AppendingBlock", "xs.append(y)")), std::string::npos) << write->source;
+  EXPECT_EQ(describe(*write).rfind("changes its List[Tensor] argument xs (aten::append at ", 0), 0);
+}
+
+// nn.ReLU(inplace=True): its forward calls F.relu(input, True), whose
+// `if inplace:` takes the aten::relu_ branch. The write is named at the
+// block's own line, not torch's.
+TEST(ArgumentWrites, AnInPlaceReluSubmoduleIsFollowedIntoFRelu) {
+  LOAD_OR_SKIP(model, test_model("pre_activation.pt"));
+  const std::optional<ArgumentWrite> write = block_write(model, "blocks.0");
+  ASSERT_TRUE(write);
+  EXPECT_EQ(write->argument, "x");
+  EXPECT_EQ(write->op, "aten::relu_");
+  EXPECT_NE(write->source.find(script_line("PreActivationBlock", "y = self.relu(x)")), std::string::npos)
+      << write->source;
+}
+
+TEST(ArgumentWrites, ViewsAndElementsOfTheArgumentAreTheArgument) {
+  struct Case {
+    const char* source;
+    const char* argument;
+    bool list;
+    const char* op;  // "": not checked
+  };
+  const std::vector<Case> cases = {
+      {"def forward(self, x: Tensor) -> Tensor:\n  x.t().mul_(0.5)\n  return x\n", "x", false, "aten::mul_"},
+      // The compiler lowers it (aten::copy_ into a select of a slice in 1.13).
+      {"def forward(self, x: Tensor) -> Tensor:\n  x[:, 0] = 0.0\n  return x\n", "x", false, ""},
+      {"def forward(self, x: Tensor, y: Tensor) -> Tensor:\n  y.add_(x)\n  return y\n", "y", false, "aten::add_"},
+      {"def forward(self, xs: List[Tensor]) -> Tensor:\n  xs[0].add_(1.0)\n  return xs[0]\n", "xs", false,
+       "aten::add_"},
+      {"def forward(self, xs: List[Tensor]) -> Tensor:\n  y = xs.pop()\n  return y\n", "xs", true, "aten::pop"},
+      {"def forward(self, p: Tuple[Tensor, Tensor]) -> Tensor:\n  a, b = p\n  b.zero_()\n  return a\n", "p",
+       false, "aten::zero_"},
+      {"def forward(self, x: Tensor, inplace: bool) -> Tensor:\n  return self.act(x, True)\n"
+       "def act(self, x: Tensor, inplace: bool) -> Tensor:\n  if inplace:\n    x.relu_()\n  return x\n",
+       "x", false, "aten::relu_"},
+  };
+  for (const Case& c : cases) {
+    const torch::jit::Module module = defined(c.source);
+    const std::optional<ArgumentWrite> write = certain_argument_write(module.get_method("forward").function());
+    ASSERT_TRUE(write) << c.source;
+    EXPECT_EQ(write->argument, c.argument) << c.source;
+    EXPECT_EQ(write->list, c.list) << c.source;
+    if (*c.op != '\0') {
+      EXPECT_EQ(write->op, c.op) << c.source;
+    }
+  }
+}
+
+// Writes that may not run, or may not reach the argument, are left to the
+// recompute operator: a false refusal here would take checkpointing away
+// from a block that trains correctly with it.
+TEST(ArgumentWrites, WritesThatMayNotHappenAreLeftToTheOperator) {
+  const std::vector<std::string> sources = {
+      "def forward(self, x: Tensor) -> Tensor:\n  if x.dim() == 2:\n    x.mul_(0.5)\n  return x\n",
+      "def forward(self, x: Tensor) -> Tensor:\n  for i in range(x.size(0)):\n    x.add_(1.0)\n  return x\n",
+      "def forward(self, x: Tensor) -> Tensor:\n  y = x.reshape([-1])\n  y.mul_(0.5)\n  return x\n",
+      "def forward(self, x: Tensor) -> Tensor:\n  y = x.clone()\n  y.mul_(0.5)\n  return y\n",
+      "def forward(self, x: Tensor) -> Tensor:\n  y = x * 2.0\n  y.relu_()\n  return y\n",
+      "def forward(self, x: Tensor, n: int) -> Tensor:\n  return self.act(x, n > 1)\n"
+      "def act(self, x: Tensor, inplace: bool) -> Tensor:\n  if inplace:\n    x.relu_()\n  return x\n",
+  };
+  for (const std::string& source : sources) {
+    const torch::jit::Module module = defined(source);
+    EXPECT_FALSE(certain_argument_write(module.get_method("forward").function())) << source;
+  }
+  for (const char* name : {"in_place_branch.pt", "appending_branch.pt"}) {
+    LOAD_OR_SKIP(model, test_model(name));
+    EXPECT_FALSE(block_write(model, "blocks.0")) << name;
+  }
+}
+
+// No false refusal on real blocks: the example GPT's, ResNet-50's
+// Bottlenecks (ReLU(inplace=True) on their own intermediate tensors, a
+// BatchNorm's num_batches_tracked.add_), the DenseNet-style layers and the
+// traced Llama decoder's layers.
+TEST(ArgumentWrites, TheBlocksOfRealModelsWriteNoArgument) {
+  const std::vector<std::string> paths = {example_model("gpt.pt"), example_model("resnet50.pt"),
+                                          test_model("dense.pt"), test_model("llama_trace.pt")};
+  for (const std::string& path : paths) {
+    LOAD_OR_SKIP(model, path);
+    const std::vector<BlockInfo> blocks = detect_blocks(model);
+    EXPECT_FALSE(blocks.empty()) << path;
+    for (const BlockInfo& block : blocks) {
+      for (const auto& entry : model.named_modules()) {
+        if (entry.name != block.path) continue;
+        for (const torch::jit::Method& method : entry.value.get_methods())
+          EXPECT_FALSE(certain_argument_write(method.function())) << path << " " << block.path << "." << method.name();
+      }
+    }
+  }
+}
+
+// apply_checkpointing refuses the class before anything runs or is
+// rewritten, naming the first block, the argument, the operator and the
+// line; the blocks of other classes are listed for a retry.
+TEST(CheckpointErrors, ABlockWhoseGraphWritesItsInputIsRefusedBeforeItRuns) {
+  LOAD_OR_SKIP(model, test_model("in_place.pt"));
+  try {
+    apply_checkpointing(model, parse_checkpoint_plan("all"), "in_place.pt");
+    FAIL() << "no CheckpointRefused";
+  } catch (const CheckpointRefused& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("in_place.pt: cannot checkpoint 'blocks.0': forward of __torch__.ScalingBlock modifies "
+                            "its argument x in place (aten::mul_ at ",
+                            0),
+              0)
+        << message;
+    EXPECT_NE(message.find(script_line("ScalingBlock", "x.mul_(0.5)")), std::string::npos) << message;
+    EXPECT_EQ(e.block_class(), "__torch__.ScalingBlock");
+    EXPECT_EQ(e.chosen_blocks(), (std::vector<std::string>{"blocks.0", "blocks.1"}));
+    EXPECT_TRUE(e.other_blocks().empty());
+  }
+  EXPECT_EQ(count_checkpoint_nodes(model), 0);
+  EXPECT_EQ(take_refused_block_class(), std::nullopt);
+  // Unchecked, the model runs as it was loaded.
+  EXPECT_EQ(model.forward({at::ones({2, 16})}).toTensor().sizes(), (std::vector<int64_t>{2, 16}));
 }
 
 }  // namespace

@@ -33,6 +33,12 @@ python3-torch); writes into the folder given as the first argument:
                  dropout; input x [B, 16] -> [B, 16]
   in_place.pt    two blocks that scale their input in place (x.mul_(0.5))
                  before using it; input x [B, 16] -> [B, 16]
+  in_place_branch.pt, appending_branch.pt  as in_place.pt and appending.pt,
+                 with the write under `if x.dim() == 2` / `if len(xs) > 0`:
+                 the graph cannot tell that it always runs
+  pre_activation.pt two blocks that apply nn.ReLU(inplace=True) to their
+                 input first (a pre-activation ResNet block's order); input
+                 x [B, 16] -> [B, 16]
   llama_trace.pt a Llama-style decoder as Hugging Face's LlamaForCausalLM lays
                  it out (embed_tokens, layers of RMSNorm, rotary attention
                  with dropout 0.1 and a SwiGLU MLP, norm, lm_head), *traced*
@@ -256,6 +262,47 @@ class ScalingNet(TwoBlocks):
         return x
 
 
+class BranchAppendingBlock(AppendingBlock):
+    def forward(self, xs: List[torch.Tensor]) -> torch.Tensor:
+        y = self.lin(xs[-1])
+        if len(xs) > 0:
+            xs.append(y)
+        return y.sum(1, keepdim=True)
+
+
+class BranchAppendingNet(AppendingNet):
+    def __init__(self):
+        TwoBlocks.__init__(self, BranchAppendingBlock)
+
+
+class BranchScalingBlock(ScalingBlock):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:
+            x.mul_(0.5)
+        return x + torch.tanh(self.lin(x))
+
+
+class BranchScalingNet(ScalingNet):
+    def __init__(self):
+        TwoBlocks.__init__(self, BranchScalingBlock)
+
+
+class PreActivationBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.relu = nn.ReLU(inplace=True)
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.relu(x)
+        return y + self.lin(y)
+
+
+class PreActivationNet(ScalingNet):
+    def __init__(self):
+        TwoBlocks.__init__(self, PreActivationBlock)
+
+
 class DenseLayer(nn.Module):
     """torchvision.models.densenet._DenseLayer in small: the concatenation
     of all earlier features, normalized, projected to `growth` features."""
@@ -462,7 +509,8 @@ def main() -> int:
                         ("int_arg", IntArgNet()), ("masked", MaskedNet()), ("encoder", encoder()),
                         ("tuple_arg", TupleArgNet()), ("mixed", MixedNet()), ("dense", DenseNet()),
                         ("appending", AppendingNet()), ("dict_arg", DictArgNet()),
-                        ("in_place", ScalingNet())]:
+                        ("in_place", ScalingNet()), ("in_place_branch", BranchScalingNet()),
+                        ("appending_branch", BranchAppendingNet()), ("pre_activation", PreActivationNet())]:
         path = os.path.join(out, f"{name}.pt")
         torch.jit.script(model).save(path + ".tmp")
         os.replace(path + ".tmp", path)
