@@ -809,39 +809,34 @@ torch::jit::Module defined(const std::string& source) {
   return module;
 }
 
-TEST(ArgumentWrites, AnInPlaceOpOnTheInputNamesTheArgumentAndTheLine) {
-  LOAD_OR_SKIP(model, test_model("in_place.pt"));
-  const std::optional<ArgumentWrite> write = block_write(model, "blocks.0");
-  ASSERT_TRUE(write);
-  EXPECT_EQ(write->argument, "x");
-  EXPECT_FALSE(write->list);
-  EXPECT_EQ(write->op, "aten::mul_");
-  EXPECT_NE(write->source.find(script_line("ScalingBlock", "x.mul_(0.5)")), std::string::npos) << write->source;
-  EXPECT_EQ(describe(*write).rfind("modifies its argument x in place (aten::mul_ at ", 0), 0) << describe(*write);
-}
-
-TEST(ArgumentWrites, AnAppendToTheListArgumentChangesTheList) {
-  LOAD_OR_SKIP(model, test_model("appending.pt"));
-  const std::optional<ArgumentWrite> write = block_write(model, "blocks.1");
-  ASSERT_TRUE(write);
-  EXPECT_EQ(write->argument, "xs");
-  EXPECT_TRUE(write->list);
-  EXPECT_EQ(write->op, "aten::append");
-  EXPECT_NE(write->source.find(script_line("AppendingBlock", "xs.append(y)")), std::string::npos) << write->source;
-  EXPECT_EQ(describe(*write).rfind("changes its List[Tensor] argument xs (aten::append at ", 0), 0);
-}
-
-// nn.ReLU(inplace=True): its forward calls F.relu(input, True), whose
-// `if inplace:` takes the aten::relu_ branch. The write is named at the
-// block's own line, not torch's.
-TEST(ArgumentWrites, AnInPlaceReluSubmoduleIsFollowedIntoFRelu) {
-  LOAD_OR_SKIP(model, test_model("pre_activation.pt"));
-  const std::optional<ArgumentWrite> write = block_write(model, "blocks.0");
-  ASSERT_TRUE(write);
-  EXPECT_EQ(write->argument, "x");
-  EXPECT_EQ(write->op, "aten::relu_");
-  EXPECT_NE(write->source.find(script_line("PreActivationBlock", "y = self.relu(x)")), std::string::npos)
-      << write->source;
+// The write, its argument and the script's line, in the test models:
+// in_place.pt's x.mul_(0.5); appending.pt's xs.append(y), which changes the
+// list itself; pre_activation.pt's nn.ReLU(inplace=True), whose forward calls
+// F.relu(input, True), whose `if inplace:` takes the aten::relu_ branch,
+// named at the block's own line rather than torch's.
+TEST(ArgumentWrites, FoundInTheTestModelsWithTheirLine) {
+  struct Case {
+    std::string model, block, klass, code, argument;
+    bool list;
+    std::string op;
+  };
+  const std::vector<Case> cases = {
+      {"in_place.pt", "blocks.0", "ScalingBlock", "x.mul_(0.5)", "x", false, "aten::mul_"},
+      {"appending.pt", "blocks.1", "AppendingBlock", "xs.append(y)", "xs", true, "aten::append"},
+      {"pre_activation.pt", "blocks.0", "PreActivationBlock", "y = self.relu(x)", "x", false, "aten::relu_"},
+  };
+  for (const Case& c : cases) {
+    LOAD_OR_SKIP(model, test_model(c.model));
+    const std::optional<ArgumentWrite> write = block_write(model, c.block);
+    ASSERT_TRUE(write) << c.model;
+    EXPECT_EQ(write->argument, c.argument) << c.model;
+    EXPECT_EQ(write->list, c.list) << c.model;
+    EXPECT_EQ(write->op, c.op) << c.model;
+    EXPECT_NE(write->source.find(script_line(c.klass, c.code)), std::string::npos) << write->source;
+    const std::string expected = c.list ? "changes its List[Tensor] argument " + c.argument + " (" + c.op + " at "
+                                        : "modifies its argument " + c.argument + " in place (" + c.op + " at ";
+    EXPECT_EQ(describe(*write).rfind(expected, 0), 0) << describe(*write);
+  }
 }
 
 TEST(ArgumentWrites, ViewsAndElementsOfTheArgumentAreTheArgument) {
