@@ -252,7 +252,7 @@ std::string called_method(const CallSite& site) {
 /// whose called forward certainly writes to its argument.
 void refuse_argument_writes(const torch::jit::Module& module, const std::vector<std::string>& chosen,
                             const std::vector<CallSite>& sites, const std::string& label) {
-  std::map<std::string, std::string> class_of;  // chosen path -> unmangled class
+  std::map<std::string, std::string> class_of;  // submodule path -> unmangled class
   for (const auto& entry : module.named_modules()) class_of[entry.name] = unmangled_type_name(entry.value);
   std::map<std::pair<const c10::ClassType*, std::string>, std::optional<ArgumentWrite>> checked;
   for (const auto& path : chosen) {
