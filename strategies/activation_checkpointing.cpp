@@ -165,27 +165,6 @@ std::vector<CallSite> find_call_sites(const torch::jit::Module& module) {
 
 bool is_tensor(const c10::TypePtr& type) { return type->kind() == c10::TypeKind::TensorType; }
 
-bool is_optional_tensor(const c10::TypePtr& type) {
-  const auto optional = type->cast<c10::OptionalType>();
-  return optional && is_tensor(optional->getElementType());
-}
-
-bool is_tensor_list(const c10::TypePtr& type) {
-  const auto list = type->cast<c10::ListType>();
-  return list && is_tensor(list->getElementType());
-}
-
-bool is_tensor_tuple(const c10::TypePtr& type) {
-  const auto tuple = type->cast<c10::TupleType>();
-  return tuple && !tuple->elements().empty() &&
-         std::all_of(tuple->elements().begin(), tuple->elements().end(), is_tensor);
-}
-
-/// Argument types whose Tensors the recompute operator hands to autograd.
-bool is_tensor_argument(const c10::TypePtr& type) {
-  return is_tensor(type) || is_optional_tensor(type) || is_tensor_list(type) || is_tensor_tuple(type);
-}
-
 /// Whether a value of this type can hold a Tensor (inside a list, tuple,
 /// dict, object, ...): such an argument would reach the block's forward
 /// without autograd seeing its Tensors.
@@ -218,10 +197,10 @@ void check_call(const Node* call, const std::string& path, const std::string& la
   for (const Value* input : inputs) {
     if (!signature.empty()) signature += ", ";
     signature += type_name(input->type());
-    arguments_ok = arguments_ok || is_tensor_argument(input->type());
+    arguments_ok = arguments_ok || is_tensor_argument_type(input->type());
   }
   for (const Value* input : inputs) {
-    arguments_ok = arguments_ok && (is_tensor_argument(input->type()) || !holds_tensors(input->type()));
+    arguments_ok = arguments_ok && (is_tensor_argument_type(input->type()) || !holds_tensors(input->type()));
   }
   const c10::TypePtr out_type = call->output()->type();
   const auto tuple_type = out_type->cast<c10::TupleType>();

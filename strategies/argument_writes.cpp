@@ -7,6 +7,7 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 #include "session/node_source.h"
+#include "strategies/recompute_op.h"
 
 namespace oomtune {
 
@@ -41,20 +42,6 @@ struct Found {
   std::string op;
   std::string source;
 };
-
-bool is_tensor_type(const c10::TypePtr& type) { return type->kind() == c10::TypeKind::TensorType; }
-
-/// The argument types whose Tensors the recompute operator watches.
-bool is_watched_type(const c10::TypePtr& type) {
-  if (is_tensor_type(type)) return true;
-  if (const auto optional = type->cast<c10::OptionalType>()) return is_tensor_type(optional->getElementType());
-  if (const auto list = type->cast<c10::ListType>()) return is_tensor_type(list->getElementType());
-  if (const auto tuple = type->cast<c10::TupleType>()) {
-    return !tuple->elements().empty() &&
-           std::all_of(tuple->elements().begin(), tuple->elements().end(), is_tensor_type);
-  }
-  return false;
-}
 
 /// Operators whose outputs always alias their first input (views, and the
 /// pieces of a Tensor or of a list): a write to an output is a write to it.
@@ -182,7 +169,7 @@ std::optional<ArgumentWrite> certain_argument_write(const torch::jit::Function& 
   const std::shared_ptr<torch::jit::Graph> graph = function->graph();
   Scope scope;
   for (size_t i = 1; i < graph->inputs().size(); ++i) {  // input 0 is self
-    if (is_watched_type(graph->inputs()[i]->type())) scope.watched[graph->inputs()[i]] = i;
+    if (is_tensor_argument_type(graph->inputs()[i]->type())) scope.watched[graph->inputs()[i]] = i;
   }
   const std::optional<Found> found = scan_block(graph->block(), scope, 0);
   if (!found) return std::nullopt;

@@ -466,6 +466,16 @@ void checkpoint_kernel(const c10::OperatorHandle& /*op*/, torch::jit::Stack* sta
 
 }  // namespace
 
+bool is_tensor_argument_type(const c10::TypePtr& type) {
+  const auto is_tensor = [](const c10::TypePtr& t) { return t->kind() == c10::TypeKind::TensorType; };
+  if (is_tensor(type)) return true;
+  if (const auto optional = type->cast<c10::OptionalType>()) return is_tensor(optional->getElementType());
+  if (const auto list = type->cast<c10::ListType>()) return is_tensor(list->getElementType());
+  if (const auto tuple = type->cast<c10::TupleType>())
+    return !tuple->elements().empty() && std::all_of(tuple->elements().begin(), tuple->elements().end(), is_tensor);
+  return false;
+}
+
 std::optional<std::string> take_refused_block_class() {
   const std::lock_guard<std::mutex> lock(g_refusal_mutex);
   std::optional<std::string> refused;

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include <ATen/core/ivalue.h>
+#include <ATen/core/jit_type.h>
 
 namespace oomtune {
 
@@ -51,6 +52,11 @@ constexpr const char* kCheckpointFlag = "_oomtune_checkpoint";
 /// registration is a static initializer in recompute_op.cpp; calling this
 /// keeps the linker from dropping it out of a static library). Idempotent.
 void ensure_recompute_op_registered();
+
+/// Whether an argument of this type hands its Tensors to the operator's
+/// autograd Function (see Rules): Tensor, Optional[Tensor], List[Tensor], or
+/// a non-empty Tuple of Tensors. Throws nothing.
+bool is_tensor_argument_type(const c10::TypePtr& type);
 
 /// Whether `block` has its checkpoint flag set (false when the class has no
 /// such attribute or the object predates it).
