@@ -245,12 +245,11 @@ void refuse_argument_writes(const torch::jit::Module& module, const std::vector<
       }
       if (!checked[key]) continue;
       const std::string& refused = class_of[path];
-      std::vector<std::string> others;
-      for (const auto& other : chosen)
-        if (class_of[other] != refused) others.push_back(other);
+      std::vector<std::string> chosen_classes;
+      for (const auto& other : chosen) chosen_classes.push_back(class_of[other]);
       throw CheckpointRefused(fmt::format("{}: cannot checkpoint '{}': {} of {} {}", label, path, method, refused,
                                           describe(*checked[key])),
-                              refused, chosen, others);
+                              refused, chosen, blocks_of_other_classes(chosen, chosen_classes, refused));
     }
   }
 }
@@ -338,6 +337,15 @@ std::vector<std::string> select_checkpoint_paths(const torch::jit::Module& modul
     for (int64_t i = 0; i < plan.first_n; ++i) chosen.push_back(blocks[i].path);
   }
   return chosen;
+}
+
+std::vector<std::string> blocks_of_other_classes(const std::vector<std::string>& blocks,
+                                                 const std::vector<std::string>& classes,
+                                                 const std::string& refused_class) {
+  std::vector<std::string> others;
+  for (std::size_t i = 0; i < blocks.size() && i < classes.size(); ++i)
+    if (classes[i] != refused_class) others.push_back(blocks[i]);
+  return others;
 }
 
 CheckpointReport apply_checkpointing(torch::jit::Module& module, const CheckpointPlan& plan,

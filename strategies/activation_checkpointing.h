@@ -86,6 +86,14 @@ struct CheckpointReport {
 std::vector<std::string> select_checkpoint_paths(const torch::jit::Module& module, const CheckpointPlan& plan,
                                                  const std::string& model_name = "");
 
+/// The paths of `blocks` whose class (the same index of `classes`, unmangled)
+/// is not `refused_class`, in their order: the blocks a retry can still
+/// checkpoint once `refused_class` is refused. `classes` must be as long as
+/// `blocks` (CheckpointReport's checkpointed and checkpointed_classes).
+std::vector<std::string> blocks_of_other_classes(const std::vector<std::string>& blocks,
+                                                 const std::vector<std::string>& classes,
+                                                 const std::string& refused_class);
+
 /// Rewrites the TorchScript methods of `module` so that the submodules chosen
 /// by `plan` run through the recompute operator `oomtune::checkpoint`
 /// (strategies/recompute_op.h). Call right after loading, before the module

@@ -220,10 +220,8 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
       // Or refused by the recompute operator at the block's first call.
       const std::optional<std::string> refused = take_refused_block_class();
       if (!refused) throw;
-      std::vector<std::string> others;
-      for (std::size_t i = 0; i < checkpointed_classes.size(); ++i)
-        if (checkpointed_classes[i] != *refused) others.push_back(report.checkpointed_blocks[i]);
-      refuse_checkpoint(report, error_text(e), current_phase, *refused, others);
+      refuse_checkpoint(report, error_text(e), current_phase, *refused,
+                        blocks_of_other_classes(report.checkpointed_blocks, checkpointed_classes, *refused));
       return report;
     }
     report.outcome = TrialOutcome::kOutOfMemory;

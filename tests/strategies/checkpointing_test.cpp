@@ -942,5 +942,17 @@ TEST(CheckpointErrors, ABlockWhoseGraphWritesItsInputIsRefusedBeforeItRuns) {
   EXPECT_EQ(model.forward({at::ones({2, 16})}).toTensor().sizes(), (std::vector<int64_t>{2, 16}));
 }
 
+// What a retry may still checkpoint: the other classes' blocks, in order,
+// whether the refusal came from the graph or from the operator.
+TEST(CheckpointErrors, TheBlocksOfOtherClassesKeepTheirOrder) {
+  const std::vector<std::string> blocks = {"encoder.0", "decoder.0", "encoder.1", "decoder.1", "head"};
+  const std::vector<std::string> classes = {"__torch__.Enc", "__torch__.Halving", "__torch__.Enc",
+                                            "__torch__.Halving", "__torch__.Head"};
+  EXPECT_EQ(blocks_of_other_classes(blocks, classes, "__torch__.Halving"),
+            (std::vector<std::string>{"encoder.0", "encoder.1", "head"}));
+  EXPECT_EQ(blocks_of_other_classes(blocks, classes, "__torch__.Absent"), blocks);
+  EXPECT_TRUE(blocks_of_other_classes({"a.0"}, {"__torch__.A"}, "__torch__.A").empty());
+}
+
 }  // namespace
 }  // namespace oomtune
