@@ -76,6 +76,14 @@ std::optional<bool> known_bool(const Value* value, const Scope& scope) {
   return constant->toBool();
 }
 
+/// Whether a prim::Loop certainly runs its body once: a known trip count of
+/// at least one (`for i in range(2)`; a `while` has INT64_MAX) and a known
+/// true first condition.
+bool runs_once(const Node* loop, const Scope& scope) {
+  const std::optional<c10::IValue> trips = known_value(loop->input(0), scope);
+  return trips && trips->isInt() && trips->toInt() >= 1 && known_bool(loop->input(1), scope) == true;
+}
+
 std::optional<Found> scan_block(const Block* block, Scope& scope, int depth);
 
 /// The graph a prim::CallMethod or prim::CallFunction runs, and the index of
@@ -136,6 +144,21 @@ std::optional<Found> scan_block(const Block* block, Scope& scope, int depth) {
         const auto watched = scope.watched.find(taken->outputs()[i]);
         if (watched != scope.watched.end()) scope.watched[node->output(i)] = watched->second;
       }
+      continue;
+    }
+    if (node->kind() == c10::prim::Loop) {
+      // The first iteration runs every top-level node of the body (the
+      // compiler puts what follows a break or continue under an If) with
+      // the loop's inputs as its carried values. After it the carried
+      // values may be new Tensors: the loop's outputs are not watched.
+      if (!runs_once(node, scope)) continue;
+      const Block* body = node->blocks()[0];
+      Scope first = scope;
+      for (size_t i = 2; i < node->inputs().size(); ++i) {  // body input 0 is the iteration number
+        const auto watched = scope.watched.find(node->input(i));
+        if (watched != scope.watched.end()) first.watched[body->inputs()[i - 1]] = watched->second;
+      }
+      if (auto found = scan_block(body, first, depth)) return found;
       continue;
     }
     if (node->kind() == c10::prim::CallMethod || node->kind() == c10::prim::CallFunction) {

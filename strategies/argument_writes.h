@@ -22,8 +22,16 @@
 //   branch of a prim::If whose condition is a constant (F.relu(x,
 //   inplace=True) reached through nn.ReLU's forward), and the methods and
 //   functions it calls with a watched argument (prim::CallMethod,
-//   prim::CallFunction), followed the same way. Loop bodies and branches
-//   decided at run time are not looked at; the operator still checks those.
+//   prim::CallFunction), followed the same way.
+// - The first iteration of a prim::Loop that certainly runs once (a known
+//   trip count >= 1, `for i in range(2)`, or a `while` whose first condition
+//   is a constant true): its top-level nodes, with the loop's inputs as the
+//   carried values. The compiler puts what follows a `break` or `continue`
+//   under a prim::If (torch/csrc/jit/frontend/exit_transforms.cpp), so such
+//   a write counts only when its branch is known. The loop's outputs are not
+//   watched: after the first iteration they may be new Tensors.
+// - Other loops and branches decided at run time are not looked at; the
+//   operator still checks those.
 
 #include <optional>
 #include <string>

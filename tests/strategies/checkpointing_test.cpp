@@ -859,6 +859,15 @@ TEST(ArgumentWrites, ViewsAndElementsOfTheArgumentAreTheArgument) {
       {"def forward(self, x: Tensor, inplace: bool) -> Tensor:\n  return self.act(x, True)\n"
        "def act(self, x: Tensor, inplace: bool) -> Tensor:\n  if inplace:\n    x.relu_()\n  return x\n",
        "x", false, "aten::relu_"},
+      // A loop that certainly runs: its first iteration writes the argument,
+      // also when the loop carries a new value afterwards.
+      {"def forward(self, x: Tensor) -> Tensor:\n  for i in range(2):\n    x.add_(1.0)\n  return x\n", "x", false,
+       "aten::add_"},
+      {"def forward(self, x: Tensor) -> Tensor:\n  for i in range(2):\n    x.add_(1.0)\n    x = x * 2.0\n  return x\n",
+       "x", false, "aten::add_"},
+      {"def forward(self, x: Tensor) -> Tensor:\n  while True:\n    x.sub_(1.0)\n    if x.sum() < 0.0:\n      break\n"
+       "  return x\n",
+       "x", false, "aten::sub_"},
   };
   for (const Case& c : cases) {
     const torch::jit::Module module = defined(c.source);
@@ -879,6 +888,16 @@ TEST(ArgumentWrites, WritesThatMayNotHappenAreLeftToTheOperator) {
   const std::vector<std::string> sources = {
       "def forward(self, x: Tensor) -> Tensor:\n  if x.dim() == 2:\n    x.mul_(0.5)\n  return x\n",
       "def forward(self, x: Tensor) -> Tensor:\n  for i in range(x.size(0)):\n    x.add_(1.0)\n  return x\n",
+      "def forward(self, x: Tensor) -> Tensor:\n  for i in range(0):\n    x.add_(1.0)\n  return x\n",
+      // After the first iteration the loop carries a new Tensor.
+      "def forward(self, x: Tensor) -> Tensor:\n  for i in range(2):\n    x = x * 2.0\n    x.add_(1.0)\n  return x\n",
+      // A break may come before the write.
+      "def forward(self, x: Tensor) -> Tensor:\n  for i in range(2):\n    if x.sum() < 0.0:\n      break\n"
+      "    x.add_(1.0)\n  return x\n",
+      "def forward(self, x: Tensor) -> Tensor:\n  for i in range(2):\n    if x.sum() < 0.0:\n      continue\n"
+      "    x.add_(1.0)\n  return x\n",
+      // The loop's result may be a new Tensor.
+      "def forward(self, x: Tensor) -> Tensor:\n  for i in range(2):\n    x = x + 1.0\n  x.mul_(2.0)\n  return x\n",
       "def forward(self, x: Tensor) -> Tensor:\n  y = x.reshape([-1])\n  y.mul_(0.5)\n  return x\n",
       "def forward(self, x: Tensor) -> Tensor:\n  y = x.clone()\n  y.mul_(0.5)\n  return y\n",
       "def forward(self, x: Tensor) -> Tensor:\n  y = x * 2.0\n  y.relu_()\n  return y\n",
