@@ -73,6 +73,7 @@ class MemoryTracker final : public c10::Allocator {
   int64_t peak_bytes(MemoryPool pool = MemoryPool::kDevice) const;
   /// Statistics of one phase since the last reset.
   PhaseMemory phase(Phase phase) const;
+  /// The largest single allocation since the last reset (bytes, operator, phase).
   LargestAllocation largest() const;
   /// Bytes of the tracked live block at `data`, or 0 if the tracker did not
   /// allocate it (or it was freed).

@@ -93,6 +93,7 @@ struct ZeroMemory {
   int64_t gradients = 0;        // BYTES per GPU
   int64_t optimizer_state = 0;  // BYTES per GPU (incl. the fp32 master copy)
   int64_t activations = 0;      // BYTES per GPU (never sharded)
+  /// BYTES per GPU of all four kinds.
   int64_t total() const { return weights + gradients + optimizer_state + activations; }
   bool operator==(const ZeroMemory& other) const;
 };

@@ -26,6 +26,9 @@ struct Command {
 /// All subcommands compiled into this build.
 const std::vector<Command>& commands();
 
+/// Each adds its subcommand under `app` (Command::add of one entry of
+/// commands()); its callback writes the command's outcome to *exit_code.
+/// Errors are not caught here: they reach main as oomtune::Error.
 void add_diagnose_command(CLI::App& app, const Command& self, int* exit_code);
 void add_emit_command(CLI::App& app, const Command& self, int* exit_code);
 #ifdef OOMTUNE_WITH_TORCH

@@ -68,11 +68,13 @@ class MasterWeightOptimizer {
   /// tagged as host memory.
   void step();
 
+  /// Where the masters and the optimizer state live (device or host).
   MasterPlacement placement() const { return placement_; }
   /// The fp32 masters, one per parameter, in the parameters' order.
   const std::vector<at::Tensor>& masters() const { return masters_; }
   /// Bytes of the masters and of the fp32 gradient buffers alive now (SUM).
   int64_t buffer_bytes() const;
+  /// The optimizer that updates the fp32 masters; its state lives where placement() says.
   torch::optim::Optimizer& inner() { return *inner_; }
 
  private:

@@ -74,6 +74,7 @@ class DynamicLossScaler {
   static constexpr double kBackoffFactor = 0.5;
   static constexpr int64_t kGrowthInterval = 2000;  // good steps before the scale grows
 
+  /// The current loss scale (a power of two, starting at kInitScale).
   double scale() const { return scale_; }
   /// Divides the gradients of `params` by the scale; returns false if any is
   /// inf or nan (then the step must be skipped).

@@ -62,6 +62,7 @@ class TrainingStep {
   /// Phase::kOptimizer. Out-of-memory errors pass through.
   StepResult run(const Batch& global_batch, const PhaseHook& hook);
 
+  /// The configuration this step was built for (micro-batch, accumulation, ...).
   const TrainingConfig& config() const { return config_; }
   /// Dotted paths of the checkpointed blocks (empty without checkpointing).
   const std::vector<std::string>& checkpointed_blocks() const { return checkpointed_; }

@@ -25,6 +25,7 @@ class TomlTable {
   /// ("" for the root, "optimizer", "inputs[0]").
   TomlTable(const toml::table& table, std::string origin, std::string prefix);
 
+  /// Throws SpecError "origin:line:col: full(key): message" at `where`.
   [[noreturn]] void fail_at(const toml::source_region& where, const std::string& key,
                             const std::string& message) const;
   /// Fails at the value of `key`, or at the table when the key is absent.
@@ -34,22 +35,29 @@ class TomlTable {
   /// Throws for the first key not in `allowed` (with the closest valid name).
   void reject_unknown(const std::vector<std::string>& allowed) const;
 
+  /// The raw value of `key`, or nullptr when absent.
   const toml::node* get(const std::string& key) const { return table_.get(key); }
+  /// Whether `key` is present (with any type).
   bool has(const std::string& key) const { return table_.contains(key); }
 
+  /// A string; nullopt when absent; throws for any other type.
   std::optional<std::string> string(const std::string& key) const;
   /// An integer >= min_value.
   std::optional<int64_t> integer(const std::string& key, int64_t min_value) const;
   /// A finite number (integer or float).
   std::optional<double> number(const std::string& key) const;
+  /// `node` (the value of `key`) as a finite number; throws otherwise.
   double number_of(const toml::node& node, const std::string& key) const;
+  /// A boolean; nullopt when absent; throws for any other type.
   std::optional<bool> boolean(const std::string& key) const;
   /// The sub-table `key`, or nullptr when absent.
   const toml::table* table(const std::string& key) const;
 
   /// "optimizer.lr" for key "lr" in table "optimizer".
   std::string full(const std::string& key) const { return prefix_.empty() ? key : prefix_ + "." + key; }
+  /// The file name that error messages start with.
   const std::string& origin() const { return origin_; }
+  /// The wrapped table.
   const toml::table& node() const { return table_; }
 
   /// "a string", "an integer", ... for messages.

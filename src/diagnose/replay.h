@@ -79,6 +79,7 @@ class Replay {
   int64_t allocated_bytes() const { return allocated_; }  ///< bytes in allocated blocks
   int64_t requested_bytes() const { return requested_; }  ///< bytes requested by their callers
   int64_t reserved_bytes() const { return reserved_; }    ///< bytes in segments
+  /// Bytes in the segments of one pool (large or small).
   int64_t reserved_bytes(alloc_rules::Pool pool) const;
   /// Bytes in free (inactive) blocks of a pool.
   int64_t free_bytes(alloc_rules::Pool pool) const;
@@ -98,7 +99,9 @@ class Replay {
   /// Events that did not fit the reconstructed state.
   int64_t inconsistencies() const { return inconsistencies_; }
 
+  /// Allocated blocks now, keyed by address.
   const std::map<int64_t, LiveBlock>& live() const { return live_; }
+  /// Reserved address ranges (segments) now, keyed by start address.
   const std::map<int64_t, ReservedRange>& ranges() const { return ranges_; }
 
  private:

@@ -32,9 +32,12 @@ class ModelSession {
   /// do not match forward's arguments (Note [Forward arguments]).
   explicit ModelSession(const JobSpec& job);
 
+  /// The job this session was loaded for.
   const JobSpec& job() const { return job_; }
+  /// The loaded module (training mode, on device()).
   torch::jit::Module& module() { return module_; }
   const torch::jit::Module& module() const { return module_; }
+  /// The job's device (CPU, or the current CUDA device), where parameters and inputs live.
   at::Device device() const { return device_; }
 
   /// Trainable parameters (requires_grad), in module order, each tensor once
