@@ -637,10 +637,17 @@ class Search {
       } else if (node.note.empty() && node.verification) {
         node.note = fmt::format("verified, but slower: {:.1f} samples/s", node.verification->samples_per_second);
       } else if (node.note.empty() && node.predicted_fit) {
-        node.note = node.predicted_seconds < best.predicted_seconds
-                        ? "not verified (verification budget spent)"
-                        : fmt::format("predicted slower ({} s vs {} s per global batch)",
-                                      format_seconds(node.predicted_seconds), format_seconds(best.predicted_seconds));
+        // A prediction within the tie ratio is not "slower": checkpointing
+        // clamped to 1x printed "predicted slower (3.06 s vs 3.06 s ...)".
+        const std::string times = fmt::format("{} s vs {} s per global batch", format_seconds(node.predicted_seconds),
+                                              format_seconds(best.predicted_seconds));
+        if (node.predicted_seconds < best.predicted_seconds)
+          node.note = "not verified (verification budget spent)";
+        else if (kTimingTieRatio * node.predicted_seconds <= best.predicted_seconds)
+          node.note = fmt::format("predicted as fast within {:.0f} % ({}); not verified (verification budget spent)",
+                                  100 * (1 - kTimingTieRatio), times);
+        else
+          node.note = fmt::format("predicted slower ({})", times);
       }
     }
     note_optimizer_change(fitting);
