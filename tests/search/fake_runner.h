@@ -29,6 +29,7 @@ class FakeRunner : public TrialRunner {
   double eight_bit_time_factor = 1.1;
   double checkpoint_time_cost = 0.6;  // all 4 blocks: time x (1 + this); below 0 models timing noise
   double time_scale = 1;              // every time above times this (a model of microseconds per step)
+  double plain_probe_time_factor = 1; // probes with no strategy run this much slower (noise); verifications do not
   bool autocast_crashes = false;      // bf16 autocast dies by SIGSEGV (bf16_params runs)
   int64_t fails_at_or_below = 0;      // micro-batches this small raise an error (BatchNorm at 1)
   // The classes of blocks.0 .. blocks.3; a checkpointed block of
@@ -148,6 +149,9 @@ class FakeRunner : public TrialRunner {
     }
     const int64_t steps = (global + c.micro_batch - 1) / c.micro_batch;
     r.timing.steady_step_seconds = true_seconds(c) * static_cast<double>(steps);
+    const bool plain = checkpointed(c).empty() && c.optimizer == OptimizerKind::kAdamW && !c.offload_optimizer &&
+                       c.precision == Precision::kFp32;
+    if (!enforce && plain) r.timing.steady_step_seconds *= plain_probe_time_factor;
     r.samples_per_second = static_cast<double>(global) / r.timing.steady_step_seconds;
     r.steps_run = enforce ? 20 : 3;
     return r;
