@@ -29,7 +29,8 @@ class FakeRunner : public TrialRunner {
   double eight_bit_time_factor = 1.1;
   double checkpoint_time_cost = 0.6;  // all 4 blocks: time x (1 + this); below 0 models timing noise
   double time_scale = 1;              // every time above times this (a model of microseconds per step)
-  double plain_probe_time_factor = 1; // probes with no strategy run this much slower (noise); verifications do not
+  // Probes with no strategy run this much slower (timing noise); verifications do not.
+  double plain_probe_time_factor = 1;
   bool autocast_crashes = false;      // bf16 autocast dies by SIGSEGV (bf16_params runs)
   int64_t fails_at_or_below = 0;      // micro-batches this small raise an error (BatchNorm at 1)
   // The classes of blocks.0 .. blocks.3; a checkpointed block of
