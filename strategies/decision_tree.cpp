@@ -161,6 +161,16 @@ std::vector<int64_t> probe_sizes(const JobSpec& job) {
   return {sizes.begin(), sizes.end()};
 }
 
+// The micro-batches below `below` that the plain probes step down to when
+// fewer than two ran: halving, then the job's smallest, in descending order.
+std::vector<int64_t> step_down_sizes(const JobSpec& job, int64_t below) {
+  const int64_t bottom = std::min(job.min_micro_batch, largest_micro_batch(job));
+  std::vector<int64_t> sizes;
+  for (int64_t s = below / 2; s > bottom; s /= 2) sizes.push_back(s);
+  if (bottom < below) sizes.push_back(bottom);
+  return sizes;
+}
+
 TrainingConfig with_micro_batch(TrainingConfig c, int64_t micro_batch, int64_t global_batch) {
   c.micro_batch = micro_batch;
   c.accumulation_steps = micro_batch_count(global_batch, micro_batch);
@@ -296,47 +306,65 @@ class Search {
 
   void fit_models() {
     const std::vector<int64_t> sizes = probe_sizes(job_);
-    std::vector<int64_t> ok;
-    std::vector<std::array<double, kNumPhases>> phase_peaks;
-    std::vector<double> peaks, seconds;
-    ProbeReport first_failure;
-    // The largest micro-batch whose probe erred before any probe ran.
-    std::optional<std::pair<int64_t, ProbeReport>> error_before_ok;
+    std::map<int64_t, ProbeReport> ran, failed;  // the plain probes, by micro-batch
+    // Walks up `sizes`; an out-of-memory probe ends the walk, since larger
+    // micro-batches need more. When fewer than two sizes ran by then (the
+    // probes' RAM guard is a multiple of the budget, so a tight budget can
+    // stop the walk at G/8), it goes down from the smallest size tried until
+    // two have run: two points fit the lines, and a budget too small for G/8
+    // is a "nothing fits" answer or a small micro-batch, not an error.
     auto probe_plain = [&] {
-      error_before_ok.reset();
-      for (int64_t s : sizes) {
-        const ProbeReport r = probe(base_, s);
+      ran.clear();
+      failed.clear();
+      auto probe_at = [&](int64_t s) {
+        ProbeReport r = probe(base_, s);
         // A model file that does not load will not load at any micro-batch.
         if (r.outcome == TrialOutcome::kError && r.input_error && r.phase_at_failure == phase_name(Phase::kLoad))
           throw InputError(r.message);
-        // Nor do weights that ran out of memory loading: the sizes rise, and
-        // a larger micro-batch loads the same weights.
-        if (r.outcome == TrialOutcome::kOutOfMemory && r.phase_at_failure == phase_name(Phase::kLoad)) {
-          if (ok.empty()) first_failure = r;
-          break;
-        }
-        if (r.outcome != TrialOutcome::kOk) {
-          if (ok.empty()) first_failure = r;
-          if (ok.empty() && r.outcome == TrialOutcome::kError) error_before_ok.emplace(s, r);
-          continue;
-        }
-        ok.push_back(s);
-        phase_peaks.push_back(phase_peaks_of(r, job_));
-        peaks.push_back(static_cast<double>(r.peak_bytes));
-        seconds.push_back(r.timing.steady_step_seconds);
-        plain_seconds_[s] = r.timing.steady_step_seconds;
-        result_.parameter_count = r.parameter_count;
-        result_.static_memory = r.static_memory;
-        models_.gradient_bytes = r.static_memory.gradient_bytes;
+        const TrialOutcome outcome = r.outcome;
+        (outcome == TrialOutcome::kOk ? ran : failed).emplace(s, std::move(r));
+        return outcome;
+      };
+      std::optional<int64_t> ran_out_at;
+      for (int64_t s : sizes) {
+        if (probe_at(s) != TrialOutcome::kOutOfMemory) continue;
+        ran_out_at = s;
+        break;
+      }
+      // Weights that ran out of memory loading do not load at any size.
+      if (ran.size() >= 2 || !ran_out_at || failed.at(*ran_out_at).phase_at_failure == phase_name(Phase::kLoad))
+        return;
+      for (int64_t s : step_down_sizes(job_, sizes.front())) {
+        probe_at(s);
+        if (ran.size() >= 2) break;
       }
     };
     probe_plain();
-    if (ok.empty() && base_.precision == Precision::kBf16 && form_failed(first_failure)) {
+    // The smallest micro-batch that failed: its message explains the most.
+    const auto first_failure = [&] { return failed.empty() ? ProbeReport{} : failed.begin()->second; };
+    if (ran.empty() && base_.precision == Precision::kBf16 && form_failed(first_failure())) {
       // The job asks for bf16 and its autocast fails (Note [bf16 fallback]).
-      result_.notes.push_back(bf16_fallback_note(first_failure));
+      result_.notes.push_back(bf16_fallback_note(first_failure()));
       base_.precision = bf16_form_ = Precision::kBf16Params;
       probe_plain();
     }
+    std::vector<int64_t> ok;
+    std::vector<std::array<double, kNumPhases>> phase_peaks;
+    std::vector<double> peaks, seconds;
+    for (const auto& [s, r] : ran) {
+      ok.push_back(s);
+      phase_peaks.push_back(phase_peaks_of(r, job_));
+      peaks.push_back(static_cast<double>(r.peak_bytes));
+      seconds.push_back(r.timing.steady_step_seconds);
+      plain_seconds_[s] = r.timing.steady_step_seconds;
+      result_.parameter_count = r.parameter_count;
+      result_.static_memory = r.static_memory;
+      models_.gradient_bytes = r.static_memory.gradient_bytes;
+    }
+    // The largest micro-batch below every one that ran whose probe erred.
+    std::optional<std::pair<int64_t, ProbeReport>> error_below_ok;
+    for (const auto& [s, r] : failed)
+      if (!ok.empty() && s < ok.front() && r.outcome == TrialOutcome::kError) error_below_ok.emplace(s, r);
     models_.base_precision = base_.precision;
     // Parameters alone over the budget is a bad input (no single-device
     // configuration can hold them). Probes run under a looser RAM guard, so
@@ -346,16 +374,18 @@ class Search {
       return InputError(fmt::format("budget {} (after {:.0f} % headroom) is smaller than the parameters alone ({})",
                                     format_bytes(result_.usable_budget_bytes), 100 * job_.headroom, parameters));
     };
-    if (ok.empty() && first_failure.static_memory.parameter_bytes > result_.usable_budget_bytes)
-      throw parameters_alone(format_bytes(first_failure.static_memory.parameter_bytes));
-    if (ok.empty() && first_failure.outcome == TrialOutcome::kOutOfMemory && first_failure.phase_at_failure == "load")
-      throw parameters_alone(fmt::format("loading the weights ran out of memory: {}", first_failure.message));
-    if (ok.empty())
+    if (ok.empty()) {
+      const ProbeReport failure = first_failure();
+      if (failure.static_memory.parameter_bytes > result_.usable_budget_bytes)
+        throw parameters_alone(format_bytes(failure.static_memory.parameter_bytes));
+      if (failure.outcome == TrialOutcome::kOutOfMemory && failure.phase_at_failure == "load")
+        throw parameters_alone(fmt::format("loading the weights ran out of memory: {}", failure.message));
       throw InputError(fmt::format("{}: the plain configuration could not run at micro-batch {}: {}", job_.model_path,
-                                   sizes.front(), first_failure.message));
+                                   failed.begin()->first, failure.message));
+    }
     if (result_.static_memory.parameter_bytes > result_.usable_budget_bytes)
       throw parameters_alone(format_bytes(result_.static_memory.parameter_bytes));
-    if (error_before_ok) raise_min_micro_batch(error_before_ok->first, error_before_ok->second);
+    if (error_below_ok) raise_min_micro_batch(error_below_ok->first, error_below_ok->second);
     models_.phases = fit_phase_lines(ok, phase_peaks, nullptr);
     models_.seconds = fit_batch_line(ok, seconds);
     result_.baseline_peak = fit_batch_line(ok, peaks);

@@ -9,7 +9,11 @@
 // - Probes: the plain configuration at up to three micro-batch sizes
 //   (G/8, G/4, G/2 of the global batch G), each strategy at one or two.
 //   Probes measure; they are not the answer (the budget there is a RAM
-//   guard only).
+//   guard only). A plain probe that runs out of memory ends the walk up
+//   (a larger micro-batch needs more); when fewer than two sizes ran, the
+//   walk goes down from the smallest, halving to the job's minimum, until
+//   two have run, so a budget too tight for G/8 still gets lines with a
+//   slope and a "nothing fits" answer or a small micro-batch.
 // - Every node that is predicted to fit is a candidate; candidates are
 //   ranked by predicted seconds per global batch ("fastest, not first").
 // - Balanced split: a node whose largest fitting micro-batch b* needs
@@ -114,8 +118,9 @@ struct SearchOptions {
 
 /// Walks the tree for `job` (its usable budget is required). `progress`
 /// receives one line per trial and decision. Throws InputError when the job
-/// has no budget, or when even the smallest plain probe cannot run (the
-/// message from that trial).
+/// has no budget, when the parameters alone exceed it, or when the plain
+/// configuration runs at no micro-batch down to the job's minimum (the
+/// message names the smallest micro-batch tried and that trial's message).
 SearchResult search(const JobSpec& job, TrialRunner& runner, const SearchOptions& options,
                     const std::function<void(const std::string&)>& progress);
 

@@ -314,6 +314,26 @@ TEST(Autotune, NothingFitsGivesTheZeroTable) {
   EXPECT_TRUE(contains(text.out, "ZeRO-3")) << text.out;
 }
 
+// A budget too tight for the first probe (small GPT, G = 64: plain probes at
+// 8, 16 and 32). At 1.5 MiB the probes' RAM guard is 4 x 1.425 = 5.70 MiB and
+// plain micro-batch 8 needs 6.52 MiB: the probes step down to 4 and 2
+// (halving) instead of trying 16 and 32, and the answer is "nothing fits",
+// exit 3, not exit 2 ("could not run at micro-batch 8") as before.
+TEST(Autotune, ABudgetTooTightForTheFirstProbeStepsDown) {
+  if (!exists(model(kSmall.name))) GTEST_SKIP();
+  const TestDir dir;
+  const RunResult r = run_oomtune("autotune " + gpt_job(dir, kSmall, 64, "budget = \"1.5MiB\"") + " --json");
+  ASSERT_EQ(r.exit_code, 3) << r.err;
+  const json report = parse_json(r);
+  std::vector<std::string> plain;
+  for (const json& p : report.at("probes"))
+    if (contains(p.at("config").get<std::string>(), ",ckpt=none,optimizer=adamw,offload=off,"))
+      plain.push_back(std::to_string(p.at("micro_batch").get<int64_t>()) + " " + p.at("outcome").get<std::string>());
+  EXPECT_EQ(plain, (std::vector<std::string>{"8 out_of_memory", "4 ok", "2 ok"}));
+  EXPECT_EQ(report.at("baseline_model").at("micro_batches"), json({2, 4}));
+  EXPECT_FALSE(report.at("nothing_fits").is_null());
+}
+
 // ---- bf16 fallback (issue #10, item 6).
 
 // TorchScript's bf16 autocast crashes on some models (a scripted ViT-B/16

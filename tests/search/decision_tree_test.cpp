@@ -372,6 +372,60 @@ TEST(DecisionTree, NothingFitsSaysSoWithTheLeastMemoryNeeded) {
   for (const TrailNode& node : r.trail) EXPECT_FALSE(node.predicted_fit) << node.node;
 }
 
+// The plain probes, in the order they ran: "4 out_of_memory", "2 ok".
+std::vector<std::string> plain_probes(const SearchResult& r) {
+  std::vector<std::string> plain;
+  for (const ProbeReport& p : r.probes)
+    if (p.config.find(",ckpt=none,optimizer=adamw,offload=off,precision=fp32") != std::string::npos)
+      plain.push_back(std::to_string(p.micro_batch) + " " + to_string(p.outcome));
+  return plain;
+}
+
+// oomtune probes under a RAM guard of 4x the usable budget. At 10 MiB that is
+// 40 MiB, and plain micro-batch 4 (G/8) needs 18 + 32 = 50 MiB: the probes
+// step down to 2 (34 MiB) and 1 (26 MiB) rather than trying 8 and 16, and
+// the answer is the "nothing fits" of the test above, not an error.
+TEST(DecisionTree, PlainProbesStepDownWhenEvenTheSmallestSizeRunsOutOfMemory) {
+  FakeRunner fake;
+  fake.probe_budget = 40 * kMiB;
+  const SearchResult r = run_search(fake, job_with_budget(10 * kMiB));
+  EXPECT_EQ(plain_probes(r), (std::vector<std::string>{"4 out_of_memory", "2 ok", "1 ok"}));
+  EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{1, 2}));
+  EXPECT_NEAR(r.baseline_peak(1), static_cast<double>(plain_peak(1)), 1.0);
+  EXPECT_NEAR(r.baseline_peak.slope, 8.0 * kMiB, 1.0);
+  EXPECT_FALSE(r.chosen.has_value());
+  EXPECT_NEAR(r.smallest_predicted_peak_bytes, 16 * kMiB, 1.0);
+
+  // Under a 20 MiB guard even micro-batch 1 (26 MiB) runs out: the error
+  // names the smallest micro-batch tried, with that probe's message.
+  FakeRunner tight;
+  tight.probe_budget = 20 * kMiB;
+  try {
+    run_search(tight, job_with_budget(5 * kMiB));
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "fake.pt: the plain configuration could not run at micro-batch 1: oomtune budget: tried to allocate");
+  }
+  EXPECT_EQ(tight.probes, 3);  // 4, 2, 1
+}
+
+// An out-of-memory probe ends the walk up (16 needs more than 8), and the
+// one size that ran (4) gets a second below it, so the line has a slope.
+// Guard 60 MiB: plain 4 needs 50 MiB, 8 needs 82, 2 needs 34.
+TEST(DecisionTree, AnOutOfMemoryProbeEndsTheWalkUpAndASmallerSizeGivesTheSlope) {
+  FakeRunner fake;
+  fake.probe_budget = 60 * kMiB;
+  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB));
+  EXPECT_EQ(plain_probes(r), (std::vector<std::string>{"4 ok", "8 out_of_memory", "2 ok"}));
+  EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{2, 4}));
+  ASSERT_FALSE(r.trail.empty());
+  EXPECT_EQ(r.trail.front().node, "plain");
+  EXPECT_NEAR(r.trail.front().predicted_peak_bytes, static_cast<double>(plain_peak(32)), 1.0);
+  EXPECT_EQ(chosen(r).config.micro_batch, 32);
+  EXPECT_EQ(chosen(r).verification->peak_bytes, plain_peak(32));
+}
+
 TEST(DecisionTree, AVerifiedOutOfMemoryDropsTheCandidateAndGoesOn) {
   FakeRunner fake;
   fake.extra_at_full_batch = 20 * kMiB;  // micro-batch 32 really needs 20 MiB more

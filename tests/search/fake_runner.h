@@ -31,6 +31,9 @@ class FakeRunner : public TrialRunner {
   double time_scale = 1;              // every time above times this (a model of microseconds per step)
   // Probes with no strategy run this much slower (timing noise); verifications do not.
   double plain_probe_time_factor = 1;
+  // Probes whose peak is above this run out of memory in forward (the probes'
+  // RAM guard, a multiple of the budget in oomtune); 0: no guard.
+  int64_t probe_budget = 0;
   bool autocast_crashes = false;      // bf16 autocast dies by SIGSEGV (bf16_params runs)
   int64_t fails_at_or_below = 0;      // micro-batches this small raise an error (BatchNorm at 1)
   // The classes of blocks.0 .. blocks.3; a checkpointed block of
@@ -143,8 +146,9 @@ class FakeRunner : public TrialRunner {
       r.message = "Expected more than 1 value per channel when training";
       return r;
     }
-    if (enforce && r.peak_bytes > usable_budget) {
+    if ((enforce && r.peak_bytes > usable_budget) || (!enforce && probe_budget > 0 && r.peak_bytes > probe_budget)) {
       r.outcome = TrialOutcome::kOutOfMemory;
+      r.phase_at_failure = "forward";
       r.message = "oomtune budget: tried to allocate";
       return r;
     }
