@@ -336,7 +336,19 @@ class Search {
         return;
       for (int64_t s : step_down_sizes(job_, sizes.front())) {
         probe_at(s);
-        if (ran.size() >= 2) break;
+        if (ran.size() >= 2) return;
+      }
+      // One size ran and the smaller ones erred (BatchNorm at 1): the second
+      // point lies between it and the smallest size that ran out.
+      if (ran.size() != 1) return;
+      const int64_t low = ran.begin()->first;
+      int64_t high = *ran_out_at;
+      for (auto f = failed.upper_bound(low); f != failed.end(); ++f)
+        if (f->second.outcome == TrialOutcome::kOutOfMemory) high = std::min(high, f->first);
+      while (ran.size() < 2 && high - low > 1) {
+        const int64_t middle = low + (high - low) / 2;
+        if (probe_at(middle) != TrialOutcome::kOutOfMemory) break;
+        high = middle;
       }
     };
     probe_plain();

@@ -12,8 +12,10 @@
 //   guard only). A plain probe that runs out of memory ends the walk up
 //   (a larger micro-batch needs more); when fewer than two sizes ran, the
 //   walk goes down from the smallest, halving to the job's minimum, until
-//   two have run, so a budget too tight for G/8 still gets lines with a
-//   slope and a "nothing fits" answer or a small micro-batch.
+//   two have run (if the smaller ones fail for their size, the second is
+//   bisected between the one that ran and the smallest that ran out), so a
+//   budget too tight for G/8 still gets lines with a slope and a "nothing
+//   fits" answer or a small micro-batch.
 // - Every node that is predicted to fit is a candidate; candidates are
 //   ranked by predicted seconds per global batch ("fastest, not first").
 // - Balanced split: a node whose largest fitting micro-batch b* needs

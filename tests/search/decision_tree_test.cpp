@@ -410,6 +410,21 @@ TEST(DecisionTree, PlainProbesStepDownWhenEvenTheSmallestSizeRunsOutOfMemory) {
   EXPECT_EQ(tight.probes, 3);  // 4, 2, 1
 }
 
+// Stepping down, a micro-batch that fails for its size (BatchNorm at 1)
+// leaves one size that ran: the second lies between it and the smallest one
+// that ran out. Guard 45 MiB: plain 4 needs 50 MiB, 2 needs 34, 3 needs 42.
+TEST(DecisionTree, WhenSmallerSizesFailTheSecondProbeLiesBelowTheOneThatRanOut) {
+  FakeRunner fake;
+  fake.probe_budget = 45 * kMiB;
+  fake.fails_at_or_below = 1;
+  const SearchResult r = run_search(fake, job_with_budget(10 * kMiB));
+  EXPECT_EQ(plain_probes(r), (std::vector<std::string>{"4 out_of_memory", "2 ok", "1 error", "3 ok"}));
+  EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{2, 3}));
+  EXPECT_NEAR(r.baseline_peak.slope, 8.0 * kMiB, 1.0);
+  EXPECT_EQ(r.smallest_micro_batch, 2);  // micro-batch 1 cannot run
+  EXPECT_FALSE(r.chosen.has_value());
+}
+
 // An out-of-memory probe ends the walk up (16 needs more than 8), and the
 // one size that ran (4) gets a second below it, so the line has a slope.
 // Guard 60 MiB: plain 4 needs 50 MiB, 8 needs 82, 2 needs 34.
