@@ -304,66 +304,71 @@ class Search {
     }
   }
 
+  // The plain probes of fit_models, by micro-batch.
+  struct PlainProbes {
+    std::map<int64_t, ProbeReport> ran, failed;
+    // The failure at the smallest micro-batch: its message explains the most.
+    ProbeReport first_failure() const { return failed.empty() ? ProbeReport{} : failed.begin()->second; }
+  };
+
+  // Walks up `sizes`; an out-of-memory probe ends the walk, since larger
+  // micro-batches need more. When fewer than two sizes ran by then (the
+  // probes' RAM guard is a multiple of the budget, so a tight budget can stop
+  // the walk at G/8), it goes down from the smallest size tried until two
+  // have run: two points fit the lines, and a budget too small for G/8 is a
+  // "nothing fits" answer or a small micro-batch, not an error.
+  PlainProbes probe_plain(const std::vector<int64_t>& sizes) {
+    PlainProbes p;
+    auto probe_at = [&](int64_t s) {
+      ProbeReport r = probe(base_, s);
+      // A model file that does not load will not load at any micro-batch.
+      if (r.outcome == TrialOutcome::kError && r.input_error && r.phase_at_failure == phase_name(Phase::kLoad))
+        throw InputError(r.message);
+      const TrialOutcome outcome = r.outcome;
+      (outcome == TrialOutcome::kOk ? p.ran : p.failed).emplace(s, std::move(r));
+      return outcome;
+    };
+    std::optional<int64_t> ran_out_at;
+    for (int64_t s : sizes) {
+      if (probe_at(s) != TrialOutcome::kOutOfMemory) continue;
+      ran_out_at = s;
+      break;
+    }
+    // Weights that ran out of memory loading do not load at any size.
+    if (p.ran.size() >= 2 || !ran_out_at || p.failed.at(*ran_out_at).phase_at_failure == phase_name(Phase::kLoad))
+      return p;
+    for (int64_t s : step_down_sizes(job_, sizes.front())) {
+      probe_at(s);
+      if (p.ran.size() >= 2) return p;
+    }
+    // One size ran and the smaller ones erred (BatchNorm at 1): the second
+    // point lies between it and the smallest size that ran out.
+    if (p.ran.size() != 1) return p;
+    const int64_t low = p.ran.begin()->first;
+    int64_t high = *ran_out_at;
+    for (auto f = p.failed.upper_bound(low); f != p.failed.end(); ++f)
+      if (f->second.outcome == TrialOutcome::kOutOfMemory) high = std::min(high, f->first);
+    while (p.ran.size() < 2 && high - low > 1) {
+      const int64_t middle = low + (high - low) / 2;
+      if (probe_at(middle) != TrialOutcome::kOutOfMemory) break;
+      high = middle;
+    }
+    return p;
+  }
+
   void fit_models() {
     const std::vector<int64_t> sizes = probe_sizes(job_);
-    std::map<int64_t, ProbeReport> ran, failed;  // the plain probes, by micro-batch
-    // Walks up `sizes`; an out-of-memory probe ends the walk, since larger
-    // micro-batches need more. When fewer than two sizes ran by then (the
-    // probes' RAM guard is a multiple of the budget, so a tight budget can
-    // stop the walk at G/8), it goes down from the smallest size tried until
-    // two have run: two points fit the lines, and a budget too small for G/8
-    // is a "nothing fits" answer or a small micro-batch, not an error.
-    auto probe_plain = [&] {
-      ran.clear();
-      failed.clear();
-      auto probe_at = [&](int64_t s) {
-        ProbeReport r = probe(base_, s);
-        // A model file that does not load will not load at any micro-batch.
-        if (r.outcome == TrialOutcome::kError && r.input_error && r.phase_at_failure == phase_name(Phase::kLoad))
-          throw InputError(r.message);
-        const TrialOutcome outcome = r.outcome;
-        (outcome == TrialOutcome::kOk ? ran : failed).emplace(s, std::move(r));
-        return outcome;
-      };
-      std::optional<int64_t> ran_out_at;
-      for (int64_t s : sizes) {
-        if (probe_at(s) != TrialOutcome::kOutOfMemory) continue;
-        ran_out_at = s;
-        break;
-      }
-      // Weights that ran out of memory loading do not load at any size.
-      if (ran.size() >= 2 || !ran_out_at || failed.at(*ran_out_at).phase_at_failure == phase_name(Phase::kLoad))
-        return;
-      for (int64_t s : step_down_sizes(job_, sizes.front())) {
-        probe_at(s);
-        if (ran.size() >= 2) return;
-      }
-      // One size ran and the smaller ones erred (BatchNorm at 1): the second
-      // point lies between it and the smallest size that ran out.
-      if (ran.size() != 1) return;
-      const int64_t low = ran.begin()->first;
-      int64_t high = *ran_out_at;
-      for (auto f = failed.upper_bound(low); f != failed.end(); ++f)
-        if (f->second.outcome == TrialOutcome::kOutOfMemory) high = std::min(high, f->first);
-      while (ran.size() < 2 && high - low > 1) {
-        const int64_t middle = low + (high - low) / 2;
-        if (probe_at(middle) != TrialOutcome::kOutOfMemory) break;
-        high = middle;
-      }
-    };
-    probe_plain();
-    // The smallest micro-batch that failed: its message explains the most.
-    const auto first_failure = [&] { return failed.empty() ? ProbeReport{} : failed.begin()->second; };
-    if (ran.empty() && base_.precision == Precision::kBf16 && form_failed(first_failure())) {
+    PlainProbes plain = probe_plain(sizes);
+    if (plain.ran.empty() && base_.precision == Precision::kBf16 && form_failed(plain.first_failure())) {
       // The job asks for bf16 and its autocast fails (Note [bf16 fallback]).
-      result_.notes.push_back(bf16_fallback_note(first_failure()));
+      result_.notes.push_back(bf16_fallback_note(plain.first_failure()));
       base_.precision = bf16_form_ = Precision::kBf16Params;
-      probe_plain();
+      plain = probe_plain(sizes);
     }
     std::vector<int64_t> ok;
     std::vector<std::array<double, kNumPhases>> phase_peaks;
     std::vector<double> peaks, seconds;
-    for (const auto& [s, r] : ran) {
+    for (const auto& [s, r] : plain.ran) {
       ok.push_back(s);
       phase_peaks.push_back(phase_peaks_of(r, job_));
       peaks.push_back(static_cast<double>(r.peak_bytes));
@@ -375,7 +380,7 @@ class Search {
     }
     // The largest micro-batch below every one that ran whose probe erred.
     std::optional<std::pair<int64_t, ProbeReport>> error_below_ok;
-    for (const auto& [s, r] : failed)
+    for (const auto& [s, r] : plain.failed)
       if (!ok.empty() && s < ok.front() && r.outcome == TrialOutcome::kError) error_below_ok.emplace(s, r);
     models_.base_precision = base_.precision;
     // Parameters alone over the budget is a bad input (no single-device
@@ -387,13 +392,13 @@ class Search {
                                     format_bytes(result_.usable_budget_bytes), 100 * job_.headroom, parameters));
     };
     if (ok.empty()) {
-      const ProbeReport failure = first_failure();
+      const ProbeReport failure = plain.first_failure();
       if (failure.static_memory.parameter_bytes > result_.usable_budget_bytes)
         throw parameters_alone(format_bytes(failure.static_memory.parameter_bytes));
       if (failure.outcome == TrialOutcome::kOutOfMemory && failure.phase_at_failure == "load")
         throw parameters_alone(fmt::format("loading the weights ran out of memory: {}", failure.message));
       throw InputError(fmt::format("{}: the plain configuration could not run at micro-batch {}: {}", job_.model_path,
-                                   failed.begin()->first, failure.message));
+                                   plain.failed.begin()->first, failure.message));
     }
     if (result_.static_memory.parameter_bytes > result_.usable_budget_bytes)
       throw parameters_alone(format_bytes(result_.static_memory.parameter_bytes));
