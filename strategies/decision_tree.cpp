@@ -161,6 +161,11 @@ std::vector<int64_t> probe_sizes(const JobSpec& job) {
   return {sizes.begin(), sizes.end()};
 }
 
+// Weights that ran out of memory while loading: no micro-batch can help.
+bool ran_out_loading(const ProbeReport& r) {
+  return r.outcome == TrialOutcome::kOutOfMemory && r.phase_at_failure == phase_name(Phase::kLoad);
+}
+
 // The micro-batches below `below` that the plain probes step down to when
 // fewer than two ran: halving, then the job's smallest, in descending order.
 std::vector<int64_t> step_down_sizes(const JobSpec& job, int64_t below) {
@@ -334,9 +339,7 @@ class Search {
       ran_out_at = s;
       break;
     }
-    // Weights that ran out of memory loading do not load at any size.
-    if (p.ran.size() >= 2 || !ran_out_at || p.failed.at(*ran_out_at).phase_at_failure == phase_name(Phase::kLoad))
-      return p;
+    if (p.ran.size() >= 2 || !ran_out_at || ran_out_loading(p.failed.at(*ran_out_at))) return p;
     for (int64_t s : step_down_sizes(job_, sizes.front())) {
       probe_at(s);
       if (p.ran.size() >= 2) return p;
@@ -395,7 +398,7 @@ class Search {
       const ProbeReport failure = plain.first_failure();
       if (failure.static_memory.parameter_bytes > result_.usable_budget_bytes)
         throw parameters_alone(format_bytes(failure.static_memory.parameter_bytes));
-      if (failure.outcome == TrialOutcome::kOutOfMemory && failure.phase_at_failure == "load")
+      if (ran_out_loading(failure))
         throw parameters_alone(fmt::format("loading the weights ran out of memory: {}", failure.message));
       throw InputError(fmt::format("{}: the plain configuration could not run at micro-batch {}: {}", job_.model_path,
                                    plain.failed.begin()->first, failure.message));
