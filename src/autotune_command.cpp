@@ -123,15 +123,19 @@ int run_autotune(const AutotuneFlags& flags) {
   options.max_verifications = flags.max_verifications;
   report.search = search(report.job, runner, options,
                          [](const std::string& line) { fmt::print(stderr, "autotune: {}\n", line); });
-  if (!report.search.chosen) {
-    report.nothing_fits = nothing_fits_table(report);
-  } else if (!flags.emit_dir.empty()) {
+  // No candidate chosen: "nothing fits" only when none ended its
+  // verification for a reason other than memory (a timeout proves nothing).
+  const bool unverified = !report.search.chosen && !unverified_candidates(report.search).empty();
+  if (report.search.chosen && !flags.emit_dir.empty()) {
     std::filesystem::create_directories(flags.emit_dir);
     for (const EmittedFile& file : emit_all(plan_from(report), flags.emit_dir)) report.emitted_files.push_back(file.path);
+  } else if (!report.search.chosen && !unverified) {
+    report.nothing_fits = nothing_fits_table(report);
   }
   if (flags.json) fmt::print("{}\n", json_text(autotune_json(report), 2));
   else fmt::print("{}", render_autotune_text(report));
-  return report.search.chosen ? kExitOk : kExitNothingFits;
+  if (report.search.chosen) return kExitOk;
+  return unverified ? kExitUnverified : kExitNothingFits;
 }
 
 }  // namespace

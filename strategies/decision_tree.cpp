@@ -166,6 +166,12 @@ bool ran_out_loading(const ProbeReport& r) {
   return r.outcome == TrialOutcome::kOutOfMemory && r.phase_at_failure == phase_name(Phase::kLoad);
 }
 
+// A failure every larger micro-batch would repeat: it needs more memory, or
+// its steps take longer than ones that already ran past the trial timeout.
+bool fails_larger_too(TrialOutcome outcome) {
+  return outcome == TrialOutcome::kOutOfMemory || outcome == TrialOutcome::kTimeout;
+}
+
 // The micro-batches below `below` that the plain probes step down to when
 // fewer than two ran: halving, then the job's smallest, in descending order.
 std::vector<int64_t> step_down_sizes(const JobSpec& job, int64_t below) {
@@ -316,12 +322,18 @@ class Search {
     ProbeReport first_failure() const { return failed.empty() ? ProbeReport{} : failed.begin()->second; }
   };
 
-  // Walks up `sizes`; an out-of-memory probe ends the walk, since larger
-  // micro-batches need more. When fewer than two sizes ran by then (the
-  // probes' RAM guard is a multiple of the budget, so a tight budget can stop
-  // the walk at G/8), it goes down from the smallest size tried until two
-  // have run: two points fit the lines, and a budget too small for G/8 is a
-  // "nothing fits" answer or a small micro-batch, not an error.
+  // Walks up `sizes`; a probe that runs out of memory or time ends the walk,
+  // since larger micro-batches need more of both. When fewer than two sizes
+  // ran by then (the probes' RAM guard is a multiple of the budget, so a
+  // tight budget can stop the walk at G/8), it goes down from the smallest
+  // size tried until two have run: two points fit the lines, and a budget
+  // too small for G/8 is a "nothing fits" answer or a small micro-batch, not
+  // an error. Down means halving after running out of memory (such a probe
+  // stops at its first allocation over the guard, so it is cheap). When
+  // nothing ran before a timeout, it goes up from the smallest micro-batch
+  // instead and stops at the first one that fails for memory or time: each
+  // timeout costs the whole trial_timeout, so at most one more is spent
+  // (a model that hangs times out at every size).
   PlainProbes probe_plain(const std::vector<int64_t>& sizes) {
     PlainProbes p;
     auto probe_at = [&](int64_t s) {
@@ -333,27 +345,32 @@ class Search {
       (outcome == TrialOutcome::kOk ? p.ran : p.failed).emplace(s, std::move(r));
       return outcome;
     };
-    std::optional<int64_t> ran_out_at;
+    std::optional<int64_t> stopped_at;
     for (int64_t s : sizes) {
-      if (probe_at(s) != TrialOutcome::kOutOfMemory) continue;
-      ran_out_at = s;
+      if (!fails_larger_too(probe_at(s))) continue;
+      stopped_at = s;
       break;
     }
-    if (p.ran.size() >= 2 || !ran_out_at || ran_out_loading(p.failed.at(*ran_out_at))) return p;
-    for (int64_t s : step_down_sizes(job_, sizes.front())) {
-      probe_at(s);
+    if (p.ran.size() >= 2 || !stopped_at || ran_out_loading(p.failed.at(*stopped_at))) return p;
+    std::vector<int64_t> down = step_down_sizes(job_, sizes.front());
+    const bool up_from_smallest = p.ran.empty() && p.failed.at(*stopped_at).outcome == TrialOutcome::kTimeout;
+    if (up_from_smallest) std::reverse(down.begin(), down.end());
+    for (int64_t s : down) {
+      const TrialOutcome outcome = probe_at(s);
       if (p.ran.size() >= 2) return p;
+      if (up_from_smallest && fails_larger_too(outcome)) break;
     }
-    // One size ran and the smaller ones erred (BatchNorm at 1): the second
-    // point lies between it and the smallest size that ran out.
+    // One size ran and the smaller ones erred (BatchNorm at 1), or the next
+    // larger one failed: the second point lies between it and the smallest
+    // larger size that failed for memory or time.
     if (p.ran.size() != 1) return p;
     const int64_t low = p.ran.begin()->first;
-    int64_t high = *ran_out_at;
+    int64_t high = *stopped_at;
     for (auto f = p.failed.upper_bound(low); f != p.failed.end(); ++f)
-      if (f->second.outcome == TrialOutcome::kOutOfMemory) high = std::min(high, f->first);
+      if (fails_larger_too(f->second.outcome)) high = std::min(high, f->first);
     while (p.ran.size() < 2 && high - low > 1) {
       const int64_t middle = low + (high - low) / 2;
-      if (probe_at(middle) != TrialOutcome::kOutOfMemory) break;
+      if (!fails_larger_too(probe_at(middle))) break;
       high = middle;
     }
     return p;
@@ -754,6 +771,15 @@ std::vector<int64_t> valid_micro_batches(const JobSpec& job) {
   for (int64_t b = job.min_micro_batch; b <= top; ++b)
     if (job.allow_remainder || job.global_batch % b == 0) sizes.push_back(b);
   return sizes;
+}
+
+std::vector<const TrailNode*> unverified_candidates(const SearchResult& result) {
+  std::vector<const TrailNode*> nodes;
+  for (const TrailNode& node : result.trail)
+    if (node.verification && node.verification->outcome != TrialOutcome::kOk &&
+        node.verification->outcome != TrialOutcome::kOutOfMemory)
+      nodes.push_back(&node);
+  return nodes;
 }
 
 SearchResult search(const JobSpec& job, TrialRunner& runner, const SearchOptions& options,

@@ -9,13 +9,16 @@
 // - Probes: the plain configuration at up to three micro-batch sizes
 //   (G/8, G/4, G/2 of the global batch G), each strategy at one or two.
 //   Probes measure; they are not the answer (the budget there is a RAM
-//   guard only). A plain probe that runs out of memory ends the walk up
-//   (a larger micro-batch needs more); when fewer than two sizes ran, the
-//   walk goes down from the smallest, halving to the job's minimum, until
-//   two have run (if the smaller ones fail for their size, the second is
-//   bisected between the one that ran and the smallest that ran out), so a
-//   budget too tight for G/8 still gets lines with a slope and a "nothing
-//   fits" answer or a small micro-batch.
+//   guard only). A plain probe that runs out of memory or past the trial
+//   timeout ends the walk up (a larger micro-batch needs more of both);
+//   when fewer than two sizes ran, the walk goes down from the smallest,
+//   halving to the job's minimum, until two have run (if the smaller ones
+//   fail for their size, the second is bisected between the one that ran
+//   and the smallest that failed for memory or time), so a budget too tight
+//   for G/8 still gets lines with a slope and a "nothing fits" answer or a
+//   small micro-batch. When nothing ran before a timeout, it goes up from
+//   the job's minimum instead and stops at the next timeout: each costs
+//   the whole trial_timeout.
 // - Every node that is predicted to fit is a candidate; candidates are
 //   ranked by predicted seconds per global batch ("fastest, not first").
 // - Balanced split: a node whose largest fitting micro-batch b* needs
@@ -125,6 +128,13 @@ struct SearchOptions {
 /// message names the smallest micro-batch tried and that trial's message).
 SearchResult search(const JobSpec& job, TrialRunner& runner, const SearchOptions& options,
                     const std::function<void(const std::string&)>& progress);
+
+/// The candidates whose verification run ended for a reason other than
+/// memory (timeout, crash, error), in trail order. When the search chose
+/// nothing and this is not empty, "nothing fits" is unproven: those
+/// candidates were predicted to fit and their memory was never measured
+/// (autotune then says so and exits kExitUnverified, not kExitNothingFits).
+std::vector<const TrailNode*> unverified_candidates(const SearchResult& result);
 
 /// Micro-batch sizes the search may use for `job`: divisors of the global
 /// batch (all sizes when remainder = "last_smaller"), within the job's

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <set>
 #include <vector>
 
 #include <fmt/format.h>
@@ -76,6 +77,47 @@ std::string render_trail_table(const SearchResult& s) {
   return out;
 }
 
+// Candidates predicted to fit whose verification runs ended without a
+// measurement (unverified_candidates): what ended them, and for timeouts
+// what trial_timeout a verification of the fastest needs.
+std::string render_unverified(const SearchResult& s, const std::vector<const TrailNode*>& nodes, const JobSpec& job) {
+  std::vector<std::pair<std::string, int>> counts;  // outcome, runs; in order of first appearance
+  const TrailNode* fastest_timeout = nullptr;
+  for (const TrailNode* node : nodes) {
+    const std::string outcome = to_string(node->verification->outcome);
+    auto same = [&](const auto& count) { return count.first == outcome; };
+    if (auto it = std::find_if(counts.begin(), counts.end(), same); it != counts.end()) ++it->second;
+    else counts.emplace_back(outcome, 1);
+    if (node->verification->outcome == TrialOutcome::kTimeout &&
+        (!fastest_timeout || node->predicted_seconds < fastest_timeout->predicted_seconds))
+      fastest_timeout = node;
+  }
+  std::vector<std::string> parts;
+  for (const auto& [outcome, runs] : counts) parts.push_back(fmt::format("{} {}", runs, outcome));
+  const bool one = nodes.size() == 1;
+  std::string out = fmt::format("not verified: the verification run{} of {} configuration{} predicted to fit ended "
+                                "without a measurement ({}), so whether {} is unknown; the notes say what ended each\n",
+                                one ? "" : "s", nodes.size(), one ? "" : "s", fmt::join(parts, ", "),
+                                one ? "it fits" : "they fit");
+  // Nodes can share a configuration (the search verifies each once).
+  std::set<std::string> verified, not_run_configs;
+  for (const TrailNode& n : s.trail)
+    if (n.verification) verified.insert(to_string(n.config));
+  for (const TrailNode& n : s.trail)
+    if (n.predicted_fit && !verified.count(to_string(n.config))) not_run_configs.insert(to_string(n.config));
+  const std::size_t not_run = not_run_configs.size();
+  if (not_run > 0)
+    out += fmt::format("          {} more predicted to fit {} not run: --max-verifications N runs more\n", not_run,
+                       not_run == 1 ? "was" : "were");
+  if (fastest_timeout)
+    out += fmt::format("          a verification runs {} steps of the global batch: the fastest of these is predicted "
+                       "at {} s per step, {:.0f} s in all plus start-up; trial_timeout is {:.0f} s: raise it\n",
+                       job.verify_steps, format_seconds(fastest_timeout->predicted_seconds),
+                       static_cast<double>(job.verify_steps) * fastest_timeout->predicted_seconds,
+                       job.trial_timeout_seconds);
+  return out;
+}
+
 }  // namespace
 
 std::string render_autotune_text(const AutotuneReport& report) {
@@ -105,6 +147,8 @@ std::string render_autotune_text(const AutotuneReport& report) {
                      format_bytes(v.peak_bytes), v.steps_run, format_bytes(s.usable_budget_bytes - v.peak_bytes)));
     line(fmt::format("          {:.1f} samples/s measured ({:.4f} s per global batch)", v.samples_per_second,
                      v.timing.steady_step_seconds));
+  } else if (const auto unverified = unverified_candidates(s); !unverified.empty()) {
+    out += render_unverified(s, unverified, job);
   } else {
     line(fmt::format("nothing fits: the least memory any configuration needs is {} (predicted, micro-batch {}), "
                      "the usable budget is {}",
@@ -149,6 +193,12 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
                       {"emitted_files", report.emitted_files}};
   j["chosen"] = s.chosen ? node_json(s.trail[*s.chosen]) : nlohmann::json();
   if (report.nothing_fits) j["nothing_fits"] = report.nothing_fits->json;
+  if (!s.chosen) {
+    nlohmann::json unverified = nlohmann::json::array();
+    for (const TrailNode* node : unverified_candidates(s)) unverified.push_back(node_json(*node));
+    j["unverified"] = unverified;
+    j["trial_timeout_seconds"] = report.job.trial_timeout_seconds;
+  }
   return j;
 }
 

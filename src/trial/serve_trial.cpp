@@ -42,8 +42,10 @@ void install_crash_notes(const std::string& note_path) {
 }
 
 // OOMTUNE_TEST_FAULT="KIND:PHASE[:TEXT]": fail on purpose when PHASE
-// begins, in trials whose config string followed by ',' contains TEXT (all
-// when absent); the ',' lets "precision=bf16," name bf16 but not bf16_params.
+// begins, in trials whose "<config>,global_batch=<G>," contains TEXT (all
+// when absent); the ',' lets "precision=bf16," name bf16 but not bf16_params,
+// and "global_batch=16," the verification runs of a job with G = 16 (a probe
+// runs one micro-batch per step, so its G is its micro-batch).
 std::function<void(Phase)> fault_from_environment(const std::string& config) {
   const char* text = std::getenv("OOMTUNE_TEST_FAULT");
   if (!text || !*text) return nullptr;
@@ -67,7 +69,7 @@ std::function<void(Phase)> fault_from_environment(const std::string& config) {
 int serve_trial(const std::string& request_path, const std::string& result_path) {
   TrialRequest request = read_trial_request(request_path);
   install_crash_notes(crash_note_path(result_path));
-  auto fault = fault_from_environment(request.config);
+  auto fault = fault_from_environment(request.config + ",global_batch=" + std::to_string(request.job.global_batch));
   request.options.on_phase = [fault](Phase phase) {
     g_phase = static_cast<sig_atomic_t>(phase);
     if (fault) fault(phase);

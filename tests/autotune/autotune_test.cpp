@@ -334,6 +334,39 @@ TEST(Autotune, ABudgetTooTightForTheFirstProbeStepsDown) {
   EXPECT_FALSE(report.at("nothing_fits").is_null());
 }
 
+// Verification runs that end without a measurement prove nothing about
+// memory. Every verification run crashes here (test hook: "global_batch=16,"
+// names the runs on the job's global batch; the probes run one micro-batch
+// of at most 8 per step): the answer is "not verified", exit 4, with every
+// verified candidate listed, and no "nothing fits" or ZeRO table, which
+// before this told the user to shard a model that fits many times over.
+TEST(Autotune, VerificationsThatAllCrashAreNotNothingFits) {
+  if (!exists(model(kSmall.name))) GTEST_SKIP();
+  const TestDir dir;
+  const std::string job = gpt_job(dir, kSmall, 16, "budget = \"64MiB\"");
+  const std::string fault = "OOMTUNE_TEST_FAULT=segv:forward:global_batch=16,";
+  const RunResult r = run_oomtune("autotune " + job + " --json --max-verifications 1", fault);
+  ASSERT_EQ(r.exit_code, 4) << r.err;
+  const json report = parse_json(r);
+  EXPECT_TRUE(report.at("chosen").is_null());
+  EXPECT_FALSE(report.contains("nothing_fits"));
+  for (const json& p : report.at("probes")) EXPECT_EQ(p.at("outcome"), "ok") << p.at("config");
+  const json& unverified = report.at("unverified");
+  ASSERT_GE(unverified.size(), 1u);
+  EXPECT_EQ(unverified.size(), report.at("verification_trials").get<std::size_t>());
+  for (const json& n : unverified) {
+    EXPECT_EQ(n.at("verification").at("outcome"), "crashed");
+    EXPECT_TRUE(n.at("predicted_fit").get<bool>());
+  }
+
+  const RunResult text = run_oomtune("autotune " + job + " --max-verifications 1", fault);
+  EXPECT_EQ(text.exit_code, 4);
+  EXPECT_TRUE(contains(text.out, "\nnot verified: the verification run")) << text.out;
+  EXPECT_TRUE(contains(text.out, " crashed), so whether")) << text.out;
+  EXPECT_FALSE(contains(text.out, "nothing fits")) << text.out;
+  EXPECT_FALSE(contains(text.out, "ZeRO-3")) << text.out;
+}
+
 // ---- bf16 fallback (issue #10, item 6).
 
 // TorchScript's bf16 autocast crashes on some models (a scripted ViT-B/16

@@ -105,5 +105,40 @@ TEST(AutotuneReport, TrailColumnsLineUp) {
   EXPECT_GE(rows, 5u);
 }
 
+// Verification runs that all time out (fake device 100x slower: plain
+// 32 x 1, the fastest candidate, takes 0.074 x 100 = 7.4 s per global batch,
+// over a 5 s limit): the report says what ended them and what the fastest
+// needs, 20 steps x 7.4 s = 148 s, and prints no "nothing fits" and no ZeRO
+// table (the command leaves nothing_fits empty here).
+TEST(AutotuneReport, VerificationsThatTimedOutAreNotNothingFits) {
+  FakeRunner fake;
+  fake.time_scale = 100;
+  fake.verify_timeout_seconds = 5;
+  AutotuneReport report;
+  report.job_path = "job.toml";
+  report.job = job_with_budget(plain_peak(32) + kMiB);
+  report.job.trial_timeout_seconds = 5;
+  report.search = run_search(fake, report.job);
+  ASSERT_FALSE(report.search.chosen.has_value());
+  // All 9 nodes are predicted to fit (the largest, plain 32 x 1, at 274 MiB);
+  // 3 verification slots + 3 extra ones for failures run 6, leaving 3.
+  ASSERT_EQ(report.search.trail.size(), 9u);
+  ASSERT_EQ(report.search.verification_trials, 6);
+  const std::string text = render_autotune_text(report);
+  EXPECT_NE(text.find("\nnot verified: the verification runs of 6 configurations predicted to fit ended without a "
+                      "measurement (6 timeout), so whether they fit is unknown; the notes say what ended each\n"
+                      "          3 more predicted to fit were not run: --max-verifications N runs more\n"
+                      "          a verification runs 20 steps of the global batch: the fastest of these is predicted "
+                      "at 7.40 s per step, 148 s in all plus start-up; trial_timeout is 5 s: raise it\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("nothing fits"), std::string::npos) << text;
+  const nlohmann::json j = autotune_json(report);
+  EXPECT_EQ(j.at("unverified").size(), 6u);
+  EXPECT_EQ(j.at("unverified")[0].at("verification").at("outcome"), "timeout");
+  EXPECT_EQ(j.at("trial_timeout_seconds"), 5.0);
+  EXPECT_FALSE(j.contains("nothing_fits"));
+}
+
 }  // namespace
 }  // namespace oomtune

@@ -441,6 +441,96 @@ TEST(DecisionTree, AnOutOfMemoryProbeEndsTheWalkUpAndASmallerSizeGivesTheSlope) 
   EXPECT_EQ(chosen(r).verification->peak_bytes, plain_peak(32));
 }
 
+// A probe that runs past the trial timeout ends the walk up too: a larger
+// micro-batch takes longer. Plain step time 0.01 + 0.002 b s against a
+// 0.02 s limit: 4 (0.018 s) runs, 8 (0.026 s) times out, 2 gives the slope.
+TEST(DecisionTree, ATimedOutProbeEndsTheWalkUp) {
+  FakeRunner fake;
+  fake.probe_timeout_seconds = 0.02;
+  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB));
+  EXPECT_EQ(plain_probes(r), (std::vector<std::string>{"4 ok", "8 timeout", "2 ok"}));
+  EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{2, 4}));
+  EXPECT_NEAR(r.baseline_peak.slope, 8.0 * kMiB, 1.0);
+  EXPECT_NEAR(r.baseline_seconds.slope, 0.002, 1e-12);
+  EXPECT_EQ(chosen(r).config.micro_batch, 32);  // verifications have no such limit here
+}
+
+// When nothing ran before a timeout, the probes go up from the smallest
+// micro-batch, not down by halving: each timeout costs the whole
+// trial_timeout, and a model that times out at 1 will not run at all.
+TEST(DecisionTree, AfterATimeoutAtTheFirstProbeTheProbesGoUpFromTheSmallest) {
+  FakeRunner fake;
+  fake.probe_timeout_seconds = 0.0165;  // 1 (0.012 s) and 2 (0.014 s) run, 4 (0.018 s) does not
+  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB));
+  EXPECT_EQ(plain_probes(r), (std::vector<std::string>{"4 timeout", "1 ok", "2 ok"}));
+  EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{1, 2}));
+  EXPECT_NEAR(r.baseline_peak(1), static_cast<double>(plain_peak(1)), 1.0);
+  EXPECT_NEAR(r.baseline_peak.slope, 8.0 * kMiB, 1.0);
+
+  // Every size times out (a hang): two timeouts, then the error naming
+  // micro-batch 1. Before, 4, 8 and 16 each timed out, then 4 was named.
+  FakeRunner hangs;
+  hangs.probe_timeout_seconds = 0.005;
+  try {
+    run_search(hangs, job_with_budget(plain_peak(32) + kMiB));
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "fake.pt: the plain configuration could not run at micro-batch 1: timeout: no result after 600 s");
+  }
+  EXPECT_EQ(hangs.probes, 2);  // 4, 1
+
+  // Micro-batch 1 fails for its size (BatchNorm): going up, 2 runs, and the
+  // second point is bisected between 2 and the timed-out 4 (3: 0.016 s).
+  FakeRunner batch_norm;
+  batch_norm.probe_timeout_seconds = 0.0165;
+  batch_norm.fails_at_or_below = 1;
+  const SearchResult b = run_search(batch_norm, job_with_budget(plain_peak(32) + kMiB));
+  EXPECT_EQ(plain_probes(b), (std::vector<std::string>{"4 timeout", "1 error", "2 ok", "3 ok"}));
+  EXPECT_EQ(b.baseline_micro_batches, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(b.smallest_micro_batch, 2);
+}
+
+// Verification runs that time out measure nothing: with every candidate's
+// run past the limit (a global batch of 32 takes 0.074 s at best, plain
+// 32 x 1), the search chooses nothing and unverified_candidates holds every
+// verified node, so autotune says "not verified" (exit 4), not "nothing fits".
+TEST(DecisionTree, VerificationsThatTimeOutAreUnverifiedNotNothingFits) {
+  FakeRunner fake;
+  fake.verify_timeout_seconds = 0.05;
+  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB));
+  EXPECT_FALSE(r.chosen.has_value());
+  const std::vector<const TrailNode*> unverified = unverified_candidates(r);
+  EXPECT_EQ(static_cast<int64_t>(unverified.size()), r.verification_trials);
+  EXPECT_GE(unverified.size(), 3u);
+  for (const TrailNode* node : unverified) EXPECT_EQ(node->verification->outcome, TrialOutcome::kTimeout);
+
+  // A run out of memory is a measurement: only the accumulation candidates
+  // (16 x 2 takes 0.084 s) time out; every 32 x 1 run is over the budget.
+  FakeRunner mixed;
+  mixed.verify_timeout_seconds = 0.08;
+  mixed.extra_at_full_batch = 1024 * kMiB;
+  const SearchResult m = run_search(mixed, job_with_budget(plain_peak(32) + kMiB));
+  EXPECT_FALSE(m.chosen.has_value());
+  std::size_t ran_out = 0;
+  for (const TrailNode& node : m.trail)
+    if (node.verification && node.verification->outcome == TrialOutcome::kOutOfMemory) ++ran_out;
+  EXPECT_GE(ran_out, 1u);
+  const std::vector<const TrailNode*> timed_out = unverified_candidates(m);
+  EXPECT_EQ(timed_out.size() + ran_out, static_cast<std::size_t>(m.verification_trials));
+  EXPECT_GE(timed_out.size(), 1u);
+  for (const TrailNode* node : timed_out) {
+    EXPECT_EQ(node->verification->outcome, TrialOutcome::kTimeout);
+    EXPECT_LT(node->config.micro_batch, 32);
+  }
+
+  // Nothing predicted to fit: nothing verified, nothing unverified.
+  FakeRunner small;
+  const SearchResult n = run_search(small, job_with_budget(10 * kMiB));
+  EXPECT_EQ(n.verification_trials, 0);
+  EXPECT_TRUE(unverified_candidates(n).empty());
+}
+
 TEST(DecisionTree, AVerifiedOutOfMemoryDropsTheCandidateAndGoesOn) {
   FakeRunner fake;
   fake.extra_at_full_batch = 20 * kMiB;  // micro-batch 32 really needs 20 MiB more

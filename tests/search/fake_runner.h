@@ -34,6 +34,11 @@ class FakeRunner : public TrialRunner {
   // Probes whose peak is above this run out of memory in forward (the probes'
   // RAM guard, a multiple of the budget in oomtune); 0: no guard.
   int64_t probe_budget = 0;
+  // Probes whose step takes longer than this many seconds run past the
+  // trial timeout (a slow model, or a timeout set too short); 0: none do.
+  double probe_timeout_seconds = 0;
+  // Verification runs whose global batch takes longer than this time out.
+  double verify_timeout_seconds = 0;
   bool autocast_crashes = false;      // bf16 autocast dies by SIGSEGV (bf16_params runs)
   int64_t fails_at_or_below = 0;      // micro-batches this small raise an error (BatchNorm at 1)
   // The classes of blocks.0 .. blocks.3; a checkpointed block of
@@ -153,6 +158,12 @@ class FakeRunner : public TrialRunner {
       return r;
     }
     const int64_t steps = (global + c.micro_batch - 1) / c.micro_batch;
+    const double limit = enforce ? verify_timeout_seconds : probe_timeout_seconds;
+    if (limit > 0 && true_seconds(c) * static_cast<double>(steps) > limit) {
+      r.outcome = TrialOutcome::kTimeout;
+      r.message = "timeout: no result after 600 s";
+      return r;
+    }
     r.timing.steady_step_seconds = true_seconds(c) * static_cast<double>(steps);
     const bool plain = checkpointed(c).empty() && c.optimizer == OptimizerKind::kAdamW && !c.offload_optimizer &&
                        c.precision == Precision::kFp32;
