@@ -250,6 +250,17 @@ class Search {
       const ProbeReport r = probe(config, s);
       if (r.outcome != TrialOutcome::kOk) {
         last_failure_ = r;
+        // A larger size out of memory or time after a smaller one ran
+        // (checkpointing recomputes, so it can pass trial_timeout where the
+        // plain step did not): the effect is fitted to the sizes that ran,
+        // with the plain slope. Every strategy keeps or lowers that slope, so
+        // larger micro-batches are over-predicted, never under.
+        if (!ok_sizes.empty() && fails_larger_too(r.outcome)) {
+          result_.notes.push_back(fmt::format("{}: micro-batch {}: {}; fitted to micro-batch {} with the plain slope "
+                                              "(over-predicts larger micro-batches)",
+                                              name, s, outcome_text(r), fmt::join(ok_sizes, ", ")));
+          break;
+        }
         result_.notes.push_back(fmt::format("{}: not available (micro-batch {}: {})", name, s, outcome_text(r)));
         return {};
       }

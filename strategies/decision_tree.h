@@ -18,7 +18,9 @@
 //   for G/8 still gets lines with a slope and a "nothing fits" answer or a
 //   small micro-batch. When nothing ran before a timeout, it goes up from
 //   the job's minimum instead and stops at the next timeout: each costs
-//   the whole trial_timeout.
+//   the whole trial_timeout. A strategy whose larger probe fails for memory
+//   or time after the smaller ran is fitted to the smaller with the plain
+//   slope (over-predicting larger micro-batches), not dropped.
 // - Every node that is predicted to fit is a candidate; candidates are
 //   ranked by predicted seconds per global batch ("fastest, not first").
 // - Balanced split: a node whose largest fitting micro-batch b* needs

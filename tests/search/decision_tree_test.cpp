@@ -491,6 +491,34 @@ TEST(DecisionTree, AfterATimeoutAtTheFirstProbeTheProbesGoUpFromTheSmallest) {
   EXPECT_EQ(b.smallest_micro_batch, 2);
 }
 
+// Checkpointing recomputes, so its probe at the larger of two sizes can pass
+// the trial timeout where the plain one did not. Limit 0.04 s: plain runs at
+// 4 and 8 (0.018, 0.026 s; 16 takes 0.042 s), checkpointing at 4 (0.0288 s)
+// but not at 8 (0.0416 s). Its effect is fitted to 4 alone with the plain
+// slope: at 4 it needs 18 + 2 x 4 = 26 MiB, so micro-batch b is predicted at
+// 26 + 8 (b - 4) MiB, over its true 18 + 2 b MiB above 4. Before, the
+// timeout made checkpointing "not available".
+TEST(DecisionTree, AStrategyProbePastTheTimeoutAtTheLargerSizeKeepsTheSmallerOne) {
+  FakeRunner fake;
+  fake.probe_timeout_seconds = 0.04;
+  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB));
+  EXPECT_EQ(plain_probes(r), (std::vector<std::string>{"4 ok", "8 ok", "16 timeout"}));
+  bool noted = false;
+  for (const std::string& note : r.notes) {
+    EXPECT_EQ(note.find("activation checkpointing: not available"), std::string::npos) << note;
+    noted = noted || note.find("activation checkpointing: micro-batch 8: timeout: no result after 600 s; fitted to "
+                               "micro-batch 4 with the plain slope") != std::string::npos;
+  }
+  EXPECT_TRUE(noted);
+  const TrailNode* all_blocks = nullptr;
+  for (const TrailNode& node : r.trail)
+    if (node.node == "checkpointing (all blocks)") all_blocks = &node;
+  ASSERT_NE(all_blocks, nullptr);
+  EXPECT_EQ(all_blocks->config.micro_batch, 32);
+  EXPECT_NEAR(all_blocks->predicted_peak_bytes, static_cast<double>((26 + 8 * 28) * kMiB), 1.0);
+  EXPECT_GT(all_blocks->predicted_peak_bytes, static_cast<double>(fake.true_peak(all_blocks->config)));
+}
+
 // Verification runs that time out measure nothing: with every candidate's
 // run past the limit (a global batch of 32 takes 0.074 s at best, plain
 // 32 x 1), the search chooses nothing and unverified_candidates holds every
