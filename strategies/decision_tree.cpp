@@ -343,8 +343,8 @@ class Search {
   // stops at its first allocation over the guard, so it is cheap). When
   // nothing ran before a timeout, it goes up from the smallest micro-batch
   // instead and stops at the first one that fails for memory or time: each
-  // timeout costs the whole trial_timeout, so at most one more is spent
-  // (a model that hangs times out at every size).
+  // timeout costs the whole trial_timeout (a model that hangs times out at
+  // every size, and costs two).
   PlainProbes probe_plain(const std::vector<int64_t>& sizes) {
     PlainProbes p;
     auto probe_at = [&](int64_t s) {

@@ -193,12 +193,10 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
                       {"emitted_files", report.emitted_files}};
   j["chosen"] = s.chosen ? node_json(s.trail[*s.chosen]) : nlohmann::json();
   if (report.nothing_fits) j["nothing_fits"] = report.nothing_fits->json;
-  if (!s.chosen) {
-    nlohmann::json unverified = nlohmann::json::array();
-    for (const TrailNode* node : unverified_candidates(s)) unverified.push_back(node_json(*node));
-    j["unverified"] = unverified;
-    j["trial_timeout_seconds"] = report.job.trial_timeout_seconds;
-  }
+  nlohmann::json unverified = nlohmann::json::array();
+  for (const TrailNode* node : unverified_candidates(s)) unverified.push_back(node_json(*node));
+  j["unverified"] = unverified;
+  j["trial_timeout_seconds"] = report.job.trial_timeout_seconds;
   return j;
 }
 

@@ -138,6 +138,10 @@ TEST(AutotuneReport, VerificationsThatTimedOutAreNotNothingFits) {
   EXPECT_EQ(j.at("unverified")[0].at("verification").at("outcome"), "timeout");
   EXPECT_EQ(j.at("trial_timeout_seconds"), 5.0);
   EXPECT_FALSE(j.contains("nothing_fits"));
+  // The keys are there when a configuration was chosen too.
+  const nlohmann::json chosen = autotune_json(accumulation_report());
+  EXPECT_EQ(chosen.at("unverified"), nlohmann::json::array());
+  EXPECT_EQ(chosen.at("trial_timeout_seconds"), 600.0);
 }
 
 }  // namespace
