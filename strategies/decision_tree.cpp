@@ -330,7 +330,9 @@ class Search {
   struct PlainProbes {
     std::map<int64_t, ProbeReport> ran, failed;
     // The failure at the smallest micro-batch: its message explains the most.
-    ProbeReport first_failure() const { return failed.empty() ? ProbeReport{} : failed.begin()->second; }
+    // Called when nothing ran, so at least one probe failed (probe_sizes is
+    // never empty).
+    const ProbeReport& first_failure() const { return failed.begin()->second; }
   };
 
   // Walks up `sizes`; a probe that runs out of memory or time ends the walk,
@@ -423,7 +425,7 @@ class Search {
                                     format_bytes(result_.usable_budget_bytes), 100 * job_.headroom, parameters));
     };
     if (ok.empty()) {
-      const ProbeReport failure = plain.first_failure();
+      const ProbeReport& failure = plain.first_failure();
       if (failure.static_memory.parameter_bytes > result_.usable_budget_bytes)
         throw parameters_alone(format_bytes(failure.static_memory.parameter_bytes));
       if (ran_out_loading(failure))

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -81,13 +82,10 @@ std::string render_trail_table(const SearchResult& s) {
 // measurement (unverified_candidates): what ended them, and for timeouts
 // what trial_timeout a verification of the fastest needs.
 std::string render_unverified(const SearchResult& s, const std::vector<const TrailNode*>& nodes, const JobSpec& job) {
-  std::vector<std::pair<std::string, int>> counts;  // outcome, runs; in order of first appearance
+  std::map<std::string, int> counts;  // runs by outcome
   const TrailNode* fastest_timeout = nullptr;
   for (const TrailNode* node : nodes) {
-    const std::string outcome = to_string(node->verification->outcome);
-    auto same = [&](const auto& count) { return count.first == outcome; };
-    if (auto it = std::find_if(counts.begin(), counts.end(), same); it != counts.end()) ++it->second;
-    else counts.emplace_back(outcome, 1);
+    ++counts[to_string(node->verification->outcome)];
     if (node->verification->outcome == TrialOutcome::kTimeout &&
         (!fastest_timeout || node->predicted_seconds < fastest_timeout->predicted_seconds))
       fastest_timeout = node;

@@ -158,13 +158,14 @@ class FakeRunner : public TrialRunner {
       return r;
     }
     const int64_t steps = (global + c.micro_batch - 1) / c.micro_batch;
+    const double seconds = true_seconds(c) * static_cast<double>(steps);
     const double limit = enforce ? verify_timeout_seconds : probe_timeout_seconds;
-    if (limit > 0 && true_seconds(c) * static_cast<double>(steps) > limit) {
+    if (limit > 0 && seconds > limit) {
       r.outcome = TrialOutcome::kTimeout;
       r.message = "timeout: no result after 600 s";
       return r;
     }
-    r.timing.steady_step_seconds = true_seconds(c) * static_cast<double>(steps);
+    r.timing.steady_step_seconds = seconds;
     const bool plain = checkpointed(c).empty() && c.optimizer == OptimizerKind::kAdamW && !c.offload_optimizer &&
                        c.precision == Precision::kFp32;
     if (!enforce && plain) r.timing.steady_step_seconds *= plain_probe_time_factor;
