@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <bitset>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -213,6 +215,7 @@ class Search {
     base_.micro_batch = job.global_batch;
     base_.optimizer = parse_optimizer(job.optimizer.kind);
     base_.precision = parse_precision(job.precision);
+    job_base_ = base_;
   }
 
   SearchResult run() {
@@ -221,9 +224,10 @@ class Search {
                                    job_.spec_path.empty() ? "job" : job_.spec_path));
     result_.usable_budget_bytes = *job_.usable_budget_bytes();
     require_a_valid_micro_batch("");
-    fit_models();
-    walk_tree();
-    verify_candidates();
+    if (fit_models()) {
+      walk_tree();
+      verify_candidates();
+    }
     return std::move(result_);
   }
 
@@ -237,6 +241,10 @@ class Search {
                               ? fmt::format("peak {}, {:.4f} s/step", format_bytes(r.peak_bytes),
                                             r.timing.steady_step_seconds)
                               : outcome_text(r)));
+    if (r.outcome == TrialOutcome::kOutOfMemory && r.phase_at_failure != phase_name(Phase::kLoad)) {
+      auto [at, added] = out_of_memory_at_.emplace(memory_key(config), micro_batch);
+      if (!added) at->second = std::min(at->second, micro_batch);
+    }
     result_.probes.push_back(r);
     return r;
   }
@@ -347,9 +355,11 @@ class Search {
   // instead and stops at the first one that fails for memory or time: each
   // timeout costs the whole trial_timeout (a model that hangs times out at
   // every size, and costs two).
-  PlainProbes probe_plain(const std::vector<int64_t>& sizes) {
-    PlainProbes p;
+  // `p` may hold probes of base_ that already ran; they are not run again.
+  PlainProbes probe_plain(const std::vector<int64_t>& sizes, PlainProbes p = {}) {
     auto probe_at = [&](int64_t s) {
+      if (const auto known = p.ran.find(s); known != p.ran.end()) return known->second.outcome;
+      if (const auto known = p.failed.find(s); known != p.failed.end()) return known->second.outcome;
       ProbeReport r = probe(base_, s);
       // A model file that does not load will not load at any micro-batch.
       if (r.outcome == TrialOutcome::kError && r.input_error && r.phase_at_failure == phase_name(Phase::kLoad))
@@ -389,15 +399,24 @@ class Search {
     return p;
   }
 
-  void fit_models() {
+  // Fits the models from the probes. False when nothing can run: plain and
+  // the configuration that needs the least memory ran out at the smallest
+  // micro-batch (result_.least_memory_failure says so).
+  bool fit_models() {
     const std::vector<int64_t> sizes = probe_sizes(job_);
     PlainProbes plain = probe_plain(sizes);
     if (plain.ran.empty() && base_.precision == Precision::kBf16 && form_failed(plain.first_failure())) {
       // The job asks for bf16 and its autocast fails (Note [bf16 fallback]).
       result_.notes.push_back(bf16_fallback_note(plain.first_failure()));
-      base_.precision = bf16_form_ = Precision::kBf16Params;
+      base_.precision = job_base_.precision = bf16_form_ = Precision::kBf16Params;
       plain = probe_plain(sizes);
     }
+    if (plain.ran.empty() && needs_rescue(plain.first_failure())) {
+      std::optional<PlainProbes> rescued = rescue(sizes, plain);
+      if (!rescued) return false;
+      plain = std::move(*rescued);
+    }
+    result_.baseline_name = rescue_name_.empty() ? "plain" : rescue_name_;
     std::vector<int64_t> ok;
     std::vector<std::array<double, kNumPhases>> phase_peaks;
     std::vector<double> peaks, seconds;
@@ -444,17 +463,24 @@ class Search {
 
     const std::vector<int64_t> two(ok.begin(), ok.begin() + std::min<std::size_t>(2, ok.size()));
     const std::vector<int64_t> one(ok.begin(), ok.begin() + 1);
-    models_.checkpoint = probe_checkpointing(two);
+    // A rescued base (Note [Rescue]) already uses some strategies: those
+    // are not probed again. Offload replaces a rescued 8-bit AdamW (the
+    // frameworks offload full-precision Adam), so its effect is measured as
+    // that swap; 8-bit AdamW is not tried on an offloaded base.
+    if (!base_.checkpoint.enabled()) models_.checkpoint = probe_checkpointing(two);
     TrainingConfig c = base_;
-    if (base_.optimizer == OptimizerKind::kAdamW) {
+    if (base_.optimizer == OptimizerKind::kAdamW && !base_.offload_optimizer) {
       c.optimizer = OptimizerKind::kAdamW8bit;
       models_.adamw8bit = probe_effect("8-bit AdamW", c, one);
-    } else {
+    } else if (job_base_.optimizer != OptimizerKind::kAdamW) {
       result_.notes.push_back(fmt::format("8-bit AdamW: not tried (the job trains with {})", job_.optimizer.kind));
     }
-    c = base_;
-    c.offload_optimizer = true;
-    models_.offload = probe_effect("optimizer offload", c, one);
+    if (!base_.offload_optimizer) {
+      c = base_;
+      c.optimizer = job_base_.optimizer;
+      c.offload_optimizer = true;
+      models_.offload = probe_effect("optimizer offload", c, one);
+    }
     if (job_.allow_bf16 && base_.precision == Precision::kFp32) {
       c = base_;
       c.precision = Precision::kBf16;
@@ -468,6 +494,108 @@ class Search {
         }
       }
     }
+    return true;
+  }
+
+  // Note [Rescue]
+  // Plain out of memory at every micro-batch down to the smallest is the
+  // case a user most needs answered (AdamW keeps 16 bytes per parameter:
+  // weights, gradients and two moments of a 7B model do not fit an 80 GB
+  // GPU). The strategies are then tried at that micro-batch. First the
+  // combination that needs the least memory (checkpointing every block,
+  // optimizer offload, and bf16 when allowed): when even it runs out, nothing
+  // fits one device, measured (the probes' guard is at least the budget).
+  // Otherwise the simplest combination that runs (fewest strategies, then
+  // the tree's order) becomes the base in place of plain: its lines come from
+  // its own probes, the other strategies' effects are measured on top of it,
+  // and every node carries it. Configurations without it are not predicted:
+  // plain gives no line to predict them from.
+  static constexpr int kRescueCheckpoint = 1, kRescue8bit = 2, kRescueOffload = 4, kRescueBf16 = 8;
+
+  bool needs_rescue(const ProbeReport& failure) const {
+    return failure.outcome == TrialOutcome::kOutOfMemory && !ran_out_loading(failure) &&
+           failure.static_memory.parameter_bytes <= result_.usable_budget_bytes;
+  }
+
+  TrainingConfig rescue_config(int strategies) const {
+    TrainingConfig c = base_;
+    if (strategies & kRescueCheckpoint) c.checkpoint = checkpoint_every_block();
+    if (strategies & kRescue8bit) c.optimizer = OptimizerKind::kAdamW8bit;
+    if (strategies & kRescueOffload) c.offload_optimizer = true;
+    if (strategies & kRescueBf16) c.precision = bf16_form_;
+    return c;
+  }
+
+  int strategies_of(const TrainingConfig& c) const {
+    return (c.checkpoint.enabled() ? kRescueCheckpoint : 0) |
+           (c.optimizer == OptimizerKind::kAdamW8bit ? kRescue8bit : 0) | (c.offload_optimizer ? kRescueOffload : 0) |
+           (c.precision != job_base_.precision ? kRescueBf16 : 0);
+  }
+
+  std::string rescue_label(int strategies) const {
+    std::vector<std::string> parts;
+    if (strategies & kRescueCheckpoint) parts.push_back("checkpointing (all blocks)");
+    if (strategies & kRescue8bit) parts.push_back("8-bit AdamW");
+    if (strategies & kRescueOffload) parts.push_back("optimizer offload");
+    if (strategies & kRescueBf16) parts.push_back(bf16_form_ == Precision::kBf16 ? "bf16" : "bf16 parameters");
+    return fmt::format("{}", fmt::join(parts, " + "));
+  }
+
+  // The plain probes of base_ after rescuing it, or nullopt when nothing
+  // fits (Note [Rescue]). Throws InputError when no combination runs and
+  // the least-memory one failed for a reason other than memory.
+  std::optional<PlainProbes> rescue(const std::vector<int64_t>& sizes, const PlainProbes& plain) {
+    const int64_t smallest = plain.failed.begin()->first;
+    const ProbeReport& plain_failure = plain.first_failure();
+    const bool eight_bit = base_.optimizer == OptimizerKind::kAdamW;
+    const bool bf16 = job_.allow_bf16 && base_.precision == Precision::kFp32;
+    std::vector<int> order;  // fewest strategies first, then the tree's order
+    for (std::size_t count = 1; count <= 4; ++count)
+      for (int s = 1; s < 16; ++s) {
+        const bool possible = (eight_bit || !(s & kRescue8bit)) && (bf16 || !(s & kRescueBf16)) &&
+                              !((s & kRescue8bit) && (s & kRescueOffload));
+        if (possible && std::bitset<4>(static_cast<unsigned>(s)).count() == count) order.push_back(s);
+      }
+    std::map<int, ProbeReport> tried;
+    auto try_strategies = [&](int s) -> const ProbeReport& {
+      if (const auto known = tried.find(s); known != tried.end()) return known->second;
+      ProbeReport r = probe(rescue_config(s), smallest);
+      if ((s & kRescueBf16) && bf16_form_ == Precision::kBf16 && form_failed(r)) {
+        result_.notes.push_back(bf16_fallback_note(r));  // Note [bf16 fallback]
+        bf16_form_ = Precision::kBf16Params;
+        r = probe(rescue_config(s), smallest);
+      }
+      return tried.emplace(s, std::move(r)).first->second;
+    };
+    const int least = kRescueCheckpoint | kRescueOffload | (bf16 ? kRescueBf16 : 0);
+    const ProbeReport& least_report = try_strategies(least);
+    if (least_report.outcome == TrialOutcome::kOutOfMemory) {
+      result_.least_memory_failure = fmt::format(
+          "plain and even the configuration that needs the least memory ({}) ran out of memory at micro-batch {} "
+          "(measured: {})",
+          rescue_label(least), smallest, least_report.message);
+      result_.smallest_micro_batch = smallest;
+      result_.parameter_count = plain_failure.parameter_count;
+      result_.static_memory = plain_failure.static_memory;
+      return std::nullopt;
+    }
+    for (int s : order) {
+      const ProbeReport& r = try_strategies(s);
+      if (r.outcome != TrialOutcome::kOk) continue;
+      base_ = rescue_config(s);
+      rescue_strategies_ = s;
+      rescue_name_ = rescue_label(s);
+      result_.notes.push_back(fmt::format(
+          "plain ran out of memory at every micro-batch down to {} ({}); {} is the simplest combination that runs "
+          "there, so every configuration below builds on it (those without it are not predicted)",
+          smallest, plain_failure.message, rescue_name_));
+      PlainProbes seeded;
+      seeded.ran.emplace(smallest, r);
+      return probe_plain(sizes, std::move(seeded));
+    }
+    throw InputError(fmt::format("{}: no configuration could run at micro-batch {}: plain: {}; {}: {}",
+                                 job_.model_path, smallest, plain_failure.message, rescue_label(least),
+                                 outcome_text(least_report)));
   }
 
   // A micro-batch that fails where a larger one runs fails for its size, not
@@ -512,7 +640,13 @@ class Search {
   // predicted to fit (at most `largest`), balanced (see the Rules), or at
   // the smallest if none fits. With `exact`, only micro-batch `largest`
   // itself is tried.
-  void add_node(const std::string& name, const TrainingConfig& config, int64_t largest, bool exact = false) {
+  void add_node(const std::string& tree_name, const TrainingConfig& config, int64_t largest, bool exact = false) {
+    // After a rescue the nodes carry the rescued strategies (Note [Rescue]),
+    // all but a rescued 8-bit AdamW that offload replaced.
+    const std::string rescued = rescue_label(rescue_strategies_ & strategies_of(config));
+    const std::string name = rescued.empty()        ? tree_name
+                             : tree_name == "plain" ? rescued
+                                                    : tree_name + " + " + rescued;
     const std::vector<int64_t> valid = valid_micro_batches(job_);
     if (valid.empty()) return;
     if (exact && std::find(valid.begin(), valid.end(), largest) == valid.end()) return;
@@ -522,10 +656,11 @@ class Search {
       return;
     }
     const auto budget = static_cast<double>(result_.usable_budget_bytes);
+    const int64_t out_of_memory = smallest_out_of_memory(config);
     TrailNode node;
     node.node = name;
     for (auto it = valid.rbegin(); it != valid.rend(); ++it) {
-      if (*it > largest || (exact && *it != largest)) continue;
+      if (*it > largest || (exact && *it != largest) || *it >= out_of_memory) continue;
       if (predict(models_, with_micro_batch(config, *it, job_.global_batch), job_.global_batch).peak_bytes <= budget) {
         node.largest_fitting_micro_batch = *it;
         break;
@@ -551,15 +686,32 @@ class Search {
     const Prediction p = predict(models_, node.config, job_.global_batch);
     node.predicted_peak_bytes = p.peak_bytes;
     node.predicted_seconds = p.seconds_per_global_batch;
-    node.predicted_fit = p.peak_bytes <= budget;
-    if (!node.predicted_fit)
+    node.predicted_fit = p.peak_bytes <= budget && at < out_of_memory;
+    if (p.peak_bytes > budget)
       node.note = fmt::format("predicted not to fit: {} > budget {}", format_bytes(static_cast<int64_t>(p.peak_bytes)),
                               format_bytes(result_.usable_budget_bytes));
+    else if (!node.predicted_fit)
+      node.note = fmt::format("does not fit: its probe ran out of memory at micro-batch {} (measured)", out_of_memory);
     // The configuration goes last: its length varies the most.
     progress_(fmt::format("node   {:<42} predicted {:>11} {:<12} {}", name,
                           format_bytes(static_cast<int64_t>(node.predicted_peak_bytes)),
                           node.predicted_fit ? "fits" : "does not fit", describe(node.config)));
     result_.trail.push_back(std::move(node));
+  }
+
+  // Probes run under a guard of at least the budget, so a probe out of
+  // memory at micro-batch s proves that its configuration fits at no
+  // micro-batch of s or more, accumulating or not (the later micro-batches
+  // add the gradients). This bounds what a line through one point cannot:
+  // it has no slope (a rescued base that runs only at the smallest size).
+  static std::string memory_key(TrainingConfig c) {
+    c.micro_batch = 0;
+    c.accumulation_steps = 1;
+    return to_string(c);
+  }
+  int64_t smallest_out_of_memory(const TrainingConfig& c) const {
+    const auto at = out_of_memory_at_.find(memory_key(c));
+    return at == out_of_memory_at_.end() ? std::numeric_limits<int64_t>::max() : at->second;
   }
 
   // The first n of the blocks checkpoint_all_ checkpoints.
@@ -608,15 +760,20 @@ class Search {
       }
     };
     with_strategy("8-bit AdamW", models_.adamw8bit, [](TrainingConfig& c) { c.optimizer = OptimizerKind::kAdamW8bit; });
-    with_strategy("optimizer offload", models_.offload, [](TrainingConfig& c) { c.offload_optimizer = true; });
+    with_strategy("optimizer offload", models_.offload, [this](TrainingConfig& c) {
+      c.optimizer = job_base_.optimizer;
+      c.offload_optimizer = true;
+    });
     with_strategy(bf16_form_ == Precision::kBf16 ? "bf16" : "bf16 parameters", models_.bf16,
                   [this](TrainingConfig& c) { c.precision = bf16_form_; });
 
     // The least memory any combination needs, for the "nothing fits" report.
     TrainingConfig least = base_;
     if (ckpt) least.checkpoint = checkpoint_all_;
-    if (models_.offload.available) least.offload_optimizer = true;
-    else if (models_.adamw8bit.available) least.optimizer = OptimizerKind::kAdamW8bit;
+    if (models_.offload.available) {
+      least.optimizer = job_base_.optimizer;
+      least.offload_optimizer = true;
+    } else if (models_.adamw8bit.available) least.optimizer = OptimizerKind::kAdamW8bit;
     if (models_.bf16.available) least.precision = bf16_form_;
     const std::vector<int64_t> valid = valid_micro_batches(job_);
     if (!valid.empty()) {
@@ -646,7 +803,7 @@ class Search {
     const auto slots = static_cast<std::size_t>(std::max<int64_t>(0, options_.max_verifications));
     if (slots >= 2 && order.size() > slots) {
       const auto simplest = std::min_element(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        return strategy_count(result_.trail[a].config, base_) < strategy_count(result_.trail[b].config, base_);
+        return strategy_count(result_.trail[a].config, job_base_) < strategy_count(result_.trail[b].config, job_base_);
       });  // the first of the fewest: order is by predicted time
       if (simplest >= order.begin() + static_cast<std::ptrdiff_t>(slots))
         std::rotate(order.begin() + static_cast<std::ptrdiff_t>(slots - 1), simplest, simplest + 1);
@@ -689,7 +846,8 @@ class Search {
       fastest = std::max(fastest, node.verification->samples_per_second);
     }
     auto simpler = [&](std::size_t a, std::size_t b) {
-      const int sa = strategy_count(result_.trail[a].config, base_), sb = strategy_count(result_.trail[b].config, base_);
+      const int sa = strategy_count(result_.trail[a].config, job_base_),
+                sb = strategy_count(result_.trail[b].config, job_base_);
       if (sa != sb) return sa < sb;
       return result_.trail[a].verification->peak_bytes < result_.trail[b].verification->peak_bytes;
     };
@@ -744,31 +902,35 @@ class Search {
   // with the fastest verified configuration that keeps the job's optimizer.
   void note_optimizer_change(const std::vector<std::size_t>& fitting) {
     const TrailNode& best = result_.trail[*result_.chosen];
-    if (best.config.optimizer == base_.optimizer) return;
+    if (best.config.optimizer == job_base_.optimizer) return;
     const TrailNode* exact = nullptr;
     for (std::size_t i : fitting) {
       const TrailNode& node = result_.trail[i];
-      if (node.config.optimizer == base_.optimizer &&
+      if (node.config.optimizer == job_base_.optimizer &&
           (!exact || node.verification->samples_per_second > exact->verification->samples_per_second))
         exact = &node;
     }
     result_.notes.push_back(fmt::format(
         "the chosen configuration trains with {} instead of the job's {} (quantized optimizer states: close to, not "
         "equal to, {}'s updates); {}",
-        to_string(best.config.optimizer), to_string(base_.optimizer), to_string(base_.optimizer),
+        to_string(best.config.optimizer), to_string(job_base_.optimizer), to_string(job_base_.optimizer),
         exact ? fmt::format("the fastest verified configuration with {} is {} ({}, {:.1f} samples/s)",
-                            to_string(base_.optimizer), exact->node, describe(exact->config),
+                            to_string(job_base_.optimizer), exact->node, describe(exact->config),
                             exact->verification->samples_per_second)
-              : fmt::format("no verified configuration with {} fits", to_string(base_.optimizer))));
+              : fmt::format("no verified configuration with {} fits", to_string(job_base_.optimizer))));
   }
 
   JobSpec job_;  // a copy: a micro-batch that cannot run raises min_micro_batch
   TrialRunner& runner_;
   SearchOptions options_;
   std::function<void(const std::string&)> progress_;
-  TrainingConfig base_;
+  TrainingConfig base_;      // what the plain probes run: the job's configuration, or a rescued one
+  TrainingConfig job_base_;  // the job's own configuration: strategies are counted against it
+  int rescue_strategies_ = 0;  // kRescue* bits: the strategies base_ adds to the job's (Note [Rescue])
+  std::string rescue_name_;    // rescue_label(rescue_strategies_); empty: no rescue
   Models models_;
   std::map<int64_t, double> plain_seconds_;
+  std::map<std::string, int64_t> out_of_memory_at_;  // memory_key -> smallest micro-batch whose probe ran out
   ProbeReport last_failure_;                     // the last strategy probe that failed
   CheckpointPlan checkpoint_all_ = checkpoint_every_block();  // what "all blocks" checkpoints
   std::string checkpoint_label_ = "all blocks";  // names checkpoint_all_ in node names

@@ -21,6 +21,13 @@
 //   the whole trial_timeout. A strategy whose larger probe fails for memory
 //   or time after the smaller ran is fitted to the smaller with the plain
 //   slope (over-predicting larger micro-batches), not dropped.
+// - Rescue: when plain runs out of memory at every micro-batch down to the
+//   smallest, the strategies are probed there, the least-memory combination
+//   first (checkpointing all blocks + optimizer offload + bf16 when
+//   allowed): out of memory too is a measured "nothing fits"
+//   (SearchResult::least_memory_failure); else the simplest combination
+//   that runs replaces plain as the base every node builds on
+//   (decision_tree.cpp, Note [Rescue]).
 // - Every node that is predicted to fit is a candidate; candidates are
 //   ranked by predicted seconds per global batch ("fastest, not first").
 // - Balanced split: a node whose largest fitting micro-batch b* needs
@@ -105,7 +112,12 @@ struct SearchResult {
   BatchLine baseline_seconds;                // seconds per micro-batch (plain)
   std::vector<int64_t> baseline_micro_batches;  // the plain probes both lines were fitted to
   StaticMemory static_memory;                // of the plain probe
+  std::string baseline_name = "plain";      // what the baseline lines describe: plain, or the rescued base
   double smallest_predicted_peak_bytes = 0;  // the least memory any node needs (at smallest_micro_batch)
+  // Measured "nothing fits": plain and the least-memory combination of
+  // strategies both ran out at smallest_micro_batch (Note [Rescue] in
+  // decision_tree.cpp); the trail is empty. Empty when not measured.
+  std::string least_memory_failure;
   int64_t smallest_micro_batch = 0;          // the smallest micro-batch the search used (0: none valid)
 };
 
@@ -125,9 +137,12 @@ struct SearchOptions {
 
 /// Walks the tree for `job` (its usable budget is required). `progress`
 /// receives one line per trial and decision. Throws InputError when the job
-/// has no budget, when the parameters alone exceed it, or when the plain
-/// configuration runs at no micro-batch down to the job's minimum (the
-/// message names the smallest micro-batch tried and that trial's message).
+/// has no budget, when the parameters alone exceed it, when the plain
+/// configuration runs at no micro-batch down to the job's minimum for a
+/// reason other than memory (the message names the smallest micro-batch
+/// tried and that trial's message), or when plain runs out of memory there
+/// and no combination of strategies runs while the least-memory one failed
+/// for a reason other than memory.
 SearchResult search(const JobSpec& job, TrialRunner& runner, const SearchOptions& options,
                     const std::function<void(const std::string&)>& progress);
 

@@ -127,14 +127,22 @@ std::string render_autotune_text(const AutotuneReport& report) {
   line(fmt::format("budget    {} ({} usable after {:.0f} % headroom), device {}, global batch {}",
                    bytes_or_dash(job.budget_bytes), format_bytes(s.usable_budget_bytes), 100 * job.headroom,
                    job.device, job.global_batch));
-  line(fmt::format("model     plain peak = {} + {} per sample", format_bytes(static_cast<int64_t>(s.baseline_peak.intercept)),
-                   format_bytes(static_cast<int64_t>(s.baseline_peak.slope))));
-  line(fmt::format("          plain step = {} s + {} s per sample (both fitted to the plain probes at micro-batch {})",
-                   format_seconds(s.baseline_seconds.intercept), format_seconds(s.baseline_seconds.slope),
-                   fmt::join(s.baseline_micro_batches, ", ")));
+  if (s.baseline_micro_batches.empty()) {
+    line(fmt::format("model     none: no configuration ran at micro-batch {}", s.smallest_micro_batch));
+  } else {
+    line(fmt::format("model     {} peak = {} + {} per sample", s.baseline_name,
+                     format_bytes(static_cast<int64_t>(s.baseline_peak.intercept)),
+                     format_bytes(static_cast<int64_t>(s.baseline_peak.slope))));
+    line(fmt::format("          {} step = {} s + {} s per sample (both fitted to the {} probes at micro-batch {})",
+                     s.baseline_name, format_seconds(s.baseline_seconds.intercept),
+                     format_seconds(s.baseline_seconds.slope), s.baseline_name,
+                     fmt::join(s.baseline_micro_batches, ", ")));
+  }
   line("");
-  line(render_trail_table(s));
-  line("");
+  if (!s.trail.empty()) {
+    line(render_trail_table(s));
+    line("");
+  }
   if (s.chosen) {
     const TrailNode& best = s.trail[*s.chosen];
     const ProbeReport& v = *best.verification;
@@ -147,6 +155,14 @@ std::string render_autotune_text(const AutotuneReport& report) {
                      v.timing.steady_step_seconds));
   } else if (const auto unverified = unverified_candidates(s); !unverified.empty()) {
     out += render_unverified(s, unverified, job);
+  } else if (!s.least_memory_failure.empty()) {
+    line(fmt::format("nothing fits: {}; the usable budget is {}", s.least_memory_failure,
+                     format_bytes(s.usable_budget_bytes)));
+    if (report.nothing_fits) {
+      out += report.nothing_fits->table;
+      line("          activations were never measured (nothing ran), so the table counts none: its totals are "
+           "lower bounds");
+    }
   } else {
     line(fmt::format("nothing fits: the least memory any configuration needs is {} (predicted, micro-batch {}), "
                      "the usable budget is {}",
@@ -177,7 +193,8 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
                       {"usable_budget_bytes", s.usable_budget_bytes},
                       {"parameter_count", s.parameter_count},
                       {"baseline_model",
-                       {{"peak_intercept_bytes", s.baseline_peak.intercept},
+                       {{"configuration", s.baseline_name},
+                        {"peak_intercept_bytes", s.baseline_peak.intercept},
                         {"peak_bytes_per_sample", s.baseline_peak.slope},
                         {"seconds_intercept", s.baseline_seconds.intercept},
                         {"seconds_per_sample", s.baseline_seconds.slope},
@@ -195,6 +212,8 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
   for (const TrailNode* node : unverified_candidates(s)) unverified.push_back(node_json(*node));
   j["unverified"] = unverified;
   j["trial_timeout_seconds"] = report.job.trial_timeout_seconds;
+  j["least_memory_failure"] =
+      s.least_memory_failure.empty() ? nlohmann::json() : nlohmann::json(s.least_memory_failure);
   return j;
 }
 

@@ -334,6 +334,43 @@ TEST(Autotune, ABudgetTooTightForTheFirstProbeStepsDown) {
   EXPECT_FALSE(report.at("nothing_fits").is_null());
 }
 
+// Plain out of memory at every micro-batch (Note [Rescue] in
+// strategies/decision_tree.cpp): gpt_wide with AdamW at 10.1 MiB (9.59 MiB
+// usable, just above the 9.52 MiB of parameters) probes under a 38.38 MiB
+// guard, and plain at micro-batch 1 needs weights, gradients and two AdamW
+// moments (4 x 9.52 MiB) plus its activations. The least-memory combination
+// (checkpointing + offload) runs there, checkpointing alone does not, 8-bit
+// AdamW does: the search builds on it and answers "nothing fits" with the
+// ZeRO table (weights + gradients alone are 19.04 MiB), exit 3. Before, this
+// was exit 2 ("the plain configuration could not run at micro-batch 1").
+TEST(Autotune, PlainOutOfMemoryAtEveryMicroBatchBuildsOnTheSimplestStrategyThatRuns) {
+  if (!exists(model(kWide.name))) GTEST_SKIP();
+  const TestDir dir;
+  const RunResult r = run_oomtune("autotune " + gpt_job(dir, kWide, 8, "budget = \"10.1MiB\"") + " --json");
+  ASSERT_EQ(r.exit_code, 3) << r.err;
+  const json report = parse_json(r);
+  std::vector<std::string> probes;
+  for (const json& p : report.at("probes"))
+    probes.push_back(std::to_string(p.at("micro_batch").get<int64_t>()) + " " + p.at("config").get<std::string>() +
+                     " " + p.at("outcome").get<std::string>());
+  ASSERT_GE(probes.size(), 5u);
+  EXPECT_EQ(probes[0], "1 micro_batch=1,accum=1,ckpt=none,optimizer=adamw,offload=off,precision=fp32 out_of_memory");
+  EXPECT_EQ(probes[1], "1 micro_batch=1,accum=1,ckpt=all,optimizer=adamw,offload=on,precision=fp32 ok");
+  EXPECT_EQ(probes[2], "1 micro_batch=1,accum=1,ckpt=all,optimizer=adamw,offload=off,precision=fp32 out_of_memory");
+  EXPECT_EQ(probes[3], "1 micro_batch=1,accum=1,ckpt=none,optimizer=adamw8bit,offload=off,precision=fp32 ok");
+  EXPECT_EQ(report.at("baseline_model").at("configuration"), "8-bit AdamW");
+  EXPECT_TRUE(report.at("least_memory_failure").is_null());
+  EXPECT_TRUE(contains(report.at("notes")[0].get<std::string>(),
+                       "plain ran out of memory at every micro-batch down to 1 (oomtune budget: tried to allocate"))
+      << dump_trail(report);
+  for (const json& n : report.at("trail")) {
+    const std::string config = n.at("config");
+    EXPECT_TRUE(contains(config, "optimizer=adamw8bit") || contains(config, "offload=on")) << dump_trail(report);
+    EXPECT_FALSE(n.at("predicted_fit").get<bool>()) << dump_trail(report);
+  }
+  EXPECT_FALSE(report.at("nothing_fits").is_null());
+}
+
 // Verification runs that end without a measurement prove nothing about
 // memory. Every verification run crashes here (test hook: "global_batch=16,"
 // names the runs on the job's global batch; the probes run one micro-batch

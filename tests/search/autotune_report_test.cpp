@@ -144,5 +144,47 @@ TEST(AutotuneReport, VerificationsThatTimedOutAreNotNothingFits) {
   EXPECT_EQ(chosen.at("trial_timeout_seconds"), 600.0);
 }
 
+// The rescue of DecisionTree.WhenPlainRunsAtNoMicroBatchTheSimplestStrategyThatRunsBecomesTheBase:
+// the model lines name the base the search built on, and so does every node.
+TEST(AutotuneReport, ARescuedSearchNamesItsBase) {
+  FakeRunner fake;
+  fake.probe_budget = 25 * kMiB;
+  AutotuneReport report;
+  report.job_path = "job.toml";
+  report.job = job_with_budget(25 * kMiB);
+  report.search = run_search(fake, report.job);
+  expect_golden("rescue", render_autotune_text(report));
+  const nlohmann::json j = autotune_json(report);
+  EXPECT_EQ(j.at("baseline_model").at("configuration"), "checkpointing (all blocks)");
+  EXPECT_TRUE(j.at("least_memory_failure").is_null());
+}
+
+// Plain and the least-memory combination out of memory at micro-batch 1
+// (fake guard 11 MiB): "nothing fits" is measured, there is no model and no
+// trail, and the ZeRO table (the command's) is said to be a lower bound.
+TEST(AutotuneReport, NothingFitsMeasuredWhenEvenTheLeastMemoryCombinationRanOut) {
+  FakeRunner fake;
+  fake.probe_budget = 11 * kMiB;
+  AutotuneReport report;
+  report.job_path = "job.toml";
+  report.job = job_with_budget(5 * kMiB);
+  report.search = run_search(fake, report.job);
+  report.nothing_fits = NothingFits{"<zero table>\n", nlohmann::json::object()};
+  const std::vector<std::string> lines = lines_of(render_autotune_text(report));
+  ASSERT_GE(lines.size(), 8u);
+  EXPECT_EQ(lines[2], "model     none: no configuration ran at micro-batch 1");
+  EXPECT_EQ(lines[3], "");
+  EXPECT_EQ(lines[4], "nothing fits: plain and even the configuration that needs the least memory (checkpointing "
+                      "(all blocks) + optimizer offload) ran out of memory at micro-batch 1 (measured: oomtune "
+                      "budget: tried to allocate); the usable budget is 5.00 MiB");
+  EXPECT_EQ(lines[5], "<zero table>");
+  EXPECT_EQ(lines[6], "          activations were never measured (nothing ran), so the table counts none: its "
+                      "totals are lower bounds");
+  EXPECT_EQ(lines.back(), "trials    4 probes + 0 verification runs");
+  const nlohmann::json j = autotune_json(report);
+  EXPECT_EQ(j.at("least_memory_failure"), report.search.least_memory_failure);
+  EXPECT_EQ(j.at("trail"), nlohmann::json::array());
+}
+
 }  // namespace
 }  // namespace oomtune

@@ -396,18 +396,75 @@ TEST(DecisionTree, PlainProbesStepDownWhenEvenTheSmallestSizeRunsOutOfMemory) {
   EXPECT_FALSE(r.chosen.has_value());
   EXPECT_NEAR(r.smallest_predicted_peak_bytes, 16 * kMiB, 1.0);
 
-  // Under a 20 MiB guard even micro-batch 1 (26 MiB) runs out: the error
-  // names the smallest micro-batch tried, with that probe's message.
+  // Under an 11 MiB guard even micro-batch 1 (26 MiB) runs out, and so does
+  // the least-memory combination there: checkpointing all blocks and
+  // offload need 8 (weights + gradients) + 2 + 2 (a quarter of 8 MiB of
+  // activations) = 12 MiB. Nothing fits, measured (Note [Rescue]); before,
+  // this was an InputError (exit 2) naming micro-batch 1.
   FakeRunner tight;
-  tight.probe_budget = 20 * kMiB;
-  try {
-    run_search(tight, job_with_budget(5 * kMiB));
-    ADD_FAILURE() << "expected an InputError";
-  } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "fake.pt: the plain configuration could not run at micro-batch 1: oomtune budget: tried to allocate");
-  }
-  EXPECT_EQ(tight.probes, 3);  // 4, 2, 1
+  tight.probe_budget = 11 * kMiB;
+  const SearchResult t = run_search(tight, job_with_budget(5 * kMiB));
+  EXPECT_EQ(plain_probes(t), (std::vector<std::string>{"4 out_of_memory", "2 out_of_memory", "1 out_of_memory"}));
+  ASSERT_EQ(t.probes.size(), 4u);
+  EXPECT_EQ(t.probes.back().config, "micro_batch=1,accum=1,ckpt=all,optimizer=adamw,offload=on,precision=fp32");
+  EXPECT_EQ(t.least_memory_failure,
+            "plain and even the configuration that needs the least memory (checkpointing (all blocks) + optimizer "
+            "offload) ran out of memory at micro-batch 1 (measured: oomtune budget: tried to allocate)");
+  EXPECT_TRUE(t.trail.empty());
+  EXPECT_FALSE(t.chosen.has_value());
+  EXPECT_EQ(t.verification_trials, 0);
+  EXPECT_EQ(t.smallest_micro_batch, 1);
+  EXPECT_EQ(t.parameter_count, tight.parameters);  // for the ZeRO table
+  EXPECT_EQ(t.static_memory.parameter_bytes, 4 * kMiB);
+}
+
+// Note [Rescue]: the guard is the budget (a GPU whose whole memory is the
+// budget), 25 MiB. Plain needs 18 + 8 b MiB: out at 4, 2 and 1. The
+// least-memory combination (checkpointing + offload, 12 MiB at 1) runs, so
+// the single strategies are tried in the tree's order: checkpointing all
+// blocks needs 18 + 2 b = 20 MiB at 1 and runs; it becomes the base. Its
+// walk: 4 (26 MiB) out, 2 (22 MiB) runs. On top of it, 8-bit AdamW (state
+// 2 MiB instead of 8: 12 + 2 b) and offload (10 + 2 b). With 8
+// accumulation steps the gradients (4 MiB) add: 8-bit at 4 x 8 needs
+// 12 + 8 + 4 = 24 MiB and is fastest, 8 x (0.016 + 0.0032 x 4) x 1.1 =
+// 0.253 s (offload 4 x 8: x 1.5 = 0.346 s; checkpointing alone 1 x 32:
+// 32 x 0.0192 = 0.614 s).
+TEST(DecisionTree, WhenPlainRunsAtNoMicroBatchTheSimplestStrategyThatRunsBecomesTheBase) {
+  FakeRunner fake;
+  fake.probe_budget = 25 * kMiB;
+  const SearchResult r = run_search(fake, job_with_budget(25 * kMiB));
+  EXPECT_EQ(plain_probes(r), (std::vector<std::string>{"4 out_of_memory", "2 out_of_memory", "1 out_of_memory"}));
+  std::vector<std::string> rescue;
+  for (std::size_t i = 3; i < r.probes.size(); ++i)
+    rescue.push_back(r.probes[i].config + " " + to_string(r.probes[i].outcome));
+  EXPECT_EQ(rescue, (std::vector<std::string>{
+                        "micro_batch=1,accum=1,ckpt=all,optimizer=adamw,offload=on,precision=fp32 ok",
+                        "micro_batch=1,accum=1,ckpt=all,optimizer=adamw,offload=off,precision=fp32 ok",
+                        "micro_batch=4,accum=1,ckpt=all,optimizer=adamw,offload=off,precision=fp32 out_of_memory",
+                        "micro_batch=2,accum=1,ckpt=all,optimizer=adamw,offload=off,precision=fp32 ok",
+                        "micro_batch=1,accum=1,ckpt=all,optimizer=adamw8bit,offload=off,precision=fp32 ok",
+                        "micro_batch=1,accum=1,ckpt=all,optimizer=adamw,offload=on,precision=fp32 ok",
+                    }));
+  EXPECT_EQ(r.baseline_name, "checkpointing (all blocks)");
+  EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{1, 2}));
+  EXPECT_NEAR(r.baseline_peak.intercept, 18.0 * kMiB, 1.0);
+  EXPECT_NEAR(r.baseline_peak.slope, 2.0 * kMiB, 1.0);
+  EXPECT_TRUE(r.least_memory_failure.empty());
+  EXPECT_EQ(r.notes.front(),
+            "plain ran out of memory at every micro-batch down to 1 (oomtune budget: tried to allocate); "
+            "checkpointing (all blocks) is the simplest combination that runs there, so every configuration below "
+            "builds on it (those without it are not predicted)");
+  for (const TrailNode& node : r.trail) EXPECT_TRUE(node.config.checkpoint.enabled()) << node.node;
+  const TrailNode& best = chosen(r);
+  EXPECT_EQ(best.node, "8-bit AdamW + checkpointing (all blocks)");
+  EXPECT_EQ(best.config.micro_batch, 4);
+  EXPECT_EQ(best.config.accumulation_steps, 8);
+  EXPECT_NEAR(best.predicted_seconds, 8 * (0.016 + 0.0032 * 4) * 1.1, 1e-9);
+  EXPECT_EQ(best.verification->peak_bytes, 24 * kMiB);
+  // The strategies are counted against the job's own configuration: the
+  // optimizer changed from the job's AdamW, so the report says so.
+  EXPECT_NE(r.notes.back().find("trains with adamw8bit instead of the job's adamw"), std::string::npos)
+      << r.notes.back();
 }
 
 // Stepping down, a micro-batch that fails for its size (BatchNorm at 1)
@@ -427,18 +484,73 @@ TEST(DecisionTree, WhenSmallerSizesFailTheSecondProbeLiesBelowTheOneThatRanOut) 
 
 // An out-of-memory probe ends the walk up (16 needs more than 8), and the
 // one size that ran (4) gets a second below it, so the line has a slope.
-// Guard 60 MiB: plain 4 needs 50 MiB, 8 needs 82, 2 needs 34.
+// Guard 60 MiB (4 x the 15 MiB budget, as in oomtune): plain 4 needs
+// 50 MiB, 8 needs 82, 2 needs 34.
 TEST(DecisionTree, AnOutOfMemoryProbeEndsTheWalkUpAndASmallerSizeGivesTheSlope) {
   FakeRunner fake;
   fake.probe_budget = 60 * kMiB;
-  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB));
+  const SearchResult r = run_search(fake, job_with_budget(15 * kMiB));
   EXPECT_EQ(plain_probes(r), (std::vector<std::string>{"4 ok", "8 out_of_memory", "2 ok"}));
   EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{2, 4}));
   ASSERT_FALSE(r.trail.empty());
   EXPECT_EQ(r.trail.front().node, "plain");
   EXPECT_NEAR(r.trail.front().predicted_peak_bytes, static_cast<double>(plain_peak(32)), 1.0);
-  EXPECT_EQ(chosen(r).config.micro_batch, 32);
-  EXPECT_EQ(chosen(r).verification->peak_bytes, plain_peak(32));
+}
+
+// Plain runs out of memory at 1 (guard 25 MiB, plain 26 MiB) and every
+// combination of strategies runs past the probe timeout there (0.0125 s;
+// plain would take 0.012 s, 8-bit AdamW 1.1x that, offload 1.5x,
+// checkpointing 1.6x): nothing ran, and a timeout proves nothing about
+// memory, so this is the error naming both failures, not "nothing fits".
+TEST(DecisionTree, WhenNoCombinationRunsForAnotherReasonThanMemoryItIsAnError) {
+  FakeRunner fake;
+  fake.probe_budget = 25 * kMiB;
+  fake.probe_timeout_seconds = 0.0125;
+  try {
+    run_search(fake, job_with_budget(25 * kMiB));
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "fake.pt: no configuration could run at micro-batch 1: plain: oomtune budget: tried to allocate; "
+              "checkpointing (all blocks) + optimizer offload: timeout: no result after 600 s");
+  }
+  // Plain at 4, 2, 1; then checkpointing + offload, checkpointing, 8-bit
+  // AdamW, offload, checkpointing + 8-bit AdamW.
+  EXPECT_EQ(fake.probes, 3 + 5);
+}
+
+// A line through one point has no slope: the probe that ran out of memory
+// above it bounds that configuration instead. Activations 24 MiB per sample
+// and guard = budget = 29 MiB (a GPU whose whole memory is the budget):
+// plain needs 42 MiB at 1; checkpointing (18 + 6 b MiB) runs at 1 (24 MiB)
+// and is rescued (Note [Rescue]), but runs out at 4 (42) and 2 (30), so its
+// line is flat at 24 MiB. Without the bound, checkpointing at 32 x 1 and
+// 16 x 2 were predicted to fit and their verification runs ran out; with
+// it, accumulation runs 1 x 32 (24 + 4 MiB of gradients = 28 MiB).
+TEST(DecisionTree, AProbeOutOfMemoryBoundsItsConfigurationWhereTheLineHasNoSlope) {
+  FakeRunner fake;
+  fake.activation_per_sample = 24 * kMiB;
+  fake.probe_budget = 29 * kMiB;
+  const SearchResult r = run_search(fake, job_with_budget(29 * kMiB));
+  EXPECT_EQ(r.baseline_name, "checkpointing (all blocks)");
+  EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{1}));
+  EXPECT_NEAR(r.baseline_peak.slope, 0.0, 1.0);
+  ASSERT_FALSE(r.trail.empty());
+  const TrailNode& whole = r.trail.front();
+  EXPECT_EQ(whole.node, "checkpointing (all blocks)");
+  EXPECT_FALSE(whole.predicted_fit);
+  EXPECT_EQ(whole.note, "does not fit: its probe ran out of memory at micro-batch 2 (measured)");
+  EXPECT_FALSE(whole.verification.has_value());
+  const TrailNode* accumulation = nullptr;
+  for (const TrailNode& node : r.trail)
+    if (node.node == "micro-batch + accumulation + checkpointing (all blocks)") accumulation = &node;
+  ASSERT_NE(accumulation, nullptr);
+  EXPECT_EQ(accumulation->config.micro_batch, 1);
+  EXPECT_EQ(accumulation->config.accumulation_steps, 32);
+  ASSERT_TRUE(accumulation->verification.has_value());
+  EXPECT_EQ(accumulation->verification->outcome, TrialOutcome::kOk);
+  EXPECT_EQ(accumulation->verification->peak_bytes, 28 * kMiB);
+  ASSERT_TRUE(r.chosen.has_value());
 }
 
 // A probe that runs past the trial timeout ends the walk up too: a larger
