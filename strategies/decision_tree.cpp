@@ -455,9 +455,26 @@ class Search {
     if (result_.static_memory.parameter_bytes > result_.usable_budget_bytes)
       throw parameters_alone(format_bytes(result_.static_memory.parameter_bytes));
     if (error_below_ok) raise_min_micro_batch(error_below_ok->first, error_below_ok->second);
-    models_.phases = fit_phase_lines(ok, phase_peaks, nullptr);
+    // One size ran (the next one ran out of memory or time, or a rescued
+    // base runs only at the smallest): its lines take the slope of its
+    // retained activations per sample, not none. A lower bound (backward's
+    // temporaries grow too); the probe out of memory bounds the base itself
+    // (smallest_out_of_memory), and verification runs check the rest.
+    PhaseLines one_point{};
+    double per_sample = 0;
+    if (ok.size() == 1) {
+      const ProbeReport& r = plain.ran.begin()->second;
+      per_sample = static_cast<double>(r.retained_activation_bytes) / static_cast<double>(ok.front());
+      for (Phase p : {Phase::kForward, Phase::kLoss, Phase::kBackward})
+        one_point[static_cast<std::size_t>(p)].slope = per_sample;
+      result_.notes.push_back(fmt::format("{} ran at micro-batch {} only: its memory lines take the slope of its "
+                                          "retained activations, {} per sample (a lower bound)",
+                                          result_.baseline_name, ok.front(),
+                                          format_bytes(static_cast<int64_t>(per_sample))));
+    }
+    models_.phases = fit_phase_lines(ok, phase_peaks, &one_point);
     models_.seconds = fit_batch_line(ok, seconds);
-    result_.baseline_peak = fit_batch_line(ok, peaks);
+    result_.baseline_peak = fit_batch_line(ok, peaks, per_sample);
     result_.baseline_seconds = models_.seconds;
     result_.baseline_micro_batches = ok;
 

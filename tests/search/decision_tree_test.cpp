@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -519,18 +520,52 @@ TEST(DecisionTree, WhenNoCombinationRunsForAnotherReasonThanMemoryItIsAnError) {
   EXPECT_EQ(fake.probes, 3 + 5);
 }
 
-// A line through one point has no slope: the probe that ran out of memory
-// above it bounds that configuration instead. Activations 24 MiB per sample
-// and guard = budget = 29 MiB (a GPU whose whole memory is the budget):
-// plain needs 42 MiB at 1; checkpointing (18 + 6 b MiB) runs at 1 (24 MiB)
-// and is rescued (Note [Rescue]), but runs out at 4 (42) and 2 (30), so its
-// line is flat at 24 MiB. Without the bound, checkpointing at 32 x 1 and
-// 16 x 2 were predicted to fit and their verification runs ran out; with
-// it, accumulation runs 1 x 32 (24 + 4 MiB of gradients = 28 MiB).
+// Activations 24 MiB per sample and guard = budget = 29 MiB (a GPU whose
+// whole memory is the budget): plain needs 42 MiB at 1; checkpointing
+// (18 + 6 b MiB) runs at 1 (24 MiB) and is rescued (Note [Rescue]), but
+// runs out at 4 (42) and 2 (30): one point. Its lines take the slope of its
+// retained activations (6 MiB per sample, exact on the fake). 8-bit AdamW
+// on top saves 6 MiB of state: 18 + 6 (b - 1) + 4 MiB of gradients fits
+// at 2 x 16 (28 MiB); offload (16 + 6 (b - 1) + 4) too, slower (1.5x vs
+// 1.1x). Before, the lines were flat: 8-bit at 16 x 2 was predicted at
+// 22 MiB and its verification ran out (true 12 + 96 + 4 MiB).
+TEST(DecisionTree, AOnePointBaseTakesTheSlopeOfItsRetainedActivations) {
+  FakeRunner fake;
+  fake.activation_per_sample = 24 * kMiB;
+  fake.probe_budget = 29 * kMiB;
+  const SearchResult r = run_search(fake, job_with_budget(29 * kMiB));
+  EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{1}));
+  EXPECT_NEAR(r.baseline_peak.slope, 6.0 * kMiB, 1.0);
+  EXPECT_NE(std::find(r.notes.begin(), r.notes.end(),
+                      "checkpointing (all blocks) ran at micro-batch 1 only: its memory lines take the slope of its "
+                      "retained activations, 6.00 MiB per sample (a lower bound)"),
+            r.notes.end());
+  const TrailNode& best = chosen(r);
+  EXPECT_EQ(best.node, "8-bit AdamW + checkpointing (all blocks)");
+  EXPECT_EQ(best.config.micro_batch, 2);
+  EXPECT_EQ(best.config.accumulation_steps, 16);
+  EXPECT_NEAR(best.predicted_peak_bytes, 28.0 * kMiB, 1.0);
+  EXPECT_EQ(best.verification->peak_bytes, 28 * kMiB);
+  for (const TrailNode& node : r.trail) {
+    if (node.verification) {
+      EXPECT_EQ(node.verification->outcome, TrialOutcome::kOk) << node.node;
+    }
+  }
+}
+
+// Where the retained activations say nothing (all of a micro-batch's
+// memory is backward's temporaries), a line through one point has no
+// slope: the probe that ran out of memory above it bounds that
+// configuration instead. The case above with retained activations 0:
+// checkpointing's line is flat at 24 MiB. Without the bound, checkpointing
+// at 32 x 1 and 16 x 2 were predicted to fit and their verification runs
+// ran out; with it, accumulation runs 1 x 32 (24 + 4 MiB of gradients =
+// 28 MiB).
 TEST(DecisionTree, AProbeOutOfMemoryBoundsItsConfigurationWhereTheLineHasNoSlope) {
   FakeRunner fake;
   fake.activation_per_sample = 24 * kMiB;
   fake.probe_budget = 29 * kMiB;
+  fake.retained_fraction = 0;
   const SearchResult r = run_search(fake, job_with_budget(29 * kMiB));
   EXPECT_EQ(r.baseline_name, "checkpointing (all blocks)");
   EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{1}));

@@ -39,6 +39,9 @@ class FakeRunner : public TrialRunner {
   double probe_timeout_seconds = 0;
   // Verification runs whose global batch takes longer than this time out.
   double verify_timeout_seconds = 0;
+  // The share of a micro-batch's activations still live after forward (the
+  // probe's retained activations); the rest are backward's temporaries.
+  double retained_fraction = 1;
   bool autocast_crashes = false;      // bf16 autocast dies by SIGSEGV (bf16_params runs)
   int64_t fails_at_or_below = 0;      // micro-batches this small raise an error (BatchNorm at 1)
   // The classes of blocks.0 .. blocks.3; a checkpointed block of
@@ -128,6 +131,7 @@ class FakeRunner : public TrialRunner {
     r.phases[static_cast<std::size_t>(Phase::kLoss)].peak_bytes = r.peak_bytes - 4 * parameters;
     r.phases[static_cast<std::size_t>(Phase::kOptimizer)].peak_bytes = true_peak(c, c.micro_batch) -
                                                                       activation_bytes(c);
+    r.retained_activation_bytes = static_cast<int64_t>(retained_fraction * static_cast<double>(activation_bytes(c)));
     r.checkpointed_blocks = checkpointed(c);
     for (const std::string& path : r.checkpointed_blocks) {
       if (block_classes.at(static_cast<std::size_t>(path.back() - '0')) != refusing_class) continue;
