@@ -28,6 +28,10 @@
 //   (SearchResult::least_memory_failure); else the simplest combination
 //   that runs replaces plain as the base every node builds on
 //   (decision_tree.cpp, Note [Rescue]).
+// - One point: a base that ran at one micro-batch only takes the slope of
+//   its retained activations per sample (a lower bound), and a probe out of
+//   memory at micro-batch s rules its configuration out at s and above (the
+//   probes' guard is at least the budget).
 // - Every node that is predicted to fit is a candidate; candidates are
 //   ranked by predicted seconds per global batch ("fastest, not first").
 // - Balanced split: a node whose largest fitting micro-batch b* needs
@@ -108,11 +112,11 @@ struct SearchResult {
   std::vector<std::string> notes;            // strategies unavailable, models corrected, ...
   int64_t verification_trials = 0;           // COUNT: real runs beyond the probes
   int64_t parameter_count = 0;               // COUNT
-  BatchLine baseline_peak;                   // bytes vs micro-batch (plain)
-  BatchLine baseline_seconds;                // seconds per micro-batch (plain)
-  std::vector<int64_t> baseline_micro_batches;  // the plain probes both lines were fitted to
-  StaticMemory static_memory;                // of the plain probe
-  std::string baseline_name = "plain";      // what the baseline lines describe: plain, or the rescued base
+  BatchLine baseline_peak;                   // bytes vs micro-batch (of baseline_name)
+  BatchLine baseline_seconds;                // seconds per micro-batch (of baseline_name)
+  std::vector<int64_t> baseline_micro_batches;  // the probes both lines were fitted to (empty: none ran)
+  StaticMemory static_memory;                // of the baseline's probe (or plain's failed one)
+  std::string baseline_name = "plain";       // what the baseline lines describe: plain, or the rescued base
   double smallest_predicted_peak_bytes = 0;  // the least memory any node needs (at smallest_micro_batch)
   // Measured "nothing fits": plain and the least-memory combination of
   // strategies both ran out at smallest_micro_batch (Note [Rescue] in
