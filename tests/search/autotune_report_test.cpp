@@ -40,17 +40,23 @@ void expect_golden(const std::string& name, const std::string& actual) {
   EXPECT_EQ(actual, read_text(path)) << "differs from " << path;
 }
 
+// The report of a search for `job` against `fake`.
+AutotuneReport report_of(FakeRunner& fake, const JobSpec& job) {
+  AutotuneReport report;
+  report.job_path = "job.toml";
+  report.job = job;
+  report.search = run_search(fake, report.job);
+  return report;
+}
+
 // The budget of DecisionTree.AccumulationFindsTheOraclesLargestMicroBatch:
 // plain at 8 x 4 is chosen; the trail holds names and configurations of
 // different lengths.
 AutotuneReport accumulation_report() {
   FakeRunner fake;
-  AutotuneReport report;
-  report.job_path = "job.toml";
-  report.job = job_with_budget(plain_peak(8) + 4 * kMiB + kMiB);
-  report.job.device = "cuda";
-  report.search = run_search(fake, report.job);
-  return report;
+  JobSpec job = job_with_budget(plain_peak(8) + 4 * kMiB + kMiB);
+  job.device = "cuda";
+  return report_of(fake, job);
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -114,11 +120,9 @@ TEST(AutotuneReport, VerificationsThatTimedOutAreNotNothingFits) {
   FakeRunner fake;
   fake.time_scale = 100;
   fake.verify_timeout_seconds = 5;
-  AutotuneReport report;
-  report.job_path = "job.toml";
-  report.job = job_with_budget(plain_peak(32) + kMiB);
-  report.job.trial_timeout_seconds = 5;
-  report.search = run_search(fake, report.job);
+  JobSpec job = job_with_budget(plain_peak(32) + kMiB);
+  job.trial_timeout_seconds = 5;
+  const AutotuneReport report = report_of(fake, job);
   ASSERT_FALSE(report.search.chosen.has_value());
   // All 9 nodes are predicted to fit (the largest, plain 32 x 1, at 274 MiB);
   // 3 verification slots + 3 extra ones for failures run 6, leaving 3.
@@ -149,10 +153,7 @@ TEST(AutotuneReport, VerificationsThatTimedOutAreNotNothingFits) {
 TEST(AutotuneReport, ARescuedSearchNamesItsBase) {
   FakeRunner fake;
   fake.probe_budget = 25 * kMiB;
-  AutotuneReport report;
-  report.job_path = "job.toml";
-  report.job = job_with_budget(25 * kMiB);
-  report.search = run_search(fake, report.job);
+  const AutotuneReport report = report_of(fake, job_with_budget(25 * kMiB));
   expect_golden("rescue", render_autotune_text(report));
   const nlohmann::json j = autotune_json(report);
   EXPECT_EQ(j.at("baseline_model").at("configuration"), "checkpointing (all blocks)");
@@ -165,10 +166,7 @@ TEST(AutotuneReport, ARescuedSearchNamesItsBase) {
 TEST(AutotuneReport, NothingFitsMeasuredWhenEvenTheLeastMemoryCombinationRanOut) {
   FakeRunner fake;
   fake.probe_budget = 11 * kMiB;
-  AutotuneReport report;
-  report.job_path = "job.toml";
-  report.job = job_with_budget(5 * kMiB);
-  report.search = run_search(fake, report.job);
+  AutotuneReport report = report_of(fake, job_with_budget(5 * kMiB));
   report.nothing_fits = NothingFits{"<zero table>\n", nlohmann::json::object()};
   const std::vector<std::string> lines = lines_of(render_autotune_text(report));
   ASSERT_GE(lines.size(), 8u);
