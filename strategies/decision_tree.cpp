@@ -241,7 +241,7 @@ class Search {
                               ? fmt::format("peak {}, {:.4f} s/step", format_bytes(r.peak_bytes),
                                             r.timing.steady_step_seconds)
                               : outcome_text(r)));
-    if (r.outcome == TrialOutcome::kOutOfMemory && r.phase_at_failure != phase_name(Phase::kLoad)) {
+    if (r.outcome == TrialOutcome::kOutOfMemory && !ran_out_loading(r)) {
       auto [at, added] = out_of_memory_at_.emplace(memory_key(config), micro_batch);
       if (!added) at->second = std::min(at->second, micro_batch);
     }
@@ -416,7 +416,7 @@ class Search {
       if (!rescued) return false;
       plain = std::move(*rescued);
     }
-    result_.baseline_name = rescue_name_.empty() ? "plain" : rescue_name_;
+    result_.baseline_name = rescue_strategies_ ? rescue_label(rescue_strategies_) : "plain";
     std::vector<int64_t> ok;
     std::vector<std::array<double, kNumPhases>> phase_peaks;
     std::vector<double> peaks, seconds;
@@ -601,11 +601,10 @@ class Search {
       if (r.outcome != TrialOutcome::kOk) continue;
       base_ = rescue_config(s);
       rescue_strategies_ = s;
-      rescue_name_ = rescue_label(s);
       result_.notes.push_back(fmt::format(
           "plain ran out of memory at every micro-batch down to {} ({}); {} is the simplest combination that runs "
           "there, so every configuration below builds on it (those without it are not predicted)",
-          smallest, plain_failure.message, rescue_name_));
+          smallest, plain_failure.message, rescue_label(s)));
       PlainProbes seeded;
       seeded.ran.emplace(smallest, r);
       return probe_plain(sizes, std::move(seeded));
@@ -943,8 +942,7 @@ class Search {
   std::function<void(const std::string&)> progress_;
   TrainingConfig base_;      // what the plain probes run: the job's configuration, or a rescued one
   TrainingConfig job_base_;  // the job's own configuration: strategies are counted against it
-  int rescue_strategies_ = 0;  // kRescue* bits: the strategies base_ adds to the job's (Note [Rescue])
-  std::string rescue_name_;    // rescue_label(rescue_strategies_); empty: no rescue
+  int rescue_strategies_ = 0;  // kRescue* bits: the strategies base_ adds to the job's (Note [Rescue]); 0: none
   Models models_;
   std::map<int64_t, double> plain_seconds_;
   std::map<std::string, int64_t> out_of_memory_at_;  // memory_key -> smallest micro-batch whose probe ran out
