@@ -463,10 +463,8 @@ class Search {
     PhaseLines one_point{};
     double per_sample = 0;
     if (ok.size() == 1) {
-      const ProbeReport& r = plain.ran.begin()->second;
-      per_sample = static_cast<double>(r.retained_activation_bytes) / static_cast<double>(ok.front());
-      for (Phase p : {Phase::kForward, Phase::kLoss, Phase::kBackward})
-        one_point[static_cast<std::size_t>(p)].slope = per_sample;
+      one_point = retained_slopes(plain.ran.begin()->second);
+      per_sample = one_point[static_cast<std::size_t>(Phase::kForward)].slope;
       result_.notes.push_back(fmt::format("{} ran at micro-batch {} only: its memory lines take the slope of its "
                                           "retained activations, {} per sample (a lower bound)",
                                           result_.baseline_name, ok.front(),
@@ -514,6 +512,17 @@ class Search {
     return true;
   }
 
+  // Lines whose forward, loss and backward slopes are r's retained
+  // activations per sample: the slope of a line through r alone (a lower
+  // bound: backward's temporaries grow with the micro-batch too).
+  static PhaseLines retained_slopes(const ProbeReport& r) {
+    PhaseLines lines{};
+    for (Phase p : {Phase::kForward, Phase::kLoss, Phase::kBackward})
+      lines[static_cast<std::size_t>(p)].slope =
+          static_cast<double>(r.retained_activation_bytes) / static_cast<double>(r.micro_batch);
+    return lines;
+  }
+
   // Note [Rescue]
   // Plain out of memory at every micro-batch down to the smallest is the
   // case a user most needs answered (AdamW keeps 16 bytes per parameter:
@@ -525,17 +534,25 @@ class Search {
   // Otherwise the simplest combination that runs (fewest strategies, then
   // the tree's order) becomes the base in place of plain: its lines come from
   // its own probes, the other strategies' effects are measured on top of it,
-  // and every node carries it. Configurations without it are not predicted:
+  // and every node carries it. The other combinations of as many strategies
+  // are probed there too (but the one the walk predicts: offload in place of
+  // a rescued 8-bit AdamW): each that runs becomes a node of its own, fitted
+  // to that one probe (rescue_alternative_models), since a faster one may
+  // hide there (checkpointing rescues, 8-bit AdamW alone also runs and does
+  // not recompute). Larger combinations without the base are not predicted:
   // plain gives no line to predict them from.
   static constexpr int kRescueCheckpoint = 1, kRescue8bit = 2, kRescueOffload = 4, kRescueBf16 = 8;
+
+  static std::size_t count_of(int strategies) { return std::bitset<4>(static_cast<unsigned>(strategies)).count(); }
 
   bool needs_rescue(const ProbeReport& failure) const {
     return failure.outcome == TrialOutcome::kOutOfMemory && !ran_out_loading(failure) &&
            failure.static_memory.parameter_bytes <= result_.usable_budget_bytes;
   }
 
+  // The job's configuration with the kRescue* `strategies`.
   TrainingConfig rescue_config(int strategies) const {
-    TrainingConfig c = base_;
+    TrainingConfig c = job_base_;
     if (strategies & kRescueCheckpoint) c.checkpoint = checkpoint_every_block();
     if (strategies & kRescue8bit) c.optimizer = OptimizerKind::kAdamW8bit;
     if (strategies & kRescueOffload) c.offload_optimizer = true;
@@ -558,6 +575,22 @@ class Search {
     return fmt::format("{}", fmt::join(parts, " + "));
   }
 
+  // A rescue alternative's models (Note [Rescue]): lines through its one
+  // probe, memory with the slope of its retained activations (a lower
+  // bound), time proportional to the micro-batch (over-predicts larger ones:
+  // a step's fixed costs do not grow). No strategy effects: its
+  // configuration holds its strategies already.
+  Models rescue_alternative_models(const TrainingConfig& config, const ProbeReport& r) const {
+    Models m;
+    const PhaseLines slopes = retained_slopes(r);
+    m.phases = fit_phase_lines({r.micro_batch}, {phase_peaks_of(r, job_)}, &slopes);
+    const double seconds = r.timing.steady_step_seconds;
+    m.seconds = fit_batch_line({r.micro_batch}, {seconds}, seconds / static_cast<double>(r.micro_batch));
+    m.gradient_bytes = r.static_memory.gradient_bytes;
+    m.base_precision = config.precision;
+    return m;
+  }
+
   // The plain probes of base_ after rescuing it, or nullopt when nothing
   // fits (Note [Rescue]). Throws InputError when no combination runs and
   // the least-memory one failed for a reason other than memory.
@@ -571,7 +604,7 @@ class Search {
       for (int s = 1; s < 16; ++s) {
         const bool possible = (eight_bit || !(s & kRescue8bit)) && (bf16 || !(s & kRescueBf16)) &&
                               !((s & kRescue8bit) && (s & kRescueOffload));
-        if (possible && std::bitset<4>(static_cast<unsigned>(s)).count() == count) order.push_back(s);
+        if (possible && count_of(s) == count) order.push_back(s);
       }
     std::map<int, ProbeReport> tried;
     auto try_strategies = [&](int s) -> const ProbeReport& {
@@ -603,11 +636,31 @@ class Search {
       rescue_strategies_ = s;
       result_.notes.push_back(fmt::format(
           "plain ran out of memory at every micro-batch down to {} ({}); {} is the simplest combination that runs "
-          "there, so every configuration below builds on it (those without it are not predicted)",
-          smallest, plain_failure.message, rescue_label(s)));
+          "there, so the configurations below build on it, except the other combinations of {} (probed there too); "
+          "larger combinations without it are not predicted",
+          smallest, plain_failure.message, rescue_label(s),
+          count_of(s) == 1 ? "one strategy" : "as many strategies"));
       PlainProbes seeded;
       seeded.ran.emplace(smallest, r);
-      return probe_plain(sizes, std::move(seeded));
+      PlainProbes probes = probe_plain(sizes, std::move(seeded));
+      // The combinations before s in `order` ran out; those after it with as
+      // many strategies are the alternatives.
+      const int swapped = (s & kRescue8bit) ? (s & ~kRescue8bit) | kRescueOffload : 0;
+      for (auto it = std::find(order.begin(), order.end(), s) + 1; it != order.end(); ++it) {
+        if (count_of(*it) != count_of(s) || *it == swapped) continue;
+        const ProbeReport& other = try_strategies(*it);
+        if (other.outcome == TrialOutcome::kOk) {
+          rescue_alternatives_.push_back({rescue_label(*it), rescue_config(*it), other});
+          result_.notes.push_back(fmt::format(
+              "{} also runs at micro-batch {} (without {}): its node is fitted to that one probe (memory: the slope "
+              "of its retained activations, a lower bound; time: proportional to the micro-batch)",
+              rescue_label(*it), smallest, rescue_label(s)));
+        } else {
+          result_.notes.push_back(fmt::format("{} (without {}): not available (micro-batch {}: {})", rescue_label(*it),
+                                              rescue_label(s), smallest, outcome_text(other)));
+        }
+      }
+      return probes;
     }
     throw InputError(fmt::format("{}: no configuration could run at micro-batch {}: plain: {}; {}: {}",
                                  job_.model_path, smallest, plain_failure.message, rescue_label(least),
@@ -654,12 +707,16 @@ class Search {
 
   // Adds the node for `config` at the largest valid micro-batch that is
   // predicted to fit (at most `largest`), balanced (see the Rules), or at
-  // the smallest if none fits. With `exact`, only micro-batch `largest`
-  // itself is tried.
-  void add_node(const std::string& tree_name, const TrainingConfig& config, int64_t largest, bool exact = false) {
+  // the largest valid one within reach if none fits (what it would need).
+  // With `exact`, only micro-batch `largest` itself is tried.
+  // `alternative`: the models of a rescue alternative (Note [Rescue]),
+  // whose node is named tree_name as it is; else models_.
+  void add_node(const std::string& tree_name, const TrainingConfig& config, int64_t largest, bool exact = false,
+                const Models* alternative = nullptr) {
+    const Models& models = alternative ? *alternative : models_;
     // After a rescue the nodes carry the rescued strategies (Note [Rescue]),
     // all but a rescued 8-bit AdamW that offload replaced.
-    const std::string rescued = rescue_label(rescue_strategies_ & strategies_of(config));
+    const std::string rescued = alternative ? "" : rescue_label(rescue_strategies_ & strategies_of(config));
     const std::string name = rescued.empty()        ? tree_name
                              : tree_name == "plain" ? rescued
                                                     : tree_name + " + " + rescued;
@@ -677,7 +734,7 @@ class Search {
     node.node = name;
     for (auto it = valid.rbegin(); it != valid.rend(); ++it) {
       if (*it > largest || (exact && *it != largest) || *it >= out_of_memory) continue;
-      if (predict(models_, with_micro_batch(config, *it, job_.global_batch), job_.global_batch).peak_bytes <= budget) {
+      if (predict(models, with_micro_batch(config, *it, job_.global_batch), job_.global_batch).peak_bytes <= budget) {
         node.largest_fitting_micro_batch = *it;
         break;
       }
@@ -693,13 +750,13 @@ class Search {
       // ones run with the gradients alive).
       for (int64_t b : valid)
         if (b <= at && micro_batch_count(job_.global_batch, b) == steps &&
-            predict(models_, with_micro_batch(config, b, job_.global_batch), job_.global_batch).peak_bytes <= budget) {
+            predict(models, with_micro_batch(config, b, job_.global_batch), job_.global_batch).peak_bytes <= budget) {
           at = b;
           break;
         }
     }
     node.config = with_micro_batch(config, at, job_.global_batch);
-    const Prediction p = predict(models_, node.config, job_.global_batch);
+    const Prediction p = predict(models, node.config, job_.global_batch);
     node.predicted_peak_bytes = p.peak_bytes;
     node.predicted_seconds = p.seconds_per_global_batch;
     node.predicted_fit = p.peak_bytes <= budget && at < out_of_memory;
@@ -782,6 +839,10 @@ class Search {
     });
     with_strategy(bf16_form_ == Precision::kBf16 ? "bf16" : "bf16 parameters", models_.bf16,
                   [this](TrainingConfig& c) { c.precision = bf16_form_; });
+    for (const RescueAlternative& alternative : rescue_alternatives_) {
+      const Models own = rescue_alternative_models(alternative.config, alternative.probe);
+      add_node(alternative.name, alternative.config, g, /*exact=*/false, &own);
+    }
 
     // The least memory any combination needs, for the "nothing fits" report.
     TrainingConfig least = base_;
@@ -943,6 +1004,14 @@ class Search {
   TrainingConfig base_;      // what the plain probes run: the job's configuration, or a rescued one
   TrainingConfig job_base_;  // the job's own configuration: strategies are counted against it
   int rescue_strategies_ = 0;  // kRescue* bits: the strategies base_ adds to the job's (Note [Rescue]); 0: none
+  // Combinations that run without the rescued base, as probed (a later bf16
+  // fallback does not rename them) (Note [Rescue]).
+  struct RescueAlternative {
+    std::string name;
+    TrainingConfig config;
+    ProbeReport probe;
+  };
+  std::vector<RescueAlternative> rescue_alternatives_;
   Models models_;
   std::map<int64_t, double> plain_seconds_;
   std::map<std::string, int64_t> out_of_memory_at_;  // memory_key -> smallest micro-batch whose probe ran out

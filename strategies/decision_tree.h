@@ -26,8 +26,9 @@
 //   first (checkpointing all blocks + optimizer offload + bf16 when
 //   allowed): out of memory too is a measured "nothing fits"
 //   (SearchResult::least_memory_failure); else the simplest combination
-//   that runs replaces plain as the base every node builds on
-//   (decision_tree.cpp, Note [Rescue]).
+//   that runs replaces plain as the base the walk builds on; the other
+//   combinations of as many strategies that run there are nodes of their
+//   own, each fitted to its one probe (decision_tree.cpp, Note [Rescue]).
 // - One point: a base that ran at one micro-batch only takes the slope of
 //   its retained activations per sample (a lower bound), and a probe out of
 //   memory at micro-batch s rules its configuration out at s and above (the

@@ -149,7 +149,10 @@ TEST(AutotuneReport, VerificationsThatTimedOutAreNotNothingFits) {
 }
 
 // The rescue of DecisionTree.WhenPlainRunsAtNoMicroBatchTheSimplestStrategyThatRunsBecomesTheBase:
-// the model lines name the base the search built on, and so does every node.
+// the model lines name the base the search built on, and so does every node
+// built on it; the other single strategies that ran at micro-batch 1 (8-bit
+// AdamW 12 + 8 b MiB, offload 10 + 8 b MiB, + 4 MiB of gradients when
+// accumulating: both 1 x 32) are nodes named for themselves.
 TEST(AutotuneReport, ARescuedSearchNamesItsBase) {
   FakeRunner fake;
   fake.probe_budget = 25 * kMiB;

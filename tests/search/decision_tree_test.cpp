@@ -429,7 +429,11 @@ TEST(DecisionTree, PlainProbesStepDownWhenEvenTheSmallestSizeRunsOutOfMemory) {
 // accumulation steps the gradients (4 MiB) add: 8-bit at 4 x 8 needs
 // 12 + 8 + 4 = 24 MiB and is fastest, 8 x (0.016 + 0.0032 x 4) x 1.1 =
 // 0.253 s (offload 4 x 8: x 1.5 = 0.346 s; checkpointing alone 1 x 32:
-// 32 x 0.0192 = 0.614 s).
+// 32 x 0.0192 = 0.614 s). The other single strategies are probed at 1
+// without the base too: 8-bit AdamW alone (12 + 8 b = 20 MiB) and offload
+// alone (18 MiB) run, so each is a node of its own, 1 x 32 (24 and 22 MiB
+// with the gradients; 2 x 16 would need 32 and 30), 32 x 0.012 x 1.1 =
+// 0.4224 s and x 1.5 = 0.576 s: slower than 8-bit + checkpointing here.
 TEST(DecisionTree, WhenPlainRunsAtNoMicroBatchTheSimplestStrategyThatRunsBecomesTheBase) {
   FakeRunner fake;
   fake.probe_budget = 25 * kMiB;
@@ -443,6 +447,8 @@ TEST(DecisionTree, WhenPlainRunsAtNoMicroBatchTheSimplestStrategyThatRunsBecomes
                         "micro_batch=1,accum=1,ckpt=all,optimizer=adamw,offload=off,precision=fp32 ok",
                         "micro_batch=4,accum=1,ckpt=all,optimizer=adamw,offload=off,precision=fp32 out_of_memory",
                         "micro_batch=2,accum=1,ckpt=all,optimizer=adamw,offload=off,precision=fp32 ok",
+                        "micro_batch=1,accum=1,ckpt=none,optimizer=adamw8bit,offload=off,precision=fp32 ok",
+                        "micro_batch=1,accum=1,ckpt=none,optimizer=adamw,offload=on,precision=fp32 ok",
                         "micro_batch=1,accum=1,ckpt=all,optimizer=adamw8bit,offload=off,precision=fp32 ok",
                         "micro_batch=1,accum=1,ckpt=all,optimizer=adamw,offload=on,precision=fp32 ok",
                     }));
@@ -453,9 +459,33 @@ TEST(DecisionTree, WhenPlainRunsAtNoMicroBatchTheSimplestStrategyThatRunsBecomes
   EXPECT_TRUE(r.least_memory_failure.empty());
   EXPECT_EQ(r.notes.front(),
             "plain ran out of memory at every micro-batch down to 1 (oomtune budget: tried to allocate); "
-            "checkpointing (all blocks) is the simplest combination that runs there, so every configuration below "
-            "builds on it (those without it are not predicted)");
-  for (const TrailNode& node : r.trail) EXPECT_TRUE(node.config.checkpoint.enabled()) << node.node;
+            "checkpointing (all blocks) is the simplest combination that runs there, so the configurations below "
+            "build on it, except the other combinations of one strategy (probed there too); larger combinations "
+            "without it are not predicted");
+  EXPECT_EQ(r.notes[1],
+            "8-bit AdamW also runs at micro-batch 1 (without checkpointing (all blocks)): its node is fitted to that "
+            "one probe (memory: the slope of its retained activations, a lower bound; time: proportional to the "
+            "micro-batch)");
+  std::map<std::string, const TrailNode*> alternatives;
+  for (const TrailNode& node : r.trail) {
+    if (node.node == "8-bit AdamW" || node.node == "optimizer offload") {
+      alternatives[node.node] = &node;
+      EXPECT_FALSE(node.config.checkpoint.enabled()) << node.node;
+    } else {
+      EXPECT_TRUE(node.config.checkpoint.enabled()) << node.node;
+    }
+  }
+  ASSERT_EQ(alternatives.size(), 2u);
+  const TrailNode& eight_bit = *alternatives["8-bit AdamW"];
+  EXPECT_EQ(to_string(eight_bit.config),
+            "micro_batch=1,accum=32,ckpt=none,optimizer=adamw8bit,offload=off,precision=fp32");
+  EXPECT_NEAR(eight_bit.predicted_peak_bytes, 24.0 * kMiB, 1.0);
+  EXPECT_NEAR(eight_bit.predicted_seconds, 32 * 0.012 * 1.1, 1e-9);
+  EXPECT_EQ(eight_bit.verification->peak_bytes, 24 * kMiB);
+  const TrailNode& offload = *alternatives["optimizer offload"];
+  EXPECT_EQ(offload.config.micro_batch, 1);
+  EXPECT_NEAR(offload.predicted_peak_bytes, 22.0 * kMiB, 1.0);
+  EXPECT_NEAR(offload.predicted_seconds, 32 * 0.012 * 1.5, 1e-9);
   const TrailNode& best = chosen(r);
   EXPECT_EQ(best.node, "8-bit AdamW + checkpointing (all blocks)");
   EXPECT_EQ(best.config.micro_batch, 4);
@@ -466,6 +496,56 @@ TEST(DecisionTree, WhenPlainRunsAtNoMicroBatchTheSimplestStrategyThatRunsBecomes
   // optimizer changed from the job's AdamW, so the report says so.
   EXPECT_NE(r.notes.back().find("trains with adamw8bit instead of the job's adamw"), std::string::npos)
       << r.notes.back();
+}
+
+// The rescue above with recomputation three times as dear (checkpointing
+// all blocks: time x 3): 8-bit AdamW + checkpointing 4 x 8 now takes 8 x
+// 0.018 x 3 x 1.1 = 0.4752 s, and 8-bit AdamW alone, found only because the
+// other single strategies are probed without the base, runs 1 x 32 in
+// 32 x 0.012 x 1.1 = 0.4224 s at 24 MiB: it is chosen.
+TEST(DecisionTree, ARescueAlternativeWithoutTheBaseIsChosenWhenItIsFaster) {
+  FakeRunner fake;
+  fake.probe_budget = 25 * kMiB;
+  fake.checkpoint_time_cost = 2.0;
+  const SearchResult r = run_search(fake, job_with_budget(25 * kMiB));
+  EXPECT_EQ(r.baseline_name, "checkpointing (all blocks)");
+  const TrailNode& best = chosen(r);
+  EXPECT_EQ(best.node, "8-bit AdamW");
+  EXPECT_EQ(to_string(best.config), "micro_batch=1,accum=32,ckpt=none,optimizer=adamw8bit,offload=off,precision=fp32");
+  EXPECT_NEAR(best.predicted_seconds, 32 * 0.012 * 1.1, 1e-9);
+  EXPECT_EQ(best.verification->peak_bytes, 24 * kMiB);
+  for (const TrailNode& node : r.trail) {
+    if (node.node == "8-bit AdamW + checkpointing (all blocks)") {
+      EXPECT_EQ(node.config.micro_batch, 4);
+      EXPECT_NEAR(node.predicted_seconds, 8 * 0.018 * 3 * 1.1, 1e-9);
+    }
+  }
+}
+
+// Activations 14 MiB per sample, guard = budget = 25 MiB: plain (18 + 14 b)
+// and 8-bit AdamW alone (12 + 14 b = 26 MiB at 1) run out; checkpointing
+// (18 + 3.5 b) rescues. Offload alone runs at 1 (10 + 14 = 24 MiB) but with
+// 32 accumulation steps needs 28 MiB: its node is predicted not to fit.
+TEST(DecisionTree, ARescueAlternativeThatRunsOutOfMemoryIsNotAvailable) {
+  FakeRunner fake;
+  fake.probe_budget = 25 * kMiB;
+  fake.activation_per_sample = 14 * kMiB;
+  const SearchResult r = run_search(fake, job_with_budget(25 * kMiB));
+  EXPECT_EQ(r.baseline_name, "checkpointing (all blocks)");
+  EXPECT_NE(std::find(r.notes.begin(), r.notes.end(),
+                      "8-bit AdamW (without checkpointing (all blocks)): not available (micro-batch 1: out_of_memory "
+                      "during forward: oomtune budget: tried to allocate)"),
+            r.notes.end());
+  int eight_bit_alone = 0;
+  const TrailNode* offload = nullptr;
+  for (const TrailNode& node : r.trail) {
+    eight_bit_alone += node.node == "8-bit AdamW";
+    if (node.node == "optimizer offload") offload = &node;
+  }
+  EXPECT_EQ(eight_bit_alone, 0);
+  ASSERT_NE(offload, nullptr);
+  EXPECT_EQ(offload->largest_fitting_micro_batch, 0);
+  EXPECT_FALSE(offload->predicted_fit);
 }
 
 // Stepping down, a micro-batch that fails for its size (BatchNorm at 1)
