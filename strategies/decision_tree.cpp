@@ -575,17 +575,24 @@ class Search {
     return fmt::format("{}", fmt::join(parts, " + "));
   }
 
-  // A rescue alternative's models (Note [Rescue]): lines through its one
-  // probe, memory with the slope of its retained activations (a lower
-  // bound), time proportional to the micro-batch (over-predicts larger ones:
-  // a step's fixed costs do not grow). No strategy effects: its
-  // configuration holds its strategies already.
+  // A rescue alternative's models (Note [Rescue]): memory lines through its
+  // one probe with the slope of its retained activations (a lower bound);
+  // time the base's line scaled by the alternative's measured ratio to it at
+  // that micro-batch, as a strategy's time ratio scales it (so the base and
+  // the alternative rank alike at other micro-batches). Called after
+  // fit_models. No strategy effects: its configuration holds its strategies.
   Models rescue_alternative_models(const TrainingConfig& config, const ProbeReport& r) const {
     Models m;
     const PhaseLines slopes = retained_slopes(r);
     m.phases = fit_phase_lines({r.micro_batch}, {phase_peaks_of(r, job_)}, &slopes);
     const double seconds = r.timing.steady_step_seconds;
-    m.seconds = fit_batch_line({r.micro_batch}, {seconds}, seconds / static_cast<double>(r.micro_batch));
+    const double base_seconds = models_.seconds(static_cast<double>(r.micro_batch));
+    if (base_seconds > 0) {
+      const double ratio = seconds / base_seconds;
+      m.seconds = {models_.seconds.intercept * ratio, models_.seconds.slope * ratio};
+    } else {
+      m.seconds = fit_batch_line({r.micro_batch}, {seconds});
+    }
     m.gradient_bytes = r.static_memory.gradient_bytes;
     m.base_precision = config.precision;
     return m;
@@ -653,7 +660,8 @@ class Search {
           rescue_alternatives_.push_back({rescue_label(*it), rescue_config(*it), other});
           result_.notes.push_back(fmt::format(
               "{} also runs at micro-batch {} (without {}): its node is fitted to that one probe (memory: the slope "
-              "of its retained activations, a lower bound; time: proportional to the micro-batch)",
+              "of its retained activations, a lower bound; time: the base's line times its measured ratio to it "
+              "there)",
               rescue_label(*it), smallest, rescue_label(s)));
         } else {
           result_.notes.push_back(fmt::format("{} (without {}): not available (micro-batch {}: {})", rescue_label(*it),

@@ -464,8 +464,8 @@ TEST(DecisionTree, WhenPlainRunsAtNoMicroBatchTheSimplestStrategyThatRunsBecomes
             "without it are not predicted");
   EXPECT_EQ(r.notes[1],
             "8-bit AdamW also runs at micro-batch 1 (without checkpointing (all blocks)): its node is fitted to that "
-            "one probe (memory: the slope of its retained activations, a lower bound; time: proportional to the "
-            "micro-batch)");
+            "one probe (memory: the slope of its retained activations, a lower bound; time: the base's line times its "
+            "measured ratio to it there)");
   std::map<std::string, const TrailNode*> alternatives;
   for (const TrailNode& node : r.trail) {
     if (node.node == "8-bit AdamW" || node.node == "optimizer offload") {
@@ -546,6 +546,32 @@ TEST(DecisionTree, ARescueAlternativeThatRunsOutOfMemoryIsNotAvailable) {
   ASSERT_NE(offload, nullptr);
   EXPECT_EQ(offload->largest_fitting_micro_batch, 0);
   EXPECT_FALSE(offload->predicted_fit);
+}
+
+// 2 Mi parameters, activations 4 MiB per sample, guard = budget = 36 MiB:
+// plain needs 34 + 4 b MiB (out at 1), checkpointing 34 + b (runs at 1 and
+// 2: the base, time (0.01 + 0.002 b) x 1.6). Offload alone needs 18 + 4 b,
+// + 8 MiB of gradients when accumulating: 34 MiB at 2 x 16 fits, 42 at 4
+// does not. Its time is the base's line times its ratio at 1, 0.018 /
+// 0.0192: 16 x (0.015 + 0.003 x 2) = 0.336 s, the fake's true time (a
+// line through its one probe would say 16 x 0.018 = 0.288 s, one
+// proportional to the micro-batch 16 x 0.036 = 0.576 s).
+TEST(DecisionTree, ARescueAlternativeTakesTheTimeLineOfTheBaseScaledByItsRatio) {
+  FakeRunner fake;
+  fake.parameters = 2 * kMiB;
+  fake.activation_per_sample = 4 * kMiB;
+  fake.probe_budget = 36 * kMiB;
+  const SearchResult r = run_search(fake, job_with_budget(36 * kMiB));
+  EXPECT_EQ(r.baseline_name, "checkpointing (all blocks)");
+  EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{1, 2}));
+  const TrailNode* offload = nullptr;
+  for (const TrailNode& node : r.trail)
+    if (node.node == "optimizer offload") offload = &node;
+  ASSERT_NE(offload, nullptr);
+  EXPECT_EQ(to_string(offload->config), "micro_batch=2,accum=16,ckpt=none,optimizer=adamw,offload=on,precision=fp32");
+  EXPECT_NEAR(offload->predicted_peak_bytes, 34.0 * kMiB, 1.0);
+  EXPECT_NEAR(offload->predicted_seconds, 16 * (0.015 + 0.003 * 2), 1e-9);
+  EXPECT_TRUE(offload->predicted_fit);
 }
 
 // Stepping down, a micro-batch that fails for its size (BatchNorm at 1)
