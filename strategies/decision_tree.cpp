@@ -536,10 +536,11 @@ class Search {
   // its own probes, the other strategies' effects are measured on top of it,
   // and every node carries it. The other combinations of as many strategies
   // are probed there too (but the one the walk predicts: offload in place of
-  // a rescued 8-bit AdamW): each that runs becomes a node of its own, fitted
-  // to that one probe (rescue_alternative_models), since a faster one may
-  // hide there (checkpointing rescues, 8-bit AdamW alone also runs and does
-  // not recompute). Larger combinations without the base are not predicted:
+  // a rescued 8-bit AdamW): each that runs is probed at twice that
+  // micro-batch as well and becomes a node of its own, fitted to its probes
+  // (rescue_alternative_models), since a faster one may hide there
+  // (checkpointing rescues, 8-bit AdamW alone also runs and does not
+  // recompute). Larger combinations without the base are not predicted:
   // plain gives no line to predict them from.
   static constexpr int kRescueCheckpoint = 1, kRescue8bit = 2, kRescueOffload = 4, kRescueBf16 = 8;
 
@@ -575,26 +576,43 @@ class Search {
     return fmt::format("{}", fmt::join(parts, " + "));
   }
 
+  // A combination that runs without the rescued base (Note [Rescue]), as
+  // probed (a later bf16 fallback does not rename it).
+  struct RescueAlternative {
+    std::string name;
+    TrainingConfig config;
+    std::vector<ProbeReport> probes;  // that ran: at the smallest micro-batch, and at twice it
+  };
+
   // A rescue alternative's models (Note [Rescue]): memory lines through its
-  // one probe with the slope of its retained activations (a lower bound);
-  // time the base's line scaled by the alternative's measured ratio to it at
-  // that micro-batch, as a strategy's time ratio scales it (so the base and
-  // the alternative rank alike at other micro-batches). Called after
+  // probes (through one, the slope of its retained activations, a lower
+  // bound); time the base's line scaled by the alternative's mean measured
+  // ratio to it, as a strategy's time ratio scales it (so the base and the
+  // alternative rank alike at other micro-batches). Called after
   // fit_models. No strategy effects: its configuration holds its strategies.
-  Models rescue_alternative_models(const TrainingConfig& config, const ProbeReport& r) const {
+  Models rescue_alternative_models(const RescueAlternative& alternative) const {
     Models m;
-    const PhaseLines slopes = retained_slopes(r);
-    m.phases = fit_phase_lines({r.micro_batch}, {phase_peaks_of(r, job_)}, &slopes);
-    const double seconds = r.timing.steady_step_seconds;
-    const double base_seconds = models_.seconds(static_cast<double>(r.micro_batch));
-    if (base_seconds > 0) {
-      const double ratio = seconds / base_seconds;
+    std::vector<int64_t> sizes;
+    std::vector<std::array<double, kNumPhases>> peaks;
+    std::vector<double> seconds, ratios;
+    for (const ProbeReport& r : alternative.probes) {
+      sizes.push_back(r.micro_batch);
+      peaks.push_back(phase_peaks_of(r, job_));
+      seconds.push_back(r.timing.steady_step_seconds);
+      const double base_seconds = models_.seconds(static_cast<double>(r.micro_batch));
+      if (base_seconds > 0) ratios.push_back(r.timing.steady_step_seconds / base_seconds);
+    }
+    const PhaseLines slopes = retained_slopes(alternative.probes.front());
+    m.phases = fit_phase_lines(sizes, peaks, &slopes);
+    if (ratios.size() == sizes.size()) {
+      double ratio = 0;
+      for (double r : ratios) ratio += r / static_cast<double>(ratios.size());
       m.seconds = {models_.seconds.intercept * ratio, models_.seconds.slope * ratio};
     } else {
-      m.seconds = fit_batch_line({r.micro_batch}, {seconds});
+      m.seconds = fit_batch_line(sizes, seconds);
     }
-    m.gradient_bytes = r.static_memory.gradient_bytes;
-    m.base_precision = config.precision;
+    m.gradient_bytes = alternative.probes.front().static_memory.gradient_bytes;
+    m.base_precision = alternative.config.precision;
     return m;
   }
 
@@ -656,17 +674,30 @@ class Search {
       for (auto it = std::find(order.begin(), order.end(), s) + 1; it != order.end(); ++it) {
         if (count_of(*it) != count_of(s) || *it == swapped) continue;
         const ProbeReport& other = try_strategies(*it);
-        if (other.outcome == TrialOutcome::kOk) {
-          rescue_alternatives_.push_back({rescue_label(*it), rescue_config(*it), other});
-          result_.notes.push_back(fmt::format(
-              "{} also runs at micro-batch {} (without {}): its node is fitted to that one probe (memory: the slope "
-              "of its retained activations, a lower bound; time: the base's line times its measured ratio to it "
-              "there)",
-              rescue_label(*it), smallest, rescue_label(s)));
-        } else {
+        if (other.outcome != TrialOutcome::kOk) {
           result_.notes.push_back(fmt::format("{} (without {}): not available (micro-batch {}: {})", rescue_label(*it),
                                               rescue_label(s), smallest, outcome_text(other)));
+          continue;
         }
+        RescueAlternative alternative{rescue_label(*it), rescue_config(*it), {other}};
+        // A second size gives the memory line a measured slope.
+        std::string second;
+        if (2 * smallest <= largest_micro_batch(job_)) {
+          ProbeReport r2 = probe(alternative.config, 2 * smallest);
+          if (r2.outcome == TrialOutcome::kOk)
+            alternative.probes.push_back(std::move(r2));
+          else
+            second = fmt::format("; micro-batch {}: {}", 2 * smallest, outcome_text(r2));
+        }
+        const bool one = alternative.probes.size() == 1;
+        result_.notes.push_back(fmt::format(
+            "{} also runs at micro-batch {} (without {}{}): its node is fitted to {}, its time line is the base's "
+            "times its measured ratio to it",
+            alternative.name, one ? fmt::format("{}", smallest) : fmt::format("{} and {}", smallest, 2 * smallest),
+            rescue_label(s), second,
+            one ? "that one probe, its memory lines with the slope of its retained activations (a lower bound)"
+                : "those probes"));
+        rescue_alternatives_.push_back(std::move(alternative));
       }
       return probes;
     }
@@ -848,7 +879,7 @@ class Search {
     with_strategy(bf16_form_ == Precision::kBf16 ? "bf16" : "bf16 parameters", models_.bf16,
                   [this](TrainingConfig& c) { c.precision = bf16_form_; });
     for (const RescueAlternative& alternative : rescue_alternatives_) {
-      const Models own = rescue_alternative_models(alternative.config, alternative.probe);
+      const Models own = rescue_alternative_models(alternative);
       add_node(alternative.name, alternative.config, g, /*exact=*/false, &own);
     }
 
@@ -1012,14 +1043,7 @@ class Search {
   TrainingConfig base_;      // what the plain probes run: the job's configuration, or a rescued one
   TrainingConfig job_base_;  // the job's own configuration: strategies are counted against it
   int rescue_strategies_ = 0;  // kRescue* bits: the strategies base_ adds to the job's (Note [Rescue]); 0: none
-  // Combinations that run without the rescued base, as probed (a later bf16
-  // fallback does not rename them) (Note [Rescue]).
-  struct RescueAlternative {
-    std::string name;
-    TrainingConfig config;
-    ProbeReport probe;
-  };
-  std::vector<RescueAlternative> rescue_alternatives_;
+  std::vector<RescueAlternative> rescue_alternatives_;  // Note [Rescue]
   Models models_;
   std::map<int64_t, double> plain_seconds_;
   std::map<std::string, int64_t> out_of_memory_at_;  // memory_key -> smallest micro-batch whose probe ran out

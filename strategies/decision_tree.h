@@ -28,7 +28,8 @@
 //   (SearchResult::least_memory_failure); else the simplest combination
 //   that runs replaces plain as the base the walk builds on; the other
 //   combinations of as many strategies that run there are nodes of their
-//   own, each fitted to its one probe (decision_tree.cpp, Note [Rescue]).
+//   own, each fitted to its probes there and at twice that micro-batch
+//   (decision_tree.cpp, Note [Rescue]).
 // - One point: a base that ran at one micro-batch only takes the slope of
 //   its retained activations per sample (a lower bound), and a probe out of
 //   memory at micro-batch s rules its configuration out at s and above (the

@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include <c10/util/Exception.h>
+
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/json_text.h"
@@ -61,6 +63,8 @@ std::function<void(Phase)> fault_from_environment(const std::string& config) {
     if (kind == "segv") ::raise(SIGSEGV);
     if (kind == "hang")
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    // As the budget's allocator throws it, so the trial reports out_of_memory.
+    if (kind == "oom") C10_THROW_ERROR(OutOfMemoryError, "out of memory (test fault: OOMTUNE_TEST_FAULT)");
   };
 }
 

@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -369,6 +371,42 @@ TEST(Autotune, PlainOutOfMemoryAtEveryMicroBatchBuildsOnTheSimplestStrategyThatR
     EXPECT_FALSE(n.at("predicted_fit").get<bool>()) << dump_trail(report);
   }
   EXPECT_FALSE(report.at("nothing_fits").is_null());
+}
+
+// Plain runs out of memory in every trial (test hook "oom": the trial throws
+// the allocator's out-of-memory error; its text matches plain's config
+// only), so checkpointing all blocks, the first single strategy that runs,
+// becomes the base. 8-bit AdamW alone and offload alone, which do not
+// recompute, are probed at 1 and 2 without it and are nodes of their own,
+// fitted to those probes: both fit the budget at 8 x 1.
+TEST(Autotune, RescueAlternativesWithoutTheBaseAreProbedAndPredicted) {
+  if (!exists(model(kSmall.name))) GTEST_SKIP();
+  const TestDir dir;
+  const RunResult r = run_oomtune("autotune " + gpt_job(dir, kSmall, 8, "budget = \"64MiB\"") + " --json",
+                                  "OOMTUNE_TEST_FAULT=oom:forward:ckpt=none,optimizer=adamw,offload=off,");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json report = parse_json(r);
+  EXPECT_EQ(report.at("baseline_model").at("configuration"), "checkpointing (all blocks)") << dump_trail(report);
+  std::set<std::string> ran;
+  for (const json& p : report.at("probes"))
+    if (p.at("outcome") == "ok") ran.insert(p.at("config").get<std::string>());
+  for (const char* config : {"micro_batch=1,accum=1,ckpt=none,optimizer=adamw8bit,offload=off,precision=fp32",
+                             "micro_batch=2,accum=1,ckpt=none,optimizer=adamw8bit,offload=off,precision=fp32",
+                             "micro_batch=1,accum=1,ckpt=none,optimizer=adamw,offload=on,precision=fp32",
+                             "micro_batch=2,accum=1,ckpt=none,optimizer=adamw,offload=on,precision=fp32"})
+    EXPECT_EQ(ran.count(config), 1u) << config;
+  std::map<std::string, std::string> alternatives;
+  for (const json& n : report.at("trail")) {
+    const std::string node = n.at("node");
+    if (node != "8-bit AdamW" && node != "optimizer offload") continue;
+    alternatives[node] = n.at("config");
+    EXPECT_TRUE(n.at("predicted_fit").get<bool>()) << dump_trail(report);
+  }
+  EXPECT_EQ(alternatives["8-bit AdamW"],
+            "micro_batch=8,accum=1,ckpt=none,optimizer=adamw8bit,offload=off,precision=fp32");
+  EXPECT_EQ(alternatives["optimizer offload"],
+            "micro_batch=8,accum=1,ckpt=none,optimizer=adamw,offload=on,precision=fp32");
+  check_chosen(report, 8);
 }
 
 // Verification runs that end without a measurement prove nothing about

@@ -431,8 +431,8 @@ TEST(DecisionTree, PlainProbesStepDownWhenEvenTheSmallestSizeRunsOutOfMemory) {
 // 0.253 s (offload 4 x 8: x 1.5 = 0.346 s; checkpointing alone 1 x 32:
 // 32 x 0.0192 = 0.614 s). The other single strategies are probed at 1
 // without the base too: 8-bit AdamW alone (12 + 8 b = 20 MiB) and offload
-// alone (18 MiB) run, so each is a node of its own, 1 x 32 (24 and 22 MiB
-// with the gradients; 2 x 16 would need 32 and 30), 32 x 0.012 x 1.1 =
+// alone (18 MiB) run at 1 and run out at 2, so each is a node of its own,
+// 1 x 32 (24 and 22 MiB with the gradients), 32 x 0.012 x 1.1 =
 // 0.4224 s and x 1.5 = 0.576 s: slower than 8-bit + checkpointing here.
 TEST(DecisionTree, WhenPlainRunsAtNoMicroBatchTheSimplestStrategyThatRunsBecomesTheBase) {
   FakeRunner fake;
@@ -448,7 +448,9 @@ TEST(DecisionTree, WhenPlainRunsAtNoMicroBatchTheSimplestStrategyThatRunsBecomes
                         "micro_batch=4,accum=1,ckpt=all,optimizer=adamw,offload=off,precision=fp32 out_of_memory",
                         "micro_batch=2,accum=1,ckpt=all,optimizer=adamw,offload=off,precision=fp32 ok",
                         "micro_batch=1,accum=1,ckpt=none,optimizer=adamw8bit,offload=off,precision=fp32 ok",
+                        "micro_batch=2,accum=1,ckpt=none,optimizer=adamw8bit,offload=off,precision=fp32 out_of_memory",
                         "micro_batch=1,accum=1,ckpt=none,optimizer=adamw,offload=on,precision=fp32 ok",
+                        "micro_batch=2,accum=1,ckpt=none,optimizer=adamw,offload=on,precision=fp32 out_of_memory",
                         "micro_batch=1,accum=1,ckpt=all,optimizer=adamw8bit,offload=off,precision=fp32 ok",
                         "micro_batch=1,accum=1,ckpt=all,optimizer=adamw,offload=on,precision=fp32 ok",
                     }));
@@ -463,9 +465,10 @@ TEST(DecisionTree, WhenPlainRunsAtNoMicroBatchTheSimplestStrategyThatRunsBecomes
             "build on it, except the other combinations of one strategy (probed there too); larger combinations "
             "without it are not predicted");
   EXPECT_EQ(r.notes[1],
-            "8-bit AdamW also runs at micro-batch 1 (without checkpointing (all blocks)): its node is fitted to that "
-            "one probe (memory: the slope of its retained activations, a lower bound; time: the base's line times its "
-            "measured ratio to it there)");
+            "8-bit AdamW also runs at micro-batch 1 (without checkpointing (all blocks); micro-batch 2: out_of_memory "
+            "during forward: oomtune budget: tried to allocate): its node is fitted to that one probe, its memory "
+            "lines with the slope of its retained activations (a lower bound), its time line is the base's times its "
+            "measured ratio to it");
   std::map<std::string, const TrailNode*> alternatives;
   for (const TrailNode& node : r.trail) {
     if (node.node == "8-bit AdamW" || node.node == "optimizer offload") {
@@ -524,8 +527,8 @@ TEST(DecisionTree, ARescueAlternativeWithoutTheBaseIsChosenWhenItIsFaster) {
 
 // Activations 14 MiB per sample, guard = budget = 25 MiB: plain (18 + 14 b)
 // and 8-bit AdamW alone (12 + 14 b = 26 MiB at 1) run out; checkpointing
-// (18 + 3.5 b) rescues. Offload alone runs at 1 (10 + 14 = 24 MiB) but with
-// 32 accumulation steps needs 28 MiB: its node is predicted not to fit.
+// (18 + 3.5 b) rescues. Offload alone runs at 1 (10 + 14 = 24 MiB), not at
+// 2, and with 32 accumulation steps needs 28 MiB: its node does not fit.
 TEST(DecisionTree, ARescueAlternativeThatRunsOutOfMemoryIsNotAvailable) {
   FakeRunner fake;
   fake.probe_budget = 25 * kMiB;
@@ -550,16 +553,17 @@ TEST(DecisionTree, ARescueAlternativeThatRunsOutOfMemoryIsNotAvailable) {
 
 // 2 Mi parameters, activations 4 MiB per sample, guard = budget = 36 MiB:
 // plain needs 34 + 4 b MiB (out at 1), checkpointing 34 + b (runs at 1 and
-// 2: the base, time (0.01 + 0.002 b) x 1.6). Offload alone needs 18 + 4 b,
-// + 8 MiB of gradients when accumulating: 34 MiB at 2 x 16 fits, 42 at 4
-// does not. Its time is the base's line times its ratio at 1, 0.018 /
-// 0.0192: 16 x (0.015 + 0.003 x 2) = 0.336 s, the fake's true time (a
-// line through its one probe would say 16 x 0.018 = 0.288 s, one
-// proportional to the micro-batch 16 x 0.036 = 0.576 s).
+// 2: the base, time (0.01 + 0.002 b) x 1.6). Offload alone needs 18 + 4 b
+// (runs at 1 and 2: its line), + 8 MiB of gradients when accumulating:
+// 34 MiB at 2 x 16 fits, 42 at 4 does not. Its time is the base's line
+// times its ratio to it, 0.018 / 0.0192 at 1 and 0.021 / 0.0224 at 2:
+// 16 x (0.015 + 0.003 x 2) = 0.336 s, the fake's true time (a flat line
+// through a probe would say 16 x 0.018 = 0.288 s).
 TEST(DecisionTree, ARescueAlternativeTakesTheTimeLineOfTheBaseScaledByItsRatio) {
   FakeRunner fake;
   fake.parameters = 2 * kMiB;
   fake.activation_per_sample = 4 * kMiB;
+  fake.retained_fraction = 0.5;  // through one probe the slope would be 2 MiB: 4 x 8 would be predicted to fit
   fake.probe_budget = 36 * kMiB;
   const SearchResult r = run_search(fake, job_with_budget(36 * kMiB));
   EXPECT_EQ(r.baseline_name, "checkpointing (all blocks)");
@@ -572,6 +576,10 @@ TEST(DecisionTree, ARescueAlternativeTakesTheTimeLineOfTheBaseScaledByItsRatio) 
   EXPECT_NEAR(offload->predicted_peak_bytes, 34.0 * kMiB, 1.0);
   EXPECT_NEAR(offload->predicted_seconds, 16 * (0.015 + 0.003 * 2), 1e-9);
   EXPECT_TRUE(offload->predicted_fit);
+  EXPECT_NE(std::find(r.notes.begin(), r.notes.end(),
+                      "optimizer offload also runs at micro-batch 1 and 2 (without checkpointing (all blocks)): its "
+                      "node is fitted to those probes, its time line is the base's times its measured ratio to it"),
+            r.notes.end());
 }
 
 // Stepping down, a micro-batch that fails for its size (BatchNorm at 1)
