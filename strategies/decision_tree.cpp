@@ -163,6 +163,13 @@ std::vector<int64_t> probe_sizes(const JobSpec& job) {
   return {sizes.begin(), sizes.end()};
 }
 
+// The mean of a non-empty `values`.
+double mean(const std::vector<double>& values) {
+  double sum = 0;
+  for (double v : values) sum += v;
+  return sum / static_cast<double>(values.size());
+}
+
 // Weights that ran out of memory while loading: no micro-batch can help.
 bool ran_out_loading(const ProbeReport& r) {
   return r.outcome == TrialOutcome::kOutOfMemory && r.phase_at_failure == phase_name(Phase::kLoad);
@@ -287,11 +294,7 @@ class Search {
       effect.shift_bytes[i] = lines[i].intercept - models_.phases[i].intercept;
       effect.slope_ratio[i] = models_.phases[i].slope > 0 ? std::max(0.0, lines[i].slope / models_.phases[i].slope) : 1;
     }
-    if (!time_ratios.empty()) {
-      double sum = 0;
-      for (double t : time_ratios) sum += t;
-      effect.time_ratio = sum / static_cast<double>(time_ratios.size());
-    }
+    if (!time_ratios.empty()) effect.time_ratio = mean(time_ratios);
     return effect;
   }
 
@@ -605,8 +608,7 @@ class Search {
     const PhaseLines slopes = retained_slopes(alternative.probes.front());
     m.phases = fit_phase_lines(sizes, peaks, &slopes);
     if (ratios.size() == sizes.size()) {
-      double ratio = 0;
-      for (double r : ratios) ratio += r / static_cast<double>(ratios.size());
+      const double ratio = mean(ratios);
       m.seconds = {models_.seconds.intercept * ratio, models_.seconds.slope * ratio};
     } else {
       m.seconds = fit_batch_line(sizes, seconds);
@@ -614,6 +616,37 @@ class Search {
     m.gradient_bytes = alternative.probes.front().static_memory.gradient_bytes;
     m.base_precision = alternative.config.precision;
     return m;
+  }
+
+  // Records the combination `strategies` that `at_smallest` probed at
+  // micro-batch `smallest` without the rescued base (Note [Rescue]): when it
+  // ran, probed at twice that micro-batch too (a measured slope) and kept
+  // for its node.
+  void add_rescue_alternative(int strategies, const ProbeReport& at_smallest, int64_t smallest) {
+    const std::string base = rescue_label(rescue_strategies_);
+    if (at_smallest.outcome != TrialOutcome::kOk) {
+      result_.notes.push_back(fmt::format("{} (without {}): not available (micro-batch {}: {})",
+                                          rescue_label(strategies), base, smallest, outcome_text(at_smallest)));
+      return;
+    }
+    RescueAlternative alternative{rescue_label(strategies), rescue_config(strategies), {at_smallest}};
+    std::string second;
+    if (2 * smallest <= largest_micro_batch(job_)) {
+      ProbeReport r = probe(alternative.config, 2 * smallest);
+      if (r.outcome == TrialOutcome::kOk)
+        alternative.probes.push_back(std::move(r));
+      else
+        second = fmt::format("; micro-batch {}: {}", 2 * smallest, outcome_text(r));
+    }
+    const bool one = alternative.probes.size() == 1;
+    result_.notes.push_back(fmt::format(
+        "{} also runs at micro-batch {} (without {}{}): its node is fitted to {}, its time line is the base's times "
+        "its measured ratio to it",
+        alternative.name, one ? fmt::format("{}", smallest) : fmt::format("{} and {}", smallest, 2 * smallest), base,
+        second,
+        one ? "that one probe, its memory lines with the slope of its retained activations (a lower bound)"
+            : "those probes"));
+    rescue_alternatives_.push_back(std::move(alternative));
   }
 
   // The plain probes of base_ after rescuing it, or nullopt when nothing
@@ -671,34 +704,8 @@ class Search {
       // The combinations before s in `order` ran out; those after it with as
       // many strategies are the alternatives.
       const int swapped = (s & kRescue8bit) ? (s & ~kRescue8bit) | kRescueOffload : 0;
-      for (auto it = std::find(order.begin(), order.end(), s) + 1; it != order.end(); ++it) {
-        if (count_of(*it) != count_of(s) || *it == swapped) continue;
-        const ProbeReport& other = try_strategies(*it);
-        if (other.outcome != TrialOutcome::kOk) {
-          result_.notes.push_back(fmt::format("{} (without {}): not available (micro-batch {}: {})", rescue_label(*it),
-                                              rescue_label(s), smallest, outcome_text(other)));
-          continue;
-        }
-        RescueAlternative alternative{rescue_label(*it), rescue_config(*it), {other}};
-        // A second size gives the memory line a measured slope.
-        std::string second;
-        if (2 * smallest <= largest_micro_batch(job_)) {
-          ProbeReport r2 = probe(alternative.config, 2 * smallest);
-          if (r2.outcome == TrialOutcome::kOk)
-            alternative.probes.push_back(std::move(r2));
-          else
-            second = fmt::format("; micro-batch {}: {}", 2 * smallest, outcome_text(r2));
-        }
-        const bool one = alternative.probes.size() == 1;
-        result_.notes.push_back(fmt::format(
-            "{} also runs at micro-batch {} (without {}{}): its node is fitted to {}, its time line is the base's "
-            "times its measured ratio to it",
-            alternative.name, one ? fmt::format("{}", smallest) : fmt::format("{} and {}", smallest, 2 * smallest),
-            rescue_label(s), second,
-            one ? "that one probe, its memory lines with the slope of its retained activations (a lower bound)"
-                : "those probes"));
-        rescue_alternatives_.push_back(std::move(alternative));
-      }
+      for (auto it = std::find(order.begin(), order.end(), s) + 1; it != order.end(); ++it)
+        if (count_of(*it) == count_of(s) && *it != swapped) add_rescue_alternative(*it, try_strategies(*it), smallest);
       return probes;
     }
     throw InputError(fmt::format("{}: no configuration could run at micro-batch {}: plain: {}; {}: {}",

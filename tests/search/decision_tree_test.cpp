@@ -20,6 +20,13 @@ const TrailNode& chosen(const SearchResult& r) {
   return r.trail.at(*r.chosen);
 }
 
+// The trail's node named `name`, or nullptr.
+const TrailNode* node_named(const SearchResult& r, const std::string& name) {
+  for (const TrailNode& node : r.trail)
+    if (node.node == name) return &node;
+  return nullptr;
+}
+
 TEST(DecisionTree, PlainFitsWhenTheBudgetIsLarge) {
   FakeRunner fake;
   const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB));
@@ -76,9 +83,7 @@ TEST(DecisionTree, AccumulationRunsTheBalancedSplitOfTheLargestFit) {
   // (18 + 8 x 13 + 4 = 126 MiB): 13 + 13 + 6, three micro-batches. 11 + 11
   // + 10 is three as well, predicted as fast, with 16 MiB more margin.
   const SearchResult r = run_search(fake, job);
-  const TrailNode* node = nullptr;
-  for (const TrailNode& n : r.trail)
-    if (n.node == "micro-batch + accumulation") node = &n;
+  const TrailNode* node = node_named(r, "micro-batch + accumulation");
   ASSERT_NE(node, nullptr);
   EXPECT_EQ(node->largest_fitting_micro_batch, 13);
   EXPECT_EQ(node->config.micro_batch, 11);
@@ -218,14 +223,10 @@ TEST(DecisionTree, ARefusedBlockClassLeavesTheOtherBlocksToCheckpoint) {
   // Selective checkpointing counts among the blocks left: the first 1 of 2.
   fake.probes = 0;
   r = run_search(fake, job_with_budget(230 * kMiB));
-  bool found = false;
-  for (const TrailNode& node : r.trail)
-    if (node.node == "checkpointing (first 1 of 2 blocks)") {
-      EXPECT_EQ(node.config.checkpoint.paths, std::vector<std::string>{"blocks.0"});
-      EXPECT_TRUE(node.predicted_fit);
-      found = true;
-    }
-  EXPECT_TRUE(found);
+  const TrailNode* first = node_named(r, "checkpointing (first 1 of 2 blocks)");
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->config.checkpoint.paths, std::vector<std::string>{"blocks.0"});
+  EXPECT_TRUE(first->predicted_fit);
 }
 
 // When every block is of the refused class, checkpointing is out after one
@@ -517,12 +518,10 @@ TEST(DecisionTree, ARescueAlternativeWithoutTheBaseIsChosenWhenItIsFaster) {
   EXPECT_EQ(to_string(best.config), "micro_batch=1,accum=32,ckpt=none,optimizer=adamw8bit,offload=off,precision=fp32");
   EXPECT_NEAR(best.predicted_seconds, 32 * 0.012 * 1.1, 1e-9);
   EXPECT_EQ(best.verification->peak_bytes, 24 * kMiB);
-  for (const TrailNode& node : r.trail) {
-    if (node.node == "8-bit AdamW + checkpointing (all blocks)") {
-      EXPECT_EQ(node.config.micro_batch, 4);
-      EXPECT_NEAR(node.predicted_seconds, 8 * 0.018 * 3 * 1.1, 1e-9);
-    }
-  }
+  const TrailNode* with_checkpointing = node_named(r, "8-bit AdamW + checkpointing (all blocks)");
+  ASSERT_NE(with_checkpointing, nullptr);
+  EXPECT_EQ(with_checkpointing->config.micro_batch, 4);
+  EXPECT_NEAR(with_checkpointing->predicted_seconds, 8 * 0.018 * 3 * 1.1, 1e-9);
 }
 
 // Activations 14 MiB per sample, guard = budget = 25 MiB: plain (18 + 14 b)
@@ -539,13 +538,8 @@ TEST(DecisionTree, ARescueAlternativeThatRunsOutOfMemoryIsNotAvailable) {
                       "8-bit AdamW (without checkpointing (all blocks)): not available (micro-batch 1: out_of_memory "
                       "during forward: oomtune budget: tried to allocate)"),
             r.notes.end());
-  int eight_bit_alone = 0;
-  const TrailNode* offload = nullptr;
-  for (const TrailNode& node : r.trail) {
-    eight_bit_alone += node.node == "8-bit AdamW";
-    if (node.node == "optimizer offload") offload = &node;
-  }
-  EXPECT_EQ(eight_bit_alone, 0);
+  EXPECT_EQ(node_named(r, "8-bit AdamW"), nullptr);
+  const TrailNode* offload = node_named(r, "optimizer offload");
   ASSERT_NE(offload, nullptr);
   EXPECT_EQ(offload->largest_fitting_micro_batch, 0);
   EXPECT_FALSE(offload->predicted_fit);
@@ -568,9 +562,7 @@ TEST(DecisionTree, ARescueAlternativeTakesTheTimeLineOfTheBaseScaledByItsRatio) 
   const SearchResult r = run_search(fake, job_with_budget(36 * kMiB));
   EXPECT_EQ(r.baseline_name, "checkpointing (all blocks)");
   EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{1, 2}));
-  const TrailNode* offload = nullptr;
-  for (const TrailNode& node : r.trail)
-    if (node.node == "optimizer offload") offload = &node;
+  const TrailNode* offload = node_named(r, "optimizer offload");
   ASSERT_NE(offload, nullptr);
   EXPECT_EQ(to_string(offload->config), "micro_batch=2,accum=16,ckpt=none,optimizer=adamw,offload=on,precision=fp32");
   EXPECT_NEAR(offload->predicted_peak_bytes, 34.0 * kMiB, 1.0);
@@ -690,9 +682,7 @@ TEST(DecisionTree, AProbeOutOfMemoryBoundsItsConfigurationWhereTheLineHasNoSlope
   EXPECT_FALSE(whole.predicted_fit);
   EXPECT_EQ(whole.note, "does not fit: its probe ran out of memory at micro-batch 2 (measured)");
   EXPECT_FALSE(whole.verification.has_value());
-  const TrailNode* accumulation = nullptr;
-  for (const TrailNode& node : r.trail)
-    if (node.node == "micro-batch + accumulation + checkpointing (all blocks)") accumulation = &node;
+  const TrailNode* accumulation = node_named(r, "micro-batch + accumulation + checkpointing (all blocks)");
   ASSERT_NE(accumulation, nullptr);
   EXPECT_EQ(accumulation->config.micro_batch, 1);
   EXPECT_EQ(accumulation->config.accumulation_steps, 32);
@@ -771,9 +761,7 @@ TEST(DecisionTree, AStrategyProbePastTheTimeoutAtTheLargerSizeKeepsTheSmallerOne
                                "micro-batch 4 with the plain slope") != std::string::npos;
   }
   EXPECT_TRUE(noted);
-  const TrailNode* all_blocks = nullptr;
-  for (const TrailNode& node : r.trail)
-    if (node.node == "checkpointing (all blocks)") all_blocks = &node;
+  const TrailNode* all_blocks = node_named(r, "checkpointing (all blocks)");
   ASSERT_NE(all_blocks, nullptr);
   EXPECT_EQ(all_blocks->config.micro_batch, 32);
   EXPECT_NEAR(all_blocks->predicted_peak_bytes, static_cast<double>((26 + 8 * 28) * kMiB), 1.0);
