@@ -495,8 +495,7 @@ class Search {
     }
     if (!base_.offload_optimizer) {
       c = base_;
-      c.optimizer = job_base_.optimizer;
-      c.offload_optimizer = true;
+      offload_optimizer(c);
       models_.offload = probe_effect("optimizer offload", c, one);
     }
     if (job_.allow_bf16 && base_.precision == Precision::kFp32) {
@@ -513,6 +512,13 @@ class Search {
       }
     }
     return true;
+  }
+
+  // Offloads c's optimizer state: the job's optimizer, which replaces a
+  // rescued 8-bit AdamW (the frameworks offload full-precision Adam).
+  void offload_optimizer(TrainingConfig& c) const {
+    c.optimizer = job_base_.optimizer;
+    c.offload_optimizer = true;
   }
 
   // Lines whose forward, loss and backward slopes are r's retained
@@ -879,10 +885,7 @@ class Search {
       }
     };
     with_strategy("8-bit AdamW", models_.adamw8bit, [](TrainingConfig& c) { c.optimizer = OptimizerKind::kAdamW8bit; });
-    with_strategy("optimizer offload", models_.offload, [this](TrainingConfig& c) {
-      c.optimizer = job_base_.optimizer;
-      c.offload_optimizer = true;
-    });
+    with_strategy("optimizer offload", models_.offload, [this](TrainingConfig& c) { offload_optimizer(c); });
     with_strategy(bf16_form_ == Precision::kBf16 ? "bf16" : "bf16 parameters", models_.bf16,
                   [this](TrainingConfig& c) { c.precision = bf16_form_; });
     for (const RescueAlternative& alternative : rescue_alternatives_) {
@@ -893,10 +896,10 @@ class Search {
     // The least memory any combination needs, for the "nothing fits" report.
     TrainingConfig least = base_;
     if (ckpt) least.checkpoint = checkpoint_all_;
-    if (models_.offload.available) {
-      least.optimizer = job_base_.optimizer;
-      least.offload_optimizer = true;
-    } else if (models_.adamw8bit.available) least.optimizer = OptimizerKind::kAdamW8bit;
+    if (models_.offload.available)
+      offload_optimizer(least);
+    else if (models_.adamw8bit.available)
+      least.optimizer = OptimizerKind::kAdamW8bit;
     if (models_.bf16.available) least.precision = bf16_form_;
     const std::vector<int64_t> valid = valid_micro_batches(job_);
     if (!valid.empty()) {
