@@ -28,12 +28,16 @@
 //   (SearchResult::least_memory_failure); else the simplest combination
 //   that runs replaces plain as the base the walk builds on; the other
 //   combinations of as many strategies that run there are nodes of their
-//   own, each fitted to its probes there and at twice that micro-batch
+//   own, each fitted to its probes there and at twice that micro-batch, as
+//   is 8-bit AdamW + bf16 when the base is checkpointing or offload
 //   (decision_tree.cpp, Note [Rescue]).
 // - One point: a base that ran at one micro-batch only takes the slope of
 //   its retained activations per sample (a lower bound), and a probe out of
 //   memory at micro-batch s rules its configuration out at s and above (the
 //   probes' guard is at least the budget).
+// - Pairs: 8-bit AdamW + bf16 and offload + bf16 (each also with
+//   checkpointing) are predicted from the single strategies' measured
+//   effects, added; no probe of their own (decision_tree.cpp, Note [Pairs]).
 // - Every node that is predicted to fit is a candidate; candidates are
 //   ranked by predicted seconds per global batch ("fastest, not first").
 // - Balanced split: a node whose largest fitting micro-batch b* needs

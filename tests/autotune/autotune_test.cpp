@@ -373,6 +373,26 @@ TEST(Autotune, PlainOutOfMemoryAtEveryMicroBatchBuildsOnTheSimplestStrategyThatR
   EXPECT_FALSE(report.at("nothing_fits").is_null());
 }
 
+/// Autotune of the small GPT (G = 8, 64 MiB, `extra` job lines, `flags`)
+/// with plain forced out of memory at every micro-batch (test fault), so
+/// that checkpointing rescues it; checks that it did. Returns the JSON
+/// report (empty after a failure) and puts the configurations of the
+/// probes that ran in `ran`.
+json rescued_small_gpt(const TestDir& dir, const std::string& extra, const std::string& flags,
+                       std::set<std::string>& ran) {
+  const std::string job = gpt_job(dir, kSmall, 8, "budget = \"64MiB\"" + extra);
+  const RunResult r = run_oomtune("autotune " + job + " --json" + flags,
+                                  "OOMTUNE_TEST_FAULT=oom:forward:ckpt=none,optimizer=adamw,offload=off,");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  if (r.exit_code != 0) return json::object();
+  const json report = parse_json(r);
+  if (report.empty()) return report;
+  EXPECT_EQ(report.at("baseline_model").at("configuration"), "checkpointing (all blocks)") << dump_trail(report);
+  for (const json& p : report.at("probes"))
+    if (p.at("outcome") == "ok") ran.insert(p.at("config").get<std::string>());
+  return report;
+}
+
 // Plain runs out of memory in every trial (test hook "oom": the trial throws
 // the allocator's out-of-memory error; its text matches plain's config
 // only), so checkpointing all blocks, the first single strategy that runs,
@@ -382,14 +402,9 @@ TEST(Autotune, PlainOutOfMemoryAtEveryMicroBatchBuildsOnTheSimplestStrategyThatR
 TEST(Autotune, RescueAlternativesWithoutTheBaseAreProbedAndPredicted) {
   if (!exists(model(kSmall.name))) GTEST_SKIP();
   const TestDir dir;
-  const RunResult r = run_oomtune("autotune " + gpt_job(dir, kSmall, 8, "budget = \"64MiB\"") + " --json",
-                                  "OOMTUNE_TEST_FAULT=oom:forward:ckpt=none,optimizer=adamw,offload=off,");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const json report = parse_json(r);
-  EXPECT_EQ(report.at("baseline_model").at("configuration"), "checkpointing (all blocks)") << dump_trail(report);
   std::set<std::string> ran;
-  for (const json& p : report.at("probes"))
-    if (p.at("outcome") == "ok") ran.insert(p.at("config").get<std::string>());
+  const json report = rescued_small_gpt(dir, "", "", ran);
+  if (report.empty()) return;
   for (const char* config : {"micro_batch=1,accum=1,ckpt=none,optimizer=adamw8bit,offload=off,precision=fp32",
                              "micro_batch=2,accum=1,ckpt=none,optimizer=adamw8bit,offload=off,precision=fp32",
                              "micro_batch=1,accum=1,ckpt=none,optimizer=adamw,offload=on,precision=fp32",
@@ -407,6 +422,33 @@ TEST(Autotune, RescueAlternativesWithoutTheBaseAreProbedAndPredicted) {
   EXPECT_EQ(alternatives["optimizer offload"],
             "micro_batch=8,accum=1,ckpt=none,optimizer=adamw,offload=on,precision=fp32");
   check_chosen(report, 8);
+}
+
+// The rescue above with bf16 allowed: the fault also makes bf16 alone run
+// out (its configuration names the job's optimizer without offload), and
+// 8-bit AdamW + bf16, which neither recomputes nor offloads, is probed
+// without checkpointing at 1 and 2 and becomes a node of its own. Every
+// fitting node is verified, so its prediction meets its real run (8 x 1:
+// 4.49 MiB predicted and measured on the 2-core CPU).
+TEST(Autotune, ARescueProbes8bitAdamWWithBf16WithoutTheBase) {
+  if (!exists(model(kSmall.name))) GTEST_SKIP();
+  const TestDir dir;
+  std::set<std::string> ran;
+  const json report = rescued_small_gpt(dir, "\nallow_bf16 = true", " --max-verifications 20", ran);
+  if (report.empty()) return;
+  for (const char* config : {"micro_batch=1,accum=1,ckpt=none,optimizer=adamw8bit,offload=off,precision=bf16",
+                             "micro_batch=2,accum=1,ckpt=none,optimizer=adamw8bit,offload=off,precision=bf16"})
+    EXPECT_EQ(ran.count(config), 1u) << config;
+  const json* pair = nullptr;
+  for (const json& n : report.at("trail"))
+    if (n.at("node") == "8-bit AdamW + bf16") pair = &n;
+  ASSERT_NE(pair, nullptr) << dump_trail(report);
+  EXPECT_EQ(pair->at("config"), "micro_batch=8,accum=1,ckpt=none,optimizer=adamw8bit,offload=off,precision=bf16");
+  ASSERT_TRUE(pair->contains("verification")) << dump_trail(report);
+  const double predicted = pair->at("predicted_peak_bytes").get<double>();
+  const double measured = pair->at("verification").at("peak_bytes").get<double>();
+  EXPECT_LE(std::abs(predicted - measured) / measured, 0.1) << predicted << " vs " << measured;
+  EXPECT_FALSE(report.at("chosen").is_null()) << dump_trail(report);
 }
 
 // Verification runs that end without a measurement prove nothing about
@@ -476,6 +518,35 @@ TEST(Autotune, Bf16FallsBackToBf16ParametersWhenAutocastCrashes) {
   for (const json& n : report.at("trail"))
     node = node || (n.at("node") == "bf16 parameters" && contains(n.at("config"), "precision=bf16_params"));
   EXPECT_TRUE(node) << dump_trail(report);
+}
+
+// Pairs of strategies (Note [Pairs] in strategies/decision_tree.cpp): their
+// peaks are predicted from effects each measured alone, with no probe of
+// their own; every fitting node is verified here, so each pair's prediction
+// meets its real run (small GPT, 8 x 1: within 1 % on the 2-core CPU).
+TEST(Autotune, PairsOfStrategiesArePredictedFromTheirSeparateEffects) {
+  if (!exists(model(kSmall.name))) GTEST_SKIP();
+  const TestDir dir;
+  const RunResult r = run_oomtune("autotune " + gpt_job(dir, kSmall, 8, "budget = \"64MiB\"\nallow_bf16 = true") +
+                                  " --json --max-verifications 20");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json report = parse_json(r);
+  for (const json& p : report.at("probes")) {
+    const std::string config = p.at("config");
+    const bool eight_bit = contains(config, "optimizer=adamw8bit"), offload = contains(config, "offload=on");
+    EXPECT_FALSE((eight_bit || offload) && !contains(config, "precision=fp32")) << "a pair was probed: " << config;
+  }
+  int pairs = 0;
+  for (const json& n : report.at("trail")) {
+    const std::string node = n.at("node");
+    if (!contains(node, " + bf16")) continue;
+    ++pairs;
+    ASSERT_TRUE(n.contains("verification")) << node << "\n" << dump_trail(report);
+    const double predicted = n.at("predicted_peak_bytes").get<double>();
+    const double measured = n.at("verification").at("peak_bytes").get<double>();
+    EXPECT_LE(std::abs(predicted - measured) / measured, 0.03) << node << ": " << predicted << " vs " << measured;
+  }
+  EXPECT_EQ(pairs, 4) << "8-bit AdamW and offload with bf16, each also with checkpointing\n" << dump_trail(report);
 }
 
 // ---- Bad inputs: exit 2 and one clear line.

@@ -8,6 +8,9 @@
 //   sgd_offload_cpu   SGD with momentum + offload, measured on the CPU
 //   bf16_params_cpu   bf16 weights + fp32 master weights (the fallback when
 //                     bf16 autocast fails), micro-batch 8 x 2, on the CPU
+//   adamw8bit_bf16_params_ckpt  the three together (a pair with checkpointing,
+//                     Note [Pairs] in strategies/decision_tree.cpp, in the
+//                     fallback form), micro-batch 4 x 4 on CUDA
 
 #include <string>
 #include <utility>
@@ -96,6 +99,17 @@ inline std::vector<std::pair<std::string, Plan>> golden_plans() {
   bf16_params.notes = {"bf16: autocast failed (crashed: SIGSEGV during forward), so bf16 runs as bf16 parameters "
                        "with fp32 master weights kept by the optimizer (precision = \"bf16_params\")"};
   cases.emplace_back("bf16_params_cpu", bf16_params);
+
+  Plan pair = base_plan(4, 4);
+  pair.config.optimizer = OptimizerKind::kAdamW8bit;
+  pair.config.precision = Precision::kBf16Params;
+  pair.config.checkpoint.mode = CheckpointPlan::Mode::kAll;
+  pair.optimizer.lr = 1e-4;
+  pair.budget_bytes = int64_t{24} << 30;
+  pair.predicted_peak_bytes = 21'474'836'480;
+  pair.measured_peak_bytes = 21'206'401'024;
+  pair.measured_samples_per_second = 7.5;
+  cases.emplace_back("adamw8bit_bf16_params_ckpt", pair);
 
   return cases;
 }

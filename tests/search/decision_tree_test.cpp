@@ -116,9 +116,10 @@ TEST(DecisionTree, AVerifiedTieGoesToTheConfigurationWithFewerStrategies) {
 }
 
 TEST(DecisionTree, TheSimplestFittingCandidateIsAlwaysVerified) {
-  // Offload at half the time and bf16 at 0.9 rank offload (0.5), offload +
+  // Offload at half the time and bf16 at 0.9 rank offload + bf16 (0.45),
+  // offload (0.5), offload + bf16 + checkpointing (0.72), offload +
   // checkpointing (0.8) and bf16 (0.9) above plain (1.0): plain still takes
-  // the last of the three verification slots, and offload, 2x faster, wins.
+  // the last of the three verification slots, and offload + bf16 wins.
   FakeRunner fake;
   fake.offload_time_factor = 0.5;
   JobSpec job = job_with_budget(plain_peak(32) + kMiB);
@@ -131,8 +132,8 @@ TEST(DecisionTree, TheSimplestFittingCandidateIsAlwaysVerified) {
     if (n.node == "bf16") bf16_verified = n.verification.has_value();
   }
   EXPECT_TRUE(plain_verified) << "the reference run";
-  EXPECT_FALSE(bf16_verified) << "third by prediction, so its slot went to plain";
-  EXPECT_TRUE(chosen(r).config.offload_optimizer);
+  EXPECT_FALSE(bf16_verified) << "fifth by prediction, so the third slot went to plain";
+  EXPECT_EQ(chosen(r).node, "optimizer offload + bf16");
   EXPECT_FALSE(chosen(r).config.checkpoint.enabled());
 }
 
@@ -164,6 +165,53 @@ TEST(DecisionTree, AJobInBf16FallsBackWhenItsOwnAutocastCrashes) {
   EXPECT_EQ(chosen(r).config.precision, Precision::kBf16Params);
   ASSERT_FALSE(r.notes.empty());
   EXPECT_NE(r.notes.front().find("autocast failed"), std::string::npos) << r.notes.front();
+}
+
+TEST(DecisionTree, AnOptimizerStrategyWithBf16FitsALargerMicroBatchThanEitherAlone) {
+  // Budget 50 MiB, recomputation at 2x. With accumulation (4 MiB of
+  // gradients) 8-bit AdamW needs 16 + 8 b MiB and bf16 22 + 4 b: neither
+  // fits 8 x 4 (80, 54 MiB), so alone they run 4 x 8. Together they need
+  // 16 + 4 b = 48 MiB at 8 x 4: 4 x (0.01 + 0.002 x 8) x 1.1 x 0.9 =
+  // 0.10296 s per global batch, against bf16 4 x 8 at 8 x 0.018 x 0.9 =
+  // 0.1296 s and checkpointing + bf16 32 x 1 at 0.074 x 2 x 0.9 = 0.1332 s.
+  FakeRunner fake;
+  fake.checkpoint_time_cost = 1.0;
+  JobSpec job = job_with_budget(50 * kMiB);
+  job.allow_bf16 = true;
+  const SearchResult r = run_search(fake, job);
+  // Plain at 4, 8, 16; checkpointing and bf16 at two sizes; 8-bit AdamW and
+  // offload at one: the pairs cost no probe.
+  EXPECT_EQ(r.probes.size(), 9u);
+  const TrailNode* eight_bit = node_named(r, "8-bit AdamW");
+  const TrailNode* bf16 = node_named(r, "bf16");
+  const TrailNode* pair = node_named(r, "8-bit AdamW + bf16");
+  const TrailNode* offload_pair = node_named(r, "optimizer offload + bf16");
+  const TrailNode* all_three = node_named(r, "8-bit AdamW + bf16 + checkpointing");
+  ASSERT_TRUE(eight_bit && bf16 && pair && offload_pair && all_three);
+  EXPECT_EQ(eight_bit->config.micro_batch, 4);
+  EXPECT_EQ(bf16->config.micro_batch, 4);
+  EXPECT_EQ(pair->config.micro_batch, 8);
+  EXPECT_EQ(pair->config.accumulation_steps, 4);
+  EXPECT_EQ(pair->config.optimizer, OptimizerKind::kAdamW8bit);
+  EXPECT_EQ(pair->config.precision, Precision::kBf16);
+  EXPECT_FALSE(pair->config.checkpoint.enabled());
+  EXPECT_NEAR(pair->predicted_peak_bytes, 48.0 * kMiB, 1e-3 * kMiB);
+  EXPECT_NEAR(pair->predicted_seconds, 0.10296, 1e-9);
+  // Offload moves the state (10 + 4 b MiB, + 4 accumulating) at 1.5x time.
+  EXPECT_EQ(offload_pair->config.micro_batch, 8);
+  EXPECT_TRUE(offload_pair->config.offload_optimizer);
+  EXPECT_EQ(offload_pair->config.optimizer, OptimizerKind::kAdamW);
+  EXPECT_NEAR(offload_pair->predicted_peak_bytes, 46.0 * kMiB, 1e-3 * kMiB);
+  EXPECT_NEAR(offload_pair->predicted_seconds, 4 * 0.026 * 1.5 * 0.9, 1e-9);
+  // With checkpointing all three fit the whole batch: 12 + 32 x 1 MiB.
+  EXPECT_EQ(all_three->config.micro_batch, 32);
+  EXPECT_TRUE(all_three->config.checkpoint.enabled());
+  EXPECT_NEAR(all_three->predicted_peak_bytes, 44.0 * kMiB, 1e-3 * kMiB);
+  EXPECT_NEAR(all_three->predicted_seconds, 0.074 * 2 * 1.1 * 0.9, 1e-9);
+  const TrailNode& best = chosen(r);
+  EXPECT_EQ(best.node, "8-bit AdamW + bf16");
+  ASSERT_TRUE(best.verification.has_value());
+  EXPECT_EQ(best.verification->peak_bytes, 48 * kMiB);
 }
 
 TEST(DecisionTree, CheckpointingWhenAccumulationIsNotAllowed) {
@@ -463,8 +511,8 @@ TEST(DecisionTree, WhenPlainRunsAtNoMicroBatchTheSimplestStrategyThatRunsBecomes
   EXPECT_EQ(r.notes.front(),
             "plain ran out of memory at every micro-batch down to 1 (oomtune budget: tried to allocate); "
             "checkpointing (all blocks) is the simplest combination that runs there, so the configurations below "
-            "build on it, except the other combinations of one strategy (probed there too); larger combinations "
-            "without it are not predicted");
+            "build on it, except the other combinations of one strategy (probed there too); other larger "
+            "combinations without it are not predicted");
   EXPECT_EQ(r.notes[1],
             "8-bit AdamW also runs at micro-batch 1 (without checkpointing (all blocks); micro-batch 2: out_of_memory "
             "during forward: oomtune budget: tried to allocate): its node is fitted to that one probe, its memory "
@@ -522,6 +570,49 @@ TEST(DecisionTree, ARescueAlternativeWithoutTheBaseIsChosenWhenItIsFaster) {
   ASSERT_NE(with_checkpointing, nullptr);
   EXPECT_EQ(with_checkpointing->config.micro_batch, 4);
   EXPECT_NEAR(with_checkpointing->predicted_seconds, 8 * 0.018 * 3 * 1.1, 1e-9);
+}
+
+// Guard = budget = 25 MiB, bf16 allowed, recomputation at 3x: plain
+// (18 + 8 b MiB) runs out at 1 and checkpointing (18 + 2 b) rescues; 8-bit
+// AdamW (12 + 8 b), offload (10 + 8 b) and bf16 (18 + 4 b) alone run at 1,
+// not at 2. 8-bit AdamW + bf16, which neither recomputes nor offloads, is
+// probed too: 12 + 4 b runs at 1 and 2, and with 4 MiB of gradients when
+// accumulating needs 24 MiB at 2 x 16, in 16 x (0.01 + 0.002 x 2) x 0.9 x
+// 1.1 = 0.22176 s. It beats 8-bit AdamW + bf16 + checkpointing, 8 x 4 in
+// 4 x 0.026 x 3 x 0.99 = 0.30888 s, which was the answer before.
+TEST(DecisionTree, ARescueProbes8bitAdamWWithBf16WithoutTheBase) {
+  FakeRunner fake;
+  fake.probe_budget = 25 * kMiB;
+  fake.checkpoint_time_cost = 2.0;
+  JobSpec job = job_with_budget(25 * kMiB);
+  job.allow_bf16 = true;
+  const SearchResult r = run_search(fake, job);
+  EXPECT_EQ(r.baseline_name, "checkpointing (all blocks)");
+  std::vector<std::string> pair_probes;
+  for (const ProbeReport& p : r.probes)
+    if (p.config.find("ckpt=none,optimizer=adamw8bit,offload=off,precision=bf16") != std::string::npos)
+      pair_probes.push_back(std::to_string(p.micro_batch) + " " + to_string(p.outcome));
+  EXPECT_EQ(pair_probes, (std::vector<std::string>{"1 ok", "2 ok"}));
+  EXPECT_NE(r.notes.front().find("except the other combinations of one strategy and 8-bit AdamW + bf16 (probed "
+                                 "there too); other larger combinations without it are not predicted"),
+            std::string::npos)
+      << r.notes.front();
+  EXPECT_NE(std::find(r.notes.begin(), r.notes.end(),
+                      "8-bit AdamW + bf16 also runs at micro-batch 1 and 2 (without checkpointing (all blocks)): its "
+                      "node is fitted to those probes, its time line is the base's times its measured ratio to it"),
+            r.notes.end());
+  const TrailNode* pair = node_named(r, "8-bit AdamW + bf16");
+  const TrailNode* with_base = node_named(r, "8-bit AdamW + bf16 + checkpointing (all blocks)");
+  ASSERT_TRUE(pair && with_base);
+  EXPECT_EQ(node_named(r, "optimizer offload + bf16"), nullptr) << "offloads: not probed without the base";
+  EXPECT_EQ(to_string(pair->config), "micro_batch=2,accum=16,ckpt=none,optimizer=adamw8bit,offload=off,precision=bf16");
+  EXPECT_NEAR(pair->predicted_peak_bytes, 24.0 * kMiB, 1.0);
+  EXPECT_NEAR(pair->predicted_seconds, 16 * 0.014 * 0.9 * 1.1, 1e-9);
+  EXPECT_EQ(with_base->config.micro_batch, 8);
+  EXPECT_NEAR(with_base->predicted_seconds, 4 * 0.026 * 3 * 0.99, 1e-9);
+  const TrailNode& best = chosen(r);
+  EXPECT_EQ(best.node, "8-bit AdamW + bf16");
+  EXPECT_EQ(best.verification->peak_bytes, 24 * kMiB);
 }
 
 // Activations 14 MiB per sample, guard = budget = 25 MiB: plain (18 + 14 b)
