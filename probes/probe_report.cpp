@@ -85,6 +85,8 @@ nlohmann::json to_json(const ProbeReport& r) {
         {"warmup_seconds", r.timing.warmup_seconds},
         {"step_seconds", r.timing.step_seconds},
         {"steady_step_seconds", r.timing.steady_step_seconds},
+        {"optimizer_seconds", r.timing.optimizer_seconds},
+        {"steady_optimizer_seconds", r.timing.steady_optimizer_seconds},
         {"steady", r.timing.steady},
         {"tolerance", r.timing.tolerance}}},
       {"samples_per_second", r.samples_per_second},
@@ -139,6 +141,8 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     r.timing.warmup_seconds = t.at("warmup_seconds").get<double>();
     r.timing.step_seconds = t.at("step_seconds").get<std::vector<double>>();
     r.timing.steady_step_seconds = t.at("steady_step_seconds").get<double>();
+    r.timing.optimizer_seconds = t.value("optimizer_seconds", std::vector<double>{});
+    r.timing.steady_optimizer_seconds = t.value("steady_optimizer_seconds", 0.0);
     r.timing.steady = t.at("steady").get<bool>();
     r.timing.tolerance = t.at("tolerance").get<double>();
     r.samples_per_second = j.at("samples_per_second").get<double>();

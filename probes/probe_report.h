@@ -50,6 +50,12 @@ struct StepTiming {
   double warmup_seconds = 0;            // seconds of those steps
   std::vector<double> step_seconds;     // seconds of each timed step, in order
   double steady_step_seconds = 0;       // median of step_seconds
+  // Seconds of each timed step's optimizer phase (from the optimizer hook to
+  // the step's end, the device synchronized at both on CUDA), and their
+  // median: the part of a step that runs once per optimizer step, however
+  // many micro-batches it accumulates (0 in reports that did not time it).
+  std::vector<double> optimizer_seconds;
+  double steady_optimizer_seconds = 0;
   bool steady = false;                  // consecutive timed steps agreed within the tolerance
   double tolerance = 0.15;              // relative: |t_i - t_{i-1}| / median
 };

@@ -38,6 +38,9 @@
 // - Pairs: 8-bit AdamW + bf16 and offload + bf16 (each also with
 //   checkpointing) are predicted from the single strategies' measured
 //   effects, added; no probe of their own (decision_tree.cpp, Note [Pairs]).
+// - Step time: a node's seconds are its micro-batches' forward, loss and
+//   backward (a line in the micro-batch) plus one optimizer step, each
+//   measured apart in the probes (decision_tree.cpp, Note [Step time]).
 // - Every node that is predicted to fit is a candidate; candidates are
 //   ranked by predicted seconds per global batch ("fastest, not first").
 // - Balanced split: a node whose largest fitting micro-batch b* needs
@@ -119,7 +122,8 @@ struct SearchResult {
   int64_t verification_trials = 0;           // COUNT: real runs beyond the probes
   int64_t parameter_count = 0;               // COUNT
   BatchLine baseline_peak;                   // bytes vs micro-batch (of baseline_name)
-  BatchLine baseline_seconds;                // seconds per micro-batch (of baseline_name)
+  BatchLine baseline_seconds;                // seconds of one micro-batch's forward, loss, backward (of baseline_name)
+  double baseline_optimizer_seconds = 0;     // seconds of its optimizer step, once per global batch (0: not timed)
   std::vector<int64_t> baseline_micro_batches;  // the probes both lines were fitted to (empty: none ran)
   StaticMemory static_memory;                // of the baseline's probe (or plain's failed one)
   std::string baseline_name = "plain";       // what the baseline lines describe: plain, or the rescued base

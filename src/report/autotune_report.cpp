@@ -133,9 +133,14 @@ std::string render_autotune_text(const AutotuneReport& report) {
     line(fmt::format("model     {} peak = {} + {} per sample", s.baseline_name,
                      format_bytes(static_cast<int64_t>(s.baseline_peak.intercept)),
                      format_bytes(static_cast<int64_t>(s.baseline_peak.slope))));
-    line(fmt::format("          {} step = {} s + {} s per sample (both fitted to the {} probes at micro-batch {})",
+    // The optimizer's share only where the probes timed it (Note [Step time]).
+    const std::string optimizer =
+        s.baseline_optimizer_seconds > 0
+            ? fmt::format(" per micro-batch, + {} s per optimizer step", format_seconds(s.baseline_optimizer_seconds))
+            : "";
+    line(fmt::format("          {} step = {} s + {} s per sample{} (both fitted to the {} probes at micro-batch {})",
                      s.baseline_name, format_seconds(s.baseline_seconds.intercept),
-                     format_seconds(s.baseline_seconds.slope), s.baseline_name,
+                     format_seconds(s.baseline_seconds.slope), optimizer, s.baseline_name,
                      fmt::join(s.baseline_micro_batches, ", ")));
   }
   line("");
@@ -198,6 +203,7 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
                         {"peak_bytes_per_sample", s.baseline_peak.slope},
                         {"seconds_intercept", s.baseline_seconds.intercept},
                         {"seconds_per_sample", s.baseline_seconds.slope},
+                        {"optimizer_seconds", s.baseline_optimizer_seconds},
                         {"micro_batches", s.baseline_micro_batches}}},
                       {"probes", probes},
                       {"trail", trail},

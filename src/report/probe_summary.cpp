@@ -84,9 +84,11 @@ std::string render_probe_text(const ProbeSummary& s) {
     line(fmt::format("predicted reserved   {} on a CUDA caching allocator ({} of it unallocated at that peak, {} cudaMalloc calls)",
                      format_bytes(r.reserved->peak_reserved_bytes), format_bytes(r.reserved->reserved_minus_allocated_bytes),
                      r.reserved->segment_allocations));
-  line(fmt::format("step time            {:.4f} s median of {} timed steps ({}), {:.1f} samples/s; warm-up {} step, {:.3f} s",
+  line(fmt::format("step time            {:.4f} s median of {} timed steps ({}; optimizer step {:.4f} s of it), {:.1f} "
+                   "samples/s; warm-up {} step, {:.3f} s",
                    r.timing.steady_step_seconds, r.timing.step_seconds.size(), r.timing.steady ? "steady" : "not steady",
-                   r.samples_per_second, r.timing.warmup_steps, r.timing.warmup_seconds));
+                   r.timing.steady_optimizer_seconds, r.samples_per_second, r.timing.warmup_steps,
+                   r.timing.warmup_seconds));
   if (s.budget_bytes) {
     const int64_t margin = *s.budget_bytes - r.peak_bytes;
     line(fmt::format("budget               {}: peak {} ({} {})", format_bytes(*s.budget_bytes), format_bytes(r.peak_bytes),

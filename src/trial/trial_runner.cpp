@@ -5,6 +5,8 @@
 #include <cmath>
 #include <unordered_set>
 
+#include <torch/cuda.h>
+
 #include "compat/torch_compat.h"
 #include "probes/caching_allocator_sim.h"
 #include "probes/memory_tracker.h"
@@ -116,8 +118,16 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
   Phase current_phase = Phase::kLoad;
   std::vector<std::string> checkpointed_classes;
   take_refused_block_class();  // none left over from an earlier trial in this process
+  // Kernels run asynchronously on CUDA: the optimizer phase's time starts
+  // once the backward queued before it has finished.
+  const bool cuda = job.device == "cuda";
+  Clock::time_point optimizer_start;
   auto enter = [&](Phase phase) {
     current_phase = phase;
+    if (phase == Phase::kOptimizer) {
+      if (cuda) torch::cuda::synchronize();
+      optimizer_start = Clock::now();
+    }
     if (options.on_phase) options.on_phase(phase);
   };
   try {
@@ -189,6 +199,8 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
       start = Clock::now();
       if (index == 2) step.run(batch, measured_hook);
       else step.run(batch, timing_hook);
+      if (cuda) torch::cuda::synchronize();
+      report.timing.optimizer_seconds.push_back(seconds_since(optimizer_start));
       report.timing.step_seconds.push_back(seconds_since(start));
       report.steps_run = index;
       if (index == 2) {
@@ -207,6 +219,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     report.host_peak_bytes = tracker.peak_bytes(MemoryPool::kHost);
     report.timing.steady = steady(report.timing.step_seconds, options.min_timed_steps, options.timing_tolerance);
     report.timing.steady_step_seconds = median(report.timing.step_seconds);
+    report.timing.steady_optimizer_seconds = median(report.timing.optimizer_seconds);
     if (report.timing.steady_step_seconds > 0)
       report.samples_per_second = static_cast<double>(job.global_batch) / report.timing.steady_step_seconds;
     if (options.record_events) report.reserved = predict_reserved(tracker, job.usable_budget_bytes());

@@ -2,6 +2,7 @@
 
 #include "trial/trial_runner.h"
 
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include "probes/linear_fit.h"
@@ -178,6 +179,19 @@ TEST(Trial, ALaterStepPeaksLikeTheMeasuredStep) {
   EXPECT_LE(std::abs(r.peak_bytes - measured), measured / 100);
   EXPECT_EQ(r.timing.warmup_steps, 1);
   EXPECT_EQ(r.timing.step_seconds.size(), 4u);
+  // Each timed step's optimizer phase is a part of it (Note [Step time] in
+  // strategies/decision_tree.cpp), and the parent reads it back from JSON.
+  ASSERT_EQ(r.timing.optimizer_seconds.size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_GT(r.timing.optimizer_seconds[i], 0);
+    EXPECT_LT(r.timing.optimizer_seconds[i], r.timing.step_seconds[i]);
+  }
+  std::vector<double> sorted = r.timing.optimizer_seconds;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_DOUBLE_EQ(r.timing.steady_optimizer_seconds, 0.5 * (sorted[1] + sorted[2]));
+  const ProbeReport carried = probe_report_from_json(to_json(r));
+  EXPECT_EQ(carried.timing.optimizer_seconds, r.timing.optimizer_seconds);
+  EXPECT_EQ(carried.timing.steady_optimizer_seconds, r.timing.steady_optimizer_seconds);
 }
 
 TEST(Trial, ABudgetTooSmallIsAnOutOfMemoryOutcome) {

@@ -214,6 +214,37 @@ TEST(DecisionTree, AnOptimizerStrategyWithBf16FitsALargerMicroBatchThanEitherAlo
   EXPECT_EQ(best.verification->peak_bytes, 48 * kMiB);
 }
 
+// Note [Step time]: an optimizer step of 0.05 s runs once per global batch,
+// and offload makes it 4x slower (a host step). Budget 87 MiB: plain fits
+// 8 x 4 (22 + 8 b MiB when accumulating), in 4 x (0.01 + 0.002 x 8) + 0.05
+// = 0.154 s; offload 8 x 4 in 4 x 0.026 + 0.2 = 0.304 s; checkpointing
+// fits 32 x 1 in 0.074 x 1.6 + 0.05 = 0.1684 s. One line through whole
+// probe steps counted the optimizer once per micro-batch (plain 8 x 4 at
+// 0.304 s), and scaled offload's host step with the micro-batches (0.97 s).
+TEST(DecisionTree, TheOptimizerStepIsTimedOncePerGlobalBatch) {
+  FakeRunner fake;
+  fake.optimizer_seconds = 0.05;
+  fake.offload_time_factor = 1;  // offload costs only in the optimizer step
+  fake.offload_optimizer_factor = 4;
+  const SearchResult r = run_search(fake, job_with_budget(87 * kMiB));
+  EXPECT_NEAR(r.baseline_optimizer_seconds, 0.05, 1e-12);
+  EXPECT_NEAR(r.baseline_seconds.intercept, 0.01, 1e-12);
+  EXPECT_NEAR(r.baseline_seconds.slope, 0.002, 1e-12);
+  const TrailNode* accumulation = node_named(r, "micro-batch + accumulation");
+  const TrailNode* offload = node_named(r, "optimizer offload");
+  const TrailNode* checkpointing = node_named(r, "checkpointing (all blocks)");
+  ASSERT_TRUE(accumulation && offload && checkpointing);
+  EXPECT_EQ(accumulation->config.micro_batch, 8);
+  EXPECT_NEAR(accumulation->predicted_seconds, 4 * 0.026 + 0.05, 1e-9);
+  EXPECT_EQ(offload->config.micro_batch, 8);
+  EXPECT_NEAR(offload->predicted_seconds, 4 * 0.026 + 0.2, 1e-9);
+  EXPECT_EQ(checkpointing->config.micro_batch, 32);
+  EXPECT_NEAR(checkpointing->predicted_seconds, 0.074 * 1.6 + 0.05, 1e-9);
+  const TrailNode& best = chosen(r);
+  EXPECT_EQ(best.node, "micro-batch + accumulation");
+  EXPECT_NEAR(best.verification->timing.steady_step_seconds, best.predicted_seconds, 1e-9);
+}
+
 TEST(DecisionTree, CheckpointingWhenAccumulationIsNotAllowed) {
   FakeRunner fake;
   JobSpec job = job_with_budget(18 * kMiB + 2 * kMiB * 32 + kMiB);  // ckpt-all at 32 fits

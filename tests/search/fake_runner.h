@@ -29,6 +29,12 @@ class FakeRunner : public TrialRunner {
   double eight_bit_time_factor = 1.1;
   double checkpoint_time_cost = 0.6;  // all 4 blocks: time x (1 + this); below 0 models timing noise
   double time_scale = 1;              // every time above times this (a model of microseconds per step)
+  // The optimizer step, once per global batch (Note [Step time]): plain's
+  // seconds, and what 8-bit AdamW and offload multiply them by. 0: the
+  // probes report no optimizer time, as before it was measured.
+  double optimizer_seconds = 0;
+  double eight_bit_optimizer_factor = 1;
+  double offload_optimizer_factor = 1;
   // Probes with no strategy run this much slower (timing noise); verifications do not.
   double plain_probe_time_factor = 1;
   // Probes whose peak is above this run out of memory in forward (the probes'
@@ -114,6 +120,13 @@ class FakeRunner : public TrialRunner {
     return t * time_scale;
   }
 
+  double true_optimizer_seconds(const TrainingConfig& c) const {
+    double t = optimizer_seconds;
+    if (c.optimizer == OptimizerKind::kAdamW8bit) t *= eight_bit_optimizer_factor;
+    if (c.offload_optimizer) t *= offload_optimizer_factor;
+    return t * time_scale;
+  }
+
  private:
   ProbeReport run(const TrainingConfig& c, int64_t global, bool enforce) {
     ProbeReport r;
@@ -162,7 +175,7 @@ class FakeRunner : public TrialRunner {
       return r;
     }
     const int64_t steps = (global + c.micro_batch - 1) / c.micro_batch;
-    const double seconds = true_seconds(c) * static_cast<double>(steps);
+    const double seconds = true_seconds(c) * static_cast<double>(steps) + true_optimizer_seconds(c);
     const double limit = enforce ? verify_timeout_seconds : probe_timeout_seconds;
     if (limit > 0 && seconds > limit) {
       r.outcome = TrialOutcome::kTimeout;
@@ -170,6 +183,7 @@ class FakeRunner : public TrialRunner {
       return r;
     }
     r.timing.steady_step_seconds = seconds;
+    r.timing.steady_optimizer_seconds = true_optimizer_seconds(c);
     const bool plain = checkpointed(c).empty() && c.optimizer == OptimizerKind::kAdamW && !c.offload_optimizer &&
                        c.precision == Precision::kFp32;
     if (!enforce && plain) r.timing.steady_step_seconds *= plain_probe_time_factor;
