@@ -38,7 +38,10 @@ using PhaseLines = std::array<BatchLine, kNumPhases>;
 struct Effect {
   std::array<double, kNumPhases> shift_bytes{};  // added to the intercept
   std::array<double, kNumPhases> slope_ratio{1, 1, 1, 1, 1};
-  double time_ratio = 1;            // of the micro-batches' seconds (forward, loss, backward)
+  // Of a micro-batch's seconds (forward, loss, backward): of the line's
+  // intercept and of its slope, equal unless probed at two sizes (Note [Step
+  // time]).
+  double time_ratio = 1, time_slope_ratio = 1;
   double optimizer_time_ratio = 1;  // of the optimizer step's seconds
   bool available = false;
 };
@@ -85,16 +88,22 @@ std::array<double, kNumPhases> phase_peaks_of(const ProbeReport& r, const JobSpe
   return peaks;
 }
 
-// Applies a fraction `f` of an effect to the lines and the time factors of
-// the micro-batches and of the optimizer step.
-void apply(const Effect& e, double f, PhaseLines& lines, double& time_factor, double& optimizer_factor) {
+// The factors a node's strategies apply to the base's seconds.
+struct TimeFactors {
+  double intercept = 1, slope = 1;  // of the micro-batch seconds line
+  double optimizer = 1;             // of the optimizer step
+};
+
+// Applies a fraction `f` of an effect to the lines and the time factors.
+void apply(const Effect& e, double f, PhaseLines& lines, TimeFactors& time) {
   for (Phase p : kStepPhases) {
     const auto i = static_cast<std::size_t>(p);
     lines[i].intercept += f * e.shift_bytes[i];
     lines[i].slope *= 1 - f * (1 - e.slope_ratio[i]);
   }
-  time_factor *= 1 + f * (e.time_ratio - 1);
-  optimizer_factor *= 1 + f * (e.optimizer_time_ratio - 1);
+  time.intercept *= 1 + f * (e.time_ratio - 1);
+  time.slope *= 1 + f * (e.time_slope_ratio - 1);
+  time.optimizer *= 1 + f * (e.optimizer_time_ratio - 1);
 }
 
 // Note [Step time]
@@ -108,14 +117,19 @@ void apply(const Effect& e, double f, PhaseLines& lines, double& time_factor, do
 // slows the optimizer (8-bit AdamW's quantization, offload's host step)
 // was scaled with the micro-batch as if it slowed the model (ResNet-18 on
 // the 2-core CPU: 8-bit AdamW + bf16 32 x 1 predicted at 0.56 s from a
-// time ratio measured at micro-batch 4, measured 0.28 s).
+// time ratio measured at micro-batch 4, measured 0.28 s). A strategy
+// probed at two sizes scales the line's intercept and slope by the ratios
+// of its own line's (probe_effect): bf16 autocast casts the weights once
+// per micro-batch and saves per sample, so one ratio from small probes
+// over-predicted it at large micro-batches (small test GPT: by 70-146 %;
+// with lines, -42 to +8 %; docs/autotune.md, "Time model").
 double forward_backward_seconds(const ProbeReport& r) {
   return std::max(0.0, r.timing.steady_step_seconds - r.timing.steady_optimizer_seconds);
 }
 
 Prediction predict(const Models& m, const TrainingConfig& c, int64_t global_batch) {
   PhaseLines lines = m.phases;
-  double time_factor = 1, optimizer_factor = 1;
+  TimeFactors time;
   if (c.checkpoint.enabled()) {
     double fraction = 1;
     // Of the blocks "all" checkpoints: the first n, or named paths (the
@@ -126,11 +140,11 @@ Prediction predict(const Models& m, const TrainingConfig& c, int64_t global_batc
                           : m.checkpoint_blocks;
     if (m.checkpoint_blocks > 0)
       fraction = std::min(1.0, static_cast<double>(part) / static_cast<double>(m.checkpoint_blocks));
-    apply(m.checkpoint, fraction, lines, time_factor, optimizer_factor);
+    apply(m.checkpoint, fraction, lines, time);
   }
-  if (c.optimizer == OptimizerKind::kAdamW8bit) apply(m.adamw8bit, 1, lines, time_factor, optimizer_factor);
-  if (c.offload_optimizer) apply(m.offload, 1, lines, time_factor, optimizer_factor);
-  if (c.precision != m.base_precision) apply(m.bf16, 1, lines, time_factor, optimizer_factor);
+  if (c.optimizer == OptimizerKind::kAdamW8bit) apply(m.adamw8bit, 1, lines, time);
+  if (c.offload_optimizer) apply(m.offload, 1, lines, time);
+  if (c.precision != m.base_precision) apply(m.bf16, 1, lines, time);
   const auto b = static_cast<double>(c.micro_batch);
   // The micro-batches of one step: the first runs without gradients; every
   // later one (the last may be a smaller remainder) runs with the gradients
@@ -151,10 +165,9 @@ Prediction predict(const Models& m, const TrainingConfig& c, int64_t global_batc
       p.peak_bytes = std::max(p.peak_bytes, bytes);
     }
   }
-  p.seconds_per_global_batch =
-      (static_cast<double>(steps - 1) * std::max(0.0, m.seconds(b)) + std::max(0.0, m.seconds(static_cast<double>(last)))) *
-          time_factor +
-      m.optimizer_seconds * optimizer_factor;
+  const BatchLine seconds{m.seconds.intercept * time.intercept, m.seconds.slope * time.slope};
+  p.seconds_per_global_batch = static_cast<double>(steps - 1) * std::max(0.0, seconds(b)) +
+                               std::max(0.0, seconds(static_cast<double>(last))) + m.optimizer_seconds * time.optimizer;
   return p;
 }
 
@@ -282,7 +295,7 @@ class Search {
   Effect probe_effect(const std::string& name, const TrainingConfig& config, const std::vector<int64_t>& sizes) {
     std::vector<int64_t> ok_sizes;
     std::vector<std::array<double, kNumPhases>> peaks;
-    std::vector<double> time_ratios, optimizer_time_ratios;
+    std::vector<double> time_ratios, optimizer_time_ratios, forward_backward;
     for (int64_t s : sizes) {
       const ProbeReport r = probe(config, s);
       if (r.outcome != TrialOutcome::kOk) {
@@ -304,6 +317,7 @@ class Search {
       if (config.checkpoint.enabled()) models_.checkpoint_blocks = static_cast<int64_t>(r.checkpointed_blocks.size());
       ok_sizes.push_back(s);
       peaks.push_back(phase_peaks_of(r, job_));
+      forward_backward.push_back(forward_backward_seconds(r));
       const auto base_time = plain_seconds_.find(s);
       if (base_time != plain_seconds_.end() && base_time->second > 0)
         time_ratios.push_back(forward_backward_seconds(r) / base_time->second);
@@ -319,7 +333,20 @@ class Search {
       effect.shift_bytes[i] = lines[i].intercept - models_.phases[i].intercept;
       effect.slope_ratio[i] = models_.phases[i].slope > 0 ? std::max(0.0, lines[i].slope / models_.phases[i].slope) : 1;
     }
-    if (!time_ratios.empty()) effect.time_ratio = mean(time_ratios);
+    if (!time_ratios.empty()) effect.time_ratio = effect.time_slope_ratio = mean(time_ratios);
+    // Two sizes: the ratios of the lines' intercepts and slopes, where both
+    // lines rise (bf16 autocast casts the weights once per micro-batch and
+    // halves the per-sample work: one ratio measured at small micro-batches
+    // over-predicts it at large ones). Noise that tilts a line falls back
+    // to the mean ratio.
+    if (ok_sizes.size() >= 2 && time_ratios.size() == ok_sizes.size()) {
+      const BatchLine own = fit_batch_line(ok_sizes, forward_backward);
+      const BatchLine& base = models_.seconds;
+      if (own.intercept > 0 && own.slope > 0 && base.intercept > 0 && base.slope > 0) {
+        effect.time_ratio = own.intercept / base.intercept;
+        effect.time_slope_ratio = own.slope / base.slope;
+      }
+    }
     if (!optimizer_time_ratios.empty()) effect.optimizer_time_ratio = mean(optimizer_time_ratios);
     return effect;
   }
@@ -341,12 +368,18 @@ class Search {
         // Recomputation only adds work, so a step measured faster than the
         // plain one measured noise; left as it is, it ranked checkpointing
         // first (ResNet-50, 2-core CPU under load: 1.49 s vs plain 1.50 s).
-        if (effect.time_ratio < 1) {
-          result_.notes.push_back(fmt::format("activation checkpointing: measured at {:.3f}x the plain step time; "
-                                              "recomputation cannot make a step faster, so it is predicted at 1x "
-                                              "(timing noise)",
-                                              effect.time_ratio));
-          effect.time_ratio = 1;
+        if (effect.time_ratio < 1 || effect.time_slope_ratio < 1) {
+          const std::string per_micro_batch = fmt::format("{:.3f}x", effect.time_ratio);
+          const std::string per_sample = fmt::format("{:.3f}x", effect.time_slope_ratio);
+          const std::string measured = per_micro_batch == per_sample
+                                           ? per_micro_batch
+                                           : per_micro_batch + " per micro-batch and " + per_sample + " per sample";
+          result_.notes.push_back(fmt::format("activation checkpointing: measured at {} the plain step time; "
+                                              "recomputation cannot make a step faster, so it is predicted at no "
+                                              "less than 1x (timing noise)",
+                                              measured));
+          effect.time_ratio = std::max(1.0, effect.time_ratio);
+          effect.time_slope_ratio = std::max(1.0, effect.time_slope_ratio);
         }
         effect.optimizer_time_ratio = 1;  // recomputation happens in backward; the optimizer step is the same
         return effect;

@@ -40,7 +40,9 @@
 //   effects, added; no probe of their own (decision_tree.cpp, Note [Pairs]).
 // - Step time: a node's seconds are its micro-batches' forward, loss and
 //   backward (a line in the micro-batch) plus one optimizer step, each
-//   measured apart in the probes (decision_tree.cpp, Note [Step time]).
+//   measured apart in the probes; a strategy probed at two sizes scales
+//   that line's intercept and slope apart (decision_tree.cpp, Note [Step
+//   time]).
 // - Every node that is predicted to fit is a candidate; candidates are
 //   ranked by predicted seconds per global batch ("fastest, not first").
 // - Balanced split: a node whose largest fitting micro-batch b* needs

@@ -33,6 +33,10 @@ class FakeRunner : public TrialRunner {
   // seconds, and what 8-bit AdamW and offload multiply them by. 0: the
   // probes report no optimizer time, as before it was measured.
   double optimizer_seconds = 0;
+  // bf16's factors on a micro-batch's fixed seconds (0.01 s: casts add to
+  // them) and on its seconds per sample (0.002 s).
+  double bf16_intercept_factor = 0.9;
+  double bf16_per_sample_factor = 0.9;
   double eight_bit_optimizer_factor = 1;
   double offload_optimizer_factor = 1;
   // Probes with no strategy run this much slower (timing noise); verifications do not.
@@ -112,11 +116,12 @@ class FakeRunner : public TrialRunner {
   }
 
   double true_seconds(const TrainingConfig& c) const {
-    double t = 0.01 + 0.002 * static_cast<double>(c.micro_batch);
+    const bool bf16 = c.precision != Precision::kFp32;
+    double t = 0.01 * (bf16 ? bf16_intercept_factor : 1) +
+               0.002 * static_cast<double>(c.micro_batch) * (bf16 ? bf16_per_sample_factor : 1);
     t *= 1 + checkpoint_time_cost * checkpointed_fraction(c);
     if (c.optimizer == OptimizerKind::kAdamW8bit) t *= eight_bit_time_factor;
     if (c.offload_optimizer) t *= offload_time_factor;
-    if (c.precision != Precision::kFp32) t *= 0.9;
     return t * time_scale;
   }
 
