@@ -295,7 +295,7 @@ class Search {
   Effect probe_effect(const std::string& name, const TrainingConfig& config, const std::vector<int64_t>& sizes) {
     std::vector<int64_t> ok_sizes;
     std::vector<std::array<double, kNumPhases>> peaks;
-    std::vector<double> time_ratios, optimizer_time_ratios, forward_backward;
+    std::vector<double> time_ratios, optimizer_seconds, forward_backward;
     for (int64_t s : sizes) {
       const ProbeReport r = probe(config, s);
       if (r.outcome != TrialOutcome::kOk) {
@@ -320,10 +320,8 @@ class Search {
       forward_backward.push_back(forward_backward_seconds(r));
       const auto base_time = plain_seconds_.find(s);
       if (base_time != plain_seconds_.end() && base_time->second > 0)
-        time_ratios.push_back(forward_backward_seconds(r) / base_time->second);
-      const auto base_optimizer = plain_optimizer_seconds_.find(s);
-      if (base_optimizer != plain_optimizer_seconds_.end() && base_optimizer->second > 0)
-        optimizer_time_ratios.push_back(r.timing.steady_optimizer_seconds / base_optimizer->second);
+        time_ratios.push_back(forward_backward.back() / base_time->second);
+      optimizer_seconds.push_back(r.timing.steady_optimizer_seconds);
     }
     const PhaseLines lines = fit_phase_lines(ok_sizes, peaks, &models_.phases);
     Effect effect;
@@ -347,7 +345,10 @@ class Search {
         effect.time_slope_ratio = own.slope / base.slope;
       }
     }
-    if (!optimizer_time_ratios.empty()) effect.optimizer_time_ratio = mean(optimizer_time_ratios);
+    // The optimizer step does not depend on the micro-batch: its ratio is to
+    // the base's mean.
+    if (models_.optimizer_seconds > 0)
+      effect.optimizer_time_ratio = mean(optimizer_seconds) / models_.optimizer_seconds;
     return effect;
   }
 
@@ -489,7 +490,6 @@ class Search {
       peaks.push_back(static_cast<double>(r.peak_bytes));
       seconds.push_back(forward_backward_seconds(r));
       plain_seconds_[s] = forward_backward_seconds(r);
-      plain_optimizer_seconds_[s] = r.timing.steady_optimizer_seconds;
       optimizer_seconds.push_back(r.timing.steady_optimizer_seconds);
       result_.parameter_count = r.parameter_count;
       result_.static_memory = r.static_memory;
@@ -1170,7 +1170,6 @@ class Search {
   std::vector<RescueAlternative> rescue_alternatives_;  // Note [Rescue]
   Models models_;
   std::map<int64_t, double> plain_seconds_;            // forward, loss and backward of one micro-batch
-  std::map<int64_t, double> plain_optimizer_seconds_;  // the optimizer step
   std::map<std::string, int64_t> out_of_memory_at_;  // memory_key -> smallest micro-batch whose probe ran out
   ProbeReport last_failure_;                     // the last strategy probe that failed
   CheckpointPlan checkpoint_all_ = checkpoint_every_block();  // what "all blocks" checkpoints
