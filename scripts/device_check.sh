@@ -25,6 +25,12 @@
 # run's JSON) with --peaks. The build goes to /tmp/oomtune_build
 # (OOMTUNE_BUILD_DIR) and is reused while the machine stays warm.
 #
+# Knobs for a shorter call (what is left of the session's device time):
+# OOMTUNE_DEVICE_SECONDS, the seconds the whole script may take (560);
+# OOMTUNE_CTEST_ARGS, arguments added to ctest (say -R 'ChildTrial|Autotune').
+# OMP_NUM_THREADS, when set, is recorded: ctest -j$(nproc) with torch's
+# default of one thread per core runs 16 x 16 threads on 16 cores.
+#
 # Here, as a dry run against Debian's libtorch (the SDPA probe then gives its
 # clear load error, and --peaks has no CUDA): OOMTUNE_TORCH=debian
 # OOMTUNE_PYTHON=/usr/bin/python3 scripts/device_check.sh
@@ -53,10 +59,11 @@ python="${OOMTUNE_PYTHON:-$(command -v python3)}"
 summary="$out/summary.md"
 : > "$summary"
 say() { printf '%s\n' "$*" | tee -a "$summary"; }
-# Seconds a step may take: at most CAP, and never past 560 s from the start
+# Seconds a step may take: at most CAP, and never past $cap s from the start
 # (the device tool stops a command at 600 s).
+cap="${OOMTUNE_DEVICE_SECONDS:-560}"
 budget() {
-  local seconds=$((560 - SECONDS))
+  local seconds=$((cap - SECONDS))
   if [ "$1" -lt "$seconds" ]; then seconds=$1; fi
   echo $((seconds > 1 ? seconds : 1))
 }
@@ -70,7 +77,14 @@ say '```'
 "$python" -c 'import sys, torch
 print("python", sys.executable, sys.version.split()[0])
 print("torch", torch.__version__, "CUDA", torch.version.cuda, "cxx11 ABI", torch.compiled_with_cxx11_abi())
-print("GPU", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none")' 2>&1 | tee -a "$summary"
+print("GPU", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none")
+import glob, os, subprocess
+lib = (glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so*")) or ["none"])[0]
+nm = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True).stdout
+print("std::filesystem symbols defined by", os.path.basename(lib) + ":",
+      sum("_ZNSt10filesystem" in line or "_ZNKSt10filesystem" in line for line in nm.splitlines()))' 2>&1 |
+  tee -a "$summary"
+echo "OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset} OOMTUNE_CTEST_ARGS=${OOMTUNE_CTEST_ARGS:-} cap ${cap} s" | tee -a "$summary"
 { command -v nvcc && nvcc --version | tail -n 1; g++ --version | head -n 1; cmake --version | head -n 1; } 2>&1 |
   tee -a "$summary"
 say '```'
@@ -110,7 +124,9 @@ fi
 
 # The whole test suite (fuzz needs clang's libFuzzer, absent there: skipped).
 start=$SECONDS
-timeout "$(budget $((480 - SECONDS)))" ctest --test-dir "$build" --output-on-failure -j"$(nproc)" --timeout 300 > "$out/ctest.log" 2>&1
+# shellcheck disable=SC2086  # OOMTUNE_CTEST_ARGS is a list of arguments
+timeout "$(budget $((cap - 80 - SECONDS)))" ctest --test-dir "$build" --output-on-failure -j"$(nproc)" --timeout 300 \
+  ${OOMTUNE_CTEST_ARGS:-} > "$out/ctest.log" 2>&1
 status=$?
 say ""
 say "## Tests: ctest -j$(nproc): exit $status in $((SECONDS - start)) s"
@@ -124,6 +140,19 @@ say "passed $(grep -c ' Passed ' "$out/ctest.log"), failed $(grep -c '\*\*\*Fail
 grep -E '\*\*\*|tests passed|Total Test time' "$out/ctest.log" | sed 's/ \.\.\.*/ /' | tee -a "$summary"
 say '```'
 
+# The first test that crashed, again under cuda-gdb (the machine has no gdb;
+# cuda-gdb debugs CPU programs too): where it crashed.
+crashed="$(grep -m 1 -oE 'Test +#[0-9]+: [^ ]+ \.+\*\*\*Exception' "$out/ctest.log" | sed -E 's/Test +#[0-9]+: ([^ ]+) .*/\1/')"
+if [ -n "$crashed" ] && command -v cuda-gdb > /dev/null && [ "$(budget 60)" -gt 20 ]; then
+  command_line="$(ctest --test-dir "$build" -N -V -R "^${crashed}\$" | sed -n 's/^.*Test command: //p' | head -n 1)"
+  say ""
+  say "## Backtrace: $crashed"
+  say '```'
+  eval "timeout $(budget 60) cuda-gdb -q -batch -ex run -ex bt -ex 'info sharedlibrary' --args $command_line" 2>&1 |
+    grep -E '^#|SIG|signal|libtorch|libstdc' | head -n 40 | tee -a "$summary"
+  say '```'
+fi
+
 # Both fixtures probed end to end (the SDPA one must probe on a libtorch that
 # has aten::scaled_dot_product_attention), and the example GPT.
 sdpa_job=/tmp/hf_gpt2_sdpa.toml
@@ -132,7 +161,7 @@ sed "s#^model = .*#model = \"$(cd ../shared && pwd)/fixtures/torchscript/hf_gpt2
 for job in eager:examples/hf_gpt2.toml sdpa:$sdpa_job gpt:examples/gpt.toml; do
   name="${job%%:*}" file="${job#*:}"
   start=$SECONDS
-  table="$(timeout 120 "$build/oomtune" probe "$file" 2>&1)"
+  table="$(timeout "$(budget 120)" "$build/oomtune" probe "$file" 2>&1)"
   status=$?
   say ""
   say "## probe $name ($file): exit $status in $((SECONDS - start)) s"
@@ -140,7 +169,7 @@ for job in eager:examples/hf_gpt2.toml sdpa:$sdpa_job gpt:examples/gpt.toml; do
   say "$table"
   say '```'
   if [ "$name" != gpt ]; then
-    timeout 120 "$build/oomtune" probe "$file" --json --no-fit > "$out/probe_$name.json" 2>/dev/null
+    timeout "$(budget 120)" "$build/oomtune" probe "$file" --json --no-fit > "$out/probe_$name.json" 2>/dev/null
   fi
 done
 

@@ -9,6 +9,8 @@
 # Each case puts fake programs first on PATH: python3 answering as that
 # case's PyTorch would (everything else goes to the real /usr/bin/python3),
 # and apt-get, dpkg-query and dpkg that record a call and fail.
+# The cases that reach the package check keep an OOMTUNE_DEPS that ctest sets
+# (a build from a prefix, as on the GPU machine), so that they install nothing.
 # Usage: setup_checks.sh SOURCE_DIR
 set -uo pipefail
 source_dir="$1"
