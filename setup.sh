@@ -144,12 +144,15 @@ if ! cmake "${fresh_args[@]}" -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="
   echo "setup: configuring $build_dir failed (CMake's messages above)" >&2
   exit 1
 fi
-cmake --build "$build_dir" -j"$(nproc)"
+# nproc answers OMP_NUM_THREADS when it is set (coreutils): a user who keeps
+# OMP_NUM_THREADS=1 for training would build on one core.
+cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
+cmake --build "$build_dir" -j"$cores"
 "$python" examples/export_models.py --if-missing
 
 case "$mode" in
   --example)
     exec "$build_dir/oomtune" autotune examples/gpt.toml ;;
   --test)
-    exec ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" ;;
+    exec ctest --test-dir "$build_dir" --output-on-failure -j"$cores" ;;
 esac

@@ -28,8 +28,12 @@
 # Knobs for a shorter call (what is left of the session's device time):
 # OOMTUNE_DEVICE_SECONDS, the seconds the whole script may take (560);
 # OOMTUNE_CTEST_ARGS, arguments added to ctest (say -R 'ChildTrial|Autotune').
-# OMP_NUM_THREADS, when set, is recorded: ctest -j$(nproc) with torch's
-# default of one thread per core runs 16 x 16 threads on 16 cores.
+# OOMTUNE_CTEST_THREADS, the OMP_NUM_THREADS of the tests alone (1): ctest
+# -j16 with torch's default of one thread per core ran 16 x 16 threads on 16
+# cores (2026-11-26): Cli.ProbeTableHasPhasesAsRows took 130 s there and 2 s
+# on the 2-core CI machine, Trial.ALaterStepPeaksLikeTheMeasuredStep 190 s
+# and 4 s. Never export OMP_NUM_THREADS to the whole script: nproc answers
+# it, and the build then ran on one core.
 #
 # Here, as a dry run against Debian's libtorch (the SDPA probe then gives its
 # clear load error, and --peaks has no CUDA): OOMTUNE_TORCH=debian
@@ -84,7 +88,6 @@ nm = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, te
 print("std::filesystem symbols defined by", os.path.basename(lib) + ":",
       sum("_ZNSt10filesystem" in line or "_ZNKSt10filesystem" in line for line in nm.splitlines()))' 2>&1 |
   tee -a "$summary"
-echo "OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset} OOMTUNE_CTEST_ARGS=${OOMTUNE_CTEST_ARGS:-} cap ${cap} s" | tee -a "$summary"
 { command -v nvcc && nvcc --version | tail -n 1; g++ --version | head -n 1; cmake --version | head -n 1; } 2>&1 |
   tee -a "$summary"
 say '```'
@@ -124,12 +127,14 @@ fi
 
 # The whole test suite (fuzz needs clang's libFuzzer, absent there: skipped).
 start=$SECONDS
+cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
+test_threads="${OOMTUNE_CTEST_THREADS:-1}"
 # shellcheck disable=SC2086  # OOMTUNE_CTEST_ARGS is a list of arguments
-timeout "$(budget $((cap - 80 - SECONDS)))" ctest --test-dir "$build" --output-on-failure -j"$(nproc)" --timeout 300 \
-  ${OOMTUNE_CTEST_ARGS:-} > "$out/ctest.log" 2>&1
+OMP_NUM_THREADS="$test_threads" timeout "$(budget $((cap - 80 - SECONDS)))" ctest --test-dir "$build" \
+  --output-on-failure -j"$cores" --timeout 300 ${OOMTUNE_CTEST_ARGS:-} > "$out/ctest.log" 2>&1
 status=$?
 say ""
-say "## Tests: ctest -j$(nproc): exit $status in $((SECONDS - start)) s"
+say "## Tests: OMP_NUM_THREADS=$test_threads ctest -j$cores ${OOMTUNE_CTEST_ARGS:-}: exit $status in $((SECONDS - start)) s"
 say '```'
 # Counted from the per-test lines, so that a run cut off by the timeout still
 # says how far it got.
