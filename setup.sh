@@ -131,7 +131,8 @@ if [ "${#prefix_path[@]}" -gt 0 ]; then
   prefix_args=(-DCMAKE_PREFIX_PATH="$(IFS=';'; echo "${prefix_path[*]}")")
 fi
 if ! cmake "${fresh_args[@]}" -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" \
-       -DTorch_DIR:PATH="$torch_dir" -DOOMTUNE_PYTHON:FILEPATH="$python" -DOOMTUNE_DEPS:PATH="$deps" "${prefix_args[@]}" >/dev/null; then
+       -DTorch_DIR:PATH="$torch_dir" -DOOMTUNE_PYTHON:FILEPATH="$python" -DOOMTUNE_DEPS:PATH="$deps" \
+       "${prefix_args[@]}" >/dev/null; then
   # Torch's CMake config of a CUDA build finds the CUDA toolkit again
   # (cmake/public/cuda.cmake: find_package(CUDA), enable_language(CUDA)) and
   # fails with a page of CMake output when there is none.

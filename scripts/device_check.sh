@@ -134,7 +134,8 @@ OMP_NUM_THREADS="$test_threads" timeout "$(budget $((cap - 80 - SECONDS)))" ctes
   --output-on-failure -j"$cores" --timeout 300 ${OOMTUNE_CTEST_ARGS:-} > "$out/ctest.log" 2>&1
 status=$?
 say ""
-say "## Tests: OMP_NUM_THREADS=$test_threads ctest -j$cores ${OOMTUNE_CTEST_ARGS:-}: exit $status in $((SECONDS - start)) s"
+say "## Tests: OMP_NUM_THREADS=$test_threads ctest -j$cores ${OOMTUNE_CTEST_ARGS:-}:" \
+    "exit $status in $((SECONDS - start)) s"
 say '```'
 # Counted from the per-test lines, so that a run cut off by the timeout still
 # says how far it got.
@@ -147,7 +148,8 @@ say '```'
 
 # The first test that crashed, again under cuda-gdb (the machine has no gdb;
 # cuda-gdb debugs CPU programs too): where it crashed.
-crashed="$(grep -m 1 -oE 'Test +#[0-9]+: [^ ]+ \.+\*\*\*Exception' "$out/ctest.log" | sed -E 's/Test +#[0-9]+: ([^ ]+) .*/\1/')"
+crashed="$(grep -m 1 -oE 'Test +#[0-9]+: [^ ]+ \.+\*\*\*Exception' "$out/ctest.log" |
+           sed -E 's/Test +#[0-9]+: ([^ ]+) .*/\1/')"
 if [ -n "$crashed" ] && command -v cuda-gdb > /dev/null && [ "$(budget 60)" -gt 20 ]; then
   command_line="$(ctest --test-dir "$build" -N -V -R "^${crashed}\$" | sed -n 's/^.*Test command: //p' | head -n 1)"
   say ""
