@@ -489,7 +489,7 @@ class Search {
       phase_peaks.push_back(phase_peaks_of(r, job_));
       peaks.push_back(static_cast<double>(r.peak_bytes));
       seconds.push_back(forward_backward_seconds(r));
-      plain_seconds_[s] = forward_backward_seconds(r);
+      plain_seconds_[s] = seconds.back();
       optimizer_seconds.push_back(r.timing.steady_optimizer_seconds);
       result_.parameter_count = r.parameter_count;
       result_.static_memory = r.static_memory;

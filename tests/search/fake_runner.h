@@ -180,7 +180,8 @@ class FakeRunner : public TrialRunner {
       return r;
     }
     const int64_t steps = (global + c.micro_batch - 1) / c.micro_batch;
-    const double seconds = true_seconds(c) * static_cast<double>(steps) + true_optimizer_seconds(c);
+    const double optimizer = true_optimizer_seconds(c);
+    const double seconds = true_seconds(c) * static_cast<double>(steps) + optimizer;
     const double limit = enforce ? verify_timeout_seconds : probe_timeout_seconds;
     if (limit > 0 && seconds > limit) {
       r.outcome = TrialOutcome::kTimeout;
@@ -188,7 +189,7 @@ class FakeRunner : public TrialRunner {
       return r;
     }
     r.timing.steady_step_seconds = seconds;
-    r.timing.steady_optimizer_seconds = true_optimizer_seconds(c);
+    r.timing.steady_optimizer_seconds = optimizer;
     const bool plain = checkpointed(c).empty() && c.optimizer == OptimizerKind::kAdamW && !c.offload_optimizer &&
                        c.precision == Precision::kFp32;
     if (!enforce && plain) r.timing.steady_step_seconds *= plain_probe_time_factor;
