@@ -245,6 +245,40 @@ TEST(DecisionTree, TheOptimizerStepIsTimedOncePerGlobalBatch) {
   EXPECT_NEAR(best.verification->timing.steady_step_seconds, best.predicted_seconds, 1e-9);
 }
 
+// 8-bit AdamW costs only in its optimizer step (dequantize, update,
+// requantize): 0.05 s x k per global batch. Activations 0.5 MiB per sample,
+// budget 27 MiB: accumulating, plain fits 22 + b / 2 <= 27 -> 8 x 4, in
+// 4 x (0.01 + 0.016) + 0.05 = 0.154 s; 8-bit AdamW (2 MiB of state, not 8)
+// fits 16 + b / 2 -> 16 x 2, in 2 x (0.01 + 0.032) + 0.05 k = 0.084 + 0.05 k
+// s. So 8-bit AdamW is the answer at k = 1 (0.134 s) and slower at k = 2
+// (0.184 s). The others lose either way, by more than the 3 % tie:
+// offload 32 x 1 (10 + 16 MiB) in 0.074 x 1.5 + 0.05 = 0.161 s, and
+// checkpointing 3 of 4 blocks at 32 x 1, at recomputation 2x, in
+// 0.074 x 1.75 + 0.05 = 0.1795 s.
+TEST(DecisionTree, EightBitAdamWsOptimizerStepCostDecidesAgainstAccumulation) {
+  for (const double k : {1.0, 2.0}) {
+    SCOPED_TRACE(k);
+    FakeRunner fake;
+    fake.activation_per_sample = kMiB / 2;
+    fake.checkpoint_time_cost = 1.0;
+    fake.optimizer_seconds = 0.05;
+    fake.eight_bit_time_factor = 1;
+    fake.eight_bit_optimizer_factor = k;
+    const SearchResult r = run_search(fake, job_with_budget(27 * kMiB));
+    const TrailNode* accumulation = node_named(r, "micro-batch + accumulation");
+    const TrailNode* eight_bit = node_named(r, "8-bit AdamW");
+    ASSERT_TRUE(accumulation && eight_bit);
+    EXPECT_EQ(accumulation->config.micro_batch, 8);
+    EXPECT_NEAR(accumulation->predicted_seconds, 0.154, 1e-9);
+    EXPECT_EQ(eight_bit->config.micro_batch, 16);
+    EXPECT_EQ(eight_bit->config.accumulation_steps, 2);
+    EXPECT_NEAR(eight_bit->predicted_seconds, 0.084 + 0.05 * k, 1e-9);
+    const TrailNode& best = chosen(r);
+    EXPECT_EQ(best.node, k == 1.0 ? "8-bit AdamW" : "micro-batch + accumulation");
+    EXPECT_NEAR(best.verification->timing.steady_step_seconds, best.predicted_seconds, 1e-9);
+  }
+}
+
 // bf16 casts the weights once per micro-batch (its fixed 0.01 s x 1.5) and
 // halves the per-sample work (0.002 s x 0.5): probed at 4 and 8 its line is
 // 0.015 + 0.001 b, so 32 x 1 takes 0.047 s against plain's 0.074. One ratio
