@@ -245,11 +245,11 @@ void refuse_argument_writes(const torch::jit::Module& module, const std::vector<
       }
       if (!checked[key]) continue;
       const std::string& refused = class_of[path];
-      std::vector<std::string> chosen_classes;
-      for (const auto& other : chosen) chosen_classes.push_back(class_of[other]);
+      std::vector<CheckpointedBlock> chosen_blocks;
+      for (const auto& other : chosen) chosen_blocks.push_back({other, class_of[other]});
       throw CheckpointRefused(fmt::format("{}: cannot checkpoint '{}': {} of {} {}", label, path, method, refused,
                                           describe(*checked[key])),
-                              refused, chosen, blocks_of_other_classes(chosen, chosen_classes, refused));
+                              refused, chosen, blocks_of_other_classes(chosen_blocks, refused));
     }
   }
 }
@@ -339,12 +339,17 @@ std::vector<std::string> select_checkpoint_paths(const torch::jit::Module& modul
   return chosen;
 }
 
-std::vector<std::string> blocks_of_other_classes(const std::vector<std::string>& blocks,
-                                                 const std::vector<std::string>& classes,
+std::vector<std::string> paths_of(const std::vector<CheckpointedBlock>& blocks) {
+  std::vector<std::string> paths;
+  for (const CheckpointedBlock& block : blocks) paths.push_back(block.path);
+  return paths;
+}
+
+std::vector<std::string> blocks_of_other_classes(const std::vector<CheckpointedBlock>& blocks,
                                                  const std::string& refused_class) {
   std::vector<std::string> others;
-  for (std::size_t i = 0; i < blocks.size() && i < classes.size(); ++i)
-    if (classes[i] != refused_class) others.push_back(blocks[i]);
+  for (const CheckpointedBlock& block : blocks)
+    if (block.class_name != refused_class) others.push_back(block.path);
   return others;
 }
 
@@ -404,8 +409,7 @@ CheckpointReport apply_checkpointing(torch::jit::Module& module, const Checkpoin
     torch::jit::Module object = entry.value;
     object.register_attribute(kCheckpointFlag, c10::BoolType::get(), chosen_set.count(entry.name) > 0);
     if (chosen_set.count(entry.name) > 0) {
-      report.checkpointed.push_back(entry.name);
-      report.checkpointed_classes.push_back(unmangled_type_name(entry.value));
+      report.checkpointed.push_back({entry.name, unmangled_type_name(entry.value)});
       for (const auto& parameter : object.parameters(/*recurse=*/true)) {
         report.checkpointed_parameters += parameter.numel();
       }

@@ -42,6 +42,15 @@
 
 namespace oomtune {
 
+/// One checkpointed block: where it sits in the model and its class.
+struct CheckpointedBlock {
+  std::string path;        // dotted submodule path: "blocks.0"
+  std::string class_name;  // unmangled class: "__torch__.Block"
+};
+
+/// The paths of `blocks`, in their order.
+std::vector<std::string> paths_of(const std::vector<CheckpointedBlock>& blocks);
+
 /// A chosen block's forward writes to its argument (strategies/argument_writes.h),
 /// so no block of its class can be checkpointed; the chosen blocks of other
 /// classes can. Exit code 2, like every ConfigError.
@@ -68,8 +77,7 @@ class CheckpointRefused : public ConfigError {
 
 /// What apply_checkpointing did.
 struct CheckpointReport {
-  std::vector<std::string> checkpointed;  // dotted paths now recomputed, forward order
-  std::vector<std::string> checkpointed_classes;  // unmangled class of each, same order: "__torch__.Block"
+  std::vector<CheckpointedBlock> checkpointed;  // the blocks now recomputed, forward order
   std::vector<BlockInfo> blocks;          // the detected blocks (detect_blocks)
   int64_t rewritten_calls = 0;            // COUNT: prim::CallMethod nodes replaced by this call
   int64_t checkpointed_parameters = 0;    // COUNT: parameter elements inside checkpointed blocks
@@ -86,12 +94,10 @@ struct CheckpointReport {
 std::vector<std::string> select_checkpoint_paths(const torch::jit::Module& module, const CheckpointPlan& plan,
                                                  const std::string& model_name = "");
 
-/// The paths of `blocks` whose class (the same index of `classes`, unmangled)
-/// is not `refused_class`, in their order: the blocks a retry can still
-/// checkpoint once `refused_class` is refused. `classes` must be as long as
-/// `blocks` (CheckpointReport's checkpointed and checkpointed_classes).
-std::vector<std::string> blocks_of_other_classes(const std::vector<std::string>& blocks,
-                                                 const std::vector<std::string>& classes,
+/// The paths of `blocks` whose class is not `refused_class` (unmangled), in
+/// their order: the blocks a retry can still checkpoint once
+/// `refused_class` is refused.
+std::vector<std::string> blocks_of_other_classes(const std::vector<CheckpointedBlock>& blocks,
                                                  const std::string& refused_class);
 
 /// Rewrites the TorchScript methods of `module` so that the submodules chosen

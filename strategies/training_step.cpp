@@ -51,9 +51,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind, cons
 TrainingStep::TrainingStep(ModelSession& session, const TrainingConfig& config)
     : session_(session), config_(normalize_config(config, session.job())) {
   if (config_.checkpoint.enabled()) {
-    CheckpointReport applied = apply_checkpointing(session_.module(), config_.checkpoint, session_.job().model_path);
-    checkpointed_ = std::move(applied.checkpointed);
-    checkpointed_classes_ = std::move(applied.checkpointed_classes);
+    checkpointed_ = apply_checkpointing(session_.module(), config_.checkpoint, session_.job().model_path).checkpointed;
   }
   const OptimizerSpec& spec = session_.job().optimizer;
   const OptimizerKind kind = config_.optimizer;

@@ -27,6 +27,7 @@
 #include "session/batch.h"
 #include "session/model_session.h"
 #include "session/train_step.h"
+#include "strategies/activation_checkpointing.h"
 #include "strategies/job_config.h"
 #include "strategies/training_config.h"
 
@@ -64,10 +65,8 @@ class TrainingStep {
 
   /// The configuration this step was built for (micro-batch, accumulation, ...).
   const TrainingConfig& config() const { return config_; }
-  /// Dotted paths of the checkpointed blocks (empty without checkpointing).
-  const std::vector<std::string>& checkpointed_blocks() const { return checkpointed_; }
-  /// The unmangled class of each checkpointed block, in the same order.
-  const std::vector<std::string>& checkpointed_classes() const { return checkpointed_classes_; }
+  /// The checkpointed blocks, forward order (empty without checkpointing).
+  const std::vector<CheckpointedBlock>& checkpointed_blocks() const { return checkpointed_; }
   /// The master-weight optimizer (offload or bf16_params), or nullptr when
   /// the optimizer updates the model's parameters directly.
   const MasterWeightOptimizer* master_weights() const { return master_.get(); }
@@ -75,8 +74,7 @@ class TrainingStep {
  private:
   ModelSession& session_;
   TrainingConfig config_;
-  std::vector<std::string> checkpointed_;
-  std::vector<std::string> checkpointed_classes_;
+  std::vector<CheckpointedBlock> checkpointed_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<MasterWeightOptimizer> master_;
   std::unique_ptr<DynamicLossScaler> scaler_;

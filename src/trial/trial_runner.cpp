@@ -116,7 +116,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
   tracker_options.record_events = options.record_events;
   MemoryTracker tracker(tracker_options);
   Phase current_phase = Phase::kLoad;
-  std::vector<std::string> checkpointed_classes;
+  std::vector<CheckpointedBlock> checkpointed;
   take_refused_block_class();  // none left over from an earlier trial in this process
   // Kernels run asynchronously on CUDA: the optimizer phase's time starts
   // once the backward queued before it has finished.
@@ -148,8 +148,8 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     const int64_t host_before_optimizer = tracker.live_bytes(MemoryPool::kHost);
     const int64_t live_before_step = tracker.live_bytes();
     TrainingStep step(session, config);
-    report.checkpointed_blocks = step.checkpointed_blocks();
-    checkpointed_classes = step.checkpointed_classes();
+    checkpointed = step.checkpointed_blocks();
+    report.checkpointed_blocks = paths_of(checkpointed);
     // bf16_params replaces the parameter and buffer storages with bf16 ones
     // and keeps fp32 masters on the device: measure the split again. The
     // device masters are optimizer state; other forms change nothing here.
@@ -234,7 +234,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
       const std::optional<std::string> refused = take_refused_block_class();
       if (!refused) throw;
       refuse_checkpoint(report, error_text(e), current_phase, *refused,
-                        blocks_of_other_classes(report.checkpointed_blocks, checkpointed_classes, *refused));
+                        blocks_of_other_classes(checkpointed, *refused));
       return report;
     }
     report.outcome = TrialOutcome::kOutOfMemory;

@@ -195,7 +195,7 @@ void expect_all_blocks_train_like_plain(const std::string& name, bool optimize, 
   LOAD_OR_SKIP(plain, test_model(name));
   torch::jit::Module ckpt = torch::jit::load(plain_path);
   const CheckpointReport report = apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
-  EXPECT_EQ(report.checkpointed, blocks);
+  EXPECT_EQ(paths_of(report.checkpointed), blocks);
   EXPECT_EQ(count_checkpoint_nodes(ckpt), static_cast<int64_t>(blocks.size()));
   expect_same_gradients(train_steps(plain, make_input, steps), train_steps(ckpt, make_input, steps));
 }
@@ -408,7 +408,7 @@ TEST_P(GptGradients, EqualThePlainRun) {
   LOAD_OR_SKIP(plain, example_model("gpt.pt"));
   torch::jit::Module ckpt = torch::jit::load(plain_path);
   const CheckpointReport report = apply_checkpointing(ckpt, parse_checkpoint_plan(c.plan), plain_path);
-  EXPECT_EQ(report.checkpointed, c.checkpointed);
+  EXPECT_EQ(paths_of(report.checkpointed), c.checkpointed);
   EXPECT_EQ(report.rewritten_calls, static_cast<int64_t>(c.checkpointed.size()));  // one call site per block
   EXPECT_EQ(count_checkpoint_nodes(ckpt), static_cast<int64_t>(c.checkpointed.size()));
   EXPECT_EQ(report.blocks.size(), 4u);
@@ -489,7 +489,8 @@ TEST(ResNetGradients, FirstBlockOnlyInsideTheSequentialGraph) {
   LOAD_OR_SKIP(plain, example_model("resnet18.pt"));
   torch::jit::Module ckpt = torch::jit::load(plain_path);
   const CheckpointReport report = apply_checkpointing(ckpt, parse_checkpoint_plan("first:1"));
-  EXPECT_EQ(report.checkpointed, std::vector<std::string>{"layer1.0"});
+  EXPECT_EQ(paths_of(report.checkpointed), std::vector<std::string>{"layer1.0"});
+  EXPECT_EQ(report.checkpointed.at(0).class_name, "__torch__.torchvision.models.resnet.BasicBlock");  // unmangled
   const auto input = [] { return std::vector<c10::IValue>{at::randn({2, 3, 224, 224})}; };
   expect_same_gradients(train_steps(plain, input, 1), train_steps(ckpt, input, 1));
   EXPECT_EQ(batches_tracked(ckpt, "layer1.0.bn1"), 2);  // recomputed
@@ -501,7 +502,7 @@ TEST(CheckpointOp, TwoTensorInputsAndATupleOfTwoOutputs) {
   LOAD_OR_SKIP(plain, test_model("pair.pt"));
   torch::jit::Module ckpt = torch::jit::load(plain_path);
   const CheckpointReport report = apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
-  EXPECT_EQ(report.checkpointed, (std::vector<std::string>{"blocks.0", "blocks.1", "blocks.2"}));
+  EXPECT_EQ(paths_of(report.checkpointed), (std::vector<std::string>{"blocks.0", "blocks.1", "blocks.2"}));
   const auto input = [] { return std::vector<c10::IValue>{at::randn({8, 16})}; };
   const Grads expected = train_steps(plain, input, 1);
   const Grads actual = train_steps(ckpt, input, 1);
@@ -598,7 +599,7 @@ TEST(CheckpointOp, TransformerEncoderLayersWithOptionalMasks) {
   LOAD_OR_SKIP(plain, test_model("encoder.pt"));
   torch::jit::Module ckpt = torch::jit::load(plain_path);
   const CheckpointReport report = apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
-  EXPECT_EQ(report.checkpointed, (std::vector<std::string>{"layers.0", "layers.1"}));
+  EXPECT_EQ(paths_of(report.checkpointed), (std::vector<std::string>{"layers.0", "layers.1"}));
   const auto input = [] { return std::vector<c10::IValue>{at::randn({8, 6, 16})}; };
   expect_same_gradients(train_steps(plain, input, 1), train_steps(ckpt, input, 1));
 
@@ -632,7 +633,7 @@ TEST(CheckpointOp, SharedGraphChoosesPerBlockObject) {
   LOAD_OR_SKIP(plain, test_model("shared.pt"));
   torch::jit::Module ckpt = torch::jit::load(plain_path);
   const CheckpointReport report = apply_checkpointing(ckpt, parse_checkpoint_plan("paths:stages.1.0"));
-  EXPECT_EQ(report.checkpointed, std::vector<std::string>{"stages.1.0"});
+  EXPECT_EQ(paths_of(report.checkpointed), std::vector<std::string>{"stages.1.0"});
   EXPECT_EQ(report.rewritten_calls, 1);
   const auto input = [] { return std::vector<c10::IValue>{at::randn({8, 16})}; };
   expect_same_gradients(train_steps(plain, input, 1), train_steps(ckpt, input, 1));
@@ -646,7 +647,7 @@ TEST(CheckpointOp, ReapplyingChangesTheChoiceWithoutNewRewrites) {
   OptimizeScope optimize(false);
   LOAD_OR_SKIP(shared, test_model("shared.pt"));
   const CheckpointReport first = apply_checkpointing(shared, parse_checkpoint_plan("all"));
-  EXPECT_EQ(first.checkpointed, (std::vector<std::string>{"stages.0", "stages.1"}));
+  EXPECT_EQ(paths_of(first.checkpointed), (std::vector<std::string>{"stages.0", "stages.1"}));
   const CheckpointReport none = apply_checkpointing(shared, parse_checkpoint_plan("none"));
   EXPECT_TRUE(none.checkpointed.empty());
   EXPECT_EQ(none.rewritten_calls, 0);
@@ -654,7 +655,7 @@ TEST(CheckpointOp, ReapplyingChangesTheChoiceWithoutNewRewrites) {
   train_steps(shared, input, 1);
   EXPECT_EQ(batches_tracked(shared, "stages.0.0.norm"), 1);  // flag off: a plain call
   const CheckpointReport again = apply_checkpointing(shared, parse_checkpoint_plan("first:1"));
-  EXPECT_EQ(again.checkpointed, std::vector<std::string>{"stages.0"});
+  EXPECT_EQ(paths_of(again.checkpointed), std::vector<std::string>{"stages.0"});
   EXPECT_EQ(again.rewritten_calls, 0);
 }
 
@@ -746,7 +747,7 @@ TEST(CheckpointErrors, NoBlocksAndNoPathsNamesTheModelAndItsChildren) {
   EXPECT_EQ(count_checkpoint_nodes(model), 0);
   // Named paths still work on such a model.
   const CheckpointReport report = apply_checkpointing(model, parse_checkpoint_plan("paths:fc2"));
-  EXPECT_EQ(report.checkpointed, std::vector<std::string>{"fc2"});
+  EXPECT_EQ(paths_of(report.checkpointed), std::vector<std::string>{"fc2"});
 }
 
 TEST(CheckpointErrors, UnknownPathListsTheDetectedBlocks) {
@@ -964,13 +965,16 @@ TEST(CheckpointErrors, ABlockWhoseGraphWritesItsInputIsRefusedBeforeItRuns) {
 // What a retry may still checkpoint: the other classes' blocks, in order,
 // whether the refusal came from the graph or from the operator.
 TEST(CheckpointErrors, TheBlocksOfOtherClassesKeepTheirOrder) {
-  const std::vector<std::string> blocks = {"encoder.0", "decoder.0", "encoder.1", "decoder.1", "head"};
-  const std::vector<std::string> classes = {"__torch__.Enc", "__torch__.Halving", "__torch__.Enc",
-                                            "__torch__.Halving", "__torch__.Head"};
-  EXPECT_EQ(blocks_of_other_classes(blocks, classes, "__torch__.Halving"),
+  const std::vector<CheckpointedBlock> blocks = {{"encoder.0", "__torch__.Enc"},
+                                                 {"decoder.0", "__torch__.Halving"},
+                                                 {"encoder.1", "__torch__.Enc"},
+                                                 {"decoder.1", "__torch__.Halving"},
+                                                 {"head", "__torch__.Head"}};
+  EXPECT_EQ(blocks_of_other_classes(blocks, "__torch__.Halving"),
             (std::vector<std::string>{"encoder.0", "encoder.1", "head"}));
-  EXPECT_EQ(blocks_of_other_classes(blocks, classes, "__torch__.Absent"), blocks);
-  EXPECT_TRUE(blocks_of_other_classes({"a.0"}, {"__torch__.A"}, "__torch__.A").empty());
+  EXPECT_EQ(blocks_of_other_classes(blocks, "__torch__.Absent"),
+            (std::vector<std::string>{"encoder.0", "decoder.0", "encoder.1", "decoder.1", "head"}));
+  EXPECT_TRUE(blocks_of_other_classes({{"a.0", "__torch__.A"}}, "__torch__.A").empty());
 }
 
 }  // namespace
