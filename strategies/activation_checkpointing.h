@@ -78,9 +78,9 @@ class CheckpointRefused : public ConfigError {
 /// What apply_checkpointing did.
 struct CheckpointReport {
   std::vector<CheckpointedBlock> checkpointed;  // the blocks now recomputed, forward order
-  std::vector<BlockInfo> blocks;          // the detected blocks (detect_blocks)
-  int64_t rewritten_calls = 0;            // COUNT: prim::CallMethod nodes replaced by this call
-  int64_t checkpointed_parameters = 0;    // COUNT: parameter elements inside checkpointed blocks
+  std::vector<BlockInfo> blocks;                // the detected blocks (detect_blocks)
+  int64_t rewritten_calls = 0;                  // COUNT: prim::CallMethod nodes replaced by this call
+  int64_t checkpointed_parameters = 0;          // COUNT: parameter elements inside checkpointed blocks
 };
 
 /// The dotted submodule paths that `plan` selects, in forward order, without
