@@ -682,7 +682,7 @@ class Search {
       seconds.push_back(forward_backward_seconds(r));
       optimizer_seconds.push_back(r.timing.steady_optimizer_seconds);
       const double base_seconds = models_.seconds(static_cast<double>(r.micro_batch));
-      if (base_seconds > 0) ratios.push_back(forward_backward_seconds(r) / base_seconds);
+      if (base_seconds > 0) ratios.push_back(seconds.back() / base_seconds);
     }
     m.optimizer_seconds = mean(optimizer_seconds);
     const PhaseLines slopes = retained_slopes(alternative.probes.front());

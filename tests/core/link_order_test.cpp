@@ -10,6 +10,7 @@
 // either way: this test guards the wheel builds.
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
