@@ -22,4 +22,8 @@ std::vector<MicroBatchSlice> split_global_batch(int64_t global_batch, int64_t mi
   return slices;
 }
 
+int64_t micro_batch_count(int64_t global_batch, int64_t micro_batch) {
+  return global_batch / micro_batch + (global_batch % micro_batch != 0);
+}
+
 }  // namespace oomtune

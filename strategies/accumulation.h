@@ -27,4 +27,10 @@ struct MicroBatchSlice {
 /// remainder that is not allowed.
 std::vector<MicroBatchSlice> split_global_batch(int64_t global_batch, int64_t micro_batch, bool allow_remainder);
 
+/// Micro-batches per optimizer step: ceil(global_batch / micro_batch), the
+/// last one smaller when micro_batch does not divide global_batch (as
+/// split_global_batch with allow_remainder). Requires micro_batch >= 1;
+/// no overflow near INT64_MAX.
+int64_t micro_batch_count(int64_t global_batch, int64_t micro_batch);
+
 }  // namespace oomtune

@@ -16,63 +16,16 @@
 #include "common/class_name.h"
 #include "common/error.h"
 #include "common/seconds_text.h"
+#include "strategies/accumulation.h"
 
 namespace oomtune {
 namespace {
-
-// The phases whose peaks the memory model follows (Note [Phase lines]).
-constexpr std::array<Phase, 4> kStepPhases = {Phase::kForward, Phase::kLoss, Phase::kBackward, Phase::kOptimizer};
-
-// Note [Phase lines]
-// Rationale: small probes peak in the optimizer phase (AdamW temporaries do
-// not grow with the batch) while large micro-batches peak in backward; one
-// line through each probe's overall peak mixes the two and underestimates
-// the slope (measured: 8-bit AdamW 8 x 1 predicted 23.9 MiB, ran 28.9 MiB).
-// Approach: one line per phase; a configuration's peak is the largest phase
-// line at its micro-batch; each strategy shifts and scales every phase line.
-
-/// Per-phase lines: bytes vs micro-batch.
-using PhaseLines = std::array<BatchLine, kNumPhases>;
-
-/// What one strategy does to each plain phase line.
-struct Effect {
-  std::array<double, kNumPhases> shift_bytes{};  // added to the intercept
-  std::array<double, kNumPhases> slope_ratio{1, 1, 1, 1, 1};
-  // Of a micro-batch's seconds (forward, loss, backward): of the line's
-  // intercept and of its slope, equal unless probed at two sizes (Note [Step
-  // time]).
-  double time_ratio = 1, time_slope_ratio = 1;
-  double optimizer_time_ratio = 1;  // of the optimizer step's seconds
-  bool available = false;
-};
-
-/// The fitted lines of the plain configuration and each strategy's effect.
-struct Models {
-  PhaseLines phases;       // bytes vs micro-batch, per phase
-  BatchLine seconds;       // seconds of one micro-batch's forward, loss and backward (Note [Step time])
-  double optimizer_seconds = 0;  // seconds of the optimizer step, once per global batch
-  int64_t gradient_bytes = 0;
-  int64_t checkpoint_blocks = 0;  // COUNT: blocks that "all" checkpoints
-  Effect checkpoint, adamw8bit, offload, bf16;  // bf16: whichever form ran (Note [bf16 fallback])
-  Precision base_precision = Precision::kFp32;   // the plain probes' precision
-};
 
 CheckpointPlan checkpoint_every_block() {
   CheckpointPlan plan;
   plan.mode = CheckpointPlan::Mode::kAll;
   return plan;
 }
-
-// Micro-batches per optimizer step: ceil(G / b), the last one smaller when b
-// does not divide G.
-int64_t micro_batch_count(int64_t global_batch, int64_t micro_batch) {
-  return global_batch / micro_batch + (global_batch % micro_batch != 0);  // no overflow near INT64_MAX
-}
-
-struct Prediction {
-  double peak_bytes = 0;
-  double seconds_per_global_batch = 0;
-};
 
 // A probe's peak per phase, against the budget: on CUDA scaled by the
 // caching allocator's predicted reserved / allocated ratio (a job runs out of
@@ -88,99 +41,10 @@ std::array<double, kNumPhases> phase_peaks_of(const ProbeReport& r, const JobSpe
   return peaks;
 }
 
-// The factors a node's strategies apply to the base's seconds.
-struct TimeFactors {
-  double intercept = 1, slope = 1;  // of the micro-batch seconds line
-  double optimizer = 1;             // of the optimizer step
-};
-
-// Applies a fraction `f` of an effect to the lines and the time factors.
-void apply(const Effect& e, double f, PhaseLines& lines, TimeFactors& time) {
-  for (Phase p : kStepPhases) {
-    const auto i = static_cast<std::size_t>(p);
-    lines[i].intercept += f * e.shift_bytes[i];
-    lines[i].slope *= 1 - f * (1 - e.slope_ratio[i]);
-  }
-  time.intercept *= 1 + f * (e.time_ratio - 1);
-  time.slope *= 1 + f * (e.time_slope_ratio - 1);
-  time.optimizer *= 1 + f * (e.optimizer_time_ratio - 1);
-}
-
-// Note [Step time]
-// A step of k micro-batches runs forward, loss and backward k times and the
-// optimizer once. Probes run one micro-batch per step, so each probe's step
-// time is split at the optimizer hook (probes/probe_report.h,
-// StepTiming::optimizer_seconds): the micro-batch line is fitted to the
-// rest, and the optimizer's seconds are counted once per global batch.
-// Counting them k times, as one line through whole steps did, charged
-// accumulation for optimizer steps it does not run, and a strategy that
-// slows the optimizer (8-bit AdamW's quantization, offload's host step)
-// was scaled with the micro-batch as if it slowed the model (ResNet-18 on
-// the 2-core CPU: 8-bit AdamW + bf16 32 x 1 predicted at 0.56 s from a
-// time ratio measured at micro-batch 4, measured 0.28 s). A strategy
-// probed at two sizes scales the line's intercept and slope by the ratios
-// of its own line's (probe_effect): bf16 autocast casts the weights once
-// per micro-batch and saves per sample, so one ratio from small probes
-// over-predicted it at large micro-batches (small test GPT: by 70-146 %;
-// with lines, -42 to +8 %; docs/autotune.md, "Time model").
+// Of a probe's step, the micro-batch's part: without the optimizer step
+// (memory_model.cpp, Note [Step time]).
 double forward_backward_seconds(const ProbeReport& r) {
   return std::max(0.0, r.timing.steady_step_seconds - r.timing.steady_optimizer_seconds);
-}
-
-Prediction predict(const Models& m, const TrainingConfig& c, int64_t global_batch) {
-  PhaseLines lines = m.phases;
-  TimeFactors time;
-  if (c.checkpoint.enabled()) {
-    double fraction = 1;
-    // Of the blocks "all" checkpoints: the first n, or named paths (the
-    // blocks left when one block class was refused, or the first n of them).
-    const auto part = c.checkpoint.mode == CheckpointPlan::Mode::kFirstN ? c.checkpoint.first_n
-                      : c.checkpoint.mode == CheckpointPlan::Mode::kPaths
-                          ? static_cast<int64_t>(c.checkpoint.paths.size())
-                          : m.checkpoint_blocks;
-    if (m.checkpoint_blocks > 0)
-      fraction = std::min(1.0, static_cast<double>(part) / static_cast<double>(m.checkpoint_blocks));
-    apply(m.checkpoint, fraction, lines, time);
-  }
-  if (c.optimizer == OptimizerKind::kAdamW8bit) apply(m.adamw8bit, 1, lines, time);
-  if (c.offload_optimizer) apply(m.offload, 1, lines, time);
-  if (c.precision != m.base_precision) apply(m.bf16, 1, lines, time);
-  const auto b = static_cast<double>(c.micro_batch);
-  // The micro-batches of one step: the first runs without gradients; every
-  // later one (the last may be a smaller remainder) runs with the gradients
-  // of the earlier ones alive through its forward and backward. A probe's
-  // backward peak comes early in backward, before most gradients exist, so
-  // they are added whole (measured on the example GPT: 16 x 2 peaked
-  // 4.03 MiB = its gradient bytes above 16 x 1).
-  const int64_t steps = micro_batch_count(global_batch, c.micro_batch);
-  const int64_t last = global_batch - (steps - 1) * c.micro_batch;
-  std::vector<std::pair<double, bool>> micro_batches = {{b, false}};  // (size, gradients alive)
-  if (steps > 2) micro_batches.push_back({b, true});
-  if (steps > 1) micro_batches.push_back({static_cast<double>(last), true});
-  Prediction p;
-  for (Phase phase : kStepPhases) {
-    for (const auto& [size, with_gradients] : micro_batches) {
-      double bytes = lines[static_cast<std::size_t>(phase)](size);
-      if (with_gradients && phase != Phase::kOptimizer) bytes += static_cast<double>(m.gradient_bytes);
-      p.peak_bytes = std::max(p.peak_bytes, bytes);
-    }
-  }
-  const BatchLine seconds{m.seconds.intercept * time.intercept, m.seconds.slope * time.slope};
-  p.seconds_per_global_batch = static_cast<double>(steps - 1) * std::max(0.0, seconds(b)) +
-                               std::max(0.0, seconds(static_cast<double>(last))) + m.optimizer_seconds * time.optimizer;
-  return p;
-}
-
-PhaseLines fit_phase_lines(const std::vector<int64_t>& sizes, const std::vector<std::array<double, kNumPhases>>& peaks,
-                           const PhaseLines* fallback) {
-  PhaseLines lines;
-  for (Phase p : kStepPhases) {
-    const auto i = static_cast<std::size_t>(p);
-    std::vector<double> values;
-    for (const auto& row : peaks) values.push_back(row[i]);
-    lines[i] = fit_batch_line(sizes, values, fallback ? (*fallback)[i].slope : 0);
-  }
-  return lines;
 }
 
 /// The largest micro-batch the job allows: the global batch, or max_micro_batch below it.
@@ -292,7 +156,8 @@ class Search {
   }
 
   // Probes one strategy at `sizes` and derives its effect on the plain lines.
-  Effect probe_effect(const std::string& name, const TrainingConfig& config, const std::vector<int64_t>& sizes) {
+  StrategyEffect probe_effect(const std::string& name, const TrainingConfig& config,
+                              const std::vector<int64_t>& sizes) {
     std::vector<int64_t> ok_sizes;
     std::vector<std::array<double, kNumPhases>> peaks;
     std::vector<double> time_ratios, optimizer_seconds, forward_backward;
@@ -324,7 +189,7 @@ class Search {
       optimizer_seconds.push_back(r.timing.steady_optimizer_seconds);
     }
     const PhaseLines lines = fit_phase_lines(ok_sizes, peaks, &models_.phases);
-    Effect effect;
+    StrategyEffect effect;
     effect.available = true;
     for (Phase p : kStepPhases) {
       const auto i = static_cast<std::size_t>(p);
@@ -356,12 +221,12 @@ class Search {
   // the blocks of one class (a forward that modifies its argument in place),
   // the blocks of the other classes alone. Each retry checkpoints fewer
   // blocks, so the loop ends.
-  Effect probe_checkpointing(const std::vector<int64_t>& sizes) {
+  StrategyEffect probe_checkpointing(const std::vector<int64_t>& sizes) {
     TrainingConfig c = base_;
     c.checkpoint = checkpoint_every_block();
     std::vector<std::string> refused;
     for (;;) {
-      Effect effect = probe_effect("activation checkpointing", c, sizes);
+      StrategyEffect effect = probe_effect("activation checkpointing", c, sizes);
       if (effect.available) {
         checkpoint_all_ = c.checkpoint;
         if (!refused.empty())
@@ -668,11 +533,12 @@ class Search {
   // bound); the micro-batches' time the base's line scaled by the
   // alternative's mean measured ratio to it, as a strategy's time ratio
   // scales it (so the base and the alternative rank alike at other
-  // micro-batches), and its optimizer step as measured (Note [Step time]).
+  // micro-batches), and its optimizer step as measured (memory_model.cpp,
+  // Note [Step time]).
   // Called after fit_models. No strategy effects: its configuration holds
   // its strategies.
-  Models rescue_alternative_models(const RescueAlternative& alternative) const {
-    Models m;
+  StepModels rescue_alternative_models(const RescueAlternative& alternative) const {
+    StepModels m;
     std::vector<int64_t> sizes;
     std::vector<std::array<double, kNumPhases>> peaks;
     std::vector<double> seconds, ratios, optimizer_seconds;
@@ -849,8 +715,8 @@ class Search {
   // `alternative`: the models of a rescue alternative (Note [Rescue]),
   // whose node is named tree_name as it is; else models_.
   void add_node(const std::string& tree_name, const TrainingConfig& config, int64_t largest, bool exact = false,
-                const Models* alternative = nullptr) {
-    const Models& models = alternative ? *alternative : models_;
+                const StepModels* alternative = nullptr) {
+    const StepModels& models = alternative ? *alternative : models_;
     // After a rescue the nodes carry the rescued strategies (Note [Rescue]),
     // all but a rescued 8-bit AdamW that offload replaced.
     const std::string rescued = alternative ? "" : rescue_label(rescue_strategies_ & strategies_of(config));
@@ -893,7 +759,7 @@ class Search {
         }
     }
     node.config = with_micro_batch(config, at, job_.global_batch);
-    const Prediction p = predict(models, node.config, job_.global_batch);
+    const StepPrediction p = predict(models, node.config, job_.global_batch);
     node.predicted_peak_bytes = p.peak_bytes;
     node.predicted_seconds = p.seconds_per_global_batch;
     node.predicted_fit = p.peak_bytes <= budget && at < out_of_memory;
@@ -960,10 +826,11 @@ class Search {
 
     add_node("plain", base_, g, /*exact=*/true);
     if (ckpt) {
+      const double budget = static_cast<double>(result_.usable_budget_bytes);
       for (int64_t n = 1; n < models_.checkpoint_blocks; ++n) {
         TrainingConfig first = base_;
         first.checkpoint = first_blocks(n);
-        if (predict(models_, with_micro_batch(first, g, g), g).peak_bytes <= static_cast<double>(result_.usable_budget_bytes)) {
+        if (predict(models_, with_micro_batch(first, g, g), g).peak_bytes <= budget) {
           add_node(fmt::format("checkpointing (first {} of {} blocks)", n, models_.checkpoint_blocks), first, g,
                    /*exact=*/true);
           break;
@@ -975,8 +842,9 @@ class Search {
     if (ckpt) add_node("micro-batch + accumulation + checkpointing", all, below_g);
     // Each strategy, each optimizer strategy with bf16 (Note [Pairs]), and
     // each of those with checkpointing.
-    auto with_strategies = [&](const std::string& name, std::initializer_list<const Effect*> effects, auto&& change) {
-      for (const Effect* effect : effects)
+    auto with_strategies = [&](const std::string& name, std::initializer_list<const StrategyEffect*> effects,
+                               auto&& change) {
+      for (const StrategyEffect* effect : effects)
         if (!effect->available) return;
       TrainingConfig c = base_;
       change(c);
@@ -1003,7 +871,7 @@ class Search {
       bf16(c);
     });
     for (const RescueAlternative& alternative : rescue_alternatives_) {
-      const Models own = rescue_alternative_models(alternative);
+      const StepModels own = rescue_alternative_models(alternative);
       add_node(alternative.name, alternative.config, g, /*exact=*/false, &own);
     }
 
@@ -1168,7 +1036,7 @@ class Search {
   TrainingConfig job_base_;  // the job's own configuration: strategies are counted against it
   int rescue_strategies_ = 0;  // kRescue* bits: the strategies base_ adds to the job's (Note [Rescue]); 0: none
   std::vector<RescueAlternative> rescue_alternatives_;  // Note [Rescue]
-  Models models_;
+  StepModels models_;
   std::map<int64_t, double> plain_seconds_;            // forward, loss and backward of one micro-batch
   std::map<std::string, int64_t> out_of_memory_at_;  // memory_key -> smallest micro-batch whose probe ran out
   ProbeReport last_failure_;                     // the last strategy probe that failed

@@ -41,7 +41,7 @@
 // - Step time: a node's seconds are its micro-batches' forward, loss and
 //   backward (a line in the micro-batch) plus one optimizer step, each
 //   measured apart in the probes; a strategy probed at two sizes scales
-//   that line's intercept and slope apart (decision_tree.cpp, Note [Step
+//   that line's intercept and slope apart (memory_model.cpp, Note [Step
 //   time]).
 // - Every node that is predicted to fit is a candidate; candidates are
 //   ranked by predicted seconds per global batch ("fastest, not first").

@@ -1,8 +1,49 @@
 #include "strategies/memory_model.h"
 
+#include <algorithm>
 #include <stdexcept>
+#include <utility>
+
+#include "strategies/accumulation.h"
 
 namespace oomtune {
+namespace {
+
+// The factors a node's strategies apply to the base's seconds.
+struct TimeFactors {
+  double intercept = 1, slope = 1;  // of the micro-batch seconds line
+  double optimizer = 1;             // of the optimizer step
+};
+
+// Applies a fraction `f` of an effect to the lines and the time factors.
+void apply(const StrategyEffect& e, double f, PhaseLines& lines, TimeFactors& time) {
+  for (Phase p : kStepPhases) {
+    const auto i = static_cast<std::size_t>(p);
+    lines[i].intercept += f * e.shift_bytes[i];
+    lines[i].slope *= 1 - f * (1 - e.slope_ratio[i]);
+  }
+  time.intercept *= 1 + f * (e.time_ratio - 1);
+  time.slope *= 1 + f * (e.time_slope_ratio - 1);
+  time.optimizer *= 1 + f * (e.optimizer_time_ratio - 1);
+}
+
+// The share of the blocks "all" checkpoints (`blocks` of them; 0: unknown,
+// taken as all) that `plan` checkpoints: the first n, every k-th (0, k,
+// 2k, ...), or named paths (the blocks left when one block class was
+// refused, or the first n of them).
+double checkpointed_fraction(const CheckpointPlan& plan, int64_t blocks) {
+  if (blocks <= 0) return 1;
+  int64_t part = blocks;
+  if (plan.mode == CheckpointPlan::Mode::kFirstN) part = plan.first_n;
+  if (plan.mode == CheckpointPlan::Mode::kEveryK) {
+    const int64_t k = std::max<int64_t>(1, plan.every_k);
+    part = (blocks + k - 1) / k;  // blocks 0, k, 2k, ... below `blocks`
+  }
+  if (plan.mode == CheckpointPlan::Mode::kPaths) part = static_cast<int64_t>(plan.paths.size());
+  return std::min(1.0, static_cast<double>(part) / static_cast<double>(blocks));
+}
+
+}  // namespace
 
 BatchLine fit_batch_line(const std::vector<int64_t>& micro_batches, const std::vector<double>& values,
                          double fallback_slope) {
@@ -17,6 +58,77 @@ BatchLine fit_batch_line(const std::vector<int64_t>& micro_batches, const std::v
   std::vector<double> xs(micro_batches.begin(), micro_batches.end());
   const LinearFit fit = fit_line(xs, values);
   return {fit.intercept, fit.slope};
+}
+
+PhaseLines fit_phase_lines(const std::vector<int64_t>& micro_batches,
+                           const std::vector<std::array<double, kNumPhases>>& peaks,
+                           const PhaseLines* fallback) {
+  PhaseLines lines;
+  for (Phase p : kStepPhases) {
+    const auto i = static_cast<std::size_t>(p);
+    std::vector<double> values;
+    for (const auto& row : peaks) values.push_back(row[i]);
+    lines[i] = fit_batch_line(micro_batches, values, fallback ? (*fallback)[i].slope : 0);
+  }
+  return lines;
+}
+
+// Note [Phase lines]
+// Rationale: small probes peak in the optimizer phase (AdamW temporaries do
+// not grow with the batch) while large micro-batches peak in backward; one
+// line through each probe's overall peak mixes the two and underestimates
+// the slope (measured: 8-bit AdamW 8 x 1 predicted 23.9 MiB, ran 28.9 MiB).
+// Approach: one line per phase; a configuration's peak is the largest phase
+// line at its micro-batch; each strategy shifts and scales every phase line.
+
+// Note [Step time]
+// A step of k micro-batches runs forward, loss and backward k times and the
+// optimizer once. Probes run one micro-batch per step, so each probe's step
+// time is split at the optimizer hook (probes/probe_report.h,
+// StepTiming::optimizer_seconds): the micro-batch line is fitted to the
+// rest, and the optimizer's seconds are counted once per global batch.
+// Counting them k times, as one line through whole steps did, charged
+// accumulation for optimizer steps it does not run, and a strategy that
+// slows the optimizer (8-bit AdamW's quantization, offload's host step)
+// was scaled with the micro-batch as if it slowed the model (ResNet-18 on
+// the 2-core CPU: 8-bit AdamW + bf16 32 x 1 predicted at 0.56 s from a
+// time ratio measured at micro-batch 4, measured 0.28 s). A strategy
+// probed at two sizes scales the line's intercept and slope by the ratios
+// of its own line's (decision_tree.cpp, probe_effect): bf16 autocast casts the weights once
+// per micro-batch and saves per sample, so one ratio from small probes
+// over-predicted it at large micro-batches (small test GPT: by 70-146 %;
+// with lines, -42 to +8 %; docs/autotune.md, "Time model").
+StepPrediction predict(const StepModels& m, const TrainingConfig& c, int64_t global_batch) {
+  PhaseLines lines = m.phases;
+  TimeFactors time;
+  if (c.checkpoint.enabled()) apply(m.checkpoint, checkpointed_fraction(c.checkpoint, m.checkpoint_blocks), lines, time);
+  if (c.optimizer == OptimizerKind::kAdamW8bit) apply(m.adamw8bit, 1, lines, time);
+  if (c.offload_optimizer) apply(m.offload, 1, lines, time);
+  if (c.precision != m.base_precision) apply(m.bf16, 1, lines, time);
+  const auto b = static_cast<double>(c.micro_batch);
+  // The micro-batches of one step: the first runs without gradients; every
+  // later one (the last may be a smaller remainder) runs with the gradients
+  // of the earlier ones alive through its forward and backward. A probe's
+  // backward peak comes early in backward, before most gradients exist, so
+  // they are added whole (measured on the example GPT: 16 x 2 peaked
+  // 4.03 MiB = its gradient bytes above 16 x 1).
+  const int64_t steps = micro_batch_count(global_batch, c.micro_batch);
+  const int64_t last = global_batch - (steps - 1) * c.micro_batch;
+  std::vector<std::pair<double, bool>> micro_batches = {{b, false}};  // (size, gradients alive)
+  if (steps > 2) micro_batches.push_back({b, true});
+  if (steps > 1) micro_batches.push_back({static_cast<double>(last), true});
+  StepPrediction p;
+  for (Phase phase : kStepPhases) {
+    for (const auto& [size, with_gradients] : micro_batches) {
+      double bytes = lines[static_cast<std::size_t>(phase)](size);
+      if (with_gradients && phase != Phase::kOptimizer) bytes += static_cast<double>(m.gradient_bytes);
+      p.peak_bytes = std::max(p.peak_bytes, bytes);
+    }
+  }
+  const BatchLine seconds{m.seconds.intercept * time.intercept, m.seconds.slope * time.slope};
+  p.seconds_per_global_batch = static_cast<double>(steps - 1) * std::max(0.0, seconds(b)) +
+                               std::max(0.0, seconds(static_cast<double>(last))) + m.optimizer_seconds * time.optimizer;
+  return p;
 }
 
 }  // namespace oomtune

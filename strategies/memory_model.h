@@ -7,7 +7,7 @@
 //   the static bytes (parameters, gradients, optimizer state) plus transient
 //   bytes that do not grow with the batch, and the slope is the activation
 //   (and temporary) bytes per sample; the configuration's peak is the
-//   largest phase line (strategies/decision_tree.cpp, Note [Phase lines]).
+//   largest phase line (memory_model.cpp, Note [Phase lines]).
 //   Fitted by least squares on probes at several micro-batch sizes b.
 // - Strategies that change only static memory (8-bit AdamW, offload) shift
 //   the intercept by their measured difference at one micro-batch size;
@@ -21,12 +21,19 @@
 //   the gradients alive: its forward-to-backward peaks + gradient bytes.
 // - Time: seconds per micro-batch t(b) = c + d * b from the same probes;
 //   strategies multiply it by their measured ratio; a global batch of G
-//   takes the sum of t over its micro-batches.
+//   takes the sum of t over its micro-batches, plus the optimizer step once
+//   (memory_model.cpp, Note [Step time]).
+//
+// The search (decision_tree.cpp) fits these models to its probes and asks
+// predict() about every node; nothing here runs a trial.
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
+#include "common/phase.h"
 #include "probes/linear_fit.h"
+#include "strategies/training_config.h"
 
 namespace oomtune {
 
@@ -41,5 +48,66 @@ struct BatchLine {
 /// slope is `fallback_slope`. Throws std::invalid_argument with none.
 BatchLine fit_batch_line(const std::vector<int64_t>& micro_batches, const std::vector<double>& values,
                          double fallback_slope = 0);
+
+/// The phases whose peaks the memory model follows: every phase of a step;
+/// loading happens once, before any micro-batch (Note [Phase lines]).
+inline constexpr std::array<Phase, 4> kStepPhases = {Phase::kForward, Phase::kLoss, Phase::kBackward,
+                                                     Phase::kOptimizer};
+
+/// Per-phase lines, indexed by Phase: bytes vs micro-batch. Lines of phases
+/// outside kStepPhases stay zero.
+using PhaseLines = std::array<BatchLine, kNumPhases>;
+
+/// Fits one line per step phase: `peaks[j][phase]` is the peak (bytes) of
+/// the probe at `micro_batches[j]`. With one probe each slope is
+/// `fallback`'s for that phase, zero when `fallback` is null. Throws
+/// std::invalid_argument when there are no probes or the sizes differ.
+PhaseLines fit_phase_lines(const std::vector<int64_t>& micro_batches,
+                           const std::vector<std::array<double, kNumPhases>>& peaks, const PhaseLines* fallback);
+
+/// What one strategy does to the base configuration's lines, as its probes
+/// measured it against the base's at the same micro-batches.
+struct StrategyEffect {
+  std::array<double, kNumPhases> shift_bytes{};               // added to each phase's intercept
+  std::array<double, kNumPhases> slope_ratio{1, 1, 1, 1, 1};  // multiplies each phase's slope
+  // Of a micro-batch's seconds (forward, loss, backward): of the line's
+  // intercept and of its slope, equal unless probed at two sizes (Note [Step
+  // time]).
+  double time_ratio = 1, time_slope_ratio = 1;
+  double optimizer_time_ratio = 1;  // of the optimizer step's seconds
+  bool available = false;           // false: not probed, or its probe failed
+};
+
+/// The fitted lines of the base configuration (the job's own, or the
+/// rescued one) and each strategy's effect on them.
+struct StepModels {
+  PhaseLines phases;              // bytes vs micro-batch, per phase
+  BatchLine seconds;              // seconds of one micro-batch's forward, loss and backward (Note [Step time])
+  double optimizer_seconds = 0;   // seconds of the optimizer step, once per global batch
+  int64_t gradient_bytes = 0;     // SUM: alive through every micro-batch after the first
+  int64_t checkpoint_blocks = 0;  // COUNT: blocks that checkpointing "all" checkpoints
+  // bf16: whichever form ran (decision_tree.cpp, Note [bf16 fallback]).
+  StrategyEffect checkpoint, adamw8bit, offload, bf16;
+  Precision base_precision = Precision::kFp32;  // the base probes' precision
+};
+
+/// A configuration's prediction: never measured, always labelled so.
+struct StepPrediction {
+  double peak_bytes = 0;                // the largest phase line over the step's micro-batches
+  double seconds_per_global_batch = 0;  // every micro-batch's seconds plus one optimizer step
+};
+
+/// Predicts the peak (bytes) and seconds per global batch of `config`
+/// training on `global_batch` samples in micro-batches of
+/// config.micro_batch (its accumulation_steps is not read: ceil(G / b)
+/// micro-batches, the last one the remainder). Each strategy `config` uses
+/// applies its effect (one the base already uses keeps the default, the
+/// identity; bf16 applies when config.precision differs from the base's):
+/// checkpointing in proportion to the
+/// blocks it checkpoints out of models.checkpoint_blocks (the first n, every
+/// k-th, or the named paths; all when that count is 0), the others whole;
+/// shifts add, ratios multiply (selective checkpointing interpolates both
+/// linearly). Requires config.micro_batch >= 1.
+StepPrediction predict(const StepModels& models, const TrainingConfig& config, int64_t global_batch);
 
 }  // namespace oomtune

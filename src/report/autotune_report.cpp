@@ -133,7 +133,8 @@ std::string render_autotune_text(const AutotuneReport& report) {
     line(fmt::format("model     {} peak = {} + {} per sample", s.baseline_name,
                      format_bytes(static_cast<int64_t>(s.baseline_peak.intercept)),
                      format_bytes(static_cast<int64_t>(s.baseline_peak.slope))));
-    // The optimizer's share only where the probes timed it (Note [Step time]).
+    // The optimizer's share only where the probes timed it
+    // (strategies/memory_model.cpp, Note [Step time]).
     const std::string optimizer =
         s.baseline_optimizer_seconds > 0
             ? fmt::format(" per micro-batch, + {} s per optimizer step", format_seconds(s.baseline_optimizer_seconds))

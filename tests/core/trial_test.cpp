@@ -180,7 +180,7 @@ TEST(Trial, ALaterStepPeaksLikeTheMeasuredStep) {
   EXPECT_EQ(r.timing.warmup_steps, 1);
   EXPECT_EQ(r.timing.step_seconds.size(), 4u);
   // Each timed step's optimizer phase is a part of it (Note [Step time] in
-  // strategies/decision_tree.cpp), and the parent reads it back from JSON.
+  // strategies/memory_model.cpp), and the parent reads it back from JSON.
   ASSERT_EQ(r.timing.optimizer_seconds.size(), 4u);
   for (std::size_t i = 0; i < 4; ++i) {
     EXPECT_GT(r.timing.optimizer_seconds[i], 0);
