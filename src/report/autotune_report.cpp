@@ -130,19 +130,33 @@ std::string render_autotune_text(const AutotuneReport& report) {
   if (s.baseline_micro_batches.empty()) {
     line(fmt::format("model     none: no configuration ran at micro-batch {}", s.smallest_micro_batch));
   } else {
-    line(fmt::format("model     {} peak = {} + {} per sample", s.baseline_name,
+    // One size ran (its next one ran out of memory or time): the memory
+    // slope is its retained activations' and the time line is flat
+    // (decision_tree.cpp, fit_models); say so where the numbers are.
+    const bool one_size = s.baseline_micro_batches.size() == 1;
+    line(fmt::format("model     {} peak = {} + {} per sample{}", s.baseline_name,
                      format_bytes(static_cast<int64_t>(s.baseline_peak.intercept)),
-                     format_bytes(static_cast<int64_t>(s.baseline_peak.slope))));
+                     format_bytes(static_cast<int64_t>(s.baseline_peak.slope)),
+                     one_size ? " (the slope of its retained activations, a lower bound)" : ""));
     // The optimizer's share only where the probes timed it
     // (strategies/memory_model.cpp, Note [Step time]).
-    const std::string optimizer =
+    const std::string optimizer_step =
         s.baseline_optimizer_seconds > 0
-            ? fmt::format(" per micro-batch, + {} s per optimizer step", format_seconds(s.baseline_optimizer_seconds))
+            ? fmt::format("+ {} s per optimizer step", format_seconds(s.baseline_optimizer_seconds))
             : "";
-    line(fmt::format("          {} step = {} s + {} s per sample{} (both fitted to the {} probes at micro-batch {})",
-                     s.baseline_name, format_seconds(s.baseline_seconds.intercept),
-                     format_seconds(s.baseline_seconds.slope), optimizer, s.baseline_name,
-                     fmt::join(s.baseline_micro_batches, ", ")));
+    if (one_size) {
+      const int64_t size = s.baseline_micro_batches.front();
+      line(fmt::format("          {} step = {} s per micro-batch{} (measured at micro-batch {} only: larger "
+                       "micro-batches are predicted as fast, an upper bound on their speed)",
+                       s.baseline_name, format_seconds(s.baseline_seconds(static_cast<double>(size))),
+                       optimizer_step.empty() ? "" : ", " + optimizer_step, size));
+    } else {
+      line(fmt::format("          {} step = {} s + {} s per sample{} (both fitted to the {} probes at micro-batch {})",
+                       s.baseline_name, format_seconds(s.baseline_seconds.intercept),
+                       format_seconds(s.baseline_seconds.slope),
+                       optimizer_step.empty() ? "" : " per micro-batch, " + optimizer_step, s.baseline_name,
+                       fmt::join(s.baseline_micro_batches, ", ")));
+    }
   }
   line("");
   if (!s.trail.empty()) {

@@ -163,6 +163,27 @@ TEST(AutotuneReport, ARescuedSearchNamesItsBase) {
   EXPECT_TRUE(j.at("least_memory_failure").is_null());
 }
 
+// The one-point base of DecisionTree.AOnePointBaseTakesTheSlopeOfItsRetainedActivations
+// (checkpointing rescued at micro-batch 1: 18 + 6 b MiB, its micro-batch
+// (0.01 + 0.002) x 1.6 = 0.0192 s, the optimizer step 0.005 s): the model
+// lines say that the slope is a lower bound and that the time was measured
+// at one size, instead of a fitted "+ 0 s per sample".
+TEST(AutotuneReport, AOnePointBaseSaysWhatItsLinesCannotKnow) {
+  FakeRunner fake;
+  fake.activation_per_sample = 24 * kMiB;
+  fake.probe_budget = 29 * kMiB;
+  fake.optimizer_seconds = 0.005;
+  const AutotuneReport report = report_of(fake, job_with_budget(29 * kMiB));
+  ASSERT_EQ(report.search.baseline_micro_batches, (std::vector<int64_t>{1}));
+  const std::vector<std::string> lines = lines_of(render_autotune_text(report));
+  ASSERT_GE(lines.size(), 4u);
+  EXPECT_EQ(lines[2], "model     checkpointing (all blocks) peak = 18.00 MiB + 6.00 MiB per sample (the slope of its "
+                      "retained activations, a lower bound)");
+  EXPECT_EQ(lines[3], "          checkpointing (all blocks) step = 0.0192 s per micro-batch, + 0.00500 s per optimizer "
+                      "step (measured at micro-batch 1 only: larger micro-batches are predicted as fast, an upper "
+                      "bound on their speed)");
+}
+
 // Plain and the least-memory combination out of memory at micro-batch 1
 // (fake guard 11 MiB): "nothing fits" is measured, there is no model and no
 // trail, and the ZeRO table (the command's) is said to be a lower bound.
