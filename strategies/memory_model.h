@@ -14,15 +14,17 @@
 //   strategies that change activations (checkpointing, bf16) get a slope
 //   ratio from two sizes. Combinations add intercept shifts and multiply
 //   slope ratios.
-// - Selective checkpointing of the first n of N blocks interpolates the
-//   slope linearly between none (n = 0) and all (n = N).
+// - Checkpointing n of the N blocks that "all" checkpoints (the first n,
+//   every k-th, named paths) applies n / N of its effect: shifts, slope and
+//   time ratios move linearly between none (n = 0) and all (n = N).
 // - With gradient accumulation (more than one micro-batch per step), every
 //   micro-batch after the first (the smaller remainder included) runs with
 //   the gradients alive: its forward-to-backward peaks + gradient bytes.
 // - Time: seconds per micro-batch t(b) = c + d * b from the same probes;
-//   strategies multiply it by their measured ratio; a global batch of G
-//   takes the sum of t over its micro-batches, plus the optimizer step once
-//   (memory_model.cpp, Note [Step time]).
+//   strategies scale c and d by their measured ratios (one ratio for both
+//   when probed at one size) and the optimizer step by its own; a global
+//   batch of G takes the sum of t over its micro-batches, plus the
+//   optimizer step once (memory_model.cpp, Note [Step time]).
 //
 // The search (decision_tree.cpp) fits these models to its probes and asks
 // predict() about every node; nothing here runs a trial.
@@ -37,7 +39,7 @@
 
 namespace oomtune {
 
-/// A line y = intercept + slope * micro_batch, with where it came from.
+/// A line y = intercept + slope * micro_batch.
 struct BatchLine {
   double intercept = 0;            // units of y at micro-batch 0
   double slope = 0;                // units of y per sample
