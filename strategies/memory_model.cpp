@@ -101,7 +101,8 @@ PhaseLines fit_phase_lines(const std::vector<int64_t>& micro_batches,
 StepPrediction predict(const StepModels& m, const TrainingConfig& c, int64_t global_batch) {
   PhaseLines lines = m.phases;
   TimeFactors time;
-  if (c.checkpoint.enabled()) apply(m.checkpoint, checkpointed_fraction(c.checkpoint, m.checkpoint_blocks), lines, time);
+  if (c.checkpoint.enabled())
+    apply(m.checkpoint, checkpointed_fraction(c.checkpoint, m.checkpoint_blocks), lines, time);
   if (c.optimizer == OptimizerKind::kAdamW8bit) apply(m.adamw8bit, 1, lines, time);
   if (c.offload_optimizer) apply(m.offload, 1, lines, time);
   if (c.precision != m.base_precision) apply(m.bf16, 1, lines, time);

@@ -169,11 +169,9 @@ TEST(AutotuneReport, ARescuedSearchNamesItsBase) {
 // lines say that the slope is a lower bound and that the time was measured
 // at one size, instead of a fitted "+ 0 s per sample".
 TEST(AutotuneReport, AOnePointBaseSaysWhatItsLinesCannotKnow) {
-  FakeRunner fake;
-  fake.activation_per_sample = 24 * kMiB;
-  fake.probe_budget = 29 * kMiB;
+  FakeRunner fake = one_point_base_fake();
   fake.optimizer_seconds = 0.005;
-  const AutotuneReport report = report_of(fake, job_with_budget(29 * kMiB));
+  const AutotuneReport report = report_of(fake, job_with_budget(kOnePointBudget));
   ASSERT_EQ(report.search.baseline_micro_batches, (std::vector<int64_t>{1}));
   const std::vector<std::string> lines = lines_of(render_autotune_text(report));
   ASSERT_GE(lines.size(), 4u);

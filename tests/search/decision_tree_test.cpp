@@ -804,20 +804,18 @@ TEST(DecisionTree, WhenNoCombinationRunsForAnotherReasonThanMemoryItIsAnError) {
   EXPECT_EQ(fake.probes, 3 + 5);
 }
 
-// Activations 24 MiB per sample and guard = budget = 29 MiB (a GPU whose
-// whole memory is the budget): plain needs 42 MiB at 1; checkpointing
-// (18 + 6 b MiB) runs at 1 (24 MiB) and is rescued (Note [Rescue]), but
-// runs out at 4 (42) and 2 (30): one point. Its lines take the slope of its
-// retained activations (6 MiB per sample, exact on the fake). 8-bit AdamW
-// on top saves 6 MiB of state: 18 + 6 (b - 1) + 4 MiB of gradients fits
-// at 2 x 16 (28 MiB); offload (16 + 6 (b - 1) + 4) too, slower (1.5x vs
-// 1.1x). Before, the lines were flat: 8-bit at 16 x 2 was predicted at
-// 22 MiB and its verification ran out (true 12 + 96 + 4 MiB).
+// one_point_base_fake: activations 24 MiB per sample, guard = budget =
+// 29 MiB; plain needs 42 MiB at 1; checkpointing (18 + 6 b MiB) runs at 1
+// (24 MiB) and is rescued (Note [Rescue]), but runs out at 4 (42) and 2
+// (30): one point. Its lines take the slope of its retained activations
+// (6 MiB per sample, exact on the fake). 8-bit AdamW on top saves 6 MiB
+// of state: 18 + 6 (b - 1) + 4 MiB of gradients fits at 2 x 16 (28 MiB);
+// offload (16 + 6 (b - 1) + 4) too, slower (1.5x vs 1.1x). Before, the
+// lines were flat: 8-bit at 16 x 2 was predicted at 22 MiB and its
+// verification ran out (true 12 + 96 + 4 MiB).
 TEST(DecisionTree, AOnePointBaseTakesTheSlopeOfItsRetainedActivations) {
-  FakeRunner fake;
-  fake.activation_per_sample = 24 * kMiB;
-  fake.probe_budget = 29 * kMiB;
-  const SearchResult r = run_search(fake, job_with_budget(29 * kMiB));
+  FakeRunner fake = one_point_base_fake();
+  const SearchResult r = run_search(fake, job_with_budget(kOnePointBudget));
   EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{1}));
   EXPECT_NEAR(r.baseline_peak.slope, 6.0 * kMiB, 1.0);
   EXPECT_NE(std::find(r.notes.begin(), r.notes.end(),
@@ -846,11 +844,9 @@ TEST(DecisionTree, AOnePointBaseTakesTheSlopeOfItsRetainedActivations) {
 // ran out; with it, accumulation runs 1 x 32 (24 + 4 MiB of gradients =
 // 28 MiB).
 TEST(DecisionTree, AProbeOutOfMemoryBoundsItsConfigurationWhereTheLineHasNoSlope) {
-  FakeRunner fake;
-  fake.activation_per_sample = 24 * kMiB;
-  fake.probe_budget = 29 * kMiB;
+  FakeRunner fake = one_point_base_fake();
   fake.retained_fraction = 0;
-  const SearchResult r = run_search(fake, job_with_budget(29 * kMiB));
+  const SearchResult r = run_search(fake, job_with_budget(kOnePointBudget));
   EXPECT_EQ(r.baseline_name, "checkpointing (all blocks)");
   EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{1}));
   EXPECT_NEAR(r.baseline_peak.slope, 0.0, 1.0);

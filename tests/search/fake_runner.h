@@ -214,6 +214,18 @@ inline SearchResult run_search(FakeRunner& fake, const JobSpec& job, const Searc
   return search(job, fake, options, [](const std::string&) {});
 }
 
+// A base that runs at one micro-batch only: activations 24 MiB per sample
+// and guard = budget = kOnePointBudget (a GPU whose whole memory is the
+// budget). Plain needs 42 MiB at 1; checkpointing (18 + 6 b MiB) runs at 1
+// (24 MiB) and is rescued, but runs out at 4 (42) and 2 (30).
+inline constexpr int64_t kOnePointBudget = 29 * kMiB;
+inline FakeRunner one_point_base_fake() {
+  FakeRunner fake;
+  fake.activation_per_sample = 24 * kMiB;
+  fake.probe_budget = kOnePointBudget;
+  return fake;
+}
+
 // With the defaults (P = 1 Mi parameters, A = 8 MiB):
 // plain peak(b) = 16 MiB + 2 MiB + 8 MiB b.
 inline int64_t plain_peak(int64_t b) { return 18 * kMiB + 8 * kMiB * b; }
