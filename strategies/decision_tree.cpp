@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <bitset>
-#include <cmath>
 #include <initializer_list>
 #include <limits>
 #include <map>

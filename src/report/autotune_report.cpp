@@ -130,9 +130,10 @@ std::string render_autotune_text(const AutotuneReport& report) {
   if (s.baseline_micro_batches.empty()) {
     line(fmt::format("model     none: no configuration ran at micro-batch {}", s.smallest_micro_batch));
   } else {
-    // One size ran (its next one ran out of memory or time): the memory
-    // slope is its retained activations' and the time line is flat
-    // (decision_tree.cpp, fit_models); say so where the numbers are.
+    // One size ran (the next ran out of memory or time, or the job allows
+    // no other): the memory slope is its retained activations' and the
+    // time line is flat (decision_tree.cpp, fit_models); say so where the
+    // numbers are.
     const bool one_size = s.baseline_micro_batches.size() == 1;
     line(fmt::format("model     {} peak = {} + {} per sample{}", s.baseline_name,
                      format_bytes(static_cast<int64_t>(s.baseline_peak.intercept)),
