@@ -31,6 +31,18 @@ struct LargestAllocation {
   Phase phase = Phase::kLoad;
 };
 
+/// Backward's activation peak: the moment of one backward pass when its live
+/// device bytes less the parameter gradients it had created so far were
+/// highest (activations, their gradients and temporaries at their height).
+/// The backward phase's own peak can hide it: at small micro-batches that
+/// peak is the end of backward, all gradients created, and grows with
+/// nothing; this moment grows with the micro-batch (strategies/
+/// memory_model.cpp, Note [Backward activation peak]).
+struct BackwardActivationPeak {
+  int64_t live_bytes = 0;      // SUM: live device bytes then; 0 = not measured
+  int64_t gradient_bytes = 0;  // SUM: of those, gradients this backward created
+};
+
 /// One allocation or free, in the order they happened.
 struct TrackedEvent {
   enum class Kind : uint8_t { kAlloc, kFree };

@@ -265,6 +265,11 @@ std::vector<TrackedEvent> MemoryTracker::events() const {
   return state_->events;
 }
 
+std::size_t MemoryTracker::event_count() const {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return state_->events.size();
+}
+
 std::vector<std::string> MemoryTracker::op_names() const {
   std::lock_guard<std::mutex> lock(g_mutex);
   return state_->op_names;

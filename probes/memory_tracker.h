@@ -80,6 +80,9 @@ class MemoryTracker final : public c10::Allocator {
   int64_t block_bytes(const void* data) const;
   /// Recorded events (empty unless options.record_events).
   std::vector<TrackedEvent> events() const;
+  /// How many events are recorded so far: an index into events() that
+  /// marks a moment (0 unless options.record_events).
+  std::size_t event_count() const;
   /// Operator labels that events refer to by index; [0] is "(unknown)".
   std::vector<std::string> op_names() const;
   /// Number of allocations refused for the budget.

@@ -87,6 +87,9 @@ struct ProbeReport {
   int64_t steps_run = 0;              // COUNT: optimizer steps completed
   StaticMemory static_memory;
   int64_t retained_activation_bytes = 0;  // SUM: live after forward+loss minus live before forward
+  // Of the measured step's backward, with events recorded (TrialOptions::
+  // record_events) and one micro-batch per step; else zero.
+  BackwardActivationPeak backward_activation_peak;
   LargestAllocation largest;
   StepTiming timing;
   double samples_per_second = 0;      // global batch / steady step seconds

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
@@ -16,6 +17,7 @@
 #include "common/error.h"
 #include "common/seconds_text.h"
 #include "strategies/accumulation.h"
+#include "strategies/job_config.h"
 
 namespace oomtune {
 namespace {
@@ -26,29 +28,44 @@ CheckpointPlan checkpoint_every_block() {
   return plan;
 }
 
-// A probe's peak per phase, against the budget: on CUDA scaled by the
-// caching allocator's predicted reserved / allocated ratio (a job runs out of
+// A probe's bytes against the budget: on CUDA scaled by the caching
+// allocator's predicted reserved / allocated ratio (a job runs out of
 // memory when it cannot reserve more, not when live tensors reach the
-// budget), elsewhere the allocated peaks the counting allocator enforces.
-std::array<double, kNumPhases> phase_peaks_of(const ProbeReport& r, const JobSpec& job) {
-  double scale = 1;
+// budget), elsewhere the allocated bytes the counting allocator enforces.
+double budget_scale(const ProbeReport& r, const JobSpec& job) {
   if (job.device == "cuda" && r.reserved && r.peak_bytes > 0)
-    scale = static_cast<double>(r.reserved->peak_reserved_bytes) / static_cast<double>(r.peak_bytes);
+    return static_cast<double>(r.reserved->peak_reserved_bytes) / static_cast<double>(r.peak_bytes);
+  return 1;
+}
+
+// A probe's peak per phase, against the budget (budget_scale).
+std::array<double, kNumPhases> phase_peaks_of(const ProbeReport& r, const JobSpec& job) {
+  const double scale = budget_scale(r, job);
   std::array<double, kNumPhases> peaks{};
   for (Phase p : kStepPhases)
     peaks[static_cast<std::size_t>(p)] = scale * static_cast<double>(r.phases[static_cast<std::size_t>(p)].peak_bytes);
   return peaks;
 }
 
+// A probe's backward activation peak against the budget (budget_scale):
+// live bytes, and the gradients among them. A probe without one (no event
+// stream) gives its backward peak with no gradients, which the backward
+// phase line already holds (memory_model.cpp, Note [Backward activation
+// peak]).
+std::pair<double, double> backward_activation_of(const ProbeReport& r, const JobSpec& job) {
+  const double scale = budget_scale(r, job);
+  const BackwardActivationPeak& a = r.backward_activation_peak;
+  if (a.live_bytes <= 0)
+    return {scale * static_cast<double>(r.phases[static_cast<std::size_t>(Phase::kBackward)].peak_bytes), 0};
+  return {scale * static_cast<double>(a.live_bytes), scale * static_cast<double>(a.gradient_bytes)};
+}
+
+constexpr auto kBackwardIndex = static_cast<std::size_t>(Phase::kBackward);
+
 // Of a probe's step, the micro-batch's part: without the optimizer step
 // (memory_model.cpp, Note [Step time]).
 double forward_backward_seconds(const ProbeReport& r) {
   return std::max(0.0, r.timing.steady_step_seconds - r.timing.steady_optimizer_seconds);
-}
-
-/// The largest micro-batch the job allows: the global batch, or max_micro_batch below it.
-int64_t largest_micro_batch(const JobSpec& job) {
-  return job.max_micro_batch ? std::min(job.global_batch, *job.max_micro_batch) : job.global_batch;
 }
 
 std::vector<int64_t> probe_sizes(const JobSpec& job) {
@@ -159,7 +176,7 @@ class Search {
                               const std::vector<int64_t>& sizes) {
     std::vector<int64_t> ok_sizes;
     std::vector<std::array<double, kNumPhases>> peaks;
-    std::vector<double> time_ratios, optimizer_seconds, forward_backward;
+    std::vector<double> activation, time_ratios, optimizer_seconds, forward_backward;
     for (int64_t s : sizes) {
       const ProbeReport r = probe(config, s);
       if (r.outcome != TrialOutcome::kOk) {
@@ -181,6 +198,7 @@ class Search {
       if (config.checkpoint.enabled()) models_.checkpoint_blocks = static_cast<int64_t>(r.checkpointed_blocks.size());
       ok_sizes.push_back(s);
       peaks.push_back(phase_peaks_of(r, job_));
+      activation.push_back(backward_activation_of(r, job_).first);
       forward_backward.push_back(forward_backward_seconds(r));
       const auto base_time = plain_seconds_.find(s);
       if (base_time != plain_seconds_.end() && base_time->second > 0)
@@ -190,11 +208,17 @@ class Search {
     const PhaseLines lines = fit_phase_lines(ok_sizes, peaks, &models_.phases);
     StrategyEffect effect;
     effect.available = true;
+    // A line's effect: its intercept's shift and its slope's ratio to the base's.
+    const auto shift_and_ratio = [](const BatchLine& own, const BatchLine& base, double& shift, double& ratio) {
+      shift = own.intercept - base.intercept;
+      ratio = base.slope > 0 ? std::max(0.0, own.slope / base.slope) : 1;
+    };
     for (Phase p : kStepPhases) {
       const auto i = static_cast<std::size_t>(p);
-      effect.shift_bytes[i] = lines[i].intercept - models_.phases[i].intercept;
-      effect.slope_ratio[i] = models_.phases[i].slope > 0 ? std::max(0.0, lines[i].slope / models_.phases[i].slope) : 1;
+      shift_and_ratio(lines[i], models_.phases[i], effect.shift_bytes[i], effect.slope_ratio[i]);
     }
+    shift_and_ratio(fit_batch_line(ok_sizes, activation, models_.backward_activation.slope),
+                    models_.backward_activation, effect.activation_shift_bytes, effect.activation_slope_ratio);
     if (!time_ratios.empty()) effect.time_ratio = effect.time_slope_ratio = mean(time_ratios);
     // Two sizes: the ratios of the lines' intercepts and slopes, where both
     // lines rise (bf16 autocast casts the weights once per micro-batch and
@@ -347,10 +371,13 @@ class Search {
     result_.baseline_name = rescue_strategies_ ? rescue_label(rescue_strategies_) : "plain";
     std::vector<int64_t> ok;
     std::vector<std::array<double, kNumPhases>> phase_peaks;
-    std::vector<double> peaks, seconds, optimizer_seconds;
+    std::vector<double> peaks, activation, activation_gradients, seconds, optimizer_seconds;
     for (const auto& [s, r] : plain.ran) {
       ok.push_back(s);
       phase_peaks.push_back(phase_peaks_of(r, job_));
+      const auto [live, gradients] = backward_activation_of(r, job_);
+      activation.push_back(live);
+      activation_gradients.push_back(gradients);
       peaks.push_back(static_cast<double>(r.peak_bytes));
       seconds.push_back(forward_backward_seconds(r));
       plain_seconds_[s] = seconds.back();
@@ -400,11 +427,14 @@ class Search {
                                           format_bytes(static_cast<int64_t>(per_sample))));
     }
     models_.phases = fit_phase_lines(ok, phase_peaks, &one_point);
+    models_.backward_activation = fit_batch_line(ok, activation, one_point[kBackwardIndex].slope);
+    models_.backward_activation_gradient_bytes = mean(activation_gradients);
     models_.seconds = fit_batch_line(ok, seconds);
     models_.optimizer_seconds = mean(optimizer_seconds);
     result_.baseline_optimizer_seconds = models_.optimizer_seconds;
     result_.baseline_peak = fit_batch_line(ok, peaks, per_sample);
     result_.baseline_seconds = models_.seconds;
+    result_.baseline_backward_activation = models_.backward_activation;
     result_.baseline_micro_batches = ok;
 
     const std::vector<int64_t> two(ok.begin(), ok.begin() + std::min<std::size_t>(2, ok.size()));
@@ -540,10 +570,13 @@ class Search {
     StepModels m;
     std::vector<int64_t> sizes;
     std::vector<std::array<double, kNumPhases>> peaks;
-    std::vector<double> seconds, ratios, optimizer_seconds;
+    std::vector<double> activation, activation_gradients, seconds, ratios, optimizer_seconds;
     for (const ProbeReport& r : alternative.probes) {
       sizes.push_back(r.micro_batch);
       peaks.push_back(phase_peaks_of(r, job_));
+      const auto [live, gradients] = backward_activation_of(r, job_);
+      activation.push_back(live);
+      activation_gradients.push_back(gradients);
       seconds.push_back(forward_backward_seconds(r));
       optimizer_seconds.push_back(r.timing.steady_optimizer_seconds);
       const double base_seconds = models_.seconds(static_cast<double>(r.micro_batch));
@@ -552,6 +585,8 @@ class Search {
     m.optimizer_seconds = mean(optimizer_seconds);
     const PhaseLines slopes = retained_slopes(alternative.probes.front());
     m.phases = fit_phase_lines(sizes, peaks, &slopes);
+    m.backward_activation = fit_batch_line(sizes, activation, slopes[kBackwardIndex].slope);
+    m.backward_activation_gradient_bytes = mean(activation_gradients);
     if (ratios.size() == sizes.size()) {
       const double ratio = mean(ratios);
       m.seconds = {models_.seconds.intercept * ratio, models_.seconds.slope * ratio};

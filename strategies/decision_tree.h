@@ -124,6 +124,10 @@ struct SearchResult {
   int64_t verification_trials = 0;           // COUNT: real runs beyond the probes
   int64_t parameter_count = 0;               // COUNT
   BatchLine baseline_peak;                   // bytes vs micro-batch (of baseline_name)
+  // Bytes vs micro-batch at backward's activation peak (of baseline_name):
+  // where it passes baseline_peak, the peak follows it (memory_model.cpp,
+  // Note [Backward activation peak]).
+  BatchLine baseline_backward_activation;
   BatchLine baseline_seconds;                // seconds of one micro-batch's forward, loss, backward (of baseline_name)
   double baseline_optimizer_seconds = 0;     // seconds of its optimizer step, once per global batch (0: not timed)
   std::vector<int64_t> baseline_micro_batches;  // the probes both lines were fitted to (empty: none ran)

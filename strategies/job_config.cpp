@@ -1,5 +1,7 @@
 #include "strategies/job_config.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "common/error.h"
@@ -32,6 +34,10 @@ TrainingConfig normalize_config(TrainingConfig config, const JobSpec& job) {
                                   config.micro_batch, config.accumulation_steps, job.global_batch, steps));
   config.accumulation_steps = steps;
   return config;
+}
+
+int64_t largest_micro_batch(const JobSpec& job) {
+  return job.max_micro_batch ? std::min(job.global_batch, *job.max_micro_batch) : job.global_batch;
 }
 
 }  // namespace oomtune

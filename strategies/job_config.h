@@ -15,6 +15,10 @@ namespace oomtune {
 /// does not allow a remainder, for fp16 on a non-CUDA device.
 TrainingConfig normalize_config(TrainingConfig config, const JobSpec& job);
 
+/// The largest micro-batch `job` allows (samples): its global batch, or
+/// max_micro_batch when that is smaller.
+int64_t largest_micro_batch(const JobSpec& job);
+
 /// The config a job asks for with no strategy: one micro-batch of the
 /// global batch, the job's optimizer and precision.
 TrainingConfig baseline_config(const JobSpec& job);

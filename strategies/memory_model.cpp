@@ -15,13 +15,19 @@ struct TimeFactors {
   double optimizer = 1;             // of the optimizer step
 };
 
+// Applies a fraction `f` of a shift and a slope ratio to `line`.
+void move(BatchLine& line, double f, double shift_bytes, double slope_ratio) {
+  line.intercept += f * shift_bytes;
+  line.slope *= 1 - f * (1 - slope_ratio);
+}
+
 // Applies a fraction `f` of an effect to the lines and the time factors.
-void apply(const StrategyEffect& e, double f, PhaseLines& lines, TimeFactors& time) {
+void apply(const StrategyEffect& e, double f, PhaseLines& lines, BatchLine& activation, TimeFactors& time) {
   for (Phase p : kStepPhases) {
     const auto i = static_cast<std::size_t>(p);
-    lines[i].intercept += f * e.shift_bytes[i];
-    lines[i].slope *= 1 - f * (1 - e.slope_ratio[i]);
+    move(lines[i], f, e.shift_bytes[i], e.slope_ratio[i]);
   }
+  move(activation, f, e.activation_shift_bytes, e.activation_slope_ratio);
   time.intercept *= 1 + f * (e.time_ratio - 1);
   time.slope *= 1 + f * (e.time_slope_ratio - 1);
   time.optimizer *= 1 + f * (e.optimizer_time_ratio - 1);
@@ -80,6 +86,26 @@ PhaseLines fit_phase_lines(const std::vector<int64_t>& micro_batches,
 // the slope (measured: 8-bit AdamW 8 x 1 predicted 23.9 MiB, ran 28.9 MiB).
 // Approach: one line per phase; a configuration's peak is the largest phase
 // line at its micro-batch; each strategy shifts and scales every phase line.
+// That alone gave 24.85 MiB for the same run: backward's own line hid the
+// rest (Note [Backward activation peak]).
+
+// Note [Backward activation peak]
+// Rationale: at small micro-batches backward peaks at its end, every
+// gradient created and most activations freed, so its phase line is flat;
+// at larger ones it peaks early, when the activations and the first
+// gradients of activations stand together, and that moment grows with the
+// micro-batch. The flat line under-predicted every larger micro-batch
+// (gpt_wide, AdamW, probes at 1, 2 and 4 all ending backward at 38.11 MiB:
+// 8-bit AdamW 8 x 1 predicted 24.85 MiB from the loss line, ran 28.85;
+// offload 8 x 1 predicted 20.05, ran 24.05).
+// Approach: each probe also finds the moment where live bytes less the
+// gradients made so far are highest (probes/backward_activation_peak.h):
+// 30.40, 32.21 and 35.84 MiB there, a line of 1.81 MiB per sample that
+// reaches 43.09 at 8, as plain 8 x 1 measures. The peak is the larger of
+// that line and the phase lines. Later micro-batches of an accumulated
+// step hold all the gradients at that moment. A probe that did not measure
+// it (no event stream) gives its backward peak with no gradients: the line
+// then repeats the backward phase line and changes nothing.
 
 // Note [Step time]
 // A step of k micro-batches runs forward, loss and backward k times and the
@@ -100,12 +126,13 @@ PhaseLines fit_phase_lines(const std::vector<int64_t>& micro_batches,
 // with lines, -42 to +8 %; docs/autotune.md, "Time model").
 StepPrediction predict(const StepModels& m, const TrainingConfig& c, int64_t global_batch) {
   PhaseLines lines = m.phases;
+  BatchLine activation = m.backward_activation;
   TimeFactors time;
   if (c.checkpoint.enabled())
-    apply(m.checkpoint, checkpointed_fraction(c.checkpoint, m.checkpoint_blocks), lines, time);
-  if (c.optimizer == OptimizerKind::kAdamW8bit) apply(m.adamw8bit, 1, lines, time);
-  if (c.offload_optimizer) apply(m.offload, 1, lines, time);
-  if (c.precision != m.base_precision) apply(m.bf16, 1, lines, time);
+    apply(m.checkpoint, checkpointed_fraction(c.checkpoint, m.checkpoint_blocks), lines, activation, time);
+  if (c.optimizer == OptimizerKind::kAdamW8bit) apply(m.adamw8bit, 1, lines, activation, time);
+  if (c.offload_optimizer) apply(m.offload, 1, lines, activation, time);
+  if (c.precision != m.base_precision) apply(m.bf16, 1, lines, activation, time);
   const auto b = static_cast<double>(c.micro_batch);
   // The micro-batches of one step: the first runs without gradients; every
   // later one (the last may be a smaller remainder) runs with the gradients
@@ -125,6 +152,13 @@ StepPrediction predict(const StepModels& m, const TrainingConfig& c, int64_t glo
       if (with_gradients && phase != Phase::kOptimizer) bytes += static_cast<double>(m.gradient_bytes);
       p.peak_bytes = std::max(p.peak_bytes, bytes);
     }
+  }
+  // Note [Backward activation peak]: with the gradients of earlier
+  // micro-batches alive, all of them stand in for those the first had made.
+  for (const auto& [size, with_gradients] : micro_batches) {
+    double bytes = activation(size);
+    if (with_gradients) bytes += static_cast<double>(m.gradient_bytes) - m.backward_activation_gradient_bytes;
+    p.peak_bytes = std::max(p.peak_bytes, bytes);
   }
   const BatchLine seconds{m.seconds.intercept * time.intercept, m.seconds.slope * time.slope};
   p.seconds_per_global_batch = static_cast<double>(steps - 1) * std::max(0.0, seconds(b)) +

@@ -17,9 +17,16 @@
 // - Checkpointing n of the N blocks that "all" checkpoints (the first n,
 //   every k-th, named paths) applies n / N of its effect: shifts, slope and
 //   time ratios move linearly between none (n = 0) and all (n = N).
+// - Backward has a second line: its live bytes at its activation peak
+//   (probes/memory_records.h, BackwardActivationPeak), which the backward
+//   phase's own peak hides at small micro-batches; backward's peak is the
+//   larger of the two (memory_model.cpp, Note [Backward activation peak]).
+//   Strategies shift and scale it as they do a phase line.
 // - With gradient accumulation (more than one micro-batch per step), every
 //   micro-batch after the first (the smaller remainder included) runs with
-//   the gradients alive: its forward-to-backward peaks + gradient bytes.
+//   the gradients alive: its forward-to-backward peaks + gradient bytes;
+//   at the activation peak, all gradient bytes in place of those the first
+//   micro-batch had created by then.
 // - Time: seconds per micro-batch t(b) = c + d * b from the same probes;
 //   strategies scale c and d by their measured ratios (one ratio for both
 //   when probed at one size) and the optimizer step by its own; a global
@@ -77,6 +84,8 @@ struct StrategyEffect {
   // time]).
   double time_ratio = 1, time_slope_ratio = 1;
   double optimizer_time_ratio = 1;  // of the optimizer step's seconds
+  // Of the backward activation line, as shift_bytes and slope_ratio of a phase's.
+  double activation_shift_bytes = 0, activation_slope_ratio = 1;
   bool available = false;           // false: not probed, or its probe failed
 };
 
@@ -84,6 +93,11 @@ struct StrategyEffect {
 /// rescued one) and each strategy's effect on them.
 struct StepModels {
   PhaseLines phases;              // bytes vs micro-batch, per phase
+  // Backward's live bytes at its activation peak vs micro-batch, and the
+  // gradient bytes among them (mean of the probes'); a zero line adds
+  // nothing (Note [Backward activation peak]).
+  BatchLine backward_activation;
+  double backward_activation_gradient_bytes = 0;
   BatchLine seconds;              // seconds of one micro-batch's forward, loss and backward (Note [Step time])
   double optimizer_seconds = 0;   // seconds of the optimizer step, once per global batch
   int64_t gradient_bytes = 0;     // SUM: alive through every micro-batch after the first
@@ -102,7 +116,9 @@ struct StepPrediction {
 /// Predicts the peak (bytes) and seconds per global batch of `config`
 /// training on `global_batch` samples in micro-batches of
 /// config.micro_batch (its accumulation_steps is not read: ceil(G / b)
-/// micro-batches, the last one the remainder). Each strategy `config` uses
+/// micro-batches, the last one the remainder): the largest of the phase
+/// lines and the backward activation line over those micro-batches. Each
+/// strategy `config` uses
 /// applies its effect (one the base already uses keeps the default, the
 /// identity; bf16 applies when config.precision differs from the base's):
 /// checkpointing in proportion to the

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <map>
 #include <set>
 #include <vector>
@@ -11,6 +12,7 @@
 
 #include "common/byte_size.h"
 #include "common/seconds_text.h"
+#include "strategies/job_config.h"
 
 namespace oomtune {
 namespace {
@@ -139,6 +141,20 @@ std::string render_autotune_text(const AutotuneReport& report) {
                      format_bytes(static_cast<int64_t>(s.baseline_peak.intercept)),
                      format_bytes(static_cast<int64_t>(s.baseline_peak.slope)),
                      one_size ? " (the slope of its retained activations, a lower bound)" : ""));
+    // Backward's activation peak passes that line within the job's
+    // micro-batches: larger ones follow it (memory_model.cpp, Note
+    // [Backward activation peak]).
+    const BatchLine& activation = s.baseline_backward_activation;
+    const auto largest = static_cast<double>(largest_micro_batch(job));
+    if (activation.slope > s.baseline_peak.slope && activation(largest) > s.baseline_peak(largest)) {
+      const double from =
+          (s.baseline_peak.intercept - activation.intercept) / (activation.slope - s.baseline_peak.slope);
+      line(fmt::format("          {} backward's activation peak = {} + {} per sample, above that line from "
+                       "micro-batch {}",
+                       s.baseline_name, format_bytes(static_cast<int64_t>(activation.intercept)),
+                       format_bytes(static_cast<int64_t>(activation.slope)),
+                       std::max<int64_t>(1, static_cast<int64_t>(std::floor(from)) + 1)));
+    }
     // The optimizer's share only where the probes timed it
     // (strategies/memory_model.cpp, Note [Step time]).
     const std::string optimizer_step =
@@ -217,6 +233,8 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
                        {{"configuration", s.baseline_name},
                         {"peak_intercept_bytes", s.baseline_peak.intercept},
                         {"peak_bytes_per_sample", s.baseline_peak.slope},
+                        {"backward_activation_intercept_bytes", s.baseline_backward_activation.intercept},
+                        {"backward_activation_bytes_per_sample", s.baseline_backward_activation.slope},
                         {"seconds_intercept", s.baseline_seconds.intercept},
                         {"seconds_per_sample", s.baseline_seconds.slope},
                         {"optimizer_seconds", s.baseline_optimizer_seconds},

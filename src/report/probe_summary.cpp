@@ -68,6 +68,12 @@ std::string render_probe_text(const ProbeSummary& s) {
     line(fmt::format("{:<22} {:>12}  (master weights, gradients and state)", "optimizer (host)", format_bytes(m.optimizer_host_bytes)));
   line(fmt::format("{:<22} {:>12}", "buffers", format_bytes(m.buffer_bytes)));
   line(fmt::format("{:<22} {:>12}", "retained activations", format_bytes(r.retained_activation_bytes)));
+  // Measured with the event stream (memory_model.cpp, Note [Backward activation peak]).
+  const BackwardActivationPeak& activation = r.backward_activation_peak;
+  if (activation.live_bytes > 0)
+    line(fmt::format("{:<22} {:>12}  (live at backward's activation peak, {} of it gradients made by then)",
+                     "backward activations", format_bytes(activation.live_bytes),
+                     format_bytes(activation.gradient_bytes)));
   line("");
   line(fmt::format("largest allocation   {} by {} during {}", format_bytes(r.largest.bytes), r.largest.op,
                    phase_name(r.largest.phase)));

@@ -8,6 +8,7 @@
 #include <torch/cuda.h>
 
 #include "compat/torch_compat.h"
+#include "probes/backward_activation_peak.h"
 #include "probes/caching_allocator_sim.h"
 #include "probes/memory_tracker.h"
 #include "session/batch.h"
@@ -58,6 +59,14 @@ std::vector<at::Tensor> gradients(const ModelSession& session) {
   std::vector<at::Tensor> grads;
   for (const at::Tensor& p : session.parameters()) grads.push_back(p.grad());
   return grads;
+}
+
+// The addresses of the gradients' storages, as the tracker records blocks.
+std::unordered_set<uint64_t> gradient_blocks(const ModelSession& session) {
+  std::unordered_set<uint64_t> blocks;
+  for (const at::Tensor& g : gradients(session))
+    if (g.defined()) blocks.insert(reinterpret_cast<uint64_t>(g.storage().data()));
+  return blocks;
 }
 
 // Replays the trial's device allocations through the CUDA caching-allocator
@@ -182,15 +191,25 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
 
     // Step 2: the measured step. Later steps: timing only.
     tracker.reset_statistics();
-    int64_t live_at_forward = -1;
+    int64_t live_at_forward = -1, live_at_backward = 0;
     bool retained_done = false;
+    // Backward's events (one micro-batch: the range holds its backward only)
+    // and the gradients it made, for its activation peak.
+    std::size_t backward_begin = 0, backward_end = 0;
+    std::unordered_set<uint64_t> new_gradients;
     auto measured_hook = [&](Phase phase) {
       enter(phase);
       tracker.begin_phase(phase);
       if (phase == Phase::kForward && live_at_forward < 0) live_at_forward = tracker.live_bytes();
       if (phase == Phase::kBackward && !retained_done) {
-        report.retained_activation_bytes = tracker.live_bytes() - live_at_forward;
+        live_at_backward = tracker.live_bytes();
+        report.retained_activation_bytes = live_at_backward - live_at_forward;
+        backward_begin = tracker.event_count();
         retained_done = true;
+      }
+      if (phase == Phase::kOptimizer) {
+        backward_end = tracker.event_count();
+        new_gradients = gradient_blocks(session);
       }
     };
     auto timing_hook = [&](Phase phase) { enter(phase); };
@@ -207,6 +226,9 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
         tracker.end_phase();
         for (std::size_t p = 0; p < kNumPhases; ++p) report.phases[p] = tracker.phase(static_cast<Phase>(p));
         report.largest = tracker.largest();
+        if (options.record_events && config.accumulation_steps == 1 && backward_end > backward_begin)
+          report.backward_activation_peak = find_backward_activation_peak(
+              tracker.events(), backward_begin, backward_end, live_at_backward, new_gradients);
       }
       const auto timed = static_cast<int64_t>(report.timing.step_seconds.size());
       if (options.total_steps <= 0 && timed >= options.min_timed_steps + 1 &&

@@ -96,6 +96,11 @@ TEST(Cli, ProbeJsonOnTheExampleGpt) {
   EXPECT_GT(retained, 0);
   EXPECT_GE(phases.at("backward").at("peak_bytes").get<int64_t>(), forward_start + retained);
   EXPECT_GE(report.at("peak_bytes").get<int64_t>(), phases.at("backward").at("peak_bytes").get<int64_t>());
+  // The probe records the event stream, so backward's activation peak is
+  // measured: a moment of backward.
+  const int64_t activation_peak = report.at("backward_activation_peak").at("live_bytes");
+  EXPECT_GE(activation_peak, phases.at("backward").at("start_bytes").get<int64_t>());
+  EXPECT_LE(activation_peak, phases.at("backward").at("peak_bytes").get<int64_t>());
   EXPECT_EQ(report.at("static").at("parameter_bytes"), json.at("analytic").at("parameter_bytes"));
   EXPECT_LT(json.at("activation_fit").at("max_relative_residual").get<double>(), 0.02);
   EXPECT_GT(report.at("timing").at("steady_step_seconds").get<double>(), 0);

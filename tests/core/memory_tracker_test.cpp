@@ -1,9 +1,15 @@
 #include "probes/memory_tracker.h"
 
+#include <stdexcept>
+#include <unordered_set>
+#include <vector>
+
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
+
+#include "probes/backward_activation_peak.h"
 
 namespace oomtune {
 namespace {
@@ -129,6 +135,44 @@ TEST(MemoryTracker, RecordsEventsInOrderWhenAsked) {
   EXPECT_EQ(events[0].bytes, kBytes);
   EXPECT_EQ(events[0].phase, Phase::kBackward);
   EXPECT_EQ(tracker.op_names()[events[0].op], "aten::zeros");
+}
+
+// A backward pass by hand, 1000 bytes live at its start: the moment where
+// live bytes less the gradients made so far are highest, worked out below.
+TEST(BackwardActivationPeak, IsWhereLiveBytesLessNewGradientsAreHighest) {
+  using K = TrackedEvent::Kind;
+  auto event = [](K kind, uint64_t address, int64_t bytes, MemoryPool pool = MemoryPool::kDevice) {
+    return TrackedEvent{kind, pool, Phase::kBackward, address, bytes, 0};
+  };
+  const std::vector<TrackedEvent> events = {
+      event(K::kAlloc, 1, 100),                     // logits' gradient: 1100 live, 0 gradients
+      event(K::kAlloc, 2, 40),                      // gradient of W2: 1140, 40 -> 1100 without
+      event(K::kAlloc, 3, 300),                     // gradient of h: 1440, 40 -> 1400
+      event(K::kFree, 1, 100),                      // 1340
+      event(K::kAlloc, 4, 2000, MemoryPool::kHost), // host: not counted
+      event(K::kAlloc, 5, 500),                     // a temporary: 1840, 40 -> 1800, the peak
+      event(K::kFree, 5, 500),                      // 1340
+      event(K::kFree, 3, 300),                      // 1040
+      event(K::kAlloc, 5, 50),                      // gradient of W1 at the temporary's address: 1090, 90
+  };
+  const std::unordered_set<uint64_t> gradients = {2, 5};
+  BackwardActivationPeak peak = find_backward_activation_peak(events, 0, events.size(), 1000, gradients);
+  EXPECT_EQ(peak.live_bytes, 1840);
+  EXPECT_EQ(peak.gradient_bytes, 40);
+  // Before the temporary: the gradient of h was the highest.
+  peak = find_backward_activation_peak(events, 0, 3, 1000, gradients);
+  EXPECT_EQ(peak.live_bytes, 1440);
+  EXPECT_EQ(peak.gradient_bytes, 40);
+  // No gradients named: the highest live bytes.
+  peak = find_backward_activation_peak(events, 0, events.size(), 1000, {});
+  EXPECT_EQ(peak.live_bytes, 1840);
+  EXPECT_EQ(peak.gradient_bytes, 0);
+  // Nothing happened: the start.
+  peak = find_backward_activation_peak(events, 3, 3, 1340, gradients);
+  EXPECT_EQ(peak.live_bytes, 1340);
+  EXPECT_EQ(peak.gradient_bytes, 0);
+  EXPECT_THROW(find_backward_activation_peak(events, 4, 3, 0, gradients), std::out_of_range);
+  EXPECT_THROW(find_backward_activation_peak(events, 0, events.size() + 1, 0, gradients), std::out_of_range);
 }
 
 }  // namespace

@@ -165,6 +165,38 @@ TEST(Trial, RetainedActivationsGrowLinearlyWithBatchOnTheExampleGpt) {
             r.phases[static_cast<std::size_t>(Phase::kForward)].start_bytes + r.retained_activation_bytes);
 }
 
+// Backward's activation peak (probes/backward_activation_peak.h) on the
+// example GPT (sequence 64, vocabulary 1000), against the tracker's own
+// phase counts and the logits' size.
+TEST(Trial, BackwardActivationPeakOnTheExampleGpt) {
+  const int64_t batch = 8;
+  const JobSpec job = gpt_job(batch);
+  if (!exists(job.model_path)) GTEST_SKIP() << "run examples/export_models.py";
+  TrialOptions options = quick();
+  options.record_events = true;
+  const ProbeReport r = run_trial(job, baseline_config(job), options);
+  ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
+  const PhaseMemory& backward = r.phases[static_cast<std::size_t>(Phase::kBackward)];
+  const BackwardActivationPeak& a = r.backward_activation_peak;
+  // A moment of backward: within its peak, with some of its gradients.
+  EXPECT_LE(a.live_bytes, backward.peak_bytes);
+  EXPECT_GE(a.gradient_bytes, 0);
+  EXPECT_LE(a.gradient_bytes, r.static_memory.gradient_bytes);
+  // The highest without gradients: at least the end of backward's (every
+  // gradient made) ...
+  EXPECT_GE(a.live_bytes - a.gradient_bytes, backward.end_bytes - r.static_memory.gradient_bytes);
+  // ... and at least the start plus the gradient of the logits, [8, 64,
+  // 1000] fp32, which cross-entropy's backward makes before any parameter
+  // gradient.
+  EXPECT_GE(a.live_bytes - a.gradient_bytes, backward.start_bytes + batch * 64 * 1000 * 4);
+  // It crosses the child-trial pipe.
+  const ProbeReport carried = probe_report_from_json(to_json(r));
+  EXPECT_EQ(carried.backward_activation_peak.live_bytes, a.live_bytes);
+  EXPECT_EQ(carried.backward_activation_peak.gradient_bytes, a.gradient_bytes);
+  // Without the event stream it is not measured.
+  EXPECT_EQ(run_trial(job, baseline_config(job), quick()).backward_activation_peak.live_bytes, 0);
+}
+
 TEST(Trial, ALaterStepPeaksLikeTheMeasuredStep) {
   const JobSpec job = gpt_job(8);
   if (!exists(job.model_path)) GTEST_SKIP();

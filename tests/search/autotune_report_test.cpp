@@ -182,6 +182,30 @@ TEST(AutotuneReport, AOnePointBaseSaysWhatItsLinesCannotKnow) {
                       "bound on their speed)");
 }
 
+// Backward's activation line (memory_model.cpp, Note [Backward activation
+// peak]) under a flat peak line, 46 MiB: 28 + 2 b MiB passes it after
+// b = 9 (28 + 18 = 46), so the report names it when the job allows
+// micro-batches of 10 and more, and not when it allows 8 at most (44 MiB).
+TEST(AutotuneReport, BackwardsActivationLineIsShownWhereItPassesThePeakLine) {
+  AutotuneReport report = accumulation_report();
+  report.search.baseline_peak = {46.0 * kMiB, 0};
+  report.search.baseline_backward_activation = {28.0 * kMiB, 2.0 * kMiB};
+  report.job.max_micro_batch = 16;
+  std::vector<std::string> lines = lines_of(render_autotune_text(report));
+  ASSERT_GE(lines.size(), 5u);
+  EXPECT_EQ(lines[2], "model     plain peak = 46.00 MiB + 0 B per sample");
+  EXPECT_EQ(lines[3], "          plain backward's activation peak = 28.00 MiB + 2.00 MiB per sample, above that line "
+                      "from micro-batch 10");
+  EXPECT_EQ(lines[4].rfind("          plain step = ", 0), 0u) << lines[4];
+  report.job.max_micro_batch = 8;
+  lines = lines_of(render_autotune_text(report));
+  ASSERT_GE(lines.size(), 4u);
+  EXPECT_EQ(lines[3].rfind("          plain step = ", 0), 0u) << lines[3];
+  const nlohmann::json model = autotune_json(report).at("baseline_model");
+  EXPECT_EQ(model.at("backward_activation_intercept_bytes").get<double>(), 28.0 * kMiB);
+  EXPECT_EQ(model.at("backward_activation_bytes_per_sample").get<double>(), 2.0 * kMiB);
+}
+
 // Plain and the least-memory combination out of memory at micro-batch 1
 // (fake guard 11 MiB): "nothing fits" is measured, there is no model and no
 // trail, and the ZeRO table (the command's) is said to be a lower bound.

@@ -1,0 +1,37 @@
+#include "probes/backward_activation_peak.h"
+
+#include <stdexcept>
+#include <unordered_map>
+
+namespace oomtune {
+
+BackwardActivationPeak find_backward_activation_peak(const std::vector<TrackedEvent>& events, std::size_t begin,
+                                                     std::size_t end, int64_t live_at_begin,
+                                                     const std::unordered_set<uint64_t>& gradient_blocks) {
+  if (begin > end || end > events.size()) throw std::out_of_range("find_backward_activation_peak: bad event range");
+  // The allocation that made each gradient block; earlier ones at its
+  // address were freed within the range.
+  std::unordered_map<uint64_t, std::size_t> gradient_allocation;
+  for (std::size_t i = begin; i < end; ++i) {
+    const TrackedEvent& e = events[i];
+    if (e.kind == TrackedEvent::Kind::kAlloc && e.pool == MemoryPool::kDevice && gradient_blocks.count(e.address))
+      gradient_allocation[e.address] = i;
+  }
+  BackwardActivationPeak peak{live_at_begin, 0};
+  int64_t live = live_at_begin, gradients = 0;
+  for (std::size_t i = begin; i < end; ++i) {
+    const TrackedEvent& e = events[i];
+    if (e.pool != MemoryPool::kDevice) continue;
+    if (e.kind == TrackedEvent::Kind::kFree) {
+      live -= e.bytes;
+      continue;
+    }
+    live += e.bytes;
+    const auto made = gradient_allocation.find(e.address);
+    if (made != gradient_allocation.end() && made->second == i) gradients += e.bytes;
+    if (live - gradients > peak.live_bytes - peak.gradient_bytes) peak = {live, gradients};
+  }
+  return peak;
+}
+
+}  // namespace oomtune

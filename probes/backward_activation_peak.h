@@ -1,0 +1,28 @@
+#pragma once
+// Finds backward's activation peak (probes/memory_records.h) in the events a
+// MemoryTracker recorded during one backward pass.
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_set>
+#include <vector>
+
+#include "probes/memory_records.h"
+
+namespace oomtune {
+
+/// Replays `events[begin, end)`, the device allocations and frees of one
+/// backward pass that began with `live_at_begin` device bytes live, and
+/// returns the first moment where live bytes less the gradients created so
+/// far were highest. `gradient_blocks` are the addresses (TrackedEvent::
+/// address) of the parameters' gradient storages after that backward: a
+/// gradient counts from its block's last allocation in the range (an earlier
+/// block at the same address, or one a later contribution replaced, was a
+/// temporary). Host-pool events are skipped. With an empty range the moment
+/// is the start: {live_at_begin, 0}. Throws std::out_of_range when
+/// begin > end or end > events.size().
+BackwardActivationPeak find_backward_activation_peak(const std::vector<TrackedEvent>& events, std::size_t begin,
+                                                     std::size_t end, int64_t live_at_begin,
+                                                     const std::unordered_set<uint64_t>& gradient_blocks);
+
+}  // namespace oomtune
