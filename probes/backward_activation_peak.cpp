@@ -1,5 +1,6 @@
 #include "probes/backward_activation_peak.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -17,8 +18,13 @@ BackwardActivationPeak find_backward_activation_peak(const std::vector<TrackedEv
     if (e.kind == TrackedEvent::Kind::kAlloc && e.pool == MemoryPool::kDevice && gradient_blocks.count(e.address))
       gradient_allocation[e.address] = i;
   }
-  BackwardActivationPeak peak{live_at_begin, 0};
+  BackwardActivationPeak peak{live_at_begin, 0, live_at_begin};
   int64_t live = live_at_begin, gradients = 0;
+  // A later micro-batch holds the gradients of the node running now (its
+  // frame run) until the node finishes; those of earlier nodes are in the
+  // stored ones by then.
+  int64_t pending = 0;
+  uint32_t run = 0;
   for (std::size_t i = begin; i < end; ++i) {
     const TrackedEvent& e = events[i];
     if (e.pool != MemoryPool::kDevice) continue;
@@ -26,10 +32,19 @@ BackwardActivationPeak find_backward_activation_peak(const std::vector<TrackedEv
       live -= e.bytes;
       continue;
     }
+    if (e.frame_run != run) pending = 0;
+    run = e.frame_run;
     live += e.bytes;
     const auto made = gradient_allocation.find(e.address);
-    if (made != gradient_allocation.end() && made->second == i) gradients += e.bytes;
-    if (live - gradients > peak.live_bytes - peak.gradient_bytes) peak = {live, gradients};
+    if (made != gradient_allocation.end() && made->second == i) {
+      gradients += e.bytes;
+      pending += e.bytes;
+    }
+    if (live - gradients > peak.live_bytes - peak.gradient_bytes) {
+      peak.live_bytes = live;
+      peak.gradient_bytes = gradients;
+    }
+    peak.accumulating_bytes = std::max(peak.accumulating_bytes, live - gradients + pending);
   }
   return peak;
 }

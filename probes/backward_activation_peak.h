@@ -18,8 +18,13 @@ namespace oomtune {
 /// address) of the parameters' gradient storages after that backward: a
 /// gradient counts from its block's last allocation in the range (an earlier
 /// block at the same address, or one a later contribution replaced, was a
-/// temporary). Host-pool events are skipped. With an empty range the moment
-/// is the start: {live_at_begin, 0}. Throws std::out_of_range when
+/// temporary). Also finds the highest live bytes less the stored gradients
+/// of the backward replayed as a later micro-batch of an accumulated step
+/// (accumulating_bytes): there a gradient is added into the stored one and
+/// freed once the frame run that made it (TrackedEvent::frame_run) has
+/// ended, which the replay takes as the next allocation by another run.
+/// Host-pool events are skipped. With an empty range both moments are the
+/// start: {live_at_begin, 0, live_at_begin}. Throws std::out_of_range when
 /// begin > end or end > events.size().
 BackwardActivationPeak find_backward_activation_peak(const std::vector<TrackedEvent>& events, std::size_t begin,
                                                      std::size_t end, int64_t live_at_begin,

@@ -41,6 +41,11 @@ struct LargestAllocation {
 struct BackwardActivationPeak {
   int64_t live_bytes = 0;      // SUM: live device bytes then; 0 = not measured
   int64_t gradient_bytes = 0;  // SUM: of those, gradients this backward created
+  // The same backward as a later micro-batch of an accumulated step would
+  // run it: each gradient is added into the stored one once the autograd
+  // node that made it has finished, and then freed. Its highest live bytes
+  // less the stored gradients (SUM; 0 = not measured).
+  int64_t accumulating_bytes = 0;
 };
 
 /// One allocation or free, in the order they happened.
@@ -52,6 +57,10 @@ struct TrackedEvent {
   uint64_t address = 0;          // the block's address (an id: alloc and free pair up)
   int64_t bytes = 0;             // SUM: bytes requested
   uint32_t op = 0;               // index into MemoryTracker::op_names() (0 = "(unknown)")
+  // Of an allocation: which run of its innermost enclosing frame (an
+  // autograd node, an oomtune operator) made it; every run has its own
+  // number. 0 = none, or a free.
+  uint32_t frame_run = 0;
 };
 
 }  // namespace oomtune

@@ -40,11 +40,13 @@ thread_local MemoryPool t_pool = MemoryPool::kDevice;
 struct OpFrame {
   const char* name;
   bool backward;
+  uint32_t run;  // this call's number (TrackedEvent::frame_run)
 };
 thread_local std::vector<OpFrame> t_ops;
+std::atomic<uint32_t> g_next_run{1};
 
 std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
-  t_ops.push_back({fn.name(), fn.scope() == at::RecordScope::BACKWARD_FUNCTION});
+  t_ops.push_back({fn.name(), fn.scope() == at::RecordScope::BACKWARD_FUNCTION, g_next_run++});
   return nullptr;
 }
 
@@ -76,6 +78,13 @@ std::string current_op_label() {
   }
   if (first_op >= t_ops.size()) return node ? node : "(unknown)";
   return node ? fmt::format("{} > {}", node, t_ops[first_op].name) : std::string(t_ops[first_op].name);
+}
+
+// The run of the innermost enclosing frame (0: none).
+uint32_t current_frame_run() {
+  for (std::size_t i = t_ops.size(); i-- > 0;)
+    if (is_enclosing_frame(t_ops[i])) return t_ops[i].run;
+  return 0;
 }
 
 }  // namespace
@@ -168,7 +177,7 @@ c10::DataPtr MemoryTracker::allocate(size_t requested) OOMTUNE_ALLOCATE_CONST {
     state_->blocks.emplace(data, bytes);
     if (options_.record_events) {
       TrackedEvent event{TrackedEvent::Kind::kAlloc, pool, state_->phase, reinterpret_cast<uint64_t>(data),
-                         bytes, state_->intern(current_op_label())};
+                         bytes, state_->intern(current_op_label()), current_frame_run()};
       state_->events.push_back(event);
     }
   }
@@ -195,7 +204,7 @@ void MemoryTracker::on_free(void* data, int64_t bytes, MemoryPool pool) {
   s.live[static_cast<std::size_t>(pool)] -= bytes;
   s.blocks.erase(data);
   if (options_.record_events)
-    s.events.push_back({TrackedEvent::Kind::kFree, pool, s.phase, reinterpret_cast<uint64_t>(data), bytes, 0});
+    s.events.push_back({TrackedEvent::Kind::kFree, pool, s.phase, reinterpret_cast<uint64_t>(data), bytes, 0, 0});
 }
 
 void MemoryTracker::begin_phase(Phase phase) {

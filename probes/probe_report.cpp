@@ -80,7 +80,8 @@ nlohmann::json to_json(const ProbeReport& r) {
       {"retained_activation_bytes", r.retained_activation_bytes},
       {"backward_activation_peak",
        {{"live_bytes", r.backward_activation_peak.live_bytes},
-        {"gradient_bytes", r.backward_activation_peak.gradient_bytes}}},
+        {"gradient_bytes", r.backward_activation_peak.gradient_bytes},
+        {"accumulating_bytes", r.backward_activation_peak.accumulating_bytes}}},
       {"largest_allocation",
        {{"bytes", r.largest.bytes}, {"op", r.largest.op}, {"phase", std::string(phase_name(r.largest.phase))}}},
       {"timing",
@@ -134,7 +135,8 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
                        s.at("optimizer_host_bytes").get<int64_t>()};
     r.retained_activation_bytes = j.at("retained_activation_bytes").get<int64_t>();
     if (const auto peak = j.find("backward_activation_peak"); peak != j.end())
-      r.backward_activation_peak = {peak->at("live_bytes").get<int64_t>(), peak->at("gradient_bytes").get<int64_t>()};
+      r.backward_activation_peak = {peak->at("live_bytes").get<int64_t>(), peak->at("gradient_bytes").get<int64_t>(),
+                                    peak->at("accumulating_bytes").get<int64_t>()};
     const auto& largest = j.at("largest_allocation");
     r.largest.bytes = largest.at("bytes").get<int64_t>();
     r.largest.op = largest.at("op").get<std::string>();

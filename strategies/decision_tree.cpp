@@ -47,20 +47,46 @@ std::array<double, kNumPhases> phase_peaks_of(const ProbeReport& r, const JobSpe
   return peaks;
 }
 
-// A probe's backward activation peak against the budget (budget_scale):
-// live bytes, and the gradients among them. A probe without one (no event
-// stream) gives its backward peak with no gradients, which the backward
-// phase line already holds (memory_model.cpp, Note [Backward activation
-// peak]).
-std::pair<double, double> backward_activation_of(const ProbeReport& r, const JobSpec& job) {
-  const double scale = budget_scale(r, job);
-  const BackwardActivationPeak& a = r.backward_activation_peak;
-  if (a.live_bytes <= 0)
-    return {scale * static_cast<double>(r.phases[static_cast<std::size_t>(Phase::kBackward)].peak_bytes), 0};
-  return {scale * static_cast<double>(a.live_bytes), scale * static_cast<double>(a.gradient_bytes)};
+constexpr auto kBackwardIndex = static_cast<std::size_t>(Phase::kBackward);
+
+// The mean of a non-empty `values`.
+double mean(const std::vector<double>& values) {
+  double sum = 0;
+  for (double v : values) sum += v;
+  return sum / static_cast<double>(values.size());
 }
 
-constexpr auto kBackwardIndex = static_cast<std::size_t>(Phase::kBackward);
+// Whether every probe measured backward's activation peak (it needs the
+// event stream).
+bool measured_backward_activation(const std::vector<const ProbeReport*>& probes) {
+  return !probes.empty() && std::all_of(probes.begin(), probes.end(), [](const ProbeReport* r) {
+    return r->backward_activation_peak.live_bytes > 0;
+  });
+}
+
+// Fits `m`'s backward activation lines (StepModels::backward_activation,
+// accumulating_backward and the gradient bytes) to `probes`, their bytes
+// against the budget (budget_scale); with one probe, of slopes
+// `first_fallback` and `later_fallback`. Leaves them unmeasured when a probe
+// did not measure them.
+void fit_backward_activation(StepModels& m, const std::vector<const ProbeReport*>& probes, const JobSpec& job,
+                             double first_fallback, double later_fallback) {
+  m.backward_activation_measured = measured_backward_activation(probes);
+  if (!m.backward_activation_measured) return;
+  std::vector<int64_t> sizes;
+  std::vector<double> first, later, gradients;
+  for (const ProbeReport* r : probes) {
+    const double scale = budget_scale(*r, job);
+    const BackwardActivationPeak& a = r->backward_activation_peak;
+    sizes.push_back(r->micro_batch);
+    first.push_back(scale * static_cast<double>(a.live_bytes));
+    later.push_back(scale * static_cast<double>(a.accumulating_bytes));
+    gradients.push_back(scale * static_cast<double>(a.gradient_bytes));
+  }
+  m.backward_activation = fit_batch_line(sizes, first, first_fallback);
+  m.accumulating_backward = fit_batch_line(sizes, later, later_fallback);
+  m.backward_activation_gradient_bytes = mean(gradients);
+}
 
 // Of a probe's step, the micro-batch's part: without the optimizer step
 // (memory_model.cpp, Note [Step time]).
@@ -76,13 +102,6 @@ std::vector<int64_t> probe_sizes(const JobSpec& job) {
   for (int64_t s : {g / 8, g / 4, g / 2}) sizes.insert(std::clamp<int64_t>(s, bottom, top));
   if (sizes.size() < 2 && top > bottom) sizes.insert(std::min<int64_t>(bottom + 1, top));
   return {sizes.begin(), sizes.end()};
-}
-
-// The mean of a non-empty `values`.
-double mean(const std::vector<double>& values) {
-  double sum = 0;
-  for (double v : values) sum += v;
-  return sum / static_cast<double>(values.size());
 }
 
 // Weights that ran out of memory while loading: no micro-batch can help.
@@ -176,7 +195,8 @@ class Search {
                               const std::vector<int64_t>& sizes) {
     std::vector<int64_t> ok_sizes;
     std::vector<std::array<double, kNumPhases>> peaks;
-    std::vector<double> activation, time_ratios, optimizer_seconds, forward_backward;
+    std::vector<ProbeReport> ran;  // the probes of ok_sizes
+    std::vector<double> time_ratios, optimizer_seconds, forward_backward;
     for (int64_t s : sizes) {
       const ProbeReport r = probe(config, s);
       if (r.outcome != TrialOutcome::kOk) {
@@ -198,7 +218,7 @@ class Search {
       if (config.checkpoint.enabled()) models_.checkpoint_blocks = static_cast<int64_t>(r.checkpointed_blocks.size());
       ok_sizes.push_back(s);
       peaks.push_back(phase_peaks_of(r, job_));
-      activation.push_back(backward_activation_of(r, job_).first);
+      ran.push_back(r);
       forward_backward.push_back(forward_backward_seconds(r));
       const auto base_time = plain_seconds_.find(s);
       if (base_time != plain_seconds_.end() && base_time->second > 0)
@@ -209,16 +229,24 @@ class Search {
     StrategyEffect effect;
     effect.available = true;
     // A line's effect: its intercept's shift and its slope's ratio to the base's.
-    const auto shift_and_ratio = [](const BatchLine& own, const BatchLine& base, double& shift, double& ratio) {
-      shift = own.intercept - base.intercept;
-      ratio = base.slope > 0 ? std::max(0.0, own.slope / base.slope) : 1;
+    const auto line_effect = [](const BatchLine& own, const BatchLine& base) {
+      return LineEffect{own.intercept - base.intercept, base.slope > 0 ? std::max(0.0, own.slope / base.slope) : 1};
     };
     for (Phase p : kStepPhases) {
       const auto i = static_cast<std::size_t>(p);
-      shift_and_ratio(lines[i], models_.phases[i], effect.shift_bytes[i], effect.slope_ratio[i]);
+      const LineEffect e = line_effect(lines[i], models_.phases[i]);
+      effect.shift_bytes[i] = e.shift_bytes;
+      effect.slope_ratio[i] = e.slope_ratio;
     }
-    shift_and_ratio(fit_batch_line(ok_sizes, activation, models_.backward_activation.slope),
-                    models_.backward_activation, effect.activation_shift_bytes, effect.activation_slope_ratio);
+    std::vector<const ProbeReport*> probes;
+    for (const ProbeReport& r : ran) probes.push_back(&r);
+    StepModels own;  // the strategy's backward activation lines
+    fit_backward_activation(own, probes, job_, models_.backward_activation.slope,
+                            models_.accumulating_backward.slope);
+    if (models_.backward_activation_measured && own.backward_activation_measured) {
+      effect.backward_activation = line_effect(own.backward_activation, models_.backward_activation);
+      effect.accumulating_backward = line_effect(own.accumulating_backward, models_.accumulating_backward);
+    }
     if (!time_ratios.empty()) effect.time_ratio = effect.time_slope_ratio = mean(time_ratios);
     // Two sizes: the ratios of the lines' intercepts and slopes, where both
     // lines rise (bf16 autocast casts the weights once per micro-batch and
@@ -371,13 +399,12 @@ class Search {
     result_.baseline_name = rescue_strategies_ ? rescue_label(rescue_strategies_) : "plain";
     std::vector<int64_t> ok;
     std::vector<std::array<double, kNumPhases>> phase_peaks;
-    std::vector<double> peaks, activation, activation_gradients, seconds, optimizer_seconds;
+    std::vector<const ProbeReport*> ran;
+    std::vector<double> peaks, seconds, optimizer_seconds;
     for (const auto& [s, r] : plain.ran) {
       ok.push_back(s);
       phase_peaks.push_back(phase_peaks_of(r, job_));
-      const auto [live, gradients] = backward_activation_of(r, job_);
-      activation.push_back(live);
-      activation_gradients.push_back(gradients);
+      ran.push_back(&r);
       peaks.push_back(static_cast<double>(r.peak_bytes));
       seconds.push_back(forward_backward_seconds(r));
       plain_seconds_[s] = seconds.back();
@@ -427,8 +454,7 @@ class Search {
                                           format_bytes(static_cast<int64_t>(per_sample))));
     }
     models_.phases = fit_phase_lines(ok, phase_peaks, &one_point);
-    models_.backward_activation = fit_batch_line(ok, activation, one_point[kBackwardIndex].slope);
-    models_.backward_activation_gradient_bytes = mean(activation_gradients);
+    fit_backward_activation(models_, ran, job_, one_point[kBackwardIndex].slope, one_point[kBackwardIndex].slope);
     models_.seconds = fit_batch_line(ok, seconds);
     models_.optimizer_seconds = mean(optimizer_seconds);
     result_.baseline_optimizer_seconds = models_.optimizer_seconds;
@@ -570,13 +596,12 @@ class Search {
     StepModels m;
     std::vector<int64_t> sizes;
     std::vector<std::array<double, kNumPhases>> peaks;
-    std::vector<double> activation, activation_gradients, seconds, ratios, optimizer_seconds;
+    std::vector<const ProbeReport*> ran;
+    std::vector<double> seconds, ratios, optimizer_seconds;
     for (const ProbeReport& r : alternative.probes) {
       sizes.push_back(r.micro_batch);
       peaks.push_back(phase_peaks_of(r, job_));
-      const auto [live, gradients] = backward_activation_of(r, job_);
-      activation.push_back(live);
-      activation_gradients.push_back(gradients);
+      ran.push_back(&r);
       seconds.push_back(forward_backward_seconds(r));
       optimizer_seconds.push_back(r.timing.steady_optimizer_seconds);
       const double base_seconds = models_.seconds(static_cast<double>(r.micro_batch));
@@ -585,8 +610,7 @@ class Search {
     m.optimizer_seconds = mean(optimizer_seconds);
     const PhaseLines slopes = retained_slopes(alternative.probes.front());
     m.phases = fit_phase_lines(sizes, peaks, &slopes);
-    m.backward_activation = fit_batch_line(sizes, activation, slopes[kBackwardIndex].slope);
-    m.backward_activation_gradient_bytes = mean(activation_gradients);
+    fit_backward_activation(m, ran, job_, slopes[kBackwardIndex].slope, slopes[kBackwardIndex].slope);
     if (ratios.size() == sizes.size()) {
       const double ratio = mean(ratios);
       m.seconds = {models_.seconds.intercept * ratio, models_.seconds.slope * ratio};

@@ -15,19 +15,25 @@ struct TimeFactors {
   double optimizer = 1;             // of the optimizer step
 };
 
-// Applies a fraction `f` of a shift and a slope ratio to `line`.
-void move(BatchLine& line, double f, double shift_bytes, double slope_ratio) {
-  line.intercept += f * shift_bytes;
-  line.slope *= 1 - f * (1 - slope_ratio);
+// Backward's activation lines (StepModels) of one configuration.
+struct ActivationLines {
+  BatchLine first, later;
+};
+
+// Applies a fraction `f` of a line's effect to `line`.
+void move(BatchLine& line, double f, const LineEffect& e) {
+  line.intercept += f * e.shift_bytes;
+  line.slope *= 1 - f * (1 - e.slope_ratio);
 }
 
 // Applies a fraction `f` of an effect to the lines and the time factors.
-void apply(const StrategyEffect& e, double f, PhaseLines& lines, BatchLine& activation, TimeFactors& time) {
+void apply(const StrategyEffect& e, double f, PhaseLines& lines, ActivationLines& activation, TimeFactors& time) {
   for (Phase p : kStepPhases) {
     const auto i = static_cast<std::size_t>(p);
-    move(lines[i], f, e.shift_bytes[i], e.slope_ratio[i]);
+    move(lines[i], f, {e.shift_bytes[i], e.slope_ratio[i]});
   }
-  move(activation, f, e.activation_shift_bytes, e.activation_slope_ratio);
+  move(activation.first, f, e.backward_activation);
+  move(activation.later, f, e.accumulating_backward);
   time.intercept *= 1 + f * (e.time_ratio - 1);
   time.slope *= 1 + f * (e.time_slope_ratio - 1);
   time.optimizer *= 1 + f * (e.optimizer_time_ratio - 1);
@@ -97,15 +103,29 @@ PhaseLines fit_phase_lines(const std::vector<int64_t>& micro_batches,
 // micro-batch. The flat line under-predicted every larger micro-batch
 // (gpt_wide, AdamW, probes at 1, 2 and 4 all ending backward at 38.11 MiB:
 // 8-bit AdamW 8 x 1 predicted 24.85 MiB from the loss line, ran 28.85;
-// offload 8 x 1 predicted 20.05, ran 24.05).
-// Approach: each probe also finds the moment where live bytes less the
-// gradients made so far are highest (probes/backward_activation_peak.h):
-// 30.40, 32.21 and 35.84 MiB there, a line of 1.81 MiB per sample that
-// reaches 43.09 at 8, as plain 8 x 1 measures. The peak is the larger of
-// that line and the phase lines. Later micro-batches of an accumulated
-// step hold all the gradients at that moment. A probe that did not measure
-// it (no event stream) gives its backward peak with no gradients: the line
-// then repeats the backward phase line and changes nothing.
+// offload 8 x 1 predicted 20.05, ran 24.05). A later micro-batch of an
+// accumulated step had the opposite error: its backward phase line plus
+// every gradient byte counted the gradients twice where that line is the
+// end of backward (8-bit AdamW 2 x 8: 33.40 MiB predicted, 29.51 ran).
+// Approach: each probe replays its backward (probes/backward_activation_
+// peak.h) and finds (a) the moment where live bytes less the gradients
+// made so far are highest: 30.40, 32.21 and 35.84 MiB there, a line of
+// 1.81 MiB per sample that reaches 43.09 at 8, as plain 8 x 1 measures;
+// and (b) the highest live bytes of the same backward run as a later
+// micro-batch, less the stored gradients: there each new gradient is
+// added into the stored one and freed once its autograd node has run
+// ("AccumulateGrad sets sequence_nr to the max value so it's always called
+// ASAP during backwards", torch/csrc/autograd/functions/accumulate_grad.cpp;
+// in place, as grad mode is off in backward). A step's first micro-batch
+// peaks at the larger of (a) and the phase lines; a later one at (b) + the
+// gradient bytes, or its forward or loss line + the gradient bytes. (b) is
+// itself the larger of a moment that does not grow (a large gradient
+// pending) and one that does (the activations): where the probes saw only
+// the first, its line misses the second (8-bit AdamW + checkpointing 8 x 2
+// predicted 33.07 MiB, ran out of memory at 36.19), so (a) less the
+// gradients made by then, + the gradient bytes, a moment of the same later
+// micro-batch, bounds it too. Probes that did not measure them (no event
+// stream) leave the phase-line rules as they were.
 
 // Note [Step time]
 // A step of k micro-batches runs forward, loss and backward k times and the
@@ -126,7 +146,7 @@ PhaseLines fit_phase_lines(const std::vector<int64_t>& micro_batches,
 // with lines, -42 to +8 %; docs/autotune.md, "Time model").
 StepPrediction predict(const StepModels& m, const TrainingConfig& c, int64_t global_batch) {
   PhaseLines lines = m.phases;
-  BatchLine activation = m.backward_activation;
+  ActivationLines activation{m.backward_activation, m.accumulating_backward};
   TimeFactors time;
   if (c.checkpoint.enabled())
     apply(m.checkpoint, checkpointed_fraction(c.checkpoint, m.checkpoint_blocks), lines, activation, time);
@@ -136,29 +156,36 @@ StepPrediction predict(const StepModels& m, const TrainingConfig& c, int64_t glo
   const auto b = static_cast<double>(c.micro_batch);
   // The micro-batches of one step: the first runs without gradients; every
   // later one (the last may be a smaller remainder) runs with the gradients
-  // of the earlier ones alive through its forward and backward. A probe's
-  // backward peak comes early in backward, before most gradients exist, so
-  // they are added whole (measured on the example GPT: 16 x 2 peaked
-  // 4.03 MiB = its gradient bytes above 16 x 1).
+  // of the earlier ones alive through its forward and backward (measured
+  // on the example GPT: 16 x 2 peaked 4.03 MiB = its gradient bytes above
+  // 16 x 1).
   const int64_t steps = micro_batch_count(global_batch, c.micro_batch);
   const int64_t last = global_batch - (steps - 1) * c.micro_batch;
   std::vector<std::pair<double, bool>> micro_batches = {{b, false}};  // (size, gradients alive)
   if (steps > 2) micro_batches.push_back({b, true});
   if (steps > 1) micro_batches.push_back({static_cast<double>(last), true});
+  const auto gradients = static_cast<double>(m.gradient_bytes);
   StepPrediction p;
   for (Phase phase : kStepPhases) {
+    // Measured, backward's accumulating line says where the stored
+    // gradients meet its activations (Note [Backward activation peak]).
+    const bool adds_gradients =
+        phase != Phase::kOptimizer && !(phase == Phase::kBackward && m.backward_activation_measured);
     for (const auto& [size, with_gradients] : micro_batches) {
       double bytes = lines[static_cast<std::size_t>(phase)](size);
-      if (with_gradients && phase != Phase::kOptimizer) bytes += static_cast<double>(m.gradient_bytes);
+      if (with_gradients && adds_gradients) bytes += gradients;
       p.peak_bytes = std::max(p.peak_bytes, bytes);
     }
   }
-  // Note [Backward activation peak]: with the gradients of earlier
-  // micro-batches alive, all of them stand in for those the first had made.
-  for (const auto& [size, with_gradients] : micro_batches) {
-    double bytes = activation(size);
-    if (with_gradients) bytes += static_cast<double>(m.gradient_bytes) - m.backward_activation_gradient_bytes;
-    p.peak_bytes = std::max(p.peak_bytes, bytes);
+  if (m.backward_activation_measured) {
+    for (const auto& [size, with_gradients] : micro_batches) {
+      const double first = activation.first(size);
+      const double bytes =
+          with_gradients
+              ? std::max(activation.later(size), first - m.backward_activation_gradient_bytes) + gradients
+              : first;
+      p.peak_bytes = std::max(p.peak_bytes, bytes);
+    }
   }
   const BatchLine seconds{m.seconds.intercept * time.intercept, m.seconds.slope * time.slope};
   p.seconds_per_global_batch = static_cast<double>(steps - 1) * std::max(0.0, seconds(b)) +

@@ -17,16 +17,19 @@
 // - Checkpointing n of the N blocks that "all" checkpoints (the first n,
 //   every k-th, named paths) applies n / N of its effect: shifts, slope and
 //   time ratios move linearly between none (n = 0) and all (n = N).
-// - Backward has a second line: its live bytes at its activation peak
-//   (probes/memory_records.h, BackwardActivationPeak), which the backward
-//   phase's own peak hides at small micro-batches; backward's peak is the
-//   larger of the two (memory_model.cpp, Note [Backward activation peak]).
-//   Strategies shift and scale it as they do a phase line.
+// - Backward has two more lines when the probes measured them
+//   (probes/memory_records.h, BackwardActivationPeak): its live bytes at
+//   its activation peak, which the backward phase's own peak hides at small
+//   micro-batches, and its highest live bytes less the stored gradients as
+//   a later micro-batch of an accumulated step runs it (memory_model.cpp,
+//   Note [Backward activation peak]). Strategies shift and scale them as
+//   they do a phase line.
 // - With gradient accumulation (more than one micro-batch per step), every
 //   micro-batch after the first (the smaller remainder included) runs with
-//   the gradients alive: its forward-to-backward peaks + gradient bytes;
-//   at the activation peak, all gradient bytes in place of those the first
-//   micro-batch had created by then.
+//   the gradients alive: its forward and loss peaks + gradient bytes, and
+//   backward's accumulating line, or its activation line less the gradients
+//   made by then, + gradient bytes (unmeasured: backward's phase line +
+//   gradient bytes).
 // - Time: seconds per micro-batch t(b) = c + d * b from the same probes;
 //   strategies scale c and d by their measured ratios (one ratio for both
 //   when probed at one size) and the optimizer step by its own; a global
@@ -74,6 +77,13 @@ using PhaseLines = std::array<BatchLine, kNumPhases>;
 PhaseLines fit_phase_lines(const std::vector<int64_t>& micro_batches,
                            const std::vector<std::array<double, kNumPhases>>& peaks, const PhaseLines* fallback);
 
+/// What a strategy does to one line: a shift of its intercept (bytes) and a
+/// ratio of its slopes.
+struct LineEffect {
+  double shift_bytes = 0;
+  double slope_ratio = 1;
+};
+
 /// What one strategy does to the base configuration's lines, as its probes
 /// measured it against the base's at the same micro-batches.
 struct StrategyEffect {
@@ -84,8 +94,9 @@ struct StrategyEffect {
   // time]).
   double time_ratio = 1, time_slope_ratio = 1;
   double optimizer_time_ratio = 1;  // of the optimizer step's seconds
-  // Of the backward activation line, as shift_bytes and slope_ratio of a phase's.
-  double activation_shift_bytes = 0, activation_slope_ratio = 1;
+  // Of backward's activation lines (StepModels), as shift_bytes and
+  // slope_ratio of a phase's.
+  LineEffect backward_activation, accumulating_backward;
   bool available = false;           // false: not probed, or its probe failed
 };
 
@@ -93,10 +104,13 @@ struct StrategyEffect {
 /// rescued one) and each strategy's effect on them.
 struct StepModels {
   PhaseLines phases;              // bytes vs micro-batch, per phase
-  // Backward's live bytes at its activation peak vs micro-batch, and the
-  // gradient bytes among them (mean of the probes'); a zero line adds
-  // nothing (Note [Backward activation peak]).
-  BatchLine backward_activation;
+  // Backward's activation peak (Note [Backward activation peak]), where
+  // the probes measured it: live bytes vs micro-batch at that moment of the
+  // first micro-batch of a step, and the gradient bytes among them (the
+  // probes' mean); the highest live bytes less the stored gradients of a
+  // later micro-batch.
+  bool backward_activation_measured = false;
+  BatchLine backward_activation, accumulating_backward;
   double backward_activation_gradient_bytes = 0;
   BatchLine seconds;              // seconds of one micro-batch's forward, loss and backward (Note [Step time])
   double optimizer_seconds = 0;   // seconds of the optimizer step, once per global batch
@@ -117,7 +131,7 @@ struct StepPrediction {
 /// training on `global_batch` samples in micro-batches of
 /// config.micro_batch (its accumulation_steps is not read: ceil(G / b)
 /// micro-batches, the last one the remainder): the largest of the phase
-/// lines and the backward activation line over those micro-batches. Each
+/// lines and backward's activation lines over those micro-batches. Each
 /// strategy `config` uses
 /// applies its effect (one the base already uses keeps the default, the
 /// identity; bf16 applies when config.precision differs from the base's):

@@ -137,42 +137,72 @@ TEST(MemoryTracker, RecordsEventsInOrderWhenAsked) {
   EXPECT_EQ(tracker.op_names()[events[0].op], "aten::zeros");
 }
 
-// A backward pass by hand, 1000 bytes live at its start: the moment where
-// live bytes less the gradients made so far are highest, worked out below.
+// A backward pass by hand, 1000 bytes live at its start, four autograd node
+// runs: the moment where live bytes less the gradients made so far are
+// highest, and the same backward as a later micro-batch of an accumulated
+// step (a gradient is pending, beside the stored ones, until its run ends),
+// worked out below as (live, gradients, pending).
 TEST(BackwardActivationPeak, IsWhereLiveBytesLessNewGradientsAreHighest) {
   using K = TrackedEvent::Kind;
-  auto event = [](K kind, uint64_t address, int64_t bytes, MemoryPool pool = MemoryPool::kDevice) {
-    return TrackedEvent{kind, pool, Phase::kBackward, address, bytes, 0};
+  auto event = [](K kind, uint64_t address, int64_t bytes, uint32_t run, MemoryPool pool = MemoryPool::kDevice) {
+    return TrackedEvent{kind, pool, Phase::kBackward, address, bytes, 0, run};
   };
   const std::vector<TrackedEvent> events = {
-      event(K::kAlloc, 1, 100),                     // logits' gradient: 1100 live, 0 gradients
-      event(K::kAlloc, 2, 40),                      // gradient of W2: 1140, 40 -> 1100 without
-      event(K::kAlloc, 3, 300),                     // gradient of h: 1440, 40 -> 1400
-      event(K::kFree, 1, 100),                      // 1340
-      event(K::kAlloc, 4, 2000, MemoryPool::kHost), // host: not counted
-      event(K::kAlloc, 5, 500),                     // a temporary: 1840, 40 -> 1800, the peak
-      event(K::kFree, 5, 500),                      // 1340
-      event(K::kFree, 3, 300),                      // 1040
-      event(K::kAlloc, 5, 50),                      // gradient of W1 at the temporary's address: 1090, 90
+      event(K::kAlloc, 1, 100, 1),                     // logits' gradient: (1100, 0, 0)
+      event(K::kAlloc, 2, 400, 2),                     // run 2: gradient of W2: (1500, 400, 400)
+      event(K::kAlloc, 3, 300, 2),                     // and of h: (1800, 400, 400) -> later 1800
+      event(K::kFree, 1, 100, 0),                      // 1700
+      event(K::kAlloc, 4, 2000, 3, MemoryPool::kHost), // host: not counted
+      event(K::kAlloc, 5, 350, 3),                     // run 3, a temporary: (2050, 400, 0) -> 1650
+      event(K::kFree, 5, 350, 0),                      // 1700
+      event(K::kFree, 3, 300, 0),                      // 1400
+      event(K::kAlloc, 5, 50, 4),                      // run 4: gradient of W1 at that address: (1450, 450, 50)
   };
   const std::unordered_set<uint64_t> gradients = {2, 5};
   BackwardActivationPeak peak = find_backward_activation_peak(events, 0, events.size(), 1000, gradients);
-  EXPECT_EQ(peak.live_bytes, 1840);
-  EXPECT_EQ(peak.gradient_bytes, 40);
-  // Before the temporary: the gradient of h was the highest.
+  EXPECT_EQ(peak.live_bytes, 2050);
+  EXPECT_EQ(peak.gradient_bytes, 400);
+  EXPECT_EQ(peak.accumulating_bytes, 1800);
+  // Before the temporary: the gradient of h, with W2's pending.
   peak = find_backward_activation_peak(events, 0, 3, 1000, gradients);
-  EXPECT_EQ(peak.live_bytes, 1440);
-  EXPECT_EQ(peak.gradient_bytes, 40);
-  // No gradients named: the highest live bytes.
+  EXPECT_EQ(peak.live_bytes, 1800);
+  EXPECT_EQ(peak.gradient_bytes, 400);
+  EXPECT_EQ(peak.accumulating_bytes, 1800);
+  // No gradients named: the highest live bytes, both ways.
   peak = find_backward_activation_peak(events, 0, events.size(), 1000, {});
-  EXPECT_EQ(peak.live_bytes, 1840);
+  EXPECT_EQ(peak.live_bytes, 2050);
   EXPECT_EQ(peak.gradient_bytes, 0);
+  EXPECT_EQ(peak.accumulating_bytes, 2050);
   // Nothing happened: the start.
   peak = find_backward_activation_peak(events, 3, 3, 1340, gradients);
   EXPECT_EQ(peak.live_bytes, 1340);
   EXPECT_EQ(peak.gradient_bytes, 0);
+  EXPECT_EQ(peak.accumulating_bytes, 1340);
   EXPECT_THROW(find_backward_activation_peak(events, 4, 3, 0, gradients), std::out_of_range);
   EXPECT_THROW(find_backward_activation_peak(events, 0, events.size() + 1, 0, gradients), std::out_of_range);
+}
+
+// Allocations name the run of their innermost enclosing frame: two calls of
+// the same operator are two runs, and an op outside any frame has none.
+TEST(MemoryTracker, EventsNameTheRunOfTheirEnclosingFrame) {
+  TrackerOptions options;
+  options.record_events = true;
+  MemoryTracker tracker(options);
+  { at::Tensor outside = at::zeros({16}, at::kFloat); }
+  for (int call = 0; call < 2; ++call) {
+    RECORD_FUNCTION("oomtune::checkpoint", std::vector<c10::IValue>());
+    at::Tensor a = at::zeros({16}, at::kFloat);
+    at::Tensor b = at::zeros({16}, at::kFloat);
+  }
+  std::vector<uint32_t> runs;
+  for (const TrackedEvent& e : tracker.events())
+    if (e.kind == TrackedEvent::Kind::kAlloc) runs.push_back(e.frame_run);
+  ASSERT_EQ(runs.size(), 5u);
+  EXPECT_EQ(runs[0], 0u);
+  EXPECT_NE(runs[1], 0u);
+  EXPECT_EQ(runs[1], runs[2]);
+  EXPECT_NE(runs[3], runs[1]);
+  EXPECT_EQ(runs[3], runs[4]);
 }
 
 }  // namespace

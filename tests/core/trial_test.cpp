@@ -189,10 +189,16 @@ TEST(Trial, BackwardActivationPeakOnTheExampleGpt) {
   // 1000] fp32, which cross-entropy's backward makes before any parameter
   // gradient.
   EXPECT_GE(a.live_bytes - a.gradient_bytes, backward.start_bytes + batch * 64 * 1000 * 4);
+  // As a later micro-batch, less the stored gradients: at least that moment
+  // (a gradient made then would be pending, not stored), and no more than
+  // the phase's peak (a pending gradient is one this backward keeps).
+  EXPECT_GE(a.accumulating_bytes, a.live_bytes - a.gradient_bytes);
+  EXPECT_LE(a.accumulating_bytes, backward.peak_bytes);
   // It crosses the child-trial pipe.
   const ProbeReport carried = probe_report_from_json(to_json(r));
   EXPECT_EQ(carried.backward_activation_peak.live_bytes, a.live_bytes);
   EXPECT_EQ(carried.backward_activation_peak.gradient_bytes, a.gradient_bytes);
+  EXPECT_EQ(carried.backward_activation_peak.accumulating_bytes, a.accumulating_bytes);
   // Without the event stream it is not measured.
   EXPECT_EQ(run_trial(job, baseline_config(job), quick()).backward_activation_peak.live_bytes, 0);
 }

@@ -130,32 +130,47 @@ TEST(Predict, LaterMicroBatchesCarryTheGradientsAndTheOptimizerRunsOnce) {
   EXPECT_DOUBLE_EQ(p.peak_bytes, 2000);
 }
 
-// Note [Backward activation peak]: backward's phase line flat-ish at small
-// micro-batches, its activation line 300 + 200 b with 100 gradient bytes
-// made by then (of 400).
-TEST(Predict, BackwardPeaksAtTheLargerOfItsPhaseLineAndItsActivationLine) {
+// Note [Backward activation peak]: backward's activation line 300 + 200 b
+// (a step's first micro-batch, 100 gradient bytes made by then) and
+// accumulating line 900 + 120 b (a later one, less the 400 stored gradient
+// bytes: a large gradient pending at small b), measured.
+TEST(Predict, BackwardPeaksAtTheLargerOfItsPhaseLineAndItsActivationLines) {
   StepModels m = base_models();
+  m.backward_activation_measured = true;
   m.backward_activation = {300, 200};
   m.backward_activation_gradient_bytes = 100;
+  m.accumulating_backward = {900, 120};
   // b = 4: forward 1400, loss 1400, backward 1500, optimizer 2000;
   // activation 300 + 800 = 1100.
   EXPECT_DOUBLE_EQ(predict(m, at(4), 4).peak_bytes, 2000);
   // b = 16: forward 2600, loss 2000, backward 3300; activation 300 + 3200.
   EXPECT_DOUBLE_EQ(predict(m, at(16), 16).peak_bytes, 3500);
-  // 32 = 16 + 16: the second 16 holds all 400 gradient bytes at that
-  // moment, not the 100 the first had made: 3500 - 100 + 400 = 3800
-  // (backward's phase line: 3300 + 400).
+  // 16 = 8 + 8: the second 8 peaks on its accumulating line, 900 + 960,
+  // above its activation line less its gradients, 1900 - 100: + 400 = 2260
+  // (forward 1800 + 400; backward's phase line, which holds this backward's
+  // own gradients, 2100 without the stored ones).
+  EXPECT_DOUBLE_EQ(predict(m, at(8), 16).peak_bytes, 2260);
+  // 32 = 16 + 16: the activations have passed it: max(900 + 1920,
+  // 3500 - 100) + 400 = 3800 (forward 2600 + 400).
   EXPECT_DOUBLE_EQ(predict(m, at(16), 32).peak_bytes, 3800);
-  // 8-bit AdamW moves the activation line by its own shift: 2900 at 16
-  // (forward 2000, backward 2700, optimizer 800).
+  // Unmeasured, the lines are not read: backward 3300 + 400.
+  StepModels unmeasured = m;
+  unmeasured.backward_activation_measured = false;
+  EXPECT_DOUBLE_EQ(predict(unmeasured, at(16), 16).peak_bytes, 3300);
+  EXPECT_DOUBLE_EQ(predict(unmeasured, at(16), 32).peak_bytes, 3700);
+  // 8-bit AdamW moves both lines by its shift: 2900 at 16 (forward 2000,
+  // backward 2700, optimizer 800); with a second 16, max(2820 - 600,
+  // 2900 - 100) + 400 (forward 2400).
   StepModels eight = m;
   eight.adamw8bit.available = true;
   eight.adamw8bit.shift_bytes[kForward] = eight.adamw8bit.shift_bytes[kLoss] = -600;
-  eight.adamw8bit.shift_bytes[kBackward] = eight.adamw8bit.activation_shift_bytes = -600;
+  eight.adamw8bit.shift_bytes[kBackward] = -600;
   eight.adamw8bit.shift_bytes[kOptimizer] = -1200;
+  eight.adamw8bit.backward_activation = eight.adamw8bit.accumulating_backward = {-600, 1};
   TrainingConfig c = at(16);
   c.optimizer = OptimizerKind::kAdamW8bit;
   EXPECT_DOUBLE_EQ(predict(eight, c, 16).peak_bytes, 2900);
+  EXPECT_DOUBLE_EQ(predict(eight, c, 32).peak_bytes, 3200);
   // Checkpointing the first 2 of 4 blocks applies half its activation
   // effect (+100, slope x 0.25 when whole): 350 + 200 * 0.625 * 32 = 4350
   // at b = 32, above backward's 950 + 93.75 * 32 = 3950 and forward's 3050.
@@ -164,8 +179,8 @@ TEST(Predict, BackwardPeaksAtTheLargerOfItsPhaseLineAndItsActivationLine) {
   ckpt.checkpoint.available = true;
   ckpt.checkpoint.slope_ratio = {1, 0.25, 0.25, 0.25, 0.25};
   ckpt.checkpoint.shift_bytes[kForward] = ckpt.checkpoint.shift_bytes[kLoss] = 100;
-  ckpt.checkpoint.shift_bytes[kBackward] = ckpt.checkpoint.activation_shift_bytes = 100;
-  ckpt.checkpoint.activation_slope_ratio = 0.25;
+  ckpt.checkpoint.shift_bytes[kBackward] = 100;
+  ckpt.checkpoint.backward_activation = {100, 0.25};
   c = at(32);
   c.checkpoint.mode = CheckpointPlan::Mode::kFirstN;
   c.checkpoint.first_n = 2;
