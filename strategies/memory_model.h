@@ -132,13 +132,12 @@ struct StepPrediction {
 /// config.micro_batch (its accumulation_steps is not read: ceil(G / b)
 /// micro-batches, the last one the remainder): the largest of the phase
 /// lines and backward's activation lines over those micro-batches. Each
-/// strategy `config` uses
-/// applies its effect (one the base already uses keeps the default, the
-/// identity; bf16 applies when config.precision differs from the base's):
-/// checkpointing in proportion to the
-/// blocks it checkpoints out of models.checkpoint_blocks (the first n, every
-/// k-th, or the named paths; all when that count is 0), the others whole;
-/// shifts add, ratios multiply (selective checkpointing interpolates both
+/// strategy `config` uses applies its effect (one the base already uses
+/// keeps the default, the identity; bf16 applies when config.precision
+/// differs from the base's): checkpointing in proportion to the blocks it
+/// checkpoints out of models.checkpoint_blocks (the first n, every k-th, or
+/// the named paths; all when that count is 0), the others whole; shifts
+/// add, ratios multiply (selective checkpointing interpolates both
 /// linearly). Requires config.micro_batch >= 1.
 StepPrediction predict(const StepModels& models, const TrainingConfig& config, int64_t global_batch);
 

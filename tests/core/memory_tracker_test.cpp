@@ -1,6 +1,7 @@
 #include "probes/memory_tracker.h"
 
 #include <stdexcept>
+#include <tuple>
 #include <unordered_set>
 #include <vector>
 
@@ -159,25 +160,18 @@ TEST(BackwardActivationPeak, IsWhereLiveBytesLessNewGradientsAreHighest) {
       event(K::kAlloc, 5, 50, 4),                      // run 4: gradient of W1 at that address: (1450, 450, 50)
   };
   const std::unordered_set<uint64_t> gradients = {2, 5};
-  BackwardActivationPeak peak = find_backward_activation_peak(events, 0, events.size(), 1000, gradients);
-  EXPECT_EQ(peak.live_bytes, 2050);
-  EXPECT_EQ(peak.gradient_bytes, 400);
-  EXPECT_EQ(peak.accumulating_bytes, 1800);
+  using Peak = std::tuple<int64_t, int64_t, int64_t>;  // live, gradients, accumulating
+  auto find = [&](std::size_t begin, std::size_t end, int64_t live, const std::unordered_set<uint64_t>& named) {
+    const BackwardActivationPeak p = find_backward_activation_peak(events, begin, end, live, named);
+    return Peak{p.live_bytes, p.gradient_bytes, p.accumulating_bytes};
+  };
+  EXPECT_EQ(find(0, events.size(), 1000, gradients), Peak(2050, 400, 1800));
   // Before the temporary: the gradient of h, with W2's pending.
-  peak = find_backward_activation_peak(events, 0, 3, 1000, gradients);
-  EXPECT_EQ(peak.live_bytes, 1800);
-  EXPECT_EQ(peak.gradient_bytes, 400);
-  EXPECT_EQ(peak.accumulating_bytes, 1800);
+  EXPECT_EQ(find(0, 3, 1000, gradients), Peak(1800, 400, 1800));
   // No gradients named: the highest live bytes, both ways.
-  peak = find_backward_activation_peak(events, 0, events.size(), 1000, {});
-  EXPECT_EQ(peak.live_bytes, 2050);
-  EXPECT_EQ(peak.gradient_bytes, 0);
-  EXPECT_EQ(peak.accumulating_bytes, 2050);
+  EXPECT_EQ(find(0, events.size(), 1000, {}), Peak(2050, 0, 2050));
   // Nothing happened: the start.
-  peak = find_backward_activation_peak(events, 3, 3, 1340, gradients);
-  EXPECT_EQ(peak.live_bytes, 1340);
-  EXPECT_EQ(peak.gradient_bytes, 0);
-  EXPECT_EQ(peak.accumulating_bytes, 1340);
+  EXPECT_EQ(find(3, 3, 1340, gradients), Peak(1340, 0, 1340));
   EXPECT_THROW(find_backward_activation_peak(events, 4, 3, 0, gradients), std::out_of_range);
   EXPECT_THROW(find_backward_activation_peak(events, 0, events.size() + 1, 0, gradients), std::out_of_range);
 }
