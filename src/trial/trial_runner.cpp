@@ -69,12 +69,13 @@ std::unordered_set<uint64_t> gradient_blocks(const ModelSession& session) {
   return blocks;
 }
 
-// Replays the trial's device allocations through the CUDA caching-allocator
-// simulator: what a GPU would have reserved for the same run.
-ReservedPrediction predict_reserved(const MemoryTracker& tracker, std::optional<int64_t> budget_bytes) {
+// Replays the trial's device allocations (`events`, all the tracker
+// recorded) through the CUDA caching-allocator simulator: what a GPU would
+// have reserved for the same run.
+ReservedPrediction predict_reserved(const std::vector<TrackedEvent>& events, std::optional<int64_t> budget_bytes) {
   std::vector<allocsim::AllocEvent> stream;
   int64_t order = 0;
-  for (const TrackedEvent& e : tracker.events()) {
+  for (const TrackedEvent& e : events) {
     if (e.pool != MemoryPool::kDevice) continue;  // host memory is not the device pool
     stream.push_back(e.kind == TrackedEvent::Kind::kAlloc ? allocsim::alloc_event(e.address, e.bytes, order, e.phase)
                                                           : allocsim::free_event(e.address, order, e.phase));
@@ -226,9 +227,6 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
         tracker.end_phase();
         for (std::size_t p = 0; p < kNumPhases; ++p) report.phases[p] = tracker.phase(static_cast<Phase>(p));
         report.largest = tracker.largest();
-        if (options.record_events && config.accumulation_steps == 1 && backward_end > backward_begin)
-          report.backward_activation_peak = find_backward_activation_peak(
-              tracker.events(), backward_begin, backward_end, live_at_backward, new_gradients);
       }
       const auto timed = static_cast<int64_t>(report.timing.step_seconds.size());
       if (options.total_steps <= 0 && timed >= options.min_timed_steps + 1 &&
@@ -244,7 +242,13 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     report.timing.steady_optimizer_seconds = median(report.timing.optimizer_seconds);
     if (report.timing.steady_step_seconds > 0)
       report.samples_per_second = static_cast<double>(job.global_batch) / report.timing.steady_step_seconds;
-    if (options.record_events) report.reserved = predict_reserved(tracker, job.usable_budget_bytes());
+    if (options.record_events) {
+      const std::vector<TrackedEvent> events = tracker.events();
+      report.reserved = predict_reserved(events, job.usable_budget_bytes());
+      if (config.accumulation_steps == 1 && backward_end > backward_begin)
+        report.backward_activation_peak =
+            find_backward_activation_peak(events, backward_begin, backward_end, live_at_backward, new_gradients);
+    }
   } catch (const CheckpointRefused& e) {
     // Found in the graph before the step ran (strategies/argument_writes.h).
     report.checkpointed_blocks = e.chosen_blocks();
