@@ -62,30 +62,26 @@ bool is_enclosing_frame(const OpFrame& frame) {
   return frame.backward || std::string_view(frame.name).rfind("oomtune::", 0) == 0;
 }
 
+// The index in t_ops of the innermost enclosing frame; t_ops.size() when
+// there is none.
+std::size_t innermost_frame() {
+  for (std::size_t i = t_ops.size(); i-- > 0;)
+    if (is_enclosing_frame(t_ops[i])) return i;
+  return t_ops.size();
+}
+
 // "aten::linear" in forward; "MmBackward0 > aten::mm" in backward;
 // "oomtune::checkpoint > aten::linear" in a checkpointed block: the outermost
-// aten op under the innermost enclosing frame.
-std::string current_op_label() {
-  if (t_ops.empty()) return "(unknown)";
-  std::size_t first_op = 0;
-  const char* node = nullptr;
-  for (std::size_t i = t_ops.size(); i-- > 0;) {
-    if (is_enclosing_frame(t_ops[i])) {
-      node = t_ops[i].name;
-      first_op = i + 1;
-      break;
-    }
-  }
+// aten op under the innermost enclosing frame, t_ops[frame] (innermost_frame).
+std::string op_label(std::size_t frame) {
+  const char* node = frame < t_ops.size() ? t_ops[frame].name : nullptr;
+  const std::size_t first_op = node ? frame + 1 : 0;
   if (first_op >= t_ops.size()) return node ? node : "(unknown)";
   return node ? fmt::format("{} > {}", node, t_ops[first_op].name) : std::string(t_ops[first_op].name);
 }
 
-// The run of the innermost enclosing frame (0: none).
-uint32_t current_frame_run() {
-  for (std::size_t i = t_ops.size(); i-- > 0;)
-    if (is_enclosing_frame(t_ops[i])) return t_ops[i].run;
-  return 0;
-}
+// The run of the enclosing frame t_ops[frame] (innermost_frame); 0 for none.
+uint32_t frame_run(std::size_t frame) { return frame < t_ops.size() ? t_ops[frame].run : 0; }
 
 }  // namespace
 
@@ -161,7 +157,7 @@ c10::DataPtr MemoryTracker::allocate(size_t requested) OOMTUNE_ALLOCATE_CONST {
       phase.peak_bytes = std::max(phase.peak_bytes, s.live[p]);
       ++phase.allocations;
       phase.allocated_bytes += bytes;
-      if (bytes > s.largest.bytes) s.largest = {bytes, current_op_label(), s.phase};
+      if (bytes > s.largest.bytes) s.largest = {bytes, op_label(innermost_frame()), s.phase};
     } else {
       phase.host_peak_bytes = std::max(phase.host_peak_bytes, s.live[p]);
     }
@@ -176,8 +172,9 @@ c10::DataPtr MemoryTracker::allocate(size_t requested) OOMTUNE_ALLOCATE_CONST {
     std::lock_guard<std::mutex> lock(g_mutex);
     state_->blocks.emplace(data, bytes);
     if (options_.record_events) {
+      const std::size_t frame = innermost_frame();  // one walk of the op stack for both
       TrackedEvent event{TrackedEvent::Kind::kAlloc, pool, state_->phase, reinterpret_cast<uint64_t>(data),
-                         bytes, state_->intern(current_op_label()), current_frame_run()};
+                         bytes, state_->intern(op_label(frame)), frame_run(frame)};
       state_->events.push_back(event);
     }
   }
