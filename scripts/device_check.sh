@@ -88,7 +88,11 @@ nm = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, te
 print("std::filesystem symbols defined by", os.path.basename(lib) + ":",
       sum("_ZNSt10filesystem" in line or "_ZNKSt10filesystem" in line for line in nm.splitlines()))' 2>&1 |
   tee -a "$summary"
-{ command -v nvcc && nvcc --version | tail -n 1; g++ --version | head -n 1; cmake --version | head -n 1; } 2>&1 |
+# CMake takes $CXX when set (there: /opt/gcc/bin/g++, 2026-11-26); which
+# libstdc++ it links decides where std::filesystem calls bind (remove_tree.h).
+{ command -v nvcc && nvcc --version | tail -n 1; g++ --version | head -n 1; cmake --version | head -n 1
+  echo "CXX=${CXX:-unset}: $("${CXX:-c++}" --version | head -n 1)," \
+       "libstdc++.so: $("${CXX:-c++}" -print-file-name=libstdc++.so)"; } 2>&1 |
   tee -a "$summary"
 say '```'
 

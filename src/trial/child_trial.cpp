@@ -16,6 +16,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/json_text.h"
+#include "common/remove_tree.h"
 #include "trial/trial_module.h"
 #include "trial/trial_request.h"
 
@@ -92,7 +93,7 @@ ProbeReport run_trial_in_child(const JobSpec& job, const TrainingConfig& config,
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int error = errno;
-    std::filesystem::remove_all(dir, ignored);
+    remove_tree(dir.string());
     throw Error(fmt::format("cannot start a trial process: {}", std::strerror(error)));
   }
   if (pid == 0) {
@@ -129,7 +130,7 @@ ProbeReport run_trial_in_child(const JobSpec& job, const TrainingConfig& config,
   }
 
   if (StopSignals::caught()) {  // Ctrl-C reaches the child too: its death is not a result
-    std::filesystem::remove_all(dir, ignored);
+    remove_tree(dir.string());
     stop_signals.reraise();
   }
 
@@ -151,7 +152,7 @@ ProbeReport run_trial_in_child(const JobSpec& job, const TrainingConfig& config,
                                         WIFEXITED(status) ? WEXITSTATUS(status) : -1),
                             "");
   }
-  std::filesystem::remove_all(dir, ignored);
+  remove_tree(dir.string());
   return report;
 }
 

@@ -8,7 +8,6 @@
 #include <atomic>
 #include <cctype>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -30,6 +29,7 @@
 #include <torch/csrc/jit/serialization/import.h>
 
 #include "common/error.h"
+#include "common/remove_tree.h"
 #include "compat/torch_compat.h"
 #include "strategies/activation_checkpointing.h"
 #include "strategies/argument_writes.h"
@@ -60,8 +60,7 @@ std::string test_model(const std::string& name) {
     std::string path;    // empty when the export failed
     std::string output;  // the script's stdout and stderr
     ~ModelDir() {
-      std::error_code ignored;
-      if (!path.empty()) std::filesystem::remove_all(path, ignored);
+      if (!path.empty()) remove_tree(path);
     }
   };
   static const ModelDir dir = [] {
