@@ -22,6 +22,27 @@ struct PhaseMemory {
   int64_t allocations = 0;       // COUNT: device allocations made in the phase
   int64_t allocated_bytes = 0;   // SUM: bytes of those allocations
   int64_t host_peak_bytes = 0;   // SUM: highest live host-pool bytes during the phase
+  // SUM: highest CPU kernel scratch (KernelScratch) live at once during the
+  // phase; not in any other field.
+  int64_t kernel_scratch_peak_bytes = 0;
+};
+
+/// Device-pool bytes that CPU kernels allocated for their own use and freed
+/// before returning: oneDNN scratchpads and reordered weights, per-thread
+/// reduction buffers. How much depends on the CPU's instruction set and the
+/// thread count, and a CUDA run has none of it, so it is counted here and
+/// nowhere else: not in any peak, event or prediction (probes/
+/// memory_tracker.cpp, Note [Kernel scratch]).
+struct KernelScratch {
+  int64_t peak_bytes = 0;               // SUM: highest scratch live at once
+  int64_t allocations = 0;              // COUNT: scratch blocks
+  int64_t allocated_bytes = 0;          // SUM: bytes of those blocks
+  std::string op;                       // the operator whose scratch reached peak_bytes
+  int64_t peak_with_scratch_bytes = 0;  // SUM: highest device-pool bytes with scratch: what the CPU held
+  // SUM: bytes freed through c10::Allocator::raw_deallocate (not tensors)
+  // but counted as tensors, having been allocated outside any operator
+  // call; 0 in every trial measured so far.
+  int64_t raw_bytes_counted = 0;
 };
 
 /// The largest single allocation seen.

@@ -1,5 +1,6 @@
 #include "probes/memory_tracker.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
@@ -15,6 +16,12 @@
 #include "common/byte_size.h"
 
 namespace oomtune {
+
+// Counts what the outermost operator call `run` did, now that it has
+// returned (friend of MemoryTracker; called from the RecordFunction exit
+// callback).
+void settle_outermost_call(uint32_t run);
+
 namespace {
 
 // Bytes in front of each block: keeps the block size and pool, and keeps the
@@ -30,6 +37,47 @@ struct BlockHeader {
 };
 static_assert(sizeof(BlockHeader) <= kHeaderBytes);
 
+// Note [Kernel scratch]
+// Rationale: a CPU trial counts bytes a CUDA run of the same step never
+// allocates: oneDNN's scratchpads and reordered (blocked) copies of weights
+// and activations, which libtorch's oneDNN glue takes from the CPU
+// allocator through raw_allocate (ATen/native/mkldnn/IDeepRegistration.cpp),
+// per-thread reduction buffers (native_layer_norm_backward's), 0-dim
+// tensors wrapping scalars (a CPU tensor on CUDA too), and the temporaries
+// of whichever CPU algorithm ran. Their size depends on the CPU's
+// instruction set and the thread count: with bf16 emulated (AVX-512
+// without AVX512_BF16, DNNL_MAX_CPU_ISA=AVX512_CORE_VNNI here) the small
+// test GPT's lm-head MmBackward0 held a 131,200 B oneDNN buffer (its
+// 512 x 64 weight in fp32, + 128 B), which moved backward's peak at
+// micro-batch 1 up by 32,896 B and not at 2; bf16's
+// backward line lost 32,896 B per sample of slope, and 8-bit AdamW + bf16
+// at 8 x 1 was predicted 175,214 B (3.7 %) below its run (issue #43).
+// Approach: a block is scratch when it is freed through raw_deleter() (not
+// a tensor), or inside the call of the kernel that made it, a kernel being
+// an operator with an implementation of its own for the device rather than
+// a decomposition into other operators (is_kernel): its outputs and what
+// autograd saves are the same on every device, its temporaries are not. A
+// decomposition's temporaries (aten::matmul's, aten::linear's) are made on
+// CUDA too and stay counted. Whether a block is scratch is known only when
+// it is freed, so everything inside an outermost operator call waits in a
+// log and is counted when that call returns, in order: live bytes, peaks,
+// phases, the largest allocation and the event stream see tensors only,
+// exactly as they happened. Scratch counts apart (KernelScratch). The
+// budget counts every byte when it is asked for, scratch included.
+// Checked: every byte figure of the test GPT and ResNet-50 equal with
+// oneDNN as the CPU runs it, capped at AVX512_CORE or AVX2
+// (DNNL_MAX_CPU_ISA), without oneDNN, with ATen's default kernels
+// (ATEN_CPU_CAPABILITY) and with 1, 2 or 3 OpenMP threads
+// (tests/autotune/machine_independence_test.cpp).
+// Limitations: a thread other than the one that called the operator
+// (OpenMP workers) counts its allocations at once; none allocates in the
+// models measured. raw_allocate outside any operator cannot be told apart
+// in time: KernelScratch::raw_bytes_counted says how much there was (0 in
+// every trial measured).
+
+// The device whose kernels' scratch is found (Note [Kernel scratch]).
+constexpr c10::DispatchKey kKernelKey = c10::DispatchKey::CPU;
+
 std::mutex g_mutex;                       // guards g_active and every tracker's State
 MemoryTracker* g_active = nullptr;
 uint32_t g_active_generation = 0;
@@ -44,14 +92,49 @@ struct OpFrame {
 };
 thread_local std::vector<OpFrame> t_ops;
 std::atomic<uint32_t> g_next_run{1};
+// The run of the outermost kernel call on this thread's stack (is_kernel);
+// 0 = none.
+thread_local uint32_t t_kernel_run = 0;
+
+// Whether `fn` runs a kernel for kKernelKey: one registered for that key
+// (aten::mm, aten::native_layer_norm_backward) or for every device with its
+// own derivative, CompositeExplicitAutograd (aten::convolution_backward,
+// aten::mkldnn_convolution in libtorch 1.13), and not a decomposition into
+// other operators, CompositeImplicitAutograd (aten::linear, aten::matmul),
+// whose temporaries a CUDA run makes too (c10/core/DispatchKey.h; the
+// dispatcher runs a backend kernel before a CompositeImplicitAutograd one).
+// Cached by the schema's name, which lives as long as the operator;
+// string-named records (user scopes, autograd nodes) are never kernels.
+bool is_kernel(const at::RecordFunction& fn) {
+  thread_local std::unordered_map<const char*, bool> known;
+  if (fn.scope() != at::RecordScope::FUNCTION) return false;
+  const char* name = fn.name();
+  if (const auto it = known.find(name); it != known.end()) return it->second;
+  const auto op_name = fn.operator_name();
+  if (!op_name) return false;
+  const auto op = c10::Dispatcher::singleton().findOp(*op_name);
+  const bool kernel =
+      op && op_name->name.rfind("oomtune::", 0) != 0 &&
+      (op->hasKernelForDispatchKey(kKernelKey) ||
+       (op->hasComputedKernelForDispatchKey(kKernelKey) &&
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)));
+  known.emplace(name, kernel);
+  return kernel;
+}
 
 std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
-  t_ops.push_back({fn.name(), fn.scope() == at::RecordScope::BACKWARD_FUNCTION, g_next_run++});
+  const uint32_t run = g_next_run++;
+  t_ops.push_back({fn.name(), fn.scope() == at::RecordScope::BACKWARD_FUNCTION, run});
+  if (t_kernel_run == 0 && is_kernel(fn)) t_kernel_run = run;
   return nullptr;
 }
 
 void on_op_exit(const at::RecordFunction&, at::ObserverContext*) {
-  if (!t_ops.empty()) t_ops.pop_back();
+  if (t_ops.empty()) return;
+  const uint32_t run = t_ops.back().run;
+  t_ops.pop_back();
+  if (t_kernel_run == run) t_kernel_run = 0;
+  if (t_ops.empty()) settle_outermost_call(run);
 }
 
 // A frame the model's own ops run inside: an autograd node in backward, or an
@@ -83,19 +166,41 @@ std::string op_label(std::size_t frame) {
 // The run of the enclosing frame t_ops[frame] (innermost_frame); 0 for none.
 uint32_t frame_run(std::size_t frame) { return frame < t_ops.size() ? t_ops[frame].run : 0; }
 
+// A live block the tracker made.
+struct Block {
+  int64_t bytes = 0;
+  MemoryPool pool = MemoryPool::kDevice;
+  uint32_t outer_run = 0;   // the outermost operator call it was made in, until that returns; 0 = counted
+  uint32_t kernel_run = 0;  // the kernel call it was made in (is_kernel); 0 = none
+  std::size_t entry = 0;    // its allocation's index in the outermost call's log
+};
+
+// What happened inside one outermost operator call, in order, counted when
+// it returns (Note [Kernel scratch]).
+struct PendingEvent {
+  TrackedEvent event;    // op and frame_run set for an allocation
+  bool scratch = false;  // the allocation is kernel scratch, or this frees one
+};
+
 }  // namespace
 
 struct MemoryTracker::State {
   uint32_t generation = 0;
   std::optional<int64_t> budget;
-  std::array<int64_t, kNumMemoryPools> live{};
+  std::array<int64_t, kNumMemoryPools> live{};     // counted: scratch is not
   std::array<int64_t, kNumMemoryPools> peak{};
+  std::array<int64_t, kNumMemoryPools> held{};     // every byte, scratch and uncounted kernel blocks too
+  int64_t held_peak = 0;                           // highest held device bytes
+  std::array<int64_t, kNumMemoryPools> scratch{};  // scratch live, as counted when its kernels return
   std::array<PhaseMemory, kNumPhases> phases{};
   std::array<bool, kNumPhases> phase_seen{};
   Phase phase = Phase::kLoad;
   bool in_phase = false;
   LargestAllocation largest;
-  std::unordered_map<const void*, int64_t> blocks;
+  KernelScratch kernel_scratch;
+  std::unordered_map<const void*, Block> blocks;
+  std::unordered_map<uint32_t, std::vector<PendingEvent>> pending;  // by outermost call, until it returns
+  bool record_events = false;
   std::vector<TrackedEvent> events;
   std::vector<std::string> op_names{"(unknown)"};
   std::unordered_map<std::string, uint32_t> op_index;
@@ -106,7 +211,72 @@ struct MemoryTracker::State {
     if (inserted) op_names.push_back(label);
     return it->second;
   }
+
+  PhaseMemory& current() { return phases[static_cast<std::size_t>(phase)]; }
+
+  void count_alloc(const TrackedEvent& e) {
+    const auto p = static_cast<std::size_t>(e.pool);
+    live[p] += e.bytes;
+    peak[p] = std::max(peak[p], live[p]);
+    PhaseMemory& in = current();
+    if (e.pool == MemoryPool::kDevice) {
+      in.peak_bytes = std::max(in.peak_bytes, live[p]);
+      ++in.allocations;
+      in.allocated_bytes += e.bytes;
+      if (e.bytes > largest.bytes) largest = {e.bytes, op_names[e.op], phase};
+    } else {
+      in.host_peak_bytes = std::max(in.host_peak_bytes, live[p]);
+    }
+    if (record_events) events.push_back(e);
+  }
+
+  void count_free(const TrackedEvent& e) {
+    live[static_cast<std::size_t>(e.pool)] -= e.bytes;
+    if (record_events) events.push_back(e);
+  }
+
+  void scratch_alloc(const TrackedEvent& e) {
+    const auto p = static_cast<std::size_t>(e.pool);
+    scratch[p] += e.bytes;
+    if (e.pool != MemoryPool::kDevice) return;
+    ++kernel_scratch.allocations;
+    kernel_scratch.allocated_bytes += e.bytes;
+    if (scratch[p] > kernel_scratch.peak_bytes) {
+      kernel_scratch.peak_bytes = scratch[p];
+      kernel_scratch.op = op_names[e.op];
+    }
+    current().kernel_scratch_peak_bytes = std::max(current().kernel_scratch_peak_bytes, scratch[p]);
+  }
+
+  // An outermost operator call returned: everything it did counts now, in
+  // order, but its kernels' scratch, which counts apart.
+  void settle(uint32_t run) {
+    const auto it = pending.find(run);
+    if (it == pending.end()) return;
+    for (const PendingEvent& k : it->second) {
+      const TrackedEvent& e = k.event;
+      const bool alloc = e.kind == TrackedEvent::Kind::kAlloc;
+      if (k.scratch) {
+        if (alloc) scratch_alloc(e);
+        else scratch[static_cast<std::size_t>(e.pool)] -= e.bytes;
+        continue;
+      }
+      if (alloc) {
+        const auto block = blocks.find(reinterpret_cast<const void*>(e.address));
+        if (block != blocks.end() && block->second.outer_run == run) block->second.outer_run = 0;  // it lives on
+        count_alloc(e);
+      } else {
+        count_free(e);
+      }
+    }
+    pending.erase(it);
+  }
 };
+
+void settle_outermost_call(uint32_t run) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_active) g_active->state_->settle(run);
+}
 
 MemoryTracker::MemoryTracker(TrackerOptions options) : options_(options), state_(new State) {
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -116,6 +286,7 @@ MemoryTracker::MemoryTracker(TrackerOptions options) : options_(options), state_
   }
   state_->generation = g_next_generation++;
   state_->budget = options_.budget_bytes;
+  state_->record_events = options_.record_events;
   previous_ = c10::GetCPUAllocator();
   g_active = this;
   g_active_generation = state_->generation;
@@ -143,24 +314,15 @@ c10::DataPtr MemoryTracker::allocate(size_t requested) OOMTUNE_ALLOCATE_CONST {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     State& s = *state_;
-    if (pool == MemoryPool::kDevice && s.budget && s.live[p] + bytes > *s.budget) {
+    if (pool == MemoryPool::kDevice && s.budget && s.held[p] + bytes > *s.budget) {
       ++s.out_of_memory;
       // The same words as the CUDA caching allocator, so users recognise it.
       C10_THROW_ERROR(OutOfMemoryError,
                       fmt::format("oomtune budget: tried to allocate {}; {} of {} budget in use",
-                                  format_bytes(bytes), format_bytes(s.live[p]), format_bytes(*s.budget)));
+                                  format_bytes(bytes), format_bytes(s.held[p]), format_bytes(*s.budget)));
     }
-    s.live[p] += bytes;
-    s.peak[p] = std::max(s.peak[p], s.live[p]);
-    PhaseMemory& phase = s.phases[static_cast<std::size_t>(s.phase)];
-    if (pool == MemoryPool::kDevice) {
-      phase.peak_bytes = std::max(phase.peak_bytes, s.live[p]);
-      ++phase.allocations;
-      phase.allocated_bytes += bytes;
-      if (bytes > s.largest.bytes) s.largest = {bytes, op_label(innermost_frame()), s.phase};
-    } else {
-      phase.host_peak_bytes = std::max(phase.host_peak_bytes, s.live[p]);
-    }
+    s.held[p] += bytes;
+    if (pool == MemoryPool::kDevice) s.held_peak = std::max(s.held_peak, s.held[p]);
   }
   void* base = c10::alloc_cpu(requested + kHeaderBytes);
   auto* header = static_cast<BlockHeader*>(base);
@@ -170,38 +332,65 @@ c10::DataPtr MemoryTracker::allocate(size_t requested) OOMTUNE_ALLOCATE_CONST {
   void* data = static_cast<char*>(base) + kHeaderBytes;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    state_->blocks.emplace(data, bytes);
-    if (options_.record_events) {
-      const std::size_t frame = innermost_frame();  // one walk of the op stack for both
-      TrackedEvent event{TrackedEvent::Kind::kAlloc, pool, state_->phase, reinterpret_cast<uint64_t>(data),
-                         bytes, state_->intern(op_label(frame)), frame_run(frame)};
-      state_->events.push_back(event);
+    State& s = *state_;
+    const std::size_t frame = innermost_frame();  // one walk of the op stack for label and run
+    const TrackedEvent event{TrackedEvent::Kind::kAlloc,     pool,
+                             s.phase,
+                             reinterpret_cast<uint64_t>(data),
+                             bytes,
+                             s.intern(op_label(frame)),
+                             frame_run(frame)};
+    Block block{bytes, pool, 0, t_kernel_run, 0};
+    if (!t_ops.empty()) {
+      block.outer_run = t_ops.front().run;
+      std::vector<PendingEvent>& log = s.pending[block.outer_run];
+      block.entry = log.size();
+      log.push_back({event});
+    } else {
+      s.count_alloc(event);
     }
+    s.blocks[data] = block;
   }
   return {data, data, &MemoryTracker::delete_block, c10::Device(c10::DeviceType::CPU)};
 }
 
-c10::DeleterFnPtr MemoryTracker::raw_deleter() const { return &MemoryTracker::delete_block; }
+c10::DeleterFnPtr MemoryTracker::raw_deleter() const { return &MemoryTracker::delete_raw_block; }
 
-void MemoryTracker::delete_block(void* data) {
+void MemoryTracker::delete_block(void* data) { free_block(data, /*raw=*/false); }
+void MemoryTracker::delete_raw_block(void* data) { free_block(data, /*raw=*/true); }
+
+void MemoryTracker::free_block(void* data, bool raw) {
   if (!data) return;
   void* base = static_cast<char*>(data) - kHeaderBytes;
   const auto* header = static_cast<const BlockHeader*>(base);
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     // A block that outlives its tracker is freed without counting.
-    if (g_active && header->generation == g_active_generation)
-      g_active->on_free(data, header->bytes, static_cast<MemoryPool>(header->pool));
+    if (g_active && header->generation == g_active_generation) g_active->on_free(data, raw);
   }
   c10::free_cpu(base);
 }
 
-void MemoryTracker::on_free(void* data, int64_t bytes, MemoryPool pool) {
+void MemoryTracker::on_free(void* data, bool raw) {
   State& s = *state_;
-  s.live[static_cast<std::size_t>(pool)] -= bytes;
-  s.blocks.erase(data);
-  if (options_.record_events)
-    s.events.push_back({TrackedEvent::Kind::kFree, pool, s.phase, reinterpret_cast<uint64_t>(data), bytes, 0, 0});
+  const auto it = s.blocks.find(data);
+  if (it == s.blocks.end()) return;
+  const Block block = it->second;
+  s.blocks.erase(it);
+  s.held[static_cast<std::size_t>(block.pool)] -= block.bytes;
+  const TrackedEvent event{TrackedEvent::Kind::kFree, block.pool, s.phase, reinterpret_cast<uint64_t>(data),
+                           block.bytes, 0, 0};
+  // Scratch: not a tensor (raw), or freed inside the kernel call that made it.
+  const bool scratch = raw || (block.kernel_run != 0 && block.kernel_run == t_kernel_run);
+  if (block.outer_run != 0) {
+    std::vector<PendingEvent>& log = s.pending.at(block.outer_run);
+    log[block.entry].scratch = scratch;
+    log.push_back({event, scratch});
+    return;
+  }
+  if (raw) s.kernel_scratch.raw_bytes_counted += block.bytes;
+  if (!t_ops.empty()) s.pending[t_ops.front().run].push_back({event});  // counted in order with the call's own
+  else s.count_free(event);
 }
 
 void MemoryTracker::begin_phase(Phase phase) {
@@ -237,6 +426,8 @@ void MemoryTracker::reset_statistics() {
   s.in_phase = false;
   s.largest = {};
   s.peak = s.live;
+  s.kernel_scratch = {};
+  s.held_peak = s.held[static_cast<std::size_t>(MemoryPool::kDevice)];
   s.out_of_memory = 0;
 }
 
@@ -263,7 +454,14 @@ LargestAllocation MemoryTracker::largest() const {
 int64_t MemoryTracker::block_bytes(const void* data) const {
   std::lock_guard<std::mutex> lock(g_mutex);
   auto it = state_->blocks.find(data);
-  return it == state_->blocks.end() ? 0 : it->second;
+  return it == state_->blocks.end() ? 0 : it->second.bytes;
+}
+
+KernelScratch MemoryTracker::kernel_scratch() const {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  KernelScratch scratch = state_->kernel_scratch;
+  scratch.peak_with_scratch_bytes = state_->held_peak;
+  return scratch;
 }
 
 std::vector<TrackedEvent> MemoryTracker::events() const {

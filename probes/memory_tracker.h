@@ -18,6 +18,13 @@
 //   aten op, under the innermost autograd node ("MmBackward0 > aten::mm") or
 //   oomtune operator ("oomtune::checkpoint > aten::linear" in a checkpointed
 //   block).
+// - Kernel scratch (with attribution on): a block that an operator's CPU
+//   kernel allocates and frees before it returns is counted apart
+//   (KernelScratch), in no peak, phase, largest allocation or event, since
+//   its size depends on the CPU and a CUDA run has none of it. Its fate is
+//   known when the kernel returns, so a kernel's allocations are counted
+//   then, in their order (Note [Kernel scratch] in memory_tracker.cpp).
+//   The budget counts them as they happen.
 //
 // Technique (DESIGN.md, checked on libtorch 1.13): DataPtr with data ==
 // context (ops using raw_allocate assert it), a raw_deleter, block size kept
@@ -44,7 +51,7 @@ namespace oomtune {
 struct TrackerOptions {
   std::optional<int64_t> budget_bytes;  // device live-byte limit; nullopt = none
   bool record_events = false;           // keep every alloc/free (for the simulator)
-  bool attribute_ops = true;            // RecordFunction callback for op names
+  bool attribute_ops = true;            // RecordFunction callback: op names and kernel scratch
 };
 
 /// Counting CPU allocator. Construct to install, destroy to restore the
@@ -78,6 +85,8 @@ class MemoryTracker final : public c10::Allocator {
   /// Bytes of the tracked live block at `data`, or 0 if the tracker did not
   /// allocate it (or it was freed).
   int64_t block_bytes(const void* data) const;
+  /// CPU kernel scratch since construction or reset_statistics().
+  KernelScratch kernel_scratch() const;
   /// Recorded events (empty unless options.record_events).
   std::vector<TrackedEvent> events() const;
   /// How many events are recorded so far: an index into events() that
@@ -97,8 +106,11 @@ class MemoryTracker final : public c10::Allocator {
 
  private:
   struct State;
+  friend void settle_outermost_call(uint32_t run);
   static void delete_block(void* data);
-  void on_free(void* data, int64_t bytes, MemoryPool pool);
+  static void delete_raw_block(void* data);
+  static void free_block(void* data, bool raw);
+  void on_free(void* data, bool raw);
 
   TrackerOptions options_;
   c10::Allocator* previous_ = nullptr;

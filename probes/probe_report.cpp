@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "common/byte_size.h"
 #include "common/error.h"
 
 namespace oomtune {
@@ -24,7 +25,8 @@ TrialOutcome outcome_from_string(const std::string& text) {
 nlohmann::json phase_json(const PhaseMemory& p) {
   return {{"start_bytes", p.start_bytes},         {"peak_bytes", p.peak_bytes},
           {"end_bytes", p.end_bytes},             {"allocations", p.allocations},
-          {"allocated_bytes", p.allocated_bytes}, {"host_peak_bytes", p.host_peak_bytes}};
+          {"allocated_bytes", p.allocated_bytes}, {"host_peak_bytes", p.host_peak_bytes},
+          {"kernel_scratch_peak_bytes", p.kernel_scratch_peak_bytes}};
 }
 
 PhaseMemory phase_from_json(const nlohmann::json& j) {
@@ -35,6 +37,7 @@ PhaseMemory phase_from_json(const nlohmann::json& j) {
   p.allocations = j.at("allocations").get<int64_t>();
   p.allocated_bytes = j.at("allocated_bytes").get<int64_t>();
   p.host_peak_bytes = j.at("host_peak_bytes").get<int64_t>();
+  p.kernel_scratch_peak_bytes = j.value("kernel_scratch_peak_bytes", int64_t{0});
   return p;
 }
 
@@ -51,6 +54,18 @@ std::string outcome_text(const ProbeReport& r) {
   if (r.message.rfind(outcome, 0) == 0) return r.message;  // "crashed: SIGSEGV during forward" says it all
   const std::string where = r.phase_at_failure.empty() ? outcome : outcome + " during " + r.phase_at_failure;
   return r.message.empty() ? where : where + ": " + r.message;
+}
+
+std::string kernel_scratch_text(const KernelScratch& k) {
+  std::string text;
+  if (k.allocations > 0)
+    text = fmt::format("{} at most at once, by {} ({} allocations); CPU only, not counted toward a CUDA prediction; "
+                       "with it the CPU held {} at most",
+                       format_bytes(k.peak_bytes), k.op, k.allocations, format_bytes(k.peak_with_scratch_bytes));
+  if (k.raw_bytes_counted > 0)
+    text += fmt::format("{}{} of library memory (not tensors) allocated outside any operator is counted as tensors",
+                        text.empty() ? "" : "; ", format_bytes(k.raw_bytes_counted));
+  return text;
 }
 
 nlohmann::json to_json(const ProbeReport& r) {
@@ -84,6 +99,13 @@ nlohmann::json to_json(const ProbeReport& r) {
         {"accumulating_bytes", r.backward_activation_peak.accumulating_bytes}}},
       {"largest_allocation",
        {{"bytes", r.largest.bytes}, {"op", r.largest.op}, {"phase", std::string(phase_name(r.largest.phase))}}},
+      {"kernel_scratch",
+       {{"peak_bytes", r.kernel_scratch.peak_bytes},
+        {"allocations", r.kernel_scratch.allocations},
+        {"allocated_bytes", r.kernel_scratch.allocated_bytes},
+        {"op", r.kernel_scratch.op},
+        {"peak_with_scratch_bytes", r.kernel_scratch.peak_with_scratch_bytes},
+        {"raw_bytes_counted", r.kernel_scratch.raw_bytes_counted}}},
       {"timing",
        {{"warmup_steps", r.timing.warmup_steps},
         {"warmup_seconds", r.timing.warmup_seconds},
@@ -143,6 +165,11 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     const std::string phase = largest.at("phase").get<std::string>();
     for (std::size_t i = 0; i < kNumPhases; ++i)
       if (phase_name(static_cast<Phase>(i)) == phase) r.largest.phase = static_cast<Phase>(i);
+    if (const auto scratch = j.find("kernel_scratch"); scratch != j.end())
+      r.kernel_scratch = {scratch->at("peak_bytes").get<int64_t>(), scratch->at("allocations").get<int64_t>(),
+                          scratch->at("allocated_bytes").get<int64_t>(), scratch->at("op").get<std::string>(),
+                          scratch->at("peak_with_scratch_bytes").get<int64_t>(),
+                          scratch->at("raw_bytes_counted").get<int64_t>()};
     const auto& t = j.at("timing");
     r.timing.warmup_steps = t.at("warmup_steps").get<int64_t>();
     r.timing.warmup_seconds = t.at("warmup_seconds").get<double>();

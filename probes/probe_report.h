@@ -35,6 +35,13 @@ struct ProbeReport;
 /// both), "out_of_memory during backward: <message>", "ok".
 std::string outcome_text(const ProbeReport& report);
 
+/// The kernel-scratch line of the probe and autotune reports: "13.19 KiB at
+/// most at once, by AddmmBackward0 > aten::mm (1376 allocations); CPU only,
+/// not counted toward a CUDA prediction; with it the CPU held 5.52 MiB at
+/// most", and the raw bytes counted as tensors where there were any. Empty
+/// when there was neither.
+std::string kernel_scratch_text(const KernelScratch& scratch);
+
 /// Memory that lives for the whole run, measured on the tracker.
 struct StaticMemory {
   int64_t parameter_bytes = 0;        // SUM: trainable parameter storages
@@ -91,6 +98,9 @@ struct ProbeReport {
   // record_events) and one micro-batch per step; else zero.
   BackwardActivationPeak backward_activation_peak;
   LargestAllocation largest;
+  // Of every step after the warm-up: CPU kernels' own bytes, in no field
+  // above (probes/memory_tracker.cpp, Note [Kernel scratch]).
+  KernelScratch kernel_scratch;
   StepTiming timing;
   double samples_per_second = 0;      // global batch / steady step seconds
   std::optional<ReservedPrediction> reserved;

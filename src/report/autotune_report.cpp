@@ -190,6 +190,8 @@ std::string render_autotune_text(const AutotuneReport& report) {
                      format_bytes(v.peak_bytes), v.steps_run, format_bytes(s.usable_budget_bytes - v.peak_bytes)));
     line(fmt::format("          {:.1f} samples/s measured ({:.4f} s per global batch)", v.samples_per_second,
                      v.timing.steady_step_seconds));
+    if (const std::string scratch = kernel_scratch_text(v.kernel_scratch); !scratch.empty())
+      line("          kernel scratch " + scratch);
   } else if (const auto unverified = unverified_candidates(s); !unverified.empty()) {
     out += render_unverified(s, unverified, job);
   } else if (!s.least_memory_failure.empty()) {

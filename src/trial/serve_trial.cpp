@@ -7,9 +7,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <sstream>
+#include <string_view>
 #include <thread>
 #include <vector>
 
+#include <ATen/Context.h>
 #include <c10/util/Exception.h>
 
 #include "common/atomic_file.h"
@@ -68,11 +70,21 @@ std::function<void(Phase)> fault_from_environment(const std::string& config) {
   };
 }
 
+// OOMTUNE_TEST_NO_ONEDNN=1: libtorch uses no oneDNN in this trial, as on a
+// CPU it does not route bf16 or convolutions to oneDNN for (bf16 needs
+// AVX512-BW, ATen/native/mkldnn/Utils.h): the other kernels, whose byte
+// figures must equal oneDNN's (tests/autotune/machine_independence_test.cpp).
+void onednn_from_environment() {
+  const char* text = std::getenv("OOMTUNE_TEST_NO_ONEDNN");
+  if (text && std::string_view(text) == "1") at::globalContext().setUserEnabledMkldnn(false);
+}
+
 }  // namespace
 
 int serve_trial(const std::string& request_path, const std::string& result_path) {
   TrialRequest request = read_trial_request(request_path);
   install_crash_notes(crash_note_path(result_path));
+  onednn_from_environment();
   auto fault = fault_from_environment(request.config + ",global_batch=" + std::to_string(request.job.global_batch));
   request.options.on_phase = [fault](Phase phase) {
     g_phase = static_cast<sig_atomic_t>(phase);

@@ -237,6 +237,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     // shows here (DESIGN.md: fitting two steps is not fitting).
     report.peak_bytes = tracker.peak_bytes();
     report.host_peak_bytes = tracker.peak_bytes(MemoryPool::kHost);
+    report.kernel_scratch = tracker.kernel_scratch();
     report.timing.steady = steady(report.timing.step_seconds, options.min_timed_steps, options.timing_tolerance);
     report.timing.steady_step_seconds = median(report.timing.step_seconds);
     report.timing.steady_optimizer_seconds = median(report.timing.optimizer_seconds);
@@ -267,6 +268,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     report.message = out_of_memory_message(e);
     report.phase_at_failure = std::string(phase_name(current_phase));
     report.peak_bytes = std::max(report.peak_bytes, tracker.peak_bytes());
+    report.kernel_scratch = tracker.kernel_scratch();
   }
   return report;
 }

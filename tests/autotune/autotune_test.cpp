@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "autotune_jobs.h"
 #include "support/run_oomtune.h"
 
 namespace oomtune {
@@ -30,98 +31,24 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::bf16_runs_here;
+using testing::exists;
+using testing::Gpt;
+using testing::gpt_job;
+using testing::kSmall;
+using testing::kWide;
 using testing::last_line;
+using testing::model;
+using testing::resnet50;
+using testing::resnet50_job;
 using testing::run_oomtune;
 using testing::RunResult;
 using testing::slurp;
-
-// A fresh folder per test (ctest runs the tests of this file in parallel),
-// removed when the test passes; kept when it fails, or always when
-// OOMTUNE_KEEP_TEST_FILES is set, with each command's stdout in it.
-class TestDir {
- public:
-  TestDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / ("oomtune_autotune_" + std::to_string(getpid()) + "_" + info->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TestDir() {
-    if (!::testing::Test::HasFailure() && !std::getenv("OOMTUNE_KEEP_TEST_FILES")) fs::remove_all(path_);
-  }
-  TestDir(const TestDir&) = delete;
-  TestDir& operator=(const TestDir&) = delete;
-  operator const fs::path&() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
-
-
-std::string model(const std::string& name) { return std::string(OOMTUNE_AUTOTUNE_MODELS) + "/" + name + "/gpt.pt"; }
-std::string resnet50() { return std::string(OOMTUNE_EXAMPLES_DIR) + "/models/resnet50.pt"; }
-bool exists(const std::string& path) { return fs::exists(path); }
-
-/// The GPT models of the autotune_models fixture (tests/autotune/CMakeLists.txt).
-struct Gpt {
-  std::string name;
-  int64_t seq = 0;
-  int64_t vocab = 0;
-};
-const Gpt kSmall{"gpt_small", 32, 512};  // 167,680 parameters; activations dominate
-const Gpt kWide{"gpt_wide", 16, 8192};   // 2,496,000 parameters; AdamW state dominates
-
-/// A next-token GPT job. `extra` lines go at the top level (budget, bounds).
-std::string gpt_job(const fs::path& dir, const Gpt& gpt, int64_t global_batch, const std::string& extra,
-                    const std::string& optimizer = "kind = \"adamw\"\nlr = 3e-4") {
-  const std::string tokens = "shape = [\"batch\", " + std::to_string(gpt.seq) + "]\ndtype = \"int64\"\nrange = [0, " +
-                             std::to_string(gpt.vocab) + "]\n";
-  const fs::path path = dir / (gpt.name + ".toml");
-  std::ofstream(path) << "model = \"" << model(gpt.name) << "\"\nglobal_batch = " << global_batch
-                      << "\ndevice = \"cpu\"\nverify_steps = 3\ntrial_timeout = 120\n"
-                      << extra << "\n\n[[inputs]]\nname = \"input_ids\"\n" << tokens
-                      << "\n[[inputs]]\nname = \"targets\"\n" << tokens
-                      << "\n[loss]\nkind = \"cross_entropy\"\ntarget = \"targets\"\n\n[optimizer]\n" << optimizer << "\n";
-  return path.string();
-}
-
-/// ResNet-50 (examples/export_models.py) on 32x32 images, SGD with momentum
-/// as in examples/resnet50.toml: a step takes well under a second.
-std::string resnet50_job(const fs::path& dir, int64_t global_batch, const std::string& extra) {
-  const fs::path path = dir / "resnet50.toml";
-  std::ofstream(path) << "model = \"" << resnet50() << "\"\nglobal_batch = " << global_batch
-                      << "\ndevice = \"cpu\"\nverify_steps = 3\ntrial_timeout = 120\n" << extra << R"(
-
-[[inputs]]
-name = "images"
-shape = ["batch", 3, 32, 32]
-
-[[inputs]]
-name = "labels"
-shape = ["batch"]
-dtype = "int64"
-range = [0, 1000]
-
-[loss]
-kind = "cross_entropy"
-target = "labels"
-
-[optimizer]
-kind = "sgd"
-lr = 0.1
-momentum = 0.9
-weight_decay = 1e-4
-)";
-  return path.string();
-}
+using testing::TestDir;
 
 json parse_json(const RunResult& r) {
   static int calls = 0;
-  std::ofstream(fs::temp_directory_path() / ("oomtune_autotune_" + std::to_string(getpid()) + "_" +
-                                             ::testing::UnitTest::GetInstance()->current_test_info()->name()) /
-                ("stdout_" + std::to_string(++calls) + ".json"))
-      << r.out;
+  std::ofstream(testing::test_dir_path() / ("stdout_" + std::to_string(++calls) + ".json")) << r.out;
   try {
     return json::parse(r.out);
   } catch (const json::exception& e) {
@@ -149,11 +76,21 @@ json check_chosen(const json& report, int64_t global_batch) {
   return chosen;
 }
 
-/// |predicted - measured| / measured of the chosen node's peak.
-double predicted_peak_error(const json& chosen) {
-  const double predicted = chosen.at("predicted_peak_bytes").get<double>();
-  const double measured = chosen.at("verification").at("peak_bytes").get<double>();
+/// |predicted - measured| / measured of a verified node's peak.
+double predicted_peak_error(const json& node) {
+  const double predicted = node.at("predicted_peak_bytes").get<double>();
+  const double measured = node.at("verification").at("peak_bytes").get<double>();
   return std::abs(predicted - measured) / measured;
+}
+
+/// The verified nodes that ran. Which of them is chosen depends on measured
+/// times; that they were verified does not where the budget leaves no more
+/// candidates than verifications, so byte checks go through these.
+std::vector<json> verified_nodes(const json& report) {
+  std::vector<json> nodes;
+  for (const json& n : report.at("trail"))
+    if (n.contains("verification") && n.at("verification").at("outcome") == "ok") nodes.push_back(n);
+  return nodes;
 }
 
 std::string dump_trail(const json& report) {
@@ -176,13 +113,15 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 // backend offload costs almost no time, so plain-vs-offload would be a coin
 // toss on timing: the offload trial is made to crash (test hook) and the
 // search must carry on without it. Checkpointing the first of 16 blocks costs
-// about 1 % of a step, below timing noise, so only the top-ranked candidate
-// is verified (docs/autotune.md).
+// about 1 % of a step, below timing noise: two candidates are verified,
+// plain always among them (the simplest), and within the timing tie ratio
+// the simplest wins (docs/autotune.md). With one, the times alone decided
+// which single candidate ran, and so which peak the test checked.
 TEST(Autotune, PlainFitOnResNet50AndHeldBackPrediction) {
   if (!exists(resnet50())) GTEST_SKIP() << "no " << resnet50();
   const TestDir dir;
   const RunResult r = run_oomtune("autotune " + resnet50_job(dir, 8, "budget = \"360MiB\"") +
-                                      " --json --max-verifications 1",
+                                      " --json --max-verifications 2",
                                   "OOMTUNE_TEST_FAULT=segv:optimizer:offload=on");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json report = parse_json(r);
@@ -196,7 +135,13 @@ TEST(Autotune, PlainFitOnResNet50AndHeldBackPrediction) {
       EXPECT_LT(p.at("micro_batch").get<int64_t>(), 8);
     }
   }
-  EXPECT_LE(predicted_peak_error(chosen), 0.05) << chosen.dump();
+  // Plain, the simplest candidate, is always among those verified
+  // (decision_tree.cpp, verify_candidates): its bytes are checked whatever
+  // the times ranked first.
+  const std::vector<json> verified = verified_nodes(report);
+  const auto plain = std::find_if(verified.begin(), verified.end(), [](const json& n) { return n.at("node") == "plain"; });
+  ASSERT_NE(plain, verified.end()) << dump_trail(report);
+  EXPECT_LE(predicted_peak_error(*plain), 0.05) << plain->dump();
   // The crashed offload probe is a note, not the end of the search.
   EXPECT_TRUE(contains(dump_trail(report), "optimizer offload: not available (micro-batch") &&
               contains(dump_trail(report), "crashed: SIGSEGV during optimizer")) << dump_trail(report);
@@ -276,7 +221,9 @@ TEST(Autotune, EightBitWhenNoAdamWConfigurationFits) {
   const int64_t parameter_bytes = 4 * report.at("parameter_count").get<int64_t>();
   EXPECT_GT(4 * parameter_bytes, report.at("usable_budget_bytes").get<int64_t>())
       << "fp32 AdamW's weights, gradients and two states alone are over the budget";
-  EXPECT_LE(predicted_peak_error(chosen), 0.02) << chosen.dump();
+  const std::vector<json> verified = verified_nodes(report);
+  EXPECT_EQ(verified.size(), 2u) << "8-bit AdamW, with and without checkpointing\n" << dump_trail(report);
+  for (const json& n : verified) EXPECT_LE(predicted_peak_error(n), 0.02) << n.dump();
 }
 
 // Optimizer offload (wide GPT): the budget is below every 8-bit AdamW
@@ -293,7 +240,9 @@ TEST(Autotune, OffloadWhenEightBitDoesNotFit) {
   ASSERT_FALSE(chosen.is_null());
   EXPECT_TRUE(contains(chosen.at("config").get<std::string>(), "offload=on")) << dump_trail(report);
   EXPECT_EQ(chosen.at("verification").at("static").at("optimizer_state_bytes"), 0) << "no optimizer state on the device";
-  EXPECT_LE(predicted_peak_error(chosen), 0.02) << chosen.dump();
+  const std::vector<json> verified = verified_nodes(report);
+  EXPECT_EQ(verified.size(), 2u) << "offload, with and without checkpointing\n" << dump_trail(report);
+  for (const json& n : verified) EXPECT_LE(predicted_peak_error(n), 0.02) << n.dump();
 }
 
 // Every fitting node verified (wide GPT, G = 16, 36 MiB): 8-bit AdamW and
@@ -480,6 +429,7 @@ TEST(Autotune, RescueAlternativesWithoutTheBaseAreProbedAndPredicted) {
 // 4.49 MiB predicted and measured on the 2-core CPU).
 TEST(Autotune, ARescueProbes8bitAdamWWithBf16WithoutTheBase) {
   if (!exists(model(kSmall.name))) GTEST_SKIP();
+  if (!bf16_runs_here()) GTEST_SKIP() << "bf16 does not run at this kernel level (DNNL_MAX_CPU_ISA below AVX-512)";
   const TestDir dir;
   std::set<std::string> ran;
   const json report = rescued_small_gpt(dir, "\nallow_bf16 = true", " --max-verifications 20", ran);
@@ -542,6 +492,7 @@ TEST(Autotune, VerificationsThatAllCrashAreNotNothingFits) {
 // is a matter of timing and not asserted.
 TEST(Autotune, Bf16FallsBackToBf16ParametersWhenAutocastCrashes) {
   if (!exists(model(kSmall.name))) GTEST_SKIP();
+  if (!bf16_runs_here()) GTEST_SKIP() << "bf16 does not run at this kernel level (DNNL_MAX_CPU_ISA below AVX-512)";
   const TestDir dir;
   const RunResult r = run_oomtune("autotune " + gpt_job(dir, kSmall, 8, "budget = \"64MiB\"\nallow_bf16 = true") +
                                       " --json --max-verifications 1",
@@ -574,6 +525,7 @@ TEST(Autotune, Bf16FallsBackToBf16ParametersWhenAutocastCrashes) {
 // meets its real run (small GPT, 8 x 1: within 1 % on the 2-core CPU).
 TEST(Autotune, PairsOfStrategiesArePredictedFromTheirSeparateEffects) {
   if (!exists(model(kSmall.name))) GTEST_SKIP();
+  if (!bf16_runs_here()) GTEST_SKIP() << "bf16 does not run at this kernel level (DNNL_MAX_CPU_ISA below AVX-512)";
   const TestDir dir;
   const RunResult r = run_oomtune("autotune " + gpt_job(dir, kSmall, 8, "budget = \"64MiB\"\nallow_bf16 = true") +
                                   " --json --max-verifications 20");

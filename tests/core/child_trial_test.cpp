@@ -36,6 +36,9 @@ TEST_F(ChildTrial, AnOrdinaryTrialReportsWhatAnInProcessOneDoes) {
   EXPECT_EQ(child.static_memory.parameter_bytes, here.static_memory.parameter_bytes);
   EXPECT_EQ(child.static_memory.optimizer_state_bytes, here.static_memory.optimizer_state_bytes);
   EXPECT_EQ(child.peak_bytes, here.peak_bytes);
+  EXPECT_GT(child.kernel_scratch.allocations, 0);
+  EXPECT_EQ(child.kernel_scratch.peak_bytes, here.kernel_scratch.peak_bytes);
+  EXPECT_EQ(child.kernel_scratch.op, here.kernel_scratch.op);
 }
 
 TEST_F(ChildTrial, ASegfaultIsACrashNamingSignalAndPhase) {

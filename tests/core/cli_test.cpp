@@ -102,6 +102,13 @@ TEST(Cli, ProbeJsonOnTheExampleGpt) {
   EXPECT_GE(activation_peak, phases.at("backward").at("start_bytes").get<int64_t>());
   EXPECT_LE(activation_peak, phases.at("backward").at("peak_bytes").get<int64_t>());
   EXPECT_EQ(report.at("static").at("parameter_bytes"), json.at("analytic").at("parameter_bytes"));
+  // Kernel scratch, apart from every figure above: layer norm's backward
+  // keeps per-thread rows, AdamW's scalars are 0-dim tensors.
+  const auto& scratch = report.at("kernel_scratch");
+  EXPECT_GT(scratch.at("allocations").get<int64_t>(), 0);
+  EXPECT_GT(scratch.at("peak_bytes").get<int64_t>(), 0);
+  EXPECT_GE(scratch.at("peak_with_scratch_bytes").get<int64_t>(), report.at("peak_bytes").get<int64_t>());
+  EXPECT_EQ(scratch.at("raw_bytes_counted"), 0);
   EXPECT_LT(json.at("activation_fit").at("max_relative_residual").get<double>(), 0.02);
   EXPECT_GT(report.at("timing").at("steady_step_seconds").get<double>(), 0);
   EXPECT_NE(r.err.find("probe:"), std::string::npos) << "progress goes to stderr";
@@ -154,7 +161,8 @@ TEST(Cli, ProbeTableHasPhasesAsRows) {
   if (!testing::exists(testing::example_model("gpt"))) GTEST_SKIP();
   const RunResult r = run_oomtune("probe " + job + " --batch 4 --no-fit");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* row : {"\nforward ", "\nloss ", "\nbackward ", "\noptimizer ", "largest allocation", "MiB"})
+  for (const char* row : {"\nforward ", "\nloss ", "\nbackward ", "\noptimizer ", "largest allocation", "MiB",
+                          "\nkernel scratch ", "CPU only, not counted toward a CUDA prediction"})
     EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
 }
 

@@ -6,9 +6,11 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
+#include <torch/library.h>
 
 #include "probes/backward_activation_peak.h"
 
@@ -17,6 +19,31 @@ namespace {
 
 constexpr int64_t kFloats = 1 << 20;          // 4 MiB of float32
 constexpr int64_t kBytes = kFloats * 4;
+
+// An operator's implementation with a temporary of its own (kScratchFloats,
+// freed when it returns) beside its output (kOutputFloats).
+constexpr int64_t kScratchFloats = 3000, kOutputFloats = 500;
+at::Tensor temporary_then_output(const at::Tensor& x) {
+  at::Tensor temporary = at::empty({kScratchFloats}, x.options());
+  temporary.fill_(1);
+  return at::empty({kOutputFloats}, x.options());
+}
+
+// Registered as a CPU kernel (a temporary a CUDA kernel need not have:
+// kernel scratch) and as a decomposition, CompositeImplicitAutograd (which
+// makes the same temporary on any device).
+TORCH_LIBRARY(oomtune_test, m) {
+  m.def("kernel_with_scratch(Tensor x) -> Tensor");
+  m.def("composite_with_temporary(Tensor x) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(oomtune_test, CPU, m) { m.impl("kernel_with_scratch", temporary_then_output); }
+TORCH_LIBRARY_IMPL(oomtune_test, CompositeImplicitAutograd, m) {
+  m.impl("composite_with_temporary", temporary_then_output);
+}
+
+at::Tensor call(const char* op, const at::Tensor& x) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(op, "").typed<at::Tensor(const at::Tensor&)>().call(x);
+}
 
 TEST(MemoryTracker, CountsLiveAndPeakBytesPerPhase) {
   MemoryTracker tracker;
@@ -197,6 +224,118 @@ TEST(MemoryTracker, EventsNameTheRunOfTheirEnclosingFrame) {
   EXPECT_EQ(runs[1], runs[2]);
   EXPECT_NE(runs[3], runs[1]);
   EXPECT_EQ(runs[3], runs[4]);
+}
+
+// ---- Kernel scratch (Note [Kernel scratch] in probes/memory_tracker.cpp).
+
+// A tracker that records events, an input made before it resets its
+// statistics, and where the live bytes and the events stood then.
+class ScratchTest : public ::testing::Test {
+ protected:
+  ScratchTest() : tracker(recording()), x(at::ones({4})) {
+    tracker.reset_statistics();
+    base = tracker.live_bytes();
+    events_before = tracker.event_count();
+  }
+  static TrackerOptions recording() {
+    TrackerOptions options;
+    options.record_events = true;
+    return options;
+  }
+
+  MemoryTracker tracker;
+  const at::Tensor x;
+  int64_t base = 0;
+  std::size_t events_before = 0;
+};
+
+TEST_F(ScratchTest, AKernelsOwnTemporaryIsScratchInNoPeakOrEvent) {
+  tracker.begin_phase(Phase::kForward);
+  const at::Tensor y = call("oomtune_test::kernel_with_scratch", x);
+  tracker.end_phase();
+  EXPECT_EQ(tracker.live_bytes() - base, 4 * kOutputFloats);
+  EXPECT_EQ(tracker.peak_bytes() - base, 4 * kOutputFloats) << "the temporary is in no peak";
+  const PhaseMemory forward = tracker.phase(Phase::kForward);
+  EXPECT_EQ(forward.peak_bytes - base, 4 * kOutputFloats);
+  EXPECT_EQ(forward.allocations, 1);
+  EXPECT_EQ(forward.allocated_bytes, 4 * kOutputFloats);
+  EXPECT_EQ(forward.kernel_scratch_peak_bytes, 4 * kScratchFloats);
+  const KernelScratch scratch = tracker.kernel_scratch();
+  EXPECT_EQ(scratch.peak_bytes, 4 * kScratchFloats);
+  EXPECT_EQ(scratch.allocations, 1);
+  EXPECT_EQ(scratch.allocated_bytes, 4 * kScratchFloats);
+  EXPECT_EQ(scratch.op, "oomtune_test::kernel_with_scratch");
+  // The output was made while the temporary was alive: the CPU held both.
+  EXPECT_EQ(scratch.peak_with_scratch_bytes - base, 4 * (kScratchFloats + kOutputFloats));
+  EXPECT_EQ(tracker.largest().bytes, 4 * kOutputFloats);
+  const std::vector<TrackedEvent> events = tracker.events();
+  ASSERT_EQ(events.size() - events_before, 1u) << "the output's allocation only";
+  EXPECT_EQ(events.back().kind, TrackedEvent::Kind::kAlloc);
+  EXPECT_EQ(events.back().bytes, 4 * kOutputFloats);
+  EXPECT_EQ(events.back().address, reinterpret_cast<uint64_t>(y.data_ptr()));
+}
+
+TEST_F(ScratchTest, ADecompositionsTemporaryCountsInOrder) {
+  const at::Tensor y = call("oomtune_test::composite_with_temporary", x);
+  EXPECT_EQ(tracker.live_bytes() - base, 4 * kOutputFloats);
+  EXPECT_EQ(tracker.peak_bytes() - base, 4 * (kScratchFloats + kOutputFloats)) << "a CUDA run makes it too";
+  EXPECT_EQ(tracker.kernel_scratch().allocations, 0);
+  const std::vector<TrackedEvent> events = tracker.events();
+  ASSERT_EQ(events.size() - events_before, 3u);
+  using K = TrackedEvent::Kind;
+  const std::vector<std::pair<K, int64_t>> expected = {
+      {K::kAlloc, 4 * kScratchFloats}, {K::kAlloc, 4 * kOutputFloats}, {K::kFree, 4 * kScratchFloats}};
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const TrackedEvent& e = events[events_before + i];
+    EXPECT_EQ(std::make_pair(e.kind, e.bytes), expected[i]) << "event " << i;
+  }
+}
+
+// raw_allocate hands out memory that is not a tensor (oneDNN's scratchpads
+// and reorders come this way): scratch wherever it is freed inside an
+// operator call, and flagged when it was counted, outside any.
+TEST(MemoryTracker, RawAllocationsAreScratchInsideAnOperatorAndFlaggedOutside) {
+  MemoryTracker tracker;
+  c10::Allocator* allocator = c10::GetCPUAllocator();
+  const int64_t base = tracker.live_bytes();
+  {
+    RECORD_FUNCTION("oomtune_test::region", std::vector<c10::IValue>());
+    void* raw = allocator->raw_allocate(1000);
+    allocator->raw_deallocate(raw);
+  }
+  EXPECT_EQ(tracker.peak_bytes(), base);
+  EXPECT_EQ(tracker.kernel_scratch().allocated_bytes, 1000);
+  EXPECT_EQ(tracker.kernel_scratch().raw_bytes_counted, 0);
+  void* raw = allocator->raw_allocate(700);
+  allocator->raw_deallocate(raw);
+  EXPECT_EQ(tracker.peak_bytes() - base, 700) << "outside any operator, nothing tells it apart in time";
+  EXPECT_EQ(tracker.kernel_scratch().raw_bytes_counted, 700);
+}
+
+TEST(MemoryTracker, TheBudgetCountsScratchAsItHappens) {
+  TrackerOptions options;
+  options.budget_bytes = 4 * (16 + kScratchFloats + kOutputFloats) - 1;
+  MemoryTracker tracker(options);
+  const at::Tensor x = at::ones({16});
+  EXPECT_THROW(call("oomtune_test::kernel_with_scratch", x), c10::OutOfMemoryError);
+  EXPECT_EQ(tracker.live_bytes(), 4 * 16) << "nothing left behind";
+  tracker.set_budget(4 * (16 + kScratchFloats + kOutputFloats));
+  EXPECT_NO_THROW(call("oomtune_test::kernel_with_scratch", x));
+}
+
+// A convolution through oneDNN (libtorch's CPU default for float32) reorders
+// its weights into buffers of its own, sized by the CPU's instruction set:
+// none of them is counted, only the output (1 x 8 x 30 x 30 floats).
+TEST(MemoryTracker, AOneDnnConvolutionLeavesOnlyItsOutput) {
+  MemoryTracker tracker;
+  const at::Tensor x = at::randn({1, 3, 32, 32});
+  const at::Tensor w = at::randn({8, 3, 3, 3});
+  tracker.reset_statistics();
+  const int64_t base = tracker.live_bytes();
+  const at::Tensor y = at::conv2d(x, w);
+  EXPECT_EQ(tracker.live_bytes() - base, 4 * 8 * 30 * 30);
+  EXPECT_EQ(tracker.peak_bytes() - base, 4 * 8 * 30 * 30);
+  EXPECT_EQ(tracker.kernel_scratch().raw_bytes_counted, 0);
 }
 
 }  // namespace

@@ -1,0 +1,127 @@
+// Every byte figure of a probe is the same on any x86-64 CPU (issue #43):
+// the same configuration is probed at the kernel levels a process can select
+// and at several OpenMP thread counts, and everything the search and the
+// reports read as memory must agree to the byte. Only the kernel scratch
+// (probes/memory_tracker.cpp, Note [Kernel scratch]) and the timing may
+// differ. A level that cannot run a configuration (bf16 where oneDNN is
+// capped below AVX-512) is skipped with the reason; at least two levels must
+// run each case.
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "autotune_jobs.h"
+#include "support/run_oomtune.h"
+
+namespace oomtune {
+namespace {
+
+using nlohmann::json;
+using testing::exists;
+using testing::gpt_job;
+using testing::kSmall;
+using testing::last_line;
+using testing::model;
+using testing::resnet50;
+using testing::resnet50_job;
+using testing::run_oomtune;
+using testing::RunResult;
+using testing::TestDir;
+
+/// A kernel level or thread count, as environment variables for the trial.
+struct Level {
+  const char* name;
+  const char* env;
+};
+
+// DNNL_MAX_CPU_ISA caps oneDNN's instruction set (oneDNN's "CPU dispatcher
+// control"); AVX512_CORE has neither AVX512_BF16 nor AMX, as the CPU of the
+// machine that failed CI. ATEN_CPU_CAPABILITY picks ATen's vectorized
+// kernels (aten/src/ATen/native/DispatchStub.cpp). OOMTUNE_TEST_NO_ONEDNN
+// takes the path of a CPU libtorch sends nothing to oneDNN on
+// (src/trial/serve_trial.cpp).
+const std::vector<Level> kLevels = {
+    {"as the machine runs", ""},
+    {"oneDNN AVX512_CORE", "DNNL_MAX_CPU_ISA=AVX512_CORE"},
+    {"oneDNN AVX2", "DNNL_MAX_CPU_ISA=AVX2"},
+    {"no oneDNN", "OOMTUNE_TEST_NO_ONEDNN=1"},
+    {"ATen default kernels", "ATEN_CPU_CAPABILITY=default"},
+    {"1 OpenMP thread", "OMP_NUM_THREADS=1"},
+    {"2 OpenMP threads", "OMP_NUM_THREADS=2"},
+    {"3 OpenMP threads", "OMP_NUM_THREADS=3"},
+};
+
+/// One probe to repeat: a job and a configuration.
+struct Case {
+  const char* name;
+  bool resnet;  // else the small GPT
+  const char* config;
+};
+
+std::ostream& operator<<(std::ostream& out, const Case& c) { return out << c.name; }
+
+/// The report without what may differ between machines: timing, and the
+/// kernel scratch (which the kernel level decides).
+json byte_figures(json report) {
+  for (const char* key : {"timing", "samples_per_second", "steps_run", "kernel_scratch"}) report.erase(key);
+  for (auto& [phase, memory] : report.at("phases").items()) memory.erase("kernel_scratch_peak_bytes");
+  return report;
+}
+
+class MachineIndependence : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MachineIndependence, ByteFiguresAgreeAtEveryKernelLevelAndThreadCount) {
+  const Case& c = GetParam();
+  if (!exists(c.resnet ? resnet50() : model(kSmall.name))) GTEST_SKIP() << "no model";
+  const TestDir dir;
+  // Global batch = micro-batch: one micro-batch per step, so backward's
+  // activation peak is measured too.
+  const std::string job = c.resnet ? resnet50_job(dir, 2, "budget = \"1GiB\"")
+                                   : gpt_job(dir, kSmall, 8, "budget = \"64MiB\"");
+  const std::string args = "probe " + job + " --no-fit --json --config " + c.config;
+  json reference;
+  std::string reference_level;
+  int ran = 0;
+  for (const Level& level : kLevels) {
+    const RunResult r = run_oomtune(args, level.env);
+    if (r.exit_code != 0) {
+      // oneDNN refuses bf16 below AVX-512: "could not create a primitive
+      // descriptor iterator".
+      const bool cannot_run = std::string(c.config).find("bf16") != std::string::npos &&
+                              last_line(r.err).find("primitive descriptor") != std::string::npos;
+      ASSERT_TRUE(cannot_run) << level.name << ": " << r.err;
+      std::cout << "skipped: " << level.name << " cannot run " << c.config << ": " << last_line(r.err) << "\n";
+      continue;
+    }
+    const json report = json::parse(r.out).at("report");
+    EXPECT_EQ(report.at("kernel_scratch").at("raw_bytes_counted"), 0)
+        << level.name << ": library memory counted as tensors";
+    ++ran;
+    if (reference.is_null()) {
+      reference = byte_figures(report);
+      reference_level = level.name;
+      continue;
+    }
+    const json figures = byte_figures(report);
+    EXPECT_EQ(figures, reference) << level.name << " vs " << reference_level << ":\n"
+                                  << json::diff(reference, figures).dump(1);
+  }
+  if (ran == 0) GTEST_SKIP() << c.config << " runs at no kernel level on this CPU";
+  EXPECT_GE(ran, 2) << c.config << " ran at one kernel level only";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Probes, MachineIndependence,
+    ::testing::Values(Case{"GptAdamW", false, "micro_batch=8"},
+                      Case{"GptBf16", false, "micro_batch=8,precision=bf16"},
+                      Case{"GptAdamW8bitBf16", false, "micro_batch=8,optimizer=adamw8bit,precision=bf16"},
+                      Case{"GptOffloadCheckpointingAccumulated", false, "micro_batch=4,ckpt=all,offload=on"},
+                      Case{"ResNet50Sgd", true, "micro_batch=2"},
+                      Case{"ResNet50Bf16", true, "micro_batch=2,precision=bf16"}),
+    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace oomtune
