@@ -6,6 +6,7 @@
 
 #include "report/autotune_report.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -14,7 +15,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "common/atomic_file.h"
+#include "common/byte_size.h"
 #include "fake_runner.h"
 
 namespace oomtune {
@@ -204,6 +208,27 @@ TEST(AutotuneReport, BackwardsActivationLineIsShownWhereItPassesThePeakLine) {
   const nlohmann::json model = autotune_json(report).at("baseline_model");
   EXPECT_EQ(model.at("backward_activation_intercept_bytes").get<double>(), 28.0 * kMiB);
   EXPECT_EQ(model.at("backward_activation_bytes_per_sample").get<double>(), 2.0 * kMiB);
+}
+
+// The chosen configuration's verification run says what its CPU kernels
+// kept for themselves, apart from its measured peak; a run without any
+// says nothing (the golden file above).
+TEST(AutotuneReport, TheChosenRunsKernelScratchIsALineOfItsOwn) {
+  AutotuneReport report = accumulation_report();
+  ASSERT_TRUE(report.search.chosen.has_value());
+  ProbeReport& run = *report.search.trail[*report.search.chosen].verification;
+  run.kernel_scratch = {3 * kMiB / 2, 12, 6 * kMiB, "AddmmBackward0 > aten::mm", run.peak_bytes + kMiB, 0};
+  const std::vector<std::string> lines = lines_of(render_autotune_text(report));
+  const auto scratch = std::find_if(lines.begin(), lines.end(), [](const std::string& line) {
+    return line.rfind("          kernel scratch ", 0) == 0;
+  });
+  ASSERT_NE(scratch, lines.end()) << render_autotune_text(report);
+  EXPECT_EQ(*scratch, fmt::format("          kernel scratch 1.50 MiB at most at once, by AddmmBackward0 > aten::mm (12 "
+                                  "allocations); CPU only, not counted toward a CUDA prediction; with it the CPU "
+                                  "held {} at most",
+                                  format_bytes(run.peak_bytes + kMiB)));
+  EXPECT_EQ(autotune_json(report).at("chosen").at("verification").at("kernel_scratch").at("peak_bytes"),
+            3 * kMiB / 2);
 }
 
 // Plain and the least-memory combination out of memory at micro-batch 1

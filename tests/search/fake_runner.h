@@ -6,11 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "common/byte_size.h"  // kMiB
 #include "strategies/decision_tree.h"
 
 namespace oomtune {
-
-inline constexpr int64_t kMiB = 1 << 20;
 
 /// A model with P parameters (fp32) and A bytes of activations per sample:
 ///   plain peak(b)  = 16 P + 2 MiB + A b          (params 4 P, grads 4 P, AdamW 8 P)
