@@ -3,12 +3,26 @@
 # as root or with sudo), configures and builds into build/, and exports the
 # example models. Then, by the first argument:
 #   ./setup.sh              set up only
-#   ./setup.sh --example    set up, then run the main job on the example GPT
-#   ./setup.sh --test       set up, then run the whole test suite (ctest)
+#   ./setup.sh --example    set up what the example needs (the oomtune
+#                           executable, its trial module, the example GPT),
+#                           then run the main job on it
+#   ./setup.sh --test       set up and run the whole test suite (ctest) in
+#                           both configurations, Debian's libtorch 1.13 into
+#                           build/, then PyPI's PyTorch into build-pypi/;
+#                           with OOMTUNE_TORCH set, in that one only
 #
-# OOMTUNE_TORCH=python builds against the PyTorch of `python3` (its
-# torch.utils.cmake_prefix_path) instead of Debian's libtorch-dev: the way
-# to read models exported by PyTorch 2.x that use newer operators.
+# Which libtorch (OOMTUNE_TORCH):
+#   debian  Debian's libtorch-dev 1.13, CPU only (the default)
+#   pypi    the PyTorch wheel PyPI serves (2.x, built with CUDA), pinned with
+#           its dependencies in scripts/pypi-constraints.txt and installed
+#           into the project's own virtual environment .venv-pypi/ (made by
+#           Debian's python3 -m venv); built into build-pypi/ with the CUDA
+#           code compiled (nvcc and the CUDA headers from the toolkit in
+#           /usr/local/cuda, CUDACXX or PATH). The build for people who train
+#           on GPUs; trials run on the CPU where there is no GPU.
+#   python  the PyTorch of `python3` on PATH (its
+#           torch.utils.cmake_prefix_path): a PyTorch of one's own, such as
+#           the GPU machine's.
 # OOMTUNE_PYTHON (default /usr/bin/python3, Debian's, with python3-torch and
 # python3-torchvision) exports the example and test models.
 # OOMTUNE_DEPS=DIR installs no packages: the libraries are already under the
@@ -35,9 +49,30 @@ case "$mode" in
   *) echo "usage: ./setup.sh [--example|--test]" >&2; exit 2 ;;
 esac
 
-build_dir="${OOMTUNE_BUILD_DIR:-build}"
-build_type="${OOMTUNE_BUILD_TYPE:-Release}"
+# The whole suite in both configurations, one after the other; both run
+# whatever the first gave, and the exit status is the first failure's.
+if [ "$mode" = --test ] && [ -z "${OOMTUNE_TORCH:-}" ]; then
+  status=0
+  for source in debian pypi; do
+    echo "setup: the test suite against the $source libtorch" >&2
+    build_override=()
+    if [ -n "${OOMTUNE_BUILD_DIR:-}" ] && [ "$source" = pypi ]; then
+      build_override=(OOMTUNE_BUILD_DIR="$OOMTUNE_BUILD_DIR-pypi")
+    fi
+    env "${build_override[@]}" OOMTUNE_TORCH="$source" ./setup.sh --test || { code=$?; [ "$status" -ne 0 ] || status=$code; }
+  done
+  exit "$status"
+fi
+
 torch_source="${OOMTUNE_TORCH:-debian}"
+case "$torch_source" in
+  debian|pypi|python) ;;
+  *) echo "setup: OOMTUNE_TORCH=$torch_source: expected debian, pypi or python" >&2; exit 2 ;;
+esac
+default_build_dir=build
+if [ "$torch_source" = pypi ]; then default_build_dir=build-pypi; fi
+build_dir="${OOMTUNE_BUILD_DIR:-$default_build_dir}"
+build_type="${OOMTUNE_BUILD_TYPE:-Release}"
 python="${OOMTUNE_PYTHON:-/usr/bin/python3}"
 python="$(command -v "$python" || echo "$python")"  # a path: the tests check that it exists
 deps="${OOMTUNE_DEPS:-}"
@@ -50,22 +85,22 @@ if [ -n "$deps" ]; then
 fi
 
 # The libtorch to build against, as the directory of its TorchConfig.cmake.
-# A PyTorch that cannot be built against is refused before anything is
-# installed.
 prefix_path=()
 torch_cuda=""
-if [ "$torch_source" = python ]; then
-  python3_path="$(command -v python3 || echo python3)"
+# use_python_torch PYTHON: the PyTorch of PYTHON, or one line and exit 2 if
+# it cannot be built against.
+use_python_torch() {
+  local torch_python="$1" torch_cxx11_abi
   # One import of torch (seconds for a CUDA wheel): its CMake prefix, ABI, version.
-  if ! torch_facts="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path);
+  if ! torch_facts="$("$torch_python" -c 'import torch; print(torch.utils.cmake_prefix_path);
 print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__); print(torch.version.cuda or "")' 2>/dev/null)"; then
-    echo "setup: OOMTUNE_TORCH=python, but $python3_path cannot import torch" >&2
+    echo "setup: OOMTUNE_TORCH=$torch_source, but $torch_python cannot import torch" >&2
     exit 2
   fi
   { read -r torch_prefix; read -r torch_cxx11_abi; read -r torch_version; read -r torch_cuda; } <<< "$torch_facts"
   torch_dir="$torch_prefix/Torch"
   if [ ! -f "$torch_dir/TorchConfig.cmake" ]; then
-    echo "setup: OOMTUNE_TORCH=python, but the PyTorch of $python3_path has no $torch_dir/TorchConfig.cmake" \
+    echo "setup: OOMTUNE_TORCH=$torch_source, but the PyTorch of $torch_python has no $torch_dir/TorchConfig.cmake" \
          "(Debian's python3-torch ships none; the wheels from pytorch.org and PyPI do); run without OOMTUNE_TORCH" \
          "to build against Debian's libtorch-dev" >&2
     exit 2
@@ -74,21 +109,28 @@ print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__); print(tor
   # GoogleTest, toml++ and Google Benchmark use the C++11 one. PyTorch wheels
   # do from 2.7 on (pytorch/pytorch #143962); older ones would fail to link.
   if [ "$torch_cxx11_abi" != 1 ]; then
-    echo "setup: OOMTUNE_TORCH=python, but the PyTorch of $python3_path ($torch_version) uses the pre-C++11" \
+    echo "setup: OOMTUNE_TORCH=$torch_source, but the PyTorch of $torch_python ($torch_version) uses the pre-C++11" \
          "libstdc++ ABI (_GLIBCXX_USE_CXX11_ABI=0), which Debian's libraries cannot link with; use PyTorch 2.7" \
          "or newer" >&2
     exit 2
   fi
   # Searched before /usr, so that Torch's own find_package(Caffe2) cannot
-  # pick Debian's Caffe2 config when libtorch-dev is installed too.
-  prefix_path=("$torch_prefix")
-  echo "setup: building against the PyTorch at $torch_prefix" >&2
-fi
+  # pick Debian's Caffe2 config when libtorch-dev is installed too, and the
+  # torch package itself (torch/share/cmake/../..), so that TorchConfig's
+  # find_library(TORCH_LIBRARY torch PATHS <torch>/lib) finds its own
+  # torch/lib/libtorch.so before Debian's /usr/lib/<arch>/libtorch.so, as
+  # it did (c10 likewise) while the link took the wheel's.
+  prefix_path=("$torch_prefix" "$(dirname "$(dirname "$torch_prefix")")")
+  echo "setup: building against the PyTorch at $torch_prefix ($torch_version)" >&2
+}
+# A PyTorch of one's own that cannot be built against is refused before
+# anything is installed.
+if [ "$torch_source" = python ]; then use_python_torch "$(command -v python3 || echo python3)"; fi
 
 packages=(build-essential cmake ninja-build ccache pkg-config
           libcli11-dev libtomlplusplus-dev libtomlplusplus3 libfmt-dev nlohmann-json3-dev
           zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
-          python3-torch python3-torchvision python3-yaml)
+          python3-torch python3-torchvision python3-yaml python3-venv)
 if [ "$torch_source" = debian ]; then packages+=(libtorch-dev); fi
 
 missing=()
@@ -105,6 +147,20 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# PyPI's PyTorch, as scripts/pypi-constraints.txt pins it (with every
+# package it brings), in the project's own virtual environment; pip leaves
+# what already matches as it is.
+if [ "$torch_source" = pypi ]; then
+  venv=.venv-pypi
+  if [ ! -x "$venv/bin/python" ]; then
+    echo "setup: making the virtual environment $venv" >&2
+    /usr/bin/python3 -m venv "$venv"
+  fi
+  echo "setup: installing PyTorch from PyPI into $venv (scripts/pypi-constraints.txt)" >&2
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --constraint scripts/pypi-constraints.txt torch
+  use_python_torch "$PWD/$venv/bin/python"
 fi
 
 if [ "$torch_source" = debian ]; then
@@ -148,8 +204,14 @@ fi
 # nproc answers OMP_NUM_THREADS when it is set (coreutils): a user who keeps
 # OMP_NUM_THREADS=1 for training would build on one core.
 cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
-cmake --build "$build_dir" -j"$cores"
-"$python" examples/export_models.py --if-missing
+if [ "$mode" = --example ]; then
+  # What the main job runs: the executable and the trial module it loads.
+  cmake --build "$build_dir" -j"$cores" --target oomtune oomtune_trial_module
+  "$python" examples/export_models.py --if-missing --only gpt
+else
+  cmake --build "$build_dir" -j"$cores"
+  "$python" examples/export_models.py --if-missing
+fi
 
 case "$mode" in
   --example)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # setup.sh refuses what it cannot build with in one line and exit 2:
+#   - an OOMTUNE_TORCH it does not know;
 #   - OOMTUNE_TORCH=python with a PyTorch it cannot build against, before it
 #     configures anything;
 #   - a CUDA PyTorch with no CUDA toolkit for Torch's CMake config to find,
@@ -69,6 +70,8 @@ expect() {
     echo "ok   $case"
   fi
 }
+
+expect unknown_torch 2 before "setup: OOMTUNE_TORCH=conda: expected debian, pypi or python" OOMTUNE_TORCH=conda
 
 fake_python no_torch none 1
 expect no_torch 2 before "setup: OOMTUNE_TORCH=python, but $work/no_torch/python3 cannot import torch"
