@@ -25,6 +25,22 @@ struct PhaseMemory {
   // SUM: highest CPU kernel scratch (KernelScratch) live at once during the
   // phase; not in any other field.
   int64_t kernel_scratch_peak_bytes = 0;
+  // SUM: highest bytes the CUDA caching allocator held from cudaMalloc
+  // during the phase, measured on a GPU (probes/device_phase_meter.h); 0
+  // where the CPU measured.
+  int64_t reserved_peak_bytes = 0;
+};
+
+/// What the CUDA caching allocator reserved and did during a trial's
+/// measured steps, read from its own counters on a GPU (c10::
+/// CachingDeviceAllocator::DeviceStats), beside what the simulator predicts
+/// from the same allocations (ReservedPrediction).
+struct MeasuredReserved {
+  int64_t peak_reserved_bytes = 0;  // SUM: highest reserved bytes
+  int64_t peak_active_bytes = 0;    // SUM: highest bytes in active blocks
+  int64_t segment_allocations = 0;  // COUNT: cudaMalloc calls
+  int64_t num_alloc_retries = 0;    // COUNT: cudaMalloc failures retried after freeing cached blocks
+  int64_t num_ooms = 0;             // COUNT: out-of-memory errors the allocator raised
 };
 
 /// Device-pool bytes that CPU kernels allocated for their own use and freed

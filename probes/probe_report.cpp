@@ -26,7 +26,8 @@ nlohmann::json phase_json(const PhaseMemory& p) {
   return {{"start_bytes", p.start_bytes},         {"peak_bytes", p.peak_bytes},
           {"end_bytes", p.end_bytes},             {"allocations", p.allocations},
           {"allocated_bytes", p.allocated_bytes}, {"host_peak_bytes", p.host_peak_bytes},
-          {"kernel_scratch_peak_bytes", p.kernel_scratch_peak_bytes}};
+          {"kernel_scratch_peak_bytes", p.kernel_scratch_peak_bytes},
+          {"reserved_peak_bytes", p.reserved_peak_bytes}};
 }
 
 PhaseMemory phase_from_json(const nlohmann::json& j) {
@@ -38,6 +39,7 @@ PhaseMemory phase_from_json(const nlohmann::json& j) {
   p.allocated_bytes = j.at("allocated_bytes").get<int64_t>();
   p.host_peak_bytes = j.at("host_peak_bytes").get<int64_t>();
   p.kernel_scratch_peak_bytes = j.value("kernel_scratch_peak_bytes", int64_t{0});
+  p.reserved_peak_bytes = j.value("reserved_peak_bytes", int64_t{0});
   return p;
 }
 
@@ -131,6 +133,13 @@ nlohmann::json to_json(const ProbeReport& r) {
                      {"segment_allocations", r.reserved->segment_allocations},
                      {"fits_budget", r.reserved->fits_budget}};
   }
+  if (r.measured_reserved) {
+    j["measured_reserved"] = {{"peak_reserved_bytes", r.measured_reserved->peak_reserved_bytes},
+                              {"peak_active_bytes", r.measured_reserved->peak_active_bytes},
+                              {"segment_allocations", r.measured_reserved->segment_allocations},
+                              {"num_alloc_retries", r.measured_reserved->num_alloc_retries},
+                              {"num_ooms", r.measured_reserved->num_ooms}};
+  }
   return j;
 }
 
@@ -196,6 +205,13 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
                                       res.at("largest_free_block_bytes").get<int64_t>(),
                                       res.at("segment_allocations").get<int64_t>(),
                                       res.at("fits_budget").get<bool>()};
+    }
+    if (j.contains("measured_reserved")) {
+      const auto& m = j.at("measured_reserved");
+      r.measured_reserved =
+          MeasuredReserved{m.at("peak_reserved_bytes").get<int64_t>(), m.at("peak_active_bytes").get<int64_t>(),
+                           m.at("segment_allocations").get<int64_t>(), m.at("num_alloc_retries").get<int64_t>(),
+                           m.at("num_ooms").get<int64_t>()};
     }
     return r;
   } catch (const nlohmann::json::exception& e) {

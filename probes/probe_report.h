@@ -104,6 +104,9 @@ struct ProbeReport {
   StepTiming timing;
   double samples_per_second = 0;      // global batch / steady step seconds
   std::optional<ReservedPrediction> reserved;
+  // On a GPU: what the caching allocator itself reserved, beside the
+  // prediction above from the same allocations (DevicePhaseMeter).
+  std::optional<MeasuredReserved> measured_reserved;
   std::vector<std::string> checkpointed_blocks;
   // A kError where the recompute operator refused a checkpointed block
   // (strategies/recompute_op.h): the block's class ("__torch__.Decoder"),

@@ -36,23 +36,21 @@ namespace oomtune {
 
 void add_job_override_flags(CLI::App& cmd, JobOverrides& overrides) {
   cmd.add_option("--budget", overrides.budget, "Memory budget, e.g. 8GiB, 7.5GB (overrides the file)");
-  cmd.add_option("--device", overrides.device, "cpu; cuda is refused until the CUDA memory backend exists (overrides the file)");
+  cmd.add_option("--device", overrides.device,
+                 "cpu; cuda is refused until the CUDA memory backend runs trials (overrides the file)");
   cmd.add_option("--batch", overrides.global_batch, "Global batch size (overrides the file)");
 }
 
 #ifdef OOMTUNE_WITH_TORCH
 void require_device_support(const JobSpec& job) {
-  if (job.device != "cuda") return;
-  // MemoryTracker counts what the CPU allocator hands out. A model on a GPU
-  // allocates through the CUDA caching allocator instead, so a CUDA trial
-  // would measure almost nothing and call every configuration a fit. Until
-  // the CUDA backend (caching-allocator statistics, DESIGN.md probes/) is
-  // built, no build runs one, whether or not its libtorch has CUDA.
+  if (job.device != "cuda" || compat::cuda_compiled()) return;
+  // Whether a GPU answers is for the trial to ask (require_cuda_trial in
+  // src/trial/trial_runner.cpp): this process does not load libtorch.
   throw InputError(fmt::format(
-      "{}: device = \"cuda\" is not supported yet: oomtune measures memory through the CPU allocator only "
-      "(libtorch {}, CUDA {}); use device = \"cpu\" (--device cpu), where probe also predicts what a CUDA caching "
-      "allocator would reserve",
-      job.spec_path, compat::torch_version(), compat::cuda_compiled() ? "compiled in" : "not compiled in"));
+      "{}: device = \"cuda\", but this oomtune is built against libtorch {} without CUDA; build it against "
+      "PyTorch with CUDA (OOMTUNE_TORCH=pypi ./setup.sh, then build-pypi/oomtune), or use device = \"cpu\" "
+      "(--device cpu), where probe also predicts what a CUDA caching allocator would reserve",
+      job.spec_path, compat::torch_version()));
 }
 #endif
 

@@ -36,9 +36,9 @@ void add_probe_command(CLI::App& app, const Command& self, int* exit_code);
 void add_autotune_command(CLI::App& app, const Command& self, int* exit_code);
 void add_trial_command(CLI::App& app, const Command& self, int* exit_code);
 
-/// Throws InputError when `job` asks for device = "cuda", before any trial
-/// starts: the memory tracker has only its CPU backend, which cannot see
-/// the allocations of a model on a GPU, on CPU-only and CUDA builds alike.
+/// Throws InputError when `job` asks for device = "cuda" and this build's
+/// libtorch has no CUDA, before any trial starts (issue #44, item 6). In a
+/// CUDA build the trial says whether a GPU answers (trial_runner.h).
 void require_device_support(const JobSpec& job);
 #endif
 

@@ -24,6 +24,12 @@
 
 namespace oomtune {
 
+/// Throws InputError when `job` asks for device = "cuda": with the reason a
+/// GPU cannot be used here (no driver, an old driver, no device visible;
+/// probes/cuda_device.h) where the build has CUDA, else because trials do
+/// not yet measure a GPU's memory (issue #44). Does nothing for "cpu".
+void require_cuda_trial(const JobSpec& job);
+
 /// Runs the trial and returns its report. Out of memory is an outcome, not
 /// an error, and so is a checkpointed block class refused because its
 /// forward writes to its argument, whether its graph showed it
@@ -31,7 +37,7 @@ namespace oomtune {
 /// the first call (kError with refused_checkpoint_class and
 /// other_checkpointed_blocks set). Throws ModelError / ConfigError (bad
 /// model, bad config) — the child-process wrapper turns those into outcome
-/// kError.
+/// kError — and require_cuda_trial's InputError first.
 ProbeReport run_trial(const JobSpec& job, const TrainingConfig& config, const TrialOptions& options);
 
 }  // namespace oomtune

@@ -1,0 +1,42 @@
+// A trial's report crosses from the child process to the parent as JSON:
+// what the CPU tracker and the CUDA counters add to it comes back whole.
+
+#include "probes/probe_report.h"
+
+#include <gtest/gtest.h>
+
+namespace oomtune {
+namespace {
+
+TEST(ProbeReportJson, KernelScratchAndMeasuredReservedRoundTrip) {
+  ProbeReport r;
+  r.config = "micro_batch=8,accum=1,ckpt=none,optimizer=adamw,offload=off,precision=fp32";
+  r.phases[static_cast<std::size_t>(Phase::kBackward)].reserved_peak_bytes = 62914560;
+  r.phases[static_cast<std::size_t>(Phase::kForward)].kernel_scratch_peak_bytes = 131200;
+  r.kernel_scratch = {131200, 1376, 22790144, "MmBackward0 > aten::mm", 5693466, 700};
+  r.measured_reserved = MeasuredReserved{62914560, 52428800, 3, 1, 0};
+  const ProbeReport back = probe_report_from_json(to_json(r));
+  EXPECT_EQ(back.phases[static_cast<std::size_t>(Phase::kBackward)].reserved_peak_bytes, 62914560);
+  EXPECT_EQ(back.phases[static_cast<std::size_t>(Phase::kForward)].kernel_scratch_peak_bytes, 131200);
+  const KernelScratch& k = back.kernel_scratch;
+  EXPECT_EQ(k.peak_bytes, 131200);
+  EXPECT_EQ(k.allocations, 1376);
+  EXPECT_EQ(k.allocated_bytes, 22790144);
+  EXPECT_EQ(k.op, "MmBackward0 > aten::mm");
+  EXPECT_EQ(k.peak_with_scratch_bytes, 5693466);
+  EXPECT_EQ(k.raw_bytes_counted, 700);
+  ASSERT_TRUE(back.measured_reserved.has_value());
+  const MeasuredReserved& m = *back.measured_reserved;
+  EXPECT_EQ(m.peak_reserved_bytes, 62914560);
+  EXPECT_EQ(m.peak_active_bytes, 52428800);
+  EXPECT_EQ(m.segment_allocations, 3);
+  EXPECT_EQ(m.num_alloc_retries, 1);
+  EXPECT_EQ(m.num_ooms, 0);
+  // A CPU trial measures no reserved bytes: none in its JSON, none back.
+  r.measured_reserved.reset();
+  EXPECT_FALSE(to_json(r).contains("measured_reserved"));
+  EXPECT_FALSE(probe_report_from_json(to_json(r)).measured_reserved.has_value());
+}
+
+}  // namespace
+}  // namespace oomtune
