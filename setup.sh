@@ -117,9 +117,9 @@ print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__); print(tor
   # Searched before /usr, so that Torch's own find_package(Caffe2) cannot
   # pick Debian's Caffe2 config when libtorch-dev is installed too, and the
   # torch package itself (torch/share/cmake/../..), so that TorchConfig's
-  # find_library(TORCH_LIBRARY torch PATHS <torch>/lib) finds its own
-  # torch/lib/libtorch.so before Debian's /usr/lib/<arch>/libtorch.so, as
-  # it did (c10 likewise) while the link took the wheel's.
+  # find_library(TORCH_LIBRARY torch PATHS <torch>/lib), which searches the
+  # system first, finds torch/lib/libtorch.so and not Debian's
+  # /usr/lib/<arch>/libtorch.so (and likewise c10) where both are installed.
   prefix_path=("$torch_prefix" "$(dirname "$(dirname "$torch_prefix")")")
   echo "setup: building against the PyTorch at $torch_prefix ($torch_version)" >&2
 }
