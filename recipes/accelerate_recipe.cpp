@@ -118,6 +118,7 @@ std::vector<std::string> accelerate_notes(const Plan& plan) {
         recipe_text::describe_checkpoint(c.checkpoint), to_string(c.checkpoint)));
   if (c.optimizer == OptimizerKind::kAdamW8bit && !c.offload_optimizer)
     notes.push_back("bitsandbytes.optim.AdamW8bit needs the bitsandbytes package");
+  if (c.optimizer == OptimizerKind::kAdafactor) notes.push_back(recipe_text::adafactor_note());
   if (cpu_adam) notes.push_back(recipe_text::adamw8bit_offload_note());
   const OptimizerHyperParameters defaults;
   if (c.offload_optimizer && c.optimizer != OptimizerKind::kSgd &&

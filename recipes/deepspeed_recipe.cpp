@@ -52,8 +52,12 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-/// Whether the file names an optimizer DeepSpeed builds itself.
+/// Whether the file names an optimizer DeepSpeed builds itself: not 8-bit
+/// AdamW on the GPU, nor Adafactor (DeepSpeed's optimizer types are Adam,
+/// AdamW, SGD, Lamb, Lion and their 1-bit and muP forms; deepspeed/runtime/
+/// config.py, DEEPSPEED_OPTIMIZERS).
 bool has_optimizer_section(const Plan& plan) {
+  if (plan.config.optimizer == OptimizerKind::kAdafactor) return false;
   return plan.config.optimizer != OptimizerKind::kAdamW8bit || plan.config.offload_optimizer;
 }
 
@@ -84,6 +88,13 @@ std::vector<std::string> deepspeed_notes(const Plan& plan) {
         "8-bit AdamW has no DeepSpeed optimizer type, so this file has no \"optimizer\" section: create "
         "optimizer = {} and pass deepspeed.initialize(model=model, optimizer=optimizer, config=\"ds_config.json\")",
         recipe_text::optimizer_call(plan, "model.parameters()")));
+  if (c.optimizer == OptimizerKind::kAdafactor) {
+    notes.push_back(fmt::format(
+        "Adafactor has no DeepSpeed optimizer type, so this file has no \"optimizer\" section: create "
+        "optimizer = {} and pass deepspeed.initialize(model=model, optimizer=optimizer, config=\"ds_config.json\")",
+        recipe_text::optimizer_call(plan, "model.parameters()")));
+    notes.push_back(recipe_text::adafactor_note());
+  }
   if (c.optimizer == OptimizerKind::kAdamW8bit && c.offload_optimizer)
     notes.push_back(recipe_text::adamw8bit_offload_note());
   if (c.optimizer == OptimizerKind::kSgd && c.offload_optimizer)

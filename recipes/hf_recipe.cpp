@@ -51,6 +51,7 @@ std::string hf_optim(const Plan& plan) {
     case OptimizerKind::kAdamW: return "adamw_torch";
     case OptimizerKind::kAdamW8bit: return plan.config.offload_optimizer ? "adamw_torch" : "adamw_bnb_8bit";
     case OptimizerKind::kSgd: return "sgd";
+    case OptimizerKind::kAdafactor: return "adafactor";  // OptimizerNames.ADAFACTOR (transformers/training_args.py)
   }
   return "?";
 }
@@ -80,6 +81,7 @@ std::vector<std::string> hf_notes(const Plan& plan) {
     notes.push_back(recipe_text::adamw8bit_offload_note());
   if (c.optimizer == OptimizerKind::kAdamW8bit && !c.offload_optimizer)
     notes.push_back("optim = \"adamw_bnb_8bit\" needs the bitsandbytes package");
+  if (c.optimizer == OptimizerKind::kAdafactor) notes.push_back(recipe_text::adafactor_note());
   if (c.optimizer == OptimizerKind::kSgd && !c.offload_optimizer && plan.optimizer.momentum != 0.0)
     notes.push_back(fmt::format(
         "TrainingArguments has no SGD momentum: build optimizer = {} and pass Trainer(..., optimizers=(optimizer, "
@@ -105,7 +107,7 @@ std::string write_hf_training_args(const Plan& plan) {
   args["optim"] = hf_optim(plan);
   args["learning_rate"] = o.lr;
   args["weight_decay"] = o.weight_decay;
-  if (c.optimizer != OptimizerKind::kSgd) {
+  if (c.optimizer == OptimizerKind::kAdamW || c.optimizer == OptimizerKind::kAdamW8bit) {
     args["adam_beta1"] = o.beta1;
     args["adam_beta2"] = o.beta2;
     args["adam_epsilon"] = o.eps;

@@ -73,6 +73,12 @@ Json optimizer_kwargs(const Plan& plan) {
   const OptimizerHyperParameters& o = plan.optimizer;
   if (plan.config.optimizer == OptimizerKind::kSgd)
     return Json{{"lr", o.lr}, {"momentum", o.momentum}, {"weight_decay", o.weight_decay}};
+  if (plan.config.optimizer == OptimizerKind::kAdafactor)
+    return Json{{"lr", o.lr},
+                {"scale_parameter", false},
+                {"relative_step", false},
+                {"warmup_init", false},
+                {"weight_decay", o.weight_decay}};
   Json kwargs{{"lr", o.lr}, {"betas", {o.beta1, o.beta2}}, {"eps", o.eps}, {"weight_decay", o.weight_decay}};
   if (lightning_optimizer_class(plan) == kCpuAdamClass) kwargs["adamw_mode"] = true;
   return kwargs;
@@ -93,6 +99,7 @@ std::vector<std::string> lightning_notes(const Plan& plan) {
         recipe_text::describe_checkpoint(c.checkpoint), to_string(c.checkpoint)));
   if (c.optimizer == OptimizerKind::kAdamW8bit && !c.offload_optimizer)
     notes.push_back("bitsandbytes.optim.AdamW8bit needs the bitsandbytes package");
+  if (c.optimizer == OptimizerKind::kAdafactor) notes.push_back(recipe_text::adafactor_note());
   if (c.offload_optimizer)
     notes.push_back(fmt::format("strategy \"{}\" needs the deepspeed package and a GPU", kOffloadStrategy));
   if (c.optimizer == OptimizerKind::kAdamW8bit && c.offload_optimizer)

@@ -62,6 +62,8 @@ void validate_plan(const Plan& plan) {
          fmt::format("must equal micro_batch * accumulation_steps = {} * {} = {} (frameworks cannot "
                      "express a smaller last micro-batch), got {}",
                      c.micro_batch, c.accumulation_steps, *product, plan.global_batch));
+  if (c.optimizer == OptimizerKind::kAdafactor && c.offload_optimizer)
+    fail("config.offload_optimizer", std::string(kAdafactorOffloadProblem));
   if (plan.device != "cpu" && plan.device != "cuda")
     fail("job.device", fmt::format("expected \"cpu\" or \"cuda\", got '{}'", plan.device));
   if (plan.budget_bytes && *plan.budget_bytes <= 0)

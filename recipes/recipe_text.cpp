@@ -27,6 +27,7 @@ std::string optimizer_class(OptimizerKind kind) {
     case OptimizerKind::kAdamW: return "torch.optim.AdamW";
     case OptimizerKind::kAdamW8bit: return "bitsandbytes.optim.AdamW8bit";
     case OptimizerKind::kSgd: return "torch.optim.SGD";
+    case OptimizerKind::kAdafactor: return "transformers.optimization.Adafactor";
   }
   return "?";
 }
@@ -37,6 +38,12 @@ std::string optimizer_call(const Plan& plan, const std::string& params, const st
   if (plan.config.optimizer == OptimizerKind::kSgd)
     return fmt::format("{}({}, lr={}, momentum={}, weight_decay={})", cls, params, number(o.lr), number(o.momentum),
                        number(o.weight_decay));
+  // As TrainingArguments(optim="adafactor") builds it (transformers/
+  // trainer.py) and oomtune measured it (strategies/adafactor.h).
+  if (plan.config.optimizer == OptimizerKind::kAdafactor)
+    return fmt::format("{}({}, lr={}, scale_parameter=False, relative_step=False, warmup_init=False, "
+                       "weight_decay={})",
+                       cls, params, number(o.lr), number(o.weight_decay));
   return fmt::format("{}({}, lr={}, betas=({}, {}), eps={}, weight_decay={})", cls, params, number(o.lr),
                      number(o.beta1), number(o.beta2), number(o.eps), number(o.weight_decay));
 }
@@ -59,6 +66,13 @@ std::string bf16_params_note(const std::string& how) {
   return "precision bf16_params (bf16 weights and gradients, fp32 master weights kept by the optimizer; oomtune "
          "measures it when bf16 autocast fails for the model) is DeepSpeed's bf16 mode: " +
          how;
+}
+
+std::string adafactor_note() {
+  return "transformers.optimization.Adafactor (the transformers package) with scale_parameter=False, "
+         "relative_step=False: the learning rate is used as given, as TrainingArguments(optim=\"adafactor\") does "
+         "and oomtune measured; it keeps no momentum and a factored second moment, so compare the loss curve "
+         "with AdamW's before relying on it";
 }
 
 std::string adamw8bit_offload_note() {

@@ -44,6 +44,10 @@ std::string deepspeed_needs_gpu_note(const TrainingConfig& config);
 /// framework gets there), not the framework's bf16 autocast switch.
 std::string bf16_params_note(const std::string& how);
 
+/// Note: the plan trains with Adafactor: which class, with which options,
+/// and that its updates are not AdamW's (strategies/adafactor.h).
+std::string adafactor_note();
+
 /// Note: 8-bit AdamW together with optimizer offload.
 std::string adamw8bit_offload_note();
 

@@ -66,6 +66,10 @@ BytesPerParameter bytes_per_parameter(Precision precision, OptimizerKind optimiz
       state = kAdamStates * (kInt8StateBytes + kFp32Bytes / static_cast<double>(kZeroQuantizationBlock));
       break;
     case OptimizerKind::kSgd: state = sgd_momentum ? kSgdMomentumBytes : 0; break;
+    // Factored: 4 (r + c) bytes per r x c matrix, below 0.01 B per parameter
+    // once r and c pass 800; vectors (biases, norms) add 4 B per element
+    // but hold a small share of a model's parameters. Counted as 0.
+    case OptimizerKind::kAdafactor: state = 0; break;
   }
   BytesPerParameter bytes;
   if (precision == Precision::kFp32) {

@@ -64,7 +64,9 @@ struct BytesPerParameter {
 ///   bf16/fp16 mixed: w 2, g 2, K = 4 (master) + state
 /// where state is AdamW 8 (m, v in fp32), 8-bit AdamW 2 * (1 + 4/2048)
 /// (m, v in int8 plus one fp32 absmax per 2048-element block each), SGD 4
-/// with momentum else 0. bf16 AdamW gives the paper's 2 + 2 + 12.
+/// with momentum else 0, Adafactor 0 (its factored second moment is 4 (r + c)
+/// bytes per r x c matrix: not a per-parameter constant, and a negligible
+/// one for large matrices). bf16 AdamW gives the paper's 2 + 2 + 12.
 /// Note: oomtune's own bf16 strategy is autocast with fp32 weights; for that
 /// pass Precision::kFp32 (the weights and gradients stay fp32), or use
 /// stored_bytes_per_parameter.

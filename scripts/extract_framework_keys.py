@@ -25,7 +25,8 @@ What is read, and why it is what the framework accepts:
   torch.optim class, engine.py _configure_basic_optimizer); the keyword
   arguments of DeepSpeedCPUAdam and FusedAdam (ops/adam/).
 - transformers: TrainingArguments' dataclass fields and OptimizerNames'
-  values (training_args.py).
+  values (training_args.py); Adafactor.__init__'s parameters
+  (optimization.py, beside it), what the recipes pass it.
 - Lightning: Trainer.__init__'s parameters (pytorch/trainer/trainer.py);
   _PRECISION_INPUT_STR (fabric/plugins/precision/precision.py); the names
   registered by register_strategies() (pytorch/strategies/*.py) and
@@ -243,11 +244,19 @@ def deepspeed(root):
 
 def transformers(training_args_py):
     tree = parse(training_args_py)
-    return {
+    keys = {
         "source": source_of(os.path.dirname(training_args_py), ["src/transformers/training_args.py"]),
         "training_args": unique(class_fields(find_class(tree, "TrainingArguments"))),
         "optim": unique(enum_values(find_class(tree, "OptimizerNames"))),
     }
+    # Adafactor's keyword arguments (the Lightning and Accelerate recipes
+    # build transformers.optimization.Adafactor), from its module beside.
+    optimization_py = os.path.join(os.path.dirname(training_args_py), "optimization.py")
+    if os.path.isfile(optimization_py):
+        init = find_function(find_class(parse(optimization_py), "Adafactor"), "__init__")
+        keys["adafactor_source"] = source_of(os.path.dirname(training_args_py), ["src/transformers/optimization.py"])
+        keys["adafactor_kwargs"] = unique(parameters(init))
+    return keys
 
 
 def lightning(root):

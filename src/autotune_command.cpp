@@ -15,7 +15,7 @@
 #include "recipes/recipes.h"
 #include "recipes/zero_estimate.h"
 #include "report/autotune_report.h"
-#include "strategies/decision_tree.h"
+#include "search/search.h"
 #include "trial/child_trial.h"
 
 namespace oomtune {

@@ -12,6 +12,7 @@
 #include <c10/core/GradMode.h>
 
 #include "common/error.h"
+#include "compat/torch_compat.h"
 
 namespace oomtune {
 namespace {
@@ -19,26 +20,8 @@ namespace {
 // Blocks per parallel_for task in the fused 8-bit step (8 * 2048 elements).
 constexpr int64_t kBlocksPerTask = 8;
 
-// The key type of Optimizer::state_ differs between libtorch versions:
-// 1.13 keys by std::string (c10::guts::to_string of the TensorImpl pointer,
-// i.e. `ostream << pointer`), 2.x by the TensorImpl pointer as void*
-// (torch/optim/optimizer.h). The key type is read off the map itself, so no
-// version macro is needed. (A src/compat helper would be the shared home.)
-using StateMap = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
-using StateKey = typename StateMap::key_type;
-
-template <typename Key>
-Key state_key_of(const at::Tensor& p) {
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream out;
-    out << p.unsafeGetTensorImpl();
-    return out.str();
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
-}
-
-StateKey state_key(const at::Tensor& p) { return state_key_of<StateKey>(p); }
+using compat::optimizer_state_key;
+using StateKey = compat::OptimizerStateKey;
 
 std::string describe(const at::Tensor& t) {
   std::ostringstream out;
@@ -108,7 +91,7 @@ at::Tensor AdamW8bit::step(LossClosure closure) {
       if (grad.is_sparse()) {
         throw ConfigError("AdamW8bit: sparse gradients are not supported");
       }
-      const StateKey key = state_key(p);
+      const StateKey key = optimizer_state_key(p);
       auto found = state_.find(key);
       if (found == state_.end()) {
         auto state = std::make_unique<AdamW8bitParamState>();

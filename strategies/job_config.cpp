@@ -23,6 +23,8 @@ TrainingConfig normalize_config(TrainingConfig config, const JobSpec& job) {
     throw ConfigError(fmt::format("precision fp16 needs device = \"cuda\" (dynamic loss scaling), the job has "
                                   "device = \"{}\"; use bf16 on CPU",
                                   job.device));
+  if (config.optimizer == OptimizerKind::kAdafactor && config.offload_optimizer)
+    throw ConfigError(kAdafactorOffloadProblem);
   if (config.optimizer == OptimizerKind::kSgd && job.optimizer.kind != "sgd")
     throw ConfigError(fmt::format("optimizer sgd: the job trains with {}; oomtune does not change the optimizer family",
                                   job.optimizer.kind));

@@ -12,7 +12,8 @@ namespace oomtune {
 /// accumulation_steps = ceil(global / micro_batch) when it was left at 1.
 /// Throws ConfigError when micro_batch > global batch, when micro_batch ×
 /// accumulation_steps does not cover the global batch exactly and the job
-/// does not allow a remainder, for fp16 on a non-CUDA device.
+/// does not allow a remainder, for fp16 on a non-CUDA device, for Adafactor
+/// with optimizer offload (kAdafactorOffloadProblem).
 TrainingConfig normalize_config(TrainingConfig config, const JobSpec& job);
 
 /// The largest micro-batch `job` allows (samples): its global batch, or

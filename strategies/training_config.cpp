@@ -57,6 +57,7 @@ std::string to_string(OptimizerKind kind) {
     case OptimizerKind::kAdamW: return "adamw";
     case OptimizerKind::kAdamW8bit: return "adamw8bit";
     case OptimizerKind::kSgd: return "sgd";
+    case OptimizerKind::kAdafactor: return "adafactor";
   }
   return "?";
 }
@@ -93,8 +94,9 @@ OptimizerKind parse_optimizer(const std::string& text) {
   if (text == "adamw") return OptimizerKind::kAdamW;
   if (text == "adamw8bit") return OptimizerKind::kAdamW8bit;
   if (text == "sgd") return OptimizerKind::kSgd;
+  if (text == "adafactor") return OptimizerKind::kAdafactor;
   throw ConfigError(fmt::format("unknown optimizer '{}' ({})", text,
-                                suggest(text, {"adamw", "adamw8bit", "sgd"})));
+                                suggest(text, {"adamw", "adamw8bit", "sgd", "adafactor"})));
 }
 
 Precision parse_precision(const std::string& text) {

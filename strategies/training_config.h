@@ -1,7 +1,7 @@
 #pragma once
 // TrainingConfig: the record that says how one training step is run. The
 // strategies (strategies/*.cpp) each read one part of it; the search
-// (decision_tree) produces them; the recipes (recipes/) write them out for
+// (search/) produces them; the recipes (recipes/) write them out for
 // DeepSpeed, HF, Lightning and Accelerate. No libtorch here.
 
 #include <cstdint>
@@ -29,8 +29,10 @@ struct CheckpointPlan {
   bool operator!=(const CheckpointPlan& other) const { return !(*this == other); }
 };
 
-/// The optimizer that updates the parameters.
-enum class OptimizerKind { kAdamW, kAdamW8bit, kSgd };
+/// The optimizer that updates the parameters: the job's (AdamW, SGD), or
+/// one the search swaps in for AdamW to hold less state (8-bit AdamW,
+/// strategies/adamw8bit.h; Adafactor, strategies/adafactor.h).
+enum class OptimizerKind { kAdamW, kAdamW8bit, kSgd, kAdafactor };
 
 /// Numeric precision of forward and backward (strategies/mixed_precision.h
 /// has the rules of each). The optimizer always updates fp32 weights.
@@ -61,7 +63,13 @@ struct TrainingConfig {
   bool operator!=(const TrainingConfig& other) const { return !(*this == other); }
 };
 
-/// "adamw", "adamw8bit", "sgd".
+/// Why Adafactor with optimizer offload is refused, by the plan reader and
+/// normalize_config alike (the strategy table never combines them).
+inline constexpr const char* kAdafactorOffloadProblem =
+    "Adafactor with optimizer offload is not offered: DeepSpeed offloads only its own CPU optimizers "
+    "(DeepSpeedCPUAdam, Adam-family), so no framework runs it; use offload with adamw, or Adafactor on the device";
+
+/// "adamw", "adamw8bit", "sgd", "adafactor".
 std::string to_string(OptimizerKind kind);
 /// "fp32", "bf16", "fp16", "bf16_params".
 std::string to_string(Precision precision);

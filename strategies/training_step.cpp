@@ -8,6 +8,7 @@
 #include "probes/memory_tracker.h"
 #include "strategies/accumulation.h"
 #include "strategies/activation_checkpointing.h"
+#include "strategies/adafactor.h"
 #include "strategies/adamw8bit.h"
 #include "strategies/master_weights.h"
 #include "strategies/mixed_precision.h"
@@ -38,6 +39,13 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind, cons
       AdamW8bitOptions options(spec.lr);
       options.betas({spec.beta1, spec.beta2}).eps(spec.eps).weight_decay(spec.weight_decay);
       return std::make_unique<AdamW8bit>(std::move(params), options);
+    }
+    case OptimizerKind::kAdafactor: {
+      // The job's learning rate and weight decay; the rest as transformers'
+      // Adafactor for TrainingArguments(optim="adafactor") (adafactor.h).
+      AdafactorOptions options(spec.lr);
+      options.weight_decay(spec.weight_decay);
+      return std::make_unique<Adafactor>(std::move(params), options);
     }
     case OptimizerKind::kSgd: {
       torch::optim::SGDOptions options(spec.lr);

@@ -254,7 +254,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(options.batch / 4), static_cast<long long>(options.batch / 4),
                 mb(v.report.peak_bytes - q.report.peak_bytes), mb(v.report.static_memory.gradient_bytes));
     const double predicted = static_cast<double>(q.report.peak_bytes + v.report.static_memory.gradient_bytes);
-    std::printf("against strategies/memory_model.h's rule (accumulation: peak(b/4) + gradient bytes = %.2f MB): "
+    std::printf("against search/memory_model.h's rule (accumulation: peak(b/4) + gradient bytes = %.2f MB): "
                 "%.1f %%\n",
                 predicted / 1e6, 100.0 * static_cast<double>(v.report.peak_bytes) / predicted);
     std::printf("phase peaks MB (micro-batched | plain at b/4):");

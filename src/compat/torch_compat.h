@@ -18,10 +18,13 @@
 //   TensorImpl pointer, 2.x by the void* itself (torch/optim/optimizer.h).
 
 #include <cstring>
+#include <sstream>
 #include <string>
+#include <type_traits>
 
 #include <ATen/autocast_mode.h>
 #include <c10/core/Allocator.h>
+#include <torch/optim/optimizer.h>
 #include <torch/version.h>
 
 #if TORCH_VERSION_MAJOR >= 2 && (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 3)
@@ -122,5 +125,27 @@ inline void set_cuda_autocast(bool enabled, at::ScalarType dtype) {
 
 /// Drops autocast's cast cache (call after each autocast region).
 inline void clear_autocast_cache() { at::autocast::clear_cache(); }
+
+/// The key of torch::optim::Optimizer::state() (per-parameter state). Its
+/// type differs between libtorch versions: 1.13 keys by std::string
+/// (c10::guts::to_string of the TensorImpl pointer, i.e. `ostream <<
+/// pointer`), 2.x by the TensorImpl pointer as void* (torch/optim/
+/// optimizer.h). The key type is read off the map itself, so no version
+/// macro is needed.
+using OptimizerStateKey =
+    typename std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+
+/// The state() key of parameter `p`. (A template, so that the branch of
+/// the other version is discarded, not compiled.)
+template <typename Key = OptimizerStateKey>
+Key optimizer_state_key(const at::Tensor& p) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream out;
+    out << p.unsafeGetTensorImpl();
+    return out.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
 
 }  // namespace oomtune::compat

@@ -59,6 +59,7 @@ nlohmann::json to_json(const JobSpec& job) {
             {"beta2", o.beta2}, {"eps", o.eps}, {"momentum", o.momentum}}},
           {"precision", job.precision},
           {"allow_bf16", job.allow_bf16},
+          {"allow_adafactor", job.allow_adafactor},
           {"device", job.device},
           {"budget_bytes", job.budget_bytes ? nlohmann::json(*job.budget_bytes) : nlohmann::json(nullptr)},
           {"headroom", job.headroom},
@@ -97,6 +98,7 @@ JobSpec job_spec_from_json(const nlohmann::json& j) {
                      o.at("momentum").get<double>()};
     job.precision = j.at("precision").get<std::string>();
     job.allow_bf16 = j.at("allow_bf16").get<bool>();
+    job.allow_adafactor = j.at("allow_adafactor").get<bool>();
     job.device = j.at("device").get<std::string>();
     if (!j.at("budget_bytes").is_null()) job.budget_bytes = j.at("budget_bytes").get<int64_t>();
     job.headroom = j.at("headroom").get<double>();

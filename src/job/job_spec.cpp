@@ -21,7 +21,7 @@ namespace {
 
 const std::vector<std::string> kTopKeys = {
     "model",          "inputs",          "output",         "loss",          "global_batch",
-    "remainder",      "optimizer",       "precision",      "allow_bf16",    "device",
+    "remainder",      "optimizer",       "precision",      "allow_bf16",    "allow_adafactor", "device",
     "budget",         "headroom",        "min_micro_batch", "max_micro_batch", "verify_steps",
     "trial_timeout",  "executor",        "seed"};
 const std::vector<std::string> kInputKeys = {"name", "shape", "dtype", "range"};
@@ -297,6 +297,7 @@ JobSpec parse_job_spec(const std::string& text, const std::string& origin, const
   spec.allow_remainder = top.choice_or("remainder", "error", {"error", "last_smaller"}) == "last_smaller";
   spec.precision = top.choice_or("precision", "fp32", {"fp32", "bf16", "fp16", "bf16_params"});
   spec.allow_bf16 = top.boolean_or("allow_bf16", false);
+  spec.allow_adafactor = top.boolean_or("allow_adafactor", false);
   spec.device = top.choice_or("device", "cpu", {"cpu", "cuda"});
   if (top.has("budget")) {
     const std::string text_budget = top.string("budget");

@@ -71,6 +71,7 @@ struct JobSpec {
   OptimizerSpec optimizer;
   std::string precision = "fp32";      // fp32, bf16, fp16
   bool allow_bf16 = false;             // the search may switch precision to bf16
+  bool allow_adafactor = false;        // the search may swap AdamW for Adafactor (strategies/adafactor.h)
   std::string device = "cpu";          // cpu, cuda
   std::optional<int64_t> budget_bytes; // memory budget (bytes); required by autotune
   double headroom = 0.05;              // fraction of the budget kept free, in [0, 0.9]

@@ -134,7 +134,7 @@ std::string render_autotune_text(const AutotuneReport& report) {
   } else {
     // One size ran (the next ran out of memory or time, or the job allows
     // no other): the memory slope is its retained activations' and the
-    // time line is flat (decision_tree.cpp, fit_models); say so where the
+    // time line is flat (search/fit.cpp, fit_models); say so where the
     // numbers are.
     const bool one_size = s.baseline_micro_batches.size() == 1;
     line(fmt::format("model     {} peak = {} + {} per sample{}", s.baseline_name,
@@ -156,7 +156,7 @@ std::string render_autotune_text(const AutotuneReport& report) {
                        std::max<int64_t>(1, static_cast<int64_t>(std::floor(from)) + 1)));
     }
     // The optimizer's share only where the probes timed it
-    // (strategies/memory_model.cpp, Note [Step time]).
+    // (search/memory_model.cpp, Note [Step time]).
     const std::string optimizer_step =
         s.baseline_optimizer_seconds > 0
             ? fmt::format("+ {} s per optimizer step", format_seconds(s.baseline_optimizer_seconds))

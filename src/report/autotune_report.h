@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "job/job_spec.h"
-#include "strategies/decision_tree.h"
+#include "search/search.h"
 
 namespace oomtune {
 

@@ -25,6 +25,7 @@
 
 #include "autotune_jobs.h"
 #include "support/run_oomtune.h"
+#include "support/require_file.h"
 
 namespace oomtune {
 namespace {
@@ -118,7 +119,7 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 // the simplest wins (docs/autotune.md). With one, the times alone decided
 // which single candidate ran, and so which peak the test checked.
 TEST(Autotune, PlainFitOnResNet50AndHeldBackPrediction) {
-  if (!exists(resnet50())) GTEST_SKIP() << "no " << resnet50();
+  OOMTUNE_REQUIRE_FILE(resnet50());
   const TestDir dir;
   const RunResult r = run_oomtune("autotune " + resnet50_job(dir, 8, "budget = \"360MiB\"") +
                                       " --json --max-verifications 2",
@@ -136,7 +137,7 @@ TEST(Autotune, PlainFitOnResNet50AndHeldBackPrediction) {
     }
   }
   // Plain, the simplest candidate, is always among those verified
-  // (decision_tree.cpp, verify_candidates): its bytes are checked whatever
+  // (search/choose.cpp, verify_candidates): its bytes are checked whatever
   // the times ranked first.
   const std::vector<json> verified = verified_nodes(report);
   const auto plain = std::find_if(verified.begin(), verified.end(), [](const json& n) { return n.at("node") == "plain"; });
@@ -151,7 +152,7 @@ TEST(Autotune, PlainFitOnResNet50AndHeldBackPrediction) {
 // constraint) rules out accumulation; the budget is below plain, 8-bit and
 // offload at micro-batch 8 and above checkpointing at 8.
 TEST(Autotune, CheckpointingWhenOnlyRecomputeFits) {
-  if (!exists(model("gpt_small"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model("gpt_small"));
   const TestDir dir;
   const fs::path emit = dir / "plan";
   const RunResult r = run_oomtune("autotune " + gpt_job(dir, kSmall, 8, "min_micro_batch = 8\nbudget = \"4850KiB\"") +
@@ -181,7 +182,7 @@ TEST(Autotune, CheckpointingWhenOnlyRecomputeFits) {
 // configuration at micro-batch 16 (plain, 8-bit, offload) and above plain at
 // 8 x 2, so the answer must accumulate.
 TEST(Autotune, AccumulationWhenTheFullBatchDoesNotFitAndCrashesAreData) {
-  if (!exists(model("gpt_small"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model("gpt_small"));
   const TestDir dir;
   const RunResult r = run_oomtune("autotune " + gpt_job(dir, kSmall, 16, "budget = \"9000KiB\"") + " --json",
                                   "OOMTUNE_TEST_FAULT=segv:forward:ckpt=all");
@@ -205,10 +206,10 @@ TEST(Autotune, AccumulationWhenTheFullBatchDoesNotFitAndCrashesAreData) {
 // the CPU backend, so its trial is made to crash (test hook). The plain
 // probes (1, 2, 4) all peak in backward at its end, a flat line; 8 x 1
 // peaks early in backward, and its peak is predicted from backward's
-// activation peak (strategies/memory_model.cpp, Note [Backward activation
+// activation peak (search/memory_model.cpp, Note [Backward activation
 // peak]; before it: 24.85 MiB predicted, 28.85 measured).
 TEST(Autotune, EightBitWhenNoAdamWConfigurationFits) {
-  if (!exists(model("gpt_wide"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model("gpt_wide"));
   const TestDir dir;
   const RunResult r = run_oomtune("autotune " + gpt_job(dir, kWide, 8, "budget = \"36MiB\"") + " --json",
                                   "OOMTUNE_TEST_FAULT=segv:optimizer:offload=on");
@@ -231,7 +232,7 @@ TEST(Autotune, EightBitWhenNoAdamWConfigurationFits) {
 // 8-bit AdamW's is (before Note [Backward activation peak]: 20.05 MiB
 // predicted, 24.05 measured).
 TEST(Autotune, OffloadWhenEightBitDoesNotFit) {
-  if (!exists(model("gpt_wide"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model("gpt_wide"));
   const TestDir dir;
   const RunResult r = run_oomtune("autotune " + gpt_job(dir, kWide, 8, "budget = \"26.5MiB\"") + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -258,7 +259,7 @@ TEST(Autotune, OffloadWhenEightBitDoesNotFit) {
 // predicted, 29.51 ran); with the accumulating line alone 8-bit AdamW +
 // checkpointing 8 x 2 was predicted at 33.07 and ran out of memory.
 TEST(Autotune, AccumulatedPeaksArePredictedFromBackwardsActivationLines) {
-  if (!exists(model("gpt_wide"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model("gpt_wide"));
   const TestDir dir;
   const RunResult r =
       run_oomtune("autotune " + gpt_job(dir, kWide, 16, "budget = \"36MiB\"") + " --json --max-verifications 20");
@@ -284,7 +285,7 @@ TEST(Autotune, AccumulatedPeaksArePredictedFromBackwardsActivationLines) {
 // below weights + gradients (20 MB), which every configuration keeps on the
 // device: exit 3 and the ZeRO table.
 TEST(Autotune, NothingFitsGivesTheZeroTable) {
-  if (!exists(model("gpt_wide"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model("gpt_wide"));
   const TestDir dir;
   const std::string job = gpt_job(dir, kWide, 8, "budget = \"16MiB\"");
   const RunResult r = run_oomtune("autotune " + job + " --json");
@@ -319,7 +320,7 @@ TEST(Autotune, NothingFitsGivesTheZeroTable) {
 // (halving) instead of trying 16 and 32, and the answer is "nothing fits",
 // exit 3, not exit 2 ("could not run at micro-batch 8") as before.
 TEST(Autotune, ABudgetTooTightForTheFirstProbeStepsDown) {
-  if (!exists(model(kSmall.name))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model(kSmall.name));
   const TestDir dir;
   const RunResult r = run_oomtune("autotune " + gpt_job(dir, kSmall, 64, "budget = \"1.5MiB\"") + " --json");
   ASSERT_EQ(r.exit_code, 3) << r.err;
@@ -334,7 +335,7 @@ TEST(Autotune, ABudgetTooTightForTheFirstProbeStepsDown) {
 }
 
 // Plain out of memory at every micro-batch (Note [Rescue] in
-// strategies/decision_tree.cpp): gpt_wide with AdamW at 10.1 MiB (9.59 MiB
+// search/rescue.cpp): gpt_wide with AdamW at 10.1 MiB (9.59 MiB
 // usable, just above the 9.52 MiB of parameters) probes under a 38.38 MiB
 // guard, and plain at micro-batch 1 needs weights, gradients and two AdamW
 // moments (4 x 9.52 MiB) plus its activations. The least-memory combination
@@ -343,7 +344,7 @@ TEST(Autotune, ABudgetTooTightForTheFirstProbeStepsDown) {
 // ZeRO table (weights + gradients alone are 19.04 MiB), exit 3. Before, this
 // was exit 2 ("the plain configuration could not run at micro-batch 1").
 TEST(Autotune, PlainOutOfMemoryAtEveryMicroBatchBuildsOnTheSimplestStrategyThatRuns) {
-  if (!exists(model(kWide.name))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model(kWide.name));
   const TestDir dir;
   const RunResult r = run_oomtune("autotune " + gpt_job(dir, kWide, 8, "budget = \"10.1MiB\"") + " --json");
   ASSERT_EQ(r.exit_code, 3) << r.err;
@@ -397,7 +398,7 @@ json rescued_small_gpt(const TestDir& dir, const std::string& extra, const std::
 // recompute, are probed at 1 and 2 without it and are nodes of their own,
 // fitted to those probes: both fit the budget at 8 x 1.
 TEST(Autotune, RescueAlternativesWithoutTheBaseAreProbedAndPredicted) {
-  if (!exists(model(kSmall.name))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model(kSmall.name));
   const TestDir dir;
   std::set<std::string> ran;
   const json report = rescued_small_gpt(dir, "", "", ran);
@@ -428,7 +429,7 @@ TEST(Autotune, RescueAlternativesWithoutTheBaseAreProbedAndPredicted) {
 // fitting node is verified, so its prediction meets its real run (8 x 1:
 // 4.49 MiB predicted and measured on the 2-core CPU).
 TEST(Autotune, ARescueProbes8bitAdamWWithBf16WithoutTheBase) {
-  if (!exists(model(kSmall.name))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model(kSmall.name));
   if (!bf16_runs_here()) GTEST_SKIP() << "bf16 does not run at this kernel level (DNNL_MAX_CPU_ISA below AVX-512)";
   const TestDir dir;
   std::set<std::string> ran;
@@ -456,7 +457,7 @@ TEST(Autotune, ARescueProbes8bitAdamWWithBf16WithoutTheBase) {
 // verified candidate listed, and no "nothing fits" or ZeRO table, which
 // before this told the user to shard a model that fits many times over.
 TEST(Autotune, VerificationsThatAllCrashAreNotNothingFits) {
-  if (!exists(model(kSmall.name))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model(kSmall.name));
   const TestDir dir;
   const std::string job = gpt_job(dir, kSmall, 16, "budget = \"64MiB\"");
   const std::string fault = "OOMTUNE_TEST_FAULT=segv:forward:global_batch=16,";
@@ -491,7 +492,7 @@ TEST(Autotune, VerificationsThatAllCrashAreNotNothingFits) {
 // so, and carry on. The budget fits everything, so which configuration wins
 // is a matter of timing and not asserted.
 TEST(Autotune, Bf16FallsBackToBf16ParametersWhenAutocastCrashes) {
-  if (!exists(model(kSmall.name))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model(kSmall.name));
   if (!bf16_runs_here()) GTEST_SKIP() << "bf16 does not run at this kernel level (DNNL_MAX_CPU_ISA below AVX-512)";
   const TestDir dir;
   const RunResult r = run_oomtune("autotune " + gpt_job(dir, kSmall, 8, "budget = \"64MiB\"\nallow_bf16 = true") +
@@ -519,12 +520,12 @@ TEST(Autotune, Bf16FallsBackToBf16ParametersWhenAutocastCrashes) {
   EXPECT_TRUE(node) << dump_trail(report);
 }
 
-// Pairs of strategies (Note [Pairs] in strategies/decision_tree.cpp): their
+// Pairs of strategies (Note [Pairs] in search/walk.cpp): their
 // peaks are predicted from effects each measured alone, with no probe of
 // their own; every fitting node is verified here, so each pair's prediction
 // meets its real run (small GPT, 8 x 1: within 1 % on the 2-core CPU).
 TEST(Autotune, PairsOfStrategiesArePredictedFromTheirSeparateEffects) {
-  if (!exists(model(kSmall.name))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model(kSmall.name));
   if (!bf16_runs_here()) GTEST_SKIP() << "bf16 does not run at this kernel level (DNNL_MAX_CPU_ISA below AVX-512)";
   const TestDir dir;
   const RunResult r = run_oomtune("autotune " + gpt_job(dir, kSmall, 8, "budget = \"64MiB\"\nallow_bf16 = true") +
@@ -552,7 +553,7 @@ TEST(Autotune, PairsOfStrategiesArePredictedFromTheirSeparateEffects) {
 // ---- Bad inputs: exit 2 and one clear line.
 
 TEST(AutotuneInputs, BudgetBelowTheParametersAlone) {
-  if (!exists(model("gpt_wide"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model("gpt_wide"));
   const TestDir dir;
   // SGD without momentum keeps the probes (run at 4x the budget as a RAM
   // guard) under the guard, so the search gets to compare the measured
@@ -565,7 +566,7 @@ TEST(AutotuneInputs, BudgetBelowTheParametersAlone) {
 }
 
 TEST(AutotuneInputs, MicroBatchThatDoesNotDivideTheGlobalBatch) {
-  if (!exists(model("gpt_small"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model("gpt_small"));
   const TestDir dir;
   const RunResult r =
       run_oomtune("probe " + gpt_job(dir, kSmall, 8, "budget = \"64MiB\"") + " --config micro_batch=3 --no-fit");
@@ -576,7 +577,7 @@ TEST(AutotuneInputs, MicroBatchThatDoesNotDivideTheGlobalBatch) {
 }
 
 TEST(AutotuneInputs, UnknownStrategyNamesTheClosestValidOne) {
-  if (!exists(model("gpt_small"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model("gpt_small"));
   const TestDir dir;
   const std::string job = gpt_job(dir, kSmall, 8, "budget = \"64MiB\"");
   RunResult r = run_oomtune("probe " + job + " --config optimizer=lion --no-fit");
@@ -589,7 +590,7 @@ TEST(AutotuneInputs, UnknownStrategyNamesTheClosestValidOne) {
 }
 
 TEST(AutotuneInputs, AutotuneWithoutABudget) {
-  if (!exists(model("gpt_small"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model("gpt_small"));
   const TestDir dir;
   const std::string job = gpt_job(dir, kSmall, 8, "");
   const RunResult r = run_oomtune("autotune " + job + " --json");

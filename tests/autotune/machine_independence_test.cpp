@@ -15,6 +15,7 @@
 
 #include "autotune_jobs.h"
 #include "support/run_oomtune.h"
+#include "support/require_file.h"
 
 namespace oomtune {
 namespace {
@@ -75,7 +76,7 @@ class MachineIndependence : public ::testing::TestWithParam<Case> {};
 
 TEST_P(MachineIndependence, ByteFiguresAgreeAtEveryKernelLevelAndThreadCount) {
   const Case& c = GetParam();
-  if (!exists(c.resnet ? resnet50() : model(kSmall.name))) GTEST_SKIP() << "no model";
+  OOMTUNE_REQUIRE_FILE(c.resnet ? resnet50() : model(kSmall.name));
   const TestDir dir;
   // Global batch = micro-batch: one micro-batch per step, so backward's
   // activation peak is measured too.

@@ -80,6 +80,7 @@ TEST(JobSpec, DefaultsArePinned) {
   EXPECT_EQ(spec.device, "cpu");
   EXPECT_EQ(spec.precision, "fp32");
   EXPECT_FALSE(spec.allow_bf16);
+  EXPECT_FALSE(spec.allow_adafactor);
   EXPECT_FALSE(spec.allow_remainder);
   EXPECT_EQ(spec.min_micro_batch, 1);
   EXPECT_FALSE(spec.max_micro_batch.has_value());
@@ -96,7 +97,7 @@ TEST(JobSpec, EachBadInputGetsItsExactError) {
             "job.toml:2:15: Error while parsing key-value pair: expected value, saw '\\n'");
   EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_bach = 32")),
             "job.toml:2:1: global_bach: unknown key (did you mean 'global_batch'?; valid: model, inputs, output, "
-            "loss, global_batch, remainder, optimizer, precision, allow_bf16, device, budget, headroom, "
+            "loss, global_batch, remainder, optimizer, precision, allow_bf16, allow_adafactor, device, budget, headroom, "
             "min_micro_batch, max_micro_batch, verify_steps, trial_timeout, executor, seed)");
   EXPECT_EQ(error_of(replace(kGood, "budget = \"7.5 GB\"", "budget = \"7.5 GBs\"")),
             "job.toml:3:10: budget: expected a size such as \"8GiB\", \"7.5 GB\" or \"512MiB\", got '7.5 GBs'");

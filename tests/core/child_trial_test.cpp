@@ -9,6 +9,7 @@
 #include "strategies/training_step.h"
 #include "quick_trial.h"
 #include "test_jobs.h"
+#include "support/require_file.h"
 
 namespace oomtune {
 namespace {
@@ -28,7 +29,7 @@ class ChildTrial : public ::testing::Test {
 
 TEST_F(ChildTrial, AnOrdinaryTrialReportsWhatAnInProcessOneDoes) {
   const JobSpec job = testing::mlp_job(8);
-  if (!testing::exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   const ProbeReport child = run(job);
   ASSERT_EQ(child.outcome, TrialOutcome::kOk) << child.message;
   const TrialOptions options = testing::one_timed_step();
@@ -43,7 +44,7 @@ TEST_F(ChildTrial, AnOrdinaryTrialReportsWhatAnInProcessOneDoes) {
 
 TEST_F(ChildTrial, ASegfaultIsACrashNamingSignalAndPhase) {
   const JobSpec job = testing::mlp_job(8);
-  if (!testing::exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   setenv("OOMTUNE_TEST_FAULT", "segv:forward", 1);
   const ProbeReport r = run(job);
   EXPECT_EQ(r.outcome, TrialOutcome::kCrashed);
@@ -53,7 +54,7 @@ TEST_F(ChildTrial, ASegfaultIsACrashNamingSignalAndPhase) {
 
 TEST_F(ChildTrial, AnAbortInBackwardIsACrashToo) {
   const JobSpec job = testing::mlp_job(8);
-  if (!testing::exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   setenv("OOMTUNE_TEST_FAULT", "abort:backward", 1);
   const ProbeReport r = run(job);
   EXPECT_EQ(r.outcome, TrialOutcome::kCrashed);
@@ -62,7 +63,7 @@ TEST_F(ChildTrial, AnAbortInBackwardIsACrashToo) {
 
 TEST_F(ChildTrial, AHangIsATimeout) {
   const JobSpec job = testing::mlp_job(8);
-  if (!testing::exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   setenv("OOMTUNE_TEST_FAULT", "hang:optimizer", 1);
   const ProbeReport r = run(job, 3);
   EXPECT_EQ(r.outcome, TrialOutcome::kTimeout);
@@ -71,7 +72,7 @@ TEST_F(ChildTrial, AHangIsATimeout) {
 
 TEST_F(ChildTrial, OutOfMemoryAndBadModelsAreOutcomes) {
   JobSpec job = testing::mlp_job(8);
-  if (!testing::exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   job.budget_bytes = 1 << 20;  // below the MLP's parameters + state
   job.headroom = 0;
   EXPECT_EQ(run(job).outcome, TrialOutcome::kOutOfMemory);

@@ -19,6 +19,7 @@
 
 #include "support/run_oomtune.h"
 #include "test_jobs.h"
+#include "support/require_file.h"
 
 namespace oomtune {
 namespace {
@@ -101,7 +102,7 @@ TEST(Cli, VersionSaysWhetherLibtorchHasCuda) {
 
 TEST(Cli, ProbeJsonOnTheExampleGpt) {
   const std::string job = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
-  if (!testing::exists(testing::example_model("gpt"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(testing::example_model("gpt"));
   const RunResult r = run_oomtune("probe " + job + " --json --batch 8");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto json = nlohmann::json::parse(r.out);
@@ -135,7 +136,7 @@ TEST(Cli, ProbeJsonOnTheExampleGpt) {
 // child gets the model path byte for byte, and the JSON report writes the
 // name with U+FFFD instead of failing (it was "internal error: invalid UTF-8").
 TEST(Cli, AJobInAFolderNamedInLatin1Probes) {
-  if (!testing::exists(testing::example_model("gpt"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(testing::example_model("gpt"));
   const std::filesystem::path dir =
       std::filesystem::path(::testing::TempDir()) / ("oomtune_m\xE9moire_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir / "models");
@@ -157,7 +158,7 @@ TEST(Cli, ProbeAnalyticColumnFollowsThePrecisionForm) {
   // masters beside AdamW's two fp32 moments (4 + 8): 2 + 2 + 12 bytes per
   // parameter, measured and analytic alike.
   const std::string job = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
-  if (!testing::exists(testing::example_model("gpt"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(testing::example_model("gpt"));
   const RunResult r = run_oomtune("probe " + job + " --json --batch 2 --no-fit --config precision=bf16_params");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto json = nlohmann::json::parse(r.out);
@@ -175,7 +176,7 @@ TEST(Cli, ProbeAnalyticColumnFollowsThePrecisionForm) {
 
 TEST(Cli, ProbeTableHasPhasesAsRows) {
   const std::string job = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
-  if (!testing::exists(testing::example_model("gpt"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(testing::example_model("gpt"));
   const RunResult r = run_oomtune("probe " + job + " --batch 4 --no-fit");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* row : {"\nforward ", "\nloss ", "\nbackward ", "\noptimizer ", "largest allocation", "MiB",
@@ -185,7 +186,7 @@ TEST(Cli, ProbeTableHasPhasesAsRows) {
 
 TEST(Cli, ProbeTableNamesTheCheckpointedBlocks) {
   const std::string gpt = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
-  if (!testing::exists(testing::example_model("gpt"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(testing::example_model("gpt"));
   const RunResult every2 = run_oomtune("probe " + gpt + " --batch 2 --no-fit --config ckpt=every:2");
   ASSERT_EQ(every2.exit_code, 0) << every2.err;
   EXPECT_NE(every2.out.find("\nckpt      2 blocks recomputed: blocks.0, blocks.2\n"), std::string::npos) << every2.out;
@@ -194,7 +195,7 @@ TEST(Cli, ProbeTableNamesTheCheckpointedBlocks) {
   EXPECT_EQ(plain.out.find("\nckpt "), std::string::npos) << plain.out;
 
   const std::string resnet = std::string(OOMTUNE_EXAMPLES_DIR) + "/resnet18.toml";
-  if (!testing::exists(testing::example_model("resnet18"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(testing::example_model("resnet18"));
   const RunResult all = run_oomtune("probe " + resnet + " --batch 1 --no-fit --config ckpt=all");
   ASSERT_EQ(all.exit_code, 0) << all.err;
   const std::string listed = "layer1.0, layer1.1, layer2.0, ..., layer4.1 (--json lists all)";
@@ -206,7 +207,7 @@ TEST(Cli, ProbeTableNamesTheCheckpointedBlocks) {
 // with the refused class and the paths that can be checkpointed instead;
 // autotune retries with those paths and verifies them.
 TEST(Cli, ARefusedBlockClassLeavesTheOtherBlocksToCheckpoint) {
-  if (!testing::exists(testing::test_model("encoder_decoder"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(testing::test_model("encoder_decoder"));
   const std::string job =
       job_for_model("encdec.toml", testing::test_model("encoder_decoder"), "budget = \"1GiB\"\n", 64);
   const RunResult probe = run_oomtune("probe " + job + " --batch 2 --no-fit --config ckpt=all");
@@ -240,7 +241,7 @@ TEST(Cli, ARefusedBlockClassLeavesTheOtherBlocksToCheckpoint) {
 }
 
 TEST(Cli, BadModelFilesExitTwoWithOneLine) {
-  if (!testing::exists(testing::test_model("mlp"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(testing::test_model("mlp"));
   const std::string text_file = testing::write_temp_file("not_a_model.pt", "hello, I am not a zip\n");
   const std::string missing = "/nonexistent/model.pt";
   struct Case {
@@ -279,7 +280,7 @@ TEST(Cli, BadModelFilesExitTwoWithOneLine) {
 // torch.save and the formats' specs do): each is named, with how to export.
 TEST(Cli, ModelFilesThatAreNotTorchScriptSayWhatTheyAre) {
   const std::string dir = std::string(OOMTUNE_TEST_MODELS) + "/not_torchscript/";
-  if (!testing::exists(dir + "state_dict.pt")) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(dir + "state_dict.pt");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"state_dict.pt", "is a torch.save file holding a state_dict (weights only), not a TorchScript model; "},
       {"pickled_module.pt", "is a torch.save file holding a pickled __main__.DictOut, not a TorchScript model; "},
@@ -314,7 +315,7 @@ TEST(Cli, ModelFilesThatAreNotTorchScriptSayWhatTheyAre) {
 // take is a one-line error naming the job spec.
 TEST(Cli, InputsNamedAsForwardsArgumentsArePassedByName) {
   const std::string model = testing::test_model("two_inputs");
-  if (!testing::exists(model)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model);
   const auto input = [](const std::string& name, const char* dtype_and_range) {
     return "[[inputs]]\nname = \"" + name + "\"\nshape = [\"batch\", 16]\n" + dtype_and_range + "\n\n";
   };
@@ -356,7 +357,7 @@ TEST(Cli, InputsNamedAsForwardsArgumentsArePassedByName) {
 }
 
 TEST(Cli, AnOutOfRangeTargetNamesTheClassCount) {
-  if (!testing::exists(testing::example_model("gpt"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(testing::example_model("gpt"));
   // examples/gpt.toml (a 1000-token vocabulary) with targets drawn from [0, 5000).
   std::string text = testing::slurp(std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml");
   const auto targets = text.find("name = \"targets\"");
@@ -436,7 +437,7 @@ HangingProbe start_hanging_probe(const std::string& name) {
 }
 
 TEST(Cli, SigtermDuringATrialKillsItAndRemovesItsFolder) {
-  if (!testing::exists(testing::test_model("mlp"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(testing::test_model("mlp"));
   HangingProbe p = start_hanging_probe("sigterm");
   ASSERT_GT(p.child, 0) << "no trial child started";
   ASSERT_FALSE(std::filesystem::is_empty(p.tmp)) << "the trial's folder";
@@ -451,7 +452,7 @@ TEST(Cli, SigtermDuringATrialKillsItAndRemovesItsFolder) {
 }
 
 TEST(Cli, ATrialDiesWithAKilledParent) {
-  if (!testing::exists(testing::test_model("mlp"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(testing::test_model("mlp"));
   HangingProbe p = start_hanging_probe("sigkill");
   ASSERT_GT(p.child, 0) << "no trial child started";
   ::kill(p.parent, SIGKILL);  // no handler runs: only PR_SET_PDEATHSIG can end the child
@@ -464,7 +465,7 @@ TEST(Cli, ATrialDiesWithAKilledParent) {
 }
 
 TEST(Cli, OutputSelectionErrorsListWhatTheModelReturns) {
-  if (!testing::exists(testing::test_model("dict_out"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(testing::test_model("dict_out"));
   // dict_out and tuple_out take x [batch, 16].
   auto job = [](const std::string& model, const std::string& output) {
     return job_for_model("out.toml", model, output, 16);
@@ -499,7 +500,7 @@ TEST(Cli, BadTomlExitsTwoNamingFileLineAndKey) {
 // line naming what the file is (common/text_file.h), not a TOML syntax error.
 TEST(Cli, AModelFileGivenAsTheJobSpecIsNamed) {
   const std::string model = testing::test_model("mlp");
-  if (!testing::exists(model)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(model);
   for (const char* command : {"probe ", "autotune "}) {
     const RunResult r = run_oomtune(command + model);
     EXPECT_EQ(r.exit_code, 2) << r.err;
@@ -514,7 +515,7 @@ TEST(Cli, AModelFileGivenAsTheJobSpecIsNamed) {
 }
 
 TEST(Cli, ProbeRunsAPlanBack) {
-  if (!testing::exists(testing::example_model("gpt"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(testing::example_model("gpt"));
   const std::string job = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
   const std::string plan = testing::write_temp_file("plan.toml", "plan_version = 1\n[job]\nspec = \"" + job +
                                                                      "\"\nglobal_batch = 8\n[config]\nmicro_batch = 4\n"
@@ -534,7 +535,7 @@ TEST(Cli, ProbeRunsAPlanBack) {
 // Probe trials run in a child process as autotune's do: a model that kills
 // its process becomes a reported outcome, not a dead oomtune.
 TEST(Cli, ProbeReportsACrashInsteadOfDying) {
-  if (!testing::exists(testing::test_model("mlp"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(testing::test_model("mlp"));
   const std::string job = job_for_model("crash.toml", testing::test_model("mlp"));
   const RunResult r = run_oomtune("probe " + job + " --no-fit", "OOMTUNE_TEST_FAULT=segv:backward");
   EXPECT_EQ(r.exit_code, 1) << r.err;
@@ -544,7 +545,7 @@ TEST(Cli, ProbeReportsACrashInsteadOfDying) {
 // A fit trial that crashes is left out of the retained-activation fit; the
 // other sizes still make it.
 TEST(Cli, ProbeFitLeavesOutACrashedSize) {
-  if (!testing::exists(testing::test_model("mlp"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(testing::test_model("mlp"));
   const std::string job = job_for_model("crash_fit.toml", testing::test_model("mlp"));
   const RunResult r =
       run_oomtune("probe " + job + " --fit-batches 1,2,4 --json", "OOMTUNE_TEST_FAULT=segv:forward:micro_batch=1,");
@@ -569,7 +570,7 @@ TEST(Cli, TheExecutableDoesNotLinkLibtorch) {
 // for, in one line, exit code 1: the trial child when it cannot load it,
 // probe (and autotune) before any trial starts.
 TEST(Cli, AMissingTrialModuleIsOneClearLine) {
-  if (!testing::exists(testing::test_model("mlp"))) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(testing::test_model("mlp"));
   const auto dir = std::filesystem::temp_directory_path() / ("oomtune_no_module_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto copy = dir / "oomtune";

@@ -3,13 +3,14 @@
 #include <gtest/gtest.h>
 
 #include "test_jobs.h"
+#include "support/require_file.h"
 
 namespace oomtune {
 namespace {
 
 TEST(DeviceConstants, ATraceOnCpuBakesTheDeviceIn) {
   const std::string traced = testing::test_model("arange_trace");
-  if (!testing::exists(traced)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(traced);
   const auto found = find_cpu_device_constants(torch::jit::load(traced));
   ASSERT_FALSE(found.empty());
   EXPECT_EQ(found[0].op, "aten::arange");
@@ -23,7 +24,7 @@ TEST(DeviceConstants, ATraceOnCpuBakesTheDeviceIn) {
 
 TEST(DeviceConstants, TheScriptedModelTakesTheDeviceFromItsInput) {
   const std::string scripted = testing::test_model("arange_script");
-  if (!testing::exists(scripted)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(scripted);
   EXPECT_TRUE(find_cpu_device_constants(torch::jit::load(scripted)).empty());
   EXPECT_EQ(device_constant_warning("m.pt", {}), "");
 }

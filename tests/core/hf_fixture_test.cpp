@@ -15,6 +15,7 @@
 #include "quick_trial.h"
 #include "test_jobs.h"
 #include "trial/trial_runner.h"
+#include "support/require_file.h"
 
 namespace oomtune {
 namespace {
@@ -39,7 +40,7 @@ JobSpec hf_job(const std::string& file) {
 
 TEST(HuggingFaceFixture, EagerGpt2ProbesWithAnalyticStaticBytes) {
   const JobSpec job = hf_job("hf_gpt2_eager_trace.pt");
-  if (!testing::exists(job.model_path)) GTEST_SKIP() << "no shared fixture";
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   const ProbeReport r = run_trial(job, baseline_config(job), testing::one_timed_step());
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   EXPECT_EQ(r.parameter_count, kGpt2Parameters);
@@ -51,7 +52,7 @@ TEST(HuggingFaceFixture, EagerGpt2ProbesWithAnalyticStaticBytes) {
 
 TEST(HuggingFaceFixture, EagerGpt2NeedsAnOutputKey) {
   JobSpec job = hf_job("hf_gpt2_eager_trace.pt");
-  if (!testing::exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   job.output = std::monostate{};
   try {
     run_trial(job, baseline_config(job), testing::one_timed_step());
@@ -68,7 +69,7 @@ TEST(HuggingFaceFixture, EagerGpt2NeedsAnOutputKey) {
 // (transformers' modeling_gpt2.py line 576 in the exporting version).
 TEST(HuggingFaceFixture, ForwardErrorsNameTheCauseAndTheModelLine) {
   JobSpec job = hf_job("hf_gpt2_eager_trace.pt");
-  if (!testing::exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   for (InputSpec& input : job.inputs) input.shape[1] = 200;
   try {
     run_trial(job, baseline_config(job), testing::one_timed_step());
@@ -83,7 +84,7 @@ TEST(HuggingFaceFixture, ForwardErrorsNameTheCauseAndTheModelLine) {
 
 TEST(HuggingFaceFixture, SdpaGpt2LoadsOnlyWhereTheOperatorExists) {
   const JobSpec job = hf_job("hf_gpt2_sdpa_trace.pt");
-  if (!testing::exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   if (compat::kTorchMajor >= 2) {
     // aten::scaled_dot_product_attention arrived in PyTorch 2.0.
     const ProbeReport r = run_trial(job, baseline_config(job), testing::one_timed_step());
@@ -127,7 +128,7 @@ std::map<std::string, at::Tensor> gpt2_gradients(torch::jit::Module& module) {
 // recomputation is covered by the checkpointing tests.)
 TEST(HuggingFaceFixture, EagerGpt2CheckpointsItsBlocksWithTheSameGradients) {
   const std::string path = fixture("hf_gpt2_eager_trace.pt");
-  if (!testing::exists(path)) GTEST_SKIP() << "no shared fixture";
+  OOMTUNE_REQUIRE_FILE(path);
   const bool optimize = torch::jit::getGraphExecutorOptimize();
   torch::jit::setGraphExecutorOptimize(false);
   torch::jit::Module plain = torch::jit::load(path);

@@ -12,7 +12,7 @@ namespace oomtune::testing {
 std::string test_model(const std::string& name);
 /// Path of an example model: OOMTUNE_EXAMPLES_DIR/models/<name>.pt.
 std::string example_model(const std::string& name);
-/// True when the file exists (tests GTEST_SKIP otherwise).
+/// True when the file exists (tests fail otherwise: support/require_file.h).
 bool exists(const std::string& path);
 
 /// mlp.pt: x [batch, 256] float, labels [batch] in [0, 10), cross_entropy.

@@ -13,6 +13,7 @@
 #include "quick_trial.h"
 #include "test_jobs.h"
 #include "trial/trial_runner.h"
+#include "support/require_file.h"
 
 namespace oomtune {
 namespace {
@@ -44,7 +45,7 @@ void expect_all_close(const std::vector<at::Tensor>& a, const std::vector<at::Te
 
 TEST(TrainingStep, AccumulatedGradientsEqualTheFullBatch) {
   const JobSpec job = mlp_job(12);
-  if (!exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   const Batch batch = make_batch(job, 12, 7);
   const auto full = gradients_of_one_step(job, baseline_config(job), batch);
   for (int64_t micro : {1, 3, 4, 6}) {
@@ -57,7 +58,7 @@ TEST(TrainingStep, AccumulatedGradientsEqualTheFullBatch) {
 
 TEST(TrainingStep, AccumulationOnTheGptWithTokenMeanLoss) {
   const JobSpec job = gpt_job(8);
-  if (!exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   const Batch batch = make_batch(job, 8, 3);
   // Dropout draws different masks when the batch is split, so compare with
   // dropout off (eval mode); the loss is a mean over tokens, and every
@@ -80,7 +81,7 @@ TEST(TrainingStep, AccumulationOnTheGptWithTokenMeanLoss) {
 
 TEST(TrainingStep, RemainderNeedsThePolicyAndThenWeighsEachMicroBatch) {
   JobSpec job = mlp_job(10);
-  if (!exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   TrainingConfig config = baseline_config(job);
   config.micro_batch = 4;
   EXPECT_THROW(normalize_config(config, job), ConfigError);
@@ -93,7 +94,7 @@ TEST(TrainingStep, RemainderNeedsThePolicyAndThenWeighsEachMicroBatch) {
 
 TEST(TrainingStep, OffloadKeepsOptimizerStateOffTheDeviceAndUpdatesIdentically) {
   const JobSpec job = mlp_job(8);
-  if (!exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   const TrialOptions options = testing::one_timed_step();
   TrainingConfig offload = baseline_config(job);
   offload.offload_optimizer = true;
@@ -121,7 +122,7 @@ TEST(TrainingStep, OffloadKeepsOptimizerStateOffTheDeviceAndUpdatesIdentically) 
 
 TEST(TrainingStep, Bf16RunsOnCpuAndRetainsFewerActivationBytes) {
   const JobSpec job = gpt_job(8);
-  if (!exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   const TrialOptions options = testing::one_timed_step();
   TrainingConfig bf16 = baseline_config(job);
   bf16.precision = Precision::kBf16;
@@ -157,7 +158,7 @@ AfterOneStep one_step(const JobSpec& job, const TrainingConfig& config, const Ba
 
 TEST(TrainingStep, Bf16ParamsMastersTakeTheFp32UpdateAndTheModelTheirBf16Rounding) {
   const JobSpec job = mlp_job(16);
-  if (!exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   const Batch batch = make_batch(job, 16, 21);
   TrainingConfig bf16 = baseline_config(job);
   bf16.precision = Precision::kBf16Params;
@@ -225,7 +226,7 @@ TEST(TrainingStep, Bf16ParamsMastersTakeTheFp32UpdateAndTheModelTheirBf16Roundin
 
 TEST(TrainingStep, Bf16ParamsCastsFloatBuffersAndLeavesIntegerOnes) {
   const JobSpec job = gpt_job(4);
-  if (!exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   ModelSession session(job);
   TrainingConfig bf16 = baseline_config(job);
   bf16.precision = Precision::kBf16Params;
@@ -259,7 +260,7 @@ TEST(TrainingStep, Bf16ParamsCastsFloatBuffersAndLeavesIntegerOnes) {
 TEST(TrainingStep, Bf16ParamsWithOffloadUpdatesLikeDeviceMasters) {
   // Offload moves the masters to the host; the numbers must not change.
   const JobSpec job = mlp_job(8);
-  if (!exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   const Batch batch = make_batch(job, 8, 5);
   auto parameters_after_two_steps = [&](bool offload) {
     ModelSession session(job);
@@ -281,7 +282,7 @@ TEST(TrainingStep, Bf16ParamsWithOffloadUpdatesLikeDeviceMasters) {
 
 TEST(TrainingStep, BadCombinationsGetClearErrors) {
   const JobSpec job = mlp_job(8);
-  if (!exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   TrainingConfig fp16 = baseline_config(job);
   fp16.precision = Precision::kFp16;
   try {
@@ -302,6 +303,15 @@ TEST(TrainingStep, BadCombinationsGetClearErrors) {
   TrainingConfig too_big = baseline_config(job);
   too_big.micro_batch = 16;
   EXPECT_THROW(normalize_config(too_big, job), ConfigError);
+  TrainingConfig adafactor_offload = baseline_config(job);
+  adafactor_offload.optimizer = OptimizerKind::kAdafactor;
+  adafactor_offload.offload_optimizer = true;
+  try {
+    normalize_config(adafactor_offload, job);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), kAdafactorOffloadProblem);
+  }
 }
 
 }  // namespace

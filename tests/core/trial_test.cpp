@@ -8,6 +8,7 @@
 #include "probes/linear_fit.h"
 #include "strategies/training_step.h"
 #include "test_jobs.h"
+#include "support/require_file.h"
 
 namespace oomtune {
 namespace {
@@ -30,7 +31,7 @@ TrialOptions quick() {
 
 TEST(Trial, StaticMemoryEqualsTheAnalyticByteCounts) {
   const JobSpec job = mlp_job(16);
-  if (!exists(job.model_path)) GTEST_SKIP() << "no " << job.model_path;
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   const ProbeReport r = run_trial(job, baseline_config(job), quick());
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   EXPECT_EQ(r.parameter_count, kMlpParameters);
@@ -44,9 +45,24 @@ TEST(Trial, StaticMemoryEqualsTheAnalyticByteCounts) {
   EXPECT_EQ(r.static_memory.optimizer_host_bytes, 0);
 }
 
+TEST(Trial, AdafactorKeepsARowAndAColumnPerWeightMatrix) {
+  const JobSpec job = mlp_job(16);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  TrainingConfig config = baseline_config(job);
+  config.optimizer = OptimizerKind::kAdafactor;
+  const ProbeReport r = run_trial(job, config, quick());
+  ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
+  // Weights [512, 256], [512, 512], [10, 512]: 4 (rows + columns) bytes
+  // each; biases 512, 512, 10: 4 bytes per element (strategies/adafactor.h).
+  const int64_t state = 4 * ((512 + 256) + (512 + 512) + (10 + 512)) + 4 * (512 + 512 + 10);
+  EXPECT_EQ(r.static_memory.optimizer_state_bytes, state);
+  EXPECT_EQ(r.static_memory.parameter_bytes, 4 * kMlpParameters);
+  EXPECT_EQ(r.static_memory.gradient_bytes, 4 * kMlpParameters);
+}
+
 TEST(Trial, Bf16ParamsSplitsStaticMemoryAsZeroCountsMixedPrecision) {
   const JobSpec job = mlp_job(16);
-  if (!exists(job.model_path)) GTEST_SKIP() << "no " << job.model_path;
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   TrainingConfig config = baseline_config(job);
   config.precision = Precision::kBf16Params;
   const ProbeReport r = run_trial(job, config, quick());
@@ -72,7 +88,7 @@ TEST(Trial, Bf16ParamsSplitsStaticMemoryAsZeroCountsMixedPrecision) {
 
 TEST(Trial, Bf16ParamsWithOffloadKeepsTheMastersInTheHostPool) {
   const JobSpec job = mlp_job(16);
-  if (!exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   TrainingConfig config = baseline_config(job);
   config.precision = Precision::kBf16Params;
   config.offload_optimizer = true;
@@ -89,7 +105,7 @@ TEST(Trial, Bf16ParamsWithOffloadKeepsTheMastersInTheHostPool) {
 
 TEST(Trial, Bf16ParamsHalvesTheGptsBuffersButNotItsTokenPositions) {
   const JobSpec job = gpt_job(4);
-  if (!exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   TrainingConfig config = baseline_config(job);
   config.precision = Precision::kBf16Params;
   const ProbeReport fp32 = run_trial(job, baseline_config(job), quick());
@@ -109,7 +125,7 @@ TEST(Trial, Bf16ParamsHalvesTheGptsBuffersButNotItsTokenPositions) {
 
 TEST(Trial, SgdWithMomentumKeepsOneBufferPerParameter) {
   const JobSpec job = mlp_job(16, "sgd");
-  if (!exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   const ProbeReport r = run_trial(job, baseline_config(job), quick());
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   EXPECT_EQ(r.static_memory.optimizer_state_bytes, 4 * kMlpParameters);
@@ -118,7 +134,7 @@ TEST(Trial, SgdWithMomentumKeepsOneBufferPerParameter) {
 TEST(Trial, LargestAllocationIsTheBigMatmulInForward) {
   const int64_t batch = 64;
   const JobSpec job = bigmatmul_job(batch);
-  if (!exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   const ProbeReport r = run_trial(job, baseline_config(job), quick());
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   // The output [64, 8192] fp32 (2 MiB) and the weight's gradient [256,
@@ -136,7 +152,7 @@ TEST(Trial, LargestForwardAllocationIsTheMatmulOutput) {
   // matmul's output is the largest: [512, 8192] fp32 = 16 MiB.
   const int64_t batch = 512;
   const JobSpec job = bigmatmul_job(batch);
-  if (!exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   TrialOptions options = quick();
   const ProbeReport r = run_trial(job, baseline_config(job), options);
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
@@ -149,7 +165,7 @@ TEST(Trial, RetainedActivationsGrowLinearlyWithBatchOnTheExampleGpt) {
   std::vector<double> batches, retained;
   for (int64_t b : {2, 4, 8}) {
     const JobSpec job = gpt_job(b);
-    if (!exists(job.model_path)) GTEST_SKIP() << "run examples/export_models.py";
+    OOMTUNE_REQUIRE_FILE(job.model_path);
     const ProbeReport r = run_trial(job, baseline_config(job), quick());
     ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
     batches.push_back(static_cast<double>(b));
@@ -171,7 +187,7 @@ TEST(Trial, RetainedActivationsGrowLinearlyWithBatchOnTheExampleGpt) {
 TEST(Trial, BackwardActivationPeakOnTheExampleGpt) {
   const int64_t batch = 8;
   const JobSpec job = gpt_job(batch);
-  if (!exists(job.model_path)) GTEST_SKIP() << "run examples/export_models.py";
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   TrialOptions options = quick();
   options.record_events = true;
   const ProbeReport r = run_trial(job, baseline_config(job), options);
@@ -205,7 +221,7 @@ TEST(Trial, BackwardActivationPeakOnTheExampleGpt) {
 
 TEST(Trial, ALaterStepPeaksLikeTheMeasuredStep) {
   const JobSpec job = gpt_job(8);
-  if (!exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   TrialOptions options;
   options.total_steps = 5;
   const ProbeReport r = run_trial(job, baseline_config(job), options);
@@ -218,7 +234,7 @@ TEST(Trial, ALaterStepPeaksLikeTheMeasuredStep) {
   EXPECT_EQ(r.timing.warmup_steps, 1);
   EXPECT_EQ(r.timing.step_seconds.size(), 4u);
   // Each timed step's optimizer phase is a part of it (Note [Step time] in
-  // strategies/memory_model.cpp), and the parent reads it back from JSON.
+  // search/memory_model.cpp), and the parent reads it back from JSON.
   ASSERT_EQ(r.timing.optimizer_seconds.size(), 4u);
   for (std::size_t i = 0; i < 4; ++i) {
     EXPECT_GT(r.timing.optimizer_seconds[i], 0);
@@ -234,7 +250,7 @@ TEST(Trial, ALaterStepPeaksLikeTheMeasuredStep) {
 
 TEST(Trial, ABudgetTooSmallIsAnOutOfMemoryOutcome) {
   JobSpec job = gpt_job(8);
-  if (!exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   job.budget_bytes = 16LL << 20;  // the GPT's parameters alone are ~4 MiB, AdamW adds 8 MiB
   job.headroom = 0;
   const ProbeReport r = run_trial(job, baseline_config(job), quick());
@@ -246,7 +262,7 @@ TEST(Trial, ABudgetTooSmallIsAnOutOfMemoryOutcome) {
 
 TEST(Trial, TheOptimizingExecutorIsOptIn) {
   JobSpec job = mlp_job(8);
-  if (!exists(job.model_path)) GTEST_SKIP();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   EXPECT_FALSE(run_trial(job, baseline_config(job), quick()).optimizing_executor);
   job.optimizing_executor = true;
   EXPECT_TRUE(run_trial(job, baseline_config(job), quick()).optimizing_executor);
@@ -274,7 +290,7 @@ class RefusedCheckpoint : public ::testing::TestWithParam<RefusalCase> {};
 TEST_P(RefusedCheckpoint, NamesItsClassAndTheBlocksLeft) {
   const RefusalCase& c = GetParam();
   const JobSpec job = encoder_decoder_job(8, c.model);
-  if (!exists(job.model_path)) GTEST_SKIP() << "no " << job.model_path;
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   TrainingConfig config = baseline_config(job);
   config.checkpoint = parse_checkpoint_plan("all");
   const ProbeReport refused = run_trial(job, config, quick());

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/require_file.h"
+
 namespace oomtune::diagnose::testing {
 
 /// The real snapshots captured on an H100 (shared/, not in the repo).
@@ -70,5 +72,6 @@ class PickleWriter {
 
 }  // namespace oomtune::diagnose::testing
 
-#define SKIP_IF_MISSING(path) \
-  if (!::oomtune::diagnose::testing::exists(path)) GTEST_SKIP() << "fixture missing: " << (path)
+// A missing fixture fails the test (support/require_file.h); the name
+// stays, as the tests call it everywhere.
+#define SKIP_IF_MISSING(path) OOMTUNE_REQUIRE_FILE(path)

@@ -68,6 +68,8 @@ def kwargs_of(class_path):
         return KEYS["deepspeed"]["cpu_adam_kwargs"]
     if class_path == "bitsandbytes.optim.AdamW8bit":
         return KEYS["bitsandbytes"]["adamw8bit_kwargs"]
+    if class_path == "transformers.optimization.Adafactor":
+        return KEYS["transformers"]["adafactor_kwargs"]
     if class_path.startswith("torch.optim.") and hasattr(torch.optim, class_path.rsplit(".", 1)[1]):
         return list(inspect.signature(getattr(torch.optim, class_path.rsplit(".", 1)[1])).parameters)
     return None
@@ -186,7 +188,8 @@ def main(argv):
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     emitted = refused = 0
-    grid = itertools.product(("fp32", "bf16", "fp16", "bf16_params"), ("adamw", "adamw8bit", "sgd"), (False, True),
+    grid = itertools.product(("fp32", "bf16", "fp16", "bf16_params"), ("adamw", "adamw8bit", "sgd", "adafactor"),
+                             (False, True),
                              ("none", "all", "first:2"), ((8, 1), (2, 4)), ("cpu", "cuda"))
     for precision, optimizer, offload, checkpoint, (micro, accum), device in grid:
         name = f"{precision}-{optimizer}-{'offload' if offload else 'gpu'}-" \

@@ -9,8 +9,10 @@
 //   bf16_params_cpu   bf16 weights + fp32 master weights (the fallback when
 //                     bf16 autocast fails), micro-batch 8 x 2, on the CPU
 //   adamw8bit_bf16_params_ckpt  the three together (a pair with checkpointing,
-//                     Note [Pairs] in strategies/decision_tree.cpp, in the
+//                     Note [Pairs] in search/walk.cpp, in the
 //                     fallback form), micro-batch 4 x 4 on CUDA
+//   adafactor_ckpt    Adafactor (the job allows it) with every block
+//                     checkpointed, bf16 autocast, micro-batch 16 x 2
 
 #include <string>
 #include <utility>
@@ -110,6 +112,18 @@ inline std::vector<std::pair<std::string, Plan>> golden_plans() {
   pair.measured_peak_bytes = 21'206'401'024;
   pair.measured_samples_per_second = 7.5;
   cases.emplace_back("adamw8bit_bf16_params_ckpt", pair);
+
+  Plan adafactor = base_plan(16, 2);
+  adafactor.config.optimizer = OptimizerKind::kAdafactor;
+  adafactor.config.precision = Precision::kBf16;
+  adafactor.config.checkpoint.mode = CheckpointPlan::Mode::kAll;
+  adafactor.optimizer.lr = 1e-3;
+  adafactor.optimizer.weight_decay = 0.01;
+  adafactor.budget_bytes = int64_t{12} << 30;
+  adafactor.predicted_peak_bytes = 10'737'418'240;
+  adafactor.measured_peak_bytes = 10'468'982'784;
+  adafactor.measured_samples_per_second = 52.0;
+  cases.emplace_back("adafactor_ckpt", adafactor);
 
   return cases;
 }

@@ -136,7 +136,7 @@ TEST(PlanToml, ErrorsNameFileLineColumnAndKey) {
             "plan.toml:2:15: config.micro_batch: must be >= 1, got 0");
   EXPECT_EQ(error_of(std::string(kMinimal) + "optimizer = \"adam8bit\"\n"),
             "plan.toml:4:13: config.optimizer: unknown optimizer 'adam8bit' (did you mean 'adamw8bit'?; valid: "
-            "adamw, adamw8bit, sgd)");
+            "adamw, adamw8bit, sgd, adafactor)");
   EXPECT_EQ(error_of(std::string(kMinimal) + "precision = \"bf61\"\n"),
             "plan.toml:4:13: config.precision: unknown precision 'bf61' (did you mean 'bf16'?; valid: fp32, bf16, "
             "fp16, bf16_params)");
@@ -238,6 +238,18 @@ TEST(PlanToml, ReadFromAFile) {
   write_file_atomically((dir / "plan.toml").string(), write_plan_toml(plan));
   EXPECT_EQ(read_plan_toml((dir / "plan.toml").string()), plan);
   std::filesystem::remove_all(dir);
+}
+
+TEST(PlanValidation, AdafactorWithOffloadIsRefused) {
+  Plan plan = testing::base_plan(4, 2);
+  plan.config.optimizer = OptimizerKind::kAdafactor;
+  plan.config.offload_optimizer = true;
+  try {
+    write_plan_toml(plan);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), std::string("plan: config.offload_optimizer: ") + kAdafactorOffloadProblem);
+  }
 }
 
 TEST(PlanValidation, WriterRejectsAPlanThatBreaksTheGlobalBatch) {

@@ -1,7 +1,7 @@
 // The search against a fake device whose memory and time curves are known
 // exactly, so every expectation below is computed by hand from the curve.
 
-#include "strategies/decision_tree.h"
+#include "search/search.h"
 
 #include <gtest/gtest.h>
 
@@ -408,6 +408,34 @@ TEST(DecisionTree, CheckpointingIsNeverPredictedFasterThanPlain) {
   }
 }
 
+// Verified runs that differ only by checkpointing: the checkpointed one
+// measured faster (noise: checkpointing all 4 blocks "costs" -20 %, 0.0592
+// s per 32 samples against plain's 0.074) counts at plain's speed, so the
+// simpler plain wins instead of a configuration that recomputes for
+// nothing.
+TEST(DecisionTree, AVerifiedCheckpointedRunIsNeverFasterThanTheSameRunWithout) {
+  FakeRunner fake;
+  fake.checkpoint_time_cost = -0.2;
+  SearchOptions options;
+  options.max_verifications = 10;
+  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB), options);
+  ASSERT_TRUE(r.chosen.has_value());
+  EXPECT_EQ(chosen(r).node, "plain");
+  const TrailNode* all = node_named(r, "checkpointing (all blocks)");
+  ASSERT_NE(all, nullptr);
+  ASSERT_TRUE(all->verification.has_value());
+  EXPECT_NEAR(all->verification->samples_per_second, 32 / 0.0592, 0.01);
+  EXPECT_TRUE(has_note(r, "checkpointing (all blocks): verified at 540.5 samples/s, faster than the same "
+                          "configuration without checkpointing (432.4); recomputation cannot make a step faster, so "
+                          "it counts at 432.4 (timing noise)"));
+  // Without the rule the checkpointed run would have won: it is the fastest measured.
+  for (const TrailNode& n : r.trail) {
+    if (n.verification) {
+      EXPECT_LE(n.verification->samples_per_second, all->verification->samples_per_second) << n.node;
+    }
+  }
+}
+
 // Plain probes twice as slow as plain runs (noise: a slow first probe): the
 // strategies, timed against them, are predicted faster than plain. Plain,
 // the reference, takes the second of two verification slots and wins; the
@@ -494,6 +522,48 @@ TEST(DecisionTree, OffloadWhenEvenEightBitStateDoesNotFit) {
   EXPECT_TRUE(best.config.checkpoint.enabled());
   EXPECT_EQ(best.config.micro_batch, 32);
   EXPECT_EQ(best.verification->peak_bytes, 42 * kMiB);
+}
+
+TEST(DecisionTree, AdafactorIsOneRowOfTheTableTriedOnlyWhenTheJobAllowsIt) {
+  FakeRunner fake;
+  fake.parameters = 4 * kMiB;
+  fake.activation_per_sample = kMiB;
+  // As OffloadWhenEvenEightBitStateDoesNotFit, 45 MiB, with Adafactor's
+  // 0.25 MiB of state: Adafactor + ckpt 32 x 1 needs 32 + 0.25 + 2 + 8 =
+  // 42.25 MiB and runs 1.6 x 0.074 = 0.118 s, faster than offload + ckpt
+  // (1.5 x 1.6 x 0.074 = 0.178 s at 42 MiB); without checkpointing or with
+  // accumulation it needs 66.25 or 58.25 MiB.
+  JobSpec job = job_with_budget(45 * kMiB);
+  job.allow_adafactor = true;
+  const SearchResult r = run_search(fake, job);
+  const TrailNode& best = chosen(r);
+  EXPECT_EQ(best.config.optimizer, OptimizerKind::kAdafactor);
+  EXPECT_FALSE(best.config.offload_optimizer);
+  EXPECT_TRUE(best.config.checkpoint.enabled());
+  EXPECT_EQ(best.config.micro_batch, 32);
+  EXPECT_EQ(best.verification->peak_bytes, 42 * kMiB + kMiB / 4);
+  EXPECT_NEAR(best.predicted_peak_bytes, 42 * kMiB + kMiB / 4, 1);
+  EXPECT_EQ(best.node, "Adafactor + checkpointing");
+  ASSERT_NE(node_named(r, "Adafactor"), nullptr);
+  EXPECT_FALSE(node_named(r, "Adafactor")->predicted_fit);
+  // Its effect changes optimizer state only: one probe, at one size.
+  const auto adafactor_probes = std::count_if(r.probes.begin(), r.probes.end(), [](const ProbeReport& p) {
+    return p.config.find("optimizer=adafactor") != std::string::npos;
+  });
+  EXPECT_EQ(adafactor_probes, 1);
+  EXPECT_EQ(r.notes.back().rfind("the chosen configuration trains with adafactor instead of the job's adamw (no "
+                                 "momentum and a factored second moment: not adamw's updates;",
+                                 0),
+            0u)
+      << r.notes.back();
+  // Not allowed: never probed, and offload is chosen as before.
+  FakeRunner again;
+  again.parameters = 4 * kMiB;
+  again.activation_per_sample = kMiB;
+  const SearchResult plain = run_search(again, job_with_budget(45 * kMiB));
+  EXPECT_TRUE(chosen(plain).config.offload_optimizer);
+  for (const ProbeReport& p : plain.probes) EXPECT_EQ(p.config.find("adafactor"), std::string::npos) << p.config;
+  EXPECT_EQ(node_named(plain, "Adafactor"), nullptr);
 }
 
 TEST(DecisionTree, NothingFitsSaysSoWithTheLeastMemoryNeeded) {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/byte_size.h"  // kMiB
-#include "strategies/decision_tree.h"
+#include "search/search.h"
 
 namespace oomtune {
 
@@ -26,6 +26,7 @@ class FakeRunner : public TrialRunner {
   int64_t extra_at_full_batch = 0;    // a surprise the probes cannot see
   double offload_time_factor = 1.5;
   double eight_bit_time_factor = 1.1;
+  int64_t adafactor_state_bytes = 256 * 1024;  // a row and a column per matrix: far below 8-bit's 2 P
   double checkpoint_time_cost = 0.6;  // all 4 blocks: time x (1 + this); below 0 models timing noise
   double time_scale = 1;              // every time above times this (a model of microseconds per step)
   // The optimizer step, once per global batch (Note [Step time]): plain's
@@ -99,6 +100,7 @@ class FakeRunner : public TrialRunner {
   int64_t true_peak(const TrainingConfig& c) const {
     int64_t state = 8 * parameters;
     if (c.optimizer == OptimizerKind::kAdamW8bit) state = 2 * parameters;
+    if (c.optimizer == OptimizerKind::kAdafactor) state = adafactor_state_bytes;
     if (c.offload_optimizer) state = 0;
     double a = static_cast<double>(activation_per_sample);
     a *= 1 - 0.75 * checkpointed_fraction(c);

@@ -2,7 +2,7 @@
 // every expectation below is arithmetic on those lines (written out in the
 // comments), independent of the code under test.
 
-#include "strategies/memory_model.h"
+#include "search/memory_model.h"
 
 #include <gtest/gtest.h>
 
@@ -162,11 +162,12 @@ TEST(Predict, BackwardPeaksAtTheLargerOfItsPhaseLineAndItsActivationLines) {
   // backward 2700, optimizer 800); with a second 16, max(2820 - 600,
   // 2900 - 100) + 400 (forward 2400).
   StepModels eight = m;
-  eight.adamw8bit.available = true;
-  eight.adamw8bit.shift_bytes[kForward] = eight.adamw8bit.shift_bytes[kLoss] = -600;
-  eight.adamw8bit.shift_bytes[kBackward] = -600;
-  eight.adamw8bit.shift_bytes[kOptimizer] = -1200;
-  eight.adamw8bit.backward_activation = eight.adamw8bit.accumulating_backward = {-600, 1};
+  StrategyEffect& eight_bit = eight.effect(Strategy::kAdamW8bit);
+  eight_bit.available = true;
+  eight_bit.shift_bytes[kForward] = eight_bit.shift_bytes[kLoss] = -600;
+  eight_bit.shift_bytes[kBackward] = -600;
+  eight_bit.shift_bytes[kOptimizer] = -1200;
+  eight_bit.backward_activation = eight_bit.accumulating_backward = {-600, 1};
   TrainingConfig c = at(16);
   c.optimizer = OptimizerKind::kAdamW8bit;
   EXPECT_DOUBLE_EQ(predict(eight, c, 16).peak_bytes, 2900);
@@ -176,11 +177,12 @@ TEST(Predict, BackwardPeaksAtTheLargerOfItsPhaseLineAndItsActivationLines) {
   // at b = 32, above backward's 950 + 93.75 * 32 = 3950 and forward's 3050.
   StepModels ckpt = m;
   ckpt.checkpoint_blocks = 4;
-  ckpt.checkpoint.available = true;
-  ckpt.checkpoint.slope_ratio = {1, 0.25, 0.25, 0.25, 0.25};
-  ckpt.checkpoint.shift_bytes[kForward] = ckpt.checkpoint.shift_bytes[kLoss] = 100;
-  ckpt.checkpoint.shift_bytes[kBackward] = 100;
-  ckpt.checkpoint.backward_activation = {100, 0.25};
+  StrategyEffect& checkpointing = ckpt.effect(Strategy::kCheckpointing);
+  checkpointing.available = true;
+  checkpointing.slope_ratio = {1, 0.25, 0.25, 0.25, 0.25};
+  checkpointing.shift_bytes[kForward] = checkpointing.shift_bytes[kLoss] = 100;
+  checkpointing.shift_bytes[kBackward] = 100;
+  checkpointing.backward_activation = {100, 0.25};
   c = at(32);
   c.checkpoint.mode = CheckpointPlan::Mode::kFirstN;
   c.checkpoint.first_n = 2;
@@ -191,16 +193,18 @@ TEST(Predict, StrategiesAddShiftsAndMultiplyRatios) {
   StepModels m = base_models();
   // 8-bit AdamW: state 600 bytes smaller in every phase, 1200 in the
   // optimizer's (its temporaries too); the optimizer step 1.4x slower.
-  m.adamw8bit.available = true;
-  m.adamw8bit.shift_bytes[kForward] = m.adamw8bit.shift_bytes[kLoss] = m.adamw8bit.shift_bytes[kBackward] = -600;
-  m.adamw8bit.shift_bytes[kOptimizer] = -1200;
-  m.adamw8bit.optimizer_time_ratio = 1.4;
+  StrategyEffect& eight_bit = m.effect(Strategy::kAdamW8bit);
+  eight_bit.available = true;
+  eight_bit.shift_bytes[kForward] = eight_bit.shift_bytes[kLoss] = eight_bit.shift_bytes[kBackward] = -600;
+  eight_bit.shift_bytes[kOptimizer] = -1200;
+  eight_bit.optimizer_time_ratio = 1.4;
   // bf16: half the activation bytes per sample; 0.8x a micro-batch's fixed
   // seconds, 0.5x its per-sample seconds.
-  m.bf16.available = true;
-  m.bf16.slope_ratio = {1, 0.5, 0.5, 0.5, 0.5};
-  m.bf16.time_ratio = 0.8;
-  m.bf16.time_slope_ratio = 0.5;
+  StrategyEffect& bf16 = m.effect(Strategy::kBf16);
+  bf16.available = true;
+  bf16.slope_ratio = {1, 0.5, 0.5, 0.5, 0.5};
+  bf16.time_ratio = 0.8;
+  bf16.time_slope_ratio = 0.5;
   TrainingConfig c = at(8);
   c.optimizer = OptimizerKind::kAdamW8bit;
   c.precision = Precision::kBf16;
@@ -224,11 +228,11 @@ TEST(Predict, CheckpointingAppliesInProportionToTheBlocksItCheckpoints) {
   // All 4 blocks: a quarter of the activation bytes per sample, 100 bytes
   // of recompute buffers in forward, loss and backward; 1.2x a
   // micro-batch's fixed seconds, 1.4x its per-sample seconds.
-  m.checkpoint.available = true;
-  m.checkpoint.slope_ratio = {1, 0.25, 0.25, 0.25, 0.25};
-  m.checkpoint.shift_bytes[kForward] = m.checkpoint.shift_bytes[kLoss] = m.checkpoint.shift_bytes[kBackward] = 100;
-  m.checkpoint.time_ratio = 1.2;
-  m.checkpoint.time_slope_ratio = 1.4;
+  m.effect(Strategy::kCheckpointing).available = true;
+  m.effect(Strategy::kCheckpointing).slope_ratio = {1, 0.25, 0.25, 0.25, 0.25};
+  m.effect(Strategy::kCheckpointing).shift_bytes[kForward] = m.effect(Strategy::kCheckpointing).shift_bytes[kLoss] = m.effect(Strategy::kCheckpointing).shift_bytes[kBackward] = 100;
+  m.effect(Strategy::kCheckpointing).time_ratio = 1.2;
+  m.effect(Strategy::kCheckpointing).time_slope_ratio = 1.4;
   TrainingConfig c = at(16);
   c.checkpoint.mode = CheckpointPlan::Mode::kAll;
   // Fraction 1: forward 1100 + 25 * 16 = 1500, loss 1300 + 12.5 * 16 =

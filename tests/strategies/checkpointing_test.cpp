@@ -35,6 +35,7 @@
 #include "strategies/argument_writes.h"
 #include "strategies/recompute_op.h"
 #include "strategies/training_config.h"
+#include "support/require_file.h"
 #include "support/run_oomtune.h"
 
 namespace oomtune {
@@ -49,7 +50,6 @@ std::string example_model(const std::string& name) {
   return std::string(OOMTUNE_EXAMPLES_DIR) + "/models/" + name;
 }
 
-bool exists(const std::string& path) { return std::ifstream(path).good(); }
 
 /// The models of make_checkpoint_models.py, written once per test process
 /// into a folder removed when the process exits. A failed export fails the
@@ -80,9 +80,7 @@ std::string test_model(const std::string& name) {
 #define LOAD_OR_SKIP(var, path)                                       \
   const std::string var##_path = (path);                              \
   if (var##_path.empty()) return; /* test_model recorded why */     \
-  if (!exists(var##_path)) {                                          \
-    GTEST_SKIP() << "model not available: " << var##_path;            \
-  }                                                                   \
+  OOMTUNE_REQUIRE_FILE(var##_path);                                   \
   torch::jit::Module var = torch::jit::load(var##_path)
 
 /// Sets the graph executor's optimization for the scope.

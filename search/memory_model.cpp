@@ -1,4 +1,4 @@
-#include "strategies/memory_model.h"
+#include "search/memory_model.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -140,7 +140,7 @@ PhaseLines fit_phase_lines(const std::vector<int64_t>& micro_batches,
 // the 2-core CPU: 8-bit AdamW + bf16 32 x 1 predicted at 0.56 s from a
 // time ratio measured at micro-batch 4, measured 0.28 s). A strategy
 // probed at two sizes scales the line's intercept and slope by the ratios
-// of its own line's (decision_tree.cpp, probe_effect): bf16 autocast casts the weights once
+// of its own line's (search/fit.cpp, probe_effect): bf16 autocast casts the weights once
 // per micro-batch and saves per sample, so one ratio from small probes
 // over-predicted it at large micro-batches (small test GPT: by 70-146 %;
 // with lines, -42 to +8 %; docs/autotune.md, "Time model").
@@ -148,11 +148,14 @@ StepPrediction predict(const StepModels& m, const TrainingConfig& c, int64_t glo
   PhaseLines lines = m.phases;
   ActivationLines activation{m.backward_activation, m.accumulating_backward};
   TimeFactors time;
-  if (c.checkpoint.enabled())
-    apply(m.checkpoint, checkpointed_fraction(c.checkpoint, m.checkpoint_blocks), lines, activation, time);
-  if (c.optimizer == OptimizerKind::kAdamW8bit) apply(m.adamw8bit, 1, lines, activation, time);
-  if (c.offload_optimizer) apply(m.offload, 1, lines, activation, time);
-  if (c.precision != m.base_precision) apply(m.bf16, 1, lines, activation, time);
+  TrainingConfig reference;
+  reference.precision = m.base_precision;
+  for (const StrategyRow& row : strategy_table()) {
+    if (!row.used(c, reference)) continue;
+    const double fraction =
+        row.id == Strategy::kCheckpointing ? checkpointed_fraction(c.checkpoint, m.checkpoint_blocks) : 1;
+    apply(m.effect(row.id), fraction, lines, activation, time);
+  }
   const auto b = static_cast<double>(c.micro_batch);
   // The micro-batches of one step: the first runs without gradients; every
   // later one (the last may be a smaller remainder) runs with the gradients

@@ -30,14 +30,14 @@
 //   combinations of as many strategies that run there are nodes of their
 //   own, each fitted to its probes there and at twice that micro-batch, as
 //   is 8-bit AdamW + bf16 when the base is checkpointing or offload
-//   (decision_tree.cpp, Note [Rescue]).
+//   (rescue.cpp, Note [Rescue]).
 // - One point: a base that ran at one micro-batch only takes the slope of
 //   its retained activations per sample (a lower bound), and a probe out of
 //   memory at micro-batch s rules its configuration out at s and above (the
 //   probes' guard is at least the budget).
 // - Pairs: 8-bit AdamW + bf16 and offload + bf16 (each also with
 //   checkpointing) are predicted from the single strategies' measured
-//   effects, added; no probe of their own (decision_tree.cpp, Note [Pairs]).
+//   effects, added; no probe of their own (walk.cpp, Note [Pairs]).
 // - Step time: a node's seconds are its micro-batches' forward, loss and
 //   backward (a line in the micro-batch) plus one optimizer step, each
 //   measured apart in the probes; a strategy probed at two sizes scales
@@ -70,7 +70,7 @@
 // - bf16: when a bf16-autocast probe fails for a reason other than memory
 //   (TorchScript's autocast crashes on some models), bf16 is tried as bf16
 //   parameters with fp32 master weights; SearchResult::notes says which
-//   form ran and why (decision_tree.cpp, Note [bf16 fallback]).
+//   form ran and why (search/fit.cpp, Note [bf16 fallback]).
 // - The global batch stays exact: micro-batch × accumulation steps = G.
 // - No number in the result is untested without saying so: predictions are
 //   labelled predicted, measurements come from ProbeReports.
@@ -85,7 +85,7 @@
 
 #include "job/job_spec.h"
 #include "probes/probe_report.h"
-#include "strategies/memory_model.h"
+#include "search/memory_model.h"
 #include "strategies/training_config.h"
 
 namespace oomtune {
@@ -136,7 +136,7 @@ struct SearchResult {
   double smallest_predicted_peak_bytes = 0;  // the least memory any node needs (at smallest_micro_batch)
   // Measured "nothing fits": plain and the least-memory combination of
   // strategies both ran out at smallest_micro_batch (Note [Rescue] in
-  // decision_tree.cpp); the trail is empty. Empty when not measured.
+  // rescue.cpp); the trail is empty. Empty when not measured.
   std::string least_memory_failure;
   int64_t smallest_micro_batch = 0;          // the smallest micro-batch the search used (0: none valid)
 };

@@ -36,7 +36,7 @@
 //   batch of G takes the sum of t over its micro-batches, plus the
 //   optimizer step once (memory_model.cpp, Note [Step time]).
 //
-// The search (decision_tree.cpp) fits these models to its probes and asks
+// The search (search/fit.cpp) fits these models to its probes and asks
 // predict() about every node; nothing here runs a trial.
 
 #include <array>
@@ -45,6 +45,7 @@
 
 #include "common/phase.h"
 #include "probes/linear_fit.h"
+#include "search/strategy_table.h"
 #include "strategies/training_config.h"
 
 namespace oomtune {
@@ -116,9 +117,14 @@ struct StepModels {
   double optimizer_seconds = 0;   // seconds of the optimizer step, once per global batch
   int64_t gradient_bytes = 0;     // SUM: alive through every micro-batch after the first
   int64_t checkpoint_blocks = 0;  // COUNT: blocks that checkpointing "all" checkpoints
-  // bf16: whichever form ran (decision_tree.cpp, Note [bf16 fallback]).
-  StrategyEffect checkpoint, adamw8bit, offload, bf16;
+  // One per row of the strategy table (search/strategy_table.h);
+  // bf16's is of whichever form ran (search/fit.cpp, Note [bf16
+  // fallback]).
+  std::array<StrategyEffect, kNumStrategies> effects{};
   Precision base_precision = Precision::kFp32;  // the base probes' precision
+
+  StrategyEffect& effect(Strategy s) { return effects[static_cast<std::size_t>(s)]; }
+  const StrategyEffect& effect(Strategy s) const { return effects[static_cast<std::size_t>(s)]; }
 };
 
 /// A configuration's prediction: never measured, always labelled so.
@@ -132,9 +138,9 @@ struct StepPrediction {
 /// config.micro_batch (its accumulation_steps is not read: ceil(G / b)
 /// micro-batches, the last one the remainder): the largest of the phase
 /// lines and backward's activation lines over those micro-batches. Each
-/// strategy `config` uses applies its effect (one the base already uses
-/// keeps the default, the identity; bf16 applies when config.precision
-/// differs from the base's): checkpointing in proportion to the blocks it
+/// strategy `config` uses (StrategyRow::used; bf16 when config.precision
+/// differs from the base's) applies its effect (one the base already uses
+/// keeps the default, the identity): checkpointing in proportion to the blocks it
 /// checkpoints out of models.checkpoint_blocks (the first n, every k-th, or
 /// the named paths; all when that count is 0), the others whole; shifts
 /// add, ratios multiply (selective checkpointing interpolates both

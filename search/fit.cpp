@@ -1,0 +1,304 @@
+// The search's models: the base's lines from the plain probes and each
+// strategy's effect from its own (search.h, Rules; model_fit.h).
+
+#include "search/search_state.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
+
+#include "common/byte_size.h"
+#include "common/class_name.h"
+#include "common/error.h"
+#include "search/model_fit.h"
+#include "search/sentences.h"
+#include "strategies/job_config.h"
+
+namespace oomtune::search_detail {
+
+// Probes one strategy at `sizes` and derives its effect on the plain lines.
+StrategyEffect Search::probe_effect(const std::string& name, const TrainingConfig& config,
+                            const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> ok_sizes;
+  std::vector<std::array<double, kNumPhases>> peaks;
+  std::vector<ProbeReport> ran;  // the probes of ok_sizes
+  std::vector<double> time_ratios, optimizer_seconds, forward_backward;
+  for (int64_t s : sizes) {
+    const ProbeReport r = probe(config, s);
+    if (r.outcome != TrialOutcome::kOk) {
+      last_failure_ = r;
+      // A larger size out of memory or time after a smaller one ran
+      // (checkpointing recomputes, so it can pass trial_timeout where the
+      // plain step did not): the effect is fitted to the sizes that ran,
+      // with the plain slope. Every strategy keeps or lowers that slope, so
+      // larger micro-batches are over-predicted, never under.
+      if (!ok_sizes.empty() && fails_larger_too(r.outcome)) {
+        result_.notes.push_back(fmt::format("{}: micro-batch {}: {}; fitted to micro-batch {} with the plain slope "
+                                            "(over-predicts larger micro-batches)",
+                                            name, s, outcome_text(r), fmt::join(ok_sizes, ", ")));
+        break;
+      }
+      result_.notes.push_back(fmt::format("{}: not available (micro-batch {}: {})", name, s, outcome_text(r)));
+      return {};
+    }
+    if (config.checkpoint.enabled()) models_.checkpoint_blocks = static_cast<int64_t>(r.checkpointed_blocks.size());
+    ok_sizes.push_back(s);
+    peaks.push_back(phase_peaks_of(r, job_));
+    ran.push_back(r);
+    forward_backward.push_back(forward_backward_seconds(r));
+    const auto base_time = plain_seconds_.find(s);
+    if (base_time != plain_seconds_.end() && base_time->second > 0)
+      time_ratios.push_back(forward_backward.back() / base_time->second);
+    optimizer_seconds.push_back(r.timing.steady_optimizer_seconds);
+  }
+  const PhaseLines lines = fit_phase_lines(ok_sizes, peaks, &models_.phases);
+  StrategyEffect effect;
+  effect.available = true;
+  for (Phase p : kStepPhases) {
+    const auto i = static_cast<std::size_t>(p);
+    const LineEffect e = line_effect(lines[i], models_.phases[i]);
+    effect.shift_bytes[i] = e.shift_bytes;
+    effect.slope_ratio[i] = e.slope_ratio;
+  }
+  std::vector<const ProbeReport*> probes;
+  for (const ProbeReport& r : ran) probes.push_back(&r);
+  StepModels own;  // the strategy's backward activation lines
+  fit_backward_activation(own, probes, job_, models_.backward_activation.slope,
+                          models_.accumulating_backward.slope);
+  if (models_.backward_activation_measured && own.backward_activation_measured) {
+    effect.backward_activation = line_effect(own.backward_activation, models_.backward_activation);
+    effect.accumulating_backward = line_effect(own.accumulating_backward, models_.accumulating_backward);
+  }
+  if (!time_ratios.empty()) effect.time_ratio = effect.time_slope_ratio = mean_of(time_ratios);
+  // Two sizes: the ratios of the lines' intercepts and slopes, where both
+  // lines rise (bf16 autocast casts the weights once per micro-batch and
+  // halves the per-sample work: one ratio measured at small micro-batches
+  // over-predicts it at large ones). Noise that tilts a line falls back
+  // to the mean ratio.
+  if (ok_sizes.size() >= 2 && time_ratios.size() == ok_sizes.size()) {
+    const BatchLine own = fit_batch_line(ok_sizes, forward_backward);
+    const BatchLine& base = models_.seconds;
+    if (own.intercept > 0 && own.slope > 0 && base.intercept > 0 && base.slope > 0) {
+      effect.time_ratio = own.intercept / base.intercept;
+      effect.time_slope_ratio = own.slope / base.slope;
+    }
+  }
+  // The optimizer step does not depend on the micro-batch: its ratio is to
+  // the base's mean.
+  if (models_.optimizer_seconds > 0)
+    effect.optimizer_time_ratio = mean_of(optimizer_seconds) / models_.optimizer_seconds;
+  return effect;
+}
+
+// Checkpointing every detected block; when the recompute operator refuses
+// the blocks of one class (a forward that modifies its argument in place),
+// the blocks of the other classes alone. Each retry checkpoints fewer
+// blocks, so the loop ends.
+StrategyEffect Search::probe_checkpointing(const std::vector<int64_t>& sizes) {
+  TrainingConfig c = base_;
+  c.checkpoint = checkpoint_every_block();
+  std::vector<std::string> refused;
+  for (;;) {
+    StrategyEffect effect = probe_effect("activation checkpointing", c, sizes);
+    if (effect.available) {
+      checkpoint_all_ = c.checkpoint;
+      if (!refused.empty())
+        checkpoint_label_ = fmt::format("all blocks but {}", fmt::join(refused, ", "));
+      // Recomputation only adds work, so a step measured faster than the
+      // plain one measured noise; left as it is, it ranked checkpointing
+      // first (ResNet-50, 2-core CPU under load: 1.49 s vs plain 1.50 s).
+      if (effect.time_ratio < 1 || effect.time_slope_ratio < 1) {
+        const std::string per_micro_batch = fmt::format("{:.3f}x", effect.time_ratio);
+        const std::string per_sample = fmt::format("{:.3f}x", effect.time_slope_ratio);
+        const std::string measured = per_micro_batch == per_sample
+                                         ? per_micro_batch
+                                         : per_micro_batch + " per micro-batch and " + per_sample + " per sample";
+        result_.notes.push_back(fmt::format("activation checkpointing: measured at {} the plain step time; "
+                                            "recomputation cannot make a step faster, so it is predicted at no "
+                                            "less than 1x (timing noise)",
+                                            measured));
+        effect.time_ratio = std::max(1.0, effect.time_ratio);
+        effect.time_slope_ratio = std::max(1.0, effect.time_slope_ratio);
+      }
+      effect.optimizer_time_ratio = 1;  // recomputation happens in backward; the optimizer step is the same
+      return effect;
+    }
+    const ProbeReport& r = last_failure_;
+    if (r.refused_checkpoint_class.empty() || r.other_checkpointed_blocks.empty() ||
+        r.other_checkpointed_blocks.size() >= r.checkpointed_blocks.size())
+      return effect;
+    refused.push_back(short_class_name(r.refused_checkpoint_class));
+    c.checkpoint.mode = CheckpointPlan::Mode::kPaths;
+    c.checkpoint.paths = r.other_checkpointed_blocks;
+    result_.notes.push_back(fmt::format("activation checkpointing: trying the {} blocks of other classes than {}: {}",
+                                        c.checkpoint.paths.size(), refused.back(),
+                                        fmt::join(c.checkpoint.paths, ", ")));
+  }
+}
+
+// Fits the models from the probes. False when nothing can run: plain and
+// the configuration that needs the least memory ran out at the smallest
+// micro-batch (result_.least_memory_failure says so).
+bool Search::fit_models() {
+  const std::vector<int64_t> sizes = probe_sizes(job_);
+  PlainProbes plain = probe_plain(sizes);
+  if (plain.ran.empty() && base_.precision == Precision::kBf16 && form_failed(plain.first_failure())) {
+    // The job asks for bf16 and its autocast fails (Note [bf16 fallback]).
+    result_.notes.push_back(bf16_fallback_note(plain.first_failure()));
+    base_.precision = job_base_.precision = bf16_form_ = Precision::kBf16Params;
+    plain = probe_plain(sizes);
+  }
+  if (plain.ran.empty() && needs_rescue(plain.first_failure())) {
+    std::optional<PlainProbes> rescued = rescue(sizes, plain);
+    if (!rescued) return false;
+    plain = std::move(*rescued);
+  }
+  result_.baseline_name = rescue_strategies_.any() ? rescue_label(rescue_strategies_) : "plain";
+  std::vector<int64_t> ok;
+  std::vector<std::array<double, kNumPhases>> phase_peaks;
+  std::vector<const ProbeReport*> ran;
+  std::vector<double> peaks, seconds, optimizer_seconds;
+  for (const auto& [s, r] : plain.ran) {
+    ok.push_back(s);
+    phase_peaks.push_back(phase_peaks_of(r, job_));
+    ran.push_back(&r);
+    peaks.push_back(static_cast<double>(r.peak_bytes));
+    seconds.push_back(forward_backward_seconds(r));
+    plain_seconds_[s] = seconds.back();
+    optimizer_seconds.push_back(r.timing.steady_optimizer_seconds);
+    result_.parameter_count = r.parameter_count;
+    result_.static_memory = r.static_memory;
+    models_.gradient_bytes = r.static_memory.gradient_bytes;
+  }
+  // The largest micro-batch below every one that ran whose probe erred.
+  std::optional<std::pair<int64_t, ProbeReport>> error_below_ok;
+  for (const auto& [s, r] : plain.failed)
+    if (!ok.empty() && s < ok.front() && r.outcome == TrialOutcome::kError) error_below_ok.emplace(s, r);
+  models_.base_precision = base_.precision;
+  // Parameters alone over the budget is a bad input (no single-device
+  // configuration can hold them). Probes run under a looser RAM guard, so
+  // the parameters are usually measured; when even loading the weights ran
+  // out of memory under that guard, they are over the budget too.
+  const auto parameters_alone = [&](const std::string& parameters) {
+    return InputError(fmt::format("budget {} (after {:.0f} % headroom) is smaller than the parameters alone ({})",
+                                  format_bytes(result_.usable_budget_bytes), 100 * job_.headroom, parameters));
+  };
+  if (ok.empty()) {
+    const ProbeReport& failure = plain.first_failure();
+    if (failure.static_memory.parameter_bytes > result_.usable_budget_bytes)
+      throw parameters_alone(format_bytes(failure.static_memory.parameter_bytes));
+    if (ran_out_loading(failure))
+      throw parameters_alone(fmt::format("loading the weights ran out of memory: {}", failure.message));
+    throw InputError(fmt::format("{}: the plain configuration could not run at micro-batch {}: {}", job_.model_path,
+                                 plain.failed.begin()->first, failure.message));
+  }
+  if (result_.static_memory.parameter_bytes > result_.usable_budget_bytes)
+    throw parameters_alone(format_bytes(result_.static_memory.parameter_bytes));
+  if (error_below_ok) raise_min_micro_batch(error_below_ok->first, error_below_ok->second);
+  // One size ran (the next one ran out of memory or time, or a rescued
+  // base runs only at the smallest): its lines take the slope of its
+  // retained activations per sample, not none. A lower bound (backward's
+  // temporaries grow too); the probe out of memory bounds the base itself
+  // (smallest_out_of_memory), and verification runs check the rest.
+  PhaseLines one_point{};
+  double per_sample = 0;
+  if (ok.size() == 1) {
+    one_point = retained_slopes(plain.ran.begin()->second);
+    per_sample = one_point[static_cast<std::size_t>(Phase::kForward)].slope;
+    result_.notes.push_back(fmt::format("{} ran at micro-batch {} only: its memory lines take the slope of its "
+                                        "retained activations, {} per sample (a lower bound)",
+                                        result_.baseline_name, ok.front(),
+                                        format_bytes(static_cast<int64_t>(per_sample))));
+  }
+  models_.phases = fit_phase_lines(ok, phase_peaks, &one_point);
+  fit_backward_activation(models_, ran, job_, one_point[kBackwardIndex].slope, one_point[kBackwardIndex].slope);
+  models_.seconds = fit_batch_line(ok, seconds);
+  models_.optimizer_seconds = mean_of(optimizer_seconds);
+  result_.baseline_optimizer_seconds = models_.optimizer_seconds;
+  result_.baseline_peak = fit_batch_line(ok, peaks, per_sample);
+  result_.baseline_seconds = models_.seconds;
+  result_.baseline_backward_activation = models_.backward_activation;
+  result_.baseline_micro_batches = ok;
+
+  const std::vector<int64_t> two(ok.begin(), ok.begin() + std::min<std::size_t>(2, ok.size()));
+  const std::vector<int64_t> one(ok.begin(), ok.begin() + 1);
+  // A rescued base (Note [Rescue]) already uses some strategies: those
+  // are not probed again. Offload replaces a rescued 8-bit AdamW (the
+  // frameworks offload full-precision Adam), so its effect is measured as
+  // that swap; 8-bit AdamW is not tried on an offloaded base.
+  for (const StrategyRow& row : strategy_table()) {
+    if (!row.allowed(job_, base_)) {
+      // An optimizer swapped in for AdamW cannot replace another family.
+      const bool asked = row.id == Strategy::kAdamW8bit || (row.id == Strategy::kAdafactor && job_.allow_adafactor);
+      if (asked && job_base_.optimizer != OptimizerKind::kAdamW)
+        result_.notes.push_back(
+            fmt::format("{}: not tried (the job trains with {})", row.probe_name, job_.optimizer.kind));
+      continue;
+    }
+    const std::vector<int64_t>& sizes = row.probe_sizes >= 2 ? two : one;
+    StrategyEffect& effect = models_.effect(row.id);
+    if (row.id == Strategy::kCheckpointing) {
+      effect = probe_checkpointing(sizes);
+    } else if (row.id == Strategy::kBf16) {
+      effect = probe_bf16(sizes);
+    } else {
+      TrainingConfig c = base_;
+      row.turn_on(c, context());
+      effect = probe_effect(row.probe_name, c, sizes);
+    }
+  }
+  return true;
+}
+
+// bf16 autocast on base_, else bf16 parameters with fp32 master weights
+// (Note [bf16 fallback]).
+StrategyEffect Search::probe_bf16(const std::vector<int64_t>& sizes) {
+  TrainingConfig c = base_;
+  c.precision = Precision::kBf16;
+  StrategyEffect effect = probe_effect(row_of(Strategy::kBf16).probe_name, c, sizes);
+  if (!effect.available && form_failed(last_failure_)) {
+    c.precision = Precision::kBf16Params;
+    effect = probe_effect("bf16 parameters + fp32 master weights", c, sizes);
+    if (effect.available) {
+      bf16_form_ = Precision::kBf16Params;
+      result_.notes.push_back(bf16_fallback_note(last_failure_));
+    }
+  }
+  return effect;
+}
+
+// A micro-batch that fails where a larger one runs fails for its size, not
+// for memory (BatchNorm needs more than one value per channel): the search
+// stays above the largest such size, so no node is built on it.
+void Search::raise_min_micro_batch(int64_t size, const ProbeReport& report) {
+  job_.min_micro_batch = std::max(job_.min_micro_batch, size + 1);
+  result_.notes.push_back(fmt::format("micro-batch {} cannot run ({}), so the search uses micro-batches of {} or "
+                                      "more (min_micro_batch = {} in the job spec skips that probe)",
+                                      size, outcome_text(report), job_.min_micro_batch, job_.min_micro_batch));
+  require_a_valid_micro_batch(fmt::format("micro-batch {} cannot run ({}), and ", size, outcome_text(report)));
+}
+
+// The constraints (global batch, min/max micro-batch, remainder) leave at
+// least one micro-batch, else no configuration exists: a bad input.
+void Search::require_a_valid_micro_batch(const std::string& cause) const {
+  if (!valid_micro_batches(job_).empty()) return;
+  throw InputError(fmt::format("{}: {}no micro-batch from {} to {} divides the global batch {} (change "
+                               "min_micro_batch / max_micro_batch, or set remainder = \"last_smaller\")",
+                               job_.spec_path.empty() ? job_.model_path : job_.spec_path, cause,
+                               job_.min_micro_batch, largest_micro_batch(job_), job_.global_batch));
+}
+
+// Note [bf16 fallback]
+// TorchScript's autocast pass crashes or fails on some models (measured
+// on an H100: a scripted ViT-B/16 under bf16 autocast died by SIGSEGV;
+// with the pass off it raised a dtype mismatch). When a bf16-autocast
+// probe fails for any reason but memory, bf16 is tried as bf16
+// parameters with fp32 master weights kept by the optimizer
+// (Precision::kBf16Params, DeepSpeed's bf16 mode), and the report says
+// which form ran and why.
+bool form_failed(const ProbeReport& r) {
+  return r.outcome != TrialOutcome::kOk && r.outcome != TrialOutcome::kOutOfMemory;
+}
+
+}  // namespace oomtune::search_detail

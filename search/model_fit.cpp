@@ -1,0 +1,73 @@
+#include "search/model_fit.h"
+
+#include <algorithm>
+
+namespace oomtune {
+namespace {
+
+// Whether every probe measured backward's activation peak (it needs the
+// event stream).
+bool measured_backward_activation(const std::vector<const ProbeReport*>& probes) {
+  return !probes.empty() && std::all_of(probes.begin(), probes.end(), [](const ProbeReport* r) {
+    return r->backward_activation_peak.live_bytes > 0;
+  });
+}
+
+}  // namespace
+
+double budget_scale(const ProbeReport& r, const JobSpec& job) {
+  if (job.device == "cuda" && r.reserved && r.peak_bytes > 0)
+    return static_cast<double>(r.reserved->peak_reserved_bytes) / static_cast<double>(r.peak_bytes);
+  return 1;
+}
+
+std::array<double, kNumPhases> phase_peaks_of(const ProbeReport& r, const JobSpec& job) {
+  const double scale = budget_scale(r, job);
+  std::array<double, kNumPhases> peaks{};
+  for (Phase p : kStepPhases)
+    peaks[static_cast<std::size_t>(p)] = scale * static_cast<double>(r.phases[static_cast<std::size_t>(p)].peak_bytes);
+  return peaks;
+}
+
+double mean_of(const std::vector<double>& values) {
+  double sum = 0;
+  for (double v : values) sum += v;
+  return sum / static_cast<double>(values.size());
+}
+
+void fit_backward_activation(StepModels& m, const std::vector<const ProbeReport*>& probes, const JobSpec& job,
+                             double first_fallback, double later_fallback) {
+  m.backward_activation_measured = measured_backward_activation(probes);
+  if (!m.backward_activation_measured) return;
+  std::vector<int64_t> sizes;
+  std::vector<double> first, later, gradients;
+  for (const ProbeReport* r : probes) {
+    const double scale = budget_scale(*r, job);
+    const BackwardActivationPeak& a = r->backward_activation_peak;
+    sizes.push_back(r->micro_batch);
+    first.push_back(scale * static_cast<double>(a.live_bytes));
+    later.push_back(scale * static_cast<double>(a.accumulating_bytes));
+    gradients.push_back(scale * static_cast<double>(a.gradient_bytes));
+  }
+  m.backward_activation = fit_batch_line(sizes, first, first_fallback);
+  m.accumulating_backward = fit_batch_line(sizes, later, later_fallback);
+  m.backward_activation_gradient_bytes = mean_of(gradients);
+}
+
+double forward_backward_seconds(const ProbeReport& r) {
+  return std::max(0.0, r.timing.steady_step_seconds - r.timing.steady_optimizer_seconds);
+}
+
+PhaseLines retained_slopes(const ProbeReport& r) {
+  PhaseLines lines{};
+  for (Phase p : {Phase::kForward, Phase::kLoss, Phase::kBackward})
+    lines[static_cast<std::size_t>(p)].slope =
+        static_cast<double>(r.retained_activation_bytes) / static_cast<double>(r.micro_batch);
+  return lines;
+}
+
+LineEffect line_effect(const BatchLine& own, const BatchLine& base) {
+  return LineEffect{own.intercept - base.intercept, base.slope > 0 ? std::max(0.0, own.slope / base.slope) : 1};
+}
+
+}  // namespace oomtune

@@ -1,0 +1,54 @@
+#pragma once
+// Fitting the memory model (memory_model.h) to probe reports: a probe's
+// bytes against the budget, backward's activation lines, a strategy's
+// effect as its lines' difference from the base's. No trial runs here; the
+// search (search_state.h) decides what to probe and calls these.
+
+#include <array>
+#include <vector>
+
+#include "job/job_spec.h"
+#include "probes/probe_report.h"
+#include "search/memory_model.h"
+
+namespace oomtune {
+
+/// The factor that turns a probe's allocated bytes into bytes against the
+/// budget: on CUDA the caching allocator's predicted reserved / allocated
+/// ratio (a job runs out of memory when it cannot reserve more, not when
+/// live tensors reach the budget), elsewhere 1 (the counting allocator
+/// enforces allocated bytes).
+double budget_scale(const ProbeReport& r, const JobSpec& job);
+
+/// Bytes: a probe's peak per phase, indexed by Phase, against the budget
+/// (budget_scale); zero outside kStepPhases.
+std::array<double, kNumPhases> phase_peaks_of(const ProbeReport& r, const JobSpec& job);
+
+/// The mean of a non-empty `values`.
+double mean_of(const std::vector<double>& values);
+
+/// Fits `m`'s backward activation lines (StepModels::backward_activation,
+/// accumulating_backward and the gradient bytes) to `probes`, their bytes
+/// against the budget; with one probe, of slopes `first_fallback` and
+/// `later_fallback` (bytes per sample). Leaves them unmeasured when a probe
+/// did not measure them (no event stream). memory_model.cpp, Note [Backward
+/// activation peak].
+void fit_backward_activation(StepModels& m, const std::vector<const ProbeReport*>& probes, const JobSpec& job,
+                             double first_fallback, double later_fallback);
+
+/// Seconds: of a probe's step, the micro-batch's part, without the
+/// optimizer step (memory_model.cpp, Note [Step time]).
+double forward_backward_seconds(const ProbeReport& r);
+
+/// Lines whose forward, loss and backward slopes are r's retained
+/// activations per sample (bytes per sample), intercepts 0: the slope of a
+/// line through r alone (a lower bound: backward's temporaries grow with
+/// the micro-batch too).
+PhaseLines retained_slopes(const ProbeReport& r);
+
+/// A line's effect against the base's: the shift of its intercept (bytes)
+/// and the ratio of its slope (1 where the base's slope is not positive, never
+/// below 0).
+LineEffect line_effect(const BatchLine& own, const BatchLine& base);
+
+}  // namespace oomtune

@@ -1,0 +1,144 @@
+#pragma once
+// The search's state, shared by the files that do its jobs (search.h has
+// the rules; each file one job):
+//   probe_plan.cpp  the plain probes: sizes, the walk up and down them
+//   fit.cpp         the base's lines and each strategy's effect
+//   rescue.cpp      plain runs nowhere: the strategies that make it run
+//   walk.cpp        the nodes of the tree and their predictions
+//   choose.cpp      verification runs and the choice
+//   sentences.cpp   the words of its notes and progress lines
+// model_fit.h has the fitting that does not depend on this state. Internal
+// to oomtune_search: nothing outside search/ includes this header.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "job/job_spec.h"
+#include "probes/probe_report.h"
+#include "search/memory_model.h"
+#include "search/search.h"
+#include "search/strategy_table.h"
+#include "strategies/training_config.h"
+
+namespace oomtune::search_detail {
+
+/// The index of backward in per-phase arrays.
+inline constexpr auto kBackwardIndex = static_cast<std::size_t>(Phase::kBackward);
+
+/// Checkpointing every detected block (CheckpointPlan::Mode::kAll).
+CheckpointPlan checkpoint_every_block();
+
+/// The set holding only `s`.
+inline StrategySet just(Strategy s) { return StrategySet().set(static_cast<std::size_t>(s)); }
+
+/// `c` at `micro_batch`, with as many accumulation steps as the global batch
+/// needs (the last micro-batch the remainder).
+TrainingConfig with_micro_batch(TrainingConfig c, int64_t micro_batch, int64_t global_batch);
+
+/// COUNT: strategies `c` uses beyond the job's own configuration:
+/// accumulation, and each row of the strategy table (search.h, Ties).
+std::size_t strategy_count(const TrainingConfig& c, const TrainingConfig& job_base);
+
+/// The plain probes' micro-batches: G/8, G/4 and G/2 of the global batch,
+/// within the job's limits, at least two where two exist.
+std::vector<int64_t> probe_sizes(const JobSpec& job);
+
+/// Weights that ran out of memory while loading: no micro-batch can help.
+bool ran_out_loading(const ProbeReport& r);
+
+/// A failure every larger micro-batch would repeat: out of memory, or past
+/// the trial timeout.
+bool fails_larger_too(TrialOutcome outcome);
+
+/// Failed for a reason other than memory (Note [bf16 fallback], fit.cpp).
+bool form_failed(const ProbeReport& r);
+
+/// The search over one job: the jobs listed above, each a group of member
+/// functions defined in its file.
+class Search {
+ public:
+  Search(const JobSpec& job, TrialRunner& runner, const SearchOptions& options,
+         const std::function<void(const std::string&)>& progress);
+
+  /// Probes, fits, walks and verifies (choose.cpp). Throws as search() does.
+  SearchResult run();
+
+ private:
+  // The plain probes of fit_models, by micro-batch.
+  struct PlainProbes {
+    std::map<int64_t, ProbeReport> ran, failed;
+    // The failure at the smallest micro-batch: its message explains the most.
+    // Called when nothing ran, so at least one probe failed (probe_sizes is
+    // never empty).
+    const ProbeReport& first_failure() const { return failed.begin()->second; }
+  };
+
+  // A combination that runs without the rescued base (Note [Rescue]), as
+  // probed (a later bf16 fallback does not rename it).
+  struct RescueAlternative {
+    std::string name;
+    TrainingConfig config;
+    std::vector<ProbeReport> probes;  // that ran: at the smallest micro-batch, and at twice it
+  };
+
+  // probe_plan.cpp
+  ProbeReport probe(TrainingConfig config, int64_t micro_batch);
+  PlainProbes probe_plain(const std::vector<int64_t>& sizes, PlainProbes p = {});
+
+  // fit.cpp
+  bool fit_models();
+  StrategyEffect probe_effect(const std::string& name, const TrainingConfig& config,
+                              const std::vector<int64_t>& sizes);
+  StrategyEffect probe_checkpointing(const std::vector<int64_t>& sizes);
+  StrategyEffect probe_bf16(const std::vector<int64_t>& sizes);
+  void raise_min_micro_batch(int64_t size, const ProbeReport& report);
+  void require_a_valid_micro_batch(const std::string& cause) const;
+
+  // rescue.cpp
+  bool needs_rescue(const ProbeReport& failure) const;
+  std::optional<PlainProbes> rescue(const std::vector<int64_t>& sizes, const PlainProbes& plain);
+  TrainingConfig rescue_config(StrategySet strategies) const;
+  std::string rescue_label(StrategySet strategies) const { return strategies_label(strategies, context()); }
+  bool probes_pair(StrategySet strategies) const;
+  void add_rescue_alternative(StrategySet strategies, const ProbeReport& at_smallest, int64_t smallest);
+  StepModels rescue_alternative_models(const RescueAlternative& alternative) const;
+
+  // walk.cpp
+  void walk_tree();
+  void add_node(const std::string& tree_name, const TrainingConfig& config, int64_t largest, bool exact = false,
+                const StepModels* alternative = nullptr);
+  static std::string memory_key(TrainingConfig c);
+  int64_t smallest_out_of_memory(const TrainingConfig& c) const;
+  CheckpointPlan first_blocks(int64_t n) const;
+
+  // choose.cpp
+  bool fits_budget(const ProbeReport& r) const;
+  void verify_candidates();
+  void note_optimizer_change(const std::vector<std::size_t>& fitting);
+
+  // What the strategies' rows turn on in this search.
+  StrategyContext context() const { return {checkpoint_all_, bf16_form_, job_base_.optimizer}; }
+
+  JobSpec job_;  // a copy: a micro-batch that cannot run raises min_micro_batch
+  TrialRunner& runner_;
+  SearchOptions options_;
+  std::function<void(const std::string&)> progress_;
+  TrainingConfig base_;      // what the plain probes run: the job's configuration, or a rescued one
+  TrainingConfig job_base_;  // the job's own configuration: strategies are counted against it
+  StrategySet rescue_strategies_;  // the strategies base_ adds to the job's (Note [Rescue]); none: plain
+  std::vector<RescueAlternative> rescue_alternatives_;  // Note [Rescue]
+  StepModels models_;
+  std::map<int64_t, double> plain_seconds_;          // forward, loss and backward of one micro-batch
+  std::map<std::string, int64_t> out_of_memory_at_;  // memory_key -> smallest micro-batch whose probe ran out
+  ProbeReport last_failure_;                         // the last strategy probe that failed
+  CheckpointPlan checkpoint_all_ = checkpoint_every_block();  // what "all blocks" checkpoints
+  std::string checkpoint_label_ = "all blocks";              // names checkpoint_all_ in node names
+  Precision bf16_form_ = Precision::kBf16;                   // kBf16Params after a fallback
+  SearchResult result_;
+};
+
+}  // namespace oomtune::search_detail

@@ -1,0 +1,206 @@
+// The walk: every node of the tree, each at the largest micro-batch
+// predicted to fit (search.h, Rules).
+
+#include "search/search_state.h"
+
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
+
+#include "common/byte_size.h"
+#include "search/sentences.h"
+#include "strategies/accumulation.h"
+
+namespace oomtune::search_detail {
+
+CheckpointPlan checkpoint_every_block() {
+  CheckpointPlan plan;
+  plan.mode = CheckpointPlan::Mode::kAll;
+  return plan;
+}
+
+TrainingConfig with_micro_batch(TrainingConfig c, int64_t micro_batch, int64_t global_batch) {
+  c.micro_batch = micro_batch;
+  c.accumulation_steps = micro_batch_count(global_batch, micro_batch);
+  return c;
+}
+
+// Adds the node for `config` at the largest valid micro-batch that is
+// predicted to fit (at most `largest`), balanced (see the Rules), or at
+// the largest valid one within reach if none fits (what it would need).
+// With `exact`, only micro-batch `largest` itself is tried.
+// `alternative`: the models of a rescue alternative (Note [Rescue]),
+// whose node is named tree_name as it is; else models_.
+void Search::add_node(const std::string& tree_name, const TrainingConfig& config, int64_t largest, bool exact,
+              const StepModels* alternative) {
+  const StepModels& models = alternative ? *alternative : models_;
+  // After a rescue the nodes carry the rescued strategies (Note [Rescue]),
+  // all but a rescued 8-bit AdamW that offload replaced.
+  const std::string rescued =
+      alternative ? "" : rescue_label(rescue_strategies_ & strategies_used(config, job_base_));
+  const std::string name = rescued.empty()        ? tree_name
+                           : tree_name == "plain" ? rescued
+                                                  : tree_name + " + " + rescued;
+  const std::vector<int64_t> valid = valid_micro_batches(job_);
+  if (valid.empty()) return;
+  if (exact && std::find(valid.begin(), valid.end(), largest) == valid.end()) return;
+  if (valid.front() > largest) {  // e.g. accumulation when only the global batch itself is a valid micro-batch
+    result_.notes.push_back(fmt::format("{}: not possible (no valid micro-batch is {} or less; valid: {})", name,
+                                        largest, fmt::join(valid, ", ")));
+    return;
+  }
+  const auto budget = static_cast<double>(result_.usable_budget_bytes);
+  const int64_t out_of_memory = smallest_out_of_memory(config);
+  TrailNode node;
+  node.node = name;
+  for (auto it = valid.rbegin(); it != valid.rend(); ++it) {
+    if (*it > largest || (exact && *it != largest) || *it >= out_of_memory) continue;
+    if (predict(models, with_micro_batch(config, *it, job_.global_batch), job_.global_batch).peak_bytes <= budget) {
+      node.largest_fitting_micro_batch = *it;
+      break;
+    }
+  }
+  int64_t at = valid.front();  // the largest valid micro-batch within reach, else the smallest
+  for (int64_t b : valid)
+    if (b <= largest) at = b;
+  if (node.largest_fitting_micro_batch > 0) {
+    const int64_t steps = micro_batch_count(job_.global_batch, node.largest_fitting_micro_batch);
+    at = node.largest_fitting_micro_batch;
+    // Ascending: the first that needs as few micro-batches and fits is the
+    // balanced one (a smaller first micro-batch can still lose: the later
+    // ones run with the gradients alive).
+    for (int64_t b : valid)
+      if (b <= at && micro_batch_count(job_.global_batch, b) == steps &&
+          predict(models, with_micro_batch(config, b, job_.global_batch), job_.global_batch).peak_bytes <= budget) {
+        at = b;
+        break;
+      }
+  }
+  node.config = with_micro_batch(config, at, job_.global_batch);
+  const StepPrediction p = predict(models, node.config, job_.global_batch);
+  node.predicted_peak_bytes = p.peak_bytes;
+  node.predicted_seconds = p.seconds_per_global_batch;
+  node.predicted_fit = p.peak_bytes <= budget && at < out_of_memory;
+  if (p.peak_bytes > budget)
+    node.note = fmt::format("predicted not to fit: {} > budget {}", format_bytes(static_cast<int64_t>(p.peak_bytes)),
+                            format_bytes(result_.usable_budget_bytes));
+  else if (!node.predicted_fit)
+    node.note = fmt::format("does not fit: its probe ran out of memory at micro-batch {} (measured)", out_of_memory);
+  // The configuration goes last: its length varies the most.
+  progress_(fmt::format("node   {:<42} predicted {:>11} {:<12} {}", name,
+                        format_bytes(static_cast<int64_t>(node.predicted_peak_bytes)),
+                        node.predicted_fit ? "fits" : "does not fit", describe(node.config)));
+  result_.trail.push_back(std::move(node));
+}
+
+// Probes run under a guard of at least the budget, so a probe out of
+// memory at micro-batch s proves that its configuration fits at no
+// micro-batch of s or more, accumulating or not (the later micro-batches
+// add the gradients). This bounds what a line through one point cannot:
+// it has no slope (a rescued base that runs only at the smallest size).
+std::string Search::memory_key(TrainingConfig c) {
+  c.micro_batch = 0;
+  c.accumulation_steps = 1;
+  return to_string(c);
+}
+int64_t Search::smallest_out_of_memory(const TrainingConfig& c) const {
+  const auto at = out_of_memory_at_.find(memory_key(c));
+  return at == out_of_memory_at_.end() ? std::numeric_limits<int64_t>::max() : at->second;
+}
+
+// The first n of the blocks checkpoint_all_ checkpoints.
+CheckpointPlan Search::first_blocks(int64_t n) const {
+  CheckpointPlan plan = checkpoint_all_;
+  if (plan.mode == CheckpointPlan::Mode::kPaths) {
+    plan.paths.resize(static_cast<std::size_t>(n));
+  } else {
+    plan.mode = CheckpointPlan::Mode::kFirstN;
+    plan.first_n = n;
+  }
+  return plan;
+}
+
+// Note [Pairs]
+// The usual recipe for a model too large for its GPU combines strategies:
+// bf16 with 8-bit AdamW, or with optimizer offload, and checkpointing on
+// top (8-bit AdamW and offload do not combine: offload moves the job's
+// full-precision optimizer). Together they fit where each alone does not,
+// so the walk predicts those pairs too, from the effects measured one at
+// a time on the base: predict() adds their shifts and multiplies their
+// slope and time ratios, as it does for a strategy with checkpointing.
+// They cost no probe. Where the effects overlap the sum over-predicts:
+// offload measured on fp32 moves the state but not the fp32 masters that
+// bf16 parameters add, which offload moves to the host too. Measured
+// (bf16 autocast, 2-core CPU): the four pairs of the small test GPT at
+// 8 x 1 within 1 % of their runs; the example GPT at 34 MiB, 8-bit AdamW
+// + bf16 8 x 4 at 31.00 MiB predicted and measured. Every candidate is
+// verified by a real run before it is chosen.
+void Search::walk_tree() {
+  const int64_t g = job_.global_batch;
+  const int64_t below_g = g - 1;
+  const bool ckpt = models_.effect(Strategy::kCheckpointing).available;
+  const StrategyContext strategies = context();
+  TrainingConfig all = base_;
+  all.checkpoint = checkpoint_all_;
+
+  add_node("plain", base_, g, /*exact=*/true);
+  if (ckpt) {
+    const double budget = static_cast<double>(result_.usable_budget_bytes);
+    for (int64_t n = 1; n < models_.checkpoint_blocks; ++n) {
+      TrainingConfig first = base_;
+      first.checkpoint = first_blocks(n);
+      if (predict(models_, with_micro_batch(first, g, g), g).peak_bytes <= budget) {
+        add_node(fmt::format("checkpointing (first {} of {} blocks)", n, models_.checkpoint_blocks), first, g,
+                 /*exact=*/true);
+        break;
+      }
+    }
+    add_node("checkpointing (" + checkpoint_label_ + ")", all, g, /*exact=*/true);
+  }
+  add_node("micro-batch + accumulation", base_, below_g);
+  if (ckpt) add_node("micro-batch + accumulation + checkpointing", all, below_g);
+  // Each strategy, each optimizer strategy with bf16 (Note [Pairs]), and
+  // each of those with checkpointing.
+  const auto available = [&](StrategySet set) {
+    for (const StrategyRow& row : strategy_table())
+      if (set.test(static_cast<std::size_t>(row.id)) && !models_.effect(row.id).available) return false;
+    return true;
+  };
+  const auto add_nodes = [&](StrategySet set) {
+    if (!available(set)) return;
+    const std::string name = strategies_label(set, strategies);
+    add_node(name, with_strategies(base_, set, strategies), g);
+    if (ckpt) add_node(name + " + checkpointing", with_strategies(all, set, strategies), g);
+  };
+  for (const StrategyRow& row : strategy_table())
+    if (row.id != Strategy::kCheckpointing) add_nodes(just(row.id));
+  for (const StrategyRow& row : strategy_table())
+    if (row.optimizer_state) add_nodes(just(row.id) | just(Strategy::kBf16));
+  for (const RescueAlternative& alternative : rescue_alternatives_) {
+    const StepModels own = rescue_alternative_models(alternative);
+    add_node(alternative.name, alternative.config, g, /*exact=*/false, &own);
+  }
+
+  // The least memory any combination needs, for the "nothing fits"
+  // report: every block checkpointed, bf16, and whichever optimizer row
+  // (or none) is predicted to hold the least.
+  const std::vector<int64_t> valid = valid_micro_batches(job_);
+  if (!valid.empty()) {
+    StrategySet least;
+    for (Strategy s : {Strategy::kCheckpointing, Strategy::kBf16})
+      if (available(just(s))) least |= just(s);
+    const auto peak_with = [&](StrategySet set) {
+      return predict(models_, with_micro_batch(with_strategies(base_, set, strategies), valid.front(), g), g)
+          .peak_bytes;
+    };
+    double smallest = peak_with(least);
+    for (const StrategyRow& row : strategy_table())
+      if (row.optimizer_state && available(just(row.id))) smallest = std::min(smallest, peak_with(least | just(row.id)));
+    result_.smallest_micro_batch = valid.front();
+    result_.smallest_predicted_peak_bytes = smallest;
+  }
+}
+
+}  // namespace oomtune::search_detail
