@@ -45,6 +45,9 @@ Files written (each < 200 KB):
   backward_peak.pickle  out of memory in backward (frameless C++ allocations)
   expandable.pickle     expandable_segments:True, out of memory in forward
   missing_frames.pickle recorded without context: no frames anywhere
+  hf_bert_forward_oom.pickle  a Hugging Face Trainer fine-tuning a BERT, out of
+                        memory in modeling_bert.py's BertIntermediate; the project
+                        and its venv sit in a folder named `torch`
   malicious_global.pickle   GLOBAL os.system + REDUCE (must be refused)
   malicious_reduce.pickle   REDUCE alone
   bad_truncated.pickle, bad_memo.pickle, bad_length.pickle, bad_nesting.pickle,
@@ -93,6 +96,81 @@ def param_frames():
 
 def user_frames(line):
     return [frame(USER, "main", line)]
+
+
+# A Hugging Face fine-tuning run as PyTorch 2.11 records it with
+# stacks="python": the user's project and its virtual environment sit in a
+# folder named `torch` (issue #48), the Trainer calls the model, the model's
+# layers are transformers' modeling_bert.py (line numbers of transformers
+# 4.57's BertSelfAttention, BertIntermediate, BertOutput, BertLayer,
+# BertEncoder, BertModel, BertForSequenceClassification forwards).
+HF_USER = "/home/user/torch/finetune.py"
+HF_VENV = "/home/user/torch/.venv/lib/python3.11/site-packages"
+HF_TORCH = f"{HF_VENV}/torch"
+HF_BERT = f"{HF_VENV}/transformers/models/bert/modeling_bert.py"
+HF_TRAINER = f"{HF_VENV}/transformers/trainer.py"
+
+
+def hf_call():
+    """torch's Module.__call__ between two modules."""
+    return [frame(f"{HF_TORCH}/nn/modules/module.py", "_call_impl", 1784),
+            frame(f"{HF_TORCH}/nn/modules/module.py", "_wrapped_call_impl", 1773)]
+
+
+def hf_outer():
+    """From BertLayer out to the script: encoder, model, head, Trainer, finetune.py, runpy."""
+    return (hf_call() + [frame(f"{HF_VENV}/transformers/modeling_layers.py", "__call__", 94),
+                         frame(HF_BERT, "forward", 657)] + hf_call() +
+            [frame(HF_BERT, "forward", 1008)] + hf_call() +
+            [frame(HF_BERT, "forward", 1493)] + hf_call() +
+            [frame(f"{HF_VENV}/accelerate/utils/operations.py", "forward", 819),
+             frame(HF_TRAINER, "compute_loss", 4071),
+             frame(HF_TRAINER, "training_step", 4009),
+             frame(HF_TRAINER, "_inner_training_loop", 2674),
+             frame(HF_TRAINER, "train", 2325),
+             frame(HF_USER, "main", 61),
+             frame(HF_USER, "<module>", 66),
+             frame("/usr/lib/python3.11/runpy.py", "_run_code", 88),
+             frame("/usr/lib/python3.11/runpy.py", "_run_module_as_main", 198)])
+
+
+def hf_op(torch_file, torch_fn, torch_line, bert_line, via_layer=None):
+    """An op in a BertLayer: torch's frames, then modeling_bert.py:bert_line
+    (inside BertLayer at via_layer when the op is in a submodule)."""
+    inner = [frame(f"{HF_TORCH}/{torch_file}", torch_fn, torch_line)]
+    if torch_file != "nn/functional.py":
+        inner += hf_call()
+    inner.append(frame(HF_BERT, "forward", bert_line))
+    if via_layer is not None:
+        inner += hf_call() + [frame(HF_BERT, "forward", via_layer)]
+    return inner + hf_outer()
+
+
+def hf_bert_forward_oom():
+    """BERT-like fine-tuning (4 layers of 24 MiB weights, moved to the GPU by
+    finetune.py:48), out of memory in the forward of the second layer's
+    BertIntermediate (modeling_bert.py:466, its dense projection to 4 x
+    hidden): each layer keeps q, k, v (8 MiB each), the attention
+    probabilities (32 MiB), the intermediate (32 MiB) and the output (8 MiB)
+    for backward; under the 300 MiB cap, 272 MiB are reserved when the second
+    intermediate asks for its 32 MiB segment."""
+    sim = Sim(cap=300 * MIB)
+    load = [frame(f"{HF_TORCH}/nn/modules/module.py", "_apply", 1355),
+            frame(f"{HF_TORCH}/nn/modules/module.py", "to", 1369),
+            frame(f"{HF_VENV}/transformers/modeling_utils.py", "to", 4343),
+            frame(HF_USER, "main", 48),
+            frame(HF_USER, "<module>", 66)]
+    [sim.malloc(24 * MIB, load) for _ in range(4)]
+    try:
+        for _ in range(4):
+            for line in (329, 330, 331):  # query, key, value (BertSelfAttention)
+                sim.malloc(8 * MIB, hf_op("nn/modules/linear.py", "forward", 134, line, via_layer=598))
+            sim.malloc(32 * MIB, hf_op("nn/functional.py", "softmax", 2140, 360, via_layer=598))
+            sim.malloc(32 * MIB, hf_op("nn/modules/linear.py", "forward", 134, 466, via_layer=630))
+            sim.malloc(8 * MIB, hf_op("nn/modules/linear.py", "forward", 134, 480, via_layer=630))
+    except OutOfMemory:
+        pass
+    return sim
 
 
 class OutOfMemory(Exception):
@@ -399,6 +477,7 @@ def main():
                 "roundup_power2_divisions": {str(1 << i): 0 for i in range(16)}}
     write(os.path.join(out, "expandable.pickle"), exp.dump("v2_11", settings), 4)
     write(os.path.join(out, "missing_frames.pickle"), missing_frames().dump("v2_11"), 4)
+    write(os.path.join(out, "hf_bert_forward_oom.pickle"), hf_bert_forward_oom().dump("v2_11"), 4)
 
     # Hostile and broken inputs (hand-written opcodes, CPython Lib/pickletools.py).
     marker = b"/tmp/oomtune_fixture_pwned"

@@ -1,4 +1,4 @@
-// `oomtune diagnose SNAPSHOT.pickle [--json] [--svg FILE] [--top N]`: reads a
+// `oomtune diagnose SNAPSHOT.pickle [--json] [--svg FILE] [--top N] [--group-by layer|call]`: reads a
 // PyTorch memory snapshot, explains the out-of-memory and what to change.
 // Thin: the analysis is diagnose/ (a library), the output its renderers.
 
@@ -27,6 +27,7 @@ struct DiagnoseArgs {
   bool json = false;
   std::string svg;
   int top = 10;
+  std::string group_by = "layer";
 };
 
 // A gzip-compressed snapshot ("snapshot.pickle.gz") is read decompressed in
@@ -54,6 +55,7 @@ int run_diagnose(const DiagnoseArgs& args) {
   const diagnose::Snapshot snapshot = load(args.snapshot);
   diagnose::DiagnoseOptions options;
   options.top = args.top;
+  options.group_by = args.group_by == "call" ? diagnose::GroupBy::kCall : diagnose::GroupBy::kLayer;
   const diagnose::Diagnosis diagnosis = diagnose::diagnose(snapshot, args.snapshot, options);
   // Write the SVG first, so a failure to write it leaves stdout empty.
   if (!args.svg.empty()) write_file_atomically(args.svg, diagnose::render_svg(diagnosis));
@@ -80,6 +82,9 @@ void add_diagnose_command(CLI::App& app, const Command& self, int* exit_code) {
             return !value.empty() && value[0] == '-' ? "must be >= 0, got " + value : std::string();
           },
           "N >= 0"));
+  sub->add_option("--group-by", args->group_by,
+                  "Group sites by 'layer' (innermost model-code frame, default) or 'call' (the training script's line)")
+      ->check(CLI::IsMember({"layer", "call"}));
   sub->callback([args, exit_code]() { *exit_code = run_diagnose(*args); });
 }
 

@@ -16,12 +16,25 @@ namespace oomtune::diagnose {
 /// Bytes per category (Category order).
 using CategoryBytes = std::array<int64_t, kNumCategories>;
 
-/// Live bytes grouped by allocation site (innermost user frame).
+/// How sites are grouped: by layer (innermost model-code frame) or by call
+/// site (the training script's line); see frames.h.
+enum class GroupBy : uint8_t { kLayer, kCall };
+
+/// "layer", "call".
+const char* group_by_name(GroupBy group_by);
+
+/// Live bytes grouped by allocation site: its layer or its call site
+/// (DiagnoseOptions::group_by).
 struct SiteBytes {
-  std::string site;           ///< "train.py:35 in forward", or a "(...)" placeholder
-  std::string filename;       ///< full path; empty for placeholders
+  std::string site;           ///< the grouping frame, "train.py:35 in forward", or a "(...)" placeholder
+  std::string filename;       ///< full path of the grouping frame; empty for placeholders
   int64_t line = 0;
   std::string function;
+  std::string layer;          ///< innermost model-code frame ("" for placeholders)
+  std::string call_site;      ///< the call site holding most of these bytes ("" for placeholders)
+  /// COUNT: other call sites (grouped by layer) or other layers (grouped by
+  /// call) merged into this entry besides the one named.
+  int64_t others = 0;
   int64_t bytes = 0;          ///< SUM: allocated block bytes
   int64_t blocks = 0;         ///< COUNT
   Category category = Category::kUnattributed;  ///< the category holding most of its bytes
@@ -50,8 +63,9 @@ struct OomReport {
   /// then in [reserved_bytes, reserved_bytes + segment_bytes).
   bool memory_cap = false;
   Phase phase = Phase::kUnknown;
-  std::string site;                   ///< innermost user frame of the failing call
-  std::string model_forward;          ///< outermost user "forward" frame, if any
+  std::string layer;                  ///< innermost model-code frame of the failing call ("" if none)
+  std::string call_site;              ///< its call site ("" if none; frames.h)
+  std::string model_forward;          ///< outermost model-code "forward" frame, if any
   CategoryBytes live_by_category{};
 };
 
@@ -139,6 +153,8 @@ struct SegmentView {
 /// Everything `diagnose` found.
 struct Diagnosis {
   std::string file;
+  GroupBy group_by = GroupBy::kLayer;  ///< how the site lists are grouped
+  std::vector<std::string> torch_roots;  ///< torch package roots found in the frames
   int64_t file_bytes = 0;
   std::string layout;
   AllocatorSettings allocator_settings;
@@ -156,7 +172,8 @@ struct Diagnosis {
 
 /// --top and friends.
 struct DiagnoseOptions {
-  int top = 10;  ///< sites listed
+  int top = 10;                       ///< sites listed
+  GroupBy group_by = GroupBy::kLayer;  ///< how sites are grouped
 };
 
 /// Runs every analysis on one snapshot (see analysis.cpp for the rules).

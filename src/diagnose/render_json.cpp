@@ -17,8 +17,9 @@ json categories(const CategoryBytes& c) {
 }
 
 json site(const SiteBytes& s) {
-  return json{{"site", s.site},   {"filename", s.filename}, {"line", s.line},
-              {"function", s.function}, {"bytes", s.bytes}, {"blocks", s.blocks},
+  return json{{"site", s.site},         {"filename", s.filename}, {"line", s.line},
+              {"function", s.function}, {"layer", s.layer},       {"call_site", s.call_site},
+              {"others", s.others},     {"bytes", s.bytes},       {"blocks", s.blocks},
               {"category", category_name(s.category)}};
 }
 
@@ -34,6 +35,8 @@ std::string render_json(const Diagnosis& d) {
   json j;
   j["file"] = d.file;
   j["file_bytes"] = d.file_bytes;
+  j["group_by"] = group_by_name(d.group_by);
+  j["torch_roots"] = d.torch_roots;
   j["layout"] = d.layout;
   const AllocatorSettings& s = d.allocator_settings;
   j["allocator_settings"] = {{"present", s.present},
@@ -80,7 +83,8 @@ std::string render_json(const Diagnosis& d) {
                     {"fragmentation", o.fragmentation},
                     {"memory_cap", o.memory_cap},
                     {"phase", phase_name(o.phase)},
-                    {"site", o.site},
+                    {"layer", o.layer},
+                    {"call_site", o.call_site},
                     {"model_forward", o.model_forward},
                     {"alive", categories(o.live_by_category)}});
   }

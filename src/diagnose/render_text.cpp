@@ -17,10 +17,16 @@ std::string categories_line(const CategoryBytes& c) {
   return out.empty() ? "nothing" : out;
 }
 
-void sites_table(std::string& out, const std::vector<SiteBytes>& sites) {
+void sites_table(std::string& out, const std::vector<SiteBytes>& sites, GroupBy group_by) {
   for (const SiteBytes& s : sites) {
-    out += fmt::format("    {:>12}  {:<16} {} ({} block{})\n", format_bytes(s.bytes), category_name(s.category), s.site,
-                       s.blocks, s.blocks == 1 ? "" : "s");
+    const std::string& other = group_by == GroupBy::kLayer ? s.call_site : s.layer;
+    std::string via;
+    if (!other.empty() && other != s.site) {
+      via = fmt::format("; {} {}{}", group_by == GroupBy::kLayer ? "called from" : "layer", other,
+                        s.others > 0 ? fmt::format(" and {} more", s.others) : "");
+    }
+    out += fmt::format("    {:>12}  {:<16} {} ({} block{}{})\n", format_bytes(s.bytes), category_name(s.category),
+                       s.site, s.blocks, s.blocks == 1 ? "" : "s", via);
   }
 }
 
@@ -51,7 +57,8 @@ std::string render_text(const Diagnosis& d) {
       out += fmt::format("  event {}: requested {} (rounded {}, {} pool, needs a {} segment) in {}{}\n",
                          o.event_index, format_bytes(o.requested_bytes), format_bytes(o.rounded_bytes),
                          o.large_pool ? "large" : "small", format_bytes(o.segment_bytes), phase_name(o.phase),
-                         o.site.empty() ? "" : " at " + o.site);
+                         o.layer.empty() ? "" : " at " + o.layer);
+      if (!o.call_site.empty() && o.call_site != o.layer) out += fmt::format("    called from {}\n", o.call_site);
       out += fmt::format("    allocated {}, reserved {}, reserved but unallocated {}\n", format_bytes(o.allocated_bytes),
                          format_bytes(o.reserved_bytes), format_bytes(o.reserved_free_bytes));
       out += fmt::format("    largest free block in the {} pool {} ({} free in that pool){}\n",
@@ -67,8 +74,8 @@ std::string render_text(const Diagnosis& d) {
       out += fmt::format("    alive: {}\n", categories_line(o.live_by_category));
     }
     if (!d.oom_sites.empty()) {
-      out += "  alive at the last out-of-memory, by site:\n";
-      sites_table(out, d.oom_sites);
+      out += fmt::format("  alive at the last out-of-memory, by {}:\n", d.group_by == GroupBy::kLayer ? "layer" : "call site");
+      sites_table(out, d.oom_sites, d.group_by);
     }
   }
 
@@ -77,8 +84,8 @@ std::string render_text(const Diagnosis& d) {
                      format_bytes(d.peak.reserved_bytes), d.peak.event_index, phase_name(d.peak.phase));
   out += fmt::format("    alive: {}\n", categories_line(d.peak.by_category));
   if (!d.peak.sites.empty()) {
-    out += "  alive at the peak, by site:\n";
-    sites_table(out, d.peak.sites);
+    out += fmt::format("  alive at the peak, by {}:\n", d.group_by == GroupBy::kLayer ? "layer" : "call site");
+    sites_table(out, d.peak.sites, d.group_by);
   }
   out += fmt::format("  iterations seen: {}; allocated before recording began: {}\n", d.trace.iterations,
                      format_bytes(d.trace.allocated_before_recording_bytes));

@@ -104,7 +104,8 @@ TEST(DiagnoseReal, GptActivationsFixture) {
   EXPECT_EQ(o.phase, Phase::kForward);
   EXPECT_FALSE(o.fragmentation);
   // The user frame of the failing call and the model's forward (gpu_truth.py:35 inside :49).
-  EXPECT_EQ(o.site, "gpu_truth.py:35 in forward");
+  EXPECT_EQ(o.layer, "gpu_truth.py:35 in forward");
+  EXPECT_EQ(o.call_site, "gpu_truth.py:88 in step_phases");  // `model(x)` in the training step
   EXPECT_EQ(o.model_forward, "gpu_truth.py:49 in forward");
   EXPECT_NE(d.verdicts.front().evidence.find("gpu_truth.py:35 in forward"), std::string::npos);
   // Under the 8 GiB cap: reserved 7.90 GiB (sum of segments at the oom) and
