@@ -48,6 +48,13 @@ Files written (each < 200 KB):
   hf_bert_forward_oom.pickle  a Hugging Face Trainer fine-tuning a BERT, out of
                         memory in modeling_bert.py's BertIntermediate; the project
                         and its venv sit in a folder named `torch`
+  adamw_first_step_oom.pickle  the first AdamW step out of memory with 42 MiB
+                        free in small blocks: 8-bit AdamW is enough, expandable
+                        segments is not
+  forward_holes_enough.pickle  the second iteration's forward out of memory,
+                        14 x 10.5 MiB holes: defragmenting is enough
+  forward_holes_combined.pickle  the same with 6 holes: no single fix is enough,
+                        checkpointing + expandable segments together are
   malicious_global.pickle   GLOBAL os.system + REDUCE (must be refused)
   malicious_reduce.pickle   REDUCE alone
   bad_truncated.pickle, bad_memo.pickle, bad_length.pickle, bad_nesting.pickle,
@@ -221,6 +228,12 @@ class Sim:
         self.segments.append(seg)
         self.event("segment_alloc", seg["address"], size, frames)
         return seg
+
+    def empty_cache(self, frames):
+        """torch.cuda.empty_cache(): every cached segment with no live block goes back to CUDA."""
+        for seg in [s for s in self.segments if all(not b["allocated"] for b in s["blocks"])]:
+            self.segments.remove(seg)
+            self.event("segment_free", seg["address"], seg["size"], frames)
 
     def _expand(self, large, needed, frames):
         page = K_LARGE_BUFFER if large else K_SMALL_BUFFER
@@ -396,6 +409,8 @@ def training_step(sim, n_layers, act_bytes, param_addrs, grads, keep=None, opt_s
             sim.free(acts[layer], [])
     for a in acts[len(acts):]:
         sim.free(a, [])
+    while len(grads) < len(param_addrs):  # every parameter has its gradient before the step
+        grads.append(sim.malloc(param_bytes, []))
     if opt_state is not None:
         if not opt_state:
             for p in param_addrs:
@@ -454,6 +469,89 @@ def missing_frames():
     return sim
 
 
+# ---------------------------------------------------------------- enough or not (issue #48 part 2)
+# Each scenario is built so that what the failing phase still needed and what
+# each fix frees are known by construction (the numbers in the docstrings).
+
+def small_pool_holes(sim, pairs):
+    """`pairs` 2 MiB small-pool segments, each holding two 1 MiB tensors, one
+    of which is freed: `pairs` MiB reserved but free in 1 MiB holes."""
+    both = [(sim.malloc(MIB, user_frames(30)), sim.malloc(MIB, user_frames(30))) for _ in range(pairs)]
+    for _, b in both:
+        sim.free(b, user_frames(31))
+    return [a for a, _ in both]
+
+
+def adamw_first_step_oom():
+    """The issue's case: the first AdamW step runs out of memory with 42 MiB
+    reserved but free in small blocks.
+    8 parameters of 32 MiB (256 MiB), their 8 gradients (256 MiB), 42 MiB free
+    in 1 MiB holes of the small pool; the forward's 8 x 16 MiB activations are
+    freed in backward and their cached segments released at the cap (800 MiB).
+    AdamW allocates two 32 MiB states per parameter: 6 fit (192 MiB), the 7th
+    fails. Still needed: 2 x 256 - 192 = 320 MiB. 8-bit AdamW frees 75% of 512
+    = 384 MiB: enough; offload frees 512 MiB: enough; expandable_segments
+    frees the 42 MiB: not enough alone (fragmentation is not the first
+    verdict)."""
+    sim = Sim(cap=800 * MIB)
+    params = [sim.malloc(32 * MIB, param_frames()) for _ in range(8)]
+    small_pool_holes(sim, 42)
+    acts = [sim.malloc(16 * MIB, fwd(20)) for _ in range(8)]
+    grads = []
+    for a in reversed(acts):  # backward, from the autograd engine's thread: no frames
+        grads.append(sim.malloc(32 * MIB, []))
+        sim.free(a, [])
+    try:
+        for _ in params:
+            sim.malloc(32 * MIB, opt_frames())
+            sim.malloc(32 * MIB, opt_frames())
+    except OutOfMemory:
+        pass
+    return sim
+
+
+def forward_second_iteration(holes):
+    """Two iterations; the second's forward runs out of memory, with `holes`
+    10.5 MiB holes (9.5 MiB tensors kept in 20 MiB segments) made between them.
+    4 parameters of 8 MiB (two 20 MiB segments, 4 MiB free in each); each
+    forward keeps 7 blocks of 24 MiB (each its own 24 MiB segment); backward
+    frees them and makes 4 gradients of 8 MiB (one 20 MiB segment, 4 MiB
+    free, and a freed 24 MiB block of the forward, 8 MiB free). Between the
+    iterations the script calls torch.cuda.empty_cache() and keeps one 9.5 MiB
+    tensor of each pair; the cap, reserved + 24 MiB, then lets exactly one
+    24 MiB block of the second forward in, and the second fails.
+    Still needed (trace: the first forward grew by 7 x 24 = 168 MiB, the
+    second by 24 MiB when it failed): 144 MiB. Reserved but free at the oom:
+    holes x 10.5 + 4 + 4 + 4 + 8 MiB. Activation checkpointing frees 83% of
+    (24 alive + 144 to come) = 139.44 MiB; half the micro-batch frees 84 MiB.
+    14 holes: 167 MiB free, defragmenting is enough (fragmentation first);
+    6 holes: 83 MiB, nothing alone is enough, checkpointing + expandable
+    segments together are (222.44 MiB)."""
+    sim = Sim(cap=400 * MIB)
+    params = [sim.malloc(8 * MIB, param_frames()) for _ in range(4)]
+    grads = []
+
+    def forward_and_backward():
+        acts = [sim.malloc(24 * MIB, fwd(20 + b % 3)) for b in range(7)]
+        for a in reversed(acts):
+            if len(grads) < len(params):
+                grads.append(sim.malloc(8 * MIB, []))
+            sim.free(a, [])
+
+    forward_and_backward()
+    sim.empty_cache(user_frames(59))
+    pairs = [(sim.malloc(9 * MIB + MIB // 2, user_frames(60)), sim.malloc(9 * MIB + MIB // 2, user_frames(60)))
+             for _ in range(holes)]
+    for _, b in pairs:
+        sim.free(b, user_frames(61))
+    sim.cap = sim.reserved() + 24 * MIB
+    try:
+        forward_and_backward()
+    except OutOfMemory:
+        pass
+    return sim
+
+
 def write(path, obj, protocol):
     with open(path, "wb") as f:
         pickle.dump(obj, f, protocol=protocol)
@@ -478,6 +576,9 @@ def main():
     write(os.path.join(out, "expandable.pickle"), exp.dump("v2_11", settings), 4)
     write(os.path.join(out, "missing_frames.pickle"), missing_frames().dump("v2_11"), 4)
     write(os.path.join(out, "hf_bert_forward_oom.pickle"), hf_bert_forward_oom().dump("v2_11"), 4)
+    write(os.path.join(out, "adamw_first_step_oom.pickle"), adamw_first_step_oom().dump("v2_11"), 4)
+    write(os.path.join(out, "forward_holes_enough.pickle"), forward_second_iteration(14).dump("v2_11"), 4)
+    write(os.path.join(out, "forward_holes_combined.pickle"), forward_second_iteration(6).dump("v2_11"), 4)
 
     # Hostile and broken inputs (hand-written opcodes, CPython Lib/pickletools.py).
     marker = b"/tmp/oomtune_fixture_pwned"

@@ -256,7 +256,7 @@ void add_verdicts(Diagnosis& d) {
     int64_t total_growth = 0;
     for (const auto& l : d.leaks) total_growth += l.last_live_bytes - l.first_live_bytes;
     leak_verdicts.push_back(Verdict{
-        "leak", "Memory leak across iterations",
+        VerdictId::kLeak,
         fmt::format("{} site{} keep what they allocate: live bytes grow by {} in all over {} iterations and are "
                     "never freed; the largest is {} (+{} per iteration, {} alive at the end).",
                     d.leaks.size(), d.leaks.size() == 1 ? "" : "s", format_bytes(total_growth), top.iterations,
@@ -271,7 +271,7 @@ void add_verdicts(Diagnosis& d) {
   std::vector<Verdict> main;
   if (oom && oom->fragmentation) {
     main.push_back(Verdict{
-        "fragmentation", "Fragmentation: free memory is reserved but in pieces too small",
+        VerdictId::kFragmentation,
         fmt::format("A {} request (rounded {}, {} pool) failed although {} of reserved memory was free "
                     "({} allocated of {} reserved): the largest free block in the {} pool was {}.{}",
                     format_bytes(oom->requested_bytes), format_bytes(oom->rounded_bytes),
@@ -279,10 +279,16 @@ void add_verdicts(Diagnosis& d) {
                     format_bytes(oom->allocated_bytes), format_bytes(oom->reserved_bytes),
                     oom->large_pool ? "large" : "small", format_bytes(oom->largest_free_block_bytes),
                     d.allocator_settings.expandable_segments ? " expandable_segments was already on." : "")});
+    // Note [Phase need]: defragmenting must satisfy the failing phase, not only its request, to come first.
+    const bool defrag_enough = oom->reserved_free_bytes >= d.need.still_needed_bytes;
+    main.back().evidence += fmt::format(
+        " Defragmenting would make those {} usable: {} for the {} the {} phase still needed.",
+        format_bytes(oom->reserved_free_bytes), defrag_enough ? "enough" : "not enough",
+        format_bytes(d.need.still_needed_bytes), phase_name(oom->phase));
   }
   if (phase == Phase::kForward) {
     main.push_back(Verdict{
-        "activations_in_forward", "Activations in the forward pass",
+        VerdictId::kActivationsInForward,
         fmt::format("{} happened in the forward pass{}{}: activations kept for backward held {} of {} allocated{}.",
                     where == "the peak" ? "The peak" : "The out-of-memory",
                     oom_place(oom),
@@ -293,7 +299,7 @@ void add_verdicts(Diagnosis& d) {
                     oom ? fmt::format(", and the failing request was {}", format_bytes(oom->requested_bytes)) : "")});
   } else if (phase == Phase::kBackward) {
     main.push_back(Verdict{
-        "backward_peak", "Peak in the backward pass",
+        VerdictId::kBackwardPeak,
         fmt::format("{} happened in the backward pass{}: gradients {} and activations still alive {} of {} "
                     "allocated.",
                     where == "the peak" ? "The peak" : "The out-of-memory", oom_place(oom),
@@ -301,7 +307,7 @@ void add_verdicts(Diagnosis& d) {
                     format_bytes(allocated))});
   } else if (phase == Phase::kOptimizer) {
     main.push_back(Verdict{
-        "optimizer_state_allocation", "Optimizer state allocated in the optimizer step",
+        VerdictId::kOptimizerStateAllocation,
         fmt::format("{} happened in the optimizer step{}: optimizer state alive {}, parameters {}, gradients {} "
                     "of {} allocated. The first step of Adam/AdamW allocates two fp32 buffers per parameter.",
                     where == "the peak" ? "The peak" : "The out-of-memory", oom_place(oom),
@@ -310,18 +316,23 @@ void add_verdicts(Diagnosis& d) {
                     format_bytes(cats[static_cast<size_t>(Category::kGradients)]), format_bytes(allocated))});
   } else if (oom && !oom->fragmentation) {
     main.push_back(Verdict{
-        "capacity", "The request did not fit",
+        VerdictId::kCapacity,
         fmt::format("A {} request failed with {} allocated and {} reserved; only {} of reserved memory was free, "
                     "so this is not fragmentation: the program needs more memory than the budget.",
                     format_bytes(oom->requested_bytes), format_bytes(oom->allocated_bytes),
                     format_bytes(oom->reserved_bytes), format_bytes(oom->reserved_free_bytes))});
+  }
+  // Fragmentation comes first only when defragmenting would have satisfied the failing phase.
+  if (main.size() > 1 && main.front().id == VerdictId::kFragmentation &&
+      oom->reserved_free_bytes < d.need.still_needed_bytes) {
+    std::rotate(main.begin(), main.begin() + 1, main.begin() + 2);
   }
   // The cap says where the limit was, not why the job needed more: last.
   // (With an oom, `main` always holds a verdict: capacity is the fallback.)
   std::vector<Verdict> cap_verdicts;
   if (oom && oom->memory_cap) {
     cap_verdicts.push_back(Verdict{
-        "memory_cap", "The process's memory cap was the limit, not the device",
+        VerdictId::kMemoryCap,
         fmt::format("CUDA reported {} free on the device at the out-of-memory, enough for the {} segment the "
                     "allocator needed. PyTorch's caching allocator refused it itself: {} reserved plus that segment "
                     "would pass the cap set by torch.cuda.set_per_process_memory_fraction, so the cap lies between "
@@ -330,8 +341,8 @@ void add_verdicts(Diagnosis& d) {
                     format_bytes(oom->reserved_bytes), format_bytes(oom->reserved_bytes),
                     format_bytes(oom->reserved_bytes + oom->segment_bytes))});
   }
-  // A leak that explains much of the memory goes first.
-  const bool leak_first = !leak_verdicts.empty() && (main.empty() || !oom || !oom->fragmentation);
+  // A leak goes first, unless fragmentation that defragmenting would have solved is.
+  const bool leak_first = !leak_verdicts.empty() && (main.empty() || main.front().id != VerdictId::kFragmentation);
   if (leak_first) {
     d.verdicts = leak_verdicts;
     d.verdicts.insert(d.verdicts.end(), main.begin(), main.end());
@@ -423,6 +434,8 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   int64_t peak_alloc = replay.allocated_bytes();
   int64_t peak_index = -1;
   size_t next_sample = 0;
+  PhaseRunTracker runs;
+  NeedQuery need_query;  // the last oom reported
   for (size_t i = 0; i < trace.size(); ++i) {
     const TraceEvent& e = trace[i];
     while (next_sample < sample_at.size() && sample_at[next_sample] == i) {
@@ -457,6 +470,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       for (int c = 0; c < kNumCategories; ++c) {
         o.live_by_category[static_cast<size_t>(c)] = replay.allocated_by_category()[static_cast<size_t>(c)];
       }
+      need_query = NeedQuery{i, o.phase, o.rounded_bytes, o.allocated_bytes, o.live_by_category};
       d.ooms.push_back(o);
       d.timeline.push_back(point_now(replay, static_cast<int64_t>(i), e.time_us));
     }
@@ -465,7 +479,9 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       d.segment_map = segment_map_now(replay);
       d.map_moment = "at the last out-of-memory";
     }
+    runs.before_event(i, attr.event_phase[i], e.action == TraceAction::kOom, replay.allocated_bytes());
     replay.apply(i);
+    runs.after_event(replay.allocated_bytes());
     if (replay.allocated_bytes() > peak_alloc) {
       peak_alloc = replay.allocated_bytes();
       peak_index = static_cast<int64_t>(i);
@@ -481,6 +497,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   }
   std::sort(d.timeline.begin(), d.timeline.end(),
             [](const TimelinePoint& a, const TimelinePoint& b) { return a.event_index < b.event_index; });
+  if (!d.ooms.empty()) d.need = estimate_need(need_query, runs.finish(trace.size()), trace, attr, frames);
   t.inconsistencies = replay.inconsistencies();
   for (const Segment& s : snapshot.segments) {
     if (s.device != device && snapshot.device_traces.size() > 1) continue;

@@ -225,7 +225,8 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
         if (model_code[f]) stack_model_forward_[s] = f;
       }
     }
-    stack_phase_[s] = best;
+    // Moving or creating weights (Module.to, a layer's __init__) is loading, not the forward pass.
+    stack_phase_[s] = stack_params_[s] && best == Phase::kForward ? Phase::kOther : best;
     // Layer: innermost model code, else innermost user or library frame.
     for (uint32_t f : stack) {
       if (model_code[f]) {

@@ -42,7 +42,9 @@
 //       unknown:   no frames at all.
 //   - Parameters: a frame named "__init__" or "reset_parameters" under
 //     torch/nn/modules/, or "_apply" / "to" / "cuda" in torch/nn/modules/module.py
-//     (Module.to(device) copies the weights), or torch/nn/parameter.py.
+//     (Module.to(device) copies the weights), or torch/nn/parameter.py. Such a
+//     stack's phase is "other" where it would be "forward" (its torch/nn/modules/
+//     frames load the model; they do not run it).
 
 #include <cstdint>
 #include <string>

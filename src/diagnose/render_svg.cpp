@@ -58,7 +58,7 @@ std::string render_svg(const Diagnosis& d) {
       "font-family=\"sans-serif\" font-size=\"11\">\n",
       kWidth, height, kWidth, height);
   out += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  const std::string verdict = d.verdicts.empty() ? "no out-of-memory" : d.verdicts.front().title;
+  const std::string verdict = d.verdicts.empty() ? "no out-of-memory" : verdict_kind(d.verdicts.front().id).title;
   out += fmt::format("<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{} — {}</text>\n", escape(d.file),
                      escape(verdict));
 

@@ -48,7 +48,8 @@ std::string render_text(const Diagnosis& d) {
   out += "\nVerdict\n";
   if (d.verdicts.empty()) out += "  No out-of-memory and no leak found.\n";
   for (size_t i = 0; i < d.verdicts.size(); ++i) {
-    out += fmt::format("  {}. {} [{}]\n     {}\n", i + 1, d.verdicts[i].title, d.verdicts[i].id, d.verdicts[i].evidence);
+    const VerdictKind& kind = verdict_kind(d.verdicts[i].id);
+    out += fmt::format("  {}. {} [{}]\n     {}\n", i + 1, kind.title, kind.name, d.verdicts[i].evidence);
   }
 
   if (!d.ooms.empty()) {
@@ -72,6 +73,11 @@ std::string render_text(const Diagnosis& d) {
                            "(between {} and {})\n",
                            format_bytes(o.reserved_bytes), format_bytes(o.reserved_bytes + o.segment_bytes));
       out += fmt::format("    alive: {}\n", categories_line(o.live_by_category));
+    }
+    if (d.need.known) {
+      out += fmt::format("  the {} phase still needed {}{} ({})\n", phase_name(d.need.phase),
+                         d.need.lower_bound ? "at least " : "", format_bytes(d.need.still_needed_bytes),
+                         d.need.estimate);
     }
     if (!d.oom_sites.empty()) {
       out += fmt::format("  alive at the last out-of-memory, by {}:\n", d.group_by == GroupBy::kLayer ? "layer" : "call site");
@@ -106,11 +112,13 @@ std::string render_text(const Diagnosis& d) {
     }
   }
 
-  out += "\nRecommendations (in the order to try them)\n";
+  out += d.need.known ? "\nRecommendations (enough ones first, least cost first)\n"
+                      : "\nRecommendations (in the order to try them)\n";
   if (d.recommendations.empty()) out += "  none\n";
   for (size_t i = 0; i < d.recommendations.size(); ++i) {
     const Recommendation& r = d.recommendations[i];
-    out += fmt::format("  {}. {}\n     {}\n", i + 1, r.change, r.reason);
+    const std::string judged = sufficiency_text(r);
+    out += fmt::format("  {}. {}{}\n     {}\n", i + 1, r.change, judged.empty() ? "" : ": " + judged, r.reason);
     out += fmt::format("     frees: {} ({})\n", r.frees_bytes > 0 ? format_bytes(r.frees_bytes) : "-", r.estimate);
   }
   return out;

@@ -1,0 +1,30 @@
+#include "diagnose/fixes.h"
+
+namespace oomtune::diagnose {
+namespace {
+
+constexpr FixKind kFixes[kNumFixes] = {
+    {FixId::kFixLeak, "fix_leak", "fixing the leak", FixTarget::kLeak, 0},
+    {FixId::kExpandableSegments, "expandable_segments", "expandable_segments", FixTarget::kFragmentation, 1},
+    {FixId::kGarbageCollection, "garbage_collection", "garbage_collection_threshold", FixTarget::kFragmentation, 2},
+    {FixId::kMaxSplitSize, "max_split_size", "max_split_size_mb", FixTarget::kFragmentation, 3},
+    {FixId::kAdamW8bit, "adamw_8bit", "8-bit AdamW", FixTarget::kOptimizerState, 4},
+    {FixId::kMicroBatch, "micro_batch", "half the micro-batch", FixTarget::kActivations, 5},
+    {FixId::kActivationCheckpointing, "activation_checkpointing", "activation checkpointing", FixTarget::kActivations, 6},
+    {FixId::kOptimizerOffload, "optimizer_offload", "optimizer offload", FixTarget::kOptimizerState, 7},
+    {FixId::kCombined, "combined", "combined", FixTarget::kNone, 8},
+    {FixId::kMemoryCap, "memory_cap", "a larger memory cap", FixTarget::kNone, 9},
+    {FixId::kConflict, "conflict", "no max_split_size_mb", FixTarget::kNone, 10},
+    {FixId::kRecordMore, "record_more", "a better snapshot", FixTarget::kNone, 11},
+};
+
+}  // namespace
+
+const FixKind& fix_kind(FixId id) {
+  for (const FixKind& k : kFixes) {
+    if (k.id == id) return k;
+  }
+  return kFixes[0];  // unreachable: every FixId has a row (fixes_test checks)
+}
+
+}  // namespace oomtune::diagnose
