@@ -55,6 +55,11 @@ Files written (each < 200 KB):
                         14 x 10.5 MiB holes: defragmenting is enough
   forward_holes_combined.pickle  the same with 6 holes: no single fix is enough,
                         checkpointing + expandable segments together are
+  compare_seq_1x.pickle, compare_seq_2x.pickle  a Llama-like forward whose
+                        sequence doubles: activations x2, modeling_llama.py:161
+                        grows most
+  compare_before_step.pickle, compare_after_step.pickle  one step before and
+                        after AdamW's first step: 64 MiB of optimizer state appear
   malicious_global.pickle   GLOBAL os.system + REDUCE (must be refused)
   malicious_reduce.pickle   REDUCE alone
   bad_truncated.pickle, bad_memo.pickle, bad_length.pickle, bad_nesting.pickle,
@@ -552,6 +557,70 @@ def forward_second_iteration(holes):
     return sim
 
 
+# ---------------------------------------------------------------- pairs to compare (issue #48 part 3)
+
+LLAMA = "/opt/venv/lib/python3.12/site-packages/transformers/models/llama/modeling_llama.py"
+LLAMA_TORCH = "/opt/venv/lib/python3.12/site-packages/torch"
+
+
+def llama_op(line, via):
+    """An op at modeling_llama.py:line inside a decoder layer (modeling_llama.py:via), called from train.py:30."""
+    call = [frame(f"{LLAMA_TORCH}/nn/modules/module.py", "_call_impl", 1784)]
+    return ([frame(f"{LLAMA_TORCH}/nn/modules/linear.py", "forward", 134)] + call +
+            [frame(LLAMA, "forward", line)] + call + [frame(LLAMA, "forward", via)] + call +
+            [frame(LLAMA, "forward", 450)] + call + [frame(USER, "main", 30)])
+
+
+def llama_forward(seq_mib):
+    """A 4-layer Llama-like forward recorded until its end (no oom: compared at
+    its peak). Each layer keeps q, k, v (seq_mib MiB each, modeling_llama.py
+    :264-266), the attention output (seq_mib, :287) and the MLP's gate and up
+    projections (3 x seq_mib each, :161): 10 x seq_mib per layer, 40 x seq_mib
+    in all. The 4 x 16 MiB weights are the same whatever the sequence.
+    seq_mib 4 -> 8: activations 160 -> 320 MiB (x2), :161 grows 96 -> 192 MiB."""
+    sim = Sim(cap=8 << 30)
+    [sim.malloc(16 * MIB, param_frames()) for _ in range(4)]
+    for _ in range(4):
+        for line in (264, 265, 266):
+            sim.malloc(seq_mib * MIB, llama_op(line, 320))
+        sim.malloc(seq_mib * MIB, llama_op(287, 320))
+        sim.malloc(3 * seq_mib * MIB, llama_op(161, 335))
+        sim.malloc(3 * seq_mib * MIB, llama_op(161, 335))
+    return sim
+
+
+def first_step(take_step):
+    """One training step of 4 parameters of 8 MiB, recorded to its peak.
+    The forward keeps 4 x 24 MiB; backward frees each block's activations
+    before making its gradient, so the peak is the end of a forward.
+    take_step=False: dumped after backward (peak: the first forward, no
+    optimizer state). take_step=True: AdamW's step makes 2 states per
+    parameter (8 x 8 MiB = 64 MiB), zero_grad(set_to_none) frees the
+    gradients, and the second forward's end is the peak: the two peaks differ
+    by the 64 MiB of optimizer state alone."""
+    sim = Sim(cap=8 << 30)
+    params = [sim.malloc(8 * MIB, param_frames()) for _ in range(4)]
+
+    def forward_backward():
+        acts = [sim.malloc(24 * MIB, fwd(20 + b % 3)) for b in range(4)]
+        grads = []
+        for a in reversed(acts):
+            sim.free(a, [])
+            grads.append(sim.malloc(8 * MIB, []))
+        return grads
+
+    grads = forward_backward()
+    if take_step:
+        for _ in params:
+            sim.malloc(8 * MIB, opt_frames())
+            sim.malloc(8 * MIB, opt_frames())
+        for g in grads:
+            sim.free(g, [frame(f"{TORCH}/optim/optimizer.py", "zero_grad", 980), frame(USER, "train_step", 46)])
+        for _ in range(4):
+            sim.malloc(24 * MIB, fwd(20))
+    return sim
+
+
 def write(path, obj, protocol):
     with open(path, "wb") as f:
         pickle.dump(obj, f, protocol=protocol)
@@ -579,6 +648,10 @@ def main():
     write(os.path.join(out, "adamw_first_step_oom.pickle"), adamw_first_step_oom().dump("v2_11"), 4)
     write(os.path.join(out, "forward_holes_enough.pickle"), forward_second_iteration(14).dump("v2_11"), 4)
     write(os.path.join(out, "forward_holes_combined.pickle"), forward_second_iteration(6).dump("v2_11"), 4)
+    write(os.path.join(out, "compare_seq_1x.pickle"), llama_forward(4).dump("v2_11"), 4)
+    write(os.path.join(out, "compare_seq_2x.pickle"), llama_forward(8).dump("v2_11"), 4)
+    write(os.path.join(out, "compare_before_step.pickle"), first_step(False).dump("v2_11"), 4)
+    write(os.path.join(out, "compare_after_step.pickle"), first_step(True).dump("v2_11"), 4)
 
     # Hostile and broken inputs (hand-written opcodes, CPython Lib/pickletools.py).
     marker = b"/tmp/oomtune_fixture_pwned"

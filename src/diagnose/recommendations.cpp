@@ -191,10 +191,12 @@ void recommend(Diagnosis& d) {
     if (!s.expandable_segments) {
       out.push_back(Recommendation{
           FixId::kExpandableSegments, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-          fmt::format("The {} that was reserved but free at the out-of-memory lay in blocks of at most {}; with "
-                      "expandable segments the allocator maps pages into one growing segment per stream, so "
-                      "free memory is not stranded in fixed-size segments. Try this first (pytorch PR #113481).",
-                      format_bytes(oom->reserved_free_bytes), format_bytes(oom->largest_free_block_bytes)),
+          fmt::format("{} was reserved but free at the out-of-memory, and the largest free block of the {} "
+                      "pool was {}; with expandable segments the allocator maps pages into one growing segment "
+                      "per stream, so free memory is not stranded in fixed-size segments. Of the allocator "
+                      "settings, try this one first (pytorch PR #113481).",
+                      format_bytes(oom->reserved_free_bytes), oom->large_pool ? "large" : "small",
+                      format_bytes(oom->largest_free_block_bytes)),
           oom->reserved_free_bytes, "reserved but unallocated bytes at the out-of-memory"});
       const int64_t mb = max_split_mb(d, *oom);
       if (mb > 0 && oom->pool_free_bytes > 0) {  // with no free bytes in the pool it frees nothing
