@@ -39,6 +39,15 @@ constexpr CompareVerdictKind kCompareVerdicts[] = {
     {CompareVerdictId::kNoChange, "no_change"},
 };
 
+// The rows follow the enum, so a verdict's name is found by its value.
+constexpr bool rows_follow_ids() {
+  for (size_t i = 0; i < sizeof kCompareVerdicts / sizeof kCompareVerdicts[0]; ++i) {
+    if (static_cast<size_t>(kCompareVerdicts[i].id) != i) return false;
+  }
+  return sizeof kCompareVerdicts / sizeof kCompareVerdicts[0] == static_cast<size_t>(CompareVerdictId::kNoChange) + 1;
+}
+static_assert(rows_follow_ids(), "kCompareVerdicts: one row per CompareVerdictId, in order");
+
 /// The largest gap between live blocks of any segment: a free block.
 int64_t largest_free_block(const std::vector<SegmentView>& segments) {
   int64_t largest = 0;
@@ -91,12 +100,7 @@ const char* compare_row_name(int row) {
   return row == kReservedFreeRow ? "reserved_free" : category_name(static_cast<Category>(row));
 }
 
-const char* compare_verdict_name(CompareVerdictId id) {
-  for (const CompareVerdictKind& k : kCompareVerdicts) {
-    if (k.id == id) return k.name;
-  }
-  return "no_change";
-}
+const char* compare_verdict_name(CompareVerdictId id) { return kCompareVerdicts[static_cast<size_t>(id)].name; }
 
 Comparison compare(const Diagnosis& before, const Diagnosis& after, int top) {
   Comparison c;
@@ -111,8 +115,8 @@ Comparison compare(const Diagnosis& before, const Diagnosis& after, int top) {
   c.before_rows[kReservedFreeRow] = c.before.reserved_free_bytes;
   c.after_rows[kReservedFreeRow] = c.after.reserved_free_bytes;
   c.significant_bytes = std::max<int64_t>(
-      kMinSignificantBytes,
-      std::llround(kSignificantShare * static_cast<double>(std::max(c.before.allocated_bytes, c.after.allocated_bytes))));
+      kMinSignificantBytes, std::llround(kSignificantShare * static_cast<double>(std::max(c.before.allocated_bytes,
+                                                                                          c.after.allocated_bytes))));
 
   // Layers, matched by their description.
   std::map<std::string, LayerChange> layers;

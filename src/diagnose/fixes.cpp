@@ -1,5 +1,7 @@
 #include "diagnose/fixes.h"
 
+#include <cstddef>
+
 namespace oomtune::diagnose {
 namespace {
 
@@ -10,7 +12,8 @@ constexpr FixKind kFixes[kNumFixes] = {
     {FixId::kMaxSplitSize, "max_split_size", "max_split_size_mb", FixTarget::kFragmentation, 3},
     {FixId::kAdamW8bit, "adamw_8bit", "8-bit AdamW", FixTarget::kOptimizerState, 4},
     {FixId::kMicroBatch, "micro_batch", "half the micro-batch", FixTarget::kActivations, 5},
-    {FixId::kActivationCheckpointing, "activation_checkpointing", "activation checkpointing", FixTarget::kActivations, 6},
+    {FixId::kActivationCheckpointing, "activation_checkpointing", "activation checkpointing", FixTarget::kActivations,
+     6},
     {FixId::kOptimizerOffload, "optimizer_offload", "optimizer offload", FixTarget::kOptimizerState, 7},
     {FixId::kCombined, "combined", "combined", FixTarget::kNone, 8},
     {FixId::kMemoryCap, "memory_cap", "a larger memory cap", FixTarget::kNone, 9},
@@ -18,13 +21,17 @@ constexpr FixKind kFixes[kNumFixes] = {
     {FixId::kRecordMore, "record_more", "a better snapshot", FixTarget::kNone, 11},
 };
 
+// The rows follow the enum, so a kind is found by its value.
+constexpr bool rows_follow_ids() {
+  for (int i = 0; i < kNumFixes; ++i) {
+    if (static_cast<int>(kFixes[i].id) != i) return false;
+  }
+  return true;
+}
+static_assert(rows_follow_ids(), "kFixes: one row per FixId, in FixId order");
+
 }  // namespace
 
-const FixKind& fix_kind(FixId id) {
-  for (const FixKind& k : kFixes) {
-    if (k.id == id) return k;
-  }
-  return kFixes[0];  // unreachable: every FixId has a row (fixes_test checks)
-}
+const FixKind& fix_kind(FixId id) { return kFixes[static_cast<size_t>(id)]; }
 
 }  // namespace oomtune::diagnose

@@ -45,7 +45,8 @@ struct TorchCandidate {
 /// that is followed by one of PyTorch's subpackages or own files.
 TorchCandidate torch_candidate(std::string_view file) {
   TorchCandidate c;
-  for (size_t at = file.rfind("torch/"); at != std::string_view::npos; at = at == 0 ? std::string_view::npos : file.rfind("torch/", at - 1)) {
+  for (size_t at = file.rfind("torch/"); at != std::string_view::npos;
+       at = at == 0 ? std::string_view::npos : file.rfind("torch/", at - 1)) {
     if (at > 0 && file[at - 1] != '/') continue;
     const std::string_view rest = file.substr(at + 6);
     bool own = false;
@@ -113,7 +114,8 @@ Phase phase_of_frame(const Frame& f, const FrameClass& c) {
       ((f.name == "step" || f.name == "zero_grad") && optim_named)) {
     return Phase::kOptimizer;
   }
-  if (torch && (starts_with(p, "autograd/") || (p == "_tensor.py" && f.name == "backward") || p == "utils/checkpoint.py")) {
+  if (torch &&
+      (starts_with(p, "autograd/") || (p == "_tensor.py" && f.name == "backward") || p == "utils/checkpoint.py")) {
     return Phase::kBackward;
   }
   if ((torch && (starts_with(p, "nn/modules/") || p == "nn/functional.py")) || f.name == "forward") {

@@ -113,7 +113,8 @@ void PhaseRunTracker::before_event(size_t index, Phase phase, bool oom, int64_t 
 }
 
 void PhaseRunTracker::after_event(int64_t allocated_bytes) {
-  if (open_ || closing_) runs_.back().peak_allocated_bytes = std::max(runs_.back().peak_allocated_bytes, allocated_bytes);
+  if (open_ || closing_)
+    runs_.back().peak_allocated_bytes = std::max(runs_.back().peak_allocated_bytes, allocated_bytes);
   closing_ = false;
 }
 

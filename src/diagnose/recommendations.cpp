@@ -232,7 +232,8 @@ void recommend(Diagnosis& d) {
   const int64_t temp = cat(cats, Category::kTemporaries);
   // A forward oom: the activations still to come shrink too (Note [Phase need]).
   const int64_t act_to_come = need.known && need.phase == Phase::kForward ? need.still_needed_bytes : 0;
-  const std::string act_basis = act_to_come > 0 ? fmt::format(" + the {} the forward still needed", format_bytes(act_to_come)) : "";
+  const std::string act_basis =
+      act_to_come > 0 ? fmt::format(" + the {} the forward still needed", format_bytes(act_to_come)) : "";
   if (act > 0 && (has_verdict(VerdictId::kActivationsInForward) || has_verdict(VerdictId::kBackwardPeak) ||
                   static_cast<double>(act) >= kMajorShare * static_cast<double>(allocated))) {
     out.push_back(Recommendation{

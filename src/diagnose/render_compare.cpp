@@ -103,7 +103,8 @@ std::string render_compare_json(const Comparison& c) {
   j["layers"] = layers;
   json verdicts = json::array();
   for (const CompareVerdict& v : c.verdicts) {
-    verdicts.push_back({{"id", compare_verdict_name(v.id)}, {"sentence", v.sentence}, {"change_bytes", v.change_bytes}});
+    verdicts.push_back(
+        {{"id", compare_verdict_name(v.id)}, {"sentence", v.sentence}, {"change_bytes", v.change_bytes}});
   }
   j["verdicts"] = verdicts;
   return json_text(j, 1) + "\n";
@@ -161,7 +162,8 @@ std::string render_compare_svg(const Comparison& c) {
   for (size_t i = 0; i < layer_rows; ++i) {
     const LayerChange& l = c.layers[i];
     const int row_y = layers_top + 12 + static_cast<int>(i) * kLayerRowHeight;
-    const double w = std::max(1.0, static_cast<double>(std::abs(l.change_bytes())) / static_cast<double>(largest) * half);
+    const double w =
+        std::max(1.0, static_cast<double>(std::abs(l.change_bytes())) / static_cast<double>(largest) * half);
     out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", kLeft - 6, row_y + 11,
                        svg_escape(l.layer));
     out += fmt::format("<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"><title>{} {}: {} -> {}"

@@ -36,8 +36,8 @@ std::string render_svg(const Diagnosis& d) {
       kWidth, height, kWidth, height);
   out += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   const std::string verdict = d.verdicts.empty() ? "no out-of-memory" : verdict_kind(d.verdicts.front().id).title;
-  out += fmt::format("<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{} — {}</text>\n", svg_escape(d.file),
-                     svg_escape(verdict));
+  out += fmt::format("<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{} — {}</text>\n",
+                     svg_escape(d.file), svg_escape(verdict));
 
   // ---- timeline
   int64_t y_max = 1;

@@ -80,7 +80,8 @@ std::string render_text(const Diagnosis& d) {
                          d.need.estimate);
     }
     if (!d.oom_sites.empty()) {
-      out += fmt::format("  alive at the last out-of-memory, by {}:\n", d.group_by == GroupBy::kLayer ? "layer" : "call site");
+      out += fmt::format("  alive at the last out-of-memory, by {}:\n",
+                         d.group_by == GroupBy::kLayer ? "layer" : "call site");
       sites_table(out, d.oom_sites, d.group_by);
     }
   }

@@ -1,5 +1,7 @@
 #include "diagnose/verdicts.h"
 
+#include <cstddef>
+
 namespace oomtune::diagnose {
 namespace {
 
@@ -14,13 +16,17 @@ constexpr VerdictKind kVerdicts[kNumVerdicts] = {
     {VerdictId::kMemoryCap, "memory_cap", "The process's memory cap was the limit, not the device"},
 };
 
+// The rows follow the enum, so a kind is found by its value.
+constexpr bool rows_follow_ids() {
+  for (int i = 0; i < kNumVerdicts; ++i) {
+    if (static_cast<int>(kVerdicts[i].id) != i) return false;
+  }
+  return true;
+}
+static_assert(rows_follow_ids(), "kVerdicts: one row per VerdictId, in VerdictId order");
+
 }  // namespace
 
-const VerdictKind& verdict_kind(VerdictId id) {
-  for (const VerdictKind& k : kVerdicts) {
-    if (k.id == id) return k;
-  }
-  return kVerdicts[0];  // unreachable: every VerdictId has a row (fixes_test checks)
-}
+const VerdictKind& verdict_kind(VerdictId id) { return kVerdicts[static_cast<size_t>(id)]; }
 
 }  // namespace oomtune::diagnose

@@ -123,7 +123,8 @@ TEST(FrameIndex, RealSnapshotsMovedUnderAFolderNamedTorchGiveTheSameReport) {
     EXPECT_EQ(render_text(a), render_text(b));
     // The torch root moved with the files; JSON differs only there and in full paths.
     ASSERT_EQ(b.torch_roots.size(), a.torch_roots.size());
-    for (size_t i = 0; i < a.torch_roots.size(); ++i) EXPECT_EQ(b.torch_roots[i], "/home/user/torch" + a.torch_roots[i]);
+    for (size_t i = 0; i < a.torch_roots.size(); ++i)
+      EXPECT_EQ(b.torch_roots[i], "/home/user/torch" + a.torch_roots[i]);
     ASSERT_EQ(a.oom_sites.size(), b.oom_sites.size());
     for (size_t i = 0; i < a.oom_sites.size(); ++i) {
       EXPECT_EQ(b.oom_sites[i].layer, a.oom_sites[i].layer);
