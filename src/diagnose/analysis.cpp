@@ -98,11 +98,13 @@ class Sites {
     }
     return of_stack_[stack];
   }
-  /// The frame a site is grouped by (its layer or call site), or -1 - placeholder.
+  /// The frame a site is grouped by (its layer or call site); negative keys:
+  /// -1 - placeholder, or -1 - kNumPlaceholders for "(no layer)" / "(no call site)".
   int64_t key(int32_t site) const {
     if (site < kNumPlaceholders) return -1 - site;
     const auto& p = pairs_[static_cast<size_t>(site - kNumPlaceholders)];
-    return group_by_ == GroupBy::kLayer ? p.first : p.second;
+    const int64_t frame = group_by_ == GroupBy::kLayer ? p.first : p.second;
+    return frame >= 0 ? frame : -1 - kNumPlaceholders;
   }
   /// The frame of the other kind (call site when grouped by layer), or -1.
   int64_t other(int32_t site) const {

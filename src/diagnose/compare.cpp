@@ -106,6 +106,7 @@ Comparison compare(const Diagnosis& before, const Diagnosis& after, int top) {
   Comparison c;
   const std::vector<SiteBytes>* before_sites = nullptr;
   const std::vector<SiteBytes>* after_sites = nullptr;
+  c.group_by = before.group_by;
   c.before = side_of(before, &before_sites);
   c.after = side_of(after, &after_sites);
   for (int r = 0; r < kNumCategories; ++r) {

@@ -10,7 +10,8 @@
 // out-of-memory, else the peak of allocated bytes), and compared by
 // category, by layer, and by the allocator's state:
 //   - categories (attribution.h) plus reserved-but-free (reserved -
-//     allocated: free and pending-free blocks);
+//     allocated: the blocks torch/cuda/memory.py's _snapshot docstring calls
+//     "inactive" and "active_pending_free");
 //   - layers by their description ("modeling_llama.py:310 in forward"), so
 //     two runs on different machines or ranks match;
 //   - segments (cudaMalloc ranges), reserved bytes, the largest free block.
@@ -97,6 +98,7 @@ struct Comparison {
   CompareSide after;   ///< B
   std::array<int64_t, kNumCompareRows> before_rows{};  ///< bytes per row (categories, reserved_free)
   std::array<int64_t, kNumCompareRows> after_rows{};
+  GroupBy group_by = GroupBy::kLayer;  ///< what `layers` are: layers or call sites
   std::vector<LayerChange> layers;  ///< largest |change| first, at most `top`
   int64_t significant_bytes = 0;    ///< the threshold used
   std::vector<CompareVerdict> verdicts;  ///< largest change first; never empty

@@ -72,8 +72,9 @@ std::string render_compare_text(const Comparison& c) {
   out += fmt::format("  {:<22}{:>14}{:>14}{:>14}\n", "segments", c.before.segments, c.after.segments,
                      fmt::format("{:+}", c.after.segments - c.before.segments));
   bytes_row("largest free block", c.before.largest_free_block_bytes, c.after.largest_free_block_bytes);
-  out += "\nBy layer (largest changes first)\n";
-  if (c.layers.empty()) out += "  no layer changed\n";
+  const char* what = c.group_by == GroupBy::kLayer ? "layer" : "call site";
+  out += fmt::format("\nBy {} (largest changes first)\n", what);
+  if (c.layers.empty()) out += fmt::format("  no {} changed\n", what);
   for (const LayerChange& l : c.layers) {
     out += fmt::format("  {:>12}  {:<16} {} ({} -> {})\n", signed_bytes(l.change_bytes()), category_name(l.category),
                        l.layer, format_bytes(l.before_bytes), format_bytes(l.after_bytes));
@@ -86,6 +87,7 @@ std::string render_compare_json(const Comparison& c) {
   j["before"] = side_json(c.before);
   j["after"] = side_json(c.after);
   j["significant_bytes"] = c.significant_bytes;
+  j["group_by"] = group_by_name(c.group_by);
   json rows = json::array();
   for (int r = 0; r < kNumCompareRows; ++r) {
     const int64_t a = c.before_rows[static_cast<size_t>(r)], b = c.after_rows[static_cast<size_t>(r)];
@@ -153,8 +155,8 @@ std::string render_compare_svg(const Comparison& c) {
     lx += 110;
   }
   // Layer changes: bars right of the axis grow, left of it shrink.
-  out += fmt::format("<text x=\"10\" y=\"{}\" font-weight=\"bold\">By layer, B - A (largest changes first)</text>\n",
-                     layers_top);
+  out += fmt::format("<text x=\"10\" y=\"{}\" font-weight=\"bold\">By {}, B - A (largest changes first)</text>\n",
+                     layers_top, c.group_by == GroupBy::kLayer ? "layer" : "call site");
   int64_t largest = 1;
   for (size_t i = 0; i < layer_rows; ++i) largest = std::max(largest, std::abs(c.layers[i].change_bytes()));
   const int axis = kLeft + kBarWidth / 2;

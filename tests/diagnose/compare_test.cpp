@@ -144,6 +144,13 @@ TEST(Compare, CliTextJsonAndSvg) {
       << text.out;
   EXPECT_NE(text.out.find("  optimizer_state                  0 B     64.00 MiB    +64.00 MiB\n"), std::string::npos)
       << text.out;
+  // By call site: the optimizer's states are one line of the training step.
+  const auto by_call = oomtune::testing::run_oomtune("diagnose " + a + " --compare " + b + " --group-by call");
+  ASSERT_EQ(by_call.exit_code, 0) << by_call.err;
+  EXPECT_NE(by_call.out.find("By call site (largest changes first)\n    +64.00 MiB  optimizer_state  train.py:44 in "
+                             "train_step (0 B -> 64.00 MiB)\n"),
+            std::string::npos)
+      << by_call.out;
   // A B that cannot be read: one line naming it, exit 2, nothing on stdout.
   const auto missing = oomtune::testing::run_oomtune("diagnose " + a + " --compare /nonexistent/b.pickle");
   EXPECT_EQ(missing.exit_code, 2);

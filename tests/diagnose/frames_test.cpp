@@ -96,6 +96,33 @@ TEST(FrameIndex, LayerIsInnermostModelCodeAndCallSiteIsTheScriptLine) {
   EXPECT_EQ(index.phase(2), Phase::kOptimizer);
 }
 
+// A stack with a layer but no user frame (a library calling the model) groups
+// by call site under "(no call site)", never with the placeholders.
+TEST(FrameIndex, NoCallSiteIsItsOwnGroup) {
+  const std::string venv = "/opt/venv/lib/python3.11/site-packages";
+  Snapshot s = with_stacks({{{venv + "/torch/nn/modules/linear.py", "forward", 125},
+                             {venv + "/timm/models/resnet.py", "forward", 90},
+                             {venv + "/lightning/pytorch/loops/fit_loop.py", "run", 200}}});
+  Segment seg;
+  seg.address = 1 << 20;
+  seg.total_size = 2 << 20;
+  seg.allocated_size = 1 << 20;
+  seg.blocks.push_back(Block{1 << 20, 1 << 20, 1 << 20, BlockState::kActiveAllocated, 1});  // frames: stack 1
+  seg.blocks.push_back(Block{2 << 20, 1 << 20, 1 << 20, BlockState::kActiveAllocated, 0});  // no frames
+  seg.allocated_size = 2 << 20;
+  s.segments.push_back(seg);
+  s.device_traces.emplace_back();
+  DiagnoseOptions options;
+  options.group_by = GroupBy::kCall;
+  const Diagnosis d = diagnose(s, "made", options);
+  ASSERT_EQ(d.peak.sites.size(), 2u);
+  EXPECT_EQ(d.peak.sites[0].site, "(allocated before recording began)");
+  EXPECT_EQ(d.peak.sites[0].bytes, 1 << 20);
+  EXPECT_EQ(d.peak.sites[1].site, "(no call site)");
+  EXPECT_EQ(d.peak.sites[1].layer, "resnet.py:90 in forward");
+  EXPECT_EQ(d.peak.sites[1].bytes, 1 << 20);
+}
+
 Diagnosis run(const std::string& path, GroupBy group_by = GroupBy::kLayer) {
   DiagnoseOptions options;
   options.group_by = group_by;
