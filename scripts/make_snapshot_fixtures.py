@@ -45,6 +45,21 @@ Files written (each < 200 KB):
   backward_peak.pickle  out of memory in backward (frameless C++ allocations)
   expandable.pickle     expandable_segments:True, out of memory in forward
   missing_frames.pickle recorded without context: no frames anywhere
+  hf_bert_forward_oom.pickle  a Hugging Face Trainer fine-tuning a BERT, out of
+                        memory in modeling_bert.py's BertIntermediate; the project
+                        and its venv sit in a folder named `torch`
+  adamw_first_step_oom.pickle  the first AdamW step out of memory with 42 MiB
+                        free in small blocks: 8-bit AdamW is enough, expandable
+                        segments is not
+  forward_holes_enough.pickle  the second iteration's forward out of memory,
+                        14 x 10.5 MiB holes: defragmenting is enough
+  forward_holes_combined.pickle  the same with 6 holes: no single fix is enough,
+                        checkpointing + expandable segments together are
+  compare_seq_1x.pickle, compare_seq_2x.pickle  a Llama-like forward whose
+                        sequence doubles: activations x2, modeling_llama.py:161
+                        grows most
+  compare_before_step.pickle, compare_after_step.pickle  one step before and
+                        after AdamW's first step: 64 MiB of optimizer state appear
   malicious_global.pickle   GLOBAL os.system + REDUCE (must be refused)
   malicious_reduce.pickle   REDUCE alone
   bad_truncated.pickle, bad_memo.pickle, bad_length.pickle, bad_nesting.pickle,
@@ -95,6 +110,81 @@ def user_frames(line):
     return [frame(USER, "main", line)]
 
 
+# A Hugging Face fine-tuning run as PyTorch 2.11 records it with
+# stacks="python": the user's project and its virtual environment sit in a
+# folder named `torch` (issue #48), the Trainer calls the model, the model's
+# layers are transformers' modeling_bert.py (line numbers of transformers
+# 4.57's BertSelfAttention, BertIntermediate, BertOutput, BertLayer,
+# BertEncoder, BertModel, BertForSequenceClassification forwards).
+HF_USER = "/home/user/torch/finetune.py"
+HF_VENV = "/home/user/torch/.venv/lib/python3.11/site-packages"
+HF_TORCH = f"{HF_VENV}/torch"
+HF_BERT = f"{HF_VENV}/transformers/models/bert/modeling_bert.py"
+HF_TRAINER = f"{HF_VENV}/transformers/trainer.py"
+
+
+def hf_call():
+    """torch's Module.__call__ between two modules."""
+    return [frame(f"{HF_TORCH}/nn/modules/module.py", "_call_impl", 1784),
+            frame(f"{HF_TORCH}/nn/modules/module.py", "_wrapped_call_impl", 1773)]
+
+
+def hf_outer():
+    """From BertLayer out to the script: encoder, model, head, Trainer, finetune.py, runpy."""
+    return (hf_call() + [frame(f"{HF_VENV}/transformers/modeling_layers.py", "__call__", 94),
+                         frame(HF_BERT, "forward", 657)] + hf_call() +
+            [frame(HF_BERT, "forward", 1008)] + hf_call() +
+            [frame(HF_BERT, "forward", 1493)] + hf_call() +
+            [frame(f"{HF_VENV}/accelerate/utils/operations.py", "forward", 819),
+             frame(HF_TRAINER, "compute_loss", 4071),
+             frame(HF_TRAINER, "training_step", 4009),
+             frame(HF_TRAINER, "_inner_training_loop", 2674),
+             frame(HF_TRAINER, "train", 2325),
+             frame(HF_USER, "main", 61),
+             frame(HF_USER, "<module>", 66),
+             frame("/usr/lib/python3.11/runpy.py", "_run_code", 88),
+             frame("/usr/lib/python3.11/runpy.py", "_run_module_as_main", 198)])
+
+
+def hf_op(torch_file, torch_fn, torch_line, bert_line, via_layer=None):
+    """An op in a BertLayer: torch's frames, then modeling_bert.py:bert_line
+    (inside BertLayer at via_layer when the op is in a submodule)."""
+    inner = [frame(f"{HF_TORCH}/{torch_file}", torch_fn, torch_line)]
+    if torch_file != "nn/functional.py":
+        inner += hf_call()
+    inner.append(frame(HF_BERT, "forward", bert_line))
+    if via_layer is not None:
+        inner += hf_call() + [frame(HF_BERT, "forward", via_layer)]
+    return inner + hf_outer()
+
+
+def hf_bert_forward_oom():
+    """BERT-like fine-tuning (4 layers of 24 MiB weights, moved to the GPU by
+    finetune.py:48), out of memory in the forward of the second layer's
+    BertIntermediate (modeling_bert.py:466, its dense projection to 4 x
+    hidden): each layer keeps q, k, v (8 MiB each), the attention
+    probabilities (32 MiB), the intermediate (32 MiB) and the output (8 MiB)
+    for backward; under the 300 MiB cap, 272 MiB are reserved when the second
+    intermediate asks for its 32 MiB segment."""
+    sim = Sim(cap=300 * MIB)
+    load = [frame(f"{HF_TORCH}/nn/modules/module.py", "_apply", 1355),
+            frame(f"{HF_TORCH}/nn/modules/module.py", "to", 1369),
+            frame(f"{HF_VENV}/transformers/modeling_utils.py", "to", 4343),
+            frame(HF_USER, "main", 48),
+            frame(HF_USER, "<module>", 66)]
+    [sim.malloc(24 * MIB, load) for _ in range(4)]
+    try:
+        for _ in range(4):
+            for line in (329, 330, 331):  # query, key, value (BertSelfAttention)
+                sim.malloc(8 * MIB, hf_op("nn/modules/linear.py", "forward", 134, line, via_layer=598))
+            sim.malloc(32 * MIB, hf_op("nn/functional.py", "softmax", 2140, 360, via_layer=598))
+            sim.malloc(32 * MIB, hf_op("nn/modules/linear.py", "forward", 134, 466, via_layer=630))
+            sim.malloc(8 * MIB, hf_op("nn/modules/linear.py", "forward", 134, 480, via_layer=630))
+    except OutOfMemory:
+        pass
+    return sim
+
+
 class OutOfMemory(Exception):
     pass
 
@@ -143,6 +233,12 @@ class Sim:
         self.segments.append(seg)
         self.event("segment_alloc", seg["address"], size, frames)
         return seg
+
+    def empty_cache(self, frames):
+        """torch.cuda.empty_cache(): every cached segment with no live block goes back to CUDA."""
+        for seg in [s for s in self.segments if all(not b["allocated"] for b in s["blocks"])]:
+            self.segments.remove(seg)
+            self.event("segment_free", seg["address"], seg["size"], frames)
 
     def _expand(self, large, needed, frames):
         page = K_LARGE_BUFFER if large else K_SMALL_BUFFER
@@ -318,6 +414,8 @@ def training_step(sim, n_layers, act_bytes, param_addrs, grads, keep=None, opt_s
             sim.free(acts[layer], [])
     for a in acts[len(acts):]:
         sim.free(a, [])
+    while len(grads) < len(param_addrs):  # every parameter has its gradient before the step
+        grads.append(sim.malloc(param_bytes, []))
     if opt_state is not None:
         if not opt_state:
             for p in param_addrs:
@@ -376,6 +474,153 @@ def missing_frames():
     return sim
 
 
+# ---------------------------------------------------------------- enough or not (issue #48 part 2)
+# Each scenario is built so that what the failing phase still needed and what
+# each fix frees are known by construction (the numbers in the docstrings).
+
+def small_pool_holes(sim, pairs):
+    """`pairs` 2 MiB small-pool segments, each holding two 1 MiB tensors, one
+    of which is freed: `pairs` MiB reserved but free in 1 MiB holes."""
+    both = [(sim.malloc(MIB, user_frames(30)), sim.malloc(MIB, user_frames(30))) for _ in range(pairs)]
+    for _, b in both:
+        sim.free(b, user_frames(31))
+    return [a for a, _ in both]
+
+
+def adamw_first_step_oom():
+    """The issue's case: the first AdamW step runs out of memory with 42 MiB
+    reserved but free in small blocks.
+    8 parameters of 32 MiB (256 MiB), their 8 gradients (256 MiB), 42 MiB free
+    in 1 MiB holes of the small pool; the forward's 8 x 16 MiB activations are
+    freed in backward and their cached segments released at the cap (800 MiB).
+    AdamW allocates two 32 MiB states per parameter: 6 fit (192 MiB), the 7th
+    fails. Still needed: 2 x 256 - 192 = 320 MiB. 8-bit AdamW frees 75% of 512
+    = 384 MiB: enough; offload frees 512 MiB: enough; expandable_segments
+    frees the 42 MiB: not enough alone (fragmentation is not the first
+    verdict)."""
+    sim = Sim(cap=800 * MIB)
+    params = [sim.malloc(32 * MIB, param_frames()) for _ in range(8)]
+    small_pool_holes(sim, 42)
+    acts = [sim.malloc(16 * MIB, fwd(20)) for _ in range(8)]
+    grads = []
+    for a in reversed(acts):  # backward, from the autograd engine's thread: no frames
+        grads.append(sim.malloc(32 * MIB, []))
+        sim.free(a, [])
+    try:
+        for _ in params:
+            sim.malloc(32 * MIB, opt_frames())
+            sim.malloc(32 * MIB, opt_frames())
+    except OutOfMemory:
+        pass
+    return sim
+
+
+def forward_second_iteration(holes):
+    """Two iterations; the second's forward runs out of memory, with `holes`
+    10.5 MiB holes (9.5 MiB tensors kept in 20 MiB segments) made between them.
+    4 parameters of 8 MiB (two 20 MiB segments, 4 MiB free in each); each
+    forward keeps 7 blocks of 24 MiB (each its own 24 MiB segment); backward
+    frees them and makes 4 gradients of 8 MiB (one 20 MiB segment, 4 MiB
+    free, and a freed 24 MiB block of the forward, 8 MiB free). Between the
+    iterations the script calls torch.cuda.empty_cache() and keeps one 9.5 MiB
+    tensor of each pair; the cap, reserved + 24 MiB, then lets exactly one
+    24 MiB block of the second forward in, and the second fails.
+    Still needed (trace: the first forward grew by 7 x 24 = 168 MiB, the
+    second by 24 MiB when it failed): 144 MiB. Reserved but free at the oom:
+    holes x 10.5 + 4 + 4 + 4 + 8 MiB. Activation checkpointing frees 83% of
+    (24 alive + 144 to come) = 139.44 MiB; half the micro-batch frees 84 MiB.
+    14 holes: 167 MiB free, defragmenting is enough (fragmentation first);
+    6 holes: 83 MiB, nothing alone is enough, checkpointing + expandable
+    segments together are (222.44 MiB)."""
+    sim = Sim(cap=400 * MIB)
+    params = [sim.malloc(8 * MIB, param_frames()) for _ in range(4)]
+    grads = []
+
+    def forward_and_backward():
+        acts = [sim.malloc(24 * MIB, fwd(20 + b % 3)) for b in range(7)]
+        for a in reversed(acts):
+            if len(grads) < len(params):
+                grads.append(sim.malloc(8 * MIB, []))
+            sim.free(a, [])
+
+    forward_and_backward()
+    sim.empty_cache(user_frames(59))
+    pairs = [(sim.malloc(9 * MIB + MIB // 2, user_frames(60)), sim.malloc(9 * MIB + MIB // 2, user_frames(60)))
+             for _ in range(holes)]
+    for _, b in pairs:
+        sim.free(b, user_frames(61))
+    sim.cap = sim.reserved() + 24 * MIB
+    try:
+        forward_and_backward()
+    except OutOfMemory:
+        pass
+    return sim
+
+
+# ---------------------------------------------------------------- pairs to compare (issue #48 part 3)
+
+LLAMA = "/opt/venv/lib/python3.12/site-packages/transformers/models/llama/modeling_llama.py"
+LLAMA_TORCH = "/opt/venv/lib/python3.12/site-packages/torch"
+
+
+def llama_op(line, via):
+    """An op at modeling_llama.py:line inside a decoder layer (modeling_llama.py:via), called from train.py:30."""
+    call = [frame(f"{LLAMA_TORCH}/nn/modules/module.py", "_call_impl", 1784)]
+    return ([frame(f"{LLAMA_TORCH}/nn/modules/linear.py", "forward", 134)] + call +
+            [frame(LLAMA, "forward", line)] + call + [frame(LLAMA, "forward", via)] + call +
+            [frame(LLAMA, "forward", 450)] + call + [frame(USER, "main", 30)])
+
+
+def llama_forward(seq_mib):
+    """A 4-layer Llama-like forward recorded until its end (no oom: compared at
+    its peak). Each layer keeps q, k, v (seq_mib MiB each, modeling_llama.py
+    :264-266), the attention output (seq_mib, :287) and the MLP's gate and up
+    projections (3 x seq_mib each, :161): 10 x seq_mib per layer, 40 x seq_mib
+    in all. The 4 x 16 MiB weights are the same whatever the sequence.
+    seq_mib 4 -> 8: activations 160 -> 320 MiB (x2), :161 grows 96 -> 192 MiB."""
+    sim = Sim(cap=8 << 30)
+    [sim.malloc(16 * MIB, param_frames()) for _ in range(4)]
+    for _ in range(4):
+        for line in (264, 265, 266):
+            sim.malloc(seq_mib * MIB, llama_op(line, 320))
+        sim.malloc(seq_mib * MIB, llama_op(287, 320))
+        sim.malloc(3 * seq_mib * MIB, llama_op(161, 335))
+        sim.malloc(3 * seq_mib * MIB, llama_op(161, 335))
+    return sim
+
+
+def first_step(take_step):
+    """One training step of 4 parameters of 8 MiB, recorded to its peak.
+    The forward keeps 4 x 24 MiB; backward frees each block's activations
+    before making its gradient, so the peak is the end of a forward.
+    take_step=False: dumped after backward (peak: the first forward, no
+    optimizer state). take_step=True: AdamW's step makes 2 states per
+    parameter (8 x 8 MiB = 64 MiB), zero_grad(set_to_none) frees the
+    gradients, and the second forward's end is the peak: the two peaks differ
+    by the 64 MiB of optimizer state alone."""
+    sim = Sim(cap=8 << 30)
+    params = [sim.malloc(8 * MIB, param_frames()) for _ in range(4)]
+
+    def forward_backward():
+        acts = [sim.malloc(24 * MIB, fwd(20 + b % 3)) for b in range(4)]
+        grads = []
+        for a in reversed(acts):
+            sim.free(a, [])
+            grads.append(sim.malloc(8 * MIB, []))
+        return grads
+
+    grads = forward_backward()
+    if take_step:
+        for _ in params:
+            sim.malloc(8 * MIB, opt_frames())
+            sim.malloc(8 * MIB, opt_frames())
+        for g in grads:
+            sim.free(g, [frame(f"{TORCH}/optim/optimizer.py", "zero_grad", 980), frame(USER, "train_step", 46)])
+        for _ in range(4):
+            sim.malloc(24 * MIB, fwd(20))
+    return sim
+
+
 def write(path, obj, protocol):
     with open(path, "wb") as f:
         pickle.dump(obj, f, protocol=protocol)
@@ -399,6 +644,14 @@ def main():
                 "roundup_power2_divisions": {str(1 << i): 0 for i in range(16)}}
     write(os.path.join(out, "expandable.pickle"), exp.dump("v2_11", settings), 4)
     write(os.path.join(out, "missing_frames.pickle"), missing_frames().dump("v2_11"), 4)
+    write(os.path.join(out, "hf_bert_forward_oom.pickle"), hf_bert_forward_oom().dump("v2_11"), 4)
+    write(os.path.join(out, "adamw_first_step_oom.pickle"), adamw_first_step_oom().dump("v2_11"), 4)
+    write(os.path.join(out, "forward_holes_enough.pickle"), forward_second_iteration(14).dump("v2_11"), 4)
+    write(os.path.join(out, "forward_holes_combined.pickle"), forward_second_iteration(6).dump("v2_11"), 4)
+    write(os.path.join(out, "compare_seq_1x.pickle"), llama_forward(4).dump("v2_11"), 4)
+    write(os.path.join(out, "compare_seq_2x.pickle"), llama_forward(8).dump("v2_11"), 4)
+    write(os.path.join(out, "compare_before_step.pickle"), first_step(False).dump("v2_11"), 4)
+    write(os.path.join(out, "compare_after_step.pickle"), first_step(True).dump("v2_11"), 4)
 
     # Hostile and broken inputs (hand-written opcodes, CPython Lib/pickletools.py).
     marker = b"/tmp/oomtune_fixture_pwned"

@@ -1,10 +1,12 @@
-// `oomtune diagnose SNAPSHOT.pickle [--json] [--svg FILE] [--top N]`: reads a
-// PyTorch memory snapshot, explains the out-of-memory and what to change.
+// `oomtune diagnose SNAPSHOT.pickle [--compare B.pickle] [--json] [--svg FILE] [--top N] [--group-by layer|call]`:
+// reads a PyTorch memory snapshot, explains the out-of-memory and what to
+// change; with --compare, what changed from SNAPSHOT to B and why.
 // Thin: the analysis is diagnose/ (a library), the output its renderers.
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +16,7 @@
 #include "common/error.h"
 #include "common/file_magic.h"
 #include "common/gzip_file.h"
+#include "diagnose/compare.h"
 #include "diagnose/diagnosis.h"
 #include "diagnose/render.h"
 #include "diagnose/snapshot.h"
@@ -27,6 +30,8 @@ struct DiagnoseArgs {
   bool json = false;
   std::string svg;
   int top = 10;
+  std::string group_by = "layer";
+  std::string compare;  // B.pickle: compare SNAPSHOT (A, before) with it (B, after)
 };
 
 // A gzip-compressed snapshot ("snapshot.pickle.gz") is read decompressed in
@@ -50,10 +55,27 @@ diagnose::Snapshot load(const std::string& path) {
   return diagnose::load_snapshot(path);
 }
 
+// Both snapshots are diagnosed with every layer listed (--top applies to the
+// comparison's list), then compared (diagnose/compare.h).
+int run_compare(const DiagnoseArgs& args, diagnose::DiagnoseOptions options) {
+  options.top = std::numeric_limits<int>::max();
+  const diagnose::Diagnosis before = diagnose::diagnose(load(args.snapshot), args.snapshot, options);
+  const diagnose::Diagnosis after = diagnose::diagnose(load(args.compare), args.compare, options);
+  const diagnose::Comparison comparison = diagnose::compare(before, after, args.top);
+  if (!args.svg.empty()) write_file_atomically(args.svg, diagnose::render_compare_svg(comparison));
+  const std::string text =
+      args.json ? diagnose::render_compare_json(comparison) : diagnose::render_compare_text(comparison);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+  return kExitOk;
+}
+
 int run_diagnose(const DiagnoseArgs& args) {
-  const diagnose::Snapshot snapshot = load(args.snapshot);
   diagnose::DiagnoseOptions options;
   options.top = args.top;
+  options.group_by = args.group_by == "call" ? diagnose::GroupBy::kCall : diagnose::GroupBy::kLayer;
+  if (!args.compare.empty()) return run_compare(args, options);
+  const diagnose::Snapshot snapshot = load(args.snapshot);
   const diagnose::Diagnosis diagnosis = diagnose::diagnose(snapshot, args.snapshot, options);
   // Write the SVG first, so a failure to write it leaves stdout empty.
   if (!args.svg.empty()) write_file_atomically(args.svg, diagnose::render_svg(diagnosis));
@@ -72,14 +94,22 @@ void add_diagnose_command(CLI::App& app, const Command& self, int* exit_code) {
                   "Pickle written by torch.cuda.memory._dump_snapshot() (PyTorch 1.13-2.11 layouts, protocols 2-5; "
                   "gzip-compressed too)")
       ->required();
+  sub->add_option("--compare", args->compare,
+                  "Compare SNAPSHOT (before) with this snapshot (after): what grew by layer and category, segments, "
+                  "reserved bytes, the largest free block, and why");
   sub->add_flag("--json", args->json, "Print everything as JSON (units in key names: _bytes, _us)");
-  sub->add_option("--svg", args->svg, "Also write the timeline and segment map as an SVG file");
+  sub->add_option("--svg", args->svg,
+                  "Also write the timeline and segment map (with --compare: both snapshots side by side) as an SVG "
+                  "file");
   sub->add_option("--top", args->top, "Allocation sites to list (default 10)")
       ->check(CLI::Validator(
           [](const std::string& value) {
             return !value.empty() && value[0] == '-' ? "must be >= 0, got " + value : std::string();
           },
           "N >= 0"));
+  sub->add_option("--group-by", args->group_by,
+                  "Group sites by 'layer' (innermost model-code frame, default) or 'call' (the training script's line)")
+      ->check(CLI::IsMember({"layer", "call"}));
   sub->callback([args, exit_code]() { *exit_code = run_diagnose(*args); });
 }
 

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -67,31 +68,49 @@ int choose_device(const Snapshot& snapshot) {
   return best;
 }
 
-/// Site table: one entry per user frame seen, plus placeholders.
+/// Site table: one entry per (layer, call site) pair seen, plus placeholders.
+/// Replay sums live bytes per entry; the reports merge entries by layer or
+/// by call site (GroupBy).
 class Sites {
  public:
   enum Placeholder { kBeforeRecording = 0, kBackwardCpp, kNoUserFrame, kNoFrames, kNumPlaceholders };
 
-  Sites(const Snapshot& snapshot, const FrameIndex& index) : snapshot_(snapshot), index_(index) {
+  Sites(const Snapshot& snapshot, const FrameIndex& index, GroupBy group_by)
+      : snapshot_(snapshot), index_(index), group_by_(group_by) {
     of_stack_.assign(snapshot.stacks.size(), kNoFrames);
     for (size_t s = 1; s < snapshot.stacks.size(); ++s) {
-      const int64_t f = index.site_frame(static_cast<StackId>(s));
-      if (f < 0) {
+      const auto stack = static_cast<StackId>(s);
+      const std::pair<int64_t, int64_t> pair{index.layer_frame(stack), index.call_frame(stack)};
+      if (pair.first < 0 && pair.second < 0) {
         of_stack_[s] = kNoUserFrame;
         continue;
       }
-      auto [it, inserted] = of_frame_.emplace(f, static_cast<int32_t>(kNumPlaceholders + frames_.size()));
-      if (inserted) frames_.push_back(f);
+      auto [it, inserted] = of_pair_.emplace(pair, static_cast<int32_t>(kNumPlaceholders + pairs_.size()));
+      if (inserted) pairs_.push_back(pair);
       of_stack_[s] = it->second;
     }
   }
-  int size() const { return static_cast<int>(kNumPlaceholders + frames_.size()); }
+  int size() const { return static_cast<int>(kNumPlaceholders + pairs_.size()); }
   int32_t of(StackId stack, bool before_recording, Phase phase) const {
     if (stack == 0) {
       if (before_recording) return kBeforeRecording;
       return phase == Phase::kBackward ? kBackwardCpp : kNoFrames;
     }
     return of_stack_[stack];
+  }
+  /// The frame a site is grouped by (its layer or call site); negative keys:
+  /// -1 - placeholder, or -1 - kNumPlaceholders for "(no layer)" / "(no call site)".
+  int64_t key(int32_t site) const {
+    if (site < kNumPlaceholders) return -1 - site;
+    const auto& p = pairs_[static_cast<size_t>(site - kNumPlaceholders)];
+    const int64_t frame = group_by_ == GroupBy::kLayer ? p.first : p.second;
+    return frame >= 0 ? frame : -1 - kNumPlaceholders;
+  }
+  /// The frame of the other kind (call site when grouped by layer), or -1.
+  int64_t other(int32_t site) const {
+    if (site < kNumPlaceholders) return -1;
+    const auto& p = pairs_[static_cast<size_t>(site - kNumPlaceholders)];
+    return group_by_ == GroupBy::kLayer ? p.second : p.first;
   }
   SiteBytes describe(int32_t site) const {
     SiteBytes s;
@@ -102,42 +121,63 @@ class Sites {
       case kNoFrames: s.site = "(no frames)"; return s;
       default: break;
     }
-    const int64_t f = frames_[static_cast<size_t>(site - kNumPlaceholders)];
-    const Frame& fr = snapshot_.frames[static_cast<size_t>(f)];
-    s.site = index_.describe(f);
-    s.filename = fr.filename;
-    s.line = fr.line;
-    s.function = fr.name;
+    const auto& [layer, call] = pairs_[static_cast<size_t>(site - kNumPlaceholders)];
+    const int64_t f = key(site);
+    if (f >= 0) {
+      const Frame& fr = snapshot_.frames[static_cast<size_t>(f)];
+      s.site = index_.describe(f);
+      s.filename = fr.filename;
+      s.line = fr.line;
+      s.function = fr.name;
+    } else {
+      s.site = group_by_ == GroupBy::kLayer ? "(no layer)" : "(no call site)";
+    }
+    if (layer >= 0) s.layer = index_.describe(layer);
+    if (call >= 0) s.call_site = index_.describe(call);
     return s;
   }
 
  private:
   const Snapshot& snapshot_;
   const FrameIndex& index_;
+  GroupBy group_by_;
   std::vector<int32_t> of_stack_;
-  std::unordered_map<int64_t, int32_t> of_frame_;
-  std::vector<int64_t> frames_;
+  std::map<std::pair<int64_t, int64_t>, int32_t> of_pair_;
+  std::vector<std::pair<int64_t, int64_t>> pairs_;  // (layer frame, call frame)
 };
 
-/// Live bytes by site and category right now, biggest first.
+/// Live bytes by site (merged by layer or call site) and category right now, biggest first.
 std::vector<SiteBytes> sites_now(const Replay& replay, const Sites& sites, int top, CategoryBytes* by_category) {
-  std::map<int32_t, std::pair<int64_t, std::array<int64_t, kNumCategories>>> acc;
-  std::map<int32_t, int64_t> counts;
+  struct Acc {
+    int64_t bytes = 0;
+    int64_t blocks = 0;
+    std::array<int64_t, kNumCategories> by_category{};
+    std::map<int32_t, int64_t> by_site;  // the (layer, call) entries merged here
+  };
+  std::map<int64_t, Acc> acc;  // by Sites::key
   if (by_category) by_category->fill(0);
   for (const auto& [addr, b] : replay.live()) {
     if (!b.allocated) continue;
-    auto& slot = acc[b.label.site];
-    slot.first += b.size;
-    slot.second[b.label.category] += b.size;
-    counts[b.label.site] += 1;
+    Acc& slot = acc[sites.key(b.label.site)];
+    slot.bytes += b.size;
+    slot.blocks += 1;
+    slot.by_category[b.label.category] += b.size;
+    slot.by_site[b.label.site] += b.size;
     if (by_category) (*by_category)[b.label.category] += b.size;
   }
   std::vector<SiteBytes> out;
-  for (const auto& [site, v] : acc) {
-    SiteBytes s = sites.describe(site);
-    s.bytes = v.first;
-    s.blocks = counts[site];
-    s.category = static_cast<Category>(std::max_element(v.second.begin(), v.second.end()) - v.second.begin());
+  for (const auto& [key, v] : acc) {
+    // Named by its biggest entry; the entries' other frames (call sites of a layer) are counted.
+    const auto biggest = std::max_element(v.by_site.begin(), v.by_site.end(),
+                                          [](const auto& a, const auto& b) { return a.second < b.second; });
+    SiteBytes s = sites.describe(biggest->first);
+    std::set<int64_t> others;
+    for (const auto& [site, bytes] : v.by_site) others.insert(sites.other(site));
+    s.others = static_cast<int64_t>(others.size()) - 1;
+    s.bytes = v.bytes;
+    s.blocks = v.blocks;
+    s.category = static_cast<Category>(std::max_element(v.by_category.begin(), v.by_category.end()) -
+                                       v.by_category.begin());
     out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(), [](const SiteBytes& a, const SiteBytes& b) {
@@ -202,6 +242,14 @@ std::string frames_note(const TraceSummary& t) {
   return note;
 }
 
+/// " at LAYER (called from CALL SITE)" for the failing call; "" without an oom or frames.
+std::string oom_place(const OomReport* oom) {
+  if (!oom || (oom->layer.empty() && oom->call_site.empty())) return "";
+  if (oom->layer.empty()) return " called from " + oom->call_site;
+  if (oom->call_site.empty() || oom->call_site == oom->layer) return " at " + oom->layer;
+  return fmt::format(" at {} (called from {})", oom->layer, oom->call_site);
+}
+
 void add_verdicts(Diagnosis& d) {
   const OomReport* oom = d.ooms.empty() ? nullptr : &d.ooms.back();
   std::vector<Verdict> leak_verdicts;
@@ -210,7 +258,7 @@ void add_verdicts(Diagnosis& d) {
     int64_t total_growth = 0;
     for (const auto& l : d.leaks) total_growth += l.last_live_bytes - l.first_live_bytes;
     leak_verdicts.push_back(Verdict{
-        "leak", "Memory leak across iterations",
+        VerdictId::kLeak,
         fmt::format("{} site{} keep what they allocate: live bytes grow by {} in all over {} iterations and are "
                     "never freed; the largest is {} (+{} per iteration, {} alive at the end).",
                     d.leaks.size(), d.leaks.size() == 1 ? "" : "s", format_bytes(total_growth), top.iterations,
@@ -225,7 +273,7 @@ void add_verdicts(Diagnosis& d) {
   std::vector<Verdict> main;
   if (oom && oom->fragmentation) {
     main.push_back(Verdict{
-        "fragmentation", "Fragmentation: free memory is reserved but in pieces too small",
+        VerdictId::kFragmentation,
         fmt::format("A {} request (rounded {}, {} pool) failed although {} of reserved memory was free "
                     "({} allocated of {} reserved): the largest free block in the {} pool was {}.{}",
                     format_bytes(oom->requested_bytes), format_bytes(oom->rounded_bytes),
@@ -233,49 +281,60 @@ void add_verdicts(Diagnosis& d) {
                     format_bytes(oom->allocated_bytes), format_bytes(oom->reserved_bytes),
                     oom->large_pool ? "large" : "small", format_bytes(oom->largest_free_block_bytes),
                     d.allocator_settings.expandable_segments ? " expandable_segments was already on." : "")});
+    // Note [Phase need]: defragmenting must satisfy the failing phase, not only its request, to come first.
+    const bool defrag_enough = oom->reserved_free_bytes >= d.need.still_needed_bytes;
+    main.back().evidence += fmt::format(
+        " Defragmenting would make those {} usable: {} for the {} the {} phase still needed.",
+        format_bytes(oom->reserved_free_bytes), defrag_enough ? "enough" : "not enough",
+        format_bytes(d.need.still_needed_bytes), phase_name(oom->phase));
   }
   if (phase == Phase::kForward) {
     main.push_back(Verdict{
-        "activations_in_forward", "Activations in the forward pass",
+        VerdictId::kActivationsInForward,
         fmt::format("{} happened in the forward pass{}{}: activations kept for backward held {} of {} allocated{}.",
                     where == "the peak" ? "The peak" : "The out-of-memory",
-                    oom && !oom->site.empty() ? " at " + oom->site : "",
-                    oom && !oom->model_forward.empty() && oom->model_forward != oom->site
+                    oom_place(oom),
+                    oom && !oom->model_forward.empty() && oom->model_forward != oom->layer
                         ? " (model forward: " + oom->model_forward + ")"
                         : "",
                     format_bytes(act), format_bytes(allocated),
                     oom ? fmt::format(", and the failing request was {}", format_bytes(oom->requested_bytes)) : "")});
   } else if (phase == Phase::kBackward) {
     main.push_back(Verdict{
-        "backward_peak", "Peak in the backward pass",
+        VerdictId::kBackwardPeak,
         fmt::format("{} happened in the backward pass{}: gradients {} and activations still alive {} of {} "
                     "allocated.",
-                    where == "the peak" ? "The peak" : "The out-of-memory", oom && !oom->site.empty() ? " at " + oom->site : "",
+                    where == "the peak" ? "The peak" : "The out-of-memory", oom_place(oom),
                     format_bytes(cats[static_cast<size_t>(Category::kGradients)]), format_bytes(act),
                     format_bytes(allocated))});
   } else if (phase == Phase::kOptimizer) {
     main.push_back(Verdict{
-        "optimizer_state_allocation", "Optimizer state allocated in the optimizer step",
+        VerdictId::kOptimizerStateAllocation,
         fmt::format("{} happened in the optimizer step{}: optimizer state alive {}, parameters {}, gradients {} "
                     "of {} allocated. The first step of Adam/AdamW allocates two fp32 buffers per parameter.",
-                    where == "the peak" ? "The peak" : "The out-of-memory", oom && !oom->site.empty() ? " at " + oom->site : "",
+                    where == "the peak" ? "The peak" : "The out-of-memory", oom_place(oom),
                     format_bytes(cats[static_cast<size_t>(Category::kOptimizerState)]),
                     format_bytes(cats[static_cast<size_t>(Category::kParameters)]),
                     format_bytes(cats[static_cast<size_t>(Category::kGradients)]), format_bytes(allocated))});
   } else if (oom && !oom->fragmentation) {
     main.push_back(Verdict{
-        "capacity", "The request did not fit",
+        VerdictId::kCapacity,
         fmt::format("A {} request failed with {} allocated and {} reserved; only {} of reserved memory was free, "
                     "so this is not fragmentation: the program needs more memory than the budget.",
                     format_bytes(oom->requested_bytes), format_bytes(oom->allocated_bytes),
                     format_bytes(oom->reserved_bytes), format_bytes(oom->reserved_free_bytes))});
+  }
+  // Fragmentation comes first only when defragmenting would have satisfied the failing phase.
+  if (main.size() > 1 && main.front().id == VerdictId::kFragmentation &&
+      oom->reserved_free_bytes < d.need.still_needed_bytes) {
+    std::rotate(main.begin(), main.begin() + 1, main.begin() + 2);
   }
   // The cap says where the limit was, not why the job needed more: last.
   // (With an oom, `main` always holds a verdict: capacity is the fallback.)
   std::vector<Verdict> cap_verdicts;
   if (oom && oom->memory_cap) {
     cap_verdicts.push_back(Verdict{
-        "memory_cap", "The process's memory cap was the limit, not the device",
+        VerdictId::kMemoryCap,
         fmt::format("CUDA reported {} free on the device at the out-of-memory, enough for the {} segment the "
                     "allocator needed. PyTorch's caching allocator refused it itself: {} reserved plus that segment "
                     "would pass the cap set by torch.cuda.set_per_process_memory_fraction, so the cap lies between "
@@ -284,8 +343,8 @@ void add_verdicts(Diagnosis& d) {
                     format_bytes(oom->reserved_bytes), format_bytes(oom->reserved_bytes),
                     format_bytes(oom->reserved_bytes + oom->segment_bytes))});
   }
-  // A leak that explains much of the memory goes first.
-  const bool leak_first = !leak_verdicts.empty() && (main.empty() || !oom || !oom->fragmentation);
+  // A leak goes first, unless fragmentation that defragmenting would have solved is.
+  const bool leak_first = !leak_verdicts.empty() && (main.empty() || main.front().id != VerdictId::kFragmentation);
   if (leak_first) {
     d.verdicts = leak_verdicts;
     d.verdicts.insert(d.verdicts.end(), main.begin(), main.end());
@@ -297,6 +356,8 @@ void add_verdicts(Diagnosis& d) {
 }
 
 }  // namespace
+
+const char* group_by_name(GroupBy group_by) { return group_by == GroupBy::kLayer ? "layer" : "call"; }
 
 Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const DiagnoseOptions& options) {
   Diagnosis d;
@@ -314,7 +375,9 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   const ar::AllocatorConfig config = config_of(snapshot.allocator_settings);
   const FrameIndex frames(snapshot);
   const Attribution attr = attribute(trace, frames);
-  const Sites sites(snapshot, frames);
+  const Sites sites(snapshot, frames, options.group_by);
+  d.group_by = options.group_by;
+  d.torch_roots = frames.torch_roots();
 
   auto labeler = [&](int64_t alloc_event, StackId stack) {
     BlockLabel label;
@@ -373,6 +436,8 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   int64_t peak_alloc = replay.allocated_bytes();
   int64_t peak_index = -1;
   size_t next_sample = 0;
+  PhaseRunTracker runs;
+  NeedQuery need_query;  // the last oom reported
   for (size_t i = 0; i < trace.size(); ++i) {
     const TraceEvent& e = trace[i];
     while (next_sample < sample_at.size() && sample_at[next_sample] == i) {
@@ -400,13 +465,14 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       // segments and retried, so without a cap it is below the segment.
       o.memory_cap = o.device_free_bytes >= o.segment_bytes;
       o.phase = attr.event_phase[i];
-      o.site = frames.describe(frames.site_frame(e.frames));
-      if (frames.site_frame(e.frames) < 0) o.site.clear();
+      if (frames.layer_frame(e.frames) >= 0) o.layer = frames.describe(frames.layer_frame(e.frames));
+      if (frames.call_frame(e.frames) >= 0) o.call_site = frames.describe(frames.call_frame(e.frames));
       const int64_t mf = frames.model_forward_frame(e.frames);
       if (mf >= 0) o.model_forward = frames.describe(mf);
       for (int c = 0; c < kNumCategories; ++c) {
         o.live_by_category[static_cast<size_t>(c)] = replay.allocated_by_category()[static_cast<size_t>(c)];
       }
+      need_query = NeedQuery{i, o.phase, o.rounded_bytes, o.allocated_bytes, o.live_by_category};
       d.ooms.push_back(o);
       d.timeline.push_back(point_now(replay, static_cast<int64_t>(i), e.time_us));
     }
@@ -415,7 +481,9 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       d.segment_map = segment_map_now(replay);
       d.map_moment = "at the last out-of-memory";
     }
+    runs.before_event(i, attr.event_phase[i], e.action == TraceAction::kOom, replay.allocated_bytes());
     replay.apply(i);
+    runs.after_event(replay.allocated_bytes());
     if (replay.allocated_bytes() > peak_alloc) {
       peak_alloc = replay.allocated_bytes();
       peak_index = static_cast<int64_t>(i);
@@ -431,6 +499,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   }
   std::sort(d.timeline.begin(), d.timeline.end(),
             [](const TimelinePoint& a, const TimelinePoint& b) { return a.event_index < b.event_index; });
+  if (!d.ooms.empty()) d.need = estimate_need(need_query, runs.finish(trace.size()), trace, attr, frames);
   t.inconsistencies = replay.inconsistencies();
   for (const Segment& s : snapshot.segments) {
     if (s.device != device && snapshot.device_traces.size() > 1) continue;

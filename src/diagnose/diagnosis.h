@@ -5,23 +5,40 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "diagnose/attribution.h"
+#include "diagnose/fixes.h"
 #include "diagnose/frames.h"
+#include "diagnose/phase_need.h"
 #include "diagnose/snapshot.h"
+#include "diagnose/verdicts.h"
 
 namespace oomtune::diagnose {
 
 /// Bytes per category (Category order).
 using CategoryBytes = std::array<int64_t, kNumCategories>;
 
-/// Live bytes grouped by allocation site (innermost user frame).
+/// How sites are grouped: by layer (innermost model-code frame) or by call
+/// site (the training script's line); see frames.h.
+enum class GroupBy : uint8_t { kLayer, kCall };
+
+/// "layer", "call".
+const char* group_by_name(GroupBy group_by);
+
+/// Live bytes grouped by allocation site: its layer or its call site
+/// (DiagnoseOptions::group_by).
 struct SiteBytes {
-  std::string site;           ///< "train.py:35 in forward", or a "(...)" placeholder
-  std::string filename;       ///< full path; empty for placeholders
+  std::string site;           ///< the grouping frame, "train.py:35 in forward", or a "(...)" placeholder
+  std::string filename;       ///< full path of the grouping frame; empty for placeholders
   int64_t line = 0;
   std::string function;
+  std::string layer;          ///< innermost model-code frame ("" for placeholders)
+  std::string call_site;      ///< the call site holding most of these bytes ("" for placeholders)
+  /// COUNT: other call sites (grouped by layer) or other layers (grouped by
+  /// call) merged into this entry besides the one named.
+  int64_t others = 0;
   int64_t bytes = 0;          ///< SUM: allocated block bytes
   int64_t blocks = 0;         ///< COUNT
   Category category = Category::kUnattributed;  ///< the category holding most of its bytes
@@ -50,8 +67,9 @@ struct OomReport {
   /// then in [reserved_bytes, reserved_bytes + segment_bytes).
   bool memory_cap = false;
   Phase phase = Phase::kUnknown;
-  std::string site;                   ///< innermost user frame of the failing call
-  std::string model_forward;          ///< outermost user "forward" frame, if any
+  std::string layer;                  ///< innermost model-code frame of the failing call ("" if none)
+  std::string call_site;              ///< its call site ("" if none; frames.h)
+  std::string model_forward;          ///< outermost model-code "forward" frame, if any
   CategoryBytes live_by_category{};
 };
 
@@ -105,21 +123,42 @@ struct TraceSummary {
   std::string frames_note;            ///< why frames are missing, when they are
 };
 
-/// One conclusion, with its evidence.
+/// One conclusion, with its evidence (the kinds: verdicts.h).
 struct Verdict {
-  std::string id;        ///< fragmentation, activations_in_forward, backward_peak, optimizer_state_allocation, leak, capacity
-  std::string title;
+  VerdictId id = VerdictId::kCapacity;
   std::string evidence;
 };
 
-/// One change to make, and what it would free.
+/// Whether a fix frees what the failing phase still needed (PhaseNeed).
+enum class Sufficiency : uint8_t {
+  kUnknown,         ///< no out-of-memory to judge against
+  kEnough,          ///< frees >= still needed
+  kNotEnough,       ///< frees < still needed
+  kNoMemoryEffect,  ///< frees nothing itself (a setting, a better snapshot)
+};
+
+/// One change to make, what it would free, and whether that is enough.
 struct Recommendation {
-  std::string id;        ///< expandable_segments, max_split_size, garbage_collection, checkpointing, ...
+  Recommendation() = default;
+  Recommendation(FixId kind, std::string change_text, std::string reason_text, int64_t frees, std::string how,
+                 Sufficiency judged = Sufficiency::kUnknown)
+      : id(kind), change(std::move(change_text)), reason(std::move(reason_text)), frees_bytes(frees),
+        estimate(std::move(how)), sufficiency(judged) {}
+
+  FixId id = FixId::kRecordMore;  ///< the kind (fixes.h)
   std::string change;    ///< the concrete change, e.g. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   std::string reason;
   int64_t frees_bytes = 0;  ///< estimated from the snapshot; 0 when it frees nothing itself
   std::string estimate;     ///< how frees_bytes was estimated
+  Sufficiency sufficiency = Sufficiency::kUnknown;
+  int64_t needs_bytes = 0;  ///< what the failing phase still needed (PhaseNeed), when judged
+  /// kCombined: the fixes combined and what each frees.
+  std::vector<FixId> parts;
+  std::vector<int64_t> part_frees_bytes;
 };
+
+/// "enough", "not enough alone (frees X, needs Y)", "" for kUnknown / kNoMemoryEffect.
+std::string sufficiency_text(const Recommendation& recommendation);
 
 /// A segment as the map draws it.
 struct SegmentView {
@@ -139,6 +178,8 @@ struct SegmentView {
 /// Everything `diagnose` found.
 struct Diagnosis {
   std::string file;
+  GroupBy group_by = GroupBy::kLayer;  ///< how the site lists are grouped
+  std::vector<std::string> torch_roots;  ///< torch package roots found in the frames
   int64_t file_bytes = 0;
   std::string layout;
   AllocatorSettings allocator_settings;
@@ -148,15 +189,18 @@ struct Diagnosis {
   std::vector<SiteBytes> oom_sites;    ///< alive at the last oom, biggest first (at most --top)
   std::vector<TimelinePoint> timeline;
   std::vector<LeakSuspect> leaks;
+  PhaseNeed need;                      ///< what the phase of the last oom still needed
   std::vector<Verdict> verdicts;       ///< most important first
-  std::vector<Recommendation> recommendations;  ///< in the order to try them
+  /// Enough ones first, least cost first; then not enough, most freed first; then those with no memory effect.
+  std::vector<Recommendation> recommendations;
   std::string map_moment;              ///< "at the last oom" / "at the peak"
   std::vector<SegmentView> segment_map;
 };
 
 /// --top and friends.
 struct DiagnoseOptions {
-  int top = 10;  ///< sites listed
+  int top = 10;                       ///< sites listed
+  GroupBy group_by = GroupBy::kLayer;  ///< how sites are grouped
 };
 
 /// Runs every analysis on one snapshot (see analysis.cpp for the rules).

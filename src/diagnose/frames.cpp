@@ -1,48 +1,135 @@
 #include "diagnose/frames.h"
 
+#include <map>
+#include <string_view>
+
 #include <fmt/format.h>
 
 namespace oomtune::diagnose {
 namespace {
 
-bool has(const std::string& text, const char* part) { return text.find(part) != std::string::npos; }
+// PyTorch's subpackages: a "torch/" directory under site-packages holding one
+// of these is the torch package (torch/__init__.py of PyTorch 2.11 imports them).
+constexpr std::string_view kTorchSubpackages[] = {
+    "nn/",     "autograd/", "optim/", "utils/",   "cuda/",     "amp/",      "distributed/", "_dynamo/",
+    "_inductor/", "fx/",    "_functorch/", "_subclasses/", "_refs/", "_prims/", "_decomp/", "_higher_order_ops/",
+    "ao/",     "jit/",      "nested/", "sparse/", "backends/", "profiler/", "export/",      "func/"};
+// Files only PyTorch has: a "torch/" directory outside site-packages (a
+// source checkout) is the torch package when a frame lies in one of these.
+constexpr std::string_view kTorchOwnFiles[] = {
+    "nn/modules/module.py", "nn/functional.py",     "nn/parameter.py",      "_tensor.py", "_ops.py",
+    "autograd/__init__.py", "autograd/function.py", "autograd/graph.py",    "optim/optimizer.py",
+    "utils/checkpoint.py"};
+constexpr std::string_view kPackageDirs[] = {"site-packages/", "dist-packages/"};
 
-bool ends_with(const std::string& text, const char* suffix) {
-  const std::string s(suffix);
-  return text.size() >= s.size() && text.compare(text.size() - s.size(), s.size(), s) == 0;
+bool starts_with(std::string_view text, std::string_view prefix) { return text.substr(0, prefix.size()) == prefix; }
+
+bool ends_with(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
 }
 
-/// Python standard library: ".../lib/python3.11/x.py" but not site- or dist-packages.
-bool is_stdlib(const std::string& filename) {
-  if (filename.rfind("<frozen", 0) == 0 || filename == "<string>") return true;
-  const size_t lib = filename.find("/lib/python");
-  if (lib == std::string::npos) return false;
-  return !has(filename, "site-packages/") && !has(filename, "dist-packages/");
+bool has(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
+
+std::string_view basename(std::string_view path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
-bool is_torch(const std::string& filename) { return has(filename, "/torch/") || filename.rfind("torch/", 0) == 0; }
+/// A "torch/" directory a frame's file lies in, and whether the frame says it is PyTorch's.
+struct TorchCandidate {
+  size_t root_end = std::string_view::npos;  ///< index just past "torch/"
+  bool confirmed = false;
+};
 
-Phase phase_of_frame(const Frame& f) {
-  const std::string& file = f.filename;
-  if (has(file, "torch/optim/") || has(file, "bitsandbytes/optim/") ||
-      ((f.name == "step" || f.name == "zero_grad") && has(file, "optim"))) {
+/// The innermost "torch/" directory of `file` (at its start or after a '/')
+/// that is followed by one of PyTorch's subpackages or own files.
+TorchCandidate torch_candidate(std::string_view file) {
+  TorchCandidate c;
+  for (size_t at = file.rfind("torch/"); at != std::string_view::npos;
+       at = at == 0 ? std::string_view::npos : file.rfind("torch/", at - 1)) {
+    if (at > 0 && file[at - 1] != '/') continue;
+    const std::string_view rest = file.substr(at + 6);
+    bool own = false;
+    for (std::string_view f : kTorchOwnFiles) own = own || rest == f;
+    bool sub = own;
+    for (std::string_view s : kTorchSubpackages) sub = sub || starts_with(rest, s);
+    if (!sub) continue;
+    const std::string_view parent = file.substr(0, at);
+    bool in_packages = false;
+    for (std::string_view p : kPackageDirs) in_packages = in_packages || ends_with(parent, p);
+    c.root_end = at + 6;
+    c.confirmed = own || in_packages;
+    return c;
+  }
+  return c;
+}
+
+/// Python standard library: "<frozen ...>", "<string>", ".../lib/pythonX.Y/..." but not its site- or dist-packages.
+bool is_stdlib(std::string_view file) {
+  if (starts_with(file, "<frozen") || file == "<string>") return true;
+  for (size_t at = file.find("/lib/python"); at != std::string_view::npos; at = file.find("/lib/python", at + 1)) {
+    size_t i = at + 11;
+    size_t digits = 0;
+    while (i < file.size() && ((file[i] >= '0' && file[i] <= '9') || file[i] == '.')) ++i, ++digits;
+    if (digits == 0 || i >= file.size() || file[i] != '/') continue;
+    const std::string_view rest = file.substr(i + 1);
+    for (std::string_view p : kPackageDirs) {
+      if (starts_with(rest, p)) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+/// The path inside site-packages/dist-packages ("transformers/models/bert/modeling_bert.py").
+std::string_view library_path(std::string_view file) {
+  size_t best = std::string_view::npos;
+  for (std::string_view p : kPackageDirs) {
+    const size_t at = file.rfind(p);
+    if (at != std::string_view::npos && (best == std::string_view::npos || at + p.size() > best)) best = at + p.size();
+  }
+  return best == std::string_view::npos ? file : file.substr(best);
+}
+
+/// A library file that defines a model's layers (see the rules in frames.h):
+/// transformers/models/bert/modeling_bert.py, timm/models/vision_transformer.py,
+/// timm/layers/mlp.py, torchvision/models/resnet.py, diffusers/models/... (not
+/// transformers' shared modeling_utils.py, whose `to` moves any model).
+bool is_model_file(std::string_view inside_library) {
+  return has(inside_library, "/models/") || has(inside_library, "/layers/");
+}
+
+/// A frame as the rules see it: its origin and its path inside its package.
+struct FrameClass {
+  Origin origin = Origin::kUser;
+  std::string_view path;  ///< inside the torch root for torch frames, inside site-packages for libraries
+};
+
+Phase phase_of_frame(const Frame& f, const FrameClass& c) {
+  const std::string_view p = c.path;
+  const bool torch = c.origin == Origin::kTorch;
+  // User and library files: the path (inside site-packages for a library) names an optimizer.
+  const bool optim_named = !torch && has(p, "optim");
+  if ((torch && starts_with(p, "optim/")) || (c.origin == Origin::kLibrary && starts_with(p, "bitsandbytes/optim/")) ||
+      ((f.name == "step" || f.name == "zero_grad") && optim_named)) {
     return Phase::kOptimizer;
   }
-  if (has(file, "torch/autograd/") || (ends_with(file, "torch/_tensor.py") && f.name == "backward") ||
-      has(file, "torch/utils/checkpoint.py")) {
+  if (torch &&
+      (starts_with(p, "autograd/") || (p == "_tensor.py" && f.name == "backward") || p == "utils/checkpoint.py")) {
     return Phase::kBackward;
   }
-  if (has(file, "torch/nn/modules/") || has(file, "torch/nn/functional.py") || f.name == "forward") {
+  if ((torch && (starts_with(p, "nn/modules/") || p == "nn/functional.py")) || f.name == "forward") {
     return Phase::kForward;
   }
   return Phase::kOther;
 }
 
-bool frame_allocates_parameters(const Frame& f) {
-  const std::string& file = f.filename;
-  if (has(file, "torch/nn/parameter.py")) return true;
-  if (has(file, "torch/nn/modules/") && (f.name == "__init__" || f.name == "reset_parameters")) return true;
-  return ends_with(file, "torch/nn/modules/module.py") && (f.name == "_apply" || f.name == "to" || f.name == "cuda");
+bool frame_allocates_parameters(const Frame& f, const FrameClass& c) {
+  if (c.origin != Origin::kTorch) return false;
+  const std::string_view p = c.path;
+  if (p == "nn/parameter.py") return true;
+  if (starts_with(p, "nn/modules/") && (f.name == "__init__" || f.name == "reset_parameters")) return true;
+  return p == "nn/modules/module.py" && (f.name == "_apply" || f.name == "to" || f.name == "cuda");
 }
 
 }  // namespace
@@ -58,42 +145,110 @@ const char* phase_name(Phase phase) {
   return "unknown";
 }
 
-bool FrameIndex::is_user_frame(const Frame& frame) { return !is_torch(frame.filename) && !is_stdlib(frame.filename); }
+const char* origin_name(Origin origin) {
+  switch (origin) {
+    case Origin::kUser: return "user";
+    case Origin::kLibrary: return "library";
+    case Origin::kTorch: return "torch";
+    case Origin::kStdlib: return "stdlib";
+  }
+  return "user";
+}
 
 FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
+  const std::vector<Frame>& frames = snapshot.frames;
+  // The torch package roots, from the frames themselves.
+  std::map<std::string, bool> roots;  // root -> confirmed
+  for (const Frame& f : frames) {
+    const TorchCandidate c = torch_candidate(f.filename);
+    if (c.root_end == std::string_view::npos) continue;
+    bool& confirmed = roots[f.filename.substr(0, c.root_end)];
+    confirmed = confirmed || c.confirmed;
+  }
+  for (const auto& [root, confirmed] : roots) {
+    if (confirmed) torch_roots_.push_back(root);
+  }
+
+  std::vector<FrameClass> cls(frames.size());
+  frame_origin_.assign(frames.size(), Origin::kUser);
+  std::vector<uint8_t> model_code(frames.size());
+  std::vector<Phase> frame_phase(frames.size());
+  std::vector<uint8_t> params(frames.size());
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const std::string_view file = frames[i].filename;
+    FrameClass& c = cls[i];
+    c.path = file;
+    bool torch = false;
+    for (const std::string& root : torch_roots_) {
+      if (starts_with(file, root) && (!torch || root.size() > file.size() - c.path.size())) {
+        torch = true;
+        c.path = file.substr(root.size());
+      }
+    }
+    if (torch) {
+      c.origin = Origin::kTorch;
+    } else if (is_stdlib(file)) {
+      c.origin = Origin::kStdlib;
+    } else if (has(file, kPackageDirs[0]) || has(file, kPackageDirs[1])) {
+      c.origin = Origin::kLibrary;
+      c.path = library_path(file);
+    }
+    frame_origin_[i] = c.origin;
+    model_code[i] = c.origin == Origin::kUser || (c.origin == Origin::kLibrary && is_model_file(c.path));
+    frame_phase[i] = phase_of_frame(frames[i], c);
+    params[i] = frame_allocates_parameters(frames[i], c);
+  }
+
   const size_t n = snapshot.stacks.size();
   stack_phase_.assign(n, Phase::kUnknown);
-  stack_site_.assign(n, -1);
+  stack_layer_.assign(n, -1);
+  stack_call_.assign(n, -1);
   stack_model_forward_.assign(n, -1);
   stack_params_.assign(n, 0);
-  std::vector<uint8_t> user(snapshot.frames.size());
-  std::vector<Phase> frame_phase(snapshot.frames.size());
-  for (size_t i = 0; i < snapshot.frames.size(); ++i) {
-    user[i] = is_user_frame(snapshot.frames[i]) ? 1 : 0;
-    frame_phase[i] = phase_of_frame(snapshot.frames[i]);
-  }
+  auto outside_torch = [&](uint32_t f) {
+    return frame_origin_[f] == Origin::kUser || frame_origin_[f] == Origin::kLibrary;
+  };
   for (size_t s = 1; s < n; ++s) {
     const auto& stack = snapshot.stacks[s];
     if (stack.empty()) continue;
     Phase best = Phase::kOther;
-    for (uint32_t f : stack) {
+    size_t outermost_forward = SIZE_MAX;  // position in the stack
+    for (size_t k = 0; k < stack.size(); ++k) {
+      const uint32_t f = stack[k];
       const Phase p = frame_phase[f];
       // Priority: optimizer > backward > forward > other.
       if (p == Phase::kOptimizer || (p == Phase::kBackward && best != Phase::kOptimizer) ||
           (p == Phase::kForward && best == Phase::kOther)) {
         best = p;
       }
-      if (frame_allocates_parameters(snapshot.frames[f])) stack_params_[s] = 1;
+      if (params[f]) stack_params_[s] = 1;
+      if (frames[f].name == "forward") {
+        outermost_forward = k;
+        if (model_code[f]) stack_model_forward_[s] = f;
+      }
     }
-    stack_phase_[s] = best;
+    // Moving or creating weights (Module.to, a layer's __init__) is loading, not the forward pass.
+    stack_phase_[s] = stack_params_[s] && best == Phase::kForward ? Phase::kOther : best;
+    // Layer: innermost model code, else innermost user or library frame.
     for (uint32_t f : stack) {
-      if (user[f]) {
-        stack_site_[s] = f;
+      if (model_code[f]) {
+        stack_layer_[s] = f;
         break;
       }
     }
-    for (uint32_t f : stack) {  // innermost first: the last match is outermost
-      if (user[f] && snapshot.frames[f].name == "forward") stack_model_forward_[s] = f;
+    for (size_t k = 0; k < stack.size() && stack_layer_[s] < 0; ++k) {
+      if (outside_torch(stack[k])) stack_layer_[s] = stack[k];
+    }
+    // Call site: innermost user frame outer to the model's forward; else the outermost user frame.
+    const size_t from = outermost_forward == SIZE_MAX ? 0 : outermost_forward + 1;
+    for (size_t k = from; k < stack.size(); ++k) {
+      if (frame_origin_[stack[k]] == Origin::kUser) {
+        stack_call_[s] = stack[k];
+        break;
+      }
+    }
+    for (size_t k = stack.size(); k-- > 0 && stack_call_[s] < 0;) {
+      if (frame_origin_[stack[k]] == Origin::kUser) stack_call_[s] = stack[k];
     }
   }
 }
@@ -101,9 +256,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
 std::string FrameIndex::describe(int64_t frame) const {
   if (frame < 0) return "(no user frame)";
   const Frame& f = snapshot_.frames[static_cast<size_t>(frame)];
-  const size_t slash = f.filename.find_last_of('/');
-  const std::string base = slash == std::string::npos ? f.filename : f.filename.substr(slash + 1);
-  return fmt::format("{}:{} in {}", base, f.line, f.name);
+  return fmt::format("{}:{} in {}", basename(f.filename), f.line, f.name);
 }
 
 }  // namespace oomtune::diagnose

@@ -2,13 +2,38 @@
 // What a stack of Python frames says about an allocation.
 //
 // Rules (written down for users in docs/diagnose.md):
-//   - A *user frame* is one outside PyTorch (no "/torch/" in its filename)
-//     and outside the Python standard library (no "/lib/pythonX.Y/" unless
-//     under site-packages or dist-packages; no "<frozen ...>" or "<string>").
-//     The *site* of an allocation is its innermost user frame.
-//   - Phase from frames, first match wins:
+//   - Frames are classified by package, not by substrings of their path
+//     (a virtual environment under ~/torch/ must not make the user's own
+//     files PyTorch's):
+//       torch:   under a *torch package root*: a directory "P/torch/" whose
+//                frames show it holds PyTorch, i.e. P is a site-packages or
+//                dist-packages directory and some frame lies in one of
+//                PyTorch's subpackages (torch/nn/, torch/autograd/,
+//                torch/optim/, ... kTorchSubpackages in frames.cpp), or
+//                (a source checkout) some frame is one of PyTorch's own
+//                files (torch/nn/modules/module.py, torch/_tensor.py, ...).
+//                The roots are found once from the snapshot's own frames.
+//       stdlib:  "<frozen ...>", "<string>", or under ".../lib/pythonX.Y/"
+//                but not in its site-packages/dist-packages;
+//       library: any other file under site-packages/ or dist-packages/;
+//       user:    everything else (the user's scripts and modules, and
+//                libraries installed from a source checkout).
+//   - *Model code* is a user frame, or a library frame in a model file:
+//     a file under a models/ or layers/ directory of its package
+//     (transformers/models/*/modeling_*.py, timm/models/, timm/layers/,
+//     torchvision/models/, diffusers/models/).
+//   - The *layer* of an allocation is its innermost model-code frame (else
+//     its innermost user or library frame); the *call site* is the
+//     innermost user frame outside the model's forward: outer to the
+//     outermost frame named "forward", if there is one (the training
+//     script's `loss = model(x)`, `loss.backward()` or `opt.step()` line;
+//     the outermost user frame itself is the same `<module>` line for
+//     every allocation). Without such a frame, the outermost user frame.
+//   - Phase from frames, first match wins (torch paths are relative to the
+//     torch package root):
 //       optimizer: a frame in torch/optim/ or bitsandbytes/optim/, or a frame
-//                  named "step" or "zero_grad" in a file whose path has "optim";
+//                  named "step" or "zero_grad" in a user or library file whose
+//                  path (inside site-packages for a library) has "optim";
 //       backward:  a frame in torch/autograd/, or torch/_tensor.py "backward",
 //                  or torch/utils/checkpoint.py (recomputation in backward);
 //       forward:   a frame in torch/nn/modules/ or torch/nn/functional.py, or
@@ -17,10 +42,13 @@
 //       unknown:   no frames at all.
 //   - Parameters: a frame named "__init__" or "reset_parameters" under
 //     torch/nn/modules/, or "_apply" / "to" / "cuda" in torch/nn/modules/module.py
-//     (Module.to(device) copies the weights), or torch/nn/parameter.py.
+//     (Module.to(device) copies the weights), or torch/nn/parameter.py. Such a
+//     stack's phase is "other" where it would be "forward" (its torch/nn/modules/
+//     frames load the model; they do not run it).
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "diagnose/snapshot.h"
 
@@ -33,29 +61,43 @@ constexpr int kNumPhases = 5;
 /// "forward", "backward", "optimizer", "other", "unknown".
 const char* phase_name(Phase phase);
 
-/// Classifies frames once per distinct stack (snapshots share stacks).
+/// Which package a frame's file belongs to (rules above).
+enum class Origin : uint8_t { kUser, kLibrary, kTorch, kStdlib };
+
+/// "user", "library", "torch", "stdlib".
+const char* origin_name(Origin origin);
+
+/// Classifies frames once per distinct frame and stack (snapshots share stacks).
 class FrameIndex {
  public:
   explicit FrameIndex(const Snapshot& snapshot);
 
   /// Phase from the frames alone (kUnknown for an empty stack).
   Phase phase(StackId stack) const { return stack_phase_[stack]; }
-  /// Innermost user frame index into Snapshot::frames, or -1.
-  int64_t site_frame(StackId stack) const { return stack_site_[stack]; }
-  /// The outermost user frame named "forward" (the model's forward), or -1.
+  /// The layer: innermost model-code frame, index into Snapshot::frames, or -1.
+  int64_t layer_frame(StackId stack) const { return stack_layer_[stack]; }
+  /// The call site: innermost user frame outside the model's forward, or -1.
+  int64_t call_frame(StackId stack) const { return stack_call_[stack]; }
+  /// The outermost model-code frame named "forward" (the model's forward), or -1.
   int64_t model_forward_frame(StackId stack) const { return stack_model_forward_[stack]; }
   /// True when the stack allocates parameters (see the rules above).
   bool allocates_parameters(StackId stack) const { return stack_params_[stack] != 0; }
 
+  /// Where frame `frame` (index into Snapshot::frames) lives.
+  Origin origin(int64_t frame) const { return frame_origin_[static_cast<size_t>(frame)]; }
+  /// The torch package roots found ("/venv/lib/python3.12/site-packages/torch/"), in order found.
+  const std::vector<std::string>& torch_roots() const { return torch_roots_; }
+
   /// "file.py:35 in forward" for a frame index; "(no user frame)" for -1.
   std::string describe(int64_t frame) const;
-  /// Whether one frame is a user frame.
-  static bool is_user_frame(const Frame& frame);
 
  private:
   const Snapshot& snapshot_;
+  std::vector<std::string> torch_roots_;
+  std::vector<Origin> frame_origin_;
   std::vector<Phase> stack_phase_;
-  std::vector<int64_t> stack_site_;
+  std::vector<int64_t> stack_layer_;
+  std::vector<int64_t> stack_call_;
   std::vector<int64_t> stack_model_forward_;
   std::vector<uint8_t> stack_params_;
 };

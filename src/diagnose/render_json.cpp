@@ -17,8 +17,9 @@ json categories(const CategoryBytes& c) {
 }
 
 json site(const SiteBytes& s) {
-  return json{{"site", s.site},   {"filename", s.filename}, {"line", s.line},
-              {"function", s.function}, {"bytes", s.bytes}, {"blocks", s.blocks},
+  return json{{"site", s.site},         {"filename", s.filename}, {"line", s.line},
+              {"function", s.function}, {"layer", s.layer},       {"call_site", s.call_site},
+              {"others", s.others},     {"bytes", s.bytes},       {"blocks", s.blocks},
               {"category", category_name(s.category)}};
 }
 
@@ -34,6 +35,8 @@ std::string render_json(const Diagnosis& d) {
   json j;
   j["file"] = d.file;
   j["file_bytes"] = d.file_bytes;
+  j["group_by"] = group_by_name(d.group_by);
+  j["torch_roots"] = d.torch_roots;
   j["layout"] = d.layout;
   const AllocatorSettings& s = d.allocator_settings;
   j["allocator_settings"] = {{"present", s.present},
@@ -60,7 +63,9 @@ std::string render_json(const Diagnosis& d) {
                 {"dumped_reserved_bytes", t.dumped_reserved_bytes},
                 {"frames_note", t.frames_note}};
   json verdicts = json::array();
-  for (const auto& v : d.verdicts) verdicts.push_back({{"id", v.id}, {"title", v.title}, {"evidence", v.evidence}});
+  for (const auto& v : d.verdicts) {
+    verdicts.push_back({{"id", verdict_name(v.id)}, {"title", verdict_kind(v.id).title}, {"evidence", v.evidence}});
+  }
   j["verdicts"] = verdicts;
   json ooms = json::array();
   for (const OomReport& o : d.ooms) {
@@ -80,7 +85,8 @@ std::string render_json(const Diagnosis& d) {
                     {"fragmentation", o.fragmentation},
                     {"memory_cap", o.memory_cap},
                     {"phase", phase_name(o.phase)},
-                    {"site", o.site},
+                    {"layer", o.layer},
+                    {"call_site", o.call_site},
                     {"model_forward", o.model_forward},
                     {"alive", categories(o.live_by_category)}});
   }
@@ -102,10 +108,35 @@ std::string render_json(const Diagnosis& d) {
                      {"last_live_bytes", l.last_live_bytes}});
   }
   j["leaks"] = leaks;
+  const PhaseNeed& n = d.need;
+  j["need"] = {{"known", n.known},
+               {"phase", phase_name(n.phase)},
+               {"method", need_method_name(n.method)},
+               {"still_needed_bytes", n.still_needed_bytes},
+               {"lower_bound", n.lower_bound},
+               {"estimate", n.estimate},
+               {"grown_bytes", n.grown_bytes},
+               {"earlier_growth_bytes", n.earlier_growth_bytes},
+               {"state_total_bytes", n.state_total_bytes},
+               {"blocks_done", n.blocks_done},
+               {"block_bytes", n.block_bytes},
+               {"block_so_far_bytes", n.block_so_far_bytes}};
   json recs = json::array();
   for (const Recommendation& r : d.recommendations) {
-    recs.push_back({{"id", r.id}, {"change", r.change}, {"reason", r.reason}, {"frees_bytes", r.frees_bytes},
-                    {"estimate", r.estimate}});
+    static constexpr const char* kSufficiency[] = {"unknown", "enough", "not_enough", "no_memory_effect"};
+    json parts = json::array();
+    for (size_t i = 0; i < r.parts.size(); ++i) {
+      parts.push_back({{"id", fix_name(r.parts[i])}, {"frees_bytes", r.part_frees_bytes[i]}});
+    }
+    recs.push_back({{"id", fix_name(r.id)},
+                    {"change", r.change},
+                    {"reason", r.reason},
+                    {"frees_bytes", r.frees_bytes},
+                    {"estimate", r.estimate},
+                    {"sufficiency", kSufficiency[static_cast<size_t>(r.sufficiency)]},
+                    {"needs_bytes", r.needs_bytes},
+                    {"verdict", sufficiency_text(r)},
+                    {"parts", parts}});
   }
   j["recommendations"] = recs;
   json timeline = json::array();

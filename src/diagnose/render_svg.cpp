@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 
 #include "common/byte_size.h"
-#include "common/utf8.h"
 #include "diagnose/render.h"
+#include "diagnose/svg_text.h"
 
 namespace oomtune::diagnose {
 namespace {
@@ -23,29 +23,6 @@ constexpr int kMaxMapRows = 200;  // segments drawn; the rest are summarised
 // Category colours (Category order).
 constexpr const char* kColors[kNumCategories] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#edc948", "#b07aa1"};
 
-/// Text as XML character data: markup characters escaped, and what XML 1.0
-/// does not allow even escaped (ill-formed UTF-8, control characters other
-/// than tab, newline and carriage return) written as U+FFFD, so that a
-/// snapshot's odd file names still give a file a browser opens.
-std::string escape(const std::string& text) {
-  std::string out;
-  for (char c : to_valid_utf8(text)) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') {
-          out += kReplacementCharacter;
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string render_svg(const Diagnosis& d) {
@@ -58,9 +35,9 @@ std::string render_svg(const Diagnosis& d) {
       "font-family=\"sans-serif\" font-size=\"11\">\n",
       kWidth, height, kWidth, height);
   out += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  const std::string verdict = d.verdicts.empty() ? "no out-of-memory" : d.verdicts.front().title;
-  out += fmt::format("<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{} — {}</text>\n", escape(d.file),
-                     escape(verdict));
+  const std::string verdict = d.verdicts.empty() ? "no out-of-memory" : verdict_kind(d.verdicts.front().id).title;
+  out += fmt::format("<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{} — {}</text>\n",
+                     svg_escape(d.file), svg_escape(verdict));
 
   // ---- timeline
   int64_t y_max = 1;
@@ -134,7 +111,7 @@ std::string render_svg(const Diagnosis& d) {
   // ---- segment map
   out += fmt::format("<text x=\"10\" y=\"{}\" font-weight=\"bold\">Segment map {} ({} segments; grey = free, "
                      "hatched = freed but pending)</text>\n",
-                     map_top, escape(d.map_moment), d.segment_map.size());
+                     map_top, svg_escape(d.map_moment), d.segment_map.size());
   int64_t largest = 1;
   for (const auto& s : d.segment_map) largest = std::max(largest, s.size);
   out += "<defs><pattern id=\"pending\" width=\"4\" height=\"4\" patternUnits=\"userSpaceOnUse\">"

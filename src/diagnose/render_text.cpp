@@ -17,10 +17,16 @@ std::string categories_line(const CategoryBytes& c) {
   return out.empty() ? "nothing" : out;
 }
 
-void sites_table(std::string& out, const std::vector<SiteBytes>& sites) {
+void sites_table(std::string& out, const std::vector<SiteBytes>& sites, GroupBy group_by) {
   for (const SiteBytes& s : sites) {
-    out += fmt::format("    {:>12}  {:<16} {} ({} block{})\n", format_bytes(s.bytes), category_name(s.category), s.site,
-                       s.blocks, s.blocks == 1 ? "" : "s");
+    const std::string& other = group_by == GroupBy::kLayer ? s.call_site : s.layer;
+    std::string via;
+    if (!other.empty() && other != s.site) {
+      via = fmt::format("; {} {}{}", group_by == GroupBy::kLayer ? "called from" : "layer", other,
+                        s.others > 0 ? fmt::format(" and {} more", s.others) : "");
+    }
+    out += fmt::format("    {:>12}  {:<16} {} ({} block{}{})\n", format_bytes(s.bytes), category_name(s.category),
+                       s.site, s.blocks, s.blocks == 1 ? "" : "s", via);
   }
 }
 
@@ -42,7 +48,8 @@ std::string render_text(const Diagnosis& d) {
   out += "\nVerdict\n";
   if (d.verdicts.empty()) out += "  No out-of-memory and no leak found.\n";
   for (size_t i = 0; i < d.verdicts.size(); ++i) {
-    out += fmt::format("  {}. {} [{}]\n     {}\n", i + 1, d.verdicts[i].title, d.verdicts[i].id, d.verdicts[i].evidence);
+    const VerdictKind& kind = verdict_kind(d.verdicts[i].id);
+    out += fmt::format("  {}. {} [{}]\n     {}\n", i + 1, kind.title, kind.name, d.verdicts[i].evidence);
   }
 
   if (!d.ooms.empty()) {
@@ -51,7 +58,8 @@ std::string render_text(const Diagnosis& d) {
       out += fmt::format("  event {}: requested {} (rounded {}, {} pool, needs a {} segment) in {}{}\n",
                          o.event_index, format_bytes(o.requested_bytes), format_bytes(o.rounded_bytes),
                          o.large_pool ? "large" : "small", format_bytes(o.segment_bytes), phase_name(o.phase),
-                         o.site.empty() ? "" : " at " + o.site);
+                         o.layer.empty() ? "" : " at " + o.layer);
+      if (!o.call_site.empty() && o.call_site != o.layer) out += fmt::format("    called from {}\n", o.call_site);
       out += fmt::format("    allocated {}, reserved {}, reserved but unallocated {}\n", format_bytes(o.allocated_bytes),
                          format_bytes(o.reserved_bytes), format_bytes(o.reserved_free_bytes));
       out += fmt::format("    largest free block in the {} pool {} ({} free in that pool){}\n",
@@ -66,9 +74,15 @@ std::string render_text(const Diagnosis& d) {
                            format_bytes(o.reserved_bytes), format_bytes(o.reserved_bytes + o.segment_bytes));
       out += fmt::format("    alive: {}\n", categories_line(o.live_by_category));
     }
+    if (d.need.known) {
+      out += fmt::format("  the {} phase still needed {}{} ({})\n", phase_name(d.need.phase),
+                         d.need.lower_bound ? "at least " : "", format_bytes(d.need.still_needed_bytes),
+                         d.need.estimate);
+    }
     if (!d.oom_sites.empty()) {
-      out += "  alive at the last out-of-memory, by site:\n";
-      sites_table(out, d.oom_sites);
+      out += fmt::format("  alive at the last out-of-memory, by {}:\n",
+                         d.group_by == GroupBy::kLayer ? "layer" : "call site");
+      sites_table(out, d.oom_sites, d.group_by);
     }
   }
 
@@ -77,8 +91,8 @@ std::string render_text(const Diagnosis& d) {
                      format_bytes(d.peak.reserved_bytes), d.peak.event_index, phase_name(d.peak.phase));
   out += fmt::format("    alive: {}\n", categories_line(d.peak.by_category));
   if (!d.peak.sites.empty()) {
-    out += "  alive at the peak, by site:\n";
-    sites_table(out, d.peak.sites);
+    out += fmt::format("  alive at the peak, by {}:\n", d.group_by == GroupBy::kLayer ? "layer" : "call site");
+    sites_table(out, d.peak.sites, d.group_by);
   }
   out += fmt::format("  iterations seen: {}; allocated before recording began: {}\n", d.trace.iterations,
                      format_bytes(d.trace.allocated_before_recording_bytes));
@@ -99,11 +113,13 @@ std::string render_text(const Diagnosis& d) {
     }
   }
 
-  out += "\nRecommendations (in the order to try them)\n";
+  out += d.need.known ? "\nRecommendations (enough ones first, least cost first)\n"
+                      : "\nRecommendations (in the order to try them)\n";
   if (d.recommendations.empty()) out += "  none\n";
   for (size_t i = 0; i < d.recommendations.size(); ++i) {
     const Recommendation& r = d.recommendations[i];
-    out += fmt::format("  {}. {}\n     {}\n", i + 1, r.change, r.reason);
+    const std::string judged = sufficiency_text(r);
+    out += fmt::format("  {}. {}{}\n     {}\n", i + 1, r.change, judged.empty() ? "" : ": " + judged, r.reason);
     out += fmt::format("     frees: {} ({})\n", r.frees_bytes > 0 ? format_bytes(r.frees_bytes) : "-", r.estimate);
   }
   return out;

@@ -64,6 +64,29 @@ TEST(DiagnoseCli, TextReportNamesTheVerdict) {
   EXPECT_NE(r.out.find("gpu_truth.py:35 in forward"), std::string::npos);
 }
 
+// Sites are grouped by layer unless --group-by call is given; another value is one line, exit 2.
+TEST(DiagnoseCli, GroupByLayerOrCall) {
+  const std::string path = testing::synthetic_fixture("hf_bert_forward_oom.pickle");
+  SKIP_IF_MISSING(path);
+  const auto by_layer = run_oomtune("diagnose " + path);
+  ASSERT_EQ(by_layer.exit_code, 0) << by_layer.err;
+  EXPECT_NE(by_layer.out.find("alive at the last out-of-memory, by layer:\n"), std::string::npos) << by_layer.out;
+  EXPECT_NE(by_layer.out.find("  32.00 MiB  activations      modeling_bert.py:466 in forward (1 block; called from "
+                              "finetune.py:61 in main)\n"),
+            std::string::npos)
+      << by_layer.out;
+  const auto by_call = run_oomtune("diagnose " + path + " --group-by call");
+  ASSERT_EQ(by_call.exit_code, 0) << by_call.err;
+  EXPECT_NE(by_call.out.find(" 152.00 MiB  activations      finetune.py:61 in main (10 blocks; layer "
+                             "modeling_bert.py:360 in forward and 5 more)\n"),
+            std::string::npos)
+      << by_call.out;
+  const auto bad = run_oomtune("diagnose " + path + " --group-by file");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.out, "");
+  EXPECT_EQ(bad.err, "oomtune diagnose: --group-by: file not in {layer,call}; see 'oomtune diagnose --help'\n");
+}
+
 TEST(DiagnoseCli, BadFilesExitTwoWithOneLine) {
   const char* files[] = {"bad_truncated.pickle", "bad_memo.pickle", "bad_length.pickle", "bad_nesting.pickle",
                          "bad_type.pickle", "malicious_global.pickle", "malicious_reduce.pickle"};

@@ -34,6 +34,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)render_text(diagnosis);
     (void)render_json(diagnosis);
     (void)render_svg(diagnosis);
+    // --compare against itself and against an empty snapshot, both ways.
+    const Diagnosis empty = diagnose(Snapshot{}, "empty", options);
+    for (const Comparison& c :
+         {compare(diagnosis, diagnosis, 3), compare(empty, diagnosis, 3), compare(diagnosis, empty, 3)}) {
+      (void)render_compare_text(c);
+      (void)render_compare_json(c);
+      (void)render_compare_svg(c);
+    }
   } catch (const oomtune::Error& e) {
     plain = std::string("error: ") + e.what();
   }

@@ -1,0 +1,37 @@
+#include "diagnose/fixes.h"
+
+#include <cstddef>
+
+namespace oomtune::diagnose {
+namespace {
+
+constexpr FixKind kFixes[kNumFixes] = {
+    {FixId::kFixLeak, "fix_leak", "fixing the leak", FixTarget::kLeak, 0},
+    {FixId::kExpandableSegments, "expandable_segments", "expandable_segments", FixTarget::kFragmentation, 1},
+    {FixId::kGarbageCollection, "garbage_collection", "garbage_collection_threshold", FixTarget::kFragmentation, 2},
+    {FixId::kMaxSplitSize, "max_split_size", "max_split_size_mb", FixTarget::kFragmentation, 3},
+    {FixId::kAdamW8bit, "adamw_8bit", "8-bit AdamW", FixTarget::kOptimizerState, 4},
+    {FixId::kMicroBatch, "micro_batch", "half the micro-batch", FixTarget::kActivations, 5},
+    {FixId::kActivationCheckpointing, "activation_checkpointing", "activation checkpointing", FixTarget::kActivations,
+     6},
+    {FixId::kOptimizerOffload, "optimizer_offload", "optimizer offload", FixTarget::kOptimizerState, 7},
+    {FixId::kCombined, "combined", "combined", FixTarget::kNone, 8},
+    {FixId::kMemoryCap, "memory_cap", "a larger memory cap", FixTarget::kNone, 9},
+    {FixId::kConflict, "conflict", "no max_split_size_mb", FixTarget::kNone, 10},
+    {FixId::kRecordMore, "record_more", "a better snapshot", FixTarget::kNone, 11},
+};
+
+// The rows follow the enum, so a kind is found by its value.
+constexpr bool rows_follow_ids() {
+  for (int i = 0; i < kNumFixes; ++i) {
+    if (static_cast<int>(kFixes[i].id) != i) return false;
+  }
+  return true;
+}
+static_assert(rows_follow_ids(), "kFixes: one row per FixId, in FixId order");
+
+}  // namespace
+
+const FixKind& fix_kind(FixId id) { return kFixes[static_cast<size_t>(id)]; }
+
+}  // namespace oomtune::diagnose

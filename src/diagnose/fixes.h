@@ -1,0 +1,55 @@
+#pragma once
+// The changes `diagnose` can recommend, as one table: id, what the fix acts
+// on, and its cost rank. recommendations.cpp estimates what each frees and
+// ranks those that are enough by this cost, least first.
+//
+// Cost ranks (why, in order): fixing a leak costs nothing at run time; the
+// allocator settings cost nothing (expandable_segments) or little
+// (garbage_collection_threshold returns segments, max_split_size_mb can
+// slow allocation, pytorch PR #113481); 8-bit AdamW costs a little
+// precision of the optimizer state; half the micro-batch with twice the
+// accumulation keeps the global batch but runs more, smaller steps;
+// activation checkpointing recomputes the forward (+24% to +48% step
+// time, docs/checkpointing.md); offloading the optimizer moves its states
+// and step to the host every step (the slowest).
+
+#include <cstdint>
+
+namespace oomtune::diagnose {
+
+/// One kind of change.
+enum class FixId : uint8_t {
+  kFixLeak,
+  kExpandableSegments,
+  kGarbageCollection,
+  kMaxSplitSize,
+  kAdamW8bit,
+  kMicroBatch,
+  kActivationCheckpointing,
+  kOptimizerOffload,
+  kCombined,    ///< several of the above together
+  kMemoryCap,   ///< raise the process's cap: frees nothing, the budget grows
+  kConflict,    ///< remove max_split_size_mb beside expandable_segments
+  kRecordMore,  ///< a better snapshot next time
+};
+constexpr int kNumFixes = 12;
+
+/// What a fix reduces; fixes of one target are alternatives, not added up.
+enum class FixTarget : uint8_t { kLeak, kFragmentation, kActivations, kOptimizerState, kNone };
+
+/// A row of the fix table.
+struct FixKind {
+  FixId id;
+  const char* name;   ///< "expandable_segments", "adamw_8bit", ... (text and JSON)
+  const char* label;  ///< short, for combinations: "8-bit AdamW + expandable_segments"
+  FixTarget target;
+  int cost;          ///< rank, 0 = cheapest (see the list above)
+};
+
+/// The row of `id`.
+const FixKind& fix_kind(FixId id);
+
+/// fix_kind(id).name.
+inline const char* fix_name(FixId id) { return fix_kind(id).name; }
+
+}  // namespace oomtune::diagnose

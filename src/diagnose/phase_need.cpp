@@ -1,0 +1,183 @@
+#include "diagnose/phase_need.h"
+
+#include <algorithm>
+#include <cstddef>
+
+#include <fmt/format.h>
+
+#include "common/byte_size.h"
+
+namespace oomtune::diagnose {
+namespace {
+
+constexpr int kPeriodMatchPercent = 90;  // a block pattern: >= 90% of the kept allocations repeat with it
+constexpr size_t kMinPeriodChecks = 2;   // ... over at least two comparisons (one block and two allocations)
+
+bool is_training_phase(Phase p) { return p == Phase::kForward || p == Phase::kBackward || p == Phase::kOptimizer; }
+
+/// Bytes of optimizer state first allocated in events [first, end).
+int64_t new_state_bytes(const std::vector<TraceEvent>& trace, const Attribution& attr, size_t first, size_t end) {
+  int64_t bytes = 0;
+  for (size_t i = first; i < end && i < trace.size(); ++i) {
+    if (trace[i].action == TraceAction::kAlloc && attr.event_category[i] == Category::kOptimizerState) {
+      bytes += trace[i].size;
+    }
+  }
+  return bytes;
+}
+
+/// Note [Phase need] rule 3: the block pattern of the activations kept so far.
+bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<TraceEvent>& trace,
+                    const Attribution& attr, const FrameIndex& frames, PhaseNeed& need) {
+  std::vector<int64_t> key, size;  // per kept allocation: its layer frame, its requested bytes
+  for (size_t i = run.first_event; i < q.oom_event; ++i) {
+    if (trace[i].action != TraceAction::kAlloc || attr.event_category[i] != Category::kActivations) continue;
+    key.push_back(frames.layer_frame(trace[i].frames));
+    size.push_back(trace[i].size);
+  }
+  const size_t n = key.size();
+  for (size_t p = 1; p + kMinPeriodChecks <= n; ++p) {
+    const size_t checks = n - p;
+    size_t matches = 0;
+    size_t last_mismatch = 0;
+    bool mismatched = false;
+    for (size_t j = p; j < n; ++j) {
+      if (key[j] == key[j - p]) {
+        ++matches;
+      } else {
+        last_mismatch = j;
+        mismatched = true;
+      }
+    }
+    if (checks < kMinPeriodChecks || matches * 100 < checks * kPeriodMatchPercent) continue;
+    // The pattern holds from `periodic` to the end. A block begins as the
+    // first block did: with a run of the layer that made the first
+    // allocation of one of the pattern's layers (the first block may keep
+    // more, e.g. a causal mask made once; the model's stem, e.g. embeddings,
+    // comes before it).
+    const size_t periodic = mismatched ? last_mismatch - p + 1 : 0;
+    const std::vector<int64_t> layers(key.begin() + static_cast<std::ptrdiff_t>(periodic),
+                                      key.begin() + static_cast<std::ptrdiff_t>(periodic + p));
+    size_t first_block = 0;
+    while (std::find(layers.begin(), layers.end(), key[first_block]) == layers.end()) ++first_block;
+    auto begins_block = [&](size_t j) { return key[j] == key[first_block] && (j == 0 || key[j - 1] != key[j]); };
+    size_t start = std::max(periodic, first_block);
+    while (start < n && !begins_block(start)) ++start;
+    if (start + p > n) continue;
+    size_t irregular = 0;  // blocks before the regular ones
+    for (size_t j = first_block; j < start; ++j) irregular += begins_block(j) ? 1 : 0;
+    const size_t blocks = (n - start) / p;
+    int64_t whole = 0, partial = 0;
+    for (size_t j = start; j < n; ++j) (j < start + blocks * p ? whole : partial) += size[j];
+    need.method = NeedMethod::kForwardBlocks;
+    need.lower_bound = true;
+    need.blocks_done = static_cast<int64_t>(irregular + blocks);
+    need.block_bytes = whole / static_cast<int64_t>(blocks);
+    need.block_so_far_bytes = partial;
+    need.still_needed_bytes = std::max(q.rounded_bytes, need.block_bytes - partial);
+    need.estimate = fmt::format(
+        "forward blocks: the activations kept repeat every {} allocation{} (one block of the model); {} complete "
+        "block{} (of {}{}) before the failure and {} of the current one: at least the rest of this block (the "
+        "blocks after it are not in the snapshot)",
+        p, p == 1 ? "" : "s", need.blocks_done, need.blocks_done == 1 ? "" : "s", format_bytes(need.block_bytes),
+        need.blocks_done == 1 ? "" : " each", format_bytes(partial));
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* need_method_name(NeedMethod method) {
+  switch (method) {
+    case NeedMethod::kTrace: return "trace";
+    case NeedMethod::kAdamFirstStep: return "adam_first_step";
+    case NeedMethod::kForwardBlocks: return "forward_blocks";
+    case NeedMethod::kRequest: return "request";
+  }
+  return "request";
+}
+
+void PhaseRunTracker::before_event(size_t index, Phase phase, bool oom, int64_t allocated_bytes) {
+  if (is_training_phase(phase) && (!open_ || runs_.back().phase != phase)) {
+    runs_.push_back(PhaseRun{phase, index, index, allocated_bytes, allocated_bytes, false});
+    open_ = true;
+  }
+  if (!open_) return;
+  runs_.back().end_event = index + 1;
+  if (oom) {
+    runs_.back().ended_by_oom = true;
+    open_ = false;  // the oom ends the run; after_event still counts this event's bytes
+    closing_ = true;
+  }
+}
+
+void PhaseRunTracker::after_event(int64_t allocated_bytes) {
+  if (open_ || closing_)
+    runs_.back().peak_allocated_bytes = std::max(runs_.back().peak_allocated_bytes, allocated_bytes);
+  closing_ = false;
+}
+
+std::vector<PhaseRun> PhaseRunTracker::finish(size_t events) {
+  if (open_) runs_.back().end_event = events;
+  open_ = false;
+  return std::move(runs_);
+}
+
+PhaseNeed estimate_need(const NeedQuery& q, const std::vector<PhaseRun>& runs, const std::vector<TraceEvent>& trace,
+                        const Attribution& attr, const FrameIndex& frames) {
+  PhaseNeed need;
+  need.known = true;
+  need.phase = q.phase;
+  need.still_needed_bytes = q.rounded_bytes;
+  need.estimate = "request: only the failing request is known";
+  const auto run = std::find_if(runs.rbegin(), runs.rend(), [&](const PhaseRun& r) {
+    return r.first_event <= q.oom_event && q.oom_event < r.end_event;
+  });
+  if (run == runs.rend() || run->phase != q.phase) return need;
+
+  const int64_t grown = q.allocated_bytes - run->start_allocated_bytes;
+  const int64_t state_alive = q.live[static_cast<size_t>(Category::kOptimizerState)];
+  const bool first_step = q.phase == Phase::kOptimizer &&
+                          (new_state_bytes(trace, attr, run->first_event, q.oom_event) > 0 || state_alive == 0);
+
+  // 1. trace: the same phase of an earlier iteration.
+  for (auto earlier = std::next(run); earlier != runs.rend(); ++earlier) {
+    if (earlier->phase != q.phase || earlier->ended_by_oom) continue;
+    if (q.phase == Phase::kOptimizer &&
+        (first_step || new_state_bytes(trace, attr, earlier->first_event, earlier->end_event) > 0)) {
+      continue;
+    }
+    need.method = NeedMethod::kTrace;
+    need.grown_bytes = grown;
+    need.earlier_growth_bytes = earlier->peak_allocated_bytes - earlier->start_allocated_bytes;
+    need.still_needed_bytes = std::max(q.rounded_bytes, need.earlier_growth_bytes - grown);
+    need.estimate = fmt::format(
+        "trace: the same phase of an earlier iteration (events {} to {}) grew by {}; this one had grown by {} when "
+        "it failed",
+        earlier->first_event, earlier->end_event - 1, format_bytes(need.earlier_growth_bytes), format_bytes(grown));
+    return need;
+  }
+
+  // 2. the first Adam/AdamW step.
+  if (first_step) {
+    const int64_t grads = q.live[static_cast<size_t>(Category::kGradients)];
+    const int64_t params = q.live[static_cast<size_t>(Category::kParameters)];
+    const int64_t base = grads > 0 ? grads : params;
+    if (base > 0) {
+      need.method = NeedMethod::kAdamFirstStep;
+      need.state_total_bytes = 2 * base;
+      need.still_needed_bytes = std::max(q.rounded_bytes, need.state_total_bytes - state_alive);
+      need.estimate = fmt::format(
+          "first Adam/AdamW step: two states per parameter, 2 x {} of {} = {}, of which {} existed", format_bytes(base),
+          grads > 0 ? "gradients" : "parameters", format_bytes(need.state_total_bytes), format_bytes(state_alive));
+      return need;
+    }
+  }
+
+  // 3. the forward's block pattern.
+  if (q.phase == Phase::kForward) forward_blocks(q, *run, trace, attr, frames, need);
+  return need;
+}
+
+}  // namespace oomtune::diagnose

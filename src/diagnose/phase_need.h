@@ -1,0 +1,109 @@
+#pragma once
+// What the phase that ran out of memory still needed: the bytes beyond
+// those allocated at the out-of-memory that the rest of the phase would
+// have allocated. A fix is "enough" when it frees at least that much
+// (recommendations.cpp).
+//
+// Note [Phase need]
+// Rationale: the failing request is only the first allocation that did not
+// fit; the phase goes on allocating. A fix that frees the request but not
+// the rest fails one allocation later (issue #48: 42 MiB defragmented
+// against gigabytes of AdamW state still to come).
+// Approach, first that applies (each says which in `estimate`):
+//   1. trace: the trace holds the same phase of an earlier iteration that
+//      did not run out of memory (for the optimizer, a step that allocated
+//      no new state, when this one is not a first step either): it grew by
+//      G = its peak - its start; this one had grown by S = allocated at the
+//      oom - allocated at its start; still needed = G - S.
+//   2. first Adam/AdamW step: two states per parameter with a gradient
+//      (torch/optim/adamw.py _init_group: exp_avg and exp_avg_sq are
+//      zeros_like(p) for every p whose grad is not None): 2 x the
+//      gradients alive (else the parameters) less the optimizer state that
+//      already exists.
+//   3. forward blocks: the activations the forward kept, by layer, repeat
+//      with a period (one block of the model); the rest of the current
+//      block is (bytes per complete block) - (bytes of the current block so
+//      far). How many blocks remain is not in the snapshot, so this is a
+//      lower bound (`lower_bound`).
+//   4. request: only the failing request is known.
+// Never below the rounded request.
+// Limitations: the estimate compares bytes, not free blocks; temporaries
+// of the remaining phase beyond its peak growth (trace) or beyond the
+// states (Adam) are not counted.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "diagnose/attribution.h"
+#include "diagnose/frames.h"
+#include "diagnose/snapshot.h"
+
+namespace oomtune::diagnose {
+
+/// Which rule of Note [Phase need] gave the estimate.
+enum class NeedMethod : uint8_t { kTrace, kAdamFirstStep, kForwardBlocks, kRequest };
+
+/// "trace", "adam_first_step", "forward_blocks", "request".
+const char* need_method_name(NeedMethod method);
+
+/// A run of consecutive events of one training phase (other/unknown events
+/// do not end a run; an oom does).
+struct PhaseRun {
+  Phase phase = Phase::kUnknown;
+  size_t first_event = 0;             ///< index of its first event
+  size_t end_event = 0;               ///< one past its last event
+  int64_t start_allocated_bytes = 0;  ///< allocated just before its first event
+  int64_t peak_allocated_bytes = 0;   ///< highest allocated during it
+  bool ended_by_oom = false;
+};
+
+/// Cuts a trace into PhaseRuns while the replay advances.
+class PhaseRunTracker {
+ public:
+  /// Before applying event `index`, with the replay's allocated bytes then.
+  void before_event(size_t index, Phase phase, bool oom, int64_t allocated_bytes);
+  /// After applying it.
+  void after_event(int64_t allocated_bytes);
+  /// The runs, in trace order (call once, after the last event).
+  std::vector<PhaseRun> finish(size_t events);
+
+ private:
+  std::vector<PhaseRun> runs_;
+  bool open_ = false;     // the last run takes the next training event of its phase
+  bool closing_ = false;  // an oom just ended the last run
+};
+
+/// The out-of-memory the estimate is for.
+struct NeedQuery {
+  size_t oom_event = 0;
+  Phase phase = Phase::kUnknown;
+  int64_t rounded_bytes = 0;    ///< the failing request, rounded
+  int64_t allocated_bytes = 0;  ///< at the oom
+  std::array<int64_t, kNumCategories> live{};  ///< bytes alive at the oom, by Category
+};
+
+/// What the failing phase still needed (Note [Phase need]).
+struct PhaseNeed {
+  bool known = false;              ///< false without an oom
+  Phase phase = Phase::kUnknown;
+  NeedMethod method = NeedMethod::kRequest;
+  int64_t still_needed_bytes = 0;  ///< beyond what was allocated at the oom; >= the rounded request
+  bool lower_bound = false;        ///< forward blocks: the blocks after the current one are not counted
+  std::string estimate;            ///< how it was estimated, one sentence
+  int64_t grown_bytes = 0;         ///< trace: what this phase had allocated since its start
+  int64_t earlier_growth_bytes = 0;  ///< trace: what the earlier run grew by
+  int64_t state_total_bytes = 0;   ///< adam: 2 x gradients (or parameters)
+  int64_t blocks_done = 0;         ///< forward blocks: complete blocks before the oom
+  int64_t block_bytes = 0;         ///< forward blocks: activations kept per complete block
+  int64_t block_so_far_bytes = 0;  ///< forward blocks: of the current block
+};
+
+/// Estimates what the phase of `query` still needed. `runs` from
+/// PhaseRunTracker over the same `trace`.
+PhaseNeed estimate_need(const NeedQuery& query, const std::vector<PhaseRun>& runs,
+                        const std::vector<TraceEvent>& trace, const Attribution& attribution,
+                        const FrameIndex& frames);
+
+}  // namespace oomtune::diagnose

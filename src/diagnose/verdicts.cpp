@@ -1,0 +1,32 @@
+#include "diagnose/verdicts.h"
+
+#include <cstddef>
+
+namespace oomtune::diagnose {
+namespace {
+
+constexpr VerdictKind kVerdicts[kNumVerdicts] = {
+    {VerdictId::kFragmentation, "fragmentation", "Fragmentation: free memory is reserved but in pieces too small"},
+    {VerdictId::kActivationsInForward, "activations_in_forward", "Activations in the forward pass"},
+    {VerdictId::kBackwardPeak, "backward_peak", "Peak in the backward pass"},
+    {VerdictId::kOptimizerStateAllocation, "optimizer_state_allocation",
+     "Optimizer state allocated in the optimizer step"},
+    {VerdictId::kLeak, "leak", "Memory leak across iterations"},
+    {VerdictId::kCapacity, "capacity", "The request did not fit"},
+    {VerdictId::kMemoryCap, "memory_cap", "The process's memory cap was the limit, not the device"},
+};
+
+// The rows follow the enum, so a kind is found by its value.
+constexpr bool rows_follow_ids() {
+  for (int i = 0; i < kNumVerdicts; ++i) {
+    if (static_cast<int>(kVerdicts[i].id) != i) return false;
+  }
+  return true;
+}
+static_assert(rows_follow_ids(), "kVerdicts: one row per VerdictId, in VerdictId order");
+
+}  // namespace
+
+const VerdictKind& verdict_kind(VerdictId id) { return kVerdicts[static_cast<size_t>(id)]; }
+
+}  // namespace oomtune::diagnose
