@@ -11,6 +11,9 @@
 //   adamw8bit_bf16_params_ckpt  the three together (a pair with checkpointing,
 //                     Note [Pairs] in strategies/decision_tree.cpp, in the
 //                     fallback form), micro-batch 4 x 4 on CUDA
+//   bf16_cpu          bf16 autocast measured on the CPU, micro-batch 16 x 2:
+//                     files for a CPU run (TrainingArguments refuses bf16
+//                     without use_cpu on a machine with no bf16 GPU)
 
 #include <string>
 #include <utility>
@@ -110,6 +113,14 @@ inline std::vector<std::pair<std::string, Plan>> golden_plans() {
   pair.measured_peak_bytes = 21'206'401'024;
   pair.measured_samples_per_second = 7.5;
   cases.emplace_back("adamw8bit_bf16_params_ckpt", pair);
+
+  Plan bf16_cpu = base_plan(16, 2);
+  bf16_cpu.config.precision = Precision::kBf16;
+  bf16_cpu.device = "cpu";
+  bf16_cpu.budget_bytes = int64_t{512} << 20;
+  bf16_cpu.measured_peak_bytes = 301'989'888;
+  bf16_cpu.measured_samples_per_second = 40.0;
+  cases.emplace_back("bf16_cpu", bf16_cpu);
 
   return cases;
 }
