@@ -14,12 +14,17 @@ load:  for every golden plan and every autotune test's plan, the YAML loads
        and accumulation, and micro-batch x accumulation = the plan's global
        batch. Outside DeepSpeed the file has no accumulation key: the script
        passes Accelerator(gradient_accumulation_steps=N), as its note says.
-       What needs a GPU (use_cpu: false, DeepSpeed's CUDA kernels) is
-       checked only as far as the loader and construction go.
+       Under DeepSpeed, the form the notes give (deepspeed_config_file:
+       'ds_config.json') loads too, unclipped. What needs a GPU (use_cpu:
+       false, DeepSpeed's CUDA kernels) is checked only as far as the loader
+       and construction go.
 train: an Accelerate loop (prepare, accumulate, backward, step) trains the
        test GPT with the emitted config, plain and offload (DeepSpeed
-       ZeRO-2 with DeepSpeedCPUAdam on DeepSpeed's CPU accelerator); samples
-       per optimizer step = global batch; the loss decreases.
+       ZeRO-2 with DeepSpeedCPUAdam on DeepSpeed's CPU accelerator), and the
+       offload plan again in the notes' config-file form with DummyOptim;
+       samples per optimizer step = global batch; the loss decreases. The
+       engine's gradient clipping is checked against the note: 1.0 from the
+       inline config (DeepSpeed >= 0.19.3's default), 0.0 from the file.
 """
 
 import contextlib
@@ -27,11 +32,12 @@ import os
 import sys
 
 import torch
+import yaml
 from accelerate import Accelerator
 from accelerate.commands.config.config_args import load_config_from_file
 from accelerate.state import AcceleratorState, GradientState
 from accelerate.commands.launch import _validate_launch_command, launch_command_parser
-from accelerate.utils import DistributedType, patch_environment
+from accelerate.utils import DistributedType, DummyOptim, patch_environment
 from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_simple_launcher_cmd_env
 
 from emitted import run_test
@@ -57,16 +63,34 @@ def launch_environment(config_file):
     return {k: v for k, v in env.items() if k not in os.environ or os.environ[k] != v}
 
 
+def config_file_form(case):
+    """The form the DeepSpeed notes of accelerate_config.yaml give (for SGD
+    under offload, and to keep gradients unclipped with DeepSpeed 0.19.3 and
+    later): deepspeed_config_file: 'ds_config.json' in place of the other
+    deepspeed_config keys, no mixed_precision line. Written beside as
+    accelerate_config_file_form.yaml; returns its path."""
+    with open(case.path("accelerate_config.yaml")) as f:
+        config = yaml.safe_load(f)
+    config["deepspeed_config"] = {"deepspeed_config_file": case.path("ds_config.json"),
+                                  "zero3_init_flag": config["deepspeed_config"]["zero3_init_flag"]}
+    del config["mixed_precision"]
+    path = case.path("accelerate_config_file_form.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(config, f)
+    return path
+
+
 @contextlib.contextmanager
-def launched(case):
-    """Accelerator() as the launched script makes it, inside the launch
-    environment: the accumulation steps from the file under DeepSpeed, else
-    from the note's argument. Accelerate's process-wide state is reset after."""
-    config = load_config_from_file(case.path("accelerate_config.yaml"))
+def launched(case, config_file):
+    """Accelerator() as the script launched with config_file makes it, inside
+    the launch environment: the accumulation steps from the file under
+    DeepSpeed, else from the note's argument. Accelerate's process-wide
+    state is reset after."""
+    config = load_config_from_file(config_file)
     deepspeed = config.distributed_type == DistributedType.DEEPSPEED
     kwargs = {} if deepspeed else {"gradient_accumulation_steps": case.accumulation_steps}
     try:
-        with patch_environment(**launch_environment(case.path("accelerate_config.yaml"))):
+        with patch_environment(**launch_environment(config_file)):
             yield config, Accelerator(**kwargs)
     finally:
         AcceleratorState._reset_state(reset_partial_state=True)
@@ -76,8 +100,11 @@ def launched(case):
 def load(cases, failures):
     for case in cases:
         try:
-            with launched(case) as (config, accelerator):
+            with launched(case, case.path("accelerate_config.yaml")) as (config, accelerator):
                 check_accelerator(case, config, accelerator, failures)
+            if config.distributed_type == DistributedType.DEEPSPEED:
+                with launched(case, config_file_form(case)) as (_, accelerator):
+                    check_config_file_form(case, accelerator, failures)
         except Exception as e:  # any refusal is a writer bug
             failures.refused(case, "Accelerate", e)
     return len(cases)
@@ -104,22 +131,53 @@ def check_accelerator(case, config, accelerator, failures):
         failures.check(ds["gradient_accumulation_steps"] == case.accumulation_steps, case, f"deepspeed {ds}")
 
 
+def check_config_file_form(case, accelerator, failures):
+    """The notes' form: ds_config.json decides, gradients unclipped."""
+    ds = accelerator.state.deepspeed_plugin.deepspeed_config
+    failures.check(accelerator.distributed_type == DistributedType.DEEPSPEED, case, "config-file form: not DeepSpeed")
+    failures.check(ds.get("gradient_clipping") == 0.0, case, f"config-file form: gradient_clipping {ds}")
+    # Accelerator takes the file's accumulation at prepare(); its config has it now.
+    failures.check(ds["gradient_accumulation_steps"] == case.accumulation_steps, case,
+                   f"config-file form: accumulation {ds}")
+    failures.check(ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] == case.global_batch,
+                   case, f"config-file form: batch {ds}")
+
+
 def train(cases, failures):
     for case in cases:
-        with launched(case) as (config, accelerator):
-            train_one(case, accelerator, failures)
+        with launched(case, case.path("accelerate_config.yaml")) as (config, accelerator):
+            deepspeed = config.distributed_type == DistributedType.DEEPSPEED
+            engine = train_one(case, accelerator, failures, dummy_optimizer=False)
+            if deepspeed:
+                # The note: Accelerate leaves gradient_clipping 0.0 out of the
+                # DeepSpeed config it builds, and DeepSpeed 0.19.3 and later
+                # then clip at 1.0. Checked, so that the note stays true.
+                failures.check(engine.gradient_clipping() == 1.0, case,
+                               f"inline deepspeed_config clips at {engine.gradient_clipping()}: update the note")
+        if deepspeed:
+            with launched(case, config_file_form(case)) as (_, accelerator):
+                engine = train_one(case, accelerator, failures, dummy_optimizer=True)
+                failures.check(engine.gradient_clipping() == 0.0, case,
+                               f"config-file form clips at {engine.gradient_clipping()}")
     return len(cases)
 
 
-def train_one(case, accelerator, failures):
+def train_one(case, accelerator, failures, dummy_optimizer):
+    """Trains the test GPT; the optimizer is the plan's AdamW, or under the
+    config-file form accelerate.utils.DummyOptim (ds_config.json's optimizer
+    section builds it). Returns the prepared model."""
     model = CountingGPT()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=case.plan["optimizer"]["lr"],
-                                  betas=tuple(case.plan["optimizer"]["betas"]), eps=case.plan["optimizer"]["eps"],
-                                  weight_decay=case.plan["optimizer"]["weight_decay"])
+    hyper = case.plan["optimizer"]
+    if dummy_optimizer:
+        optimizer = DummyOptim(model.parameters())
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=hyper["lr"], betas=tuple(hyper["betas"]),
+                                      eps=hyper["eps"], weight_decay=hyper["weight_decay"])
     data = torch.utils.data.DataLoader(TokenRule(case.global_batch * OPTIMIZER_STEPS), batch_size=case.micro_batch,
                                        shuffle=True)
     model_run, optimizer, data = accelerator.prepare(model, optimizer, data)
-    print(f"accelerate: {case.name}: {accelerator.distributed_type} on {accelerator.device}, "
+    form = "config-file form" if dummy_optimizer else "emitted"
+    print(f"accelerate: {case.name} ({form}): {accelerator.distributed_type} on {accelerator.device}, "
           f"optimizer {type(optimizer.optimizer).__name__}")
     log = StepLog(model)
     model_run.train()
@@ -131,7 +189,8 @@ def train_one(case, accelerator, failures):
             optimizer.zero_grad()
             if accelerator.sync_gradients:
                 log.optimizer_step()
-    check_run("accelerate", case, log, failures)
+    check_run(f"accelerate ({form})", case, log, failures)
+    return model_run
 
 
 def main(argv):

@@ -13,7 +13,9 @@ load:  for every golden plan and every autotune test's plan,
        not reach. The DataModule's batch_size x accumulate_grad_batches is
        the plan's global batch, and the optimizer class is built with its
        kwargs where its package is installed (torch, deepspeed; bitsandbytes
-       is not: its kwargs are checked by recipes.framework_keys).
+       is not: its kwargs are checked by recipes.framework_keys). For SGD
+       under offload, the note's DeepSpeedStrategy(config={...}) built from
+       ds_config.json's entries constructs too.
 train: Trainer.fit trains the test GPT (a LightningModule whose
        configure_optimizers() builds the emitted class and kwargs, DataLoader
        batch_size from the file) for the plain plan on the CPU; samples per
@@ -67,12 +69,33 @@ def load(cases, failures):
                        f"accumulate_grad_batches {trainer.accumulate_grad_batches}")
         batch = emitted["datamodule"]["batch_size"] * trainer.accumulate_grad_batches * trainer.world_size
         failures.check(batch == case.global_batch, case, f"global batch {batch}, the plan's is {case.global_batch}")
+        if case.offload and case.optimizer == "sgd":
+            check_sgd_offload_strategy(case, kwargs, failures)
         if not emitted["optimizer"]["class"].startswith("bitsandbytes."):
             try:
                 optimizer_class(emitted["optimizer"]["class"])(CountingGPT().parameters(), **emitted["optimizer"]["kwargs"])
             except Exception as e:
                 failures.refused(case, emitted["optimizer"]["class"], e)
     return len(cases)
+
+
+def check_sgd_offload_strategy(case, kwargs, failures):
+    """SGD under offload: the note's DeepSpeedStrategy(config={...}) with the
+    zero_optimization, zero_allow_untested_optimizer and
+    zero_force_ds_cpu_optimizer entries of ds_config.json constructs, and
+    keeps them (the registered name cannot say the last)."""
+    ds = json.load(open(case.path("ds_config.json")))
+    config = {key: ds[key] for key in ("zero_optimization", "zero_allow_untested_optimizer",
+                                        "zero_force_ds_cpu_optimizer")}
+    try:
+        trainer = pl.Trainer(**dict(kwargs, strategy=DeepSpeedStrategy(config=config)))
+    except Exception as e:
+        failures.refused(case, "DeepSpeedStrategy(config=...) of the SGD note", e)
+        return
+    kept = trainer.strategy.config
+    print(f"lightning: {case.name}: the SGD note's DeepSpeedStrategy(config=...) constructs: {kept}")
+    failures.check(kept.get("zero_force_ds_cpu_optimizer") is False and kept.get("zero_allow_untested_optimizer"),
+                   case, f"DeepSpeedStrategy config {kept}")
 
 
 class Module(pl.LightningModule):
