@@ -9,7 +9,12 @@
 #   ./setup.sh --test       set up and run the whole test suite (ctest) in
 #                           both configurations, Debian's libtorch 1.13 into
 #                           build/, then PyPI's PyTorch into build-pypi/;
-#                           with OOMTUNE_TORCH set, in that one only
+#                           with OOMTUNE_TORCH set, in that one only. The
+#                           PyPI one also installs the training frameworks
+#                           (DeepSpeed, transformers, Accelerate, Lightning,
+#                           PEFT) into .venv-pypi/, and runs the tests in
+#                           which they load and run what `oomtune emit`
+#                           writes (tests/frameworks/)
 #
 # Which libtorch (OOMTUNE_TORCH):
 #   debian  Debian's libtorch-dev 1.13, CPU only (the default)
@@ -152,6 +157,7 @@ fi
 # PyPI's PyTorch, as scripts/pypi-constraints.txt pins it (with every
 # package it brings), in the project's own virtual environment; pip leaves
 # what already matches as it is.
+frameworks_args=()  # the Python of the framework tests, for CMake (--test only)
 if [ "$torch_source" = pypi ]; then
   venv=.venv-pypi
   if [ ! -x "$venv/bin/python" ]; then
@@ -161,6 +167,20 @@ if [ "$torch_source" = pypi ]; then
   echo "setup: installing PyTorch from PyPI into $venv (scripts/pypi-constraints.txt)" >&2
   "$venv/bin/pip" install --quiet --disable-pip-version-check --constraint scripts/pypi-constraints.txt torch
   use_python_torch "$PWD/$venv/bin/python"
+  if [ "$mode" = --test ]; then
+    # The frameworks of tests/frameworks, pinned in the same file, beside the
+    # PyTorch above (nothing downloaded twice). DeepSpeed is a source
+    # package built against that PyTorch (hence no build isolation), for
+    # its CPU accelerator, with the CPU ops the tests use compiled now (CPU
+    # Adam for offload, fused Adam, shared-memory communication): compiled
+    # at the first test instead (JIT), they take minutes.
+    frameworks=(deepspeed transformers accelerate lightning peft)
+    echo "setup: installing ${frameworks[*]} into $venv for the framework tests (scripts/pypi-constraints.txt)" >&2
+    DS_ACCELERATOR=cpu DS_BUILD_OPS=0 DS_BUILD_CPU_ADAM=1 DS_BUILD_FUSED_ADAM=1 DS_BUILD_SHM_COMM=1 \
+      "$venv/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation \
+        --constraint scripts/pypi-constraints.txt "${frameworks[@]}"
+    frameworks_args=(-DOOMTUNE_FRAMEWORKS_PYTHON:FILEPATH="$PWD/$venv/bin/python")
+  fi
 fi
 
 if [ "$torch_source" = debian ]; then
@@ -188,7 +208,7 @@ if [ "${#prefix_path[@]}" -gt 0 ]; then
 fi
 if ! cmake "${fresh_args[@]}" -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" \
        -DTorch_DIR:PATH="$torch_dir" -DOOMTUNE_PYTHON:FILEPATH="$python" -DOOMTUNE_DEPS:PATH="$deps" \
-       "${prefix_args[@]}" >/dev/null; then
+       "${prefix_args[@]}" "${frameworks_args[@]}" >/dev/null; then
   # Torch's CMake config of a CUDA build finds the CUDA toolkit again
   # (cmake/public/cuda.cmake: find_package(CUDA), enable_language(CUDA)) and
   # fails with a page of CMake output when there is none.

@@ -1,4 +1,5 @@
 // Hugging Face Accelerate config writer (accelerate_config.yaml).
+// Loaded and run by Accelerate 1.15.0 itself: tests/frameworks/accelerate_test.py.
 //
 // Rules:
 // - The YAML is what `accelerate config` writes for one machine, one

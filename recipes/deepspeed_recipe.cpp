@@ -1,4 +1,5 @@
 // DeepSpeed ds_config.json writer.
+// Loaded and run by DeepSpeed 0.19.8 itself: tests/frameworks/deepspeed_test.py.
 //
 // Rules:
 // - Batch: train_micro_batch_size_per_gpu, gradient_accumulation_steps and

@@ -1,4 +1,5 @@
 // Hugging Face TrainingArguments writer (hf_training_args.json).
+// Loaded and run by transformers 5.24.0 itself: tests/frameworks/hf_test.py.
 //
 // Rules:
 // - Batch: per_device_train_batch_size = micro-batch,
@@ -15,6 +16,10 @@
 // - Offload: the Trainer offloads only through DeepSpeed, so `deepspeed`
 //   names ds_config.json (written beside, see needs()), whose optimizer
 //   section the Trainer then uses instead of `optim`.
+// - Device: use_cpu = true for a plan measured on the CPU (not through
+//   DeepSpeed, which trains on a GPU), as the Accelerate and Lightning files
+//   say; without it TrainingArguments refuses bf16 on a machine without a
+//   bf16 GPU ("Your setup doesn't support bf16/gpu", transformers 5.24).
 // - Gradient clipping: max_grad_norm = 0 (off). The Trainer clips at 1.0 by
 //   default, which the measured step does not do; ds_config.json says
 //   gradient_clipping 0.0 too, and the Trainer refuses the two if they differ.
@@ -116,6 +121,7 @@ std::string write_hf_training_args(const Plan& plan) {
   args["bf16"] = c.precision == Precision::kBf16 || c.precision == Precision::kBf16Params;
   args["fp16"] = c.precision == Precision::kFp16;
   if (recipe_text::uses_deepspeed(c)) args["deepspeed"] = "ds_config.json";
+  else if (plan.device == "cpu") args["use_cpu"] = true;
   Json file;
   file["training_args"] = std::move(args);
   file["notes"] = hf_notes(plan);

@@ -1,4 +1,5 @@
 // PyTorch Lightning Trainer writer (lightning_trainer.json).
+// Loaded and run by Lightning 2.6.6 itself: tests/frameworks/lightning_test.py.
 //
 // Rules:
 // - Trainer kwargs: accelerator, devices (1), precision ("32-true",

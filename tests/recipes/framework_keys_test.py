@@ -37,6 +37,8 @@ import shutil
 import subprocess
 import sys
 
+from plan_text import plan_toml
+
 try:
     import torch
     import yaml
@@ -159,28 +161,6 @@ def check_accelerate(path, plan):
     check(config.get("num_processes") == 1, where, "num_processes (the plan was measured on one device)")
 
 
-PLAN = """plan_version = 1
-[job]
-spec = "job.toml"
-model = "model.pt"
-device = "{device}"
-global_batch = {global_batch}
-[config]
-micro_batch = {micro}
-accumulation_steps = {accum}
-checkpoint = "{checkpoint}"
-optimizer = "{optimizer}"
-offload_optimizer = {offload}
-precision = "{precision}"
-[optimizer]
-lr = 3e-4
-weight_decay = 0.01
-betas = [0.9, 0.95]
-eps = 1e-08
-momentum = {momentum}
-"""
-
-
 def main(argv):
     global KEYS
     emit, keys_path, work = argv
@@ -198,9 +178,8 @@ def main(argv):
         os.makedirs(case)
         plan_path = os.path.join(case, "plan.toml")
         with open(plan_path, "w") as f:
-            f.write(PLAN.format(device=device, global_batch=micro * accum, micro=micro, accum=accum,
-                                checkpoint=checkpoint, optimizer=optimizer, offload=str(offload).lower(),
-                                precision=precision, momentum=0.9 if optimizer == "sgd" else 0.0))
+            f.write(plan_toml(micro, accum, checkpoint, optimizer, offload, precision, device,
+                              momentum=0.9 if optimizer == "sgd" else 0.0))
         out = os.path.join(case, "out")
         run = subprocess.run([emit, "emit", plan_path, "--out", out], capture_output=True, text=True)
         if run.returncode != 0:

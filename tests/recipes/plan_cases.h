@@ -13,6 +13,9 @@
 //                     fallback form), micro-batch 4 x 4 on CUDA
 //   adafactor_ckpt    Adafactor (the job allows it) with every block
 //                     checkpointed, bf16 autocast, micro-batch 16 x 2
+//   bf16_cpu          bf16 autocast measured on the CPU, micro-batch 16 x 2:
+//                     files for a CPU run (TrainingArguments refuses bf16
+//                     without use_cpu on a machine with no bf16 GPU)
 
 #include <string>
 #include <utility>
@@ -124,6 +127,14 @@ inline std::vector<std::pair<std::string, Plan>> golden_plans() {
   adafactor.measured_peak_bytes = 10'468'982'784;
   adafactor.measured_samples_per_second = 52.0;
   cases.emplace_back("adafactor_ckpt", adafactor);
+
+  Plan bf16_cpu = base_plan(16, 2);
+  bf16_cpu.config.precision = Precision::kBf16;
+  bf16_cpu.device = "cpu";
+  bf16_cpu.budget_bytes = int64_t{512} << 20;
+  bf16_cpu.measured_peak_bytes = 301'989'888;
+  bf16_cpu.measured_samples_per_second = 40.0;
+  cases.emplace_back("bf16_cpu", bf16_cpu);
 
   return cases;
 }

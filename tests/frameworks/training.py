@@ -1,0 +1,96 @@
+"""What the end-to-end runs share: the test GPT (the example GPT's
+architecture, examples/export_models.py, as a torch.nn.Module with its loss),
+a learnable token dataset, and the two checks: samples per optimizer step
+equal the plan's global batch, and the loss decreases.
+"""
+
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
+from export_models import GPT  # noqa: E402  (the example GPT's architecture)
+
+from emitted import TRAIN_GPT  # noqa: E402
+
+OPTIMIZER_STEPS = 6  # enough for a tiny GPT at lr 3e-3 to lower its loss on a learnable rule
+
+
+class CountingGPT(torch.nn.Module):
+    """The test GPT with next-token cross-entropy. In training mode its
+    forward counts the samples it sees (samples_seen) and keeps each
+    micro-batch's loss (micro_losses): what went into each optimizer step,
+    whichever framework drives the loop."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        g = TRAIN_GPT
+        self.gpt = GPT(g["vocab"], g["d_model"], g["n_layers"], g["n_heads"], g["seq"], dropout=0.0)
+        self.samples_seen = 0
+        self.micro_losses = []
+
+    def forward(self, input_ids, labels):
+        if self.training:
+            self.samples_seen += input_ids.size(0)
+        logits = self.gpt(input_ids)
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1))
+        if self.training:
+            self.micro_losses.append(float(loss.detach()))
+        return {"loss": loss, "logits": logits}
+
+
+class TokenRule(torch.utils.data.Dataset):
+    """Sequences that follow one rule, next = (5 * token + 3) mod vocab, from
+    random starts: a tiny GPT learns it within a few steps. Items are dicts
+    (input_ids, labels), the form Hugging Face's Trainer passes as keywords."""
+
+    def __init__(self, samples):
+        g = TRAIN_GPT
+        generator = torch.Generator().manual_seed(1)
+        tokens = torch.empty(samples, g["seq"] + 1, dtype=torch.long)
+        tokens[:, 0] = torch.randint(0, g["vocab"], (samples,), generator=generator)
+        for t in range(g["seq"]):
+            tokens[:, t + 1] = (5 * tokens[:, t] + 3) % g["vocab"]
+        self.inputs, self.labels = tokens[:, :-1].clone(), tokens[:, 1:].clone()
+
+    def __len__(self):
+        return self.inputs.size(0)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.inputs[i], "labels": self.labels[i]}
+
+
+class StepLog:
+    """Per optimizer step: the samples the model saw since the previous step
+    and the mean of the micro-batch losses."""
+
+    def __init__(self, model):
+        self.model = model
+        self.samples_counted = 0
+        self.losses_counted = 0
+        self.samples = []
+        self.losses = []
+
+    def optimizer_step(self):
+        """Call once per optimizer step, after it."""
+        self.samples.append(self.model.samples_seen - self.samples_counted)
+        self.samples_counted = self.model.samples_seen
+        step_losses = self.model.micro_losses[self.losses_counted:]
+        self.losses_counted = len(self.model.micro_losses)
+        if step_losses:
+            self.losses.append(sum(step_losses) / len(step_losses))
+
+
+def check_run(name, case, log, failures):
+    """Samples per optimizer step equal the plan's global batch; the loss of
+    the last step is below the first's. Prints the figures."""
+    print(f"{name}: {case.name}: samples per optimizer step {log.samples}, global batch {case.global_batch}")
+    print(f"{name}: {case.name}: loss per optimizer step {[round(x, 4) for x in log.losses]}")
+    failures.check(len(log.samples) == OPTIMIZER_STEPS, case, f"{len(log.samples)} optimizer steps, expected {OPTIMIZER_STEPS}")
+    failures.check(all(s == case.global_batch for s in log.samples), case,
+                   f"samples per optimizer step {log.samples}, not the plan's global batch {case.global_batch}")
+    failures.check(len(log.losses) >= 2 and log.losses[-1] < log.losses[0], case,
+                   f"the loss did not decrease: {log.losses}")
