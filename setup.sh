@@ -134,7 +134,7 @@ if [ "$torch_source" = python ]; then use_python_torch "$(command -v python3 || 
 
 packages=(build-essential cmake ninja-build ccache pkg-config
           libcli11-dev libtomlplusplus-dev libtomlplusplus3 libfmt-dev nlohmann-json3-dev
-          zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
+          zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev clang-format
           python3-torch python3-torchvision python3-yaml python3-venv)
 if [ "$torch_source" = debian ]; then packages+=(libtorch-dev); fi
 

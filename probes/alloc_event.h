@@ -36,8 +36,7 @@ struct AllocEvent {
 };
 
 /// An alloc event (convenience for tests and generators).
-inline AllocEvent alloc_event(std::uint64_t id, int64_t bytes, int64_t order = 0,
-                              Phase phase = Phase::kLoad) {
+inline AllocEvent alloc_event(std::uint64_t id, int64_t bytes, int64_t order = 0, Phase phase = Phase::kLoad) {
   AllocEvent event;
   event.kind = AllocEventKind::kAlloc;
   event.id = id;

@@ -111,9 +111,8 @@ constexpr int64_t roundup_power2_next_division(int64_t bytes, int64_t divisions)
 /// to a request of `bytes` (interval index log2(bytes) - 20, clamped to 0..15).
 constexpr int64_t roundup_power2_divisions_for(const AllocatorConfig& config, int64_t bytes) {
   const int log_size = floor_log2(bytes);
-  std::size_t index = log_size > kRoundUpPowerOfTwoStartLog2
-                          ? static_cast<std::size_t>(log_size - kRoundUpPowerOfTwoStartLog2)
-                          : 0;
+  std::size_t index =
+      log_size > kRoundUpPowerOfTwoStartLog2 ? static_cast<std::size_t>(log_size - kRoundUpPowerOfTwoStartLog2) : 0;
   if (index > kRoundUpPowerOfTwoIntervals - 1) index = kRoundUpPowerOfTwoIntervals - 1;
   return config.roundup_power2_divisions[index];
 }
@@ -150,8 +149,7 @@ constexpr int64_t segment_size_for(int64_t rounded_bytes) {
 /// pool (and any pool under expandable_segments): when at least 512 bytes are
 /// left. Large pool: when the request is below max_split_size and MORE than
 /// kSmallSize (1 MiB) is left; otherwise the whole block is handed out.
-constexpr bool should_split(Pool pool, int64_t block_bytes, int64_t rounded_bytes,
-                            const AllocatorConfig& config) {
+constexpr bool should_split(Pool pool, int64_t block_bytes, int64_t rounded_bytes, const AllocatorConfig& config) {
   const int64_t remaining = block_bytes - rounded_bytes;
   if (pool == Pool::kSmall || config.expandable_segments) return remaining >= kMinBlockSize;
   return rounded_bytes < config.max_split_size && remaining > kSmallSize;
@@ -162,8 +160,7 @@ constexpr bool should_split(Pool pool, int64_t block_bytes, int64_t rounded_byte
 /// request below max_split_size never takes an oversize block (>=
 /// max_split_size); an oversize request takes one only if the block is
 /// smaller than request + max_non_split_rounding_size.
-constexpr bool may_reuse_block(int64_t block_bytes, int64_t rounded_bytes,
-                               const AllocatorConfig& config) {
+constexpr bool may_reuse_block(int64_t block_bytes, int64_t rounded_bytes, const AllocatorConfig& config) {
   if (rounded_bytes < config.max_split_size && block_bytes >= config.max_split_size) return false;
   if (rounded_bytes >= config.max_split_size &&
       block_bytes - rounded_bytes >= config.max_non_split_rounding_size) {  // no overflow

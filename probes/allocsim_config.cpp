@@ -64,8 +64,8 @@ class Parser {
       } else if (is_ignored(key)) {
         skip_value(key);
       } else {
-        throw ConfigError(fmt::format("allocator config '{}': unknown key '{}' ({})",
-                                      std::string(text_), key, suggest(key, known_keys())));
+        throw ConfigError(fmt::format("allocator config '{}': unknown key '{}' ({})", std::string(text_), key,
+                                      suggest(key, known_keys())));
       }
       if (i_ < tokens_.size()) expect(",", key);
     }
@@ -96,10 +96,9 @@ class Parser {
     return std::find(keys.begin() + 5, keys.end(), key) != keys.end();
   }
 
-  [[noreturn]] void fail(const std::string& key, std::string_view expected,
-                         std::string_view got) const {
-    throw ConfigError(fmt::format("allocator config '{}': {} expects {}, got '{}'",
-                                  std::string(text_), key, expected, got));
+  [[noreturn]] void fail(const std::string& key, std::string_view expected, std::string_view got) const {
+    throw ConfigError(
+        fmt::format("allocator config '{}': {} expects {}, got '{}'", std::string(text_), key, expected, got));
   }
 
   const std::string& next(const std::string& key, std::string_view expected) {
@@ -165,8 +164,7 @@ class Parser {
         expect(":", key);
         const int64_t value = check_divisions(integer(key));
         if (boundary == ">") {
-          std::fill(divisions.begin() + static_cast<std::ptrdiff_t>(last_index + 1),
-                    divisions.end(), value);
+          std::fill(divisions.begin() + static_cast<std::ptrdiff_t>(last_index + 1), divisions.end(), value);
         } else {
           char* end = nullptr;
           const long long mib = std::strtoll(boundary.c_str(), &end, 10);
@@ -176,8 +174,7 @@ class Parser {
           std::size_t index = static_cast<std::size_t>(rules::floor_log2(mib));
           index = std::min(index, divisions.size() - 1);
           if (first_value) {
-            std::fill(divisions.begin(), divisions.begin() + static_cast<std::ptrdiff_t>(index),
-                      value);
+            std::fill(divisions.begin(), divisions.begin() + static_cast<std::ptrdiff_t>(index), value);
             first_value = false;
           }
           divisions[index] = value;
@@ -223,8 +220,7 @@ std::string format_alloc_conf(const rules::AllocatorConfig& config) {
     parts.push_back(fmt::format("max_split_size_mb:{}", config.max_split_size / kMB));
   }
   if (config.max_non_split_rounding_size != defaults.max_non_split_rounding_size) {
-    parts.push_back(
-        fmt::format("max_non_split_rounding_mb:{}", config.max_non_split_rounding_size / kMB));
+    parts.push_back(fmt::format("max_non_split_rounding_mb:{}", config.max_non_split_rounding_size / kMB));
   }
   if (config.roundup_power2_divisions != defaults.roundup_power2_divisions) {
     std::vector<std::string> entries;
@@ -234,8 +230,7 @@ std::string format_alloc_conf(const rules::AllocatorConfig& config) {
     parts.push_back(fmt::format("roundup_power2_divisions:[{}]", fmt::join(entries, ",")));
   }
   if (config.garbage_collection_threshold != defaults.garbage_collection_threshold) {
-    parts.push_back(
-        fmt::format("garbage_collection_threshold:{}", config.garbage_collection_threshold));
+    parts.push_back(fmt::format("garbage_collection_threshold:{}", config.garbage_collection_threshold));
   }
   if (config.expandable_segments) parts.push_back("expandable_segments:True");
   return fmt::format("{}", fmt::join(parts, ","));

@@ -11,13 +11,13 @@
 namespace oomtune::alloc_rules {
 
 void to_json(nlohmann::json& j, const AllocatorConfig& config) {
-  j = nlohmann::json{{"max_split_size", config.max_split_size == kNoMaxSplitSize
-                                            ? nlohmann::json(nullptr)
-                                            : nlohmann::json(config.max_split_size)},
-                     {"max_non_split_rounding_size", config.max_non_split_rounding_size},
-                     {"roundup_power2_divisions", config.roundup_power2_divisions},
-                     {"garbage_collection_threshold", config.garbage_collection_threshold},
-                     {"expandable_segments", config.expandable_segments}};
+  j = nlohmann::json{
+      {"max_split_size",
+       config.max_split_size == kNoMaxSplitSize ? nlohmann::json(nullptr) : nlohmann::json(config.max_split_size)},
+      {"max_non_split_rounding_size", config.max_non_split_rounding_size},
+      {"roundup_power2_divisions", config.roundup_power2_divisions},
+      {"garbage_collection_threshold", config.garbage_collection_threshold},
+      {"expandable_segments", config.expandable_segments}};
 }
 
 void from_json(const nlohmann::json& j, AllocatorConfig& config) {
@@ -27,8 +27,7 @@ void from_json(const nlohmann::json& j, AllocatorConfig& config) {
       const auto& v = j.at("max_split_size");
       config.max_split_size = v.is_null() ? kNoMaxSplitSize : v.get<int64_t>();
     }
-    config.max_non_split_rounding_size =
-        j.value("max_non_split_rounding_size", config.max_non_split_rounding_size);
+    config.max_non_split_rounding_size = j.value("max_non_split_rounding_size", config.max_non_split_rounding_size);
     if (j.contains("roundup_power2_divisions")) {
       const auto divisions = j.at("roundup_power2_divisions").get<std::vector<int64_t>>();
       if (divisions.size() != config.roundup_power2_divisions.size()) {
@@ -39,8 +38,7 @@ void from_json(const nlohmann::json& j, AllocatorConfig& config) {
       }
       std::copy(divisions.begin(), divisions.end(), config.roundup_power2_divisions.begin());
     }
-    config.garbage_collection_threshold =
-        j.value("garbage_collection_threshold", config.garbage_collection_threshold);
+    config.garbage_collection_threshold = j.value("garbage_collection_threshold", config.garbage_collection_threshold);
     config.expandable_segments = j.value("expandable_segments", config.expandable_segments);
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("allocator config JSON: {}", e.what()));
@@ -72,9 +70,8 @@ SegmentAction action_of(const std::string& name) {
   if (name == "free") return SegmentAction::kFree;
   if (name == "map") return SegmentAction::kMap;
   if (name == "unmap") return SegmentAction::kUnmap;
-  throw InputError(fmt::format(
-      "simulator result JSON: segment_log action must be alloc, free, map or unmap, got '{}'",
-      name));
+  throw InputError(
+      fmt::format("simulator result JSON: segment_log action must be alloc, free, map or unmap, got '{}'", name));
 }
 
 template <typename F>
@@ -108,11 +105,10 @@ void from_json(const nlohmann::json& j, SimOptions& options) {
 }
 
 void to_json(nlohmann::json& j, const OomRecord& oom) {
-  j = nlohmann::json{
-      {"event_index", oom.event_index},         {"id", oom.id},
-      {"requested_bytes", oom.requested_bytes}, {"rounded_bytes", oom.rounded_bytes},
-      {"segment_bytes", oom.segment_bytes},     {"reserved_bytes", oom.reserved_bytes},
-      {"allocated_bytes", oom.allocated_bytes}, {"op", oom.op}};
+  j = nlohmann::json{{"event_index", oom.event_index},         {"id", oom.id},
+                     {"requested_bytes", oom.requested_bytes}, {"rounded_bytes", oom.rounded_bytes},
+                     {"segment_bytes", oom.segment_bytes},     {"reserved_bytes", oom.reserved_bytes},
+                     {"allocated_bytes", oom.allocated_bytes}, {"op", oom.op}};
 }
 
 void from_json(const nlohmann::json& j, OomRecord& oom) {

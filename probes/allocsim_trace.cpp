@@ -27,8 +27,7 @@ T field(const Json& object, const char* key, const std::string& path, const std:
   try {
     return object.at(key).get<T>();
   } catch (const Json::exception& e) {
-    throw SnapshotError(
-        fmt::format("{}: {}: field '{}' has the wrong type ({})", path, where, key, e.what()));
+    throw SnapshotError(fmt::format("{}: {}: field '{}' has the wrong type ({})", path, where, key, e.what()));
   }
 }
 
@@ -40,10 +39,10 @@ TraceAction action_of(const std::string& name, const std::string& path, std::siz
   if (name == "segment_map") return TraceAction::kSegmentMap;
   if (name == "segment_unmap") return TraceAction::kSegmentUnmap;
   if (name == "oom") return TraceAction::kOom;
-  throw SnapshotError(fmt::format(
-      "{}: events[{}]: unknown action '{}' (expected alloc, free_completed, segment_alloc, "
-      "segment_free, segment_map, segment_unmap or oom)",
-      path, index, name));
+  throw SnapshotError(
+      fmt::format("{}: events[{}]: unknown action '{}' (expected alloc, free_completed, segment_alloc, "
+                  "segment_free, segment_map, segment_unmap or oom)",
+                  path, index, name));
 }
 
 rules::AllocatorConfig config_of(const Json& settings, const std::string& path) {
@@ -52,14 +51,11 @@ rules::AllocatorConfig config_of(const Json& settings, const std::string& path) 
   const auto max_split = field<int64_t>(settings, "max_split_size", path, where);
   config.max_split_size = max_split < 0 ? rules::kNoMaxSplitSize : max_split;
   if (settings.contains("max_non_split_rounding_size")) {
-    config.max_non_split_rounding_size =
-        field<int64_t>(settings, "max_non_split_rounding_size", path, where);
+    config.max_non_split_rounding_size = field<int64_t>(settings, "max_non_split_rounding_size", path, where);
   }
-  config.garbage_collection_threshold =
-      field<double>(settings, "garbage_collection_threshold", path, where);
+  config.garbage_collection_threshold = field<double>(settings, "garbage_collection_threshold", path, where);
   config.expandable_segments = field<bool>(settings, "expandable_segments", path, where);
-  const auto divisions =
-      field<std::vector<int64_t>>(settings, "roundup_power2_divisions", path, where);
+  const auto divisions = field<std::vector<int64_t>>(settings, "roundup_power2_divisions", path, where);
   if (divisions.size() != config.roundup_power2_divisions.size()) {
     throw SnapshotError(
         fmt::format("{}: allocator_settings.roundup_power2_divisions: expected {} "
@@ -83,8 +79,7 @@ SnapshotTrace load_snapshot_trace(const std::string& path) {
   }
   const auto format = field<std::string>(root, "format", path, "top level");
   if (format != "oomtune-allocsim-trace") {
-    throw SnapshotError(
-        fmt::format("{}: format: expected 'oomtune-allocsim-trace', got '{}'", path, format));
+    throw SnapshotError(fmt::format("{}: format: expected 'oomtune-allocsim-trace', got '{}'", path, format));
   }
   const auto version = field<int>(root, "version", path, "top level");
   if (version != 1) {
@@ -104,14 +99,12 @@ SnapshotTrace load_snapshot_trace(const std::string& path) {
     segment.bytes = field<int64_t>(s, "total_size", path, where);
     const auto type = field<std::string>(s, "segment_type", path, where);
     if (type != "small" && type != "large") {
-      throw SnapshotError(fmt::format("{}: {}.segment_type: expected 'small' or 'large', got '{}'",
-                                      path, where, type));
+      throw SnapshotError(fmt::format("{}: {}.segment_type: expected 'small' or 'large', got '{}'", path, where, type));
     }
     segment.pool = type == "small" ? rules::Pool::kSmall : rules::Pool::kLarge;
     if (s.value("is_expandable", false)) {
-      throw SnapshotError(fmt::format(
-          "{}: {}: expandable segments present when recording began cannot be replayed yet", path,
-          where));
+      throw SnapshotError(
+          fmt::format("{}: {}: expandable segments present when recording began cannot be replayed yet", path, where));
     }
     const auto blocks = field<Json>(s, "blocks", path, where);
     for (std::size_t j = 0; j < blocks.size(); ++j) {
@@ -132,8 +125,7 @@ SnapshotTrace load_snapshot_trace(const std::string& path) {
   for (std::size_t i = 0; i < events.size(); ++i) {
     const Json& e = events[i];
     if (!e.is_array() || e.size() != 3) {
-      throw SnapshotError(fmt::format("{}: events[{}]: expected [action, address, bytes], got {}",
-                                      path, i, e.dump()));
+      throw SnapshotError(fmt::format("{}: events[{}]: expected [action, address, bytes], got {}", path, i, e.dump()));
     }
     TraceEvent event;
     try {
@@ -153,15 +145,14 @@ SnapshotTrace load_snapshot_trace(const std::string& path) {
       SegmentInfo segment;
       segment.address = field<std::uint64_t>(finals[i], "address", path, where);
       segment.bytes = field<int64_t>(finals[i], "total_size", path, where);
-      segment.pool = field<std::string>(finals[i], "segment_type", path, where) == "small"
-                         ? rules::Pool::kSmall
-                         : rules::Pool::kLarge;
+      segment.pool = field<std::string>(finals[i], "segment_type", path, where) == "small" ? rules::Pool::kSmall
+                                                                                           : rules::Pool::kLarge;
       segment.is_expandable = finals[i].value("is_expandable", false);
       const auto blocks = field<Json>(finals[i], "blocks", path, where);
       for (const Json& b : blocks) {
         if (!b.is_array() || b.size() != 3) {
-          throw SnapshotError(fmt::format(
-              "{}: {}.blocks: expected [address, size, allocated], got {}", path, where, b.dump()));
+          throw SnapshotError(
+              fmt::format("{}: {}.blocks: expected [address, size, allocated], got {}", path, where, b.dump()));
         }
         BlockInfo block;
         block.address = b[0].get<std::uint64_t>();
@@ -258,8 +249,7 @@ TraceReplay replay_trace(const SnapshotTrace& trace, SimOptions options, bool re
     if (real_addresses && ok && event.kind == AllocEventKind::kAlloc && event.id < kOomIdBase) {
       const auto address = sim.address_of(event.id);
       if (!address || *address != event.id) {
-        if (replay.address_mismatches++ == 0)
-          replay.first_address_mismatch = static_cast<int64_t>(i);
+        if (replay.address_mismatches++ == 0) replay.first_address_mismatch = static_cast<int64_t>(i);
       }
     }
   }

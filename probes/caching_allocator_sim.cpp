@@ -146,16 +146,14 @@ class BlockArena {
   std::vector<Block*> free_;
 };
 
-int64_t align_up(int64_t bytes, int64_t alignment) {
-  return (bytes + alignment - 1) / alignment * alignment;
-}
+int64_t align_up(int64_t bytes, int64_t alignment) { return (bytes + alignment - 1) / alignment * alignment; }
 
 void validate(const SimOptions& options) {
   const rules::AllocatorConfig& config = options.config;
   if (config.max_split_size < rules::kLargeBuffer) {
-    throw ConfigError(fmt::format(
-        "allocator config: max_split_size must be >= {} bytes (max_split_size_mb >= 20), got {}",
-        rules::kLargeBuffer, config.max_split_size));
+    throw ConfigError(
+        fmt::format("allocator config: max_split_size must be >= {} bytes (max_split_size_mb >= 20), got {}",
+                    rules::kLargeBuffer, config.max_split_size));
   }
   if (config.max_non_split_rounding_size < rules::kLargeBuffer) {
     throw ConfigError(
@@ -167,19 +165,16 @@ void validate(const SimOptions& options) {
     const int64_t divisions = config.roundup_power2_divisions[i];
     if (divisions != 0 && !rules::is_power_of_two(divisions)) {
       throw ConfigError(fmt::format(
-          "allocator config: roundup_power2_divisions[{}] has to be a power of 2 or 0, got {}", i,
-          divisions));
+          "allocator config: roundup_power2_divisions[{}] has to be a power of 2 or 0, got {}", i, divisions));
     }
   }
   if (!(config.garbage_collection_threshold >= 0.0 && config.garbage_collection_threshold < 1.0)) {
-    throw ConfigError(
-        fmt::format("allocator config: garbage_collection_threshold must be in [0, 1), got {}",
-                    config.garbage_collection_threshold));
+    throw ConfigError(fmt::format("allocator config: garbage_collection_threshold must be in [0, 1), got {}",
+                                  config.garbage_collection_threshold));
   }
   if (options.budget_bytes < 0 || options.device_total_bytes < 0) {
-    throw ConfigError(
-        fmt::format("simulator: budget_bytes and device_total_bytes must be >= 0, got {} and {}",
-                    options.budget_bytes, options.device_total_bytes));
+    throw ConfigError(fmt::format("simulator: budget_bytes and device_total_bytes must be >= 0, got {} and {}",
+                                  options.budget_bytes, options.device_total_bytes));
   }
 }
 
@@ -197,8 +192,8 @@ struct CachingAllocatorSim::Impl {
 
   bool apply(const AllocEvent& event) {
     if (static_cast<std::size_t>(event.phase) >= kNumPhases) {
-      throw InputError(fmt::format("allocation event {}: phase {} is not a phase of a step",
-                                   result_.num_events, static_cast<int>(event.phase)));
+      throw InputError(fmt::format("allocation event {}: phase {} is not a phase of a step", result_.num_events,
+                                   static_cast<int>(event.phase)));
     }
     phase_ = event.phase;
     op_ = &event.op;
@@ -221,8 +216,7 @@ struct CachingAllocatorSim::Impl {
       return true;
     }
     if (live_.count(id) != 0) {
-      throw InputError(fmt::format(
-          "allocation event {}: id {} is allocated again before it was freed", index, id));
+      throw InputError(fmt::format("allocation event {}: id {} is allocated again before it was freed", index, id));
     }
     if (orig_size <= 0) {  // allocate(0) returns a null pointer without calling malloc
       ignorable_.insert(id);
@@ -276,9 +270,8 @@ struct CachingAllocatorSim::Impl {
         end_event();
         return;
       }
-      throw InputError(fmt::format(
-          "free event {}: id {} is not a live allocation (never allocated, or freed twice)", index,
-          id));
+      throw InputError(
+          fmt::format("free event {}: id {} is not a live allocation (never allocated, or freed twice)", index, id));
     }
     Block* block = it->second;
     live_.erase(it);
@@ -304,8 +297,8 @@ struct CachingAllocatorSim::Impl {
       throw InputError("simulator: existing segments are not supported with expandable_segments");
     }
     if (segment.bytes <= 0) {
-      throw InputError(fmt::format("existing segment at {:#x}: size must be > 0, got {}",
-                                   segment.address, segment.bytes));
+      throw InputError(
+          fmt::format("existing segment at {:#x}: size must be > 0, got {}", segment.address, segment.bytes));
     }
     BlockPool& pool = segment.pool == rules::Pool::kSmall ? small_blocks_ : large_blocks_;
     std::vector<ExistingBlock> blocks = segment.allocated_blocks;
@@ -329,14 +322,13 @@ struct CachingAllocatorSim::Impl {
     for (const ExistingBlock& existing : blocks) {
       if (existing.address < cursor || existing.bytes <= 0 ||
           existing.address + static_cast<std::uint64_t>(existing.bytes) > end) {
-        throw InputError(fmt::format(
-            "existing segment at {:#x} ({} bytes): block {:#x} ({} bytes) overlaps another block "
-            "or lies outside the segment",
-            segment.address, segment.bytes, existing.address, existing.bytes));
+        throw InputError(
+            fmt::format("existing segment at {:#x} ({} bytes): block {:#x} ({} bytes) overlaps another block "
+                        "or lies outside the segment",
+                        segment.address, segment.bytes, existing.address, existing.bytes));
       }
       if (live_.count(existing.id) != 0) {
-        throw InputError(fmt::format("existing segment at {:#x}: id {} is used twice",
-                                     segment.address, existing.id));
+        throw InputError(fmt::format("existing segment at {:#x}: id {} is used twice", segment.address, existing.id));
       }
       if (existing.address > cursor) {
         free_blocks.push_back(append(cursor, static_cast<int64_t>(existing.address - cursor)));
@@ -355,8 +347,7 @@ struct CachingAllocatorSim::Impl {
 
     total_allocated_memory_ += segment.bytes;
     next_synthetic_address_ = std::max(
-        next_synthetic_address_,
-        static_cast<std::uint64_t>(align_up(static_cast<int64_t>(end), kSegmentAlignment)));
+        next_synthetic_address_, static_cast<std::uint64_t>(align_up(static_cast<int64_t>(end), kSegmentAlignment)));
     update_peaks(-1);
     sync_current();
   }
@@ -456,8 +447,7 @@ struct CachingAllocatorSim::Impl {
     result_.peak_requested_bytes = std::max(result_.peak_requested_bytes, requested_bytes_);
   }
 
-  void record_oom(int64_t index, std::uint64_t id, int64_t orig_size, int64_t size,
-                  int64_t alloc_size) {
+  void record_oom(int64_t index, std::uint64_t id, int64_t orig_size, int64_t size, int64_t alloc_size) {
     OomRecord record;
     record.event_index = index;
     record.id = id;
@@ -485,13 +475,10 @@ struct CachingAllocatorSim::Impl {
     result_.segment_log.push_back(entry);
   }
 
-  bool gc_enabled() const {
-    return options_.budget_bytes > 0 && config_.garbage_collection_threshold > 0.0;
-  }
+  bool gc_enabled() const { return options_.budget_bytes > 0 && config_.garbage_collection_threshold > 0.0; }
 
   bool over_device(int64_t extra) const {
-    return options_.device_total_bytes > 0 &&
-           total_allocated_memory_ + extra > options_.device_total_bytes;
+    return options_.device_total_bytes > 0 && total_allocated_memory_ + extra > options_.device_total_bytes;
   }
 
   std::uint64_t next_synthetic(int64_t bytes) {
@@ -542,8 +529,7 @@ struct CachingAllocatorSim::Impl {
   }
 
   /// alloc_found_block(): split off the remainder when should_split() says so.
-  Block* alloc_found_block(Block* block, BlockPool& pool, int64_t size, int64_t orig_size,
-                           bool split_remainder) {
+  Block* alloc_found_block(Block* block, BlockPool& pool, int64_t size, int64_t orig_size, bool split_remainder) {
     if (split_remainder) {
       Block* remaining = block;
       block = arena_.make();
@@ -689,15 +675,13 @@ struct CachingAllocatorSim::Impl {
   /// they were cached) is at least the average, until reserved is back under
   /// the threshold.
   void garbage_collect_cached_blocks() {
-    const auto gc_threshold = static_cast<int64_t>(config_.garbage_collection_threshold *
-                                                   static_cast<double>(options_.budget_bytes));
+    const auto gc_threshold =
+        static_cast<int64_t>(config_.garbage_collection_threshold * static_cast<double>(options_.budget_bytes));
     if (total_allocated_memory_ <= gc_threshold) return;
     const int64_t target_size = total_allocated_memory_ - gc_threshold;
     int64_t gc_reclaimed = 0;
     BlockPool& pool = large_blocks_;
-    auto gc_count = [&pool](const Block* b) {
-      return pool.get_free_blocks_call_count - b->gc_count_base;
-    };
+    auto gc_count = [&pool](const Block* b) { return pool.get_free_blocks_call_count - b->gc_count_base; };
 
     int64_t total_age = 0;
     int64_t freeable_block_count = 0;
@@ -711,8 +695,7 @@ struct CachingAllocatorSim::Impl {
 
     bool block_freed = true;
     while (gc_reclaimed < target_size && block_freed && freeable_block_count > 0) {
-      const double age_threshold =
-          static_cast<double>(total_age) / static_cast<double>(freeable_block_count);
+      const double age_threshold = static_cast<double>(total_age) / static_cast<double>(freeable_block_count);
       block_freed = false;
       for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
         Block* block = *it;
@@ -771,8 +754,7 @@ struct CachingAllocatorSim::Impl {
   /// try_allocate_expandable_block().
   Block* try_allocate_expandable_block(BlockPool& pool, int64_t size) {
     Block* candidate = find_expandable_block(pool, size);
-    if (!candidate->mapped && !map_block(candidate, std::min(candidate->size, size)))
-      return nullptr;
+    if (!candidate->mapped && !map_block(candidate, std::min(candidate->size, size))) return nullptr;
     while (candidate->size < size) {
       // invariant: free -> unmapped -> *; mapping merges the free block in.
       const int64_t remaining = size - candidate->size;
@@ -832,8 +814,7 @@ struct CachingAllocatorSim::Impl {
     if (begin >= end) return;
     BlockPool& pool = *block->pool;
     pool.blocks.erase(block);
-    const std::uint64_t unmapped_ptr =
-        segment.base + static_cast<std::uint64_t>(begin * segment.page_size);
+    const std::uint64_t unmapped_ptr = segment.base + static_cast<std::uint64_t>(begin * segment.page_size);
     const int64_t unmapped_size = (end - begin) * segment.page_size;
 
     const auto before_size = static_cast<int64_t>(unmapped_ptr - block->ptr);
@@ -883,9 +864,9 @@ struct CachingAllocatorSim::Impl {
     }
     block->pool->unmapped.erase(block);
     ExpandableSegment* segment = block->expandable_segment;
-    expandable_segments_.erase(std::find_if(
-        expandable_segments_.begin(), expandable_segments_.end(),
-        [segment](const std::unique_ptr<ExpandableSegment>& s) { return s.get() == segment; }));
+    expandable_segments_.erase(
+        std::find_if(expandable_segments_.begin(), expandable_segments_.end(),
+                     [segment](const std::unique_ptr<ExpandableSegment>& s) { return s.get() == segment; }));
     arena_.release(block);
   }
 
@@ -909,27 +890,20 @@ struct CachingAllocatorSim::Impl {
   SimResult result_;
 };
 
-CachingAllocatorSim::CachingAllocatorSim(SimOptions options)
-    : impl_(std::make_unique<Impl>(std::move(options))) {}
+CachingAllocatorSim::CachingAllocatorSim(SimOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 CachingAllocatorSim::~CachingAllocatorSim() = default;
 CachingAllocatorSim::CachingAllocatorSim(CachingAllocatorSim&&) noexcept = default;
 CachingAllocatorSim& CachingAllocatorSim::operator=(CachingAllocatorSim&&) noexcept = default;
 
-void CachingAllocatorSim::add_existing_segment(const ExistingSegment& segment) {
-  impl_->add_existing_segment(segment);
-}
+void CachingAllocatorSim::add_existing_segment(const ExistingSegment& segment) { impl_->add_existing_segment(segment); }
 void CachingAllocatorSim::use_segment_addresses(std::vector<std::uint64_t> addresses) {
   impl_->use_segment_addresses(std::move(addresses));
 }
 bool CachingAllocatorSim::apply(const AllocEvent& event) { return impl_->apply(event); }
-bool CachingAllocatorSim::malloc(std::uint64_t id, int64_t bytes) {
-  return impl_->malloc(id, bytes);
-}
+bool CachingAllocatorSim::malloc(std::uint64_t id, int64_t bytes) { return impl_->malloc(id, bytes); }
 void CachingAllocatorSim::free(std::uint64_t id) { impl_->free(id); }
 void CachingAllocatorSim::empty_cache() { impl_->empty_cache(); }
-std::optional<std::uint64_t> CachingAllocatorSim::address_of(std::uint64_t id) const {
-  return impl_->address_of(id);
-}
+std::optional<std::uint64_t> CachingAllocatorSim::address_of(std::uint64_t id) const { return impl_->address_of(id); }
 int64_t CachingAllocatorSim::reserved_bytes() const { return impl_->reserved_bytes(); }
 int64_t CachingAllocatorSim::allocated_bytes() const { return impl_->allocated_bytes(); }
 int64_t CachingAllocatorSim::largest_free_block() const { return impl_->largest_free_block(); }

@@ -29,16 +29,16 @@ namespace oomtune {
 /// at one moment (c10/core/CachingDeviceAllocator.h, DeviceStats at
 /// StatType::AGGREGATE; a Stat holds current, peak, allocated and freed).
 struct DeviceStatsSample {
-  int64_t allocated_bytes = 0;         // SUM: allocated_bytes.current
-  int64_t allocated_peak_bytes = 0;    // SUM: allocated_bytes.peak since the last reset
-  int64_t reserved_bytes = 0;          // SUM: reserved_bytes.current
-  int64_t reserved_peak_bytes = 0;     // SUM: reserved_bytes.peak since the last reset
-  int64_t active_peak_bytes = 0;       // SUM: active_bytes.peak since the last reset
-  int64_t allocations = 0;             // COUNT: allocation.allocated, ever
-  int64_t allocated_bytes_total = 0;   // SUM: allocated_bytes.allocated, ever
-  int64_t segment_allocations = 0;     // COUNT: segment.allocated, ever (cudaMalloc calls)
-  int64_t num_alloc_retries = 0;       // COUNT: cudaMalloc failures retried after freeing the cache
-  int64_t num_ooms = 0;                // COUNT: out-of-memory errors raised
+  int64_t allocated_bytes = 0;        // SUM: allocated_bytes.current
+  int64_t allocated_peak_bytes = 0;   // SUM: allocated_bytes.peak since the last reset
+  int64_t reserved_bytes = 0;         // SUM: reserved_bytes.current
+  int64_t reserved_peak_bytes = 0;    // SUM: reserved_bytes.peak since the last reset
+  int64_t active_peak_bytes = 0;      // SUM: active_bytes.peak since the last reset
+  int64_t allocations = 0;            // COUNT: allocation.allocated, ever
+  int64_t allocated_bytes_total = 0;  // SUM: allocated_bytes.allocated, ever
+  int64_t segment_allocations = 0;    // COUNT: segment.allocated, ever (cudaMalloc calls)
+  int64_t num_alloc_retries = 0;      // COUNT: cudaMalloc failures retried after freeing the cache
+  int64_t num_ooms = 0;               // COUNT: out-of-memory errors raised
 };
 
 /// Where the counters come from.
@@ -85,8 +85,8 @@ class DevicePhaseMeter {
   std::array<bool, kNumPhases> seen_{};
   Phase phase_ = Phase::kLoad;
   bool in_phase_ = false;
-  DeviceStatsSample at_start_;    // counters when the current phase (or the statistics) began
-  DeviceStatsSample at_reset_;    // counters at the last reset_statistics()
+  DeviceStatsSample at_start_;  // counters when the current phase (or the statistics) began
+  DeviceStatsSample at_reset_;  // counters at the last reset_statistics()
   int64_t peak_bytes_ = 0;
   int64_t reserved_peak_bytes_ = 0;
   int64_t active_peak_bytes_ = 0;

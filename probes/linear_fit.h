@@ -8,8 +8,8 @@ namespace oomtune {
 
 /// y = intercept + slope * x, fitted by ordinary least squares.
 struct LinearFit {
-  double intercept = 0;          // units of y
-  double slope = 0;              // units of y per unit of x
+  double intercept = 0;              // units of y
+  double slope = 0;                  // units of y per unit of x
   double max_relative_residual = 0;  // max |y_i - fit(x_i)| / |y_i| over the points
   double operator()(double x) const { return intercept + slope * x; }
 };

@@ -16,12 +16,12 @@ constexpr std::size_t kNumMemoryPools = static_cast<std::size_t>(MemoryPool::kNu
 
 /// Memory of one phase of a training step (device pool unless named host).
 struct PhaseMemory {
-  int64_t start_bytes = 0;       // SUM: live device bytes when the phase began
-  int64_t peak_bytes = 0;        // SUM: highest live device bytes during the phase
-  int64_t end_bytes = 0;         // SUM: live device bytes when the phase ended
-  int64_t allocations = 0;       // COUNT: device allocations made in the phase
-  int64_t allocated_bytes = 0;   // SUM: bytes of those allocations
-  int64_t host_peak_bytes = 0;   // SUM: highest live host-pool bytes during the phase
+  int64_t start_bytes = 0;      // SUM: live device bytes when the phase began
+  int64_t peak_bytes = 0;       // SUM: highest live device bytes during the phase
+  int64_t end_bytes = 0;        // SUM: live device bytes when the phase ended
+  int64_t allocations = 0;      // COUNT: device allocations made in the phase
+  int64_t allocated_bytes = 0;  // SUM: bytes of those allocations
+  int64_t host_peak_bytes = 0;  // SUM: highest live host-pool bytes during the phase
   // SUM: highest CPU kernel scratch (KernelScratch) live at once during the
   // phase; not in any other field.
   int64_t kernel_scratch_peak_bytes = 0;
@@ -63,8 +63,8 @@ struct KernelScratch {
 
 /// The largest single allocation seen.
 struct LargestAllocation {
-  int64_t bytes = 0;             // SUM: bytes requested
-  std::string op;                // "aten::mm", "MmBackward0 > aten::mm", or "(unknown)"
+  int64_t bytes = 0;  // SUM: bytes requested
+  std::string op;     // "aten::mm", "MmBackward0 > aten::mm", or "(unknown)"
   Phase phase = Phase::kLoad;
 };
 
@@ -91,9 +91,9 @@ struct TrackedEvent {
   Kind kind = Kind::kAlloc;
   MemoryPool pool = MemoryPool::kDevice;
   Phase phase = Phase::kLoad;
-  uint64_t address = 0;          // the block's address (an id: alloc and free pair up)
-  int64_t bytes = 0;             // SUM: bytes requested
-  uint32_t op = 0;               // index into MemoryTracker::op_names() (0 = "(unknown)")
+  uint64_t address = 0;  // the block's address (an id: alloc and free pair up)
+  int64_t bytes = 0;     // SUM: bytes requested
+  uint32_t op = 0;       // index into MemoryTracker::op_names() (0 = "(unknown)")
   // Of an allocation: which run of its innermost enclosing frame (an
   // autograd node, an oomtune operator) made it; every run has its own
   // number. 0 = none, or a free.

@@ -78,7 +78,7 @@ static_assert(sizeof(BlockHeader) <= kHeaderBytes);
 // The device whose kernels' scratch is found (Note [Kernel scratch]).
 constexpr c10::DispatchKey kKernelKey = c10::DispatchKey::CPU;
 
-std::mutex g_mutex;                       // guards g_active and every tracker's State
+std::mutex g_mutex;  // guards g_active and every tracker's State
 MemoryTracker* g_active = nullptr;
 uint32_t g_active_generation = 0;
 std::atomic<uint32_t> g_next_generation{1};
@@ -113,11 +113,10 @@ bool is_kernel(const at::RecordFunction& fn) {
   const auto op_name = fn.operator_name();
   if (!op_name) return false;
   const auto op = c10::Dispatcher::singleton().findOp(*op_name);
-  const bool kernel =
-      op && op_name->name.rfind("oomtune::", 0) != 0 &&
-      (op->hasKernelForDispatchKey(kKernelKey) ||
-       (op->hasComputedKernelForDispatchKey(kKernelKey) &&
-        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)));
+  const bool kernel = op && op_name->name.rfind("oomtune::", 0) != 0 &&
+                      (op->hasKernelForDispatchKey(kKernelKey) ||
+                       (op->hasComputedKernelForDispatchKey(kKernelKey) &&
+                        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)));
   known.emplace(name, kernel);
   return kernel;
 }
@@ -187,7 +186,7 @@ struct PendingEvent {
 struct MemoryTracker::State {
   uint32_t generation = 0;
   std::optional<int64_t> budget;
-  std::array<int64_t, kNumMemoryPools> live{};     // counted: scratch is not
+  std::array<int64_t, kNumMemoryPools> live{};  // counted: scratch is not
   std::array<int64_t, kNumMemoryPools> peak{};
   std::array<int64_t, kNumMemoryPools> held{};     // every byte, scratch and uncounted kernel blocks too
   int64_t held_peak = 0;                           // highest held device bytes
@@ -257,8 +256,10 @@ struct MemoryTracker::State {
       const TrackedEvent& e = k.event;
       const bool alloc = e.kind == TrackedEvent::Kind::kAlloc;
       if (k.scratch) {
-        if (alloc) scratch_alloc(e);
-        else scratch[static_cast<std::size_t>(e.pool)] -= e.bytes;
+        if (alloc)
+          scratch_alloc(e);
+        else
+          scratch[static_cast<std::size_t>(e.pool)] -= e.bytes;
         continue;
       }
       if (alloc) {
@@ -292,9 +293,8 @@ MemoryTracker::MemoryTracker(TrackerOptions options) : options_(options), state_
   g_active_generation = state_->generation;
   c10::SetCPUAllocator(this, kAllocatorPriority);
   if (options_.attribute_ops) {
-    callback_ = at::addGlobalCallback(
-        at::RecordFunctionCallback(on_op_enter, on_op_exit)
-            .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+    callback_ = at::addGlobalCallback(at::RecordFunctionCallback(on_op_enter, on_op_exit)
+                                          .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
   }
 }
 
@@ -318,8 +318,8 @@ c10::DataPtr MemoryTracker::allocate(size_t requested) OOMTUNE_ALLOCATE_CONST {
       ++s.out_of_memory;
       // The same words as the CUDA caching allocator, so users recognise it.
       C10_THROW_ERROR(OutOfMemoryError,
-                      fmt::format("oomtune budget: tried to allocate {}; {} of {} budget in use",
-                                  format_bytes(bytes), format_bytes(s.held[p]), format_bytes(*s.budget)));
+                      fmt::format("oomtune budget: tried to allocate {}; {} of {} budget in use", format_bytes(bytes),
+                                  format_bytes(s.held[p]), format_bytes(*s.budget)));
     }
     s.held[p] += bytes;
     if (pool == MemoryPool::kDevice) s.held_peak = std::max(s.held_peak, s.held[p]);
@@ -334,7 +334,8 @@ c10::DataPtr MemoryTracker::allocate(size_t requested) OOMTUNE_ALLOCATE_CONST {
     std::lock_guard<std::mutex> lock(g_mutex);
     State& s = *state_;
     const std::size_t frame = innermost_frame();  // one walk of the op stack for label and run
-    const TrackedEvent event{TrackedEvent::Kind::kAlloc,     pool,
+    const TrackedEvent event{TrackedEvent::Kind::kAlloc,
+                             pool,
                              s.phase,
                              reinterpret_cast<uint64_t>(data),
                              bytes,
@@ -378,8 +379,8 @@ void MemoryTracker::on_free(void* data, bool raw) {
   const Block block = it->second;
   s.blocks.erase(it);
   s.held[static_cast<std::size_t>(block.pool)] -= block.bytes;
-  const TrackedEvent event{TrackedEvent::Kind::kFree, block.pool, s.phase, reinterpret_cast<uint64_t>(data),
-                           block.bytes, 0, 0};
+  const TrackedEvent event{
+      TrackedEvent::Kind::kFree, block.pool, s.phase, reinterpret_cast<uint64_t>(data), block.bytes, 0, 0};
   // Scratch: not a tensor (raw), or freed inside the kernel call that made it.
   const bool scratch = raw || (block.kernel_run != 0 && block.kernel_run == t_kernel_run);
   if (block.outer_run != 0) {
@@ -389,8 +390,10 @@ void MemoryTracker::on_free(void* data, bool raw) {
     return;
   }
   if (raw) s.kernel_scratch.raw_bytes_counted += block.bytes;
-  if (!t_ops.empty()) s.pending[t_ops.front().run].push_back({event});  // counted in order with the call's own
-  else s.count_free(event);
+  if (!t_ops.empty())
+    s.pending[t_ops.front().run].push_back({event});  // counted in order with the call's own
+  else
+    s.count_free(event);
 }
 
 void MemoryTracker::begin_phase(Phase phase) {

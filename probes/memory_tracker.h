@@ -42,8 +42,8 @@
 #include <c10/core/Allocator.h>
 
 #include "common/phase.h"
-#include "probes/memory_records.h"
 #include "compat/torch_compat.h"
+#include "probes/memory_records.h"
 
 namespace oomtune {
 

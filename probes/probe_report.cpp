@@ -23,9 +23,12 @@ TrialOutcome outcome_from_string(const std::string& text) {
 }
 
 nlohmann::json phase_json(const PhaseMemory& p) {
-  return {{"start_bytes", p.start_bytes},         {"peak_bytes", p.peak_bytes},
-          {"end_bytes", p.end_bytes},             {"allocations", p.allocations},
-          {"allocated_bytes", p.allocated_bytes}, {"host_peak_bytes", p.host_peak_bytes},
+  return {{"start_bytes", p.start_bytes},
+          {"peak_bytes", p.peak_bytes},
+          {"end_bytes", p.end_bytes},
+          {"allocations", p.allocations},
+          {"allocated_bytes", p.allocated_bytes},
+          {"host_peak_bytes", p.host_peak_bytes},
           {"kernel_scratch_peak_bytes", p.kernel_scratch_peak_bytes},
           {"reserved_peak_bytes", p.reserved_peak_bytes}};
 }
@@ -61,9 +64,10 @@ std::string outcome_text(const ProbeReport& r) {
 std::string kernel_scratch_text(const KernelScratch& k) {
   std::string text;
   if (k.allocations > 0)
-    text = fmt::format("{} at most at once, by {} ({} allocations); CPU only, not counted toward a CUDA prediction; "
-                       "with it the CPU held {} at most",
-                       format_bytes(k.peak_bytes), k.op, k.allocations, format_bytes(k.peak_with_scratch_bytes));
+    text = fmt::format(
+        "{} at most at once, by {} ({} allocations); CPU only, not counted toward a CUDA prediction; "
+        "with it the CPU held {} at most",
+        format_bytes(k.peak_bytes), k.op, k.allocations, format_bytes(k.peak_with_scratch_bytes));
   if (k.raw_bytes_counted > 0)
     text += fmt::format("{}{} of library memory (not tensors) allocated outside any operator is counted as tensors",
                         text.empty() ? "" : "; ", format_bytes(k.raw_bytes_counted));
@@ -175,8 +179,10 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     for (std::size_t i = 0; i < kNumPhases; ++i)
       if (phase_name(static_cast<Phase>(i)) == phase) r.largest.phase = static_cast<Phase>(i);
     if (const auto scratch = j.find("kernel_scratch"); scratch != j.end())
-      r.kernel_scratch = {scratch->at("peak_bytes").get<int64_t>(), scratch->at("allocations").get<int64_t>(),
-                          scratch->at("allocated_bytes").get<int64_t>(), scratch->at("op").get<std::string>(),
+      r.kernel_scratch = {scratch->at("peak_bytes").get<int64_t>(),
+                          scratch->at("allocations").get<int64_t>(),
+                          scratch->at("allocated_bytes").get<int64_t>(),
+                          scratch->at("op").get<std::string>(),
                           scratch->at("peak_with_scratch_bytes").get<int64_t>(),
                           scratch->at("raw_bytes_counted").get<int64_t>()};
     const auto& t = j.at("timing");
@@ -203,8 +209,7 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
       r.reserved = ReservedPrediction{res.at("peak_reserved_bytes").get<int64_t>(),
                                       res.at("reserved_minus_allocated_bytes").get<int64_t>(),
                                       res.at("largest_free_block_bytes").get<int64_t>(),
-                                      res.at("segment_allocations").get<int64_t>(),
-                                      res.at("fits_budget").get<bool>()};
+                                      res.at("segment_allocations").get<int64_t>(), res.at("fits_budget").get<bool>()};
     }
     if (j.contains("measured_reserved")) {
       const auto& m = j.at("measured_reserved");

@@ -53,45 +53,45 @@ struct StaticMemory {
 
 /// Step timing of a trial.
 struct StepTiming {
-  int64_t warmup_steps = 0;             // COUNT: steps discarded (allocator and library warm-up)
-  double warmup_seconds = 0;            // seconds of those steps
-  std::vector<double> step_seconds;     // seconds of each timed step, in order
-  double steady_step_seconds = 0;       // median of step_seconds
+  int64_t warmup_steps = 0;          // COUNT: steps discarded (allocator and library warm-up)
+  double warmup_seconds = 0;         // seconds of those steps
+  std::vector<double> step_seconds;  // seconds of each timed step, in order
+  double steady_step_seconds = 0;    // median of step_seconds
   // Seconds of each timed step's optimizer phase (from the optimizer hook to
   // the step's end, the device synchronized at both on CUDA), and their
   // median: the part of a step that runs once per optimizer step, however
   // many micro-batches it accumulates (0 in reports that did not time it).
   std::vector<double> optimizer_seconds;
   double steady_optimizer_seconds = 0;
-  bool steady = false;                  // consecutive timed steps agreed within the tolerance
-  double tolerance = 0.15;              // relative: |t_i - t_{i-1}| / median
+  bool steady = false;      // consecutive timed steps agreed within the tolerance
+  double tolerance = 0.15;  // relative: |t_i - t_{i-1}| / median
 };
 
 /// Prediction of the CUDA caching allocator's reserved bytes from the
 /// event stream (probes/caching_allocator_sim.h).
 struct ReservedPrediction {
-  int64_t peak_reserved_bytes = 0;          // SUM
+  int64_t peak_reserved_bytes = 0;             // SUM
   int64_t reserved_minus_allocated_bytes = 0;  // SUM: at the reserved peak
-  int64_t largest_free_block_bytes = 0;     // SUM: at the reserved peak
-  int64_t segment_allocations = 0;          // COUNT: cudaMalloc calls
+  int64_t largest_free_block_bytes = 0;        // SUM: at the reserved peak
+  int64_t segment_allocations = 0;             // COUNT: cudaMalloc calls
   bool fits_budget = true;
 };
 
 /// Everything one trial measured.
 struct ProbeReport {
-  std::string config;                 // to_string(TrainingConfig)
-  int64_t micro_batch = 0;            // COUNT
-  int64_t accumulation_steps = 0;     // COUNT
-  int64_t global_batch = 0;           // COUNT
-  int64_t parameter_count = 0;        // COUNT: trainable parameter elements
+  std::string config;              // to_string(TrainingConfig)
+  int64_t micro_batch = 0;         // COUNT
+  int64_t accumulation_steps = 0;  // COUNT
+  int64_t global_batch = 0;        // COUNT
+  int64_t parameter_count = 0;     // COUNT: trainable parameter elements
   TrialOutcome outcome = TrialOutcome::kOk;
-  std::string message;                // why it did not run (empty when ok)
-  bool input_error = false;           // kError caused by the user's input (model file, job, config): exit code 2
-  std::string phase_at_failure;       // phase where an OOM or crash happened, if known
+  std::string message;           // why it did not run (empty when ok)
+  bool input_error = false;      // kError caused by the user's input (model file, job, config): exit code 2
+  std::string phase_at_failure;  // phase where an OOM or crash happened, if known
   std::array<PhaseMemory, kNumPhases> phases{};  // of the measured step
-  int64_t peak_bytes = 0;             // SUM: device peak of the measured step
-  int64_t host_peak_bytes = 0;        // SUM: host-pool peak of the measured step
-  int64_t steps_run = 0;              // COUNT: optimizer steps completed
+  int64_t peak_bytes = 0;                        // SUM: device peak of the measured step
+  int64_t host_peak_bytes = 0;                   // SUM: host-pool peak of the measured step
+  int64_t steps_run = 0;                         // COUNT: optimizer steps completed
   StaticMemory static_memory;
   int64_t retained_activation_bytes = 0;  // SUM: live after forward+loss minus live before forward
   // Of the measured step's backward, with events recorded (TrialOptions::
@@ -102,7 +102,7 @@ struct ProbeReport {
   // above (probes/memory_tracker.cpp, Note [Kernel scratch]).
   KernelScratch kernel_scratch;
   StepTiming timing;
-  double samples_per_second = 0;      // global batch / steady step seconds
+  double samples_per_second = 0;  // global batch / steady step seconds
   std::optional<ReservedPrediction> reserved;
   // On a GPU: what the caching allocator itself reserved, beside the
   // prediction above from the same allocations (DevicePhaseMeter).
@@ -116,7 +116,7 @@ struct ProbeReport {
   std::vector<std::string> other_checkpointed_blocks;
   std::string torch_version;
   bool optimizing_executor = false;
-  std::string precision_form;         // "fp32", "autocast" or "bf16 parameters, fp32 master" (bf16 fallback)
+  std::string precision_form;  // "fp32", "autocast" or "bf16 parameters, fp32 master" (bf16 fallback)
 };
 
 /// JSON with units in the key names (`peak_bytes`, `seconds`).

@@ -64,10 +64,13 @@ std::string yaml_quote(const std::string& text) {
 
 std::string accelerate_precision(Precision precision) {
   switch (precision) {
-    case Precision::kFp32: return "no";
+    case Precision::kFp32:
+      return "no";
     case Precision::kBf16:
-    case Precision::kBf16Params: return "bf16";  // bf16_params: under DEEPSPEED (see Rules)
-    case Precision::kFp16: return "fp16";
+    case Precision::kBf16Params:
+      return "bf16";  // bf16_params: under DEEPSPEED (see Rules)
+    case Precision::kFp16:
+      return "fp16";
   }
   return "?";
 }
@@ -106,17 +109,17 @@ std::vector<std::string> accelerate_notes(const Plan& plan) {
         "ACCELERATE_GRADIENT_ACCUMULATION_STEPS={0}",
         c.accumulation_steps));
   const bool cpu_adam = c.offload_optimizer && c.optimizer == OptimizerKind::kAdamW8bit;
-  notes.push_back(fmt::format(
-      "the config has no optimizer: the script builds {}{}",
-      recipe_text::optimizer_call(plan, "model.parameters()", cpu_adam ? "torch.optim.AdamW" : ""),
-      c.offload_optimizer && c.optimizer != OptimizerKind::kSgd
-          ? " (under offload Accelerate swaps it for DeepSpeedCPUAdam)"
-          : ""));
+  notes.push_back(
+      fmt::format("the config has no optimizer: the script builds {}{}",
+                  recipe_text::optimizer_call(plan, "model.parameters()", cpu_adam ? "torch.optim.AdamW" : ""),
+                  c.offload_optimizer && c.optimizer != OptimizerKind::kSgd
+                      ? " (under offload Accelerate swaps it for DeepSpeedCPUAdam)"
+                      : ""));
   if (c.checkpoint.enabled())
-    notes.push_back(fmt::format(
-        "the config has no activation-checkpointing key: call model.gradient_checkpointing_enable() on a "
-        "transformers model, or wrap {} ({}) in torch.utils.checkpoint.checkpoint",
-        recipe_text::describe_checkpoint(c.checkpoint), to_string(c.checkpoint)));
+    notes.push_back(
+        fmt::format("the config has no activation-checkpointing key: call model.gradient_checkpointing_enable() on a "
+                    "transformers model, or wrap {} ({}) in torch.utils.checkpoint.checkpoint",
+                    recipe_text::describe_checkpoint(c.checkpoint), to_string(c.checkpoint)));
   if (c.optimizer == OptimizerKind::kAdamW8bit && !c.offload_optimizer)
     notes.push_back("bitsandbytes.optim.AdamW8bit needs the bitsandbytes package");
   if (c.optimizer == OptimizerKind::kAdafactor) notes.push_back(recipe_text::adafactor_note());
@@ -145,8 +148,7 @@ std::vector<std::string> accelerate_notes(const Plan& plan) {
   if (c.precision == Precision::kBf16Params)
     notes.push_back(recipe_text::bf16_params_note(
         "mixed_precision 'bf16' with distributed_type 'DEEPSPEED' gives it; without DeepSpeed it is autocast"));
-  if (recipe_text::uses_deepspeed(c) && plan.device == "cpu")
-    notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
+  if (recipe_text::uses_deepspeed(c) && plan.device == "cpu") notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
   return notes;
 }
 

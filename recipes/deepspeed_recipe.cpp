@@ -67,9 +67,9 @@ Json optimizer_section(const Plan& plan) {
   if (plan.config.optimizer == OptimizerKind::kSgd)
     return Json{{"type", "SGD"},
                 {"params", {{"lr", o.lr}, {"momentum", o.momentum}, {"weight_decay", o.weight_decay}}}};
-  return Json{{"type", "AdamW"},
-              {"params",
-               {{"lr", o.lr}, {"betas", {o.beta1, o.beta2}}, {"eps", o.eps}, {"weight_decay", o.weight_decay}}}};
+  return Json{
+      {"type", "AdamW"},
+      {"params", {{"lr", o.lr}, {"betas", {o.beta1, o.beta2}}, {"eps", o.eps}, {"weight_decay", o.weight_decay}}}};
 }
 
 }  // namespace
@@ -106,8 +106,7 @@ std::vector<std::string> deepspeed_notes(const Plan& plan) {
         "deepspeed.initialize(optimizer=...) run under offload instead of DeepSpeed's CPU optimizers");
   if (c.precision == Precision::kBf16Params)
     notes.push_back(recipe_text::bf16_params_note("\"bf16\": {\"enabled\": true}, as written here"));
-  if (recipe_text::uses_deepspeed(c) && plan.device == "cpu")
-    notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
+  if (recipe_text::uses_deepspeed(c) && plan.device == "cpu") notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
   return notes;
 }
 
@@ -120,8 +119,7 @@ std::string write_deepspeed_config(const Plan& plan) {
   config["gradient_accumulation_steps"] = c.accumulation_steps;
   config["gradient_clipping"] = 0.0;  // off, as measured (DeepSpeed >= 0.19.3 defaults to 1.0)
   if (has_optimizer_section(plan)) config["optimizer"] = optimizer_section(plan);
-  if (c.precision == Precision::kBf16 || c.precision == Precision::kBf16Params)
-    config["bf16"] = {{"enabled", true}};
+  if (c.precision == Precision::kBf16 || c.precision == Precision::kBf16Params) config["bf16"] = {{"enabled", true}};
   if (c.precision == Precision::kFp16) config["fp16"] = {{"enabled", true}, {"loss_scale", 0}};
   if (c.offload_optimizer) {
     config["zero_optimization"] = {{"stage", recipe_text::zero_stage(c)},

@@ -53,10 +53,14 @@ using Json = nlohmann::ordered_json;
 /// optimizer replaces it (8-bit AdamW cannot be offloaded: see the note).
 std::string hf_optim(const Plan& plan) {
   switch (plan.config.optimizer) {
-    case OptimizerKind::kAdamW: return "adamw_torch";
-    case OptimizerKind::kAdamW8bit: return plan.config.offload_optimizer ? "adamw_torch" : "adamw_bnb_8bit";
-    case OptimizerKind::kSgd: return "sgd";
-    case OptimizerKind::kAdafactor: return "adafactor";  // OptimizerNames.ADAFACTOR (transformers/training_args.py)
+    case OptimizerKind::kAdamW:
+      return "adamw_torch";
+    case OptimizerKind::kAdamW8bit:
+      return plan.config.offload_optimizer ? "adamw_torch" : "adamw_bnb_8bit";
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kAdafactor:
+      return "adafactor";  // OptimizerNames.ADAFACTOR (transformers/training_args.py)
   }
   return "?";
 }
@@ -96,8 +100,7 @@ std::vector<std::string> hf_notes(const Plan& plan) {
     notes.push_back(recipe_text::bf16_params_note(
         "`deepspeed` points at ds_config.json (written beside this file), whose \"bf16\" section keeps the "
         "weights in bf16; bf16 = true without it would be autocast"));
-  if (recipe_text::uses_deepspeed(c) && plan.device == "cpu")
-    notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
+  if (recipe_text::uses_deepspeed(c) && plan.device == "cpu") notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
   return notes;
 }
 
@@ -120,8 +123,10 @@ std::string write_hf_training_args(const Plan& plan) {
   args["max_grad_norm"] = 0.0;  // no clipping, as measured (the Trainer's default is 1.0)
   args["bf16"] = c.precision == Precision::kBf16 || c.precision == Precision::kBf16Params;
   args["fp16"] = c.precision == Precision::kFp16;
-  if (recipe_text::uses_deepspeed(c)) args["deepspeed"] = "ds_config.json";
-  else if (plan.device == "cpu") args["use_cpu"] = true;
+  if (recipe_text::uses_deepspeed(c))
+    args["deepspeed"] = "ds_config.json";
+  else if (plan.device == "cpu")
+    args["use_cpu"] = true;
   Json file;
   file["training_args"] = std::move(args);
   file["notes"] = hf_notes(plan);

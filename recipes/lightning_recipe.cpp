@@ -52,10 +52,13 @@ constexpr const char* kDeepSpeedStrategy = "deepspeed_stage_1";  // Lightning's 
 
 std::string lightning_precision(Precision precision) {
   switch (precision) {
-    case Precision::kFp32: return "32-true";
+    case Precision::kFp32:
+      return "32-true";
     case Precision::kBf16:
-    case Precision::kBf16Params: return "bf16-mixed";  // bf16_params: under DeepSpeed (see Rules)
-    case Precision::kFp16: return "16-mixed";
+    case Precision::kBf16Params:
+      return "bf16-mixed";  // bf16_params: under DeepSpeed (see Rules)
+    case Precision::kFp16:
+      return "16-mixed";
   }
   return "?";
 }
@@ -119,8 +122,7 @@ std::vector<std::string> lightning_notes(const Plan& plan) {
         "Lightning turns precision \"bf16-mixed\" into it under a DeepSpeed strategy (\"{}\" here; on one GPU "
         "nothing is partitioned); without DeepSpeed \"bf16-mixed\" is autocast",
         c.offload_optimizer ? kOffloadStrategy : kDeepSpeedStrategy)));
-  if (recipe_text::uses_deepspeed(c) && plan.device == "cpu")
-    notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
+  if (recipe_text::uses_deepspeed(c) && plan.device == "cpu") notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
   return notes;
 }
 
@@ -133,7 +135,7 @@ std::string write_lightning_trainer(const Plan& plan) {
   trainer["devices"] = 1;
   trainer["precision"] = lightning_precision(c.precision);
   trainer["accumulate_grad_batches"] = c.accumulation_steps;
-  trainer["strategy"] = c.offload_optimizer                        ? kOffloadStrategy
+  trainer["strategy"] = c.offload_optimizer                     ? kOffloadStrategy
                         : c.precision == Precision::kBf16Params ? kDeepSpeedStrategy
                                                                 : "auto";
   Json file;

@@ -17,16 +17,15 @@ namespace {
 }  // namespace
 
 bool OptimizerHyperParameters::operator==(const OptimizerHyperParameters& other) const {
-  return lr == other.lr && weight_decay == other.weight_decay && beta1 == other.beta1 &&
-         beta2 == other.beta2 && eps == other.eps && momentum == other.momentum;
+  return lr == other.lr && weight_decay == other.weight_decay && beta1 == other.beta1 && beta2 == other.beta2 &&
+         eps == other.eps && momentum == other.momentum;
 }
 
 bool Plan::operator==(const Plan& other) const {
   return config == other.config && global_batch == other.global_batch && optimizer == other.optimizer &&
          device == other.device && budget_bytes == other.budget_bytes && headroom == other.headroom &&
          model_path == other.model_path && job_spec_path == other.job_spec_path &&
-         measured_peak_bytes == other.measured_peak_bytes &&
-         predicted_peak_bytes == other.predicted_peak_bytes &&
+         measured_peak_bytes == other.measured_peak_bytes && predicted_peak_bytes == other.predicted_peak_bytes &&
          measured_samples_per_second == other.measured_samples_per_second &&
          predicted_samples_per_second == other.predicted_samples_per_second && notes == other.notes;
 }
@@ -55,8 +54,7 @@ void validate_plan(const Plan& plan) {
   if (c.accumulation_steps < 1)
     fail("config.accumulation_steps", fmt::format("must be >= 1, got {}", c.accumulation_steps));
   const std::optional<int64_t> product = samples_per_step(c);
-  if (!product)
-    fail("config.accumulation_steps", samples_per_step_overflow(c));
+  if (!product) fail("config.accumulation_steps", samples_per_step_overflow(c));
   if (plan.global_batch != *product)
     fail("job.global_batch",
          fmt::format("must equal micro_batch * accumulation_steps = {} * {} = {} (frameworks cannot "
@@ -71,8 +69,9 @@ void validate_plan(const Plan& plan) {
   if (!(std::isfinite(plan.headroom) && plan.headroom >= 0.0 && plan.headroom <= 0.9))
     fail("job.headroom", fmt::format("must be in [0, 0.9], got {}", plan.headroom));
   const OptimizerHyperParameters& o = plan.optimizer;
-  for (auto [key, value] : {std::pair{"lr", o.lr}, std::pair{"weight_decay", o.weight_decay}, std::pair{"betas", o.beta1},
-                            std::pair{"betas", o.beta2}, std::pair{"eps", o.eps}, std::pair{"momentum", o.momentum}})
+  for (auto [key, value] :
+       {std::pair{"lr", o.lr}, std::pair{"weight_decay", o.weight_decay}, std::pair{"betas", o.beta1},
+        std::pair{"betas", o.beta2}, std::pair{"eps", o.eps}, std::pair{"momentum", o.momentum}})
     if (const std::string problem = hyper_parameter_problem(key, value); !problem.empty())
       fail(std::string("optimizer.") + key, problem);
   for (const auto* bytes : {&plan.measured_peak_bytes, &plan.predicted_peak_bytes})
@@ -82,7 +81,7 @@ void validate_plan(const Plan& plan) {
   for (const auto* rate : {&plan.measured_samples_per_second, &plan.predicted_samples_per_second})
     if (*rate && !(std::isfinite(**rate) && **rate >= 0.0))
       fail(rate == &plan.measured_samples_per_second ? "result.measured_samples_per_second"
-                                                      : "result.predicted_samples_per_second",
+                                                     : "result.predicted_samples_per_second",
            fmt::format("must be a finite number >= 0, got {}", **rate));
 }
 

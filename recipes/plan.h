@@ -35,18 +35,18 @@ struct OptimizerHyperParameters {
 /// cannot be emitted (USERS.md: keep the global batch exact).
 struct Plan {
   TrainingConfig config;
-  int64_t global_batch = 1;                 // COUNT: samples per optimizer step, on one GPU
+  int64_t global_batch = 1;  // COUNT: samples per optimizer step, on one GPU
   OptimizerHyperParameters optimizer;
-  std::string device = "cuda";              // "cpu" or "cuda": where the plan was measured
-  std::optional<int64_t> budget_bytes;      // BYTES: the memory budget the plan fits
-  double headroom = 0.05;                   // fraction of the budget kept free, in [0, 0.9]
-  std::string model_path;                   // the TorchScript model ("" when unknown)
-  std::string job_spec_path;                // the job TOML the plan came from ("" when unknown)
-  std::optional<int64_t> measured_peak_bytes;    // BYTES: peak reserved, measured in a fresh process
-  std::optional<int64_t> predicted_peak_bytes;   // BYTES: peak predicted by the search (not measured)
+  std::string device = "cuda";                         // "cpu" or "cuda": where the plan was measured
+  std::optional<int64_t> budget_bytes;                 // BYTES: the memory budget the plan fits
+  double headroom = 0.05;                              // fraction of the budget kept free, in [0, 0.9]
+  std::string model_path;                              // the TorchScript model ("" when unknown)
+  std::string job_spec_path;                           // the job TOML the plan came from ("" when unknown)
+  std::optional<int64_t> measured_peak_bytes;          // BYTES: peak reserved, measured in a fresh process
+  std::optional<int64_t> predicted_peak_bytes;         // BYTES: peak predicted by the search (not measured)
   std::optional<double> measured_samples_per_second;   // throughput measured over the verify run
   std::optional<double> predicted_samples_per_second;  // throughput predicted (not measured)
-  std::vector<std::string> notes;           // free text from autotune, one line each
+  std::vector<std::string> notes;                      // free text from autotune, one line each
 
   bool operator==(const Plan& other) const;
   bool operator!=(const Plan& other) const { return !(*this == other); }

@@ -32,16 +32,32 @@ std::string quote(const std::string& text) {
   std::string out = "\"";
   for (unsigned char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\t': out += "\\t"; break;
-      case '\n': out += "\\n"; break;
-      case '\f': out += "\\f"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
-        if (c < 0x20 || c == 0x7f) out += fmt::format("\\u{:04X}", c);
-        else out += static_cast<char>(c);
+        if (c < 0x20 || c == 0x7f)
+          out += fmt::format("\\u{:04X}", c);
+        else
+          out += static_cast<char>(c);
     }
   }
   return out + "\"";
@@ -87,8 +103,8 @@ void read_job(const PlanTable& job, Plan& plan, bool& has_global_batch) {
         job.fail("budget", fmt::format("expected bytes or a size such as \"16GiB\" or \"7.5 GB\", got '{}'", text));
       plan.budget_bytes = *bytes;
     } else {
-      job.fail("budget", fmt::format("expected bytes (an integer) or a size string, got {}",
-                                     PlanTable::type_name(*budget)));
+      job.fail("budget",
+               fmt::format("expected bytes (an integer) or a size string, got {}", PlanTable::type_name(*budget)));
     }
   }
   if (auto headroom = job.number("headroom")) {
@@ -218,9 +234,10 @@ Plan parse_plan_toml(const std::string& text, const std::string& origin) {
   const toml::table root = parse_toml(text, origin);
   // A job spec (src/job/job_spec.h) names a model at the top, a plan in [job].
   if (root.contains("model") && !root.contains("config"))
-    throw InputError(fmt::format("{}: is a job spec, not a plan; emit reads the plan.toml that oomtune autotune {} "
-                                 "--emit DIR writes into DIR",
-                                 origin, origin));
+    throw InputError(
+        fmt::format("{}: is a job spec, not a plan; emit reads the plan.toml that oomtune autotune {} "
+                    "--emit DIR writes into DIR",
+                    origin, origin));
   PlanTable top(root, origin, "");
   top.reject_unknown(kTopKeys);
   if (auto version = top.integer("plan_version", 1); version && *version != kPlanVersion)
@@ -233,8 +250,7 @@ Plan parse_plan_toml(const std::string& text, const std::string& origin) {
   const PlanTable config_table(*config, origin, "config");
   read_config(config_table, plan);
   const std::optional<int64_t> product = samples_per_step(plan.config);
-  if (!product)
-    config_table.fail("accumulation_steps", samples_per_step_overflow(plan.config));
+  if (!product) config_table.fail("accumulation_steps", samples_per_step_overflow(plan.config));
   plan.global_batch = *product;
   bool has_global_batch = false;
   if (const toml::table* job = top.table("job")) {
@@ -244,8 +260,7 @@ Plan parse_plan_toml(const std::string& text, const std::string& origin) {
       table.fail("global_batch",
                  fmt::format("must equal config.micro_batch * config.accumulation_steps = {} * {} = {} "
                              "(frameworks cannot express a smaller last micro-batch), got {}",
-                             plan.config.micro_batch, plan.config.accumulation_steps, *product,
-                             plan.global_batch));
+                             plan.config.micro_batch, plan.config.accumulation_steps, *product, plan.global_batch));
   }
   if (const toml::table* optimizer = top.table("optimizer"))
     read_optimizer(PlanTable(*optimizer, origin, "optimizer"), plan);

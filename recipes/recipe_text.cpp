@@ -7,13 +7,14 @@ namespace oomtune::recipe_text {
 
 std::string describe_checkpoint(const CheckpointPlan& plan) {
   switch (plan.mode) {
-    case CheckpointPlan::Mode::kNone: return "no blocks";
-    case CheckpointPlan::Mode::kAll: return "every detected block";
+    case CheckpointPlan::Mode::kNone:
+      return "no blocks";
+    case CheckpointPlan::Mode::kAll:
+      return "every detected block";
     case CheckpointPlan::Mode::kEveryK:
       return fmt::format("blocks 0, {}, {}, ... of the detected blocks", plan.every_k, 2 * plan.every_k);
     case CheckpointPlan::Mode::kFirstN:
-      return plan.first_n == 1 ? "the first detected block"
-                               : fmt::format("the first {} detected blocks", plan.first_n);
+      return plan.first_n == 1 ? "the first detected block" : fmt::format("the first {} detected blocks", plan.first_n);
     case CheckpointPlan::Mode::kPaths:
       return fmt::format("the submodule{} {}", plan.paths.size() == 1 ? "" : "s", fmt::join(plan.paths, ", "));
   }
@@ -24,10 +25,14 @@ std::string number(double value) { return fmt::format("{}", value); }
 
 std::string optimizer_class(OptimizerKind kind) {
   switch (kind) {
-    case OptimizerKind::kAdamW: return "torch.optim.AdamW";
-    case OptimizerKind::kAdamW8bit: return "bitsandbytes.optim.AdamW8bit";
-    case OptimizerKind::kSgd: return "torch.optim.SGD";
-    case OptimizerKind::kAdafactor: return "transformers.optimization.Adafactor";
+    case OptimizerKind::kAdamW:
+      return "torch.optim.AdamW";
+    case OptimizerKind::kAdamW8bit:
+      return "bitsandbytes.optim.AdamW8bit";
+    case OptimizerKind::kSgd:
+      return "torch.optim.SGD";
+    case OptimizerKind::kAdafactor:
+      return "transformers.optimization.Adafactor";
   }
   return "?";
 }
@@ -41,9 +46,10 @@ std::string optimizer_call(const Plan& plan, const std::string& params, const st
   // As TrainingArguments(optim="adafactor") builds it (transformers/
   // trainer.py) and oomtune measured it (strategies/adafactor.h).
   if (plan.config.optimizer == OptimizerKind::kAdafactor)
-    return fmt::format("{}({}, lr={}, scale_parameter=False, relative_step=False, warmup_init=False, "
-                       "weight_decay={})",
-                       cls, params, number(o.lr), number(o.weight_decay));
+    return fmt::format(
+        "{}({}, lr={}, scale_parameter=False, relative_step=False, warmup_init=False, "
+        "weight_decay={})",
+        cls, params, number(o.lr), number(o.weight_decay));
   return fmt::format("{}({}, lr={}, betas=({}, {}), eps={}, weight_decay={})", cls, params, number(o.lr),
                      number(o.beta1), number(o.beta2), number(o.eps), number(o.weight_decay));
 }
@@ -83,10 +89,10 @@ std::string adamw8bit_offload_note() {
 }
 
 std::string batch_note(const Plan& plan, const std::string& where) {
-  return fmt::format("{} takes batch_size={} (the micro-batch): micro-batch {} x {} accumulation steps = global "
-                     "batch {}, as measured",
-                     where, plan.config.micro_batch, plan.config.micro_batch, plan.config.accumulation_steps,
-                     plan.global_batch);
+  return fmt::format(
+      "{} takes batch_size={} (the micro-batch): micro-batch {} x {} accumulation steps = global "
+      "batch {}, as measured",
+      where, plan.config.micro_batch, plan.config.micro_batch, plan.config.accumulation_steps, plan.global_batch);
 }
 
 }  // namespace oomtune::recipe_text

@@ -42,12 +42,12 @@ std::vector<std::string> format_names() {
 
 const std::vector<RecipeWriter>& recipe_writers() {
   static const std::vector<RecipeWriter> kWriters = {
-      {"plan", kPlanFileName, "the plan itself, for `oomtune probe --plan` and `oomtune emit`",
-       write_plan_toml, no_notes, needs_nothing},
-      {"deepspeed", kDeepSpeedFile, "DeepSpeed config JSON (deepspeed.initialize(config=...))",
-       write_deepspeed_config, deepspeed_notes, needs_nothing},
-      {"hf", "hf_training_args.json", "Hugging Face TrainingArguments keyword arguments",
-       write_hf_training_args, hf_notes, needs_deepspeed_file_if_noted<hf_notes>},
+      {"plan", kPlanFileName, "the plan itself, for `oomtune probe --plan` and `oomtune emit`", write_plan_toml,
+       no_notes, needs_nothing},
+      {"deepspeed", kDeepSpeedFile, "DeepSpeed config JSON (deepspeed.initialize(config=...))", write_deepspeed_config,
+       deepspeed_notes, needs_nothing},
+      {"hf", "hf_training_args.json", "Hugging Face TrainingArguments keyword arguments", write_hf_training_args,
+       hf_notes, needs_deepspeed_file_if_noted<hf_notes>},
       {"lightning", "lightning_trainer.json", "PyTorch Lightning Trainer kwargs, DataModule batch size, optimizer",
        write_lightning_trainer, lightning_notes, needs_deepspeed_file_if_noted<lightning_notes>},
       {"accelerate", "accelerate_config.yaml", "Hugging Face Accelerate config (accelerate launch --config_file)",

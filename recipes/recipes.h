@@ -22,11 +22,11 @@ namespace oomtune {
 
 /// One row of the writer table (ninja's kTools[] shape).
 struct RecipeWriter {
-  const char* name;       ///< --format value: "plan", "deepspeed", "hf", "lightning", "accelerate"
-  const char* file_name;  ///< file written into the output folder, e.g. "ds_config.json"
-  const char* help;       ///< one line for --help and --list
-  std::string (*write)(const Plan& plan);                 ///< the file's contents
-  std::vector<std::string> (*notes)(const Plan& plan);    ///< what the file could not express
+  const char* name;                        ///< --format value: "plan", "deepspeed", "hf", "lightning", "accelerate"
+  const char* file_name;                   ///< file written into the output folder, e.g. "ds_config.json"
+  const char* help;                        ///< one line for --help and --list
+  std::string (*write)(const Plan& plan);  ///< the file's contents
+  std::vector<std::string> (*notes)(const Plan& plan);  ///< what the file could not express
   /// Other writers whose files this one refers to (HF's `deepspeed` key names
   /// ds_config.json); emit writes them too.
   std::vector<std::string> (*needs)(const Plan& plan);
@@ -47,9 +47,9 @@ std::vector<const RecipeWriter*> select_recipe_writers(const std::vector<std::st
 
 /// One file emit_all wrote.
 struct EmittedFile {
-  std::string writer;                 // the writer's name
-  std::string path;                   // DIR/file_name
-  std::vector<std::string> notes;     // the writer's notes for this plan
+  std::string writer;              // the writer's name
+  std::string path;                // DIR/file_name
+  std::vector<std::string> notes;  // the writer's notes for this plan
 };
 
 /// Writes the selected files for `plan` into `dir` (created, with parents,

@@ -11,11 +11,11 @@ namespace oomtune {
 namespace {
 
 // Bytes per parameter (ZeRO paper Sec. 5; Dettmers et al. 2022 for 8-bit).
-constexpr double kFp32Bytes = 4;            // fp32 weight, gradient, master copy or Adam moment
-constexpr double kHalfBytes = 2;            // bf16 / fp16 weight or gradient
-constexpr double kAdamStates = 2;           // m and v
-constexpr double kInt8StateBytes = 1;       // one quantized moment
-constexpr double kSgdMomentumBytes = 4;     // one fp32 momentum buffer
+constexpr double kFp32Bytes = 4;         // fp32 weight, gradient, master copy or Adam moment
+constexpr double kHalfBytes = 2;         // bf16 / fp16 weight or gradient
+constexpr double kAdamStates = 2;        // m and v
+constexpr double kInt8StateBytes = 1;    // one quantized moment
+constexpr double kSgdMomentumBytes = 4;  // one fp32 momentum buffer
 
 struct Sharding {
   bool optimizer_state;
@@ -25,13 +25,18 @@ struct Sharding {
 
 Sharding sharding(ShardingStrategy strategy) {
   switch (strategy) {
-    case ShardingStrategy::kDdp: return {false, false, false};
-    case ShardingStrategy::kZero1: return {true, false, false};
+    case ShardingStrategy::kDdp:
+      return {false, false, false};
+    case ShardingStrategy::kZero1:
+      return {true, false, false};
     case ShardingStrategy::kZero2:
-    case ShardingStrategy::kFsdpShardGradOp: return {true, true, false};
+    case ShardingStrategy::kFsdpShardGradOp:
+      return {true, true, false};
     case ShardingStrategy::kZero3:
-    case ShardingStrategy::kFsdpFullShard: return {true, true, true};
-    case ShardingStrategy::kNumStrategies: break;
+    case ShardingStrategy::kFsdpFullShard:
+      return {true, true, true};
+    case ShardingStrategy::kNumStrategies:
+      break;
   }
   return {false, false, false};
 }
@@ -47,13 +52,20 @@ std::string size_or_dash(int64_t bytes) { return bytes == 0 ? "-" : format_bytes
 
 std::string to_string(ShardingStrategy strategy) {
   switch (strategy) {
-    case ShardingStrategy::kDdp: return "DDP (ZeRO-0)";
-    case ShardingStrategy::kZero1: return "ZeRO-1";
-    case ShardingStrategy::kZero2: return "ZeRO-2";
-    case ShardingStrategy::kZero3: return "ZeRO-3";
-    case ShardingStrategy::kFsdpShardGradOp: return "FSDP SHARD_GRAD_OP";
-    case ShardingStrategy::kFsdpFullShard: return "FSDP FULL_SHARD";
-    case ShardingStrategy::kNumStrategies: break;
+    case ShardingStrategy::kDdp:
+      return "DDP (ZeRO-0)";
+    case ShardingStrategy::kZero1:
+      return "ZeRO-1";
+    case ShardingStrategy::kZero2:
+      return "ZeRO-2";
+    case ShardingStrategy::kZero3:
+      return "ZeRO-3";
+    case ShardingStrategy::kFsdpShardGradOp:
+      return "FSDP SHARD_GRAD_OP";
+    case ShardingStrategy::kFsdpFullShard:
+      return "FSDP FULL_SHARD";
+    case ShardingStrategy::kNumStrategies:
+      break;
   }
   return "?";
 }
@@ -61,15 +73,21 @@ std::string to_string(ShardingStrategy strategy) {
 BytesPerParameter bytes_per_parameter(Precision precision, OptimizerKind optimizer, bool sgd_momentum) {
   double state = 0;
   switch (optimizer) {
-    case OptimizerKind::kAdamW: state = kAdamStates * kFp32Bytes; break;
+    case OptimizerKind::kAdamW:
+      state = kAdamStates * kFp32Bytes;
+      break;
     case OptimizerKind::kAdamW8bit:
       state = kAdamStates * (kInt8StateBytes + kFp32Bytes / static_cast<double>(kZeroQuantizationBlock));
       break;
-    case OptimizerKind::kSgd: state = sgd_momentum ? kSgdMomentumBytes : 0; break;
+    case OptimizerKind::kSgd:
+      state = sgd_momentum ? kSgdMomentumBytes : 0;
+      break;
     // Factored: 4 (r + c) bytes per r x c matrix, below 0.01 B per parameter
     // once r and c pass 800; vectors (biases, norms) add 4 B per element
     // but hold a small share of a model's parameters. Counted as 0.
-    case OptimizerKind::kAdafactor: state = 0; break;
+    case OptimizerKind::kAdafactor:
+      state = 0;
+      break;
   }
   BytesPerParameter bytes;
   if (precision == Precision::kFp32) {
@@ -134,12 +152,11 @@ std::string render_zero_table(const ZeroTable& table) {
   std::string out = fmt::format(
       "Predicted per-GPU memory with sharding ({} parameters; bytes/param: weights {}, gradients {}, optimizer "
       "state {}; activations at micro-batch 1: {})\n",
-      in.parameters, in.bytes.weights, in.bytes.gradients, in.bytes.optimizer_state,
-      format_bytes(in.activation_bytes));
+      in.parameters, in.bytes.weights, in.bytes.gradients, in.bytes.optimizer_state, format_bytes(in.activation_bytes));
   const std::string fits_header =
       in.budget_bytes ? fmt::format("GPUs to fit {}", format_bytes(*in.budget_bytes)) : std::string("GPUs to fit");
-  out += fmt::format("{:<20} {:>12} {:>12} {:>12} {:>12} {:>12}  {}\n", "strategy", "weights", "gradients",
-                     "optimizer", "activations", fmt::format("total @{}", in.gpus), fits_header);
+  out += fmt::format("{:<20} {:>12} {:>12} {:>12} {:>12} {:>12}  {}\n", "strategy", "weights", "gradients", "optimizer",
+                     "activations", fmt::format("total @{}", in.gpus), fits_header);
   for (const ZeroRow& row : table.rows) {
     std::string fits = "-";
     if (in.budget_bytes) fits = row.min_gpus ? fmt::format("{}", *row.min_gpus) : fmt::format("> {}", kZeroMaxGpus);
@@ -168,11 +185,13 @@ nlohmann::json zero_table_json(const ZeroTable& table) {
                     {"min_gpus", row.min_gpus ? nlohmann::json(*row.min_gpus) : nlohmann::json(nullptr)}});
   }
   return {{"kind", "predicted"},
-          {"source", "Rajbhandari et al., ZeRO: Memory Optimizations Toward Training Trillion Parameter Models, "
-                     "SC 2020, Sec. 5"},
+          {"source",
+           "Rajbhandari et al., ZeRO: Memory Optimizations Toward Training Trillion Parameter Models, "
+           "SC 2020, Sec. 5"},
           {"parameters", in.parameters},
           {"bytes_per_parameter",
-           {{"weights", in.bytes.weights}, {"gradients", in.bytes.gradients},
+           {{"weights", in.bytes.weights},
+            {"gradients", in.bytes.gradients},
             {"optimizer_state", in.bytes.optimizer_state}}},
           {"activation_bytes", in.activation_bytes},
           {"gpus", in.gpus},

@@ -81,10 +81,10 @@ BytesPerParameter stored_bytes_per_parameter(const TrainingConfig& config, bool 
 
 /// Inputs of the table.
 struct ZeroInputs {
-  int64_t parameters = 0;            // COUNT: Ψ, trainable parameters
+  int64_t parameters = 0;  // COUNT: Ψ, trainable parameters
   BytesPerParameter bytes;
-  int64_t activation_bytes = 0;      // BYTES: activations + temporaries at micro-batch 1, measured, per GPU
-  int64_t gpus = 1;                  // COUNT: N for the per-GPU column (>= 1)
+  int64_t activation_bytes = 0;         // BYTES: activations + temporaries at micro-batch 1, measured, per GPU
+  int64_t gpus = 1;                     // COUNT: N for the per-GPU column (>= 1)
   std::optional<int64_t> budget_bytes;  // BYTES: usable per-GPU budget (after headroom); none: no fit column
 };
 
@@ -111,8 +111,8 @@ std::optional<int64_t> zero_min_gpus(const ZeroInputs& inputs, ShardingStrategy 
 /// One row of the table.
 struct ZeroRow {
   ShardingStrategy strategy = ShardingStrategy::kDdp;
-  ZeroMemory per_gpu;                // at inputs.gpus
-  std::optional<int64_t> min_gpus;   // COUNT: smallest fitting N (<= kZeroMaxGpus); none: no budget or never
+  ZeroMemory per_gpu;               // at inputs.gpus
+  std::optional<int64_t> min_gpus;  // COUNT: smallest fitting N (<= kZeroMaxGpus); none: no budget or never
 };
 
 /// The whole table: one row per strategy, in enum order.

@@ -87,12 +87,12 @@ void Search::verify_candidates() {
       ++succeeded;
     } else {
       ++failed;
-      node.note = r.outcome == TrialOutcome::kOk
-                      ? fmt::format("verified peak {} is over the budget: the memory model was wrong; dropped",
-                                    format_bytes(r.peak_bytes))
-                      : fmt::format("verified run: {} after {} steps ({}); {}dropped", to_string(r.outcome),
-                                    r.steps_run, r.message,
-                                    r.outcome == TrialOutcome::kOutOfMemory ? "the memory model was wrong; " : "");
+      node.note =
+          r.outcome == TrialOutcome::kOk
+              ? fmt::format("verified peak {} is over the budget: the memory model was wrong; dropped",
+                            format_bytes(r.peak_bytes))
+              : fmt::format("verified run: {} after {} steps ({}); {}dropped", to_string(r.outcome), r.steps_run,
+                            r.message, r.outcome == TrialOutcome::kOutOfMemory ? "the memory model was wrong; " : "");
       result_.notes.push_back(fmt::format("{}: {}", node.node, node.note));
     }
     node.verification = std::move(r);
@@ -129,7 +129,7 @@ void Search::verify_candidates() {
   for (const auto& [i, sps] : speed) fastest = std::max(fastest, sps);
   auto simpler = [&](std::size_t a, std::size_t b) {
     const std::size_t sa = strategy_count(result_.trail[a].config, job_base_),
-              sb = strategy_count(result_.trail[b].config, job_base_);
+                      sb = strategy_count(result_.trail[b].config, job_base_);
     if (sa != sb) return sa < sb;
     return result_.trail[a].verification->peak_bytes < result_.trail[b].verification->peak_bytes;
   };
@@ -145,14 +145,15 @@ void Search::verify_candidates() {
       const double sps = node.verification->samples_per_second;
       node.note = fmt::format("chosen: {}, {:.1f} samples/s, {} below the budget",
                               speed[i] >= fastest ? "fastest verified"
-                                             : fmt::format("simplest within {:.0f} % of the fastest verified "
-                                                           "({:.1f} samples/s)",
-                                                           100 * (1 - kTimingTieRatio), fastest),
+                                                  : fmt::format("simplest within {:.0f} % of the fastest verified "
+                                                                "({:.1f} samples/s)",
+                                                                100 * (1 - kTimingTieRatio), fastest),
                               sps, format_bytes(result_.usable_budget_bytes - node.verification->peak_bytes));
     } else if (node.note.empty() && node.verification && speed.count(i) && speed[i] >= kTimingTieRatio * fastest) {
-      node.note = fmt::format("verified, {:.1f} samples/s: as fast within {:.0f} % (a tie), but more strategies or "
-                              "less margin than the chosen one",
-                              node.verification->samples_per_second, 100 * (1 - kTimingTieRatio));
+      node.note = fmt::format(
+          "verified, {:.1f} samples/s: as fast within {:.0f} % (a tie), but more strategies or "
+          "less margin than the chosen one",
+          node.verification->samples_per_second, 100 * (1 - kTimingTieRatio));
     } else if (node.note.empty() && node.verification) {
       node.note = fmt::format("verified, but slower: {:.1f} samples/s", node.verification->samples_per_second);
     } else if (node.note.empty() && node.predicted_fit) {
@@ -195,13 +196,13 @@ void Search::note_optimizer_change(const std::vector<std::size_t>& fitting) {
   for (const StrategyRow& row : strategy_table())
     if (row.changes_updates && row.used(best.config, job_base_))
       how = fmt::format(fmt::runtime(row.changes_updates), to_string(job_base_.optimizer));
-  result_.notes.push_back(fmt::format(
-      "the chosen configuration trains with {} instead of the job's {} ({}); {}", to_string(best.config.optimizer),
-      to_string(job_base_.optimizer), how,
-      exact ? fmt::format("the fastest verified configuration with {} is {} ({}, {:.1f} samples/s)",
-                          to_string(job_base_.optimizer), exact->node, describe(exact->config),
-                          exact->verification->samples_per_second)
-            : fmt::format("no verified configuration with {} fits", to_string(job_base_.optimizer))));
+  result_.notes.push_back(
+      fmt::format("the chosen configuration trains with {} instead of the job's {} ({}); {}",
+                  to_string(best.config.optimizer), to_string(job_base_.optimizer), how,
+                  exact ? fmt::format("the fastest verified configuration with {} is {} ({}, {:.1f} samples/s)",
+                                      to_string(job_base_.optimizer), exact->node, describe(exact->config),
+                                      exact->verification->samples_per_second)
+                        : fmt::format("no verified configuration with {} fits", to_string(job_base_.optimizer))));
 }
 
 }  // namespace oomtune::search_detail

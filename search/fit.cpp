@@ -19,7 +19,7 @@ namespace oomtune::search_detail {
 
 // Probes one strategy at `sizes` and derives its effect on the plain lines.
 StrategyEffect Search::probe_effect(const std::string& name, const TrainingConfig& config,
-                            const std::vector<int64_t>& sizes) {
+                                    const std::vector<int64_t>& sizes) {
   std::vector<int64_t> ok_sizes;
   std::vector<std::array<double, kNumPhases>> peaks;
   std::vector<ProbeReport> ran;  // the probes of ok_sizes
@@ -34,9 +34,10 @@ StrategyEffect Search::probe_effect(const std::string& name, const TrainingConfi
       // with the plain slope. Every strategy keeps or lowers that slope, so
       // larger micro-batches are over-predicted, never under.
       if (!ok_sizes.empty() && fails_larger_too(r.outcome)) {
-        result_.notes.push_back(fmt::format("{}: micro-batch {}: {}; fitted to micro-batch {} with the plain slope "
-                                            "(over-predicts larger micro-batches)",
-                                            name, s, outcome_text(r), fmt::join(ok_sizes, ", ")));
+        result_.notes.push_back(
+            fmt::format("{}: micro-batch {}: {}; fitted to micro-batch {} with the plain slope "
+                        "(over-predicts larger micro-batches)",
+                        name, s, outcome_text(r), fmt::join(ok_sizes, ", ")));
         break;
       }
       result_.notes.push_back(fmt::format("{}: not available (micro-batch {}: {})", name, s, outcome_text(r)));
@@ -64,8 +65,7 @@ StrategyEffect Search::probe_effect(const std::string& name, const TrainingConfi
   std::vector<const ProbeReport*> probes;
   for (const ProbeReport& r : ran) probes.push_back(&r);
   StepModels own;  // the strategy's backward activation lines
-  fit_backward_activation(own, probes, job_, models_.backward_activation.slope,
-                          models_.accumulating_backward.slope);
+  fit_backward_activation(own, probes, job_, models_.backward_activation.slope, models_.accumulating_backward.slope);
   if (models_.backward_activation_measured && own.backward_activation_measured) {
     effect.backward_activation = line_effect(own.backward_activation, models_.backward_activation);
     effect.accumulating_backward = line_effect(own.accumulating_backward, models_.accumulating_backward);
@@ -103,8 +103,7 @@ StrategyEffect Search::probe_checkpointing(const std::vector<int64_t>& sizes) {
     StrategyEffect effect = probe_effect("activation checkpointing", c, sizes);
     if (effect.available) {
       checkpoint_all_ = c.checkpoint;
-      if (!refused.empty())
-        checkpoint_label_ = fmt::format("all blocks but {}", fmt::join(refused, ", "));
+      if (!refused.empty()) checkpoint_label_ = fmt::format("all blocks but {}", fmt::join(refused, ", "));
       // Recomputation only adds work, so a step measured faster than the
       // plain one measured noise; left as it is, it ranked checkpointing
       // first (ResNet-50, 2-core CPU under load: 1.49 s vs plain 1.50 s).
@@ -114,10 +113,11 @@ StrategyEffect Search::probe_checkpointing(const std::vector<int64_t>& sizes) {
         const std::string measured = per_micro_batch == per_sample
                                          ? per_micro_batch
                                          : per_micro_batch + " per micro-batch and " + per_sample + " per sample";
-        result_.notes.push_back(fmt::format("activation checkpointing: measured at {} the plain step time; "
-                                            "recomputation cannot make a step faster, so it is predicted at no "
-                                            "less than 1x (timing noise)",
-                                            measured));
+        result_.notes.push_back(
+            fmt::format("activation checkpointing: measured at {} the plain step time; "
+                        "recomputation cannot make a step faster, so it is predicted at no "
+                        "less than 1x (timing noise)",
+                        measured));
         effect.time_ratio = std::max(1.0, effect.time_ratio);
         effect.time_slope_ratio = std::max(1.0, effect.time_slope_ratio);
       }
@@ -206,10 +206,10 @@ bool Search::fit_models() {
   if (ok.size() == 1) {
     one_point = retained_slopes(plain.ran.begin()->second);
     per_sample = one_point[static_cast<std::size_t>(Phase::kForward)].slope;
-    result_.notes.push_back(fmt::format("{} ran at micro-batch {} only: its memory lines take the slope of its "
-                                        "retained activations, {} per sample (a lower bound)",
-                                        result_.baseline_name, ok.front(),
-                                        format_bytes(static_cast<int64_t>(per_sample))));
+    result_.notes.push_back(
+        fmt::format("{} ran at micro-batch {} only: its memory lines take the slope of its "
+                    "retained activations, {} per sample (a lower bound)",
+                    result_.baseline_name, ok.front(), format_bytes(static_cast<int64_t>(per_sample))));
   }
   models_.phases = fit_phase_lines(ok, phase_peaks, &one_point);
   fit_backward_activation(models_, ran, job_, one_point[kBackwardIndex].slope, one_point[kBackwardIndex].slope);
@@ -273,9 +273,10 @@ StrategyEffect Search::probe_bf16(const std::vector<int64_t>& sizes) {
 // stays above the largest such size, so no node is built on it.
 void Search::raise_min_micro_batch(int64_t size, const ProbeReport& report) {
   job_.min_micro_batch = std::max(job_.min_micro_batch, size + 1);
-  result_.notes.push_back(fmt::format("micro-batch {} cannot run ({}), so the search uses micro-batches of {} or "
-                                      "more (min_micro_batch = {} in the job spec skips that probe)",
-                                      size, outcome_text(report), job_.min_micro_batch, job_.min_micro_batch));
+  result_.notes.push_back(
+      fmt::format("micro-batch {} cannot run ({}), so the search uses micro-batches of {} or "
+                  "more (min_micro_batch = {} in the job spec skips that probe)",
+                  size, outcome_text(report), job_.min_micro_batch, job_.min_micro_batch));
   require_a_valid_micro_batch(fmt::format("micro-batch {} cannot run ({}), and ", size, outcome_text(report)));
 }
 
@@ -283,10 +284,11 @@ void Search::raise_min_micro_batch(int64_t size, const ProbeReport& report) {
 // least one micro-batch, else no configuration exists: a bad input.
 void Search::require_a_valid_micro_batch(const std::string& cause) const {
   if (!valid_micro_batches(job_).empty()) return;
-  throw InputError(fmt::format("{}: {}no micro-batch from {} to {} divides the global batch {} (change "
-                               "min_micro_batch / max_micro_batch, or set remainder = \"last_smaller\")",
-                               job_.spec_path.empty() ? job_.model_path : job_.spec_path, cause,
-                               job_.min_micro_batch, largest_micro_batch(job_), job_.global_batch));
+  throw InputError(
+      fmt::format("{}: {}no micro-batch from {} to {} divides the global batch {} (change "
+                  "min_micro_batch / max_micro_batch, or set remainder = \"last_smaller\")",
+                  job_.spec_path.empty() ? job_.model_path : job_.spec_path, cause, job_.min_micro_batch,
+                  largest_micro_batch(job_), job_.global_batch));
 }
 
 // Note [bf16 fallback]

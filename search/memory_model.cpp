@@ -73,8 +73,7 @@ BatchLine fit_batch_line(const std::vector<int64_t>& micro_batches, const std::v
 }
 
 PhaseLines fit_phase_lines(const std::vector<int64_t>& micro_batches,
-                           const std::vector<std::array<double, kNumPhases>>& peaks,
-                           const PhaseLines* fallback) {
+                           const std::vector<std::array<double, kNumPhases>>& peaks, const PhaseLines* fallback) {
   PhaseLines lines;
   for (Phase p : kStepPhases) {
     const auto i = static_cast<std::size_t>(p);
@@ -184,9 +183,8 @@ StepPrediction predict(const StepModels& m, const TrainingConfig& c, int64_t glo
     for (const auto& [size, with_gradients] : micro_batches) {
       const double first = activation.first(size);
       const double bytes =
-          with_gradients
-              ? std::max(activation.later(size), first - m.backward_activation_gradient_bytes) + gradients
-              : first;
+          with_gradients ? std::max(activation.later(size), first - m.backward_activation_gradient_bytes) + gradients
+                         : first;
       p.peak_bytes = std::max(p.peak_bytes, bytes);
     }
   }

@@ -52,8 +52,8 @@ namespace oomtune {
 
 /// A line y = intercept + slope * micro_batch.
 struct BatchLine {
-  double intercept = 0;            // units of y at micro-batch 0
-  double slope = 0;                // units of y per sample
+  double intercept = 0;  // units of y at micro-batch 0
+  double slope = 0;      // units of y per sample
   double operator()(double micro_batch) const { return intercept + slope * micro_batch; }
 };
 
@@ -98,13 +98,13 @@ struct StrategyEffect {
   // Of backward's activation lines (StepModels), as shift_bytes and
   // slope_ratio of a phase's.
   LineEffect backward_activation, accumulating_backward;
-  bool available = false;           // false: not probed, or its probe failed
+  bool available = false;  // false: not probed, or its probe failed
 };
 
 /// The fitted lines of the base configuration (the job's own, or the
 /// rescued one) and each strategy's effect on them.
 struct StepModels {
-  PhaseLines phases;              // bytes vs micro-batch, per phase
+  PhaseLines phases;  // bytes vs micro-batch, per phase
   // Backward's activation peak (Note [Backward activation peak]), where
   // the probes measured it: live bytes vs micro-batch at that moment of the
   // first micro-batch of a step, and the gradient bytes among them (the

@@ -101,8 +101,8 @@ StepModels Search::rescue_alternative_models(const RescueAlternative& alternativ
 void Search::add_rescue_alternative(StrategySet strategies, const ProbeReport& at_smallest, int64_t smallest) {
   const std::string base = rescue_label(rescue_strategies_);
   if (at_smallest.outcome != TrialOutcome::kOk) {
-    result_.notes.push_back(fmt::format("{} (without {}): not available (micro-batch {}: {})",
-                                        rescue_label(strategies), base, smallest, outcome_text(at_smallest)));
+    result_.notes.push_back(fmt::format("{} (without {}): not available (micro-batch {}: {})", rescue_label(strategies),
+                                        base, smallest, outcome_text(at_smallest)));
     return;
   }
   RescueAlternative alternative{rescue_label(strategies), rescue_config(strategies), {at_smallest}};
@@ -199,9 +199,8 @@ std::optional<Search::PlainProbes> Search::rescue(const std::vector<int64_t>& si
     if (probes_pair(s)) add_rescue_alternative(eight_bit_bf16, try_strategies(eight_bit_bf16), smallest);
     return probes;
   }
-  throw InputError(fmt::format("{}: no configuration could run at micro-batch {}: plain: {}; {}: {}",
-                               job_.model_path, smallest, plain_failure.message, rescue_label(least),
-                               outcome_text(least_report)));
+  throw InputError(fmt::format("{}: no configuration could run at micro-batch {}: plain: {}; {}: {}", job_.model_path,
+                               smallest, plain_failure.message, rescue_label(least), outcome_text(least_report)));
 }
 
 }  // namespace oomtune::search_detail

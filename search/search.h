@@ -104,41 +104,41 @@ class TrialRunner {
 
 /// One node of the decision trail.
 struct TrailNode {
-  std::string node;                     // "plain", "checkpointing (selective)", ...
+  std::string node;  // "plain", "checkpointing (selective)", ...
   TrainingConfig config;
   int64_t largest_fitting_micro_batch = 0;  // COUNT: b* predicted to fit with these strategies (0: none)
-  double predicted_peak_bytes = 0;      // SUM (predicted)
-  double predicted_seconds = 0;         // seconds per global batch (predicted)
+  double predicted_peak_bytes = 0;          // SUM (predicted)
+  double predicted_seconds = 0;             // seconds per global batch (predicted)
   bool predicted_fit = false;
   std::optional<ProbeReport> verification;  // set when verified by a real run
-  std::string note;                     // why chosen or rejected
+  std::string note;                         // why chosen or rejected
 };
 
 /// What the search found.
 struct SearchResult {
-  int64_t usable_budget_bytes = 0;           // SUM: budget minus headroom
-  std::vector<ProbeReport> probes;           // every probe trial, in order
-  std::vector<TrailNode> trail;              // the decision tree, in walk order
-  std::optional<std::size_t> chosen;         // index into trail
-  std::vector<std::string> notes;            // strategies unavailable, models corrected, ...
-  int64_t verification_trials = 0;           // COUNT: real runs beyond the probes
-  int64_t parameter_count = 0;               // COUNT
-  BatchLine baseline_peak;                   // bytes vs micro-batch (of baseline_name)
+  int64_t usable_budget_bytes = 0;    // SUM: budget minus headroom
+  std::vector<ProbeReport> probes;    // every probe trial, in order
+  std::vector<TrailNode> trail;       // the decision tree, in walk order
+  std::optional<std::size_t> chosen;  // index into trail
+  std::vector<std::string> notes;     // strategies unavailable, models corrected, ...
+  int64_t verification_trials = 0;    // COUNT: real runs beyond the probes
+  int64_t parameter_count = 0;        // COUNT
+  BatchLine baseline_peak;            // bytes vs micro-batch (of baseline_name)
   // Bytes vs micro-batch at backward's activation peak (of baseline_name):
   // where it passes baseline_peak, the peak follows it (memory_model.cpp,
   // Note [Backward activation peak]).
   BatchLine baseline_backward_activation;
-  BatchLine baseline_seconds;                // seconds of one micro-batch's forward, loss, backward (of baseline_name)
-  double baseline_optimizer_seconds = 0;     // seconds of its optimizer step, once per global batch (0: not timed)
+  BatchLine baseline_seconds;             // seconds of one micro-batch's forward, loss, backward (of baseline_name)
+  double baseline_optimizer_seconds = 0;  // seconds of its optimizer step, once per global batch (0: not timed)
   std::vector<int64_t> baseline_micro_batches;  // the probes both lines were fitted to (empty: none ran)
-  StaticMemory static_memory;                // of the baseline's probe (or plain's failed one)
-  std::string baseline_name = "plain";       // what the baseline lines describe: plain, or the rescued base
-  double smallest_predicted_peak_bytes = 0;  // the least memory any node needs (at smallest_micro_batch)
+  StaticMemory static_memory;                   // of the baseline's probe (or plain's failed one)
+  std::string baseline_name = "plain";          // what the baseline lines describe: plain, or the rescued base
+  double smallest_predicted_peak_bytes = 0;     // the least memory any node needs (at smallest_micro_batch)
   // Measured "nothing fits": plain and the least-memory combination of
   // strategies both ran out at smallest_micro_batch (Note [Rescue] in
   // rescue.cpp); the trail is empty. Empty when not measured.
   std::string least_memory_failure;
-  int64_t smallest_micro_batch = 0;          // the smallest micro-batch the search used (0: none valid)
+  int64_t smallest_micro_batch = 0;  // the smallest micro-batch the search used (0: none valid)
 };
 
 /// Verified samples/s at or above this fraction of the fastest verified run
@@ -151,7 +151,7 @@ inline constexpr double kTimingTieRatio = 0.97;
 
 /// Options of the search.
 struct SearchOptions {
-  int64_t max_verifications = 3;  // COUNT: real runs of top candidates (more only to replace failures)
+  int64_t max_verifications = 3;        // COUNT: real runs of top candidates (more only to replace failures)
   int64_t max_extra_verifications = 3;  // COUNT: further runs when verified candidates fail
 };
 

@@ -91,8 +91,7 @@ class Search {
 
   // fit.cpp
   bool fit_models();
-  StrategyEffect probe_effect(const std::string& name, const TrainingConfig& config,
-                              const std::vector<int64_t>& sizes);
+  StrategyEffect probe_effect(const std::string& name, const TrainingConfig& config, const std::vector<int64_t>& sizes);
   StrategyEffect probe_checkpointing(const std::vector<int64_t>& sizes);
   StrategyEffect probe_bf16(const std::vector<int64_t>& sizes);
   void raise_min_micro_batch(int64_t size, const ProbeReport& report);
@@ -127,17 +126,17 @@ class Search {
   TrialRunner& runner_;
   SearchOptions options_;
   std::function<void(const std::string&)> progress_;
-  TrainingConfig base_;      // what the plain probes run: the job's configuration, or a rescued one
-  TrainingConfig job_base_;  // the job's own configuration: strategies are counted against it
+  TrainingConfig base_;            // what the plain probes run: the job's configuration, or a rescued one
+  TrainingConfig job_base_;        // the job's own configuration: strategies are counted against it
   StrategySet rescue_strategies_;  // the strategies base_ adds to the job's (Note [Rescue]); none: plain
   std::vector<RescueAlternative> rescue_alternatives_;  // Note [Rescue]
   StepModels models_;
-  std::map<int64_t, double> plain_seconds_;          // forward, loss and backward of one micro-batch
-  std::map<std::string, int64_t> out_of_memory_at_;  // memory_key -> smallest micro-batch whose probe ran out
-  ProbeReport last_failure_;                         // the last strategy probe that failed
+  std::map<int64_t, double> plain_seconds_;                   // forward, loss and backward of one micro-batch
+  std::map<std::string, int64_t> out_of_memory_at_;           // memory_key -> smallest micro-batch whose probe ran out
+  ProbeReport last_failure_;                                  // the last strategy probe that failed
   CheckpointPlan checkpoint_all_ = checkpoint_every_block();  // what "all blocks" checkpoints
-  std::string checkpoint_label_ = "all blocks";              // names checkpoint_all_ in node names
-  Precision bf16_form_ = Precision::kBf16;                   // kBf16Params after a fallback
+  std::string checkpoint_label_ = "all blocks";               // names checkpoint_all_ in node names
+  Precision bf16_form_ = Precision::kBf16;                    // kBf16Params after a fallback
   SearchResult result_;
 };
 

@@ -18,9 +18,10 @@ std::string describe(const TrainingConfig& c) {
 }
 
 std::string bf16_fallback_note(const ProbeReport& failed) {
-  return fmt::format("bf16: autocast failed ({}), so bf16 runs as bf16 parameters with fp32 master weights "
-                     "kept by the optimizer (precision = \"bf16_params\")",
-                     outcome_text(failed));
+  return fmt::format(
+      "bf16: autocast failed ({}), so bf16 runs as bf16 parameters with fp32 master weights "
+      "kept by the optimizer (precision = \"bf16_params\")",
+      outcome_text(failed));
 }
 
 }  // namespace oomtune::search_detail

@@ -22,21 +22,25 @@ bool replaces_adamw(const TrainingConfig& base) {
 }
 
 const std::array<StrategyRow, kNumStrategies> kTable = {{
-    {Strategy::kCheckpointing, "activation checkpointing",
-     [](const StrategyContext&) -> std::string { return "checkpointing (all blocks)"; }, 2,
+    {Strategy::kCheckpointing,
+     "activation checkpointing",
+     [](const StrategyContext&) -> std::string { return "checkpointing (all blocks)"; },
+     2,
      [](const TrainingConfig& c, const TrainingConfig&) { return c.checkpoint.enabled(); },
      [](TrainingConfig& c, const StrategyContext& context) { c.checkpoint = context.checkpoint_all; },
-     [](const JobSpec&, const TrainingConfig& base) { return !base.checkpoint.enabled(); }, {},
-     /*optimizer_state=*/false, /*rescue=*/true, nullptr},
+     [](const JobSpec&, const TrainingConfig& base) { return !base.checkpoint.enabled(); },
+     {},
+     /*optimizer_state=*/false,
+     /*rescue=*/true,
+     nullptr},
     {Strategy::kAdamW8bit, "8-bit AdamW", [](const StrategyContext&) -> std::string { return "8-bit AdamW"; }, 1,
      [](const TrainingConfig& c, const TrainingConfig&) { return c.optimizer == OptimizerKind::kAdamW8bit; },
      [](TrainingConfig& c, const StrategyContext&) { c.optimizer = OptimizerKind::kAdamW8bit; },
      [](const JobSpec&, const TrainingConfig& base) { return replaces_adamw(base); },
      set_of({Strategy::kOffload, Strategy::kAdafactor}), /*optimizer_state=*/true, /*rescue=*/true,
      "quantized optimizer states: close to, not equal to, {}'s updates"},
-    {Strategy::kOffload, "optimizer offload",
-     [](const StrategyContext&) -> std::string { return "optimizer offload"; }, 1,
-     [](const TrainingConfig& c, const TrainingConfig&) { return c.offload_optimizer; },
+    {Strategy::kOffload, "optimizer offload", [](const StrategyContext&) -> std::string { return "optimizer offload"; },
+     1, [](const TrainingConfig& c, const TrainingConfig&) { return c.offload_optimizer; },
      // The job's optimizer, in place of a rescued 8-bit AdamW (the
      // frameworks offload full-precision Adam).
      [](TrainingConfig& c, const StrategyContext& context) {
@@ -45,14 +49,21 @@ const std::array<StrategyRow, kNumStrategies> kTable = {{
      },
      [](const JobSpec&, const TrainingConfig& base) { return !base.offload_optimizer; },
      set_of({Strategy::kAdamW8bit, Strategy::kAdafactor}), /*optimizer_state=*/true, /*rescue=*/true, nullptr},
-    {Strategy::kBf16, "bf16 autocast",
+    {Strategy::kBf16,
+     "bf16 autocast",
      [](const StrategyContext& context) -> std::string {
        return context.bf16_form == Precision::kBf16 ? "bf16" : "bf16 parameters";
      },
-     2, [](const TrainingConfig& c, const TrainingConfig& reference) { return c.precision != reference.precision; },
+     2,
+     [](const TrainingConfig& c, const TrainingConfig& reference) { return c.precision != reference.precision; },
      [](TrainingConfig& c, const StrategyContext& context) { c.precision = context.bf16_form; },
-     [](const JobSpec& job, const TrainingConfig& base) { return job.allow_bf16 && base.precision == Precision::kFp32; },
-     {}, /*optimizer_state=*/false, /*rescue=*/true, nullptr},
+     [](const JobSpec& job, const TrainingConfig& base) {
+       return job.allow_bf16 && base.precision == Precision::kFp32;
+     },
+     {},
+     /*optimizer_state=*/false,
+     /*rescue=*/true,
+     nullptr},
     {Strategy::kAdafactor, "Adafactor", [](const StrategyContext&) -> std::string { return "Adafactor"; }, 1,
      [](const TrainingConfig& c, const TrainingConfig&) { return c.optimizer == OptimizerKind::kAdafactor; },
      [](TrainingConfig& c, const StrategyContext&) { c.optimizer = OptimizerKind::kAdafactor; },

@@ -34,15 +34,12 @@ TrainingConfig with_micro_batch(TrainingConfig c, int64_t micro_batch, int64_t g
 // `alternative`: the models of a rescue alternative (Note [Rescue]),
 // whose node is named tree_name as it is; else models_.
 void Search::add_node(const std::string& tree_name, const TrainingConfig& config, int64_t largest, bool exact,
-              const StepModels* alternative) {
+                      const StepModels* alternative) {
   const StepModels& models = alternative ? *alternative : models_;
   // After a rescue the nodes carry the rescued strategies (Note [Rescue]),
   // all but a rescued 8-bit AdamW that offload replaced.
-  const std::string rescued =
-      alternative ? "" : rescue_label(rescue_strategies_ & strategies_used(config, job_base_));
-  const std::string name = rescued.empty()        ? tree_name
-                           : tree_name == "plain" ? rescued
-                                                  : tree_name + " + " + rescued;
+  const std::string rescued = alternative ? "" : rescue_label(rescue_strategies_ & strategies_used(config, job_base_));
+  const std::string name = rescued.empty() ? tree_name : tree_name == "plain" ? rescued : tree_name + " + " + rescued;
   const std::vector<int64_t> valid = valid_micro_batches(job_);
   if (valid.empty()) return;
   if (exact && std::find(valid.begin(), valid.end(), largest) == valid.end()) return;
@@ -197,7 +194,8 @@ void Search::walk_tree() {
     };
     double smallest = peak_with(least);
     for (const StrategyRow& row : strategy_table())
-      if (row.optimizer_state && available(just(row.id))) smallest = std::min(smallest, peak_with(least | just(row.id)));
+      if (row.optimizer_state && available(just(row.id)))
+        smallest = std::min(smallest, peak_with(least | just(row.id)));
     result_.smallest_micro_batch = valid.front();
     result_.smallest_predicted_peak_bytes = smallest;
   }

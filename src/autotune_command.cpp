@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <memory>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "commands.h"
 #include "common/byte_size.h"
@@ -71,7 +71,7 @@ Plan plan_from(const AutotuneReport& report) {
   Plan plan;
   plan.config = best.config;
   plan.global_batch = job.global_batch;
-  plan.optimizer = {job.optimizer.lr,   job.optimizer.weight_decay, job.optimizer.beta1,
+  plan.optimizer = {job.optimizer.lr,    job.optimizer.weight_decay, job.optimizer.beta1,
                     job.optimizer.beta2, job.optimizer.eps,          job.optimizer.momentum};
   plan.device = job.device;
   plan.budget_bytes = job.budget_bytes;
@@ -111,8 +111,8 @@ int run_autotune(const AutotuneFlags& flags) {
   apply_overrides(report.job, flags.overrides);
   require_device_support(report.job);
   if (!report.job.budget_bytes)
-    throw InputError(fmt::format("{}: autotune needs a memory budget: set budget = \"8GiB\" or pass --budget",
-                                 flags.job_path));
+    throw InputError(
+        fmt::format("{}: autotune needs a memory budget: set budget = \"8GiB\" or pass --budget", flags.job_path));
   if (!flags.emit_dir.empty() && std::filesystem::exists(flags.emit_dir) &&
       !std::filesystem::is_directory(flags.emit_dir))
     throw InputError(fmt::format("--emit {}: exists and is not a folder", flags.emit_dir));
@@ -121,19 +121,22 @@ int run_autotune(const AutotuneFlags& flags) {
   ChildTrialRunner runner(report.job);
   SearchOptions options;
   options.max_verifications = flags.max_verifications;
-  report.search = search(report.job, runner, options,
-                         [](const std::string& line) { fmt::print(stderr, "autotune: {}\n", line); });
+  report.search =
+      search(report.job, runner, options, [](const std::string& line) { fmt::print(stderr, "autotune: {}\n", line); });
   // No candidate chosen: "nothing fits" only when none ended its
   // verification for a reason other than memory (a timeout proves nothing).
   const bool unverified = !report.search.chosen && !unverified_candidates(report.search).empty();
   if (report.search.chosen && !flags.emit_dir.empty()) {
     std::filesystem::create_directories(flags.emit_dir);
-    for (const EmittedFile& file : emit_all(plan_from(report), flags.emit_dir)) report.emitted_files.push_back(file.path);
+    for (const EmittedFile& file : emit_all(plan_from(report), flags.emit_dir))
+      report.emitted_files.push_back(file.path);
   } else if (!report.search.chosen && !unverified) {
     report.nothing_fits = nothing_fits_table(report);
   }
-  if (flags.json) fmt::print("{}\n", json_text(autotune_json(report), 2));
-  else fmt::print("{}", render_autotune_text(report));
+  if (flags.json)
+    fmt::print("{}\n", json_text(autotune_json(report), 2));
+  else
+    fmt::print("{}", render_autotune_text(report));
   if (report.search.chosen) return kExitOk;
   return unverified ? kExitUnverified : kExitNothingFits;
 }

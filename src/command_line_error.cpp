@@ -35,7 +35,8 @@ std::vector<std::string> command_names(const CLI::App& app) {
 
 // "GiB" in "--budget 8 GiB": a word that parse_byte_size takes as a unit.
 bool is_size_unit(const std::string& arg) {
-  const bool word = !arg.empty() && std::all_of(arg.begin(), arg.end(), [](unsigned char c) { return std::isalpha(c); });
+  const bool word =
+      !arg.empty() && std::all_of(arg.begin(), arg.end(), [](unsigned char c) { return std::isalpha(c); });
   return word && parse_byte_size("1" + arg).has_value();
 }
 
@@ -56,7 +57,8 @@ std::string describe_extras(const CLI::App& scope, const std::vector<std::string
 
 }  // namespace
 
-std::string command_line_error(const CLI::App& app, const CLI::ParseError& error, const std::vector<std::string>& args) {
+std::string command_line_error(const CLI::App& app, const CLI::ParseError& error,
+                               const std::vector<std::string>& args) {
   const std::vector<CLI::App*> parsed = app.get_subcommands();
   const CLI::App* scope = parsed.empty() ? &app : parsed.front();
   const std::string name = parsed.empty() ? "oomtune" : "oomtune " + scope->get_name();

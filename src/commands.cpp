@@ -46,11 +46,11 @@ void require_device_support(const JobSpec& job) {
   if (job.device != "cuda" || compat::cuda_compiled()) return;
   // Whether a GPU answers is for the trial to ask (require_cuda_trial in
   // src/trial/trial_runner.cpp): this process does not load libtorch.
-  throw InputError(fmt::format(
-      "{}: device = \"cuda\", but this oomtune is built against libtorch {} without CUDA; build it against "
-      "PyTorch with CUDA (OOMTUNE_TORCH=pypi ./setup.sh, then build-pypi/oomtune), or use device = \"cpu\" "
-      "(--device cpu), where probe also predicts what a CUDA caching allocator would reserve",
-      job.spec_path, compat::torch_version()));
+  throw InputError(
+      fmt::format("{}: device = \"cuda\", but this oomtune is built against libtorch {} without CUDA; build it against "
+                  "PyTorch with CUDA (OOMTUNE_TORCH=pypi ./setup.sh, then build-pypi/oomtune), or use device = \"cpu\" "
+                  "(--device cpu), where probe also predicts what a CUDA caching allocator would reserve",
+                  job.spec_path, compat::torch_version()));
 }
 #endif
 

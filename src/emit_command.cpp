@@ -4,8 +4,8 @@
 
 #include <memory>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "commands.h"
 #include "common/error.h"
@@ -54,8 +54,7 @@ void add_emit_command(CLI::App& app, const Command& self, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(self.name, self.help);
   cmd->add_option("plan", flags->plan_path, "Plan file (plan.toml, written by autotune)");
   cmd->add_option("--out,-o", flags->out_dir, "Folder to write into (created if missing)");
-  cmd->add_option("--format,-f", flags->formats, "Which files: all (default) or names from --list")
-      ->delimiter(',');
+  cmd->add_option("--format,-f", flags->formats, "Which files: all (default) or names from --list")->delimiter(',');
   cmd->add_flag("--list", flags->list, "List the formats and their files, then exit");
   cmd->footer(writer_listing());
   cmd->callback([flags, exit_code] { *exit_code = run_emit(*flags); });

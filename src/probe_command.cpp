@@ -5,8 +5,8 @@
 #include <memory>
 #include <optional>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "commands.h"
 #include "common/error.h"
@@ -107,8 +107,8 @@ int run_probe(ProbeFlags flags) {
   JobSpec job = load_job_spec(flags.job_path);
   apply_overrides(job, flags.overrides);
   require_device_support(job);
-  TrainingConfig config = normalize_config(
-      parse_config_overrides(flags.config, have_plan ? from_plan : baseline_config(job)), job);
+  TrainingConfig config =
+      normalize_config(parse_config_overrides(flags.config, have_plan ? from_plan : baseline_config(job)), job);
 
   fmt::print(stderr, "probe: {} with {}\n", job.model_path, to_string(config));
   TrialOptions options;
@@ -129,8 +129,10 @@ int run_probe(ProbeFlags flags) {
     const auto sizes = flags.fit_batches.empty() ? default_fit_batches(config.micro_batch) : flags.fit_batches;
     if (sizes.size() >= 2) summary.activation_fit = fit_activations(job, config, sizes);
   }
-  if (flags.json) fmt::print("{}\n", json_text(probe_summary_json(summary), 2));
-  else fmt::print("{}", render_probe_text(summary));
+  if (flags.json)
+    fmt::print("{}\n", json_text(probe_summary_json(summary), 2));
+  else
+    fmt::print("{}", render_probe_text(summary));
   return summary.report.outcome == TrialOutcome::kOk ? kExitOk : kExitFailure;
 }
 
@@ -142,9 +144,11 @@ void add_probe_command(CLI::App& app, const Command& self, int* exit_code) {
   cmd->add_option("job", flags->job_path, "Job spec (TOML); optional with --plan, whose job_spec it then uses");
   add_job_override_flags(*cmd, flags->overrides);
   cmd->add_option("--plan", flags->plan_path, "Run the configuration of a plan.toml (as written by autotune --emit)");
-  cmd->add_option("--config", flags->config,
-                  "Configuration to measure, e.g. \"ckpt=all,micro_batch=4,optimizer=adamw8bit,offload=on,precision=bf16\"");
-  cmd->add_option("--fit-batches", flags->fit_batches, "Micro-batch sizes for the retained-activation fit")->delimiter(',');
+  cmd->add_option(
+      "--config", flags->config,
+      "Configuration to measure, e.g. \"ckpt=all,micro_batch=4,optimizer=adamw8bit,offload=on,precision=bf16\"");
+  cmd->add_option("--fit-batches", flags->fit_batches, "Micro-batch sizes for the retained-activation fit")
+      ->delimiter(',');
   cmd->add_flag("--no-fit", flags->no_fit, "Skip the retained-activation fit");
   cmd->add_flag("--enforce-budget", flags->enforce_budget, "Fail allocations past the budget, as a GPU would");
   cmd->add_flag("--json", flags->json, "Print JSON instead of a table");

@@ -16,8 +16,8 @@ namespace oomtune {
 
 /// One micro-batch of a split: samples [start, start + length).
 struct MicroBatchSlice {
-  int64_t start = 0;     // COUNT: first sample
-  int64_t length = 0;    // COUNT: samples
+  int64_t start = 0;       // COUNT: first sample
+  int64_t length = 0;      // COUNT: samples
   double loss_weight = 0;  // length / global: scales a mean-reduced loss
 };
 

@@ -61,9 +61,9 @@ using torch::jit::Value;
 /// One `forward` call of a submodule found in a method graph.
 struct CallSite {
   Node* node = nullptr;
-  c10::ClassTypePtr callee;            // TorchScript class of the called block
-  std::vector<std::string> reaches;    // full paths of the objects it may call
-  bool rewritten = false;              // already an oomtune::checkpoint node
+  c10::ClassTypePtr callee;          // TorchScript class of the called block
+  std::vector<std::string> reaches;  // full paths of the objects it may call
+  bool rewritten = false;            // already an oomtune::checkpoint node
 };
 
 std::string join_path(const std::string& prefix, const std::string& name) {
@@ -210,12 +210,12 @@ void check_call(const Node* call, const std::string& path, const std::string& la
     for (const auto& element : tuple_type->elements()) output_ok = output_ok && is_tensor(element);
   }
   if (!arguments_ok || !output_ok) {
-    throw ConfigError(fmt::format(
-        "{}: cannot checkpoint '{}' ({}): its forward takes ({}) and returns {}; the recompute operator "
-        "needs one or more Tensor, Optional[Tensor], List[Tensor] or Tuple[Tensor, ...] arguments, no "
-        "other argument that holds Tensors (a dict of them, an object, a tuple mixing them with other "
-        "values), and a Tensor or a tuple of Tensors as output",
-        label, path, type_name(call->input(0)->type()), signature, type_name(out_type)));
+    throw ConfigError(
+        fmt::format("{}: cannot checkpoint '{}' ({}): its forward takes ({}) and returns {}; the recompute operator "
+                    "needs one or more Tensor, Optional[Tensor], List[Tensor] or Tuple[Tensor, ...] arguments, no "
+                    "other argument that holds Tensors (a dict of them, an object, a tuple mixing them with other "
+                    "values), and a Tensor or a tuple of Tensors as output",
+                    label, path, type_name(call->input(0)->type()), signature, type_name(out_type)));
   }
 }
 
@@ -247,9 +247,9 @@ void refuse_argument_writes(const torch::jit::Module& module, const std::vector<
       const std::string& refused = class_of[path];
       std::vector<CheckpointedBlock> chosen_blocks;
       for (const auto& other : chosen) chosen_blocks.push_back({other, class_of[other]});
-      throw CheckpointRefused(fmt::format("{}: cannot checkpoint '{}': {} of {} {}", label, path, method, refused,
-                                          describe(*checked[key])),
-                              refused, chosen, blocks_of_other_classes(chosen_blocks, refused));
+      throw CheckpointRefused(
+          fmt::format("{}: cannot checkpoint '{}': {} of {} {}", label, path, method, refused, describe(*checked[key])),
+          refused, chosen, blocks_of_other_classes(chosen_blocks, refused));
     }
   }
 }
@@ -264,8 +264,8 @@ void rewrite_call(Node* call) {
   torch::jit::WithInsertPoint guard(call);
   Node* list = graph->insertNode(graph->createList(c10::AnyType::get(), inputs));
   Value* method = graph->insertConstant(call->s(c10::attr::name));
-  Node* op = graph->insertNode(graph->create(c10::Symbol::fromQualString(kCheckpointOpName),
-                                             {call->input(0), method, list->output()}, 1));
+  Node* op = graph->insertNode(
+      graph->create(c10::Symbol::fromQualString(kCheckpointOpName), {call->input(0), method, list->output()}, 1));
   op->output()->setType(c10::ListType::ofTensors());
   op->setSourceRange(call->sourceRange());
   const size_t count = tuple_type ? tuple_type->elements().size() : 1;
@@ -293,8 +293,8 @@ std::vector<std::string> select_checkpoint_paths(const torch::jit::Module& modul
 
   if (plan.mode == Mode::kPaths) {
     if (plan.paths.empty()) {
-      throw ConfigError(fmt::format("{}: ckpt=paths: needs at least one submodule path; detected blocks: {}",
-                                    label, block_list(blocks)));
+      throw ConfigError(fmt::format("{}: ckpt=paths: needs at least one submodule path; detected blocks: {}", label,
+                                    block_list(blocks)));
     }
     std::vector<std::string> known;
     for (const auto& [path, type] : submodule_types(module)) known.push_back(path);
@@ -302,9 +302,10 @@ std::vector<std::string> select_checkpoint_paths(const torch::jit::Module& modul
     for (const auto& block : blocks) block_paths.push_back(block.path);
     for (const auto& path : plan.paths) {
       if (std::find(known.begin(), known.end(), path) == known.end()) {
-        throw ConfigError(fmt::format("{}: unknown submodule path '{}' for checkpointing (did you mean '{}'?; "
-                                      "detected blocks: {})",
-                                      label, path, closest_name(path, known), block_list(blocks)));
+        throw ConfigError(
+            fmt::format("{}: unknown submodule path '{}' for checkpointing (did you mean '{}'?; "
+                        "detected blocks: {})",
+                        label, path, closest_name(path, known), block_list(blocks)));
       }
     }
     std::vector<std::string> chosen;  // forward (tree) order, no duplicates
@@ -331,8 +332,8 @@ std::vector<std::string> select_checkpoint_paths(const torch::jit::Module& modul
     for (int64_t i = 0; i < count; i += plan.every_k) chosen.push_back(blocks[i].path);
   } else if (plan.mode == Mode::kFirstN) {
     if (plan.first_n < 1 || plan.first_n > count) {
-      throw ConfigError(fmt::format("{}: ckpt=first:n needs 1 <= n <= {} (the detected blocks: {}), got {}",
-                                    label, count, block_list(blocks), plan.first_n));
+      throw ConfigError(fmt::format("{}: ckpt=first:n needs 1 <= n <= {} (the detected blocks: {}), got {}", label,
+                                    count, block_list(blocks), plan.first_n));
     }
     for (int64_t i = 0; i < plan.first_n; ++i) chosen.push_back(blocks[i].path);
   }
@@ -367,9 +368,10 @@ CheckpointReport apply_checkpointing(torch::jit::Module& module, const Checkpoin
   for (const auto& site : sites) reachable.insert(site.reaches.begin(), site.reaches.end());
   for (const auto& path : chosen) {
     if (reachable.count(path) == 0) {
-      throw ConfigError(fmt::format("{}: cannot checkpoint '{}': no TorchScript method calls its forward as "
-                                    "prim::CallMethod on self.<path> (detected blocks: {})",
-                                    label, path, block_list(report.blocks)));
+      throw ConfigError(
+          fmt::format("{}: cannot checkpoint '{}': no TorchScript method calls its forward as "
+                      "prim::CallMethod on self.<path> (detected blocks: {})",
+                      label, path, block_list(report.blocks)));
     }
   }
 

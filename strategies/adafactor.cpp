@@ -10,20 +10,17 @@
 
 #include "common/error.h"
 #include "compat/torch_compat.h"
+#include "strategies/optimizer_step.h"
 
 namespace oomtune {
 namespace {
 
 const AdafactorOptions& options_of(const torch::optim::OptimizerParamGroup& group) {
-  const auto* options = dynamic_cast<const AdafactorOptions*>(&group.options());
-  if (options == nullptr) throw ConfigError("Adafactor: a param group's options must be AdafactorOptions");
-  return *options;
+  return group_options<AdafactorOptions>(group, "Adafactor", "AdafactorOptions");
 }
 
 // ||x||_2 / sqrt(numel(x)), transformers' Adafactor._rms.
-double rms(const at::Tensor& x) {
-  return x.norm().item<double>() / std::sqrt(static_cast<double>(x.numel()));
-}
+double rms(const at::Tensor& x) { return x.norm().item<double>() / std::sqrt(static_cast<double>(x.numel())); }
 
 // The factored estimate of the squared gradient: the outer product of the
 // row means (normalized by their mean) and the column means
@@ -72,11 +69,7 @@ Adafactor::Adafactor(std::vector<at::Tensor> params, AdafactorOptions defaults)
 
 // Note [Adafactor update] (adafactor.h).
 at::Tensor Adafactor::step(LossClosure closure) {
-  at::Tensor loss;
-  if (closure != nullptr) {
-    c10::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
+  at::Tensor loss = run_closure(closure);
   c10::NoGradGuard no_grad;
   for (auto& group : param_groups_) {
     const AdafactorOptions& options = options_of(group);

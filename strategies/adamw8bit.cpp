@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "compat/torch_compat.h"
+#include "strategies/optimizer_step.h"
 
 namespace oomtune {
 namespace {
@@ -30,11 +31,7 @@ std::string describe(const at::Tensor& t) {
 }
 
 const AdamW8bitOptions& options_of(const torch::optim::OptimizerParamGroup& group) {
-  const auto* options = dynamic_cast<const AdamW8bitOptions*>(&group.options());
-  if (options == nullptr) {
-    throw ConfigError("AdamW8bit: a param group's options must be AdamW8bitOptions");
-  }
-  return *options;
+  return group_options<AdamW8bitOptions>(group, "AdamW8bit", "AdamW8bitOptions");
 }
 
 }  // namespace
@@ -58,15 +55,14 @@ void validate(const AdamW8bitOptions& options) {
 
 int64_t AdamW8bitParamState::state_bytes() const {
   int64_t bytes = 0;
-  for (const at::Tensor* t : {&exp_avg_, &exp_avg_sq_, &exp_avg_q_.codes, &exp_avg_q_.absmax,
-                              &exp_avg_sq_q_.codes, &exp_avg_sq_q_.absmax}) {
+  for (const at::Tensor* t :
+       {&exp_avg_, &exp_avg_sq_, &exp_avg_q_.codes, &exp_avg_q_.absmax, &exp_avg_sq_q_.codes, &exp_avg_sq_q_.absmax}) {
     if (t->defined()) bytes += static_cast<int64_t>(t->nbytes());
   }
   return bytes;
 }
 
-AdamW8bit::AdamW8bit(std::vector<torch::optim::OptimizerParamGroup> param_groups,
-                     AdamW8bitOptions defaults)
+AdamW8bit::AdamW8bit(std::vector<torch::optim::OptimizerParamGroup> param_groups, AdamW8bitOptions defaults)
     : Optimizer(std::move(param_groups), std::make_unique<AdamW8bitOptions>(defaults)) {
   validate(defaults);
   for (const auto& group : param_groups_) validate(options_of(group));
@@ -76,11 +72,7 @@ AdamW8bit::AdamW8bit(std::vector<at::Tensor> params, AdamW8bitOptions defaults)
     : AdamW8bit({torch::optim::OptimizerParamGroup(std::move(params))}, std::move(defaults)) {}
 
 at::Tensor AdamW8bit::step(LossClosure closure) {
-  at::Tensor loss;
-  if (closure != nullptr) {
-    c10::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
+  at::Tensor loss = run_closure(closure);
   c10::NoGradGuard no_grad;
   for (auto& group : param_groups_) {
     const AdamW8bitOptions& options = options_of(group);
@@ -97,13 +89,12 @@ at::Tensor AdamW8bit::step(LossClosure closure) {
         auto state = std::make_unique<AdamW8bitParamState>();
         if (p.numel() >= kMin8bitSize) {
           if (p.scalar_type() != at::kFloat || !p.device().is_cpu()) {
-            throw ConfigError("AdamW8bit: 8-bit states need a float32 CPU parameter, got a " +
-                              describe(p));
+            throw ConfigError("AdamW8bit: 8-bit states need a float32 CPU parameter, got a " + describe(p));
           }
           const int64_t blocks = num_blocks(p.numel());
           auto init = [&](QuantizedTensor& q, bool is_signed) {
-            q.codes = at::full(p.sizes(), QuantizationMap::dynamic(is_signed).zero_code(),
-                               p.options().dtype(at::kByte));
+            q.codes =
+                at::full(p.sizes(), QuantizationMap::dynamic(is_signed).zero_code(), p.options().dtype(at::kByte));
             q.absmax = at::zeros({blocks}, p.options().dtype(at::kFloat));
           };
           init(state->exp_avg_q(), /*is_signed=*/true);
@@ -157,8 +148,7 @@ void AdamW8bit::step_8bit(at::Tensor& p, const at::Tensor& grad, AdamW8bitParamS
     throw ConfigError("AdamW8bit: 8-bit states need a contiguous parameter");
   }
   if (grad.scalar_type() != at::kFloat || !grad.device().is_cpu()) {
-    throw ConfigError("AdamW8bit: 8-bit states need a float32 CPU gradient, got a " +
-                      describe(grad));
+    throw ConfigError("AdamW8bit: 8-bit states need a float32 CPU gradient, got a " + describe(grad));
   }
   state.step(state.step() + 1);
   const double beta1_d = std::get<0>(options.betas());

@@ -70,11 +70,10 @@ void validate(const AdamW8bitOptions& options);
 /// Per-parameter state. Either fp32 moments (exp_avg, exp_avg_sq: defined,
 /// the parameter's shape) or 8-bit moments (exp_avg_q, exp_avg_sq_q: codes of
 /// the parameter's shape and one absmax per kBlockSize elements).
-struct AdamW8bitParamState
-    : public torch::optim::OptimizerCloneableParamState<AdamW8bitParamState> {
+struct AdamW8bitParamState : public torch::optim::OptimizerCloneableParamState<AdamW8bitParamState> {
   TORCH_ARG(int64_t, step) = 0;
-  TORCH_ARG(at::Tensor, exp_avg);     ///< fp32 first moment, or undefined
-  TORCH_ARG(at::Tensor, exp_avg_sq);  ///< fp32 second moment, or undefined
+  TORCH_ARG(at::Tensor, exp_avg);            ///< fp32 first moment, or undefined
+  TORCH_ARG(at::Tensor, exp_avg_sq);         ///< fp32 second moment, or undefined
   TORCH_ARG(QuantizedTensor, exp_avg_q);     ///< 8-bit first moment (signed map)
   TORCH_ARG(QuantizedTensor, exp_avg_sq_q);  ///< 8-bit second moment (unsigned map)
 
@@ -90,8 +89,7 @@ class AdamW8bit : public torch::optim::Optimizer {
  public:
   /// Throws ConfigError if the defaults or any group's options are invalid
   /// (see validate()) or a group's options are not AdamW8bitOptions.
-  explicit AdamW8bit(std::vector<torch::optim::OptimizerParamGroup> param_groups,
-                     AdamW8bitOptions defaults = {});
+  explicit AdamW8bit(std::vector<torch::optim::OptimizerParamGroup> param_groups, AdamW8bitOptions defaults = {});
   explicit AdamW8bit(std::vector<at::Tensor> params, AdamW8bitOptions defaults = {});
 
   /// One update of every parameter that has a gradient. Runs `closure` (with
@@ -110,10 +108,8 @@ class AdamW8bit : public torch::optim::Optimizer {
   static int64_t expected_state_bytes(const std::vector<at::Tensor>& params);
 
  private:
-  void step_fp32(at::Tensor& p, const at::Tensor& grad, AdamW8bitParamState& state,
-                 const AdamW8bitOptions& options);
-  void step_8bit(at::Tensor& p, const at::Tensor& grad, AdamW8bitParamState& state,
-                 const AdamW8bitOptions& options);
+  void step_fp32(at::Tensor& p, const at::Tensor& grad, AdamW8bitParamState& state, const AdamW8bitOptions& options);
+  void step_8bit(at::Tensor& p, const at::Tensor& grad, AdamW8bitParamState& state, const AdamW8bitOptions& options);
 };
 
 }  // namespace oomtune

@@ -48,14 +48,19 @@ struct Found {
 /// Operators that may copy instead (reshape, contiguous, to, flatten) are not
 /// here: a write after them may or may not reach the argument.
 bool always_aliases_first_input(const Node* node) {
-  static const std::vector<c10::Symbol> kinds = {
-      c10::aten::view,      c10::aten::view_as,   c10::aten::transpose, c10::aten::t,
-      c10::aten::permute,   c10::aten::select,    c10::aten::slice,     c10::aten::narrow,
-      c10::aten::unsqueeze, c10::aten::squeeze,   c10::aten::expand,    c10::aten::expand_as,
-      c10::aten::detach,    c10::aten::alias,     c10::aten::diagonal,  c10::aten::unbind,
-      c10::aten::split,     c10::aten::chunk,     c10::aten::movedim,   c10::aten::unfold,
-      c10::aten::__getitem__, c10::prim::TupleUnpack, c10::prim::ListUnpack, c10::prim::TupleIndex,
-      c10::prim::unchecked_cast, c10::prim::unchecked_unwrap_optional};
+  static const std::vector<c10::Symbol> kinds = {c10::aten::view,           c10::aten::view_as,
+                                                 c10::aten::transpose,      c10::aten::t,
+                                                 c10::aten::permute,        c10::aten::select,
+                                                 c10::aten::slice,          c10::aten::narrow,
+                                                 c10::aten::unsqueeze,      c10::aten::squeeze,
+                                                 c10::aten::expand,         c10::aten::expand_as,
+                                                 c10::aten::detach,         c10::aten::alias,
+                                                 c10::aten::diagonal,       c10::aten::unbind,
+                                                 c10::aten::split,          c10::aten::chunk,
+                                                 c10::aten::movedim,        c10::aten::unfold,
+                                                 c10::aten::__getitem__,    c10::prim::TupleUnpack,
+                                                 c10::prim::ListUnpack,     c10::prim::TupleIndex,
+                                                 c10::prim::unchecked_cast, c10::prim::unchecked_unwrap_optional};
   return std::find(kinds.begin(), kinds.end(), node->kind()) != kinds.end();
 }
 
@@ -211,9 +216,10 @@ std::string describe(const ArgumentWrite& write) {
   if (write.list) {
     return fmt::format("changes its List[Tensor] argument {} ({}); {}", write.argument, where, kListAdvice);
   }
-  return fmt::format("modifies its argument {} in place ({}), so its recomputation would start from the "
-                     "modified values; {}",
-                     write.argument, where, kInPlaceAdvice);
+  return fmt::format(
+      "modifies its argument {} in place ({}), so its recomputation would start from the "
+      "modified values; {}",
+      write.argument, where, kInPlaceAdvice);
 }
 
 }  // namespace oomtune

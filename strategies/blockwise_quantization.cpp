@@ -25,17 +25,15 @@ constexpr int64_t kBlocksPerTask = 8;
 
 void check_float_cpu(const at::Tensor& x, const char* what) {
   if (!x.defined() || x.scalar_type() != at::kFloat || !x.device().is_cpu()) {
-    throw ConfigError(std::string("quantize_blockwise: ") + what +
-                      " must be a defined float32 CPU tensor, got " +
-                      (x.defined() ? std::string(x.toString()) + " on " + x.device().str()
-                                   : std::string("an undefined tensor")));
+    throw ConfigError(
+        std::string("quantize_blockwise: ") + what + " must be a defined float32 CPU tensor, got " +
+        (x.defined() ? std::string(x.toString()) + " on " + x.device().str() : std::string("an undefined tensor")));
   }
 }
 
 void check_block_size(int64_t block_size) {
   if (block_size < 1) {
-    throw ConfigError("quantize_blockwise: block_size must be >= 1, got " +
-                      std::to_string(block_size));
+    throw ConfigError("quantize_blockwise: block_size must be >= 1, got " + std::to_string(block_size));
   }
 }
 
@@ -52,12 +50,10 @@ std::array<float, kMapSize> dynamic_map(bool is_signed) {
     data.insert(data.end(), p, p + t.numel());
   };
   for (int i = 0; i < kMaxExponentBits; ++i) {
-    const int64_t fraction_items = is_signed
-                                       ? (int64_t{1} << (i + non_sign_bits - kMaxExponentBits)) + 1
-                                       : (int64_t{1} << (i + non_sign_bits - kMaxExponentBits + 1)) + 1;
+    const int64_t fraction_items = is_signed ? (int64_t{1} << (i + non_sign_bits - kMaxExponentBits)) + 1
+                                             : (int64_t{1} << (i + non_sign_bits - kMaxExponentBits + 1)) + 1;
     const at::Tensor boundaries = at::linspace(0.1, 1, fraction_items, at::kFloat);
-    const at::Tensor means =
-        (boundaries.slice(0, 0, fraction_items - 1) + boundaries.slice(0, 1)) / 2.0;
+    const at::Tensor means = (boundaries.slice(0, 0, fraction_items - 1) + boundaries.slice(0, 1)) / 2.0;
     const double scale = std::pow(10.0, -(kMaxExponentBits - 1) + i);
     append((means * scale).contiguous());
     if (is_signed) append((means * (-scale)).contiguous());
@@ -66,8 +62,7 @@ std::array<float, kMapSize> dynamic_map(bool is_signed) {
   data.push_back(0.0f);
   data.push_back(1.0f);
   if (data.size() != static_cast<size_t>(kMapSize)) {
-    throw Error("dynamic_map: expected " + std::to_string(kMapSize) + " values, got " +
-                std::to_string(data.size()));
+    throw Error("dynamic_map: expected " + std::to_string(kMapSize) + " values, got " + std::to_string(data.size()));
   }
   std::sort(data.begin(), data.end());
   std::array<float, kMapSize> values{};
@@ -81,9 +76,8 @@ QuantizationMap::QuantizationMap(const std::array<float, kMapSize>& values) : va
       throw ConfigError("QuantizationMap: value " + std::to_string(k) + " is not finite");
     }
     if (k > 0 && values_[k] < values_[k - 1]) {
-      throw ConfigError("QuantizationMap: values must be sorted ascending, got " +
-                        std::to_string(values_[k - 1]) + " before " + std::to_string(values_[k]) +
-                        " at index " + std::to_string(k));
+      throw ConfigError("QuantizationMap: values must be sorted ascending, got " + std::to_string(values_[k - 1]) +
+                        " before " + std::to_string(values_[k]) + " at index " + std::to_string(k));
     }
   }
   for (int k = 0; k + 1 < kMapSize; ++k) {
@@ -100,7 +94,7 @@ QuantizationMap::QuantizationMap(const std::array<float, kMapSize>& values) : va
   // if at most one midpoint lies in the range (x in [lo, hi) or (-hi, -lo]).
   const float* mid_begin = midpoints_.data();
   const float* mid_end = midpoints_.data() + kMapSize - 1;  // the finite midpoints
-  auto count_le = [&](float x) {  // midpoints <= x
+  auto count_le = [&](float x) {                            // midpoints <= x
     return static_cast<int>(std::upper_bound(mid_begin, mid_end, x) - mid_begin);
   };
   auto count_lt = [&](float x) {  // midpoints < x
@@ -115,8 +109,8 @@ QuantizationMap::QuantizationMap(const std::array<float, kMapSize>& values) : va
   use_buckets_ = true;
   for (uint32_t key = 0; key < kNumBuckets && use_buckets_; ++key) {
     const float lo = from_bits(key << kBucketShift);
-    const float hi = key + 1 == kNumBuckets ? std::numeric_limits<float>::infinity()
-                                            : from_bits((key + 1) << kBucketShift);
+    const float hi =
+        key + 1 == kNumBuckets ? std::numeric_limits<float>::infinity() : from_bits((key + 1) << kBucketShift);
     // Positive x in [lo, hi): code = #midpoints <= x.
     const int c_pos = count_le(lo);
     const int crossed_pos = count_lt(hi) - c_pos;
@@ -155,8 +149,7 @@ int64_t num_blocks(int64_t numel, int64_t block_size) {
   return (numel + block_size - 1) / block_size;
 }
 
-QuantizedTensor quantize_blockwise(const at::Tensor& x, const QuantizationMap& map,
-                                   int64_t block_size) {
+QuantizedTensor quantize_blockwise(const at::Tensor& x, const QuantizationMap& map, int64_t block_size) {
   check_float_cpu(x, "x");
   const int64_t numel = x.numel();
   const int64_t blocks = num_blocks(numel, block_size);
@@ -185,8 +178,7 @@ QuantizedTensor quantize_blockwise(const at::Tensor& x, const QuantizationMap& m
   return q;
 }
 
-at::Tensor dequantize_blockwise(const QuantizedTensor& q, const QuantizationMap& map,
-                                int64_t block_size) {
+at::Tensor dequantize_blockwise(const QuantizedTensor& q, const QuantizationMap& map, int64_t block_size) {
   if (!q.codes.defined() || q.codes.scalar_type() != at::kByte || !q.codes.device().is_cpu()) {
     throw ConfigError("dequantize_blockwise: codes must be a uint8 CPU tensor");
   }
@@ -194,9 +186,9 @@ at::Tensor dequantize_blockwise(const QuantizedTensor& q, const QuantizationMap&
   const int64_t numel = q.codes.numel();
   const int64_t blocks = num_blocks(numel, block_size);
   if (q.absmax.numel() != blocks) {
-    throw ConfigError("dequantize_blockwise: absmax must have ceil(" + std::to_string(numel) +
-                      " / " + std::to_string(block_size) + ") = " + std::to_string(blocks) +
-                      " elements, got " + std::to_string(q.absmax.numel()));
+    throw ConfigError("dequantize_blockwise: absmax must have ceil(" + std::to_string(numel) + " / " +
+                      std::to_string(block_size) + ") = " + std::to_string(blocks) + " elements, got " +
+                      std::to_string(q.absmax.numel()));
   }
   const at::Tensor codes_c = q.codes.contiguous();
   const at::Tensor absmax_c = q.absmax.contiguous();

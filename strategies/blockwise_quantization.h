@@ -145,13 +145,11 @@ int64_t num_blocks(int64_t numel, int64_t block_size = kBlockSize);
 /// order): per block, absmax = max |x|, code = map.encode(x / absmax); a block
 /// of zeros gets absmax 0 and the zero code. Throws ConfigError if `x` is not
 /// a float32 CPU tensor or block_size < 1.
-QuantizedTensor quantize_blockwise(const at::Tensor& x, const QuantizationMap& map,
-                                   int64_t block_size = kBlockSize);
+QuantizedTensor quantize_blockwise(const at::Tensor& x, const QuantizationMap& map, int64_t block_size = kBlockSize);
 
 /// Inverse of quantize_blockwise: a float32 tensor of the codes' shape with
 /// element i = map.decode(codes[i]) * absmax[i / block_size]. Throws
 /// ConfigError if codes is not uint8 on CPU or absmax has the wrong length.
-at::Tensor dequantize_blockwise(const QuantizedTensor& q, const QuantizationMap& map,
-                                int64_t block_size = kBlockSize);
+at::Tensor dequantize_blockwise(const QuantizedTensor& q, const QuantizationMap& map, int64_t block_size = kBlockSize);
 
 }  // namespace oomtune

@@ -20,9 +20,10 @@ TrainingConfig baseline_config(const JobSpec& job) {
 
 TrainingConfig normalize_config(TrainingConfig config, const JobSpec& job) {
   if (config.precision == Precision::kFp16 && job.device != "cuda")
-    throw ConfigError(fmt::format("precision fp16 needs device = \"cuda\" (dynamic loss scaling), the job has "
-                                  "device = \"{}\"; use bf16 on CPU",
-                                  job.device));
+    throw ConfigError(
+        fmt::format("precision fp16 needs device = \"cuda\" (dynamic loss scaling), the job has "
+                    "device = \"{}\"; use bf16 on CPU",
+                    job.device));
   if (config.optimizer == OptimizerKind::kAdafactor && config.offload_optimizer)
     throw ConfigError(kAdafactorOffloadProblem);
   if (config.optimizer == OptimizerKind::kSgd && job.optimizer.kind != "sgd")
@@ -31,9 +32,10 @@ TrainingConfig normalize_config(TrainingConfig config, const JobSpec& job) {
   const auto slices = split_global_batch(job.global_batch, config.micro_batch, job.allow_remainder);
   const auto steps = static_cast<int64_t>(slices.size());
   if (config.accumulation_steps != 1 && config.accumulation_steps != steps)
-    throw ConfigError(fmt::format("micro_batch {} x accumulation_steps {} does not make the global batch {} "
-                                  "(it takes {} micro-batches)",
-                                  config.micro_batch, config.accumulation_steps, job.global_batch, steps));
+    throw ConfigError(
+        fmt::format("micro_batch {} x accumulation_steps {} does not make the global batch {} "
+                    "(it takes {} micro-batches)",
+                    config.micro_batch, config.accumulation_steps, job.global_batch, steps));
   config.accumulation_steps = steps;
   return config;
 }

@@ -61,8 +61,7 @@ class MasterWeightOptimizer {
   /// to a lower precision, so the masters start from the exact fp32 values.
   /// The parameters are held by reference (the same TensorImpl): a later
   /// set_data on them is seen by step().
-  MasterWeightOptimizer(std::vector<at::Tensor> params, MasterPlacement placement,
-                        const OptimizerMaker& make_inner);
+  MasterWeightOptimizer(std::vector<at::Tensor> params, MasterPlacement placement, const OptimizerMaker& make_inner);
 
   /// One update (see the rules above). With kHost every allocation is
   /// tagged as host memory.

@@ -19,10 +19,14 @@ void cast_in_place(at::Tensor tensor, at::ScalarType dtype, std::unordered_set<c
 
 std::optional<at::ScalarType> autocast_dtype(Precision precision) {
   switch (precision) {
-    case Precision::kFp32: return std::nullopt;
-    case Precision::kBf16: return at::kBFloat16;
-    case Precision::kFp16: return at::kHalf;
-    case Precision::kBf16Params: return std::nullopt;
+    case Precision::kFp32:
+      return std::nullopt;
+    case Precision::kBf16:
+      return at::kBFloat16;
+    case Precision::kFp16:
+      return at::kHalf;
+    case Precision::kBf16Params:
+      return std::nullopt;
   }
   return std::nullopt;
 }
@@ -34,10 +38,13 @@ std::optional<at::ScalarType> parameter_dtype(Precision precision) {
 
 std::string precision_form(Precision precision) {
   switch (precision) {
-    case Precision::kFp32: return "fp32";
+    case Precision::kFp32:
+      return "fp32";
     case Precision::kBf16:
-    case Precision::kFp16: return "autocast";
-    case Precision::kBf16Params: return "bf16 parameters, fp32 master";
+    case Precision::kFp16:
+      return "autocast";
+    case Precision::kBf16Params:
+      return "bf16 parameters, fp32 master";
   }
   return "?";
 }

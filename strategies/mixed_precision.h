@@ -69,7 +69,7 @@ Batch cast_model_inputs(const Batch& batch, const std::string& target, at::Scala
 /// GradScaler's dynamic loss scale for fp16.
 class DynamicLossScaler {
  public:
-  static constexpr double kInitScale = 65536.0;     // 2^16, GradScaler's init_scale
+  static constexpr double kInitScale = 65536.0;  // 2^16, GradScaler's init_scale
   static constexpr double kGrowthFactor = 2.0;
   static constexpr double kBackoffFactor = 0.5;
   static constexpr int64_t kGrowthInterval = 2000;  // good steps before the scale grows

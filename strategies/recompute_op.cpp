@@ -7,15 +7,15 @@
 
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
-#include <ATen/core/function.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/function.h>
 #include <ATen/core/stack.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
-#include "compat/torch_compat.h"
 #include "common/class_name.h"
+#include "compat/torch_compat.h"
 #include "strategies/argument_writes.h"
 
 // Note [Recompute RNG]
@@ -155,8 +155,8 @@ std::vector<at::Tensor> run_method(const c10::intrusive_ptr<c10::ivalue::Object>
   stack.emplace_back(block);
   for (auto& argument : arguments) stack.push_back(std::move(argument));
   block->type()->getMethod(method).run(stack);
-  TORCH_CHECK(stack.size() == 1, kCheckpointOpName, ": ", method, " of ", class_name(*block),
-              " left ", stack.size(), " values on the stack, expected 1");
+  TORCH_CHECK(stack.size() == 1, kCheckpointOpName, ": ", method, " of ", class_name(*block), " left ", stack.size(),
+              " values on the stack, expected 1");
   const c10::IValue& out = stack.back();
   std::vector<at::Tensor> outputs;
   if (out.isTensor()) {
@@ -168,8 +168,8 @@ std::vector<at::Tensor> run_method(const c10::intrusive_ptr<c10::ivalue::Object>
       outputs.push_back(element.toTensor());
     }
   } else {
-    TORCH_CHECK(false, kCheckpointOpName, ": ", method, " of ", class_name(*block), " returned a ",
-                out.tagKind(), ", expected a Tensor or a tuple of Tensors");
+    TORCH_CHECK(false, kCheckpointOpName, ": ", method, " of ", class_name(*block), " returned a ", out.tagKind(),
+                ", expected a Tensor or a tuple of Tensors");
   }
   return outputs;
 }
@@ -180,9 +180,7 @@ struct RngState {
   std::vector<std::pair<c10::DeviceIndex, at::Tensor>> cuda;
 };
 
-at::Generator default_generator(c10::Device device) {
-  return at::globalContext().defaultGenerator(device);
-}
+at::Generator default_generator(c10::Device device) { return at::globalContext().defaultGenerator(device); }
 
 at::Tensor get_state(at::Generator generator) {
   std::lock_guard<std::mutex> lock(generator.mutex());
@@ -306,8 +304,7 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
   // `anchor` is an empty tensor, a leaf requiring grad when no input does
   // (Note [Checkpoint anchor]).
   static variable_list forward(AutogradContext* ctx, c10::IValue block, c10::IValue method, c10::IValue layout,
-                               c10::IValue places, c10::IValue call, at::TensorList inputs,
-                               const at::Tensor& anchor) {
+                               c10::IValue places, c10::IValue call, at::TensorList inputs, const at::Tensor& anchor) {
     (void)anchor;
     const auto devices = cuda_devices(inputs);
     RngState rng = capture_rng(devices);  // Note [Recompute RNG]
@@ -356,12 +353,12 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
       RngFork fork(rng);  // Note [Recompute RNG]
       AutocastFork autocast(saved_autocast(ctx));
       at::AutoGradMode enable_grad(true);
-      outputs = run_method(ctx->saved_data["block"].toObject(), ctx->saved_data["method"].toStringRef(),
-                           join_arguments(ctx->saved_data["layout"].toList(),
-                                          ctx->saved_data["places"].toIntList(), detached));
+      outputs = run_method(
+          ctx->saved_data["block"].toObject(), ctx->saved_data["method"].toStringRef(),
+          join_arguments(ctx->saved_data["layout"].toList(), ctx->saved_data["places"].toIntList(), detached));
     }
-    TORCH_CHECK(outputs.size() == grad_outputs.size(), kCheckpointOpName, ": recomputation returned ",
-                outputs.size(), " outputs, the forward returned ", grad_outputs.size());
+    TORCH_CHECK(outputs.size() == grad_outputs.size(), kCheckpointOpName, ": recomputation returned ", outputs.size(),
+                " outputs, the forward returned ", grad_outputs.size());
 
     variable_list roots;
     variable_list root_grads;
@@ -429,8 +426,7 @@ void check_arguments_kept(const c10::ivalue::Object& block, const std::string& m
 }
 
 std::vector<at::Tensor> checkpoint_or_call(const c10::intrusive_ptr<c10::ivalue::Object>& block,
-                                           const std::string& method, const c10::IValue& arguments,
-                                           bool checkpoint) {
+                                           const std::string& method, const c10::IValue& arguments, bool checkpoint) {
   if (!checkpoint || !at::GradMode::is_enabled()) return run_method(block, method, arguments.toListRef().vec());
   BlockArguments split = split_arguments(arguments.toListRef());
   bool any_requires_grad = false;
@@ -457,7 +453,8 @@ void checkpoint_kernel(const c10::OperatorHandle& /*op*/, torch::jit::Stack* sta
   c10::IValue block = torch::jit::pop(*stack);
   TORCH_CHECK(block.isObject(), kCheckpointOpName, ": expected a module object, got ", block.tagKind());
   auto object = block.toObject();
-  std::vector<at::Tensor> outputs = checkpoint_or_call(object, method.toStringRef(), arguments, checkpoint_flag(*object));
+  std::vector<at::Tensor> outputs =
+      checkpoint_or_call(object, method.toStringRef(), arguments, checkpoint_flag(*object));
   c10::List<at::Tensor> list;
   list.reserve(outputs.size());
   for (auto& output : outputs) list.push_back(std::move(output));

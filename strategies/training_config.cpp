@@ -33,8 +33,10 @@ bool parse_switch(const std::string& key, const std::string& value) {
 std::vector<std::string> split(const std::string& text, char separator) {
   std::vector<std::string> parts(1);
   for (char c : text) {
-    if (c == separator) parts.emplace_back();
-    else parts.back() += c;
+    if (c == separator)
+      parts.emplace_back();
+    else
+      parts.back() += c;
   }
   return parts;
 }
@@ -42,8 +44,7 @@ std::vector<std::string> split(const std::string& text, char separator) {
 }  // namespace
 
 bool CheckpointPlan::operator==(const CheckpointPlan& other) const {
-  return mode == other.mode && every_k == other.every_k && first_n == other.first_n &&
-         paths == other.paths;
+  return mode == other.mode && every_k == other.every_k && first_n == other.first_n && paths == other.paths;
 }
 
 bool TrainingConfig::operator==(const TrainingConfig& other) const {
@@ -54,40 +55,52 @@ bool TrainingConfig::operator==(const TrainingConfig& other) const {
 
 std::string to_string(OptimizerKind kind) {
   switch (kind) {
-    case OptimizerKind::kAdamW: return "adamw";
-    case OptimizerKind::kAdamW8bit: return "adamw8bit";
-    case OptimizerKind::kSgd: return "sgd";
-    case OptimizerKind::kAdafactor: return "adafactor";
+    case OptimizerKind::kAdamW:
+      return "adamw";
+    case OptimizerKind::kAdamW8bit:
+      return "adamw8bit";
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kAdafactor:
+      return "adafactor";
   }
   return "?";
 }
 
 std::string to_string(Precision precision) {
   switch (precision) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp16: return "fp16";
-    case Precision::kBf16Params: return "bf16_params";
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
+    case Precision::kBf16Params:
+      return "bf16_params";
   }
   return "?";
 }
 
 std::string to_string(const CheckpointPlan& plan) {
   switch (plan.mode) {
-    case CheckpointPlan::Mode::kNone: return "none";
-    case CheckpointPlan::Mode::kAll: return "all";
-    case CheckpointPlan::Mode::kEveryK: return fmt::format("every:{}", plan.every_k);
-    case CheckpointPlan::Mode::kFirstN: return fmt::format("first:{}", plan.first_n);
-    case CheckpointPlan::Mode::kPaths: return fmt::format("paths:{}", fmt::join(plan.paths, "+"));
+    case CheckpointPlan::Mode::kNone:
+      return "none";
+    case CheckpointPlan::Mode::kAll:
+      return "all";
+    case CheckpointPlan::Mode::kEveryK:
+      return fmt::format("every:{}", plan.every_k);
+    case CheckpointPlan::Mode::kFirstN:
+      return fmt::format("first:{}", plan.first_n);
+    case CheckpointPlan::Mode::kPaths:
+      return fmt::format("paths:{}", fmt::join(plan.paths, "+"));
   }
   return "?";
 }
 
 std::string to_string(const TrainingConfig& config) {
-  return fmt::format("micro_batch={},accum={},ckpt={},optimizer={},offload={},precision={}",
-                     config.micro_batch, config.accumulation_steps, to_string(config.checkpoint),
-                     to_string(config.optimizer), config.offload_optimizer ? "on" : "off",
-                     to_string(config.precision));
+  return fmt::format("micro_batch={},accum={},ckpt={},optimizer={},offload={},precision={}", config.micro_batch,
+                     config.accumulation_steps, to_string(config.checkpoint), to_string(config.optimizer),
+                     config.offload_optimizer ? "on" : "off", to_string(config.precision));
 }
 
 OptimizerKind parse_optimizer(const std::string& text) {
@@ -95,8 +108,8 @@ OptimizerKind parse_optimizer(const std::string& text) {
   if (text == "adamw8bit") return OptimizerKind::kAdamW8bit;
   if (text == "sgd") return OptimizerKind::kSgd;
   if (text == "adafactor") return OptimizerKind::kAdafactor;
-  throw ConfigError(fmt::format("unknown optimizer '{}' ({})", text,
-                                suggest(text, {"adamw", "adamw8bit", "sgd", "adafactor"})));
+  throw ConfigError(
+      fmt::format("unknown optimizer '{}' ({})", text, suggest(text, {"adamw", "adamw8bit", "sgd", "adafactor"})));
 }
 
 Precision parse_precision(const std::string& text) {
@@ -104,8 +117,8 @@ Precision parse_precision(const std::string& text) {
   if (text == "bf16") return Precision::kBf16;
   if (text == "fp16") return Precision::kFp16;
   if (text == "bf16_params") return Precision::kBf16Params;
-  throw ConfigError(fmt::format("unknown precision '{}' ({})", text,
-                                suggest(text, {"fp32", "bf16", "fp16", "bf16_params"})));
+  throw ConfigError(
+      fmt::format("unknown precision '{}' ({})", text, suggest(text, {"fp32", "bf16", "fp16", "bf16_params"})));
 }
 
 CheckpointPlan parse_checkpoint_plan(const std::string& text) {
@@ -137,22 +150,28 @@ CheckpointPlan parse_checkpoint_plan(const std::string& text) {
 }
 
 TrainingConfig parse_config_overrides(const std::string& text, TrainingConfig base) {
-  static const std::vector<std::string> kKeys = {"micro_batch", "accum",  "accumulation_steps", "ckpt",
+  static const std::vector<std::string> kKeys = {"micro_batch", "accum",   "accumulation_steps", "ckpt",
                                                  "optimizer",   "offload", "precision"};
   for (const std::string& item : split(text, ',')) {
     if (item.empty()) continue;
     const auto equals = item.find('=');
-    if (equals == std::string::npos)
-      throw ConfigError(fmt::format("config: '{}' is not key=value", item));
+    if (equals == std::string::npos) throw ConfigError(fmt::format("config: '{}' is not key=value", item));
     const std::string key = item.substr(0, equals);
     const std::string value = item.substr(equals + 1);
-    if (key == "micro_batch") base.micro_batch = parse_positive(key, value);
-    else if (key == "accum" || key == "accumulation_steps") base.accumulation_steps = parse_positive(key, value);
-    else if (key == "ckpt") base.checkpoint = parse_checkpoint_plan(value);
-    else if (key == "optimizer") base.optimizer = parse_optimizer(value);
-    else if (key == "offload") base.offload_optimizer = parse_switch(key, value);
-    else if (key == "precision") base.precision = parse_precision(value);
-    else throw ConfigError(fmt::format("config: unknown key '{}' ({})", key, suggest(key, kKeys)));
+    if (key == "micro_batch")
+      base.micro_batch = parse_positive(key, value);
+    else if (key == "accum" || key == "accumulation_steps")
+      base.accumulation_steps = parse_positive(key, value);
+    else if (key == "ckpt")
+      base.checkpoint = parse_checkpoint_plan(value);
+    else if (key == "optimizer")
+      base.optimizer = parse_optimizer(value);
+    else if (key == "offload")
+      base.offload_optimizer = parse_switch(key, value);
+    else if (key == "precision")
+      base.precision = parse_precision(value);
+    else
+      throw ConfigError(fmt::format("config: unknown key '{}' ({})", key, suggest(key, kKeys)));
   }
   return base;
 }

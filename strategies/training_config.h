@@ -20,9 +20,9 @@ struct CheckpointPlan {
     kPaths,   ///< the named submodule paths, e.g. "blocks.0"
   };
   Mode mode = Mode::kNone;
-  int64_t every_k = 1;               // COUNT: with kEveryK, the stride (>= 1)
-  int64_t first_n = 0;               // COUNT: with kFirstN, how many blocks (>= 1)
-  std::vector<std::string> paths;    // with kPaths: dotted submodule paths
+  int64_t every_k = 1;             // COUNT: with kEveryK, the stride (>= 1)
+  int64_t first_n = 0;             // COUNT: with kFirstN, how many blocks (>= 1)
+  std::vector<std::string> paths;  // with kPaths: dotted submodule paths
 
   bool enabled() const { return mode != Mode::kNone; }
   bool operator==(const CheckpointPlan& other) const;
@@ -52,11 +52,11 @@ enum class Precision {
 /// job allows a remainder (then the last micro-batch is smaller, see
 /// strategies/accumulation.h).
 struct TrainingConfig {
-  int64_t micro_batch = 1;           // COUNT: samples per forward/backward
-  int64_t accumulation_steps = 1;    // COUNT: micro-batches per optimizer step
+  int64_t micro_batch = 1;         // COUNT: samples per forward/backward
+  int64_t accumulation_steps = 1;  // COUNT: micro-batches per optimizer step
   CheckpointPlan checkpoint;
   OptimizerKind optimizer = OptimizerKind::kAdamW;
-  bool offload_optimizer = false;    // optimizer state and update on the host
+  bool offload_optimizer = false;  // optimizer state and update on the host
   Precision precision = Precision::kFp32;
 
   bool operator==(const TrainingConfig& other) const;

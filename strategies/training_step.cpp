@@ -96,8 +96,10 @@ StepResult TrainingStep::run(const Batch& global_batch, const PhaseHook& hook) {
   bool found_inf = false;
   if (scaler_) found_inf = !scaler_->unscale(session_.parameters());
   if (!found_inf) {
-    if (master_) master_->step();
-    else optimizer_->step();
+    if (master_)
+      master_->step();
+    else
+      optimizer_->step();
   }
   if (scaler_) scaler_->update(found_inf);
   result.skipped = found_inf;

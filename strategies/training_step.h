@@ -38,9 +38,9 @@ class DynamicLossScaler;
 
 /// What one TrainingStep::run did.
 struct StepResult {
-  double loss = 0;                 // mean loss over the global batch (unscaled)
-  int64_t micro_batches = 0;       // COUNT
-  bool skipped = false;            // fp16: the update was skipped for inf/nan gradients
+  double loss = 0;            // mean loss over the global batch (unscaled)
+  int64_t micro_batches = 0;  // COUNT
+  bool skipped = false;       // fp16: the update was skipped for inf/nan gradients
 };
 
 /// A training configuration applied to a loaded model.

@@ -37,6 +37,8 @@ constexpr int kWarmupSteps = 3;   // first steps allocate states: not timed
 std::vector<std::vector<int64_t>> gpt_shapes() {
   std::vector<std::vector<int64_t>> shapes{{kVocab, kWidth}};
   for (int l = 0; l < kLayers; ++l) {
+    // One layer's (weight, bias) per line.
+    // clang-format off
     const std::vector<std::vector<int64_t>> block{
         {kWidth}, {kWidth},                      // ln1
         {3 * kWidth, kWidth}, {3 * kWidth},      // qkv
@@ -45,6 +47,7 @@ std::vector<std::vector<int64_t>> gpt_shapes() {
         {4 * kWidth, kWidth}, {4 * kWidth},      // fc1
         {kWidth, 4 * kWidth}, {kWidth},          // fc2
     };
+    // clang-format on
     shapes.insert(shapes.end(), block.begin(), block.end());
   }
   shapes.push_back({kWidth});
@@ -52,8 +55,7 @@ std::vector<std::vector<int64_t>> gpt_shapes() {
   return shapes;
 }
 
-std::vector<at::Tensor> make_params(const std::vector<at::Tensor>& init,
-                                    const std::vector<at::Tensor>& grads) {
+std::vector<at::Tensor> make_params(const std::vector<at::Tensor>& init, const std::vector<at::Tensor>& grads) {
   std::vector<at::Tensor> params;
   for (size_t i = 0; i < init.size(); ++i) {
     params.push_back(init[i].clone().set_requires_grad(true));
@@ -97,8 +99,7 @@ int main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--threads") == 0) {
       at::set_num_threads(std::max(1, std::atoi(argv[i + 1])));
     } else {
-      std::fprintf(stderr, "bench_adamw8bit: unknown option %s (expected --steps N or --threads N)\n",
-                   argv[i]);
+      std::fprintf(stderr, "bench_adamw8bit: unknown option %s (expected --steps N or --threads N)\n", argv[i]);
       return 2;
     }
   }
@@ -135,18 +136,16 @@ int main(int argc, char** argv) {
   const int64_t bytes32 = adamw_state_bytes(adamw);
   const int64_t bytes8 = adamw8.state_bytes();
 
-  std::printf("libtorch %s, %d intra-op threads, %d timed steps (median), %d warm-up\n",
-              TORCH_VERSION, at::get_num_threads(), steps, kWarmupSteps);
-  std::printf("parameters: %lld in %zu tensors (%lld in tensors with 8-bit states)\n",
-              static_cast<long long>(numel), init.size(), static_cast<long long>(numel_8bit));
+  std::printf("libtorch %s, %d intra-op threads, %d timed steps (median), %d warm-up\n", TORCH_VERSION,
+              at::get_num_threads(), steps, kWarmupSteps);
+  std::printf("parameters: %lld in %zu tensors (%lld in tensors with 8-bit states)\n", static_cast<long long>(numel),
+              init.size(), static_cast<long long>(numel_8bit));
   std::printf("%-22s %14s %12s\n", "optimizer", "state bytes", "step ms");
   std::printf("%-22s %14lld %12.2f\n", "torch::optim::AdamW", static_cast<long long>(bytes32), ms32);
   std::printf("%-22s %14lld %12.2f\n", "oomtune::AdamW8bit", static_cast<long long>(bytes8), ms8);
   const double bytes_ratio = static_cast<double>(bytes8) / static_cast<double>(bytes32);
   const double time_ratio = ms8 / ms32;
-  std::printf("state bytes ratio: %.4f (target <= 0.27) %s\n", bytes_ratio,
-              bytes_ratio <= 0.27 ? "ok" : "MISSED");
-  std::printf("step time ratio:   %.3f (target <= 1.5) %s\n", time_ratio,
-              time_ratio <= 1.5 ? "ok" : "MISSED");
+  std::printf("state bytes ratio: %.4f (target <= 0.27) %s\n", bytes_ratio, bytes_ratio <= 0.27 ? "ok" : "MISSED");
+  std::printf("step time ratio:   %.3f (target <= 1.5) %s\n", time_ratio, time_ratio <= 1.5 ? "ok" : "MISSED");
   return 0;
 }

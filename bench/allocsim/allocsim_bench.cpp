@@ -57,9 +57,7 @@ class StreamBuilder {
     return id;
   }
 
-  void release(std::uint64_t id, Phase phase) {
-    events_.push_back(oomtune::allocsim::free_event(id, order_++, phase));
-  }
+  void release(std::uint64_t id, Phase phase) { events_.push_back(oomtune::allocsim::free_event(id, order_++, phase)); }
 
   /// A temporary: freed 1-4 events later.
   void temporary(Phase phase) {
@@ -139,8 +137,7 @@ void BM_ReplayTrainingStream(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(events.size()));
   state.counters["events"] = static_cast<double>(events.size());
   state.counters["peak_reserved_GiB"] = static_cast<double>(result.peak_reserved_bytes) / (1 << 30);
-  state.counters["peak_allocated_GiB"] =
-      static_cast<double>(result.peak_allocated_bytes) / (1 << 30);
+  state.counters["peak_allocated_GiB"] = static_cast<double>(result.peak_allocated_bytes) / (1 << 30);
   state.counters["cudaMalloc"] = static_cast<double>(result.num_device_alloc);
   state.SetLabel(state.range(0) == 0   ? "defaults"
                  : state.range(0) == 1 ? "expandable_segments"

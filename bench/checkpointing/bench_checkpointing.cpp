@@ -120,10 +120,11 @@ double mb(int64_t bytes) { return static_cast<double>(bytes) / 1e6; }
 int main(int argc, char** argv) {
   const Options options = parse(argc, argv);
   torch::jit::setGraphExecutorOptimize(options.optimize);
-  std::printf("model %s, libtorch %s, graph executor optimize %s, plan ckpt=%s, %d intra-op threads, "
-              "median of %d steps\n",
-              options.model.c_str(), oomtune::compat::torch_version(), options.optimize ? "on" : "off",
-              options.plan.c_str(), at::get_num_threads(), options.steps);
+  std::printf(
+      "model %s, libtorch %s, graph executor optimize %s, plan ckpt=%s, %d intra-op threads, "
+      "median of %d steps\n",
+      options.model.c_str(), oomtune::compat::torch_version(), options.optimize ? "on" : "off", options.plan.c_str(),
+      at::get_num_threads(), options.steps);
   std::printf("%6s  %-10s %14s %14s %10s\n", "batch", "variant", "retained MB", "step peak MB", "step ms");
 
   bool targets_met = true;
@@ -155,8 +156,7 @@ int main(int argc, char** argv) {
     }
     const double retained_ratio =
         static_cast<double>(variants[1].retained_bytes) / static_cast<double>(variants[0].retained_bytes);
-    const double peak_ratio =
-        static_cast<double>(variants[1].peak_bytes) / static_cast<double>(variants[0].peak_bytes);
+    const double peak_ratio = static_cast<double>(variants[1].peak_bytes) / static_cast<double>(variants[0].peak_bytes);
     const double time_ratio = median(variants[1].step_ms) / median(variants[0].step_ms);
     std::printf("%6lld  %-10s %13.1f%% %13.1f%% %9.2fx\n", static_cast<long long>(batch), "ckpt/plain",
                 100.0 * retained_ratio, 100.0 * peak_ratio, time_ratio);

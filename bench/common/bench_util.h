@@ -36,10 +36,10 @@ inline double median(std::vector<double> values) {
 
 /// Options of a benchmark that times training steps of one job.
 struct StepBenchOptions {
-  std::string job;   // job spec TOML
-  int64_t batch;     // COUNT: replaces the job's global batch
-  int rounds;        // COUNT: timed steps per variant (>= 3)
-  int warmup;        // COUNT: untimed steps first (>= 1)
+  std::string job;  // job spec TOML
+  int64_t batch;    // COUNT: replaces the job's global batch
+  int rounds;       // COUNT: timed steps per variant (>= 3)
+  int warmup;       // COUNT: untimed steps first (>= 1)
 };
 
 /// Parses --job, --batch, --rounds (raised to 3) and --warmup (raised to 1)

@@ -74,10 +74,10 @@ struct Variant {
   std::unique_ptr<oomtune::ModelSession> session;
   std::unique_ptr<oomtune::TrainingStep> step;
   oomtune::Batch batch;
-  std::vector<double> step_ms;          // wall
-  std::vector<double> optimizer_ms;     // wall
-  std::vector<double> step_cpu_ms;      // process CPU time
-  std::vector<double> optimizer_cpu_ms; // process CPU time
+  std::vector<double> step_ms;           // wall
+  std::vector<double> optimizer_ms;      // wall
+  std::vector<double> step_cpu_ms;       // process CPU time
+  std::vector<double> optimizer_cpu_ms;  // process CPU time
 };
 
 // CPU milliseconds of this process (all threads): on a loaded shared machine
@@ -135,8 +135,8 @@ int main(int argc, char** argv) {
   for (Variant& v : variants) {
     v.report = run_trial(v.job, v.config, trial_options);
     if (v.report.outcome != TrialOutcome::kOk) {
-      std::fprintf(stderr, "bench_strategies: %s: trial %s: %s\n", v.name.c_str(),
-                   to_string(v.report.outcome).c_str(), v.report.message.c_str());
+      std::fprintf(stderr, "bench_strategies: %s: trial %s: %s\n", v.name.c_str(), to_string(v.report.outcome).c_str(),
+                   v.report.message.c_str());
       return 1;
     }
   }
@@ -174,13 +174,15 @@ int main(int argc, char** argv) {
 
   std::printf("## bench/strategies: memory-saving strategies vs the plain config\n\n");
   std::printf("%s\n", step_bench_setup(options.job, options.batch, job.optimizer.kind).c_str());
-  std::printf("memory: run_trial per variant (3 steps); time: %d rounds, one step per variant per round, order "
-              "rotated, medians; load average before %s, after %s.\nShared, loaded machine: time ratios are judged on "
-              "process CPU time (wall-time ratios in parentheses).\n\n",
-              options.rounds, load_before.c_str(), load_after.c_str());
+  std::printf(
+      "memory: run_trial per variant (3 steps); time: %d rounds, one step per variant per round, order "
+      "rotated, medians; load average before %s, after %s.\nShared, loaded machine: time ratios are judged on "
+      "process CPU time (wall-time ratios in parentheses).\n\n",
+      options.rounds, load_before.c_str(), load_after.c_str());
 
-  std::printf("| variant | peak MB | retained activations MB | optimizer state MB (device) | optimizer host MB | "
-              "step ms wall / CPU | optimizer phase ms wall / CPU |\n|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| variant | peak MB | retained activations MB | optimizer state MB (device) | optimizer host MB | "
+      "step ms wall / CPU | optimizer phase ms wall / CPU |\n|---|---|---|---|---|---|---|\n");
   for (const Variant& v : variants) {
     std::printf("| %s | %.2f | %.2f | %.3f | %.3f | %.1f / %.1f | %.2f / %.2f |\n", v.name.c_str(),
                 mb(v.report.peak_bytes), mb(v.report.retained_activation_bytes),
@@ -196,19 +198,21 @@ int main(int argc, char** argv) {
     all_met = all_met && met;
     return met ? "pass" : "FAIL";
   };
-  std::printf("\n| strategy | memory: measured / baseline | ratio | target | time: measured / baseline | ratio | "
-              "target | result |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "\n| strategy | memory: measured / baseline | ratio | target | time: measured / baseline | ratio | "
+      "target | result |\n|---|---|---|---|---|---|---|---|\n");
   {  // Checkpointing: retained activations and step time.
     const Variant& v = variants[kCheckpoint];
     const double memory = static_cast<double>(v.report.retained_activation_bytes) /
                           static_cast<double>(base.report.retained_activation_bytes);
     const double time = median(v.step_cpu_ms) / plain_step;
     const bool met_memory = memory <= 0.30, met_time = time <= 1.4;
-    std::printf("| checkpoint all blocks (%zu) | retained %.2f / %.2f MB | %s | <= 30 %% | step CPU %.1f / %.1f ms | "
-                "%.2fx (wall %.2fx) | <= 1.4x | %s, %s |\n",
-                v.report.checkpointed_blocks.size(), mb(v.report.retained_activation_bytes),
-                mb(base.report.retained_activation_bytes), pct(memory).c_str(), median(v.step_cpu_ms), plain_step,
-                time, wall(v.step_ms, base.step_ms), verdict(met_memory), verdict(met_time));
+    std::printf(
+        "| checkpoint all blocks (%zu) | retained %.2f / %.2f MB | %s | <= 30 %% | step CPU %.1f / %.1f ms | "
+        "%.2fx (wall %.2fx) | <= 1.4x | %s, %s |\n",
+        v.report.checkpointed_blocks.size(), mb(v.report.retained_activation_bytes),
+        mb(base.report.retained_activation_bytes), pct(memory).c_str(), median(v.step_cpu_ms), plain_step, time,
+        wall(v.step_ms, base.step_ms), verdict(met_memory), verdict(met_time));
   }
   {  // 8-bit AdamW: optimizer state and optimizer phase.
     const Variant& v = variants[kAdamW8bit];
@@ -216,47 +220,52 @@ int main(int argc, char** argv) {
                           static_cast<double>(base.report.static_memory.optimizer_state_bytes);
     const double time = median(v.optimizer_cpu_ms) / median(base.optimizer_cpu_ms);
     const bool met_memory = memory <= 0.27, met_time = time <= 1.5;
-    std::printf("| 8-bit AdamW | optimizer state %.3f / %.3f MB | %s | <= 27 %% | optimizer CPU %.2f / %.2f ms | "
-                "%.2fx (wall %.2fx) | <= 1.5x | %s, %s |\n",
-                mb(v.report.static_memory.optimizer_state_bytes), mb(base.report.static_memory.optimizer_state_bytes),
-                pct(memory).c_str(), median(v.optimizer_cpu_ms), median(base.optimizer_cpu_ms), time,
-                wall(v.optimizer_ms, base.optimizer_ms), verdict(met_memory), verdict(met_time));
+    std::printf(
+        "| 8-bit AdamW | optimizer state %.3f / %.3f MB | %s | <= 27 %% | optimizer CPU %.2f / %.2f ms | "
+        "%.2fx (wall %.2fx) | <= 1.5x | %s, %s |\n",
+        mb(v.report.static_memory.optimizer_state_bytes), mb(base.report.static_memory.optimizer_state_bytes),
+        pct(memory).c_str(), median(v.optimizer_cpu_ms), median(base.optimizer_cpu_ms), time,
+        wall(v.optimizer_ms, base.optimizer_ms), verdict(met_memory), verdict(met_time));
   }
   {  // Offload: no optimizer state on the device.
     const Variant& v = variants[kOffload];
     const int64_t device_state = v.report.static_memory.optimizer_state_bytes;
     const double time = median(v.step_cpu_ms) / plain_step;
-    std::printf("| optimizer offload (host %.3f MB) | device optimizer state %.3f / %.3f MB | %s | = 0 | step CPU "
-                "%.1f / %.1f ms | %.2fx (wall %.2fx) | reported | %s |\n",
-                mb(v.report.static_memory.optimizer_host_bytes), mb(device_state),
-                mb(base.report.static_memory.optimizer_state_bytes),
-                pct(static_cast<double>(device_state) / static_cast<double>(base.report.static_memory.optimizer_state_bytes))
-                    .c_str(),
-                median(v.step_cpu_ms), plain_step, time, wall(v.step_ms, base.step_ms), verdict(device_state == 0));
+    std::printf(
+        "| optimizer offload (host %.3f MB) | device optimizer state %.3f / %.3f MB | %s | = 0 | step CPU "
+        "%.1f / %.1f ms | %.2fx (wall %.2fx) | reported | %s |\n",
+        mb(v.report.static_memory.optimizer_host_bytes), mb(device_state),
+        mb(base.report.static_memory.optimizer_state_bytes),
+        pct(static_cast<double>(device_state) / static_cast<double>(base.report.static_memory.optimizer_state_bytes))
+            .c_str(),
+        median(v.step_cpu_ms), plain_step, time, wall(v.step_ms, base.step_ms), verdict(device_state == 0));
   }
   {  // Micro-batch b/4 x 4: peak like plain at b/4.
     const Variant& v = variants[kMicroBatch];
     const Variant& q = variants[kPlainQuarter];
     const double memory = static_cast<double>(v.report.peak_bytes) / static_cast<double>(q.report.peak_bytes);
     const double time = median(v.step_cpu_ms) / plain_step;
-    std::printf("| micro-batch %lld x 4 | peak %.2f / %.2f MB (plain at batch %lld) | %s | 95-105 %% | step CPU "
-                "%.1f / %.1f ms (plain at %lld) | %.2fx (wall %.2fx) | reported | %s |\n",
-                static_cast<long long>(options.batch / 4), mb(v.report.peak_bytes), mb(q.report.peak_bytes),
-                static_cast<long long>(options.batch / 4), pct(memory).c_str(), median(v.step_cpu_ms), plain_step,
-                static_cast<long long>(options.batch), time, wall(v.step_ms, base.step_ms),
-                verdict(std::fabs(memory - 1.0) <= 0.05));
+    std::printf(
+        "| micro-batch %lld x 4 | peak %.2f / %.2f MB (plain at batch %lld) | %s | 95-105 %% | step CPU "
+        "%.1f / %.1f ms (plain at %lld) | %.2fx (wall %.2fx) | reported | %s |\n",
+        static_cast<long long>(options.batch / 4), mb(v.report.peak_bytes), mb(q.report.peak_bytes),
+        static_cast<long long>(options.batch / 4), pct(memory).c_str(), median(v.step_cpu_ms), plain_step,
+        static_cast<long long>(options.batch), time, wall(v.step_ms, base.step_ms),
+        verdict(std::fabs(memory - 1.0) <= 0.05));
   }
   {  // Why a micro-batched step peaks above plain at b/4: the phase peaks and the gradients.
     const Variant& v = variants[kMicroBatch];
     const Variant& q = variants[kPlainQuarter];
-    std::printf("\nmicro-batch %lld x 4 vs plain at batch %lld: peak difference %+.2f MB; gradient bytes %.2f MB "
-                "(gradients stay alive across micro-batches and later backwards add into them)\n",
-                static_cast<long long>(options.batch / 4), static_cast<long long>(options.batch / 4),
-                mb(v.report.peak_bytes - q.report.peak_bytes), mb(v.report.static_memory.gradient_bytes));
+    std::printf(
+        "\nmicro-batch %lld x 4 vs plain at batch %lld: peak difference %+.2f MB; gradient bytes %.2f MB "
+        "(gradients stay alive across micro-batches and later backwards add into them)\n",
+        static_cast<long long>(options.batch / 4), static_cast<long long>(options.batch / 4),
+        mb(v.report.peak_bytes - q.report.peak_bytes), mb(v.report.static_memory.gradient_bytes));
     const double predicted = static_cast<double>(q.report.peak_bytes + v.report.static_memory.gradient_bytes);
-    std::printf("against search/memory_model.h's rule (accumulation: peak(b/4) + gradient bytes = %.2f MB): "
-                "%.1f %%\n",
-                predicted / 1e6, 100.0 * static_cast<double>(v.report.peak_bytes) / predicted);
+    std::printf(
+        "against search/memory_model.h's rule (accumulation: peak(b/4) + gradient bytes = %.2f MB): "
+        "%.1f %%\n",
+        predicted / 1e6, 100.0 * static_cast<double>(v.report.peak_bytes) / predicted);
     std::printf("phase peaks MB (micro-batched | plain at b/4):");
     for (std::size_t p = 1; p < kNumPhases; ++p)
       std::printf(" %s %.2f | %.2f;", std::string(phase_name(static_cast<Phase>(p))).c_str(),

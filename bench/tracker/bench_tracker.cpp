@@ -88,8 +88,8 @@ double process_cpu_ms() {
 }
 
 struct Samples {
-  std::vector<double> ms;      // wall
-  std::vector<double> cpu_ms;  // process CPU time
+  std::vector<double> ms;            // wall
+  std::vector<double> cpu_ms;        // process CPU time
   int64_t events_per_step = 0;       // COUNT: recorded allocation/free events of one step
   int64_t allocations_per_step = 0;  // COUNT: device allocations of one step
 };
@@ -154,12 +154,14 @@ int main(int argc, char** argv) {
 
   std::printf("## bench/tracker: MemoryTracker cost per training step\n\n");
   std::printf("%s\n", step_bench_setup(options.job, job.global_batch, job.optimizer.kind).c_str());
-  std::printf("%d rounds x %d variants, one step each, order rotated per round; load average before %s, after "
-              "%s.\nShared, loaded machine: wall time mostly measures the scheduler, so the targets are judged "
-              "on process CPU time (the tracker's cost is CPU work); the A/A row is the noise floor.\n\n",
-              options.rounds, static_cast<int>(kNumVariants), load_before.c_str(), load_after.c_str());
-  std::printf("| variant | vs | wall median ms (p25-p75) | wall ratio | CPU median ms (p25-p75) | CPU ratio of "
-              "medians | CPU median paired ratio | target | result |\n");
+  std::printf(
+      "%d rounds x %d variants, one step each, order rotated per round; load average before %s, after "
+      "%s.\nShared, loaded machine: wall time mostly measures the scheduler, so the targets are judged "
+      "on process CPU time (the tracker's cost is CPU work); the A/A row is the noise floor.\n\n",
+      options.rounds, static_cast<int>(kNumVariants), load_before.c_str(), load_after.c_str());
+  std::printf(
+      "| variant | vs | wall median ms (p25-p75) | wall ratio | CPU median ms (p25-p75) | CPU ratio of "
+      "medians | CPU median paired ratio | target | result |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   bool all_met = true;
   for (const Row& row : rows) {

@@ -48,15 +48,15 @@ struct Options {
   std::string oomtune;  // required
   std::string gpt_job = std::string(OOMTUNE_BENCH_EXAMPLES_DIR) + "/gpt.toml";
   std::string resnet_job = std::string(OOMTUNE_BENCH_EXAMPLES_DIR) + "/resnet50.toml";
-  int64_t trial_batch = 8;    // (a) GPT batch
-  int64_t trial_steps = 4;    // (a) total steps per trial
-  int rounds = 5;             // (a) trials per mode
-  int64_t gpt_batch = 8;      // (b)
-  int64_t gpt_steps = 10;     // (b) total steps per GPT trial
-  int64_t resnet_batch = 2;   // (b)
-  int64_t resnet_image = 112; // (b) image side, pixels
-  int64_t resnet_steps = 6;   // (b) total steps per ResNet-50 trial
-  int exec_rounds = 2;        // (b) trials per mode and model
+  int64_t trial_batch = 8;     // (a) GPT batch
+  int64_t trial_steps = 4;     // (a) total steps per trial
+  int rounds = 5;              // (a) trials per mode
+  int64_t gpt_batch = 8;       // (b)
+  int64_t gpt_steps = 10;      // (b) total steps per GPT trial
+  int64_t resnet_batch = 2;    // (b)
+  int64_t resnet_image = 112;  // (b) image side, pixels
+  int64_t resnet_steps = 6;    // (b) total steps per ResNet-50 trial
+  int exec_rounds = 2;         // (b) trials per mode and model
 };
 
 void usage() {
@@ -80,19 +80,32 @@ Options parse(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (arg == "--oomtune") o.oomtune = value();
-    else if (arg == "--gpt-job") o.gpt_job = value();
-    else if (arg == "--resnet-job") o.resnet_job = value();
-    else if (arg == "--rounds") o.rounds = std::max(1, std::stoi(value()));
-    else if (arg == "--trial-batch") o.trial_batch = std::stoll(value());
-    else if (arg == "--trial-steps") o.trial_steps = std::max<int64_t>(2, std::stoll(value()));
-    else if (arg == "--gpt-batch") o.gpt_batch = std::stoll(value());
-    else if (arg == "--gpt-steps") o.gpt_steps = std::max<int64_t>(5, std::stoll(value()));
-    else if (arg == "--resnet-batch") o.resnet_batch = std::stoll(value());
-    else if (arg == "--resnet-image") o.resnet_image = std::stoll(value());
-    else if (arg == "--resnet-steps") o.resnet_steps = std::max<int64_t>(5, std::stoll(value()));
-    else if (arg == "--exec-rounds") o.exec_rounds = std::max(1, std::stoi(value()));
-    else if (arg == "--skip-resnet") g_skip_resnet = true;
+    if (arg == "--oomtune")
+      o.oomtune = value();
+    else if (arg == "--gpt-job")
+      o.gpt_job = value();
+    else if (arg == "--resnet-job")
+      o.resnet_job = value();
+    else if (arg == "--rounds")
+      o.rounds = std::max(1, std::stoi(value()));
+    else if (arg == "--trial-batch")
+      o.trial_batch = std::stoll(value());
+    else if (arg == "--trial-steps")
+      o.trial_steps = std::max<int64_t>(2, std::stoll(value()));
+    else if (arg == "--gpt-batch")
+      o.gpt_batch = std::stoll(value());
+    else if (arg == "--gpt-steps")
+      o.gpt_steps = std::max<int64_t>(5, std::stoll(value()));
+    else if (arg == "--resnet-batch")
+      o.resnet_batch = std::stoll(value());
+    else if (arg == "--resnet-image")
+      o.resnet_image = std::stoll(value());
+    else if (arg == "--resnet-steps")
+      o.resnet_steps = std::max<int64_t>(5, std::stoll(value()));
+    else if (arg == "--exec-rounds")
+      o.exec_rounds = std::max(1, std::stoi(value()));
+    else if (arg == "--skip-resnet")
+      g_skip_resnet = true;
     else {
       usage();
       std::exit(arg == "--help" ? 0 : 2);
@@ -156,7 +169,8 @@ void child_cost(const Options& o) {
     for (int k = 0; k < 2; ++k) {
       const bool in_process = (r + k) % 2 == 0;
       const auto start = Clock::now();
-      const ProbeReport report = in_process ? run_trial(job, config, trial) : run_trial_in_child(job, config, trial, child);
+      const ProbeReport report =
+          in_process ? run_trial(job, config, trial) : run_trial_in_child(job, config, trial, child);
       const double wall = seconds_since(start);
       require_ok(report, in_process ? "in-process trial" : "child trial");
       (in_process ? in_wall : child_wall).push_back(wall);
@@ -167,10 +181,11 @@ void child_cost(const Options& o) {
   const double step = median(in_step);
   const double overhead = median(child_wall) - median(in_wall);
   std::printf("### (a) child process per trial vs in-process trial\n\n");
-  std::printf("job %s at global batch %lld, config %s, %lld steps per trial (1 warm-up), %d trials per mode, "
-              "alternating; oomtune %s\n\n",
-              o.gpt_job.c_str(), static_cast<long long>(o.trial_batch), to_string(config).c_str(),
-              static_cast<long long>(o.trial_steps), o.rounds, o.oomtune.c_str());
+  std::printf(
+      "job %s at global batch %lld, config %s, %lld steps per trial (1 warm-up), %d trials per mode, "
+      "alternating; oomtune %s\n\n",
+      o.gpt_job.c_str(), static_cast<long long>(o.trial_batch), to_string(config).c_str(),
+      static_cast<long long>(o.trial_steps), o.rounds, o.oomtune.c_str());
   std::printf("| trial | median wall s | min-max s | steady step ms (its report) |\n|---|---|---|---|\n");
   std::printf("| in-process run_trial | %.3f | %.3f-%.3f | %.1f |\n", median(in_wall),
               *std::min_element(in_wall.begin(), in_wall.end()), *std::max_element(in_wall.begin(), in_wall.end()),
@@ -181,10 +196,11 @@ void child_cost(const Options& o) {
   std::printf("| exec `oomtune --version` only | %.3f | %.3f-%.3f | - |\n\n", median(exec_wall),
               *std::min_element(exec_wall.begin(), exec_wall.end()),
               *std::max_element(exec_wall.begin(), exec_wall.end()));
-  std::printf("child overhead per trial: %.3f s = %.1f training steps of %.1f ms (GPT, batch %lld); child / "
-              "in-process wall: %.2fx\n\n",
-              overhead, step > 0 ? overhead / step : 0.0, 1e3 * step, static_cast<long long>(o.trial_batch),
-              median(child_wall) / median(in_wall));
+  std::printf(
+      "child overhead per trial: %.3f s = %.1f training steps of %.1f ms (GPT, batch %lld); child / "
+      "in-process wall: %.2fx\n\n",
+      overhead, step > 0 ? overhead / step : 0.0, 1e3 * step, static_cast<long long>(o.trial_batch),
+      median(child_wall) / median(in_wall));
 }
 
 // ---- (b) graph executor optimization off vs on ----------------------------
@@ -237,9 +253,10 @@ int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   const std::string load_before = load_average();
   std::printf("## bench/trials: trial isolation and graph-executor optimization\n\n");
-  std::printf("libtorch %s, %u hardware threads, load average at start %s (shared machine: compare within a "
-              "table, not across runs)\n\n",
-              compat::torch_version(), std::thread::hardware_concurrency(), load_before.c_str());
+  std::printf(
+      "libtorch %s, %u hardware threads, load average at start %s (shared machine: compare within a "
+      "table, not across runs)\n\n",
+      compat::torch_version(), std::thread::hardware_concurrency(), load_before.c_str());
   child_cost(o);
 
   std::printf("### (b) graph-executor optimization off vs on (each trial in its own child process)\n\n");
@@ -259,8 +276,9 @@ int main(int argc, char** argv) {
                 static_cast<long long>(o.resnet_steps));
   }
   std::printf("%d trials per mode and model, modes alternating; medians\n\n", o.exec_rounds);
-  std::printf("| model | executor optimize | peak MB | step 1 (warm-up) s | steps 2-3 max ms | steady step ms "
-              "(steps 4..N) | peak on/off | steady on/off |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| model | executor optimize | peak MB | step 1 (warm-up) s | steps 2-3 max ms | steady step ms "
+      "(steps 4..N) | peak on/off | steady on/off |\n|---|---|---|---|---|---|---|---|\n");
   executor_modes(o, "GPT b" + std::to_string(o.gpt_batch), gpt, o.gpt_steps);
   if (!g_skip_resnet)
     executor_modes(o, "ResNet-50 b" + std::to_string(o.resnet_batch) + " " + std::to_string(o.resnet_image) + "px",

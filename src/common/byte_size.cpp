@@ -49,8 +49,7 @@ std::optional<int64_t> parse_byte_size(std::string_view text) {
   std::string_view suffix = trim(std::string_view(owned).substr(end - owned.c_str()));
   // Reject things like "0x10" or "inf" that strtod takes but a size is not.
   for (char c : std::string_view(owned).substr(0, end - owned.c_str())) {
-    if (!std::isdigit(static_cast<unsigned char>(c)) && c != '.' && c != 'e' && c != 'E' && c != '+' &&
-        c != '-')
+    if (!std::isdigit(static_cast<unsigned char>(c)) && c != '.' && c != 'e' && c != 'E' && c != '+' && c != '-')
       return std::nullopt;
   }
   const auto multiplier = unit_multiplier(suffix);

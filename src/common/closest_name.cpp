@@ -74,8 +74,7 @@ std::string closest_name(std::string_view name, const std::vector<std::string>& 
 }
 
 std::string suggest(std::string_view name, const std::vector<std::string>& candidates) {
-  return fmt::format("did you mean '{}'?; valid: {}", closest_name(name, candidates),
-                     fmt::join(candidates, ", "));
+  return fmt::format("did you mean '{}'?; valid: {}", closest_name(name, candidates), fmt::join(candidates, ", "));
 }
 
 }  // namespace oomtune

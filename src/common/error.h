@@ -12,10 +12,10 @@ namespace oomtune {
 /// Exit codes of the oomtune executable.
 enum ExitCode : int {
   kExitOk = 0,
-  kExitFailure = 1,     ///< the tool could not do its job (internal or runtime failure)
-  kExitBadInput = 2,    ///< the user's input (file, flag, model) is wrong
-  kExitNothingFits = 3, ///< autotune: no configuration fits the budget on one device
-  kExitUnverified = 4,  ///< autotune: candidates were predicted to fit, but none finished its verification run
+  kExitFailure = 1,      ///< the tool could not do its job (internal or runtime failure)
+  kExitBadInput = 2,     ///< the user's input (file, flag, model) is wrong
+  kExitNothingFits = 3,  ///< autotune: no configuration fits the budget on one device
+  kExitUnverified = 4,   ///< autotune: candidates were predicted to fit, but none finished its verification run
 };
 
 /// Base of all oomtune errors. The message is one line, names the file, key

@@ -49,8 +49,10 @@ std::string read_gzip_file(const std::string& path) {
 }
 #else
 std::string read_gzip_file(const std::string& path) {
-  throw InputError(fmt::format("{}: gzip-compressed, and this oomtune was built without zlib: decompress it first "
-                               "(gunzip -k {})", path, path));
+  throw InputError(
+      fmt::format("{}: gzip-compressed, and this oomtune was built without zlib: decompress it first "
+                  "(gunzip -k {})",
+                  path, path));
 }
 #endif
 

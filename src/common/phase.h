@@ -14,8 +14,7 @@ constexpr std::size_t kNumPhases = static_cast<std::size_t>(Phase::kNumPhases);
 
 /// Lower-case name used in tables and JSON keys: "load", "forward", ...
 constexpr std::string_view phase_name(Phase phase) {
-  constexpr std::array<std::string_view, kNumPhases> kNames = {"load", "forward", "loss", "backward",
-                                                               "optimizer"};
+  constexpr std::array<std::string_view, kNumPhases> kNames = {"load", "forward", "loss", "backward", "optimizer"};
   return kNames[static_cast<std::size_t>(phase)];
 }
 

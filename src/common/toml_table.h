@@ -26,8 +26,7 @@ class TomlTable {
   TomlTable(const toml::table& table, std::string origin, std::string prefix);
 
   /// Throws SpecError "origin:line:col: full(key): message" at `where`.
-  [[noreturn]] void fail_at(const toml::source_region& where, const std::string& key,
-                            const std::string& message) const;
+  [[noreturn]] void fail_at(const toml::source_region& where, const std::string& key, const std::string& message) const;
   /// Fails at the value of `key`, or at the table when the key is absent.
   [[noreturn]] void fail(const std::string& key, const std::string& message) const;
   /// "missing required key" at the table.

@@ -35,10 +35,8 @@
 
 #if OOMTUNE_TORCH_HAS_COPY_DATA
 /// Declares c10::Allocator::copy_data in a custom allocator (pure in 2.3+).
-#define OOMTUNE_ALLOCATOR_COPY_DATA                                                   \
-  void copy_data(void* dest, const void* src, std::size_t count) const override { \
-    std::memcpy(dest, src, count);                                                \
-  }
+#define OOMTUNE_ALLOCATOR_COPY_DATA \
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
 /// allocate() is `DataPtr allocate(size_t)` (non-const) from 2.3 on.
 #define OOMTUNE_ALLOCATE_CONST
 #else
@@ -132,8 +130,7 @@ inline void clear_autocast_cache() { at::autocast::clear_cache(); }
 /// pointer`), 2.x by the TensorImpl pointer as void* (torch/optim/
 /// optimizer.h). The key type is read off the map itself, so no version
 /// macro is needed.
-using OptimizerStateKey =
-    typename std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+using OptimizerStateKey = typename std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
 
 /// The state() key of parameter `p`. (A template, so that the branch of
 /// the other version is discarded, not compiled.)

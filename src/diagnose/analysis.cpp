@@ -40,7 +40,7 @@ constexpr int kTimelineBuckets = 800;
 constexpr size_t kMaxLeakSamples = 256;
 constexpr int64_t kMinLeakGrowth = kMiB;  // total growth below this is noise
 constexpr int kMinLeakIterations = 3;
-constexpr size_t kMaxOoms = 64;           // oom events reported in detail
+constexpr size_t kMaxOoms = 64;  // oom events reported in detail
 
 ar::AllocatorConfig config_of(const AllocatorSettings& s) {
   ar::AllocatorConfig c;
@@ -64,7 +64,8 @@ int choose_device(const Snapshot& snapshot) {
       best = static_cast<int>(d);
     }
   }
-  if (snapshot.device_traces.empty() && !snapshot.segments.empty()) return static_cast<int>(snapshot.segments[0].device);
+  if (snapshot.device_traces.empty() && !snapshot.segments.empty())
+    return static_cast<int>(snapshot.segments[0].device);
   return best;
 }
 
@@ -115,11 +116,20 @@ class Sites {
   SiteBytes describe(int32_t site) const {
     SiteBytes s;
     switch (site) {
-      case kBeforeRecording: s.site = "(allocated before recording began)"; return s;
-      case kBackwardCpp: s.site = "(no frames: autograd engine, C++, during backward)"; return s;
-      case kNoUserFrame: s.site = "(only torch/stdlib frames)"; return s;
-      case kNoFrames: s.site = "(no frames)"; return s;
-      default: break;
+      case kBeforeRecording:
+        s.site = "(allocated before recording began)";
+        return s;
+      case kBackwardCpp:
+        s.site = "(no frames: autograd engine, C++, during backward)";
+        return s;
+      case kNoUserFrame:
+        s.site = "(only torch/stdlib frames)";
+        return s;
+      case kNoFrames:
+        s.site = "(no frames)";
+        return s;
+      default:
+        break;
     }
     const auto& [layer, call] = pairs_[static_cast<size_t>(site - kNumPlaceholders)];
     const int64_t f = key(site);
@@ -176,8 +186,8 @@ std::vector<SiteBytes> sites_now(const Replay& replay, const Sites& sites, int t
     s.others = static_cast<int64_t>(others.size()) - 1;
     s.bytes = v.bytes;
     s.blocks = v.blocks;
-    s.category = static_cast<Category>(std::max_element(v.by_category.begin(), v.by_category.end()) -
-                                       v.by_category.begin());
+    s.category =
+        static_cast<Category>(std::max_element(v.by_category.begin(), v.by_category.end()) - v.by_category.begin());
     out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(), [](const SiteBytes& a, const SiteBytes& b) {
@@ -214,7 +224,8 @@ TimelinePoint point_now(const Replay& replay, int64_t index, int64_t time_us) {
   p.time_us = time_us;
   p.allocated_bytes = replay.allocated_bytes();
   p.reserved_bytes = replay.reserved_bytes();
-  for (int c = 0; c < kNumCategories; ++c) p.by_category[static_cast<size_t>(c)] = replay.allocated_by_category()[static_cast<size_t>(c)];
+  for (int c = 0; c < kNumCategories; ++c)
+    p.by_category[static_cast<size_t>(c)] = replay.allocated_by_category()[static_cast<size_t>(c)];
   return p;
 }
 
@@ -272,41 +283,40 @@ void add_verdicts(Diagnosis& d) {
 
   std::vector<Verdict> main;
   if (oom && oom->fragmentation) {
-    main.push_back(Verdict{
-        VerdictId::kFragmentation,
-        fmt::format("A {} request (rounded {}, {} pool) failed although {} of reserved memory was free "
-                    "({} allocated of {} reserved): the largest free block in the {} pool was {}.{}",
-                    format_bytes(oom->requested_bytes), format_bytes(oom->rounded_bytes),
-                    oom->large_pool ? "large" : "small", format_bytes(oom->reserved_free_bytes),
-                    format_bytes(oom->allocated_bytes), format_bytes(oom->reserved_bytes),
-                    oom->large_pool ? "large" : "small", format_bytes(oom->largest_free_block_bytes),
-                    d.allocator_settings.expandable_segments ? " expandable_segments was already on." : "")});
+    main.push_back(
+        Verdict{VerdictId::kFragmentation,
+                fmt::format("A {} request (rounded {}, {} pool) failed although {} of reserved memory was free "
+                            "({} allocated of {} reserved): the largest free block in the {} pool was {}.{}",
+                            format_bytes(oom->requested_bytes), format_bytes(oom->rounded_bytes),
+                            oom->large_pool ? "large" : "small", format_bytes(oom->reserved_free_bytes),
+                            format_bytes(oom->allocated_bytes), format_bytes(oom->reserved_bytes),
+                            oom->large_pool ? "large" : "small", format_bytes(oom->largest_free_block_bytes),
+                            d.allocator_settings.expandable_segments ? " expandable_segments was already on." : "")});
     // Note [Phase need]: defragmenting must satisfy the failing phase, not only its request, to come first.
     const bool defrag_enough = oom->reserved_free_bytes >= d.need.still_needed_bytes;
-    main.back().evidence += fmt::format(
-        " Defragmenting would make those {} usable: {} for the {} the {} phase still needed.",
-        format_bytes(oom->reserved_free_bytes), defrag_enough ? "enough" : "not enough",
-        format_bytes(d.need.still_needed_bytes), phase_name(oom->phase));
+    main.back().evidence +=
+        fmt::format(" Defragmenting would make those {} usable: {} for the {} the {} phase still needed.",
+                    format_bytes(oom->reserved_free_bytes), defrag_enough ? "enough" : "not enough",
+                    format_bytes(d.need.still_needed_bytes), phase_name(oom->phase));
   }
   if (phase == Phase::kForward) {
     main.push_back(Verdict{
         VerdictId::kActivationsInForward,
         fmt::format("{} happened in the forward pass{}{}: activations kept for backward held {} of {} allocated{}.",
-                    where == "the peak" ? "The peak" : "The out-of-memory",
-                    oom_place(oom),
+                    where == "the peak" ? "The peak" : "The out-of-memory", oom_place(oom),
                     oom && !oom->model_forward.empty() && oom->model_forward != oom->layer
                         ? " (model forward: " + oom->model_forward + ")"
                         : "",
                     format_bytes(act), format_bytes(allocated),
                     oom ? fmt::format(", and the failing request was {}", format_bytes(oom->requested_bytes)) : "")});
   } else if (phase == Phase::kBackward) {
-    main.push_back(Verdict{
-        VerdictId::kBackwardPeak,
-        fmt::format("{} happened in the backward pass{}: gradients {} and activations still alive {} of {} "
-                    "allocated.",
-                    where == "the peak" ? "The peak" : "The out-of-memory", oom_place(oom),
-                    format_bytes(cats[static_cast<size_t>(Category::kGradients)]), format_bytes(act),
-                    format_bytes(allocated))});
+    main.push_back(
+        Verdict{VerdictId::kBackwardPeak,
+                fmt::format("{} happened in the backward pass{}: gradients {} and activations still alive {} of {} "
+                            "allocated.",
+                            where == "the peak" ? "The peak" : "The out-of-memory", oom_place(oom),
+                            format_bytes(cats[static_cast<size_t>(Category::kGradients)]), format_bytes(act),
+                            format_bytes(allocated))});
   } else if (phase == Phase::kOptimizer) {
     main.push_back(Verdict{
         VerdictId::kOptimizerStateAllocation,
@@ -418,8 +428,8 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
     t.duration_us = trace.back().time_us - trace.front().time_us;
   }
   if (t.iterations >= 2) {
-    t.events_per_iteration = static_cast<int64_t>(attr.iteration_starts.back() - attr.iteration_starts.front()) /
-                             (t.iterations - 1);
+    t.events_per_iteration =
+        static_cast<int64_t>(attr.iteration_starts.back() - attr.iteration_starts.front()) / (t.iterations - 1);
   } else {
     t.events_per_iteration = t.events;
   }

@@ -11,12 +11,18 @@ bool is_training_phase(Phase p) { return p == Phase::kForward || p == Phase::kBa
 
 const char* category_name(Category category) {
   switch (category) {
-    case Category::kParameters: return "parameters";
-    case Category::kGradients: return "gradients";
-    case Category::kOptimizerState: return "optimizer_state";
-    case Category::kActivations: return "activations";
-    case Category::kTemporaries: return "temporaries";
-    case Category::kUnattributed: return "unattributed";
+    case Category::kParameters:
+      return "parameters";
+    case Category::kGradients:
+      return "gradients";
+    case Category::kOptimizerState:
+      return "optimizer_state";
+    case Category::kActivations:
+      return "activations";
+    case Category::kTemporaries:
+      return "temporaries";
+    case Category::kUnattributed:
+      return "unattributed";
   }
   return "unattributed";
 }
@@ -25,10 +31,14 @@ Category category_before_recording(StackId frames, const FrameIndex& index) {
   if (frames == 0) return Category::kUnattributed;
   if (index.allocates_parameters(frames)) return Category::kParameters;
   switch (index.phase(frames)) {
-    case Phase::kOptimizer: return Category::kOptimizerState;
-    case Phase::kBackward: return Category::kGradients;
-    case Phase::kForward: return Category::kActivations;
-    default: return Category::kUnattributed;
+    case Phase::kOptimizer:
+      return Category::kOptimizerState;
+    case Phase::kBackward:
+      return Category::kGradients;
+    case Phase::kForward:
+      return Category::kActivations;
+    default:
+      return Category::kUnattributed;
   }
 }
 
@@ -55,10 +65,18 @@ Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& fr
       c = Category::kParameters;
     } else if (retained) {
       switch (out.event_phase[i]) {
-        case Phase::kOptimizer: c = Category::kOptimizerState; break;
-        case Phase::kBackward: c = Category::kGradients; break;
-        case Phase::kForward: c = Category::kActivations; break;
-        default: c = Category::kUnattributed; break;
+        case Phase::kOptimizer:
+          c = Category::kOptimizerState;
+          break;
+        case Phase::kBackward:
+          c = Category::kGradients;
+          break;
+        case Phase::kForward:
+          c = Category::kActivations;
+          break;
+        default:
+          c = Category::kUnattributed;
+          break;
       }
     }
     out.event_category[i] = c;

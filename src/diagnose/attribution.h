@@ -44,7 +44,7 @@ struct Attribution {
   std::vector<size_t> iteration_starts;  ///< event indices
   int64_t alloc_events = 0;              ///< COUNT: alloc events
   int64_t alloc_events_without_frames = 0;
-  int64_t bytes_without_frames = 0;      ///< SUM: requested bytes of frameless allocs
+  int64_t bytes_without_frames = 0;         ///< SUM: requested bytes of frameless allocs
   int64_t frameless_inferred_backward = 0;  ///< COUNT: frameless allocs placed in backward
   int64_t frameless_inferred_optimizer = 0;
 };

@@ -164,21 +164,22 @@ Comparison compare(const Diagnosis& before, const Diagnosis& after, int top) {
       add(p.appeared, b - a,
           fmt::format("{} appeared ({}): this snapshot is after {}", name, format_bytes(b), p.after_what));
     } else if (significant(a) && b * kAppearedRatio < a) {
-      add(p.gone, b - a, fmt::format("{} is gone ({} before): this snapshot is before {}, or it was freed", name,
-                                     format_bytes(a), p.after_what));
+      add(p.gone, b - a,
+          fmt::format("{} is gone ({} before): this snapshot is before {}, or it was freed", name, format_bytes(a),
+                      p.after_what));
     }
   }
 
   // Activations, named by the layer whose activations changed most.
   const int64_t act_a = row(c.before_rows, Category::kActivations), act_b = row(c.after_rows, Category::kActivations);
   if (significant(act_b - act_a)) {
-    const auto layer = std::find_if(c.layers.begin(), c.layers.end(), [](const LayerChange& l) {
-      return l.category == Category::kActivations;
-    });
+    const auto layer = std::find_if(c.layers.begin(), c.layers.end(),
+                                    [](const LayerChange& l) { return l.category == Category::kActivations; });
     const std::string where = layer == c.layers.end() ? "" : fmt::format(" in {}", layer->layer);
     const std::string layer_change =
-        layer == c.layers.end() ? "" : fmt::format(" {} {}", act_b > act_a ? "grew" : "shrank",
-                                                    format_bytes(std::abs(layer->change_bytes())));
+        layer == c.layers.end()
+            ? ""
+            : fmt::format(" {} {}", act_b > act_a ? "grew" : "shrank", format_bytes(std::abs(layer->change_bytes())));
     if (act_a == 0) {
       add(CompareVerdictId::kActivationsGrew, act_b - act_a,
           fmt::format("activations appeared ({}){}: this snapshot holds a forward pass", format_bytes(act_b), where));

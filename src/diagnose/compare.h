@@ -40,14 +40,14 @@ namespace oomtune::diagnose {
 /// One side of a comparison at its moment.
 struct CompareSide {
   std::string file;
-  std::string moment;                   ///< "at the last out-of-memory" / "at the peak"
+  std::string moment;  ///< "at the last out-of-memory" / "at the peak"
   int64_t allocated_bytes = 0;
   int64_t reserved_bytes = 0;
-  int64_t reserved_free_bytes = 0;      ///< reserved - allocated
-  int64_t segments = 0;                 ///< COUNT: reserved ranges (segments) then
+  int64_t reserved_free_bytes = 0;       ///< reserved - allocated
+  int64_t segments = 0;                  ///< COUNT: reserved ranges (segments) then
   int64_t largest_free_block_bytes = 0;  ///< either pool
   CategoryBytes by_category{};
-  int64_t ooms = 0;                     ///< COUNT: out-of-memory events in the trace
+  int64_t ooms = 0;  ///< COUNT: out-of-memory events in the trace
 };
 
 /// What a comparison's rows are keyed by: the six categories, then reserved-but-free.
@@ -58,7 +58,7 @@ const char* compare_row_name(int row);
 
 /// One layer's live bytes on both sides.
 struct LayerChange {
-  std::string layer;             ///< "modeling_bert.py:466 in forward", or a "(...)" placeholder
+  std::string layer;                            ///< "modeling_bert.py:466 in forward", or a "(...)" placeholder
   Category category = Category::kUnattributed;  ///< of the side where it holds more
   int64_t before_bytes = 0;
   int64_t after_bytes = 0;
@@ -94,13 +94,13 @@ struct CompareVerdict {
 
 /// Everything a comparison found.
 struct Comparison {
-  CompareSide before;  ///< A
-  CompareSide after;   ///< B
+  CompareSide before;                                  ///< A
+  CompareSide after;                                   ///< B
   std::array<int64_t, kNumCompareRows> before_rows{};  ///< bytes per row (categories, reserved_free)
   std::array<int64_t, kNumCompareRows> after_rows{};
-  GroupBy group_by = GroupBy::kLayer;  ///< what `layers` are: layers or call sites
-  std::vector<LayerChange> layers;  ///< largest |change| first, at most `top`
-  int64_t significant_bytes = 0;    ///< the threshold used
+  GroupBy group_by = GroupBy::kLayer;    ///< what `layers` are: layers or call sites
+  std::vector<LayerChange> layers;       ///< largest |change| first, at most `top`
+  int64_t significant_bytes = 0;         ///< the threshold used
   std::vector<CompareVerdict> verdicts;  ///< largest change first; never empty
 };
 

@@ -30,36 +30,36 @@ const char* group_by_name(GroupBy group_by);
 /// Live bytes grouped by allocation site: its layer or its call site
 /// (DiagnoseOptions::group_by).
 struct SiteBytes {
-  std::string site;           ///< the grouping frame, "train.py:35 in forward", or a "(...)" placeholder
-  std::string filename;       ///< full path of the grouping frame; empty for placeholders
+  std::string site;      ///< the grouping frame, "train.py:35 in forward", or a "(...)" placeholder
+  std::string filename;  ///< full path of the grouping frame; empty for placeholders
   int64_t line = 0;
   std::string function;
-  std::string layer;          ///< innermost model-code frame ("" for placeholders)
-  std::string call_site;      ///< the call site holding most of these bytes ("" for placeholders)
+  std::string layer;      ///< innermost model-code frame ("" for placeholders)
+  std::string call_site;  ///< the call site holding most of these bytes ("" for placeholders)
   /// COUNT: other call sites (grouped by layer) or other layers (grouped by
   /// call) merged into this entry besides the one named.
   int64_t others = 0;
-  int64_t bytes = 0;          ///< SUM: allocated block bytes
-  int64_t blocks = 0;         ///< COUNT
+  int64_t bytes = 0;                            ///< SUM: allocated block bytes
+  int64_t blocks = 0;                           ///< COUNT
   Category category = Category::kUnattributed;  ///< the category holding most of its bytes
 };
 
 /// One out-of-memory event, with the allocator state replayed to it.
 struct OomReport {
   int64_t event_index = 0;
-  int64_t time_us = 0;                ///< 0 when the layout has no times
-  int64_t requested_bytes = 0;        ///< what the failing call asked for
-  int64_t rounded_bytes = 0;          ///< round_size() of the request
-  bool large_pool = true;             ///< request > 1 MiB
-  int64_t segment_bytes = 0;          ///< the cudaMalloc the allocator needed (get_allocation_size)
-  int64_t device_free_bytes = -1;     ///< what CUDA reported free (-1: not recorded)
-  int64_t allocated_bytes = 0;        ///< replayed
-  int64_t reserved_bytes = 0;         ///< replayed
-  int64_t reserved_free_bytes = 0;    ///< reserved - allocated - pending frees
-  int64_t pool_free_bytes = 0;        ///< free bytes in the request's pool
+  int64_t time_us = 0;                   ///< 0 when the layout has no times
+  int64_t requested_bytes = 0;           ///< what the failing call asked for
+  int64_t rounded_bytes = 0;             ///< round_size() of the request
+  bool large_pool = true;                ///< request > 1 MiB
+  int64_t segment_bytes = 0;             ///< the cudaMalloc the allocator needed (get_allocation_size)
+  int64_t device_free_bytes = -1;        ///< what CUDA reported free (-1: not recorded)
+  int64_t allocated_bytes = 0;           ///< replayed
+  int64_t reserved_bytes = 0;            ///< replayed
+  int64_t reserved_free_bytes = 0;       ///< reserved - allocated - pending frees
+  int64_t pool_free_bytes = 0;           ///< free bytes in the request's pool
   int64_t largest_free_block_bytes = 0;  ///< in the request's pool
   int64_t fully_free_segment_bytes = 0;
-  bool fragmentation = false;         ///< reserved_free >= request but no free block fits
+  bool fragmentation = false;  ///< reserved_free >= request but no free block fits
   /// CUDA had room for the segment (device_free >= segment_bytes), so the
   /// caching allocator's own cap refused it: set_per_process_memory_fraction
   /// makes alloc_block fail when reserved + segment > the cap, before any
@@ -67,9 +67,9 @@ struct OomReport {
   /// then in [reserved_bytes, reserved_bytes + segment_bytes).
   bool memory_cap = false;
   Phase phase = Phase::kUnknown;
-  std::string layer;                  ///< innermost model-code frame of the failing call ("" if none)
-  std::string call_site;              ///< its call site ("" if none; frames.h)
-  std::string model_forward;          ///< outermost model-code "forward" frame, if any
+  std::string layer;          ///< innermost model-code frame of the failing call ("" if none)
+  std::string call_site;      ///< its call site ("" if none; frames.h)
+  std::string model_forward;  ///< outermost model-code "forward" frame, if any
   CategoryBytes live_by_category{};
 };
 
@@ -84,20 +84,20 @@ struct TimelinePoint {
 
 /// The moment allocated memory was highest, and what was alive then.
 struct Peak {
-  int64_t event_index = -1;           ///< -1: before the first event
+  int64_t event_index = -1;  ///< -1: before the first event
   int64_t time_us = 0;
   int64_t allocated_bytes = 0;
   int64_t reserved_bytes = 0;
   Phase phase = Phase::kUnknown;
   CategoryBytes by_category{};
-  std::vector<SiteBytes> sites;       ///< biggest first, at most --top
+  std::vector<SiteBytes> sites;  ///< biggest first, at most --top
 };
 
 /// A site whose live bytes grow from iteration to iteration.
 struct LeakSuspect {
-  SiteBytes site;                     ///< bytes = live at the end of the trace
+  SiteBytes site;  ///< bytes = live at the end of the trace
   int64_t growth_per_iteration_bytes = 0;
-  int64_t iterations = 0;             ///< iterations the growth was seen over
+  int64_t iterations = 0;  ///< iterations the growth was seen over
   int64_t first_live_bytes = 0;
   int64_t last_live_bytes = 0;
 };
@@ -107,20 +107,20 @@ struct TraceSummary {
   int device = 0;
   int64_t events = 0;
   int64_t duration_us = 0;
-  int64_t iterations = 0;             ///< iteration starts seen
-  int64_t events_per_iteration = 0;   ///< median-free: events / iterations
-  bool truncated = false;             ///< began after allocations were made (ring buffer or late start)
+  int64_t iterations = 0;            ///< iteration starts seen
+  int64_t events_per_iteration = 0;  ///< median-free: events / iterations
+  bool truncated = false;            ///< began after allocations were made (ring buffer or late start)
   int64_t allocated_before_recording_bytes = 0;
   int64_t reserved_before_recording_bytes = 0;
   int64_t alloc_events = 0;
   int64_t alloc_events_without_frames = 0;
   int64_t bytes_without_frames = 0;
   int64_t frameless_inferred_backward = 0;
-  int64_t inconsistencies = 0;        ///< events that did not fit the replayed state
-  bool replay_matches_dump = true;    ///< replayed allocated at the end == dumped
+  int64_t inconsistencies = 0;      ///< events that did not fit the replayed state
+  bool replay_matches_dump = true;  ///< replayed allocated at the end == dumped
   int64_t dumped_allocated_bytes = 0;
   int64_t dumped_reserved_bytes = 0;
-  std::string frames_note;            ///< why frames are missing, when they are
+  std::string frames_note;  ///< why frames are missing, when they are
 };
 
 /// One conclusion, with its evidence (the kinds: verdicts.h).
@@ -142,11 +142,15 @@ struct Recommendation {
   Recommendation() = default;
   Recommendation(FixId kind, std::string change_text, std::string reason_text, int64_t frees, std::string how,
                  Sufficiency judged = Sufficiency::kUnknown)
-      : id(kind), change(std::move(change_text)), reason(std::move(reason_text)), frees_bytes(frees),
-        estimate(std::move(how)), sufficiency(judged) {}
+      : id(kind),
+        change(std::move(change_text)),
+        reason(std::move(reason_text)),
+        frees_bytes(frees),
+        estimate(std::move(how)),
+        sufficiency(judged) {}
 
   FixId id = FixId::kRecordMore;  ///< the kind (fixes.h)
-  std::string change;    ///< the concrete change, e.g. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  std::string change;             ///< the concrete change, e.g. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   std::string reason;
   int64_t frees_bytes = 0;  ///< estimated from the snapshot; 0 when it frees nothing itself
   std::string estimate;     ///< how frees_bytes was estimated
@@ -167,7 +171,7 @@ struct SegmentView {
   bool is_large = true;
   bool is_expandable = false;
   struct Piece {
-    int64_t offset = 0;   ///< bytes from the segment start
+    int64_t offset = 0;  ///< bytes from the segment start
     int64_t size = 0;
     bool allocated = false;  ///< false: free or pending free
     Category category = Category::kUnattributed;
@@ -178,7 +182,7 @@ struct SegmentView {
 /// Everything `diagnose` found.
 struct Diagnosis {
   std::string file;
-  GroupBy group_by = GroupBy::kLayer;  ///< how the site lists are grouped
+  GroupBy group_by = GroupBy::kLayer;    ///< how the site lists are grouped
   std::vector<std::string> torch_roots;  ///< torch package roots found in the frames
   int64_t file_bytes = 0;
   std::string layout;
@@ -186,20 +190,20 @@ struct Diagnosis {
   TraceSummary trace;
   std::vector<OomReport> ooms;
   Peak peak;
-  std::vector<SiteBytes> oom_sites;    ///< alive at the last oom, biggest first (at most --top)
+  std::vector<SiteBytes> oom_sites;  ///< alive at the last oom, biggest first (at most --top)
   std::vector<TimelinePoint> timeline;
   std::vector<LeakSuspect> leaks;
-  PhaseNeed need;                      ///< what the phase of the last oom still needed
-  std::vector<Verdict> verdicts;       ///< most important first
+  PhaseNeed need;                 ///< what the phase of the last oom still needed
+  std::vector<Verdict> verdicts;  ///< most important first
   /// Enough ones first, least cost first; then not enough, most freed first; then those with no memory effect.
   std::vector<Recommendation> recommendations;
-  std::string map_moment;              ///< "at the last oom" / "at the peak"
+  std::string map_moment;  ///< "at the last oom" / "at the peak"
   std::vector<SegmentView> segment_map;
 };
 
 /// --top and friends.
 struct DiagnoseOptions {
-  int top = 10;                       ///< sites listed
+  int top = 10;                        ///< sites listed
   GroupBy group_by = GroupBy::kLayer;  ///< how sites are grouped
 };
 

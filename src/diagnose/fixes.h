@@ -43,7 +43,7 @@ struct FixKind {
   const char* name;   ///< "expandable_segments", "adamw_8bit", ... (text and JSON)
   const char* label;  ///< short, for combinations: "8-bit AdamW + expandable_segments"
   FixTarget target;
-  int cost;          ///< rank, 0 = cheapest (see the list above)
+  int cost;  ///< rank, 0 = cheapest (see the list above)
 };
 
 /// The row of `id`.

@@ -10,16 +10,17 @@ namespace {
 
 // PyTorch's subpackages: a "torch/" directory under site-packages holding one
 // of these is the torch package (torch/__init__.py of PyTorch 2.11 imports them).
-constexpr std::string_view kTorchSubpackages[] = {
-    "nn/",     "autograd/", "optim/", "utils/",   "cuda/",     "amp/",      "distributed/", "_dynamo/",
-    "_inductor/", "fx/",    "_functorch/", "_subclasses/", "_refs/", "_prims/", "_decomp/", "_higher_order_ops/",
-    "ao/",     "jit/",      "nested/", "sparse/", "backends/", "profiler/", "export/",      "func/"};
+constexpr std::string_view kTorchSubpackages[] = {"nn/",        "autograd/", "optim/",       "utils/",
+                                                  "cuda/",      "amp/",      "distributed/", "_dynamo/",
+                                                  "_inductor/", "fx/",       "_functorch/",  "_subclasses/",
+                                                  "_refs/",     "_prims/",   "_decomp/",     "_higher_order_ops/",
+                                                  "ao/",        "jit/",      "nested/",      "sparse/",
+                                                  "backends/",  "profiler/", "export/",      "func/"};
 // Files only PyTorch has: a "torch/" directory outside site-packages (a
 // source checkout) is the torch package when a frame lies in one of these.
 constexpr std::string_view kTorchOwnFiles[] = {
-    "nn/modules/module.py", "nn/functional.py",     "nn/parameter.py",      "_tensor.py", "_ops.py",
-    "autograd/__init__.py", "autograd/function.py", "autograd/graph.py",    "optim/optimizer.py",
-    "utils/checkpoint.py"};
+    "nn/modules/module.py", "nn/functional.py",     "nn/parameter.py",   "_tensor.py",         "_ops.py",
+    "autograd/__init__.py", "autograd/function.py", "autograd/graph.py", "optim/optimizer.py", "utils/checkpoint.py"};
 constexpr std::string_view kPackageDirs[] = {"site-packages/", "dist-packages/"};
 
 bool starts_with(std::string_view text, std::string_view prefix) { return text.substr(0, prefix.size()) == prefix; }
@@ -136,21 +137,30 @@ bool frame_allocates_parameters(const Frame& f, const FrameClass& c) {
 
 const char* phase_name(Phase phase) {
   switch (phase) {
-    case Phase::kUnknown: return "unknown";
-    case Phase::kOther: return "other";
-    case Phase::kForward: return "forward";
-    case Phase::kBackward: return "backward";
-    case Phase::kOptimizer: return "optimizer";
+    case Phase::kUnknown:
+      return "unknown";
+    case Phase::kOther:
+      return "other";
+    case Phase::kForward:
+      return "forward";
+    case Phase::kBackward:
+      return "backward";
+    case Phase::kOptimizer:
+      return "optimizer";
   }
   return "unknown";
 }
 
 const char* origin_name(Origin origin) {
   switch (origin) {
-    case Origin::kUser: return "user";
-    case Origin::kLibrary: return "library";
-    case Origin::kTorch: return "torch";
-    case Origin::kStdlib: return "stdlib";
+    case Origin::kUser:
+      return "user";
+    case Origin::kLibrary:
+      return "library";
+    case Origin::kTorch:
+      return "torch";
+    case Origin::kStdlib:
+      return "stdlib";
   }
   return "user";
 }

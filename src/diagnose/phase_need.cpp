@@ -90,10 +90,14 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
 
 const char* need_method_name(NeedMethod method) {
   switch (method) {
-    case NeedMethod::kTrace: return "trace";
-    case NeedMethod::kAdamFirstStep: return "adam_first_step";
-    case NeedMethod::kForwardBlocks: return "forward_blocks";
-    case NeedMethod::kRequest: return "request";
+    case NeedMethod::kTrace:
+      return "trace";
+    case NeedMethod::kAdamFirstStep:
+      return "adam_first_step";
+    case NeedMethod::kForwardBlocks:
+      return "forward_blocks";
+    case NeedMethod::kRequest:
+      return "request";
   }
   return "request";
 }

@@ -79,31 +79,30 @@ class PhaseRunTracker {
 struct NeedQuery {
   size_t oom_event = 0;
   Phase phase = Phase::kUnknown;
-  int64_t rounded_bytes = 0;    ///< the failing request, rounded
-  int64_t allocated_bytes = 0;  ///< at the oom
+  int64_t rounded_bytes = 0;                   ///< the failing request, rounded
+  int64_t allocated_bytes = 0;                 ///< at the oom
   std::array<int64_t, kNumCategories> live{};  ///< bytes alive at the oom, by Category
 };
 
 /// What the failing phase still needed (Note [Phase need]).
 struct PhaseNeed {
-  bool known = false;              ///< false without an oom
+  bool known = false;  ///< false without an oom
   Phase phase = Phase::kUnknown;
   NeedMethod method = NeedMethod::kRequest;
-  int64_t still_needed_bytes = 0;  ///< beyond what was allocated at the oom; >= the rounded request
-  bool lower_bound = false;        ///< forward blocks: the blocks after the current one are not counted
-  std::string estimate;            ///< how it was estimated, one sentence
-  int64_t grown_bytes = 0;         ///< trace: what this phase had allocated since its start
+  int64_t still_needed_bytes = 0;    ///< beyond what was allocated at the oom; >= the rounded request
+  bool lower_bound = false;          ///< forward blocks: the blocks after the current one are not counted
+  std::string estimate;              ///< how it was estimated, one sentence
+  int64_t grown_bytes = 0;           ///< trace: what this phase had allocated since its start
   int64_t earlier_growth_bytes = 0;  ///< trace: what the earlier run grew by
-  int64_t state_total_bytes = 0;   ///< adam: 2 x gradients (or parameters)
-  int64_t blocks_done = 0;         ///< forward blocks: complete blocks before the oom
-  int64_t block_bytes = 0;         ///< forward blocks: activations kept per complete block
-  int64_t block_so_far_bytes = 0;  ///< forward blocks: of the current block
+  int64_t state_total_bytes = 0;     ///< adam: 2 x gradients (or parameters)
+  int64_t blocks_done = 0;           ///< forward blocks: complete blocks before the oom
+  int64_t block_bytes = 0;           ///< forward blocks: activations kept per complete block
+  int64_t block_so_far_bytes = 0;    ///< forward blocks: of the current block
 };
 
 /// Estimates what the phase of `query` still needed. `runs` from
 /// PhaseRunTracker over the same `trace`.
-PhaseNeed estimate_need(const NeedQuery& query, const std::vector<PhaseRun>& runs,
-                        const std::vector<TraceEvent>& trace, const Attribution& attribution,
-                        const FrameIndex& frames);
+PhaseNeed estimate_need(const NeedQuery& query, const std::vector<PhaseRun>& runs, const std::vector<TraceEvent>& trace,
+                        const Attribution& attribution, const FrameIndex& frames);
 
 }  // namespace oomtune::diagnose

@@ -148,20 +148,74 @@ struct OpName {
   const char* name;
 };
 constexpr OpName kOpNames[] = {
-    {'(', "MARK"}, {'.', "STOP"}, {'0', "POP"}, {'1', "POP_MARK"}, {'2', "DUP"}, {'F', "FLOAT"},
-    {'I', "INT"}, {'J', "BININT"}, {'K', "BININT1"}, {'L', "LONG"}, {'M', "BININT2"}, {'N', "NONE"},
-    {'P', "PERSID"}, {'Q', "BINPERSID"}, {'R', "REDUCE"}, {'S', "STRING"}, {'T', "BINSTRING"},
-    {'U', "SHORT_BINSTRING"}, {'V', "UNICODE"}, {'X', "BINUNICODE"}, {'a', "APPEND"}, {'b', "BUILD"},
-    {'c', "GLOBAL"}, {'d', "DICT"}, {'}', "EMPTY_DICT"}, {'e', "APPENDS"}, {'g', "GET"}, {'h', "BINGET"},
-    {'i', "INST"}, {'j', "LONG_BINGET"}, {'l', "LIST"}, {']', "EMPTY_LIST"}, {'o', "OBJ"}, {'p', "PUT"},
-    {'q', "BINPUT"}, {'r', "LONG_BINPUT"}, {'s', "SETITEM"}, {'t', "TUPLE"}, {')', "EMPTY_TUPLE"},
-    {'u', "SETITEMS"}, {'G', "BINFLOAT"}, {0x80, "PROTO"}, {0x81, "NEWOBJ"}, {0x82, "EXT1"},
-    {0x83, "EXT2"}, {0x84, "EXT4"}, {0x85, "TUPLE1"}, {0x86, "TUPLE2"}, {0x87, "TUPLE3"},
-    {0x88, "NEWTRUE"}, {0x89, "NEWFALSE"}, {0x8a, "LONG1"}, {0x8b, "LONG4"}, {'B', "BINBYTES"},
-    {'C', "SHORT_BINBYTES"}, {0x8c, "SHORT_BINUNICODE"}, {0x8d, "BINUNICODE8"}, {0x8e, "BINBYTES8"},
-    {0x8f, "EMPTY_SET"}, {0x90, "ADDITEMS"}, {0x91, "FROZENSET"}, {0x92, "NEWOBJ_EX"},
-    {0x93, "STACK_GLOBAL"}, {0x94, "MEMOIZE"}, {0x95, "FRAME"}, {0x96, "BYTEARRAY8"},
-    {0x97, "NEXT_BUFFER"}, {0x98, "READONLY_BUFFER"},
+    {'(', "MARK"},
+    {'.', "STOP"},
+    {'0', "POP"},
+    {'1', "POP_MARK"},
+    {'2', "DUP"},
+    {'F', "FLOAT"},
+    {'I', "INT"},
+    {'J', "BININT"},
+    {'K', "BININT1"},
+    {'L', "LONG"},
+    {'M', "BININT2"},
+    {'N', "NONE"},
+    {'P', "PERSID"},
+    {'Q', "BINPERSID"},
+    {'R', "REDUCE"},
+    {'S', "STRING"},
+    {'T', "BINSTRING"},
+    {'U', "SHORT_BINSTRING"},
+    {'V', "UNICODE"},
+    {'X', "BINUNICODE"},
+    {'a', "APPEND"},
+    {'b', "BUILD"},
+    {'c', "GLOBAL"},
+    {'d', "DICT"},
+    {'}', "EMPTY_DICT"},
+    {'e', "APPENDS"},
+    {'g', "GET"},
+    {'h', "BINGET"},
+    {'i', "INST"},
+    {'j', "LONG_BINGET"},
+    {'l', "LIST"},
+    {']', "EMPTY_LIST"},
+    {'o', "OBJ"},
+    {'p', "PUT"},
+    {'q', "BINPUT"},
+    {'r', "LONG_BINPUT"},
+    {'s', "SETITEM"},
+    {'t', "TUPLE"},
+    {')', "EMPTY_TUPLE"},
+    {'u', "SETITEMS"},
+    {'G', "BINFLOAT"},
+    {0x80, "PROTO"},
+    {0x81, "NEWOBJ"},
+    {0x82, "EXT1"},
+    {0x83, "EXT2"},
+    {0x84, "EXT4"},
+    {0x85, "TUPLE1"},
+    {0x86, "TUPLE2"},
+    {0x87, "TUPLE3"},
+    {0x88, "NEWTRUE"},
+    {0x89, "NEWFALSE"},
+    {0x8a, "LONG1"},
+    {0x8b, "LONG4"},
+    {'B', "BINBYTES"},
+    {'C', "SHORT_BINBYTES"},
+    {0x8c, "SHORT_BINUNICODE"},
+    {0x8d, "BINUNICODE8"},
+    {0x8e, "BINBYTES8"},
+    {0x8f, "EMPTY_SET"},
+    {0x90, "ADDITEMS"},
+    {0x91, "FROZENSET"},
+    {0x92, "NEWOBJ_EX"},
+    {0x93, "STACK_GLOBAL"},
+    {0x94, "MEMOIZE"},
+    {0x95, "FRAME"},
+    {0x96, "BYTEARRAY8"},
+    {0x97, "NEXT_BUFFER"},
+    {0x98, "READONLY_BUFFER"},
 };
 
 const char* op_name(uint8_t code) {
@@ -229,9 +283,10 @@ class Machine {
   }
 
   [[noreturn]] void refuse(const std::string& why) const {
-    fail(fmt::format("opcode {} (0x{:02x}) at byte {} refused: {}; oomtune reads only plain data "
-                     "(dicts, lists, strings, numbers) and never runs code from a pickle",
-                     current_name(), op_, op_offset_, why));
+    fail(
+        fmt::format("opcode {} (0x{:02x}) at byte {} refused: {}; oomtune reads only plain data "
+                    "(dicts, lists, strings, numbers) and never runs code from a pickle",
+                    current_name(), op_, op_offset_, why));
   }
 
   uint64_t read_le(int n) { return in_.read_le(static_cast<size_t>(n)); }
@@ -414,10 +469,10 @@ class Machine {
     const ValueKind kind = doc_.store.kind(container);
     const size_t count = stack_.size() - first;
     if (pairs) {
-      if (kind != ValueKind::kDict) fail(fmt::format("{} at byte {}: target is a {}, not a dict", current_name(),
-                                                     op_offset_, kind_name(kind)));
-      if (count % 2 != 0) fail(fmt::format("{} at byte {}: odd number of items for a dict", current_name(),
-                                           op_offset_));
+      if (kind != ValueKind::kDict)
+        fail(fmt::format("{} at byte {}: target is a {}, not a dict", current_name(), op_offset_, kind_name(kind)));
+      if (count % 2 != 0)
+        fail(fmt::format("{} at byte {}: odd number of items for a dict", current_name(), op_offset_));
     } else if (kind != ValueKind::kList) {
       fail(fmt::format("{} at byte {}: target is a {}, not a list", current_name(), op_offset_, kind_name(kind)));
     }
@@ -446,8 +501,10 @@ class Machine {
       memo_.push_back(v);
       ++memo_count_;
     } else {
-      if (sparse_memo_.emplace(index, v).second) ++memo_count_;
-      else sparse_memo_[index] = v;
+      if (sparse_memo_.emplace(index, v).second)
+        ++memo_count_;
+      else
+        sparse_memo_[index] = v;
     }
   }
 
@@ -578,9 +635,15 @@ class Machine {
           }
           marks_.push_back(stack_.size());
           break;
-        case '0': pop(); break;
-        case '1': stack_.resize(pop_mark()); break;
-        case '2': push(top()); break;
+        case '0':
+          pop();
+          break;
+        case '1':
+          stack_.resize(pop_mark());
+          break;
+        case '2':
+          push(top());
+          break;
         // ---- containers
         case '}':
           if (opens_item()) {
@@ -601,8 +664,12 @@ class Machine {
           push(list);
           break;
         }
-        case 0x8f: push(doc_.store.make_container(ValueKind::kList)); break;  // EMPTY_SET
-        case ')': push(doc_.store.make_container(ValueKind::kTuple)); break;
+        case 0x8f:
+          push(doc_.store.make_container(ValueKind::kList));
+          break;  // EMPTY_SET
+        case ')':
+          push(doc_.store.make_container(ValueKind::kTuple));
+          break;
         case 'd': {  // DICT
           const size_t first = pop_mark();
           if ((stack_.size() - first) % 2 != 0) fail(fmt::format("DICT at byte {}: odd number of items", op_offset_));
@@ -613,8 +680,8 @@ class Machine {
           push(d);
           break;
         }
-        case 'l':      // LIST
-        case 0x91: {   // FROZENSET
+        case 'l':     // LIST
+        case 0x91: {  // FROZENSET
           const size_t first = pop_mark();
           ValueRef l = doc_.store.make_container(ValueKind::kList);
           doc_.store.append_children(l, stack_.data() + first, stack_.size() - first);
@@ -632,8 +699,8 @@ class Machine {
         case 0x86:
         case 0x87: {  // TUPLE1..3
           const size_t n = static_cast<size_t>(op - 0x84);
-          if (stack_.size() < floor() + n) fail(fmt::format("{} at byte {}: stack underflow", current_name(),
-                                                            op_offset_));
+          if (stack_.size() < floor() + n)
+            fail(fmt::format("{} at byte {}: stack underflow", current_name(), op_offset_));
           push(make_tuple(stack_.size() - n));
           break;
         }
@@ -644,8 +711,8 @@ class Machine {
         }
         case 'u': {  // SETITEMS
           const size_t first = pop_mark();
-          if (first == 0 || first - 1 < floor() || first > stack_.size()) fail(fmt::format("SETITEMS at byte {}: no dict below the MARK",
-                                                                    op_offset_));
+          if (first == 0 || first - 1 < floor() || first > stack_.size())
+            fail(fmt::format("SETITEMS at byte {}: no dict below the MARK", op_offset_));
           append_to(stack_[first - 1], first, true);
           break;
         }
@@ -654,19 +721,27 @@ class Machine {
           append_to(stack_[stack_.size() - 2], stack_.size() - 1, false);
           break;
         }
-        case 'e':      // APPENDS
-        case 0x90: {   // ADDITEMS
+        case 'e':     // APPENDS
+        case 0x90: {  // ADDITEMS
           const size_t first = pop_mark();
-          if (first == 0 || first - 1 < floor() || first > stack_.size()) fail(fmt::format("{} at byte {}: no list below the MARK",
-                                                                    current_name(), op_offset_));
+          if (first == 0 || first - 1 < floor() || first > stack_.size())
+            fail(fmt::format("{} at byte {}: no list below the MARK", current_name(), op_offset_));
           append_to(stack_[first - 1], first, false);
           break;
         }
         // ---- numbers
-        case 'J': push(make_int(static_cast<int32_t>(static_cast<uint32_t>(read_le(4))))); break;
-        case 'K': push(make_int(static_cast<int64_t>(read_le(1)))); break;
-        case 'M': push(make_int(static_cast<int64_t>(read_le(2)))); break;
-        case 0x8a: read_long(read_le(1)); break;
+        case 'J':
+          push(make_int(static_cast<int32_t>(static_cast<uint32_t>(read_le(4)))));
+          break;
+        case 'K':
+          push(make_int(static_cast<int64_t>(read_le(1))));
+          break;
+        case 'M':
+          push(make_int(static_cast<int64_t>(read_le(2))));
+          break;
+        case 0x8a:
+          read_long(read_le(1));
+          break;
         case 0x8b: {
           const int64_t n = static_cast<int32_t>(static_cast<uint32_t>(read_le(4)));
           if (n < 0) fail(fmt::format("LONG4 at byte {}: negative length {}", op_offset_, n));
@@ -707,33 +782,60 @@ class Machine {
           push(doc_.store.make_float(d));
           break;
         }
-        case 'N': push(doc_.store.make_none()); break;
-        case 0x88: push(doc_.store.make_bool(true)); break;
-        case 0x89: push(doc_.store.make_bool(false)); break;
+        case 'N':
+          push(doc_.store.make_none());
+          break;
+        case 0x88:
+          push(doc_.store.make_bool(true));
+          break;
+        case 0x89:
+          push(doc_.store.make_bool(false));
+          break;
         // ---- strings and bytes
-        case 'X': read_text(ValueKind::kString, read_le(4)); break;
-        case 0x8c: read_text(ValueKind::kString, read_le(1)); break;
-        case 0x8d: read_text(ValueKind::kString, read_le(8)); break;
+        case 'X':
+          read_text(ValueKind::kString, read_le(4));
+          break;
+        case 0x8c:
+          read_text(ValueKind::kString, read_le(1));
+          break;
+        case 0x8d:
+          read_text(ValueKind::kString, read_le(8));
+          break;
         case 'T': {
           const int64_t n = static_cast<int32_t>(static_cast<uint32_t>(read_le(4)));
           if (n < 0) fail(fmt::format("BINSTRING at byte {}: negative length {}", op_offset_, n));
           read_text(ValueKind::kString, static_cast<uint64_t>(n));
           break;
         }
-        case 'U': read_text(ValueKind::kString, read_le(1)); break;
-        case 'B': read_text(ValueKind::kBytes, read_le(4)); break;
-        case 'C': read_text(ValueKind::kBytes, read_le(1)); break;
+        case 'U':
+          read_text(ValueKind::kString, read_le(1));
+          break;
+        case 'B':
+          read_text(ValueKind::kBytes, read_le(4));
+          break;
+        case 'C':
+          read_text(ValueKind::kBytes, read_le(1));
+          break;
         case 0x8e:
-        case 0x96: read_text(ValueKind::kBytes, read_le(8)); break;
+        case 0x96:
+          read_text(ValueKind::kBytes, read_le(8));
+          break;
         case 'S':
         case 'V':
-          fail(fmt::format("{} at byte {}: protocol-0 quoted strings are not supported; re-save the snapshot "
-                           "with torch.cuda.memory._dump_snapshot (protocol 2 or later)",
-                           current_name(), op_offset_));
+          fail(
+              fmt::format("{} at byte {}: protocol-0 quoted strings are not supported; re-save the snapshot "
+                          "with torch.cuda.memory._dump_snapshot (protocol 2 or later)",
+                          current_name(), op_offset_));
         // ---- memo
-        case 0x94: memo_put(memo_count_); break;
-        case 'q': memo_put(read_le(1)); break;
-        case 'r': memo_put(read_le(4)); break;
+        case 0x94:
+          memo_put(memo_count_);
+          break;
+        case 'q':
+          memo_put(read_le(1));
+          break;
+        case 'r':
+          memo_put(read_le(4));
+          break;
         case 'p': {
           const int64_t v = parse_decimal(in_.line(kMaxLine));
           if (v < 0) fail(fmt::format("PUT at byte {}: bad memo index", op_offset_));
@@ -741,7 +843,9 @@ class Machine {
           break;
         }
         case 'h':
-        case 'j': get_run(op); break;
+        case 'j':
+          get_run(op);
+          break;
         case 'g': {
           const int64_t v = parse_decimal(in_.line(kMaxLine));
           if (v < 0) fail(fmt::format("GET at byte {}: bad memo index", op_offset_));
@@ -758,20 +862,29 @@ class Machine {
           }
           refuse(fmt::format("it would import Python code '{}.{}'", printable(module), printable(name)));
         }
-        case 0x93: refuse("it would import Python code named by the strings before it");
-        case 'R': refuse("it would call a Python object");
-        case 'b': refuse("it would run an object's __setstate__");
-        case 'i': refuse("it would import and instantiate a Python class");
-        case 'o': refuse("it would instantiate a Python class");
+        case 0x93:
+          refuse("it would import Python code named by the strings before it");
+        case 'R':
+          refuse("it would call a Python object");
+        case 'b':
+          refuse("it would run an object's __setstate__");
+        case 'i':
+          refuse("it would import and instantiate a Python class");
+        case 'o':
+          refuse("it would instantiate a Python class");
         case 0x81:
-        case 0x92: refuse("it would instantiate a Python class");
+        case 0x92:
+          refuse("it would instantiate a Python class");
         case 'P':
-        case 'Q': refuse("it would load a persistent object from outside the pickle");
+        case 'Q':
+          refuse("it would load a persistent object from outside the pickle");
         case 0x82:
         case 0x83:
-        case 0x84: refuse("it would import code through the copyreg extension registry");
+        case 0x84:
+          refuse("it would import code through the copyreg extension registry");
         case 0x97:
-        case 0x98: refuse("it refers to out-of-band buffers");
+        case 0x98:
+          refuse("it refers to out-of-band buffers");
         default:
           fail(fmt::format("unknown opcode 0x{:02x} at byte {}: not a pickle, or a corrupt one", op, op_offset_));
       }
@@ -787,10 +900,10 @@ class Machine {
   bool claimed_ = false;
   ValueRef claimed_list_;
   uint32_t first_id_ = 0;
-  uint32_t opened_ = 0;     // items opened (EMPTY_DICT)
-  uint32_t appended_ = 0;   // items appended to the list, in order
+  uint32_t opened_ = 0;       // items opened (EMPTY_DICT)
+  uint32_t appended_ = 0;     // items appended to the list, in order
   uint32_t filling_ = kNone;  // the item whose pairs may come (the last opened, not yet filled)
-  int item_height_ = 1;     // tallest item so far
+  int item_height_ = 1;       // tallest item so far
   // The list made last in an item's batch (None: none), for share_fresh_list.
   ValueRef fresh_list_;
   uint32_t fresh_item_ = kNone;    // the item it was made for

@@ -40,8 +40,8 @@ constexpr int kMaxPickleDepth = 256;
 struct PickleDocument {
   ValueStore store;
   ValueRef root;
-  int protocol = 0;         ///< from PROTO; 0 when the stream had none
-  int64_t bytes_read = 0;   ///< bytes consumed up to and including STOP
+  int protocol = 0;        ///< from PROTO; 0 when the stream had none
+  int64_t bytes_read = 0;  ///< bytes consumed up to and including STOP
 };
 
 /// Thrown by read_pickle_* when reading into an ItemSink had to stop: read
@@ -94,7 +94,6 @@ class ItemSink {
 PickleDocument read_pickle_file(const std::string& path, ItemSink* sink = nullptr);
 
 /// Same, from bytes in memory; `name` prefixes error messages.
-PickleDocument read_pickle_bytes(std::string_view bytes, const std::string& name = "<bytes>",
-                                 ItemSink* sink = nullptr);
+PickleDocument read_pickle_bytes(std::string_view bytes, const std::string& name = "<bytes>", ItemSink* sink = nullptr);
 
 }  // namespace oomtune::diagnose

@@ -14,11 +14,11 @@ namespace {
 
 // ValueRef layout: low 3 bits tag, high 29 bits payload.
 enum Tag : uint32_t {
-  kTagSpecial = 0,   // payload: 0 None, 1 False, 2 True, 3 huge int
-  kTagSmallInt = 1,  // payload: 29-bit two's complement
-  kTagInt = 2,       // payload: index in ints_
-  kTagFloat = 3,     // payload: index in floats_
-  kTagText = 4,      // payload: index in texts_
+  kTagSpecial = 0,                              // payload: 0 None, 1 False, 2 True, 3 huge int
+  kTagSmallInt = 1,                             // payload: 29-bit two's complement
+  kTagInt = 2,                                  // payload: index in ints_
+  kTagFloat = 3,                                // payload: index in floats_
+  kTagText = 4,                                 // payload: index in texts_
   kTagContainer = ValueRef::kContainerTag,      // payload: index in containers_
   kTagPlaceholder = ValueRef::kPlaceholderTag,  // payload: a reader's id (never stored)
   kTagTransient = ValueRef::kTransientTag,      // payload: index in transients_ (never stored)
@@ -55,16 +55,26 @@ void free_piece(void* piece) { std::free(piece); }
 
 const char* kind_name(ValueKind kind) {
   switch (kind) {
-    case ValueKind::kNone: return "None";
-    case ValueKind::kBool: return "bool";
-    case ValueKind::kInt: return "int";
-    case ValueKind::kHugeInt: return "int (over 64 bits)";
-    case ValueKind::kFloat: return "float";
-    case ValueKind::kString: return "str";
-    case ValueKind::kBytes: return "bytes";
-    case ValueKind::kList: return "list";
-    case ValueKind::kTuple: return "tuple";
-    case ValueKind::kDict: return "dict";
+    case ValueKind::kNone:
+      return "None";
+    case ValueKind::kBool:
+      return "bool";
+    case ValueKind::kInt:
+      return "int";
+    case ValueKind::kHugeInt:
+      return "int (over 64 bits)";
+    case ValueKind::kFloat:
+      return "float";
+    case ValueKind::kString:
+      return "str";
+    case ValueKind::kBytes:
+      return "bytes";
+    case ValueKind::kList:
+      return "list";
+    case ValueKind::kTuple:
+      return "tuple";
+    case ValueKind::kDict:
+      return "dict";
   }
   return "?";
 }
@@ -377,12 +387,18 @@ ValueKind ValueStore::kind(ValueRef value) const {
       return p == 0 ? ValueKind::kNone : p == 3 ? ValueKind::kHugeInt : ValueKind::kBool;
     }
     case kTagSmallInt:
-    case kTagInt: return ValueKind::kInt;
-    case kTagFloat: return ValueKind::kFloat;
-    case kTagText: return texts_[payload_of(value)].is_bytes ? ValueKind::kBytes : ValueKind::kString;
-    case kTagContainer: return containers_[payload_of(value)].kind;
-    case kTagTransient: return ValueKind::kInt;
-    default: return ValueKind::kNone;
+    case kTagInt:
+      return ValueKind::kInt;
+    case kTagFloat:
+      return ValueKind::kFloat;
+    case kTagText:
+      return texts_[payload_of(value)].is_bytes ? ValueKind::kBytes : ValueKind::kString;
+    case kTagContainer:
+      return containers_[payload_of(value)].kind;
+    case kTagTransient:
+      return ValueKind::kInt;
+    default:
+      return ValueKind::kNone;
   }
 }
 
@@ -397,10 +413,14 @@ int64_t ValueStore::as_int(ValueRef value) const {
       const int32_t raw = static_cast<int32_t>(value.bits()) >> kTagBits;
       return raw;
     }
-    case kTagInt: return ints_[payload_of(value)];
-    case kTagTransient: return transients_[payload_of(value)];
-    case kTagSpecial: return payload_of(value) == 2 ? 1 : 0;
-    default: return 0;
+    case kTagInt:
+      return ints_[payload_of(value)];
+    case kTagTransient:
+      return transients_[payload_of(value)];
+    case kTagSpecial:
+      return payload_of(value) == 2 ? 1 : 0;
+    default:
+      return 0;
   }
 }
 
@@ -463,8 +483,8 @@ bool ValueStore::items_key(ValueRef container, uint64_t* key) const {
 }
 
 size_t ValueStore::bytes() const {
-  return ints_.bytes() + floats_.bytes() + texts_.bytes() + text_blocks_.size() * kTextBlock +
-         containers_.bytes() + chunks_.bytes() + children_.bytes() + run_slots_ * sizeof(Run);
+  return ints_.bytes() + floats_.bytes() + texts_.bytes() + text_blocks_.size() * kTextBlock + containers_.bytes() +
+         chunks_.bytes() + children_.bytes() + run_slots_ * sizeof(Run);
 }
 
 }  // namespace oomtune::diagnose

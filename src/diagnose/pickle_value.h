@@ -216,9 +216,9 @@ class ValueStore {
   // ---- reading ----
   ValueKind kind(ValueRef value) const;
   bool is_container(ValueRef value) const;
-  bool as_bool(ValueRef value) const;        ///< kBool only
-  int64_t as_int(ValueRef value) const;      ///< kInt (and kBool as 0/1)
-  double as_float(ValueRef value) const;     ///< kFloat, or kInt converted
+  bool as_bool(ValueRef value) const;              ///< kBool only
+  int64_t as_int(ValueRef value) const;            ///< kInt (and kBool as 0/1)
+  double as_float(ValueRef value) const;           ///< kFloat, or kInt converted
   std::string_view as_text(ValueRef value) const;  ///< kString / kBytes
   /// Number of children: items of a list/tuple, pairs of a dict.
   size_t size(ValueRef container) const;
@@ -273,8 +273,8 @@ class ValueStore {
     uint32_t start = 0;
     uint32_t count = 0;  // 0: empty slot
   };
-  static constexpr uint32_t kMinSharedRun = 2;  // shorter runs are not looked up
-  static constexpr size_t kMinSplitDict = 4;    // children (2 pairs) before a dict is split
+  static constexpr uint32_t kMinSharedRun = 2;           // shorter runs are not looked up
+  static constexpr size_t kMinSplitDict = 4;             // children (2 pairs) before a dict is split
   static constexpr size_t kTextBlock = size_t{2} << 20;  // bytes per text arena block
   uint32_t index_of(ValueRef value) const;
   /// Where `count` children equal to `children` are already stored, or
@@ -307,7 +307,7 @@ class ValueStore {
   PagedVector<uint32_t> children_;
   std::unique_ptr<Run[]> runs_;  // run-sharing table, made on first use
   size_t run_slots_ = 0;
-  std::vector<ValueRef> scratch_;  // a dict batch's keys
+  std::vector<ValueRef> scratch_;    // a dict batch's keys
   std::vector<int64_t> transients_;  // transient ints, by payload
   static constexpr int kSharedListBits = 12;
   std::vector<uint32_t> shared_lists_;  // by run: 1 + index of a list with that run, 0: none
@@ -319,7 +319,7 @@ class ValueStore {
   };
   static constexpr int kIntCacheBits = 12;
   std::vector<CachedInt> int_cache_ = std::vector<CachedInt>(size_t{1} << kIntCacheBits);
-  Run last_keys_;                  // the last split dict's key run
+  Run last_keys_;  // the last split dict's key run
 };
 
 template <typename Fn>

@@ -60,7 +60,7 @@ constexpr double kCheckpointingSaving = 0.83;  // DESIGN.md measurement (85.9 MB
 constexpr double kEightBitSaving = 0.75;       // 8 -> 2 bytes of Adam state per parameter
 constexpr double kMajorShare = 0.25;           // a category "matters" above this share
 constexpr int64_t kMaxEntriesQuantum = 10000;
-constexpr int64_t kMinMaxEntries = 100000;     // PyTorch's default max_entries
+constexpr int64_t kMinMaxEntries = 100000;  // PyTorch's default max_entries
 
 int64_t cat(const CategoryBytes& c, Category k) { return c[static_cast<size_t>(k)]; }
 
@@ -87,12 +87,14 @@ int64_t max_split_mb(const Diagnosis& d, const OomReport& oom) {
 std::string sufficiency_text(const Recommendation& r) {
   const bool combined = r.id == FixId::kCombined;
   switch (r.sufficiency) {
-    case Sufficiency::kEnough: return combined ? "enough together" : "enough";
+    case Sufficiency::kEnough:
+      return combined ? "enough together" : "enough";
     case Sufficiency::kNotEnough:
       return fmt::format("not enough {} (frees {}, needs {})", combined ? "even together" : "alone",
                          format_bytes(r.frees_bytes), format_bytes(r.needs_bytes));
     case Sufficiency::kUnknown:
-    case Sufficiency::kNoMemoryEffect: break;
+    case Sufficiency::kNoMemoryEffect:
+      break;
   }
   return "";
 }
@@ -126,9 +128,8 @@ void rank(Diagnosis& d, std::vector<Recommendation> fixes, std::vector<Recommend
     std::vector<const Recommendation*> best;  // one per target
     for (const Recommendation& r : short_of) {
       const FixTarget target = fix_kind(r.id).target;
-      const bool taken = std::any_of(best.begin(), best.end(), [&](const Recommendation* b) {
-        return fix_kind(b->id).target == target;
-      });
+      const bool taken = std::any_of(best.begin(), best.end(),
+                                     [&](const Recommendation* b) { return fix_kind(b->id).target == target; });
       if (!taken && r.frees_bytes > 0) best.push_back(&r);  // short_of is most-freed first
     }
     Recommendation c;
@@ -220,7 +221,8 @@ void recommend(Diagnosis& d) {
                     format_bytes(oom->fully_free_segment_bytes)),
         oom->fully_free_segment_bytes, "bytes in fully free cached segments at the out-of-memory"});
   }
-  if (conf_has(s.conf, "max_split_size_mb") && (s.expandable_segments || conf_has(s.conf, "expandable_segments:True"))) {
+  if (conf_has(s.conf, "max_split_size_mb") &&
+      (s.expandable_segments || conf_has(s.conf, "expandable_segments:True"))) {
     no_effect.push_back(Recommendation{
         FixId::kConflict, "Remove max_split_size_mb from PYTORCH_CUDA_ALLOC_CONF",
         "max_split_size_mb together with expandable_segments errors or is ignored (pytorch #123548); keep "
@@ -258,7 +260,7 @@ void recommend(Diagnosis& d) {
     // The whole state the step keeps: the first step's estimate, else what is alive, else 2 x parameters.
     const bool first_step = need.known && need.method == NeedMethod::kAdamFirstStep;
     const int64_t base = first_step ? need.state_total_bytes : state > 0 ? state : 2 * params;
-    const std::string what = first_step ? "the first step allocates in all"
+    const std::string what = first_step  ? "the first step allocates in all"
                              : state > 0 ? "alive"
                                          : "about to be allocated (2 x parameters)";
     out.push_back(Recommendation{
@@ -267,10 +269,10 @@ void recommend(Diagnosis& d) {
                     format_bytes(base), what),
         static_cast<int64_t>(std::llround(kEightBitSaving * static_cast<double>(base))),
         fmt::format("75% of the optimizer state ({} {})", format_bytes(base), what)});
-    out.push_back(Recommendation{
-        FixId::kOptimizerOffload, "Offload optimizer states to host memory",
-        "The optimizer step then runs on the CPU copy; GPU memory keeps only parameters and gradients.", base,
-        fmt::format("all optimizer state ({} {})", format_bytes(base), what)});
+    out.push_back(
+        Recommendation{FixId::kOptimizerOffload, "Offload optimizer states to host memory",
+                       "The optimizer step then runs on the CPU copy; GPU memory keeps only parameters and gradients.",
+                       base, fmt::format("all optimizer state ({} {})", format_bytes(base), what)});
   }
 
   if (oom && oom->memory_cap) {
@@ -298,8 +300,10 @@ void recommend(Diagnosis& d) {
     entries = (entries + kMaxEntriesQuantum - 1) / kMaxEntriesQuantum * kMaxEntriesQuantum;
     entries = std::max(entries, kMinMaxEntries);
     std::string why;
-    if (t.truncated) why = "the trace starts mid-run (it frees blocks it never saw allocated)";
-    else if (t.iterations < 2) why = fmt::format("the trace covers {} iteration{}", t.iterations, t.iterations == 1 ? "" : "s");
+    if (t.truncated)
+      why = "the trace starts mid-run (it frees blocks it never saw allocated)";
+    else if (t.iterations < 2)
+      why = fmt::format("the trace covers {} iteration{}", t.iterations, t.iterations == 1 ? "" : "s");
     if (no_frames) why += std::string(why.empty() ? "" : "; ") + "no allocation has frames";
     no_effect.push_back(Recommendation{
         FixId::kRecordMore,

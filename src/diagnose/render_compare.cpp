@@ -137,9 +137,10 @@ std::string render_compare_svg(const Comparison& c) {
       const int64_t bytes = std::max<int64_t>(0, (*rows)[static_cast<size_t>(r)]);
       const double w = static_cast<double>(bytes) * per_byte;
       if (bytes > 0) {
-        out += fmt::format("<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"><title>{}: {}"
-                           "</title></rect>\n",
-                           x, y, w, kBarHeight, kRowColors[r], compare_row_name(r), format_bytes(bytes));
+        out += fmt::format(
+            "<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"><title>{}: {}"
+            "</title></rect>\n",
+            x, y, w, kBarHeight, kRowColors[r], compare_row_name(r), format_bytes(bytes));
       }
       x += w;
     }
@@ -149,9 +150,10 @@ std::string render_compare_svg(const Comparison& c) {
   }
   int lx = kLeft;
   for (int r = 0; r < kNumCompareRows; ++r) {
-    out += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}"
-                       "</text>\n",
-                       lx, y, kRowColors[r], lx + 14, y + 9, compare_row_name(r));
+    out += fmt::format(
+        "<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}"
+        "</text>\n",
+        lx, y, kRowColors[r], lx + 14, y + 9, compare_row_name(r));
     lx += 110;
   }
   // Layer changes: bars right of the axis grow, left of it shrink.
@@ -168,11 +170,12 @@ std::string render_compare_svg(const Comparison& c) {
         std::max(1.0, static_cast<double>(std::abs(l.change_bytes())) / static_cast<double>(largest) * half);
     out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", kLeft - 6, row_y + 11,
                        svg_escape(l.layer));
-    out += fmt::format("<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"><title>{} {}: {} -> {}"
-                       "</title></rect>\n",
-                       l.change_bytes() >= 0 ? axis : axis - w, row_y, w, kLayerRowHeight - 4,
-                       kRowColors[static_cast<size_t>(l.category)], svg_escape(l.layer),
-                       signed_bytes(l.change_bytes()), format_bytes(l.before_bytes), format_bytes(l.after_bytes));
+    out += fmt::format(
+        "<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"><title>{} {}: {} -> {}"
+        "</title></rect>\n",
+        l.change_bytes() >= 0 ? axis : axis - w, row_y, w, kLayerRowHeight - 4,
+        kRowColors[static_cast<size_t>(l.category)], svg_escape(l.layer), signed_bytes(l.change_bytes()),
+        format_bytes(l.before_bytes), format_bytes(l.after_bytes));
   }
   if (layer_rows > 0) {
     out += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n", axis, layers_top + 8, axis,

@@ -17,10 +17,11 @@ json categories(const CategoryBytes& c) {
 }
 
 json site(const SiteBytes& s) {
-  return json{{"site", s.site},         {"filename", s.filename}, {"line", s.line},
-              {"function", s.function}, {"layer", s.layer},       {"call_site", s.call_site},
-              {"others", s.others},     {"bytes", s.bytes},       {"blocks", s.blocks},
-              {"category", category_name(s.category)}};
+  return json{{"site", s.site},     {"filename", s.filename},
+              {"line", s.line},     {"function", s.function},
+              {"layer", s.layer},   {"call_site", s.call_site},
+              {"others", s.others}, {"bytes", s.bytes},
+              {"blocks", s.blocks}, {"category", category_name(s.category)}};
 }
 
 json sites(const std::vector<SiteBytes>& v) {
@@ -153,11 +154,16 @@ std::string render_json(const Diagnosis& d) {
   for (const SegmentView& v : d.segment_map) {
     json blocks = json::array();
     for (const auto& b : v.blocks) {
-      blocks.push_back({{"offset_bytes", b.offset}, {"size_bytes", b.size}, {"allocated", b.allocated},
+      blocks.push_back({{"offset_bytes", b.offset},
+                        {"size_bytes", b.size},
+                        {"allocated", b.allocated},
                         {"category", category_name(b.category)}});
     }
-    segs.push_back({{"address", v.address}, {"size_bytes", v.size}, {"pool", v.is_large ? "large" : "small"},
-                    {"expandable", v.is_expandable}, {"live_blocks", blocks}});
+    segs.push_back({{"address", v.address},
+                    {"size_bytes", v.size},
+                    {"pool", v.is_large ? "large" : "small"},
+                    {"expandable", v.is_expandable},
+                    {"live_blocks", blocks}});
   }
   j["segment_map"] = {{"moment", d.map_moment}, {"segments", segs}};
   return json_text(j, 1) + "\n";

@@ -13,7 +13,7 @@ namespace oomtune::diagnose {
 namespace {
 
 constexpr int kWidth = 1000;
-constexpr int kLeft = 90;       // room for the y axis labels
+constexpr int kLeft = 90;  // room for the y axis labels
 constexpr int kPlotWidth = 860;
 constexpr int kPlotTop = 50;
 constexpr int kPlotHeight = 300;
@@ -50,9 +50,10 @@ std::string render_svg(const Diagnosis& d) {
   auto y_of = [&](int64_t bytes) {
     return kPlotTop + kPlotHeight - static_cast<double>(bytes) / static_cast<double>(y_max) * kPlotHeight;
   };
-  out += fmt::format("<text x=\"{}\" y=\"{}\" font-weight=\"bold\">Allocated by category and reserved, over trace "
-                     "events</text>\n",
-                     kLeft, kPlotTop - 8);
+  out += fmt::format(
+      "<text x=\"{}\" y=\"{}\" font-weight=\"bold\">Allocated by category and reserved, over trace "
+      "events</text>\n",
+      kLeft, kPlotTop - 8);
   out += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#999\"/>\n", kLeft,
                      kPlotTop, kPlotWidth, kPlotHeight);
   for (int k = 0; k <= 4; ++k) {
@@ -81,17 +82,19 @@ std::string render_svg(const Diagnosis& d) {
     }
     std::string line;
     for (const auto& p : d.timeline) line += fmt::format("{:.1f},{:.1f} ", x_of(p.event_index), y_of(p.reserved_bytes));
-    out += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"black\" stroke-width=\"1.5\"><title>reserved"
-                       "</title></polyline>\n",
-                       line);
+    out += fmt::format(
+        "<polyline points=\"{}\" fill=\"none\" stroke=\"black\" stroke-width=\"1.5\"><title>reserved"
+        "</title></polyline>\n",
+        line);
   }
   for (const OomReport& o : d.ooms) {
     const double x = x_of(o.event_index);
-    out += fmt::format("<line x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\" stroke=\"red\" stroke-width=\"2\" "
-                       "stroke-dasharray=\"4 2\"><title>out of memory: {} requested, {} allocated, {} reserved"
-                       "</title></line>\n",
-                       x, kPlotTop, x, kPlotTop + kPlotHeight, format_bytes(o.requested_bytes),
-                       format_bytes(o.allocated_bytes), format_bytes(o.reserved_bytes));
+    out += fmt::format(
+        "<line x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\" stroke=\"red\" stroke-width=\"2\" "
+        "stroke-dasharray=\"4 2\"><title>out of memory: {} requested, {} allocated, {} reserved"
+        "</title></line>\n",
+        x, kPlotTop, x, kPlotTop + kPlotHeight, format_bytes(o.requested_bytes), format_bytes(o.allocated_bytes),
+        format_bytes(o.reserved_bytes));
     out += fmt::format("<text x=\"{:.1f}\" y=\"{}\" fill=\"red\" text-anchor=\"end\">OOM {}</text>\n", x - 2,
                        kPlotTop + 12, format_bytes(o.requested_bytes));
   }
@@ -99,40 +102,45 @@ std::string render_svg(const Diagnosis& d) {
   int lx = kLeft;
   const int ly = kPlotTop + kPlotHeight + 25;
   for (int c = 0; c < kNumCategories; ++c) {
-    out += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}"
-                       "</text>\n",
-                       lx, ly - 9, kColors[c], lx + 14, ly, category_name(static_cast<Category>(c)));
+    out += fmt::format(
+        "<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}"
+        "</text>\n",
+        lx, ly - 9, kColors[c], lx + 14, ly, category_name(static_cast<Category>(c)));
     lx += 125;
   }
-  out += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/><text x=\"{}\" y=\"{}\">reserved"
-                     "</text>\n",
-                     lx, ly - 4, lx + 12, ly - 4, lx + 16, ly);
+  out += fmt::format(
+      "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/><text x=\"{}\" y=\"{}\">reserved"
+      "</text>\n",
+      lx, ly - 4, lx + 12, ly - 4, lx + 16, ly);
 
   // ---- segment map
-  out += fmt::format("<text x=\"10\" y=\"{}\" font-weight=\"bold\">Segment map {} ({} segments; grey = free, "
-                     "hatched = freed but pending)</text>\n",
-                     map_top, svg_escape(d.map_moment), d.segment_map.size());
+  out += fmt::format(
+      "<text x=\"10\" y=\"{}\" font-weight=\"bold\">Segment map {} ({} segments; grey = free, "
+      "hatched = freed but pending)</text>\n",
+      map_top, svg_escape(d.map_moment), d.segment_map.size());
   int64_t largest = 1;
   for (const auto& s : d.segment_map) largest = std::max(largest, s.size);
-  out += "<defs><pattern id=\"pending\" width=\"4\" height=\"4\" patternUnits=\"userSpaceOnUse\">"
-         "<path d=\"M0,4 L4,0\" stroke=\"#666\"/></pattern></defs>\n";
+  out +=
+      "<defs><pattern id=\"pending\" width=\"4\" height=\"4\" patternUnits=\"userSpaceOnUse\">"
+      "<path d=\"M0,4 L4,0\" stroke=\"#666\"/></pattern></defs>\n";
   for (size_t r = 0; r < rows; ++r) {
     const SegmentView& s = d.segment_map[r];
     const int y = map_top + 12 + static_cast<int>(r) * kMapRowHeight;
     const double scale = static_cast<double>(kPlotWidth) / static_cast<double>(largest);
-    out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", kLeft - 4, y + 10,
-                       format_bytes(s.size));
-    out += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"#ddd\" stroke=\"#888\" "
-                       "stroke-width=\"0.5\"><title>segment 0x{:x}, {} ({} pool{})</title></rect>\n",
-                       kLeft, y, std::max(1.0, static_cast<double>(s.size) * scale), kMapRowHeight - 3, s.address,
-                       format_bytes(s.size), s.is_large ? "large" : "small", s.is_expandable ? ", expandable" : "");
+    out +=
+        fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", kLeft - 4, y + 10, format_bytes(s.size));
+    out += fmt::format(
+        "<rect x=\"{}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"#ddd\" stroke=\"#888\" "
+        "stroke-width=\"0.5\"><title>segment 0x{:x}, {} ({} pool{})</title></rect>\n",
+        kLeft, y, std::max(1.0, static_cast<double>(s.size) * scale), kMapRowHeight - 3, s.address,
+        format_bytes(s.size), s.is_large ? "large" : "small", s.is_expandable ? ", expandable" : "");
     for (const auto& b : s.blocks) {
-      out += fmt::format("<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"><title>{} {}"
-                         "</title></rect>\n",
-                         kLeft + static_cast<double>(b.offset) * scale, y,
-                         std::max(0.5, static_cast<double>(b.size) * scale), kMapRowHeight - 3,
-                         b.allocated ? kColors[static_cast<size_t>(b.category)] : "url(#pending)",
-                         format_bytes(b.size), b.allocated ? category_name(b.category) : "pending free");
+      out += fmt::format(
+          "<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"><title>{} {}"
+          "</title></rect>\n",
+          kLeft + static_cast<double>(b.offset) * scale, y, std::max(0.5, static_cast<double>(b.size) * scale),
+          kMapRowHeight - 3, b.allocated ? kColors[static_cast<size_t>(b.category)] : "url(#pending)",
+          format_bytes(b.size), b.allocated ? category_name(b.category) : "pending free");
     }
   }
   if (d.segment_map.size() > rows) {

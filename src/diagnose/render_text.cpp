@@ -55,29 +55,31 @@ std::string render_text(const Diagnosis& d) {
   if (!d.ooms.empty()) {
     out += fmt::format("\nOut-of-memory event{} ({})\n", d.ooms.size() == 1 ? "" : "s", d.ooms.size());
     for (const OomReport& o : d.ooms) {
-      out += fmt::format("  event {}: requested {} (rounded {}, {} pool, needs a {} segment) in {}{}\n",
-                         o.event_index, format_bytes(o.requested_bytes), format_bytes(o.rounded_bytes),
-                         o.large_pool ? "large" : "small", format_bytes(o.segment_bytes), phase_name(o.phase),
-                         o.layer.empty() ? "" : " at " + o.layer);
+      out +=
+          fmt::format("  event {}: requested {} (rounded {}, {} pool, needs a {} segment) in {}{}\n", o.event_index,
+                      format_bytes(o.requested_bytes), format_bytes(o.rounded_bytes), o.large_pool ? "large" : "small",
+                      format_bytes(o.segment_bytes), phase_name(o.phase), o.layer.empty() ? "" : " at " + o.layer);
       if (!o.call_site.empty() && o.call_site != o.layer) out += fmt::format("    called from {}\n", o.call_site);
-      out += fmt::format("    allocated {}, reserved {}, reserved but unallocated {}\n", format_bytes(o.allocated_bytes),
-                         format_bytes(o.reserved_bytes), format_bytes(o.reserved_free_bytes));
+      out +=
+          fmt::format("    allocated {}, reserved {}, reserved but unallocated {}\n", format_bytes(o.allocated_bytes),
+                      format_bytes(o.reserved_bytes), format_bytes(o.reserved_free_bytes));
       out += fmt::format("    largest free block in the {} pool {} ({} free in that pool){}\n",
                          o.large_pool ? "large" : "small", format_bytes(o.largest_free_block_bytes),
                          format_bytes(o.pool_free_bytes),
-                         o.device_free_bytes >= 0 ? fmt::format("; CUDA reported {} free on the device",
-                                                                 format_bytes(o.device_free_bytes))
-                                                  : "");
+                         o.device_free_bytes >= 0
+                             ? fmt::format("; CUDA reported {} free on the device", format_bytes(o.device_free_bytes))
+                             : "");
       if (o.memory_cap)
-        out += fmt::format("    the device had room for the segment: this process's memory cap was the limit "
-                           "(between {} and {})\n",
-                           format_bytes(o.reserved_bytes), format_bytes(o.reserved_bytes + o.segment_bytes));
+        out += fmt::format(
+            "    the device had room for the segment: this process's memory cap was the limit "
+            "(between {} and {})\n",
+            format_bytes(o.reserved_bytes), format_bytes(o.reserved_bytes + o.segment_bytes));
       out += fmt::format("    alive: {}\n", categories_line(o.live_by_category));
     }
     if (d.need.known) {
-      out += fmt::format("  the {} phase still needed {}{} ({})\n", phase_name(d.need.phase),
-                         d.need.lower_bound ? "at least " : "", format_bytes(d.need.still_needed_bytes),
-                         d.need.estimate);
+      out +=
+          fmt::format("  the {} phase still needed {}{} ({})\n", phase_name(d.need.phase),
+                      d.need.lower_bound ? "at least " : "", format_bytes(d.need.still_needed_bytes), d.need.estimate);
     }
     if (!d.oom_sites.empty()) {
       out += fmt::format("  alive at the last out-of-memory, by {}:\n",
@@ -98,10 +100,11 @@ std::string render_text(const Diagnosis& d) {
                      format_bytes(d.trace.allocated_before_recording_bytes));
   if (!d.trace.frames_note.empty()) out += fmt::format("  frames: {}\n", d.trace.frames_note);
   if (!d.trace.replay_matches_dump) {
-    out += fmt::format("  note: replaying the trace does not end exactly at the dumped state ({} allocated / {} "
-                       "reserved dumped; {} events did not fit): numbers at earlier moments are estimates\n",
-                       format_bytes(d.trace.dumped_allocated_bytes), format_bytes(d.trace.dumped_reserved_bytes),
-                       d.trace.inconsistencies);
+    out += fmt::format(
+        "  note: replaying the trace does not end exactly at the dumped state ({} allocated / {} "
+        "reserved dumped; {} events did not fit): numbers at earlier moments are estimates\n",
+        format_bytes(d.trace.dumped_allocated_bytes), format_bytes(d.trace.dumped_reserved_bytes),
+        d.trace.inconsistencies);
   }
 
   if (!d.leaks.empty()) {

@@ -35,12 +35,15 @@ Replay::Replay(const Snapshot& snapshot, int device, const ar::AllocatorConfig& 
     const TraceEvent& e = trace[i];
     switch (e.action) {
       case TraceAction::kSegmentAlloc:
-      case TraceAction::kSegmentMap: remove_range(e.addr, e.size); break;
+      case TraceAction::kSegmentMap:
+        remove_range(e.addr, e.size);
+        break;
       case TraceAction::kSegmentFree:
       case TraceAction::kSegmentUnmap:
         add_range(e.addr, e.size, pool_of_range_is_large(e.addr, e.size), e.action == TraceAction::kSegmentUnmap);
         break;
-      default: break;
+      default:
+        break;
     }
   }
 
@@ -133,8 +136,7 @@ void Replay::add_range(int64_t addr, int64_t size, bool is_large, bool expandabl
   auto it = ranges_.find(addr);
   if (it != ranges_.begin()) {
     auto prev = std::prev(it);
-    if (prev->second.is_expandable && prev->first + prev->second.size == addr &&
-        prev->second.is_large == is_large) {
+    if (prev->second.is_expandable && prev->first + prev->second.size == addr && prev->second.is_large == is_large) {
       prev->second.size += it->second.size;
       ranges_.erase(it);
       it = prev;
@@ -225,7 +227,7 @@ int64_t Replay::block_size_at(int64_t addr, int64_t requested) const {
   if (gap < rounded) return rounded;
   const int64_t max_split = config_.max_split_size;
   return block_would_split(range->second.is_large, range->second.is_expandable, gap, rounded, max_split) ? rounded
-                                                                                                           : gap;
+                                                                                                         : gap;
 }
 
 void Replay::apply(size_t index) {
@@ -288,7 +290,8 @@ void Replay::apply(size_t index) {
       remove_range(e.addr, e.size);
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 

@@ -44,12 +44,12 @@ constexpr int kMaxLabelCategories = 8;
 
 /// A block in use (allocated, or freed but waiting for free_completed).
 struct LiveBlock {
-  int64_t size = 0;            ///< bytes (block size, see rules)
-  int64_t requested = 0;       ///< bytes requested
-  int64_t alloc_event = -1;    ///< index of its alloc in the trace; -1: before recording
+  int64_t size = 0;          ///< bytes (block size, see rules)
+  int64_t requested = 0;     ///< bytes requested
+  int64_t alloc_event = -1;  ///< index of its alloc in the trace; -1: before recording
   StackId frames = 0;
   BlockLabel label;
-  bool allocated = true;       ///< false once free_requested was seen
+  bool allocated = true;  ///< false once free_requested was seen
 };
 
 /// A reserved address range: a segment or an expandable segment's mapping.
@@ -68,8 +68,7 @@ class Replay {
   /// Builds the state at the start of device `device`'s trace. `config`
   /// gives the rounding rules (roundup_power2_divisions). `sites` is the
   /// number of site labels the labeler can return.
-  Replay(const Snapshot& snapshot, int device, const alloc_rules::AllocatorConfig& config, Labeler labeler,
-         int sites);
+  Replay(const Snapshot& snapshot, int device, const alloc_rules::AllocatorConfig& config, Labeler labeler, int sites);
 
   /// Applies trace event `index` (events must be applied in order).
   void apply(size_t index);
@@ -119,8 +118,8 @@ class Replay {
   Labeler labeler_;
   std::map<int64_t, ReservedRange> ranges_;
   std::map<int64_t, LiveBlock> live_;
-  std::map<int64_t, int64_t> exact_size_;   // addr -> dumped size, for the last alloc at addr
-  std::vector<bool> last_alloc_;             // per event: this alloc's block is in the dump (a bit an event)
+  std::map<int64_t, int64_t> exact_size_;  // addr -> dumped size, for the last alloc at addr
+  std::vector<bool> last_alloc_;           // per event: this alloc's block is in the dump (a bit an event)
   std::vector<int64_t> by_category_;
   std::vector<int64_t> by_site_;
   int64_t allocated_ = 0;

@@ -50,25 +50,59 @@ struct Path {
 enum Field : int {
   kFUnknown = 0,
   // segment
-  kFDevice, kFAddress, kFTotalSize, kFAllocatedSize, kFActiveSize, kFRequestedSize, kFStream, kFSegmentType,
-  kFSegmentPoolId, kFIsExpandable, kFFrames, kFBlocks,
+  kFDevice,
+  kFAddress,
+  kFTotalSize,
+  kFAllocatedSize,
+  kFActiveSize,
+  kFRequestedSize,
+  kFStream,
+  kFSegmentType,
+  kFSegmentPoolId,
+  kFIsExpandable,
+  kFFrames,
+  kFBlocks,
   // block
-  kFSize, kFState, kFHistory, kFRealSize,
+  kFSize,
+  kFState,
+  kFHistory,
+  kFRealSize,
   // trace
-  kFAction, kFAddr, kFTimeUs, kFDeviceFree,
+  kFAction,
+  kFAddr,
+  kFTimeUs,
+  kFDeviceFree,
   // frame
-  kFFilename, kFName, kFLine,
+  kFFilename,
+  kFName,
+  kFLine,
   kNumFields
 };
 
 constexpr std::pair<std::string_view, Field> kFieldNames[] = {
-    {"device", kFDevice}, {"address", kFAddress}, {"total_size", kFTotalSize},
-    {"allocated_size", kFAllocatedSize}, {"active_size", kFActiveSize}, {"requested_size", kFRequestedSize},
-    {"stream", kFStream}, {"segment_type", kFSegmentType}, {"segment_pool_id", kFSegmentPoolId},
-    {"is_expandable", kFIsExpandable}, {"frames", kFFrames}, {"blocks", kFBlocks}, {"size", kFSize},
-    {"state", kFState}, {"history", kFHistory}, {"real_size", kFRealSize}, {"action", kFAction},
-    {"addr", kFAddr}, {"time_us", kFTimeUs}, {"device_free", kFDeviceFree}, {"filename", kFFilename},
-    {"name", kFName}, {"line", kFLine},
+    {"device", kFDevice},
+    {"address", kFAddress},
+    {"total_size", kFTotalSize},
+    {"allocated_size", kFAllocatedSize},
+    {"active_size", kFActiveSize},
+    {"requested_size", kFRequestedSize},
+    {"stream", kFStream},
+    {"segment_type", kFSegmentType},
+    {"segment_pool_id", kFSegmentPoolId},
+    {"is_expandable", kFIsExpandable},
+    {"frames", kFFrames},
+    {"blocks", kFBlocks},
+    {"size", kFSize},
+    {"state", kFState},
+    {"history", kFHistory},
+    {"real_size", kFRealSize},
+    {"action", kFAction},
+    {"addr", kFAddr},
+    {"time_us", kFTimeUs},
+    {"device_free", kFDeviceFree},
+    {"filename", kFFilename},
+    {"name", kFName},
+    {"line", kFLine},
 };
 
 constexpr int64_t kMaxBytes = int64_t{1} << 52;
@@ -127,14 +161,29 @@ TraceEvent read_trace_event(Rules& rules, ForEachPair&& for_each_pair) {
   uint32_t seen = 0;
   for_each_pair([&](Field f, ValueRef v) {
     switch (f) {
-      case kFAction: e.action = rules.action(v); break;
-      case kFAddr: e.addr = rules.address(v); break;
-      case kFSize: e.size = rules.bytes(v); break;
-      case kFStream: e.stream = rules.stream(v); break;
-      case kFTimeUs: e.time_us = rules.time_us(v); break;
-      case kFDeviceFree: device_free = rules.device_free(v); break;
-      case kFFrames: e.frames = rules.frames(v); break;
-      default: return;  // keys the model does not read
+      case kFAction:
+        e.action = rules.action(v);
+        break;
+      case kFAddr:
+        e.addr = rules.address(v);
+        break;
+      case kFSize:
+        e.size = rules.bytes(v);
+        break;
+      case kFStream:
+        e.stream = rules.stream(v);
+        break;
+      case kFTimeUs:
+        e.time_us = rules.time_us(v);
+        break;
+      case kFDeviceFree:
+        device_free = rules.device_free(v);
+        break;
+      case kFFrames:
+        e.frames = rules.frames(v);
+        break;
+      default:
+        return;  // keys the model does not read
     }
     if (seen & (1u << f)) rules.repeated(f);
     seen |= 1u << f;
@@ -158,11 +207,11 @@ class TraceStream : public ItemSink {
   struct Trace {
     ValueRef list;
     std::vector<TraceEvent> events;
-    std::vector<int64_t> streams;  // stream values, first seen first
+    std::vector<int64_t> streams;                      // stream values, first seen first
     std::unordered_map<int64_t, uint16_t> stream_ids;  // value -> 1 + index in streams
     uint16_t last_stream = 0;
     bool saw_time_us = false;
-    bool delivered = false;        // moved out by the Builder
+    bool delivered = false;            // moved out by the Builder
     int64_t bytes_left_at_first = -1;  // input left when item 0 was opened
   };
 
@@ -400,10 +449,17 @@ class Builder {
     Frame f;
     s_.for_each_pair(frame, [&](ValueRef k, ValueRef v) {
       switch (field_of(k)) {
-        case kFFilename: f.filename = std::string(to_text(v, path.child("filename"))); break;
-        case kFName: f.name = std::string(to_text(v, path.child("name"))); break;
-        case kFLine: f.line = to_int(v, path.child("line")); break;
-        default: break;
+        case kFFilename:
+          f.filename = std::string(to_text(v, path.child("filename")));
+          break;
+        case kFName:
+          f.name = std::string(to_text(v, path.child("name")));
+          break;
+        case kFLine:
+          f.line = to_int(v, path.child("line"));
+          break;
+        default:
+          break;
       }
     });
     std::string key = fmt::format("{}\n{}\n{}", f.filename, f.name, f.line);
@@ -464,17 +520,31 @@ class Builder {
     s_.for_each_pair(v, [&](ValueRef k, ValueRef val) {
       const Field f = field_of(k);
       switch (f) {
-        case kFDevice: seg.device = to_int(val, path.child("device")); break;
-        case kFAddress: seg.address = to_address(val, path.child("address")); break;
-        case kFTotalSize: seg.total_size = to_bytes(val, path.child("total_size")); break;
+        case kFDevice:
+          seg.device = to_int(val, path.child("device"));
+          break;
+        case kFAddress:
+          seg.address = to_address(val, path.child("address"));
+          break;
+        case kFTotalSize:
+          seg.total_size = to_bytes(val, path.child("total_size"));
+          break;
         case kFAllocatedSize:
           seg.allocated_size = to_bytes(val, path.child("allocated_size"));
           have_allocated = true;
           break;
-        case kFActiveSize: seg.active_size = to_bytes(val, path.child("active_size")); break;
-        case kFRequestedSize: seg.requested_size = to_bytes(val, path.child("requested_size")); break;
-        case kFStream: seg.stream = to_int(val, path.child("stream")); break;
-        case kFSegmentType: seg.is_large = to_text(val, path.child("segment_type")) != "small"; break;
+        case kFActiveSize:
+          seg.active_size = to_bytes(val, path.child("active_size"));
+          break;
+        case kFRequestedSize:
+          seg.requested_size = to_bytes(val, path.child("requested_size"));
+          break;
+        case kFStream:
+          seg.stream = to_int(val, path.child("stream"));
+          break;
+        case kFSegmentType:
+          seg.is_large = to_text(val, path.child("segment_type")) != "small";
+          break;
         case kFSegmentPoolId: {
           const Path p = path.child("segment_pool_id");
           expect_sequence(val, p);
@@ -487,7 +557,9 @@ class Builder {
           });
           break;
         }
-        case kFIsExpandable: seg.is_expandable = to_bool(val, path.child("is_expandable")); break;
+        case kFIsExpandable:
+          seg.is_expandable = to_bool(val, path.child("is_expandable"));
+          break;
         case kFFrames:
           seg.frames = intern_stack(val, path.child("frames"));
           if (seg.frames != 0) out_.has_block_frames = true;
@@ -496,7 +568,8 @@ class Builder {
           blocks = val;
           have_blocks = true;
           break;
-        default: break;
+        default:
+          break;
       }
     });
     if (have_blocks) {
@@ -530,12 +603,16 @@ class Builder {
           b.address = to_address(val, path.child("address"));
           saw_block_address_ = true;
           break;
-        case kFSize: b.size = to_bytes(val, path.child("size")); break;
+        case kFSize:
+          b.size = to_bytes(val, path.child("size"));
+          break;
         case kFRequestedSize:
           b.requested_size = to_bytes(val, path.child("requested_size"));
           have_requested = true;
           break;
-        case kFState: b.state = to_state(val, path.child("state")); break;
+        case kFState:
+          b.state = to_state(val, path.child("state"));
+          break;
         case kFFrames:
           b.frames = intern_stack(val, path.child("frames"));
           if (b.frames != 0) out_.has_block_frames = true;
@@ -563,7 +640,8 @@ class Builder {
           });
           break;
         }
-        default: break;
+        default:
+          break;
       }
     });
     if (b.size < 0) fail(path.child("size"), fmt::format("expected a size >= 0, got {}", b.size));
@@ -657,9 +735,8 @@ class Builder {
   TraceEvent read_event(ValueRef v, const Path& path) {
     expect(v, ValueKind::kDict, path);
     EventRules rules{*this, path};
-    return read_trace_event(rules, [&](auto&& fn) {
-      s_.for_each_pair(v, [&](ValueRef k, ValueRef val) { fn(field_of(k), val); });
-    });
+    return read_trace_event(
+        rules, [&](auto&& fn) { s_.for_each_pair(v, [&](ValueRef k, ValueRef val) { fn(field_of(k), val); }); });
   }
 
   /// roundup_power2_divisions entry: 0 (off) or a power of two up to 2^16
@@ -741,28 +818,44 @@ class Builder {
 
 const char* action_name(TraceAction action) {
   switch (action) {
-    case TraceAction::kAlloc: return "alloc";
-    case TraceAction::kFreeRequested: return "free_requested";
-    case TraceAction::kFreeCompleted: return "free_completed";
-    case TraceAction::kSegmentAlloc: return "segment_alloc";
-    case TraceAction::kSegmentFree: return "segment_free";
-    case TraceAction::kSegmentMap: return "segment_map";
-    case TraceAction::kSegmentUnmap: return "segment_unmap";
-    case TraceAction::kOom: return "oom";
-    case TraceAction::kSnapshot: return "snapshot";
-    case TraceAction::kOther: return "other";
+    case TraceAction::kAlloc:
+      return "alloc";
+    case TraceAction::kFreeRequested:
+      return "free_requested";
+    case TraceAction::kFreeCompleted:
+      return "free_completed";
+    case TraceAction::kSegmentAlloc:
+      return "segment_alloc";
+    case TraceAction::kSegmentFree:
+      return "segment_free";
+    case TraceAction::kSegmentMap:
+      return "segment_map";
+    case TraceAction::kSegmentUnmap:
+      return "segment_unmap";
+    case TraceAction::kOom:
+      return "oom";
+    case TraceAction::kSnapshot:
+      return "snapshot";
+    case TraceAction::kOther:
+      return "other";
   }
   return "other";
 }
 
 const char* layout_name(SnapshotLayout layout) {
   switch (layout) {
-    case SnapshotLayout::kV1_13: return "PyTorch 1.13 (segment list)";
-    case SnapshotLayout::kV2_0: return "PyTorch 2.0 (block history)";
-    case SnapshotLayout::kV2_1: return "PyTorch 2.1 (block frames, no time_us)";
-    case SnapshotLayout::kV2_2: return "PyTorch 2.2-2.3 (time_us, no allocator_settings)";
-    case SnapshotLayout::kV2_4: return "PyTorch 2.4 (allocator_settings)";
-    case SnapshotLayout::kV2_5: return "PyTorch 2.5+ (external_annotations)";
+    case SnapshotLayout::kV1_13:
+      return "PyTorch 1.13 (segment list)";
+    case SnapshotLayout::kV2_0:
+      return "PyTorch 2.0 (block history)";
+    case SnapshotLayout::kV2_1:
+      return "PyTorch 2.1 (block frames, no time_us)";
+    case SnapshotLayout::kV2_2:
+      return "PyTorch 2.2-2.3 (time_us, no allocator_settings)";
+    case SnapshotLayout::kV2_4:
+      return "PyTorch 2.4 (allocator_settings)";
+    case SnapshotLayout::kV2_5:
+      return "PyTorch 2.5+ (external_annotations)";
   }
   return "?";
 }

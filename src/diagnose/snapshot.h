@@ -43,9 +43,9 @@ using StackId = uint32_t;
 
 /// State of a block at dump time (BlockInfo: allocated / active).
 enum class BlockState : uint8_t {
-  kActiveAllocated,     ///< in use by a tensor
-  kActivePendingFree,   ///< freed, waiting for another stream ("active_awaiting_free" in 2.1+ docs)
-  kInactive,            ///< free, cached for reuse
+  kActiveAllocated,    ///< in use by a tensor
+  kActivePendingFree,  ///< freed, waiting for another stream ("active_awaiting_free" in 2.1+ docs)
+  kInactive,           ///< free, cached for reuse
 };
 
 /// A piece of a segment.
@@ -54,19 +54,19 @@ struct Block {
   int64_t size = 0;            ///< bytes, rounded as the allocator hands them out
   int64_t requested_size = 0;  ///< bytes the caller asked for (2.0: history real_size)
   BlockState state = BlockState::kInactive;
-  StackId frames = 0;          ///< where it was allocated (innermost frame first)
+  StackId frames = 0;  ///< where it was allocated (innermost frame first)
 };
 
 /// One cudaMalloc (or one expandable segment's mapped range).
 struct Segment {
   int64_t device = 0;
-  int64_t address = 0;         ///< bytes
-  int64_t total_size = 0;      ///< bytes
-  int64_t allocated_size = 0;  ///< bytes in active_allocated blocks (as dumped)
-  int64_t active_size = 0;     ///< bytes allocated or pending free (as dumped)
-  int64_t requested_size = 0;  ///< bytes requested by the blocks' callers
-  int64_t stream = 0;          ///< cudaStream_t as an integer
-  bool is_large = true;        ///< segment_type "large" (requests > 1 MiB)
+  int64_t address = 0;                        ///< bytes
+  int64_t total_size = 0;                     ///< bytes
+  int64_t allocated_size = 0;                 ///< bytes in active_allocated blocks (as dumped)
+  int64_t active_size = 0;                    ///< bytes allocated or pending free (as dumped)
+  int64_t requested_size = 0;                 ///< bytes requested by the blocks' callers
+  int64_t stream = 0;                         ///< cudaStream_t as an integer
+  bool is_large = true;                       ///< segment_type "large" (requests > 1 MiB)
   std::pair<int64_t, int64_t> pool_id{0, 0};  ///< segment_pool_id; (0,0): default pool
   bool is_expandable = false;
   StackId frames = 0;
@@ -103,9 +103,9 @@ struct TraceEvent {
 
 /// PYTORCH_CUDA_ALLOC_CONF as recorded in the snapshot (2.4+).
 struct AllocatorSettings {
-  bool present = false;           ///< false for layouts without allocator_settings
-  std::string conf;               ///< the env string ("" when unset)
-  int64_t max_split_size = -1;    ///< bytes; -1: no limit
+  bool present = false;         ///< false for layouts without allocator_settings
+  std::string conf;             ///< the env string ("" when unset)
+  int64_t max_split_size = -1;  ///< bytes; -1: no limit
   double garbage_collection_threshold = 0.0;
   bool expandable_segments = false;
   /// roundup_power2_divisions, 16 intervals from 1 MiB (see allocator_rules.h).
@@ -131,8 +131,8 @@ struct Snapshot {
   /// cudaStream_t values seen in the trace; TraceEvent::stream indexes it.
   /// Past 65535 distinct streams the last index is shared.
   std::vector<int64_t> streams;
-  bool has_block_frames = false;     ///< any block or segment has frames
-  int64_t file_bytes = 0;            ///< size of the pickle read
+  bool has_block_frames = false;  ///< any block or segment has frames
+  int64_t file_bytes = 0;         ///< size of the pickle read
 
   /// The frames of a stack, innermost first.
   const std::vector<uint32_t>& stack(StackId id) const { return stacks[id]; }

@@ -41,8 +41,11 @@ std::optional<double> read_optional(const nlohmann::json& j, const char* key) {
 nlohmann::json to_json(const JobSpec& job) {
   nlohmann::json inputs = nlohmann::json::array();
   for (const InputSpec& in : job.inputs)
-    inputs.push_back({{"name", in.name}, {"shape", in.shape}, {"dtype", in.dtype},
-                      {"low", optional_number(in.low)}, {"high", optional_number(in.high)}});
+    inputs.push_back({{"name", in.name},
+                      {"shape", in.shape},
+                      {"dtype", in.dtype},
+                      {"low", optional_number(in.low)},
+                      {"high", optional_number(in.high)}});
   nlohmann::json output = nullptr;
   if (const auto* key = std::get_if<std::string>(&job.output)) output = *key;
   if (const auto* index = std::get_if<int64_t>(&job.output)) output = *index;
@@ -55,8 +58,13 @@ nlohmann::json to_json(const JobSpec& job) {
           {"global_batch", job.global_batch},
           {"allow_remainder", job.allow_remainder},
           {"optimizer",
-           {{"kind", o.kind}, {"lr", o.lr}, {"weight_decay", o.weight_decay}, {"beta1", o.beta1},
-            {"beta2", o.beta2}, {"eps", o.eps}, {"momentum", o.momentum}}},
+           {{"kind", o.kind},
+            {"lr", o.lr},
+            {"weight_decay", o.weight_decay},
+            {"beta1", o.beta1},
+            {"beta2", o.beta2},
+            {"eps", o.eps},
+            {"momentum", o.momentum}}},
           {"precision", job.precision},
           {"allow_bf16", job.allow_bf16},
           {"allow_adafactor", job.allow_adafactor},
@@ -86,15 +94,17 @@ JobSpec job_spec_from_json(const nlohmann::json& j) {
       job.inputs.push_back(std::move(spec));
     }
     const auto& output = j.at("output");
-    if (output.is_string()) job.output = output.get<std::string>();
-    else if (output.is_number_integer()) job.output = output.get<int64_t>();
+    if (output.is_string())
+      job.output = output.get<std::string>();
+    else if (output.is_number_integer())
+      job.output = output.get<int64_t>();
     job.loss.kind = static_cast<LossSpec::Kind>(j.at("loss").at("kind").get<int>());
     job.loss.target = j.at("loss").at("target").get<std::string>();
     job.global_batch = j.at("global_batch").get<int64_t>();
     job.allow_remainder = j.at("allow_remainder").get<bool>();
     const auto& o = j.at("optimizer");
-    job.optimizer = {o.at("kind").get<std::string>(), o.at("lr").get<double>(), o.at("weight_decay").get<double>(),
-                     o.at("beta1").get<double>(), o.at("beta2").get<double>(), o.at("eps").get<double>(),
+    job.optimizer = {o.at("kind").get<std::string>(), o.at("lr").get<double>(),    o.at("weight_decay").get<double>(),
+                     o.at("beta1").get<double>(),     o.at("beta2").get<double>(), o.at("eps").get<double>(),
                      o.at("momentum").get<double>()};
     job.precision = j.at("precision").get<std::string>();
     job.allow_bf16 = j.at("allow_bf16").get<bool>();

@@ -20,10 +20,9 @@ namespace oomtune {
 namespace {
 
 const std::vector<std::string> kTopKeys = {
-    "model",          "inputs",          "output",         "loss",          "global_batch",
-    "remainder",      "optimizer",       "precision",      "allow_bf16",    "allow_adafactor", "device",
-    "budget",         "headroom",        "min_micro_batch", "max_micro_batch", "verify_steps",
-    "trial_timeout",  "executor",        "seed"};
+    "model",           "inputs",       "output",          "loss",     "global_batch", "remainder", "optimizer",
+    "precision",       "allow_bf16",   "allow_adafactor", "device",   "budget",       "headroom",  "min_micro_batch",
+    "max_micro_batch", "verify_steps", "trial_timeout",   "executor", "seed"};
 const std::vector<std::string> kInputKeys = {"name", "shape", "dtype", "range"};
 const std::vector<std::string> kLossKeys = {"kind", "target"};
 const std::vector<std::string> kOptimizerKeys = {"kind", "lr", "weight_decay", "betas", "eps", "momentum"};
@@ -137,8 +136,7 @@ std::string oversized_message(const JobSpec& spec, std::size_t index, int64_t ba
   const InputSpec& input = spec.inputs[index];
   std::vector<std::string> dims;
   for (int64_t dim : input.shape) dims.push_back(dim == kBatchDim ? "\"batch\"" : std::to_string(dim));
-  return fmt::format("[{}] at the global batch {} has more bytes than a tensor can hold", fmt::join(dims, ", "),
-                     batch);
+  return fmt::format("[{}] at the global batch {} has more bytes than a tensor can hold", fmt::join(dims, ", "), batch);
 }
 
 InputSpec read_input(const toml::table& table, const std::string& origin, std::size_t index) {
@@ -166,8 +164,7 @@ InputSpec read_input(const toml::table& table, const std::string& origin, std::s
       reader.fail_at(dim.source(), "shape", "each dimension is an integer >= 1 or the word \"batch\"");
     }
   }
-  if (batch_dims != 1)
-    reader.fail("shape", fmt::format("exactly one dimension must be \"batch\", got {}", batch_dims));
+  if (batch_dims != 1) reader.fail("shape", fmt::format("exactly one dimension must be \"batch\", got {}", batch_dims));
   if (const toml::node* range = reader.node("range")) {
     const toml::array* array = range->as_array();
     if (!array || array->size() != 2 || !(*array)[0].is_number() || !(*array)[1].is_number())
@@ -203,12 +200,15 @@ void read_loss(const TableReader& top, JobSpec& spec) {
   if (!top.has("loss")) top.fail_at(top.table().source(), "loss", "missing required table [loss]");
   TableReader loss(top.table_at("loss"), top.origin(), "loss");
   loss.reject_unknown(kLossKeys);
-  const std::string kind =
-      loss.choice_or("kind", "", {"cross_entropy", "mse", "mean", "model_returns_loss"});
-  if (kind == "cross_entropy") spec.loss.kind = LossSpec::Kind::kCrossEntropy;
-  else if (kind == "mse") spec.loss.kind = LossSpec::Kind::kMse;
-  else if (kind == "mean") spec.loss.kind = LossSpec::Kind::kMean;
-  else spec.loss.kind = LossSpec::Kind::kModelReturnsLoss;
+  const std::string kind = loss.choice_or("kind", "", {"cross_entropy", "mse", "mean", "model_returns_loss"});
+  if (kind == "cross_entropy")
+    spec.loss.kind = LossSpec::Kind::kCrossEntropy;
+  else if (kind == "mse")
+    spec.loss.kind = LossSpec::Kind::kMse;
+  else if (kind == "mean")
+    spec.loss.kind = LossSpec::Kind::kMean;
+  else
+    spec.loss.kind = LossSpec::Kind::kModelReturnsLoss;
   const bool needs_target = kind == "cross_entropy" || kind == "mse";
   if (needs_target) {
     spec.loss.target = loss.string("target");
@@ -239,9 +239,12 @@ void read_optimizer(const TableReader& top, JobSpec& spec) {
 void read_output(const TableReader& top, JobSpec& spec) {
   const toml::node* node = top.node("output");
   if (!node) return;
-  if (node->is_string()) spec.output = std::string(*node->value<std::string>());
-  else if (node->is_integer() && *node->value<int64_t>() >= 0) spec.output = *node->value<int64_t>();
-  else top.fail("output", "expected a dict key (\"logits\") or a tuple index (0, 1, ...)");
+  if (node->is_string())
+    spec.output = std::string(*node->value<std::string>());
+  else if (node->is_integer() && *node->value<int64_t>() >= 0)
+    spec.output = *node->value<int64_t>();
+  else
+    top.fail("output", "expected a dict key (\"logits\") or a tuple index (0, 1, ...)");
 }
 
 }  // namespace
@@ -269,10 +272,10 @@ JobSpec parse_job_spec(const std::string& text, const std::string& origin, const
   // A plan.toml (recipes/plan_toml.h) holds [config] and [job], never a model.
   if (!root.contains("model") && root.contains("config")) {
     const std::optional<std::string> spec = root["job"]["spec"].value<std::string>();
-    throw InputError(fmt::format("{}: is a plan (autotune --emit writes one), not a job spec; run its configuration "
-                                 "with oomtune probe --plan {}{}",
-                                 origin, origin,
-                                 spec ? fmt::format(", or tune again from the job spec it names: {}", *spec) : ""));
+    throw InputError(
+        fmt::format("{}: is a plan (autotune --emit writes one), not a job spec; run its configuration "
+                    "with oomtune probe --plan {}{}",
+                    origin, origin, spec ? fmt::format(", or tune again from the job spec it names: {}", *spec) : ""));
   }
   TableReader top(root, origin, "");
   top.reject_unknown(kTopKeys);
@@ -303,15 +306,16 @@ JobSpec parse_job_spec(const std::string& text, const std::string& origin, const
     const std::string text_budget = top.string("budget");
     auto bytes = parse_byte_size(text_budget);
     if (!bytes || *bytes <= 0)
-      top.fail("budget", fmt::format("expected a size such as \"8GiB\", \"7.5 GB\" or \"512MiB\", got '{}'", text_budget));
+      top.fail("budget",
+               fmt::format("expected a size such as \"8GiB\", \"7.5 GB\" or \"512MiB\", got '{}'", text_budget));
     spec.budget_bytes = *bytes;
   }
   spec.headroom = top.number_or("headroom", spec.headroom, 0.0, 0.9);
   spec.min_micro_batch = top.integer_or("min_micro_batch", 1, 1);
   if (top.has("max_micro_batch")) spec.max_micro_batch = top.integer("max_micro_batch", 1);
   if (spec.max_micro_batch && *spec.max_micro_batch < spec.min_micro_batch)
-    top.fail("max_micro_batch", fmt::format("must be >= min_micro_batch ({}), got {}", spec.min_micro_batch,
-                                            *spec.max_micro_batch));
+    top.fail("max_micro_batch",
+             fmt::format("must be >= min_micro_batch ({}), got {}", spec.min_micro_batch, *spec.max_micro_batch));
   spec.verify_steps = top.integer_or("verify_steps", spec.verify_steps, 3);
   spec.trial_timeout_seconds = top.number_or("trial_timeout", spec.trial_timeout_seconds, 1.0, 86400.0);
   spec.optimizing_executor = top.choice_or("executor", "eager", {"eager", "optimizing"}) == "optimizing";
@@ -331,7 +335,8 @@ void apply_overrides(JobSpec& spec, const JobOverrides& overrides) {
   if (overrides.budget) {
     auto bytes = parse_byte_size(*overrides.budget);
     if (!bytes || *bytes <= 0)
-      throw InputError(fmt::format("--budget: expected a size such as 8GiB, 7.5GB or 512MiB, got '{}'", *overrides.budget));
+      throw InputError(
+          fmt::format("--budget: expected a size such as 8GiB, 7.5GB or 512MiB, got '{}'", *overrides.budget));
     spec.budget_bytes = *bytes;
   }
   if (overrides.device) {
@@ -344,8 +349,7 @@ void apply_overrides(JobSpec& spec, const JobOverrides& overrides) {
     return value;
   };
   if (const auto n = count("--batch", overrides.global_batch)) {
-    if (const std::string problem = global_batch_problem(*n); !problem.empty())
-      throw InputError("--batch: " + problem);
+    if (const std::string problem = global_batch_problem(*n); !problem.empty()) throw InputError("--batch: " + problem);
     if (const auto index = oversized_input(spec, *n))
       throw InputError(fmt::format("--batch: inputs[{}] '{}': {}", *index, spec.inputs[*index].name,
                                    oversized_message(spec, *index, *n)));

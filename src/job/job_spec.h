@@ -23,9 +23,9 @@ constexpr int64_t kMaxGlobalBatch = int64_t{1} << 20;
 /// One named model input (or loss target) generated for a trial.
 struct InputSpec {
   std::string name;
-  std::vector<int64_t> shape;    // kBatchDim marks the batch dimension (exactly one)
-  std::string dtype = "float32"; // float32, float16, bfloat16, float64, int64, int32, bool
-  std::optional<double> low;     // range of values for ints: [low, high); floats: normal(0,1) if unset
+  std::vector<int64_t> shape;     // kBatchDim marks the batch dimension (exactly one)
+  std::string dtype = "float32";  // float32, float16, bfloat16, float64, int64, int32, bool
+  std::optional<double> low;      // range of values for ints: [low, high); floats: normal(0,1) if unset
   std::optional<double> high;
   /// Index of the batch dimension in `shape`.
   std::size_t batch_axis() const;
@@ -52,34 +52,34 @@ struct LossSpec {
 struct OptimizerSpec {
   std::string kind = "adamw";  // adamw, sgd
   double lr = 1e-3;
-  double weight_decay = 0.01;   // AdamW: decoupled; SGD: L2
+  double weight_decay = 0.01;  // AdamW: decoupled; SGD: L2
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  double momentum = 0.0;        // SGD only
+  double momentum = 0.0;  // SGD only
 };
 
 /// A whole job: model, inputs, loss, batch, optimizer, device and budget.
 struct JobSpec {
-  std::string spec_path;               // the TOML file ("" when built in code)
-  std::string model_path;              // absolute or relative to the cwd (resolved from the TOML's folder)
-  std::vector<InputSpec> inputs;       // forward's arguments, by name or in order (model_session.cpp); and the loss target
+  std::string spec_path;          // the TOML file ("" when built in code)
+  std::string model_path;         // absolute or relative to the cwd (resolved from the TOML's folder)
+  std::vector<InputSpec> inputs;  // forward's arguments, by name or in order (model_session.cpp); and the loss target
   OutputSelector output;
   LossSpec loss;
-  int64_t global_batch = 1;            // COUNT: samples per optimizer step
-  bool allow_remainder = false;        // global batch not divisible by the micro-batch: last one smaller
+  int64_t global_batch = 1;      // COUNT: samples per optimizer step
+  bool allow_remainder = false;  // global batch not divisible by the micro-batch: last one smaller
   OptimizerSpec optimizer;
-  std::string precision = "fp32";      // fp32, bf16, fp16
-  bool allow_bf16 = false;             // the search may switch precision to bf16
-  bool allow_adafactor = false;        // the search may swap AdamW for Adafactor (strategies/adafactor.h)
-  std::string device = "cpu";          // cpu, cuda
-  std::optional<int64_t> budget_bytes; // memory budget (bytes); required by autotune
-  double headroom = 0.05;              // fraction of the budget kept free, in [0, 0.9]
-  int64_t min_micro_batch = 1;         // COUNT: the search never goes below
+  std::string precision = "fp32";          // fp32, bf16, fp16
+  bool allow_bf16 = false;                 // the search may switch precision to bf16
+  bool allow_adafactor = false;            // the search may swap AdamW for Adafactor (strategies/adafactor.h)
+  std::string device = "cpu";              // cpu, cuda
+  std::optional<int64_t> budget_bytes;     // memory budget (bytes); required by autotune
+  double headroom = 0.05;                  // fraction of the budget kept free, in [0, 0.9]
+  int64_t min_micro_batch = 1;             // COUNT: the search never goes below
   std::optional<int64_t> max_micro_batch;  // COUNT: the search never goes above
-  int64_t verify_steps = 20;           // COUNT: optimizer steps of a verification run
-  double trial_timeout_seconds = 600;  // a trial past this is recorded as a timeout
-  bool optimizing_executor = false;    // TorchScript graph-executor optimization (off = eager-like)
+  int64_t verify_steps = 20;               // COUNT: optimizer steps of a verification run
+  double trial_timeout_seconds = 600;      // a trial past this is recorded as a timeout
+  bool optimizing_executor = false;        // TorchScript graph-executor optimization (off = eager-like)
   uint64_t seed = 0;
 
   /// Inputs passed to forward (all but the loss target), in order.
@@ -106,7 +106,7 @@ JobSpec parse_job_spec(const std::string& text, const std::string& origin, const
 
 /// Command-line overrides, applied after the file (flags win over the file).
 struct JobOverrides {
-  std::optional<std::string> budget;   // human size, e.g. "8GiB"
+  std::optional<std::string> budget;  // human size, e.g. "8GiB"
   std::optional<std::string> device;
   std::optional<int64_t> global_batch;
   std::optional<int64_t> min_micro_batch;

@@ -47,8 +47,8 @@ nlohmann::json node_json(const TrailNode& n) {
 /// so a long node name or configuration does not shift the numbers after it.
 std::string render_trail_table(const SearchResult& s) {
   using Row = std::array<std::string, 9>;
-  std::vector<Row> rows = {{"#", "node", "micro x accum + strategies", "pred. peak", "meas. peak", "pred. s", "meas. s",
-                            "fits", "note"}};
+  std::vector<Row> rows = {
+      {"#", "node", "micro x accum + strategies", "pred. peak", "meas. peak", "pred. s", "meas. s", "fits", "note"}};
   for (std::size_t i = 0; i < s.trail.size(); ++i) {
     const TrailNode& n = s.trail[i];
     std::string measured_peak = "-", measured_seconds = "-", fits = n.predicted_fit ? "pred." : "no";
@@ -95,10 +95,10 @@ std::string render_unverified(const SearchResult& s, const std::vector<const Tra
   std::vector<std::string> parts;
   for (const auto& [outcome, runs] : counts) parts.push_back(fmt::format("{} {}", runs, outcome));
   const bool one = nodes.size() == 1;
-  std::string out = fmt::format("not verified: the verification run{} of {} configuration{} predicted to fit ended "
-                                "without a measurement ({}), so whether {} is unknown; the notes say what ended each\n",
-                                one ? "" : "s", nodes.size(), one ? "" : "s", fmt::join(parts, ", "),
-                                one ? "it fits" : "they fit");
+  std::string out = fmt::format(
+      "not verified: the verification run{} of {} configuration{} predicted to fit ended "
+      "without a measurement ({}), so whether {} is unknown; the notes say what ended each\n",
+      one ? "" : "s", nodes.size(), one ? "" : "s", fmt::join(parts, ", "), one ? "it fits" : "they fit");
   // Nodes can share a configuration (the search verifies each once).
   std::set<std::string> verified, not_run_configs;
   for (const TrailNode& n : s.trail)
@@ -110,11 +110,11 @@ std::string render_unverified(const SearchResult& s, const std::vector<const Tra
     out += fmt::format("          {} more predicted to fit {} not run: --max-verifications N runs more\n", not_run,
                        not_run == 1 ? "was" : "were");
   if (fastest_timeout)
-    out += fmt::format("          a verification runs {} steps of the global batch: the fastest of these is predicted "
-                       "at {} s per step, {:.0f} s in all plus start-up; trial_timeout is {:.0f} s: raise it\n",
-                       job.verify_steps, format_seconds(fastest_timeout->predicted_seconds),
-                       static_cast<double>(job.verify_steps) * fastest_timeout->predicted_seconds,
-                       job.trial_timeout_seconds);
+    out += fmt::format(
+        "          a verification runs {} steps of the global batch: the fastest of these is predicted "
+        "at {} s per step, {:.0f} s in all plus start-up; trial_timeout is {:.0f} s: raise it\n",
+        job.verify_steps, format_seconds(fastest_timeout->predicted_seconds),
+        static_cast<double>(job.verify_steps) * fastest_timeout->predicted_seconds, job.trial_timeout_seconds);
   return out;
 }
 
@@ -127,8 +127,8 @@ std::string render_autotune_text(const AutotuneReport& report) {
   auto line = [&out](const std::string& text) { out += text + "\n"; };
   line(fmt::format("autotune  {}  ({} parameters)", job.model_path, s.parameter_count));
   line(fmt::format("budget    {} ({} usable after {:.0f} % headroom), device {}, global batch {}",
-                   bytes_or_dash(job.budget_bytes), format_bytes(s.usable_budget_bytes), 100 * job.headroom,
-                   job.device, job.global_batch));
+                   bytes_or_dash(job.budget_bytes), format_bytes(s.usable_budget_bytes), 100 * job.headroom, job.device,
+                   job.global_batch));
   if (s.baseline_micro_batches.empty()) {
     line(fmt::format("model     none: no configuration ran at micro-batch {}", s.smallest_micro_batch));
   } else {
@@ -149,11 +149,12 @@ std::string render_autotune_text(const AutotuneReport& report) {
     if (activation.slope > s.baseline_peak.slope && activation(largest) > s.baseline_peak(largest)) {
       const double from =
           (s.baseline_peak.intercept - activation.intercept) / (activation.slope - s.baseline_peak.slope);
-      line(fmt::format("          {} backward's activation peak = {} + {} per sample, above that line from "
-                       "micro-batch {}",
-                       s.baseline_name, format_bytes(static_cast<int64_t>(activation.intercept)),
-                       format_bytes(static_cast<int64_t>(activation.slope)),
-                       std::max<int64_t>(1, static_cast<int64_t>(std::floor(from)) + 1)));
+      line(
+          fmt::format("          {} backward's activation peak = {} + {} per sample, above that line from "
+                      "micro-batch {}",
+                      s.baseline_name, format_bytes(static_cast<int64_t>(activation.intercept)),
+                      format_bytes(static_cast<int64_t>(activation.slope)),
+                      std::max<int64_t>(1, static_cast<int64_t>(std::floor(from)) + 1)));
     }
     // The optimizer's share only where the probes timed it
     // (search/memory_model.cpp, Note [Step time]).
@@ -163,10 +164,11 @@ std::string render_autotune_text(const AutotuneReport& report) {
             : "";
     if (one_size) {
       const int64_t size = s.baseline_micro_batches.front();
-      line(fmt::format("          {} step = {} s per micro-batch{} (measured at micro-batch {} only: larger "
-                       "micro-batches are predicted as fast, an upper bound on their speed)",
-                       s.baseline_name, format_seconds(s.baseline_seconds(static_cast<double>(size))),
-                       optimizer_step.empty() ? "" : ", " + optimizer_step, size));
+      line(
+          fmt::format("          {} step = {} s per micro-batch{} (measured at micro-batch {} only: larger "
+                      "micro-batches are predicted as fast, an upper bound on their speed)",
+                      s.baseline_name, format_seconds(s.baseline_seconds(static_cast<double>(size))),
+                      optimizer_step.empty() ? "" : ", " + optimizer_step, size));
     } else {
       line(fmt::format("          {} step = {} s + {} s per sample{} (both fitted to the {} probes at micro-batch {})",
                        s.baseline_name, format_seconds(s.baseline_seconds.intercept),
@@ -199,14 +201,16 @@ std::string render_autotune_text(const AutotuneReport& report) {
                      format_bytes(s.usable_budget_bytes)));
     if (report.nothing_fits) {
       out += report.nothing_fits->table;
-      line("          activations were never measured (nothing ran), so the table counts none: its totals are "
-           "lower bounds");
+      line(
+          "          activations were never measured (nothing ran), so the table counts none: its totals are "
+          "lower bounds");
     }
   } else {
-    line(fmt::format("nothing fits: the least memory any configuration needs is {} (predicted, micro-batch {}), "
-                     "the usable budget is {}",
-                     format_bytes(static_cast<int64_t>(s.smallest_predicted_peak_bytes)), s.smallest_micro_batch,
-                     format_bytes(s.usable_budget_bytes)));
+    line(
+        fmt::format("nothing fits: the least memory any configuration needs is {} (predicted, micro-batch {}), "
+                    "the usable budget is {}",
+                    format_bytes(static_cast<int64_t>(s.smallest_predicted_peak_bytes)), s.smallest_micro_batch,
+                    format_bytes(s.usable_budget_bytes)));
     if (report.nothing_fits) out += report.nothing_fits->table;
   }
   if (!s.notes.empty()) {
@@ -224,30 +228,31 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
   for (const TrailNode& n : s.trail) trail.push_back(node_json(n));
   nlohmann::json probes = nlohmann::json::array();
   for (const ProbeReport& p : s.probes) probes.push_back(to_json(p));
-  nlohmann::json j = {{"job", report.job_path},
-                      {"model", report.job.model_path},
-                      {"device", report.job.device},
-                      {"global_batch", report.job.global_batch},
-                      {"budget_bytes", report.job.budget_bytes ? nlohmann::json(*report.job.budget_bytes) : nlohmann::json()},
-                      {"usable_budget_bytes", s.usable_budget_bytes},
-                      {"parameter_count", s.parameter_count},
-                      {"baseline_model",
-                       {{"configuration", s.baseline_name},
-                        {"peak_intercept_bytes", s.baseline_peak.intercept},
-                        {"peak_bytes_per_sample", s.baseline_peak.slope},
-                        {"backward_activation_intercept_bytes", s.baseline_backward_activation.intercept},
-                        {"backward_activation_bytes_per_sample", s.baseline_backward_activation.slope},
-                        {"seconds_intercept", s.baseline_seconds.intercept},
-                        {"seconds_per_sample", s.baseline_seconds.slope},
-                        {"optimizer_seconds", s.baseline_optimizer_seconds},
-                        {"micro_batches", s.baseline_micro_batches}}},
-                      {"probes", probes},
-                      {"trail", trail},
-                      {"notes", s.notes},
-                      {"verification_trials", s.verification_trials},
-                      {"smallest_predicted_peak_bytes", static_cast<int64_t>(s.smallest_predicted_peak_bytes)},
-                      {"smallest_micro_batch", s.smallest_micro_batch},
-                      {"emitted_files", report.emitted_files}};
+  nlohmann::json j = {
+      {"job", report.job_path},
+      {"model", report.job.model_path},
+      {"device", report.job.device},
+      {"global_batch", report.job.global_batch},
+      {"budget_bytes", report.job.budget_bytes ? nlohmann::json(*report.job.budget_bytes) : nlohmann::json()},
+      {"usable_budget_bytes", s.usable_budget_bytes},
+      {"parameter_count", s.parameter_count},
+      {"baseline_model",
+       {{"configuration", s.baseline_name},
+        {"peak_intercept_bytes", s.baseline_peak.intercept},
+        {"peak_bytes_per_sample", s.baseline_peak.slope},
+        {"backward_activation_intercept_bytes", s.baseline_backward_activation.intercept},
+        {"backward_activation_bytes_per_sample", s.baseline_backward_activation.slope},
+        {"seconds_intercept", s.baseline_seconds.intercept},
+        {"seconds_per_sample", s.baseline_seconds.slope},
+        {"optimizer_seconds", s.baseline_optimizer_seconds},
+        {"micro_batches", s.baseline_micro_batches}}},
+      {"probes", probes},
+      {"trail", trail},
+      {"notes", s.notes},
+      {"verification_trials", s.verification_trials},
+      {"smallest_predicted_peak_bytes", static_cast<int64_t>(s.smallest_predicted_peak_bytes)},
+      {"smallest_micro_batch", s.smallest_micro_batch},
+      {"emitted_files", report.emitted_files}};
   j["chosen"] = s.chosen ? node_json(s.trail[*s.chosen]) : nlohmann::json();
   if (report.nothing_fits) j["nothing_fits"] = report.nothing_fits->json;
   nlohmann::json unverified = nlohmann::json::array();

@@ -16,8 +16,8 @@ namespace oomtune {
 /// Per-GPU memory under data parallelism when nothing fits one GPU
 /// (filled from recipes/zero_estimate.h by the command).
 struct NothingFits {
-  std::string table;       // rendered ZeRO/FSDP table
-  nlohmann::json json;     // the same, as JSON
+  std::string table;    // rendered ZeRO/FSDP table
+  nlohmann::json json;  // the same, as JSON
 };
 
 /// What `oomtune autotune` prints.

@@ -46,8 +46,9 @@ std::string render_probe_text(const ProbeSummary& s) {
   line(fmt::format("{:<10} {:>12} {:>12} {:>12} {:>12}", "phase", "start", "peak", "end", "allocations"));
   for (std::size_t i = 1; i < kNumPhases; ++i) {
     const PhaseMemory& p = r.phases[i];
-    line(fmt::format("{:<10} {:>12} {:>12} {:>12} {:>12}", phase_name(static_cast<Phase>(i)), format_bytes(p.start_bytes),
-                     format_bytes(p.peak_bytes), format_bytes(p.end_bytes), p.allocations));
+    line(fmt::format("{:<10} {:>12} {:>12} {:>12} {:>12}", phase_name(static_cast<Phase>(i)),
+                     format_bytes(p.start_bytes), format_bytes(p.peak_bytes), format_bytes(p.end_bytes),
+                     p.allocations));
   }
   line(fmt::format("{:<10} {:>12} {:>12}", "step", "", format_bytes(r.peak_bytes)));
   if (r.host_peak_bytes > 0)
@@ -57,7 +58,8 @@ std::string render_probe_text(const ProbeSummary& s) {
   line(fmt::format("{:<22} {:>12} {:>12} {:>10}", "static memory", "measured", "analytic", "diff"));
   const StaticMemory& m = r.static_memory;
   line(fmt::format("{:<22} {:>12} {:>12} {:>10}", "parameters", format_bytes(m.parameter_bytes),
-                   format_bytes(s.analytic.parameter_bytes), percent_diff(m.parameter_bytes, s.analytic.parameter_bytes)));
+                   format_bytes(s.analytic.parameter_bytes),
+                   percent_diff(m.parameter_bytes, s.analytic.parameter_bytes)));
   line(fmt::format("{:<22} {:>12} {:>12} {:>10}", "gradients", format_bytes(m.gradient_bytes),
                    format_bytes(s.analytic.gradient_bytes), percent_diff(m.gradient_bytes, s.analytic.gradient_bytes)));
   const int64_t state = m.optimizer_state_bytes + m.optimizer_host_bytes;
@@ -65,7 +67,8 @@ std::string render_probe_text(const ProbeSummary& s) {
                    format_bytes(s.analytic.optimizer_state_bytes),
                    m.optimizer_host_bytes > 0 ? "on host" : percent_diff(state, s.analytic.optimizer_state_bytes)));
   if (m.optimizer_host_bytes > 0)
-    line(fmt::format("{:<22} {:>12}  (master weights, gradients and state)", "optimizer (host)", format_bytes(m.optimizer_host_bytes)));
+    line(fmt::format("{:<22} {:>12}  (master weights, gradients and state)", "optimizer (host)",
+                     format_bytes(m.optimizer_host_bytes)));
   line(fmt::format("{:<22} {:>12}", "buffers", format_bytes(m.buffer_bytes)));
   line(fmt::format("{:<22} {:>12}", "retained activations", format_bytes(r.retained_activation_bytes)));
   // Measured with the event stream (memory_model.cpp, Note [Backward activation peak]).
@@ -85,22 +88,25 @@ std::string render_probe_text(const ProbeSummary& s) {
     for (std::size_t i = 0; i < f.micro_batches.size(); ++i)
       points.push_back(fmt::format("{}: {}", f.micro_batches[i], format_bytes(f.retained_bytes[i])));
     line(fmt::format("activation fit       retained = {} + {} x micro-batch  (max residual {:.2f} %; {})",
-                     format_bytes(static_cast<int64_t>(f.fit.intercept)), format_bytes(static_cast<int64_t>(f.fit.slope)),
-                     100.0 * f.fit.max_relative_residual, fmt::join(points, ", ")));
+                     format_bytes(static_cast<int64_t>(f.fit.intercept)),
+                     format_bytes(static_cast<int64_t>(f.fit.slope)), 100.0 * f.fit.max_relative_residual,
+                     fmt::join(points, ", ")));
   }
   if (r.reserved)
-    line(fmt::format("predicted reserved   {} on a CUDA caching allocator ({} of it unallocated at that peak, {} cudaMalloc calls)",
-                     format_bytes(r.reserved->peak_reserved_bytes), format_bytes(r.reserved->reserved_minus_allocated_bytes),
-                     r.reserved->segment_allocations));
-  line(fmt::format("step time            {:.4f} s median of {} timed steps ({}; optimizer step {:.4f} s of it), {:.1f} "
-                   "samples/s; warm-up {} step, {:.3f} s",
-                   r.timing.steady_step_seconds, r.timing.step_seconds.size(), r.timing.steady ? "steady" : "not steady",
-                   r.timing.steady_optimizer_seconds, r.samples_per_second, r.timing.warmup_steps,
-                   r.timing.warmup_seconds));
+    line(fmt::format(
+        "predicted reserved   {} on a CUDA caching allocator ({} of it unallocated at that peak, {} cudaMalloc calls)",
+        format_bytes(r.reserved->peak_reserved_bytes), format_bytes(r.reserved->reserved_minus_allocated_bytes),
+        r.reserved->segment_allocations));
+  line(fmt::format(
+      "step time            {:.4f} s median of {} timed steps ({}; optimizer step {:.4f} s of it), {:.1f} "
+      "samples/s; warm-up {} step, {:.3f} s",
+      r.timing.steady_step_seconds, r.timing.step_seconds.size(), r.timing.steady ? "steady" : "not steady",
+      r.timing.steady_optimizer_seconds, r.samples_per_second, r.timing.warmup_steps, r.timing.warmup_seconds));
   if (s.budget_bytes) {
     const int64_t margin = *s.budget_bytes - r.peak_bytes;
-    line(fmt::format("budget               {}: peak {} ({} {})", format_bytes(*s.budget_bytes), format_bytes(r.peak_bytes),
-                     margin >= 0 ? "fits with" : "exceeds by", format_bytes(margin >= 0 ? margin : -margin)));
+    line(fmt::format("budget               {}: peak {} ({} {})", format_bytes(*s.budget_bytes),
+                     format_bytes(r.peak_bytes), margin >= 0 ? "fits with" : "exceeds by",
+                     format_bytes(margin >= 0 ? margin : -margin)));
   }
   return out;
 }

@@ -47,7 +47,6 @@ struct ProbeSummary {
   std::optional<ActivationFit> activation_fit;
 };
 
-
 /// Human table: phases as rows, IEC units.
 std::string render_probe_text(const ProbeSummary& summary);
 /// JSON with the same numbers; units in the key names.

@@ -41,14 +41,17 @@ at::Tensor select_output(const c10::IValue& output, const OutputSelector& select
   if (output.isGenericDict()) {
     const auto dict = output.toGenericDict();
     std::string key;
-    if (const auto* name = std::get_if<std::string>(&selector)) key = *name;
-    else if (want_loss && std::holds_alternative<std::monostate>(selector)) key = "loss";
+    if (const auto* name = std::get_if<std::string>(&selector))
+      key = *name;
+    else if (want_loss && std::holds_alternative<std::monostate>(selector))
+      key = "loss";
     else
       throw ModelError(fmt::format("{}: the model returns a dict; set output = \"KEY\" in the job spec (keys: {})",
                                    model_path, dict_keys(dict)));
     auto it = dict.find(c10::IValue(key));
     if (it == dict.end())
-      throw ModelError(fmt::format("{}: the model's output has no key '{}' (keys: {})", model_path, key, dict_keys(dict)));
+      throw ModelError(
+          fmt::format("{}: the model's output has no key '{}' (keys: {})", model_path, key, dict_keys(dict)));
     return expect_tensor(it->value(), fmt::format("output['{}']", key), model_path);
   }
   if (output.isTuple() || output.isList()) {
@@ -59,12 +62,12 @@ at::Tensor select_output(const c10::IValue& output, const OutputSelector& select
       throw ModelError(fmt::format("{}: the model returns a tuple of {}; set output = INDEX (0..{}) in the job spec",
                                    model_path, items.size(), items.size() - 1));
     if (*index >= static_cast<int64_t>(items.size()))
-      throw ModelError(fmt::format("{}: output = {} but the model returns a tuple of {}", model_path, *index,
-                                   items.size()));
+      throw ModelError(
+          fmt::format("{}: output = {} but the model returns a tuple of {}", model_path, *index, items.size()));
     return expect_tensor(items[static_cast<std::size_t>(*index)], fmt::format("output[{}]", *index), model_path);
   }
-  throw ModelError(fmt::format("{}: the model returns a {}; expected a tensor, a dict or a tuple", model_path,
-                               output.tagKind()));
+  throw ModelError(
+      fmt::format("{}: the model returns a {}; expected a tensor, a dict or a tuple", model_path, output.tagKind()));
 }
 
 at::Tensor compute_loss(const JobSpec& job, const at::Tensor& output, const Batch& batch) {
@@ -88,10 +91,10 @@ at::Tensor compute_loss(const JobSpec& job, const at::Tensor& output, const Batc
           // "Target 3757 is out of bounds." alone does not say what bounds.
           const std::string message = one_line(e.what_without_backtrace());
           if (message.find("out of bounds") == std::string::npos) throw;
-          throw ModelError(fmt::format("{}: loss failed: {} The model's output has {} classes, so target '{}' must "
-                                       "lie in [0, {}){}",
-                                       path, message, classes, job.loss.target, classes,
-                                       spec_range(job, job.loss.target)));
+          throw ModelError(
+              fmt::format("{}: loss failed: {} The model's output has {} classes, so target '{}' must "
+                          "lie in [0, {}){}",
+                          path, message, classes, job.loss.target, classes, spec_range(job, job.loss.target)));
         }
       }
       case LossSpec::Kind::kMse: {

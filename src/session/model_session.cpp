@@ -9,8 +9,8 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
-#include <cstdio>
 #include <torch/csrc/jit/runtime/graph_executor.h>
+#include <cstdio>
 
 #include "common/closest_name.h"
 #include "common/error.h"
@@ -36,11 +36,11 @@ void throw_if_not_torchscript(const std::string& path) {
   static const std::regex kUnknownOp(R"(Unknown builtin op: ([A-Za-z0-9_:]+(?:\.[A-Za-z0-9_]+)?))");
   std::smatch match;
   if (std::regex_search(message, match, kUnknownOp)) {
-    throw ModelError(fmt::format(
-        "{}: uses operator {}, which the libtorch oomtune was built with ({}) does not have. "
-        "Fix: build oomtune against your own PyTorch (OOMTUNE_TORCH=python ./setup.sh, see README), "
-        "or export the model without it (for Hugging Face models: attn_implementation=\"eager\")",
-        path, match[1].str(), compat::torch_version()));
+    throw ModelError(
+        fmt::format("{}: uses operator {}, which the libtorch oomtune was built with ({}) does not have. "
+                    "Fix: build oomtune against your own PyTorch (OOMTUNE_TORCH=python ./setup.sh, see README), "
+                    "or export the model without it (for Hugging Face models: attn_implementation=\"eager\")",
+                    path, match[1].str(), compat::torch_version()));
   }
   throw_if_not_torchscript(path);
   throw ModelError(fmt::format("{}: cannot load the TorchScript model: {}", path, one_line(message)));
@@ -50,8 +50,8 @@ std::string describe(const Batch& batch, const std::vector<std::size_t>& which) 
   std::vector<std::string> parts;
   for (std::size_t i : which) {
     const at::Tensor& t = batch.tensors[i];
-    parts.push_back(fmt::format("{}: {} {}", batch.names[i], c10::toString(t.scalar_type()),
-                                fmt::join(t.sizes(), "x")));
+    parts.push_back(
+        fmt::format("{}: {} {}", batch.names[i], c10::toString(t.scalar_type()), fmt::join(t.sizes(), "x")));
   }
   return fmt::format("{}", fmt::join(parts, ", "));
 }
@@ -133,8 +133,10 @@ std::string one_line(const std::string& message) {
     if (match[1].str().find("-packages/torch/") != std::string::npos) continue;  // site- or dist-packages
     std::string frame = fmt::format("{}:{} in {}", std::filesystem::path(match[1].str()).filename().string(),
                                     match[2].str(), match[3].str());
-    if (scripted) frames.push_back(std::move(frame));
-    else frames.push_front(std::move(frame));
+    if (scripted)
+      frames.push_back(std::move(frame));
+    else
+      frames.push_front(std::move(frame));
   }
   if (cause.empty()) return first_line_of(message);
   if (frames.empty()) return first_line_of(cause);
@@ -223,9 +225,10 @@ void ModelSession::bind_forward_arguments() {
     for (std::size_t i = 0; i < names.size(); ++i) {
       if (arguments[i + 1].default_value() || std::find(given.begin(), given.end(), names[i]) != given.end()) continue;
       if (names[i] == job_.loss.target) {
-        throw ModelError(fmt::format("{}: {} takes '{}', the loss target, which is not passed to forward; for a model "
-                                     "that computes its own loss set [loss] kind = \"model_returns_loss\"",
-                                     where, signature, names[i]));
+        throw ModelError(
+            fmt::format("{}: {} takes '{}', the loss target, which is not passed to forward; for a model "
+                        "that computes its own loss set [loss] kind = \"model_returns_loss\"",
+                        where, signature, names[i]));
       }
       throw ModelError(fmt::format("{}: {} needs '{}', which no input gives (inputs passed by name: {})", where,
                                    signature, names[i], fmt::join(given, ", ")));
@@ -240,16 +243,17 @@ void ModelSession::bind_forward_arguments() {
     const std::string hint = free_names.empty()
                                  ? "every argument is already given"
                                  : fmt::format("did you mean '{}'?", closest_name(unknown.front(), free_names));
-    throw ModelError(fmt::format("{}: input '{}' is not an argument of {} ({}): inputs named as forward's arguments "
-                                 "are passed by name, inputs named otherwise in order, not a mix",
-                                 where, unknown.front(), signature, hint));
+    throw ModelError(
+        fmt::format("{}: input '{}' is not an argument of {} ({}): inputs named as forward's arguments "
+                    "are passed by name, inputs named otherwise in order, not a mix",
+                    where, unknown.front(), signature, hint));
   }
   if (given.size() < required || given.size() > names.size()) {
-    throw ModelError(fmt::format("{}: {} takes {}{} inputs, the job passes {} ({}){}", where, signature,
-                                 required == names.size() ? "" : fmt::format("{} to ", required), names.size(),
-                                 given.size(), fmt::join(given, ", "),
-                                 job_.loss.target.empty() ? "" : fmt::format(" besides the loss target '{}'",
-                                                                             job_.loss.target)));
+    throw ModelError(
+        fmt::format("{}: {} takes {}{} inputs, the job passes {} ({}){}", where, signature,
+                    required == names.size() ? "" : fmt::format("{} to ", required), names.size(), given.size(),
+                    fmt::join(given, ", "),
+                    job_.loss.target.empty() ? "" : fmt::format(" besides the loss target '{}'", job_.loss.target)));
   }
 }
 
@@ -259,8 +263,10 @@ c10::IValue ModelSession::forward(const Batch& batch) {
   std::vector<std::size_t> which;
   for (std::size_t i = 0; i < batch.names.size(); ++i) {
     if (batch.names[i] == job_.loss.target) continue;
-    if (by_name_) kwargs.emplace(batch.names[i], batch.tensors[i]);
-    else args.emplace_back(batch.tensors[i]);
+    if (by_name_)
+      kwargs.emplace(batch.names[i], batch.tensors[i]);
+    else
+      args.emplace_back(batch.tensors[i]);
     which.push_back(i);
   }
   try {
@@ -268,8 +274,8 @@ c10::IValue ModelSession::forward(const Batch& batch) {
   } catch (const std::exception& e) {
     // Out of memory is a trial result, not a model error.
     if (is_out_of_memory(e)) throw;
-    throw ModelError(fmt::format("{}: forward({}) failed: {}", job_.model_path, describe(batch, which),
-                                 one_line(error_text(e))));
+    throw ModelError(
+        fmt::format("{}: forward({}) failed: {}", job_.model_path, describe(batch, which), one_line(error_text(e))));
   }
 }
 

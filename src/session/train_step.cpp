@@ -16,13 +16,17 @@ class AutocastScope {
  public:
   AutocastScope(at::Device device, std::optional<at::ScalarType> dtype) : device_(device), active_(dtype.has_value()) {
     if (!active_) return;
-    if (device_.is_cuda()) compat::set_cuda_autocast(true, *dtype);
-    else compat::set_cpu_autocast(true, *dtype);
+    if (device_.is_cuda())
+      compat::set_cuda_autocast(true, *dtype);
+    else
+      compat::set_cpu_autocast(true, *dtype);
   }
   ~AutocastScope() {
     if (!active_) return;
-    if (device_.is_cuda()) compat::set_cuda_autocast(false, at::kHalf);
-    else compat::set_cpu_autocast(false, at::kBFloat16);
+    if (device_.is_cuda())
+      compat::set_cuda_autocast(false, at::kHalf);
+    else
+      compat::set_cpu_autocast(false, at::kBFloat16);
     compat::clear_autocast_cache();
   }
   AutocastScope(const AutocastScope&) = delete;

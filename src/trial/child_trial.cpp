@@ -7,8 +7,8 @@
 
 #include <chrono>
 #include <cstring>
-#include <iterator>
 #include <filesystem>
+#include <iterator>
 #include <thread>
 
 #include <fmt/format.h>
@@ -69,7 +69,7 @@ class StopSignals {
   void restore() {
     for (std::size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
   }
-  struct sigaction old_[std::size(kSignals)] {};
+  struct sigaction old_[std::size(kSignals)]{};
 };
 
 }  // namespace
@@ -140,10 +140,9 @@ ProbeReport run_trial_in_child(const JobSpec& job, const TrainingConfig& config,
                             fmt::format("timeout: no result after {:.0f} s", child.timeout_seconds), "");
   } else if (WIFSIGNALED(status)) {
     const std::string phase = read_file_or_empty(crash_note_path(result_path));
-    report = outcome_report(job, config, TrialOutcome::kCrashed,
-                            fmt::format("crashed: {}{}", signal_name(WTERMSIG(status)),
-                                        phase.empty() ? "" : " during " + phase),
-                            phase);
+    report = outcome_report(
+        job, config, TrialOutcome::kCrashed,
+        fmt::format("crashed: {}{}", signal_name(WTERMSIG(status)), phase.empty() ? "" : " during " + phase), phase);
   } else if (std::filesystem::exists(result_path)) {
     report = probe_report_from_json(nlohmann::json::parse(read_file_or_empty(result_path)));
   } else {

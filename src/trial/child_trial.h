@@ -24,8 +24,8 @@ namespace oomtune {
 
 /// How the parent runs a child trial.
 struct ChildTrialOptions {
-  std::string executable;       // the oomtune binary; "" = this process's own (/proc/self/exe)
-  double timeout_seconds = 600; // wall-clock limit; past it the child is killed (SIGKILL)
+  std::string executable;        // the oomtune binary; "" = this process's own (/proc/self/exe)
+  double timeout_seconds = 600;  // wall-clock limit; past it the child is killed (SIGKILL)
 };
 
 /// Runs one trial in a child process and returns its report. Outcomes:

@@ -25,8 +25,8 @@ int fail(int code, const std::string& text, char* message, std::size_t message_s
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) int oomtune_serve_trial(const char* request_path,
-                                                                           const char* result_path, char* message,
-                                                                           std::size_t message_size) {
+                                                                          const char* result_path, char* message,
+                                                                          std::size_t message_size) {
   try {
     return oomtune::serve_trial(request_path, result_path);
   } catch (const oomtune::Error& e) {

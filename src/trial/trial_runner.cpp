@@ -11,8 +11,8 @@
 #include "common/error.h"
 #include "compat/torch_compat.h"
 #include "probes/backward_activation_peak.h"
-#include "probes/cuda_device.h"
 #include "probes/caching_allocator_sim.h"
+#include "probes/cuda_device.h"
 #include "probes/memory_tracker.h"
 #include "session/batch.h"
 #include "session/model_session.h"
@@ -27,9 +27,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 double median(std::vector<double> values) {
   if (values.empty()) return 0;
@@ -170,8 +168,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     ModelSession session(job);
     report.parameter_count = session.parameter_count();
     report.static_memory.parameter_bytes = storage_bytes(tracker, session.parameters());
-    report.static_memory.buffer_bytes =
-        tracker.live_bytes() - live_before_load - report.static_memory.parameter_bytes;
+    report.static_memory.buffer_bytes = tracker.live_bytes() - live_before_load - report.static_memory.parameter_bytes;
 
     Batch batch;
     {
@@ -240,8 +237,10 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     const int64_t max_steps = options.total_steps > 0 ? options.total_steps : 2 + options.max_timed_steps;
     for (int64_t index = 2; index <= max_steps; ++index) {
       start = Clock::now();
-      if (index == 2) step.run(batch, measured_hook);
-      else step.run(batch, timing_hook);
+      if (index == 2)
+        step.run(batch, measured_hook);
+      else
+        step.run(batch, timing_hook);
       if (cuda) torch::cuda::synchronize();
       report.timing.optimizer_seconds.push_back(seconds_since(optimizer_start));
       report.timing.step_seconds.push_back(seconds_since(start));

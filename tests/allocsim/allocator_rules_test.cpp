@@ -103,8 +103,8 @@ TEST(AllocatorRules, SegmentSizeFor) {
 
 TEST(AllocatorRules, ShouldSplitLargePoolNeedsMoreThan1MiBLeft) {
   const AllocatorConfig config;
-  EXPECT_TRUE(should_split(Pool::kLarge, 20 * kMiB, 9 * kMiB, config));    // 11 MiB left
-  EXPECT_FALSE(should_split(Pool::kLarge, 20 * kMiB, 19 * kMiB, config));  // exactly 1 MiB left
+  EXPECT_TRUE(should_split(Pool::kLarge, 20 * kMiB, 9 * kMiB, config));         // 11 MiB left
+  EXPECT_FALSE(should_split(Pool::kLarge, 20 * kMiB, 19 * kMiB, config));       // exactly 1 MiB left
   EXPECT_TRUE(should_split(Pool::kLarge, 20 * kMiB, 19 * kMiB - 512, config));  // 1 MiB + 512 left
   // The fragmentation fixture: 9.5 MiB from the 10.5 MiB rest leaves 1 MiB: not split.
   EXPECT_FALSE(should_split(Pool::kLarge, 11010048, 9961472, config));

@@ -46,8 +46,8 @@ TEST(AllocConf, SingleDivisionsValueAppliesEverywhere) {
 }
 
 TEST(AllocConf, RoundTrips) {
-  const auto config = parse_alloc_conf(
-      "max_split_size_mb:128, garbage_collection_threshold:0.6, expandable_segments:True");
+  const auto config =
+      parse_alloc_conf("max_split_size_mb:128, garbage_collection_threshold:0.6, expandable_segments:True");
   EXPECT_EQ(format_alloc_conf(config),
             "max_split_size_mb:128,garbage_collection_threshold:0.6,expandable_segments:True");
   const auto again = parse_alloc_conf(format_alloc_conf(config));

@@ -49,9 +49,7 @@ TEST(AllocsimJson, BadInputNamesTheProblem) {
   nlohmann::json j = SimResult{};
   j["peak_reserved_by_phase"]["warmup"] = 1;
   EXPECT_THROW(j.get<SimResult>(), InputError);
-  EXPECT_THROW(
-      (nlohmann::json{{"roundup_power2_divisions", {1, 2}}}.get<alloc_rules::AllocatorConfig>()),
-      InputError);
+  EXPECT_THROW((nlohmann::json{{"roundup_power2_divisions", {1, 2}}}.get<alloc_rules::AllocatorConfig>()), InputError);
   EXPECT_THROW((nlohmann::json{{"peak_reserved_bytes", "lots"}}.get<SimResult>()), InputError);
 }
 

@@ -243,8 +243,8 @@ TEST(CachingAllocatorSim, StopAtFirstOomIgnoresTheRest) {
   SimOptions options;
   options.budget_bytes = 50 * kMiB;
   options.stop_at_first_oom = true;
-  const std::vector<AllocEvent> events = {alloc_event(1, 30 * kMiB), alloc_event(2, 30 * kMiB),
-                                          free_event(1), alloc_event(3, 40 * kMiB)};
+  const std::vector<AllocEvent> events = {alloc_event(1, 30 * kMiB), alloc_event(2, 30 * kMiB), free_event(1),
+                                          alloc_event(3, 40 * kMiB)};
   const SimResult r = replay(events, options);
   EXPECT_EQ(r.first_oom_event_index, 1);
   EXPECT_EQ(r.num_ooms, 1);
@@ -277,9 +277,8 @@ TEST(CachingAllocatorSim, GarbageCollectionFreesTheOldestCachedSegments) {
 TEST(CachingAllocatorSim, GarbageCollectionNeedsABudget) {
   SimOptions options;
   options.config.garbage_collection_threshold = 0.5;  // no budget: PyTorch ignores it
-  const std::vector<AllocEvent> events = {alloc_event(1, 30 * kMiB), free_event(1),
-                                          alloc_event(2, 32 * kMiB), free_event(2),
-                                          alloc_event(3, 34 * kMiB)};
+  const std::vector<AllocEvent> events = {alloc_event(1, 30 * kMiB), free_event(1), alloc_event(2, 32 * kMiB),
+                                          free_event(2), alloc_event(3, 34 * kMiB)};
   EXPECT_EQ(replay(events, options).reserved_bytes, 96 * kMiB);
 }
 
@@ -308,8 +307,7 @@ TEST(CachingAllocatorSim, ExpandableSegmentsGrowByPages) {
   EXPECT_EQ(log[3].action, SegmentAction::kUnmap);
   EXPECT_EQ(log[3].bytes, 40 * kMiB);
   // Without expandable segments the same requests reserve 2 + 20 + 30 MiB.
-  const std::vector<AllocEvent> events = {alloc_event(1, kKiB), alloc_event(2, 3 * kMiB),
-                                          alloc_event(3, 30 * kMiB)};
+  const std::vector<AllocEvent> events = {alloc_event(1, kKiB), alloc_event(2, 3 * kMiB), alloc_event(3, 30 * kMiB)};
   EXPECT_EQ(replay(events, SimOptions{}).reserved_bytes, 52 * kMiB);
 }
 
@@ -367,9 +365,9 @@ TEST(CachingAllocatorSim, PeakStatistics) {
 }
 
 TEST(CachingAllocatorSim, PeakReservedByPhase) {
-  std::vector<AllocEvent> events = {
-      alloc_event(1, 30 * kMiB, 0, Phase::kForward), alloc_event(2, 40 * kMiB, 1, Phase::kBackward),
-      free_event(2, 2, Phase::kBackward), free_event(1, 3, Phase::kOptimizer)};
+  std::vector<AllocEvent> events = {alloc_event(1, 30 * kMiB, 0, Phase::kForward),
+                                    alloc_event(2, 40 * kMiB, 1, Phase::kBackward), free_event(2, 2, Phase::kBackward),
+                                    free_event(1, 3, Phase::kOptimizer)};
   const SimResult r = replay(events, SimOptions{});
   EXPECT_EQ(r.peak_reserved_by_phase[static_cast<std::size_t>(Phase::kForward)], 30 * kMiB);
   EXPECT_EQ(r.peak_reserved_by_phase[static_cast<std::size_t>(Phase::kBackward)], 70 * kMiB);

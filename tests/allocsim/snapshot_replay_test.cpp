@@ -29,8 +29,7 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 
 /// Converts fixtures/snapshots/<name>.pickle, or explains why it cannot.
 std::optional<SnapshotTrace> load_fixture(const std::string& name, std::string& why) {
-  const fs::path pickle =
-      fs::path(OOMTUNE_SHARED_DIR) / "fixtures" / "snapshots" / (name + ".pickle");
+  const fs::path pickle = fs::path(OOMTUNE_SHARED_DIR) / "fixtures" / "snapshots" / (name + ".pickle");
   const fs::path script = fs::path(OOMTUNE_SOURCE_DIR) / "scripts" / "snapshot_to_events.py";
   const fs::path out = fs::path(ALLOCSIM_WORK_DIR) / (name + ".events.json");
   if (!fs::exists(pickle)) {
@@ -41,8 +40,8 @@ std::optional<SnapshotTrace> load_fixture(const std::string& name, std::string& 
     why = std::string("no Python at ") + ALLOCSIM_PYTHON;
     return std::nullopt;
   }
-  const std::string command = fmt::format("'{}' '{}' '{}' '{}'", ALLOCSIM_PYTHON, script.string(),
-                                          pickle.string(), out.string());
+  const std::string command =
+      fmt::format("'{}' '{}' '{}' '{}'", ALLOCSIM_PYTHON, script.string(), pickle.string(), out.string());
   if (std::system(command.c_str()) != 0) {
     ADD_FAILURE() << "converter failed: " << command;
     why = "converter failed";
@@ -68,8 +67,7 @@ std::string describe(const std::vector<SegmentLogEntry>& log) {
 void expect_same_segments(const TraceReplay& replay, bool with_addresses) {
   const auto& sim = replay.result.segment_log;
   const auto& real = replay.real.segment_log;
-  ASSERT_EQ(sim.size(), real.size())
-      << "simulated: " << describe(sim) << "\nreal: " << describe(real);
+  ASSERT_EQ(sim.size(), real.size()) << "simulated: " << describe(sim) << "\nreal: " << describe(real);
   for (std::size_t i = 0; i < sim.size(); ++i) {
     EXPECT_EQ(sim[i].action, real[i].action) << "segment event " << i;
     EXPECT_EQ(sim[i].bytes, real[i].bytes) << "segment event " << i;
@@ -93,8 +91,7 @@ void expect_same_ooms(const TraceReplay& replay) {
 
 /// The simulated end state must be the dumped one: same segments, same
 /// blocks (size, allocated or free), addresses when `with_addresses`.
-void expect_same_final_state(const TraceReplay& replay, const SnapshotTrace& trace,
-                             bool with_addresses) {
+void expect_same_final_state(const TraceReplay& replay, const SnapshotTrace& trace, bool with_addresses) {
   const auto& sim = replay.final_segments;
   const auto& real = trace.final_segments;
   ASSERT_EQ(sim.size(), real.size());
@@ -129,10 +126,8 @@ int64_t initial_reserved(const SnapshotTrace& trace) {
 int64_t real_final_reserved(const SnapshotTrace& trace) {
   int64_t reserved = initial_reserved(trace);
   for (const TraceEvent& e : trace.events) {
-    if (e.action == TraceAction::kSegmentAlloc || e.action == TraceAction::kSegmentMap)
-      reserved += e.bytes;
-    if (e.action == TraceAction::kSegmentFree || e.action == TraceAction::kSegmentUnmap)
-      reserved -= e.bytes;
+    if (e.action == TraceAction::kSegmentAlloc || e.action == TraceAction::kSegmentMap) reserved += e.bytes;
+    if (e.action == TraceAction::kSegmentFree || e.action == TraceAction::kSegmentUnmap) reserved -= e.bytes;
   }
   return reserved;
 }
@@ -145,11 +140,9 @@ void check_fixture(const SnapshotTrace& trace, int64_t recorded_cap) {
   ASSERT_GE(recorded_cap, trace.budget_lower_bytes);
   ASSERT_LT(recorded_cap, trace.budget_upper_bytes);
   EXPECT_EQ(trace.inferred_block_sizes, 0);
-  for (const int64_t budget :
-       {trace.budget_lower_bytes, recorded_cap, trace.budget_upper_bytes - 1}) {
+  for (const int64_t budget : {trace.budget_lower_bytes, recorded_cap, trace.budget_upper_bytes - 1}) {
     for (const bool real_addresses : {false, true}) {
-      SCOPED_TRACE(fmt::format("budget {} bytes, {} addresses", budget,
-                               real_addresses ? "real" : "synthetic"));
+      SCOPED_TRACE(fmt::format("budget {} bytes, {} addresses", budget, real_addresses ? "real" : "synthetic"));
       SimOptions options;
       options.config = trace.config;
       options.budget_bytes = budget;
@@ -160,8 +153,7 @@ void check_fixture(const SnapshotTrace& trace, int64_t recorded_cap) {
       EXPECT_EQ(replay.result.peak_reserved_bytes, trace.budget_lower_bytes);
       EXPECT_EQ(replay.result.reserved_bytes, real_final_reserved(trace));
       if (real_addresses) {
-        EXPECT_EQ(replay.address_mismatches, 0)
-            << "first at event " << replay.first_address_mismatch;
+        EXPECT_EQ(replay.address_mismatches, 0) << "first at event " << replay.first_address_mismatch;
       }
     }
   }
@@ -190,8 +182,7 @@ TEST(SnapshotReplay, FragmentationFixtureMatchesExactly) {
   ASSERT_EQ(r.ooms.size(), 2u);
   EXPECT_EQ(r.ooms[1].rounded_bytes, 512 * (int64_t{1} << 20));
   EXPECT_NEAR(static_cast<double>(r.ooms[1].allocated_bytes) / kGiB, 1.88, 0.005);
-  EXPECT_NEAR(static_cast<double>(r.ooms[1].reserved_bytes - r.ooms[1].allocated_bytes) / kGiB,
-              2.08, 0.005);
+  EXPECT_NEAR(static_cast<double>(r.ooms[1].reserved_bytes - r.ooms[1].allocated_bytes) / kGiB, 2.08, 0.005);
 }
 
 TEST(SnapshotReplay, GptActivationsFixtureMatchesFromReconstructedStart) {
@@ -224,8 +215,7 @@ TEST(SnapshotReplay, TraceFileErrorsNameTheFile) {
     EXPECT_NE(std::string(e.what()).find(bad.string()), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("oomtune-allocsim-trace"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(load_snapshot_trace((fs::path(ALLOCSIM_WORK_DIR) / "missing.json").string()),
-               SnapshotError);
+  EXPECT_THROW(load_snapshot_trace((fs::path(ALLOCSIM_WORK_DIR) / "missing.json").string()), SnapshotError);
 }
 
 }  // namespace

@@ -72,9 +72,10 @@ inline std::string gpt_job(const fs::path& dir, const Gpt& gpt, int64_t global_b
   const fs::path path = dir / (gpt.name + ".toml");
   std::ofstream(path) << "model = \"" << model(gpt.name) << "\"\nglobal_batch = " << global_batch
                       << "\ndevice = \"cpu\"\nverify_steps = 3\ntrial_timeout = 120\n"
-                      << extra << "\n\n[[inputs]]\nname = \"input_ids\"\n" << tokens
-                      << "\n[[inputs]]\nname = \"targets\"\n" << tokens
-                      << "\n[loss]\nkind = \"cross_entropy\"\ntarget = \"targets\"\n\n[optimizer]\n" << optimizer << "\n";
+                      << extra << "\n\n[[inputs]]\nname = \"input_ids\"\n"
+                      << tokens << "\n[[inputs]]\nname = \"targets\"\n"
+                      << tokens << "\n[loss]\nkind = \"cross_entropy\"\ntarget = \"targets\"\n\n[optimizer]\n"
+                      << optimizer << "\n";
   return path.string();
 }
 
@@ -83,7 +84,8 @@ inline std::string gpt_job(const fs::path& dir, const Gpt& gpt, int64_t global_b
 inline std::string resnet50_job(const fs::path& dir, int64_t global_batch, const std::string& extra) {
   const fs::path path = dir / "resnet50.toml";
   std::ofstream(path) << "model = \"" << resnet50() << "\"\nglobal_batch = " << global_batch
-                      << "\ndevice = \"cpu\"\nverify_steps = 3\ntrial_timeout = 120\n" << extra << R"(
+                      << "\ndevice = \"cpu\"\nverify_steps = 3\ntrial_timeout = 120\n"
+                      << extra << R"(
 
 [[inputs]]
 name = "images"

@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -24,8 +24,8 @@
 #include <nlohmann/json.hpp>
 
 #include "autotune_jobs.h"
-#include "support/run_oomtune.h"
 #include "support/require_file.h"
+#include "support/run_oomtune.h"
 
 namespace oomtune {
 namespace {
@@ -121,9 +121,9 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 TEST(Autotune, PlainFitOnResNet50AndHeldBackPrediction) {
   OOMTUNE_REQUIRE_FILE(resnet50());
   const TestDir dir;
-  const RunResult r = run_oomtune("autotune " + resnet50_job(dir, 8, "budget = \"360MiB\"") +
-                                      " --json --max-verifications 2",
-                                  "OOMTUNE_TEST_FAULT=segv:optimizer:offload=on");
+  const RunResult r =
+      run_oomtune("autotune " + resnet50_job(dir, 8, "budget = \"360MiB\"") + " --json --max-verifications 2",
+                  "OOMTUNE_TEST_FAULT=segv:optimizer:offload=on");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json report = parse_json(r);
   const json chosen = check_chosen(report, 8);
@@ -140,12 +140,14 @@ TEST(Autotune, PlainFitOnResNet50AndHeldBackPrediction) {
   // (search/choose.cpp, verify_candidates): its bytes are checked whatever
   // the times ranked first.
   const std::vector<json> verified = verified_nodes(report);
-  const auto plain = std::find_if(verified.begin(), verified.end(), [](const json& n) { return n.at("node") == "plain"; });
+  const auto plain =
+      std::find_if(verified.begin(), verified.end(), [](const json& n) { return n.at("node") == "plain"; });
   ASSERT_NE(plain, verified.end()) << dump_trail(report);
   EXPECT_LE(predicted_peak_error(*plain), 0.05) << plain->dump();
   // The crashed offload probe is a note, not the end of the search.
   EXPECT_TRUE(contains(dump_trail(report), "optimizer offload: not available (micro-batch") &&
-              contains(dump_trail(report), "crashed: SIGSEGV during optimizer")) << dump_trail(report);
+              contains(dump_trail(report), "crashed: SIGSEGV during optimizer"))
+      << dump_trail(report);
 }
 
 // Checkpointing (small GPT): min_micro_batch = global batch (a user
@@ -240,7 +242,8 @@ TEST(Autotune, OffloadWhenEightBitDoesNotFit) {
   const json chosen = check_chosen(report, 8);
   ASSERT_FALSE(chosen.is_null());
   EXPECT_TRUE(contains(chosen.at("config").get<std::string>(), "offload=on")) << dump_trail(report);
-  EXPECT_EQ(chosen.at("verification").at("static").at("optimizer_state_bytes"), 0) << "no optimizer state on the device";
+  EXPECT_EQ(chosen.at("verification").at("static").at("optimizer_state_bytes"), 0)
+      << "no optimizer state on the device";
   const std::vector<json> verified = verified_nodes(report);
   EXPECT_EQ(verified.size(), 2u) << "offload, with and without checkpointing\n" << dump_trail(report);
   for (const json& n : verified) EXPECT_LE(predicted_peak_error(n), 0.02) << n.dump();
@@ -495,13 +498,14 @@ TEST(Autotune, Bf16FallsBackToBf16ParametersWhenAutocastCrashes) {
   OOMTUNE_REQUIRE_FILE(model(kSmall.name));
   if (!bf16_runs_here()) GTEST_SKIP() << "bf16 does not run at this kernel level (DNNL_MAX_CPU_ISA below AVX-512)";
   const TestDir dir;
-  const RunResult r = run_oomtune("autotune " + gpt_job(dir, kSmall, 8, "budget = \"64MiB\"\nallow_bf16 = true") +
-                                      " --json --max-verifications 1",
-                                  "OOMTUNE_TEST_FAULT=segv:forward:precision=bf16,");
+  const RunResult r = run_oomtune(
+      "autotune " + gpt_job(dir, kSmall, 8, "budget = \"64MiB\"\nallow_bf16 = true") + " --json --max-verifications 1",
+      "OOMTUNE_TEST_FAULT=segv:forward:precision=bf16,");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json report = parse_json(r);
-  EXPECT_TRUE(contains(dump_trail(report), "bf16: autocast failed (crashed: SIGSEGV during forward), so bf16 runs "
-                                           "as bf16 parameters with fp32 master weights"))
+  EXPECT_TRUE(contains(dump_trail(report),
+                       "bf16: autocast failed (crashed: SIGSEGV during forward), so bf16 runs "
+                       "as bf16 parameters with fp32 master weights"))
       << dump_trail(report);
   int autocast_crashes = 0, bf16_params_ok = 0;
   for (const json& p : report.at("probes")) {
@@ -558,8 +562,8 @@ TEST(AutotuneInputs, BudgetBelowTheParametersAlone) {
   // SGD without momentum keeps the probes (run at 4x the budget as a RAM
   // guard) under the guard, so the search gets to compare the measured
   // parameters (9.98 MB) with the 9.03 MiB (9.47 MB) usable budget.
-  const RunResult r = run_oomtune(
-      "autotune " + gpt_job(dir, kWide, 8, "budget = \"9.5MiB\"", "kind = \"sgd\"\nlr = 0.1") + " --json");
+  const RunResult r =
+      run_oomtune("autotune " + gpt_job(dir, kWide, 8, "budget = \"9.5MiB\"", "kind = \"sgd\"\nlr = 0.1") + " --json");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_EQ(r.out, "");
   EXPECT_TRUE(contains(last_line(r.err), "is smaller than the parameters alone (9.52 MiB)")) << r.err;

@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "autotune_jobs.h"
-#include "support/run_oomtune.h"
 #include "support/require_file.h"
+#include "support/run_oomtune.h"
 
 namespace oomtune {
 namespace {
@@ -80,8 +80,8 @@ TEST_P(MachineIndependence, ByteFiguresAgreeAtEveryKernelLevelAndThreadCount) {
   const TestDir dir;
   // Global batch = micro-batch: one micro-batch per step, so backward's
   // activation peak is measured too.
-  const std::string job = c.resnet ? resnet50_job(dir, 2, "budget = \"1GiB\"")
-                                   : gpt_job(dir, kSmall, 8, "budget = \"64MiB\"");
+  const std::string job =
+      c.resnet ? resnet50_job(dir, 2, "budget = \"1GiB\"") : gpt_job(dir, kSmall, 8, "budget = \"64MiB\"");
   const std::string args = "probe " + job + " --no-fit --json --config " + c.config;
   json reference;
   std::string reference_level;
@@ -116,8 +116,7 @@ TEST_P(MachineIndependence, ByteFiguresAgreeAtEveryKernelLevelAndThreadCount) {
 
 INSTANTIATE_TEST_SUITE_P(
     Probes, MachineIndependence,
-    ::testing::Values(Case{"GptAdamW", false, "micro_batch=8"},
-                      Case{"GptBf16", false, "micro_batch=8,precision=bf16"},
+    ::testing::Values(Case{"GptAdamW", false, "micro_batch=8"}, Case{"GptBf16", false, "micro_batch=8,precision=bf16"},
                       Case{"GptAdamW8bitBf16", false, "micro_batch=8,optimizer=adamw8bit,precision=bf16"},
                       Case{"GptOffloadCheckpointingAccumulated", false, "micro_batch=4,ckpt=all,offload=on"},
                       Case{"ResNet50Sgd", true, "micro_batch=2"},

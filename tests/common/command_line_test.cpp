@@ -12,8 +12,8 @@
 namespace oomtune {
 namespace {
 
-using testing::RunResult;
 using testing::run_oomtune;
+using testing::RunResult;
 
 // The error, checked to be the only line and to exit 2.
 std::string error_line(const std::string& args) {
@@ -57,7 +57,8 @@ TEST(CommandLine, UnknownOrMissingCommands) {
   EXPECT_EQ(unknown.rfind("oomtune: 'diagnos' is not a command (did you mean 'diagnose'?; valid: ", 0), 0u) << unknown;
   EXPECT_EQ(unknown.find("trial"), std::string::npos) << "the hidden trial command is not offered: " << unknown;
   EXPECT_EQ(error_line("").rfind("oomtune: give a command: ", 0), 0u);
-  EXPECT_EQ(error_line("--bogus").rfind("oomtune: unknown option --bogus (give --version, --help or a command: ", 0), 0u);
+  EXPECT_EQ(error_line("--bogus").rfind("oomtune: unknown option --bogus (give --version, --help or a command: ", 0),
+            0u);
 }
 
 TEST(CommandLine, HelpAndVersionStillExitZero) {

@@ -95,10 +95,11 @@ TEST(JobSpec, DefaultsArePinned) {
 TEST(JobSpec, EachBadInputGetsItsExactError) {
   EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_batch =")),
             "job.toml:2:15: Error while parsing key-value pair: expected value, saw '\\n'");
-  EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_bach = 32")),
-            "job.toml:2:1: global_bach: unknown key (did you mean 'global_batch'?; valid: model, inputs, output, "
-            "loss, global_batch, remainder, optimizer, precision, allow_bf16, allow_adafactor, device, budget, headroom, "
-            "min_micro_batch, max_micro_batch, verify_steps, trial_timeout, executor, seed)");
+  EXPECT_EQ(
+      error_of(replace(kGood, "global_batch = 32", "global_bach = 32")),
+      "job.toml:2:1: global_bach: unknown key (did you mean 'global_batch'?; valid: model, inputs, output, "
+      "loss, global_batch, remainder, optimizer, precision, allow_bf16, allow_adafactor, device, budget, headroom, "
+      "min_micro_batch, max_micro_batch, verify_steps, trial_timeout, executor, seed)");
   EXPECT_EQ(error_of(replace(kGood, "budget = \"7.5 GB\"", "budget = \"7.5 GBs\"")),
             "job.toml:3:10: budget: expected a size such as \"8GiB\", \"7.5 GB\" or \"512MiB\", got '7.5 GBs'");
   EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_batch = 0")),
@@ -108,22 +109,23 @@ TEST(JobSpec, EachBadInputGetsItsExactError) {
   EXPECT_EQ(error_of(replace(kGood, "shape = [\"batch\", 64]\ndtype = \"int64\"\nrange = [0, 1000]\n\n[[inputs]]",
                              "shape = [64, 64]\ndtype = \"int64\"\nrange = [0, 1000]\n\n[[inputs]]")),
             "job.toml:8:9: inputs[0].shape: exactly one dimension must be \"batch\", got 0");
-  EXPECT_EQ(error_of(replace(kGood, "target = \"targets\"", "target = \"target\"")),
-            "job.toml:20:10: loss.target: no input named 'target' (did you mean 'targets'?; valid: input_ids, targets)");
+  EXPECT_EQ(
+      error_of(replace(kGood, "target = \"targets\"", "target = \"target\"")),
+      "job.toml:20:10: loss.target: no input named 'target' (did you mean 'targets'?; valid: input_ids, targets)");
   EXPECT_EQ(error_of(replace(kGood, "kind = \"cross_entropy\"", "kind = \"crossentropy\"")),
             "job.toml:19:8: loss.kind: unknown value 'crossentropy' (did you mean 'cross_entropy'?; valid: "
             "cross_entropy, mse, mean, model_returns_loss)");
-  EXPECT_EQ(error_of(replace(kGood, "dtype = \"int64\"\nrange = [0, 1000]\n\n[[inputs]]",
-                             "dtype = \"int64\"\n\n[[inputs]]")),
-            "job.toml:6:1: inputs[0].range: integer inputs need a range = [low, high) (token ids, labels)");
+  EXPECT_EQ(
+      error_of(replace(kGood, "dtype = \"int64\"\nrange = [0, 1000]\n\n[[inputs]]", "dtype = \"int64\"\n\n[[inputs]]")),
+      "job.toml:6:1: inputs[0].range: integer inputs need a range = [low, high) (token ids, labels)");
   EXPECT_EQ(error_of(replace(kGood, "headroom = 0.1", "headroom = 1.5")),
             "job.toml:4:12: headroom: must be in [0, 0.9], got 1.5");
   EXPECT_EQ(error_of(replace(kGood, "lr = 3e-4", "lr = 3e-4\nlearning_rate = 1")),
             "job.toml:25:1: optimizer.learning_rate: unknown key (did you mean 'lr'?; valid: kind, lr, "
             "weight_decay, betas, eps, momentum)");
-  EXPECT_EQ(error_of(replace(kGood, "model = \"models/gpt.pt\"\n", "")),
-            "job.toml:1:1: model: missing required key");
-  EXPECT_EQ(error_of("model = \"a.pt\"\nglobal_batch = [\n"), "job.toml:2:18: Error while parsing array: encountered end-of-file");
+  EXPECT_EQ(error_of(replace(kGood, "model = \"models/gpt.pt\"\n", "")), "job.toml:1:1: model: missing required key");
+  EXPECT_EQ(error_of("model = \"a.pt\"\nglobal_batch = [\n"),
+            "job.toml:2:18: Error while parsing array: encountered end-of-file");
 }
 
 // Values a trial cannot use are refused where they are written, not minutes
@@ -135,7 +137,8 @@ TEST(JobSpec, ValuesATrialCannotUseAreRefused) {
             "job.toml:25:10: optimizer.betas: must be finite, got nan");
   // The plan writer's ranges (job/hyper_parameters.h): with lr = 0 autotune
   // searched, then failed to write its plan.
-  EXPECT_EQ(error_of(replace(kGood, "lr = 3e-4", "lr = 0.0")), "job.toml:24:6: optimizer.lr: must be in (0, 1000], got 0");
+  EXPECT_EQ(error_of(replace(kGood, "lr = 3e-4", "lr = 0.0")),
+            "job.toml:24:6: optimizer.lr: must be in (0, 1000], got 0");
   EXPECT_EQ(error_of(replace(kGood, "lr = 3e-4", "lr = 3e-4\neps = 0")),
             "job.toml:25:7: optimizer.eps: must be in (0, 1], got 0");
   EXPECT_EQ(error_of(replace(kGood, "kind = \"adamw\"", "kind = \"sgd\"\nmomentum = 1.0")),
@@ -150,9 +153,9 @@ TEST(JobSpec, ValuesATrialCannotUseAreRefused) {
                              "range = [0, 4294967296]")),
             "job.toml:10:9: inputs[0].range: int32 takes bounds in [-2147483648, 2147483648] (high is exclusive), "
             "got [0, 4294967296]");
-  EXPECT_EQ(error_of(replace(replace(kGood, "dtype = \"int64\"", "dtype = \"bool\""), "range = [0, 1000]",
-                             "range = [0, 3]")),
-            "job.toml:10:9: inputs[0].range: bool takes bounds in [0, 2] (high is exclusive), got [0, 3]");
+  EXPECT_EQ(
+      error_of(replace(replace(kGood, "dtype = \"int64\"", "dtype = \"bool\""), "range = [0, 1000]", "range = [0, 3]")),
+      "job.toml:10:9: inputs[0].range: bool takes bounds in [0, 2] (high is exclusive), got [0, 3]");
   // Float bounds: finite, and values a float32 (float16) holds.
   const std::string floats = replace(kGood, "dtype = \"int64\"", "dtype = \"float16\"");
   EXPECT_EQ(error_of(replace(floats, "range = [0, 1000]", "range = [-inf, 1000]")),
@@ -171,10 +174,10 @@ TEST(JobSpec, ValuesATrialCannotUseAreRefused) {
             "job.toml:8:9: inputs[0].shape: [\"batch\", 4611686018427387904] at the global batch 32 has more bytes "
             "than a tensor can hold");
   // The largest values each rule keeps are accepted.
-  const JobSpec edge = parse_job_spec(
-      replace(replace(kGood, "global_batch = 32", "global_batch = 1048576"), "lr = 3e-4",
-              "lr = 1000\nweight_decay = 1000\neps = 1\nbetas = [0, 0.999999]"),
-      "job.toml", "");
+  const JobSpec edge =
+      parse_job_spec(replace(replace(kGood, "global_batch = 32", "global_batch = 1048576"), "lr = 3e-4",
+                             "lr = 1000\nweight_decay = 1000\neps = 1\nbetas = [0, 0.999999]"),
+                     "job.toml", "");
   EXPECT_EQ(edge.global_batch, 1048576);
   EXPECT_EQ(edge.optimizer.lr, 1000);
   EXPECT_EQ(edge.optimizer.eps, 1);
@@ -188,10 +191,17 @@ TEST(JobSpec, ValuesATrialCannotUseAreRefused) {
 TEST(JobSpec, DtypesTakePyTorchsNames) {
   // torch.long is int64, half float16, ... (the torch.dtype aliases); the
   // spec keeps the canonical name, which the child trial reads back.
-  for (const auto& [given, canonical] : std::vector<std::pair<std::string, std::string>>{
-           {"long", "int64"}, {"torch.long", "int64"}, {"torch.int64", "int64"}, {"int", "int32"},
-           {"half", "float16"}, {"torch.float", "float32"}, {"double", "float64"}, {"torch.bfloat16", "bfloat16"}}) {
-    const JobSpec spec = parse_job_spec(replace(kGood, "dtype = \"int64\"", "dtype = \"" + given + "\""), "job.toml", "");
+  for (const auto& [given, canonical] :
+       std::vector<std::pair<std::string, std::string>>{{"long", "int64"},
+                                                        {"torch.long", "int64"},
+                                                        {"torch.int64", "int64"},
+                                                        {"int", "int32"},
+                                                        {"half", "float16"},
+                                                        {"torch.float", "float32"},
+                                                        {"double", "float64"},
+                                                        {"torch.bfloat16", "bfloat16"}}) {
+    const JobSpec spec =
+        parse_job_spec(replace(kGood, "dtype = \"int64\"", "dtype = \"" + given + "\""), "job.toml", "");
     EXPECT_EQ(spec.inputs[0].dtype, canonical) << given;
   }
   EXPECT_EQ(error_of(replace(kGood, "dtype = \"int64\"", "dtype = \"torch.lng\"")),
@@ -255,8 +265,9 @@ TEST(JobSpec, OverridesWinAndCheckTheirValues) {
     apply_overrides(wide, more);
     ADD_FAILURE() << "no error";
   } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "--batch: inputs[0] 'input_ids': [\"batch\", 1099511627776] at the global batch 1048576 "
-                           "has more bytes than a tensor can hold");
+    EXPECT_STREQ(e.what(),
+                 "--batch: inputs[0] 'input_ids': [\"batch\", 1099511627776] at the global batch 1048576 "
+                 "has more bytes than a tensor can hold");
   }
   EXPECT_EQ(wide.global_batch, 32);  // unchanged by the refused flag
 }

@@ -26,8 +26,8 @@ TEST(TrainingConfig, OverridesParseAndRoundTrip) {
   const TrainingConfig back = parse_config_overrides(to_string(c), TrainingConfig{});
   EXPECT_EQ(back, c);
 
-  TrainingConfig d = parse_config_overrides("ckpt=paths:blocks.0+blocks.2,offload=on,precision=bf16,accum=2",
-                                            TrainingConfig{});
+  TrainingConfig d =
+      parse_config_overrides("ckpt=paths:blocks.0+blocks.2,offload=on,precision=bf16,accum=2", TrainingConfig{});
   EXPECT_EQ(d.checkpoint.paths, (std::vector<std::string>{"blocks.0", "blocks.2"}));
   EXPECT_TRUE(d.offload_optimizer);
   EXPECT_EQ(parse_config_overrides(to_string(d), TrainingConfig{}), d);

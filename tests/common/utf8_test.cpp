@@ -18,9 +18,9 @@ const std::string kReplacement = "\xEF\xBF\xBD";
 
 TEST(Utf8, WellFormedTextIsValidAndUnchanged) {
   for (const std::string& text : {std::string(), std::string("plain ascii"), std::string("m\xC3\xA9moire"),
-                                 std::string("\xE2\x82\xAC \xF0\x9F\x98\x80"),  // euro sign, an emoji
-                                 std::string("\xF4\x8F\xBF\xBF"),               // U+10FFFF
-                                 std::string("nul \0 inside", 13)}) {
+                                  std::string("\xE2\x82\xAC \xF0\x9F\x98\x80"),  // euro sign, an emoji
+                                  std::string("\xF4\x8F\xBF\xBF"),               // U+10FFFF
+                                  std::string("nul \0 inside", 13)}) {
     EXPECT_TRUE(is_valid_utf8(text)) << text;
     EXPECT_EQ(to_valid_utf8(text), text);
   }
@@ -40,9 +40,9 @@ TEST(Utf8, IllFormedBytesBecomeOneReplacementPerMaximalSubpart) {
   EXPECT_EQ(to_valid_utf8("\xF0\x9F\x98"), kReplacement);
   EXPECT_EQ(to_valid_utf8("\xE2\x82z"), kReplacement + "z");
   // Table 3-8 of the standard: 61 F1 80 80 E1 80 C2 62 80 63 80 BF 64.
-  EXPECT_EQ(to_valid_utf8("\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64"),
-            "a" + kReplacement + kReplacement + kReplacement + "b" + kReplacement + "c" + kReplacement +
-                kReplacement + "d");
+  EXPECT_EQ(
+      to_valid_utf8("\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64"),
+      "a" + kReplacement + kReplacement + kReplacement + "b" + kReplacement + "c" + kReplacement + kReplacement + "d");
   for (const char* bad : {"\xC0\xAF", "\xED\xA0\x80", "\xF0\x9F\x98", "\xFF"}) EXPECT_FALSE(is_valid_utf8(bad));
 }
 

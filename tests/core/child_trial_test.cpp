@@ -6,10 +6,10 @@
 
 #include <gtest/gtest.h>
 
-#include "strategies/training_step.h"
 #include "quick_trial.h"
-#include "test_jobs.h"
+#include "strategies/training_step.h"
 #include "support/require_file.h"
+#include "test_jobs.h"
 
 namespace oomtune {
 namespace {

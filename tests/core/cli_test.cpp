@@ -1,8 +1,8 @@
 // The oomtune executable end to end: JSON output, exit codes, one-line errors.
 
 #include <dlfcn.h>
-#include <signal.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,9 +17,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "support/require_file.h"
 #include "support/run_oomtune.h"
 #include "test_jobs.h"
-#include "support/require_file.h"
 
 namespace oomtune {
 namespace {
@@ -35,7 +35,8 @@ std::string job_for_model(const std::string& name, const std::string& model, con
   return testing::write_temp_file(name, "model = \"" + model + "\"\nglobal_batch = 4\n" + extra + R"(
 [[inputs]]
 name = "x"
-shape = ["batch", )" + std::to_string(features) + R"(]
+shape = ["batch", )" + std::to_string(features) +
+                                            R"(]
 
 [[inputs]]
 name = "labels"
@@ -66,8 +67,7 @@ TEST(Cli, ACudaJobSaysInOneLineWhyItCannotRunHere) {
   // The NVIDIA driver's library, looked for as the CUDA runtime does.
   void* driver = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (driver) ::dlclose(driver);
-  const std::string job =
-      job_for_model("cuda_job.toml", "no_such_model.pt", "device = \"cuda\"\nbudget = \"1GiB\"\n");
+  const std::string job = job_for_model("cuda_job.toml", "no_such_model.pt", "device = \"cuda\"\nbudget = \"1GiB\"\n");
   for (const std::string command : {"probe ", "autotune "}) {
     const RunResult r = run_oomtune(command + job);
     EXPECT_EQ(r.exit_code, 2) << r.err;
@@ -80,8 +80,12 @@ TEST(Cli, ACudaJobSaysInOneLineWhyItCannotRunHere) {
                            "build-pypi/oomtune), or use device = \"cpu\" (--device cpu), where probe also predicts "
                            "what a CUDA caching allocator would reserve\n");
     } else if (!driver) {  // the CI machine of the PyPI build: the toolkit, no driver
-      EXPECT_EQ(line.rfind("oomtune: " + job + ": device = \"cuda\", but no NVIDIA driver: libcuda.so.1 is not "
-                           "installed on this machine, and this PyTorch's CUDA ", 0), 0u) << line;
+      EXPECT_EQ(line.rfind("oomtune: " + job +
+                               ": device = \"cuda\", but no NVIDIA driver: libcuda.so.1 is not "
+                               "installed on this machine, and this PyTorch's CUDA ",
+                           0),
+                0u)
+          << line;
       const std::string end = " runtime needs it; install the NVIDIA driver; or use device = \"cpu\" (--device cpu)";
       EXPECT_TRUE(line.size() > end.size() && line.compare(line.size() - end.size(), end.size(), end) == 0) << line;
     } else {  // a GPU machine: no device visible, or trials cannot measure one yet
@@ -222,8 +226,9 @@ TEST(Cli, ARefusedBlockClassLeavesTheOtherBlocksToCheckpoint) {
   const auto report = nlohmann::json::parse(tuned.out);
   bool noted = false;
   for (const auto& note : report.at("notes"))
-    noted = noted || note.get<std::string>().find("trying the 2 blocks of other classes than Halving: "
-                                                  "encoder.0, encoder.1") != std::string::npos;
+    noted = noted || note.get<std::string>().find(
+                         "trying the 2 blocks of other classes than Halving: "
+                         "encoder.0, encoder.1") != std::string::npos;
   EXPECT_TRUE(noted) << report.at("notes").dump(2);
   bool retried = false;
   for (const auto& node : report.at("trail"))
@@ -235,8 +240,8 @@ TEST(Cli, ARefusedBlockClassLeavesTheOtherBlocksToCheckpoint) {
   EXPECT_TRUE(retried) << report.at("trail").dump(2);
   bool probed = false;
   for (const auto& p : report.at("probes"))
-    probed = probed || (p.at("outcome") == "ok" &&
-                        p.at("checkpointed_blocks") == nlohmann::json({"encoder.0", "encoder.1"}));
+    probed = probed ||
+             (p.at("outcome") == "ok" && p.at("checkpointed_blocks") == nlohmann::json({"encoder.0", "encoder.1"}));
   EXPECT_TRUE(probed) << "a probe checkpointed the encoder's blocks";
 }
 
@@ -329,9 +334,9 @@ TEST(Cli, InputsNamedAsForwardsArgumentsArePassedByName) {
         "two_inputs.toml", "model = \"" + model + "\"\nglobal_batch = 4\n\n" + inputs + labels);
     return std::pair{job, run_oomtune("probe " + job + " --no-fit")};
   };
-  for (const std::string& inputs : {ids("input_ids") + mask("attention_mask"),   // in order, by name
-                                    mask("attention_mask") + ids("input_ids"),   // swapped, by name
-                                    ids("ids") + mask("mask")}) {                // in order, by position
+  for (const std::string& inputs : {ids("input_ids") + mask("attention_mask"),  // in order, by name
+                                    mask("attention_mask") + ids("input_ids"),  // swapped, by name
+                                    ids("ids") + mask("mask")}) {               // in order, by position
     const auto [job, r] = probe(inputs);
     EXPECT_EQ(r.exit_code, 0) << inputs << r.err;
   }
@@ -343,10 +348,12 @@ TEST(Cli, InputsNamedAsForwardsArgumentsArePassedByName) {
   const std::string signature = "forward(input_ids, attention_mask, bias) in " + model;
   const std::vector<std::pair<std::string, std::string>> bad = {
       {ids("input_ids") + mask("mask"),
-       ": input 'mask' is not an argument of " + signature + " (did you mean 'attention_mask'?): inputs named as "
-       "forward's arguments are passed by name, inputs named otherwise in order, not a mix"},
-      {ids("input_ids"), ": " + signature + " needs 'attention_mask', which no input gives (inputs passed by name: "
-       "input_ids)"},
+       ": input 'mask' is not an argument of " + signature +
+           " (did you mean 'attention_mask'?): inputs named as "
+           "forward's arguments are passed by name, inputs named otherwise in order, not a mix"},
+      {ids("input_ids"), ": " + signature +
+                             " needs 'attention_mask', which no input gives (inputs passed by name: "
+                             "input_ids)"},
       {ids("ids"), ": " + signature + " takes 2 to 3 inputs, the job passes 1 (ids) besides the loss target 'labels'"},
   };
   for (const auto& [inputs, expected] : bad) {
@@ -472,8 +479,10 @@ TEST(Cli, OutputSelectionErrorsListWhatTheModelReturns) {
   };
   RunResult r = run_oomtune("probe " + job(testing::test_model("dict_out"), "") + " --no-fit");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(last_line(r.err).find("the model returns a dict; set output = \"KEY\" in the job spec (keys: logits, hidden)"),
-            std::string::npos) << r.err;
+  EXPECT_NE(
+      last_line(r.err).find("the model returns a dict; set output = \"KEY\" in the job spec (keys: logits, hidden)"),
+      std::string::npos)
+      << r.err;
   r = run_oomtune("probe " + job(testing::test_model("dict_out"), "output = \"logit\"") + " --no-fit");
   EXPECT_NE(last_line(r.err).find("has no key 'logit' (keys: logits, hidden)"), std::string::npos) << r.err;
   r = run_oomtune("probe " + job(testing::test_model("tuple_out"), "") + " --no-fit");
@@ -485,7 +494,8 @@ TEST(Cli, OutputSelectionErrorsListWhatTheModelReturns) {
 }
 
 TEST(Cli, BadTomlExitsTwoNamingFileLineAndKey) {
-  const std::string job = testing::write_temp_file("bad.toml", "model = \"m.pt\"\nglobal_batch = 4\nbudgett = \"1GiB\"\n");
+  const std::string job =
+      testing::write_temp_file("bad.toml", "model = \"m.pt\"\nglobal_batch = 4\nbudgett = \"1GiB\"\n");
   const RunResult r = run_oomtune("probe " + job);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.out, "");
@@ -505,8 +515,9 @@ TEST(Cli, AModelFileGivenAsTheJobSpecIsNamed) {
     const RunResult r = run_oomtune(command + model);
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_EQ(r.out, "");
-    EXPECT_EQ(r.err.rfind("oomtune: " + model + ": is a zip archive (a TorchScript model or a torch.save file?), "
-                          "not a job spec; autotune and probe read a TOML job spec",
+    EXPECT_EQ(r.err.rfind("oomtune: " + model +
+                              ": is a zip archive (a TorchScript model or a torch.save file?), "
+                              "not a job spec; autotune and probe read a TOML job spec",
                           0),
               0u)
         << r.err;
@@ -578,9 +589,8 @@ TEST(Cli, AMissingTrialModuleIsOneClearLine) {
   const std::string module = (dir / "liboomtune_trial_module.so").string();
   const RunResult trial =
       testing::run_program(copy.string(), "trial /nonexistent/request.json " + (dir / "result.json").string());
-  const RunResult probe =
-      testing::run_program(copy.string(), "probe " + job_for_model("no_module.toml", testing::test_model("mlp")) +
-                                              " --no-fit");
+  const RunResult probe = testing::run_program(
+      copy.string(), "probe " + job_for_model("no_module.toml", testing::test_model("mlp")) + " --no-fit");
   std::filesystem::remove_all(dir);
   EXPECT_EQ(trial.exit_code, 1) << trial.err;
   EXPECT_EQ(trial.err.rfind("oomtune: " + module + ": cannot load the libtorch trial module", 0), 0u) << trial.err;

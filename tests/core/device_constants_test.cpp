@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "test_jobs.h"
 #include "support/require_file.h"
+#include "test_jobs.h"
 
 namespace oomtune {
 namespace {

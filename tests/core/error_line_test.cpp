@@ -10,8 +10,9 @@ namespace oomtune {
 namespace {
 
 TEST(ErrorLine, APlainErrorKeepsItsFirstLineWithoutTheCxxFrames) {
-  EXPECT_EQ(one_line("shape '[4, 8]' is invalid for input of size 3 Exception raised from view at aten.cpp:1\nframe #0"),
-            "shape '[4, 8]' is invalid for input of size 3");
+  EXPECT_EQ(
+      one_line("shape '[4, 8]' is invalid for input of size 3 Exception raised from view at aten.cpp:1\nframe #0"),
+      "shape '[4, 8]' is invalid for input of size 3");
 }
 
 TEST(ErrorLine, AScriptedModelGivesTheCauseAndTheInnermostUserFrame) {

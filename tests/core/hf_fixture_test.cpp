@@ -10,12 +10,12 @@
 
 #include "common/error.h"
 #include "compat/torch_compat.h"
+#include "quick_trial.h"
 #include "strategies/activation_checkpointing.h"
 #include "strategies/training_step.h"
-#include "quick_trial.h"
+#include "support/require_file.h"
 #include "test_jobs.h"
 #include "trial/trial_runner.h"
-#include "support/require_file.h"
 
 namespace oomtune {
 namespace {
@@ -58,8 +58,9 @@ TEST(HuggingFaceFixture, EagerGpt2NeedsAnOutputKey) {
     run_trial(job, baseline_config(job), testing::one_timed_step());
     FAIL();
   } catch (const ModelError& e) {
-    EXPECT_NE(std::string(e.what()).find("the model returns a dict; set output = \"KEY\" in the job spec (keys: logits)"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("the model returns a dict; set output = \"KEY\" in the job spec (keys: logits)"),
+        std::string::npos)
         << e.what();
   }
 }
@@ -117,7 +118,8 @@ std::map<std::string, at::Tensor> gpt2_gradients(torch::jit::Module& module) {
   const at::Tensor logits = module.forward({ids}).toGenericDict().at("logits").toTensor();
   at::cross_entropy_loss(logits.reshape({-1, 1000}), targets.reshape({-1})).backward();
   std::map<std::string, at::Tensor> grads;
-  for (const auto& parameter : module.named_parameters(/*recurse=*/true)) grads[parameter.name] = parameter.value.grad();
+  for (const auto& parameter : module.named_parameters(/*recurse=*/true))
+    grads[parameter.name] = parameter.value.grad();
   return grads;
 }
 

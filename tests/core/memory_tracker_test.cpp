@@ -17,7 +17,7 @@
 namespace oomtune {
 namespace {
 
-constexpr int64_t kFloats = 1 << 20;          // 4 MiB of float32
+constexpr int64_t kFloats = 1 << 20;  // 4 MiB of float32
 constexpr int64_t kBytes = kFloats * 4;
 
 // An operator's implementation with a temporary of its own (kScratchFloats,
@@ -176,15 +176,15 @@ TEST(BackwardActivationPeak, IsWhereLiveBytesLessNewGradientsAreHighest) {
     return TrackedEvent{kind, pool, Phase::kBackward, address, bytes, 0, run};
   };
   const std::vector<TrackedEvent> events = {
-      event(K::kAlloc, 1, 100, 1),                     // logits' gradient: (1100, 0, 0)
-      event(K::kAlloc, 2, 400, 2),                     // run 2: gradient of W2: (1500, 400, 400)
-      event(K::kAlloc, 3, 300, 2),                     // and of h: (1800, 400, 400) -> later 1800
-      event(K::kFree, 1, 100, 0),                      // 1700
-      event(K::kAlloc, 4, 2000, 3, MemoryPool::kHost), // host: not counted
-      event(K::kAlloc, 5, 350, 3),                     // run 3, a temporary: (2050, 400, 0) -> 1650
-      event(K::kFree, 5, 350, 0),                      // 1700
-      event(K::kFree, 3, 300, 0),                      // 1400
-      event(K::kAlloc, 5, 50, 4),                      // run 4: gradient of W1 at that address: (1450, 450, 50)
+      event(K::kAlloc, 1, 100, 1),                      // logits' gradient: (1100, 0, 0)
+      event(K::kAlloc, 2, 400, 2),                      // run 2: gradient of W2: (1500, 400, 400)
+      event(K::kAlloc, 3, 300, 2),                      // and of h: (1800, 400, 400) -> later 1800
+      event(K::kFree, 1, 100, 0),                       // 1700
+      event(K::kAlloc, 4, 2000, 3, MemoryPool::kHost),  // host: not counted
+      event(K::kAlloc, 5, 350, 3),                      // run 3, a temporary: (2050, 400, 0) -> 1650
+      event(K::kFree, 5, 350, 0),                       // 1700
+      event(K::kFree, 3, 300, 0),                       // 1400
+      event(K::kAlloc, 5, 50, 4),                       // run 4: gradient of W1 at that address: (1450, 450, 50)
   };
   const std::unordered_set<uint64_t> gradients = {2, 5};
   using Peak = std::tuple<int64_t, int64_t, int64_t>;  // live, gradients, accumulating

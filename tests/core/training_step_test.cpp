@@ -8,12 +8,12 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "quick_trial.h"
 #include "session/model_session.h"
 #include "strategies/master_weights.h"
-#include "quick_trial.h"
+#include "support/require_file.h"
 #include "test_jobs.h"
 #include "trial/trial_runner.h"
-#include "support/require_file.h"
 
 namespace oomtune {
 namespace {
@@ -194,8 +194,8 @@ TEST(TrainingStep, Bf16ParamsMastersTakeTheFp32UpdateAndTheModelTheirBf16Roundin
   // few roundings; no ReLU between it and the loss): tensors 4, 5 are fc3's.
   EXPECT_NEAR(low.loss, fp32.loss, std::ldexp(std::abs(fp32.loss), -8));
   for (std::size_t i = n - 2; i < n; ++i) {
-    const double relative = ((low.fp32_gradients[i] - fp32.fp32_gradients[i]).norm() /
-                             fp32.fp32_gradients[i].norm()).item<double>();
+    const double relative =
+        ((low.fp32_gradients[i] - fp32.fp32_gradients[i]).norm() / fp32.fp32_gradients[i].norm()).item<double>();
     EXPECT_LT(relative, std::ldexp(1.0, -6)) << "gradient " << i;
   }
   // The masters cannot be compared with a relative tolerance: AdamW's first

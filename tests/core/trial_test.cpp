@@ -2,13 +2,13 @@
 
 #include "trial/trial_runner.h"
 
-#include <algorithm>
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include "probes/linear_fit.h"
 #include "strategies/training_step.h"
-#include "test_jobs.h"
 #include "support/require_file.h"
+#include "test_jobs.h"
 
 namespace oomtune {
 namespace {
@@ -270,10 +270,10 @@ TEST(Trial, TheOptimizingExecutorIsOptIn) {
 
 // A checkpointed block class whose forward modifies its input in place.
 struct RefusalCase {
-  std::string model;          // test model
-  std::string block_class;    // the refused class
-  std::string phase;          // when it was found
-  std::string message;        // part of the report's message
+  std::string model;        // test model
+  std::string block_class;  // the refused class
+  std::string phase;        // when it was found
+  std::string message;      // part of the report's message
 };
 
 class RefusedCheckpoint : public ::testing::TestWithParam<RefusalCase> {};

@@ -1,12 +1,12 @@
 // End to end: the built `oomtune diagnose` binary on real and broken files.
 
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
 #include <tuple>
 #include <vector>
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -88,8 +88,9 @@ TEST(DiagnoseCli, GroupByLayerOrCall) {
 }
 
 TEST(DiagnoseCli, BadFilesExitTwoWithOneLine) {
-  const char* files[] = {"bad_truncated.pickle", "bad_memo.pickle", "bad_length.pickle", "bad_nesting.pickle",
-                         "bad_type.pickle", "malicious_global.pickle", "malicious_reduce.pickle"};
+  const char* files[] = {"bad_truncated.pickle",   "bad_memo.pickle", "bad_length.pickle",
+                         "bad_nesting.pickle",     "bad_type.pickle", "malicious_global.pickle",
+                         "malicious_reduce.pickle"};
   for (const char* f : files) {
     SCOPED_TRACE(f);
     const std::string path = testing::synthetic_fixture(f);
@@ -111,9 +112,7 @@ std::string temp_path(const std::string& name) {
   return ::testing::TempDir() + "diag_" + std::to_string(::getpid()) + "_" + name;
 }
 
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
+void write_file(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
 // Compressed snapshots (gzip, as people share 1 GB dumps) read as the pickle
 // inside: the same report, with the .gz path as the file's name.
@@ -149,7 +148,8 @@ TEST(DiagnoseCli, FilesThatAreNotSnapshotsSayWhatTheyAre) {
   const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
       {"viewer.html", "\n<!DOCTYPE html>\n<html>", "is an HTML or XML file (the memory viewer's page?)"},
       {"trace.json", "{\"traceEvents\": []}", "is a JSON file (a profiler or Chrome trace?)"},
-      {"model.pt", std::string("PK\x03\x04\x14\x00", 6), "is a zip archive (a TorchScript model or a torch.save file?)"},
+      {"model.pt", std::string("PK\x03\x04\x14\x00", 6),
+       "is a zip archive (a TorchScript model or a torch.save file?)"},
       {"snap.db", std::string("SQLite format 3\0", 16), "is a SQLite database"},
   };
   for (const auto& [name, bytes, kind] : cases) {

@@ -5,9 +5,9 @@
 
 #include "diagnose/compare.h"
 
+#include <unistd.h>
 #include <limits>
 #include <string>
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

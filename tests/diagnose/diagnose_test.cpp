@@ -68,10 +68,10 @@ TEST(DiagnoseReal, FragmentationFixture) {
   // README: "Tried to allocate 512.00 MiB ... 1.88 GiB is allocated by PyTorch, and 2.08 GiB is reserved by
   // PyTorch but unallocated". 203 segments of 20 MiB, each with one 9.5 MiB tensor and a 10.5 MiB hole.
   EXPECT_EQ(o.requested_bytes, 512 * kMiB);
-  EXPECT_EQ(o.allocated_bytes, int64_t{203} * 9961472);                      // 1.88 GiB
-  EXPECT_EQ(o.reserved_bytes, 203 * 20 * kMiB);                     // 3.96 GiB
-  EXPECT_EQ(o.reserved_free_bytes, int64_t{203} * 11010048);                 // 2.08 GiB
-  EXPECT_EQ(o.largest_free_block_bytes, 11010048);                  // 10.5 MiB, "about 10 MiB"
+  EXPECT_EQ(o.allocated_bytes, int64_t{203} * 9961472);       // 1.88 GiB
+  EXPECT_EQ(o.reserved_bytes, 203 * 20 * kMiB);               // 3.96 GiB
+  EXPECT_EQ(o.reserved_free_bytes, int64_t{203} * 11010048);  // 2.08 GiB
+  EXPECT_EQ(o.largest_free_block_bytes, 11010048);            // 10.5 MiB, "about 10 MiB"
   EXPECT_TRUE(o.large_pool);
   EXPECT_TRUE(o.fragmentation);
   EXPECT_EQ(o.device_free_bytes, 80207872000);
@@ -245,8 +245,7 @@ TEST(DiagnoseRender, JsonUnitsAndSvgWithoutScripts) {
   EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
   const std::string text = render_text(d);
   EXPECT_NE(text.find("largest free block in the large pool 10.50 MiB"), std::string::npos);
-  EXPECT_NE(text.find("this process's memory cap was the limit (between 400.00 MiB and 464.00 MiB)"),
-            std::string::npos)
+  EXPECT_NE(text.find("this process's memory cap was the limit (between 400.00 MiB and 464.00 MiB)"), std::string::npos)
       << text;
 }
 

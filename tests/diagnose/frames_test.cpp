@@ -4,9 +4,9 @@
 
 #include "diagnose/frames.h"
 
+#include <unistd.h>
 #include <cstdlib>
 #include <string>
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -38,13 +38,13 @@ Snapshot with_stacks(const std::vector<std::vector<Frame>>& stacks) {
 TEST(FrameIndex, TorchRootIsFoundFromTheFramesNotFromASubstring) {
   const std::string venv = "/home/me/torch/.venv/lib/python3.12/site-packages";
   const Snapshot s = with_stacks({{
-      {venv + "/torch/nn/modules/linear.py", "forward", 125},          // 0 torch
-      {"/home/me/torch/model.py", "forward", 30},                      // 1 user, in a folder named torch
-      {"/home/me/torch/utils/data.py", "load", 12},                    // 2 user: torch/utils/ but not PyTorch's
-      {venv + "/numpy/core/numeric.py", "ones", 9},                    // 3 library
-      {"/usr/lib/python3.12/threading.py", "run", 1010},               // 4 stdlib
-      {"<frozen runpy>", "_run_code", 88},                             // 5 stdlib
-      {"/home/me/torch/train.py", "main", 44},                         // 6 user
+      {venv + "/torch/nn/modules/linear.py", "forward", 125},  // 0 torch
+      {"/home/me/torch/model.py", "forward", 30},              // 1 user, in a folder named torch
+      {"/home/me/torch/utils/data.py", "load", 12},            // 2 user: torch/utils/ but not PyTorch's
+      {venv + "/numpy/core/numeric.py", "ones", 9},            // 3 library
+      {"/usr/lib/python3.12/threading.py", "run", 1010},       // 4 stdlib
+      {"<frozen runpy>", "_run_code", 88},                     // 5 stdlib
+      {"/home/me/torch/train.py", "main", 44},                 // 6 user
   }});
   const FrameIndex index(s);
   ASSERT_EQ(index.torch_roots(), std::vector<std::string>{venv + "/torch/"});
@@ -76,13 +76,13 @@ TEST(FrameIndex, LayerIsInnermostModelCodeAndCallSiteIsTheScriptLine) {
   const Snapshot s = with_stacks({
       {{venv + "/torch/nn/modules/linear.py", "forward", 125},
        {venv + "/torch/nn/modules/module.py", "_call_impl", 1784},
-       {venv + "/timm/layers/mlp.py", "forward", 44},                    // timm's layer: model code
+       {venv + "/timm/layers/mlp.py", "forward", 44},  // timm's layer: model code
        {venv + "/timm/models/vision_transformer.py", "forward", 170},
-       {"/home/u/train.py", "train_step", 20},                           // the call site
+       {"/home/u/train.py", "train_step", 20},  // the call site
        {"/home/u/train.py", "main", 80},
        {"/home/u/train.py", "<module>", 99}},
       {{venv + "/torch/optim/adamw.py", "_init_group", 120},
-       {venv + "/accelerate/optimizer.py", "step", 178},                 // a library helper: not model code
+       {venv + "/accelerate/optimizer.py", "step", 178},  // a library helper: not model code
        {"/home/u/train.py", "train_step", 24},
        {"/home/u/train.py", "main", 80}},
   });
@@ -168,8 +168,7 @@ TEST(FrameIndex, HuggingFaceSnapshotNamesModelingBertLines) {
   const std::string path = testing::synthetic_fixture("hf_bert_forward_oom.pickle");
   SKIP_IF_MISSING(path);
   const Diagnosis d = run(path);
-  EXPECT_EQ(d.torch_roots,
-            std::vector<std::string>{"/home/user/torch/.venv/lib/python3.11/site-packages/torch/"});
+  EXPECT_EQ(d.torch_roots, std::vector<std::string>{"/home/user/torch/.venv/lib/python3.11/site-packages/torch/"});
   ASSERT_EQ(d.ooms.size(), 1u);
   const OomReport& o = d.ooms[0];
   EXPECT_EQ(o.requested_bytes, 32 * kMiB);
@@ -190,8 +189,9 @@ TEST(FrameIndex, HuggingFaceSnapshotNamesModelingBertLines) {
   EXPECT_EQ(d.oom_sites[1].site, "modeling_bert.py:360 in forward");
   EXPECT_EQ(d.oom_sites[1].bytes, 64 * kMiB);
   EXPECT_EQ(d.oom_sites[1].call_site, "finetune.py:61 in main");
-  EXPECT_EQ(d.oom_sites[1].filename, "/home/user/torch/.venv/lib/python3.11/site-packages/transformers/models/bert/"
-                                     "modeling_bert.py");
+  EXPECT_EQ(d.oom_sites[1].filename,
+            "/home/user/torch/.venv/lib/python3.11/site-packages/transformers/models/bert/"
+            "modeling_bert.py");
   EXPECT_EQ(d.oom_sites[2].site, "modeling_bert.py:466 in forward");
   EXPECT_EQ(d.oom_sites[2].bytes, 32 * kMiB);
   for (size_t i = 3; i < 6; ++i) EXPECT_EQ(d.oom_sites[i].bytes, 16 * kMiB) << d.oom_sites[i].site;

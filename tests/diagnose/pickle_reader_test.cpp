@@ -119,7 +119,9 @@ TEST(PickleReader, RefusesGlobalOsSystemWithoutRunningIt) {
   const std::string marker = "/tmp/oomtune_test_pwned_marker";
   std::remove(marker.c_str());
   const std::string cmd = "touch " + marker;
-  std::string bytes = "\x80\x02" "cos\nsystem\nX"s;
+  std::string bytes =
+      "\x80\x02"
+      "cos\nsystem\nX"s;
   const uint32_t n = static_cast<uint32_t>(cmd.size());
   bytes += std::string(reinterpret_cast<const char*>(&n), 4) + cmd + "\x85R."s;
   const std::string error = error_of(bytes);
@@ -165,7 +167,8 @@ TEST(PickleReader, BrokenInputsGiveClearErrors) {
   // Without frames the opcodes themselves run out.
   EXPECT_EQ(error_of("\x80\x02J\x01\x02"s),
             "t.pickle: pickle: truncated: the input ends at byte 5 while BININT needed 2 more bytes");
-  EXPECT_EQ(error_of("\x80\x02X\x05\x00\x00\x00" "ab"s),
+  EXPECT_EQ(error_of("\x80\x02X\x05\x00\x00\x00"
+                     "ab"s),
             "t.pickle: pickle: BINUNICODE at byte 2 declares a length of 5 bytes but only 2 bytes remain");
   EXPECT_NE(error_of("\x80\x02h\x05."s).find("BINGET at byte 2 refers to memo entry 5, which was never stored"),
             std::string::npos);

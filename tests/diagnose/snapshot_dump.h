@@ -19,8 +19,7 @@ inline std::string snapshot_dump(const Snapshot& s) {
                                 s.external_annotations, s.has_block_frames, s.file_bytes);
   const AllocatorSettings& a = s.allocator_settings;
   out += fmt::format("settings {} '{}' {} {} {} [{}]\n", a.present, a.conf, a.max_split_size,
-                     a.garbage_collection_threshold, a.expandable_segments,
-                     fmt::join(a.roundup_power2_divisions, " "));
+                     a.garbage_collection_threshold, a.expandable_segments, fmt::join(a.roundup_power2_divisions, " "));
   for (const Frame& f : s.frames) out += fmt::format("frame {} {} {}\n", f.filename, f.name, f.line);
   for (const auto& stack : s.stacks) out += fmt::format("stack [{}]\n", fmt::join(stack, " "));
   out += fmt::format("streams [{}]\n", fmt::join(s.streams, " "));
@@ -36,8 +35,7 @@ inline std::string snapshot_dump(const Snapshot& s) {
   for (size_t d = 0; d < s.device_traces.size(); ++d) {
     out += fmt::format("trace {}: {} events\n", d, s.device_traces[d].size());
     for (const TraceEvent& e : s.device_traces[d]) {
-      out += fmt::format("  {} {} {} {} {} {}\n", action_name(e.action), e.addr, e.size, e.time_us, e.frames,
-                         e.stream);
+      out += fmt::format("  {} {} {} {} {} {}\n", action_name(e.action), e.addr, e.size, e.time_us, e.frames, e.stream);
     }
   }
   return out;

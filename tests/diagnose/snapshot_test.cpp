@@ -114,7 +114,9 @@ TEST(Snapshot, WrongTypesNameTheirPath) {
   const std::string path = testing::synthetic_fixture("bad_type.pickle");
   SKIP_IF_MISSING(path);
   EXPECT_EQ(load_error(path), path + ": segments[1].blocks[0].size: expected int, got str");
-  const PickleDocument list_of_ints = read_pickle_bytes("\x80\x02]K\x01" "a."s);
+  const PickleDocument list_of_ints = read_pickle_bytes(
+      "\x80\x02]K\x01"
+      "a."s);
   try {
     snapshot_from_pickle(list_of_ints.store, list_of_ints.root, "x.pickle");
     FAIL();
@@ -133,8 +135,10 @@ TEST(Snapshot, WrongTypesNameTheirPath) {
 TEST(Snapshot, MissingOptionalKeysTakeDefaults) {
   // {'segments': [{'address': 4096, 'total_size': 2097152, 'blocks': [{'size': 2097152, 'state': 'inactive'}]}]}
   const PickleDocument doc = read_pickle_bytes(
-      "\x80\x02}(X\x08\x00\x00\x00segments]}(X\x07\x00\x00\x00" "addressM\x00\x10X\x0a\x00\x00\x00total_size"
-      "J\x00\x00\x20\x00X\x06\x00\x00\x00" "blocks]}(X\x04\x00\x00\x00sizeJ\x00\x00\x20\x00X\x05\x00\x00\x00state"
+      "\x80\x02}(X\x08\x00\x00\x00segments]}(X\x07\x00\x00\x00"
+      "addressM\x00\x10X\x0a\x00\x00\x00total_size"
+      "J\x00\x00\x20\x00X\x06\x00\x00\x00"
+      "blocks]}(X\x04\x00\x00\x00sizeJ\x00\x00\x20\x00X\x05\x00\x00\x00state"
       "X\x08\x00\x00\x00inactiveuauau."s);
   const Snapshot s = snapshot_from_pickle(doc.store, doc.root, "m.pickle");
   ASSERT_EQ(s.segments.size(), 1u);
@@ -189,8 +193,8 @@ TEST(Snapshot, StreamingReadsEveryFixtureAsAPlainRead) {
     bool streamed = false;
     EXPECT_EQ(streamed_read(bytes, path, &streamed), plain);
     // Every snapshot with trace events streams them (none needs the fallback).
-    const bool has_events = plain.find("trace 0: 0 events") == std::string::npos &&
-                            plain.find("\ntrace 0: ") != std::string::npos;
+    const bool has_events =
+        plain.find("trace 0: 0 events") == std::string::npos && plain.find("\ntrace 0: ") != std::string::npos;
     EXPECT_EQ(streamed, has_events);
     streamed_files += streamed ? 1 : 0;
   }
@@ -231,7 +235,10 @@ TEST(Snapshot, StreamedTracesKeepAPlainReadsNumbering) {
   // an event without frames, one with frames None, one with no keys at all.
   const std::string bytes = snapshot_with([](testing::PickleWriter& w) {
     w.ops("](");  // device 0
-    event(w, "segment_alloc", 4096, 5, [](testing::PickleWriter& x) { frames_list(x, 20); x.put(1); });
+    event(w, "segment_alloc", 4096, 5, [](testing::PickleWriter& x) {
+      frames_list(x, 20);
+      x.put(1);
+    });
     event(w, "alloc", 4096, 5, [](testing::PickleWriter& x) { x.get(1); });
     event(w, "free_requested", 4096, 0, [](testing::PickleWriter& x) { frames_list(x, 30); });
     event(w, "annotate", 0, 5, [](testing::PickleWriter& x) { x.ops("N"); });
@@ -266,66 +273,76 @@ TEST(Snapshot, StreamingFallsBackToAPlainReadWordForWord) {
     std::function<void(W&)> traces;
   };
   const Case cases[] = {
-      {"a size that is a str", [&](W& w) {
+      {"a size that is a str",
+       [&](W& w) {
          w.ops("](");
          event(w, "alloc", 4096, 0, frames);
          w.ops("}(").str("action").str("alloc").str("size").str("big").ops("u");
          w.ops("e");
        }},
-      {"a negative time_us", [&](W& w) {
-         w.ops("](}(").str("action").str("alloc").pair("time_us", -1).ops("u}e");
-       }},
-      {"a frame whose line is a str", [&](W& w) {
+      {"a negative time_us", [&](W& w) { w.ops("](}(").str("action").str("alloc").pair("time_us", -1).ops("u}e"); }},
+      {"a frame whose line is a str",
+       [&](W& w) {
          w.ops("](");
          event(w, "alloc", 4096, 0, [](W& x) {
            x.ops("](}(").str("filename").str("a.py").str("name").str("f").str("line").str("x").ops("ue");
          });
          w.ops("e");
        }},
-      {"frames given twice", [&](W& w) {
+      {"frames given twice",
+       [&](W& w) {
          w.ops("](}(").str("action").str("alloc").str("frames");
          frames_list(w, 1);
          w.str("frames");
          frames_list(w, 2);
          w.ops("u}e");
        }},
-      {"an event filled by two batches", [&](W& w) {
-         w.ops("](}(").str("action").str("alloc").ops("u(").pair("addr", 4096).ops("u}e");
-       }},
-      {"an event dropped before its APPENDS", [&](W& w) {
+      {"an event filled by two batches",
+       [&](W& w) { w.ops("](}(").str("action").str("alloc").ops("u(").pair("addr", 4096).ops("u}e"); }},
+      {"an event dropped before its APPENDS",
+       [&](W& w) {
          w.ops("](");
          event(w, "alloc", 4096, 0, frames);
          w.ops("}0");
          event(w, "free_requested", 4096, 0, frames);
          w.ops("e");
        }},
-      {"an event fetched from the memo into another list", [&](W& w) {
+      {"an event fetched from the memo into another list",
+       [&](W& w) {
          w.ops("](");
          event(w, "alloc", 4096, 0, frames);
          w.put(2).ops("e").ops("](").get(2).ops("e");  // device 1 holds device 0's event
        }},
-      {"an event appended twice", [&](W& w) {
+      {"an event appended twice",
+       [&](W& w) {
          w.ops("](");
          event(w, "alloc", 4096, 0, frames);
          w.ops("2e");
        }},
-      {"one trace listed twice", [&](W& w) {
+      {"one trace listed twice",
+       [&](W& w) {
          w.ops("](");
          event(w, "alloc", 4096, 0, frames);
          w.ops("e").put(3).get(3);
        }},
-      {"a shared frames list appended to afterwards", [&](W& w) {
+      {"a shared frames list appended to afterwards",
+       [&](W& w) {
          w.ops("](");
          event(w, "alloc", 4096, 0, [](W& x) { frames_list(x, 20); });
-         event(w, "alloc", 8192, 0, [](W& x) { frames_list(x, 20); x.put(2); });  // equal: shared
+         event(w, "alloc", 8192, 0, [](W& x) {
+           frames_list(x, 20);
+           x.put(2);
+         });                                  // equal: shared
          w.ops("e").get(2).num(5).ops("a0");  // only the second event's list grows
        }},
-      {"a stored dict among streamed ones", [&](W& w) {
+      {"a stored dict among streamed ones",
+       [&](W& w) {
          w.ops("](");
          event(w, "alloc", 4096, 0, frames);
          w.ops("(").str("action").str("alloc").ops("de");
        }},
-      {"a list of one event (APPEND, not streamed)", [&](W& w) {
+      {"a list of one event (APPEND, not streamed)",
+       [&](W& w) {
          w.ops("]");
          event(w, "alloc", 4096, 0, frames);
          w.ops("a");

@@ -51,8 +51,8 @@ TEST(Sufficiency, FirstAdamWStepRanksEightBitFirstAndDefragmentingNotEnough) {
   EXPECT_EQ(d.ooms[0].reserved_free_bytes, 42 * kMiB);
   EXPECT_TRUE(d.ooms[0].fragmentation);
   EXPECT_EQ(d.need.method, NeedMethod::kAdamFirstStep);
-  EXPECT_EQ(d.need.state_total_bytes, 512 * kMiB);     // 2 x 8 gradients of 32 MiB
-  EXPECT_EQ(d.need.still_needed_bytes, 320 * kMiB);    // less the 6 states made
+  EXPECT_EQ(d.need.state_total_bytes, 512 * kMiB);   // 2 x 8 gradients of 32 MiB
+  EXPECT_EQ(d.need.still_needed_bytes, 320 * kMiB);  // less the 6 states made
   EXPECT_FALSE(d.need.lower_bound);
   // Defragmenting frees 42 MiB of 320: the optimizer verdict comes first.
   ASSERT_GE(d.verdicts.size(), 2u);

@@ -41,7 +41,7 @@ from accelerate.utils import DistributedType, DummyOptim, patch_environment
 from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_simple_launcher_cmd_env
 
 from emitted import run_test
-from training import OPTIMIZER_STEPS, CountingGPT, StepLog, TokenRule, check_run
+from training import OPTIMIZER_STEPS, CountingGPT, StepLog, TokenRule, check_run, script_optimizer
 
 
 def launch_environment(config_file):
@@ -163,16 +163,12 @@ def train(cases, failures):
 
 
 def train_one(case, accelerator, failures, dummy_optimizer):
-    """Trains the test GPT; the optimizer is the plan's AdamW, or under the
+    """Trains the test GPT; the optimizer is the script's (the plan's AdamW or
+    Adafactor: training.script_optimizer), or under the
     config-file form accelerate.utils.DummyOptim (ds_config.json's optimizer
     section builds it). Returns the prepared model."""
     model = CountingGPT()
-    hyper = case.plan["optimizer"]
-    if dummy_optimizer:
-        optimizer = DummyOptim(model.parameters())
-    else:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=hyper["lr"], betas=tuple(hyper["betas"]),
-                                      eps=hyper["eps"], weight_decay=hyper["weight_decay"])
+    optimizer = DummyOptim(model.parameters()) if dummy_optimizer else script_optimizer(case, model.parameters())
     data = torch.utils.data.DataLoader(TokenRule(case.global_batch * OPTIMIZER_STEPS), batch_size=case.micro_batch,
                                        shuffle=True)
     model_run, optimizer, data = accelerator.prepare(model, optimizer, data)

@@ -10,9 +10,11 @@ load:  for every golden plan and every autotune test's plan,
        batch, each as the plan says.
 train: the engine (deepspeed.initialize) on DeepSpeed's CPU accelerator,
        one process with the gloo backend, trains the test GPT with the
-       emitted ds_config.json (the plain plan and the offload one: ZeRO-2 with
-       DeepSpeedCPUAdam); the optimizer section of the file builds the
-       optimizer. Samples per optimizer step = global batch; loss decreases.
+       emitted ds_config.json (the plain plan, the offload one: ZeRO-2 with
+       DeepSpeedCPUAdam, and Adafactor); the optimizer section of the file
+       builds the optimizer, or, where the file has none (Adafactor), the
+       note's client optimizer is passed to deepspeed.initialize. Samples
+       per optimizer step = global batch; loss decreases.
 """
 
 import json
@@ -23,7 +25,7 @@ import deepspeed
 from deepspeed.runtime.config import DeepSpeedConfig
 
 from emitted import run_test
-from training import OPTIMIZER_STEPS, CountingGPT, StepLog, TokenRule, check_run
+from training import OPTIMIZER_STEPS, CountingGPT, StepLog, TokenRule, check_run, script_optimizer
 
 
 def load(cases, failures):
@@ -55,9 +57,15 @@ def train(cases, failures):
     deepspeed.init_distributed(dist_backend="gloo")
     for case in cases:
         model = CountingGPT()
+        with open(case.path("ds_config.json")) as f:
+            has_optimizer = "optimizer" in json.load(f)
+        # No optimizer section (8-bit AdamW, Adafactor): the note's client
+        # optimizer, passed to deepspeed.initialize.
+        client = {} if has_optimizer else {"optimizer": script_optimizer(case, model.parameters())}
         engine, optimizer, loader, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                                             config=case.path("ds_config.json"),
-                                                            training_data=TokenRule(case.global_batch * OPTIMIZER_STEPS))
+                                                            training_data=TokenRule(case.global_batch * OPTIMIZER_STEPS),
+                                                            **client)
         print(f"deepspeed: {case.name}: engine on {engine.device}, optimizer {type(optimizer).__name__} "
               f"({type(engine.basic_optimizer).__name__}), ZeRO stage {engine.zero_optimization_stage()}")
         log = StepLog(model)

@@ -52,10 +52,15 @@ AUTOTUNE_PLANS = {
 
 # The training runs' plans: the test GPT (TRAIN_GPT below) with a learning
 # rate that makes a few steps show; accumulation so that samples per
-# optimizer step differ from the micro-batch.
+# optimizer step differ from the micro-batch. Offload last: its DeepSpeed
+# run leaves a process group and Accelerate's state behind.
 TRAIN_ADAMW = {"lr": 3e-3, "weight_decay": 0.0, "betas": [0.9, 0.999], "eps": 1e-08, "momentum": 0.0}
 TRAIN_PLANS = {
     "train_accumulation": ("test_gpt", 4, 3, "none", "adamw", False, "fp32", TRAIN_ADAMW),
+    # Adafactor (issue #45's strategy-table example): HF builds it from
+    # optim = "adafactor", Lightning from the emitted class and kwargs,
+    # DeepSpeed and Accelerate take the script's (training.script_optimizer).
+    "train_adafactor": ("test_gpt", 4, 3, "none", "adafactor", False, "fp32", TRAIN_ADAMW),
     "train_offload": ("test_gpt", 4, 3, "none", "adamw", True, "fp32", TRAIN_ADAMW),
 }
 

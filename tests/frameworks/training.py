@@ -4,6 +4,7 @@ a learnable token dataset, and the two checks: samples per optimizer step
 equal the plan's global batch, and the loss decreases.
 """
 
+import json
 import os
 import sys
 
@@ -16,6 +17,23 @@ from export_models import GPT  # noqa: E402  (the example GPT's architecture)
 from emitted import TRAIN_GPT  # noqa: E402
 
 OPTIMIZER_STEPS = 6  # enough for a tiny GPT at lr 3e-3 to lower its loss on a learnable rule
+
+
+def script_optimizer(case, params):
+    """The optimizer the training script builds where the emitted files leave
+    it to the script (the notes of ds_config.json and accelerate_config.yaml):
+    for Adafactor, transformers.optimization.Adafactor with the emitted
+    keyword arguments (lightning_trainer.json carries the notes' call as
+    class + kwargs); else the plan's AdamW."""
+    if case.optimizer == "adafactor":
+        from transformers.optimization import Adafactor
+        with open(case.path("lightning_trainer.json")) as f:
+            emitted = json.load(f)["optimizer"]
+        assert emitted["class"] == "transformers.optimization.Adafactor", emitted
+        return Adafactor(params, **emitted["kwargs"])
+    hyper = case.plan["optimizer"]
+    return torch.optim.AdamW(params, lr=hyper["lr"], betas=tuple(hyper["betas"]), eps=hyper["eps"],
+                             weight_decay=hyper["weight_decay"])
 
 
 class CountingGPT(torch.nn.Module):

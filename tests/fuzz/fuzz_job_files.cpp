@@ -58,9 +58,12 @@ std::string job_problem(const oomtune::JobSpec& job) {
     int batch_dims = 0;
     double elements = 1;  // per sample; a double cannot overflow here
     for (int64_t dim : input.shape) {
-      if (dim == kBatchDim) ++batch_dims;
-      else if (dim < 1) return "a dimension below 1";
-      else elements *= static_cast<double>(dim);
+      if (dim == kBatchDim)
+        ++batch_dims;
+      else if (dim < 1)
+        return "a dimension below 1";
+      else
+        elements *= static_cast<double>(dim);
     }
     if (batch_dims != 1) return "not exactly one batch dimension";
     if (elements * 8 > static_cast<double>(std::numeric_limits<int64_t>::max()))
@@ -116,8 +119,8 @@ void check_plan(const std::string& text) {
     written = oomtune::write_plan_toml(plan);
     const oomtune::Plan read_back = oomtune::parse_plan_toml(written, "written.toml");
     if (read_back != plan)
-      bug("plan.toml does not round-trip", written + "\n--- read back and written again\n" +
-                                                oomtune::write_plan_toml(read_back));
+      bug("plan.toml does not round-trip",
+          written + "\n--- read back and written again\n" + oomtune::write_plan_toml(read_back));
     for (const oomtune::RecipeWriter& writer : oomtune::recipe_writers()) {
       const std::string file = writer.write(plan);
       (void)writer.notes(plan);

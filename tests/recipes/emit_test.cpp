@@ -80,8 +80,7 @@ TEST(EmitAll, WritesEveryFileIntoANewFolder) {
     EXPECT_EQ(read_text(emitted[i].path), writer.write(plan));
   }
   EXPECT_EQ(files_in(out), (std::vector<std::string>{"accelerate_config.yaml", "ds_config.json",
-                                                      "hf_training_args.json", "lightning_trainer.json",
-                                                      "plan.toml"}));
+                                                     "hf_training_args.json", "lightning_trainer.json", "plan.toml"}));
 }
 
 TEST(EmitAll, ChosenFormatsOnlyPlusWhatTheyReferTo) {
@@ -92,8 +91,7 @@ TEST(EmitAll, ChosenFormatsOnlyPlusWhatTheyReferTo) {
   emit_all(golden("offload_bf16"), (tmp.path() / "b").string(), {"hf"});
   EXPECT_EQ(files_in(tmp.path() / "b"), (std::vector<std::string>{"ds_config.json", "hf_training_args.json"}));
   emit_all(golden("offload_bf16"), (tmp.path() / "c").string(), {"lightning", "accelerate"});
-  EXPECT_EQ(files_in(tmp.path() / "c"),
-            (std::vector<std::string>{"accelerate_config.yaml", "lightning_trainer.json"}));
+  EXPECT_EQ(files_in(tmp.path() / "c"), (std::vector<std::string>{"accelerate_config.yaml", "lightning_trainer.json"}));
   emit_all(golden("sgd_offload_cpu"), (tmp.path() / "d").string(), {"lightning"});
   EXPECT_EQ(files_in(tmp.path() / "d"), (std::vector<std::string>{"ds_config.json", "lightning_trainer.json"}));
 }
@@ -178,9 +176,8 @@ TEST_P(EmitCommand, WritesFilesEqualToTheGoldens) {
   for (const auto& [name, plan] : testing::golden_plans()) {
     SCOPED_TRACE(name);
     const fs::path out = tmp.path() / name;
-    const ProcessResult r =
-        run(binary_, "emit '" + (kGoldenDir / name / "plan.toml").string() + "' --out '" + out.string() + "'",
-            tmp.path());
+    const ProcessResult r = run(
+        binary_, "emit '" + (kGoldenDir / name / "plan.toml").string() + "' --out '" + out.string() + "'", tmp.path());
     ASSERT_EQ(r.code, 0) << r.err;
     std::string expected_stdout;
     for (const auto& writer : recipe_writers()) {
@@ -194,10 +191,10 @@ TEST_P(EmitCommand, WritesFilesEqualToTheGoldens) {
 TEST_P(EmitCommand, FormatSelectsFilesAndNotesGoToStderr) {
   TempDir tmp;
   const fs::path out = tmp.path() / "out";
-  const ProcessResult r = run(binary_,
-                    "emit '" + (kGoldenDir / "offload_bf16/plan.toml").string() + "' --out '" + out.string() +
-                        "' --format hf",
-                    tmp.path());
+  const ProcessResult r =
+      run(binary_,
+          "emit '" + (kGoldenDir / "offload_bf16/plan.toml").string() + "' --out '" + out.string() + "' --format hf",
+          tmp.path());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(files_in(out), (std::vector<std::string>{"ds_config.json", "hf_training_args.json"}));
   EXPECT_NE(r.err.find("emit: hf: note: optimizer offload is not a TrainingArguments feature"), std::string::npos)
@@ -219,7 +216,8 @@ TEST_P(EmitCommand, BadPlanIsOneLineExit2AndNothingWritten) {
 
   r = run(binary_, "emit '" + (tmp.path() / "missing.toml").string() + "' --out '" + out.string() + "'", tmp.path());
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "oomtune: " + (tmp.path() / "missing.toml").string() + ": cannot open the plan file: No such file or directory\n");
+  EXPECT_EQ(r.err, "oomtune: " + (tmp.path() / "missing.toml").string() +
+                       ": cannot open the plan file: No such file or directory\n");
   EXPECT_FALSE(fs::exists(out));
 
   r = run(binary_,

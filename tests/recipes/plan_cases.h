@@ -101,8 +101,9 @@ inline std::vector<std::pair<std::string, Plan>> golden_plans() {
   bf16_params.budget_bytes = int64_t{256} << 20;
   bf16_params.measured_peak_bytes = 98'566'144;
   bf16_params.measured_samples_per_second = 14.5;
-  bf16_params.notes = {"bf16: autocast failed (crashed: SIGSEGV during forward), so bf16 runs as bf16 parameters "
-                       "with fp32 master weights kept by the optimizer (precision = \"bf16_params\")"};
+  bf16_params.notes = {
+      "bf16: autocast failed (crashed: SIGSEGV during forward), so bf16 runs as bf16 parameters "
+      "with fp32 master weights kept by the optimizer (precision = \"bf16_params\")"};
   cases.emplace_back("bf16_params_cpu", bf16_params);
 
   Plan pair = base_plan(4, 4);

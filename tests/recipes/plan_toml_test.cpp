@@ -66,8 +66,8 @@ TEST(PlanToml, RoundTripIsExactForEveryGoldenPlan) {
 
 TEST(PlanToml, RoundTripIsExactForAwkwardValues) {
   Plan plan = testing::base_plan(3, 7);
-  plan.optimizer.lr = 0.1 + 0.2;          // 0.30000000000000004
-  plan.optimizer.weight_decay = 1.0;      // written "1.0", not the integer 1
+  plan.optimizer.lr = 0.1 + 0.2;      // 0.30000000000000004
+  plan.optimizer.weight_decay = 1.0;  // written "1.0", not the integer 1
   plan.optimizer.eps = 1e-300;
   plan.optimizer.beta1 = 0.0;
   plan.optimizer.beta2 = std::nextafter(1.0, 0.0);
@@ -100,9 +100,9 @@ TEST(PlanToml, WritesTheDocumentedLayout) {
   const std::string text = write_plan_toml(testing::golden_plans()[1].second);
   for (const char* expected :
        {"plan_version = 1\n", "[job]\n", "global_batch = 32  # micro_batch * accumulation_steps, exact\n",
-        "budget = 17179869184  # bytes (16.00 GiB)\n", "[config]\n", "micro_batch = 4\n",
-        "accumulation_steps = 8\n", "checkpoint = \"all\"\n", "precision = \"bf16\"\n", "[optimizer]\n",
-        "lr = 0.0003\n", "betas = [0.9, 0.95]\n", "eps = 1e-08\n", "momentum = 0.0\n", "[result]\n"})
+        "budget = 17179869184  # bytes (16.00 GiB)\n", "[config]\n", "micro_batch = 4\n", "accumulation_steps = 8\n",
+        "checkpoint = \"all\"\n", "precision = \"bf16\"\n", "[optimizer]\n", "lr = 0.0003\n", "betas = [0.9, 0.95]\n",
+        "eps = 1e-08\n", "momentum = 0.0\n", "[result]\n"})
     EXPECT_NE(text.find(expected), std::string::npos) << expected;
 }
 

@@ -51,12 +51,11 @@ TEST(ZeroEstimate, DefaultsArePinned) {
 
 TEST(ZeroEstimate, ReproducesThePapersExample) {
   const ZeroInputs in = paper_example();
-  EXPECT_EQ(zero_per_gpu(in, ShardingStrategy::kDdp, 64).total(), 120 * kGB);               // baseline 120 GB
-  EXPECT_EQ(zero_per_gpu(in, ShardingStrategy::kZero1, 64).total(), 31'406'250'000);       // P_os 31.4 GB
-  EXPECT_EQ(zero_per_gpu(in, ShardingStrategy::kZero2, 64).total(), 16'640'625'000);       // P_os+g 16.6 GB
-  EXPECT_EQ(zero_per_gpu(in, ShardingStrategy::kZero3, 64).total(), 1'875'000'000);        // P_os+g+p 1.9 GB
-  EXPECT_EQ(zero_per_gpu(in, ShardingStrategy::kFsdpShardGradOp, 64),
-            zero_per_gpu(in, ShardingStrategy::kZero2, 64));
+  EXPECT_EQ(zero_per_gpu(in, ShardingStrategy::kDdp, 64).total(), 120 * kGB);         // baseline 120 GB
+  EXPECT_EQ(zero_per_gpu(in, ShardingStrategy::kZero1, 64).total(), 31'406'250'000);  // P_os 31.4 GB
+  EXPECT_EQ(zero_per_gpu(in, ShardingStrategy::kZero2, 64).total(), 16'640'625'000);  // P_os+g 16.6 GB
+  EXPECT_EQ(zero_per_gpu(in, ShardingStrategy::kZero3, 64).total(), 1'875'000'000);   // P_os+g+p 1.9 GB
+  EXPECT_EQ(zero_per_gpu(in, ShardingStrategy::kFsdpShardGradOp, 64), zero_per_gpu(in, ShardingStrategy::kZero2, 64));
   EXPECT_EQ(zero_per_gpu(in, ShardingStrategy::kFsdpFullShard, 64), zero_per_gpu(in, ShardingStrategy::kZero3, 64));
   const ZeroMemory z1 = zero_per_gpu(in, ShardingStrategy::kZero1, 64);
   EXPECT_EQ(z1.weights, 15 * kGB);
@@ -76,8 +75,8 @@ TEST(ZeroEstimate, SmallestFittingGpuCount) {
   // Unsharded activations of 2.5 GB: Z1 can never fit (30 + 2.5 GB before any state).
   in.activation_bytes = 2'500'000'000;
   EXPECT_EQ(zero_min_gpus(in, ShardingStrategy::kZero1, 32 * kGB), std::nullopt);
-  EXPECT_EQ(zero_min_gpus(in, ShardingStrategy::kZero2, 32 * kGB), 8);   // 105/N <= 14.5: N >= 7.24
-  EXPECT_EQ(zero_min_gpus(in, ShardingStrategy::kZero3, 32 * kGB), 5);   // 120/N <= 29.5: N >= 4.07
+  EXPECT_EQ(zero_min_gpus(in, ShardingStrategy::kZero2, 32 * kGB), 8);  // 105/N <= 14.5: N >= 7.24
+  EXPECT_EQ(zero_min_gpus(in, ShardingStrategy::kZero3, 32 * kGB), 5);  // 120/N <= 29.5: N >= 4.07
   // Past 1024 GPUs counts as never: Z3 with 0.1 GB left needs 120/0.1 = 1200 GPUs.
   EXPECT_EQ(zero_min_gpus(in, ShardingStrategy::kZero3, in.activation_bytes + kGB / 10), std::nullopt);
   EXPECT_EQ(zero_min_gpus(in, ShardingStrategy::kZero3, in.activation_bytes + kGB / 10, 1200), 1200);

@@ -105,9 +105,9 @@ TEST(AutotuneReport, TrailColumnsLineUp) {
     ASSERT_GE(row.size(), note_at) << row;
     // "fits" column: right-aligned verdict ending where the header ends.
     const std::string verdict = row.substr(0, fits_end);
-    EXPECT_TRUE(verdict.size() >= 5 && (verdict.substr(verdict.size() - 3) == "yes" ||
-                                        verdict.substr(verdict.size() - 5) == "pred." ||
-                                        verdict.substr(verdict.size() - 2) == "no"))
+    EXPECT_TRUE(verdict.size() >= 5 &&
+                (verdict.substr(verdict.size() - 3) == "yes" || verdict.substr(verdict.size() - 5) == "pred." ||
+                 verdict.substr(verdict.size() - 2) == "no"))
         << row;
     EXPECT_EQ(row.substr(fits_end, note_at - fits_end), std::string(note_at - fits_end, ' ')) << row;
     EXPECT_NE(row[note_at], ' ') << row;
@@ -179,11 +179,13 @@ TEST(AutotuneReport, AOnePointBaseSaysWhatItsLinesCannotKnow) {
   ASSERT_EQ(report.search.baseline_micro_batches, (std::vector<int64_t>{1}));
   const std::vector<std::string> lines = lines_of(render_autotune_text(report));
   ASSERT_GE(lines.size(), 4u);
-  EXPECT_EQ(lines[2], "model     checkpointing (all blocks) peak = 18.00 MiB + 6.00 MiB per sample (the slope of its "
-                      "retained activations, a lower bound)");
-  EXPECT_EQ(lines[3], "          checkpointing (all blocks) step = 0.0192 s per micro-batch, + 0.00500 s per optimizer "
-                      "step (measured at micro-batch 1 only: larger micro-batches are predicted as fast, an upper "
-                      "bound on their speed)");
+  EXPECT_EQ(lines[2],
+            "model     checkpointing (all blocks) peak = 18.00 MiB + 6.00 MiB per sample (the slope of its "
+            "retained activations, a lower bound)");
+  EXPECT_EQ(lines[3],
+            "          checkpointing (all blocks) step = 0.0192 s per micro-batch, + 0.00500 s per optimizer "
+            "step (measured at micro-batch 1 only: larger micro-batches are predicted as fast, an upper "
+            "bound on their speed)");
 }
 
 // Backward's activation line (memory_model.cpp, Note [Backward activation
@@ -198,8 +200,9 @@ TEST(AutotuneReport, BackwardsActivationLineIsShownWhereItPassesThePeakLine) {
   std::vector<std::string> lines = lines_of(render_autotune_text(report));
   ASSERT_GE(lines.size(), 5u);
   EXPECT_EQ(lines[2], "model     plain peak = 46.00 MiB + 0 B per sample");
-  EXPECT_EQ(lines[3], "          plain backward's activation peak = 28.00 MiB + 2.00 MiB per sample, above that line "
-                      "from micro-batch 10");
+  EXPECT_EQ(lines[3],
+            "          plain backward's activation peak = 28.00 MiB + 2.00 MiB per sample, above that line "
+            "from micro-batch 10");
   EXPECT_EQ(lines[4].rfind("          plain step = ", 0), 0u) << lines[4];
   report.job.max_micro_batch = 8;
   lines = lines_of(render_autotune_text(report));
@@ -227,8 +230,7 @@ TEST(AutotuneReport, TheChosenRunsKernelScratchIsALineOfItsOwn) {
                                   "allocations); CPU only, not counted toward a CUDA prediction; with it the CPU "
                                   "held {} at most",
                                   format_bytes(run.peak_bytes + kMiB)));
-  EXPECT_EQ(autotune_json(report).at("chosen").at("verification").at("kernel_scratch").at("peak_bytes"),
-            3 * kMiB / 2);
+  EXPECT_EQ(autotune_json(report).at("chosen").at("verification").at("kernel_scratch").at("peak_bytes"), 3 * kMiB / 2);
 }
 
 // Plain and the least-memory combination out of memory at micro-batch 1
@@ -243,12 +245,14 @@ TEST(AutotuneReport, NothingFitsMeasuredWhenEvenTheLeastMemoryCombinationRanOut)
   ASSERT_GE(lines.size(), 8u);
   EXPECT_EQ(lines[2], "model     none: no configuration ran at micro-batch 1");
   EXPECT_EQ(lines[3], "");
-  EXPECT_EQ(lines[4], "nothing fits: plain and even the configuration that needs the least memory (checkpointing "
-                      "(all blocks) + optimizer offload) ran out of memory at micro-batch 1 (measured: oomtune "
-                      "budget: tried to allocate); the usable budget is 5.00 MiB");
+  EXPECT_EQ(lines[4],
+            "nothing fits: plain and even the configuration that needs the least memory (checkpointing "
+            "(all blocks) + optimizer offload) ran out of memory at micro-batch 1 (measured: oomtune "
+            "budget: tried to allocate); the usable budget is 5.00 MiB");
   EXPECT_EQ(lines[5], "<zero table>");
-  EXPECT_EQ(lines[6], "          activations were never measured (nothing ran), so the table counts none: its "
-                      "totals are lower bounds");
+  EXPECT_EQ(lines[6],
+            "          activations were never measured (nothing ran), so the table counts none: its "
+            "totals are lower bounds");
   EXPECT_EQ(lines.back(), "trials    4 probes + 0 verification runs");
   const nlohmann::json j = autotune_json(report);
   EXPECT_EQ(j.at("least_memory_failure"), report.search.least_memory_failure);

@@ -150,8 +150,9 @@ TEST(DecisionTree, Bf16FallsBackToBf16ParametersWhenAutocastCrashes) {
     EXPECT_EQ(chosen(r).config.precision, crashes ? Precision::kBf16Params : Precision::kBf16);
     bool noted = false;
     for (const std::string& note : r.notes)
-      noted = noted || note.find("bf16: autocast failed (crashed: SIGSEGV during forward), so bf16 runs as "
-                                 "bf16 parameters with fp32 master weights") != std::string::npos;
+      noted = noted || note.find(
+                           "bf16: autocast failed (crashed: SIGSEGV during forward), so bf16 runs as "
+                           "bf16 parameters with fp32 master weights") != std::string::npos;
     EXPECT_EQ(noted, crashes);
   }
 }
@@ -304,7 +305,7 @@ TEST(DecisionTree, AStrategyProbedAtTwoSizesScalesTheTimeLinesInterceptAndSlopeA
 TEST(DecisionTree, CheckpointingWhenAccumulationIsNotAllowed) {
   FakeRunner fake;
   JobSpec job = job_with_budget(18 * kMiB + 2 * kMiB * 32 + kMiB);  // ckpt-all at 32 fits
-  job.min_micro_batch = 32;  // e.g. batch norm over the whole batch
+  job.min_micro_batch = 32;                                         // e.g. batch norm over the whole batch
   const SearchResult r = run_search(fake, job);
   const TrailNode& best = chosen(r);
   EXPECT_EQ(best.config.micro_batch, 32);
@@ -350,10 +351,12 @@ TEST(DecisionTree, ARefusedBlockClassLeavesTheOtherBlocksToCheckpoint) {
   EXPECT_EQ(chosen(r).node, "checkpointing (all blocks but Decoder)");
   EXPECT_EQ(chosen(r).config.checkpoint.mode, CheckpointPlan::Mode::kPaths);
   EXPECT_EQ(chosen(r).config.checkpoint.paths, (std::vector<std::string>{"blocks.0", "blocks.1"}));
-  EXPECT_TRUE(has_note(r, "activation checkpointing: not available (micro-batch 32: error during forward: "
-                          "oomtune::checkpoint: forward of __torch__.Decoder modified its argument x in place)"));
-  EXPECT_TRUE(has_note(r, "activation checkpointing: trying the 2 blocks of other classes than Decoder: blocks.0, "
-                          "blocks.1"));
+  EXPECT_TRUE(has_note(r,
+                       "activation checkpointing: not available (micro-batch 32: error during forward: "
+                       "oomtune::checkpoint: forward of __torch__.Decoder modified its argument x in place)"));
+  EXPECT_TRUE(has_note(r,
+                       "activation checkpointing: trying the 2 blocks of other classes than Decoder: blocks.0, "
+                       "blocks.1"));
 
   // Selective checkpointing counts among the blocks left: the first 1 of 2.
   fake.probes = 0;
@@ -393,16 +396,18 @@ TEST(DecisionTree, CheckpointingIsNeverPredictedFasterThanPlain) {
   const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB), options);
   ASSERT_TRUE(r.chosen.has_value());
   EXPECT_EQ(chosen(r).node, "plain");
-  EXPECT_TRUE(has_note(r, "activation checkpointing: measured at 0.980x the plain step time; recomputation cannot "
-                          "make a step faster, so it is predicted at no less than 1x (timing noise)"));
+  EXPECT_TRUE(has_note(r,
+                       "activation checkpointing: measured at 0.980x the plain step time; recomputation cannot "
+                       "make a step faster, so it is predicted at no less than 1x (timing noise)"));
   for (const TrailNode& n : r.trail) {
     if (n.config.checkpoint.enabled() && n.config.micro_batch == 32 && !n.config.offload_optimizer &&
         n.config.optimizer == OptimizerKind::kAdamW) {
       EXPECT_GE(n.predicted_seconds, chosen(r).predicted_seconds) << n.node;
       // Equal to the chosen plain's time: a tie, not "predicted slower".
       // 32 x 1 takes 0.01 + 0.002 x 32 = 0.074 s.
-      EXPECT_EQ(n.note, "predicted as fast within 3 % (0.0740 s vs 0.0740 s per global batch; the chosen one "
-                        "measured 0.0740 s); not verified (verification budget spent)")
+      EXPECT_EQ(n.note,
+                "predicted as fast within 3 % (0.0740 s vs 0.0740 s per global batch; the chosen one "
+                "measured 0.0740 s); not verified (verification budget spent)")
           << n.node;
     }
   }
@@ -425,9 +430,10 @@ TEST(DecisionTree, AVerifiedCheckpointedRunIsNeverFasterThanTheSameRunWithout) {
   ASSERT_NE(all, nullptr);
   ASSERT_TRUE(all->verification.has_value());
   EXPECT_NEAR(all->verification->samples_per_second, 32 / 0.0592, 0.01);
-  EXPECT_TRUE(has_note(r, "checkpointing (all blocks): verified at 540.5 samples/s, faster than the same "
-                          "configuration without checkpointing (432.4); recomputation cannot make a step faster, so "
-                          "it counts at 432.4 (timing noise)"));
+  EXPECT_TRUE(has_note(r,
+                       "checkpointing (all blocks): verified at 540.5 samples/s, faster than the same "
+                       "configuration without checkpointing (432.4); recomputation cannot make a step faster, so "
+                       "it counts at 432.4 (timing noise)"));
   // Without the rule the checkpointed run would have won: it is the fastest measured.
   for (const TrailNode& n : r.trail) {
     if (n.verification) {
@@ -457,8 +463,9 @@ TEST(DecisionTree, NodesPredictedFasterButNeverRunSayWhatTheChosenOneMeasured) {
   std::map<std::string, std::string> notes;
   for (const TrailNode& n : r.trail) notes[n.node] = n.note;
   EXPECT_EQ(notes["8-bit AdamW"], "verified, but slower: 393.1 samples/s");
-  const std::string tail = " s vs 0.148 s per global batch; the chosen one measured 0.0740 s); not verified "
-                           "(verification budget spent)";
+  const std::string tail =
+      " s vs 0.148 s per global batch; the chosen one measured 0.0740 s); not verified "
+      "(verification budget spent)";
   EXPECT_EQ(notes["8-bit AdamW + checkpointing"], "predicted faster (0.0814" + tail);
   EXPECT_EQ(notes["optimizer offload"], "predicted faster (0.111" + tail);
   EXPECT_EQ(notes["optimizer offload + checkpointing"], "predicted faster (0.111" + tail);
@@ -485,10 +492,11 @@ TEST(DecisionTree, EightBitWhenOnlyItsSmallerStateFits) {
   EXPECT_EQ(best.verification->peak_bytes, 50 * kMiB);
   // The optimizer change is said, with the fastest verified alternative that
   // keeps AdamW: offload 8 x 4, 32 / 0.156 s = 205.1 samples/s (above).
-  EXPECT_EQ(r.notes.back(), "the chosen configuration trains with adamw8bit instead of the job's adamw (quantized "
-                            "optimizer states: close to, not equal to, adamw's updates); the fastest verified "
-                            "configuration with adamw is optimizer offload (micro-batch 8 x 4, adamw, offload, fp32, "
-                            "205.1 samples/s)");
+  EXPECT_EQ(r.notes.back(),
+            "the chosen configuration trains with adamw8bit instead of the job's adamw (quantized "
+            "optimizer states: close to, not equal to, adamw's updates); the fastest verified "
+            "configuration with adamw is optimizer offload (micro-batch 8 x 4, adamw, offload, fp32, "
+            "205.1 samples/s)");
 }
 
 TEST(DecisionTree, EightBitChosenForSpeedSaysWhatPlainWouldDo) {
@@ -500,9 +508,10 @@ TEST(DecisionTree, EightBitChosenForSpeedSaysWhatPlainWouldDo) {
   const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB));
   EXPECT_EQ(chosen(r).config.optimizer, OptimizerKind::kAdamW8bit);
   ASSERT_FALSE(r.notes.empty());
-  EXPECT_EQ(r.notes.back(), "the chosen configuration trains with adamw8bit instead of the job's adamw (quantized "
-                            "optimizer states: close to, not equal to, adamw's updates); the fastest verified "
-                            "configuration with adamw is plain (micro-batch 32 x 1, adamw, fp32, 432.4 samples/s)");
+  EXPECT_EQ(r.notes.back(),
+            "the chosen configuration trains with adamw8bit instead of the job's adamw (quantized "
+            "optimizer states: close to, not equal to, adamw's updates); the fastest verified "
+            "configuration with adamw is plain (micro-batch 32 x 1, adamw, fp32, 432.4 samples/s)");
   FakeRunner slower;
   const SearchResult plain = run_search(slower, job_with_budget(plain_peak(32) + kMiB));
   EXPECT_EQ(chosen(plain).config.optimizer, OptimizerKind::kAdamW);
@@ -1001,8 +1010,9 @@ TEST(DecisionTree, AStrategyProbePastTheTimeoutAtTheLargerSizeKeepsTheSmallerOne
   bool noted = false;
   for (const std::string& note : r.notes) {
     EXPECT_EQ(note.find("activation checkpointing: not available"), std::string::npos) << note;
-    noted = noted || note.find("activation checkpointing: micro-batch 8: timeout: no result after 600 s; fitted to "
-                               "micro-batch 4 with the plain slope") != std::string::npos;
+    noted = noted || note.find(
+                         "activation checkpointing: micro-batch 8: timeout: no result after 600 s; fitted to "
+                         "micro-batch 4 with the plain slope") != std::string::npos;
   }
   EXPECT_TRUE(noted);
   const TrailNode* all_blocks = node_named(r, "checkpointing (all blocks)");
@@ -1122,17 +1132,19 @@ TEST(DecisionTree, ConstraintsThatLeaveNoMicroBatchAreInputErrors) {
   job.max_micro_batch = 2;
   FakeRunner before;
   before.global_batch = 3;
-  EXPECT_EQ(message(before, job), "job.toml: no micro-batch from 2 to 2 divides the global batch 3 (change "
-                                  "min_micro_batch / max_micro_batch, or set remainder = \"last_smaller\")");
+  EXPECT_EQ(message(before, job),
+            "job.toml: no micro-batch from 2 to 2 divides the global batch 3 (change "
+            "min_micro_batch / max_micro_batch, or set remainder = \"last_smaller\")");
   EXPECT_EQ(before.probes, 0) << "refused before any trial";
   // Allowed by the spec (1 divides 3), but micro-batch 1 cannot run.
   job.min_micro_batch = 1;
   FakeRunner after;
   after.global_batch = 3;
   after.fails_at_or_below = 1;
-  EXPECT_EQ(message(after, job), "job.toml: micro-batch 1 cannot run (error during forward: Expected more than 1 value "
-                                 "per channel when training), and no micro-batch from 2 to 2 divides the global batch "
-                                 "3 (change min_micro_batch / max_micro_batch, or set remainder = \"last_smaller\")");
+  EXPECT_EQ(message(after, job),
+            "job.toml: micro-batch 1 cannot run (error during forward: Expected more than 1 value "
+            "per channel when training), and no micro-batch from 2 to 2 divides the global batch "
+            "3 (change min_micro_batch / max_micro_batch, or set remainder = \"last_smaller\")");
 }
 
 TEST(DecisionTree, BadBudgetsAreInputErrors) {

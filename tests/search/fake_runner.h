@@ -23,12 +23,12 @@ class FakeRunner : public TrialRunner {
  public:
   int64_t parameters = 4 * kMiB / 4;  // 4 MiB of fp32 parameters
   int64_t activation_per_sample = 8 * kMiB;
-  int64_t extra_at_full_batch = 0;    // a surprise the probes cannot see
+  int64_t extra_at_full_batch = 0;  // a surprise the probes cannot see
   double offload_time_factor = 1.5;
   double eight_bit_time_factor = 1.1;
   int64_t adafactor_state_bytes = 256 * 1024;  // a row and a column per matrix: far below 8-bit's 2 P
-  double checkpoint_time_cost = 0.6;  // all 4 blocks: time x (1 + this); below 0 models timing noise
-  double time_scale = 1;              // every time above times this (a model of microseconds per step)
+  double checkpoint_time_cost = 0.6;           // all 4 blocks: time x (1 + this); below 0 models timing noise
+  double time_scale = 1;                       // every time above times this (a model of microseconds per step)
   // The optimizer step, once per global batch (Note [Step time]): plain's
   // seconds, and what 8-bit AdamW and offload multiply them by. 0: the
   // probes report no optimizer time, as before it was measured.
@@ -52,8 +52,8 @@ class FakeRunner : public TrialRunner {
   // The share of a micro-batch's activations still live after forward (the
   // probe's retained activations); the rest are backward's temporaries.
   double retained_fraction = 1;
-  bool autocast_crashes = false;      // bf16 autocast dies by SIGSEGV (bf16_params runs)
-  int64_t fails_at_or_below = 0;      // micro-batches this small raise an error (BatchNorm at 1)
+  bool autocast_crashes = false;  // bf16 autocast dies by SIGSEGV (bf16_params runs)
+  int64_t fails_at_or_below = 0;  // micro-batches this small raise an error (BatchNorm at 1)
   // The classes of blocks.0 .. blocks.3; a checkpointed block of
   // `refusing_class` modifies its input in place, which the recompute
   // operator refuses at the first forward.
@@ -83,10 +83,14 @@ class FakeRunner : public TrialRunner {
   static std::vector<std::string> checkpointed(const TrainingConfig& c) {
     const std::vector<std::string> blocks = {"blocks.0", "blocks.1", "blocks.2", "blocks.3"};
     switch (c.checkpoint.mode) {
-      case CheckpointPlan::Mode::kAll: return blocks;
-      case CheckpointPlan::Mode::kFirstN: return {blocks.begin(), blocks.begin() + c.checkpoint.first_n};
-      case CheckpointPlan::Mode::kPaths: return c.checkpoint.paths;
-      default: return {};
+      case CheckpointPlan::Mode::kAll:
+        return blocks;
+      case CheckpointPlan::Mode::kFirstN:
+        return {blocks.begin(), blocks.begin() + c.checkpoint.first_n};
+      case CheckpointPlan::Mode::kPaths:
+        return c.checkpoint.paths;
+      default:
+        return {};
     }
   }
 
@@ -148,8 +152,8 @@ class FakeRunner : public TrialRunner {
     r.phases[static_cast<std::size_t>(Phase::kBackward)].peak_bytes = r.peak_bytes;
     r.phases[static_cast<std::size_t>(Phase::kForward)].peak_bytes = r.peak_bytes - 4 * parameters;
     r.phases[static_cast<std::size_t>(Phase::kLoss)].peak_bytes = r.peak_bytes - 4 * parameters;
-    r.phases[static_cast<std::size_t>(Phase::kOptimizer)].peak_bytes = true_peak(c, c.micro_batch) -
-                                                                      activation_bytes(c);
+    r.phases[static_cast<std::size_t>(Phase::kOptimizer)].peak_bytes =
+        true_peak(c, c.micro_batch) - activation_bytes(c);
     r.retained_activation_bytes = static_cast<int64_t>(retained_fraction * static_cast<double>(activation_bytes(c)));
     r.checkpointed_blocks = checkpointed(c);
     for (const std::string& path : r.checkpointed_blocks) {

@@ -230,7 +230,8 @@ TEST(Predict, CheckpointingAppliesInProportionToTheBlocksItCheckpoints) {
   // micro-batch's fixed seconds, 1.4x its per-sample seconds.
   m.effect(Strategy::kCheckpointing).available = true;
   m.effect(Strategy::kCheckpointing).slope_ratio = {1, 0.25, 0.25, 0.25, 0.25};
-  m.effect(Strategy::kCheckpointing).shift_bytes[kForward] = m.effect(Strategy::kCheckpointing).shift_bytes[kLoss] = m.effect(Strategy::kCheckpointing).shift_bytes[kBackward] = 100;
+  m.effect(Strategy::kCheckpointing).shift_bytes[kForward] = m.effect(Strategy::kCheckpointing).shift_bytes[kLoss] =
+      m.effect(Strategy::kCheckpointing).shift_bytes[kBackward] = 100;
   m.effect(Strategy::kCheckpointing).time_ratio = 1.2;
   m.effect(Strategy::kCheckpointing).time_slope_ratio = 1.4;
   TrainingConfig c = at(16);

@@ -74,13 +74,11 @@ TEST(AdamW8bit, RejectsEightBitSizedNonFloatParameter) {
 TEST(AdamW8bit, SmallTensorsMatchTorchAdamWBitForBit) {
   for (double weight_decay : {0.1, 0.0}) {
     at::manual_seed(3);
-    const std::vector<at::Tensor> init{at::randn({40, 50}), at::randn({50}),
-                                       at::randn({4095})};
+    const std::vector<at::Tensor> init{at::randn({40, 50}), at::randn({50}), at::randn({4095})};
     std::vector<at::Tensor> ours = clone_leaves(init);
     std::vector<at::Tensor> theirs = clone_leaves(init);
     AdamW8bit opt8(ours, AdamW8bitOptions(1e-2).betas({0.8, 0.99}).weight_decay(weight_decay));
-    torch::optim::AdamW opt32(
-        theirs, torch::optim::AdamWOptions(1e-2).betas({0.8, 0.99}).weight_decay(weight_decay));
+    torch::optim::AdamW opt32(theirs, torch::optim::AdamWOptions(1e-2).betas({0.8, 0.99}).weight_decay(weight_decay));
     for (int step = 0; step < 25; ++step) {
       for (size_t i = 0; i < init.size(); ++i) {
         const at::Tensor g = at::randn(init[i].sizes()) * (step + 1);
@@ -130,8 +128,7 @@ TEST(AdamW8bit, FirstStepMatchesAdamWAndStoresQuantizedMoments) {
     for (int64_t b = 0; b < m.q.absmax.numel(); ++b) {
       const at::Tensor block = expected.slice(0, b * kBlockSize, (b + 1) * kBlockSize);
       const double absmax = block.abs().max().item<double>();
-      const double err =
-          (back.slice(0, b * kBlockSize, (b + 1) * kBlockSize) - block).abs().max().item<double>();
+      const double err = (back.slice(0, b * kBlockSize, (b + 1) * kBlockSize) - block).abs().max().item<double>();
       // Slack: float rounding in the moment update and in normalization.
       EXPECT_LE(err, (map.max_error() + 8 * FLT_EPSILON) * absmax) << "block " << b;
     }
@@ -143,10 +140,10 @@ TEST(AdamW8bit, StateBytesFollowTheFormula) {
   // numel codes + 4 * ceil(numel / 2048) absmax bytes.
   const std::vector<std::vector<int64_t>> shapes{{64, 4096}, {4096}, {3, 1000, 7}, {4095}, {10}};
   const std::vector<int64_t> expected_bytes{
-      2 * (64 * 4096 + 4 * 128),   // 262144 elements, 128 blocks
-      2 * (4096 + 4 * 2),          // exactly the threshold: 8-bit
-      2 * (21000 + 4 * 11),        // ceil(21000 / 2048) = 11
-      8 * 4095,                    // fp32: 2 moments x 4 bytes
+      2 * (64 * 4096 + 4 * 128),  // 262144 elements, 128 blocks
+      2 * (4096 + 4 * 2),         // exactly the threshold: 8-bit
+      2 * (21000 + 4 * 11),       // ceil(21000 / 2048) = 11
+      8 * 4095,                   // fp32: 2 moments x 4 bytes
       8 * 10,
   };
   at::manual_seed(5);
@@ -211,8 +208,8 @@ TEST(AdamW8bit, MlpLossWithinFivePercentOfTorchAdamW) {
   }
   const at::Tensor x_eval = at::randn({1024, 64});
   const at::Tensor y_eval = task.target(x_eval);
-  const std::vector<at::Tensor> init{at::randn({4096, 64}) / 8, at::zeros({4096}),
-                                     at::randn({1, 4096}) / 64, at::zeros({1})};
+  const std::vector<at::Tensor> init{at::randn({4096, 64}) / 8, at::zeros({4096}), at::randn({1, 4096}) / 64,
+                                     at::zeros({1})};
   const Mlp ours{clone_leaves(init)};
   const Mlp theirs{clone_leaves(init)};
   AdamW8bit opt8(ours.params, AdamW8bitOptions(1e-3));
@@ -222,8 +219,7 @@ TEST(AdamW8bit, MlpLossWithinFivePercentOfTorchAdamW) {
   train(theirs, opt32, batches);
   const double loss8 = at::mse_loss(ours.forward(x_eval), y_eval).item<double>();
   const double loss32 = at::mse_loss(theirs.forward(x_eval), y_eval).item<double>();
-  std::cout << "held-out mse: initial " << initial << ", torch AdamW " << loss32
-            << ", AdamW8bit " << loss8 << "\n";
+  std::cout << "held-out mse: initial " << initial << ", torch AdamW " << loss32 << ", AdamW8bit " << loss8 << "\n";
   EXPECT_LT(loss32, 0.5 * initial) << "the task should be learnable in 200 steps";
   EXPECT_NEAR(loss8, loss32, 0.05 * loss32);
   int eight_bit = 0;

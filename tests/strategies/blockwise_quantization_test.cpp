@@ -44,8 +44,7 @@ TEST(DynamicMap, SignedHasBitsandbytesShape) {
   for (int i = 0; i < 7; ++i) {
     const double lo = std::pow(10.0, i - 7);
     const double hi = std::pow(10.0, i - 6);
-    const auto count = std::count_if(map.begin(), map.end() - 1,
-                                     [&](float v) { return v > lo && v < hi; });
+    const auto count = std::count_if(map.begin(), map.end() - 1, [&](float v) { return v > lo && v < hi; });
     EXPECT_EQ(count, 1 << i) << "decade " << i;
   }
 }
@@ -65,8 +64,7 @@ TEST(DynamicMap, UnsignedHasBitsandbytesShape) {
   for (int i = 0; i < 7; ++i) {
     const double lo = std::pow(10.0, i - 7);
     const double hi = std::pow(10.0, i - 6);
-    const auto count = std::count_if(map.begin(), map.end() - 1,
-                                     [&](float v) { return v > lo && v < hi; });
+    const auto count = std::count_if(map.begin(), map.end() - 1, [&](float v) { return v > lo && v < hi; });
     EXPECT_EQ(count, 2 << i) << "decade " << i;
   }
 }
@@ -184,8 +182,7 @@ double round_trip(const at::Tensor& x, const QuantizationMap& map) {
 TEST(BlockwiseQuantization, SignedRoundTripOfNormalData) {
   at::manual_seed(0);
   // Sizes: one partial block, whole blocks, whole blocks plus a tail, 3-D.
-  for (const std::vector<int64_t>& shape :
-       std::vector<std::vector<int64_t>>{{5}, {3 * 2048}, {10000}, {7, 33, 50}}) {
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{5}, {3 * 2048}, {10000}, {7, 33, 50}}) {
     const at::Tensor x = at::randn(shape) * 0.01;
     const double rel = round_trip(x, QuantizationMap::dynamic(true));
     // L1 error relative to L1 norm. Normal data over its block absmax

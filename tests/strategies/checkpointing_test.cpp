@@ -41,15 +41,12 @@
 namespace oomtune {
 namespace {
 
-constexpr double kTolerance = 1e-5;     // rtol and atol of the gradient comparison
-constexpr int64_t kGptVocab = 1000;     // examples/export_models.py --gpt-vocab
-constexpr int64_t kGptSeq = 64;         // examples/export_models.py --gpt-seq
+constexpr double kTolerance = 1e-5;  // rtol and atol of the gradient comparison
+constexpr int64_t kGptVocab = 1000;  // examples/export_models.py --gpt-vocab
+constexpr int64_t kGptSeq = 64;      // examples/export_models.py --gpt-seq
 constexpr uint64_t kSeed = 1234;
 
-std::string example_model(const std::string& name) {
-  return std::string(OOMTUNE_EXAMPLES_DIR) + "/models/" + name;
-}
-
+std::string example_model(const std::string& name) { return std::string(OOMTUNE_EXAMPLES_DIR) + "/models/" + name; }
 
 /// The models of make_checkpoint_models.py, written once per test process
 /// into a folder removed when the process exits. A failed export fails the
@@ -77,10 +74,10 @@ std::string test_model(const std::string& name) {
   return dir.path + "/" + name;
 }
 
-#define LOAD_OR_SKIP(var, path)                                       \
-  const std::string var##_path = (path);                              \
-  if (var##_path.empty()) return; /* test_model recorded why */     \
-  OOMTUNE_REQUIRE_FILE(var##_path);                                   \
+#define LOAD_OR_SKIP(var, path)                                 \
+  const std::string var##_path = (path);                        \
+  if (var##_path.empty()) return; /* test_model recorded why */ \
+  OOMTUNE_REQUIRE_FILE(var##_path);                             \
   torch::jit::Module var = torch::jit::load(var##_path)
 
 /// Sets the graph executor's optimization for the scope.
@@ -236,7 +233,7 @@ std::vector<c10::IValue> gpt_input(int64_t batch) { return {at::randint(0, kGptV
 // --- Counting CPU allocator (DESIGN.md "Counting CPU allocator") ---------
 
 std::atomic<int64_t> g_live_bytes{0};
-constexpr size_t kHeaderBytes = 64;  // keeps alloc_cpu's 64-byte alignment; holds the size
+constexpr size_t kHeaderBytes = 64;          // keeps alloc_cpu's 64-byte alignment; holds the size
 constexpr uint8_t kAllocatorPriority = 255;  // c10::SetCPUAllocator compares with >=
 
 /// Counts live CPU bytes while installed; restores the previous allocator.
@@ -317,8 +314,8 @@ TEST(BlockDetection, ResNetBlocksAreTheLayerChildren) {
     paths.push_back(block.path);
     EXPECT_EQ(block.type_name, "__torch__.torchvision.models.resnet.BasicBlock");
   }
-  EXPECT_EQ(paths, (std::vector<std::string>{"layer1.0", "layer1.1", "layer2.0", "layer2.1", "layer3.0",
-                                             "layer3.1", "layer4.0", "layer4.1"}));
+  EXPECT_EQ(paths, (std::vector<std::string>{"layer1.0", "layer1.1", "layer2.0", "layer2.1", "layer3.0", "layer3.1",
+                                             "layer4.0", "layer4.1"}));
 }
 
 TEST(BlockDetection, ResNet50HasSixteenBottlenecks) {
@@ -349,8 +346,8 @@ TEST(BlockDetection, RunsOfOneClassBetweenAStemAndAHeadAreBlocks) {
   LOAD_OR_SKIP(plain, test_model("mixed.pt"));
   std::vector<std::string> paths;
   for (const auto& block : detect_blocks(plain)) paths.push_back(block.path);
-  EXPECT_EQ(paths, (std::vector<std::string>{"features.1", "features.2", "features.3", "features.4.0",
-                                             "features.4.1", "features.5.0", "features.5.1", "features.6.0"}));
+  EXPECT_EQ(paths, (std::vector<std::string>{"features.1", "features.2", "features.3", "features.4.0", "features.4.1",
+                                             "features.5.0", "features.5.1", "features.6.0"}));
   torch::jit::Module ckpt = torch::jit::load(plain_path);
   apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
   const auto input = [] { return std::vector<c10::IValue>{at::randn({8, 16})}; };
@@ -411,26 +408,27 @@ TEST_P(GptGradients, EqualThePlainRun) {
   EXPECT_EQ(report.blocks.size(), 4u);
 
   const int steps = c.optimize ? 3 : 1;
-  const Grads expected = train_steps(plain, [] { return gpt_input(2); }, steps);
-  const Grads actual = train_steps(ckpt, [] { return gpt_input(2); }, steps);
+  const Grads expected = train_steps(
+      plain, [] { return gpt_input(2); }, steps);
+  const Grads actual = train_steps(
+      ckpt, [] { return gpt_input(2); }, steps);
   expect_same_gradients(expected, actual);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Plans, GptGradients,
-    ::testing::Values(GptCase{"all", false, {"blocks.0", "blocks.1", "blocks.2", "blocks.3"}},
-                      GptCase{"every:2", false, {"blocks.0", "blocks.2"}},
-                      GptCase{"first:1", false, {"blocks.0"}},
-                      GptCase{"paths:blocks.1+blocks.3", false, {"blocks.1", "blocks.3"}},
-                      GptCase{"all", true, {"blocks.0", "blocks.1", "blocks.2", "blocks.3"}},
-                      GptCase{"every:2", true, {"blocks.0", "blocks.2"}}),
-    [](const ::testing::TestParamInfo<GptCase>& info) {
-      std::string name = info.param.plan;
-      for (char& ch : name) {
-        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-      }
-      return name + (info.param.optimize ? "_optimize_on" : "_optimize_off");
-    });
+INSTANTIATE_TEST_SUITE_P(Plans, GptGradients,
+                         ::testing::Values(GptCase{"all", false, {"blocks.0", "blocks.1", "blocks.2", "blocks.3"}},
+                                           GptCase{"every:2", false, {"blocks.0", "blocks.2"}},
+                                           GptCase{"first:1", false, {"blocks.0"}},
+                                           GptCase{"paths:blocks.1+blocks.3", false, {"blocks.1", "blocks.3"}},
+                                           GptCase{"all", true, {"blocks.0", "blocks.1", "blocks.2", "blocks.3"}},
+                                           GptCase{"every:2", true, {"blocks.0", "blocks.2"}}),
+                         [](const ::testing::TestParamInfo<GptCase>& info) {
+                           std::string name = info.param.plan;
+                           for (char& ch : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return name + (info.param.optimize ? "_optimize_on" : "_optimize_off");
+                         });
 
 TEST(GptGradients, DropoutIsReallyOnSoSeedsMatter) {
   // Guards the comparisons above: with dropout active, other dropout masks
@@ -534,8 +532,9 @@ class ListArguments : public ::testing::TestWithParam<bool> {};
 // concatenate 20 features into its 8-feature BatchNorm and fail. Dropout and
 // BatchNorm are on; gradients equal the plain run's.
 TEST_P(ListArguments, DenseLayersCheckpointAndGradientsEqualThePlainRun) {
-  expect_all_blocks_train_like_plain("dense.pt", GetParam(), {"block.layer1", "block.layer2", "block.layer3"},
-                                     [] { return std::vector<c10::IValue>{at::randn({8, 16})}; });
+  expect_all_blocks_train_like_plain("dense.pt", GetParam(), {"block.layer1", "block.layer2", "block.layer3"}, [] {
+    return std::vector<c10::IValue>{at::randn({8, 16})};
+  });
 }
 
 // A block that appends a Tensor it made to its List[Tensor] argument (and
@@ -581,8 +580,9 @@ class TracedDecoder : public ::testing::TestWithParam<bool> {};
 // plain run's.
 TEST_P(TracedDecoder, LlamaLayersCheckpointAndGradientsEqualThePlainRun) {
   expect_all_blocks_train_like_plain("llama_trace.pt", GetParam(),
-                                     {"model.layers.0", "model.layers.1", "model.layers.2"},
-                                     [] { return std::vector<c10::IValue>{at::randint(0, 100, {8, 16})}; });
+                                     {"model.layers.0", "model.layers.1", "model.layers.2"}, [] {
+                                       return std::vector<c10::IValue>{at::randint(0, 100, {8, 16})};
+                                     });
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimize, TracedDecoder, ::testing::Values(false, true), on_or_off);
@@ -617,8 +617,10 @@ TEST(CheckpointOp, RecomputationRunsUnderTheForwardsAutocast) {
   torch::jit::Module ckpt = torch::jit::load(plain_path);
   apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
   const StepOptions bf16_sgd{/*bf16_autocast=*/true, /*sgd_lr=*/0.1};
-  const Grads expected = train_steps(plain, [] { return gpt_input(2); }, 2, bf16_sgd);
-  const Grads actual = train_steps(ckpt, [] { return gpt_input(2); }, 2, bf16_sgd);
+  const Grads expected = train_steps(
+      plain, [] { return gpt_input(2); }, 2, bf16_sgd);
+  const Grads actual = train_steps(
+      ckpt, [] { return gpt_input(2); }, 2, bf16_sgd);
   expect_same_gradients(expected, actual);
   EXPECT_FALSE(compat::cpu_autocast_enabled());
 }
@@ -666,8 +668,7 @@ TEST(CheckpointOp, NoGradInferenceIsAPlainCall) {
   at::NoGradGuard no_grad;
   at::manual_seed(kSeed);
   std::vector<c10::IValue> inputs = gpt_input(2);
-  EXPECT_TRUE(at::allclose(plain.forward(inputs).toTensor(), ckpt.forward(inputs).toTensor(), kTolerance,
-                           kTolerance));
+  EXPECT_TRUE(at::allclose(plain.forward(inputs).toTensor(), ckpt.forward(inputs).toTensor(), kTolerance, kTolerance));
 }
 
 // --- Memory ---------------------------------------------------------------
@@ -759,16 +760,14 @@ TEST(CheckpointErrors, UnknownPathListsTheDetectedBlocks) {
 
 TEST(CheckpointErrors, FirstNPastTheBlockCount) {
   LOAD_OR_SKIP(gpt, example_model("gpt.pt"));
-  const std::string message =
-      config_error_message([&] { apply_checkpointing(gpt, parse_checkpoint_plan("first:5")); });
+  const std::string message = config_error_message([&] { apply_checkpointing(gpt, parse_checkpoint_plan("first:5")); });
   EXPECT_NE(message.find("1 <= n <= 4"), std::string::npos) << message;
   EXPECT_NE(message.find("got 5"), std::string::npos) << message;
 }
 
 TEST(CheckpointErrors, TensorsInsideADictArgumentAreRefused) {
   LOAD_OR_SKIP(model, test_model("dict_arg.pt"));
-  const std::string message =
-      config_error_message([&] { apply_checkpointing(model, parse_checkpoint_plan("all")); });
+  const std::string message = config_error_message([&] { apply_checkpointing(model, parse_checkpoint_plan("all")); });
   EXPECT_NE(message.find("cannot checkpoint 'blocks.0' (__torch__.DictArgBlock)"), std::string::npos) << message;
   EXPECT_NE(message.find("takes (Dict[str, Tensor]) and returns Tensor"), std::string::npos) << message;
   EXPECT_EQ(message.find("compilation unit"), std::string::npos) << message;
@@ -852,8 +851,8 @@ TEST(ArgumentWrites, ViewsAndElementsOfTheArgumentAreTheArgument) {
       {"def forward(self, xs: List[Tensor]) -> Tensor:\n  xs[0].add_(1.0)\n  return xs[0]\n", "xs", false,
        "aten::add_"},
       {"def forward(self, xs: List[Tensor]) -> Tensor:\n  y = xs.pop()\n  return y\n", "xs", true, "aten::pop"},
-      {"def forward(self, p: Tuple[Tensor, Tensor]) -> Tensor:\n  a, b = p\n  b.zero_()\n  return a\n", "p",
-       false, "aten::zero_"},
+      {"def forward(self, p: Tuple[Tensor, Tensor]) -> Tensor:\n  a, b = p\n  b.zero_()\n  return a\n", "p", false,
+       "aten::zero_"},
       {"def forward(self, x: Tensor, inplace: bool) -> Tensor:\n  return self.act(x, True)\n"
        "def act(self, x: Tensor, inplace: bool) -> Tensor:\n  if inplace:\n    x.relu_()\n  return x\n",
        "x", false, "aten::relu_"},
@@ -917,8 +916,8 @@ TEST(ArgumentWrites, WritesThatMayNotHappenAreLeftToTheOperator) {
 // BatchNorm's num_batches_tracked.add_), the DenseNet-style layers and the
 // traced Llama decoder's layers.
 TEST(ArgumentWrites, TheBlocksOfRealModelsWriteNoArgument) {
-  const std::vector<std::string> paths = {example_model("gpt.pt"), example_model("resnet50.pt"),
-                                          test_model("dense.pt"), test_model("llama_trace.pt")};
+  const std::vector<std::string> paths = {example_model("gpt.pt"), example_model("resnet50.pt"), test_model("dense.pt"),
+                                          test_model("llama_trace.pt")};
   for (const std::string& path : paths) {
     LOAD_OR_SKIP(model, path);
     const std::vector<BlockInfo> blocks = detect_blocks(model);

@@ -13,9 +13,9 @@
 /// Fails the current test, and returns from it, when `path` (anything a
 /// std::filesystem::path is made from) does not exist. Use at the top level
 /// of a TEST body (gtest's FAIL() returns from the enclosing function).
-#define OOMTUNE_REQUIRE_FILE(path)                                                                          \
-  do {                                                                                                      \
-    if (!std::filesystem::exists(path))                                                                     \
-      FAIL() << (path) << " is missing: ./setup.sh exports the models (examples/export_models.py, "          \
-             << "tests/core/make_test_models.py) and ../shared holds the fixtures";                          \
+#define OOMTUNE_REQUIRE_FILE(path)                                                                  \
+  do {                                                                                              \
+    if (!std::filesystem::exists(path))                                                             \
+      FAIL() << (path) << " is missing: ./setup.sh exports the models (examples/export_models.py, " \
+             << "tests/core/make_test_models.py) and ../shared holds the fixtures";                 \
   } while (0)

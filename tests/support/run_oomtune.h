@@ -34,7 +34,8 @@ inline RunResult run_program(const std::string& program, const std::string& args
   static int calls = 0;
   const auto err_path = std::filesystem::temp_directory_path() /
                         ("oomtune_test_stderr_" + std::to_string(::getpid()) + "_" + std::to_string(++calls) + ".txt");
-  const std::string command = (env.empty() ? "" : "env " + env + " ") + program + " " + args + " 2>" + err_path.string();
+  const std::string command =
+      (env.empty() ? "" : "env " + env + " ") + program + " " + args + " 2>" + err_path.string();
   RunResult result;
   FILE* pipe = ::popen(command.c_str(), "r");
   char buffer[4096];
