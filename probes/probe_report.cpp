@@ -57,7 +57,8 @@ std::string to_string(TrialOutcome outcome) {
 std::string outcome_text(const ProbeReport& r) {
   const std::string outcome = to_string(r.outcome);
   if (r.message.rfind(outcome, 0) == 0) return r.message;  // "crashed: SIGSEGV during forward" says it all
-  const std::string where = r.phase_at_failure.empty() ? outcome : outcome + " during " + r.phase_at_failure;
+  const std::string where =
+      r.phase_at_failure ? outcome + " during " + std::string(phase_name(*r.phase_at_failure)) : outcome;
   return r.message.empty() ? where : where + ": " + r.message;
 }
 
@@ -87,7 +88,7 @@ nlohmann::json to_json(const ProbeReport& r) {
       {"outcome", to_string(r.outcome)},
       {"message", r.message},
       {"input_error", r.input_error},
-      {"phase_at_failure", r.phase_at_failure},
+      {"phase_at_failure", r.phase_at_failure ? std::string(phase_name(*r.phase_at_failure)) : std::string()},
       {"phases", phases},
       {"peak_bytes", r.peak_bytes},
       {"host_peak_bytes", r.host_peak_bytes},
@@ -158,7 +159,10 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     r.outcome = outcome_from_string(j.at("outcome").get<std::string>());
     r.message = j.at("message").get<std::string>();
     r.input_error = j.value("input_error", false);
-    r.phase_at_failure = j.value("phase_at_failure", "");
+    if (const std::string phase = j.value("phase_at_failure", ""); !phase.empty()) {
+      r.phase_at_failure = phase_from_name(phase);
+      if (!r.phase_at_failure) throw InputError(fmt::format("probe report: unknown phase_at_failure '{}'", phase));
+    }
     for (std::size_t i = 0; i < kNumPhases; ++i)
       r.phases[i] = phase_from_json(j.at("phases").at(std::string(phase_name(static_cast<Phase>(i)))));
     r.peak_bytes = j.at("peak_bytes").get<int64_t>();

@@ -85,9 +85,9 @@ struct ProbeReport {
   int64_t global_batch = 0;        // COUNT
   int64_t parameter_count = 0;     // COUNT: trainable parameter elements
   TrialOutcome outcome = TrialOutcome::kOk;
-  std::string message;           // why it did not run (empty when ok)
-  bool input_error = false;      // kError caused by the user's input (model file, job, config): exit code 2
-  std::string phase_at_failure;  // phase where an OOM or crash happened, if known
+  std::string message;                    // why it did not run (empty when ok)
+  bool input_error = false;               // kError caused by the user's input (model file, job, config): exit code 2
+  std::optional<Phase> phase_at_failure;  // where an OOM, crash or error happened, if known (JSON: its name, "")
   std::array<PhaseMemory, kNumPhases> phases{};  // of the measured step
   int64_t peak_bytes = 0;                        // SUM: device peak of the measured step
   int64_t host_peak_bytes = 0;                   // SUM: host-pool peak of the measured step

@@ -28,7 +28,7 @@ std::vector<int64_t> probe_sizes(const JobSpec& job) {
 
 // Weights that ran out of memory while loading: no micro-batch can help.
 bool ran_out_loading(const ProbeReport& r) {
-  return r.outcome == TrialOutcome::kOutOfMemory && r.phase_at_failure == phase_name(Phase::kLoad);
+  return r.outcome == TrialOutcome::kOutOfMemory && r.phase_at_failure == Phase::kLoad;
 }
 
 // A failure every larger micro-batch would repeat: it needs more memory, or
@@ -83,7 +83,7 @@ Search::PlainProbes Search::probe_plain(const std::vector<int64_t>& sizes, Plain
     if (const auto known = p.failed.find(s); known != p.failed.end()) return known->second.outcome;
     ProbeReport r = probe(base_, s);
     // A model file that does not load will not load at any micro-batch.
-    if (r.outcome == TrialOutcome::kError && r.input_error && r.phase_at_failure == phase_name(Phase::kLoad))
+    if (r.outcome == TrialOutcome::kError && r.input_error && r.phase_at_failure == Phase::kLoad)
       throw InputError(r.message);
     const TrialOutcome outcome = r.outcome;
     (outcome == TrialOutcome::kOk ? p.ran : p.failed).emplace(s, std::move(r));

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstddef>
+#include <optional>
 #include <string_view>
 
 namespace oomtune {
@@ -16,6 +17,14 @@ constexpr std::size_t kNumPhases = static_cast<std::size_t>(Phase::kNumPhases);
 constexpr std::string_view phase_name(Phase phase) {
   constexpr std::array<std::string_view, kNumPhases> kNames = {"load", "forward", "loss", "backward", "optimizer"};
   return kNames[static_cast<std::size_t>(phase)];
+}
+
+/// The phase named `name` (as phase_name writes it), or nullopt for any
+/// other text.
+constexpr std::optional<Phase> phase_from_name(std::string_view name) {
+  for (std::size_t i = 0; i < kNumPhases; ++i)
+    if (phase_name(static_cast<Phase>(i)) == name) return static_cast<Phase>(i);
+  return std::nullopt;
 }
 
 }  // namespace oomtune

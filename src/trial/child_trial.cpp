@@ -137,19 +137,20 @@ ProbeReport run_trial_in_child(const JobSpec& job, const TrainingConfig& config,
   ProbeReport report;
   if (timed_out) {
     report = outcome_report(job, config, TrialOutcome::kTimeout,
-                            fmt::format("timeout: no result after {:.0f} s", child.timeout_seconds), "");
+                            fmt::format("timeout: no result after {:.0f} s", child.timeout_seconds), std::nullopt);
   } else if (WIFSIGNALED(status)) {
     const std::string phase = read_file_or_empty(crash_note_path(result_path));
     report = outcome_report(
         job, config, TrialOutcome::kCrashed,
-        fmt::format("crashed: {}{}", signal_name(WTERMSIG(status)), phase.empty() ? "" : " during " + phase), phase);
+        fmt::format("crashed: {}{}", signal_name(WTERMSIG(status)), phase.empty() ? "" : " during " + phase),
+        phase_from_name(phase));
   } else if (std::filesystem::exists(result_path)) {
     report = probe_report_from_json(nlohmann::json::parse(read_file_or_empty(result_path)));
   } else {
     report = outcome_report(job, config, TrialOutcome::kError,
                             fmt::format("the trial process exited with code {} and no result",
                                         WIFEXITED(status) ? WEXITSTATUS(status) : -1),
-                            "");
+                            std::nullopt);
   }
   remove_tree(dir.string());
   return report;

@@ -93,8 +93,7 @@ int serve_trial(const std::string& request_path, const std::string& result_path)
   ProbeReport report;
   TrainingConfig config;
   const auto failed = [&](const std::string& message, bool input_error) {
-    report = outcome_report(request.job, config, TrialOutcome::kError, message,
-                            std::string(phase_name(static_cast<Phase>(g_phase))));
+    report = outcome_report(request.job, config, TrialOutcome::kError, message, static_cast<Phase>(g_phase));
     report.input_error = input_error;
   };
   try {

@@ -46,7 +46,7 @@ TrialRequest read_trial_request(const std::string& path) {
 }
 
 ProbeReport outcome_report(const JobSpec& job, const TrainingConfig& config, TrialOutcome outcome,
-                           const std::string& message, const std::string& phase) {
+                           const std::string& message, std::optional<Phase> phase) {
   ProbeReport r;
   r.config = to_string(config);
   r.micro_batch = config.micro_batch;

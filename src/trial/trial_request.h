@@ -5,6 +5,7 @@
 // (probes/probe_report.h). No libtorch: the oomtune executable writes
 // requests without loading it.
 
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -31,9 +32,9 @@ nlohmann::json trial_request_json(const JobSpec& job, const TrainingConfig& conf
 TrialRequest read_trial_request(const std::string& path);
 
 /// A report that carries only an outcome (an error, a crash, a timeout), its
-/// message and the phase it happened in ("" when unknown).
+/// message and the phase it happened in (nullopt when unknown).
 ProbeReport outcome_report(const JobSpec& job, const TrainingConfig& config, TrialOutcome outcome,
-                           const std::string& message, const std::string& phase);
+                           const std::string& message, std::optional<Phase> phase);
 
 /// Where the child notes the phase it crashed in: beside the result file.
 inline std::string crash_note_path(const std::string& result_path) { return result_path + ".phase"; }

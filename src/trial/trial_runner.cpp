@@ -102,7 +102,7 @@ void refuse_checkpoint(ProbeReport& report, const std::string& message, Phase ph
   report.outcome = TrialOutcome::kError;
   report.input_error = true;
   report.message = one_line(message);
-  report.phase_at_failure = std::string(phase_name(phase));
+  report.phase_at_failure = phase;
   report.refused_checkpoint_class = refused_class;
   report.other_checkpointed_blocks = other_blocks;
 }
@@ -288,7 +288,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     }
     report.outcome = TrialOutcome::kOutOfMemory;
     report.message = out_of_memory_message(e);
-    report.phase_at_failure = std::string(phase_name(current_phase));
+    report.phase_at_failure = current_phase;
     report.peak_bytes = std::max(report.peak_bytes, tracker.peak_bytes());
     report.kernel_scratch = tracker.kernel_scratch();
   }

@@ -49,7 +49,7 @@ TEST_F(ChildTrial, ASegfaultIsACrashNamingSignalAndPhase) {
   const ProbeReport r = run(job);
   EXPECT_EQ(r.outcome, TrialOutcome::kCrashed);
   EXPECT_EQ(r.message, "crashed: SIGSEGV during forward");
-  EXPECT_EQ(r.phase_at_failure, "forward");
+  EXPECT_EQ(r.phase_at_failure, Phase::kForward);
 }
 
 TEST_F(ChildTrial, AnAbortInBackwardIsACrashToo) {

@@ -256,7 +256,7 @@ TEST(Trial, ABudgetTooSmallIsAnOutOfMemoryOutcome) {
   const ProbeReport r = run_trial(job, baseline_config(job), quick());
   EXPECT_EQ(r.outcome, TrialOutcome::kOutOfMemory);
   EXPECT_NE(r.message.find("oomtune budget: tried to allocate"), std::string::npos) << r.message;
-  EXPECT_FALSE(r.phase_at_failure.empty());
+  EXPECT_TRUE(r.phase_at_failure.has_value());
   EXPECT_LE(r.peak_bytes, 16LL << 20);
 }
 
@@ -295,7 +295,7 @@ TEST_P(RefusedCheckpoint, NamesItsClassAndTheBlocksLeft) {
   config.checkpoint = parse_checkpoint_plan("all");
   const ProbeReport refused = run_trial(job, config, quick());
   EXPECT_EQ(refused.outcome, TrialOutcome::kError);
-  EXPECT_EQ(refused.phase_at_failure, c.phase);
+  EXPECT_EQ(refused.phase_at_failure, phase_from_name(c.phase));
   EXPECT_NE(refused.message.find(c.message), std::string::npos) << refused.message;
   EXPECT_EQ(refused.refused_checkpoint_class, c.block_class);
   const std::vector<std::string> encoder = {"encoder.0", "encoder.1"};

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/error.h"
+
 namespace oomtune {
 namespace {
 
@@ -36,6 +38,28 @@ TEST(ProbeReportJson, KernelScratchAndMeasuredReservedRoundTrip) {
   r.measured_reserved.reset();
   EXPECT_FALSE(to_json(r).contains("measured_reserved"));
   EXPECT_FALSE(probe_report_from_json(to_json(r)).measured_reserved.has_value());
+}
+
+TEST(ProbeReportJson, ThePhaseAtFailureIsAPhaseWrittenByItsName) {
+  ProbeReport r;
+  r.outcome = TrialOutcome::kOutOfMemory;
+  r.message = "tried to allocate 2048 bytes";
+  r.phase_at_failure = Phase::kBackward;
+  const nlohmann::json j = to_json(r);
+  EXPECT_EQ(j.at("phase_at_failure"), "backward");
+  EXPECT_EQ(probe_report_from_json(j).phase_at_failure, Phase::kBackward);
+  EXPECT_EQ(outcome_text(r), "out_of_memory during backward: tried to allocate 2048 bytes");
+  r.phase_at_failure.reset();
+  EXPECT_EQ(to_json(r).at("phase_at_failure"), "");
+  EXPECT_FALSE(probe_report_from_json(to_json(r)).phase_at_failure.has_value());
+  nlohmann::json bad = j;
+  bad["phase_at_failure"] = "backwards";
+  try {
+    probe_report_from_json(bad);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown phase_at_failure 'backwards'"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1171,7 +1171,7 @@ TEST(DecisionTree, WeightsThatDoNotLoadAreOverTheBudget) {
       ProbeReport r;
       r.config = to_string(c);
       r.outcome = TrialOutcome::kOutOfMemory;
-      r.phase_at_failure = "load";
+      r.phase_at_failure = Phase::kLoad;
       r.message = "oomtune budget: tried to allocate 4.83 KiB; 0 B of 3.80 KiB budget in use";
       return r;
     }

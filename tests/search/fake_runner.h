@@ -159,7 +159,7 @@ class FakeRunner : public TrialRunner {
     for (const std::string& path : r.checkpointed_blocks) {
       if (block_classes.at(static_cast<std::size_t>(path.back() - '0')) != refusing_class) continue;
       r.outcome = TrialOutcome::kError;
-      r.phase_at_failure = "forward";
+      r.phase_at_failure = Phase::kForward;
       r.message = "oomtune::checkpoint: forward of " + refusing_class + " modified its argument x in place";
       r.refused_checkpoint_class = refusing_class;
       for (const std::string& other : r.checkpointed_blocks)
@@ -174,13 +174,13 @@ class FakeRunner : public TrialRunner {
     }
     if (c.micro_batch <= fails_at_or_below) {
       r.outcome = TrialOutcome::kError;
-      r.phase_at_failure = "forward";
+      r.phase_at_failure = Phase::kForward;
       r.message = "Expected more than 1 value per channel when training";
       return r;
     }
     if ((enforce && r.peak_bytes > usable_budget) || (!enforce && probe_budget > 0 && r.peak_bytes > probe_budget)) {
       r.outcome = TrialOutcome::kOutOfMemory;
-      r.phase_at_failure = "forward";
+      r.phase_at_failure = Phase::kForward;
       r.message = "oomtune budget: tried to allocate";
       return r;
     }
