@@ -8,12 +8,6 @@
 namespace oomtune {
 namespace {
 
-StrategySet set_of(std::initializer_list<Strategy> strategies) {
-  StrategySet set;
-  for (Strategy s : strategies) set.set(static_cast<std::size_t>(s));
-  return set;
-}
-
 // An optimizer that replaces the job's AdamW: only on an AdamW base whose
 // state stays on the device (offload moves full-precision Adam: the
 // frameworks' CPU optimizers are Adam-family).
@@ -37,7 +31,7 @@ const std::array<StrategyRow, kNumStrategies> kTable = {{
      [](const TrainingConfig& c, const TrainingConfig&) { return c.optimizer == OptimizerKind::kAdamW8bit; },
      [](TrainingConfig& c, const StrategyContext&) { c.optimizer = OptimizerKind::kAdamW8bit; },
      [](const JobSpec&, const TrainingConfig& base) { return replaces_adamw(base); },
-     set_of({Strategy::kOffload, Strategy::kAdafactor}), /*optimizer_state=*/true, /*rescue=*/true,
+     strategy_set({Strategy::kOffload, Strategy::kAdafactor}), /*optimizer_state=*/true, /*rescue=*/true,
      "quantized optimizer states: close to, not equal to, {}'s updates"},
     {Strategy::kOffload, "optimizer offload", [](const StrategyContext&) -> std::string { return "optimizer offload"; },
      1, [](const TrainingConfig& c, const TrainingConfig&) { return c.offload_optimizer; },
@@ -48,7 +42,7 @@ const std::array<StrategyRow, kNumStrategies> kTable = {{
        c.offload_optimizer = true;
      },
      [](const JobSpec&, const TrainingConfig& base) { return !base.offload_optimizer; },
-     set_of({Strategy::kAdamW8bit, Strategy::kAdafactor}), /*optimizer_state=*/true, /*rescue=*/true, nullptr},
+     strategy_set({Strategy::kAdamW8bit, Strategy::kAdafactor}), /*optimizer_state=*/true, /*rescue=*/true, nullptr},
     {Strategy::kBf16,
      "bf16 autocast",
      [](const StrategyContext& context) -> std::string {
@@ -68,11 +62,17 @@ const std::array<StrategyRow, kNumStrategies> kTable = {{
      [](const TrainingConfig& c, const TrainingConfig&) { return c.optimizer == OptimizerKind::kAdafactor; },
      [](TrainingConfig& c, const StrategyContext&) { c.optimizer = OptimizerKind::kAdafactor; },
      [](const JobSpec& job, const TrainingConfig& base) { return job.allow_adafactor && replaces_adamw(base); },
-     set_of({Strategy::kAdamW8bit, Strategy::kOffload}), /*optimizer_state=*/true, /*rescue=*/false,
+     strategy_set({Strategy::kAdamW8bit, Strategy::kOffload}), /*optimizer_state=*/true, /*rescue=*/false,
      "no momentum and a factored second moment: not {}'s updates; compare the loss curve before relying on it"},
 }};
 
 }  // namespace
+
+StrategySet strategy_set(std::initializer_list<Strategy> strategies) {
+  StrategySet set;
+  for (Strategy s : strategies) set.set(static_cast<std::size_t>(s));
+  return set;
+}
 
 const std::array<StrategyRow, kNumStrategies>& strategy_table() { return kTable; }
 

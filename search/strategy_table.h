@@ -28,6 +28,7 @@
 #include <array>
 #include <bitset>
 #include <cstddef>
+#include <initializer_list>
 #include <string>
 
 #include "job/job_spec.h"
@@ -83,6 +84,9 @@ struct StrategyRow {
 
 /// The table, in the tree's order: strategy_table()[i].id == Strategy(i).
 const std::array<StrategyRow, kNumStrategies>& strategy_table();
+
+/// The set of `strategies`.
+StrategySet strategy_set(std::initializer_list<Strategy> strategies);
 
 /// The row of `strategy`.
 const StrategyRow& row_of(Strategy strategy);

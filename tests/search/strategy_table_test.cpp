@@ -8,12 +8,6 @@
 namespace oomtune {
 namespace {
 
-StrategySet set_of(std::initializer_list<Strategy> strategies) {
-  StrategySet set;
-  for (Strategy s : strategies) set.set(static_cast<std::size_t>(s));
-  return set;
-}
-
 TEST(StrategyTable, RowsAreInTheTreesOrderAndIndexedByTheirStrategy) {
   const auto& table = strategy_table();
   ASSERT_EQ(table.size(), kNumStrategies);
@@ -34,11 +28,11 @@ TEST(StrategyTable, ExclusionsAreMutual) {
     for (const StrategyRow& b : strategy_table())
       EXPECT_EQ(a.excludes.test(static_cast<std::size_t>(b.id)), b.excludes.test(static_cast<std::size_t>(a.id)))
           << a.probe_name << " / " << b.probe_name;
-  EXPECT_TRUE(conflicting(set_of({Strategy::kAdamW8bit, Strategy::kOffload})));
-  EXPECT_TRUE(conflicting(set_of({Strategy::kAdafactor, Strategy::kAdamW8bit})));
-  EXPECT_TRUE(conflicting(set_of({Strategy::kAdafactor, Strategy::kOffload, Strategy::kBf16})));
-  EXPECT_FALSE(conflicting(set_of({Strategy::kCheckpointing, Strategy::kOffload, Strategy::kBf16})));
-  EXPECT_FALSE(conflicting(set_of({Strategy::kAdafactor, Strategy::kBf16, Strategy::kCheckpointing})));
+  EXPECT_TRUE(conflicting(strategy_set({Strategy::kAdamW8bit, Strategy::kOffload})));
+  EXPECT_TRUE(conflicting(strategy_set({Strategy::kAdafactor, Strategy::kAdamW8bit})));
+  EXPECT_TRUE(conflicting(strategy_set({Strategy::kAdafactor, Strategy::kOffload, Strategy::kBf16})));
+  EXPECT_FALSE(conflicting(strategy_set({Strategy::kCheckpointing, Strategy::kOffload, Strategy::kBf16})));
+  EXPECT_FALSE(conflicting(strategy_set({Strategy::kAdafactor, Strategy::kBf16, Strategy::kCheckpointing})));
 }
 
 TEST(StrategyTable, TurningRowsOnGivesTheConfigurationTheyAreSeenIn) {
@@ -50,18 +44,18 @@ TEST(StrategyTable, TurningRowsOnGivesTheConfigurationTheyAreSeenIn) {
   TrainingConfig base;
   base.optimizer = OptimizerKind::kAdamW8bit;  // a rescued 8-bit base: offload puts the job's AdamW back
   const TrainingConfig c =
-      with_strategies(base, set_of({Strategy::kCheckpointing, Strategy::kOffload, Strategy::kBf16}), context);
+      with_strategies(base, strategy_set({Strategy::kCheckpointing, Strategy::kOffload, Strategy::kBf16}), context);
   EXPECT_EQ(c.checkpoint, context.checkpoint_all);
   EXPECT_TRUE(c.offload_optimizer);
   EXPECT_EQ(c.optimizer, OptimizerKind::kAdamW);
   EXPECT_EQ(c.precision, Precision::kBf16Params);
   TrainingConfig fp32;
-  EXPECT_EQ(strategies_used(c, fp32), set_of({Strategy::kCheckpointing, Strategy::kOffload, Strategy::kBf16}));
+  EXPECT_EQ(strategies_used(c, fp32), strategy_set({Strategy::kCheckpointing, Strategy::kOffload, Strategy::kBf16}));
   // bf16 is "another precision than the reference's": none on a bf16 base.
   TrainingConfig bf16_base;
   bf16_base.precision = Precision::kBf16Params;
-  EXPECT_EQ(strategies_used(c, bf16_base), set_of({Strategy::kCheckpointing, Strategy::kOffload}));
-  EXPECT_EQ(strategies_label(set_of({Strategy::kCheckpointing, Strategy::kOffload, Strategy::kBf16}), context),
+  EXPECT_EQ(strategies_used(c, bf16_base), strategy_set({Strategy::kCheckpointing, Strategy::kOffload}));
+  EXPECT_EQ(strategies_label(strategy_set({Strategy::kCheckpointing, Strategy::kOffload, Strategy::kBf16}), context),
             "checkpointing (all blocks) + optimizer offload + bf16 parameters");
   EXPECT_EQ(strategies_label({}, context), "");
 }
