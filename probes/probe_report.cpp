@@ -1,5 +1,7 @@
 #include "probes/probe_report.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "common/byte_size.h"
@@ -51,6 +53,19 @@ PhaseMemory phase_from_json(const nlohmann::json& j) {
 std::string to_string(TrialOutcome outcome) {
   for (const auto& [value, name] : kOutcomeNames)
     if (value == outcome) return name;
+  return "?";
+}
+
+const std::array<std::pair<PrecisionForm, const char*>, 4> kPrecisionFormNames = {{
+    {PrecisionForm::kUnknown, ""},
+    {PrecisionForm::kFp32, "fp32"},
+    {PrecisionForm::kAutocast, "autocast"},
+    {PrecisionForm::kHalfParameters, "bf16 parameters, fp32 master"},
+}};
+
+std::string to_string(PrecisionForm form) {
+  for (const auto& [value, name] : kPrecisionFormNames)
+    if (value == form) return name;
   return "?";
 }
 
@@ -126,7 +141,7 @@ nlohmann::json to_json(const ProbeReport& r) {
       {"checkpointed_blocks", r.checkpointed_blocks},
       {"torch_version", r.torch_version},
       {"optimizing_executor", r.optimizing_executor},
-      {"precision_form", r.precision_form},
+      {"precision_form", to_string(r.precision_form)},
   };
   if (!r.refused_checkpoint_class.empty()) {
     j["checkpoint_refusal"] = {{"class", r.refused_checkpoint_class}, {"other_blocks", r.other_checkpointed_blocks}};
@@ -202,7 +217,12 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     r.checkpointed_blocks = j.at("checkpointed_blocks").get<std::vector<std::string>>();
     r.torch_version = j.at("torch_version").get<std::string>();
     r.optimizing_executor = j.at("optimizing_executor").get<bool>();
-    r.precision_form = j.value("precision_form", "");
+    const std::string form = j.value("precision_form", "");
+    const auto named = std::find_if(kPrecisionFormNames.begin(), kPrecisionFormNames.end(),
+                                    [&](const auto& entry) { return form == entry.second; });
+    if (named == kPrecisionFormNames.end())
+      throw InputError(fmt::format("probe report: unknown precision_form '{}'", form));
+    r.precision_form = named->first;
     if (j.contains("checkpoint_refusal")) {
       const auto& refusal = j.at("checkpoint_refusal");
       r.refused_checkpoint_class = refusal.at("class").get<std::string>();

@@ -28,6 +28,18 @@ enum class TrialOutcome {
 /// "ok", "out_of_memory", "crashed", "timeout", "error".
 std::string to_string(TrialOutcome outcome);
 
+/// How a trial held its numbers (strategies/mixed_precision.h picks it from
+/// the configuration's precision).
+enum class PrecisionForm {
+  kUnknown,         ///< not recorded (a report of a trial that did not start)
+  kFp32,            ///< fp32 throughout
+  kAutocast,        ///< fp32 weights, forward and backward under bf16 or fp16 autocast
+  kHalfParameters,  ///< bf16 weights and gradients, fp32 master weights in the optimizer (bf16 fallback)
+};
+
+/// "fp32", "autocast", "bf16 parameters, fp32 master"; "" for kUnknown.
+std::string to_string(PrecisionForm form);
+
 struct ProbeReport;
 
 /// The outcome, the phase it happened in and its message in one phrase,
@@ -116,7 +128,7 @@ struct ProbeReport {
   std::vector<std::string> other_checkpointed_blocks;
   std::string torch_version;
   bool optimizing_executor = false;
-  std::string precision_form;  // "fp32", "autocast" or "bf16 parameters, fp32 master" (bf16 fallback)
+  PrecisionForm precision_form = PrecisionForm::kUnknown;  // JSON: to_string(PrecisionForm)
 };
 
 /// JSON with units in the key names (`peak_bytes`, `seconds`).

@@ -36,17 +36,17 @@ std::optional<at::ScalarType> parameter_dtype(Precision precision) {
   return std::nullopt;
 }
 
-std::string precision_form(Precision precision) {
+PrecisionForm precision_form(Precision precision) {
   switch (precision) {
     case Precision::kFp32:
-      return "fp32";
+      return PrecisionForm::kFp32;
     case Precision::kBf16:
     case Precision::kFp16:
-      return "autocast";
+      return PrecisionForm::kAutocast;
     case Precision::kBf16Params:
-      return "bf16 parameters, fp32 master";
+      return PrecisionForm::kHalfParameters;
   }
-  return "?";
+  return PrecisionForm::kUnknown;
 }
 
 void cast_floating_point(torch::jit::Module& module, at::ScalarType dtype) {

@@ -37,6 +37,7 @@
 #include <ATen/ATen.h>
 #include <torch/script.h>
 
+#include "probes/probe_report.h"
 #include "session/batch.h"
 #include "strategies/training_config.h"
 
@@ -49,9 +50,10 @@ std::optional<at::ScalarType> autocast_dtype(Precision precision);
 /// nullopt for the others (parameters stay fp32).
 std::optional<at::ScalarType> parameter_dtype(Precision precision);
 
-/// How a trial report names the form (ProbeReport::precision_form): "fp32",
-/// "autocast" (bf16, fp16) or "bf16 parameters, fp32 master" (bf16_params).
-std::string precision_form(Precision precision);
+/// The form a trial of `precision` holds its numbers in
+/// (ProbeReport::precision_form): fp32, autocast (bf16, fp16) or half
+/// parameters with fp32 masters (bf16_params).
+PrecisionForm precision_form(Precision precision);
 
 /// Casts every floating-point parameter and buffer of `module` and its
 /// submodules to `dtype` in place (tensor.set_data, so the TorchScript

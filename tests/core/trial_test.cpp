@@ -68,8 +68,8 @@ TEST(Trial, Bf16ParamsSplitsStaticMemoryAsZeroCountsMixedPrecision) {
   const ProbeReport r = run_trial(job, config, quick());
   const ProbeReport fp32 = run_trial(job, baseline_config(job), quick());
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
-  EXPECT_EQ(r.precision_form, "bf16 parameters, fp32 master");
-  EXPECT_EQ(fp32.precision_form, "fp32");
+  EXPECT_EQ(r.precision_form, PrecisionForm::kHalfParameters);
+  EXPECT_EQ(fp32.precision_form, PrecisionForm::kFp32);
   EXPECT_EQ(r.parameter_count, kMlpParameters);
   // Exact, as for fp32 (requested bytes, no rounding): bf16 parameters 2 P,
   // bf16 gradients 2 P; optimizer state = fp32 masters 4 P + AdamW's

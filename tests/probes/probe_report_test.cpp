@@ -62,5 +62,23 @@ TEST(ProbeReportJson, ThePhaseAtFailureIsAPhaseWrittenByItsName) {
   }
 }
 
+TEST(ProbeReportJson, ThePrecisionFormIsWrittenByItsName) {
+  const std::pair<PrecisionForm, const char*> forms[] = {
+      {PrecisionForm::kUnknown, ""},
+      {PrecisionForm::kFp32, "fp32"},
+      {PrecisionForm::kAutocast, "autocast"},
+      {PrecisionForm::kHalfParameters, "bf16 parameters, fp32 master"}};
+  for (const auto& [form, name] : forms) {
+    ProbeReport r;
+    r.precision_form = form;
+    const nlohmann::json j = to_json(r);
+    EXPECT_EQ(j.at("precision_form"), name);
+    EXPECT_EQ(probe_report_from_json(j).precision_form, form) << name;
+  }
+  nlohmann::json bad = to_json(ProbeReport{});
+  bad["precision_form"] = "bf16";
+  EXPECT_THROW(probe_report_from_json(bad), InputError);
+}
+
 }  // namespace
 }  // namespace oomtune
