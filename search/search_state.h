@@ -33,7 +33,7 @@ inline constexpr auto kBackwardIndex = static_cast<std::size_t>(Phase::kBackward
 CheckpointPlan checkpoint_every_block();
 
 /// The set holding only `s`.
-inline StrategySet just(Strategy s) { return StrategySet().set(static_cast<std::size_t>(s)); }
+inline StrategySet just(Strategy s) { return strategy_set({s}); }
 
 /// `c` at `micro_batch`, with as many accumulation steps as the global batch
 /// needs (the last micro-batch the remainder).
