@@ -46,7 +46,7 @@ run_one() {
   local name="$1" script="$root/bench/$1/run.sh"
   case "$name" in
     checkpointing | diagnose) timeout "$timeout_s" bash "$script" "$build" ;;
-    allocsim) env -u BUILD_DIR timeout "$timeout_s" bash "$script" ;;  # its own standalone build (build-bench-allocsim/)
+    allocsim | lengths) env -u BUILD_DIR timeout "$timeout_s" bash "$script" ;;  # their own standalone builds (build-bench-NAME/)
     *) BUILD_DIR="$build" timeout "$timeout_s" bash "$script" ;;
   esac
 }

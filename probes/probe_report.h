@@ -80,7 +80,7 @@ struct StepTiming {
 };
 
 /// Prediction of the CUDA caching allocator's reserved bytes from the
-/// event stream (probes/caching_allocator_sim.h).
+/// event stream (allocsim/caching_allocator_sim.h).
 struct ReservedPrediction {
   int64_t peak_reserved_bytes = 0;             // SUM
   int64_t reserved_minus_allocated_bytes = 0;  // SUM: at the reserved peak

@@ -232,7 +232,7 @@ std::string write_plan_toml(const Plan& plan) {
 
 Plan parse_plan_toml(const std::string& text, const std::string& origin) {
   const toml::table root = parse_toml(text, origin);
-  // A job spec (src/job/job_spec.h) names a model at the top, a plan in [job].
+  // A job spec (job/job_spec.h) names a model at the top, a plan in [job].
   if (root.contains("model") && !root.contains("config"))
     throw InputError(
         fmt::format("{}: is a job spec, not a plan; emit reads the plan.toml that oomtune autotune {} "

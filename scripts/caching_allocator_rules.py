@@ -4,7 +4,7 @@ Constants and functions of c10/cuda/CUDACachingAllocator.cpp (PyTorch 2.x):
 kMinBlockSize, kSmallSize, kSmallBuffer, kLargeBuffer, kMinLargeAlloc,
 kRoundLarge, round_size() (without roundup_power2_divisions) and
 get_allocation_size(). Bytes throughout. The C++ side is
-probes/allocator_rules.h; keep the two in step.
+allocsim/allocator_rules.h; keep the two in step.
 """
 
 K_MIN_BLOCK = 512              # kMinBlockSize: every block is a multiple of it

@@ -5,7 +5,7 @@ Usage: snapshot_to_events.py SNAPSHOT.pickle OUT.json [--device N]
 
 Reads the pickle written by torch.cuda.memory._dump_snapshot() with the
 standard `pickle` module (plain dicts, lists, strings, numbers: no torch
-needed) and writes the JSON that probes/allocsim_trace.h reads:
+needed) and writes the JSON that allocsim/allocsim_trace.h reads:
 
   {"format": "oomtune-allocsim-trace", "version": 1,
    "source": "...", "device": 0,

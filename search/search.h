@@ -65,7 +65,7 @@
 //   fitting). A verified run that goes out of memory means the model was
 //   wrong: the candidate is dropped with a note and the search goes on.
 // - Budget test: on CUDA the predicted reserved bytes of the caching
-//   allocator (probes/caching_allocator_sim.h, replaying each probe's
+//   allocator (allocsim/caching_allocator_sim.h, replaying each probe's
 //   allocation stream), elsewhere the allocated peak.
 // - bf16: when a bf16-autocast probe fails for a reason other than memory
 //   (TorchScript's autocast crashes on some models), bf16 is tried as bf16

@@ -23,7 +23,10 @@
 //   retried without it) and its own nodes (selective checkpointing); bf16
 //   keeps its fallback form (Note [bf16 fallback]). Both are rows all the
 //   same: the memory model, the rescue and the counts read them as any row.
-// No libtorch: the strategies' code that runs a step is in training_step.cpp.
+// How each row is written in each framework's file is the recipe side of the
+// row: recipes/strategy_recipes.h, a layer above (its test fails for a row
+// without one). No libtorch: the strategies' code that runs a step is in
+// training_step.cpp.
 
 #include <array>
 #include <bitset>

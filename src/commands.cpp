@@ -45,7 +45,7 @@ void add_job_override_flags(CLI::App& cmd, JobOverrides& overrides) {
 void require_device_support(const JobSpec& job) {
   if (job.device != "cuda" || compat::cuda_compiled()) return;
   // Whether a GPU answers is for the trial to ask (require_cuda_trial in
-  // src/trial/trial_runner.cpp): this process does not load libtorch.
+  // trial/trial_runner.cpp): this process does not load libtorch.
   throw InputError(
       fmt::format("{}: device = \"cuda\", but this oomtune is built against libtorch {} without CUDA; build it against "
                   "PyTorch with CUDA (OOMTUNE_TORCH=pypi ./setup.sh, then build-pypi/oomtune), or use device = \"cpu\" "

@@ -20,7 +20,7 @@
 #include <random>
 #include <vector>
 
-#include "probes/caching_allocator_sim.h"
+#include "allocsim/caching_allocator_sim.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
-// The size rules of probes/allocator_rules.h against values worked out by
+// The size rules of allocsim/allocator_rules.h against values worked out by
 // hand from c10/cuda/CUDACachingAllocator.cpp.
 
-#include "probes/allocator_rules.h"
+#include "allocsim/allocator_rules.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// PYTORCH_CUDA_ALLOC_CONF parsing (probes/allocsim_config.h), with the
+// PYTORCH_CUDA_ALLOC_CONF parsing (allocsim/allocsim_config.h), with the
 // values PyTorch's own CUDAAllocatorConfig tests use.
 
-#include "probes/allocsim_config.h"
+#include "allocsim/allocsim_config.h"
 
 #include <gtest/gtest.h>
 

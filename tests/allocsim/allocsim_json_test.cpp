@@ -1,6 +1,6 @@
-// JSON round trips of the simulator's records (probes/allocsim_json.h).
+// JSON round trips of the simulator's records (allocsim/allocsim_json.h).
 
-#include "probes/allocsim_json.h"
+#include "allocsim/allocsim_json.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // with its expectations worked out by hand in the comments
 // (c10/cuda/CUDACachingAllocator.cpp, PyTorch 2.x).
 
-#include "probes/caching_allocator_sim.h"
+#include "allocsim/caching_allocator_sim.h"
 
 #include <gtest/gtest.h>
 

@@ -17,8 +17,8 @@
 #include <sstream>
 #include <string>
 
+#include "allocsim/allocsim_trace.h"
 #include "common/error.h"
-#include "probes/allocsim_trace.h"
 
 namespace oomtune::allocsim {
 namespace {

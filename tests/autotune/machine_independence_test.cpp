@@ -43,7 +43,7 @@ struct Level {
 // machine that failed CI. ATEN_CPU_CAPABILITY picks ATen's vectorized
 // kernels (aten/src/ATen/native/DispatchStub.cpp). OOMTUNE_TEST_NO_ONEDNN
 // takes the path of a CPU libtorch sends nothing to oneDNN on
-// (src/trial/serve_trial.cpp).
+// (trial/serve_trial.cpp).
 const std::vector<Level> kLevels = {
     {"as the machine runs", ""},
     {"oneDNN AVX512_CORE", "DNNL_MAX_CPU_ISA=AVX512_CORE"},

@@ -11,7 +11,7 @@ if ! command -v clang-format >/dev/null; then
   exit 1
 fi
 status=0
-for f in $(find src probes strategies search recipes tests bench examples -name '*.cpp' -o -name '*.h' | sort); do
+for f in $(find common compat allocsim job probes session strategies search trial report recipes diagnose src tests bench examples -name '*.cpp' -o -name '*.h' | sort); do
   if ! clang-format --dry-run -Werror "$f" >/dev/null 2>&1; then
     echo "check_format: $f is not clang-formatted (clang-format -i $f)"
     status=1

@@ -567,7 +567,7 @@ TEST(Cli, ProbeFitLeavesOutACrashedSize) {
   EXPECT_EQ(json.at("activation_fit").at("micro_batches"), nlohmann::json::array({2, 4}));
 }
 
-// The executable never loads libtorch itself (src/trial/trial_module.h):
+// The executable never loads libtorch itself (trial/trial_module.h):
 // diagnose, emit and --version must not pay for it.
 TEST(Cli, TheExecutableDoesNotLinkLibtorch) {
   const RunResult r = testing::run_program("readelf", "-d " + std::string(OOMTUNE_BINARY));

@@ -1,5 +1,5 @@
 // one_line(): the line of a libtorch error a user is shown (Note
-// [TorchScript errors] in src/session/model_session.cpp). The messages are
+// [TorchScript errors] in session/model_session.cpp). The messages are
 // cut from real ones (libtorch 1.13 scripted; PyTorch 2.11 traced).
 
 #include <gtest/gtest.h>

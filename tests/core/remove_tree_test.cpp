@@ -4,7 +4,7 @@
 // std::filesystem::remove_all crashed: on the GPU machine (PyTorch 2.11 wheel,
 // a toolchain linking libstdc++ statically) test_trial's call bound to the
 // copy libtorch.so exports (pytorch/pytorch#133437), which called a null
-// function (src/common/remove_tree.h). The expectations are what rm -rf does.
+// function (common/remove_tree.h). The expectations are what rm -rf does.
 
 #include "common/remove_tree.h"
 

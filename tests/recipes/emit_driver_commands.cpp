@@ -1,7 +1,7 @@
 // A test-only command table for src/main.cpp: just the emit row, so the
 // emit end-to-end tests run through the real main() (error printing, exit
 // codes) even before every subcommand of the full binary links.
-#include "commands.h"
+#include "src/commands.h"
 
 namespace oomtune {
 

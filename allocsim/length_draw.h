@@ -1,0 +1,67 @@
+#pragma once
+// The sequence lengths of a run whose batches vary in length (issue #47,
+// item 2): drawn from a distribution with a seed, the same on every machine,
+// and optionally padded up to buckets.
+//
+// Rules:
+// - The generator is SplitMix64 (Steele, Lea, Flood: "Fast splittable
+//   pseudorandom number generators", OOPSLA 2014; the constants of Vigna's
+//   splitmix64.c) with rejection sampling for a uniform integer: the
+//   standard library's distributions differ between implementations, and a
+//   length drawn here must be the same on every CI machine.
+// - A histogram is the lengths observed in a dataset (one per line of a
+//   file); a draw picks one of them uniformly, i.e. from their empirical
+//   distribution.
+// No libtorch.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace oomtune::allocsim {
+
+/// Where the lengths of a run come from.
+struct LengthDistribution {
+  enum class Kind {
+    kFixed,      ///< every step at `min` (== max)
+    kUniform,    ///< uniform over the integers in [min, max]
+    kHistogram,  ///< one of `observed`, each equally likely
+  };
+  Kind kind = Kind::kFixed;
+  int64_t min = 1;                ///< COUNT: tokens (fixed, uniform)
+  int64_t max = 1;                ///< COUNT: tokens, >= min (uniform)
+  std::vector<int64_t> observed;  ///< COUNT: tokens per sequence (histogram)
+
+  static LengthDistribution fixed(int64_t length);
+  static LengthDistribution uniform(int64_t min, int64_t max);
+  static LengthDistribution histogram(std::vector<int64_t> observed);
+};
+
+/// `steps` lengths drawn from `distribution` with `seed`. Throws InputError
+/// for steps < 0, a length < 1, min > max, or an empty histogram.
+std::vector<int64_t> draw_lengths(const LengthDistribution& distribution, int64_t steps, std::uint64_t seed);
+
+/// The lengths of a histogram file: one positive integer per line (blank
+/// lines and lines starting with '#' skipped). Throws InputError
+/// "PATH:LINE: not a positive integer: 'TEXT'", or "PATH: no lengths".
+std::vector<int64_t> read_length_histogram(const std::string& path);
+
+/// How lengths are padded before a step runs.
+struct Bucketing {
+  enum class Kind {
+    kNone,        ///< as drawn
+    kMultiple,    ///< up to the next multiple of `multiple`
+    kPowerOfTwo,  ///< up to the next power of two
+  };
+  Kind kind = Kind::kNone;
+  int64_t multiple = 1;  ///< COUNT: tokens (kMultiple), >= 1
+
+  /// "as drawn", "padded to a multiple of 128", "padded to a power of two".
+  std::string name() const;
+};
+
+/// `length` padded by `bucketing`. Throws InputError for length < 1 or a
+/// multiple < 1.
+int64_t pad_length(int64_t length, const Bucketing& bucketing);
+
+}  // namespace oomtune::allocsim

@@ -1,0 +1,580 @@
+// The analyses of `oomtune diagnose`.
+//
+// Rules:
+//   - Device: the one whose trace has the last oom event; else the longest trace.
+//   - Timeline: replay.h gives allocated and reserved after every event; the
+//     timeline keeps the highest point of each of ~800 equal event buckets,
+//     and every oom.
+//   - OOM: the state just before the oom event. Rounded request and pool
+//     follow round_size() / get_pool() (allocsim/allocator_rules.h). Verdict
+//     *fragmentation* when reserved - allocated - pending frees >= the
+//     request but the largest free block of the request's pool is smaller
+//     than the rounded request. Otherwise the verdict follows the phase of
+//     the failing call: forward -> activations_in_forward, backward ->
+//     backward_peak, optimizer -> optimizer_state_allocation, else capacity.
+//   - Peak: the event after which allocated bytes were highest; what was
+//     alive then, grouped by site and category (attribution.h).
+//   - Leak suspects: at each iteration start, live bytes per site. A site
+//     whose live bytes never drop and grow over at least 3 iterations (each
+//     step growing, >= 1 MiB in all) keeps what it allocates: a leak.
+//   - No oom: verdicts come from the peak's phase and the leaks.
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "common/byte_size.h"
+#include "diagnose/diagnosis.h"
+#include "diagnose/replay.h"
+
+namespace oomtune::diagnose {
+namespace {
+
+namespace ar = alloc_rules;
+
+constexpr int kTimelineBuckets = 800;
+constexpr size_t kMaxLeakSamples = 256;
+constexpr int64_t kMinLeakGrowth = kMiB;  // total growth below this is noise
+constexpr int kMinLeakIterations = 3;
+constexpr size_t kMaxOoms = 64;  // oom events reported in detail
+
+ar::AllocatorConfig config_of(const AllocatorSettings& s) {
+  ar::AllocatorConfig c;
+  if (s.max_split_size > 0) c.max_split_size = s.max_split_size;
+  c.garbage_collection_threshold = s.garbage_collection_threshold;
+  c.expandable_segments = s.expandable_segments;
+  c.roundup_power2_divisions = s.roundup_power2_divisions;
+  return c;
+}
+
+int choose_device(const Snapshot& snapshot) {
+  int best = 0;
+  size_t best_len = 0;
+  for (size_t d = 0; d < snapshot.device_traces.size(); ++d) {
+    const auto& t = snapshot.device_traces[d];
+    for (const auto& e : t) {
+      if (e.action == TraceAction::kOom) return static_cast<int>(d);
+    }
+    if (t.size() > best_len) {
+      best_len = t.size();
+      best = static_cast<int>(d);
+    }
+  }
+  if (snapshot.device_traces.empty() && !snapshot.segments.empty())
+    return static_cast<int>(snapshot.segments[0].device);
+  return best;
+}
+
+/// Site table: one entry per (layer, call site) pair seen, plus placeholders.
+/// Replay sums live bytes per entry; the reports merge entries by layer or
+/// by call site (GroupBy).
+class Sites {
+ public:
+  enum Placeholder { kBeforeRecording = 0, kBackwardCpp, kNoUserFrame, kNoFrames, kNumPlaceholders };
+
+  Sites(const Snapshot& snapshot, const FrameIndex& index, GroupBy group_by)
+      : snapshot_(snapshot), index_(index), group_by_(group_by) {
+    of_stack_.assign(snapshot.stacks.size(), kNoFrames);
+    for (size_t s = 1; s < snapshot.stacks.size(); ++s) {
+      const auto stack = static_cast<StackId>(s);
+      const std::pair<int64_t, int64_t> pair{index.layer_frame(stack), index.call_frame(stack)};
+      if (pair.first < 0 && pair.second < 0) {
+        of_stack_[s] = kNoUserFrame;
+        continue;
+      }
+      auto [it, inserted] = of_pair_.emplace(pair, static_cast<int32_t>(kNumPlaceholders + pairs_.size()));
+      if (inserted) pairs_.push_back(pair);
+      of_stack_[s] = it->second;
+    }
+  }
+  int size() const { return static_cast<int>(kNumPlaceholders + pairs_.size()); }
+  int32_t of(StackId stack, bool before_recording, Phase phase) const {
+    if (stack == 0) {
+      if (before_recording) return kBeforeRecording;
+      return phase == Phase::kBackward ? kBackwardCpp : kNoFrames;
+    }
+    return of_stack_[stack];
+  }
+  /// The frame a site is grouped by (its layer or call site); negative keys:
+  /// -1 - placeholder, or -1 - kNumPlaceholders for "(no layer)" / "(no call site)".
+  int64_t key(int32_t site) const {
+    if (site < kNumPlaceholders) return -1 - site;
+    const auto& p = pairs_[static_cast<size_t>(site - kNumPlaceholders)];
+    const int64_t frame = group_by_ == GroupBy::kLayer ? p.first : p.second;
+    return frame >= 0 ? frame : -1 - kNumPlaceholders;
+  }
+  /// The frame of the other kind (call site when grouped by layer), or -1.
+  int64_t other(int32_t site) const {
+    if (site < kNumPlaceholders) return -1;
+    const auto& p = pairs_[static_cast<size_t>(site - kNumPlaceholders)];
+    return group_by_ == GroupBy::kLayer ? p.second : p.first;
+  }
+  SiteBytes describe(int32_t site) const {
+    SiteBytes s;
+    switch (site) {
+      case kBeforeRecording:
+        s.site = "(allocated before recording began)";
+        return s;
+      case kBackwardCpp:
+        s.site = "(no frames: autograd engine, C++, during backward)";
+        return s;
+      case kNoUserFrame:
+        s.site = "(only torch/stdlib frames)";
+        return s;
+      case kNoFrames:
+        s.site = "(no frames)";
+        return s;
+      default:
+        break;
+    }
+    const auto& [layer, call] = pairs_[static_cast<size_t>(site - kNumPlaceholders)];
+    const int64_t f = key(site);
+    if (f >= 0) {
+      const Frame& fr = snapshot_.frames[static_cast<size_t>(f)];
+      s.site = index_.describe(f);
+      s.filename = fr.filename;
+      s.line = fr.line;
+      s.function = fr.name;
+    } else {
+      s.site = group_by_ == GroupBy::kLayer ? "(no layer)" : "(no call site)";
+    }
+    if (layer >= 0) s.layer = index_.describe(layer);
+    if (call >= 0) s.call_site = index_.describe(call);
+    return s;
+  }
+
+ private:
+  const Snapshot& snapshot_;
+  const FrameIndex& index_;
+  GroupBy group_by_;
+  std::vector<int32_t> of_stack_;
+  std::map<std::pair<int64_t, int64_t>, int32_t> of_pair_;
+  std::vector<std::pair<int64_t, int64_t>> pairs_;  // (layer frame, call frame)
+};
+
+/// Live bytes by site (merged by layer or call site) and category right now, biggest first.
+std::vector<SiteBytes> sites_now(const Replay& replay, const Sites& sites, int top, CategoryBytes* by_category) {
+  struct Acc {
+    int64_t bytes = 0;
+    int64_t blocks = 0;
+    std::array<int64_t, kNumCategories> by_category{};
+    std::map<int32_t, int64_t> by_site;  // the (layer, call) entries merged here
+  };
+  std::map<int64_t, Acc> acc;  // by Sites::key
+  if (by_category) by_category->fill(0);
+  for (const auto& [addr, b] : replay.live()) {
+    if (!b.allocated) continue;
+    Acc& slot = acc[sites.key(b.label.site)];
+    slot.bytes += b.size;
+    slot.blocks += 1;
+    slot.by_category[b.label.category] += b.size;
+    slot.by_site[b.label.site] += b.size;
+    if (by_category) (*by_category)[b.label.category] += b.size;
+  }
+  std::vector<SiteBytes> out;
+  for (const auto& [key, v] : acc) {
+    // Named by its biggest entry; the entries' other frames (call sites of a layer) are counted.
+    const auto biggest = std::max_element(v.by_site.begin(), v.by_site.end(),
+                                          [](const auto& a, const auto& b) { return a.second < b.second; });
+    SiteBytes s = sites.describe(biggest->first);
+    std::set<int64_t> others;
+    for (const auto& [site, bytes] : v.by_site) others.insert(sites.other(site));
+    s.others = static_cast<int64_t>(others.size()) - 1;
+    s.bytes = v.bytes;
+    s.blocks = v.blocks;
+    s.category =
+        static_cast<Category>(std::max_element(v.by_category.begin(), v.by_category.end()) - v.by_category.begin());
+    out.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end(), [](const SiteBytes& a, const SiteBytes& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.site < b.site;
+  });
+  if (top >= 0 && out.size() > static_cast<size_t>(top)) out.resize(static_cast<size_t>(top));
+  return out;
+}
+
+std::vector<SegmentView> segment_map_now(const Replay& replay) {
+  std::vector<SegmentView> out;
+  for (const auto& [addr, r] : replay.ranges()) {
+    SegmentView v;
+    v.address = addr;
+    v.size = r.size;
+    v.is_large = r.is_large;
+    v.is_expandable = r.is_expandable;
+    for (auto it = replay.live().lower_bound(addr); it != replay.live().end() && it->first < addr + r.size; ++it) {
+      SegmentView::Piece p;
+      p.offset = it->first - addr;
+      p.size = std::min(it->second.size, addr + r.size - it->first);
+      p.allocated = it->second.allocated;
+      p.category = static_cast<Category>(it->second.label.category);
+      v.blocks.push_back(p);
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+TimelinePoint point_now(const Replay& replay, int64_t index, int64_t time_us) {
+  TimelinePoint p;
+  p.event_index = index;
+  p.time_us = time_us;
+  p.allocated_bytes = replay.allocated_bytes();
+  p.reserved_bytes = replay.reserved_bytes();
+  for (int c = 0; c < kNumCategories; ++c)
+    p.by_category[static_cast<size_t>(c)] = replay.allocated_by_category()[static_cast<size_t>(c)];
+  return p;
+}
+
+std::string frames_note(const TraceSummary& t) {
+  std::string note;
+  if (t.alloc_events > 0 && t.alloc_events_without_frames == t.alloc_events) {
+    note = fmt::format(
+        "No allocation in the trace has frames, so phases and sites cannot be named: record with "
+        "torch.cuda.memory._record_memory_history(context=\"all\", stacks=\"python\").");
+  } else if (t.alloc_events_without_frames > 0) {
+    note = fmt::format(
+        "{} of {} allocations ({}) have no frames. {} of them follow forward frames in the trace, so they were "
+        "made by the autograd engine's C++ thread during backward: stacks=\"python\" records Python frames only "
+        "(pytorch PR #124784); they are counted as backward.",
+        t.alloc_events_without_frames, t.alloc_events, format_bytes(t.bytes_without_frames),
+        t.frameless_inferred_backward);
+  }
+  if (t.allocated_before_recording_bytes > 0) {
+    if (!note.empty()) note += " ";
+    note += fmt::format(
+        "{} were allocated before recording began (model weights, optimizer state or data created before "
+        "_record_memory_history); they have no alloc event{}.",
+        format_bytes(t.allocated_before_recording_bytes), t.truncated ? " and the trace starts mid-run" : "");
+  }
+  return note;
+}
+
+/// " at LAYER (called from CALL SITE)" for the failing call; "" without an oom or frames.
+std::string oom_place(const OomReport* oom) {
+  if (!oom || (oom->layer.empty() && oom->call_site.empty())) return "";
+  if (oom->layer.empty()) return " called from " + oom->call_site;
+  if (oom->call_site.empty() || oom->call_site == oom->layer) return " at " + oom->layer;
+  return fmt::format(" at {} (called from {})", oom->layer, oom->call_site);
+}
+
+void add_verdicts(Diagnosis& d) {
+  const OomReport* oom = d.ooms.empty() ? nullptr : &d.ooms.back();
+  std::vector<Verdict> leak_verdicts;
+  if (!d.leaks.empty()) {
+    const LeakSuspect& top = d.leaks.front();
+    int64_t total_growth = 0;
+    for (const auto& l : d.leaks) total_growth += l.last_live_bytes - l.first_live_bytes;
+    leak_verdicts.push_back(Verdict{
+        VerdictId::kLeak,
+        fmt::format("{} site{} keep what they allocate: live bytes grow by {} in all over {} iterations and are "
+                    "never freed; the largest is {} (+{} per iteration, {} alive at the end).",
+                    d.leaks.size(), d.leaks.size() == 1 ? "" : "s", format_bytes(total_growth), top.iterations,
+                    top.site.site, format_bytes(top.growth_per_iteration_bytes), format_bytes(top.site.bytes))});
+  }
+  const CategoryBytes& cats = oom ? oom->live_by_category : d.peak.by_category;
+  const int64_t act = cats[static_cast<size_t>(Category::kActivations)];
+  const int64_t allocated = oom ? oom->allocated_bytes : d.peak.allocated_bytes;
+  const Phase phase = oom ? oom->phase : d.peak.phase;
+  const std::string where = oom ? "the out-of-memory" : "the peak";
+
+  std::vector<Verdict> main;
+  if (oom && oom->fragmentation) {
+    main.push_back(
+        Verdict{VerdictId::kFragmentation,
+                fmt::format("A {} request (rounded {}, {} pool) failed although {} of reserved memory was free "
+                            "({} allocated of {} reserved): the largest free block in the {} pool was {}.{}",
+                            format_bytes(oom->requested_bytes), format_bytes(oom->rounded_bytes),
+                            oom->large_pool ? "large" : "small", format_bytes(oom->reserved_free_bytes),
+                            format_bytes(oom->allocated_bytes), format_bytes(oom->reserved_bytes),
+                            oom->large_pool ? "large" : "small", format_bytes(oom->largest_free_block_bytes),
+                            d.allocator_settings.expandable_segments ? " expandable_segments was already on." : "")});
+    // Note [Phase need]: defragmenting must satisfy the failing phase, not only its request, to come first.
+    const bool defrag_enough = oom->reserved_free_bytes >= d.need.still_needed_bytes;
+    main.back().evidence +=
+        fmt::format(" Defragmenting would make those {} usable: {} for the {} the {} phase still needed.",
+                    format_bytes(oom->reserved_free_bytes), defrag_enough ? "enough" : "not enough",
+                    format_bytes(d.need.still_needed_bytes), phase_name(oom->phase));
+  }
+  if (phase == Phase::kForward) {
+    main.push_back(Verdict{
+        VerdictId::kActivationsInForward,
+        fmt::format("{} happened in the forward pass{}{}: activations kept for backward held {} of {} allocated{}.",
+                    where == "the peak" ? "The peak" : "The out-of-memory", oom_place(oom),
+                    oom && !oom->model_forward.empty() && oom->model_forward != oom->layer
+                        ? " (model forward: " + oom->model_forward + ")"
+                        : "",
+                    format_bytes(act), format_bytes(allocated),
+                    oom ? fmt::format(", and the failing request was {}", format_bytes(oom->requested_bytes)) : "")});
+  } else if (phase == Phase::kBackward) {
+    main.push_back(
+        Verdict{VerdictId::kBackwardPeak,
+                fmt::format("{} happened in the backward pass{}: gradients {} and activations still alive {} of {} "
+                            "allocated.",
+                            where == "the peak" ? "The peak" : "The out-of-memory", oom_place(oom),
+                            format_bytes(cats[static_cast<size_t>(Category::kGradients)]), format_bytes(act),
+                            format_bytes(allocated))});
+  } else if (phase == Phase::kOptimizer) {
+    main.push_back(Verdict{
+        VerdictId::kOptimizerStateAllocation,
+        fmt::format("{} happened in the optimizer step{}: optimizer state alive {}, parameters {}, gradients {} "
+                    "of {} allocated. The first step of Adam/AdamW allocates two fp32 buffers per parameter.",
+                    where == "the peak" ? "The peak" : "The out-of-memory", oom_place(oom),
+                    format_bytes(cats[static_cast<size_t>(Category::kOptimizerState)]),
+                    format_bytes(cats[static_cast<size_t>(Category::kParameters)]),
+                    format_bytes(cats[static_cast<size_t>(Category::kGradients)]), format_bytes(allocated))});
+  } else if (oom && !oom->fragmentation) {
+    main.push_back(Verdict{
+        VerdictId::kCapacity,
+        fmt::format("A {} request failed with {} allocated and {} reserved; only {} of reserved memory was free, "
+                    "so this is not fragmentation: the program needs more memory than the budget.",
+                    format_bytes(oom->requested_bytes), format_bytes(oom->allocated_bytes),
+                    format_bytes(oom->reserved_bytes), format_bytes(oom->reserved_free_bytes))});
+  }
+  // Fragmentation comes first only when defragmenting would have satisfied the failing phase.
+  if (main.size() > 1 && main.front().id == VerdictId::kFragmentation &&
+      oom->reserved_free_bytes < d.need.still_needed_bytes) {
+    std::rotate(main.begin(), main.begin() + 1, main.begin() + 2);
+  }
+  // The cap says where the limit was, not why the job needed more: last.
+  // (With an oom, `main` always holds a verdict: capacity is the fallback.)
+  std::vector<Verdict> cap_verdicts;
+  if (oom && oom->memory_cap) {
+    cap_verdicts.push_back(Verdict{
+        VerdictId::kMemoryCap,
+        fmt::format("CUDA reported {} free on the device at the out-of-memory, enough for the {} segment the "
+                    "allocator needed. PyTorch's caching allocator refused it itself: {} reserved plus that segment "
+                    "would pass the cap set by torch.cuda.set_per_process_memory_fraction, so the cap lies between "
+                    "{} and {}. The verdicts above say why the job needed more.",
+                    format_bytes(oom->device_free_bytes), format_bytes(oom->segment_bytes),
+                    format_bytes(oom->reserved_bytes), format_bytes(oom->reserved_bytes),
+                    format_bytes(oom->reserved_bytes + oom->segment_bytes))});
+  }
+  // A leak goes first, unless fragmentation that defragmenting would have solved is.
+  const bool leak_first = !leak_verdicts.empty() && (main.empty() || main.front().id != VerdictId::kFragmentation);
+  if (leak_first) {
+    d.verdicts = leak_verdicts;
+    d.verdicts.insert(d.verdicts.end(), main.begin(), main.end());
+  } else {
+    d.verdicts = main;
+    d.verdicts.insert(d.verdicts.end(), leak_verdicts.begin(), leak_verdicts.end());
+  }
+  d.verdicts.insert(d.verdicts.end(), cap_verdicts.begin(), cap_verdicts.end());
+}
+
+}  // namespace
+
+const char* group_by_name(GroupBy group_by) { return group_by == GroupBy::kLayer ? "layer" : "call"; }
+
+Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const DiagnoseOptions& options) {
+  Diagnosis d;
+  d.file = file;
+  d.file_bytes = snapshot.file_bytes;
+  d.layout = layout_name(snapshot.layout);
+  d.allocator_settings = snapshot.allocator_settings;
+  const int top = std::max(options.top, 0);
+
+  const int device = choose_device(snapshot);
+  static const std::vector<TraceEvent> kNoEvents;
+  const auto& trace = static_cast<size_t>(device) < snapshot.device_traces.size()
+                          ? snapshot.device_traces[static_cast<size_t>(device)]
+                          : kNoEvents;
+  const ar::AllocatorConfig config = config_of(snapshot.allocator_settings);
+  const FrameIndex frames(snapshot);
+  const Attribution attr = attribute(trace, frames);
+  const Sites sites(snapshot, frames, options.group_by);
+  d.group_by = options.group_by;
+  d.torch_roots = frames.torch_roots();
+
+  auto labeler = [&](int64_t alloc_event, StackId stack) {
+    BlockLabel label;
+    if (alloc_event >= 0) {
+      const auto i = static_cast<size_t>(alloc_event);
+      label.category = static_cast<uint8_t>(attr.event_category[i]);
+      label.site = sites.of(stack, false, attr.event_phase[i]);
+    } else {
+      label.category = static_cast<uint8_t>(category_before_recording(stack, frames));
+      label.site = sites.of(stack, true, Phase::kUnknown);
+    }
+    return label;
+  };
+
+  // Leak samples: a subset of iteration starts.
+  std::vector<size_t> sample_at;
+  {
+    const auto& starts = attr.iteration_starts;
+    const size_t step = std::max<size_t>(1, (starts.size() + kMaxLeakSamples - 1) / kMaxLeakSamples);
+    for (size_t i = 0; i < starts.size(); i += step) sample_at.push_back(starts[i]);
+  }
+  std::vector<std::vector<int64_t>> samples;
+
+  // ---- pass 1: the whole trace
+  Replay replay(snapshot, device, config, labeler, sites.size());
+  TraceSummary& t = d.trace;
+  t.device = device;
+  t.events = static_cast<int64_t>(trace.size());
+  t.allocated_before_recording_bytes = replay.initial_allocated_bytes();
+  t.reserved_before_recording_bytes = replay.initial_reserved_bytes();
+  t.truncated = replay.orphan_frees() > 0;
+  t.iterations = static_cast<int64_t>(attr.iteration_starts.size());
+  t.alloc_events = attr.alloc_events;
+  t.alloc_events_without_frames = attr.alloc_events_without_frames;
+  t.bytes_without_frames = attr.bytes_without_frames;
+  t.frameless_inferred_backward = attr.frameless_inferred_backward;
+  if (!trace.empty() && trace.back().time_us > 0 && trace.front().time_us > 0) {
+    t.duration_us = trace.back().time_us - trace.front().time_us;
+  }
+  if (t.iterations >= 2) {
+    t.events_per_iteration =
+        static_cast<int64_t>(attr.iteration_starts.back() - attr.iteration_starts.front()) / (t.iterations - 1);
+  } else {
+    t.events_per_iteration = t.events;
+  }
+
+  size_t last_oom = SIZE_MAX;
+  for (size_t i = 0; i < trace.size(); ++i) {
+    if (trace[i].action == TraceAction::kOom) last_oom = i;
+  }
+
+  const size_t bucket = std::max<size_t>(1, (trace.size() + kTimelineBuckets - 1) / kTimelineBuckets);
+  d.timeline.push_back(point_now(replay, -1, trace.empty() ? 0 : trace.front().time_us));
+  TimelinePoint best;
+  bool have_best = false;
+  int64_t peak_alloc = replay.allocated_bytes();
+  int64_t peak_index = -1;
+  size_t next_sample = 0;
+  PhaseRunTracker runs;
+  NeedQuery need_query;  // the last oom reported
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const TraceEvent& e = trace[i];
+    while (next_sample < sample_at.size() && sample_at[next_sample] == i) {
+      samples.push_back(replay.allocated_by_site());
+      ++next_sample;
+    }
+    if (e.action == TraceAction::kOom && d.ooms.size() < kMaxOoms) {
+      OomReport o;
+      o.event_index = static_cast<int64_t>(i);
+      o.time_us = e.time_us;
+      o.requested_bytes = e.size;
+      o.rounded_bytes = ar::round_size(e.size, config);
+      o.large_pool = ar::pool_of(e.size) == ar::Pool::kLarge;
+      o.segment_bytes = ar::segment_size_for(o.rounded_bytes);
+      o.device_free_bytes = e.addr;
+      o.allocated_bytes = replay.allocated_bytes();
+      o.reserved_bytes = replay.reserved_bytes();
+      const ar::Pool pool = o.large_pool ? ar::Pool::kLarge : ar::Pool::kSmall;
+      o.pool_free_bytes = replay.free_bytes(pool);
+      o.reserved_free_bytes = replay.free_bytes(ar::Pool::kLarge) + replay.free_bytes(ar::Pool::kSmall);
+      o.largest_free_block_bytes = replay.largest_free_block(pool);
+      o.fully_free_segment_bytes = replay.fully_free_segment_bytes();
+      o.fragmentation = o.reserved_free_bytes >= o.requested_bytes && o.largest_free_block_bytes < o.rounded_bytes;
+      // device_free is read after the allocator has released its cached
+      // segments and retried, so without a cap it is below the segment.
+      o.memory_cap = o.device_free_bytes >= o.segment_bytes;
+      o.phase = attr.event_phase[i];
+      if (frames.layer_frame(e.frames) >= 0) o.layer = frames.describe(frames.layer_frame(e.frames));
+      if (frames.call_frame(e.frames) >= 0) o.call_site = frames.describe(frames.call_frame(e.frames));
+      const int64_t mf = frames.model_forward_frame(e.frames);
+      if (mf >= 0) o.model_forward = frames.describe(mf);
+      for (int c = 0; c < kNumCategories; ++c) {
+        o.live_by_category[static_cast<size_t>(c)] = replay.allocated_by_category()[static_cast<size_t>(c)];
+      }
+      need_query = NeedQuery{i, o.phase, o.rounded_bytes, o.allocated_bytes, o.live_by_category};
+      d.ooms.push_back(o);
+      d.timeline.push_back(point_now(replay, static_cast<int64_t>(i), e.time_us));
+    }
+    if (i == last_oom) {
+      d.oom_sites = sites_now(replay, sites, top, nullptr);
+      d.segment_map = segment_map_now(replay);
+      d.map_moment = "at the last out-of-memory";
+    }
+    runs.before_event(i, attr.event_phase[i], e.action == TraceAction::kOom, replay.allocated_bytes());
+    replay.apply(i);
+    runs.after_event(replay.allocated_bytes());
+    if (replay.allocated_bytes() > peak_alloc) {
+      peak_alloc = replay.allocated_bytes();
+      peak_index = static_cast<int64_t>(i);
+    }
+    if (!have_best || replay.allocated_bytes() > best.allocated_bytes) {
+      best = point_now(replay, static_cast<int64_t>(i), e.time_us);
+      have_best = true;
+    }
+    if ((i + 1) % bucket == 0 || i + 1 == trace.size()) {
+      if (have_best) d.timeline.push_back(best);
+      have_best = false;
+    }
+  }
+  std::sort(d.timeline.begin(), d.timeline.end(),
+            [](const TimelinePoint& a, const TimelinePoint& b) { return a.event_index < b.event_index; });
+  if (!d.ooms.empty()) d.need = estimate_need(need_query, runs.finish(trace.size()), trace, attr, frames);
+  t.inconsistencies = replay.inconsistencies();
+  for (const Segment& s : snapshot.segments) {
+    if (s.device != device && snapshot.device_traces.size() > 1) continue;
+    t.dumped_reserved_bytes += s.total_size;
+    for (const Block& b : s.blocks) {
+      if (b.state == BlockState::kActiveAllocated) t.dumped_allocated_bytes += b.size;
+    }
+  }
+  t.replay_matches_dump =
+      replay.allocated_bytes() == t.dumped_allocated_bytes && replay.reserved_bytes() == t.dumped_reserved_bytes;
+  t.frames_note = frames_note(t);
+
+  // ---- pass 2: the peak
+  {
+    Replay again(snapshot, device, config, labeler, sites.size());
+    for (int64_t i = 0; i <= peak_index; ++i) again.apply(static_cast<size_t>(i));
+    d.peak.event_index = peak_index;
+    d.peak.time_us = peak_index >= 0 ? trace[static_cast<size_t>(peak_index)].time_us : 0;
+    d.peak.allocated_bytes = again.allocated_bytes();
+    d.peak.reserved_bytes = again.reserved_bytes();
+    d.peak.phase = peak_index >= 0 ? attr.event_phase[static_cast<size_t>(peak_index)] : Phase::kUnknown;
+    d.peak.sites = sites_now(again, sites, top, &d.peak.by_category);
+    if (d.segment_map.empty()) {
+      d.segment_map = segment_map_now(again);
+      d.map_moment = peak_index >= 0 ? "at the peak" : "when recording began";
+    }
+  }
+
+  // ---- leaks
+  if (samples.size() >= static_cast<size_t>(kMinLeakIterations)) {
+    samples.push_back(replay.allocated_by_site());  // the end of the trace
+    const size_t n_sites = samples.front().size();
+    for (size_t s = 0; s < n_sites; ++s) {
+      if (s == static_cast<size_t>(Sites::kBeforeRecording)) continue;
+      bool never_drops = true;
+      int grew = 0;
+      for (size_t k = 1; k + 1 < samples.size(); ++k) {  // iteration starts only
+        if (samples[k][s] < samples[k - 1][s]) never_drops = false;
+        if (samples[k][s] > samples[k - 1][s]) ++grew;
+      }
+      const int64_t first = samples.front()[s];
+      const int64_t last = samples[samples.size() - 2][s];
+      const int steps = static_cast<int>(samples.size()) - 2;
+      if (!never_drops || grew < kMinLeakIterations - 1 || grew * 3 < steps * 2 || last - first < kMinLeakGrowth) {
+        continue;
+      }
+      if (samples.back()[s] < last) continue;  // freed by the end
+      LeakSuspect l;
+      l.site = sites.describe(static_cast<int32_t>(s));
+      l.site.bytes = samples.back()[s];
+      l.first_live_bytes = first;
+      l.last_live_bytes = last;
+      l.iterations = steps;
+      l.growth_per_iteration_bytes = steps > 0 ? (last - first) / steps : 0;
+      d.leaks.push_back(std::move(l));
+    }
+    std::sort(d.leaks.begin(), d.leaks.end(), [](const LeakSuspect& a, const LeakSuspect& b) {
+      return a.growth_per_iteration_bytes > b.growth_per_iteration_bytes;
+    });
+    if (d.leaks.size() > static_cast<size_t>(top)) d.leaks.resize(static_cast<size_t>(top));
+  }
+
+  add_verdicts(d);
+  recommend(d);
+  return d;
+}
+
+}  // namespace oomtune::diagnose

@@ -1,0 +1,325 @@
+// What to change, each with what it would free and whether that is enough.
+//
+// Ranking (issue #48): with an out-of-memory, each fix is judged against what
+// the failing phase still needed (phase_need.h, Note [Phase need]): "enough"
+// when it frees at least that. The enough ones come first, least cost first
+// (fixes.h); when none is enough alone, the best fix of each target
+// (fragmentation, activations, optimizer state, leak) is added, most freed
+// first, until together they are enough ("8-bit AdamW + expandable_segments");
+// then the fixes that are not enough, most freed first; then the changes
+// with no memory effect (the cap, a conflicting setting, a better snapshot).
+// Without an out-of-memory: fixes least cost first.
+//
+// What each fix frees (USERS.md; sources cited per rule):
+//   - Leak: fix it at the named site first (detach / .item() what is kept);
+//     frees the growth seen over the trace and stops further growth.
+//   - Fragmentation: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True first
+//     (pytorch PR #113481: the better first resort); frees the reserved but
+//     unusable bytes at the oom, since an expandable segment maps pages
+//     where the request needs them (c10 Note [Expandable Segments]).
+//     max_split_size_mb only as the alternative when expandable segments
+//     cannot be used, with a value derived from the sizes of large-pool
+//     allocations (just above their 90th percentile, in MiB, and below the
+//     failing request), and never together with expandable_segments
+//     (pytorch #123548: the combination errors).
+//   - garbage_collection_threshold:0.8 when whole cached segments are free
+//     at the oom (it frees them before a cudaMalloc, CUDACachingAllocator.cpp
+//     garbage_collect_cached_blocks); frees those bytes.
+//   - Activations (forward oom or peak, or activations >= 25% of allocated):
+//     activation checkpointing frees ~83% of activations (DESIGN.md: 85.9 MB
+//     -> 14.5 MB retained on a 4-block GPT) at +24% to +48% step time
+//     (docs/checkpointing.md, nine models on libtorch 1.13 CPU); half the
+//     micro-batch with twice the gradient accumulation frees half of
+//     activations + temporaries and keeps the global batch. In a forward
+//     oom both also shrink the activations the forward still needed, so
+//     they apply to the activations alive plus that need.
+//   - Optimizer state (optimizer verdict, or optimizer state >= 25%): 8-bit
+//     AdamW keeps 2 bytes per parameter instead of 8 (frees 75% of the
+//     state: of the whole 2 x gradients the first step allocates when the
+//     need is that estimate, else of the state alive, else of 2 x the
+//     parameters); CPU offload frees all of it at the cost of host transfers.
+//   - Trace: when it starts mid-run, covers fewer than 2 iterations or has
+//     no frames, record with stacks="python" and max_entries = 3 x the
+//     events of one iteration (>= 2 steps with margin; torchtitan PR #3628:
+//     stacks="all" is 100x slower to dump).
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "allocsim/allocator_rules.h"
+#include "common/byte_size.h"
+#include "diagnose/diagnosis.h"
+
+namespace oomtune::diagnose {
+namespace {
+
+constexpr double kCheckpointingSaving = 0.83;  // DESIGN.md measurement (85.9 MB -> 14.5 MB)
+constexpr double kEightBitSaving = 0.75;       // 8 -> 2 bytes of Adam state per parameter
+constexpr double kMajorShare = 0.25;           // a category "matters" above this share
+constexpr int64_t kMaxEntriesQuantum = 10000;
+constexpr int64_t kMinMaxEntries = 100000;  // PyTorch's default max_entries
+
+int64_t cat(const CategoryBytes& c, Category k) { return c[static_cast<size_t>(k)]; }
+
+bool conf_has(const std::string& conf, const char* key) { return conf.find(key) != std::string::npos; }
+
+/// max_split_size_mb from the sizes of large-pool blocks alive at the moment of interest.
+int64_t max_split_mb(const Diagnosis& d, const OomReport& oom) {
+  std::vector<int64_t> sizes;
+  for (const SegmentView& s : d.segment_map) {
+    if (!s.is_large) continue;
+    for (const auto& b : s.blocks) sizes.push_back(b.size);
+  }
+  if (sizes.empty()) return 0;
+  std::sort(sizes.begin(), sizes.end());
+  const int64_t p90 = sizes[std::min(sizes.size() - 1, sizes.size() * 9 / 10)];
+  int64_t mb = p90 / kMiB + 1;
+  const int64_t request_mb = oom.rounded_bytes / kMiB;
+  if (request_mb > 1 && mb >= request_mb) mb = request_mb - 1;
+  return std::max<int64_t>(mb, 2);  // PyTorch requires > 1 MiB (kLargeBuffer rules)
+}
+
+}  // namespace
+
+std::string sufficiency_text(const Recommendation& r) {
+  const bool combined = r.id == FixId::kCombined;
+  switch (r.sufficiency) {
+    case Sufficiency::kEnough:
+      return combined ? "enough together" : "enough";
+    case Sufficiency::kNotEnough:
+      return fmt::format("not enough {} (frees {}, needs {})", combined ? "even together" : "alone",
+                         format_bytes(r.frees_bytes), format_bytes(r.needs_bytes));
+    case Sufficiency::kUnknown:
+    case Sufficiency::kNoMemoryEffect:
+      break;
+  }
+  return "";
+}
+
+namespace {
+
+/// Judges every fix against the need and puts them in the order of the rules above.
+void rank(Diagnosis& d, std::vector<Recommendation> fixes, std::vector<Recommendation> no_effect) {
+  auto cost = [](const Recommendation& r) { return fix_kind(r.id).cost; };
+  std::vector<Recommendation>& out = d.recommendations;
+  if (!d.need.known) {
+    std::stable_sort(fixes.begin(), fixes.end(), [&](const auto& a, const auto& b) { return cost(a) < cost(b); });
+    out = std::move(fixes);
+    out.insert(out.end(), no_effect.begin(), no_effect.end());
+    return;
+  }
+  const int64_t needs = d.need.still_needed_bytes;
+  std::vector<Recommendation> enough, short_of;
+  for (Recommendation& r : fixes) {
+    r.needs_bytes = needs;
+    r.sufficiency = r.frees_bytes >= needs ? Sufficiency::kEnough : Sufficiency::kNotEnough;
+    (r.sufficiency == Sufficiency::kEnough ? enough : short_of).push_back(r);
+  }
+  std::stable_sort(enough.begin(), enough.end(), [&](const auto& a, const auto& b) { return cost(a) < cost(b); });
+  std::stable_sort(short_of.begin(), short_of.end(),
+                   [](const auto& a, const auto& b) { return a.frees_bytes > b.frees_bytes; });
+
+  // None enough alone: the best of each target together, most freed first, until enough.
+  std::vector<Recommendation> combined;
+  if (enough.empty()) {
+    std::vector<const Recommendation*> best;  // one per target
+    for (const Recommendation& r : short_of) {
+      const FixTarget target = fix_kind(r.id).target;
+      const bool taken = std::any_of(best.begin(), best.end(),
+                                     [&](const Recommendation* b) { return fix_kind(b->id).target == target; });
+      if (!taken && r.frees_bytes > 0) best.push_back(&r);  // short_of is most-freed first
+    }
+    Recommendation c;
+    c.id = FixId::kCombined;
+    std::string changes, frees, reasons;
+    for (const Recommendation* r : best) {
+      if (c.frees_bytes >= needs) break;
+      c.parts.push_back(r->id);
+      c.part_frees_bytes.push_back(r->frees_bytes);
+      c.frees_bytes += r->frees_bytes;
+      changes += std::string(changes.empty() ? "" : " + ") + fix_kind(r->id).label;
+      frees += std::string(frees.empty() ? "" : " + ") + format_bytes(r->frees_bytes);
+      reasons += std::string(reasons.empty() ? "" : "; ") + r->change;
+    }
+    if (c.parts.size() >= 2) {
+      c.change = changes;
+      c.reason = fmt::format("No single change frees the {} the {} phase still needed; together: {}.",
+                             format_bytes(needs), phase_name(d.need.phase), reasons);
+      c.estimate = frees;
+      c.needs_bytes = needs;
+      c.sufficiency = c.frees_bytes >= needs ? Sufficiency::kEnough : Sufficiency::kNotEnough;
+      combined.push_back(std::move(c));
+    }
+  }
+  const bool combined_enough = !combined.empty() && combined.front().sufficiency == Sufficiency::kEnough;
+  out = std::move(enough);
+  if (combined_enough) out.insert(out.end(), combined.begin(), combined.end());
+  out.insert(out.end(), short_of.begin(), short_of.end());
+  if (!combined_enough) out.insert(out.end(), combined.begin(), combined.end());
+  out.insert(out.end(), no_effect.begin(), no_effect.end());
+}
+
+}  // namespace
+
+void recommend(Diagnosis& d) {
+  std::vector<Recommendation> out;        // fixes that free memory
+  std::vector<Recommendation> no_effect;  // settings and advice
+  const OomReport* oom = d.ooms.empty() ? nullptr : &d.ooms.back();
+  const CategoryBytes& cats = oom ? oom->live_by_category : d.peak.by_category;
+  const int64_t allocated = std::max<int64_t>(1, oom ? oom->allocated_bytes : d.peak.allocated_bytes);
+  auto has_verdict = [&](VerdictId id) {
+    return std::any_of(d.verdicts.begin(), d.verdicts.end(), [&](const Verdict& v) { return v.id == id; });
+  };
+  const AllocatorSettings& s = d.allocator_settings;
+  const PhaseNeed& need = d.need;
+  if (!d.leaks.empty()) {
+    const LeakSuspect& l = d.leaks.front();
+    int64_t growth = 0;
+    for (const auto& x : d.leaks) growth += x.last_live_bytes - x.first_live_bytes;
+    out.push_back(Recommendation{
+        FixId::kFixLeak, fmt::format("Fix the leak at {}", l.site.site),
+        fmt::format("What this site allocates is never freed (+{} per iteration). Typical cause: a tensor kept "
+                    "across iterations with its autograd graph (e.g. losses.append(loss)); keep loss.item() or "
+                    "loss.detach() instead.",
+                    format_bytes(l.growth_per_iteration_bytes)),
+        growth, "growth of the leaking sites over the trace; it would keep growing with more iterations"});
+  }
+
+  if (oom && oom->fragmentation) {
+    if (!s.expandable_segments) {
+      out.push_back(Recommendation{
+          FixId::kExpandableSegments, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+          fmt::format("{} was reserved but free at the out-of-memory, and the largest free block of the {} "
+                      "pool was {}; with expandable segments the allocator maps pages into one growing segment "
+                      "per stream, so free memory is not stranded in fixed-size segments. Of the allocator "
+                      "settings, try this one first (pytorch PR #113481).",
+                      format_bytes(oom->reserved_free_bytes), oom->large_pool ? "large" : "small",
+                      format_bytes(oom->largest_free_block_bytes)),
+          oom->reserved_free_bytes, "reserved but unallocated bytes at the out-of-memory"});
+      const int64_t mb = max_split_mb(d, *oom);
+      if (mb > 0 && oom->pool_free_bytes > 0) {  // with no free bytes in the pool it frees nothing
+        out.push_back(Recommendation{
+            FixId::kMaxSplitSize, fmt::format("PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{}", mb),
+            fmt::format("Only if expandable_segments cannot be used, and never together with it (pytorch "
+                        "#123548). {} MiB is just above the 90th percentile of the large-pool blocks alive at the "
+                        "out-of-memory and below the {} request: blocks of {} MiB or more are then never split by "
+                        "smaller tensors, so large free blocks stay whole. It can slow allocation (pytorch PR "
+                        "#113481).",
+                        mb, format_bytes(oom->rounded_bytes), mb),
+            oom->pool_free_bytes, "up to the free bytes of the pool, if large blocks stay unsplit"});
+      }
+    }
+  }
+  if (oom && oom->fully_free_segment_bytes > 0 && s.garbage_collection_threshold == 0.0) {
+    out.push_back(Recommendation{
+        FixId::kGarbageCollection, "PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8",
+        fmt::format("{} sat in cached segments with no live block at the out-of-memory; above 80% of the budget "
+                    "the allocator then returns such segments before calling cudaMalloc.",
+                    format_bytes(oom->fully_free_segment_bytes)),
+        oom->fully_free_segment_bytes, "bytes in fully free cached segments at the out-of-memory"});
+  }
+  if (conf_has(s.conf, "max_split_size_mb") &&
+      (s.expandable_segments || conf_has(s.conf, "expandable_segments:True"))) {
+    no_effect.push_back(Recommendation{
+        FixId::kConflict, "Remove max_split_size_mb from PYTORCH_CUDA_ALLOC_CONF",
+        "max_split_size_mb together with expandable_segments errors or is ignored (pytorch #123548); keep "
+        "expandable_segments.",
+        0, "no memory effect; avoids a configuration error", Sufficiency::kNoMemoryEffect});
+  }
+
+  const int64_t act = cat(cats, Category::kActivations);
+  const int64_t temp = cat(cats, Category::kTemporaries);
+  // A forward oom: the activations still to come shrink too (Note [Phase need]).
+  const int64_t act_to_come = need.known && need.phase == Phase::kForward ? need.still_needed_bytes : 0;
+  const std::string act_basis =
+      act_to_come > 0 ? fmt::format(" + the {} the forward still needed", format_bytes(act_to_come)) : "";
+  if (act > 0 && (has_verdict(VerdictId::kActivationsInForward) || has_verdict(VerdictId::kBackwardPeak) ||
+                  static_cast<double>(act) >= kMajorShare * static_cast<double>(allocated))) {
+    out.push_back(Recommendation{
+        FixId::kActivationCheckpointing, "Activation checkpointing on the model's repeated blocks",
+        fmt::format("{} of activations were alive{}; recomputing them in backward keeps only block inputs "
+                    "(oomtune autotune applies it; +24% to +48% step time on the nine models measured in "
+                    "docs/checkpointing.md).",
+                    format_bytes(act), oom ? " at the out-of-memory" : " at the peak"),
+        static_cast<int64_t>(std::llround(kCheckpointingSaving * static_cast<double>(act + act_to_come))),
+        "83% of activations" + act_basis + ", as measured on a 4-block GPT (DESIGN.md)"});
+    out.push_back(Recommendation{
+        FixId::kMicroBatch, "Halve the micro-batch and double gradient accumulation steps",
+        "Activations and temporaries scale with the micro-batch; the global batch (micro-batch x accumulation "
+        "steps) stays the same.",
+        (act + temp + act_to_come) / 2, "half of activations + temporaries alive then" + act_basis});
+  }
+
+  const int64_t state = cat(cats, Category::kOptimizerState);
+  const int64_t params = cat(cats, Category::kParameters);
+  if (has_verdict(VerdictId::kOptimizerStateAllocation) ||
+      static_cast<double>(state) >= kMajorShare * static_cast<double>(allocated)) {
+    // The whole state the step keeps: the first step's estimate, else what is alive, else 2 x parameters.
+    const bool first_step = need.known && need.method == NeedMethod::kAdamFirstStep;
+    const int64_t base = first_step ? need.state_total_bytes : state > 0 ? state : 2 * params;
+    const std::string what = first_step  ? "the first step allocates in all"
+                             : state > 0 ? "alive"
+                                         : "about to be allocated (2 x parameters)";
+    out.push_back(Recommendation{
+        FixId::kAdamW8bit, "8-bit AdamW (blockwise-quantized states)",
+        fmt::format("Adam/AdamW keeps two fp32 states per parameter ({} {}); 8-bit states need a quarter.",
+                    format_bytes(base), what),
+        static_cast<int64_t>(std::llround(kEightBitSaving * static_cast<double>(base))),
+        fmt::format("75% of the optimizer state ({} {})", format_bytes(base), what)});
+    out.push_back(
+        Recommendation{FixId::kOptimizerOffload, "Offload optimizer states to host memory",
+                       "The optimizer step then runs on the CPU copy; GPU memory keeps only parameters and gradients.",
+                       base, fmt::format("all optimizer state ({} {})", format_bytes(base), what)});
+  }
+
+  if (oom && oom->memory_cap) {
+    no_effect.push_back(Recommendation{
+        FixId::kMemoryCap, "Raise or remove torch.cuda.set_per_process_memory_fraction, if the cap is not deliberate",
+        fmt::format("The device had {} free at the out-of-memory; the cap, below {}, refused the {} segment. "
+                    "Keep it when it is there on purpose (a GPU shared with other jobs) and apply the changes "
+                    "above instead.",
+                    format_bytes(oom->device_free_bytes), format_bytes(oom->reserved_bytes + oom->segment_bytes),
+                    format_bytes(oom->segment_bytes)),
+        0,
+        fmt::format("no memory effect; a larger budget, up to {} more (CUDA's free bytes then){}",
+                    format_bytes(oom->device_free_bytes),
+                    need.known ? fmt::format(", against the {} the {} phase still needed",
+                                             format_bytes(need.still_needed_bytes), phase_name(need.phase))
+                               : ""),
+        Sufficiency::kNoMemoryEffect});
+  }
+
+  const TraceSummary& t = d.trace;
+  const bool no_frames = t.alloc_events > 0 && t.alloc_events_without_frames == t.alloc_events;
+  if (t.truncated || t.iterations < 2 || no_frames) {
+    const int64_t per_iteration = std::max<int64_t>(t.events_per_iteration, 1);
+    int64_t entries = 3 * per_iteration;
+    entries = (entries + kMaxEntriesQuantum - 1) / kMaxEntriesQuantum * kMaxEntriesQuantum;
+    entries = std::max(entries, kMinMaxEntries);
+    std::string why;
+    if (t.truncated)
+      why = "the trace starts mid-run (it frees blocks it never saw allocated)";
+    else if (t.iterations < 2)
+      why = fmt::format("the trace covers {} iteration{}", t.iterations, t.iterations == 1 ? "" : "s");
+    if (no_frames) why += std::string(why.empty() ? "" : "; ") + "no allocation has frames";
+    no_effect.push_back(Recommendation{
+        FixId::kRecordMore,
+        fmt::format("torch.cuda.memory._record_memory_history(max_entries={}, stacks=\"python\") before the model "
+                    "is built",
+                    entries),
+        fmt::format("{}: record at least 2 steps ({}) with Python stacks only "
+                    "(stacks=\"all\" dumps are ~100x slower, torchtitan PR #3628).",
+                    why,
+                    // Under two iterations no per-iteration count exists: the
+                    // whole trace is at most one step.
+                    t.iterations >= 2 ? fmt::format("{} events per iteration seen", per_iteration)
+                                      : fmt::format("{} events in the whole trace", t.events)),
+        0, "no memory effect; a better next snapshot", Sufficiency::kNoMemoryEffect});
+  }
+  rank(d, std::move(out), std::move(no_effect));
+}
+
+}  // namespace oomtune::diagnose

@@ -1,0 +1,74 @@
+// draw_lengths, read_length_histogram and pad_length (allocsim/length_draw.h).
+// The expected draws come from an independent Python implementation of
+// SplitMix64 with the same rejection rule (Vigna's splitmix64.c constants;
+// its first output for seed 0 is 0xe220a8397b1dcdaf).
+
+#include "allocsim/length_draw.h"
+
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+
+namespace oomtune::allocsim {
+namespace {
+
+TEST(LengthDraw, UniformDrawsAreTheSameOnEveryMachine) {
+  EXPECT_EQ(draw_lengths(LengthDistribution::uniform(256, 1024), 8, 1234567),
+            (std::vector<int64_t>{741, 682, 531, 850, 457, 770, 990, 701}));
+  EXPECT_EQ(draw_lengths(LengthDistribution::histogram({100, 200, 300, 400, 500}), 8, 42),
+            (std::vector<int64_t>{400, 200, 400, 500, 100, 300, 100, 400}));
+  EXPECT_EQ(draw_lengths(LengthDistribution::fixed(512), 3, 7), (std::vector<int64_t>{512, 512, 512}));
+  EXPECT_NE(draw_lengths(LengthDistribution::uniform(256, 1024), 8, 1),
+            draw_lengths(LengthDistribution::uniform(256, 1024), 8, 2));
+}
+
+TEST(LengthDraw, UniformCoversItsRange) {
+  const std::vector<int64_t> lengths = draw_lengths(LengthDistribution::uniform(3, 6), 4000, 11);
+  std::array<int, 4> counts{};
+  for (int64_t l : lengths) {
+    ASSERT_GE(l, 3);
+    ASSERT_LE(l, 6);
+    ++counts[static_cast<std::size_t>(l - 3)];
+  }
+  for (int c : counts) EXPECT_NEAR(c, 1000, 150);
+}
+
+TEST(LengthDraw, BadDistributionsAreInputErrors) {
+  EXPECT_THROW(draw_lengths(LengthDistribution::uniform(1024, 256), 1, 0), InputError);
+  EXPECT_THROW(draw_lengths(LengthDistribution::uniform(0, 5), 1, 0), InputError);
+  EXPECT_THROW(draw_lengths(LengthDistribution::histogram({}), 1, 0), InputError);
+  EXPECT_THROW(draw_lengths(LengthDistribution::fixed(8), -1, 0), InputError);
+}
+
+TEST(LengthDraw, HistogramFileIsOneLengthPerLine) {
+  const std::string path = ::testing::TempDir() + "/lengths.txt";
+  std::ofstream(path) << "# token counts\n128\n\n  512 \n1024\n";
+  EXPECT_EQ(read_length_histogram(path), (std::vector<int64_t>{128, 512, 1024}));
+  std::ofstream(path) << "128\n12x\n";
+  try {
+    read_length_histogram(path);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), path + ":2: not a positive integer: '12x'");
+  }
+  std::ofstream(path) << "# nothing\n";
+  EXPECT_THROW(read_length_histogram(path), InputError);
+  std::ofstream(path) << "0\n";
+  EXPECT_THROW(read_length_histogram(path), InputError);
+}
+
+TEST(LengthDraw, PaddingRoundsUpToTheBucket) {
+  EXPECT_EQ(pad_length(300, {}), 300);
+  EXPECT_EQ(pad_length(300, {Bucketing::Kind::kMultiple, 128}), 384);
+  EXPECT_EQ(pad_length(256, {Bucketing::Kind::kMultiple, 128}), 256);
+  EXPECT_EQ(pad_length(300, {Bucketing::Kind::kPowerOfTwo, 1}), 512);
+  EXPECT_EQ(pad_length(1, {Bucketing::Kind::kPowerOfTwo, 1}), 1);
+  EXPECT_EQ((Bucketing{Bucketing::Kind::kMultiple, 128}.name()), "padded to a multiple of 128");
+  EXPECT_THROW(pad_length(0, {}), InputError);
+  EXPECT_THROW(pad_length(5, {Bucketing::Kind::kMultiple, 0}), InputError);
+}
+
+}  // namespace
+}  // namespace oomtune::allocsim

@@ -1,0 +1,298 @@
+#include "trial/trial_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <unordered_set>
+
+#include <fmt/format.h>
+#include <torch/cuda.h>
+
+#include "allocsim/caching_allocator_sim.h"
+#include "common/error.h"
+#include "compat/torch_compat.h"
+#include "probes/backward_activation_peak.h"
+#include "probes/cuda_device.h"
+#include "probes/memory_tracker.h"
+#include "session/batch.h"
+#include "session/model_session.h"
+#include "strategies/activation_checkpointing.h"
+#include "strategies/master_weights.h"
+#include "strategies/mixed_precision.h"
+#include "strategies/recompute_op.h"
+#include "strategies/training_step.h"
+
+namespace oomtune {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+// The last `pairs` consecutive step times agree within `tolerance` of the median.
+bool steady(const std::vector<double>& times, int64_t pairs, double tolerance) {
+  if (static_cast<int64_t>(times.size()) < pairs + 1) return false;
+  const double m = median(times);
+  for (std::size_t i = times.size() - static_cast<std::size_t>(pairs); i < times.size(); ++i)
+    if (std::fabs(times[i] - times[i - 1]) > tolerance * m) return false;
+  return true;
+}
+
+int64_t storage_bytes(const MemoryTracker& tracker, const std::vector<at::Tensor>& tensors) {
+  std::unordered_set<const void*> seen;
+  int64_t bytes = 0;
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    const void* data = t.storage().data();
+    if (seen.insert(data).second) bytes += tracker.block_bytes(data);
+  }
+  return bytes;
+}
+
+std::vector<at::Tensor> gradients(const ModelSession& session) {
+  std::vector<at::Tensor> grads;
+  for (const at::Tensor& p : session.parameters()) grads.push_back(p.grad());
+  return grads;
+}
+
+// The addresses of the gradients' storages, as the tracker records blocks.
+std::unordered_set<uint64_t> gradient_blocks(const ModelSession& session) {
+  std::unordered_set<uint64_t> blocks;
+  for (const at::Tensor& g : gradients(session))
+    if (g.defined()) blocks.insert(reinterpret_cast<uint64_t>(g.storage().data()));
+  return blocks;
+}
+
+// Replays the trial's device allocations (`events`, all the tracker
+// recorded) through the CUDA caching-allocator simulator: what a GPU would
+// have reserved for the same run.
+ReservedPrediction predict_reserved(const std::vector<TrackedEvent>& events, std::optional<int64_t> budget_bytes) {
+  std::vector<allocsim::AllocEvent> stream;
+  int64_t order = 0;
+  for (const TrackedEvent& e : events) {
+    if (e.pool != MemoryPool::kDevice) continue;  // host memory is not the device pool
+    stream.push_back(e.kind == TrackedEvent::Kind::kAlloc ? allocsim::alloc_event(e.address, e.bytes, order, e.phase)
+                                                          : allocsim::free_event(e.address, order, e.phase));
+    ++order;
+  }
+  allocsim::SimOptions options;
+  options.budget_bytes = budget_bytes.value_or(0);
+  const allocsim::SimResult sim = allocsim::replay(stream, options);
+  ReservedPrediction prediction;
+  prediction.peak_reserved_bytes = sim.peak_reserved_bytes;
+  prediction.reserved_minus_allocated_bytes = sim.fragmentation_at_peak_bytes;
+  prediction.largest_free_block_bytes = sim.largest_free_block_at_peak_bytes;
+  prediction.segment_allocations = sim.num_device_alloc;
+  prediction.fits_budget = !sim.oom;
+  return prediction;
+}
+
+// A configuration that cannot be applied to this model (a ConfigError's
+// case, exit 2): the blocks of `refused_class` cannot be checkpointed. The
+// report names the class and the chosen blocks a retry can checkpoint instead.
+void refuse_checkpoint(ProbeReport& report, const std::string& message, Phase phase, const std::string& refused_class,
+                       const std::vector<std::string>& other_blocks) {
+  report.outcome = TrialOutcome::kError;
+  report.input_error = true;
+  report.message = one_line(message);
+  report.phase_at_failure = phase;
+  report.refused_checkpoint_class = refused_class;
+  report.other_checkpointed_blocks = other_blocks;
+}
+
+}  // namespace
+
+void require_cuda_trial(const JobSpec& job) {
+  if (job.device != "cuda") return;
+  const std::string job_name = job.spec_path.empty() ? job.model_path : job.spec_path;
+#ifdef OOMTUNE_WITH_CUDA
+  const std::string problem = cuda_device_problem(read_cuda_device_facts());
+  if (!problem.empty()) throw InputError(fmt::format("{}: device = \"cuda\", but {}", job_name, problem));
+#endif
+  // MemoryTracker counts what the CPU allocator hands out; a model on a GPU
+  // allocates through the CUDA caching allocator, so a CUDA trial would
+  // measure almost nothing and call every configuration a fit. The CUDA
+  // backend's parts (probes/device_phase_meter.h, probes/cuda_device.h) are
+  // not yet wired into trials.
+  throw InputError(fmt::format(
+      "{}: device = \"cuda\" is not supported yet: the GPU answers, but trials measure memory through the CPU "
+      "allocator only (libtorch {}); use device = \"cpu\" (--device cpu), where probe also predicts what a CUDA "
+      "caching allocator would reserve",
+      job_name, compat::torch_version()));
+}
+
+ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const TrialOptions& options) {
+  require_cuda_trial(job);
+  const TrainingConfig config = normalize_config(requested, job);
+  ProbeReport report;
+  report.config = to_string(config);
+  report.micro_batch = config.micro_batch;
+  report.accumulation_steps = config.accumulation_steps;
+  report.global_batch = job.global_batch;
+  report.torch_version = compat::torch_version();
+  report.optimizing_executor = job.optimizing_executor;
+  report.precision_form = precision_form(config.precision);
+  report.timing.tolerance = options.timing_tolerance;
+  set_optimizing_executor(job.optimizing_executor);
+
+  TrackerOptions tracker_options;
+  if (options.enforce_budget) tracker_options.budget_bytes = job.usable_budget_bytes();
+  tracker_options.record_events = options.record_events;
+  MemoryTracker tracker(tracker_options);
+  Phase current_phase = Phase::kLoad;
+  std::vector<CheckpointedBlock> checkpointed;
+  take_refused_block_class();  // none left over from an earlier trial in this process
+  // Kernels run asynchronously on CUDA: the optimizer phase's time starts
+  // once the backward queued before it has finished.
+  const bool cuda = job.device == "cuda";
+  Clock::time_point optimizer_start;
+  auto enter = [&](Phase phase) {
+    current_phase = phase;
+    if (phase == Phase::kOptimizer) {
+      if (cuda) torch::cuda::synchronize();
+      optimizer_start = Clock::now();
+    }
+    if (options.on_phase) options.on_phase(phase);
+  };
+  try {
+    enter(Phase::kLoad);
+    tracker.begin_phase(Phase::kLoad);
+    const int64_t live_before_load = tracker.live_bytes();
+    ModelSession session(job);
+    report.parameter_count = session.parameter_count();
+    report.static_memory.parameter_bytes = storage_bytes(tracker, session.parameters());
+    report.static_memory.buffer_bytes = tracker.live_bytes() - live_before_load - report.static_memory.parameter_bytes;
+
+    Batch batch;
+    {
+      HostMemoryScope host;
+      batch = make_batch(job, job.global_batch, job.seed);
+    }
+    const int64_t host_before_optimizer = tracker.live_bytes(MemoryPool::kHost);
+    const int64_t live_before_step = tracker.live_bytes();
+    TrainingStep step(session, config);
+    checkpointed = step.checkpointed_blocks();
+    report.checkpointed_blocks = paths_of(checkpointed);
+    // bf16_params replaces the parameter and buffer storages with bf16 ones
+    // and keeps fp32 masters on the device: measure the split again. The
+    // device masters are optimizer state; other forms change nothing here.
+    const MasterWeightOptimizer* master = step.master_weights();
+    const int64_t device_master_bytes =
+        master && master->placement() == MasterPlacement::kDevice ? storage_bytes(tracker, master->masters()) : 0;
+    const int64_t parameter_bytes = storage_bytes(tracker, session.parameters());
+    report.static_memory.buffer_bytes += tracker.live_bytes() - live_before_step - device_master_bytes -
+                                         (parameter_bytes - report.static_memory.parameter_bytes);
+    report.static_memory.parameter_bytes = parameter_bytes;
+
+    // Step 1: warm-up; creates the optimizer state.
+    int64_t live_before_update = 0;
+    auto warmup_hook = [&](Phase phase) {
+      enter(phase);
+      tracker.begin_phase(phase);
+      if (phase == Phase::kOptimizer) {
+        report.static_memory.gradient_bytes = storage_bytes(tracker, gradients(session));
+        live_before_update = tracker.live_bytes() - report.static_memory.gradient_bytes - device_master_bytes;
+      }
+    };
+    auto start = Clock::now();
+    step.run(batch, warmup_hook);
+    tracker.end_phase();
+    report.timing.warmup_steps = 1;
+    report.timing.warmup_seconds = seconds_since(start);
+    report.steps_run = 1;
+    report.static_memory.optimizer_state_bytes = tracker.live_bytes() - live_before_update;
+    report.static_memory.optimizer_host_bytes = tracker.live_bytes(MemoryPool::kHost) - host_before_optimizer;
+
+    // Step 2: the measured step. Later steps: timing only.
+    tracker.reset_statistics();
+    int64_t live_at_forward = -1, live_at_backward = 0;
+    bool retained_done = false;
+    // Backward's events (one micro-batch: the range holds its backward only)
+    // and the gradients it made, for its activation peak.
+    std::size_t backward_begin = 0, backward_end = 0;
+    std::unordered_set<uint64_t> new_gradients;
+    auto measured_hook = [&](Phase phase) {
+      enter(phase);
+      tracker.begin_phase(phase);
+      if (phase == Phase::kForward && live_at_forward < 0) live_at_forward = tracker.live_bytes();
+      if (phase == Phase::kBackward && !retained_done) {
+        live_at_backward = tracker.live_bytes();
+        report.retained_activation_bytes = live_at_backward - live_at_forward;
+        backward_begin = tracker.event_count();
+        retained_done = true;
+      }
+      if (phase == Phase::kOptimizer) {
+        backward_end = tracker.event_count();
+        new_gradients = gradient_blocks(session);
+      }
+    };
+    auto timing_hook = [&](Phase phase) { enter(phase); };
+    const int64_t max_steps = options.total_steps > 0 ? options.total_steps : 2 + options.max_timed_steps;
+    for (int64_t index = 2; index <= max_steps; ++index) {
+      start = Clock::now();
+      if (index == 2)
+        step.run(batch, measured_hook);
+      else
+        step.run(batch, timing_hook);
+      if (cuda) torch::cuda::synchronize();
+      report.timing.optimizer_seconds.push_back(seconds_since(optimizer_start));
+      report.timing.step_seconds.push_back(seconds_since(start));
+      report.steps_run = index;
+      if (index == 2) {
+        tracker.end_phase();
+        for (std::size_t p = 0; p < kNumPhases; ++p) report.phases[p] = tracker.phase(static_cast<Phase>(p));
+        report.largest = tracker.largest();
+      }
+      const auto timed = static_cast<int64_t>(report.timing.step_seconds.size());
+      if (options.total_steps <= 0 && timed >= options.min_timed_steps + 1 &&
+          steady(report.timing.step_seconds, options.min_timed_steps, options.timing_tolerance))
+        break;
+    }
+    // Peaks cover every step after the warm-up: a later step that grows
+    // shows here (DESIGN.md: fitting two steps is not fitting).
+    report.peak_bytes = tracker.peak_bytes();
+    report.host_peak_bytes = tracker.peak_bytes(MemoryPool::kHost);
+    report.kernel_scratch = tracker.kernel_scratch();
+    report.timing.steady = steady(report.timing.step_seconds, options.min_timed_steps, options.timing_tolerance);
+    report.timing.steady_step_seconds = median(report.timing.step_seconds);
+    report.timing.steady_optimizer_seconds = median(report.timing.optimizer_seconds);
+    if (report.timing.steady_step_seconds > 0)
+      report.samples_per_second = static_cast<double>(job.global_batch) / report.timing.steady_step_seconds;
+    if (options.record_events) {
+      const std::vector<TrackedEvent> events = tracker.events();
+      report.reserved = predict_reserved(events, job.usable_budget_bytes());
+      if (config.accumulation_steps == 1 && backward_end > backward_begin)
+        report.backward_activation_peak =
+            find_backward_activation_peak(events, backward_begin, backward_end, live_at_backward, new_gradients);
+    }
+  } catch (const CheckpointRefused& e) {
+    // Found in the graph before the step ran (strategies/argument_writes.h).
+    report.checkpointed_blocks = e.chosen_blocks();
+    refuse_checkpoint(report, e.what(), current_phase, e.block_class(), e.other_blocks());
+    return report;
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) {
+      // Or refused by the recompute operator at the block's first call.
+      const std::optional<std::string> refused = take_refused_block_class();
+      if (!refused) throw;
+      refuse_checkpoint(report, error_text(e), current_phase, *refused,
+                        blocks_of_other_classes(checkpointed, *refused));
+      return report;
+    }
+    report.outcome = TrialOutcome::kOutOfMemory;
+    report.message = out_of_memory_message(e);
+    report.phase_at_failure = current_phase;
+    report.peak_bytes = std::max(report.peak_bytes, tracker.peak_bytes());
+    report.kernel_scratch = tracker.kernel_scratch();
+  }
+  return report;
+}
+
+}  // namespace oomtune

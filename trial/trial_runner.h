@@ -1,0 +1,43 @@
+#pragma once
+// Runs one trial in this process: load the model under a MemoryTracker,
+// apply a TrainingConfig, run a warm-up step and measured steps, and return
+// what was measured as a ProbeReport. The `trial` subcommand wraps this in a
+// child process (trial/child_trial.h) so a crash costs one trial.
+//
+// Rules of measurement:
+// - Step 1 is warm-up: it creates the optimizer state and is not timed.
+// - Memory peaks come from step 2, the first full step after the optimizer
+//   state exists; later steps are timed until consecutive step times agree
+//   within the tolerance (bounded by max_timed_steps).
+// - Static memory: parameters and gradients are the tracked sizes of their
+//   storages; optimizer state is what the first optimizer step left alive;
+//   buffers are the rest of what loading left alive.
+// - Retained activations: live bytes when backward begins minus live bytes
+//   when forward begins (first micro-batch of the measured step).
+// - The global batch is made in host memory and each micro-batch is copied to
+//   the device, as a training loop's `x.to(device)` does.
+
+#include "job/job_spec.h"
+#include "probes/probe_report.h"
+#include "strategies/training_config.h"
+#include "trial/trial_options.h"
+
+namespace oomtune {
+
+/// Throws InputError when `job` asks for device = "cuda": with the reason a
+/// GPU cannot be used here (no driver, an old driver, no device visible;
+/// probes/cuda_device.h) where the build has CUDA, else because trials do
+/// not yet measure a GPU's memory (issue #44). Does nothing for "cpu".
+void require_cuda_trial(const JobSpec& job);
+
+/// Runs the trial and returns its report. Out of memory is an outcome, not
+/// an error, and so is a checkpointed block class refused because its
+/// forward writes to its argument, whether its graph showed it
+/// (CheckpointRefused, phase "load") or the recompute operator found it at
+/// the first call (kError with refused_checkpoint_class and
+/// other_checkpointed_blocks set). Throws ModelError / ConfigError (bad
+/// model, bad config) — the child-process wrapper turns those into outcome
+/// kError — and require_cuda_trial's InputError first.
+ProbeReport run_trial(const JobSpec& job, const TrainingConfig& config, const TrialOptions& options);
+
+}  // namespace oomtune
