@@ -30,6 +30,7 @@ struct ProbeFlags {
   bool no_fit = false;
   bool json = false;
   bool enforce_budget = false;
+  std::string step_events_path;
 };
 
 // Each trial of the probe runs in a child process, as autotune's do: the
@@ -114,6 +115,7 @@ int run_probe(ProbeFlags flags) {
   TrialOptions options;
   options.enforce_budget = flags.enforce_budget;
   options.record_events = true;
+  options.step_events_path = flags.step_events_path;
   ProbeSummary summary;
   summary.job_path = flags.job_path;
   summary.model_path = job.model_path;
@@ -152,6 +154,8 @@ void add_probe_command(CLI::App& app, const Command& self, int* exit_code) {
   cmd->add_flag("--no-fit", flags->no_fit, "Skip the retained-activation fit");
   cmd->add_flag("--enforce-budget", flags->enforce_budget, "Fail allocations past the budget, as a GPU would");
   cmd->add_flag("--json", flags->json, "Print JSON instead of a table");
+  cmd->add_option("--step-events", flags->step_events_path,
+                  "Write the measured step's allocation events to FILE (JSON; docs/allocator_simulator.md)");
   cmd->callback([flags, exit_code] { *exit_code = run_probe(*flags); });
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "common/phase.h"
 
@@ -16,6 +17,8 @@ struct TrialOptions {
   int64_t total_steps = 0;              // COUNT: when > 0, run exactly this many steps (verification runs)
   bool enforce_budget = true;           // the job's usable budget caps live device bytes
   bool record_events = false;           // keep the allocation stream and predict reserved bytes
+  std::string step_events_path;         // with record_events: write the measured step's device events here
+                                        // (allocsim/step_events_json.h); "" writes none
   double timing_tolerance = 0.15;       // relative agreement of consecutive timed steps
   std::function<void(Phase)> on_phase;  // told as each phase begins (crash reports, fault tests); not sent to a child
 };

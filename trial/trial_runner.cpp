@@ -9,7 +9,10 @@
 #include <torch/cuda.h>
 
 #include "allocsim/caching_allocator_sim.h"
+#include "allocsim/step_events_json.h"
+#include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/json_text.h"
 #include "compat/torch_compat.h"
 #include "probes/backward_activation_peak.h"
 #include "probes/cuda_device.h"
@@ -92,6 +95,23 @@ ReservedPrediction predict_reserved(const std::vector<TrackedEvent>& events, std
   prediction.segment_allocations = sim.num_device_alloc;
   prediction.fits_budget = !sim.oom;
   return prediction;
+}
+
+// Writes the device events [begin, end) (the measured step) as a step-events
+// file (allocsim/step_events_json.h), atomically.
+void write_step_events(const std::string& path, const std::vector<TrackedEvent>& events, std::size_t begin,
+                       std::size_t end, const std::vector<std::string>& op_names) {
+  std::vector<allocsim::AllocEvent> step;
+  for (std::size_t i = begin; i < end && i < events.size(); ++i) {
+    const TrackedEvent& e = events[i];
+    if (e.pool != MemoryPool::kDevice) continue;
+    allocsim::AllocEvent out = e.kind == TrackedEvent::Kind::kAlloc
+                                   ? allocsim::alloc_event(e.address, e.bytes, static_cast<int64_t>(i), e.phase)
+                                   : allocsim::free_event(e.address, static_cast<int64_t>(i), e.phase);
+    if (e.op < op_names.size()) out.op = op_names[e.op];
+    step.push_back(std::move(out));
+  }
+  write_file_atomically(path, json_text(allocsim::step_events_json(step)) + "\n");
 }
 
 // A configuration that cannot be applied to this model (a ConfigError's
@@ -217,6 +237,8 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     // Backward's events (one micro-batch: the range holds its backward only)
     // and the gradients it made, for its activation peak.
     std::size_t backward_begin = 0, backward_end = 0;
+    // The measured step's events, for --step-events.
+    std::size_t measured_begin = 0, measured_end = 0;
     std::unordered_set<uint64_t> new_gradients;
     auto measured_hook = [&](Phase phase) {
       enter(phase);
@@ -237,9 +259,11 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     const int64_t max_steps = options.total_steps > 0 ? options.total_steps : 2 + options.max_timed_steps;
     for (int64_t index = 2; index <= max_steps; ++index) {
       start = Clock::now();
-      if (index == 2)
+      if (index == 2) {
+        measured_begin = tracker.event_count();
         step.run(batch, measured_hook);
-      else
+        measured_end = tracker.event_count();
+      } else
         step.run(batch, timing_hook);
       if (cuda) torch::cuda::synchronize();
       report.timing.optimizer_seconds.push_back(seconds_since(optimizer_start));
@@ -268,6 +292,8 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     if (options.record_events) {
       const std::vector<TrackedEvent> events = tracker.events();
       report.reserved = predict_reserved(events, job.usable_budget_bytes());
+      if (!options.step_events_path.empty())
+        write_step_events(options.step_events_path, events, measured_begin, measured_end, tracker.op_names());
       if (config.accumulation_steps == 1 && backward_end > backward_begin)
         report.backward_activation_peak =
             find_backward_activation_peak(events, backward_begin, backward_end, live_at_backward, new_gradients);
