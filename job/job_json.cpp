@@ -68,7 +68,7 @@ nlohmann::json to_json(const JobSpec& job) {
           {"precision", job.precision},
           {"allow_bf16", job.allow_bf16},
           {"allow_adafactor", job.allow_adafactor},
-          {"device", job.device},
+          {"device", device_name(job.device)},
           {"budget_bytes", job.budget_bytes ? nlohmann::json(*job.budget_bytes) : nlohmann::json(nullptr)},
           {"headroom", job.headroom},
           {"min_micro_batch", job.min_micro_batch},
@@ -109,7 +109,10 @@ JobSpec job_spec_from_json(const nlohmann::json& j) {
     job.precision = j.at("precision").get<std::string>();
     job.allow_bf16 = j.at("allow_bf16").get<bool>();
     job.allow_adafactor = j.at("allow_adafactor").get<bool>();
-    job.device = j.at("device").get<std::string>();
+    const std::string device = j.at("device").get<std::string>();
+    const std::optional<Device> named_device = device_from_name(device);
+    if (!named_device) throw InputError(fmt::format("job record: unknown device '{}'", device));
+    job.device = *named_device;
     if (!j.at("budget_bytes").is_null()) job.budget_bytes = j.at("budget_bytes").get<int64_t>();
     job.headroom = j.at("headroom").get<double>();
     job.min_micro_batch = j.at("min_micro_batch").get<int64_t>();

@@ -148,7 +148,8 @@ std::vector<std::string> accelerate_notes(const Plan& plan) {
   if (c.precision == Precision::kBf16Params)
     notes.push_back(recipe_text::bf16_params_note(
         "mixed_precision 'bf16' with distributed_type 'DEEPSPEED' gives it; without DeepSpeed it is autocast"));
-  if (recipe_text::uses_deepspeed(c) && plan.device == "cpu") notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
+  if (recipe_text::uses_deepspeed(c) && plan.device == Device::kCpu)
+    notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
   return notes;
 }
 
@@ -182,7 +183,7 @@ std::string write_accelerate_config(const Plan& plan) {
   out += fmt::format("rdzv_backend: {}\n", yaml_quote("static"));
   out += "same_network: true\n";
   // DeepSpeed needs a GPU whatever the plan was measured on (see the note).
-  out += fmt::format("use_cpu: {}\n", plan.device == "cpu" && !deepspeed ? "true" : "false");
+  out += fmt::format("use_cpu: {}\n", plan.device == Device::kCpu && !deepspeed ? "true" : "false");
   return out;
 }
 

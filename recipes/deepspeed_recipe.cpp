@@ -106,7 +106,8 @@ std::vector<std::string> deepspeed_notes(const Plan& plan) {
         "deepspeed.initialize(optimizer=...) run under offload instead of DeepSpeed's CPU optimizers");
   if (c.precision == Precision::kBf16Params)
     notes.push_back(recipe_text::bf16_params_note("\"bf16\": {\"enabled\": true}, as written here"));
-  if (recipe_text::uses_deepspeed(c) && plan.device == "cpu") notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
+  if (recipe_text::uses_deepspeed(c) && plan.device == Device::kCpu)
+    notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
   return notes;
 }
 

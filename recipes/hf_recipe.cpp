@@ -100,7 +100,8 @@ std::vector<std::string> hf_notes(const Plan& plan) {
     notes.push_back(recipe_text::bf16_params_note(
         "`deepspeed` points at ds_config.json (written beside this file), whose \"bf16\" section keeps the "
         "weights in bf16; bf16 = true without it would be autocast"));
-  if (recipe_text::uses_deepspeed(c) && plan.device == "cpu") notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
+  if (recipe_text::uses_deepspeed(c) && plan.device == Device::kCpu)
+    notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
   return notes;
 }
 
@@ -125,7 +126,7 @@ std::string write_hf_training_args(const Plan& plan) {
   args["fp16"] = c.precision == Precision::kFp16;
   if (recipe_text::uses_deepspeed(c))
     args["deepspeed"] = "ds_config.json";
-  else if (plan.device == "cpu")
+  else if (plan.device == Device::kCpu)
     args["use_cpu"] = true;
   Json file;
   file["training_args"] = std::move(args);

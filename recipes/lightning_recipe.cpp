@@ -122,7 +122,8 @@ std::vector<std::string> lightning_notes(const Plan& plan) {
         "Lightning turns precision \"bf16-mixed\" into it under a DeepSpeed strategy (\"{}\" here; on one GPU "
         "nothing is partitioned); without DeepSpeed \"bf16-mixed\" is autocast",
         c.offload_optimizer ? kOffloadStrategy : kDeepSpeedStrategy)));
-  if (recipe_text::uses_deepspeed(c) && plan.device == "cpu") notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
+  if (recipe_text::uses_deepspeed(c) && plan.device == Device::kCpu)
+    notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
   return notes;
 }
 
@@ -131,7 +132,7 @@ std::string write_lightning_trainer(const Plan& plan) {
   const TrainingConfig& c = plan.config;
   Json trainer;
   // DeepSpeed needs a GPU whatever the plan was measured on (see the note).
-  trainer["accelerator"] = plan.device == "cuda" || recipe_text::uses_deepspeed(c) ? "gpu" : "cpu";
+  trainer["accelerator"] = plan.device == Device::kCuda || recipe_text::uses_deepspeed(c) ? "gpu" : "cpu";
   trainer["devices"] = 1;
   trainer["precision"] = lightning_precision(c.precision);
   trainer["accumulate_grad_batches"] = c.accumulation_steps;

@@ -62,8 +62,8 @@ void validate_plan(const Plan& plan) {
                      c.micro_batch, c.accumulation_steps, *product, plan.global_batch));
   if (c.optimizer == OptimizerKind::kAdafactor && c.offload_optimizer)
     fail("config.offload_optimizer", std::string(kAdafactorOffloadProblem));
-  if (plan.device != "cpu" && plan.device != "cuda")
-    fail("job.device", fmt::format("expected \"cpu\" or \"cuda\", got '{}'", plan.device));
+  if (plan.device != Device::kCpu && plan.device != Device::kCuda)
+    fail("job.device", fmt::format("expected \"cpu\" or \"cuda\", got '{}'", device_name(plan.device)));
   if (plan.budget_bytes && *plan.budget_bytes <= 0)
     fail("job.budget", fmt::format("must be > 0 bytes, got {}", *plan.budget_bytes));
   if (!(std::isfinite(plan.headroom) && plan.headroom >= 0.0 && plan.headroom <= 0.9))

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/device.h"
 #include "strategies/training_config.h"
 
 namespace oomtune {
@@ -37,7 +38,7 @@ struct Plan {
   TrainingConfig config;
   int64_t global_batch = 1;  // COUNT: samples per optimizer step, on one GPU
   OptimizerHyperParameters optimizer;
-  std::string device = "cuda";                         // "cpu" or "cuda": where the plan was measured
+  Device device = Device::kCuda;                       // kCpu or kCuda: where the plan was measured
   std::optional<int64_t> budget_bytes;                 // BYTES: the memory budget the plan fits
   double headroom = 0.05;                              // fraction of the budget kept free, in [0, 0.9]
   std::string model_path;                              // the TorchScript model ("" when unknown)

@@ -86,9 +86,12 @@ void read_job(const PlanTable& job, Plan& plan, bool& has_global_batch) {
   job.reject_unknown(kJobKeys);
   plan.job_spec_path = job.string("spec").value_or("");
   plan.model_path = job.string("model").value_or("");
-  plan.device = job.string("device").value_or(plan.device);
-  if (plan.device != "cpu" && plan.device != "cuda")
-    job.fail("device", fmt::format("unknown value '{}' ({})", plan.device, suggest(plan.device, {"cpu", "cuda"})));
+  const std::string device = job.string("device").value_or(std::string(device_name(plan.device)));
+  const std::optional<Device> named = device_from_name(device);
+  if (!named || *named == Device::kMeta)
+    job.fail("device", fmt::format("unknown value '{}' ({})", device,
+                                   suggest(device, device_names({Device::kCpu, Device::kCuda}))));
+  plan.device = *named;
   if (auto batch = job.integer("global_batch", 1)) {
     plan.global_batch = *batch;
     has_global_batch = true;
@@ -187,7 +190,7 @@ std::string write_plan_toml(const Plan& plan) {
   line("[job]");
   if (!plan.job_spec_path.empty()) line(fmt::format("spec = {}", quote(plan.job_spec_path)));
   if (!plan.model_path.empty()) line(fmt::format("model = {}", quote(plan.model_path)));
-  line(fmt::format("device = {}", quote(plan.device)));
+  line(fmt::format("device = {}", quote(std::string(device_name(plan.device)))));
   line(fmt::format("global_batch = {}  # micro_batch * accumulation_steps, exact", plan.global_batch));
   if (plan.budget_bytes)
     line(fmt::format("budget = {}  # bytes ({})", *plan.budget_bytes, format_bytes(*plan.budget_bytes)));

@@ -127,8 +127,8 @@ std::string render_autotune_text(const AutotuneReport& report) {
   auto line = [&out](const std::string& text) { out += text + "\n"; };
   line(fmt::format("autotune  {}  ({} parameters)", job.model_path, s.parameter_count));
   line(fmt::format("budget    {} ({} usable after {:.0f} % headroom), device {}, global batch {}",
-                   bytes_or_dash(job.budget_bytes), format_bytes(s.usable_budget_bytes), 100 * job.headroom, job.device,
-                   job.global_batch));
+                   bytes_or_dash(job.budget_bytes), format_bytes(s.usable_budget_bytes), 100 * job.headroom,
+                   device_name(job.device), job.global_batch));
   if (s.baseline_micro_batches.empty()) {
     line(fmt::format("model     none: no configuration ran at micro-batch {}", s.smallest_micro_batch));
   } else {
@@ -231,7 +231,7 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
   nlohmann::json j = {
       {"job", report.job_path},
       {"model", report.job.model_path},
-      {"device", report.job.device},
+      {"device", device_name(report.job.device)},
       {"global_batch", report.job.global_batch},
       {"budget_bytes", report.job.budget_bytes ? nlohmann::json(*report.job.budget_bytes) : nlohmann::json()},
       {"usable_budget_bytes", s.usable_budget_bytes},

@@ -31,7 +31,7 @@ std::string render_probe_text(const ProbeSummary& s) {
   auto line = [&out](const std::string& text) { out += text + "\n"; };
   // A trial that died before loading finished counted no parameters.
   const std::string parameters = r.parameter_count > 0 ? fmt::format("{} parameters, ", r.parameter_count) : "";
-  line(fmt::format("model     {}  ({}device {})", s.model_path, parameters, s.device));
+  line(fmt::format("model     {}  ({}device {})", s.model_path, parameters, device_name(s.device)));
   line(fmt::format("config    {}", r.config));
   if (!r.checkpointed_blocks.empty())
     line(fmt::format("ckpt      {} block{} recomputed: {}", r.checkpointed_blocks.size(),
@@ -114,7 +114,7 @@ std::string render_probe_text(const ProbeSummary& s) {
 nlohmann::json probe_summary_json(const ProbeSummary& s) {
   nlohmann::json j = {{"job", s.job_path},
                       {"model", s.model_path},
-                      {"device", s.device},
+                      {"device", device_name(s.device)},
                       {"report", to_json(s.report)},
                       {"analytic",
                        {{"parameter_bytes", s.analytic.parameter_bytes},

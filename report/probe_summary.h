@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/device.h"
 #include "probes/linear_fit.h"
 #include "probes/probe_report.h"
 
@@ -40,7 +41,7 @@ struct AnalyticStatic {
 struct ProbeSummary {
   std::string job_path;
   std::string model_path;
-  std::string device;
+  Device device = Device::kCpu;
   std::optional<int64_t> budget_bytes;  // SUM: the job's budget, if any
   ProbeReport report;
   AnalyticStatic analytic;

@@ -16,7 +16,7 @@ bool measured_backward_activation(const std::vector<const ProbeReport*>& probes)
 }  // namespace
 
 double budget_scale(const ProbeReport& r, const JobSpec& job) {
-  if (job.device == "cuda" && r.reserved && r.peak_bytes > 0)
+  if (job.device == Device::kCuda && r.reserved && r.peak_bytes > 0)
     return static_cast<double>(r.reserved->peak_reserved_bytes) / static_cast<double>(r.peak_bytes);
   return 1;
 }

@@ -146,14 +146,14 @@ std::string one_line(const std::string& message) {
 void set_optimizing_executor(bool enabled) { torch::jit::setGraphExecutorOptimize(enabled); }
 
 ModelSession::ModelSession(const JobSpec& job)
-    : job_(job), device_(job.device == "cuda" ? at::Device(at::kCUDA) : at::Device(at::kCPU)) {
+    : job_(job), device_(job.device == Device::kCuda ? at::Device(at::kCUDA) : at::Device(at::kCPU)) {
   const std::string& path = job_.model_path;
   if (!std::filesystem::exists(path)) throw ModelError(fmt::format("{}: no such model file", path));
   if (!is_zip_archive(path)) {
     throw_if_not_torchscript(path);
     throw ModelError(fmt::format("{}: not a TorchScript archive; {}", path, how_to_export_torchscript()));
   }
-  if (job_.device == "cuda" && !at::hasCUDA())
+  if (job_.device == Device::kCuda && !at::hasCUDA())
     throw ModelError(fmt::format("{}: device = \"cuda\" but this oomtune/libtorch ({}) has no CUDA device",
                                  job_.spec_path.empty() ? path : job_.spec_path, compat::torch_version()));
   try {

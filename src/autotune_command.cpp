@@ -117,7 +117,7 @@ int run_autotune(const AutotuneFlags& flags) {
       !std::filesystem::is_directory(flags.emit_dir))
     throw InputError(fmt::format("--emit {}: exists and is not a folder", flags.emit_dir));
   fmt::print(stderr, "autotune: {} under {} on {}\n", report.job.model_path, format_bytes(*report.job.budget_bytes),
-             report.job.device);
+             device_name(report.job.device));
   ChildTrialRunner runner(report.job);
   SearchOptions options;
   options.max_verifications = flags.max_verifications;

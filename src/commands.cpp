@@ -43,7 +43,7 @@ void add_job_override_flags(CLI::App& cmd, JobOverrides& overrides) {
 
 #ifdef OOMTUNE_WITH_TORCH
 void require_device_support(const JobSpec& job) {
-  if (job.device != "cuda" || compat::cuda_compiled()) return;
+  if (job.device != Device::kCuda || compat::cuda_compiled()) return;
   // Whether a GPU answers is for the trial to ask (require_cuda_trial in
   // trial/trial_runner.cpp): this process does not load libtorch.
   throw InputError(

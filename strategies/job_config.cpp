@@ -19,11 +19,11 @@ TrainingConfig baseline_config(const JobSpec& job) {
 }
 
 TrainingConfig normalize_config(TrainingConfig config, const JobSpec& job) {
-  if (config.precision == Precision::kFp16 && job.device != "cuda")
+  if (config.precision == Precision::kFp16 && job.device != Device::kCuda)
     throw ConfigError(
         fmt::format("precision fp16 needs device = \"cuda\" (dynamic loss scaling), the job has "
                     "device = \"{}\"; use bf16 on CPU",
-                    job.device));
+                    device_name(job.device)));
   if (config.optimizer == OptimizerKind::kAdafactor && config.offload_optimizer)
     throw ConfigError(kAdafactorOffloadProblem);
   if (config.optimizer == OptimizerKind::kSgd && job.optimizer.kind != "sgd")

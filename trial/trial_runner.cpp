@@ -130,7 +130,7 @@ void refuse_checkpoint(ProbeReport& report, const std::string& message, Phase ph
 }  // namespace
 
 void require_cuda_trial(const JobSpec& job) {
-  if (job.device != "cuda") return;
+  if (job.device != Device::kCuda) return;
   const std::string job_name = job.spec_path.empty() ? job.model_path : job.spec_path;
 #ifdef OOMTUNE_WITH_CUDA
   const std::string problem = cuda_device_problem(read_cuda_device_facts());
@@ -171,7 +171,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
   take_refused_block_class();  // none left over from an earlier trial in this process
   // Kernels run asynchronously on CUDA: the optimizer phase's time starts
   // once the backward queued before it has finished.
-  const bool cuda = job.device == "cuda";
+  const bool cuda = job.device == Device::kCuda;
   Clock::time_point optimizer_start;
   auto enter = [&](Phase phase) {
     current_phase = phase;

@@ -77,7 +77,7 @@ TEST(JobSpec, DefaultsArePinned) {
   const JobSpec spec = parse_job_spec(replace(kGood, "budget = \"7.5 GB\"\nheadroom = 0.1\n", ""), "job.toml", "");
   EXPECT_FALSE(spec.budget_bytes.has_value());
   EXPECT_DOUBLE_EQ(spec.headroom, 0.05);
-  EXPECT_EQ(spec.device, "cpu");
+  EXPECT_EQ(spec.device, Device::kCpu);
   EXPECT_EQ(spec.precision, "fp32");
   EXPECT_FALSE(spec.allow_bf16);
   EXPECT_FALSE(spec.allow_adafactor);
@@ -226,7 +226,7 @@ TEST(JobSpec, OverridesWinAndCheckTheirValues) {
   given.global_batch = 8;
   apply_overrides(spec, given);
   EXPECT_EQ(spec.budget_bytes, 512LL << 20);
-  EXPECT_EQ(spec.device, "cuda");
+  EXPECT_EQ(spec.device, Device::kCuda);
   EXPECT_EQ(spec.global_batch, 8);
   JobOverrides bad_budget;
   bad_budget.budget = "lots";
@@ -335,6 +335,28 @@ TEST(JobSpec, JsonCarriesPathsByteForByte) {
   // UTF-8 paths stay strings.
   job.model_path = "/data/m\xC3\xA9moire/gpt.pt";
   EXPECT_EQ(to_json(job).at("model_path"), "/data/m\xC3\xA9moire/gpt.pt");
+}
+
+TEST(JobSpec, TheDeviceIsWrittenByItsName) {
+  for (const Device device : {Device::kCpu, Device::kCuda, Device::kMeta})
+    EXPECT_EQ(device_from_name(device_name(device)), device) << device_name(device);
+  EXPECT_EQ(device_name(Device::kCuda), "cuda");
+  EXPECT_EQ(device_from_name("CUDA"), std::nullopt);
+  const JobSpec cuda =
+      parse_job_spec(replace(kGood, "global_batch = 32", "global_batch = 32\ndevice = \"cuda\""), "job.toml", "");
+  EXPECT_EQ(cuda.device, Device::kCuda);
+  nlohmann::json sent = to_json(cuda);
+  EXPECT_EQ(sent.at("device"), "cuda");
+  EXPECT_EQ(job_spec_from_json(sent).device, Device::kCuda);
+  sent["device"] = "gpu";
+  try {
+    job_spec_from_json(sent);
+    ADD_FAILURE() << "an unknown device in a job record was accepted";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "job record: unknown device 'gpu'");
+  }
+  EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_batch = 32\ndevice = \"gpu\"")),
+            "job.toml:3:10: device: unknown value 'gpu' (did you mean 'cpu'?; valid: cpu, cuda)");
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ inline Plan base_plan(int64_t micro_batch, int64_t accumulation_steps) {
   config.micro_batch = micro_batch;
   config.accumulation_steps = accumulation_steps;
   Plan plan = plan_for(config);
-  plan.device = "cuda";
+  plan.device = Device::kCuda;
   plan.budget_bytes = int64_t{16} << 30;  // 16 GiB
   plan.headroom = 0.05;
   plan.model_path = "examples/models/gpt.pt";
@@ -86,7 +86,7 @@ inline std::vector<std::pair<std::string, Plan>> golden_plans() {
   Plan sgd = base_plan(32, 1);
   sgd.config.optimizer = OptimizerKind::kSgd;
   sgd.config.offload_optimizer = true;
-  sgd.device = "cpu";
+  sgd.device = Device::kCpu;
   sgd.budget_bytes = int64_t{4} << 30;
   sgd.optimizer.lr = 0.1;
   sgd.optimizer.weight_decay = 1e-4;
@@ -97,7 +97,7 @@ inline std::vector<std::pair<std::string, Plan>> golden_plans() {
 
   Plan bf16_params = base_plan(8, 2);
   bf16_params.config.precision = Precision::kBf16Params;
-  bf16_params.device = "cpu";
+  bf16_params.device = Device::kCpu;
   bf16_params.budget_bytes = int64_t{256} << 20;
   bf16_params.measured_peak_bytes = 98'566'144;
   bf16_params.measured_samples_per_second = 14.5;
@@ -131,7 +131,7 @@ inline std::vector<std::pair<std::string, Plan>> golden_plans() {
 
   Plan bf16_cpu = base_plan(16, 2);
   bf16_cpu.config.precision = Precision::kBf16;
-  bf16_cpu.device = "cpu";
+  bf16_cpu.device = Device::kCpu;
   bf16_cpu.budget_bytes = int64_t{512} << 20;
   bf16_cpu.measured_peak_bytes = 301'989'888;
   bf16_cpu.measured_samples_per_second = 40.0;

@@ -41,7 +41,7 @@ TEST(PlanToml, DefaultsArePinned) {
   EXPECT_EQ(plan.optimizer.beta2, 0.999);
   EXPECT_EQ(plan.optimizer.eps, 1e-8);
   EXPECT_EQ(plan.optimizer.momentum, 0.0);
-  EXPECT_EQ(plan.device, "cuda");
+  EXPECT_EQ(plan.device, Device::kCuda);
   EXPECT_FALSE(plan.budget_bytes);
   EXPECT_EQ(plan.headroom, 0.05);
   EXPECT_EQ(plan.model_path, "");

@@ -19,7 +19,7 @@ bool any_note_has(const std::vector<std::string>& notes, const std::string& text
 
 TEST(Writers, CpuPlanWithoutDeepSpeedStaysOnTheCpu) {
   Plan plan = testing::base_plan(4, 2);
-  plan.device = "cpu";
+  plan.device = Device::kCpu;
   EXPECT_NE(write_accelerate_config(plan).find("\nuse_cpu: true\n"), std::string::npos);
   EXPECT_EQ(nlohmann::json::parse(write_lightning_trainer(plan))["trainer"]["accelerator"], "cpu");
   EXPECT_FALSE(any_note_has(deepspeed_notes(plan), "measured on the CPU"));

@@ -59,7 +59,7 @@ AutotuneReport report_of(FakeRunner& fake, const JobSpec& job) {
 AutotuneReport accumulation_report() {
   FakeRunner fake;
   JobSpec job = job_with_budget(plain_peak(8) + 4 * kMiB + kMiB);
-  job.device = "cuda";
+  job.device = Device::kCuda;
   return report_of(fake, job);
 }
 
