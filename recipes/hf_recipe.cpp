@@ -101,6 +101,7 @@ std::vector<std::string> hf_notes(const Plan& plan) {
         "`deepspeed` points at ds_config.json (written beside this file), whose \"bf16\" section keeps the "
         "weights in bf16; bf16 = true without it would be autocast"));
   if (recipe_text::uses_deepspeed(c) && plan.device == "cpu") notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
+  if (const std::string note = recipe_text::trainable_note(plan); !note.empty()) notes.push_back(note);
   return notes;
 }
 

@@ -123,6 +123,7 @@ std::vector<std::string> lightning_notes(const Plan& plan) {
         "nothing is partitioned); without DeepSpeed \"bf16-mixed\" is autocast",
         c.offload_optimizer ? kOffloadStrategy : kDeepSpeedStrategy)));
   if (recipe_text::uses_deepspeed(c) && plan.device == "cpu") notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
+  if (const std::string note = recipe_text::trainable_note(plan); !note.empty()) notes.push_back(note);
   return notes;
 }
 
