@@ -68,6 +68,10 @@ nlohmann::json to_json(const JobSpec& job) {
           {"precision", job.precision},
           {"allow_bf16", job.allow_bf16},
           {"allow_adafactor", job.allow_adafactor},
+          {"trainable",
+           {{"rule", static_cast<int>(job.trainable.rule)},
+            {"globs", job.trainable.globs},
+            {"frozen_bf16", job.trainable.frozen_bf16}}},
           {"device", device_name(job.device)},
           {"budget_bytes", job.budget_bytes ? nlohmann::json(*job.budget_bytes) : nlohmann::json(nullptr)},
           {"headroom", job.headroom},
@@ -109,6 +113,10 @@ JobSpec job_spec_from_json(const nlohmann::json& j) {
     job.precision = j.at("precision").get<std::string>();
     job.allow_bf16 = j.at("allow_bf16").get<bool>();
     job.allow_adafactor = j.at("allow_adafactor").get<bool>();
+    const auto& trainable = j.at("trainable");
+    job.trainable.rule = static_cast<ParameterSelection::Rule>(trainable.at("rule").get<int>());
+    job.trainable.globs = trainable.at("globs").get<std::vector<std::string>>();
+    job.trainable.frozen_bf16 = trainable.at("frozen_bf16").get<bool>();
     const std::string device = j.at("device").get<std::string>();
     const std::optional<Device> named_device = device_from_name(device);
     if (!named_device) throw InputError(fmt::format("job record: unknown device '{}'", device));

@@ -15,6 +15,7 @@
 #include "common/text_file.h"
 #include "common/toml_table.h"
 #include "job/hyper_parameters.h"
+#include "job/parameter_selection_toml.h"
 
 namespace oomtune {
 namespace {
@@ -22,7 +23,8 @@ namespace {
 const std::vector<std::string> kTopKeys = {
     "model",           "inputs",       "output",          "loss",     "global_batch", "remainder", "optimizer",
     "precision",       "allow_bf16",   "allow_adafactor", "device",   "budget",       "headroom",  "min_micro_batch",
-    "max_micro_batch", "verify_steps", "trial_timeout",   "executor", "seed"};
+    "max_micro_batch", "verify_steps", "trial_timeout",   "executor", "seed",         "trainable", "frozen",
+    "frozen_dtype"};
 const std::vector<std::string> kInputKeys = {"name", "shape", "dtype", "range"};
 const std::vector<std::string> kLossKeys = {"kind", "target"};
 const std::vector<std::string> kOptimizerKeys = {"kind", "lr", "weight_decay", "betas", "eps", "momentum"};
@@ -247,6 +249,18 @@ void read_output(const TableReader& top, JobSpec& spec) {
     top.fail("output", "expected a dict key (\"logits\") or a tuple index (0, 1, ...)");
 }
 
+// `trainable = [...]` or `frozen = [...]` and frozen_dtype
+// (job/parameter_selection_toml.h); bf16 frozen weights need autocast or
+// bf16 parameters, where every operator that reads a weight casts it.
+void read_parameter_selection(const TableReader& top, JobSpec& spec) {
+  spec.trainable = read_parameter_selection(static_cast<const TomlTable&>(top));
+  if (spec.trainable.frozen_bf16 && spec.precision != "bf16" && spec.precision != "bf16_params")
+    top.fail("frozen_dtype",
+             fmt::format("\"bf16\" needs precision = \"bf16\" or \"bf16_params\", got \"{}\": in {} a bf16 frozen "
+                         "weight meets {} activations, which matmul refuses",
+                         spec.precision, spec.precision, spec.precision == "fp16" ? "float16" : "float32"));
+}
+
 }  // namespace
 
 std::size_t InputSpec::batch_axis() const {
@@ -301,6 +315,7 @@ JobSpec parse_job_spec(const std::string& text, const std::string& origin, const
   spec.precision = top.choice_or("precision", "fp32", {"fp32", "bf16", "fp16", "bf16_params"});
   spec.allow_bf16 = top.boolean_or("allow_bf16", false);
   spec.allow_adafactor = top.boolean_or("allow_adafactor", false);
+  read_parameter_selection(top, spec);
   spec.device = *device_from_name(top.choice_or("device", "cpu", device_names({Device::kCpu, Device::kCuda})));
   if (top.has("budget")) {
     const std::string text_budget = top.string("budget");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/device.h"
+#include "job/parameter_selection.h"
 
 namespace oomtune {
 
@@ -74,6 +75,7 @@ struct JobSpec {
   std::string precision = "fp32";          // fp32, bf16, fp16
   bool allow_bf16 = false;                 // the search may switch precision to bf16
   bool allow_adafactor = false;            // the search may swap AdamW for Adafactor (strategies/adafactor.h)
+  ParameterSelection trainable;            // trainable / frozen globs, frozen_dtype (job/parameter_selection.h)
   Device device = Device::kCpu;            // TOML: "cpu", "cuda"
   std::optional<int64_t> budget_bytes;     // memory budget (bytes); required by autotune
   double headroom = 0.05;                  // fraction of the budget kept free, in [0, 0.9]
@@ -97,7 +99,9 @@ struct JobSpec {
 /// out-of-range values (among them a global_batch above kMaxGlobalBatch, an
 /// input range its dtype cannot hold, an input with more bytes than a tensor
 /// can hold at the global batch, optimizer values outside
-/// job/hyper_parameters.h's ranges), and InputError when the file cannot be
+/// job/hyper_parameters.h's ranges, both `trainable` and `frozen`, an
+/// empty glob list, frozen_dtype = "bf16" without bf16 or bf16_params
+/// precision), and InputError when the file cannot be
 /// read, is binary (a model file: common/text_file.h) or is a plan.toml
 /// ("FILE: is a plan ..., not a job spec; run its configuration with oomtune
 /// probe --plan FILE").

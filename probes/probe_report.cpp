@@ -100,6 +100,7 @@ nlohmann::json to_json(const ProbeReport& r) {
       {"accumulation_steps", r.accumulation_steps},
       {"global_batch", r.global_batch},
       {"parameter_count", r.parameter_count},
+      {"frozen_parameter_count", r.frozen_parameter_count},
       {"outcome", to_string(r.outcome)},
       {"message", r.message},
       {"input_error", r.input_error},
@@ -113,7 +114,8 @@ nlohmann::json to_json(const ProbeReport& r) {
         {"buffer_bytes", r.static_memory.buffer_bytes},
         {"gradient_bytes", r.static_memory.gradient_bytes},
         {"optimizer_state_bytes", r.static_memory.optimizer_state_bytes},
-        {"optimizer_host_bytes", r.static_memory.optimizer_host_bytes}}},
+        {"optimizer_host_bytes", r.static_memory.optimizer_host_bytes},
+        {"frozen_parameter_bytes", r.static_memory.frozen_parameter_bytes}}},
       {"retained_activation_bytes", r.retained_activation_bytes},
       {"backward_activation_peak",
        {{"live_bytes", r.backward_activation_peak.live_bytes},
@@ -171,6 +173,8 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     r.accumulation_steps = j.at("accumulation_steps").get<int64_t>();
     r.global_batch = j.at("global_batch").get<int64_t>();
     r.parameter_count = j.at("parameter_count").get<int64_t>();
+    // Absent from reports recorded before frozen parameters (issue #47): none.
+    r.frozen_parameter_count = j.value("frozen_parameter_count", int64_t{0});
     r.outcome = outcome_from_string(j.at("outcome").get<std::string>());
     r.message = j.at("message").get<std::string>();
     r.input_error = j.value("input_error", false);
@@ -184,9 +188,9 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     r.host_peak_bytes = j.at("host_peak_bytes").get<int64_t>();
     r.steps_run = j.at("steps_run").get<int64_t>();
     const auto& s = j.at("static");
-    r.static_memory = {s.at("parameter_bytes").get<int64_t>(), s.at("buffer_bytes").get<int64_t>(),
-                       s.at("gradient_bytes").get<int64_t>(), s.at("optimizer_state_bytes").get<int64_t>(),
-                       s.at("optimizer_host_bytes").get<int64_t>()};
+    r.static_memory = {s.at("parameter_bytes").get<int64_t>(),      s.at("buffer_bytes").get<int64_t>(),
+                       s.at("gradient_bytes").get<int64_t>(),       s.at("optimizer_state_bytes").get<int64_t>(),
+                       s.at("optimizer_host_bytes").get<int64_t>(), s.value("frozen_parameter_bytes", int64_t{0})};
     r.retained_activation_bytes = j.at("retained_activation_bytes").get<int64_t>();
     if (const auto peak = j.find("backward_activation_peak"); peak != j.end())
       r.backward_activation_peak = {peak->at("live_bytes").get<int64_t>(), peak->at("gradient_bytes").get<int64_t>(),

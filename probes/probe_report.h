@@ -61,6 +61,10 @@ struct StaticMemory {
   int64_t gradient_bytes = 0;         // SUM: .grad storages after backward
   int64_t optimizer_state_bytes = 0;  // SUM: device bytes the first optimizer step left alive
   int64_t optimizer_host_bytes = 0;   // SUM: host bytes the optimizer holds (offload)
+  // SUM: frozen parameter storages (the job's trainable / frozen globs,
+  // job/parameter_selection.h): no gradient, no optimizer state; in no
+  // field above.
+  int64_t frozen_parameter_bytes = 0;
 };
 
 /// Step timing of a trial.
@@ -91,11 +95,12 @@ struct ReservedPrediction {
 
 /// Everything one trial measured.
 struct ProbeReport {
-  std::string config;              // to_string(TrainingConfig)
-  int64_t micro_batch = 0;         // COUNT
-  int64_t accumulation_steps = 0;  // COUNT
-  int64_t global_batch = 0;        // COUNT
-  int64_t parameter_count = 0;     // COUNT: trainable parameter elements
+  std::string config;                  // to_string(TrainingConfig)
+  int64_t micro_batch = 0;             // COUNT
+  int64_t accumulation_steps = 0;      // COUNT
+  int64_t global_batch = 0;            // COUNT
+  int64_t parameter_count = 0;         // COUNT: trainable parameter elements
+  int64_t frozen_parameter_count = 0;  // COUNT: frozen parameter elements (job/parameter_selection.h)
   TrialOutcome outcome = TrialOutcome::kOk;
   std::string message;                    // why it did not run (empty when ok)
   bool input_error = false;               // kError caused by the user's input (model file, job, config): exit code 2

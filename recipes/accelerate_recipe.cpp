@@ -150,6 +150,7 @@ std::vector<std::string> accelerate_notes(const Plan& plan) {
         "mixed_precision 'bf16' with distributed_type 'DEEPSPEED' gives it; without DeepSpeed it is autocast"));
   if (recipe_text::uses_deepspeed(c) && plan.device == Device::kCpu)
     notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
+  if (const std::string note = recipe_text::trainable_note(plan); !note.empty()) notes.push_back(note);
   return notes;
 }
 

@@ -108,6 +108,7 @@ std::vector<std::string> deepspeed_notes(const Plan& plan) {
     notes.push_back(recipe_text::bf16_params_note("\"bf16\": {\"enabled\": true}, as written here"));
   if (recipe_text::uses_deepspeed(c) && plan.device == Device::kCpu)
     notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
+  if (const std::string note = recipe_text::trainable_note(plan); !note.empty()) notes.push_back(note);
   return notes;
 }
 

@@ -102,6 +102,7 @@ std::vector<std::string> hf_notes(const Plan& plan) {
         "weights in bf16; bf16 = true without it would be autocast"));
   if (recipe_text::uses_deepspeed(c) && plan.device == Device::kCpu)
     notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
+  if (const std::string note = recipe_text::trainable_note(plan); !note.empty()) notes.push_back(note);
   return notes;
 }
 

@@ -124,6 +124,7 @@ std::vector<std::string> lightning_notes(const Plan& plan) {
         c.offload_optimizer ? kOffloadStrategy : kDeepSpeedStrategy)));
   if (recipe_text::uses_deepspeed(c) && plan.device == Device::kCpu)
     notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
+  if (const std::string note = recipe_text::trainable_note(plan); !note.empty()) notes.push_back(note);
   return notes;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/device.h"
+#include "job/parameter_selection.h"
 #include "strategies/training_config.h"
 
 namespace oomtune {
@@ -48,6 +49,9 @@ struct Plan {
   std::optional<double> measured_samples_per_second;   // throughput measured over the verify run
   std::optional<double> predicted_samples_per_second;  // throughput predicted (not measured)
   std::vector<std::string> notes;                      // free text from autotune, one line each
+  // Which parameters trained (the job's trainable / frozen globs): the
+  // framework configs cannot freeze them, so each writer notes the set.
+  ParameterSelection trainable;
 
   bool operator==(const Plan& other) const;
   bool operator!=(const Plan& other) const { return !(*this == other); }

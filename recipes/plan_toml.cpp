@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 #include <toml++/toml.h>
 
 #include "common/byte_size.h"
@@ -12,12 +13,14 @@
 #include "common/text_file.h"
 #include "common/toml_table.h"
 #include "job/hyper_parameters.h"
+#include "job/parameter_selection_toml.h"
 
 namespace oomtune {
 namespace {
 
 const std::vector<std::string> kTopKeys = {"plan_version", "notes", "job", "config", "optimizer", "result"};
-const std::vector<std::string> kJobKeys = {"spec", "model", "device", "global_batch", "budget", "headroom"};
+const std::vector<std::string> kJobKeys = {"spec",     "model",     "device", "global_batch", "budget",
+                                           "headroom", "trainable", "frozen", "frozen_dtype"};
 const std::vector<std::string> kConfigKeys = {"micro_batch", "accumulation_steps", "checkpoint",
                                               "optimizer",   "offload_optimizer",  "precision"};
 const std::vector<std::string> kOptimizerKeys = {"lr", "weight_decay", "betas", "eps", "momentum"};
@@ -114,6 +117,7 @@ void read_job(const PlanTable& job, Plan& plan, bool& has_global_batch) {
     if (*headroom < 0.0 || *headroom > 0.9) job.fail("headroom", fmt::format("must be in [0, 0.9], got {}", *headroom));
     plan.headroom = *headroom;
   }
+  plan.trainable = read_parameter_selection(job);
 }
 
 void read_config(const PlanTable& config, Plan& plan) {
@@ -195,6 +199,13 @@ std::string write_plan_toml(const Plan& plan) {
   if (plan.budget_bytes)
     line(fmt::format("budget = {}  # bytes ({})", *plan.budget_bytes, format_bytes(*plan.budget_bytes)));
   line(fmt::format("headroom = {}", float_text(plan.headroom)));
+  if (plan.trainable.freezes()) {
+    std::vector<std::string> globs;
+    for (const std::string& glob : plan.trainable.globs) globs.push_back(quote(glob));
+    line(fmt::format("{} = [{}]  # globs over parameter names; the rest frozen (the job's)",
+                     key_of(plan.trainable.rule), fmt::join(globs, ", ")));
+    if (plan.trainable.frozen_bf16) line("frozen_dtype = \"bf16\"");
+  }
 
   const TrainingConfig& c = plan.config;
   line("");

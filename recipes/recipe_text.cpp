@@ -95,4 +95,20 @@ std::string batch_note(const Plan& plan, const std::string& where) {
       where, plan.config.micro_batch, plan.config.micro_batch, plan.config.accumulation_steps, plan.global_batch);
 }
 
+std::string trainable_note(const Plan& plan) {
+  const ParameterSelection& t = plan.trainable;
+  if (!t.freezes()) return "";
+  std::vector<std::string> quoted;
+  for (const std::string& glob : t.globs) quoted.push_back(fmt::format("\"{}\"", glob));
+  const std::string which =
+      t.rule == ParameterSelection::Rule::kTrainable
+          ? fmt::format("only the parameters matching trainable = [{}]", fmt::join(quoted, ", "))
+          : fmt::format("every parameter but those matching frozen = [{}]", fmt::join(quoted, ", "));
+  return fmt::format(
+      "{} were trained (names as the TorchScript module lists them; the others frozen: no gradient, no optimizer "
+      "state{}): this config freezes nothing, so freeze the same set in your script (PEFT's LoraConfig, or "
+      "requires_grad_(False) before the optimizer is built) or the measured memory does not hold",
+      which, t.frozen_bf16 ? ", stored as bf16" : "");
+}
+
 }  // namespace oomtune::recipe_text

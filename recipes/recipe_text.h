@@ -51,6 +51,12 @@ std::string adafactor_note();
 /// Note: 8-bit AdamW together with optimizer offload.
 std::string adamw8bit_offload_note();
 
+/// Note naming the trainable set when the plan freezes parameters: 'only
+/// the parameters matching trainable = ["*.lora_A.*"] were trained (...)',
+/// and that the user's script freezes the rest (PEFT's LoraConfig, or
+/// requires_grad_(False)); "" when every parameter trains.
+std::string trainable_note(const Plan& plan);
+
 /// Note: "<where> takes batch_size=4 (the micro-batch): micro-batch 4 x 8
 /// accumulation steps = global batch 32, as measured".
 std::string batch_note(const Plan& plan, const std::string& where);

@@ -98,13 +98,17 @@ BytesPerParameter bytes_per_parameter(Precision precision, OptimizerKind optimiz
     bytes.weights = kHalfBytes;
     bytes.gradients = kHalfBytes;
     bytes.optimizer_state = kFp32Bytes + state;  // fp32 master copy
+    bytes.frozen_weights = kHalfBytes;
   }
   return bytes;
 }
 
-BytesPerParameter stored_bytes_per_parameter(const TrainingConfig& config, bool sgd_momentum) {
+BytesPerParameter stored_bytes_per_parameter(const TrainingConfig& config, bool sgd_momentum, bool frozen_bf16) {
   const bool half_weights = config.precision == Precision::kBf16Params;
-  return bytes_per_parameter(half_weights ? Precision::kBf16Params : Precision::kFp32, config.optimizer, sgd_momentum);
+  BytesPerParameter bytes =
+      bytes_per_parameter(half_weights ? Precision::kBf16Params : Precision::kFp32, config.optimizer, sgd_momentum);
+  if (frozen_bf16) bytes.frozen_weights = kHalfBytes;
+  return bytes;
 }
 
 bool ZeroMemory::operator==(const ZeroMemory& other) const {
@@ -114,12 +118,14 @@ bool ZeroMemory::operator==(const ZeroMemory& other) const {
 
 ZeroMemory zero_per_gpu(const ZeroInputs& inputs, ShardingStrategy strategy, int64_t gpus) {
   if (gpus < 1) throw ConfigError(fmt::format("zero table: gpus must be >= 1, got {}", gpus));
-  if (inputs.parameters < 0 || inputs.activation_bytes < 0)
-    throw ConfigError(fmt::format("zero table: parameters and activation bytes must be >= 0, got {} and {}",
-                                  inputs.parameters, inputs.activation_bytes));
+  if (inputs.parameters < 0 || inputs.frozen_parameters < 0 || inputs.activation_bytes < 0)
+    throw ConfigError(
+        fmt::format("zero table: parameters, frozen parameters and activation bytes must be >= 0, got {}, {} and {}",
+                    inputs.parameters, inputs.frozen_parameters, inputs.activation_bytes));
   const Sharding shard = sharding(strategy);
   ZeroMemory memory;
-  memory.weights = bytes_of(inputs.parameters, inputs.bytes.weights, shard.weights, gpus);
+  memory.weights = bytes_of(inputs.parameters, inputs.bytes.weights, shard.weights, gpus) +
+                   bytes_of(inputs.frozen_parameters, inputs.bytes.frozen_weights, shard.weights, gpus);
   memory.gradients = bytes_of(inputs.parameters, inputs.bytes.gradients, shard.gradients, gpus);
   memory.optimizer_state = bytes_of(inputs.parameters, inputs.bytes.optimizer_state, shard.optimizer_state, gpus);
   memory.activations = inputs.activation_bytes;
@@ -149,10 +155,15 @@ ZeroTable zero_table(const ZeroInputs& inputs) {
 
 std::string render_zero_table(const ZeroTable& table) {
   const ZeroInputs& in = table.inputs;
+  const std::string frozen = in.frozen_parameters == 0
+                                 ? ""
+                                 : fmt::format(" trainable, {} frozen at {} bytes each (weights only)",
+                                               in.frozen_parameters, in.bytes.frozen_weights);
   std::string out = fmt::format(
-      "Predicted per-GPU memory with sharding ({} parameters; bytes/param: weights {}, gradients {}, optimizer "
+      "Predicted per-GPU memory with sharding ({} parameters{}; bytes/param: weights {}, gradients {}, optimizer "
       "state {}; activations at micro-batch 1: {})\n",
-      in.parameters, in.bytes.weights, in.bytes.gradients, in.bytes.optimizer_state, format_bytes(in.activation_bytes));
+      in.parameters, frozen, in.bytes.weights, in.bytes.gradients, in.bytes.optimizer_state,
+      format_bytes(in.activation_bytes));
   const std::string fits_header =
       in.budget_bytes ? fmt::format("GPUs to fit {}", format_bytes(*in.budget_bytes)) : std::string("GPUs to fit");
   out += fmt::format("{:<20} {:>12} {:>12} {:>12} {:>12} {:>12}  {}\n", "strategy", "weights", "gradients", "optimizer",
@@ -184,20 +195,25 @@ nlohmann::json zero_table_json(const ZeroTable& table) {
                       {"total", row.per_gpu.total()}}},
                     {"min_gpus", row.min_gpus ? nlohmann::json(*row.min_gpus) : nlohmann::json(nullptr)}});
   }
-  return {{"kind", "predicted"},
-          {"source",
-           "Rajbhandari et al., ZeRO: Memory Optimizations Toward Training Trillion Parameter Models, "
-           "SC 2020, Sec. 5"},
-          {"parameters", in.parameters},
-          {"bytes_per_parameter",
-           {{"weights", in.bytes.weights},
-            {"gradients", in.bytes.gradients},
-            {"optimizer_state", in.bytes.optimizer_state}}},
-          {"activation_bytes", in.activation_bytes},
-          {"gpus", in.gpus},
-          {"budget_bytes", in.budget_bytes ? nlohmann::json(*in.budget_bytes) : nlohmann::json(nullptr)},
-          {"max_gpus", kZeroMaxGpus},
-          {"rows", rows}};
+  nlohmann::json json = {{"kind", "predicted"},
+                         {"source",
+                          "Rajbhandari et al., ZeRO: Memory Optimizations Toward Training Trillion Parameter Models, "
+                          "SC 2020, Sec. 5"},
+                         {"parameters", in.parameters},
+                         {"bytes_per_parameter",
+                          {{"weights", in.bytes.weights},
+                           {"gradients", in.bytes.gradients},
+                           {"optimizer_state", in.bytes.optimizer_state}}},
+                         {"activation_bytes", in.activation_bytes},
+                         {"gpus", in.gpus},
+                         {"budget_bytes", in.budget_bytes ? nlohmann::json(*in.budget_bytes) : nlohmann::json(nullptr)},
+                         {"max_gpus", kZeroMaxGpus},
+                         {"rows", rows}};
+  if (in.frozen_parameters > 0) {
+    json["frozen_parameters"] = in.frozen_parameters;
+    json["bytes_per_parameter"]["frozen_weights"] = in.bytes.frozen_weights;
+  }
+  return json;
 }
 
 }  // namespace oomtune

@@ -12,6 +12,13 @@
 //   ZeRO-3 (P_os+g+p): Ψ(w + g + K)/N
 // PyTorch FSDP SHARD_GRAD_OP shards like ZeRO-2 and FULL_SHARD like ZeRO-3.
 // Activations at micro-batch 1 are added unsharded on every GPU.
+// Frozen parameters (job/parameter_selection.h) hold their weights only:
+// Ψ counts the trainable parameters, and the Ψ_f frozen ones add Ψ_f·w_f
+// to the weights, sharded where the weights are (ZeRO-3 and FULL_SHARD
+// partition every parameter, frozen or not: DeepSpeed's
+// deepspeed/runtime/zero/partition_parameters.py, Init, partitions each
+// module's parameters without looking at requires_grad; ZeRO-1/2 partition
+// only the optimizer's parameter groups, i.e. the trainable ones).
 //
 // Limitations: no communication buckets, no stage-3 gathered-layer buffers,
 // no allocator fragmentation: the table is a lower bound, labelled
@@ -55,6 +62,7 @@ struct BytesPerParameter {
   double weights = 4;          // fp32 weights; 2 for bf16/fp16 mixed precision
   double gradients = 4;        // same precision as the weights
   double optimizer_state = 8;  // K: AdamW fp32 m and v; + 4 for the fp32 master copy in mixed precision
+  double frozen_weights = 4;   // a frozen parameter's weight, its only state: 2 in mixed precision or frozen bf16
 };
 
 /// Bytes per parameter for a TrainingConfig's precision and optimizer, as
@@ -67,6 +75,8 @@ struct BytesPerParameter {
 /// with momentum else 0, Adafactor 0 (its factored second moment is 4 (r + c)
 /// bytes per r x c matrix: not a per-parameter constant, and a negligible
 /// one for large matrices). bf16 AdamW gives the paper's 2 + 2 + 12.
+/// A frozen parameter keeps its weight only: 4 bytes in fp32, 2 in mixed
+/// precision.
 /// Note: oomtune's own bf16 strategy is autocast with fp32 weights; for that
 /// pass Precision::kFp32 (the weights and gradients stay fp32), or use
 /// stored_bytes_per_parameter.
@@ -76,12 +86,16 @@ BytesPerParameter bytes_per_parameter(Precision precision, OptimizerKind optimiz
 /// (the analytic column of `oomtune probe`): autocast (bf16, fp16) keeps
 /// fp32 weights and gradients, so it counts as fp32; bf16_params is mixed
 /// precision as above (2 + 2 + 4 master + state). Offload moves the
-/// optimizer state to the host but does not change its size.
-BytesPerParameter stored_bytes_per_parameter(const TrainingConfig& config, bool sgd_momentum = false);
+/// optimizer state to the host but does not change its size. A frozen
+/// parameter keeps 4 bytes, 2 under bf16_params or `frozen_bf16`
+/// (frozen_dtype = "bf16").
+BytesPerParameter stored_bytes_per_parameter(const TrainingConfig& config, bool sgd_momentum = false,
+                                             bool frozen_bf16 = false);
 
 /// Inputs of the table.
 struct ZeroInputs {
-  int64_t parameters = 0;  // COUNT: Ψ, trainable parameters
+  int64_t parameters = 0;         // COUNT: Ψ, trainable parameters
+  int64_t frozen_parameters = 0;  // COUNT: Ψ_f, frozen parameters (weights only, bytes.frozen_weights each)
   BytesPerParameter bytes;
   int64_t activation_bytes = 0;         // BYTES: activations + temporaries at micro-batch 1, measured, per GPU
   int64_t gpus = 1;                     // COUNT: N for the per-GPU column (>= 1)
@@ -131,6 +145,8 @@ ZeroTable zero_table(const ZeroInputs& inputs);
 std::string render_zero_table(const ZeroTable& table);
 
 /// {"parameters", "bytes_per_parameter": {...}, "activation_bytes", "gpus",
+/// and where any parameter is frozen "frozen_parameters" and
+/// bytes_per_parameter.frozen_weights,
 /// "budget_bytes" (null when none), "kind": "predicted", "source": "...",
 /// "rows": [{"strategy", "per_gpu": {"weights", "gradients",
 /// "optimizer_state", "activations", "total"}, "min_gpus" (null when none)}]}.

@@ -125,7 +125,12 @@ std::string render_autotune_text(const AutotuneReport& report) {
   const JobSpec& job = report.job;
   std::string out;
   auto line = [&out](const std::string& text) { out += text + "\n"; };
-  line(fmt::format("autotune  {}  ({} parameters)", job.model_path, s.parameter_count));
+  if (s.frozen_parameter_count > 0)
+    line(fmt::format("autotune  {}  ({} trainable + {} frozen parameters: {})", job.model_path, s.parameter_count,
+                     s.frozen_parameter_count,
+                     fmt::format("{} = [{}]", key_of(job.trainable.rule), fmt::join(job.trainable.globs, ", "))));
+  else
+    line(fmt::format("autotune  {}  ({} parameters)", job.model_path, s.parameter_count));
   line(fmt::format("budget    {} ({} usable after {:.0f} % headroom), device {}, global batch {}",
                    bytes_or_dash(job.budget_bytes), format_bytes(s.usable_budget_bytes), 100 * job.headroom,
                    device_name(job.device), job.global_batch));
@@ -236,6 +241,7 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
       {"budget_bytes", report.job.budget_bytes ? nlohmann::json(*report.job.budget_bytes) : nlohmann::json()},
       {"usable_budget_bytes", s.usable_budget_bytes},
       {"parameter_count", s.parameter_count},
+      {"frozen_parameter_count", s.frozen_parameter_count},
       {"baseline_model",
        {{"configuration", s.baseline_name},
         {"peak_intercept_bytes", s.baseline_peak.intercept},

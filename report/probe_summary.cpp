@@ -30,7 +30,9 @@ std::string render_probe_text(const ProbeSummary& s) {
   std::string out;
   auto line = [&out](const std::string& text) { out += text + "\n"; };
   // A trial that died before loading finished counted no parameters.
-  const std::string parameters = r.parameter_count > 0 ? fmt::format("{} parameters, ", r.parameter_count) : "";
+  std::string parameters = r.parameter_count > 0 ? fmt::format("{} parameters, ", r.parameter_count) : "";
+  if (r.frozen_parameter_count > 0)
+    parameters = fmt::format("{} trainable + {} frozen parameters, ", r.parameter_count, r.frozen_parameter_count);
   line(fmt::format("model     {}  ({}device {})", s.model_path, parameters, device_name(s.device)));
   line(fmt::format("config    {}", r.config));
   if (!r.checkpointed_blocks.empty())
@@ -60,6 +62,10 @@ std::string render_probe_text(const ProbeSummary& s) {
   line(fmt::format("{:<22} {:>12} {:>12} {:>10}", "parameters", format_bytes(m.parameter_bytes),
                    format_bytes(s.analytic.parameter_bytes),
                    percent_diff(m.parameter_bytes, s.analytic.parameter_bytes)));
+  if (r.frozen_parameter_count > 0)
+    line(fmt::format("{:<22} {:>12} {:>12} {:>10}", "frozen parameters", format_bytes(m.frozen_parameter_bytes),
+                     format_bytes(s.analytic.frozen_parameter_bytes),
+                     percent_diff(m.frozen_parameter_bytes, s.analytic.frozen_parameter_bytes)));
   line(fmt::format("{:<22} {:>12} {:>12} {:>10}", "gradients", format_bytes(m.gradient_bytes),
                    format_bytes(s.analytic.gradient_bytes), percent_diff(m.gradient_bytes, s.analytic.gradient_bytes)));
   const int64_t state = m.optimizer_state_bytes + m.optimizer_host_bytes;
@@ -119,7 +125,8 @@ nlohmann::json probe_summary_json(const ProbeSummary& s) {
                       {"analytic",
                        {{"parameter_bytes", s.analytic.parameter_bytes},
                         {"gradient_bytes", s.analytic.gradient_bytes},
-                        {"optimizer_state_bytes", s.analytic.optimizer_state_bytes}}}};
+                        {"optimizer_state_bytes", s.analytic.optimizer_state_bytes},
+                        {"frozen_parameter_bytes", s.analytic.frozen_parameter_bytes}}}};
   j["budget_bytes"] = s.budget_bytes ? nlohmann::json(*s.budget_bytes) : nlohmann::json(nullptr);
   if (s.activation_fit) {
     const ActivationFit& f = *s.activation_fit;

@@ -30,11 +30,14 @@ struct ActivationFit {
 /// 8·P (AdamW: exp_avg and exp_avg_sq, torch/optim/adamw.py), 4·P (SGD with
 /// momentum), 0 (plain SGD), 2·P plus one fp32 absmax per 2048-element block
 /// of each state (8-bit AdamW, Dettmers et al. 2022), plus 4·P of fp32
-/// master weights for bf16_params.
+/// master weights for bf16_params. P counts the trainable parameters; the
+/// F frozen ones (job/parameter_selection.h) hold 4·F bytes of weights
+/// (2·F for bf16_params or frozen_dtype = "bf16") and nothing else.
 struct AnalyticStatic {
-  int64_t parameter_bytes = 0;        // SUM
-  int64_t gradient_bytes = 0;         // SUM
-  int64_t optimizer_state_bytes = 0;  // SUM
+  int64_t parameter_bytes = 0;         // SUM
+  int64_t gradient_bytes = 0;          // SUM
+  int64_t optimizer_state_bytes = 0;   // SUM
+  int64_t frozen_parameter_bytes = 0;  // SUM
 };
 
 /// Everything the probe command prints.

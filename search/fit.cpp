@@ -168,6 +168,7 @@ bool Search::fit_models() {
     plain_seconds_[s] = seconds.back();
     optimizer_seconds.push_back(r.timing.steady_optimizer_seconds);
     result_.parameter_count = r.parameter_count;
+    result_.frozen_parameter_count = r.frozen_parameter_count;
     result_.static_memory = r.static_memory;
     models_.gradient_bytes = r.static_memory.gradient_bytes;
   }

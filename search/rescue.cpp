@@ -173,6 +173,7 @@ std::optional<Search::PlainProbes> Search::rescue(const std::vector<int64_t>& si
         rescue_label(least), smallest, least_report.message);
     result_.smallest_micro_batch = smallest;
     result_.parameter_count = plain_failure.parameter_count;
+    result_.frozen_parameter_count = plain_failure.frozen_parameter_count;
     result_.static_memory = plain_failure.static_memory;
     return std::nullopt;
   }

@@ -116,14 +116,15 @@ struct TrailNode {
 
 /// What the search found.
 struct SearchResult {
-  int64_t usable_budget_bytes = 0;    // SUM: budget minus headroom
-  std::vector<ProbeReport> probes;    // every probe trial, in order
-  std::vector<TrailNode> trail;       // the decision tree, in walk order
-  std::optional<std::size_t> chosen;  // index into trail
-  std::vector<std::string> notes;     // strategies unavailable, models corrected, ...
-  int64_t verification_trials = 0;    // COUNT: real runs beyond the probes
-  int64_t parameter_count = 0;        // COUNT
-  BatchLine baseline_peak;            // bytes vs micro-batch (of baseline_name)
+  int64_t usable_budget_bytes = 0;     // SUM: budget minus headroom
+  std::vector<ProbeReport> probes;     // every probe trial, in order
+  std::vector<TrailNode> trail;        // the decision tree, in walk order
+  std::optional<std::size_t> chosen;   // index into trail
+  std::vector<std::string> notes;      // strategies unavailable, models corrected, ...
+  int64_t verification_trials = 0;     // COUNT: real runs beyond the probes
+  int64_t parameter_count = 0;         // COUNT: trainable parameter elements
+  int64_t frozen_parameter_count = 0;  // COUNT: frozen parameter elements (job/parameter_selection.h)
+  BatchLine baseline_peak;             // bytes vs micro-batch (of baseline_name)
   // Bytes vs micro-batch at backward's activation peak (of baseline_name):
   // where it passes baseline_peak, the peak follows it (memory_model.cpp,
   // Note [Backward activation peak]).

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <regex>
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -165,6 +166,7 @@ ModelSession::ModelSession(const JobSpec& job)
   }
   module_.train(true);
   bind_forward_arguments();
+  freeze_parameters();
   if (device_.is_cuda()) {
     const std::string warning = device_constant_warning(path, find_cpu_device_constants(module_));
     if (!warning.empty()) fmt::print(stderr, "{}", warning);
@@ -186,6 +188,63 @@ int64_t ModelSession::parameter_count() const {
   int64_t count = 0;
   for (const at::Tensor& p : parameters()) count += p.numel();
   return count;
+}
+
+std::vector<at::Tensor> ModelSession::frozen_parameters() const {
+  std::vector<at::Tensor> out;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const at::Tensor& p : module_.parameters())
+    if (!p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
+  return out;
+}
+
+int64_t ModelSession::frozen_parameter_count() const {
+  int64_t count = 0;
+  for (const at::Tensor& p : frozen_parameters()) count += p.numel();
+  return count;
+}
+
+// Note [Frozen parameters]
+// The globs match the names torch::jit::Module::named_parameters lists
+// (recursive, "blocks.0.attn.qkv.weight"). A tensor under two names (tied
+// weights: an lm_head sharing the token embedding) is one parameter: under
+// `trainable` it trains when any of its names matches, under `frozen` it is
+// frozen when any of its names matches -- the names the user wrote win.
+// requires_grad off is all freezing takes: autograd then makes no gradient
+// for it (PyTorch, torch/csrc/autograd/engine.cpp: no AccumulateGrad node
+// for a leaf without requires_grad), and every optimizer is built from
+// parameters(), which skips it, so it gets no state. A parameter exported
+// frozen (requires_grad already off in the file) stays frozen whatever the
+// job says: this is the only place that changes requires_grad.
+void ModelSession::freeze_parameters() {
+  const ParameterSelection& selection = job_.trainable;
+  if (!selection.freezes()) return;
+  std::vector<std::string> names;
+  std::vector<at::Tensor> tensors;
+  for (const auto& named : module_.named_parameters(/*recurse=*/true)) {
+    names.push_back(named.name);
+    tensors.push_back(named.value);
+  }
+  const std::string where = job_.spec_path.empty() ? job_.model_path : job_.spec_path;
+  const std::vector<bool> frozen = frozen_names(selection, names, where, job_.model_path);
+  const bool by_any_frozen_name = selection.rule == ParameterSelection::Rule::kFrozen;
+  std::unordered_map<const c10::TensorImpl*, bool> freeze;  // per tensor, over its names
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    auto [it, first] = freeze.emplace(tensors[i].unsafeGetTensorImpl(), frozen[i]);
+    if (!first) it->second = by_any_frozen_name ? (it->second || frozen[i]) : (it->second && frozen[i]);
+  }
+  at::NoGradGuard no_grad;
+  for (const at::Tensor& p : tensors) {
+    if (!freeze.at(p.unsafeGetTensorImpl()) || !p.requires_grad()) continue;
+    at::Tensor tensor = p;
+    tensor.set_requires_grad(false);
+    // set_data keeps the TensorImpl the module's slot holds; the fp32
+    // storage is freed once nothing else holds it.
+    if (selection.frozen_bf16 && tensor.is_floating_point()) tensor.set_data(tensor.to(at::kBFloat16));
+  }
+  if (parameters().empty())
+    throw SpecError(fmt::format("{}: {} = [{}] leaves no trainable parameter in {}", where, key_of(selection.rule),
+                                fmt::join(selection.globs, ", "), job_.model_path));
 }
 
 Batch ModelSession::to_device(const Batch& batch) const {

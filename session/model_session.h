@@ -10,6 +10,10 @@
 //   archive...; model_file.h) and how to export, an operator this libtorch
 //   lacks (with the two fixes), anything else with libtorch's first message
 //   line.
+// - The job's trainable / frozen globs (job/parameter_selection.h) are
+//   applied at load: a frozen parameter's requires_grad is off, so
+//   parameters() -- what the optimizers, master weights, offload and the
+//   static split read -- lists the trainable ones only.
 
 #include <string>
 #include <vector>
@@ -29,7 +33,9 @@ class ModelSession {
   /// Throws ModelError (exit code 2) when the file is missing, is not a
   /// TorchScript archive (naming what it is, see non_torchscript_kind),
   /// uses an operator this libtorch does not have, or when the job's inputs
-  /// do not match forward's arguments (Note [Forward arguments]).
+  /// do not match forward's arguments (Note [Forward arguments]); throws
+  /// SpecError when a trainable or frozen glob matches no parameter
+  /// (frozen_names), or when the job freezes every parameter.
   explicit ModelSession(const JobSpec& job);
 
   /// The job this session was loaded for.
@@ -45,6 +51,11 @@ class ModelSession {
   std::vector<at::Tensor> parameters() const;
   /// Number of trainable parameter elements.
   int64_t parameter_count() const;
+  /// Frozen parameters (the job's trainable / frozen globs), in module
+  /// order, each tensor once; stored as bfloat16 under frozen_dtype = "bf16".
+  std::vector<at::Tensor> frozen_parameters() const;
+  /// Number of frozen parameter elements.
+  int64_t frozen_parameter_count() const;
 
   /// Runs forward on the batch's model inputs (all but the loss target) and
   /// returns the raw output: by name when the inputs are named as forward's
@@ -59,6 +70,9 @@ class ModelSession {
   /// Checks the job's inputs against forward's schema and chooses how they
   /// are passed (sets by_name_).
   void bind_forward_arguments();
+  /// Turns requires_grad off on the parameters the job freezes (and casts
+  /// them to bf16 under frozen_dtype = "bf16"); Note [Frozen parameters].
+  void freeze_parameters();
 
   JobSpec job_;
   torch::jit::Module module_;

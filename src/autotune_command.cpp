@@ -84,6 +84,7 @@ Plan plan_from(const AutotuneReport& report) {
   if (best.predicted_seconds > 0)
     plan.predicted_samples_per_second = static_cast<double>(job.global_batch) / best.predicted_seconds;
   plan.notes = report.search.notes;
+  plan.trainable = job.trainable;
   return plan;
 }
 
@@ -93,10 +94,14 @@ NothingFits nothing_fits_table(const AutotuneReport& report) {
   const SearchResult& s = report.search;
   ZeroInputs inputs;
   inputs.parameters = s.parameter_count;
+  inputs.frozen_parameters = s.frozen_parameter_count;
   inputs.bytes = bytes_per_parameter(Precision::kFp32, parse_optimizer(report.job.optimizer.kind),
                                      report.job.optimizer.momentum > 0);
+  inputs.bytes.frozen_weights =
+      stored_bytes_per_parameter(TrainingConfig{}, false, report.job.trainable.frozen_bf16).frozen_weights;
   const StaticMemory& m = s.static_memory;
-  const double state = static_cast<double>(m.parameter_bytes + m.gradient_bytes + m.optimizer_state_bytes);
+  const double state =
+      static_cast<double>(m.parameter_bytes + m.frozen_parameter_bytes + m.gradient_bytes + m.optimizer_state_bytes);
   inputs.activation_bytes = static_cast<int64_t>(std::max(s.baseline_peak.slope, s.baseline_peak(1.0) - state));
   inputs.gpus = 8;
   inputs.budget_bytes = s.usable_budget_bytes;

@@ -122,11 +122,15 @@ int run_probe(ProbeFlags flags) {
   summary.device = job.device;
   summary.budget_bytes = job.budget_bytes;
   summary.report = run_probe_trial(job, config, options);
-  const BytesPerParameter per = stored_bytes_per_parameter(config, job.optimizer.momentum > 0);
-  const auto bytes = [&](double each) {
-    return static_cast<int64_t>(std::llround(each * static_cast<double>(summary.report.parameter_count)));
+  const BytesPerParameter per =
+      stored_bytes_per_parameter(config, job.optimizer.momentum > 0, job.trainable.frozen_bf16);
+  const auto bytes = [](double each, int64_t count) {
+    return static_cast<int64_t>(std::llround(each * static_cast<double>(count)));
   };
-  summary.analytic = {bytes(per.weights), bytes(per.gradients), bytes(per.optimizer_state)};
+  const int64_t trainable = summary.report.parameter_count;
+  summary.analytic = {bytes(per.weights, trainable), bytes(per.gradients, trainable),
+                      bytes(per.optimizer_state, trainable),
+                      bytes(per.frozen_weights, summary.report.frozen_parameter_count)};
   if (summary.report.outcome == TrialOutcome::kOk && !flags.no_fit) {
     const auto sizes = flags.fit_batches.empty() ? default_fit_batches(config.micro_batch) : flags.fit_batches;
     if (sizes.size() >= 2) summary.activation_fit = fit_activations(job, config, sizes);

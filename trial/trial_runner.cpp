@@ -187,8 +187,11 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     const int64_t live_before_load = tracker.live_bytes();
     ModelSession session(job);
     report.parameter_count = session.parameter_count();
+    report.frozen_parameter_count = session.frozen_parameter_count();
     report.static_memory.parameter_bytes = storage_bytes(tracker, session.parameters());
-    report.static_memory.buffer_bytes = tracker.live_bytes() - live_before_load - report.static_memory.parameter_bytes;
+    report.static_memory.frozen_parameter_bytes = storage_bytes(tracker, session.frozen_parameters());
+    report.static_memory.buffer_bytes = tracker.live_bytes() - live_before_load - report.static_memory.parameter_bytes -
+                                        report.static_memory.frozen_parameter_bytes;
 
     Batch batch;
     {
@@ -207,9 +210,12 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     const int64_t device_master_bytes =
         master && master->placement() == MasterPlacement::kDevice ? storage_bytes(tracker, master->masters()) : 0;
     const int64_t parameter_bytes = storage_bytes(tracker, session.parameters());
+    const int64_t frozen_bytes = storage_bytes(tracker, session.frozen_parameters());
     report.static_memory.buffer_bytes += tracker.live_bytes() - live_before_step - device_master_bytes -
-                                         (parameter_bytes - report.static_memory.parameter_bytes);
+                                         (parameter_bytes - report.static_memory.parameter_bytes) -
+                                         (frozen_bytes - report.static_memory.frozen_parameter_bytes);
     report.static_memory.parameter_bytes = parameter_bytes;
+    report.static_memory.frozen_parameter_bytes = frozen_bytes;
 
     // Step 1: warm-up; creates the optimizer state.
     int64_t live_before_update = 0;

@@ -99,7 +99,8 @@ TEST(JobSpec, EachBadInputGetsItsExactError) {
       error_of(replace(kGood, "global_batch = 32", "global_bach = 32")),
       "job.toml:2:1: global_bach: unknown key (did you mean 'global_batch'?; valid: model, inputs, output, "
       "loss, global_batch, remainder, optimizer, precision, allow_bf16, allow_adafactor, device, budget, headroom, "
-      "min_micro_batch, max_micro_batch, verify_steps, trial_timeout, executor, seed)");
+      "min_micro_batch, max_micro_batch, verify_steps, trial_timeout, executor, seed, trainable, frozen, "
+      "frozen_dtype)");
   EXPECT_EQ(error_of(replace(kGood, "budget = \"7.5 GB\"", "budget = \"7.5 GBs\"")),
             "job.toml:3:10: budget: expected a size such as \"8GiB\", \"7.5 GB\" or \"512MiB\", got '7.5 GBs'");
   EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_batch = 0")),
@@ -319,6 +320,48 @@ TEST(JobSpec, ABinaryFileIsNamedForWhatItIs) {
     }
   }
   std::remove(path.c_str());
+}
+
+// trainable / frozen globs and frozen_dtype (job/parameter_selection.h):
+// read as written; whether each glob matches a parameter is the session's
+// check (tests/core/frozen_parameters_test.cpp).
+TEST(JobSpec, TrainableOrFrozenGlobsAreRead) {
+  EXPECT_FALSE(parse_job_spec(kGood, "job.toml", "").trainable.freezes());
+  const JobSpec lora = parse_job_spec(
+      replace(kGood, "headroom = 0.1", "headroom = 0.1\ntrainable = [\"*.lora_A.*\", \"*.lora_B.*\"]"), "job.toml", "");
+  EXPECT_EQ(lora.trainable.rule, ParameterSelection::Rule::kTrainable);
+  EXPECT_EQ(lora.trainable.globs, (std::vector<std::string>{"*.lora_A.*", "*.lora_B.*"}));
+  EXPECT_FALSE(lora.trainable.frozen_bf16);
+  const JobSpec frozen = parse_job_spec(replace(kGood, "headroom = 0.1",
+                                                "headroom = 0.1\nfrozen = [\"blocks.0.*\"]\nfrozen_dtype = \"bf16\"\n"
+                                                "precision = \"bf16\""),
+                                        "job.toml", "");
+  EXPECT_EQ(frozen.trainable.rule, ParameterSelection::Rule::kFrozen);
+  EXPECT_EQ(frozen.trainable.globs, (std::vector<std::string>{"blocks.0.*"}));
+  EXPECT_TRUE(frozen.trainable.frozen_bf16);
+  // The trial child gets them in the job record.
+  EXPECT_EQ(job_spec_from_json(nlohmann::json::parse(json_text(to_json(frozen)))).trainable, frozen.trainable);
+}
+
+TEST(JobSpec, EachBadSelectionGetsItsExactError) {
+  const auto with = [](const std::string& lines) { return error_of(replace(kGood, "headroom = 0.1", lines)); };
+  EXPECT_EQ(with("trainable = [\"*.lora_A.*\"]\nfrozen = [\"blocks.0.*\"]"),
+            "job.toml:5:10: frozen: give either trainable or frozen, not both (trainable is set too)");
+  EXPECT_EQ(with("trainable = []"),
+            "job.toml:4:13: trainable: expected a non-empty array of globs over parameter names, such as "
+            "[\"*.lora_A.*\", \"lm_head.*\"]");
+  EXPECT_EQ(with("frozen = \"blocks.0.*\""),
+            "job.toml:4:10: frozen: expected a non-empty array of globs over parameter names, such as "
+            "[\"*.lora_A.*\", \"lm_head.*\"]");
+  EXPECT_EQ(with("frozen = [\"blocks.0.*\", \"\"]"),
+            "job.toml:4:25: frozen: each glob is a non-empty string, such as \"transformer.h.0.*\"");
+  EXPECT_EQ(with("frozen_dtype = \"bf16\""),
+            "job.toml:4:16: frozen_dtype: freezes nothing: give trainable = [...] or frozen = [...] too");
+  EXPECT_EQ(with("frozen = [\"blocks.0.*\"]\nfrozen_dtype = \"int8\""),
+            "job.toml:5:16: frozen_dtype: unknown value 'int8' (did you mean 'fp32'?; valid: fp32, bf16)");
+  EXPECT_EQ(with("frozen = [\"blocks.0.*\"]\nfrozen_dtype = \"bf16\""),
+            "job.toml:5:16: frozen_dtype: \"bf16\" needs precision = \"bf16\" or \"bf16_params\", got \"fp32\": in "
+            "fp32 a bf16 frozen weight meets float32 activations, which matmul refuses");
 }
 
 // The trial child gets the job as JSON: a job in a folder whose name is not

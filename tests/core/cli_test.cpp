@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -176,6 +177,46 @@ TEST(Cli, ProbeAnalyticColumnFollowsThePrecisionForm) {
   EXPECT_EQ(measured.at("gradient_bytes"), analytic.at("gradient_bytes"));
   EXPECT_EQ(measured.at("optimizer_state_bytes"), analytic.at("optimizer_state_bytes"));
   EXPECT_EQ(json.at("report").at("precision_form"), "bf16 parameters, fp32 master");
+}
+
+// examples/gpt.toml with `lines` after its model line, the model path made
+// absolute, in a temp file.
+std::string gpt_job_with(const std::string& name, const std::string& lines) {
+  std::string text = testing::slurp(std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml");
+  const std::string model_line = "model = \"models/gpt.pt\"";
+  const auto model = text.find(model_line);
+  EXPECT_NE(model, std::string::npos) << text;
+  text.replace(model, model_line.size(), "model = \"" + testing::example_model("gpt") + "\"\n" + lines);
+  return testing::write_temp_file(name, text);
+}
+
+TEST(Cli, ProbeSplitsFrozenParametersFromTrainableOnes) {
+  OOMTUNE_REQUIRE_FILE(testing::example_model("gpt"));
+  const std::string job = gpt_job_with("frozen.toml", "frozen = [\"tok_emb.*\", \"blocks.0.*\"]");
+  const RunResult r = run_oomtune("probe " + job + " --batch 2 --no-fit");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // tok_emb 1000 x 128; blocks.0: LayerNorms 4 x 128, qkv 128 x 384 + 384,
+  // proj 128 x 128 + 128, MLP 128 x 512 + 512 and 512 x 128 + 128.
+  const int64_t frozen = 1000 * 128 + 4 * 128 + 128 * 384 + 384 + 128 * 128 + 128 + 128 * 512 + 512 + 512 * 128 + 128;
+  EXPECT_NE(r.out.find(fmt::format("({} trainable + {} frozen parameters, device cpu)", 1057536 - frozen, frozen)),
+            std::string::npos)
+      << r.out;
+  for (const char* row : {"\nparameters ", "\nfrozen parameters ", "\ngradients ", "\noptimizer state "}) {
+    const auto at = r.out.find(row);
+    ASSERT_NE(at, std::string::npos) << row << "\n" << r.out;
+    const std::string line = r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
+    EXPECT_EQ(line.substr(line.size() - 5), "exact") << line;
+  }
+}
+
+TEST(Cli, AGlobThatMatchesNoParameterIsOneLineAndExit2) {
+  OOMTUNE_REQUIRE_FILE(testing::example_model("gpt"));
+  const std::string job = gpt_job_with("bad_glob.toml", "trainable = [\"head.*\", \"block.3.*\"]");
+  const RunResult r = run_oomtune("probe " + job + " --batch 2 --no-fit");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(last_line(r.err), "oomtune: " + job + ": trainable glob 'block.3.*' matches no parameter of " +
+                                  testing::example_model("gpt") +
+                                  " (nearest: blocks.3.ln1.weight, blocks.3.ln1.bias, blocks.3.attn.qkv.weight)");
 }
 
 TEST(Cli, ProbeTableHasPhasesAsRows) {

@@ -16,6 +16,8 @@
 //   bf16_cpu          bf16 autocast measured on the CPU, micro-batch 16 x 2:
 //                     files for a CPU run (TrainingArguments refuses bf16
 //                     without use_cpu on a machine with no bf16 GPU)
+//   lora_adapters     only the LoRA adapters train (trainable globs,
+//                     examples/llama_lora.toml): every writer notes the set
 
 #include <string>
 #include <utility>
@@ -136,6 +138,17 @@ inline std::vector<std::pair<std::string, Plan>> golden_plans() {
   bf16_cpu.measured_peak_bytes = 301'989'888;
   bf16_cpu.measured_samples_per_second = 40.0;
   cases.emplace_back("bf16_cpu", bf16_cpu);
+
+  Plan lora = base_plan(4, 2);
+  lora.optimizer.lr = 2e-4;
+  lora.budget_bytes = int64_t{256} << 20;
+  lora.device = Device::kCpu;
+  lora.model_path = "examples/models/llama_lora_eager.pt";
+  lora.job_spec_path = "examples/llama_lora.toml";
+  lora.trainable = {ParameterSelection::Rule::kTrainable, {"*.lora_A.*", "*.lora_B.*"}, false};
+  lora.measured_peak_bytes = 41'943'040;
+  lora.measured_samples_per_second = 120.0;
+  cases.emplace_back("lora_adapters", lora);
 
   return cases;
 }

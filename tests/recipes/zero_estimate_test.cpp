@@ -64,6 +64,41 @@ TEST(ZeroEstimate, ReproducesThePapersExample) {
   EXPECT_EQ(z1.activations, 0);
 }
 
+// A LoRA fine-tune of the paper's model: 7.5B frozen parameters and 20M
+// trainable adapters. The frozen weights (2 bytes each in mixed precision)
+// are in every GPU's weights column until ZeRO-3 shards them; gradients and
+// optimizer state exist for the adapters only.
+TEST(ZeroEstimate, FrozenParametersHoldTheirWeightsOnly) {
+  ZeroInputs in = paper_example();
+  in.parameters = 20'000'000;
+  in.frozen_parameters = 7'500'000'000;
+  EXPECT_EQ(in.bytes.frozen_weights, 2);
+  EXPECT_EQ(bytes_per_parameter(Precision::kFp32, OptimizerKind::kAdamW).frozen_weights, 4);
+  TrainingConfig fp32;
+  EXPECT_EQ(stored_bytes_per_parameter(fp32).frozen_weights, 4);
+  EXPECT_EQ(stored_bytes_per_parameter(fp32, false, /*frozen_bf16=*/true).frozen_weights, 2);
+  const ZeroMemory ddp = zero_per_gpu(in, ShardingStrategy::kDdp, 64);
+  EXPECT_EQ(ddp.weights, 2 * 20'000'000 + 2 * 7'500'000'000);
+  EXPECT_EQ(ddp.gradients, 2 * 20'000'000);
+  EXPECT_EQ(ddp.optimizer_state, 12 * 20'000'000);
+  const ZeroMemory zero2 = zero_per_gpu(in, ShardingStrategy::kZero2, 64);
+  EXPECT_EQ(zero2.weights, ddp.weights);
+  EXPECT_EQ(zero2.optimizer_state, 12 * 20'000'000 / 64);
+  const ZeroMemory zero3 = zero_per_gpu(in, ShardingStrategy::kZero3, 64);
+  EXPECT_EQ(zero3.weights, 2 * 20'000'000 / 64 + 2 * 7'500'000'000 / 64);
+  const ZeroTable table = zero_table(in);
+  EXPECT_NE(render_zero_table(table).find("(20000000 parameters trainable, 7500000000 frozen at 2 bytes each (weights "
+                                          "only); bytes/param: weights 2,"),
+            std::string::npos)
+      << render_zero_table(table);
+  EXPECT_EQ(zero_table_json(table).at("frozen_parameters"), 7'500'000'000);
+  EXPECT_EQ(zero_table_json(table).at("bytes_per_parameter").at("frozen_weights"), 2);
+  // Without frozen parameters the JSON is as before.
+  EXPECT_FALSE(zero_table_json(zero_table(paper_example())).contains("frozen_parameters"));
+  in.frozen_parameters = -1;
+  EXPECT_THROW(zero_per_gpu(in, ShardingStrategy::kDdp, 1), ConfigError);
+}
+
 TEST(ZeroEstimate, SmallestFittingGpuCount) {
   ZeroInputs in = paper_example();
   // 32 GB: Z1 needs 90/N <= 2 (N >= 45), Z2 105/N <= 17 (N >= 7), Z3 120/N <= 32 (N >= 4).

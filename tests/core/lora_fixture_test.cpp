@@ -1,0 +1,113 @@
+// The LoRA fine-tuning fixture (examples/export_lora_llama.py: a Hugging
+// Face Llama, 2 layers, hidden 128, MLP 344, vocab 1000, LoRA rank 8 on
+// q/k/v/o_proj) trained as examples/llama_lora.toml says: only the adapters
+// train. Byte counts from the model's shapes, not from oomtune. Built where
+// a Python with transformers and peft exports the fixture
+// (OOMTUNE_HF_PYTHON, tests/CMakeLists.txt): the PyPI configuration.
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "compat/torch_compat.h"
+#include "job/job_spec.h"
+#include "session/model_session.h"
+#include "strategies/job_config.h"
+#include "support/require_file.h"
+#include "test_jobs.h"
+#include "trial/trial_runner.h"
+
+namespace oomtune {
+namespace {
+
+using testing::example_model;
+
+constexpr int64_t kDim = 128, kMlp = 344, kVocab = 1000, kLayers = 2, kRank = 8;
+// Per layer: q, k, v, o [d, d]; gate, up [344, d], down [d, 344]; two RMSNorm
+// weights [d]. Then the embedding, the final norm and lm_head (untied).
+constexpr int64_t kBase =
+    kVocab * kDim + kLayers * (4 * kDim * kDim + 3 * kMlp * kDim + 2 * kDim) + kDim + kVocab * kDim;
+// Each adapted projection: lora_A [r, d] and lora_B [d, r].
+constexpr int64_t kAdapters = kLayers * 4 * (kRank * kDim + kDim * kRank);
+
+JobSpec lora_job(const std::string& attention) {
+  JobSpec job = load_job_spec(std::string(OOMTUNE_SOURCE_DIR) + "/examples/llama_lora.toml");
+  job.model_path = example_model("llama_lora_" + attention);
+  job.global_batch = 4;
+  return job;
+}
+
+TrialOptions quick() {
+  TrialOptions options;
+  options.min_timed_steps = 1;
+  options.max_timed_steps = 2;
+  return options;
+}
+
+void expect_adapters_only(const ProbeReport& r) {
+  ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
+  EXPECT_EQ(r.parameter_count, kAdapters);
+  EXPECT_EQ(r.frozen_parameter_count, kBase);
+  // Exact: gradients 4 x trainable, AdamW's two fp32 moments 8 x trainable.
+  EXPECT_EQ(r.static_memory.gradient_bytes, 4 * kAdapters);
+  EXPECT_EQ(r.static_memory.optimizer_state_bytes, 8 * kAdapters);
+  EXPECT_EQ(r.static_memory.parameter_bytes, 4 * kAdapters);
+  EXPECT_EQ(r.static_memory.frozen_parameter_bytes, 4 * kBase);
+}
+
+TEST(LoraFixture, EagerAttentionTrainsTheAdaptersOnly) {
+  const JobSpec job = lora_job("eager");
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  const ProbeReport lora = run_trial(job, baseline_config(job), quick());
+  expect_adapters_only(lora);
+  JobSpec full_job = job;
+  full_job.trainable = ParameterSelection{};
+  const ProbeReport full = run_trial(full_job, baseline_config(full_job), quick());
+  ASSERT_EQ(full.outcome, TrialOutcome::kOk) << full.message;
+  EXPECT_EQ(full.parameter_count, kBase + kAdapters);
+  EXPECT_EQ(full.static_memory.optimizer_state_bytes, 8 * (kBase + kAdapters));
+  // The frozen base's AdamW state (8 bytes each) is missing from every
+  // phase of the measured step.
+  EXPECT_LE(lora.peak_bytes, full.peak_bytes - 8 * kBase);
+  RecordProperty("lora_peak_bytes", std::to_string(lora.peak_bytes));
+  RecordProperty("full_peak_bytes", std::to_string(full.peak_bytes));
+}
+
+// The frozen base in bf16 under bf16 autocast (Llama's RMSNorm multiplies
+// its weight in, so the mix promotes; no layer_norm): 2 bytes per frozen
+// parameter, the adapters' split as in fp32.
+TEST(LoraFixture, AFrozenBaseInBf16HoldsTwoBytesAParameter) {
+  JobSpec job = lora_job("eager");
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  job.precision = "bf16";
+  job.trainable.frozen_bf16 = true;
+  const ProbeReport r = run_trial(job, baseline_config(job), quick());
+  ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
+  EXPECT_EQ(r.static_memory.frozen_parameter_bytes, 2 * kBase);
+  EXPECT_EQ(r.static_memory.parameter_bytes, 4 * kAdapters);
+  EXPECT_EQ(r.static_memory.gradient_bytes, 4 * kAdapters);
+  EXPECT_EQ(r.static_memory.optimizer_state_bytes, 8 * kAdapters);
+}
+
+// aten::scaled_dot_product_attention arrived in PyTorch 2.0: libtorch 2.x
+// trains the SDPA file like the eager one; libtorch 1.13 refuses it in one
+// line that names the operator.
+TEST(LoraFixture, SdpaAttentionTrainsTheAdaptersOnlyOnLibtorch2) {
+  const JobSpec job = lora_job("sdpa");
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  if (std::string(compat::torch_version()).rfind("1.", 0) == 0) {
+    try {
+      ModelSession session(job);
+      FAIL() << "libtorch " << compat::torch_version() << " loaded the SDPA file";
+    } catch (const ModelError& e) {
+      EXPECT_NE(std::string(e.what()).find("uses operator aten::scaled_dot_product_attention"), std::string::npos)
+          << e.what();
+    }
+    return;
+  }
+  expect_adapters_only(run_trial(job, baseline_config(job), quick()));
+}
+
+}  // namespace
+}  // namespace oomtune
