@@ -74,7 +74,7 @@ struct JobSpec {
   std::string precision = "fp32";          // fp32, bf16, fp16
   bool allow_bf16 = false;                 // the search may switch precision to bf16
   bool allow_adafactor = false;            // the search may swap AdamW for Adafactor (strategies/adafactor.h)
-  Device device = Device::kCpu;            // TOML: "cpu", "cuda"
+  Device device = Device::kCpu;            // TOML: "cpu", "cuda", "meta"
   std::optional<int64_t> budget_bytes;     // memory budget (bytes); required by autotune
   double headroom = 0.05;                  // fraction of the budget kept free, in [0, 0.9]
   int64_t min_micro_batch = 1;             // COUNT: the search never goes below
