@@ -14,6 +14,10 @@
 //   dtype) / is_autocast_enabled / get_autocast_dtype (ATen/autocast_mode.h,
 //   2.4+). In both, autocast is on while its dispatch key is *not* in the
 //   thread's excluded set.
+// - The meta device (issue #46): 2.x's at::detail::empty_meta takes storage
+//   from c10::GetAllocator(kMeta), so a registered allocator can count meta
+//   tensors; 1.13's takes a static allocator of its own and has no meta
+//   kernel for aten::embedding (aten/src/ATen/native/MetaTensor.cpp, 1.13).
 // - Optimizer state keys: 1.13 keys param state by the string of the
 //   TensorImpl pointer, 2.x by the void* itself (torch/optim/optimizer.h).
 
@@ -61,6 +65,22 @@ constexpr bool cuda_compiled() {
 #else
   return false;
 #endif
+}
+
+/// Whether meta tensors can be counted (see the header comment): PyTorch 2
+/// and newer; the meta trials are tested with 2.11.
+constexpr bool kMetaDeviceCounted = TORCH_VERSION_MAJOR >= 2;
+
+/// Why device = "meta" cannot run with this libtorch, as the end of one line
+/// after the job's name; "" where it can.
+inline std::string meta_device_problem() {
+  if (kMetaDeviceCounted) return "";
+  return std::string(
+             "device = \"meta\" needs libtorch 2 or newer (tested with 2.11), this oomtune is built against "
+             "libtorch ") +
+         TORCH_VERSION +
+         ", whose meta tensors bypass the allocator oomtune counts with and which has no meta kernel for "
+         "aten::embedding; build it against PyTorch 2 (OOMTUNE_TORCH=pypi ./setup.sh, then build-pypi/oomtune)";
 }
 
 /// Turns CPU autocast on or off with the given lower-precision dtype.

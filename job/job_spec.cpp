@@ -316,7 +316,8 @@ JobSpec parse_job_spec(const std::string& text, const std::string& origin, const
   spec.allow_bf16 = top.boolean_or("allow_bf16", false);
   spec.allow_adafactor = top.boolean_or("allow_adafactor", false);
   read_parameter_selection(top, spec);
-  spec.device = *device_from_name(top.choice_or("device", "cpu", device_names({Device::kCpu, Device::kCuda})));
+  spec.device =
+      *device_from_name(top.choice_or("device", "cpu", device_names({Device::kCpu, Device::kCuda, Device::kMeta})));
   if (top.has("budget")) {
     const std::string text_budget = top.string("budget");
     auto bytes = parse_byte_size(text_budget);
@@ -356,8 +357,7 @@ void apply_overrides(JobSpec& spec, const JobOverrides& overrides) {
   }
   if (overrides.device) {
     const std::optional<Device> device = device_from_name(*overrides.device);
-    if (!device || *device == Device::kMeta)
-      throw InputError(fmt::format("--device: expected cpu or cuda, got '{}'", *overrides.device));
+    if (!device) throw InputError(fmt::format("--device: expected cpu, cuda or meta, got '{}'", *overrides.device));
     spec.device = *device;
   }
   const auto count = [](const char* flag, const std::optional<int64_t>& value) {

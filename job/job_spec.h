@@ -76,7 +76,7 @@ struct JobSpec {
   bool allow_bf16 = false;                 // the search may switch precision to bf16
   bool allow_adafactor = false;            // the search may swap AdamW for Adafactor (strategies/adafactor.h)
   ParameterSelection trainable;            // trainable / frozen globs, frozen_dtype (job/parameter_selection.h)
-  Device device = Device::kCpu;            // TOML: "cpu", "cuda"
+  Device device = Device::kCpu;            // TOML: "cpu", "cuda", "meta"
   std::optional<int64_t> budget_bytes;     // memory budget (bytes); required by autotune
   double headroom = 0.05;                  // fraction of the budget kept free, in [0, 0.9]
   int64_t min_micro_batch = 1;             // COUNT: the search never goes below

@@ -1,6 +1,7 @@
 #include "probes/memory_tracker.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
@@ -279,19 +280,94 @@ void settle_outermost_call(uint32_t run) {
   if (g_active) g_active->state_->settle(run);
 }
 
-MemoryTracker::MemoryTracker(TrackerOptions options) : options_(options), state_(new State) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_active) {
-    delete state_;
-    throw std::logic_error("MemoryTracker: another tracker is already installed");
+// Note [Meta addresses]
+// A meta block needs an address: the tracker's block table and the event
+// stream (the caching-allocator simulator pairs frees with allocations by
+// it) are keyed by address, and storage_bytes() finds a tensor's block by
+// its storage's data pointer. Meta storages own no memory, so the counter
+// makes up the address: the top bit set (kernel space on x86-64 and
+// AArch64, never a CPU block's address), the tracker's generation (a block
+// that outlives its tracker is freed without counting, as a CPU block's
+// header says), and a serial number in 64-byte steps (the alignment CPU
+// blocks have). Nothing dereferences it: meta kernels compute shapes only,
+// and copies to or from meta are refused by libtorch ("Cannot copy out of
+// meta tensor; no data!").
+constexpr uint64_t kMetaAddressBit = uint64_t{1} << 63;
+constexpr int kMetaGenerationShift = 44;  // 2^38 blocks per tracker (serial << 6)
+constexpr uint64_t kMetaGenerationMask = (uint64_t{1} << 19) - 1;
+
+class MemoryTracker::MetaCounter final : public c10::Allocator {
+ public:
+  explicit MetaCounter(MemoryTracker& tracker) : tracker_(tracker) {}
+
+  c10::DataPtr allocate(size_t requested) OOMTUNE_ALLOCATE_CONST override {
+    const auto bytes = static_cast<int64_t>(requested);
+    const MemoryPool pool = tracker_.reserve(bytes, /*meta=*/true);
+    const uint64_t generation = tracker_.state_->generation & kMetaGenerationMask;
+    void* data = reinterpret_cast<void*>(kMetaAddressBit | (generation << kMetaGenerationShift) | (++serial_ << 6));
+    tracker_.record(data, bytes, pool);
+    return {data, data, &MetaCounter::delete_block, c10::Device(c10::DeviceType::Meta)};
   }
-  state_->generation = g_next_generation++;
-  state_->budget = options_.budget_bytes;
-  state_->record_events = options_.record_events;
-  previous_ = c10::GetCPUAllocator();
-  g_active = this;
-  g_active_generation = state_->generation;
-  c10::SetCPUAllocator(this, kAllocatorPriority);
+  c10::DeleterFnPtr raw_deleter() const override { return &MetaCounter::delete_raw_block; }
+  // Never called with meta data (nothing to copy); present because 2.3+
+  // declares it pure.
+  OOMTUNE_ALLOCATOR_COPY_DATA
+
+  /// Allocations made so far (the constructor's check that libtorch asks).
+  uint64_t allocations() const { return serial_.load(); }
+
+ private:
+  static void delete_block(void* data) { free_block(data, /*raw=*/false); }
+  static void delete_raw_block(void* data) { free_block(data, /*raw=*/true); }
+  static void free_block(void* data, bool raw) {
+    if (!data) return;
+    const auto address = reinterpret_cast<uint64_t>(data);
+    const auto generation = static_cast<uint32_t>((address >> kMetaGenerationShift) & kMetaGenerationMask);
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_active && generation == (g_active_generation & kMetaGenerationMask)) g_active->on_free(data, raw);
+  }
+
+  MemoryTracker& tracker_;
+  mutable std::atomic<uint64_t> serial_{0};  // allocate() is const in libtorch 1.13
+};
+
+MemoryTracker::MemoryTracker(TrackerOptions options) : options_(options), state_(new State) {
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_active) {
+      delete state_;
+      throw std::logic_error("MemoryTracker: another tracker is already installed");
+    }
+    state_->generation = g_next_generation++;
+    state_->budget = options_.budget_bytes;
+    state_->record_events = options_.record_events;
+    previous_ = c10::GetCPUAllocator();
+    g_active = this;
+    g_active_generation = state_->generation;
+    c10::SetCPUAllocator(this, kAllocatorPriority);
+    if (options_.count_meta) {
+      meta_ = std::make_unique<MetaCounter>(*this);
+      previous_meta_ = c10::GetAllocator(c10::DeviceType::Meta);
+      c10::SetAllocator(c10::DeviceType::Meta, meta_.get(), kAllocatorPriority);
+    }
+  }
+  if (meta_) {
+    // Whether this libtorch makes meta storage with the registered
+    // allocator: make one empty meta tensor, then forget it was counted.
+    at::empty({0}, at::TensorOptions().device(c10::DeviceType::Meta));
+    if (meta_->allocations() == 0) {
+      uninstall();
+      throw std::logic_error(fmt::format(
+          "MemoryTracker: libtorch {} makes meta tensors without c10::GetAllocator(kMeta); nothing can count them",
+          compat::torch_version()));
+    }
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto fresh = std::make_unique<State>();
+    fresh->generation = state_->generation;
+    fresh->budget = state_->budget;
+    fresh->record_events = state_->record_events;
+    std::swap(*state_, *fresh);
+  }
   if (options_.attribute_ops) {
     callback_ = at::addGlobalCallback(at::RecordFunctionCallback(on_op_enter, on_op_exit)
                                           .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
@@ -300,36 +376,51 @@ MemoryTracker::MemoryTracker(TrackerOptions options) : options_(options), state_
 
 MemoryTracker::~MemoryTracker() {
   if (callback_) at::removeCallback(*callback_);
+  uninstall();
+}
+
+void MemoryTracker::uninstall() {
   std::lock_guard<std::mutex> lock(g_mutex);
   c10::SetCPUAllocator(previous_, kAllocatorPriority);
+  if (meta_) c10::SetAllocator(c10::DeviceType::Meta, previous_meta_, kAllocatorPriority);
   g_active = nullptr;
   g_active_generation = 0;
   delete state_;
+  state_ = nullptr;
+}
+
+MemoryPool MemoryTracker::reserve(int64_t bytes, bool meta) const {
+  // Counting meta, the meta device is the device and the CPU is the host.
+  const MemoryPool pool = options_.count_meta && !meta ? MemoryPool::kHost : t_pool;
+  const auto p = static_cast<std::size_t>(pool);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  State& s = *state_;
+  if (pool == MemoryPool::kDevice && s.budget && s.held[p] + bytes > *s.budget) {
+    ++s.out_of_memory;
+    // The same words as the CUDA caching allocator, so users recognise it.
+    C10_THROW_ERROR(OutOfMemoryError,
+                    fmt::format("oomtune budget: tried to allocate {}; {} of {} budget in use", format_bytes(bytes),
+                                format_bytes(s.held[p]), format_bytes(*s.budget)));
+  }
+  s.held[p] += bytes;
+  if (pool == MemoryPool::kDevice) s.held_peak = std::max(s.held_peak, s.held[p]);
+  return pool;
 }
 
 c10::DataPtr MemoryTracker::allocate(size_t requested) OOMTUNE_ALLOCATE_CONST {
   const auto bytes = static_cast<int64_t>(requested);
-  const MemoryPool pool = t_pool;
-  const auto p = static_cast<std::size_t>(pool);
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    State& s = *state_;
-    if (pool == MemoryPool::kDevice && s.budget && s.held[p] + bytes > *s.budget) {
-      ++s.out_of_memory;
-      // The same words as the CUDA caching allocator, so users recognise it.
-      C10_THROW_ERROR(OutOfMemoryError,
-                      fmt::format("oomtune budget: tried to allocate {}; {} of {} budget in use", format_bytes(bytes),
-                                  format_bytes(s.held[p]), format_bytes(*s.budget)));
-    }
-    s.held[p] += bytes;
-    if (pool == MemoryPool::kDevice) s.held_peak = std::max(s.held_peak, s.held[p]);
-  }
+  const MemoryPool pool = reserve(bytes, /*meta=*/false);
   void* base = c10::alloc_cpu(requested + kHeaderBytes);
   auto* header = static_cast<BlockHeader*>(base);
   header->bytes = bytes;
   header->pool = static_cast<int32_t>(pool);
   header->generation = state_->generation;
   void* data = static_cast<char*>(base) + kHeaderBytes;
+  record(data, bytes, pool);
+  return {data, data, &MemoryTracker::delete_block, c10::Device(c10::DeviceType::CPU)};
+}
+
+void MemoryTracker::record(void* data, int64_t bytes, MemoryPool pool) const {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     State& s = *state_;
@@ -352,7 +443,6 @@ c10::DataPtr MemoryTracker::allocate(size_t requested) OOMTUNE_ALLOCATE_CONST {
     }
     s.blocks[data] = block;
   }
-  return {data, data, &MemoryTracker::delete_block, c10::Device(c10::DeviceType::CPU)};
 }
 
 c10::DeleterFnPtr MemoryTracker::raw_deleter() const { return &MemoryTracker::delete_raw_block; }

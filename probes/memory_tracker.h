@@ -26,13 +26,29 @@
 //   then, in their order (Note [Kernel scratch] in memory_tracker.cpp).
 //   The budget counts them as they happen.
 //
+// - Meta (TrackerOptions::count_meta, issue #46): the tracker also counts
+//   what the meta device allocates, into the same records (one block table,
+//   one event stream, the same phases and operator labels). Meta tensors
+//   then are the device's memory and every CPU allocation is host memory
+//   (the generated batch, CPU scalars); HostMemoryScope still sends meta
+//   allocations to the host pool (an offloaded optimizer's state kept on
+//   meta). A meta block has no memory behind it: its address is a unique
+//   number outside user space that nothing dereferences (meta kernels read
+//   shapes, never data).
+//
 // Technique (DESIGN.md, checked on libtorch 1.13): DataPtr with data ==
 // context (ops using raw_allocate assert it), a raw_deleter, block size kept
 // in a header before the returned pointer, and SetCPUAllocator at priority
-// 255, which always wins (c10/core/Allocator.cpp compares with >=).
+// 255, which always wins (c10/core/Allocator.cpp compares with >=). The meta
+// counter is registered the same way with c10::SetAllocator(DeviceType::Meta,
+// ..., 255): PyTorch 2.x's at::detail::empty_meta and empty_strided_meta take
+// their storage from c10::GetAllocator(kMeta) (aten/src/ATen/EmptyTensor.cpp);
+// 1.13's take a static allocator of their own, so there nothing is counted
+// (compat::kMetaDeviceCounted).
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -52,11 +68,15 @@ struct TrackerOptions {
   std::optional<int64_t> budget_bytes;  // device live-byte limit; nullopt = none
   bool record_events = false;           // keep every alloc/free (for the simulator)
   bool attribute_ops = true;            // RecordFunction callback: op names and kernel scratch
+  bool count_meta = false;              // count meta tensors as the device, CPU ones as host (see above)
 };
 
-/// Counting CPU allocator. Construct to install, destroy to restore the
-/// previous CPU allocator. One at a time per process (a second throws
-/// std::logic_error). Thread-safe: intra-op threads allocate too.
+/// Counting CPU allocator (and, with options.count_meta, meta allocator).
+/// Construct to install, destroy to restore the previous allocators. One at
+/// a time per process (a second throws std::logic_error). With count_meta,
+/// throws std::logic_error when this libtorch makes a meta tensor without
+/// asking the registered meta allocator (libtorch 1.13; checked by making
+/// one). Thread-safe: intra-op threads allocate too.
 class MemoryTracker final : public c10::Allocator {
  public:
   explicit MemoryTracker(TrackerOptions options = {});
@@ -106,7 +126,15 @@ class MemoryTracker final : public c10::Allocator {
 
  private:
   struct State;
+  class MetaCounter;
   friend void settle_outermost_call(uint32_t run);
+  // Counts a block of `bytes` at `data`, made on this thread now; throws
+  // c10::OutOfMemoryError past the budget (before anything is counted:
+  // reserve() first, then record()).
+  MemoryPool reserve(int64_t bytes, bool meta) const;
+  void record(void* data, int64_t bytes, MemoryPool pool) const;
+  // Restores the previous allocators and forgets this tracker.
+  void uninstall();
   static void delete_block(void* data);
   static void delete_raw_block(void* data);
   static void free_block(void* data, bool raw);
@@ -114,6 +142,8 @@ class MemoryTracker final : public c10::Allocator {
 
   TrackerOptions options_;
   c10::Allocator* previous_ = nullptr;
+  c10::Allocator* previous_meta_ = nullptr;
+  std::unique_ptr<MetaCounter> meta_;
   std::optional<at::CallbackHandle> callback_;
   mutable std::mutex mutex_;
   State* state_;  // guarded by mutex_

@@ -138,7 +138,8 @@ nlohmann::json to_json(const ProbeReport& r) {
         {"optimizer_seconds", r.timing.optimizer_seconds},
         {"steady_optimizer_seconds", r.timing.steady_optimizer_seconds},
         {"steady", r.timing.steady},
-        {"tolerance", r.timing.tolerance}}},
+        {"tolerance", r.timing.tolerance},
+        {"measured", r.timing.measured}}},
       {"samples_per_second", r.samples_per_second},
       {"checkpointed_blocks", r.checkpointed_blocks},
       {"torch_version", r.torch_version},
@@ -217,6 +218,7 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     r.timing.steady_optimizer_seconds = t.value("steady_optimizer_seconds", 0.0);
     r.timing.steady = t.at("steady").get<bool>();
     r.timing.tolerance = t.at("tolerance").get<double>();
+    r.timing.measured = t.value("measured", true);
     r.samples_per_second = j.at("samples_per_second").get<double>();
     r.checkpointed_blocks = j.at("checkpointed_blocks").get<std::vector<std::string>>();
     r.torch_version = j.at("torch_version").get<std::string>();

@@ -81,6 +81,10 @@ struct StepTiming {
   double steady_optimizer_seconds = 0;
   bool steady = false;      // consecutive timed steps agreed within the tolerance
   double tolerance = 0.15;  // relative: |t_i - t_{i-1}| / median
+  // False for a trial on the meta device: its kernels compute shapes only,
+  // so its seconds say nothing about a step's time; every field above is
+  // then empty or zero.
+  bool measured = true;
 };
 
 /// Prediction of the CUDA caching allocator's reserved bytes from the

@@ -103,11 +103,17 @@ std::string render_probe_text(const ProbeSummary& s) {
         "predicted reserved   {} on a CUDA caching allocator ({} of it unallocated at that peak, {} cudaMalloc calls)",
         format_bytes(r.reserved->peak_reserved_bytes), format_bytes(r.reserved->reserved_minus_allocated_bytes),
         r.reserved->segment_allocations));
-  line(fmt::format(
-      "step time            {:.4f} s median of {} timed steps ({}; optimizer step {:.4f} s of it), {:.1f} "
-      "samples/s; warm-up {} step, {:.3f} s",
-      r.timing.steady_step_seconds, r.timing.step_seconds.size(), r.timing.steady ? "steady" : "not steady",
-      r.timing.steady_optimizer_seconds, r.samples_per_second, r.timing.warmup_steps, r.timing.warmup_seconds));
+  if (!r.timing.measured)
+    line(
+        fmt::format("step time            none: the {} device computes shapes, not values, so a step there takes "
+                    "no telling time (probe on cpu or cuda for it)",
+                    device_name(s.device)));
+  else
+    line(fmt::format(
+        "step time            {:.4f} s median of {} timed steps ({}; optimizer step {:.4f} s of it), {:.1f} "
+        "samples/s; warm-up {} step, {:.3f} s",
+        r.timing.steady_step_seconds, r.timing.step_seconds.size(), r.timing.steady ? "steady" : "not steady",
+        r.timing.steady_optimizer_seconds, r.samples_per_second, r.timing.warmup_steps, r.timing.warmup_seconds));
   if (s.budget_bytes) {
     const int64_t margin = *s.budget_bytes - r.peak_bytes;
     line(fmt::format("budget               {}: peak {} ({} {})", format_bytes(*s.budget_bytes),

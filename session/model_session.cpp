@@ -92,6 +92,17 @@ std::string first_line_of(const std::string& message) {
   return line;
 }
 
+at::Device torch_device(Device device) {
+  switch (device) {
+    case Device::kCuda:
+      return at::Device(at::kCUDA);
+    case Device::kMeta:
+      return at::Device(at::kMeta);
+    default:
+      return at::Device(at::kCPU);
+  }
+}
+
 }  // namespace
 
 // Note [TorchScript errors]
@@ -113,6 +124,19 @@ std::string first_line_of(const std::string& message) {
 // torch's own package: the user's model, or the transformers file it came
 // from. Without such a frame, no place is given.
 std::string one_line(const std::string& message) {
+  // The dispatcher's NotImplementedError for an operator without a meta
+  // kernel is one long paragraph listing every backend the operator has.
+  // PyTorch 2.11 words it "aten::OP: attempted to run this operator with
+  // Meta tensors, but there was no fake impl or Meta kernel registered".
+  static const std::regex kNoMetaKernel(
+      R"((?:Could not run '([A-Za-z0-9_:.]+)' with arguments from the 'Meta' backend)|)"
+      R"((?:([A-Za-z0-9_:.]+): attempted to run this operator with Meta tensors))");
+  std::smatch no_meta;
+  if (std::regex_search(message, no_meta, kNoMetaKernel))
+    return fmt::format(
+        "{} has no meta kernel in libtorch {} (nor among oomtune's, probes/meta_kernels.h), so this model cannot "
+        "run on the meta device; probe it on cpu",
+        no_meta[1].matched ? no_meta[1].str() : no_meta[2].str(), compat::torch_version());
   static const std::string kInterpreter = "The following operation failed in the TorchScript interpreter.";
   if (message.rfind(kInterpreter, 0) != 0) return first_line_of(message);
   static const std::regex kCause(R"(^[A-Za-z_][A-Za-z0-9_.]*(Error|Exception): (.*)$)");
@@ -146,8 +170,7 @@ std::string one_line(const std::string& message) {
 
 void set_optimizing_executor(bool enabled) { torch::jit::setGraphExecutorOptimize(enabled); }
 
-ModelSession::ModelSession(const JobSpec& job)
-    : job_(job), device_(job.device == Device::kCuda ? at::Device(at::kCUDA) : at::Device(at::kCPU)) {
+ModelSession::ModelSession(const JobSpec& job) : job_(job), device_(torch_device(job.device)) {
   const std::string& path = job_.model_path;
   if (!std::filesystem::exists(path)) throw ModelError(fmt::format("{}: no such model file", path));
   if (!is_zip_archive(path)) {
@@ -163,6 +186,17 @@ ModelSession::ModelSession(const JobSpec& job)
     throw_load_error(path, e.what_without_backtrace());
   } catch (const std::exception& e) {
     throw_load_error(path, e.what());
+  }
+  // A file saved from a model built under torch.device("meta") holds shapes
+  // without weights and loads on meta whatever device it is asked for.
+  if (!device_.is_meta()) {
+    for (const at::Tensor& p : module_.parameters()) {
+      if (!p.is_meta()) continue;
+      throw ModelError(
+          fmt::format("{}: holds meta tensors, shapes without weights (a model built under "
+                      "torch.device(\"meta\")): probe it with device = \"meta\" (--device meta)",
+                      path));
+    }
   }
   module_.train(true);
   bind_forward_arguments();

@@ -102,7 +102,8 @@ std::string error_text(const std::exception& e);
 /// first line without the C++ stack trace, or, for an error raised inside a
 /// TorchScript graph, the cause and the model's source line ("index out of
 /// range in self (at model.py:83 in forward)"; model_session.cpp, Note
-/// [TorchScript errors]).
+/// [TorchScript errors]); for an operator without a meta kernel, "aten::OP
+/// has no meta kernel in libtorch VERSION ...".
 std::string one_line(const std::string& message);
 
 }  // namespace oomtune

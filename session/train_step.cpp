@@ -1,5 +1,7 @@
 #include "session/train_step.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -53,7 +55,8 @@ double run_micro_batch(ModelSession& session, const Batch& batch, double loss_sc
     output = c10::IValue();  // drop the other outputs before backward, as eager code does
     loss = compute_loss(job, selected, batch);
   }
-  const double value = loss.item<double>();
+  // A meta loss has no value to read (its kernels compute shapes only).
+  const double value = loss.is_meta() ? std::nan("") : loss.item<double>();
   hook(Phase::kBackward);
   try {
     torch::autograd::backward({loss_scale == 1.0 ? loss : loss * loss_scale});

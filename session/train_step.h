@@ -20,7 +20,8 @@ using PhaseHook = std::function<void(Phase)>;
 /// Runs forward and loss (under autocast to `autocast_dtype` when given) and
 /// backward of loss * `loss_scale`, calling `hook` as each phase begins.
 /// Gradients accumulate into the parameters' .grad. Returns the unscaled
-/// loss value. Throws ModelError for model errors; out-of-memory errors pass
+/// loss value (NaN on the meta device, which has no values). Throws
+/// ModelError for model errors; out-of-memory errors pass
 /// through unchanged (the caller records them).
 double run_micro_batch(ModelSession& session, const Batch& batch, double loss_scale,
                        std::optional<at::ScalarType> autocast_dtype, const PhaseHook& hook);

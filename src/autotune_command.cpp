@@ -115,6 +115,12 @@ int run_autotune(const AutotuneFlags& flags) {
   report.job = load_job_spec(flags.job_path);
   apply_overrides(report.job, flags.overrides);
   require_device_support(report.job);
+  if (report.job.device == Device::kMeta)
+    throw InputError(
+        fmt::format("{}: autotune does not search on device = \"meta\" yet: a meta trial measures "
+                    "memory, not time, and the search needs both; run probe --device meta for a "
+                    "configuration's memory",
+                    flags.job_path));
   if (!report.job.budget_bytes)
     throw InputError(
         fmt::format("{}: autotune needs a memory budget: set budget = \"8GiB\" or pass --budget", flags.job_path));

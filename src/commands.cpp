@@ -36,13 +36,17 @@ namespace oomtune {
 
 void add_job_override_flags(CLI::App& cmd, JobOverrides& overrides) {
   cmd.add_option("--budget", overrides.budget, "Memory budget, e.g. 8GiB, 7.5GB (overrides the file)");
-  cmd.add_option("--device", overrides.device,
-                 "cpu; cuda is refused until the CUDA memory backend runs trials (overrides the file)");
+  cmd.add_option(
+      "--device", overrides.device,
+      "cpu; meta (probe only, PyTorch 2: bytes without data or compute); cuda is refused until the CUDA memory "
+      "backend runs trials (overrides the file)");
   cmd.add_option("--batch", overrides.global_batch, "Global batch size (overrides the file)");
 }
 
 #ifdef OOMTUNE_WITH_TORCH
 void require_device_support(const JobSpec& job) {
+  if (job.device == Device::kMeta && !compat::kMetaDeviceCounted)
+    throw InputError(fmt::format("{}: {}", job.spec_path, compat::meta_device_problem()));
   if (job.device != Device::kCuda || compat::cuda_compiled()) return;
   // Whether a GPU answers is for the trial to ask (require_cuda_trial in
   // trial/trial_runner.cpp): this process does not load libtorch.

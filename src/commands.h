@@ -37,8 +37,10 @@ void add_autotune_command(CLI::App& app, const Command& self, int* exit_code);
 void add_trial_command(CLI::App& app, const Command& self, int* exit_code);
 
 /// Throws InputError when `job` asks for device = "cuda" and this build's
-/// libtorch has no CUDA, before any trial starts (issue #44, item 6). In a
-/// CUDA build the trial says whether a GPU answers (trial_runner.h).
+/// libtorch has no CUDA, before any trial starts (issue #44, item 6), or for
+/// device = "meta" where libtorch cannot count meta tensors (1.13:
+/// compat::meta_device_problem). In a CUDA build the trial says whether a
+/// GPU answers (trial_runner.h).
 void require_device_support(const JobSpec& job);
 #endif
 

@@ -88,8 +88,8 @@ at::Tensor AdamW8bit::step(LossClosure closure) {
       if (found == state_.end()) {
         auto state = std::make_unique<AdamW8bitParamState>();
         if (p.numel() >= kMin8bitSize) {
-          if (p.scalar_type() != at::kFloat || !p.device().is_cpu()) {
-            throw ConfigError("AdamW8bit: 8-bit states need a float32 CPU parameter, got a " + describe(p));
+          if (p.scalar_type() != at::kFloat || !(p.device().is_cpu() || p.is_meta())) {
+            throw ConfigError("AdamW8bit: 8-bit states need a float32 CPU or meta parameter, got a " + describe(p));
           }
           const int64_t blocks = num_blocks(p.numel());
           auto init = [&](QuantizedTensor& q, bool is_signed) {
@@ -147,10 +147,16 @@ void AdamW8bit::step_8bit(at::Tensor& p, const at::Tensor& grad, AdamW8bitParamS
   if (!p.is_contiguous()) {
     throw ConfigError("AdamW8bit: 8-bit states need a contiguous parameter");
   }
-  if (grad.scalar_type() != at::kFloat || !grad.device().is_cpu()) {
-    throw ConfigError("AdamW8bit: 8-bit states need a float32 CPU gradient, got a " + describe(grad));
+  if (grad.scalar_type() != at::kFloat || !(grad.device().is_cpu() || grad.is_meta())) {
+    throw ConfigError("AdamW8bit: 8-bit states need a float32 CPU or meta gradient, got a " + describe(grad));
   }
   state.step(state.step() + 1);
+  // On meta, what the update allocates (a contiguous copy of a strided
+  // gradient) without the arithmetic, which reads data meta tensors lack.
+  if (p.is_meta()) {
+    const at::Tensor contiguous = grad.contiguous();
+    return;
+  }
   const double beta1_d = std::get<0>(options.betas());
   const double beta2_d = std::get<1>(options.betas());
   const double bias_correction1 = 1 - std::pow(beta1_d, state.step());

@@ -12,6 +12,10 @@ namespace {
 /// An uninitialised fp32 tensor shaped like `param`, at `placement`.
 at::Tensor fp32_like(const at::Tensor& param, MasterPlacement placement) {
   if (placement == MasterPlacement::kDevice) return at::empty(param.sizes(), param.options().dtype(at::kFloat));
+  // A meta parameter's host copy stays on meta: it has no data to copy, and
+  // the tracker counts it as host memory inside the HostMemoryScope
+  // (probes/memory_tracker.h).
+  if (param.is_meta()) return at::empty(param.sizes(), param.options().dtype(at::kFloat));
   // Pinned memory only exists with CUDA; on CPU a plain host tensor.
   const bool pin = param.is_cuda();
   return at::empty(param.sizes(), at::TensorOptions().dtype(at::kFloat).device(at::kCPU).pinned_memory(pin));

@@ -17,6 +17,7 @@
 #include "probes/backward_activation_peak.h"
 #include "probes/cuda_device.h"
 #include "probes/memory_tracker.h"
+#include "probes/meta_kernels.h"
 #include "session/batch.h"
 #include "session/model_session.h"
 #include "strategies/activation_checkpointing.h"
@@ -148,8 +149,16 @@ void require_cuda_trial(const JobSpec& job) {
       job_name, compat::torch_version()));
 }
 
+void require_meta_trial(const JobSpec& job) {
+  if (job.device != Device::kMeta || compat::kMetaDeviceCounted) return;
+  throw InputError(
+      fmt::format("{}: {}", job.spec_path.empty() ? job.model_path : job.spec_path, compat::meta_device_problem()));
+}
+
 ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const TrialOptions& options) {
   require_cuda_trial(job);
+  require_meta_trial(job);
+  const bool meta = job.device == Device::kMeta;
   const TrainingConfig config = normalize_config(requested, job);
   ProbeReport report;
   report.config = to_string(config);
@@ -165,6 +174,8 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
   TrackerOptions tracker_options;
   if (options.enforce_budget) tracker_options.budget_bytes = job.usable_budget_bytes();
   tracker_options.record_events = options.record_events;
+  tracker_options.count_meta = meta;
+  if (meta) install_meta_kernels();
   MemoryTracker tracker(tracker_options);
   Phase current_phase = Phase::kLoad;
   std::vector<CheckpointedBlock> checkpointed;
@@ -262,7 +273,8 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
       }
     };
     auto timing_hook = [&](Phase phase) { enter(phase); };
-    const int64_t max_steps = options.total_steps > 0 ? options.total_steps : 2 + options.max_timed_steps;
+    // On meta, the warm-up and the measured step: more would only repeat them.
+    const int64_t max_steps = meta ? 2 : options.total_steps > 0 ? options.total_steps : 2 + options.max_timed_steps;
     for (int64_t index = 2; index <= max_steps; ++index) {
       start = Clock::now();
       if (index == 2) {
@@ -295,6 +307,13 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     report.timing.steady_optimizer_seconds = median(report.timing.optimizer_seconds);
     if (report.timing.steady_step_seconds > 0)
       report.samples_per_second = static_cast<double>(job.global_batch) / report.timing.steady_step_seconds;
+    if (meta) {
+      const double tolerance = report.timing.tolerance;
+      report.timing = StepTiming{};
+      report.timing.tolerance = tolerance;
+      report.timing.measured = false;
+      report.samples_per_second = 0;
+    }
     if (options.record_events) {
       const std::vector<TrackedEvent> events = tracker.events();
       report.reserved = predict_reserved(events, job.usable_budget_bytes());

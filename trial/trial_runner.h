@@ -30,6 +30,11 @@ namespace oomtune {
 /// not yet measure a GPU's memory (issue #44). Does nothing for "cpu".
 void require_cuda_trial(const JobSpec& job);
 
+/// Throws InputError "JOB: device = \"meta\" needs libtorch 2 or newer ..."
+/// when `job` asks for the meta device and this libtorch cannot count it
+/// (compat::meta_device_problem). Does nothing otherwise.
+void require_meta_trial(const JobSpec& job);
+
 /// Runs the trial and returns its report. Out of memory is an outcome, not
 /// an error, and so is a checkpointed block class refused because its
 /// forward writes to its argument, whether its graph showed it
@@ -37,7 +42,9 @@ void require_cuda_trial(const JobSpec& job);
 /// the first call (kError with refused_checkpoint_class and
 /// other_checkpointed_blocks set). Throws ModelError / ConfigError (bad
 /// model, bad config) — the child-process wrapper turns those into outcome
-/// kError — and require_cuda_trial's InputError first.
+/// kError — and require_cuda_trial's and require_meta_trial's InputError
+/// first. On the meta device it runs the warm-up and the measured step only
+/// and reports no timing (StepTiming::measured false).
 ProbeReport run_trial(const JobSpec& job, const TrainingConfig& config, const TrialOptions& options);
 
 }  // namespace oomtune

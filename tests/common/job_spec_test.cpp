@@ -399,7 +399,10 @@ TEST(JobSpec, TheDeviceIsWrittenByItsName) {
     EXPECT_STREQ(e.what(), "job record: unknown device 'gpu'");
   }
   EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_batch = 32\ndevice = \"gpu\"")),
-            "job.toml:3:10: device: unknown value 'gpu' (did you mean 'cpu'?; valid: cpu, cuda)");
+            "job.toml:3:10: device: unknown value 'gpu' (did you mean 'cpu'?; valid: cpu, cuda, meta)");
+  EXPECT_EQ(parse_job_spec(replace(kGood, "global_batch = 32", "global_batch = 32\ndevice = \"meta\""), "job.toml", "")
+                .device,
+            Device::kMeta);
 }
 
 }  // namespace

@@ -105,6 +105,31 @@ TEST(Cli, VersionSaysWhetherLibtorchHasCuda) {
   EXPECT_NE(version.find(OOMTUNE_EXPECT_TORCH_CUDA ? "CUDA: yes" : "CUDA: no"), std::string::npos) << version;
 }
 
+TEST(Cli, ProbeOnMetaPrintsNoTimeAndAutotuneRefusesIt) {
+  const std::string job = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
+  OOMTUNE_REQUIRE_FILE(testing::example_model("gpt"));
+  const RunResult probe = run_oomtune("probe " + job + " --device meta --batch 4 --no-fit");
+  if (run_oomtune("--version").out.find("libtorch 1.") != std::string::npos) {
+    // Debian's 1.13: one line naming the libtorch meta trials need.
+    EXPECT_EQ(probe.exit_code, 2) << probe.err;
+    EXPECT_EQ(probe.err.rfind("oomtune: " + job + ": device = \"meta\" needs libtorch 2 or newer", 0), 0u) << probe.err;
+    EXPECT_EQ(probe.err.find('\n'), probe.err.size() - 1) << probe.err;
+    return;
+  }
+  ASSERT_EQ(probe.exit_code, 0) << probe.err;
+  EXPECT_NE(probe.out.find("device meta)"), std::string::npos) << probe.out;
+  EXPECT_NE(probe.out.find("step time            none: the meta device computes shapes"), std::string::npos)
+      << probe.out;
+  EXPECT_EQ(probe.out.find("samples/s"), std::string::npos) << probe.out;
+  EXPECT_NE(probe.out.find("predicted reserved"), std::string::npos) << probe.out;
+  const RunResult autotune = run_oomtune("autotune " + job + " --device meta");
+  EXPECT_EQ(autotune.exit_code, 2) << autotune.err;
+  EXPECT_EQ(last_line(autotune.err),
+            "oomtune: " + job +
+                ": autotune does not search on device = \"meta\" yet: a meta trial measures memory, not time, and "
+                "the search needs both; run probe --device meta for a configuration's memory");
+}
+
 TEST(Cli, ProbeJsonOnTheExampleGpt) {
   const std::string job = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
   OOMTUNE_REQUIRE_FILE(testing::example_model("gpt"));

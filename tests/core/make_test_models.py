@@ -18,6 +18,15 @@ Writes into the folder given as the first argument:
   encoder_decoder_branch.pt the same with BranchHalving blocks, which scale
                  their input in place under `if x.dim() == 2`: the graph
                  cannot tell, the recompute operator refuses them at run time
+  mlp_meta.pt    the MLP built on the meta device: its shapes, no weights
+                 (a few KB), as a model too big for the machine is exported
+  llama7b_meta.pt a LLaMA-7B architecture (hidden 4096, 32 layers, 32 heads,
+                 SwiGLU 11008, vocab 32000, untied head: 6,738,415,616
+                 parameters; RMSNorm, rotary, causal attention over at most
+                 2048 positions) built on the meta device: no weights, ~80 KB
+  unique.pt      BigMatmul scaled by the count of x's distinct values
+                 (torch.unique: aten::_unique2 has CPU and CUDA kernels and
+                 no meta kernel, the meta device's refusal to test)
   not_torchscript/  what users pass instead of TorchScript: a state_dict, a
                  pickled module and a checkpoint dict (torch.save), the pre-1.6
                  torch.save format, safetensors, a PT2 archive (torch.export),
@@ -25,20 +34,22 @@ Writes into the folder given as the first argument:
 Run with /usr/bin/python3 (Debian's python3-torch).
 """
 
+import math
 import os
 import sys
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from typing import Dict, Optional, Tuple
 
 
 class MLP(nn.Module):
-    def __init__(self):
+    def __init__(self, device=None):
         super().__init__()
-        self.fc1 = nn.Linear(256, 512)
-        self.fc2 = nn.Linear(512, 512)
-        self.fc3 = nn.Linear(512, 10)
+        self.fc1 = nn.Linear(256, 512, device=device)
+        self.fc2 = nn.Linear(512, 512, device=device)
+        self.fc3 = nn.Linear(512, 10, device=device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
@@ -51,6 +62,88 @@ class BigMatmul(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.matmul(x, self.weight)
+
+
+class Unique(BigMatmul):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(x, self.weight) * torch.unique(x).numel()
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d: int, device=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d, device=device))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+def rotate(x: torch.Tensor) -> torch.Tensor:
+    h = x.size(-1) // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+class RotaryAttention(nn.Module):
+    def __init__(self, d: int, heads: int, device=None):
+        super().__init__()
+        self.heads = heads
+        self.q = nn.Linear(d, d, bias=False, device=device)
+        self.k = nn.Linear(d, d, bias=False, device=device)
+        self.v = nn.Linear(d, d, bias=False, device=device)
+        self.o = nn.Linear(d, d, bias=False, device=device)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.size(0), x.size(1), x.size(2)
+        hd = d // self.heads
+        q = self.q(x).view(b, t, self.heads, hd).transpose(1, 2)
+        k = self.k(x).view(b, t, self.heads, hd).transpose(1, 2)
+        v = self.v(x).view(b, t, self.heads, hd).transpose(1, 2)
+        q = q * cos + rotate(q) * sin
+        k = k * cos + rotate(k) * sin
+        att = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(hd)
+        att = att.masked_fill(mask[:t, :t] == 0, float("-inf"))
+        att = torch.softmax(att, dim=-1)
+        y = torch.matmul(att, v).transpose(1, 2).contiguous().view(b, t, d)
+        return self.o(y)
+
+class SwiGLU(nn.Module):
+    def __init__(self, d: int, hidden: int, device=None):
+        super().__init__()
+        self.gate = nn.Linear(d, hidden, bias=False, device=device)
+        self.up = nn.Linear(d, hidden, bias=False, device=device)
+        self.down = nn.Linear(hidden, d, bias=False, device=device)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+class LlamaBlock(nn.Module):
+    def __init__(self, d: int, heads: int, hidden: int, device=None):
+        super().__init__()
+        self.norm1 = RMSNorm(d, device)
+        self.attn = RotaryAttention(d, heads, device)
+        self.norm2 = RMSNorm(d, device)
+        self.mlp = SwiGLU(d, hidden, device)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), cos, sin, mask)
+        return x + self.mlp(self.norm2(x))
+
+class Llama(nn.Module):
+    """The LLaMA architecture (Touvron et al. 2023): rotary tables and the
+    causal mask are buffers (2 x 2048 x 128 and 2048 x 2048 fp32)."""
+
+    def __init__(self, vocab: int, d: int, layers: int, heads: int, hidden: int, max_len: int, device=None):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d, device=device)
+        self.blocks = nn.ModuleList([LlamaBlock(d, heads, hidden, device) for _ in range(layers)])
+        self.norm = RMSNorm(d, device)
+        self.head = nn.Linear(d, vocab, bias=False, device=device)
+        hd = d // heads
+        self.register_buffer("cos", torch.ones(max_len, hd, device=device), persistent=False)
+        self.register_buffer("sin", torch.zeros(max_len, hd, device=device), persistent=False)
+        self.register_buffer("mask", torch.ones(max_len, max_len, device=device), persistent=False)
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        t = input_ids.size(1)
+        x = self.embed(input_ids)
+        cos = self.cos[:t]
+        sin = self.sin[:t]
+        for block in self.blocks:
+            x = block(x, cos, sin, self.mask)
+        return self.head(self.norm(x))
 
 
 class DictOut(nn.Module):
@@ -174,7 +267,9 @@ def main() -> int:
     for name, model in [("mlp", MLP()), ("bigmatmul", BigMatmul()), ("dict_out", DictOut()),
                         ("tuple_out", TupleOut()), ("returns_loss", ReturnsLoss()), ("two_inputs", TwoInputs()),
                         ("encoder_decoder", EncoderDecoder()),
-                        ("encoder_decoder_branch", EncoderDecoder(BranchHalving))]:
+                        ("encoder_decoder_branch", EncoderDecoder(BranchHalving)), ("unique", Unique()),
+                        ("mlp_meta", MLP(device="meta")),
+                        ("llama7b_meta", Llama(32000, 4096, 32, 32, 11008, 2048, device="meta"))]:
         torch.jit.script(model).save(os.path.join(out, f"{name}.pt"))
     made = MadeInForward()
     torch.jit.trace(made, torch.zeros(2, 8)).save(os.path.join(out, "arange_trace.pt"))

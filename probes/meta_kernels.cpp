@@ -1,0 +1,264 @@
+#include "probes/meta_kernels.h"
+
+#include <mutex>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/core/stack.h>
+#include <torch/library.h>
+
+namespace oomtune {
+namespace {
+
+using Stack = torch::jit::Stack;
+
+// Boxed arguments: the kernels take the stack as the dispatcher passes it,
+// which reads the same in libtorch 1.13 and 2.x (SymInt arguments arrive as
+// plain ints when they are concrete, as they are in eager mode).
+at::Tensor optional_tensor(const c10::IValue& v) { return v.isNone() ? at::Tensor() : v.toTensor(); }
+
+std::vector<int64_t> int_list(const c10::IValue& v) {
+  std::vector<int64_t> out;
+  for (const c10::IValue& e : v.toListRef()) out.push_back(e.toInt());
+  return out;
+}
+
+std::vector<bool> bool_list(const c10::IValue& v) {
+  std::vector<bool> out;
+  for (const c10::IValue& e : v.toListRef()) out.push_back(e.toBool());
+  return out;
+}
+
+void replace_arguments(Stack* stack, std::size_t count, std::vector<at::Tensor> results) {
+  torch::jit::drop(*stack, count);
+  for (at::Tensor& r : results) torch::jit::push(*stack, std::move(r));
+}
+
+// The dtype of a norm's statistics and parameter gradients: fp32 for a bf16
+// or fp16 input with fp32 parameters ("mixed type"), else the input's
+// (aten/src/ATen/native/batch_norm.h and layer_norm.cpp, param_scalar_type).
+at::ScalarType parameter_dtype(const at::Tensor& input, const at::Tensor& weight) {
+  return weight.defined() && weight.scalar_type() != input.scalar_type() ? weight.scalar_type() : input.scalar_type();
+}
+
+// embedding_dense_backward(grad_output, indices, num_weights, padding_idx,
+// scale_grad_by_freq) -> [num_weights, grad_output.size(-1)] of the
+// gradient's dtype (embedding_dense_backward_cpu, Embedding.cpp: at::zeros).
+void embedding_dense_backward(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 5);
+  const at::Tensor grad = args[0].toTensor();
+  const int64_t num_weights = args[2].toInt();
+  replace_arguments(stack, 5, {at::empty({num_weights, grad.size(-1)}, grad.options())});
+}
+
+// native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd,
+// weight, bias, output_mask) -> (dX like input, contiguous; dgamma like
+// weight; dbeta like bias), each only when asked for (layer_norm_backward_cpu,
+// layer_norm.cpp).
+void native_layer_norm_backward(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 8);
+  const at::Tensor input = args[1].toTensor();
+  const at::Tensor weight = optional_tensor(args[5]);
+  const at::Tensor bias = optional_tensor(args[6]);
+  const std::vector<bool> mask = bool_list(args[7]);
+  at::Tensor dx, dgamma, dbeta;
+  if (mask[0]) dx = at::empty_like(input, at::MemoryFormat::Contiguous);
+  if (mask[1] && weight.defined()) dgamma = at::empty_like(weight, at::MemoryFormat::Contiguous);
+  if (mask[2] && bias.defined()) dbeta = at::empty_like(bias, at::MemoryFormat::Contiguous);
+  replace_arguments(stack, 8, {dx, dgamma, dbeta});
+}
+
+// index_select(self, dim, index) -> self's shape with index.numel() at dim
+// (index_select_out_cpu_, TensorAdvancedIndexing.cpp).
+void index_select(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 3);
+  const at::Tensor self = args[0].toTensor();
+  const at::Tensor index = args[2].toTensor();
+  std::vector<int64_t> shape = self.sizes().vec();
+  if (!shape.empty()) shape[c10::maybe_wrap_dim(args[1].toInt(), self.dim())] = index.numel();
+  replace_arguments(stack, 3, {at::empty(shape, self.options())});
+}
+
+// native_batch_norm(input, weight, bias, running_mean, running_var,
+// training, momentum, eps) -> (output like input in its suggested memory
+// format; save_mean and save_invstd of [C] when training, [0] otherwise)
+// (batch_norm_cpu, Normalization.cpp). Running statistics are updated in
+// place: nothing to allocate.
+void native_batch_norm(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 8);
+  const at::Tensor input = args[0].toTensor();
+  const at::Tensor weight = optional_tensor(args[1]);
+  const bool training = args[5].toBool();
+  const auto stats = input.options().dtype(parameter_dtype(input, weight));
+  const int64_t channels = training ? input.size(1) : 0;
+  replace_arguments(stack, 8,
+                    {at::empty_like(input, input.suggest_memory_format()), at::empty({channels}, stats),
+                     at::empty({channels}, stats)});
+}
+
+// native_batch_norm_backward(grad_out, input, weight, running_mean,
+// running_var, save_mean, save_invstd, train, eps, output_mask) ->
+// (grad_input like input in its suggested memory format; grad_weight,
+// grad_bias of [C]), each only when asked for (batch_norm_backward_cpu,
+// Normalization.cpp).
+void native_batch_norm_backward(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 10);
+  const at::Tensor input = args[1].toTensor();
+  const at::Tensor weight = optional_tensor(args[2]);
+  const std::vector<bool> mask = bool_list(args[9]);
+  const auto stats = input.options().dtype(parameter_dtype(input, weight));
+  at::Tensor grad_input, grad_weight, grad_bias;
+  if (mask[0]) grad_input = at::empty_like(input, input.suggest_memory_format());
+  if (mask[1]) grad_weight = at::empty({input.size(1)}, stats);
+  if (mask[2]) grad_bias = at::empty({input.size(1)}, stats);
+  replace_arguments(stack, 10, {grad_input, grad_weight, grad_bias});
+}
+
+// _adaptive_avg_pool2d(self, output_size) -> [N, C, oh, ow] (or [C, oh, ow])
+// in self's suggested memory format (adaptive_avg_pool2d_out_cpu_template,
+// AdaptiveAveragePooling.cpp).
+void adaptive_avg_pool2d(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 2);
+  const at::Tensor self = args[0].toTensor();
+  const std::vector<int64_t> size = int_list(args[1]);
+  std::vector<int64_t> shape = self.sizes().vec();
+  shape[shape.size() - 2] = size[0];
+  shape[shape.size() - 1] = size[1];
+  replace_arguments(stack, 2, {at::empty(shape, self.options().memory_format(self.suggest_memory_format()))});
+}
+
+// _adaptive_avg_pool2d_backward(grad_output, self) -> like self in its
+// suggested memory format (adaptive_avg_pool2d_backward_out_cpu_template).
+void adaptive_avg_pool2d_backward(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 2);
+  const at::Tensor self = args[1].toTensor();
+  replace_arguments(stack, 2, {at::empty_like(self, self.suggest_memory_format())});
+}
+
+// The spatial output size of a convolution along one dimension
+// (aten/src/ATen/native/ConvUtils.h, conv_output_size and
+// conv_input_size for transposed convolutions).
+int64_t convolution_output_size(int64_t input, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation,
+                                int64_t output_padding, bool transposed) {
+  if (transposed) return (input - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1;
+  return (input + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1;
+}
+
+// An argument list of a convolution: one value stands for every spatial
+// dimension.
+int64_t nth(const std::vector<int64_t>& values, std::size_t i) { return values.size() == 1 ? values[0] : values[i]; }
+
+// convolution_overrideable(input, weight, bias, stride, padding, dilation,
+// transposed, output_padding, groups) -> [N, C_out, spatial...] in the
+// input's suggested memory format: where at::convolution sends a device
+// without a convolution of its own (ConvBackend::Overrideable,
+// Convolution.cpp), which meta is. The output the CPU's convolutions
+// (mkldnn_convolution, slow_conv2d) return; the bias is added into it.
+void convolution_overrideable(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 9);
+  const at::Tensor input = args[0].toTensor();
+  const at::Tensor weight = args[1].toTensor();
+  const std::vector<int64_t> stride = int_list(args[3]), padding = int_list(args[4]), dilation = int_list(args[5]);
+  const bool transposed = args[6].toBool();
+  const std::vector<int64_t> output_padding = int_list(args[7]);
+  const int64_t groups = args[8].toInt();
+  std::vector<int64_t> shape{input.size(0), transposed ? weight.size(1) * groups : weight.size(0)};
+  for (int64_t d = 2; d < input.dim(); ++d) {
+    const auto i = static_cast<std::size_t>(d - 2);
+    shape.push_back(convolution_output_size(input.size(d), weight.size(d), nth(stride, i), nth(padding, i),
+                                            nth(dilation, i), output_padding.empty() ? 0 : nth(output_padding, i),
+                                            transposed));
+  }
+  replace_arguments(stack, 9, {at::empty(shape, input.options().memory_format(input.suggest_memory_format()))});
+}
+
+// convolution_backward_overrideable(grad_output, input, weight, stride,
+// padding, dilation, transposed, output_padding, groups, output_mask) ->
+// (grad_input like input, grad_weight like weight, grad_bias [C_out]), each
+// only when asked for: what convolution_backward returns on the CPU.
+void convolution_backward_overrideable(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 10);
+  const at::Tensor grad_output = args[0].toTensor();
+  const at::Tensor input = args[1].toTensor();
+  const at::Tensor weight = args[2].toTensor();
+  const std::vector<bool> mask = bool_list(args[9]);
+  at::Tensor grad_input, grad_weight, grad_bias;
+  if (mask[0]) grad_input = at::empty_like(input, input.suggest_memory_format());
+  if (mask[1]) grad_weight = at::empty_like(weight, weight.suggest_memory_format());
+  if (mask[2]) grad_bias = at::empty({grad_output.size(1)}, grad_output.options());
+  replace_arguments(stack, 10, {grad_input, grad_weight, grad_bias});
+}
+
+// where.self(condition, self, other) -> the three shapes broadcast, of
+// self's and other's promoted dtype (where_self_out through TensorIterator,
+// TensorCompare.cpp; a dtype cast or a byte condition's bool copy is the
+// CPU kernel's scratch).
+void where_self(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 3);
+  const at::Tensor condition = args[0].toTensor();
+  const at::Tensor self = args[1].toTensor();
+  const at::Tensor other = args[2].toTensor();
+  const auto shape = at::infer_size(at::infer_size(condition.sizes(), self.sizes()), other.sizes());
+  replace_arguments(stack, 3, {at::empty(shape, self.options().dtype(at::result_type(self, other)))});
+}
+
+// floor_divide(self, other) -> the shapes broadcast, of the promoted dtype
+// (a binary TensorIterator op, BinaryOps.cpp).
+void floor_divide(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 2);
+  const at::Tensor self = args[0].toTensor();
+  const at::Tensor other = args[1].toTensor();
+  replace_arguments(
+      stack, 2,
+      {at::empty(at::infer_size(self.sizes(), other.sizes()), self.options().dtype(at::result_type(self, other)))});
+}
+
+// relu(self) -> like self (clamp_min(self, 0) through TensorIterator on
+// the CPU, Activation.cpp; relu_ and threshold_backward have C++ meta
+// kernels of their own).
+void relu(const c10::OperatorHandle&, Stack* stack) {
+  const at::Tensor self = torch::jit::last(*stack, 1)[0].toTensor();
+  replace_arguments(stack, 1, {at::empty_like(self)});
+}
+
+// equal(self, other) -> false. Meta tensors have no values to compare;
+// the one caller that meets them is TorchScript's loader, whose constant
+// pooling merges tensor constants that compare equal (a traced model's
+// meta constants): false keeps them apart, which costs the bytes of a
+// duplicate at most and is what a real comparison of distinct constants
+// says. A model that branches on torch.equal cannot run on meta anyway.
+void equal(const c10::OperatorHandle&, Stack* stack) {
+  torch::jit::drop(*stack, 2);
+  torch::jit::push(*stack, false);
+}
+
+}  // namespace
+
+void install_meta_kernels() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Lives as long as the process: the dispatcher keeps the kernels while
+    // their Library does.
+    static torch::Library library(torch::Library::IMPL, "aten", c10::DispatchKey::Meta, __FILE__, __LINE__);
+    library.impl("embedding_dense_backward", torch::CppFunction::makeFromBoxedFunction<&embedding_dense_backward>());
+    library.impl("native_layer_norm_backward",
+                 torch::CppFunction::makeFromBoxedFunction<&native_layer_norm_backward>());
+    library.impl("index_select", torch::CppFunction::makeFromBoxedFunction<&index_select>());
+    library.impl("native_batch_norm", torch::CppFunction::makeFromBoxedFunction<&native_batch_norm>());
+    library.impl("native_batch_norm_backward",
+                 torch::CppFunction::makeFromBoxedFunction<&native_batch_norm_backward>());
+    library.impl("_adaptive_avg_pool2d", torch::CppFunction::makeFromBoxedFunction<&adaptive_avg_pool2d>());
+    library.impl("_adaptive_avg_pool2d_backward",
+                 torch::CppFunction::makeFromBoxedFunction<&adaptive_avg_pool2d_backward>());
+    library.impl("where.self", torch::CppFunction::makeFromBoxedFunction<&where_self>());
+    library.impl("floor_divide", torch::CppFunction::makeFromBoxedFunction<&floor_divide>());
+    library.impl("relu", torch::CppFunction::makeFromBoxedFunction<&relu>());
+    library.impl("equal", torch::CppFunction::makeFromBoxedFunction<&equal>());
+    library.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&convolution_overrideable>());
+    library.impl("convolution_backward_overrideable",
+                 torch::CppFunction::makeFromBoxedFunction<&convolution_backward_overrideable>());
+  });
+}
+
+}  // namespace oomtune
