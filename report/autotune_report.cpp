@@ -126,9 +126,10 @@ std::string render_autotune_text(const AutotuneReport& report) {
   std::string out;
   auto line = [&out](const std::string& text) { out += text + "\n"; };
   if (s.frozen_parameter_count > 0)
-    line(fmt::format("autotune  {}  ({} trainable + {} frozen parameters: {})", job.model_path, s.parameter_count,
-                     s.frozen_parameter_count,
-                     fmt::format("{} = [{}]", key_of(job.trainable.rule), fmt::join(job.trainable.globs, ", "))));
+    line(fmt::format(
+        "autotune  {}  ({} trainable + {} frozen parameters: {})", job.model_path, s.parameter_count,
+        s.frozen_parameter_count,
+        fmt::format("{} = [\"{}\"]", key_of(job.trainable.rule), fmt::join(job.trainable.globs, "\", \""))));
   else
     line(fmt::format("autotune  {}  ({} parameters)", job.model_path, s.parameter_count));
   line(fmt::format("budget    {} ({} usable after {:.0f} % headroom), device {}, global batch {}",

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
@@ -93,6 +94,7 @@ std::optional<ActivationFit> fit_activations(const JobSpec& job, const TrainingC
 
 int run_probe(ProbeFlags flags) {
   TrainingConfig from_plan;
+  ParameterSelection plan_trainable;
   bool have_plan = false;
   if (!flags.plan_path.empty()) {
     // A plan names its job; an explicit JOB argument wins.
@@ -102,12 +104,24 @@ int run_probe(ProbeFlags flags) {
       throw InputError(fmt::format("{}: the plan names no job_spec; pass the job TOML as well", flags.plan_path));
     if (!flags.overrides.global_batch) flags.overrides.global_batch = plan.global_batch;
     from_plan = plan.config;
+    plan_trainable = plan.trainable;
     have_plan = true;
   }
   if (flags.job_path.empty()) throw InputError("probe: give a job spec (JOB.toml) or --plan PLAN.toml");
   JobSpec job = load_job_spec(flags.job_path);
   apply_overrides(job, flags.overrides);
   require_device_support(job);
+  // The plan's trainable set is part of what was measured, as its
+  // configuration is: it wins over the job's, and says so when they differ.
+  if (have_plan && plan_trainable != job.trainable) {
+    const auto describe = [](const ParameterSelection& s) {
+      return s.freezes() ? fmt::format("{} = [{}]", key_of(s.rule), fmt::join(s.globs, ", "))
+                         : std::string("every parameter trainable");
+    };
+    fmt::print(stderr, "probe: {} was measured with {}, not {}'s {}: probing the plan's\n", flags.plan_path,
+               describe(plan_trainable), flags.job_path, describe(job.trainable));
+    job.trainable = plan_trainable;
+  }
   TrainingConfig config =
       normalize_config(parse_config_overrides(flags.config, have_plan ? from_plan : baseline_config(job)), job);
 

@@ -609,6 +609,26 @@ TEST(Cli, ProbeRunsAPlanBack) {
   EXPECT_EQ(bad.out, "");
 }
 
+// A plan's trainable set is what was measured: probing it back freezes the
+// same parameters whatever the job says, and says so.
+TEST(Cli, ProbeRunsAPlansTrainableSetBack) {
+  OOMTUNE_REQUIRE_FILE(testing::example_model("gpt"));
+  const std::string job = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
+  const std::string plan = testing::write_temp_file(
+      "frozen_plan.toml", "plan_version = 1\n[job]\nspec = \"" + job +
+                              "\"\nglobal_batch = 2\ntrainable = [\"head.*\"]\n[config]\nmicro_batch = 2\n"
+                              "accumulation_steps = 1\n");
+  const RunResult r = run_oomtune("probe --plan " + plan + " --json --no-fit");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto json = nlohmann::json::parse(r.out);
+  EXPECT_EQ(json.at("report").at("parameter_count"), 1000 * 128);  // the head alone: [1000, 128], no bias
+  EXPECT_EQ(json.at("report").at("static").at("optimizer_state_bytes"), 8 * 1000 * 128);
+  EXPECT_NE(r.err.find("probe: " + plan + " was measured with trainable = [head.*], not " + job +
+                       "'s every parameter trainable: probing the plan's"),
+            std::string::npos)
+      << r.err;
+}
+
 // Probe trials run in a child process as autotune's do: a model that kills
 // its process becomes a reported outcome, not a dead oomtune.
 TEST(Cli, ProbeReportsACrashInsteadOfDying) {

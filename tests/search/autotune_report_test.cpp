@@ -92,6 +92,20 @@ TEST(AutotuneReport, NamesTheProbesThePlainLinesWereFittedTo) {
 
 // Every cell of a column starts at the header's column, however long the
 // node names and configurations before it are.
+// A job that freezes parameters: the header names both counts and the
+// job's globs; the JSON carries the frozen count (0 for the others).
+TEST(AutotuneReport, AFrozenJobNamesItsTrainableSet) {
+  AutotuneReport report = accumulation_report();
+  EXPECT_EQ(autotune_json(report).at("frozen_parameter_count"), 0);
+  report.search.frozen_parameter_count = 651904;
+  report.job.trainable = {ParameterSelection::Rule::kTrainable, {"*.lora_A.*", "*.lora_B.*"}, false};
+  const std::vector<std::string> lines = lines_of(render_autotune_text(report));
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0], "autotune  " + report.job.model_path + "  (" + std::to_string(report.search.parameter_count) +
+                          " trainable + 651904 frozen parameters: trainable = [\"*.lora_A.*\", \"*.lora_B.*\"])");
+  EXPECT_EQ(autotune_json(report).at("frozen_parameter_count"), 651904);
+}
+
 TEST(AutotuneReport, TrailColumnsLineUp) {
   const std::vector<std::string> lines = lines_of(render_autotune_text(accumulation_report()));
   std::size_t header = 0;
