@@ -51,12 +51,7 @@ JobSpec frozen_gpt_job(int64_t global_batch) {
   return job;
 }
 
-TrialOptions quick() {
-  TrialOptions options;
-  options.min_timed_steps = 1;
-  options.max_timed_steps = 2;
-  return options;
-}
+constexpr auto quick = testing::quick_trial;
 
 TEST(FrozenParameters, TheStaticSplitCountsTrainableParametersOnly) {
   const JobSpec job = frozen_gpt_job(4);

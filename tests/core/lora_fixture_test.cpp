@@ -38,12 +38,7 @@ JobSpec lora_job(const std::string& attention) {
   return job;
 }
 
-TrialOptions quick() {
-  TrialOptions options;
-  options.min_timed_steps = 1;
-  options.max_timed_steps = 2;
-  return options;
-}
+constexpr auto quick = testing::quick_trial;
 
 void expect_adapters_only(const ProbeReport& r) {
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;

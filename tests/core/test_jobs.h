@@ -5,6 +5,7 @@
 #include <string>
 
 #include "job/job_spec.h"
+#include "trial/trial_options.h"
 
 namespace oomtune::testing {
 
@@ -24,6 +25,15 @@ JobSpec bigmatmul_job(int64_t global_batch);
 JobSpec encoder_decoder_job(int64_t global_batch, const std::string& model = "encoder_decoder");
 /// The example GPT: tokens [batch, 64] in [0, 1000), next-token cross_entropy.
 JobSpec gpt_job(int64_t global_batch);
+
+/// A trial with as few timed steps as steady timing allows (1, at most 2):
+/// the byte figures the tests check come from the measured step.
+inline TrialOptions quick_trial() {
+  TrialOptions options;
+  options.min_timed_steps = 1;
+  options.max_timed_steps = 2;
+  return options;
+}
 
 /// Writes `text` to a fresh file under the temp folder and returns its path.
 std::string write_temp_file(const std::string& name, const std::string& text);

@@ -22,12 +22,7 @@ using testing::mlp_job;
 // mlp.pt: Linear(256, 512) + Linear(512, 512) + Linear(512, 10), with biases.
 constexpr int64_t kMlpParameters = 256 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10;
 
-TrialOptions quick() {
-  TrialOptions options;
-  options.min_timed_steps = 1;
-  options.max_timed_steps = 2;
-  return options;
-}
+constexpr auto quick = testing::quick_trial;
 
 TEST(Trial, StaticMemoryEqualsTheAnalyticByteCounts) {
   const JobSpec job = mlp_job(16);
