@@ -77,15 +77,26 @@ std::unordered_set<uint64_t> gradient_blocks(const ModelSession& session) {
 // Replays the trial's device allocations (`events`, all the tracker
 // recorded) through the CUDA caching-allocator simulator: what a GPU would
 // have reserved for the same run.
-ReservedPrediction predict_reserved(const std::vector<TrackedEvent>& events, std::optional<int64_t> budget_bytes) {
+// The device events among events[begin, end) as the simulator's records, in
+// order (host memory is not the device pool); with `op_names`, each names
+// its operator.
+std::vector<allocsim::AllocEvent> device_stream(const std::vector<TrackedEvent>& events, std::size_t begin,
+                                                std::size_t end, const std::vector<std::string>* op_names = nullptr) {
   std::vector<allocsim::AllocEvent> stream;
   int64_t order = 0;
-  for (const TrackedEvent& e : events) {
-    if (e.pool != MemoryPool::kDevice) continue;  // host memory is not the device pool
+  for (std::size_t i = begin; i < end && i < events.size(); ++i) {
+    const TrackedEvent& e = events[i];
+    if (e.pool != MemoryPool::kDevice) continue;
     stream.push_back(e.kind == TrackedEvent::Kind::kAlloc ? allocsim::alloc_event(e.address, e.bytes, order, e.phase)
                                                           : allocsim::free_event(e.address, order, e.phase));
+    if (op_names && e.op < op_names->size()) stream.back().op = (*op_names)[e.op];
     ++order;
   }
+  return stream;
+}
+
+ReservedPrediction predict_reserved(const std::vector<TrackedEvent>& events, std::optional<int64_t> budget_bytes) {
+  const std::vector<allocsim::AllocEvent> stream = device_stream(events, 0, events.size());
   allocsim::SimOptions options;
   options.budget_bytes = budget_bytes.value_or(0);
   const allocsim::SimResult sim = allocsim::replay(stream, options);
@@ -102,16 +113,7 @@ ReservedPrediction predict_reserved(const std::vector<TrackedEvent>& events, std
 // file (allocsim/step_events_json.h), atomically.
 void write_step_events(const std::string& path, const std::vector<TrackedEvent>& events, std::size_t begin,
                        std::size_t end, const std::vector<std::string>& op_names) {
-  std::vector<allocsim::AllocEvent> step;
-  for (std::size_t i = begin; i < end && i < events.size(); ++i) {
-    const TrackedEvent& e = events[i];
-    if (e.pool != MemoryPool::kDevice) continue;
-    allocsim::AllocEvent out = e.kind == TrackedEvent::Kind::kAlloc
-                                   ? allocsim::alloc_event(e.address, e.bytes, static_cast<int64_t>(i), e.phase)
-                                   : allocsim::free_event(e.address, static_cast<int64_t>(i), e.phase);
-    if (e.op < op_names.size()) out.op = op_names[e.op];
-    step.push_back(std::move(out));
-  }
+  const std::vector<allocsim::AllocEvent> step = device_stream(events, begin, end, &op_names);
   write_file_atomically(path, json_text(allocsim::step_events_json(step)) + "\n");
 }
 

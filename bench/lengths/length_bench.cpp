@@ -70,10 +70,9 @@ int main(int argc, char** argv) {
     const LengthRun fixed = replay_lengths(model, persistent, std::vector<int64_t>(drawn.size(), 1024), {});
     const double baseline = fixed.reserved_over_allocated();
     print_run("fixed 1024 (baseline)", fixed, 1024.0 / mean, baseline);
-    for (const LengthPolicy& p : compare_length_policies(model, persistent, drawn, {}, {64, 256}))
-      print_run(p.name, p.run, p.padded_tokens_ratio, baseline);
-    fmt::print("\nrecommended: {}\n",
-               recommended_policy(compare_length_policies(model, persistent, drawn, {}, {64, 256})).name);
+    const std::vector<LengthPolicy> policies = compare_length_policies(model, persistent, drawn, {}, {64, 256});
+    for (const LengthPolicy& p : policies) print_run(p.name, p.run, p.padded_tokens_ratio, baseline);
+    fmt::print("\nrecommended: {}\n", recommended_policy(policies).name);
   } catch (const std::exception& e) {
     fmt::print(stderr, "length_bench: {}\n", e.what());
     return 1;
