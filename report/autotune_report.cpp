@@ -36,6 +36,8 @@ nlohmann::json node_json(const TrailNode& n) {
                       {"accumulation_steps", n.config.accumulation_steps},
                       {"largest_fitting_micro_batch", n.largest_fitting_micro_batch},
                       {"predicted_peak_bytes", static_cast<int64_t>(n.predicted_peak_bytes)},
+                      {"meta_peak_bytes",
+                       n.meta_peak_bytes ? nlohmann::json(static_cast<int64_t>(*n.meta_peak_bytes)) : nlohmann::json()},
                       {"predicted_seconds_per_global_batch", n.predicted_seconds},
                       {"predicted_fit", n.predicted_fit},
                       {"note", n.note}};
@@ -45,10 +47,13 @@ nlohmann::json node_json(const TrailNode& n) {
 
 /// The decision trail as a table. Columns are as wide as their widest cell,
 /// so a long node name or configuration does not shift the numbers after it.
+/// With memory from meta, a "meta peak" column follows the predicted one.
 std::string render_trail_table(const SearchResult& s) {
-  using Row = std::array<std::string, 9>;
+  const bool meta = s.memory_from == MemorySource::kMeta;
+  using Row = std::vector<std::string>;
   std::vector<Row> rows = {
       {"#", "node", "micro x accum + strategies", "pred. peak", "meas. peak", "pred. s", "meas. s", "fits", "note"}};
+  if (meta) rows[0].insert(rows[0].begin() + 4, "meta peak");
   for (std::size_t i = 0; i < s.trail.size(); ++i) {
     const TrailNode& n = s.trail[i];
     std::string measured_peak = "-", measured_seconds = "-", fits = n.predicted_fit ? "pred." : "no";
@@ -57,22 +62,29 @@ std::string render_trail_table(const SearchResult& s) {
       measured_peak = v.outcome == TrialOutcome::kOk ? format_bytes(v.peak_bytes) : to_string(v.outcome);
       if (v.outcome == TrialOutcome::kOk) measured_seconds = fmt::format("{:.4f}", v.timing.steady_step_seconds);
       fits = v.outcome == TrialOutcome::kOk && v.peak_bytes <= s.usable_budget_bytes ? "yes" : "no";
+    } else if (n.predicted_fit && n.meta_peak_bytes) {
+      fits = "meta";
     }
     rows.push_back({std::to_string(i + 1), n.node, short_config(n.config, n.largest_fitting_micro_batch),
                     format_bytes(static_cast<int64_t>(n.predicted_peak_bytes)), measured_peak,
                     fmt::format("{:.4f}", n.predicted_seconds), measured_seconds, fits, n.note});
+    if (meta)
+      rows.back().insert(rows.back().begin() + 4,
+                         n.meta_peak_bytes ? format_bytes(static_cast<int64_t>(*n.meta_peak_bytes)) : "-");
   }
-  std::array<std::size_t, 9> width{};
+  if (s.memory_only)  // no verification, no time: the measured peak and both seconds columns
+    for (Row& row : rows) row.erase(row.begin() + 5, row.begin() + 8);
+  std::vector<std::size_t> width(rows[0].size());
   for (const Row& row : rows)
     for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
   // Text columns (#, node, configuration, note) align left; numbers and the
   // verdict align right. The note, last, is not padded.
-  constexpr std::array<bool, 9> left = {true, true, true, false, false, false, false, false, true};
+  const auto left = [](std::size_t c) { return c < 3; };
   std::string out;
   for (std::size_t r = 0; r < rows.size(); ++r) {
     std::string text;
     for (std::size_t c = 0; c + 1 < rows[r].size(); ++c)
-      text += left[c] ? fmt::format("{:<{}} ", rows[r][c], width[c]) : fmt::format("{:>{}} ", rows[r][c], width[c]);
+      text += left(c) ? fmt::format("{:<{}} ", rows[r][c], width[c]) : fmt::format("{:>{}} ", rows[r][c], width[c]);
     text += " " + rows[r].back();
     while (!text.empty() && text.back() == ' ') text.pop_back();
     out += text + (r + 1 < rows.size() ? "\n" : "");
@@ -168,7 +180,9 @@ std::string render_autotune_text(const AutotuneReport& report) {
         s.baseline_optimizer_seconds > 0
             ? fmt::format("+ {} s per optimizer step", format_seconds(s.baseline_optimizer_seconds))
             : "";
-    if (one_size) {
+    if (s.memory_only) {
+      line("          no step time: the meta device computes shapes, not values");
+    } else if (one_size) {
       const int64_t size = s.baseline_micro_batches.front();
       line(
           fmt::format("          {} step = {} s per micro-batch{} (measured at micro-batch {} only: larger "
@@ -183,12 +197,28 @@ std::string render_autotune_text(const AutotuneReport& report) {
                        fmt::join(s.baseline_micro_batches, ", ")));
     }
   }
+  if (s.memory_from == MemorySource::kMeta)
+    line(fmt::format(
+        "memory    each node's micro-batch chosen by its peak measured on the meta device ({} runs, "
+        "exact storages, no compute); {}",
+        s.meta_trials, s.memory_only ? "nothing verified or timed (memory only)" : "the lines above predict and time"));
   line("");
   if (!s.trail.empty()) {
     line(render_trail_table(s));
     line("");
   }
-  if (s.chosen) {
+  if (s.chosen && !s.trail[*s.chosen].verification) {  // by memory alone (search/meta_memory.cpp, Note [Memory only])
+    const TrailNode& best = s.trail[*s.chosen];
+    const auto peak = static_cast<int64_t>(best.meta_peak_bytes.value_or(best.predicted_peak_bytes));
+    line(fmt::format("chosen    {}  (by memory alone: not verified)", to_string(best.config)));
+    line(fmt::format("          global batch {} = micro-batch {} x {} accumulation steps (exact)", job.global_batch,
+                     best.config.micro_batch, best.config.accumulation_steps));
+    line(fmt::format("          meta peak {}; margin {} to the usable budget", format_bytes(peak),
+                     format_bytes(s.usable_budget_bytes - peak)));
+    line(
+        "          the simplest configuration measured to fit: the meta device has no step time to rank by, and "
+        "a fit over many steps is verified on the target device (autotune with device = \"cuda\")");
+  } else if (s.chosen) {
     const TrailNode& best = s.trail[*s.chosen];
     const ProbeReport& v = *best.verification;
     line(fmt::format("chosen    {}", to_string(best.config)));
@@ -196,6 +226,10 @@ std::string render_autotune_text(const AutotuneReport& report) {
                      best.config.micro_batch, best.config.accumulation_steps));
     line(fmt::format("          measured peak {} over {} steps in a fresh process; margin {} to the usable budget",
                      format_bytes(v.peak_bytes), v.steps_run, format_bytes(s.usable_budget_bytes - v.peak_bytes)));
+    if (best.meta_peak_bytes && v.peak_bytes > 0)
+      line(fmt::format("          meta peak {} of the same configuration, {:+.2f} % from the measured one",
+                       format_bytes(static_cast<int64_t>(*best.meta_peak_bytes)),
+                       100 * (*best.meta_peak_bytes / static_cast<double>(v.peak_bytes) - 1)));
     line(fmt::format("          {:.1f} samples/s measured ({:.4f} s per global batch)", v.samples_per_second,
                      v.timing.steady_step_seconds));
     if (const std::string scratch = kernel_scratch_text(v.kernel_scratch); !scratch.empty())
@@ -223,7 +257,8 @@ std::string render_autotune_text(const AutotuneReport& report) {
     line("");
     for (const auto& note : s.notes) line("note: " + note);
   }
-  line(fmt::format("trials    {} probes + {} verification runs", s.probes.size(), s.verification_trials));
+  line(fmt::format("trials    {} probes + {} verification runs{}", s.probes.size(), s.verification_trials,
+                   s.meta_trials > 0 ? fmt::format(" + {} meta runs (memory only)", s.meta_trials) : ""));
   for (const auto& path : report.emitted_files) line("wrote     " + path);
   return out;
 }
@@ -257,6 +292,9 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
       {"trail", trail},
       {"notes", s.notes},
       {"verification_trials", s.verification_trials},
+      {"memory_from", to_string(s.memory_from)},
+      {"memory_only", s.memory_only},
+      {"meta_trials", s.meta_trials},
       {"smallest_predicted_peak_bytes", static_cast<int64_t>(s.smallest_predicted_peak_bytes)},
       {"smallest_micro_batch", s.smallest_micro_batch},
       {"emitted_files", report.emitted_files}};

@@ -37,9 +37,14 @@ SearchResult Search::run() {
                                  job_.spec_path.empty() ? "job" : job_.spec_path));
   result_.usable_budget_bytes = *job_.usable_budget_bytes();
   require_a_valid_micro_batch("");
+  start_meta();
   if (fit_models()) {
     walk_tree();
-    verify_candidates();
+    note_meta_failures();
+    if (options_.memory_only)
+      choose_by_memory();
+    else
+      verify_candidates();
   }
   return std::move(result_);
 }

@@ -141,7 +141,10 @@ StrategyEffect Search::probe_checkpointing(const std::vector<int64_t>& sizes) {
 // the configuration that needs the least memory ran out at the smallest
 // micro-batch (result_.least_memory_failure says so).
 bool Search::fit_models() {
-  const std::vector<int64_t> sizes = probe_sizes(job_);
+  std::vector<int64_t> sizes = probe_sizes(job_);
+  // Memory from meta: the probes time, two sizes give the seconds line
+  // (Note [Memory from meta], meta_memory.cpp).
+  if (meta_ && sizes.size() > 2) sizes.resize(2);
   PlainProbes plain = probe_plain(sizes);
   if (plain.ran.empty() && base_.precision == Precision::kBf16 && form_failed(plain.first_failure())) {
     // The job asks for bf16 and its autocast fails (Note [bf16 fallback]).
@@ -237,7 +240,7 @@ bool Search::fit_models() {
             fmt::format("{}: not tried (the job trains with {})", row.probe_name, job_.optimizer.kind));
       continue;
     }
-    const std::vector<int64_t>& sizes = row.probe_sizes >= 2 ? two : one;
+    const std::vector<int64_t>& sizes = row.probe_sizes >= 2 && !meta_ ? two : one;
     StrategyEffect& effect = models_.effect(row.id);
     if (row.id == Strategy::kCheckpointing) {
       effect = probe_checkpointing(sizes);

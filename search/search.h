@@ -67,6 +67,14 @@
 // - Budget test: on CUDA the predicted reserved bytes of the caching
 //   allocator (allocsim/caching_allocator_sim.h, replaying each probe's
 //   allocation stream), elsewhere the allocated peak.
+// - Memory from meta (SearchOptions::memory_from, Note [Memory from meta]
+//   in walk.cpp): where the runner can run a configuration on the meta
+//   device, each node's micro-batch is chosen by the peaks measured there,
+//   at that micro-batch and with its accumulation, not by the lines; the
+//   real probes then only time (plain at two sizes, each strategy at one)
+//   and verify. The first meta run tells whether meta works for the model;
+//   when it does not, the search says why in a note and predicts from the
+//   probes' lines.
 // - bf16: when a bf16-autocast probe fails for a reason other than memory
 //   (TorchScript's autocast crashes on some models), bf16 is tried as bf16
 //   parameters with fp32 master weights; SearchResult::notes says which
@@ -100,15 +108,38 @@ class TrialRunner {
   /// Runs `config` on the job's global batch for the job's verify_steps
   /// steps, under the job's usable budget, in a fresh process.
   virtual ProbeReport verify(const TrainingConfig& config) = 0;
+  /// Measures `config`'s memory on the meta device: the job's global batch
+  /// in config.accumulation_steps micro-batches of config.micro_batch, one
+  /// warm-up and one measured step, no budget, no timing
+  /// (trial/trial_runner.h). Its outcome is kError when meta cannot run the
+  /// model (an operator without a meta kernel, a libtorch before 2.0: the
+  /// message says which). nullopt: this runner has no meta device.
+  virtual std::optional<ProbeReport> measure_on_meta(const TrainingConfig& config) {
+    (void)config;
+    return std::nullopt;
+  }
 };
+
+/// Where the search takes each node's memory from.
+enum class MemorySource {
+  kProbes,  ///< lines fitted to the probes, predicted at each micro-batch
+  kMeta,    ///< measured on the meta device at each node's own micro-batch (TrialRunner::measure_on_meta)
+};
+
+/// "probes" / "meta".
+std::string to_string(MemorySource source);
 
 /// One node of the decision trail.
 struct TrailNode {
   std::string node;  // "plain", "checkpointing (selective)", ...
   TrainingConfig config;
   int64_t largest_fitting_micro_batch = 0;  // COUNT: b* predicted to fit with these strategies (0: none)
-  double predicted_peak_bytes = 0;          // SUM (predicted)
-  double predicted_seconds = 0;             // seconds per global batch (predicted)
+  double predicted_peak_bytes = 0;          // SUM (predicted from the lines)
+  // SUM: the peak measured on the meta device at config's micro-batch and
+  // accumulation (on CUDA its predicted reserved bytes); what the fit was
+  // decided on when set (MemorySource::kMeta).
+  std::optional<double> meta_peak_bytes;
+  double predicted_seconds = 0;  // seconds per global batch (predicted)
   bool predicted_fit = false;
   std::optional<ProbeReport> verification;  // set when verified by a real run
   std::string note;                         // why chosen or rejected
@@ -116,15 +147,18 @@ struct TrailNode {
 
 /// What the search found.
 struct SearchResult {
-  int64_t usable_budget_bytes = 0;     // SUM: budget minus headroom
-  std::vector<ProbeReport> probes;     // every probe trial, in order
-  std::vector<TrailNode> trail;        // the decision tree, in walk order
-  std::optional<std::size_t> chosen;   // index into trail
-  std::vector<std::string> notes;      // strategies unavailable, models corrected, ...
-  int64_t verification_trials = 0;     // COUNT: real runs beyond the probes
-  int64_t parameter_count = 0;         // COUNT: trainable parameter elements
-  int64_t frozen_parameter_count = 0;  // COUNT: frozen parameter elements (job/parameter_selection.h)
-  BatchLine baseline_peak;             // bytes vs micro-batch (of baseline_name)
+  int64_t usable_budget_bytes = 0;                   // SUM: budget minus headroom
+  std::vector<ProbeReport> probes;                   // every probe trial, in order
+  std::vector<TrailNode> trail;                      // the decision tree, in walk order
+  std::optional<std::size_t> chosen;                 // index into trail
+  std::vector<std::string> notes;                    // strategies unavailable, models corrected, ...
+  int64_t verification_trials = 0;                   // COUNT: real runs beyond the probes
+  MemorySource memory_from = MemorySource::kProbes;  // where the nodes' memory came from (after any fallback)
+  int64_t meta_trials = 0;                           // COUNT: runs on the meta device (memory only; none real)
+  bool memory_only = false;                          // chosen by memory alone, unverified (SearchOptions::memory_only)
+  int64_t parameter_count = 0;                       // COUNT: trainable parameter elements
+  int64_t frozen_parameter_count = 0;                // COUNT: frozen parameter elements (job/parameter_selection.h)
+  BatchLine baseline_peak;                           // bytes vs micro-batch (of baseline_name)
   // Bytes vs micro-batch at backward's activation peak (of baseline_name):
   // where it passes baseline_peak, the peak follows it (memory_model.cpp,
   // Note [Backward activation peak]).
@@ -154,6 +188,15 @@ inline constexpr double kTimingTieRatio = 0.97;
 struct SearchOptions {
   int64_t max_verifications = 3;        // COUNT: real runs of top candidates (more only to replace failures)
   int64_t max_extra_verifications = 3;  // COUNT: further runs when verified candidates fail
+  // kMeta: measure each node on the meta device where the runner can
+  // (falls back to kProbes with a note where it cannot).
+  MemorySource memory_from = MemorySource::kProbes;
+  // The runner's trials all run on the meta device (a job on device =
+  // "meta", e.g. a model exported without its weights): memory only, no
+  // step time, nothing verified. Implies kMeta; the choice is the simplest
+  // configuration measured to fit (Note [Memory only], meta_memory.cpp),
+  // SearchResult::memory_only says so.
+  bool memory_only = false;
 };
 
 /// Walks the tree for `job` (its usable budget is required). `progress`
@@ -163,7 +206,8 @@ struct SearchOptions {
 /// reason other than memory (the message names the smallest micro-batch
 /// tried and that trial's message), or when plain runs out of memory there
 /// and no combination of strategies runs while the least-memory one failed
-/// for a reason other than memory.
+/// for a reason other than memory; with SearchOptions::memory_only, also
+/// when the model does not run on the meta device (the message says why).
 SearchResult search(const JobSpec& job, TrialRunner& runner, const SearchOptions& options,
                     const std::function<void(const std::string&)>& progress);
 

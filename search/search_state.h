@@ -6,6 +6,7 @@
 //   rescue.cpp      plain runs nowhere: the strategies that make it run
 //   walk.cpp        the nodes of the tree and their predictions
 //   choose.cpp      verification runs and the choice
+//   meta_memory.cpp each node's memory measured on the meta device
 //   sentences.cpp   the words of its notes and progress lines
 // model_fit.h has the fitting that does not depend on this state. Internal
 // to oomtune_search: nothing outside search/ includes this header.
@@ -106,6 +107,14 @@ class Search {
   void add_rescue_alternative(StrategySet strategies, const ProbeReport& at_smallest, int64_t smallest);
   StepModels rescue_alternative_models(const RescueAlternative& alternative) const;
 
+  // meta_memory.cpp
+  void start_meta();
+  std::optional<double> meta_peak(const TrainingConfig& c);
+  std::optional<int64_t> largest_fitting_on_meta(const std::vector<int64_t>& candidates, int64_t predicted,
+                                                 const TrainingConfig& config);
+  void note_meta_failures();
+  void choose_by_memory();
+
   // walk.cpp
   void walk_tree();
   void add_node(const std::string& tree_name, const TrainingConfig& config, int64_t largest, bool exact = false,
@@ -137,6 +146,8 @@ class Search {
   CheckpointPlan checkpoint_all_ = checkpoint_every_block();  // what "all blocks" checkpoints
   std::string checkpoint_label_ = "all blocks";               // names checkpoint_all_ in node names
   Precision bf16_form_ = Precision::kBf16;                    // kBf16Params after a fallback
+  bool meta_ = false;                                         // nodes' memory from meta (Note [Memory from meta])
+  std::map<std::string, ProbeReport> meta_runs_;              // to_string(config) -> its meta run
   SearchResult result_;
 };
 

@@ -50,45 +50,59 @@ void Search::add_node(const std::string& tree_name, const TrainingConfig& config
   }
   const auto budget = static_cast<double>(result_.usable_budget_bytes);
   const int64_t out_of_memory = smallest_out_of_memory(config);
+  const int64_t g = job_.global_batch;
   TrailNode node;
   node.node = name;
-  for (auto it = valid.rbegin(); it != valid.rend(); ++it) {
-    if (*it > largest || (exact && *it != largest) || *it >= out_of_memory) continue;
-    if (predict(models, with_micro_batch(config, *it, job_.global_batch), job_.global_batch).peak_bytes <= budget) {
-      node.largest_fitting_micro_batch = *it;
+  std::vector<int64_t> candidates;  // descending
+  for (auto it = valid.rbegin(); it != valid.rend(); ++it)
+    if (*it <= largest && (!exact || *it == largest) && *it < out_of_memory) candidates.push_back(*it);
+  const auto predicted_fits = [&](int64_t b) {
+    return predict(models, with_micro_batch(config, b, g), g).peak_bytes <= budget;
+  };
+  for (int64_t b : candidates)
+    if (predicted_fits(b)) {
+      node.largest_fitting_micro_batch = b;
       break;
     }
-  }
+  // Note [Memory from meta] (meta_memory.cpp)
+  const std::optional<int64_t> measured = largest_fitting_on_meta(candidates, node.largest_fitting_micro_batch, config);
+  if (measured) node.largest_fitting_micro_batch = *measured;
+  const auto fits = [&](int64_t b) {
+    if (measured)
+      if (const std::optional<double> peak = meta_peak(with_micro_batch(config, b, g))) return *peak <= budget;
+    return predicted_fits(b);
+  };
   int64_t at = valid.front();  // the largest valid micro-batch within reach, else the smallest
   for (int64_t b : valid)
     if (b <= largest) at = b;
   if (node.largest_fitting_micro_batch > 0) {
-    const int64_t steps = micro_batch_count(job_.global_batch, node.largest_fitting_micro_batch);
+    const int64_t steps = micro_batch_count(g, node.largest_fitting_micro_batch);
     at = node.largest_fitting_micro_batch;
     // Ascending: the first that needs as few micro-batches and fits is the
     // balanced one (a smaller first micro-batch can still lose: the later
     // ones run with the gradients alive).
     for (int64_t b : valid)
-      if (b <= at && micro_batch_count(job_.global_batch, b) == steps &&
-          predict(models, with_micro_batch(config, b, job_.global_batch), job_.global_batch).peak_bytes <= budget) {
+      if (b <= at && micro_batch_count(g, b) == steps && fits(b)) {
         at = b;
         break;
       }
   }
-  node.config = with_micro_batch(config, at, job_.global_batch);
-  const StepPrediction p = predict(models, node.config, job_.global_batch);
+  node.config = with_micro_batch(config, at, g);
+  const StepPrediction p = predict(models, node.config, g);
   node.predicted_peak_bytes = p.peak_bytes;
   node.predicted_seconds = p.seconds_per_global_batch;
-  node.predicted_fit = p.peak_bytes <= budget && at < out_of_memory;
-  if (p.peak_bytes > budget)
-    node.note = fmt::format("predicted not to fit: {} > budget {}", format_bytes(static_cast<int64_t>(p.peak_bytes)),
-                            format_bytes(result_.usable_budget_bytes));
+  if (measured) node.meta_peak_bytes = meta_peak(node.config);
+  const double peak = node.meta_peak_bytes.value_or(p.peak_bytes);
+  node.predicted_fit = peak <= budget && at < out_of_memory;
+  if (peak > budget)
+    node.note = fmt::format("{} not to fit: {} > budget {}", node.meta_peak_bytes ? "measured on meta" : "predicted",
+                            format_bytes(static_cast<int64_t>(peak)), format_bytes(result_.usable_budget_bytes));
   else if (!node.predicted_fit)
     node.note = fmt::format("does not fit: its probe ran out of memory at micro-batch {} (measured)", out_of_memory);
   // The configuration goes last: its length varies the most.
-  progress_(fmt::format("node   {:<42} predicted {:>11} {:<12} {}", name,
-                        format_bytes(static_cast<int64_t>(node.predicted_peak_bytes)),
-                        node.predicted_fit ? "fits" : "does not fit", describe(node.config)));
+  progress_(fmt::format("node   {:<42} {:<9} {:>11} {:<12} {}", name, node.meta_peak_bytes ? "meta" : "predicted",
+                        format_bytes(static_cast<int64_t>(peak)), node.predicted_fit ? "fits" : "does not fit",
+                        describe(node.config)));
   result_.trail.push_back(std::move(node));
 }
 

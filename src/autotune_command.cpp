@@ -52,6 +52,15 @@ class ChildTrialRunner : public TrialRunner {
     return run_trial_in_child(job_, config, options, child_);
   }
 
+  std::optional<ProbeReport> measure_on_meta(const TrainingConfig& config) override {
+    JobSpec meta_job = job_;
+    meta_job.device = Device::kMeta;
+    TrialOptions options;
+    options.enforce_budget = false;  // the peak is the answer, whatever it is
+    options.record_events = true;    // predicted reserved bytes, for CUDA budgets
+    return run_trial_in_child(meta_job, config, options, child_);
+  }
+
  private:
   JobSpec job_;
   ChildTrialOptions child_;
@@ -63,6 +72,7 @@ struct AutotuneFlags {
   bool json = false;
   std::string emit_dir;
   int64_t max_verifications = 3;
+  std::string memory_from = "meta";
 };
 
 Plan plan_from(const AutotuneReport& report) {
@@ -115,11 +125,13 @@ int run_autotune(const AutotuneFlags& flags) {
   report.job = load_job_spec(flags.job_path);
   apply_overrides(report.job, flags.overrides);
   require_device_support(report.job);
-  if (report.job.device == Device::kMeta)
+  // On meta the trials measure memory only: the search chooses by memory
+  // alone and verifies nothing (search/meta_memory.cpp, Note [Memory only]).
+  const bool memory_only = report.job.device == Device::kMeta;
+  if (memory_only && !flags.emit_dir.empty())
     throw InputError(
-        fmt::format("{}: autotune does not search on device = \"meta\" yet: a meta trial measures "
-                    "memory, not time, and the search needs both; run probe --device meta for a "
-                    "configuration's memory",
+        fmt::format("{}: --emit writes a verified plan, and on device = \"meta\" nothing is "
+                    "verified; autotune on the target device (device = \"cuda\") to emit one",
                     flags.job_path));
   if (!report.job.budget_bytes)
     throw InputError(
@@ -132,6 +144,8 @@ int run_autotune(const AutotuneFlags& flags) {
   ChildTrialRunner runner(report.job);
   SearchOptions options;
   options.max_verifications = flags.max_verifications;
+  options.memory_from = flags.memory_from == "meta" ? MemorySource::kMeta : MemorySource::kProbes;
+  options.memory_only = memory_only;
   report.search =
       search(report.job, runner, options, [](const std::string& line) { fmt::print(stderr, "autotune: {}\n", line); });
   // No candidate chosen: "nothing fits" only when none ended its
@@ -166,6 +180,10 @@ void add_autotune_command(CLI::App& app, const Command& self, int* exit_code) {
   cmd->add_option("--max-verifications", flags->max_verifications, "Real runs of the top candidates (default 3)");
   cmd->add_option("--emit", flags->emit_dir,
                   "Write plan.toml and DeepSpeed/HF/Lightning/Accelerate configs for the chosen plan into DIR");
+  cmd->add_option("--memory-from", flags->memory_from,
+                  "meta (default): each configuration's peak measured on the meta device where the model runs "
+                  "there (libtorch 2), else the probes' lines; probes: the lines only")
+      ->check(CLI::IsMember({"meta", "probes"}));
   cmd->add_flag("--json", flags->json, "Print JSON instead of a table");
   cmd->callback([flags, exit_code] { *exit_code = run_autotune(*flags); });
 }

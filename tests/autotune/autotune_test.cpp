@@ -32,6 +32,11 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+// These tests hold the search's lines to their budgets (docs/autotune.md,
+// "Acceptance budgets"), so they take memory from the probes; memory from
+// the meta device has its own tests (AutotuneMeta below).
+const std::string kAutotune = "autotune --memory-from probes ";
 using testing::bf16_runs_here;
 using testing::exists;
 using testing::Gpt;
@@ -122,7 +127,7 @@ TEST(Autotune, PlainFitOnResNet50AndHeldBackPrediction) {
   OOMTUNE_REQUIRE_FILE(resnet50());
   const TestDir dir;
   const RunResult r =
-      run_oomtune("autotune " + resnet50_job(dir, 8, "budget = \"360MiB\"") + " --json --max-verifications 2",
+      run_oomtune(kAutotune + resnet50_job(dir, 8, "budget = \"360MiB\"") + " --json --max-verifications 2",
                   "OOMTUNE_TEST_FAULT=segv:optimizer:offload=on");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json report = parse_json(r);
@@ -157,7 +162,7 @@ TEST(Autotune, CheckpointingWhenOnlyRecomputeFits) {
   OOMTUNE_REQUIRE_FILE(model("gpt_small"));
   const TestDir dir;
   const fs::path emit = dir / "plan";
-  const RunResult r = run_oomtune("autotune " + gpt_job(dir, kSmall, 8, "min_micro_batch = 8\nbudget = \"4850KiB\"") +
+  const RunResult r = run_oomtune(kAutotune + gpt_job(dir, kSmall, 8, "min_micro_batch = 8\nbudget = \"4850KiB\"") +
                                   " --json --emit " + emit.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json report = parse_json(r);
@@ -186,7 +191,7 @@ TEST(Autotune, CheckpointingWhenOnlyRecomputeFits) {
 TEST(Autotune, AccumulationWhenTheFullBatchDoesNotFitAndCrashesAreData) {
   OOMTUNE_REQUIRE_FILE(model("gpt_small"));
   const TestDir dir;
-  const RunResult r = run_oomtune("autotune " + gpt_job(dir, kSmall, 16, "budget = \"9000KiB\"") + " --json",
+  const RunResult r = run_oomtune(kAutotune + gpt_job(dir, kSmall, 16, "budget = \"9000KiB\"") + " --json",
                                   "OOMTUNE_TEST_FAULT=segv:forward:ckpt=all");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json report = parse_json(r);
@@ -213,7 +218,7 @@ TEST(Autotune, AccumulationWhenTheFullBatchDoesNotFitAndCrashesAreData) {
 TEST(Autotune, EightBitWhenNoAdamWConfigurationFits) {
   OOMTUNE_REQUIRE_FILE(model("gpt_wide"));
   const TestDir dir;
-  const RunResult r = run_oomtune("autotune " + gpt_job(dir, kWide, 8, "budget = \"36MiB\"") + " --json",
+  const RunResult r = run_oomtune(kAutotune + gpt_job(dir, kWide, 8, "budget = \"36MiB\"") + " --json",
                                   "OOMTUNE_TEST_FAULT=segv:optimizer:offload=on");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json report = parse_json(r);
@@ -236,7 +241,7 @@ TEST(Autotune, EightBitWhenNoAdamWConfigurationFits) {
 TEST(Autotune, OffloadWhenEightBitDoesNotFit) {
   OOMTUNE_REQUIRE_FILE(model("gpt_wide"));
   const TestDir dir;
-  const RunResult r = run_oomtune("autotune " + gpt_job(dir, kWide, 8, "budget = \"26.5MiB\"") + " --json");
+  const RunResult r = run_oomtune(kAutotune + gpt_job(dir, kWide, 8, "budget = \"26.5MiB\"") + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json report = parse_json(r);
   const json chosen = check_chosen(report, 8);
@@ -265,7 +270,7 @@ TEST(Autotune, AccumulatedPeaksArePredictedFromBackwardsActivationLines) {
   OOMTUNE_REQUIRE_FILE(model("gpt_wide"));
   const TestDir dir;
   const RunResult r =
-      run_oomtune("autotune " + gpt_job(dir, kWide, 16, "budget = \"36MiB\"") + " --json --max-verifications 20");
+      run_oomtune(kAutotune + gpt_job(dir, kWide, 16, "budget = \"36MiB\"") + " --json --max-verifications 20");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json report = parse_json(r);
   check_chosen(report, 16);
@@ -291,7 +296,7 @@ TEST(Autotune, NothingFitsGivesTheZeroTable) {
   OOMTUNE_REQUIRE_FILE(model("gpt_wide"));
   const TestDir dir;
   const std::string job = gpt_job(dir, kWide, 8, "budget = \"16MiB\"");
-  const RunResult r = run_oomtune("autotune " + job + " --json");
+  const RunResult r = run_oomtune(kAutotune + job + " --json");
   ASSERT_EQ(r.exit_code, 3) << r.err;
   const json report = parse_json(r);
   EXPECT_TRUE(report.at("chosen").is_null());
@@ -311,7 +316,7 @@ TEST(Autotune, NothingFitsGivesTheZeroTable) {
   EXPECT_GT(report.at("smallest_predicted_peak_bytes").get<int64_t>(), report.at("usable_budget_bytes").get<int64_t>());
   for (const json& n : report.at("trail")) EXPECT_FALSE(n.contains("verification")) << "nothing is verified";
 
-  const RunResult text = run_oomtune("autotune " + job);
+  const RunResult text = run_oomtune(kAutotune + job);
   EXPECT_EQ(text.exit_code, 3);
   EXPECT_TRUE(contains(text.out, "nothing fits")) << text.out;
   EXPECT_TRUE(contains(text.out, "ZeRO-3")) << text.out;
@@ -325,7 +330,7 @@ TEST(Autotune, NothingFitsGivesTheZeroTable) {
 TEST(Autotune, ABudgetTooTightForTheFirstProbeStepsDown) {
   OOMTUNE_REQUIRE_FILE(model(kSmall.name));
   const TestDir dir;
-  const RunResult r = run_oomtune("autotune " + gpt_job(dir, kSmall, 64, "budget = \"1.5MiB\"") + " --json");
+  const RunResult r = run_oomtune(kAutotune + gpt_job(dir, kSmall, 64, "budget = \"1.5MiB\"") + " --json");
   ASSERT_EQ(r.exit_code, 3) << r.err;
   const json report = parse_json(r);
   std::vector<std::string> plain;
@@ -349,7 +354,7 @@ TEST(Autotune, ABudgetTooTightForTheFirstProbeStepsDown) {
 TEST(Autotune, PlainOutOfMemoryAtEveryMicroBatchBuildsOnTheSimplestStrategyThatRuns) {
   OOMTUNE_REQUIRE_FILE(model(kWide.name));
   const TestDir dir;
-  const RunResult r = run_oomtune("autotune " + gpt_job(dir, kWide, 8, "budget = \"10.1MiB\"") + " --json");
+  const RunResult r = run_oomtune(kAutotune + gpt_job(dir, kWide, 8, "budget = \"10.1MiB\"") + " --json");
   ASSERT_EQ(r.exit_code, 3) << r.err;
   const json report = parse_json(r);
   std::vector<std::string> probes;
@@ -382,7 +387,7 @@ TEST(Autotune, PlainOutOfMemoryAtEveryMicroBatchBuildsOnTheSimplestStrategyThatR
 json rescued_small_gpt(const TestDir& dir, const std::string& extra, const std::string& flags,
                        std::set<std::string>& ran) {
   const std::string job = gpt_job(dir, kSmall, 8, "budget = \"64MiB\"" + extra);
-  const RunResult r = run_oomtune("autotune " + job + " --json" + flags,
+  const RunResult r = run_oomtune(kAutotune + job + " --json" + flags,
                                   "OOMTUNE_TEST_FAULT=oom:forward:ckpt=none,optimizer=adamw,offload=off,");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   if (r.exit_code != 0) return json::object();
@@ -464,7 +469,7 @@ TEST(Autotune, VerificationsThatAllCrashAreNotNothingFits) {
   const TestDir dir;
   const std::string job = gpt_job(dir, kSmall, 16, "budget = \"64MiB\"");
   const std::string fault = "OOMTUNE_TEST_FAULT=segv:forward:global_batch=16,";
-  const RunResult r = run_oomtune("autotune " + job + " --json --max-verifications 1", fault);
+  const RunResult r = run_oomtune(kAutotune + job + " --json --max-verifications 1", fault);
   ASSERT_EQ(r.exit_code, 4) << r.err;
   const json report = parse_json(r);
   EXPECT_TRUE(report.at("chosen").is_null());
@@ -478,7 +483,7 @@ TEST(Autotune, VerificationsThatAllCrashAreNotNothingFits) {
     EXPECT_TRUE(n.at("predicted_fit").get<bool>());
   }
 
-  const RunResult text = run_oomtune("autotune " + job + " --max-verifications 1", fault);
+  const RunResult text = run_oomtune(kAutotune + job + " --max-verifications 1", fault);
   EXPECT_EQ(text.exit_code, 4);
   EXPECT_TRUE(contains(text.out, "\nnot verified: the verification run")) << text.out;
   EXPECT_TRUE(contains(text.out, " crashed), so whether")) << text.out;
@@ -499,7 +504,7 @@ TEST(Autotune, Bf16FallsBackToBf16ParametersWhenAutocastCrashes) {
   if (!bf16_runs_here()) GTEST_SKIP() << "bf16 does not run at this kernel level (DNNL_MAX_CPU_ISA below AVX-512)";
   const TestDir dir;
   const RunResult r = run_oomtune(
-      "autotune " + gpt_job(dir, kSmall, 8, "budget = \"64MiB\"\nallow_bf16 = true") + " --json --max-verifications 1",
+      kAutotune + gpt_job(dir, kSmall, 8, "budget = \"64MiB\"\nallow_bf16 = true") + " --json --max-verifications 1",
       "OOMTUNE_TEST_FAULT=segv:forward:precision=bf16,");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json report = parse_json(r);
@@ -532,7 +537,7 @@ TEST(Autotune, PairsOfStrategiesArePredictedFromTheirSeparateEffects) {
   OOMTUNE_REQUIRE_FILE(model(kSmall.name));
   if (!bf16_runs_here()) GTEST_SKIP() << "bf16 does not run at this kernel level (DNNL_MAX_CPU_ISA below AVX-512)";
   const TestDir dir;
-  const RunResult r = run_oomtune("autotune " + gpt_job(dir, kSmall, 8, "budget = \"64MiB\"\nallow_bf16 = true") +
+  const RunResult r = run_oomtune(kAutotune + gpt_job(dir, kSmall, 8, "budget = \"64MiB\"\nallow_bf16 = true") +
                                   " --json --max-verifications 20");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json report = parse_json(r);
@@ -563,7 +568,7 @@ TEST(AutotuneInputs, BudgetBelowTheParametersAlone) {
   // guard) under the guard, so the search gets to compare the measured
   // parameters (9.98 MB) with the 9.03 MiB (9.47 MB) usable budget.
   const RunResult r =
-      run_oomtune("autotune " + gpt_job(dir, kWide, 8, "budget = \"9.5MiB\"", "kind = \"sgd\"\nlr = 0.1") + " --json");
+      run_oomtune(kAutotune + gpt_job(dir, kWide, 8, "budget = \"9.5MiB\"", "kind = \"sgd\"\nlr = 0.1") + " --json");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_EQ(r.out, "");
   EXPECT_TRUE(contains(last_line(r.err), "is smaller than the parameters alone (9.52 MiB)")) << r.err;
@@ -597,11 +602,59 @@ TEST(AutotuneInputs, AutotuneWithoutABudget) {
   OOMTUNE_REQUIRE_FILE(model("gpt_small"));
   const TestDir dir;
   const std::string job = gpt_job(dir, kSmall, 8, "");
-  const RunResult r = run_oomtune("autotune " + job + " --json");
+  const RunResult r = run_oomtune(kAutotune + job + " --json");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(last_line(r.err),
             "oomtune: " + job + ": autotune needs a memory budget: set budget = \"8GiB\" or pass --budget");
+}
+
+// Memory from the meta device (the default; search.h, Rules: Memory from
+// meta). The wide GPT at 26.5 MiB (OffloadWhenEightBitDoesNotFit): with
+// libtorch 2 every node's peak is measured on meta at its own micro-batch,
+// the verified peaks agree with it within 1 % (the CPU run also holds the
+// loader's leftovers: tests/core/meta_device_test.cpp), the plain probes
+// run at two sizes instead of three and each strategy at one, and the
+// choice is the one the budget forces (offload). With libtorch 1.13 the
+// first meta run is refused and the lines decide, saying so.
+TEST(AutotuneMeta, EachNodeIsMeasuredOnMetaAndTheProbesOnlyTime) {
+  OOMTUNE_REQUIRE_FILE(model("gpt_wide"));
+  const TestDir dir;
+  const std::string job = gpt_job(dir, kWide, 8, "budget = \"26.5MiB\"");
+  const RunResult r = run_oomtune("autotune " + job + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json report = parse_json(r);
+  const json chosen = check_chosen(report, 8);
+  ASSERT_FALSE(chosen.is_null());
+  EXPECT_TRUE(contains(chosen.at("config").get<std::string>(), "offload=on")) << dump_trail(report);
+  if (!OOMTUNE_META_COUNTED) {
+    EXPECT_EQ(report.at("memory_from"), "probes");
+    EXPECT_EQ(report.at("meta_trials"), 1);
+    EXPECT_TRUE(
+        contains(report.at("notes")[0].get<std::string>(), "memory from the probes' lines, not from the meta device: "))
+        << report.at("notes").dump(2);
+    EXPECT_TRUE(contains(report.at("notes")[0].get<std::string>(), "libtorch 2")) << report.at("notes").dump(2);
+    return;
+  }
+  EXPECT_EQ(report.at("memory_from"), "meta");
+  EXPECT_GT(report.at("meta_trials").get<int64_t>(), 0);
+  for (const json& n : report.at("trail")) EXPECT_FALSE(n.at("meta_peak_bytes").is_null()) << n.dump();
+  for (const json& n : verified_nodes(report)) {
+    const double meta = n.at("meta_peak_bytes").get<double>();
+    const double measured = n.at("verification").at("peak_bytes").get<double>();
+    EXPECT_LE(std::abs(meta - measured) / measured, 0.01) << n.dump();
+  }
+  std::set<int64_t> plain_sizes;
+  std::map<std::string, std::set<int64_t>> strategy_sizes;
+  for (const json& p : report.at("probes")) {
+    const std::string config = p.at("config");
+    if (contains(config, "ckpt=none,optimizer=adamw,offload=off,precision=fp32"))
+      plain_sizes.insert(p.at("micro_batch").get<int64_t>());
+    else
+      strategy_sizes[config.substr(config.find(",accum="))].insert(p.at("micro_batch").get<int64_t>());
+  }
+  EXPECT_EQ(plain_sizes, (std::set<int64_t>{1, 2})) << "G = 8: G/8 and G/4, not G/2";
+  for (const auto& [config, sizes] : strategy_sizes) EXPECT_EQ(sizes.size(), 1u) << config;
 }
 
 }  // namespace

@@ -105,7 +105,9 @@ TEST(Cli, VersionSaysWhetherLibtorchHasCuda) {
   EXPECT_NE(version.find(OOMTUNE_EXPECT_TORCH_CUDA ? "CUDA: yes" : "CUDA: no"), std::string::npos) << version;
 }
 
-TEST(Cli, ProbeOnMetaPrintsNoTimeAndAutotuneRefusesIt) {
+// Autotune on meta chooses by memory alone (search/meta_memory.cpp, Note
+// [Memory only]): every node measured there, nothing verified.
+TEST(Cli, ProbeOnMetaPrintsNoTimeAndAutotuneChoosesByMemory) {
   const std::string job = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
   OOMTUNE_REQUIRE_FILE(testing::example_model("gpt"));
   const RunResult probe = run_oomtune("probe " + job + " --device meta --batch 4 --no-fit");
@@ -114,6 +116,11 @@ TEST(Cli, ProbeOnMetaPrintsNoTimeAndAutotuneRefusesIt) {
     EXPECT_EQ(probe.exit_code, 2) << probe.err;
     EXPECT_EQ(probe.err.rfind("oomtune: " + job + ": device = \"meta\" needs libtorch 2 or newer", 0), 0u) << probe.err;
     EXPECT_EQ(probe.err.find('\n'), probe.err.size() - 1) << probe.err;
+    const RunResult autotune = run_oomtune("autotune " + job + " --device meta");
+    EXPECT_EQ(autotune.exit_code, 2) << autotune.err;
+    EXPECT_NE(last_line(autotune.err).find(": the plain configuration does not run on the meta device: "),
+              std::string::npos)
+        << autotune.err;
     return;
   }
   ASSERT_EQ(probe.exit_code, 0) << probe.err;
@@ -123,11 +130,15 @@ TEST(Cli, ProbeOnMetaPrintsNoTimeAndAutotuneRefusesIt) {
   EXPECT_EQ(probe.out.find("samples/s"), std::string::npos) << probe.out;
   EXPECT_NE(probe.out.find("predicted reserved"), std::string::npos) << probe.out;
   const RunResult autotune = run_oomtune("autotune " + job + " --device meta");
-  EXPECT_EQ(autotune.exit_code, 2) << autotune.err;
-  EXPECT_EQ(last_line(autotune.err),
-            "oomtune: " + job +
-                ": autotune does not search on device = \"meta\" yet: a meta trial measures memory, not time, and "
-                "the search needs both; run probe --device meta for a configuration's memory");
+  ASSERT_EQ(autotune.exit_code, 0) << autotune.err;
+  EXPECT_NE(autotune.out.find("  (by memory alone: not verified)"), std::string::npos) << autotune.out;
+  EXPECT_NE(autotune.out.find(" probes + 0 verification runs + "), std::string::npos) << autotune.out;
+  EXPECT_EQ(autotune.out.find("samples/s"), std::string::npos) << autotune.out;
+  const RunResult emit = run_oomtune("autotune " + job + " --device meta --emit out");
+  EXPECT_EQ(emit.exit_code, 2) << emit.err;
+  EXPECT_NE(last_line(emit.err).find("--emit writes a verified plan, and on device = \"meta\" nothing is verified"),
+            std::string::npos)
+      << emit.err;
 }
 
 TEST(Cli, ProbeJsonOnTheExampleGpt) {

@@ -61,8 +61,17 @@ class FakeRunner : public TrialRunner {
                                             "__torch__.Decoder"};
   std::string refusing_class;
   int64_t global_batch = 32;
+  // The meta device (TrialRunner::measure_on_meta): off by default, as in a
+  // runner without one. It measures the true peak of a configuration on
+  // the global batch, no budget, no time; configurations in bf16 fail
+  // there when meta_refuses_bf16 (libtorch has no meta autocast), every one
+  // with meta_error when that is set (a libtorch before 2.0).
+  bool meta = false;
+  bool meta_refuses_bf16 = false;
+  std::string meta_error;
   int probes = 0;
   int verifications = 0;
+  int meta_runs = 0;
   double usable_budget = 0;
 
   ProbeReport probe(const TrainingConfig& c) override {
@@ -72,6 +81,27 @@ class FakeRunner : public TrialRunner {
   ProbeReport verify(const TrainingConfig& c) override {
     ++verifications;
     return run(c, global_batch, true);
+  }
+  std::optional<ProbeReport> measure_on_meta(const TrainingConfig& c) override {
+    if (!meta) return std::nullopt;
+    ++meta_runs;
+    const int64_t guard = probe_budget;
+    probe_budget = 0;
+    ProbeReport r = run(c, global_batch, false);
+    probe_budget = guard;
+    r.timing = {};
+    r.samples_per_second = 0;
+    r.steps_run = 2;
+    const std::string error = !meta_error.empty() ? meta_error
+                              : meta_refuses_bf16 && c.precision == Precision::kBf16
+                                  ? "autocast: no meta kernels for bfloat16"
+                                  : "";
+    if (!error.empty() && r.outcome == TrialOutcome::kOk) {
+      r.outcome = TrialOutcome::kError;
+      r.phase_at_failure = Phase::kForward;
+      r.message = error;
+    }
+    return r;
   }
 
   // The model has 4 blocks; checkpointing n of them saves n / 4 of the

@@ -1,0 +1,179 @@
+// Each node's memory measured on the meta device (search.h, Rules: Memory
+// from meta).
+
+#include "search/search_state.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
+
+#include "common/byte_size.h"
+#include "common/error.h"
+#include "search/model_fit.h"
+#include "search/sentences.h"
+
+namespace oomtune {
+
+std::string to_string(MemorySource source) { return source == MemorySource::kMeta ? "meta" : "probes"; }
+
+}  // namespace oomtune
+
+namespace oomtune::search_detail {
+
+// Note [Memory from meta]
+// The lines predict a node's peak at micro-batches no probe ran, and add
+// each strategy's effect to them as a shift and a ratio measured on the
+// plain base: within a few per cent on the models the tests hold, but a
+// line, where memory is not (accumulation keeps the gradients alive,
+// checkpointing n blocks, pairs of strategies whose effects overlap). On
+// the meta device a configuration allocates the same storages with the
+// same lifetimes as on a real device, with no data and no compute
+// (probes/memory_tracker.h, count_meta), so each node's micro-batch is
+// decided by its own peak measured there: at the micro-batch and with the
+// accumulation it would run. The lines still steer: a node starts at the
+// micro-batch they predict to fit and moves up or down by measurement
+// (assuming, as the lines do, that more samples per micro-batch never need
+// less memory), so most nodes cost one or two meta runs of about half a
+// second (the example GPT). The real probes are then needed for time only:
+// plain at two sizes (the seconds line's intercept and slope) and each
+// strategy at one (its time ratio). Candidates are still verified by real
+// runs in fresh processes.
+// The first meta run, the plain configuration at the global batch, tells
+// whether meta works for the model at all (libtorch before 2.0, an operator
+// without a meta kernel, bf16 autocast, which libtorch has no meta kernels
+// for): if not, the whole search uses the lines and a note says why. A
+// later meta run that fails leaves its node to the lines, and a note names
+// it (note_meta_failures).
+void Search::start_meta() {
+  result_.memory_only = options_.memory_only;
+  if (options_.memory_from != MemorySource::kMeta && !options_.memory_only) return;
+  const TrainingConfig first = with_micro_batch(base_, job_.global_batch, job_.global_batch);
+  std::optional<ProbeReport> r = runner_.measure_on_meta(first);
+  if (!r) {
+    if (options_.memory_only)
+      throw InputError(fmt::format("{}: trials here cannot run on the meta device", job_.model_path));
+    result_.notes.push_back("memory from the probes' lines: trials here cannot run on the meta device");
+    return;
+  }
+  ++result_.meta_trials;
+  progress_(fmt::format("meta   {:<60} {}", describe(first),
+                        r->outcome == TrialOutcome::kOk ? "peak " + format_bytes(r->peak_bytes) : outcome_text(*r)));
+  if (r->outcome != TrialOutcome::kOk) {
+    if (options_.memory_only)
+      throw InputError(fmt::format("{}: the plain configuration does not run on the meta device: {}", job_.model_path,
+                                   outcome_text(*r)));
+    result_.notes.push_back(
+        fmt::format("memory from the probes' lines, not from the meta device: {}", outcome_text(*r)));
+    return;
+  }
+  meta_ = true;
+  result_.memory_from = MemorySource::kMeta;
+  meta_runs_.emplace(to_string(first), std::move(*r));
+}
+
+// The peak `c` needs by its meta run (on CUDA its predicted reserved
+// bytes: model_fit.h, budget_scale), run once per configuration; nullopt
+// without meta or when the run failed.
+std::optional<double> Search::meta_peak(const TrainingConfig& c) {
+  if (!meta_) return std::nullopt;
+  const std::string key = to_string(c);
+  auto run = meta_runs_.find(key);
+  if (run == meta_runs_.end()) {
+    std::optional<ProbeReport> r = runner_.measure_on_meta(c);
+    if (!r) return std::nullopt;
+    ++result_.meta_trials;
+    progress_(fmt::format("meta   {:<60} {}", describe(c),
+                          r->outcome == TrialOutcome::kOk ? "peak " + format_bytes(r->peak_bytes) : outcome_text(*r)));
+    run = meta_runs_.emplace(key, std::move(*r)).first;
+  }
+  const ProbeReport& r = run->second;
+  if (r.outcome != TrialOutcome::kOk) return std::nullopt;
+  return budget_scale(r, job_) * static_cast<double>(r.peak_bytes);
+}
+
+// The largest of `candidates` (descending) whose meta peak fits the budget,
+// starting at `predicted` (the lines' answer; 0: none fits) and moving up
+// or down by measurement; 0 when none fits, nullopt when a meta run failed
+// (the node is left to the lines).
+std::optional<int64_t> Search::largest_fitting_on_meta(const std::vector<int64_t>& candidates, int64_t predicted,
+                                                       const TrainingConfig& config) {
+  if (!meta_ || candidates.empty()) return std::nullopt;
+  const auto budget = static_cast<double>(result_.usable_budget_bytes);
+  const auto fits = [&](std::size_t i) -> std::optional<bool> {
+    const std::optional<double> peak = meta_peak(with_micro_batch(config, candidates[i], job_.global_batch));
+    if (!peak) return std::nullopt;
+    return *peak <= budget;
+  };
+  std::size_t i = candidates.size() - 1;  // none predicted to fit: start at the smallest
+  for (std::size_t k = 0; k < candidates.size(); ++k)
+    if (candidates[k] == predicted) i = k;
+  const std::optional<bool> start = fits(i);
+  if (!start) return std::nullopt;
+  if (*start) {
+    for (; i > 0; --i) {
+      const std::optional<bool> larger = fits(i - 1);
+      if (!larger) return std::nullopt;
+      if (!*larger) break;
+    }
+    return candidates[i];
+  }
+  while (++i < candidates.size()) {
+    const std::optional<bool> smaller = fits(i);
+    if (!smaller) return std::nullopt;
+    if (*smaller) return candidates[i];
+  }
+  return 0;
+}
+
+// Names the configurations whose meta run failed: their nodes were
+// predicted from the lines.
+void Search::note_meta_failures() {
+  std::vector<std::string> failed;
+  for (const auto& [config, r] : meta_runs_)
+    if (r.outcome != TrialOutcome::kOk) failed.push_back(fmt::format("{} ({})", config, outcome_text(r)));
+  if (!failed.empty())
+    result_.notes.push_back(
+        fmt::format("meta: {} configuration{} did not run on the meta device, so {} predicted "
+                    "from the probes' lines: {}",
+                    failed.size(), failed.size() == 1 ? "" : "s",
+                    failed.size() == 1 ? "its node was" : "their nodes were", fmt::join(failed, "; ")));
+}
+
+// Note [Memory only]
+// A job whose trials run on the meta device only (device = "meta": a model
+// exported without its weights, or one no machine here can train) has no
+// step time to rank by and nothing to verify. Every node is measured on
+// meta all the same, and the choice is the simplest configuration
+// measured to fit: the fewest strategies (each is a moving part, and
+// most cost time: search.h, Ties), then the fewest micro-batches (each
+// pays a pass's fixed cost), then the larger peak: of two equally simple
+// fits, the one that saves less memory changes the step less
+// (checkpointing one block recomputes less than checkpointing all). It is labelled
+// unverified: its speed, and its fit over many steps, need the target
+// device (DESIGN.md: fitting two steps is not fitting).
+void Search::choose_by_memory() {
+  const auto simpler = [&](const TrailNode& a, const TrailNode& b) {
+    const std::size_t sa = strategy_count(a.config, job_base_), sb = strategy_count(b.config, job_base_);
+    if (sa != sb) return sa < sb;
+    if (a.config.accumulation_steps != b.config.accumulation_steps)
+      return a.config.accumulation_steps < b.config.accumulation_steps;
+    return *a.meta_peak_bytes > *b.meta_peak_bytes;
+  };
+  for (std::size_t i = 0; i < result_.trail.size(); ++i) {
+    const TrailNode& node = result_.trail[i];
+    if (!node.predicted_fit || !node.meta_peak_bytes) continue;
+    if (!result_.chosen || simpler(node, result_.trail[*result_.chosen])) result_.chosen = i;
+  }
+  for (std::size_t i = 0; i < result_.trail.size(); ++i) {
+    TrailNode& node = result_.trail[i];
+    if (result_.chosen && i == *result_.chosen)
+      node.note = fmt::format(
+          "chosen by memory alone: the simplest measured to fit, {} below the budget; "
+          "not verified (no step time on meta)",
+          format_bytes(result_.usable_budget_bytes - static_cast<int64_t>(*node.meta_peak_bytes)));
+    else if (node.note.empty() && node.predicted_fit)
+      node.note = node.meta_peak_bytes ? "fits (measured on meta), with more strategies or micro-batches"
+                                       : "predicted to fit (its meta run failed), not chosen by memory alone";
+  }
+}
+
+}  // namespace oomtune::search_detail

@@ -1,0 +1,244 @@
+// Memory from the meta device (search.h, Rules: Memory from meta; Note
+// [Memory from meta] in search/meta_memory.cpp), against the fake device
+// whose true peak is known exactly (fake_runner.h): each node's
+// micro-batch is decided by its own measured peak, not by the lines; the
+// real probes only time; a meta run that fails leaves the lines in charge
+// and says why. The report's golden file (tests/search/golden/meta.txt)
+// was reviewed against the fake's curves.
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "common/byte_size.h"
+#include "common/error.h"
+#include "fake_runner.h"
+#include "report/autotune_report.h"
+
+namespace oomtune {
+namespace {
+
+SearchOptions from_meta() {
+  SearchOptions options;
+  options.memory_from = MemorySource::kMeta;
+  return options;
+}
+
+bool has_note(const SearchResult& r, const std::string& part) {
+  return std::any_of(r.notes.begin(), r.notes.end(),
+                     [&](const std::string& note) { return note.find(part) != std::string::npos; });
+}
+
+// Micro-batch 32 needs 20 MiB more than the plain line through the probes
+// at 4, 8 and 16 says (DecisionTree.AVerifiedOutOfMemoryDropsTheCandidateAndGoesOn
+// shows the lines' answer: plain 32 x 1 is verified, runs out of memory and
+// is dropped). Measured on meta, every node's peak is the true one, so no
+// candidate is wrong and no verification runs out of memory.
+TEST(MetaMemory, EachNodeIsDecidedByItsOwnMeasuredPeak) {
+  FakeRunner fake;
+  fake.meta = true;
+  fake.extra_at_full_batch = 20 * kMiB;
+  const JobSpec job = job_with_budget(plain_peak(32) + kMiB);
+  const SearchResult r = run_search(fake, job, from_meta());
+  EXPECT_EQ(r.memory_from, MemorySource::kMeta);
+  EXPECT_EQ(r.meta_trials, fake.meta_runs);
+  const auto budget = static_cast<double>(*job.usable_budget_bytes());
+  int measured = 0;
+  for (const TrailNode& n : r.trail) {
+    SCOPED_TRACE(n.node);
+    ASSERT_TRUE(n.meta_peak_bytes.has_value());
+    const auto truth = static_cast<double>(fake.true_peak(n.config, job.global_batch));
+    EXPECT_EQ(*n.meta_peak_bytes, truth);
+    EXPECT_EQ(n.predicted_fit, truth <= budget);
+    if (n.config.micro_batch == 32 && !n.config.checkpoint.enabled()) {
+      EXPECT_FALSE(n.predicted_fit) << "the lines said it fits; meta measured the 20 MiB";
+    }
+    if (n.verification) {
+      EXPECT_EQ(n.verification->outcome, TrialOutcome::kOk);
+    }
+    ++measured;
+  }
+  EXPECT_GT(measured, 5);
+  ASSERT_TRUE(r.chosen.has_value());
+  EXPECT_LE(fake.true_peak(r.trail[*r.chosen].config, job.global_batch), *job.usable_budget_bytes());
+}
+
+// Each node's micro-batch is the largest of its own that truly fits: the
+// next larger valid one (twice it, G = 32) does not, where the node could
+// have taken it (accumulation nodes go up to 16, the others to 32).
+TEST(MetaMemory, EachNodeTakesTheLargestMicroBatchThatTrulyFits) {
+  for (int64_t extra : {int64_t{0}, 3 * kMiB}) {
+    SCOPED_TRACE(extra);
+    FakeRunner fake;
+    fake.meta = true;
+    const JobSpec job = job_with_budget(plain_peak(8) + 4 * kMiB + extra);
+    const SearchResult r = run_search(fake, job, from_meta());
+    for (const TrailNode& n : r.trail) {
+      SCOPED_TRACE(n.node);
+      const int64_t b = n.largest_fitting_micro_batch;
+      const bool accumulation_node = n.node.find("accumulation") != std::string::npos;
+      const bool exact = n.node == "plain" || n.node.rfind("checkpointing (", 0) == 0;  // at 32 or not at all
+      const int64_t bound = accumulation_node ? 16 : 32;
+      if (b == 0) continue;
+      TrainingConfig c = n.config;
+      c.micro_batch = b;
+      EXPECT_LE(fake.true_peak(c, 32), *job.usable_budget_bytes());
+      if (!exact && 2 * b <= bound) {
+        c.micro_batch = 2 * b;
+        EXPECT_GT(fake.true_peak(c, 32), *job.usable_budget_bytes()) << "micro-batch " << 2 * b << " fits too";
+      }
+    }
+  }
+}
+
+// With the lines right, meta finds the same answer with fewer real trials:
+// the plain probes at 4 and 8 only (not 16), each strategy at one size.
+TEST(MetaMemory, SameChoiceWithFewerRealProbes) {
+  const JobSpec job = job_with_budget(plain_peak(8) + 4 * kMiB + kMiB);
+  FakeRunner lines;
+  const SearchResult from_lines = run_search(lines, job);
+  FakeRunner meta;
+  meta.meta = true;
+  const SearchResult from_meta_runs = run_search(meta, job, from_meta());
+  ASSERT_TRUE(from_lines.chosen && from_meta_runs.chosen);
+  EXPECT_EQ(to_string(from_meta_runs.trail[*from_meta_runs.chosen].config),
+            to_string(from_lines.trail[*from_lines.chosen].config));
+  EXPECT_LT(meta.probes, lines.probes);
+  EXPECT_LE(meta.verifications, lines.verifications);
+  std::set<int64_t> plain_sizes;
+  std::map<std::string, std::set<int64_t>> strategy_sizes;
+  for (const ProbeReport& p : from_meta_runs.probes) {
+    if (p.config.find("ckpt=none,optimizer=adamw,offload=off,precision=fp32") != std::string::npos)
+      plain_sizes.insert(p.micro_batch);
+    else
+      strategy_sizes[p.config.substr(p.config.find(",accum="))].insert(p.micro_batch);
+  }
+  EXPECT_EQ(plain_sizes, (std::set<int64_t>{4, 8}));
+  for (const auto& [config, sizes] : strategy_sizes) EXPECT_EQ(sizes.size(), 1u) << config;
+}
+
+// A first meta run that fails (libtorch 1.13 refuses the meta device)
+// leaves the whole search to the lines, with the reason in a note: the
+// same trail as a search that never asked.
+TEST(MetaMemory, AFirstMetaRunThatFailsLeavesTheLinesInCharge) {
+  const JobSpec job = job_with_budget(plain_peak(8) + 4 * kMiB + kMiB);
+  FakeRunner lines;
+  const SearchResult expected = run_search(lines, job);
+  FakeRunner refusing;
+  refusing.meta = true;
+  refusing.meta_error = "job.toml: device = \"meta\" needs libtorch 2.0 or newer (this is 1.13)";
+  const SearchResult r = run_search(refusing, job, from_meta());
+  EXPECT_EQ(r.memory_from, MemorySource::kProbes);
+  EXPECT_EQ(r.meta_trials, 1);
+  EXPECT_TRUE(has_note(r,
+                       "memory from the probes' lines, not from the meta device: error during forward: job.toml: "
+                       "device = \"meta\" needs libtorch 2.0"))
+      << testing::PrintToString(r.notes);
+  ASSERT_EQ(r.trail.size(), expected.trail.size());
+  for (std::size_t i = 0; i < r.trail.size(); ++i) {
+    EXPECT_EQ(to_string(r.trail[i].config), to_string(expected.trail[i].config));
+    EXPECT_FALSE(r.trail[i].meta_peak_bytes.has_value());
+  }
+  EXPECT_EQ(refusing.probes, lines.probes);
+
+  FakeRunner without;  // a runner with no meta device at all
+  const SearchResult none = run_search(without, job, from_meta());
+  EXPECT_EQ(none.memory_from, MemorySource::kProbes);
+  EXPECT_EQ(none.meta_trials, 0);
+  EXPECT_TRUE(has_note(none, "cannot run on the meta device")) << testing::PrintToString(none.notes);
+}
+
+// bf16 autocast has no meta kernels in libtorch: the bf16 nodes are
+// predicted from the lines, the note names them, the others are measured.
+TEST(MetaMemory, ANodeWhoseMetaRunFailsIsPredictedAndNamed) {
+  FakeRunner fake;
+  fake.meta = true;
+  fake.meta_refuses_bf16 = true;
+  JobSpec job = job_with_budget(plain_peak(8) + 4 * kMiB + kMiB);
+  job.allow_bf16 = true;
+  const SearchResult r = run_search(fake, job, from_meta());
+  EXPECT_EQ(r.memory_from, MemorySource::kMeta);
+  int bf16_nodes = 0;
+  for (const TrailNode& n : r.trail) {
+    SCOPED_TRACE(n.node);
+    const bool bf16 = n.config.precision == Precision::kBf16;
+    EXPECT_EQ(n.meta_peak_bytes.has_value(), !bf16);
+    bf16_nodes += bf16 ? 1 : 0;
+  }
+  EXPECT_GT(bf16_nodes, 0);
+  EXPECT_TRUE(has_note(r, "did not run on the meta device, so their nodes were predicted from the probes' lines"))
+      << testing::PrintToString(r.notes);
+  EXPECT_TRUE(has_note(r, "precision=bf16 (error during forward: autocast: no meta kernels for bfloat16)"))
+      << testing::PrintToString(r.notes);
+}
+
+// The report: a meta peak column beside the predicted one, the chosen
+// configuration's meta peak against its verified one, the meta runs among
+// the trials; JSON carries the source and each node's meta bytes.
+TEST(MetaMemory, TheReportShowsBothNumbers) {
+  FakeRunner fake;
+  fake.meta = true;
+  AutotuneReport report;
+  report.job_path = "job.toml";
+  report.job = job_with_budget(plain_peak(8) + 4 * kMiB + kMiB);
+  report.search = run_search(fake, report.job, from_meta());
+  const std::string text = render_autotune_text(report);
+  EXPECT_NE(text.find("meta peak"), std::string::npos) << text;
+  EXPECT_NE(text.find(fmt::format("+ {} meta runs (memory only)", fake.meta_runs)), std::string::npos) << text;
+  // The fake's meta and verified peaks are the same curve: 0 % apart.
+  EXPECT_NE(text.find("of the same configuration, +0.00 % from the measured one"), std::string::npos) << text;
+  const nlohmann::json j = autotune_json(report);
+  EXPECT_EQ(j.at("memory_from"), "meta");
+  EXPECT_EQ(j.at("meta_trials"), fake.meta_runs);
+  const nlohmann::json& chosen = j.at("chosen");
+  EXPECT_EQ(chosen.at("meta_peak_bytes").get<int64_t>(), chosen.at("verification").at("peak_bytes").get<int64_t>());
+}
+
+// Memory only (a job on device = "meta"): nothing is verified, and the
+// simplest configuration measured to fit is chosen. At 2 MiB below plain's
+// peak at 32 (fake_runner.h: plain 274 MiB), one strategy at 32 x 1 fits:
+// checkpointing 1 of 4 blocks (-48 MiB), all 4 (-192 MiB), 8-bit AdamW
+// (-6 MiB) and offload (-8 MiB); accumulation needs two micro-batches. Of
+// the four, 8-bit AdamW saves the least: it changes the step the least.
+TEST(MetaMemory, MemoryOnlyChoosesTheSimplestMeasuredFitAndVerifiesNothing) {
+  FakeRunner fake;
+  fake.meta = true;
+  SearchOptions options;
+  options.memory_only = true;
+  const JobSpec job = job_with_budget(plain_peak(32) - 2 * kMiB);
+  const SearchResult r = run_search(fake, job, options);
+  EXPECT_TRUE(r.memory_only);
+  EXPECT_EQ(r.memory_from, MemorySource::kMeta);
+  EXPECT_EQ(fake.verifications, 0);
+  EXPECT_EQ(r.verification_trials, 0);
+  ASSERT_TRUE(r.chosen.has_value());
+  const TrailNode& best = r.trail[*r.chosen];
+  EXPECT_EQ(to_string(best.config), "micro_batch=32,accum=1,ckpt=none,optimizer=adamw8bit,offload=off,precision=fp32");
+  EXPECT_FALSE(best.verification.has_value());
+  EXPECT_EQ(*best.meta_peak_bytes, plain_peak(32) - 6 * kMiB);
+  EXPECT_NE(best.note.find("chosen by memory alone"), std::string::npos) << best.note;
+  AutotuneReport report;
+  report.job_path = "job.toml";
+  report.job = job;
+  report.search = r;
+  const std::string text = render_autotune_text(report);
+  EXPECT_NE(text.find("chosen    micro_batch=32,accum=1,ckpt=none,optimizer=adamw8bit,offload=off,precision=fp32  "
+                      "(by memory alone: not verified)"),
+            std::string::npos)
+      << text;
+  EXPECT_TRUE(autotune_json(report).at("memory_only").get<bool>());
+
+  // A model that does not run on meta at all is an input error here.
+  FakeRunner refusing;
+  refusing.meta = true;
+  refusing.meta_error = "aten::_unique2 has no meta kernel";
+  EXPECT_THROW(run_search(refusing, job, options), InputError);
+}
+
+}  // namespace
+}  // namespace oomtune
