@@ -17,31 +17,17 @@
 
 #include <fmt/format.h>
 
-#include "common/atomic_file.h"
 #include "common/byte_size.h"
 #include "fake_runner.h"
+#include "support/golden_file.h"
 
 namespace oomtune {
 namespace {
 
 const std::filesystem::path kGoldenDir = std::filesystem::path(OOMTUNE_SOURCE_DIR) / "tests/search/golden";
 
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream file(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  return buffer.str();
-}
-
 void expect_golden(const std::string& name, const std::string& actual) {
-  const std::filesystem::path path = kGoldenDir / (name + ".txt");
-  const char* update = std::getenv("OOMTUNE_UPDATE_GOLDEN");
-  if (update != nullptr && std::string(update) == "1") {
-    write_file_atomically(path.string(), actual);
-    return;
-  }
-  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing; run with OOMTUNE_UPDATE_GOLDEN=1";
-  EXPECT_EQ(actual, read_text(path)) << "differs from " << path;
+  testing::expect_golden_file(kGoldenDir / (name + ".txt"), actual);
 }
 
 // The report of a search for `job` against `fake`.
