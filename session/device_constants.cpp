@@ -35,7 +35,30 @@ void scan_module(const torch::jit::Module& module, const std::string& prefix, st
     scan_module(child.value, prefix + child.name + ".", found);
 }
 
+int retarget_block(torch::jit::Block* block, torch::jit::Graph& graph, c10::Device device) {
+  int changed = 0;
+  for (torch::jit::Node* node : block->nodes()) {
+    for (std::size_t i = 0; i < node->inputs().size(); ++i) {
+      torch::jit::Value* input = node->inputs()[i];
+      if (!is_cpu_device_constant(input)) continue;
+      torch::jit::WithInsertPoint guard(node);
+      node->replaceInput(i, graph.insertConstant(device));
+      ++changed;
+    }
+    for (torch::jit::Block* inner : node->blocks()) changed += retarget_block(inner, graph, device);
+  }
+  return changed;
+}
+
 }  // namespace
+
+int retarget_cpu_device_constants(torch::jit::Module& module, c10::Device device) {
+  int changed = 0;
+  for (const torch::jit::Module& m : module.modules())
+    for (const torch::jit::Method& method : m.get_methods())
+      changed += retarget_block(method.graph()->block(), *method.graph(), device);
+  return changed;
+}
 
 std::vector<DeviceConstant> find_cpu_device_constants(const torch::jit::Module& module) {
   std::vector<DeviceConstant> found;

@@ -25,6 +25,15 @@ struct DeviceConstant {
 /// device "cpu" as an argument. Order: module order, then graph order.
 std::vector<DeviceConstant> find_cpu_device_constants(const torch::jit::Module& module);
 
+/// Makes every constant device "cpu" in every method of `module` `device`
+/// instead, and returns how many constants it changed. For a run on meta:
+/// a model traced on the CPU creates its position ids and masks with
+/// device=cpu (`torch.arange(T, device=x.device)` in a Hugging Face Llama),
+/// which would meet the meta parameters and fail with "Expected all tensors
+/// to be on the same device". On meta nothing is computed, so where a
+/// tensor is made changes no byte the tracker counts on the device.
+int retarget_cpu_device_constants(torch::jit::Module& module, c10::Device device);
+
 /// The warning printed for `found` when the job runs on CUDA: one line per
 /// node, and the fix (script instead of trace, or trace on the target
 /// device). Empty when `found` is empty.

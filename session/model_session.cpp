@@ -168,6 +168,29 @@ std::string one_line(const std::string& message) {
   return fmt::format("{} (at {})", first_line_of(cause), frames.back());
 }
 
+namespace {
+
+// Replaces every parameter and buffer that is not on meta by a meta tensor
+// of its shape and dtype (module.to(meta) refuses: set_data cannot change a
+// CPU tensor's type to meta's). A tensor in two slots (tied weights) stays
+// one tensor. The CPU weights are freed when the loaded file's are.
+void move_to_meta(torch::jit::Module& module) {
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> moved;
+  for (torch::jit::Module m : module.modules()) {
+    std::vector<std::pair<std::string, at::Tensor>> slots;
+    for (const auto& p : m.named_parameters(/*recurse=*/false)) slots.emplace_back(p.name, p.value);
+    for (const auto& b : m.named_buffers(/*recurse=*/false)) slots.emplace_back(b.name, b.value);
+    for (const auto& [name, tensor] : slots) {
+      if (!tensor.defined() || tensor.is_meta()) continue;
+      auto [at, added] = moved.emplace(tensor.unsafeGetTensorImpl(), at::Tensor());
+      if (added) at->second = tensor.detach().to(at::kMeta).requires_grad_(tensor.requires_grad());
+      m.setattr(name, at->second);
+    }
+  }
+}
+
+}  // namespace
+
 void set_optimizing_executor(bool enabled) { torch::jit::setGraphExecutorOptimize(enabled); }
 
 ModelSession::ModelSession(const JobSpec& job) : job_(job), device_(torch_device(job.device)) {
@@ -181,7 +204,16 @@ ModelSession::ModelSession(const JobSpec& job) : job_(job), device_(torch_device
     throw ModelError(fmt::format("{}: device = \"cuda\" but this oomtune/libtorch ({}) has no CUDA device",
                                  job_.spec_path.empty() ? path : job_.spec_path, compat::torch_version()));
   try {
-    module_ = torch::jit::load(path, device_);
+    // On meta, the file loads where it was saved and its parameters and
+    // buffers move to meta after: loading onto meta would move the graph's
+    // tensor constants too, and a traced model's scalar constants (the 2 of
+    // `x.shape[-1] // 2` in a Hugging Face Llama's rotate_half) would lose
+    // their values, so shapes computed from them would be garbage.
+    module_ = device_.is_meta() ? torch::jit::load(path) : torch::jit::load(path, device_);
+    if (device_.is_meta()) {
+      move_to_meta(module_);
+      retarget_cpu_device_constants(module_, device_);
+    }
   } catch (const c10::Error& e) {
     throw_load_error(path, e.what_without_backtrace());
   } catch (const std::exception& e) {

@@ -401,6 +401,60 @@ TEST(MetaDevice, Llama7bStaticSplitIsTheAnalyticCount) {
   EXPECT_GT(fp32.retained_activation_bytes, 32 * (int64_t{512} << 20));
 }
 
+#ifdef OOMTUNE_HF_META_MODELS
+// make_hf_meta_models.py's tiny Hugging Face Llama (issue #46 item 2),
+// traced on meta as a user exports a model too big to hold, and on the
+// CPU. Traced on meta, its rotate_half divides a shape by a scalar tensor
+// constant that loading onto meta would empty (the rotary shapes came out
+// 29 for 16); traced on the CPU, it makes its position ids with
+// device=cpu. Both run on meta now, with the same bytes as each other, and
+// as the CPU-traced file trained on the CPU but for that run's loader
+// leftovers (host memory on meta, device memory on the CPU).
+JobSpec tiny_llama_job(const std::string& model) {
+  JobSpec job;
+  job.model_path = test_model(model);
+  job.inputs = {InputSpec{"input_ids", {kBatchDim, 16}, "int64", 0.0, 256.0}};
+  job.output = std::string("logits");
+  job.loss.kind = LossSpec::Kind::kMean;
+  job.global_batch = 1;  // the trace keeps the batch of 1 in its masks
+  job.device = Device::kMeta;
+  return job;
+}
+
+TEST(MetaDevice, AHuggingFaceLlamaTracedOnMetaRunsThere) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
+  const JobSpec traced_on_meta = tiny_llama_job("llama_tiny_meta");
+  const JobSpec traced_on_cpu = tiny_llama_job("llama_tiny_cpu");
+  OOMTUNE_REQUIRE_FILE(traced_on_meta.model_path);
+  OOMTUNE_REQUIRE_FILE(traced_on_cpu.model_path);
+  const TrainingConfig config = baseline_config(traced_on_meta);
+  const ProbeReport meta = run_trial(traced_on_meta, config, measured_step());
+  const ProbeReport cpu_file = run_trial(traced_on_cpu, config, measured_step());
+  const ProbeReport cpu = run_trial(on(traced_on_cpu, Device::kCpu), config, measured_step());
+  ASSERT_EQ(meta.outcome, TrialOutcome::kOk) << meta.message;
+  ASSERT_EQ(cpu_file.outcome, TrialOutcome::kOk) << cpu_file.message;
+  ASSERT_EQ(cpu.outcome, TrialOutcome::kOk) << cpu.message;
+  // P = embedding and head 256 x 64 each + per layer 4 x 64 x 64 attention,
+  // 3 x 64 x 128 SwiGLU, 2 x 64 RMSNorm + the final RMSNorm 64.
+  constexpr int64_t p = 2 * 256 * 64 + 2 * (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64) + 64;
+  EXPECT_EQ(meta.parameter_count, p);
+  EXPECT_EQ(meta.static_memory.parameter_bytes, 4 * p);
+  EXPECT_EQ(meta.static_memory.optimizer_state_bytes, 8 * p);
+  // The rotary inv_freq and original_inv_freq buffers: 2 x 8 fp32.
+  EXPECT_EQ(meta.static_memory.buffer_bytes, 2 * 8 * 4);
+  EXPECT_EQ(cpu_file.static_memory.buffer_bytes, 2 * 8 * 4);
+  const int64_t leftovers = cpu.static_memory.buffer_bytes - meta.static_memory.buffer_bytes;
+  EXPECT_GT(leftovers, 0);
+  for (Phase phase : {Phase::kForward, Phase::kLoss, Phase::kBackward, Phase::kOptimizer}) {
+    SCOPED_TRACE(std::string(phase_name(phase)));
+    const auto i = static_cast<std::size_t>(phase);
+    EXPECT_EQ(meta.phases[i].peak_bytes, cpu_file.phases[i].peak_bytes);
+    EXPECT_EQ(meta.phases[i].peak_bytes + leftovers, cpu.phases[i].peak_bytes);
+  }
+  EXPECT_EQ(meta.retained_activation_bytes, cpu.retained_activation_bytes);
+}
+#endif
+
 TEST(MetaDevice, Libtorch113IsRefusedWithTheVersionNeeded) {
   if (compat::kMetaDeviceCounted) GTEST_SKIP() << "libtorch " << compat::torch_version() << " counts meta tensors";
   const JobSpec job = on(gpt_job(1), Device::kMeta);

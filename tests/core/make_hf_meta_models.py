@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Export a tiny Hugging Face Llama twice, as a user of the meta device would.
+
+Issue #46 item 2: a model too big for the machine is built under
+torch.device("meta") and traced there (README, "Exporting a model without
+its weights"); the same architecture traced on the CPU is the reference.
+Both are transformers.LlamaForCausalLM from one LlamaConfig (hidden 64, 2
+layers, 4 heads, SwiGLU 128, vocabulary 256, eager attention), traced in
+train mode at batch 1 and 16 tokens (the trace bakes the batch into its
+masks, so jobs use global_batch = 1). forward(input_ids) -> {"logits"}.
+
+  llama_tiny_meta.pt  built and traced on meta: shapes, no weights
+  llama_tiny_cpu.pt   built and traced on the CPU: random weights
+
+Needs PyPI's transformers: run with the .venv-pypi python
+(OOMTUNE_HF_PYTHON). Usage: make_hf_meta_models.py OUT_DIR
+"""
+
+import os
+import sys
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=4, vocab_size=256, use_cache=False, torchscript=True,
+                         attn_implementation="eager")
+    for device in ("meta", "cpu"):
+        torch.manual_seed(0)
+        with torch.device(device):
+            model = LlamaForCausalLM(config)
+        model.train()
+        ids = torch.zeros(1, 16, dtype=torch.long, device=device)
+        traced = torch.jit.trace(model, (ids,), strict=False, check_trace=False)
+        path = os.path.join(out, f"llama_tiny_{device}.pt")
+        traced.save(path + ".tmp")
+        os.replace(path + ".tmp", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
