@@ -85,7 +85,10 @@ AttentionCall describe(const at::Tensor& q, const at::Tensor& k, const at::Tenso
 at::Tensor mask_bias(const at::Tensor& mask, const at::Tensor& query) {
   if (!mask.defined() || mask.scalar_type() != at::kBool) return mask;
   const auto options = query.options().dtype(query.scalar_type());
-  return at::where(mask.logical_not(), at::scalar_tensor(-std::numeric_limits<double>::infinity(), options),
+  // logical_not has no meta kernel in a C++ program: on meta, a bool tensor
+  // of the same bytes stands for it.
+  const at::Tensor masked_out = mask.is_meta() ? at::empty_like(mask) : mask.logical_not();
+  return at::where(masked_out, at::scalar_tensor(-std::numeric_limits<double>::infinity(), options),
                    at::scalar_tensor(0.0, options));
 }
 
@@ -104,10 +107,14 @@ at::Tensor padded_bias(const at::Tensor& bias) {
 class FusedAttention : public torch::autograd::Function<FusedAttention> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const at::Tensor& mask, double dropout, bool is_causal, std::optional<double> scale,
-                            bool enable_gqa, int64_t kernel_index) {
+                            const std::optional<at::Tensor>& attn_mask, double dropout, bool is_causal,
+                            std::optional<double> scale, bool enable_gqa, int64_t kernel_index, bool requires_grad) {
     const auto kernel = static_cast<AttentionKernel>(kernel_index);
-    const AttentionCall call = describe(q, k, v, mask, dropout, is_causal);
+    const at::Tensor mask = attn_mask ? *attn_mask : at::Tensor();
+    // Grad mode is off inside forward: whether the call trains comes from
+    // the caller.
+    AttentionCall call = describe(q, k, v, mask, dropout, is_causal);
+    call.requires_grad = requires_grad;
     const AttentionBytes bytes = attention_bytes(call, kernel);
     const bool compute = !q.is_meta();
     const at::Tensor bias = mask_bias(mask, q);
@@ -152,7 +159,9 @@ class FusedAttention : public torch::autograd::Function<FusedAttention> {
           at::scaled_dot_product_attention(q, k, v, optional(mask), dropout, is_causal, scale, enable_gqa);
       out.copy_(values.transpose(1, 2));
     }
-    ctx->save_for_backward({q, k, v, out, logsumexp, saved_bias, mask, rng_state});
+    // The caller's mask is not kept (CUDA keeps only the kernel's bias); the
+    // CPU's recomputation reads the bias, which masks the same entries.
+    ctx->save_for_backward({q, k, v, out, logsumexp, saved_bias, rng_state});
     ctx->saved_data["dropout"] = dropout;
     ctx->saved_data["is_causal"] = is_causal;
     ctx->saved_data["scale"] = scale ? c10::IValue(*scale) : c10::IValue();
@@ -167,8 +176,8 @@ class FusedAttention : public torch::autograd::Function<FusedAttention> {
     const at::Tensor& q = saved[0];
     const at::Tensor& k = saved[1];
     const at::Tensor& v = saved[2];
-    const at::Tensor& mask = saved[6];
-    const at::Tensor& rng_state = saved[7];
+    const at::Tensor& mask = saved[5];
+    const at::Tensor& rng_state = saved[6];
     const double dropout = ctx->saved_data["dropout"].toDouble();
     const bool is_causal = ctx->saved_data["is_causal"].toBool();
     const c10::IValue scale_value = ctx->saved_data["scale"];
@@ -212,7 +221,8 @@ class FusedAttention : public torch::autograd::Function<FusedAttention> {
       dv.copy_(g[2]);
     }
     transients.clear();
-    return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dq,           dk,           dv,           at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 
  private:
@@ -249,7 +259,9 @@ at::Tensor attention(const at::Tensor& query, const at::Tensor& key, const at::T
     return std::get<0>(
         at::_scaled_dot_product_attention_math(q, k, v, mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt,
                                                dropout, is_causal, std::nullopt, scale, enable_gqa));
-  return FusedAttention::apply(q, k, v, mask, dropout, is_causal, scale, enable_gqa, static_cast<int64_t>(kernel))
+  const std::optional<at::Tensor> passed_mask = mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt;
+  return FusedAttention::apply(q, k, v, passed_mask, dropout, is_causal, scale, enable_gqa,
+                               static_cast<int64_t>(kernel), call.requires_grad)
       .transpose(1, 2);
 }
 
