@@ -204,9 +204,14 @@ class FusedAttention : public torch::autograd::Function<FusedAttention> {
     }
     if (!q.is_meta()) {
       KernelScratchScope scratch;
+      // Dropout: the forward's masks again, then the generator as it was
+      // (as strategies/recompute_op.cpp does, Note [Recompute RNG]).
+      auto generator = at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::CPU));
+      at::Tensor current_state;
       if (rng_state.defined()) {
-        auto generator = at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::CPU));
+        HostMemoryScope host;
         std::lock_guard<std::mutex> lock(generator.mutex());
+        current_state = generator.get_state();
         generator.set_state(rng_state);
       }
       at::AutoGradMode enable(true);
@@ -219,6 +224,10 @@ class FusedAttention : public torch::autograd::Function<FusedAttention> {
       dq.copy_(g[0]);
       dk.copy_(g[1]);
       dv.copy_(g[2]);
+      if (current_state.defined()) {
+        std::lock_guard<std::mutex> lock(generator.mutex());
+        generator.set_state(current_state);
+      }
     }
     transients.clear();
     return {dq,           dk,           dv,           at::Tensor(), at::Tensor(),

@@ -123,7 +123,7 @@ TEST(Attention, CpuProbeOfTheMaskedModelCountsWhatMetaCounts) {
 }
 
 // On the CPU the operator computes what ATen's SDPA computes, values and
-// gradients, for each kernel it stands in for (dropout aside).
+// gradients, for each kernel it stands in for, dropout included.
 TEST(Attention, CpuValuesAndGradientsMatchAten) {
   if (!compat::kMetaDeviceCounted) GTEST_SKIP() << compat::meta_device_problem();
   ensure_attention_op_registered();
@@ -142,8 +142,13 @@ TEST(Attention, CpuValuesAndGradientsMatchAten) {
         const at::Tensor v = at::randn({2, 2, 64, 16}, options).requires_grad_();
         const std::optional<at::Tensor> mask =
             masked ? std::optional<at::Tensor>(at::ones({64, 64}, at::kBool).tril()) : std::nullopt;
-        const at::Tensor ours = op.call(q, k, v, mask, 0.0, !masked, std::nullopt, false);
-        const at::Tensor theirs = at::scaled_dot_product_attention(q, k, v, mask, 0.0, !masked);
+        // With dropout, each draws its masks from the same generator state;
+        // the operator's backward draws its forward's again.
+        const double dropout = masked ? 0.25 : 0.0;
+        at::manual_seed(1);
+        const at::Tensor ours = op.call(q, k, v, mask, dropout, !masked, std::nullopt, false);
+        at::manual_seed(1);
+        const at::Tensor theirs = at::scaled_dot_product_attention(q, k, v, mask, dropout, !masked);
         const at::Tensor g = at::randn_like(theirs);
         const auto ours_grads = torch::autograd::grad({ours}, {q, k, v}, {g});
         const auto their_grads = torch::autograd::grad({theirs}, {q, k, v}, {g});
