@@ -80,7 +80,8 @@ nlohmann::json to_json(const JobSpec& job) {
           {"verify_steps", job.verify_steps},
           {"trial_timeout_seconds", job.trial_timeout_seconds},
           {"optimizing_executor", job.optimizing_executor},
-          {"seed", job.seed}};
+          {"seed", job.seed},
+          {"cuda_target", job.cuda_target}};
 }
 
 JobSpec job_spec_from_json(const nlohmann::json& j) {
@@ -129,6 +130,7 @@ JobSpec job_spec_from_json(const nlohmann::json& j) {
     job.trial_timeout_seconds = j.at("trial_timeout_seconds").get<double>();
     job.optimizing_executor = j.at("optimizing_executor").get<bool>();
     job.seed = j.at("seed").get<uint64_t>();
+    job.cuda_target = j.value("cuda_target", std::string(kDefaultCudaTargetName));
     return job;
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("job record: {}", e.what()));

@@ -24,7 +24,7 @@ const std::vector<std::string> kTopKeys = {
     "model",           "inputs",       "output",          "loss",     "global_batch", "remainder", "optimizer",
     "precision",       "allow_bf16",   "allow_adafactor", "device",   "budget",       "headroom",  "min_micro_batch",
     "max_micro_batch", "verify_steps", "trial_timeout",   "executor", "seed",         "trainable", "frozen",
-    "frozen_dtype"};
+    "frozen_dtype",    "cuda_target"};
 const std::vector<std::string> kInputKeys = {"name", "shape", "dtype", "range"};
 const std::vector<std::string> kLossKeys = {"kind", "target"};
 const std::vector<std::string> kOptimizerKeys = {"kind", "lr", "weight_decay", "betas", "eps", "momentum"};
@@ -336,6 +336,7 @@ JobSpec parse_job_spec(const std::string& text, const std::string& origin, const
   spec.trial_timeout_seconds = top.number_or("trial_timeout", spec.trial_timeout_seconds, 1.0, 86400.0);
   spec.optimizing_executor = top.choice_or("executor", "eager", {"eager", "optimizing"}) == "optimizing";
   spec.seed = static_cast<uint64_t>(top.integer_or("seed", 0, 0));
+  spec.cuda_target = top.choice_or("cuda_target", kDefaultCudaTargetName, kCudaTargetNames);
   return spec;
 }
 

@@ -62,6 +62,10 @@ struct OptimizerSpec {
   double momentum = 0.0;  // SGD only
 };
 
+/// The cuda_target values a job accepts, and the default (an H100).
+inline const std::vector<std::string> kCudaTargetNames = {"sm80", "sm86", "sm89", "sm90", "sm100", "sm120"};
+constexpr const char* kDefaultCudaTargetName = "sm90";
+
 /// A whole job: model, inputs, loss, batch, optimizer, device and budget.
 struct JobSpec {
   std::string spec_path;          // the TOML file ("" when built in code)
@@ -85,6 +89,10 @@ struct JobSpec {
   double trial_timeout_seconds = 600;      // a trial past this is recorded as a timeout
   bool optimizing_executor = false;        // TorchScript graph-executor optimization (off = eager-like)
   uint64_t seed = 0;
+  // The GPU the answers are for (probes/attention_model.h, CudaTarget):
+  // TOML "sm80", "sm86", "sm89", "sm90", "sm100" or "sm120"; it picks the
+  // attention kernel and the cuBLAS workspace size.
+  std::string cuda_target = kDefaultCudaTargetName;
 
   /// Inputs passed to forward (all but the loss target), in order.
   std::vector<const InputSpec*> model_inputs() const;

@@ -587,4 +587,20 @@ HostMemoryScope::~HostMemoryScope() { t_pool = previous_; }
 
 MemoryPool current_memory_pool() { return t_pool; }
 
+// The scope is a kernel call of its own (Note [Kernel scratch]): a frame on
+// this thread's operator stack, and the kernel run unless one is already
+// open (then the enclosing kernel's rule applies, which also makes what is
+// freed inside it scratch).
+KernelScratchScope::KernelScratchScope() : run_(g_next_run++) {
+  t_ops.push_back({kKernelScratchScopeName, false, run_});
+  if (t_kernel_run == 0) t_kernel_run = run_;
+}
+
+KernelScratchScope::~KernelScratchScope() {
+  // Operator frames opened inside have closed: ours is the last.
+  if (!t_ops.empty() && t_ops.back().run == run_) t_ops.pop_back();
+  if (t_kernel_run == run_) t_kernel_run = 0;
+  if (t_ops.empty()) settle_outermost_call(run_);
+}
+
 }  // namespace oomtune

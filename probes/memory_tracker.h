@@ -165,4 +165,26 @@ class HostMemoryScope {
 /// The pool that allocations on this thread go to now.
 MemoryPool current_memory_pool();
 
+/// The operator label of a KernelScratchScope's frame.
+constexpr const char* kKernelScratchScopeName = "oomtune.kernel_scratch";
+
+/// While alive, this thread's allocations are those of one kernel call
+/// (Note [Kernel scratch] in memory_tracker.cpp): a block made and freed
+/// inside is kernel scratch, in no peak, phase or event; a block that
+/// outlives the scope counts when it ends, as a kernel's output does. For
+/// code that computes values on the probe device that the CUDA target
+/// computes differently (strategies/attention_op.h: the CPU's attention),
+/// whose own bytes are then allocated outside the scope. Nests; scopes end
+/// in reverse order of their start. Throws nothing.
+class KernelScratchScope {
+ public:
+  KernelScratchScope();
+  ~KernelScratchScope();
+  KernelScratchScope(const KernelScratchScope&) = delete;
+  KernelScratchScope& operator=(const KernelScratchScope&) = delete;
+
+ private:
+  uint32_t run_;
+};
+
 }  // namespace oomtune

@@ -163,6 +163,8 @@ nlohmann::json to_json(const ProbeReport& r) {
                               {"num_alloc_retries", r.measured_reserved->num_alloc_retries},
                               {"num_ooms", r.measured_reserved->num_ooms}};
   }
+  if (r.attention) j["attention"] = to_json(*r.attention);
+  if (r.workspaces) j["workspaces"] = to_json(*r.workspaces);
   return j;
 }
 
@@ -248,6 +250,8 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
                            m.at("segment_allocations").get<int64_t>(), m.at("num_alloc_retries").get<int64_t>(),
                            m.at("num_ooms").get<int64_t>()};
     }
+    if (j.contains("attention")) r.attention = attention_record_from_json(j.at("attention"));
+    if (j.contains("workspaces")) r.workspaces = workspace_record_from_json(j.at("workspaces"));
     return r;
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("probe report: {}", e.what()));

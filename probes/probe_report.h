@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "probes/attention_model.h"
 #include "probes/memory_records.h"
 
 namespace oomtune {
@@ -138,6 +139,13 @@ struct ProbeReport {
   std::string torch_version;
   bool optimizing_executor = false;
   PrecisionForm precision_form = PrecisionForm::kUnknown;  // JSON: to_string(PrecisionForm)
+  // The measured step's scaled_dot_product_attention calls as the CUDA
+  // target runs them (probes/attention_model.h); absent when the model has
+  // none.
+  std::optional<AttentionRecord> attention;
+  // Library workspaces of a CUDA run for that target, not in any peak
+  // above; absent where neither attention nor the meta device asked for it.
+  std::optional<WorkspaceRecord> workspaces;
 };
 
 /// JSON with units in the key names (`peak_bytes`, `seconds`).

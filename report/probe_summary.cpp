@@ -88,6 +88,8 @@ std::string render_probe_text(const ProbeSummary& s) {
                    phase_name(r.largest.phase)));
   if (const std::string scratch = kernel_scratch_text(r.kernel_scratch); !scratch.empty())
     line(fmt::format("kernel scratch       {}", scratch));
+  if (r.attention) line(fmt::format("attention            {}", attention_text(*r.attention)));
+  if (r.workspaces) line(fmt::format("workspaces           {}", workspace_text(*r.workspaces)));
   if (s.activation_fit) {
     const ActivationFit& f = *s.activation_fit;
     std::vector<std::string> points;

@@ -46,7 +46,9 @@ struct StepResult {
 /// A training configuration applied to a loaded model.
 class TrainingStep {
  public:
-  /// Applies `config` to `session`: rewrites the model for checkpointing,
+  /// Applies `config` to `session`: replaces scaled_dot_product_attention
+  /// by the CUDA target's kernel (strategies/attention_rewrite.h, the job's
+  /// cuda_target), rewrites the model for checkpointing,
   /// builds the optimizer, and for bf16_params makes the fp32 masters and
   /// then casts the model's floating-point parameters and buffers to bf16
   /// in place (the session's tensors change dtype). `config` is normalized
@@ -70,11 +72,15 @@ class TrainingStep {
   /// The master-weight optimizer (offload or bf16_params), or nullptr when
   /// the optimizer updates the model's parameters directly.
   const MasterWeightOptimizer* master_weights() const { return master_.get(); }
+  /// The scaled_dot_product_attention call sites replaced in the model's
+  /// graphs (COUNT; 0 for a model without them).
+  int64_t attention_sites() const { return attention_sites_; }
 
  private:
   ModelSession& session_;
   TrainingConfig config_;
   std::vector<CheckpointedBlock> checkpointed_;
+  int64_t attention_sites_ = 0;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<MasterWeightOptimizer> master_;
   std::unique_ptr<DynamicLossScaler> scaler_;

@@ -21,6 +21,7 @@
 #include "session/batch.h"
 #include "session/model_session.h"
 #include "strategies/activation_checkpointing.h"
+#include "strategies/attention_op.h"
 #include "strategies/master_weights.h"
 #include "strategies/mixed_precision.h"
 #include "strategies/recompute_op.h"
@@ -251,6 +252,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
 
     // Step 2: the measured step. Later steps: timing only.
     tracker.reset_statistics();
+    take_attention_record();  // the warm-up's calls
     int64_t live_at_forward = -1, live_at_backward = 0;
     bool retained_done = false;
     // Backward's events (one micro-batch: the range holds its backward only)
@@ -293,6 +295,13 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
         tracker.end_phase();
         for (std::size_t p = 0; p < kNumPhases; ++p) report.phases[p] = tracker.phase(static_cast<Phase>(p));
         report.largest = tracker.largest();
+        const AttentionRecord attention = take_attention_record();
+        if (attention.total_calls() > 0) report.attention = attention;
+        if (attention.total_calls() > 0 || meta) {
+          const CudaTarget target = cuda_target_from_name(job.cuda_target).value_or(CudaTarget{});
+          report.workspaces =
+              workspaces_for(target, attention.calls[static_cast<std::size_t>(AttentionKernel::kCudnn)] > 0);
+        }
       }
       const auto timed = static_cast<int64_t>(report.timing.step_seconds.size());
       if (options.total_steps <= 0 && timed >= options.min_timed_steps + 1 &&

@@ -87,6 +87,7 @@ TEST(JobSpec, DefaultsArePinned) {
   EXPECT_EQ(spec.verify_steps, 20);
   EXPECT_DOUBLE_EQ(spec.trial_timeout_seconds, 600);
   EXPECT_FALSE(spec.optimizing_executor);
+  EXPECT_EQ(spec.cuda_target, "sm90");
   EXPECT_DOUBLE_EQ(spec.optimizer.weight_decay, 0.01);
   EXPECT_DOUBLE_EQ(spec.optimizer.beta2, 0.999);
   EXPECT_TRUE(std::holds_alternative<std::monostate>(spec.output));
@@ -100,7 +101,10 @@ TEST(JobSpec, EachBadInputGetsItsExactError) {
       "job.toml:2:1: global_bach: unknown key (did you mean 'global_batch'?; valid: model, inputs, output, "
       "loss, global_batch, remainder, optimizer, precision, allow_bf16, allow_adafactor, device, budget, headroom, "
       "min_micro_batch, max_micro_batch, verify_steps, trial_timeout, executor, seed, trainable, frozen, "
-      "frozen_dtype)");
+      "frozen_dtype, cuda_target)");
+  EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_batch = 32\ncuda_target = \"sm70\"")),
+            "job.toml:3:15: cuda_target: unknown value 'sm70' (did you mean 'sm80'?; valid: sm80, sm86, sm89, sm90, "
+            "sm100, sm120)");
   EXPECT_EQ(error_of(replace(kGood, "budget = \"7.5 GB\"", "budget = \"7.5 GBs\"")),
             "job.toml:3:10: budget: expected a size such as \"8GiB\", \"7.5 GB\" or \"512MiB\", got '7.5 GBs'");
   EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_batch = 0")),
@@ -374,6 +378,7 @@ TEST(JobSpec, JsonCarriesPathsByteForByte) {
   EXPECT_TRUE(sent.at("model_path").is_array());  // not a string: it is not UTF-8
   const JobSpec received = job_spec_from_json(sent);
   EXPECT_EQ(received.model_path, job.model_path);
+  EXPECT_EQ(received.cuda_target, job.cuda_target);
   EXPECT_EQ(received.spec_path, job.spec_path);
   // UTF-8 paths stay strings.
   job.model_path = "/data/m\xC3\xA9moire/gpt.pt";

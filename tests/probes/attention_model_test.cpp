@@ -1,0 +1,112 @@
+// The CUDA target's SDPA kernel choice and bytes (probes/attention_model.h),
+// against PyTorch 2.11's select_sdp_backend (cuda/sdp_utils.cpp) and the
+// kernels' allocations written out from B, H, T, E here.
+
+#include <gtest/gtest.h>
+
+#include "probes/attention_model.h"
+
+namespace oomtune {
+namespace {
+
+CudaTarget target(const char* name) { return cuda_target_from_name(name).value(); }
+
+AttentionCall call(AttentionDtype dtype, int64_t head_dim = 64) {
+  AttentionCall c;
+  c.batch = 4;
+  c.heads = 8;
+  c.kv_heads = 8;
+  c.query_length = 1024;
+  c.key_length = 1024;
+  c.head_dim = head_dim;
+  c.value_head_dim = head_dim;
+  c.dtype = dtype;
+  c.is_causal = true;
+  return c;
+}
+
+TEST(AttentionModel, DefaultTargetIsAnH100WithTheCu130CuDnn) {
+  const CudaTarget t;
+  EXPECT_EQ(cuda_target_name(t), "sm90");
+  EXPECT_EQ(t.cudnn_version, 91900);
+  EXPECT_EQ(cuda_target_name(target(kDefaultCudaTarget)), "sm90");
+  EXPECT_FALSE(cuda_target_from_name("sm70"));
+}
+
+// One row per case: what PyTorch 2.11 + cuDNN 9.19 picks.
+TEST(AttentionModel, KernelChoiceTable) {
+  const AttentionDtype bf16 = AttentionDtype::kBFloat16, fp32 = AttentionDtype::kFloat32;
+  // sm80: flash for bf16, efficient for fp32 (flash takes fp16/bf16 only).
+  EXPECT_EQ(select_attention_kernel(call(bf16), target("sm80")), AttentionKernel::kFlash);
+  EXPECT_EQ(select_attention_kernel(call(fp32), target("sm80")), AttentionKernel::kEfficient);
+  // sm90 with cuDNN > 9.15: cuDNN first (check_prefer_cudnn_attention).
+  EXPECT_EQ(select_attention_kernel(call(bf16), target("sm90")), AttentionKernel::kCudnn);
+  EXPECT_EQ(select_attention_kernel(call(fp32), target("sm90")), AttentionKernel::kEfficient);
+  CudaTarget old_cudnn = target("sm90");
+  old_cudnn.cudnn_version = 91002;
+  EXPECT_EQ(select_attention_kernel(call(bf16), old_cudnn), AttentionKernel::kFlash);
+  // A mask rules out flash: efficient on sm80.
+  AttentionCall masked = call(bf16);
+  masked.has_mask = true;
+  EXPECT_EQ(select_attention_kernel(masked, target("sm80")), AttentionKernel::kEfficient);
+  // Head dim 160 on sm80: flash takes up to 256.
+  EXPECT_EQ(select_attention_kernel(call(bf16, 160), target("sm80")), AttentionKernel::kFlash);
+  // Head dim 200 training on sm86: flash refuses (192, 224]; efficient.
+  EXPECT_EQ(select_attention_kernel(call(bf16, 200), target("sm86")), AttentionKernel::kEfficient);
+  // Head dim 300 in bf16: over flash's 256, not a multiple of efficient's 8: math.
+  EXPECT_EQ(select_attention_kernel(call(bf16, 300), target("sm80")), AttentionKernel::kMath);
+  // fp32 with head dim 6: efficient needs a multiple of 4: math.
+  EXPECT_EQ(select_attention_kernel(call(fp32, 6), target("sm80")), AttentionKernel::kMath);
+  // float64: math.
+  EXPECT_EQ(select_attention_kernel(call(AttentionDtype::kFloat64), target("sm80")), AttentionKernel::kMath);
+  // Causal with T != S: not flash.
+  AttentionCall cross = call(bf16);
+  cross.key_length = 512;
+  EXPECT_EQ(select_attention_kernel(cross, target("sm80")), AttentionKernel::kEfficient);
+  // A non-unit last stride: math.
+  AttentionCall strided = call(bf16);
+  strided.last_dim_contiguous = false;
+  EXPECT_EQ(select_attention_kernel(strided, target("sm80")), AttentionKernel::kMath);
+}
+
+TEST(AttentionModel, FlashKeepsOutputAndLogsumexpNotScores) {
+  const AttentionCall c = call(AttentionDtype::kBFloat16);
+  const int64_t B = 4, H = 8, T = 1024, E = 64;
+  const AttentionBytes flash = attention_bytes(c, AttentionKernel::kFlash);
+  EXPECT_EQ(flash.output_bytes, B * T * H * E * 2);
+  EXPECT_EQ(flash.logsumexp_bytes, B * H * T * 4);
+  EXPECT_EQ(flash.rng_bytes, 24);
+  EXPECT_EQ(flash.kept_bytes, B * T * H * E * 2 + B * H * T * 4 + 24);
+  EXPECT_EQ(flash.backward_transient_bytes, B * H * T * 4 + B * T * H * E * 4);  // softmax_d, dq_accum
+  // Math on CUDA upcasts bf16: scaled q, k, softmax scores and v in fp32.
+  const AttentionBytes math = attention_bytes(c, AttentionKernel::kMath);
+  EXPECT_EQ(math.kept_bytes, B * H * T * E * 4 * 2 + B * H * T * T * 4 + B * H * T * E * 4);
+  const AttentionBytes efficient = attention_bytes(call(AttentionDtype::kFloat32), AttentionKernel::kEfficient);
+  EXPECT_EQ(efficient.kept_bytes, B * T * H * E * 4 + B * H * T * 4);  // T = 1024 is a multiple of 32
+}
+
+TEST(AttentionModel, AttentionLineNamesKernelTargetAndBothFigures) {
+  AttentionRecord r;
+  r.calls[static_cast<std::size_t>(AttentionKernel::kFlash)] = 2;
+  r.kept_bytes = 2 << 20;
+  r.math_kept_bytes = 18 << 20;
+  r.target = "sm80";
+  EXPECT_EQ(attention_text(r),
+            "2 calls, kernel flash for the CUDA target sm80, kept 2.00 MiB (math path would keep 18.00 MiB)");
+  EXPECT_EQ(attention_record_from_json(to_json(r)).math_kept_bytes, r.math_kept_bytes);
+}
+
+// CublasHandlePool.cpp, parseChosenWorkspaceSize with CUBLAS_WORKSPACE_CONFIG unset.
+TEST(AttentionModel, CublasWorkspaceDefaults) {
+  EXPECT_EQ(cublas_workspace_bytes(target("sm90")), 32 * 1024 * 1024);
+  EXPECT_EQ(cublas_workspace_bytes(target("sm80")), 2 * 4096 * 1024 + 8 * 16 * 1024);
+  const WorkspaceRecord w = workspaces_for(target("sm80"), false);
+  EXPECT_EQ(w.total_bytes(), 2 * 8519680);
+  EXPECT_EQ(workspace_text(w),
+            "cuBLAS 2 x 8.12 MiB = 16.25 MiB on sm80 (one per handle: forward's thread and autograd's), held by the "
+            "caching allocator from the first matmul on; not in the peaks above");
+  EXPECT_EQ(workspace_record_from_json(to_json(w)).cublas_bytes, w.cublas_bytes);
+}
+
+}  // namespace
+}  // namespace oomtune
