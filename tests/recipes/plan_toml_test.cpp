@@ -41,6 +41,8 @@ TEST(PlanToml, DefaultsArePinned) {
   EXPECT_EQ(plan.optimizer.beta2, 0.999);
   EXPECT_EQ(plan.optimizer.eps, 1e-8);
   EXPECT_EQ(plan.optimizer.momentum, 0.0);
+  // Plans written before the key: torch.optim's default on CUDA.
+  EXPECT_EQ(plan.optimizer.implementation, OptimizerImplementation::kForeach);
   EXPECT_EQ(plan.device, Device::kCuda);
   EXPECT_FALSE(plan.budget_bytes);
   EXPECT_EQ(plan.headroom, 0.05);
