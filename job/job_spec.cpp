@@ -27,8 +27,8 @@ const std::vector<std::string> kTopKeys = {
     "frozen_dtype"};
 const std::vector<std::string> kInputKeys = {"name", "shape", "dtype", "range"};
 const std::vector<std::string> kLossKeys = {"kind", "target"};
-const std::vector<std::string> kOptimizerKeys = {"kind", "lr", "weight_decay", "betas", "eps", "momentum",
-                                                 "implementation"};
+const std::vector<std::string> kOptimizerKeys = {"kind", "lr",       "weight_decay",  "betas",
+                                                 "eps",  "momentum", "implementation"};
 const std::vector<std::string> kDtypes = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "bool"};
 
 /// The canonical dtype for PyTorch's own spellings: the torch. prefix and

@@ -20,8 +20,8 @@ const std::vector<std::string>& optimizer_implementation_names() {
 }
 
 std::optional<OptimizerImplementation> optimizer_implementation_from_name(const std::string& name) {
-  for (OptimizerImplementation implementation : {OptimizerImplementation::kForeach, OptimizerImplementation::kFused,
-                                                 OptimizerImplementation::kSingleTensor})
+  for (OptimizerImplementation implementation :
+       {OptimizerImplementation::kForeach, OptimizerImplementation::kFused, OptimizerImplementation::kSingleTensor})
     if (to_string(implementation) == name) return implementation;
   return std::nullopt;
 }

@@ -133,6 +133,10 @@ std::vector<std::string> deepspeed_notes(const Plan& plan) {
         "optimizer.implementation = \"fused\" in the job",
         plan.optimizer.implementation == OptimizerImplementation::kForeach ? "foreach on CUDA, torch's default"
                                                                            : "foreach=False: one tensor at a time"));
+  else if (c.optimizer == OptimizerKind::kAdamW && !c.offload_optimizer)
+    notes.push_back(
+        "the plan measured torch.optim.AdamW(fused=True): DeepSpeed builds its own FusedAdam from this section, "
+        "which likewise updates in place with no whole-list temporaries");
   if (c.precision == Precision::kBf16Params)
     notes.push_back(recipe_text::bf16_params_note("\"bf16\": {\"enabled\": true}, as written here"));
   if (recipe_text::uses_deepspeed(c) && plan.device == Device::kCpu)

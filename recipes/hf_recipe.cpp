@@ -94,7 +94,8 @@ std::vector<std::string> hf_notes(const Plan& plan) {
   if (c.optimizer == OptimizerKind::kAdamW8bit && !c.offload_optimizer)
     notes.push_back("optim = \"adamw_bnb_8bit\" needs the bitsandbytes package");
   if (c.optimizer == OptimizerKind::kAdafactor) notes.push_back(recipe_text::adafactor_note());
-  const bool sgd_momentum = c.optimizer == OptimizerKind::kSgd && !c.offload_optimizer && plan.optimizer.momentum != 0.0;
+  const bool sgd_momentum =
+      c.optimizer == OptimizerKind::kSgd && !c.offload_optimizer && plan.optimizer.momentum != 0.0;
   if (sgd_momentum)
     notes.push_back(fmt::format(
         "TrainingArguments has no SGD momentum: build optimizer = {} and pass Trainer(..., optimizers=(optimizer, "
@@ -102,9 +103,9 @@ std::vector<std::string> hf_notes(const Plan& plan) {
         recipe_text::optimizer_call(plan, "model.parameters()")));
   // adamw_torch_fused says fused; single_tensor, and SGD's other forms, have no optim name.
   if (!sgd_momentum && hf_optim(plan) != "adamw_torch_fused")
-    if (const std::string note = recipe_text::implementation_note(
-            plan, fmt::format("TrainingArguments(optim=\"{}\")", hf_optim(plan)),
-            "pass Trainer(..., optimizers=(optimizer, None))");
+    if (const std::string note =
+            recipe_text::implementation_note(plan, fmt::format("TrainingArguments(optim=\"{}\")", hf_optim(plan)),
+                                             "pass Trainer(..., optimizers=(optimizer, None))");
         !note.empty())
       notes.push_back(note);
   if (c.precision == Precision::kBf16Params)

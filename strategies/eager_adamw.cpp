@@ -81,8 +81,8 @@ void fused_adamw(AdamLists& g, const Hyper& h) {
   for (EagerAdamWParamState* state : g.states) state->step(state->step() + 1);
   at::_foreach_add_(g.steps, 1);
   if (compat::has_fused_adamw_kernel(g.params.front().device())) {
-    compat::fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, g.steps, h.lr, h.beta1, h.beta2,
-                         h.weight_decay, h.eps);
+    compat::fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, g.steps, h.lr, h.beta1, h.beta2, h.weight_decay,
+                         h.eps);
     return;
   }
   for (std::size_t i = 0; i < g.params.size(); ++i) {

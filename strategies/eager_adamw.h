@@ -53,7 +53,7 @@ namespace oomtune {
 
 /// Per-parameter state of EagerAdamW.
 struct EagerAdamWParamState : public torch::optim::OptimizerCloneableParamState<EagerAdamWParamState> {
-  TORCH_ARG(int64_t, step) = 0;      ///< COUNT: updates so far
+  TORCH_ARG(int64_t, step) = 0;       ///< COUNT: updates so far
   TORCH_ARG(at::Tensor, exp_avg);     ///< first moment, the parameter's shape and dtype
   TORCH_ARG(at::Tensor, exp_avg_sq);  ///< second moment, likewise
   /// fused: the step count as a 0-dim float32 tensor on the parameter's

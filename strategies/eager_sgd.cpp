@@ -78,8 +78,7 @@ void multi_tensor_sgd(SgdLists& g, const torch::optim::SGDOptions& o) {
 void fused_sgd(SgdLists& g, const torch::optim::SGDOptions& o) {
   const double lr = o.lr(), wd = o.weight_decay(), momentum = o.momentum(), dampening = o.dampening();
   bool is_first_step = momentum != 0;
-  for (const EagerSgdParamState* state : g.states)
-    is_first_step = is_first_step && !state->momentum_buffer().defined();
+  for (const EagerSgdParamState* state : g.states) is_first_step = is_first_step && !state->momentum_buffer().defined();
   if (is_first_step)
     for (std::size_t i = 0; i < g.states.size(); ++i) g.states[i]->momentum_buffer(at::empty_like(g.grads[i]));
   for (std::size_t i = 0; i < g.params.size(); ++i) {

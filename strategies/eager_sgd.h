@@ -49,8 +49,7 @@ class EagerSgd : public torch::optim::Optimizer {
   /// nesterov). Throws ConfigError for options torch.optim.SGD refuses (lr,
   /// momentum, weight_decay < 0; nesterov without momentum or with
   /// dampening) or a param group whose options are not SGDOptions.
-  EagerSgd(std::vector<at::Tensor> params, torch::optim::SGDOptions defaults,
-           OptimizerImplementation implementation);
+  EagerSgd(std::vector<at::Tensor> params, torch::optim::SGDOptions defaults, OptimizerImplementation implementation);
 
   /// One update of every parameter that has a gradient. Runs `closure`
   /// (with grad enabled) first when given and returns its loss. Throws

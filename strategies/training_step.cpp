@@ -77,9 +77,8 @@ TrainingStep::TrainingStep(ModelSession& session, const TrainingConfig& config)
   if (config_.offload_optimizer || low_precision) {
     // Masters first, from the fp32 parameters, so they start exact.
     const MasterPlacement where = config_.offload_optimizer ? MasterPlacement::kHost : MasterPlacement::kDevice;
-    master_ = std::make_unique<MasterWeightOptimizer>(
-        session_.parameters(), where,
-        [&](std::vector<at::Tensor> masters) {
+    master_ =
+        std::make_unique<MasterWeightOptimizer>(session_.parameters(), where, [&](std::vector<at::Tensor> masters) {
           return make_optimizer(kind, spec, std::move(masters), where == MasterPlacement::kHost);
         });
   } else {

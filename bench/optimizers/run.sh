@@ -13,10 +13,13 @@
 # counts of the same operations), when the PyPI venv is there.
 # Usage: bench/optimizers/run.sh [ROUNDS]      (default 3)
 #   BUILD_DIR  an oomtune build directory configured from this checkout
+#   BATCH      the global batch of every probe (default 4: the optimizer
+#              step does not depend on it)
 set -euo pipefail
 source "$(dirname "$0")/../common/build.sh"
 bench_build oomtune
 rounds="${1:-3}"
+batch="${BATCH:-4}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 models=(gpt resnet18)
@@ -33,7 +36,7 @@ done
 for ((round = 1; round <= rounds; round++)); do
   for model in "${models[@]}"; do
     for impl in "${impls[@]}"; do
-      "$build/oomtune" probe "$work/$model-$impl.toml" --json --no-fit >"$work/$model-$impl-$round.json" 2>/dev/null
+      "$build/oomtune" probe "$work/$model-$impl.toml" --json --no-fit --batch "$batch" >"$work/$model-$impl-$round.json" 2>/dev/null
     done
   done
 done

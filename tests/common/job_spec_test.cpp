@@ -390,8 +390,8 @@ TEST(JobSpec, TheOptimizerImplementationIsReadAndCarried) {
   for (const OptimizerImplementation implementation :
        {OptimizerImplementation::kForeach, OptimizerImplementation::kFused, OptimizerImplementation::kSingleTensor}) {
     const std::string name = to_string(implementation);
-    const JobSpec job = parse_job_spec(replace(kGood, "lr = 3e-4", "lr = 3e-4\nimplementation = \"" + name + "\""),
-                                       "job.toml", "");
+    const JobSpec job =
+        parse_job_spec(replace(kGood, "lr = 3e-4", "lr = 3e-4\nimplementation = \"" + name + "\""), "job.toml", "");
     EXPECT_EQ(job.optimizer.implementation, implementation) << name;
     EXPECT_EQ(job_spec_from_json(to_json(job)).optimizer.implementation, implementation) << name;
   }

@@ -92,9 +92,8 @@ TEST(EagerAdamW, EachImplementationUpdatesAsLibtorchsAdamW) {
   const auto reference = train(
       [&](std::vector<at::Tensor> p) { return std::make_unique<torch::optim::AdamW>(std::move(p), options); }, kSteps);
   for (Impl impl : kAll) {
-    const auto ours =
-        train([&](std::vector<at::Tensor> p) { return std::make_unique<EagerAdamW>(std::move(p), options, impl); },
-              kSteps);
+    const auto ours = train(
+        [&](std::vector<at::Tensor> p) { return std::make_unique<EagerAdamW>(std::move(p), options, impl); }, kSteps);
     expect_close(ours, reference, to_string(impl).c_str());
   }
 }
@@ -112,9 +111,8 @@ TEST(EagerSgd, EachImplementationUpdatesAsLibtorchsSgd) {
     const auto reference = train(
         [&](std::vector<at::Tensor> p) { return std::make_unique<torch::optim::SGD>(std::move(p), options); }, kSteps);
     for (Impl impl : kAll) {
-      const auto ours =
-          train([&](std::vector<at::Tensor> p) { return std::make_unique<EagerSgd>(std::move(p), options, impl); },
-                kSteps);
+      const auto ours = train(
+          [&](std::vector<at::Tensor> p) { return std::make_unique<EagerSgd>(std::move(p), options, impl); }, kSteps);
       expect_close(ours, reference, to_string(impl).c_str());
     }
   }
@@ -129,8 +127,7 @@ TEST(EagerAdamW, FusedRunsTheKernelWhereTheLibtorchHasOne) {
 }
 
 TEST(EagerAdamW, RefusesAmsgrad) {
-  EXPECT_THROW(EagerAdamW(make_params(), torch::optim::AdamWOptions(1e-3).amsgrad(true), Impl::kForeach),
-               ConfigError);
+  EXPECT_THROW(EagerAdamW(make_params(), torch::optim::AdamWOptions(1e-3).amsgrad(true), Impl::kForeach), ConfigError);
 }
 
 /// Device bytes of two optimizer steps on the tracker: the peak above the
@@ -169,8 +166,8 @@ int64_t single_tensor_adam_temporaries(const std::vector<int64_t>& s) {
 
 TEST(EagerAdamW, StepBytesAreStatesPlusEachImplementationsTemporaries) {
   const std::vector<int64_t> s = sizes_in_bytes();
-  const int64_t P = total(s);                                      // bytes of the fp32 parameters (4 per element)
-  const int64_t states = 2 * P;                                    // exp_avg + exp_avg_sq: 8 bytes per element
+  const int64_t P = total(s);                                       // bytes of the fp32 parameters (4 per element)
+  const int64_t states = 2 * P;                                     // exp_avg + exp_avg_sq: 8 bytes per element
   const auto steps = static_cast<int64_t>(s.size()) * kFloatBytes;  // fused: one float32 step count each
   const auto options = torch::optim::AdamWOptions(1e-3).weight_decay(0.01);
   auto make = [&](Impl impl) -> Maker {
@@ -200,9 +197,8 @@ TEST(EagerAdamW, StepBytesAreStatesPlusEachImplementationsTemporaries) {
 
   // libtorch's own AdamW, for the record: a parameter's state is made when
   // the loop reaches it and its sqrt and quotient (2 s_i) are freed at once.
-  const StepBytes libtorch = measure([&](std::vector<at::Tensor> p) {
-    return std::make_unique<torch::optim::AdamW>(std::move(p), options);
-  });
+  const StepBytes libtorch =
+      measure([&](std::vector<at::Tensor> p) { return std::make_unique<torch::optim::AdamW>(std::move(p), options); });
   const int64_t largest = *std::max_element(s.begin(), s.end());
   EXPECT_EQ(libtorch.second_peak, 2 * largest);
   int64_t libtorch_first = 0, made = 0;
