@@ -65,7 +65,7 @@ def run(kind, implementation, sizes, weight_decay, momentum, steps):
 def main():
     warnings.filterwarnings("ignore", message="Warning: Profiler clears events")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000,300,5000,20", help="parameter element counts (fp32)")
+    parser.add_argument("--sizes", default="1000,300,5000,20,1200", help="parameter element counts (fp32); default: the sizes of tests/strategies/eager_optimizers_test.cpp")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
