@@ -20,13 +20,20 @@
 //   kernel for aten::embedding (aten/src/ATen/native/MetaTensor.cpp, 1.13).
 // - Optimizer state keys: 1.13 keys param state by the string of the
 //   TensorImpl pointer, 2.x by the void* itself (torch/optim/optimizer.h).
+// - Optimizer kernels (strategies/eager_adamw.h): 1.13 has no
+//   aten::_foreach_lerp_ and no aten::_fused_adamw_ (its _fused_adam_ is
+//   Adam's, CUDA only); 2.x has both, _fused_adamw_ with CPU and CUDA
+//   kernels and none for meta (ATen/ops/_fused_adamw_*_dispatch.h, 2.11).
 
 #include <cstring>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
+#include <ATen/Functions.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/Allocator.h>
 #include <torch/optim/optimizer.h>
 #include <torch/version.h>
@@ -163,6 +170,51 @@ Key optimizer_state_key(const at::Tensor& p) {
   } else {
     return static_cast<Key>(p.unsafeGetTensorImpl());
   }
+}
+
+/// at::_foreach_lerp_(self, ends, weight): self[i] += weight * (ends[i] -
+/// self[i]) in place, no allocation. On 1.13 (no foreach lerp) the same
+/// in-place lerp_ one tensor at a time, which is what the foreach op's CPU
+/// kernel does (foreach_tensor_lerp_list_kernel_slow_).
+inline void foreach_lerp_(at::TensorList self, at::TensorList ends, double weight) {
+#if TORCH_VERSION_MAJOR >= 2
+  at::_foreach_lerp_(self, ends, weight);
+#else
+  for (std::size_t i = 0; i < self.size(); ++i) self[i].lerp_(ends[i], weight);
+#endif
+}
+
+/// Whether this libtorch has a kernel of aten::_fused_adamw_ for tensors on
+/// `device` (2.x: CPU and CUDA; never on 1.13, which lacks the operator).
+inline bool has_fused_adamw_kernel(const c10::Device& device) {
+#if TORCH_VERSION_MAJOR >= 2
+  const auto op = c10::Dispatcher::singleton().findSchema({"aten::_fused_adamw_", ""});
+  if (!op) return false;
+  if (device.is_cpu()) return op->hasKernelForDispatchKey(c10::DispatchKey::CPU);
+  if (device.is_cuda()) return op->hasKernelForDispatchKey(c10::DispatchKey::CUDA);
+  return false;
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+/// Runs at::_fused_adamw_ (AdamW, not amsgrad, not maximize) over one
+/// device's and dtype's lists: every tensor updated in place, `steps` the
+/// one-element float32 step counts after their increment. Call only where
+/// has_fused_adamw_kernel(device) is true; on 1.13 it throws
+/// std::logic_error.
+inline void fused_adamw_(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                         at::TensorList exp_avg_sqs, at::TensorList steps, double lr, double beta1, double beta2,
+                         double weight_decay, double eps) {
+#if TORCH_VERSION_MAJOR >= 2
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr, beta1, beta2, weight_decay, eps,
+                    /*amsgrad=*/false, /*maximize=*/false);
+#else
+  (void)params, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)steps, (void)lr, (void)beta1, (void)beta2,
+      (void)weight_decay, (void)eps;
+  throw std::logic_error("aten::_fused_adamw_ needs libtorch 2");
+#endif
 }
 
 }  // namespace oomtune::compat

@@ -64,7 +64,8 @@ nlohmann::json to_json(const JobSpec& job) {
             {"beta1", o.beta1},
             {"beta2", o.beta2},
             {"eps", o.eps},
-            {"momentum", o.momentum}}},
+            {"momentum", o.momentum},
+            {"implementation", to_string(o.implementation)}}},
           {"precision", job.precision},
           {"allow_bf16", job.allow_bf16},
           {"allow_adafactor", job.allow_adafactor},
@@ -111,6 +112,11 @@ JobSpec job_spec_from_json(const nlohmann::json& j) {
     job.optimizer = {o.at("kind").get<std::string>(), o.at("lr").get<double>(),    o.at("weight_decay").get<double>(),
                      o.at("beta1").get<double>(),     o.at("beta2").get<double>(), o.at("eps").get<double>(),
                      o.at("momentum").get<double>()};
+    const std::string implementation = o.at("implementation").get<std::string>();
+    const auto named_implementation = optimizer_implementation_from_name(implementation);
+    if (!named_implementation)
+      throw InputError(fmt::format("job record: unknown optimizer implementation '{}'", implementation));
+    job.optimizer.implementation = *named_implementation;
     job.precision = j.at("precision").get<std::string>();
     job.allow_bf16 = j.at("allow_bf16").get<bool>();
     job.allow_adafactor = j.at("allow_adafactor").get<bool>();

@@ -27,7 +27,8 @@ const std::vector<std::string> kTopKeys = {
     "frozen_dtype",    "cuda_target"};
 const std::vector<std::string> kInputKeys = {"name", "shape", "dtype", "range"};
 const std::vector<std::string> kLossKeys = {"kind", "target"};
-const std::vector<std::string> kOptimizerKeys = {"kind", "lr", "weight_decay", "betas", "eps", "momentum"};
+const std::vector<std::string> kOptimizerKeys = {"kind", "lr",       "weight_decay",  "betas",
+                                                 "eps",  "momentum", "implementation"};
 const std::vector<std::string> kDtypes = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "bool"};
 
 /// The canonical dtype for PyTorch's own spellings: the torch. prefix and
@@ -236,6 +237,9 @@ void read_optimizer(const TableReader& top, JobSpec& spec) {
   o.kind = opt.choice_or("kind", "adamw", {"adamw", "sgd"});
   if (o.kind == "sgd") o.weight_decay = 0.0;  // torch.optim.SGD's default; AdamW's is 0.01
   read_hyper_parameters(opt, {&o.lr, &o.weight_decay, &o.beta1, &o.beta2, &o.eps, &o.momentum});
+  const std::string implementation =
+      opt.choice_or("implementation", to_string(kDefaultOptimizerImplementation), optimizer_implementation_names());
+  o.implementation = *optimizer_implementation_from_name(implementation);
 }
 
 void read_output(const TableReader& top, JobSpec& spec) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/device.h"
+#include "job/optimizer_implementation.h"
 #include "job/parameter_selection.h"
 
 namespace oomtune {
@@ -60,6 +61,9 @@ struct OptimizerSpec {
   double beta2 = 0.999;
   double eps = 1e-8;
   double momentum = 0.0;  // SGD only
+  // Which torch.optim implementation the user's training runs (TOML:
+  // "foreach", "fused", "single_tensor"); default PyTorch's on CUDA.
+  OptimizerImplementation implementation = kDefaultOptimizerImplementation;
 };
 
 /// The cuda_target values a job accepts, and the default (an H100).

@@ -90,6 +90,25 @@ std::string kernel_scratch_text(const KernelScratch& k) {
   return text;
 }
 
+std::string optimizer_text(const OptimizerRecord& optimizer) {
+  if (optimizer.name.empty()) return "";
+  const std::string bytes = format_bytes(optimizer.temporary_bytes);
+  if (optimizer.implementation.empty())
+    return fmt::format("{}: {} of temporaries above its state at the step's peak ({}; not foreach-modelled)",
+                       optimizer.name, bytes,
+                       optimizer.name == "adamw" || optimizer.name == "sgd" ? "offload: libtorch's loop on the host"
+                                                                            : "oomtune's own loop");
+  std::string how;
+  if (optimizer.implementation == "foreach")
+    how = "whole-list: torch._foreach_* over every parameter at once; torch.optim's default on CUDA";
+  else if (optimizer.implementation == "fused")
+    how = "one fused kernel in place; step counts on the device";
+  else
+    how = "one parameter's at a time";
+  return fmt::format("{}, {}: {} of temporaries above its state at the step's peak ({})", optimizer.name,
+                     optimizer.implementation, bytes, how);
+}
+
 nlohmann::json to_json(const ProbeReport& r) {
   nlohmann::json phases = nlohmann::json::object();
   for (std::size_t i = 0; i < kNumPhases; ++i)
@@ -116,6 +135,10 @@ nlohmann::json to_json(const ProbeReport& r) {
         {"optimizer_state_bytes", r.static_memory.optimizer_state_bytes},
         {"optimizer_host_bytes", r.static_memory.optimizer_host_bytes},
         {"frozen_parameter_bytes", r.static_memory.frozen_parameter_bytes}}},
+      {"optimizer",
+       {{"name", r.optimizer.name},
+        {"implementation", r.optimizer.implementation},
+        {"temporary_bytes", r.optimizer.temporary_bytes}}},
       {"retained_activation_bytes", r.retained_activation_bytes},
       {"backward_activation_peak",
        {{"live_bytes", r.backward_activation_peak.live_bytes},
@@ -194,6 +217,10 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     r.static_memory = {s.at("parameter_bytes").get<int64_t>(),      s.at("buffer_bytes").get<int64_t>(),
                        s.at("gradient_bytes").get<int64_t>(),       s.at("optimizer_state_bytes").get<int64_t>(),
                        s.at("optimizer_host_bytes").get<int64_t>(), s.value("frozen_parameter_bytes", int64_t{0})};
+    // Absent from reports recorded before the optimizer line (issue #46): not recorded.
+    if (const auto optimizer = j.find("optimizer"); optimizer != j.end())
+      r.optimizer = {optimizer->at("name").get<std::string>(), optimizer->at("implementation").get<std::string>(),
+                     optimizer->at("temporary_bytes").get<int64_t>()};
     r.retained_activation_bytes = j.at("retained_activation_bytes").get<int64_t>();
     if (const auto peak = j.find("backward_activation_peak"); peak != j.end())
       r.backward_activation_peak = {peak->at("live_bytes").get<int64_t>(), peak->at("gradient_bytes").get<int64_t>(),

@@ -98,6 +98,40 @@ struct ReservedPrediction {
   bool fits_budget = true;
 };
 
+/// The optimizer a trial ran and what its step allocated beyond its state:
+/// the probe's named line for the optimizer implementation (strategies/
+/// eager_adamw.h, Note [Eager AdamW]).
+struct OptimizerRecord {
+  std::string name;  // "adamw", "sgd", "adamw8bit", "adafactor" (to_string(OptimizerKind)); "" = not recorded
+  // The torch.optim implementation the trial ran, as the user's eager
+  // training does: "foreach", "fused", "single_tensor" (job/
+  // optimizer_implementation.h); "" for oomtune's own 8-bit AdamW and
+  // Adafactor and for offload's libtorch loop on the host, which are not
+  // foreach-modelled.
+  std::string implementation;
+  // SUM: the measured step's optimizer-phase peak above the phase's start
+  // (parameters, gradients and state): the step's temporaries (foreach:
+  // the whole-list ones; bf16_params: with the masters' fp32 gradients).
+  int64_t temporary_bytes = 0;
+};
+
+/// The optimizer line of the probe report: "adamw, foreach (torch.optim's
+/// default on CUDA): 1.25 MiB of temporaries above its state at the step's
+/// peak, whole-list (torch._foreach_* over every parameter at once)"; for
+/// fused "none expected (one fused kernel, in place)", for single_tensor
+/// "one parameter's at a time", for an optimizer that is not eager
+/// torch.optim "(oomtune's own loop: not foreach-modelled)". Empty when
+/// not recorded.
+std::string optimizer_text(const OptimizerRecord& optimizer);
+
+/// The optimizer line of the probe report: "adamw, foreach: 1.25 MiB of
+/// temporaries above its state at the step's peak (whole-list:
+/// torch._foreach_* over every parameter at once; torch.optim's default on
+/// CUDA)"; fused says "one fused kernel in place", single_tensor "one
+/// parameter's at a time", an optimizer that is not eager torch.optim "not
+/// foreach-modelled". Empty when not recorded.
+std::string optimizer_text(const OptimizerRecord& optimizer);
+
 /// Everything one trial measured.
 struct ProbeReport {
   std::string config;                  // to_string(TrainingConfig)
@@ -115,6 +149,7 @@ struct ProbeReport {
   int64_t host_peak_bytes = 0;                   // SUM: host-pool peak of the measured step
   int64_t steps_run = 0;                         // COUNT: optimizer steps completed
   StaticMemory static_memory;
+  OptimizerRecord optimizer;
   int64_t retained_activation_bytes = 0;  // SUM: live after forward+loss minus live before forward
   // Of the measured step's backward, with events recorded (TrialOptions::
   // record_events) and one micro-batch per step; else zero.

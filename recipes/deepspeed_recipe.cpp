@@ -13,7 +13,11 @@
 //   bf16_params (bf16 weights, fp32 master weights in the optimizer) is what
 //   bf16.enabled does in DeepSpeed.
 // - Optimizer: an "optimizer" section (AdamW / SGD) with the job's
-//   hyper-parameters; 8-bit AdamW has no config type, so the section is left
+//   hyper-parameters and implementation (job/optimizer_implementation.h):
+//   AdamW on the device is torch.optim.AdamW ("torch_adam": true, with
+//   "foreach": false for single_tensor) unless the plan measured fused,
+//   which DeepSpeed's own FusedAdam matches; SGD gets "fused": true or
+//   "foreach": false; 8-bit AdamW has no config type, so the section is left
 //   out and the note says to pass bitsandbytes' optimizer to
 //   deepspeed.initialize(optimizer=...).
 // - SGD under offload: DeepSpeed builds torch.optim.SGD from the section,
@@ -62,14 +66,32 @@ bool has_optimizer_section(const Plan& plan) {
   return plan.config.optimizer != OptimizerKind::kAdamW8bit || plan.config.offload_optimizer;
 }
 
+/// Whether the section's AdamW is torch.optim.AdamW ("torch_adam": true)
+/// rather than DeepSpeed's FusedAdam: on the device (no offload) with the
+/// foreach or single_tensor implementation, as measured. FusedAdam, like
+/// torch's fused AdamW, updates in place with no whole-list temporaries, so
+/// it stands for implementation = "fused".
+bool torch_adam(const Plan& plan) {
+  return plan.config.optimizer == OptimizerKind::kAdamW && !plan.config.offload_optimizer &&
+         plan.optimizer.implementation != OptimizerImplementation::kFused;
+}
+
 Json optimizer_section(const Plan& plan) {
   const OptimizerHyperParameters& o = plan.optimizer;
-  if (plan.config.optimizer == OptimizerKind::kSgd)
-    return Json{{"type", "SGD"},
-                {"params", {{"lr", o.lr}, {"momentum", o.momentum}, {"weight_decay", o.weight_decay}}}};
-  return Json{
-      {"type", "AdamW"},
-      {"params", {{"lr", o.lr}, {"betas", {o.beta1, o.beta2}}, {"eps", o.eps}, {"weight_decay", o.weight_decay}}}};
+  // fused=True / foreach=False (recipe_text.h); DeepSpeed passes the params
+  // to torch.optim.SGD and, after popping torch_adam, to torch.optim.AdamW.
+  const auto [implementation_key, implementation_value] = recipe_text::implementation_keyword(plan);
+  if (plan.config.optimizer == OptimizerKind::kSgd) {
+    Json params{{"lr", o.lr}, {"momentum", o.momentum}, {"weight_decay", o.weight_decay}};
+    if (!implementation_key.empty()) params[implementation_key] = implementation_value == "True";
+    return Json{{"type", "SGD"}, {"params", std::move(params)}};
+  }
+  Json params{{"lr", o.lr}, {"betas", {o.beta1, o.beta2}}, {"eps", o.eps}, {"weight_decay", o.weight_decay}};
+  if (torch_adam(plan)) {
+    params["torch_adam"] = true;
+    if (plan.optimizer.implementation == OptimizerImplementation::kSingleTensor) params["foreach"] = false;
+  }
+  return Json{{"type", "AdamW"}, {"params", std::move(params)}};
 }
 
 }  // namespace
@@ -104,6 +126,17 @@ std::vector<std::string> deepspeed_notes(const Plan& plan) {
         "the host copies; zero_allow_untested_optimizer = true lets ZeRO take it (torch.optim.SGD is not among "
         "ZeRO's tested optimizers), and zero_force_ds_cpu_optimizer = false lets a torch.optim.SGD passed to "
         "deepspeed.initialize(optimizer=...) run under offload instead of DeepSpeed's CPU optimizers");
+  if (torch_adam(plan))
+    notes.push_back(fmt::format(
+        "\"torch_adam\": true makes DeepSpeed build torch.optim.AdamW ({}), the implementation measured; without it "
+        "DeepSpeed builds its FusedAdam, which updates in place with no whole-list temporaries: measure that with "
+        "optimizer.implementation = \"fused\" in the job",
+        plan.optimizer.implementation == OptimizerImplementation::kForeach ? "foreach on CUDA, torch's default"
+                                                                           : "foreach=False: one tensor at a time"));
+  else if (c.optimizer == OptimizerKind::kAdamW && !c.offload_optimizer)
+    notes.push_back(
+        "the plan measured torch.optim.AdamW(fused=True): DeepSpeed builds its own FusedAdam from this section, "
+        "which likewise updates in place with no whole-list temporaries");
   if (c.precision == Precision::kBf16Params)
     notes.push_back(recipe_text::bf16_params_note("\"bf16\": {\"enabled\": true}, as written here"));
   if (recipe_text::uses_deepspeed(c) && plan.device == Device::kCpu)

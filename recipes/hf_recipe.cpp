@@ -54,6 +54,9 @@ using Json = nlohmann::ordered_json;
 std::string hf_optim(const Plan& plan) {
   switch (plan.config.optimizer) {
     case OptimizerKind::kAdamW:
+      // torch.optim.AdamW(fused=True) (transformers/trainer_optimizer.py, _get_adamw_torch)
+      if (!plan.config.offload_optimizer && plan.optimizer.implementation == OptimizerImplementation::kFused)
+        return "adamw_torch_fused";
       return "adamw_torch";
     case OptimizerKind::kAdamW8bit:
       return plan.config.offload_optimizer ? "adamw_torch" : "adamw_bnb_8bit";
@@ -91,11 +94,20 @@ std::vector<std::string> hf_notes(const Plan& plan) {
   if (c.optimizer == OptimizerKind::kAdamW8bit && !c.offload_optimizer)
     notes.push_back("optim = \"adamw_bnb_8bit\" needs the bitsandbytes package");
   if (c.optimizer == OptimizerKind::kAdafactor) notes.push_back(recipe_text::adafactor_note());
-  if (c.optimizer == OptimizerKind::kSgd && !c.offload_optimizer && plan.optimizer.momentum != 0.0)
+  const bool sgd_momentum =
+      c.optimizer == OptimizerKind::kSgd && !c.offload_optimizer && plan.optimizer.momentum != 0.0;
+  if (sgd_momentum)
     notes.push_back(fmt::format(
         "TrainingArguments has no SGD momentum: build optimizer = {} and pass Trainer(..., optimizers=(optimizer, "
         "None))",
         recipe_text::optimizer_call(plan, "model.parameters()")));
+  // adamw_torch_fused says fused; single_tensor, and SGD's other forms, have no optim name.
+  if (!sgd_momentum && hf_optim(plan) != "adamw_torch_fused")
+    if (const std::string note =
+            recipe_text::implementation_note(plan, fmt::format("TrainingArguments(optim=\"{}\")", hf_optim(plan)),
+                                             "pass Trainer(..., optimizers=(optimizer, None))");
+        !note.empty())
+      notes.push_back(note);
   if (c.precision == Precision::kBf16Params)
     notes.push_back(recipe_text::bf16_params_note(
         "`deepspeed` points at ds_config.json (written beside this file), whose \"bf16\" section keeps the "

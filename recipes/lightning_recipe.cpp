@@ -75,8 +75,13 @@ std::string lightning_optimizer_class(const Plan& plan) {
 
 Json optimizer_kwargs(const Plan& plan) {
   const OptimizerHyperParameters& o = plan.optimizer;
-  if (plan.config.optimizer == OptimizerKind::kSgd)
-    return Json{{"lr", o.lr}, {"momentum", o.momentum}, {"weight_decay", o.weight_decay}};
+  // fused=True / foreach=False, the implementation measured (recipe_text.h).
+  const auto [implementation_key, implementation_value] = recipe_text::implementation_keyword(plan);
+  if (plan.config.optimizer == OptimizerKind::kSgd) {
+    Json kwargs{{"lr", o.lr}, {"momentum", o.momentum}, {"weight_decay", o.weight_decay}};
+    if (!implementation_key.empty()) kwargs[implementation_key] = implementation_value == "True";
+    return kwargs;
+  }
   if (plan.config.optimizer == OptimizerKind::kAdafactor)
     return Json{{"lr", o.lr},
                 {"scale_parameter", false},
@@ -85,6 +90,7 @@ Json optimizer_kwargs(const Plan& plan) {
                 {"weight_decay", o.weight_decay}};
   Json kwargs{{"lr", o.lr}, {"betas", {o.beta1, o.beta2}}, {"eps", o.eps}, {"weight_decay", o.weight_decay}};
   if (lightning_optimizer_class(plan) == kCpuAdamClass) kwargs["adamw_mode"] = true;
+  if (!implementation_key.empty()) kwargs[implementation_key] = implementation_value == "True";
   return kwargs;
 }
 

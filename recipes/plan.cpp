@@ -18,7 +18,7 @@ namespace {
 
 bool OptimizerHyperParameters::operator==(const OptimizerHyperParameters& other) const {
   return lr == other.lr && weight_decay == other.weight_decay && beta1 == other.beta1 && beta2 == other.beta2 &&
-         eps == other.eps && momentum == other.momentum;
+         eps == other.eps && momentum == other.momentum && implementation == other.implementation;
 }
 
 bool Plan::operator==(const Plan& other) const {

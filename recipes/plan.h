@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/device.h"
+#include "job/optimizer_implementation.h"
 #include "job/parameter_selection.h"
 #include "strategies/training_config.h"
 
@@ -24,6 +25,9 @@ struct OptimizerHyperParameters {
   double beta2 = 0.999;        // AdamW only
   double eps = 1e-8;           // AdamW only
   double momentum = 0.0;       // SGD only
+  // The torch.optim implementation measured (AdamW, SGD; job/
+  // optimizer_implementation.h); plan.toml: [optimizer] implementation.
+  OptimizerImplementation implementation = kDefaultOptimizerImplementation;
 
   bool operator==(const OptimizerHyperParameters& other) const;
   bool operator!=(const OptimizerHyperParameters& other) const { return !(*this == other); }

@@ -37,12 +37,38 @@ std::string optimizer_class(OptimizerKind kind) {
   return "?";
 }
 
+std::pair<std::string, std::string> implementation_keyword(const Plan& plan) {
+  const TrainingConfig& c = plan.config;
+  if (c.offload_optimizer || (c.optimizer != OptimizerKind::kAdamW && c.optimizer != OptimizerKind::kSgd)) return {};
+  switch (plan.optimizer.implementation) {
+    case OptimizerImplementation::kForeach:
+      return {};
+    case OptimizerImplementation::kFused:
+      return {"fused", "True"};
+    case OptimizerImplementation::kSingleTensor:
+      return {"foreach", "False"};
+  }
+  return {};
+}
+
+std::string implementation_note(const Plan& plan, const std::string& what, const std::string& how) {
+  if (implementation_keyword(plan).first.empty()) return "";
+  return fmt::format(
+      "{} runs torch.optim's default implementation (foreach on CUDA), but the plan measured "
+      "implementation = \"{}\" (its optimizer step's temporaries differ): build optimizer = {} and {}",
+      what, to_string(plan.optimizer.implementation), optimizer_call(plan, "model.parameters()"), how);
+}
+
 std::string optimizer_call(const Plan& plan, const std::string& params, const std::string& python_class) {
   const OptimizerHyperParameters& o = plan.optimizer;
   const std::string cls = python_class.empty() ? optimizer_class(plan.config.optimizer) : python_class;
+  // fused=True / foreach=False, for a torch.optim class only.
+  std::string implementation;
+  if (const auto [key, value] = implementation_keyword(plan); !key.empty() && cls.rfind("torch.optim.", 0) == 0)
+    implementation = fmt::format(", {}={}", key, value);
   if (plan.config.optimizer == OptimizerKind::kSgd)
-    return fmt::format("{}({}, lr={}, momentum={}, weight_decay={})", cls, params, number(o.lr), number(o.momentum),
-                       number(o.weight_decay));
+    return fmt::format("{}({}, lr={}, momentum={}, weight_decay={}{})", cls, params, number(o.lr), number(o.momentum),
+                       number(o.weight_decay), implementation);
   // As TrainingArguments(optim="adafactor") builds it (transformers/
   // trainer.py) and oomtune measured it (strategies/adafactor.h).
   if (plan.config.optimizer == OptimizerKind::kAdafactor)
@@ -50,8 +76,8 @@ std::string optimizer_call(const Plan& plan, const std::string& params, const st
         "{}({}, lr={}, scale_parameter=False, relative_step=False, warmup_init=False, "
         "weight_decay={})",
         cls, params, number(o.lr), number(o.weight_decay));
-  return fmt::format("{}({}, lr={}, betas=({}, {}), eps={}, weight_decay={})", cls, params, number(o.lr),
-                     number(o.beta1), number(o.beta2), number(o.eps), number(o.weight_decay));
+  return fmt::format("{}({}, lr={}, betas=({}, {}), eps={}, weight_decay={}{})", cls, params, number(o.lr),
+                     number(o.beta1), number(o.beta2), number(o.eps), number(o.weight_decay), implementation);
 }
 
 int zero_stage(const TrainingConfig& config) { return config.offload_optimizer ? 2 : 0; }

@@ -3,6 +3,7 @@
 // explained the same way in every framework's file. Internal to recipes/.
 
 #include <string>
+#include <utility>
 
 #include "recipes/plan.h"
 
@@ -17,6 +18,21 @@ std::string describe_checkpoint(const CheckpointPlan& plan);
 /// model.parameters(), lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01)".
 /// `python_class` replaces the class when given (DeepSpeedCPUAdam under offload).
 std::string optimizer_call(const Plan& plan, const std::string& params, const std::string& python_class = "");
+
+/// The torch.optim constructor argument that selects the plan's
+/// implementation (job/optimizer_implementation.h) as a Python keyword and
+/// value: {"fused", "True"} or {"foreach", "False"}; {"", ""} for foreach,
+/// PyTorch's default on CUDA, and wherever the optimizer is not an eager
+/// torch.optim AdamW or SGD (8-bit AdamW, Adafactor, offload's CPU
+/// optimizer).
+std::pair<std::string, std::string> implementation_keyword(const Plan& plan);
+
+/// Note for a framework that builds the optimizer itself from a key with
+/// no implementation choice (`what`, e.g. "TrainingArguments(optim=
+/// \"adamw_torch\")"): the plan measured `implementation`; build
+/// optimizer_call and hand it over as `how`. "" when implementation_keyword
+/// is empty.
+std::string implementation_note(const Plan& plan, const std::string& what, const std::string& how);
 
 /// The Python class the plan's optimizer is, without offload:
 /// "torch.optim.AdamW", "bitsandbytes.optim.AdamW8bit", "torch.optim.SGD".

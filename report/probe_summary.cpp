@@ -86,6 +86,8 @@ std::string render_probe_text(const ProbeSummary& s) {
   line("");
   line(fmt::format("largest allocation   {} by {} during {}", format_bytes(r.largest.bytes), r.largest.op,
                    phase_name(r.largest.phase)));
+  if (const std::string optimizer = optimizer_text(r.optimizer); !optimizer.empty())
+    line(fmt::format("optimizer            {}", optimizer));
   if (const std::string scratch = kernel_scratch_text(r.kernel_scratch); !scratch.empty())
     line(fmt::format("kernel scratch       {}", scratch));
   if (r.attention) line(fmt::format("attention            {}", attention_text(*r.attention)));

@@ -95,6 +95,7 @@ std::optional<ActivationFit> fit_activations(const JobSpec& job, const TrainingC
 int run_probe(ProbeFlags flags) {
   TrainingConfig from_plan;
   ParameterSelection plan_trainable;
+  OptimizerImplementation plan_implementation = kDefaultOptimizerImplementation;
   bool have_plan = false;
   if (!flags.plan_path.empty()) {
     // A plan names its job; an explicit JOB argument wins.
@@ -105,6 +106,7 @@ int run_probe(ProbeFlags flags) {
     if (!flags.overrides.global_batch) flags.overrides.global_batch = plan.global_batch;
     from_plan = plan.config;
     plan_trainable = plan.trainable;
+    plan_implementation = plan.optimizer.implementation;
     have_plan = true;
   }
   if (flags.job_path.empty()) throw InputError("probe: give a job spec (JOB.toml) or --plan PLAN.toml");
@@ -121,6 +123,13 @@ int run_probe(ProbeFlags flags) {
     fmt::print(stderr, "probe: {} was measured with {}, not {}'s {}: probing the plan's\n", flags.plan_path,
                describe(plan_trainable), flags.job_path, describe(job.trainable));
     job.trainable = plan_trainable;
+  }
+  // Likewise the torch.optim implementation the plan measured.
+  if (have_plan && plan_implementation != job.optimizer.implementation) {
+    fmt::print(stderr, "probe: {} was measured with optimizer implementation {}, not {}'s {}: probing the plan's\n",
+               flags.plan_path, to_string(plan_implementation), flags.job_path,
+               to_string(job.optimizer.implementation));
+    job.optimizer.implementation = plan_implementation;
   }
   TrainingConfig config =
       normalize_config(parse_config_overrides(flags.config, have_plan ? from_plan : baseline_config(job)), job);

@@ -12,6 +12,8 @@
 #include "strategies/adamw8bit.h"
 #include "strategies/attention_op.h"
 #include "strategies/attention_rewrite.h"
+#include "strategies/eager_adamw.h"
+#include "strategies/eager_sgd.h"
 #include "strategies/master_weights.h"
 #include "strategies/mixed_precision.h"
 
@@ -29,13 +31,20 @@ Batch in_model_precision(Batch host, const JobSpec& job, std::optional<at::Scala
 
 }  // namespace
 
+std::optional<OptimizerImplementation> eager_implementation(const TrainingConfig& config, const OptimizerSpec& spec) {
+  const bool torch_optim = config.optimizer == OptimizerKind::kAdamW || config.optimizer == OptimizerKind::kSgd;
+  if (!torch_optim || config.offload_optimizer) return std::nullopt;
+  return spec.implementation;
+}
+
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind, const OptimizerSpec& spec,
-                                                        std::vector<at::Tensor> params) {
+                                                        std::vector<at::Tensor> params, bool libtorch_loop) {
   switch (kind) {
     case OptimizerKind::kAdamW: {
       torch::optim::AdamWOptions options(spec.lr);
       options.betas({spec.beta1, spec.beta2}).eps(spec.eps).weight_decay(spec.weight_decay);
-      return std::make_unique<torch::optim::AdamW>(std::move(params), options);
+      if (libtorch_loop) return std::make_unique<torch::optim::AdamW>(std::move(params), options);
+      return std::make_unique<EagerAdamW>(std::move(params), options, spec.implementation);
     }
     case OptimizerKind::kAdamW8bit: {
       AdamW8bitOptions options(spec.lr);
@@ -52,7 +61,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind, cons
     case OptimizerKind::kSgd: {
       torch::optim::SGDOptions options(spec.lr);
       options.momentum(spec.momentum).weight_decay(spec.weight_decay);
-      return std::make_unique<torch::optim::SGD>(std::move(params), options);
+      if (libtorch_loop) return std::make_unique<torch::optim::SGD>(std::move(params), options);
+      return std::make_unique<EagerSgd>(std::move(params), options, spec.implementation);
     }
   }
   throw ConfigError("unknown optimizer");
@@ -72,9 +82,10 @@ TrainingStep::TrainingStep(ModelSession& session, const TrainingConfig& config)
   if (config_.offload_optimizer || low_precision) {
     // Masters first, from the fp32 parameters, so they start exact.
     const MasterPlacement where = config_.offload_optimizer ? MasterPlacement::kHost : MasterPlacement::kDevice;
-    master_ = std::make_unique<MasterWeightOptimizer>(
-        session_.parameters(), where,
-        [&](std::vector<at::Tensor> masters) { return make_optimizer(kind, spec, std::move(masters)); });
+    master_ =
+        std::make_unique<MasterWeightOptimizer>(session_.parameters(), where, [&](std::vector<at::Tensor> masters) {
+          return make_optimizer(kind, spec, std::move(masters), where == MasterPlacement::kHost);
+        });
   } else {
     optimizer_ = make_optimizer(kind, spec, session_.parameters());
   }

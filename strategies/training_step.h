@@ -86,8 +86,21 @@ class TrainingStep {
   std::unique_ptr<DynamicLossScaler> scaler_;
 };
 
+/// The torch.optim implementation a step of `config` runs for the job's
+/// optimizer `spec` (make_optimizer): spec.implementation for AdamW and SGD
+/// on the device (bf16_params' device masters included); nullopt for 8-bit
+/// AdamW, Adafactor and offload's host update, which are not eager torch.optim.
+std::optional<OptimizerImplementation> eager_implementation(const TrainingConfig& config, const OptimizerSpec& spec);
+
 /// Makes the optimizer `kind` over `params` with the job's hyper-parameters.
+/// AdamW and SGD run the job's torch.optim implementation
+/// (spec.implementation: strategies/eager_adamw.h, eager_sgd.h), the
+/// temporaries of the user's eager training; with `libtorch_loop`,
+/// libtorch's own torch::optim::AdamW / SGD instead, one parameter at a
+/// time: the host update of optimizer offload, which no eager torch.optim
+/// call runs (DeepSpeed's CPU Adam). 8-bit AdamW and Adafactor are
+/// oomtune's own loops either way (not foreach-modelled).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind, const OptimizerSpec& spec,
-                                                        std::vector<at::Tensor> params);
+                                                        std::vector<at::Tensor> params, bool libtorch_loop = false);
 
 }  // namespace oomtune

@@ -171,6 +171,9 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
   report.torch_version = compat::torch_version();
   report.optimizing_executor = job.optimizing_executor;
   report.precision_form = precision_form(config.precision);
+  report.optimizer.name = to_string(config.optimizer);
+  if (const auto implementation = eager_implementation(config, job.optimizer))
+    report.optimizer.implementation = to_string(*implementation);
   report.timing.tolerance = options.timing_tolerance;
   set_optimizing_executor(job.optimizing_executor);
 
@@ -294,6 +297,8 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
       if (index == 2) {
         tracker.end_phase();
         for (std::size_t p = 0; p < kNumPhases; ++p) report.phases[p] = tracker.phase(static_cast<Phase>(p));
+        const PhaseMemory& update = report.phases[static_cast<std::size_t>(Phase::kOptimizer)];
+        report.optimizer.temporary_bytes = update.peak_bytes - update.start_bytes;
         report.largest = tracker.largest();
         const AttentionRecord attention = take_attention_record();
         if (attention.total_calls() > 0) report.attention = attention;

@@ -90,6 +90,9 @@ TEST(JobSpec, DefaultsArePinned) {
   EXPECT_EQ(spec.cuda_target, "sm90");
   EXPECT_DOUBLE_EQ(spec.optimizer.weight_decay, 0.01);
   EXPECT_DOUBLE_EQ(spec.optimizer.beta2, 0.999);
+  // torch.optim's default for CUDA parameters (optimizer.py,
+  // _default_to_fused_or_foreach), the target even of a CPU probe.
+  EXPECT_EQ(spec.optimizer.implementation, OptimizerImplementation::kForeach);
   EXPECT_TRUE(std::holds_alternative<std::monostate>(spec.output));
 }
 
@@ -127,7 +130,10 @@ TEST(JobSpec, EachBadInputGetsItsExactError) {
             "job.toml:4:12: headroom: must be in [0, 0.9], got 1.5");
   EXPECT_EQ(error_of(replace(kGood, "lr = 3e-4", "lr = 3e-4\nlearning_rate = 1")),
             "job.toml:25:1: optimizer.learning_rate: unknown key (did you mean 'lr'?; valid: kind, lr, "
-            "weight_decay, betas, eps, momentum)");
+            "weight_decay, betas, eps, momentum, implementation)");
+  EXPECT_EQ(error_of(replace(kGood, "lr = 3e-4", "lr = 3e-4\nimplementation = \"fuse\"")),
+            "job.toml:25:18: optimizer.implementation: unknown value 'fuse' (did you mean 'fused'?; valid: foreach, "
+            "fused, single_tensor)");
   EXPECT_EQ(error_of(replace(kGood, "model = \"models/gpt.pt\"\n", "")), "job.toml:1:1: model: missing required key");
   EXPECT_EQ(error_of("model = \"a.pt\"\nglobal_batch = [\n"),
             "job.toml:2:18: Error while parsing array: encountered end-of-file");
@@ -383,6 +389,25 @@ TEST(JobSpec, JsonCarriesPathsByteForByte) {
   // UTF-8 paths stay strings.
   job.model_path = "/data/m\xC3\xA9moire/gpt.pt";
   EXPECT_EQ(to_json(job).at("model_path"), "/data/m\xC3\xA9moire/gpt.pt");
+}
+
+TEST(JobSpec, TheOptimizerImplementationIsReadAndCarried) {
+  for (const OptimizerImplementation implementation :
+       {OptimizerImplementation::kForeach, OptimizerImplementation::kFused, OptimizerImplementation::kSingleTensor}) {
+    const std::string name = to_string(implementation);
+    const JobSpec job =
+        parse_job_spec(replace(kGood, "lr = 3e-4", "lr = 3e-4\nimplementation = \"" + name + "\""), "job.toml", "");
+    EXPECT_EQ(job.optimizer.implementation, implementation) << name;
+    EXPECT_EQ(job_spec_from_json(to_json(job)).optimizer.implementation, implementation) << name;
+  }
+  nlohmann::json sent = to_json(parse_job_spec(kGood, "job.toml", ""));
+  sent["optimizer"]["implementation"] = "vectorized";
+  try {
+    job_spec_from_json(sent);
+    ADD_FAILURE() << "an unknown implementation in a job record was accepted";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "job record: unknown optimizer implementation 'vectorized'");
+  }
 }
 
 TEST(JobSpec, TheDeviceIsWrittenByItsName) {

@@ -261,7 +261,8 @@ TEST(Cli, ProbeTableHasPhasesAsRows) {
   const RunResult r = run_oomtune("probe " + job + " --batch 4 --no-fit");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* row : {"\nforward ", "\nloss ", "\nbackward ", "\noptimizer ", "largest allocation", "MiB",
-                          "\nkernel scratch ", "CPU only, not counted toward a CUDA prediction"})
+                          "\nkernel scratch ", "CPU only, not counted toward a CUDA prediction",
+                          "\noptimizer            adamw, foreach: ", "torch.optim's default on CUDA"})
     EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
 }
 
@@ -636,6 +637,31 @@ TEST(Cli, ProbeRunsAPlansTrainableSetBack) {
   EXPECT_EQ(json.at("report").at("static").at("optimizer_state_bytes"), 8 * 1000 * 128);
   EXPECT_NE(r.err.find("probe: " + plan + " was measured with trainable = [head.*], not " + job +
                        "'s every parameter trainable: probing the plan's"),
+            std::string::npos)
+      << r.err;
+}
+
+// Likewise the torch.optim implementation: a plan measured with fused runs
+// fused whatever the job says (default foreach), and says so.
+TEST(Cli, ProbeRunsAPlansOptimizerImplementationBack) {
+  OOMTUNE_REQUIRE_FILE(testing::example_model("gpt"));
+  const std::string job = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
+  const std::string plan = testing::write_temp_file(
+      "fused_plan.toml", "plan_version = 1\n[job]\nspec = \"" + job +
+                             "\"\nglobal_batch = 2\ntrainable = [\"head.*\"]\n[config]\nmicro_batch = 2\n"
+                             "accumulation_steps = 1\n[optimizer]\nlr = 3e-4\nimplementation = \"fused\"\n");
+  const RunResult r = run_oomtune("probe --plan " + plan + " --json --no-fit");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto report = nlohmann::json::parse(r.out).at("report");
+  EXPECT_EQ(report.at("optimizer").at("name"), "adamw");
+  EXPECT_EQ(report.at("optimizer").at("implementation"), "fused");
+  // Fused updates in place: nothing above the state. Its state: exp_avg and
+  // exp_avg_sq of the head ([1000, 128]) and one float32 step count on the
+  // device (torch/optim/adam.py, _init_group with fused=True).
+  EXPECT_EQ(report.at("optimizer").at("temporary_bytes"), 0);
+  EXPECT_EQ(report.at("static").at("optimizer_state_bytes"), 8 * 1000 * 128 + 4);
+  EXPECT_NE(r.err.find("probe: " + plan + " was measured with optimizer implementation fused, not " + job +
+                       "'s foreach: probing the plan's"),
             std::string::npos)
       << r.err;
 }

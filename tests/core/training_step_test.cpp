@@ -258,7 +258,7 @@ TEST(TrainingStep, Bf16ParamsCastsFloatBuffersAndLeavesIntegerOnes) {
 }
 
 TEST(TrainingStep, Bf16ParamsWithOffloadUpdatesLikeDeviceMasters) {
-  // Offload moves the masters to the host; the numbers must not change.
+  // Offload moves the masters to the host; the numbers change by rounding only.
   const JobSpec job = mlp_job(8);
   OOMTUNE_REQUIRE_FILE(job.model_path);
   const Batch batch = make_batch(job, 8, 5);
@@ -277,7 +277,15 @@ TEST(TrainingStep, Bf16ParamsWithOffloadUpdatesLikeDeviceMasters) {
   const auto device = parameters_after_two_steps(false);
   const auto host = parameters_after_two_steps(true);
   ASSERT_EQ(device.size(), host.size());
-  for (std::size_t i = 0; i < device.size(); ++i) EXPECT_TRUE(at::equal(device[i], host[i])) << "parameter " << i;
+  // The host update is libtorch's AdamW loop (exp_avg.mul_().add_()), the
+  // device one torch.optim's foreach (lerp_): the same update up to fp32
+  // rounding, which can move a bf16 parameter's rounding by one ulp (2^-7
+  // relative at most: 8 significant bits) and no further.
+  for (std::size_t i = 0; i < device.size(); ++i) {
+    const at::Tensor d = device[i].to(at::kFloat), h = host[i].to(at::kFloat);
+    EXPECT_TRUE(at::allclose(d, h, /*rtol=*/std::ldexp(1.0, -7), /*atol=*/0))
+        << "parameter " << i << " differs by " << ((d - h).abs() / h.abs()).max().item<double>() << " relative";
+  }
 }
 
 TEST(TrainingStep, BadCombinationsGetClearErrors) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "probes/linear_fit.h"
 #include "strategies/training_step.h"
@@ -38,6 +40,42 @@ TEST(Trial, StaticMemoryEqualsTheAnalyticByteCounts) {
   EXPECT_EQ(r.static_memory.gradient_bytes, 4 * kMlpParameters);
   EXPECT_EQ(r.static_memory.optimizer_state_bytes, 8 * kMlpParameters);
   EXPECT_EQ(r.static_memory.optimizer_host_bytes, 0);
+}
+
+// The optimizer line: the measured step's optimizer-phase peak above its
+// start, from the MLP's parameter sizes alone (torch/optim/adam.py, 2.11).
+TEST(Trial, TheOptimizerLineCountsEachImplementationsTemporaries) {
+  JobSpec job = mlp_job(16);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  // Bytes of w1 [512, 256], b1, w2 [512, 512], b2, w3 [10, 512], b3, in order.
+  const std::vector<int64_t> s = {4 * 512 * 256, 4 * 512, 4 * 512 * 512, 4 * 512, 4 * 10 * 512, 4 * 10};
+  int64_t single = 2 * s[0];  // _single_tensor_adam: sqrt and quotient of one, the last denom held
+  for (std::size_t i = 1; i < s.size(); ++i) single = std::max(single, s[i - 1] + 2 * s[i]);
+  const std::pair<OptimizerImplementation, int64_t> expected[] = {
+      {OptimizerImplementation::kForeach, 4 * kMlpParameters},  // _foreach_sqrt of every exp_avg_sq
+      {OptimizerImplementation::kFused, 0},
+      {OptimizerImplementation::kSingleTensor, single},
+  };
+  for (const auto& [implementation, bytes] : expected) {
+    job.optimizer.implementation = implementation;
+    const ProbeReport r = run_trial(job, baseline_config(job), quick());
+    ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
+    EXPECT_EQ(r.optimizer.name, "adamw");
+    EXPECT_EQ(r.optimizer.implementation, to_string(implementation));
+    EXPECT_EQ(r.optimizer.temporary_bytes, bytes) << to_string(implementation);
+    // fused keeps one float32 step count per parameter tensor on the device.
+    const int64_t steps = implementation == OptimizerImplementation::kFused ? 4 * 6 : 0;
+    EXPECT_EQ(r.static_memory.optimizer_state_bytes, 8 * kMlpParameters + steps) << to_string(implementation);
+  }
+  // Not eager torch.optim: named, not foreach-modelled.
+  TrainingConfig config = baseline_config(job);
+  config.optimizer = OptimizerKind::kAdamW8bit;
+  EXPECT_EQ(run_trial(job, config, quick()).optimizer.implementation, "");
+  config = baseline_config(job);
+  config.offload_optimizer = true;
+  const ProbeReport offload = run_trial(job, config, quick());
+  EXPECT_EQ(offload.optimizer.name, "adamw");
+  EXPECT_EQ(offload.optimizer.implementation, "");
 }
 
 TEST(Trial, AdafactorKeepsARowAndAColumnPerWeightMatrix) {

@@ -40,6 +40,29 @@ TEST(ProbeReportJson, KernelScratchAndMeasuredReservedRoundTrip) {
   EXPECT_FALSE(probe_report_from_json(to_json(r)).measured_reserved.has_value());
 }
 
+TEST(ProbeReportJson, TheOptimizerLineRoundTripsAndNamesItsImplementation) {
+  ProbeReport r;
+  r.optimizer = {"adamw", "foreach", 1310720};
+  const ProbeReport back = probe_report_from_json(to_json(r));
+  EXPECT_EQ(back.optimizer.name, "adamw");
+  EXPECT_EQ(back.optimizer.implementation, "foreach");
+  EXPECT_EQ(back.optimizer.temporary_bytes, 1310720);
+  EXPECT_EQ(optimizer_text(r.optimizer),
+            "adamw, foreach: 1.25 MiB of temporaries above its state at the step's peak (whole-list: "
+            "torch._foreach_* over every parameter at once; torch.optim's default on CUDA)");
+  EXPECT_EQ(optimizer_text({"adamw8bit", "", 4096}),
+            "adamw8bit: 4.00 KiB of temporaries above its state at the step's peak (oomtune's own loop; not "
+            "foreach-modelled)");
+  EXPECT_EQ(optimizer_text({"sgd", "", 0}),
+            "sgd: 0 B of temporaries above its state at the step's peak (offload: libtorch's loop on the host; not "
+            "foreach-modelled)");
+  // Reports recorded before the line have none.
+  nlohmann::json old = to_json(r);
+  old.erase("optimizer");
+  EXPECT_EQ(probe_report_from_json(old).optimizer.name, "");
+  EXPECT_EQ(optimizer_text(probe_report_from_json(old).optimizer), "");
+}
+
 TEST(ProbeReportJson, ThePhaseAtFailureIsAPhaseWrittenByItsName) {
   ProbeReport r;
   r.outcome = TrialOutcome::kOutOfMemory;

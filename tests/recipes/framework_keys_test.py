@@ -14,7 +14,9 @@ frameworks enforce when they load them:
   pydantic sections accept only their fields (extra="forbid"); an optimizer
   "type" is one of DEEPSPEED_OPTIMIZERS (any case) or a torch.optim class,
   and its "params" are that optimizer's keyword arguments (DeepSpeedCPUAdam
-  under offload, FusedAdam otherwise; engine.py _configure_basic_optimizer).
+  under offload, FusedAdam otherwise; engine.py _configure_basic_optimizer),
+  or with "torch_adam": true torch.optim.AdamW's, "foreach" among them
+  (engine.py get_optimizer_configuration pops both; DeepSpeed 0.19.8).
 - transformers: TrainingArguments' fields; optim one of OptimizerNames; not
   both bf16 and fp16; `deepspeed` names a file written beside it.
 - Lightning: Trainer's parameters, a precision of _PRECISION_INPUT_STR, a
@@ -101,7 +103,11 @@ def check_deepspeed(path, plan):
     if optimizer is not None:
         subset(optimizer, ["type", "params"], where, "optimizer keys")
         kind = optimizer["type"]
-        if kind.lower() in ds["optimizer_types"]:
+        params = optimizer.get("params", {})
+        if kind.lower() in ds["optimizer_types"] and params.get("torch_adam"):
+            torch_adamw = kwargs_of("torch.optim.AdamW")
+            allowed = None if torch_adamw is None else ["torch_adam", "foreach"] + torch_adamw
+        elif kind.lower() in ds["optimizer_types"]:
             allowed = ds["cpu_adam_kwargs"] if plan["offload"] else ds["fused_adam_kwargs"]
         else:
             allowed = kwargs_of(f"torch.optim.{kind}")

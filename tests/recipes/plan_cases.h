@@ -18,6 +18,12 @@
 //                     without use_cpu on a machine with no bf16 GPU)
 //   lora_adapters     only the LoRA adapters train (trainable globs,
 //                     examples/llama_lora.toml): every writer notes the set
+//   fused_adamw       plain fp32 AdamW measured with optimizer.implementation
+//                     = "fused" (HF adamw_torch_fused, DeepSpeed's FusedAdam,
+//                     fused=True in the optimizer calls)
+//   sgd_single_tensor SGD with weight decay, no momentum, measured with
+//                     implementation = "single_tensor" (foreach=False; a note
+//                     where a framework has no key)
 
 #include <string>
 #include <utility>
@@ -149,6 +155,20 @@ inline std::vector<std::pair<std::string, Plan>> golden_plans() {
   lora.measured_peak_bytes = 41'943'040;
   lora.measured_samples_per_second = 120.0;
   cases.emplace_back("lora_adapters", lora);
+
+  Plan fused = base_plan(8, 4);
+  fused.optimizer.implementation = OptimizerImplementation::kFused;
+  fused.measured_peak_bytes = 12'884'901'888;
+  cases.emplace_back("fused_adamw", fused);
+
+  Plan single = base_plan(16, 2);
+  single.config.optimizer = OptimizerKind::kSgd;
+  single.optimizer.lr = 0.05;
+  single.optimizer.weight_decay = 1e-4;
+  single.optimizer.implementation = OptimizerImplementation::kSingleTensor;
+  single.model_path = "examples/models/resnet18.pt";
+  single.job_spec_path = "examples/resnet18.toml";
+  cases.emplace_back("sgd_single_tensor", single);
 
   return cases;
 }

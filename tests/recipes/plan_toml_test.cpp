@@ -41,6 +41,8 @@ TEST(PlanToml, DefaultsArePinned) {
   EXPECT_EQ(plan.optimizer.beta2, 0.999);
   EXPECT_EQ(plan.optimizer.eps, 1e-8);
   EXPECT_EQ(plan.optimizer.momentum, 0.0);
+  // Plans written before the key: torch.optim's default on CUDA.
+  EXPECT_EQ(plan.optimizer.implementation, OptimizerImplementation::kForeach);
   EXPECT_EQ(plan.device, Device::kCuda);
   EXPECT_FALSE(plan.budget_bytes);
   EXPECT_EQ(plan.headroom, 0.05);
@@ -129,7 +131,10 @@ TEST(PlanToml, ErrorsNameFileLineColumnAndKey) {
             "optimizer, result)");
   EXPECT_EQ(error_of(std::string(kMinimal) + "[optimizer]\nlearning_rate = 0.1\n"),
             "plan.toml:5:1: optimizer.learning_rate: unknown key (did you mean 'lr'?; valid: lr, weight_decay, "
-            "betas, eps, momentum)");
+            "betas, eps, momentum, implementation)");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "[optimizer]\nimplementation = \"single\"\n"),
+            "plan.toml:5:18: optimizer.implementation: unknown value 'single' (did you mean 'single_tensor'?; valid: "
+            "foreach, fused, single_tensor)");
   EXPECT_EQ(error_of("[config]\nmicro_batch = \"4\"\naccumulation_steps = 2\n"),
             "plan.toml:2:15: config.micro_batch: expected an integer, got a string");
   EXPECT_EQ(error_of("[config]\nmicro_batch = 0\naccumulation_steps = 2\n"),
