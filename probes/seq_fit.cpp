@@ -88,7 +88,7 @@ SeqPeakFit fit_with(const std::vector<SeqPoint>& points, const Terms& terms) {
 
 }  // namespace
 
-SeqPeakFit fit_seq_peak(const std::vector<SeqPoint>& points) {
+SeqPeakFit fit_seq_peak(const std::vector<SeqPoint>& points, bool allow_quadratic) {
   std::set<int64_t> batches, lengths;
   for (const SeqPoint& p : points) {
     if (p.micro_batch < 1 || p.length < 1)
@@ -112,7 +112,7 @@ SeqPeakFit fit_seq_peak(const std::vector<SeqPoint>& points) {
         std::max(miss, std::fabs(p.bytes - linear(static_cast<double>(p.micro_batch), static_cast<double>(p.length))));
   }
   linear.linear_miss = high > low ? miss / (high - low) : 0;
-  if (lengths.size() < 3 || linear.linear_miss <= kSeqLinearTolerance) return linear;
+  if (!allow_quadratic || lengths.size() < 3 || linear.linear_miss <= kSeqLinearTolerance) return linear;
   terms.quadratic = true;
   SeqPeakFit quadratic = fit_with(points, terms);
   quadratic.linear_miss = linear.linear_miss;

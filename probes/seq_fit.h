@@ -57,9 +57,13 @@ struct SeqPeakFit {
   }
 };
 
-/// Fits `points`. Throws InputError when they hold fewer than two distinct
-/// lengths, a micro-batch or length < 1, or bytes that are not finite.
-SeqPeakFit fit_seq_peak(const std::vector<SeqPoint>& points);
+/// Fits `points`; without `allow_quadratic` (the step's events show no
+/// request growing with T², allocsim/length_model.h) the T² term is never
+/// kept: a peak that moves between moments is a largest of lines, whose
+/// bend is not a T² tensor. Throws InputError when they hold fewer than two
+/// distinct lengths, a micro-batch or length < 1, or bytes that are not
+/// finite.
+SeqPeakFit fit_seq_peak(const std::vector<SeqPoint>& points, bool allow_quadratic = true);
 
 /// COUNT: the largest micro-batch B >= 0 with fit(B, length) <= budget
 /// (bytes); `cap` when the fit does not grow with B (or B beyond it fits).

@@ -262,7 +262,10 @@ std::string render_autotune_text(const AutotuneReport& report) {
                     format_bytes(s.usable_budget_bytes)));
     if (report.nothing_fits) out += report.nothing_fits->table;
   }
-  if (report.sequence) out += render_autotune_sequence(*report.sequence);
+  if (report.sequence) {
+    line("");
+    out += render_autotune_sequence(*report.sequence);
+  }
   if (!s.notes.empty()) {
     line("");
     for (const auto& note : s.notes) line("note: " + note);

@@ -55,12 +55,12 @@ std::vector<Phase> SequenceFit::quadratic_phases() const {
   return out;
 }
 
-void fit_sequence_phases(SequenceFit& fit) {
+void fit_sequence_phases(SequenceFit& fit, bool allow_quadratic) {
   for (Phase phase : kStepPhases) {
     std::vector<SeqPoint> points;
     for (const SequenceProbe& p : fit.probes)
       points.push_back({p.micro_batch, p.length, p.phase_peaks[static_cast<std::size_t>(phase)]});
-    fit.phases[static_cast<std::size_t>(phase)] = fit_seq_peak(points);
+    fit.phases[static_cast<std::size_t>(phase)] = fit_seq_peak(points, allow_quadratic);
   }
   if (!fit.usable_budget_bytes) return;
   const auto budget = static_cast<double>(*fit.usable_budget_bytes);
@@ -228,7 +228,10 @@ std::string render_sequence_text(const SequenceFit& fit) {
   std::vector<std::string> quadratic;
   for (Phase p : fit.quadratic_phases()) quadratic.emplace_back(phase_name(p));
   line(fmt::format("T^2 term  {}", quadratic.empty()
-                                       ? std::string("in no phase: every peak is a line in T (within 1 % of its span)")
+                                       ? std::string(fit.events_fitted && fit.quadratic_operators.empty()
+                                                         ? "in no phase: no request of the step grows with T^2"
+                                                         : "in no phase: every peak is a line in T (within 1 % of "
+                                                           "its span)")
                                        : fmt::format("in {} (a line in T misses by more than 1 % of the span)",
                                                      fmt::join(quadratic, ", "))));
   if (!fit.events_fitted) {

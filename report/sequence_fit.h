@@ -77,12 +77,13 @@ struct SequenceFit {
   std::vector<Phase> quadratic_phases() const;
 };
 
-/// Fits every phase of `probes` (fit_seq_peak) and, with a budget, answers
+/// Fits every phase of `probes` (fit_seq_peak, passing `allow_quadratic`:
+/// false where the step's events show no T² request) and, with a budget, answers
 /// from the fits (answer_from_events replaces them where events were
 /// recorded):
 /// largest_micro_batch and longest_length (the smallest over the phases).
 /// Throws InputError as fit_seq_peak does.
-void fit_sequence_phases(SequenceFit& fit);
+void fit_sequence_phases(SequenceFit& fit, bool allow_quadratic = true);
 
 /// Per-phase peaks (bytes against the budget) at micro-batch `b` and length
 /// `t` from `events` (non-empty, ascending micro-batches): at each events

@@ -186,7 +186,6 @@ SequenceFit fit_sequence(const JobSpec& job, const TrainingConfig& config, const
     }
   }
   activation_fit = activation_fit_of(at_job_length);
-  fit_sequence_phases(fit);
   std::vector<SequenceEvents> events;
   for (auto& [b, at_b] : samples) {
     if (at_b.size() < 3) continue;
@@ -210,6 +209,11 @@ SequenceFit fit_sequence(const JobSpec& job, const TrainingConfig& config, const
     fit.events_micro_batch = events.back().micro_batch;
     fit.quadratic_operators = quadratic_operators(events.back().model, fit.length);
   }
+  // Where the events show no request growing with T², no phase keeps a T²
+  // term (probes/seq_fit.h).
+  fit_sequence_phases(
+      fit, std::any_of(events.begin(), events.end(), [](const SequenceEvents& e) { return e.model.quadratic(); }) ||
+               events.empty());
   answer_from_events(fit, events, predict_lengths);
   return fit;
 }

@@ -44,19 +44,28 @@ inline double measured_peak(const nlohmann::json& probe) {
 }
 
 /// Probes `job` (a TOML path) at lengths 128, 256, 512 and micro-batches 1
-/// and 2, predicts the peak at length 1024 and micro-batch 2, runs a trial
-/// there, and expects the two within `tolerance` (a fraction of the
-/// measured peak). Prints both and the error.
+/// and 2, with a prediction at length 1024 and micro-batch 2, runs a trial
+/// there, and expects the probe's prediction (the step's events replayed)
+/// within `tolerance` (a fraction of the measured peak). Prints it, the
+/// phase fits' own prediction (predicted_peak) and their errors.
 inline void expect_unseen_length_within(const std::string& job, const std::string& what, double tolerance) {
-  const auto fit = probe_json(job + " --seq 512 --config micro_batch=2 --fit-batches 1,2 --fit-lengths 128,256,512");
+  const auto fit = probe_json(job + " --seq 512 --config micro_batch=2 --fit-batches 1,2 --fit-lengths 128,256,512 " +
+                              "--predict-lengths 1024");
   ASSERT_TRUE(fit.contains("sequence"));
   const auto run = probe_json(job + " --seq 1024 --config micro_batch=2 --no-fit");
   ASSERT_TRUE(run.contains("report"));
-  const double predicted = predicted_peak(fit.at("sequence"), 2, 1024);
+  const auto& s = fit.at("sequence");
+  ASSERT_TRUE(s.at("answers_from_events").get<bool>());
+  ASSERT_EQ(s.at("predictions").size(), 1u);
+  const double predicted = s.at("predictions").at(0).at("peak_bytes");
+  const double from_fits = predicted_peak(s, 2, 1024);
+  EXPECT_NEAR(s.at("predictions").at(0).at("fit_peak_bytes").get<double>(), from_fits, 1e-6 * from_fits);
   const double measured = measured_peak(run);
-  const double error = (predicted - measured) / measured;
-  std::printf("%s: T = 1024, micro-batch 2: predicted %.0f bytes, measured %.0f bytes, error %+.3f %%\n", what.c_str(),
-              predicted, measured, 100 * error);
+  const double error = (predicted - measured) / measured, fits_error = (from_fits - measured) / measured;
+  std::printf(
+      "%s: T = 1024, micro-batch 2: measured %.0f bytes; predicted %.0f (events replayed, error %+.3f %%), phase "
+      "fits %.0f (error %+.3f %%)\n",
+      what.c_str(), measured, predicted, 100 * error, from_fits, 100 * fits_error);
   EXPECT_LT(std::fabs(error), tolerance) << what << ": predicted " << predicted << ", measured " << measured;
 }
 

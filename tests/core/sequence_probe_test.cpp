@@ -19,6 +19,7 @@ namespace {
 
 using testing::expect_unseen_length_within;
 using testing::probe_json;
+using testing::RunResult;
 
 // A language-model job on `model` with input_ids and targets ["batch",
 // "seq"] in [0, 1000), next-token cross-entropy; the budget large enough
@@ -88,6 +89,35 @@ TEST(SequenceProbe, PredictsTheGptsPeakAtAnUnseenLengthWithin3Percent) {
   OOMTUNE_REQUIRE_FILE(testing::example_model("gpt_seq"));
   expect_unseen_length_within(seq_job("gpt_seq_3pc", testing::example_model("gpt_seq"), 512),
                               "example GPT (gpt_seq.pt)", 0.03);
+}
+
+// autotune keeps the length as given: every trial at the range's max; with
+// seq = [min, max] it fits the chosen configuration over lengths in the
+// range and reports the longest sequence that fits, beyond the max here
+// (the token MLP at 64 tokens holds a few MiB of a 24 MiB budget).
+TEST(SequenceProbe, AutotuneKeepsTheLengthAndReportsTheLongestThatFits) {
+  OOMTUNE_REQUIRE_FILE(testing::test_model("token_mlp"));
+  std::string job = seq_job("token_mlp_range", testing::test_model("token_mlp"), 64);
+  const RunResult r = testing::run_oomtune("autotune " + job + " --json --batch 8 --budget 24MiB");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The fixed length: kept, no fit.
+  const auto fixed = nlohmann::json::parse(r.out).at("sequence");
+  EXPECT_EQ(fixed.at("length"), 64);
+  EXPECT_TRUE(fixed.at("min_length").is_null());
+  EXPECT_FALSE(fixed.contains("longest_length"));
+  // A range: kept at its max, the longest sequence fitted.
+  std::string text = testing::slurp(job);
+  text.replace(text.find("seq = 64"), 8, "seq = [16, 64]");
+  job = testing::write_temp_file("token_mlp_range2.toml", text);
+  const RunResult ranged = testing::run_oomtune("autotune " + job + " --json --batch 8 --budget 24MiB");
+  ASSERT_EQ(ranged.exit_code, 0) << ranged.err;
+  const auto s = nlohmann::json::parse(ranged.out).at("sequence");
+  EXPECT_EQ(s.at("length"), 64);
+  EXPECT_EQ(s.at("min_length"), 16);
+  EXPECT_TRUE(s.at("length_kept").get<bool>());
+  EXPECT_GT(s.at("longest_length").get<int64_t>(), 64);
+  EXPECT_EQ(s.at("fit").at("probes").size(), 3u);  // 16, 40, 64
+  EXPECT_TRUE(s.at("fit").at("quadratic_phases").empty());
 }
 
 }  // namespace
