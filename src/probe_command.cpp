@@ -86,7 +86,7 @@ ProbeReport run_fit_trial(const JobSpec& job, const TrainingConfig& config, int6
   options.min_timed_steps = 1;
   options.max_timed_steps = 1;
   options.enforce_budget = false;
-  options.record_events = !events_path.empty() || job.device == Device::kCuda;  // reserved bytes on CUDA
+  options.record_events = !events_path.empty();  // also the predicted reserved bytes a CUDA budget counts
   options.step_events_path = events_path;
   return run_probe_trial(small, at_b, options);
 }
@@ -251,6 +251,28 @@ int run_probe(ProbeFlags flags) {
   TrainingConfig config =
       normalize_config(parse_config_overrides(flags.config, have_plan ? from_plan : baseline_config(job)), job);
 
+  // The sequence fit's lengths, checked before any trial runs.
+  if (!job.has_seq())
+    for (const auto& [flag, values] :
+         {std::pair{"--fit-lengths", &flags.fit_lengths}, std::pair{"--predict-lengths", &flags.predict_lengths}})
+      if (!values->empty())
+        throw InputError(fmt::format("{}: no input of {} names \"seq\" in its shape", flag, flags.job_path));
+  for (const auto& [flag, values] :
+       {std::pair{"--fit-lengths", &flags.fit_lengths}, std::pair{"--predict-lengths", &flags.predict_lengths}})
+    for (int64_t t : *values)
+      if (t < 1 || t > kMaxSeqLen)
+        throw InputError(fmt::format("{}: each length must be in [1, {}], got {}", flag, kMaxSeqLen, t));
+  std::vector<int64_t> lengths;  // empty: no sequence fit
+  if (job.has_seq()) {
+    lengths = flags.fit_lengths.empty() ? default_fit_lengths(job) : flags.fit_lengths;
+    if (std::set<int64_t>(lengths.begin(), lengths.end()).size() < 2) {
+      if (!flags.fit_lengths.empty())
+        throw InputError("--fit-lengths: the sequence fit needs two or more distinct lengths");
+      fmt::print(stderr, "probe: seq = {} leaves one length to fit (T, T/2, T/4 >= 1): no sequence fit\n",
+                 *job.seq_len);
+      lengths.clear();
+    }
+  }
   fmt::print(stderr, "probe: {} with {}\n", job.model_path, to_string(config));
   TrialOptions options;
   options.enforce_budget = flags.enforce_budget;
@@ -271,22 +293,9 @@ int run_probe(ProbeFlags flags) {
   summary.analytic = {bytes(per.weights, trainable), bytes(per.gradients, trainable),
                       bytes(per.optimizer_state, trainable),
                       bytes(per.frozen_weights, summary.report.frozen_parameter_count)};
-  if (!flags.fit_lengths.empty() && !job.has_seq())
-    throw InputError(fmt::format("--fit-lengths: no input of {} names \"seq\" in its shape", flags.job_path));
-  if (!flags.predict_lengths.empty() && !job.has_seq())
-    throw InputError(fmt::format("--predict-lengths: no input of {} names \"seq\" in its shape", flags.job_path));
-  for (int64_t t : flags.predict_lengths)
-    if (t < 1 || t > kMaxSeqLen)
-      throw InputError(fmt::format("--predict-lengths: each length must be in [1, {}], got {}", kMaxSeqLen, t));
   if (summary.report.outcome == TrialOutcome::kOk && !flags.no_fit) {
     const auto sizes = flags.fit_batches.empty() ? default_fit_batches(config.micro_batch) : flags.fit_batches;
-    if (job.has_seq()) {
-      const auto lengths = flags.fit_lengths.empty() ? default_fit_lengths(job) : flags.fit_lengths;
-      for (int64_t t : lengths)
-        if (t < 1 || t > kMaxSeqLen)
-          throw InputError(fmt::format("--fit-lengths: each length must be in [1, {}], got {}", kMaxSeqLen, t));
-      if (std::set<int64_t>(lengths.begin(), lengths.end()).size() < 2)
-        throw InputError("--fit-lengths: the sequence fit needs two or more distinct lengths");
+    if (!lengths.empty()) {
       summary.sequence = fit_sequence(job, config, sizes, lengths, flags.predict_lengths, summary.activation_fit);
     } else if (sizes.size() >= 2) {
       summary.activation_fit = fit_activations(job, config, sizes);

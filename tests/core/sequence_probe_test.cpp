@@ -91,6 +91,22 @@ TEST(SequenceProbe, PredictsTheGptsPeakAtAnUnseenLengthWithin3Percent) {
                               "example GPT (gpt_seq.pt)", 0.03);
 }
 
+// The flags of the sequence fit name themselves when a job has no "seq".
+TEST(SequenceProbe, SeqFlagsNeedASeqInput) {
+  const std::string job = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
+  const RunResult seq = testing::run_oomtune("probe " + job + " --seq 128");
+  EXPECT_EQ(seq.exit_code, 2);
+  EXPECT_EQ(testing::last_line(seq.err), "oomtune: --seq: no input of " + job + " names \"seq\" in its shape");
+  const RunResult lengths = testing::run_oomtune("probe " + job + " --fit-lengths 16,32");
+  EXPECT_EQ(lengths.exit_code, 2);
+  EXPECT_EQ(testing::last_line(lengths.err),
+            "oomtune: --fit-lengths: no input of " + job + " names \"seq\" in its shape");
+  const std::string seq_job_path = seq_job("gpt_seq_flags", testing::example_model("gpt_seq"), 64);
+  const RunResult one = testing::run_oomtune("probe " + seq_job_path + " --fit-lengths 32,32");
+  EXPECT_EQ(one.exit_code, 2);
+  EXPECT_EQ(testing::last_line(one.err), "oomtune: --fit-lengths: the sequence fit needs two or more distinct lengths");
+}
+
 // autotune keeps the length as given: every trial at the range's max; with
 // seq = [min, max] it fits the chosen configuration over lengths in the
 // range and reports the longest sequence that fits, beyond the max here
