@@ -420,6 +420,9 @@ void apply_overrides(JobSpec& spec, const JobOverrides& overrides) {
     if (*n > kMaxSeqLen) throw InputError(fmt::format("--seq: must be at most {} tokens, got {}", kMaxSeqLen, *n));
     spec.seq_len = *n;
     spec.seq_min.reset();
+    if (const auto index = oversized_input(spec, spec.global_batch))
+      throw InputError(fmt::format("--seq: inputs[{}] '{}': {}", *index, spec.inputs[*index].name,
+                                   oversized_message(spec, *index, spec.global_batch)));
   }
   if (const auto n = count("--batch", overrides.global_batch)) {
     if (const std::string problem = global_batch_problem(*n); !problem.empty()) throw InputError("--batch: " + problem);

@@ -393,6 +393,19 @@ TEST(JobSpec, ASeqDimensionTakesTheJobsLength) {
   EXPECT_EQ(sent.inputs[1].shape, (std::vector<int64_t>{kBatchDim, kSeqDim}));
   const JobSpec none = job_spec_from_json(nlohmann::json::parse(json_text(to_json(parse_job_spec(kGood, "j", "")))));
   EXPECT_FALSE(none.seq_len.has_value());
+  // --seq replaces the length, a range by one length.
+  JobSpec overridden = range;
+  JobOverrides seq;
+  seq.seq_len = 1024;
+  apply_overrides(overridden, seq);
+  EXPECT_EQ(overridden.seq_len, 1024);
+  EXPECT_FALSE(overridden.seq_min.has_value());
+  JobSpec plain = parse_job_spec(kGood, "job.toml", "");
+  EXPECT_THROW(apply_overrides(plain, seq), InputError);  // no input names "seq"
+  seq.seq_len = 0;
+  EXPECT_THROW(apply_overrides(overridden, seq), InputError);
+  seq.seq_len = kMaxSeqLen + 1;
+  EXPECT_THROW(apply_overrides(overridden, seq), InputError);
 }
 
 TEST(JobSpec, EachBadSeqGetsItsExactError) {
