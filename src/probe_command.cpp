@@ -8,7 +8,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
@@ -265,7 +264,9 @@ int run_probe(ProbeFlags flags) {
   std::vector<int64_t> lengths;  // empty: no sequence fit
   if (job.has_seq()) {
     lengths = flags.fit_lengths.empty() ? default_fit_lengths(job) : flags.fit_lengths;
-    if (std::set<int64_t>(lengths.begin(), lengths.end()).size() < 2) {
+    std::sort(lengths.begin(), lengths.end());  // cheap ones first; fit_sequence reads the last as the longest
+    lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+    if (lengths.size() < 2) {
       if (!flags.fit_lengths.empty())
         throw InputError("--fit-lengths: the sequence fit needs two or more distinct lengths");
       fmt::print(stderr, "probe: seq = {} leaves one length to fit (T, T/2, T/4 >= 1): no sequence fit\n",
