@@ -140,10 +140,12 @@ std::string render_autotune_sequence(const AutotuneSequence& q) {
   std::set<int64_t> lengths;
   for (const SequenceProbe& p : f.probes) lengths.insert(p.length);
   out += fmt::format(
-      "          longest sequence the chosen configuration fits: {} tokens at micro-batch {} (limited by {}; fitted to "
+      "          longest sequence the chosen configuration fits: {} tokens at micro-batch {} ({}; fitted to "
       "lengths {}{})\n",
-      f.longest_length, f.micro_batch, phase_name(f.length_limit), fmt::join(lengths, ", "),
-      f.longest_length > f.length ? fmt::format("; beyond {}: extrapolated", f.length) : "");
+      f.longest_length, f.micro_batch,
+      f.length_limit == Phase::kLoad ? std::string("no phase reaches the budget below the cap")
+                                     : fmt::format("limited by {}", phase_name(f.length_limit)),
+      fmt::join(lengths, ", "), f.longest_length > f.length ? fmt::format("; beyond {}: extrapolated", f.length) : "");
   return out;
 }
 
