@@ -6,12 +6,16 @@ python3-torchvision). Writes, into examples/models/ (or --out):
 
   gpt.pt        a small GPT written below (scripted: the blocks stay a
                 ModuleList, so each block call is a prim::CallMethod that
-                activation checkpointing can rewrite)
+                activation checkpointing can rewrite); sequences up to
+                --gpt-seq (64) tokens
+  gpt_seq.pt    the same GPT with a position table and causal mask of
+                --gpt-seq-max (1024) tokens: any length up to it (its
+                job, gpt_seq.toml, names "seq"; docs/sequence_length.md)
   resnet18.pt   torchvision ResNet-18 (scripted)
   resnet50.pt   torchvision ResNet-50 (scripted)
 
 Model files are generated, never committed. The job TOMLs next to this script
-(gpt.toml, resnet18.toml, resnet50.toml) refer to them.
+(gpt.toml, gpt_seq.toml, resnet18.toml, resnet50.toml) refer to them.
 """
 
 import argparse
@@ -106,24 +110,30 @@ def main() -> int:
     here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=os.path.join(here, "models"), help="output folder")
-    parser.add_argument("--only", choices=["gpt", "resnet18", "resnet50"], action="append",
+    parser.add_argument("--only", choices=["gpt", "gpt_seq", "resnet18", "resnet50"], action="append",
                         help="export only these (repeatable)")
     parser.add_argument("--if-missing", action="store_true", help="skip models whose file exists")
     parser.add_argument("--gpt-layers", type=int, default=4)
     parser.add_argument("--gpt-dim", type=int, default=128)
     parser.add_argument("--gpt-heads", type=int, default=4)
     parser.add_argument("--gpt-seq", type=int, default=64)
+    parser.add_argument("--gpt-seq-max", type=int, default=1024,
+                        help="gpt_seq.pt: the longest sequence its position table and mask hold")
     parser.add_argument("--gpt-vocab", type=int, default=1000)
     parser.add_argument("--gpt-dropout", type=float, default=0.1)
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    wanted = set(args.only or ["gpt", "resnet18", "resnet50"])
+    wanted = set(args.only or ["gpt", "gpt_seq", "resnet18", "resnet50"])
     if args.if_missing:
         wanted = {name for name in wanted if not os.path.exists(os.path.join(args.out, f"{name}.pt"))}
     if "gpt" in wanted:
         n = export_gpt(os.path.join(args.out, "gpt.pt"), args.gpt_vocab, args.gpt_dim, args.gpt_layers,
                        args.gpt_heads, args.gpt_seq, args.gpt_dropout)
         print(f"gpt.pt: {n} parameters", file=sys.stderr)
+    if "gpt_seq" in wanted:
+        n = export_gpt(os.path.join(args.out, "gpt_seq.pt"), args.gpt_vocab, args.gpt_dim, args.gpt_layers,
+                       args.gpt_heads, args.gpt_seq_max, args.gpt_dropout)
+        print(f"gpt_seq.pt: {n} parameters", file=sys.stderr)
     for depth in (18, 50):
         if f"resnet{depth}" in wanted:
             n = export_resnet(os.path.join(args.out, f"resnet{depth}.pt"), depth, 1000)

@@ -56,6 +56,8 @@ nlohmann::json to_json(const JobSpec& job) {
           {"output", output},
           {"loss", {{"kind", static_cast<int>(job.loss.kind)}, {"target", job.loss.target}}},
           {"global_batch", job.global_batch},
+          {"seq_len", job.seq_len ? nlohmann::json(*job.seq_len) : nlohmann::json(nullptr)},
+          {"seq_min", job.seq_min ? nlohmann::json(*job.seq_min) : nlohmann::json(nullptr)},
           {"allow_remainder", job.allow_remainder},
           {"optimizer",
            {{"kind", o.kind},
@@ -107,6 +109,8 @@ JobSpec job_spec_from_json(const nlohmann::json& j) {
     job.loss.kind = static_cast<LossSpec::Kind>(j.at("loss").at("kind").get<int>());
     job.loss.target = j.at("loss").at("target").get<std::string>();
     job.global_batch = j.at("global_batch").get<int64_t>();
+    if (j.contains("seq_len") && !j.at("seq_len").is_null()) job.seq_len = j.at("seq_len").get<int64_t>();
+    if (j.contains("seq_min") && !j.at("seq_min").is_null()) job.seq_min = j.at("seq_min").get<int64_t>();
     job.allow_remainder = j.at("allow_remainder").get<bool>();
     const auto& o = j.at("optimizer");
     job.optimizer = {o.at("kind").get<std::string>(), o.at("lr").get<double>(),    o.at("weight_decay").get<double>(),

@@ -24,7 +24,7 @@ const std::vector<std::string> kTopKeys = {
     "model",           "inputs",       "output",          "loss",     "global_batch", "remainder", "optimizer",
     "precision",       "allow_bf16",   "allow_adafactor", "device",   "budget",       "headroom",  "min_micro_batch",
     "max_micro_batch", "verify_steps", "trial_timeout",   "executor", "seed",         "trainable", "frozen",
-    "frozen_dtype",    "cuda_target"};
+    "frozen_dtype",    "cuda_target", "seq"};
 const std::vector<std::string> kInputKeys = {"name", "shape", "dtype", "range"};
 const std::vector<std::string> kLossKeys = {"kind", "target"};
 const std::vector<std::string> kOptimizerKeys = {"kind", "lr",       "weight_decay",  "betas",
@@ -129,7 +129,8 @@ std::string global_batch_problem(int64_t batch) {
 std::optional<std::size_t> oversized_input(const JobSpec& spec, int64_t batch) {
   for (std::size_t i = 0; i < spec.inputs.size(); ++i) {
     double elements = 1;  // a double: the product itself may not fit int64
-    for (int64_t dim : spec.inputs[i].shape) elements *= static_cast<double>(dim == kBatchDim ? batch : dim);
+    for (int64_t dim : spec.inputs[i].shape)
+      elements *= static_cast<double>(dim == kBatchDim ? batch : dim == kSeqDim ? spec.seq_len.value_or(1) : dim);
     if (elements * 8 >= 9223372036854775808.0) return i;
   }
   return std::nullopt;
@@ -138,7 +139,8 @@ std::optional<std::size_t> oversized_input(const JobSpec& spec, int64_t batch) {
 std::string oversized_message(const JobSpec& spec, std::size_t index, int64_t batch) {
   const InputSpec& input = spec.inputs[index];
   std::vector<std::string> dims;
-  for (int64_t dim : input.shape) dims.push_back(dim == kBatchDim ? "\"batch\"" : std::to_string(dim));
+  for (int64_t dim : input.shape)
+    dims.push_back(dim == kBatchDim ? "\"batch\"" : dim == kSeqDim ? "\"seq\"" : std::to_string(dim));
   return fmt::format("[{}] at the global batch {} has more bytes than a tensor can hold", fmt::join(dims, ", "), batch);
 }
 
@@ -157,14 +159,20 @@ InputSpec read_input(const toml::table& table, const std::string& origin, std::s
   if (!shape->is_array() || shape->as_array()->empty())
     reader.fail("shape", "expected a non-empty array such as [\"batch\", 64]");
   int batch_dims = 0;
+  int seq_dims = 0;
   for (const toml::node& dim : *shape->as_array()) {
     if (dim.is_string() && *dim.value<std::string>() == "batch") {
       input.shape.push_back(kBatchDim);
       ++batch_dims;
+    } else if (dim.is_string() && *dim.value<std::string>() == "seq") {
+      if (++seq_dims > 1)
+        reader.fail_at(dim.source(), "shape",
+                       "at most one dimension may be \"seq\" (one sequence length per input), got a second");
+      input.shape.push_back(kSeqDim);
     } else if (dim.is_integer() && *dim.value<int64_t>() >= 1) {
       input.shape.push_back(*dim.value<int64_t>());
     } else {
-      reader.fail_at(dim.source(), "shape", "each dimension is an integer >= 1 or the word \"batch\"");
+      reader.fail_at(dim.source(), "shape", "each dimension is an integer >= 1 or the word \"batch\" or \"seq\"");
     }
   }
   if (batch_dims != 1) reader.fail("shape", fmt::format("exactly one dimension must be \"batch\", got {}", batch_dims));
@@ -265,7 +273,48 @@ void read_parameter_selection(const TableReader& top, JobSpec& spec) {
                          spec.precision, spec.precision, spec.precision == "fp16" ? "float16" : "float32"));
 }
 
+// `seq = N` or `seq = [min, max]` (COUNT, tokens, each in [1, kMaxSeqLen]),
+// required when an input names "seq" and refused when none does.
+void read_seq(const TableReader& top, JobSpec& spec) {
+  const toml::node* node = top.node("seq");
+  std::optional<std::size_t> naming;  // the first input naming "seq"
+  for (std::size_t i = 0; i < spec.inputs.size() && !naming; ++i)
+    if (spec.inputs[i].has_seq()) naming = i;
+  if (!node) {
+    if (naming) {
+      const toml::node& input = *top.node("inputs")->as_array()->get(*naming);
+      top.fail_at(input.as_table()->get("shape")->source(), fmt::format("inputs[{}].shape", *naming),
+                  "names \"seq\" but the job gives no length: add seq = N (tokens) or seq = [min, max]");
+    }
+    return;
+  }
+  if (!naming)
+    top.fail("seq", "no input names \"seq\" in its shape (e.g. shape = [\"batch\", \"seq\"]), so no length to set");
+  const auto length = [&](const toml::node& value) {
+    if (!value.is_integer()) top.fail_at(value.source(), "seq", "expected a whole number of tokens, or [min, max]");
+    const int64_t n = *value.value<int64_t>();
+    if (n < 1 || n > kMaxSeqLen)
+      top.fail_at(value.source(), "seq", fmt::format("must be in [1, {}] tokens, got {}", kMaxSeqLen, n));
+    return n;
+  };
+  if (const toml::array* range = node->as_array()) {
+    if (range->size() != 2) top.fail("seq", fmt::format("expected [min, max], got {} values", range->size()));
+    const int64_t min = length((*range)[0]), max = length((*range)[1]);
+    if (min > max) top.fail("seq", fmt::format("[min, max] needs min <= max, got [{}, {}]", min, max));
+    spec.seq_min = min;
+    spec.seq_len = max;
+  } else {
+    spec.seq_len = length(*node);
+  }
+}
+
 }  // namespace
+
+bool InputSpec::has_seq() const { return std::find(shape.begin(), shape.end(), kSeqDim) != shape.end(); }
+
+bool JobSpec::has_seq() const {
+  return std::any_of(inputs.begin(), inputs.end(), [](const InputSpec& input) { return input.has_seq(); });
+}
 
 std::size_t InputSpec::batch_axis() const {
   for (std::size_t i = 0; i < shape.size(); ++i)
@@ -307,6 +356,7 @@ JobSpec parse_job_spec(const std::string& text, const std::string& origin, const
   read_output(top, spec);
   read_loss(top, spec);
   read_optimizer(top, spec);
+  read_seq(top, spec);
   spec.global_batch = top.integer("global_batch", 1);
   if (const std::string problem = global_batch_problem(spec.global_batch); !problem.empty())
     top.fail("global_batch", problem);
@@ -369,6 +419,16 @@ void apply_overrides(JobSpec& spec, const JobOverrides& overrides) {
     if (value && *value < 1) throw InputError(fmt::format("{}: must be >= 1, got {}", flag, *value));
     return value;
   };
+  if (const auto n = count("--seq", overrides.seq_len)) {
+    if (!spec.has_seq())
+      throw InputError(fmt::format("--seq: no input of {} names \"seq\" in its shape", spec.spec_path));
+    if (*n > kMaxSeqLen) throw InputError(fmt::format("--seq: must be at most {} tokens, got {}", kMaxSeqLen, *n));
+    spec.seq_len = *n;
+    spec.seq_min.reset();
+    if (const auto index = oversized_input(spec, spec.global_batch))
+      throw InputError(fmt::format("--seq: inputs[{}] '{}': {}", *index, spec.inputs[*index].name,
+                                   oversized_message(spec, *index, spec.global_batch)));
+  }
   if (const auto n = count("--batch", overrides.global_batch)) {
     if (const std::string problem = global_batch_problem(*n); !problem.empty()) throw InputError("--batch: " + problem);
     if (const auto index = oversized_input(spec, *n))

@@ -17,6 +17,14 @@ namespace oomtune {
 
 /// The shape dimension that stands for the batch.
 constexpr int64_t kBatchDim = -1;
+/// The shape dimension that stands for the sequence length ("seq"): the
+/// job's `seq` key gives its length (JobSpec::seq_len).
+constexpr int64_t kSeqDim = -2;
+
+/// The longest sequence a job may ask for (COUNT, tokens): 2^24, above the
+/// context of any model in use, so a mistyped length fails here rather than
+/// as an allocation of T² attention scores.
+constexpr int64_t kMaxSeqLen = int64_t{1} << 24;
 
 /// The largest global batch a job may ask for (COUNT, samples per optimizer
 /// step on one device): the search lists every valid micro-batch up to it,
@@ -27,12 +35,15 @@ constexpr int64_t kMaxGlobalBatch = int64_t{1} << 20;
 /// One named model input (or loss target) generated for a trial.
 struct InputSpec {
   std::string name;
-  std::vector<int64_t> shape;     // kBatchDim marks the batch dimension (exactly one)
+  std::vector<int64_t> shape;     // kBatchDim marks the batch dimension (exactly one), kSeqDim the
+                                  // sequence length (at most one)
   std::string dtype = "float32";  // float32, float16, bfloat16, float64, int64, int32, bool
   std::optional<double> low;      // range of values for ints: [low, high); floats: normal(0,1) if unset
   std::optional<double> high;
   /// Index of the batch dimension in `shape`.
   std::size_t batch_axis() const;
+  /// Whether `shape` names "seq".
+  bool has_seq() const;
 };
 
 /// Which part of the model's output the loss reads.
@@ -77,8 +88,14 @@ struct JobSpec {
   std::vector<InputSpec> inputs;  // forward's arguments, by name or in order (model_session.cpp); and the loss target
   OutputSelector output;
   LossSpec loss;
-  int64_t global_batch = 1;      // COUNT: samples per optimizer step
-  bool allow_remainder = false;  // global batch not divisible by the micro-batch: last one smaller
+  int64_t global_batch = 1;  // COUNT: samples per optimizer step
+  // The sequence length T of every "seq" dimension (COUNT, tokens): the
+  // job's `seq = N`, or with `seq = [min, max]` the max (a step must hold
+  // its longest batch); nullopt when no input names "seq". The probe sets it
+  // to each length it measures (docs/sequence_length.md).
+  std::optional<int64_t> seq_len;
+  std::optional<int64_t> seq_min;  // COUNT: with `seq = [min, max]`, min; else nullopt
+  bool allow_remainder = false;    // global batch not divisible by the micro-batch: last one smaller
   OptimizerSpec optimizer;
   std::string precision = "fp32";          // fp32, bf16, fp16
   bool allow_bf16 = false;                 // the search may switch precision to bf16
@@ -100,6 +117,8 @@ struct JobSpec {
 
   /// Inputs passed to forward (all but the loss target), in order.
   std::vector<const InputSpec*> model_inputs() const;
+  /// Whether some input names "seq".
+  bool has_seq() const;
   /// The budget minus headroom (bytes), or nullopt without a budget.
   std::optional<int64_t> usable_budget_bytes() const;
 };
@@ -113,7 +132,9 @@ struct JobSpec {
 /// can hold at the global batch, optimizer values outside
 /// job/hyper_parameters.h's ranges, both `trainable` and `frozen`, an
 /// empty glob list, frozen_dtype = "bf16" without bf16 or bf16_params
-/// precision), and InputError when the file cannot be
+/// precision; a shape with two "seq" dimensions, a shape naming "seq"
+/// without a `seq` key, `seq` without an input naming it, a length < 1 or
+/// above kMaxSeqLen, a range with min > max), and InputError when the file cannot be
 /// read, is binary (a model file: common/text_file.h) or is a plan.toml
 /// ("FILE: is a plan ..., not a job spec; run its configuration with oomtune
 /// probe --plan FILE").
@@ -129,11 +150,13 @@ struct JobOverrides {
   std::optional<int64_t> global_batch;
   std::optional<int64_t> min_micro_batch;
   std::optional<int64_t> max_micro_batch;  // e.g. host RAM of the data loader, CUDA launch limits
+  std::optional<int64_t> seq_len;          // COUNT: tokens; replaces `seq` (a range becomes this one length)
 };
 
 /// Applies overrides. Throws InputError naming the flag for a bad value
 /// (a count below 1, a --batch above kMaxGlobalBatch or one at which an
-/// input would have more bytes than a tensor can hold).
+/// input would have more bytes than a tensor can hold, a --seq outside
+/// [1, kMaxSeqLen] or for a job whose inputs name no "seq").
 void apply_overrides(JobSpec& spec, const JobOverrides& overrides);
 
 }  // namespace oomtune

@@ -130,6 +130,51 @@ std::string render_unverified(const SearchResult& s, const std::vector<const Tra
   return out;
 }
 
+// The sequence lines: the length every trial ran at and, with a range, the
+// longest sequence the chosen configuration fits.
+std::string render_autotune_sequence(const AutotuneSequence& q) {
+  std::string out;
+  if (!q.min_length) {
+    out += fmt::format(
+        "sequence  every trial at T = {} tokens (seq = {}); the length stays as given (seq = [min, max] asks for the "
+        "longest that fits)\n",
+        q.length, q.length);
+    return out;
+  }
+  out +=
+      fmt::format("sequence  every trial at T = {} tokens, the longest of seq = [{}, {}]; the length stays as given\n",
+                  q.length, *q.min_length, q.length);
+  if (!q.fit) {
+    out += fmt::format("          longest sequence that fits: not fitted ({})\n", q.problem);
+    return out;
+  }
+  const SequenceFit& f = *q.fit;
+  std::set<int64_t> lengths;
+  for (const SequenceProbe& p : f.probes) lengths.insert(p.length);
+  out += fmt::format(
+      "          longest sequence the chosen configuration fits: {} tokens at micro-batch {} ({}; fitted to "
+      "lengths {}{})\n",
+      f.longest_length, f.micro_batch,
+      f.length_limit == Phase::kLoad ? std::string("no phase reaches the budget below the cap")
+                                     : fmt::format("limited by {}", phase_name(f.length_limit)),
+      fmt::join(lengths, ", "), f.longest_length > f.length ? fmt::format("; beyond {}: extrapolated", f.length) : "");
+  return out;
+}
+
+nlohmann::json autotune_sequence_json(const AutotuneSequence& q) {
+  nlohmann::json j = {{"length", q.length},
+                      {"min_length", q.min_length ? nlohmann::json(*q.min_length) : nlohmann::json(nullptr)},
+                      {"length_kept", true}};
+  if (q.fit) {
+    j["longest_length"] = q.fit->longest_length;
+    j["longest_length_limited_by"] = std::string(phase_name(q.fit->length_limit));
+    j["fit"] = sequence_fit_json(*q.fit);
+  } else if (!q.problem.empty()) {
+    j["problem"] = q.problem;
+  }
+  return j;
+}
+
 }  // namespace
 
 std::string render_autotune_text(const AutotuneReport& report) {
@@ -253,6 +298,10 @@ std::string render_autotune_text(const AutotuneReport& report) {
                     format_bytes(s.usable_budget_bytes)));
     if (report.nothing_fits) out += report.nothing_fits->table;
   }
+  if (report.sequence) {
+    line("");
+    out += render_autotune_sequence(*report.sequence);
+  }
   if (!s.notes.empty()) {
     line("");
     for (const auto& note : s.notes) line("note: " + note);
@@ -304,6 +353,7 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
   for (const TrailNode* node : unverified_candidates(s)) unverified.push_back(node_json(*node));
   j["unverified"] = unverified;
   j["trial_timeout_seconds"] = report.job.trial_timeout_seconds;
+  if (report.sequence) j["sequence"] = autotune_sequence_json(*report.sequence);
   j["least_memory_failure"] =
       s.least_memory_failure.empty() ? nlohmann::json() : nlohmann::json(s.least_memory_failure);
   return j;

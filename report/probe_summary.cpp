@@ -118,6 +118,11 @@ std::string render_probe_text(const ProbeSummary& s) {
         "samples/s; warm-up {} step, {:.3f} s",
         r.timing.steady_step_seconds, r.timing.step_seconds.size(), r.timing.steady ? "steady" : "not steady",
         r.timing.steady_optimizer_seconds, r.samples_per_second, r.timing.warmup_steps, r.timing.warmup_seconds));
+  if (s.sequence) {
+    line("");
+    out += render_sequence_text(*s.sequence);
+    line("");
+  }
   if (s.budget_bytes) {
     const int64_t margin = *s.budget_bytes - r.peak_bytes;
     line(fmt::format("budget               {}: peak {} ({} {})", format_bytes(*s.budget_bytes),
@@ -146,6 +151,7 @@ nlohmann::json probe_summary_json(const ProbeSummary& s) {
                            {"bytes_per_sample", f.fit.slope},
                            {"max_relative_residual", f.fit.max_relative_residual}};
   }
+  if (s.sequence) j["sequence"] = sequence_fit_json(*s.sequence);
   return j;
 }
 

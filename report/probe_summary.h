@@ -13,6 +13,7 @@
 #include "common/device.h"
 #include "probes/linear_fit.h"
 #include "probes/probe_report.h"
+#include "report/sequence_fit.h"
 
 namespace oomtune {
 
@@ -49,6 +50,7 @@ struct ProbeSummary {
   ProbeReport report;
   AnalyticStatic analytic;
   std::optional<ActivationFit> activation_fit;
+  std::optional<SequenceFit> sequence;  // jobs whose inputs name "seq" (report/sequence_fit.h)
 };
 
 /// Human table: phases as rows, IEC units.

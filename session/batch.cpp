@@ -42,7 +42,10 @@ Batch make_batch(const JobSpec& job, int64_t size, uint64_t seed) {
   for (const InputSpec& input : job.inputs) {
     std::vector<int64_t> shape = input.shape;
     for (int64_t& dim : shape)
-      if (dim == kBatchDim) dim = size;
+      if (dim == kBatchDim)
+        dim = size;
+      else if (dim == kSeqDim)
+        dim = job.seq_len.value_or(1);
     const at::ScalarType type = scalar_type(input.dtype);
     at::Tensor tensor;
     if (at::isIntegralType(type, /*includeBool=*/true)) {

@@ -25,7 +25,8 @@ struct Batch {
   Batch slice(int64_t start, int64_t length) const;
 };
 
-/// Makes a batch of `size` samples for `job`'s inputs, deterministically
+/// Makes a batch of `size` samples for `job`'s inputs (each "seq" dimension
+/// job.seq_len tokens long), deterministically
 /// from `seed`: integer inputs uniform in [low, high), float inputs normal(0,
 /// 1) (or uniform in [low, high) when a range is given). CPU tensors.
 Batch make_batch(const JobSpec& job, int64_t size, uint64_t seed);

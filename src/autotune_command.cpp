@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <set>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -15,6 +16,7 @@
 #include "recipes/recipes.h"
 #include "recipes/zero_estimate.h"
 #include "report/autotune_report.h"
+#include "search/model_fit.h"
 #include "search/search.h"
 #include "trial/child_trial.h"
 
@@ -65,6 +67,70 @@ class ChildTrialRunner : public TrialRunner {
   JobSpec job_;
   ChildTrialOptions child_;
 };
+
+// Note [Autotune and the sequence length]
+// Rationale: a job whose inputs name "seq" trains at a length the user
+// chose; the search's strategies trade memory for time at that length, and
+// trading length for micro-batch would change what is trained (tokens per
+// step, what attention sees), which no configuration may do behind the
+// user's back. So every trial runs at job.seq_len, a range's max included:
+// a step of variable-length training must hold its longest batch.
+// Approach: with seq = [min, max], the chosen configuration runs once more at
+// min, the midpoint and max (one micro-batch per step, as a probe) and each
+// phase's peak is fitted in T (probes/seq_fit.h); the longest length under
+// the usable budget is reported, the length the plan names stays max.
+// Limitations: with accumulation, a later micro-batch holds the gradients
+// as well: their bytes are added to forward's, loss's and backward's peaks
+// (an upper bound for backward, whose peak may include some already).
+AutotuneSequence autotune_sequence(const JobSpec& job, const SearchResult& search, const ChildTrialOptions& child) {
+  AutotuneSequence q;
+  q.length = *job.seq_len;
+  q.min_length = job.seq_min;
+  if (!job.seq_min || !search.chosen) return q;
+  if (*job.seq_min == *job.seq_len) {
+    q.problem = "the range holds one length";
+    return q;
+  }
+  const TrainingConfig& chosen = search.trail[*search.chosen].config;
+  SequenceFit fit;
+  fit.length = *job.seq_len;
+  fit.min_length = job.seq_min;
+  fit.micro_batch = chosen.micro_batch;
+  fit.usable_budget_bytes = job.usable_budget_bytes();
+  std::set<int64_t> lengths = {*job.seq_min, (*job.seq_min + *job.seq_len) / 2, *job.seq_len};
+  for (int64_t t : lengths) {
+    JobSpec at_t = job;
+    at_t.seq_len = t;
+    at_t.global_batch = chosen.micro_batch;
+    at_t.allow_remainder = false;
+    TrainingConfig config = chosen;
+    config.accumulation_steps = 1;
+    TrialOptions options;
+    options.min_timed_steps = 1;
+    options.max_timed_steps = 1;
+    options.enforce_budget = false;
+    options.record_events = true;  // predicted reserved bytes, for CUDA budgets
+    fmt::print(stderr, "autotune: the chosen configuration at length {}\n", t);
+    const ProbeReport r = run_trial_in_child(at_t, config, options, child);
+    if (r.outcome != TrialOutcome::kOk) {
+      fmt::print(stderr, "autotune: length {} left out of the sequence fit: {}\n", t, outcome_text(r));
+      continue;
+    }
+    SequenceProbe probe{chosen.micro_batch, t, phase_peaks_of(r, at_t)};
+    if (chosen.accumulation_steps > 1)
+      for (Phase p : {Phase::kForward, Phase::kLoss, Phase::kBackward})
+        probe.phase_peaks[static_cast<std::size_t>(p)] +=
+            budget_scale(r, at_t) * static_cast<double>(r.static_memory.gradient_bytes);
+    fit.probes.push_back(probe);
+  }
+  try {
+    fit_sequence_phases(fit);
+    q.fit = std::move(fit);
+  } catch (const InputError& e) {
+    q.problem = e.what();
+  }
+  return q;
+}
 
 struct AutotuneFlags {
   std::string job_path;
@@ -142,12 +208,19 @@ int run_autotune(const AutotuneFlags& flags) {
   fmt::print(stderr, "autotune: {} under {} on {}\n", report.job.model_path, format_bytes(*report.job.budget_bytes),
              device_name(report.job.device));
   ChildTrialRunner runner(report.job);
+  if (report.job.has_seq())
+    fmt::print(stderr, "autotune: every trial at sequence length {} (the job's seq)\n", *report.job.seq_len);
   SearchOptions options;
   options.max_verifications = flags.max_verifications;
   options.memory_from = flags.memory_from == "meta" ? MemorySource::kMeta : MemorySource::kProbes;
   options.memory_only = memory_only;
   report.search =
       search(report.job, runner, options, [](const std::string& line) { fmt::print(stderr, "autotune: {}\n", line); });
+  if (report.job.has_seq()) {
+    ChildTrialOptions child;
+    child.timeout_seconds = report.job.trial_timeout_seconds;
+    report.sequence = autotune_sequence(report.job, report.search, child);
+  }
   // No candidate chosen: "nothing fits" only when none ended its
   // verification for a reason other than memory (a timeout proves nothing).
   const bool unverified = !report.search.chosen && !unverified_candidates(report.search).empty();

@@ -41,6 +41,8 @@ void add_job_override_flags(CLI::App& cmd, JobOverrides& overrides) {
       "cpu; meta (probe only, PyTorch 2: bytes without data or compute); cuda is refused until the CUDA memory "
       "backend runs trials (overrides the file)");
   cmd.add_option("--batch", overrides.global_batch, "Global batch size (overrides the file)");
+  cmd.add_option("--seq", overrides.seq_len,
+                 "Sequence length of the inputs that name \"seq\", in tokens (overrides the file's seq)");
 }
 
 #ifdef OOMTUNE_WITH_TORCH

@@ -88,6 +88,9 @@ TEST(JobSpec, DefaultsArePinned) {
   EXPECT_DOUBLE_EQ(spec.trial_timeout_seconds, 600);
   EXPECT_FALSE(spec.optimizing_executor);
   EXPECT_EQ(spec.cuda_target, "sm90");
+  EXPECT_FALSE(spec.seq_len.has_value());
+  EXPECT_FALSE(spec.seq_min.has_value());
+  EXPECT_FALSE(spec.has_seq());
   EXPECT_DOUBLE_EQ(spec.optimizer.weight_decay, 0.01);
   EXPECT_DOUBLE_EQ(spec.optimizer.beta2, 0.999);
   // torch.optim's default for CUDA parameters (optimizer.py,
@@ -104,7 +107,7 @@ TEST(JobSpec, EachBadInputGetsItsExactError) {
       "job.toml:2:1: global_bach: unknown key (did you mean 'global_batch'?; valid: model, inputs, output, "
       "loss, global_batch, remainder, optimizer, precision, allow_bf16, allow_adafactor, device, budget, headroom, "
       "min_micro_batch, max_micro_batch, verify_steps, trial_timeout, executor, seed, trainable, frozen, "
-      "frozen_dtype, cuda_target)");
+      "frozen_dtype, cuda_target, seq)");
   EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_batch = 32\ncuda_target = \"sm70\"")),
             "job.toml:3:15: cuda_target: unknown value 'sm70' (did you mean 'sm80'?; valid: sm80, sm86, sm89, sm90, "
             "sm100, sm120)");
@@ -372,6 +375,71 @@ TEST(JobSpec, EachBadSelectionGetsItsExactError) {
   EXPECT_EQ(with("frozen = [\"blocks.0.*\"]\nfrozen_dtype = \"bf16\""),
             "job.toml:5:16: frozen_dtype: \"bf16\" needs precision = \"bf16\" or \"bf16_params\", got \"fp32\": in "
             "fp32 a bf16 frozen weight meets float32 activations, which matmul refuses");
+}
+
+// A sequence dimension (issue #47): "seq" in a shape takes the job's `seq`
+// length; a range runs at its max.
+std::string seq_job(const std::string& seq_line) {
+  std::string text = kGood;
+  for (int i = 0; i < 2; ++i) text = replace(text, "shape = [\"batch\", 64]", "shape = [\"batch\", \"seq\"]");
+  return replace(text, "global_batch = 32", "global_batch = 32" + seq_line);
+}
+
+TEST(JobSpec, ASeqDimensionTakesTheJobsLength) {
+  const JobSpec fixed = parse_job_spec(seq_job("\nseq = 2048"), "job.toml", "");
+  EXPECT_EQ(fixed.inputs[0].shape, (std::vector<int64_t>{kBatchDim, kSeqDim}));
+  EXPECT_TRUE(fixed.has_seq());
+  EXPECT_EQ(fixed.seq_len, 2048);
+  EXPECT_FALSE(fixed.seq_min.has_value());
+  EXPECT_EQ(fixed.inputs[0].low, 0);  // token ids keep their [low, high)
+  EXPECT_EQ(fixed.inputs[0].high, 1000);
+  const JobSpec range = parse_job_spec(seq_job("\nseq = [512, 4096]"), "job.toml", "");
+  EXPECT_EQ(range.seq_len, 4096);
+  EXPECT_EQ(range.seq_min, 512);
+  // The child trial gets the length with the job.
+  const JobSpec sent = job_spec_from_json(nlohmann::json::parse(json_text(to_json(range))));
+  EXPECT_EQ(sent.seq_len, 4096);
+  EXPECT_EQ(sent.seq_min, 512);
+  EXPECT_EQ(sent.inputs[1].shape, (std::vector<int64_t>{kBatchDim, kSeqDim}));
+  const JobSpec none = job_spec_from_json(nlohmann::json::parse(json_text(to_json(parse_job_spec(kGood, "j", "")))));
+  EXPECT_FALSE(none.seq_len.has_value());
+  // --seq replaces the length, a range by one length.
+  JobSpec overridden = range;
+  JobOverrides seq;
+  seq.seq_len = 1024;
+  apply_overrides(overridden, seq);
+  EXPECT_EQ(overridden.seq_len, 1024);
+  EXPECT_FALSE(overridden.seq_min.has_value());
+  JobSpec plain = parse_job_spec(kGood, "job.toml", "");
+  EXPECT_THROW(apply_overrides(plain, seq), InputError);  // no input names "seq"
+  seq.seq_len = 0;
+  EXPECT_THROW(apply_overrides(overridden, seq), InputError);
+  seq.seq_len = kMaxSeqLen + 1;
+  EXPECT_THROW(apply_overrides(overridden, seq), InputError);
+}
+
+TEST(JobSpec, EachBadSeqGetsItsExactError) {
+  EXPECT_EQ(error_of(replace(
+                seq_job("\nseq = 64"),
+                "shape = [\"batch\", \"seq\"]\ndtype = \"int64\"\nrange = [0, 1000]\n\n[[inputs]]\nname = \"targets\"",
+                "shape = [\"batch\", \"seq\", \"seq\"]\ndtype = \"int64\"\nrange = [0, 1000]\n\n[[inputs]]\nname = "
+                "\"targets\"")),
+            "job.toml:9:26: inputs[0].shape: at most one dimension may be \"seq\" (one sequence length per input), got "
+            "a second");
+  EXPECT_EQ(error_of(seq_job("")),
+            "job.toml:8:9: inputs[0].shape: names \"seq\" but the job gives no length: add seq = N (tokens) or seq = "
+            "[min, max]");
+  EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_batch = 32\nseq = 64")),
+            "job.toml:3:7: seq: no input names \"seq\" in its shape (e.g. shape = [\"batch\", \"seq\"]), so no length "
+            "to set");
+  EXPECT_EQ(error_of(seq_job("\nseq = [4096, 512]")),
+            "job.toml:3:7: seq: [min, max] needs min <= max, got [4096, 512]");
+  EXPECT_EQ(error_of(seq_job("\nseq = [0, 512]")), "job.toml:3:8: seq: must be in [1, 16777216] tokens, got 0");
+  EXPECT_EQ(error_of(seq_job("\nseq = 0")), "job.toml:3:7: seq: must be in [1, 16777216] tokens, got 0");
+  EXPECT_EQ(error_of(seq_job("\nseq = 20000000")), "job.toml:3:7: seq: must be in [1, 16777216] tokens, got 20000000");
+  EXPECT_EQ(error_of(seq_job("\nseq = [1, 2, 3]")), "job.toml:3:7: seq: expected [min, max], got 3 values");
+  EXPECT_EQ(error_of(seq_job("\nseq = \"long\"")),
+            "job.toml:3:7: seq: expected a whole number of tokens, or [min, max]");
 }
 
 // The trial child gets the job as JSON: a job in a folder whose name is not

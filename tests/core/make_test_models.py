@@ -27,6 +27,10 @@ Writes into the folder given as the first argument:
   unique.pt      BigMatmul scaled by the count of x's distinct values
                  (torch.unique: aten::_unique2 has CPU and CUDA kernels and
                  no meta kernel, the meta device's refusal to test)
+  token_mlp.pt   a language model without attention: embedding (1000 x 64),
+                 two per-token Linear 64 -> 256 -> 64 with GELU, a head to
+                 1000; input_ids [B, T] int64 -> logits [B, T, 1000]. Every
+                 tensor is B·T·width: no request grows with T² (issue #47)
   not_torchscript/  what users pass instead of TorchScript: a state_dict, a
                  pickled module and a checkpoint dict (torch.save), the pre-1.6
                  torch.save format, safetensors, a PT2 archive (torch.export),
@@ -219,6 +223,18 @@ class EncoderDecoder(nn.Module):
         return x
 
 
+class TokenMLP(nn.Module):
+    def __init__(self, vocab: int = 1000, dim: int = 64):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.emb(input_ids)
+        return self.head(x + self.mlp(x))
+
+
 class MadeInForward(nn.Module):
     """Creates a tensor in forward from x's device: tracing on CPU bakes
     device=cpu into the graph (issue #10)."""
@@ -268,6 +284,7 @@ def main() -> int:
                         ("tuple_out", TupleOut()), ("returns_loss", ReturnsLoss()), ("two_inputs", TwoInputs()),
                         ("encoder_decoder", EncoderDecoder()),
                         ("encoder_decoder_branch", EncoderDecoder(BranchHalving)), ("unique", Unique()),
+                        ("token_mlp", TokenMLP()),
                         ("mlp_meta", MLP(device="meta")),
                         ("llama7b_meta", Llama(32000, 4096, 32, 32, 11008, 2048, device="meta"))]:
         torch.jit.script(model).save(os.path.join(out, f"{name}.pt"))

@@ -54,18 +54,28 @@ std::string job_problem(const oomtune::JobSpec& job) {
     return "a beta outside [0, 1)";
   if (!(in(o.eps, 0.0, 1.0) && o.eps > 0.0)) return "eps outside (0, 1]";
   if (!(in(o.momentum, 0.0, 1.0) && o.momentum < 1.0)) return "momentum outside [0, 1)";
+  // The sequence length (job/job_spec.h, kSeqDim): given exactly when an
+  // input names it, within [1, kMaxSeqLen], a range's min not above it.
+  if (job.has_seq() != job.seq_len.has_value()) return "a \"seq\" dimension and the seq key disagree";
+  if (job.seq_len && (*job.seq_len < 1 || *job.seq_len > kMaxSeqLen)) return "seq outside [1, kMaxSeqLen]";
+  if (job.seq_min && (!job.seq_len || *job.seq_min < 1 || *job.seq_min > *job.seq_len)) return "a seq range min > max";
   for (const InputSpec& input : job.inputs) {
-    int batch_dims = 0;
+    int batch_dims = 0, seq_dims = 0;
     double elements = 1;  // per sample; a double cannot overflow here
     for (int64_t dim : input.shape) {
-      if (dim == kBatchDim)
+      if (dim == kBatchDim) {
         ++batch_dims;
-      else if (dim < 1)
+      } else if (dim == kSeqDim) {
+        ++seq_dims;
+        elements *= static_cast<double>(job.seq_len.value_or(1));
+      } else if (dim < 1) {
         return "a dimension below 1";
-      else
+      } else {
         elements *= static_cast<double>(dim);
+      }
     }
     if (batch_dims != 1) return "not exactly one batch dimension";
+    if (seq_dims > 1) return "two \"seq\" dimensions in one shape";
     if (elements * 8 > static_cast<double>(std::numeric_limits<int64_t>::max()))
       return "one sample's bytes do not fit int64 (torch: 'Storage size calculation overflowed')";
     if (input.low.has_value() != input.high.has_value()) return "a range with one bound";
