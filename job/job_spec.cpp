@@ -20,11 +20,30 @@
 namespace oomtune {
 namespace {
 
-const std::vector<std::string> kTopKeys = {
-    "model",           "inputs",       "output",          "loss",     "global_batch", "remainder", "optimizer",
-    "precision",       "allow_bf16",   "allow_adafactor", "device",   "budget",       "headroom",  "min_micro_batch",
-    "max_micro_batch", "verify_steps", "trial_timeout",   "executor", "seed",         "trainable", "frozen",
-    "frozen_dtype",    "cuda_target", "seq"};
+const std::vector<std::string> kTopKeys = {"model",
+                                           "inputs",
+                                           "output",
+                                           "loss",
+                                           "global_batch",
+                                           "remainder",
+                                           "optimizer",
+                                           "precision",
+                                           "allow_bf16",
+                                           "allow_adafactor",
+                                           "device",
+                                           "budget",
+                                           "headroom",
+                                           "min_micro_batch",
+                                           "max_micro_batch",
+                                           "verify_steps",
+                                           "trial_timeout",
+                                           "executor",
+                                           "seed",
+                                           "trainable",
+                                           "frozen",
+                                           "frozen_dtype",
+                                           "cuda_target",
+                                           "seq"};
 const std::vector<std::string> kInputKeys = {"name", "shape", "dtype", "range"};
 const std::vector<std::string> kLossKeys = {"kind", "target"};
 const std::vector<std::string> kOptimizerKeys = {"kind", "lr",       "weight_decay",  "betas",

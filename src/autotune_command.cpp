@@ -44,6 +44,11 @@ class ChildTrialRunner : public TrialRunner {
     options.min_timed_steps = 2;
     options.max_timed_steps = 6;
     options.record_events = true;  // predicted reserved bytes, for CUDA budgets
+    // On meta a probe holds no memory, so no guard: an out-of-memory probe
+    // would rule its strategy out of every combination (LLaMA-7B's bf16
+    // parameters with foreach AdamW pass 4 x a 40 GB budget alone, and fit
+    // with offload).
+    options.enforce_budget = job_.device != Device::kMeta;
     return run_trial_in_child(probe_job, config, options, child_);
   }
 

@@ -1,7 +1,6 @@
 #include "strategies/eager_adamw.h"
 
 #include <cmath>
-#include <sstream>
 #include <string>
 #include <utility>
 
@@ -22,18 +21,7 @@ const torch::optim::AdamWOptions& options_of(const torch::optim::OptimizerParamG
 }
 
 void validate(const torch::optim::AdamWOptions& options) {
-  auto fail = [](const std::string& what, double value) {
-    std::ostringstream out;
-    out << "EagerAdamW: " << what << ", got " << value;
-    throw ConfigError(out.str());
-  };
-  if (!(options.lr() >= 0)) fail("lr must be >= 0", options.lr());
-  if (!(options.eps() >= 0)) fail("eps must be >= 0", options.eps());
-  const double beta1 = std::get<0>(options.betas());
-  const double beta2 = std::get<1>(options.betas());
-  if (!(beta1 >= 0 && beta1 < 1)) fail("betas[0] must be in [0, 1)", beta1);
-  if (!(beta2 >= 0 && beta2 < 1)) fail("betas[1] must be in [0, 1)", beta2);
-  if (!(options.weight_decay() >= 0)) fail("weight_decay must be >= 0", options.weight_decay());
+  validate_adam_hyperparameters("EagerAdamW", options.lr(), options.eps(), options.betas(), options.weight_decay());
   if (options.amsgrad()) throw ConfigError("EagerAdamW: amsgrad is not offered");
 }
 

@@ -5,7 +5,9 @@
 // (torch/csrc/api/src/optim/adamw.cpp does both inline); and the grouping of
 // torch.optim's foreach and fused implementations.
 
+#include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -51,6 +53,26 @@ inline std::vector<std::vector<std::size_t>> group_by_device_and_dtype(const std
   std::vector<std::vector<std::size_t>> indices;
   for (auto& group : groups) indices.push_back(std::move(group.second));
   return indices;
+}
+
+/// Checks Adam-family hyperparameters as torch/optim/adamw.py's constructor
+/// does. Throws ConfigError "NAME: WHAT must be ..., got VALUE" unless lr
+/// >= 0, eps >= 0, both betas in [0, 1) and weight_decay >= 0 (NaN fails
+/// each).
+inline void validate_adam_hyperparameters(const std::string& name, double lr, double eps,
+                                          const std::tuple<double, double>& betas, double weight_decay) {
+  auto fail = [&](const std::string& what, double value) {
+    std::ostringstream out;
+    out << name << ": " << what << ", got " << value;
+    throw ConfigError(out.str());
+  };
+  if (!(lr >= 0)) fail("lr must be >= 0", lr);
+  if (!(eps >= 0)) fail("eps must be >= 0", eps);
+  const double beta1 = std::get<0>(betas);
+  const double beta2 = std::get<1>(betas);
+  if (!(beta1 >= 0 && beta1 < 1)) fail("betas[0] must be in [0, 1)", beta1);
+  if (!(beta2 >= 0 && beta2 < 1)) fail("betas[1] must be in [0, 1)", beta2);
+  if (!(weight_decay >= 0)) fail("weight_decay must be >= 0", weight_decay);
 }
 
 }  // namespace oomtune

@@ -739,8 +739,9 @@ TEST(Cli, VersionNamesTheLibtorch) {
 // allowed. Every number in it is a storage size on meta, the same on any
 // machine; tests/core/golden/llama7b_40GB.txt was reviewed against the
 // analytic split (MetaDevice.Llama7bStaticSplitIsTheAnalyticCount: fp32
-// AdamW 16 P = 100.4 GiB before activations, so only offload with bf16
-// parameters, 2 P + 2 P on the GPU, fits 35.39 GiB).
+// AdamW 16 P = 100.4 GiB before activations, and foreach AdamW's 4 P of
+// temporaries make plain 20 P = 125.53 GiB, bf16 parameters 24 P; only
+// offload with bf16 parameters, 2 P + 2 P on the GPU, fits 35.39 GiB).
 TEST(Cli, Llama7bOnMetaAt40GBGoldenReport) {
   if (run_oomtune("--version").out.find("libtorch 1.") != std::string::npos)
     GTEST_SKIP() << "meta trials need libtorch 2 (the PyPI build)";

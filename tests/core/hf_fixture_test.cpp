@@ -50,6 +50,35 @@ TEST(HuggingFaceFixture, EagerGpt2ProbesWithAnalyticStaticBytes) {
   EXPECT_GT(r.retained_activation_bytes, 0);
 }
 
+// The users' files on meta (issue #46 item 2): traced on the CPU by
+// PyTorch 2.11, they make their position ids with device=cpu, which the
+// session points at meta. Every phase's peak is then the CPU trial's less
+// the loader's leftovers, which are host memory on meta; the eager and the
+// SDPA trace alike (the SDPA one with the CUDA kernel's bytes on both:
+// strategies/attention_rewrite.h).
+TEST(HuggingFaceFixture, Gpt2OnMetaIsTheCpuTrialLessItsLoaderLeftovers) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << "meta trials need libtorch 2 (the PyPI build)";
+  for (const char* file : {"hf_gpt2_eager_trace.pt", "hf_gpt2_sdpa_trace.pt"}) {
+    SCOPED_TRACE(file);
+    JobSpec job = hf_job(file);
+    OOMTUNE_REQUIRE_FILE(job.model_path);
+    const ProbeReport cpu = run_trial(job, baseline_config(job), testing::one_timed_step());
+    job.device = Device::kMeta;
+    const ProbeReport meta = run_trial(job, baseline_config(job), testing::one_timed_step());
+    ASSERT_EQ(cpu.outcome, TrialOutcome::kOk) << cpu.message;
+    ASSERT_EQ(meta.outcome, TrialOutcome::kOk) << meta.message;
+    EXPECT_EQ(meta.static_memory.buffer_bytes, 0);  // GPT-2 keeps no buffers: the CPU's are the loader's
+    const int64_t leftovers = cpu.static_memory.buffer_bytes;
+    EXPECT_GT(leftovers, 0);
+    for (Phase phase : {Phase::kForward, Phase::kLoss, Phase::kBackward, Phase::kOptimizer}) {
+      SCOPED_TRACE(std::string(phase_name(phase)));
+      const auto i = static_cast<std::size_t>(phase);
+      EXPECT_EQ(meta.phases[i].peak_bytes + leftovers, cpu.phases[i].peak_bytes);
+    }
+    EXPECT_EQ(meta.retained_activation_bytes, cpu.retained_activation_bytes);
+  }
+}
+
 TEST(HuggingFaceFixture, EagerGpt2NeedsAnOutputKey) {
   JobSpec job = hf_job("hf_gpt2_eager_trace.pt");
   OOMTUNE_REQUIRE_FILE(job.model_path);
