@@ -46,17 +46,13 @@ namespace oomtune::search_detail {
 void Search::start_meta() {
   result_.memory_only = options_.memory_only;
   if (options_.memory_from != MemorySource::kMeta && !options_.memory_only) return;
-  const TrainingConfig first = with_micro_batch(base_, job_.global_batch, job_.global_batch);
-  std::optional<ProbeReport> r = runner_.measure_on_meta(first);
+  const ProbeReport* r = meta_run(with_micro_batch(base_, job_.global_batch, job_.global_batch));
   if (!r) {
     if (options_.memory_only)
       throw InputError(fmt::format("{}: trials here cannot run on the meta device", job_.model_path));
     result_.notes.push_back("memory from the probes' lines: trials here cannot run on the meta device");
     return;
   }
-  ++result_.meta_trials;
-  progress_(fmt::format("meta   {:<60} {}", describe(first),
-                        r->outcome == TrialOutcome::kOk ? "peak " + format_bytes(r->peak_bytes) : outcome_text(*r)));
   if (r->outcome != TrialOutcome::kOk) {
     if (options_.memory_only)
       throw InputError(fmt::format("{}: the plain configuration does not run on the meta device: {}", job_.model_path,
@@ -67,27 +63,32 @@ void Search::start_meta() {
   }
   meta_ = true;
   result_.memory_from = MemorySource::kMeta;
-  meta_runs_.emplace(to_string(first), std::move(*r));
 }
 
-// The peak `c` needs by its meta run (on CUDA its predicted reserved
-// bytes: model_fit.h, budget_scale), run once per configuration; nullopt
-// without meta or when the run failed.
-std::optional<double> Search::meta_peak(const TrainingConfig& c) {
-  if (!meta_) return std::nullopt;
+// The meta run of `c`, run once per configuration and kept; nullptr when
+// the runner has no meta device.
+const ProbeReport* Search::meta_run(const TrainingConfig& c) {
   const std::string key = to_string(c);
   auto run = meta_runs_.find(key);
   if (run == meta_runs_.end()) {
     std::optional<ProbeReport> r = runner_.measure_on_meta(c);
-    if (!r) return std::nullopt;
+    if (!r) return nullptr;
     ++result_.meta_trials;
     progress_(fmt::format("meta   {:<60} {}", describe(c),
                           r->outcome == TrialOutcome::kOk ? "peak " + format_bytes(r->peak_bytes) : outcome_text(*r)));
     run = meta_runs_.emplace(key, std::move(*r)).first;
   }
-  const ProbeReport& r = run->second;
-  if (r.outcome != TrialOutcome::kOk) return std::nullopt;
-  return budget_scale(r, job_) * static_cast<double>(r.peak_bytes);
+  return &run->second;
+}
+
+// The peak `c` needs by its meta run (on CUDA its predicted reserved
+// bytes: model_fit.h, budget_scale); nullopt without meta or when the run
+// failed.
+std::optional<double> Search::meta_peak(const TrainingConfig& c) {
+  if (!meta_) return std::nullopt;
+  const ProbeReport* r = meta_run(c);
+  if (r == nullptr || r->outcome != TrialOutcome::kOk) return std::nullopt;
+  return budget_scale(*r, job_) * static_cast<double>(r->peak_bytes);
 }
 
 // The largest of `candidates` (descending) whose meta peak fits the budget,
@@ -127,6 +128,7 @@ std::optional<int64_t> Search::largest_fitting_on_meta(const std::vector<int64_t
 // Names the configurations whose meta run failed: their nodes were
 // predicted from the lines.
 void Search::note_meta_failures() {
+  if (!meta_) return;  // start_meta's note says why
   std::vector<std::string> failed;
   for (const auto& [config, r] : meta_runs_)
     if (r.outcome != TrialOutcome::kOk) failed.push_back(fmt::format("{} ({})", config, outcome_text(r)));

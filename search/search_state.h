@@ -109,6 +109,7 @@ class Search {
 
   // meta_memory.cpp
   void start_meta();
+  const ProbeReport* meta_run(const TrainingConfig& c);
   std::optional<double> meta_peak(const TrainingConfig& c);
   std::optional<int64_t> largest_fitting_on_meta(const std::vector<int64_t>& candidates, int64_t predicted,
                                                  const TrainingConfig& config);

@@ -3,35 +3,20 @@
 // OOMTUNE_UPDATE_GOLDEN=1 and review each changed file by hand against the
 // framework docs cited in recipes/recipes.h before committing it.
 
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "common/atomic_file.h"
 #include "recipes/plan_toml.h"
 #include "recipes/recipes.h"
+#include "support/golden_file.h"
 #include "tests/recipes/plan_cases.h"
 
 namespace oomtune {
 namespace {
 
 const std::filesystem::path kGoldenDir = std::filesystem::path(OOMTUNE_SOURCE_DIR) / "tests/recipes/golden";
-
-bool updating() {
-  const char* value = std::getenv("OOMTUNE_UPDATE_GOLDEN");
-  return value != nullptr && std::string(value) == "1";
-}
-
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream file(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  return buffer.str();
-}
 
 class Golden : public ::testing::TestWithParam<std::pair<std::string, Plan>> {};
 
@@ -41,14 +26,7 @@ TEST_P(Golden, EveryWriterMatchesItsGoldenFile) {
   for (const RecipeWriter& writer : recipe_writers()) {
     SCOPED_TRACE(writer.name);
     const std::string actual = writer.write(plan);
-    const std::filesystem::path path = dir / writer.file_name;
-    if (updating()) {
-      std::filesystem::create_directories(dir);
-      write_file_atomically(path.string(), actual);
-      continue;
-    }
-    ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing; run with OOMTUNE_UPDATE_GOLDEN=1";
-    EXPECT_EQ(actual, read_text(path)) << "differs from " << path;
+    testing::expect_golden_file(dir / writer.file_name, actual);
   }
 }
 
@@ -80,7 +58,7 @@ TEST_P(Golden, NotesInTheFileAreTheWritersNotes) {
 
 TEST_P(Golden, GoldenPlanTomlReadsBackToThePlan) {
   const auto& [name, plan] = GetParam();
-  if (updating()) GTEST_SKIP() << "updating goldens";
+  if (testing::updating_golden()) GTEST_SKIP() << "updating goldens";
   EXPECT_EQ(read_plan_toml((kGoldenDir / name / kPlanFileName).string()), plan);
 }
 

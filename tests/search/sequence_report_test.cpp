@@ -8,16 +8,13 @@
 // committing.
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <gtest/gtest.h>
 
-#include "common/atomic_file.h"
 #include "report/probe_summary.h"
 #include "report/sequence_fit.h"
+#include "support/golden_file.h"
 
 namespace oomtune {
 namespace {
@@ -58,23 +55,10 @@ SequenceFit example_fit() {
   return fit;
 }
 
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream file(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  return buffer.str();
-}
-
 TEST(SequenceReport, TextMatchesTheReviewedGoldenFile) {
   const std::string actual = render_sequence_text(example_fit());
   const auto path = std::filesystem::path(OOMTUNE_SOURCE_DIR) / "tests/search/golden/probe_sequence.txt";
-  const char* update = std::getenv("OOMTUNE_UPDATE_GOLDEN");
-  if (update != nullptr && std::string(update) == "1") {
-    write_file_atomically(path.string(), actual);
-    return;
-  }
-  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing; run with OOMTUNE_UPDATE_GOLDEN=1";
-  EXPECT_EQ(actual, read_text(path)) << "differs from " << path;
+  testing::expect_golden_file(path, actual);
 }
 
 // The answers, from the closed forms: at T = 512 a sample costs backward
