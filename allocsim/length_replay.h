@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "allocsim/bucketing.h"
 #include "allocsim/caching_allocator_sim.h"
-#include "allocsim/length_draw.h"
 #include "allocsim/length_model.h"
 
 namespace oomtune::allocsim {

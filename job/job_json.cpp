@@ -36,6 +36,26 @@ std::optional<double> read_optional(const nlohmann::json& j, const char* key) {
   return j.at(key).get<double>();
 }
 
+// The distribution of a variable-length job; a histogram travels as its
+// file, which the child reads again (a dataset's lengths can be millions).
+nlohmann::json seq_lengths_json(const JobSpec& job) {
+  if (!job.seq_lengths) return nullptr;
+  if (job.seq_lengths->kind == LengthDistribution::Kind::kHistogram)
+    return {{"distribution", "histogram"}, {"file", path_json(job.seq_lengths_file)}};
+  return {{"distribution", "uniform"}, {"min", job.seq_lengths->min}, {"max", job.seq_lengths->max}};
+}
+
+void read_seq_lengths(const nlohmann::json& j, JobSpec& job) {
+  if (!j.contains("seq_lengths") || j.at("seq_lengths").is_null()) return;
+  const nlohmann::json& d = j.at("seq_lengths");
+  if (d.at("distribution").get<std::string>() == "histogram") {
+    job.seq_lengths_file = path_from_json(d.at("file"));
+    job.seq_lengths = LengthDistribution::histogram(read_length_histogram(job.seq_lengths_file));
+  } else {
+    job.seq_lengths = LengthDistribution::uniform(d.at("min").get<int64_t>(), d.at("max").get<int64_t>());
+  }
+}
+
 }  // namespace
 
 nlohmann::json to_json(const JobSpec& job) {
@@ -58,6 +78,7 @@ nlohmann::json to_json(const JobSpec& job) {
           {"global_batch", job.global_batch},
           {"seq_len", job.seq_len ? nlohmann::json(*job.seq_len) : nlohmann::json(nullptr)},
           {"seq_min", job.seq_min ? nlohmann::json(*job.seq_min) : nlohmann::json(nullptr)},
+          {"seq_lengths", seq_lengths_json(job)},
           {"allow_remainder", job.allow_remainder},
           {"optimizer",
            {{"kind", o.kind},
@@ -111,6 +132,7 @@ JobSpec job_spec_from_json(const nlohmann::json& j) {
     job.global_batch = j.at("global_batch").get<int64_t>();
     if (j.contains("seq_len") && !j.at("seq_len").is_null()) job.seq_len = j.at("seq_len").get<int64_t>();
     if (j.contains("seq_min") && !j.at("seq_min").is_null()) job.seq_min = j.at("seq_min").get<int64_t>();
+    read_seq_lengths(j, job);
     job.allow_remainder = j.at("allow_remainder").get<bool>();
     const auto& o = j.at("optimizer");
     job.optimizer = {o.at("kind").get<std::string>(), o.at("lr").get<double>(),    o.at("weight_decay").get<double>(),

@@ -45,6 +45,7 @@ const std::vector<std::string> kTopKeys = {"model",
                                            "cuda_target",
                                            "seq"};
 const std::vector<std::string> kInputKeys = {"name", "shape", "dtype", "range"};
+const std::vector<std::string> kSeqKeys = {"min", "max", "distribution", "file"};
 const std::vector<std::string> kLossKeys = {"kind", "target"};
 const std::vector<std::string> kOptimizerKeys = {"kind", "lr",       "weight_decay",  "betas",
                                                  "eps",  "momentum", "implementation"};
@@ -292,9 +293,10 @@ void read_parameter_selection(const TableReader& top, JobSpec& spec) {
                          spec.precision, spec.precision, spec.precision == "fp16" ? "float16" : "float32"));
 }
 
-// `seq = N` or `seq = [min, max]` (COUNT, tokens, each in [1, kMaxSeqLen]),
-// required when an input names "seq" and refused when none does.
-void read_seq(const TableReader& top, JobSpec& spec) {
+// `seq = N`, `seq = [min, max]` (COUNT, tokens, each in [1, kMaxSeqLen]) or
+// a distribution of lengths (read_seq_distribution), required when an input
+// names "seq" and refused when none does.
+void read_seq(const TableReader& top, JobSpec& spec, const std::string& base_dir) {
   const toml::node* node = top.node("seq");
   std::optional<std::size_t> naming;  // the first input naming "seq"
   for (std::size_t i = 0; i < spec.inputs.size() && !naming; ++i)
@@ -309,21 +311,52 @@ void read_seq(const TableReader& top, JobSpec& spec) {
   }
   if (!naming)
     top.fail("seq", "no input names \"seq\" in its shape (e.g. shape = [\"batch\", \"seq\"]), so no length to set");
-  const auto length = [&](const toml::node& value) {
-    if (!value.is_integer()) top.fail_at(value.source(), "seq", "expected a whole number of tokens, or [min, max]");
+  const auto length = [&](const toml::node& value, const std::string& key) {
+    if (!value.is_integer())
+      top.fail_at(value.source(), key,
+                  key == "seq" ? "expected a whole number of tokens, [min, max] or { min = ..., max = ... }"
+                               : "expected a whole number of tokens");
     const int64_t n = *value.value<int64_t>();
     if (n < 1 || n > kMaxSeqLen)
-      top.fail_at(value.source(), "seq", fmt::format("must be in [1, {}] tokens, got {}", kMaxSeqLen, n));
+      top.fail_at(value.source(), key, fmt::format("must be in [1, {}] tokens, got {}", kMaxSeqLen, n));
     return n;
   };
   if (const toml::array* range = node->as_array()) {
     if (range->size() != 2) top.fail("seq", fmt::format("expected [min, max], got {} values", range->size()));
-    const int64_t min = length((*range)[0]), max = length((*range)[1]);
+    const int64_t min = length((*range)[0], "seq"), max = length((*range)[1], "seq");
     if (min > max) top.fail("seq", fmt::format("[min, max] needs min <= max, got [{}, {}]", min, max));
     spec.seq_min = min;
     spec.seq_len = max;
+  } else if (const toml::table* table = node->as_table()) {
+    const TableReader seq(*table, top.origin(), "seq");
+    seq.reject_unknown(kSeqKeys);
+    const std::string distribution = seq.choice_or("distribution", "uniform", {"uniform", "histogram"});
+    if (distribution == "uniform") {
+      if (seq.has("file")) seq.fail("file", "a uniform distribution reads no file; use distribution = \"histogram\"");
+      for (const char* key : {"min", "max"})
+        if (!seq.has(key))
+          seq.fail(key, "missing: a uniform distribution needs min and max (tokens), e.g. { min = 256, max = 1024 }");
+      const int64_t min = length(*seq.get("min"), "seq.min"), max = length(*seq.get("max"), "seq.max");
+      if (min > max) seq.fail("min", fmt::format("needs min <= max, got min = {}, max = {}", min, max));
+      spec.seq_lengths = LengthDistribution::uniform(min, max);
+    } else {
+      for (const char* key : {"min", "max"})
+        if (seq.has(key))
+          seq.fail(key, "a histogram's lengths come from its file; leave out min and max (or trim the file)");
+      if (!seq.has("file"))
+        seq.fail("file", "missing: a histogram reads its lengths from a file of one integer per line");
+      std::filesystem::path file(seq.string("file"));
+      if (file.is_relative() && !base_dir.empty()) file = std::filesystem::path(base_dir) / file;
+      spec.seq_lengths_file = file.lexically_normal().string();
+      spec.seq_lengths = LengthDistribution::histogram(read_length_histogram(spec.seq_lengths_file));
+      if (spec.seq_lengths->max > kMaxSeqLen)
+        throw InputError(fmt::format("{}: holds length {}, above the longest a job may ask for ({} tokens)",
+                                     spec.seq_lengths_file, spec.seq_lengths->max, kMaxSeqLen));
+    }
+    spec.seq_min = spec.seq_lengths->min;
+    spec.seq_len = spec.seq_lengths->max;
   } else {
-    spec.seq_len = length(*node);
+    spec.seq_len = length(*node, "seq");
   }
 }
 
@@ -375,7 +408,7 @@ JobSpec parse_job_spec(const std::string& text, const std::string& origin, const
   read_output(top, spec);
   read_loss(top, spec);
   read_optimizer(top, spec);
-  read_seq(top, spec);
+  read_seq(top, spec, base_dir);
   spec.global_batch = top.integer("global_batch", 1);
   if (const std::string problem = global_batch_problem(spec.global_batch); !problem.empty())
     top.fail("global_batch", problem);
@@ -444,6 +477,8 @@ void apply_overrides(JobSpec& spec, const JobOverrides& overrides) {
     if (*n > kMaxSeqLen) throw InputError(fmt::format("--seq: must be at most {} tokens, got {}", kMaxSeqLen, *n));
     spec.seq_len = *n;
     spec.seq_min.reset();
+    spec.seq_lengths.reset();
+    spec.seq_lengths_file.clear();
     if (const auto index = oversized_input(spec, spec.global_batch))
       throw InputError(fmt::format("--seq: inputs[{}] '{}': {}", *index, spec.inputs[*index].name,
                                    oversized_message(spec, *index, spec.global_batch)));

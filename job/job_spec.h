@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/device.h"
+#include "job/length_distribution.h"
 #include "job/optimizer_implementation.h"
 #include "job/parameter_selection.h"
 
@@ -94,8 +95,17 @@ struct JobSpec {
   // its longest batch); nullopt when no input names "seq". The probe sets it
   // to each length it measures (docs/sequence_length.md).
   std::optional<int64_t> seq_len;
-  std::optional<int64_t> seq_min;  // COUNT: with `seq = [min, max]`, min; else nullopt
-  bool allow_remainder = false;    // global batch not divisible by the micro-batch: last one smaller
+  std::optional<int64_t> seq_min;  // COUNT: with `seq = [min, max]` or a distribution, its min; else nullopt
+  // With `seq = { min, max, distribution = "uniform" }` or `seq = {
+  // distribution = "histogram", file = "lengths.txt" }` (variable lengths,
+  // issue #47 item 2): how each step's length is drawn, with `seed`
+  // (job/length_distribution.h); seq_len and seq_min are then its longest
+  // and shortest. The trials run their timed steps at lengths drawn from it
+  // (docs/sequence_length.md, "Variable lengths"). nullopt: every step at
+  // seq_len.
+  std::optional<LengthDistribution> seq_lengths;
+  std::string seq_lengths_file;  // the histogram's file (resolved from the TOML's folder), "" for uniform
+  bool allow_remainder = false;  // global batch not divisible by the micro-batch: last one smaller
   OptimizerSpec optimizer;
   std::string precision = "fp32";          // fp32, bf16, fp16
   bool allow_bf16 = false;                 // the search may switch precision to bf16
@@ -134,8 +144,12 @@ struct JobSpec {
 /// empty glob list, frozen_dtype = "bf16" without bf16 or bf16_params
 /// precision; a shape with two "seq" dimensions, a shape naming "seq"
 /// without a `seq` key, `seq` without an input naming it, a length < 1 or
-/// above kMaxSeqLen, a range with min > max), and InputError when the file cannot be
-/// read, is binary (a model file: common/text_file.h) or is a plan.toml
+/// above kMaxSeqLen, a range with min > max, a distribution table with an
+/// unknown key or distribution, a uniform one without min and max, a
+/// histogram with min or max or without file; see docs/job_spec.md), and
+/// InputError when the file or a histogram file cannot be read (or holds a
+/// line that is not a positive integer, or a length above kMaxSeqLen), is binary (a model file: common/text_file.h) or
+/// is a plan.toml
 /// ("FILE: is a plan ..., not a job spec; run its configuration with oomtune
 /// probe --plan FILE").
 JobSpec load_job_spec(const std::string& path);
@@ -150,7 +164,8 @@ struct JobOverrides {
   std::optional<int64_t> global_batch;
   std::optional<int64_t> min_micro_batch;
   std::optional<int64_t> max_micro_batch;  // e.g. host RAM of the data loader, CUDA launch limits
-  std::optional<int64_t> seq_len;          // COUNT: tokens; replaces `seq` (a range becomes this one length)
+  std::optional<int64_t> seq_len;          // COUNT: tokens; replaces `seq` (a range or a distribution becomes
+                                           // this one length)
 };
 
 /// Applies overrides. Throws InputError naming the flag for a bad value

@@ -22,6 +22,7 @@
 #include "allocsim/length_replay.h"
 #include "common/byte_size.h"
 #include "gpt_step.h"
+#include "job/length_distribution.h"
 
 namespace {
 

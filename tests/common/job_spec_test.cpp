@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <utility>
@@ -439,7 +440,92 @@ TEST(JobSpec, EachBadSeqGetsItsExactError) {
   EXPECT_EQ(error_of(seq_job("\nseq = 20000000")), "job.toml:3:7: seq: must be in [1, 16777216] tokens, got 20000000");
   EXPECT_EQ(error_of(seq_job("\nseq = [1, 2, 3]")), "job.toml:3:7: seq: expected [min, max], got 3 values");
   EXPECT_EQ(error_of(seq_job("\nseq = \"long\"")),
-            "job.toml:3:7: seq: expected a whole number of tokens, or [min, max]");
+            "job.toml:3:7: seq: expected a whole number of tokens, [min, max] or { min = ..., max = ... }");
+}
+
+// Variable lengths (issue #47 item 2): a table draws each step's length;
+// the step must hold the longest, so seq_len is its max.
+TEST(JobSpec, ASeqDistributionSpansItsLengths) {
+  const JobSpec uniform =
+      parse_job_spec(seq_job("\nseq = { min = 256, max = 1024, distribution = \"uniform\" }"), "job.toml", "");
+  ASSERT_TRUE(uniform.seq_lengths.has_value());
+  EXPECT_EQ(uniform.seq_lengths->kind, LengthDistribution::Kind::kUniform);
+  EXPECT_EQ(uniform.seq_len, 1024);
+  EXPECT_EQ(uniform.seq_min, 256);
+  // "uniform" is the default distribution.
+  EXPECT_EQ(parse_job_spec(seq_job("\nseq = { min = 8, max = 9 }"), "job.toml", "").seq_lengths->max, 9);
+  const JobSpec sent = job_spec_from_json(nlohmann::json::parse(json_text(to_json(uniform))));
+  ASSERT_TRUE(sent.seq_lengths.has_value());
+  EXPECT_EQ(draw_lengths(*sent.seq_lengths, 16, 5), draw_lengths(*uniform.seq_lengths, 16, 5));
+
+  // A histogram file beside the job, named relative to it.
+  const std::string folder = ::testing::TempDir() + "oomtune_seq_hist_" + std::to_string(::getpid());
+  std::filesystem::create_directories(folder);
+  std::ofstream(folder + "/lengths.txt") << "# tokens per sample\n300\n700\n512\n";
+  const JobSpec histogram = parse_job_spec(seq_job("\nseq = { distribution = \"histogram\", file = \"lengths.txt\" }"),
+                                           folder + "/job.toml", folder);
+  ASSERT_TRUE(histogram.seq_lengths.has_value());
+  EXPECT_EQ(histogram.seq_lengths->observed, (std::vector<int64_t>{300, 700, 512}));
+  EXPECT_EQ(histogram.seq_min, 300);
+  EXPECT_EQ(histogram.seq_len, 700);
+  EXPECT_EQ(histogram.seq_lengths_file, folder + "/lengths.txt");
+  // The child reads the file again: the same lengths, the same draws.
+  const JobSpec received = job_spec_from_json(nlohmann::json::parse(json_text(to_json(histogram))));
+  ASSERT_TRUE(received.seq_lengths.has_value());
+  EXPECT_EQ(received.seq_lengths->observed, histogram.seq_lengths->observed);
+  EXPECT_EQ(received.seq_len, 700);
+
+  // --seq fixes the length: no distribution is left.
+  JobSpec overridden = histogram;
+  JobOverrides seq;
+  seq.seq_len = 600;
+  apply_overrides(overridden, seq);
+  EXPECT_FALSE(overridden.seq_lengths.has_value());
+  EXPECT_EQ(overridden.seq_lengths_file, "");
+
+  // A file with a bad line or no lengths is the file's error.
+  std::ofstream(folder + "/lengths.txt") << "300\nlong\n";
+  try {
+    parse_job_spec(seq_job("\nseq = { distribution = \"histogram\", file = \"lengths.txt\" }"), "job.toml", folder);
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), folder + "/lengths.txt:2: not a positive integer: 'long'");
+  }
+  std::ofstream(folder + "/lengths.txt") << "300\n20000000\n";
+  try {
+    parse_job_spec(seq_job("\nseq = { distribution = \"histogram\", file = \"lengths.txt\" }"), "job.toml", folder);
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), folder +
+                                         "/lengths.txt: holds length 20000000, above the longest a job may ask "
+                                         "for (16777216 tokens)");
+  }
+  std::filesystem::remove_all(folder);
+}
+
+TEST(JobSpec, EachBadSeqDistributionGetsItsExactError) {
+  EXPECT_EQ(error_of(seq_job("\nseq = { min = 1, max = 2, distributon = \"uniform\" }")),
+            "job.toml:3:27: seq.distributon: unknown key (did you mean 'distribution'?; valid: min, max, distribution, "
+            "file)");
+  EXPECT_EQ(
+      error_of(seq_job("\nseq = { min = 1, max = 2, distribution = \"normal\" }")),
+      "job.toml:3:42: seq.distribution: unknown value 'normal' (did you mean 'uniform'?; valid: uniform, histogram)");
+  EXPECT_EQ(error_of(seq_job("\nseq = { min = 256 }")),
+            "job.toml:3:7: seq.max: missing: a uniform distribution needs min and max (tokens), e.g. { min = 256, "
+            "max = 1024 }");
+  EXPECT_EQ(error_of(seq_job("\nseq = { min = 1024, max = 256 }")),
+            "job.toml:3:15: seq.min: needs min <= max, got min = 1024, max = 256");
+  EXPECT_EQ(error_of(seq_job("\nseq = { min = 0, max = 256 }")),
+            "job.toml:3:15: seq.min: must be in [1, 16777216] tokens, got 0");
+  EXPECT_EQ(error_of(seq_job("\nseq = { min = 1, max = 2.5 }")),
+            "job.toml:3:24: seq.max: expected a whole number of tokens");
+  EXPECT_EQ(error_of(seq_job("\nseq = { min = 1, max = 2, file = \"l.txt\" }")),
+            "job.toml:3:34: seq.file: a uniform distribution reads no file; use distribution = \"histogram\"");
+  EXPECT_EQ(error_of(seq_job("\nseq = { distribution = \"histogram\" }")),
+            "job.toml:3:7: seq.file: missing: a histogram reads its lengths from a file of one integer per line");
+  EXPECT_EQ(error_of(seq_job("\nseq = { distribution = \"histogram\", file = \"l.txt\", max = 9 }")),
+            "job.toml:3:59: seq.max: a histogram's lengths come from its file; leave out min and max (or trim the "
+            "file)");
 }
 
 // The trial child gets the job as JSON: a job in a folder whose name is not

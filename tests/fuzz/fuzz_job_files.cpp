@@ -59,6 +59,9 @@ std::string job_problem(const oomtune::JobSpec& job) {
   if (job.has_seq() != job.seq_len.has_value()) return "a \"seq\" dimension and the seq key disagree";
   if (job.seq_len && (*job.seq_len < 1 || *job.seq_len > kMaxSeqLen)) return "seq outside [1, kMaxSeqLen]";
   if (job.seq_min && (!job.seq_len || *job.seq_min < 1 || *job.seq_min > *job.seq_len)) return "a seq range min > max";
+  // A distribution of lengths spans exactly [seq_min, seq_len].
+  if (job.seq_lengths && (job.seq_lengths->min != job.seq_min || job.seq_lengths->max != job.seq_len))
+    return "a seq distribution that is not [seq_min, seq_len]";
   for (const InputSpec& input : job.inputs) {
     int batch_dims = 0, seq_dims = 0;
     double elements = 1;  // per sample; a double cannot overflow here

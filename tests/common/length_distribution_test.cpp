@@ -1,17 +1,18 @@
-// draw_lengths, read_length_histogram and pad_length (allocsim/length_draw.h).
+// draw_lengths and read_length_histogram (job/length_distribution.h).
 // The expected draws come from an independent Python implementation of
 // SplitMix64 with the same rejection rule (Vigna's splitmix64.c constants;
 // its first output for seed 0 is 0xe220a8397b1dcdaf).
 
-#include "allocsim/length_draw.h"
+#include "job/length_distribution.h"
 
+#include <array>
 #include <fstream>
 
 #include <gtest/gtest.h>
 
 #include "common/error.h"
 
-namespace oomtune::allocsim {
+namespace oomtune {
 namespace {
 
 TEST(LengthDraw, UniformDrawsAreTheSameOnEveryMachine) {
@@ -59,16 +60,5 @@ TEST(LengthDraw, HistogramFileIsOneLengthPerLine) {
   EXPECT_THROW(read_length_histogram(path), InputError);
 }
 
-TEST(LengthDraw, PaddingRoundsUpToTheBucket) {
-  EXPECT_EQ(pad_length(300, {}), 300);
-  EXPECT_EQ(pad_length(300, {Bucketing::Kind::kMultiple, 128}), 384);
-  EXPECT_EQ(pad_length(256, {Bucketing::Kind::kMultiple, 128}), 256);
-  EXPECT_EQ(pad_length(300, {Bucketing::Kind::kPowerOfTwo, 1}), 512);
-  EXPECT_EQ(pad_length(1, {Bucketing::Kind::kPowerOfTwo, 1}), 1);
-  EXPECT_EQ((Bucketing{Bucketing::Kind::kMultiple, 128}.name()), "padded to a multiple of 128");
-  EXPECT_THROW(pad_length(0, {}), InputError);
-  EXPECT_THROW(pad_length(5, {Bucketing::Kind::kMultiple, 0}), InputError);
-}
-
 }  // namespace
-}  // namespace oomtune::allocsim
+}  // namespace oomtune

@@ -1,11 +1,13 @@
-#include "allocsim/length_draw.h"
+#include "job/length_distribution.h"
+
+#include <algorithm>
 
 #include <fmt/format.h>
 
 #include "common/error.h"
 #include "common/text_file.h"
 
-namespace oomtune::allocsim {
+namespace oomtune {
 namespace {
 
 /// SplitMix64 (see the header).
@@ -52,6 +54,11 @@ LengthDistribution LengthDistribution::histogram(std::vector<int64_t> observed) 
   LengthDistribution d;
   d.kind = Kind::kHistogram;
   d.observed = std::move(observed);
+  if (!d.observed.empty()) {
+    const auto [shortest, longest] = std::minmax_element(d.observed.begin(), d.observed.end());
+    d.min = *shortest;
+    d.max = *longest;
+  }
   return d;
 }
 
@@ -120,33 +127,4 @@ std::vector<int64_t> read_length_histogram(const std::string& path) {
   return lengths;
 }
 
-std::string Bucketing::name() const {
-  switch (kind) {
-    case Kind::kNone:
-      return "as drawn";
-    case Kind::kMultiple:
-      return fmt::format("padded to a multiple of {}", multiple);
-    case Kind::kPowerOfTwo:
-      return "padded to a power of two";
-  }
-  return "?";
-}
-
-int64_t pad_length(int64_t length, const Bucketing& bucketing) {
-  if (length < 1) throw InputError(fmt::format("padding: length {} (lengths are >= 1)", length));
-  switch (bucketing.kind) {
-    case Bucketing::Kind::kNone:
-      return length;
-    case Bucketing::Kind::kMultiple:
-      if (bucketing.multiple < 1) throw InputError(fmt::format("padding: multiple {} (>= 1)", bucketing.multiple));
-      return (length + bucketing.multiple - 1) / bucketing.multiple * bucketing.multiple;
-    case Bucketing::Kind::kPowerOfTwo: {
-      int64_t padded = 1;
-      while (padded < length) padded *= 2;
-      return padded;
-    }
-  }
-  return length;
-}
-
-}  // namespace oomtune::allocsim
+}  // namespace oomtune

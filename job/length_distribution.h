@@ -1,7 +1,9 @@
 #pragma once
 // The sequence lengths of a run whose batches vary in length (issue #47,
-// item 2): drawn from a distribution with a seed, the same on every machine,
-// and optionally padded up to buckets.
+// item 2): drawn from a distribution with a seed, the same on every machine.
+// The job's `seq = { min, max, distribution }` (job/job_spec.h) is one; the
+// trials and the caching-allocator replay (allocsim/length_replay.h) draw
+// from it. Padding to buckets is allocsim/bucketing.h.
 //
 // Rules:
 // - The generator is SplitMix64 (Steele, Lea, Flood: "Fast splittable
@@ -18,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace oomtune::allocsim {
+namespace oomtune {
 
 /// Where the lengths of a run come from.
 struct LengthDistribution {
@@ -28,8 +30,8 @@ struct LengthDistribution {
     kHistogram,  ///< one of `observed`, each equally likely
   };
   Kind kind = Kind::kFixed;
-  int64_t min = 1;                ///< COUNT: tokens (fixed, uniform)
-  int64_t max = 1;                ///< COUNT: tokens, >= min (uniform)
+  int64_t min = 1;                ///< COUNT: tokens, the shortest (a histogram's: of `observed`)
+  int64_t max = 1;                ///< COUNT: tokens, >= min, the longest
   std::vector<int64_t> observed;  ///< COUNT: tokens per sequence (histogram)
 
   static LengthDistribution fixed(int64_t length);
@@ -46,22 +48,4 @@ std::vector<int64_t> draw_lengths(const LengthDistribution& distribution, int64_
 /// "PATH:LINE: not a positive integer: 'TEXT'", or "PATH: no lengths".
 std::vector<int64_t> read_length_histogram(const std::string& path);
 
-/// How lengths are padded before a step runs.
-struct Bucketing {
-  enum class Kind {
-    kNone,        ///< as drawn
-    kMultiple,    ///< up to the next multiple of `multiple`
-    kPowerOfTwo,  ///< up to the next power of two
-  };
-  Kind kind = Kind::kNone;
-  int64_t multiple = 1;  ///< COUNT: tokens (kMultiple), >= 1
-
-  /// "as drawn", "padded to a multiple of 128", "padded to a power of two".
-  std::string name() const;
-};
-
-/// `length` padded by `bucketing`. Throws InputError for length < 1 or a
-/// multiple < 1.
-int64_t pad_length(int64_t length, const Bucketing& bucketing);
-
-}  // namespace oomtune::allocsim
+}  // namespace oomtune
