@@ -93,12 +93,25 @@ std::vector<LengthPolicy> compare_length_policies(const LengthModel& step, const
 
 const LengthPolicy& recommended_policy(const std::vector<LengthPolicy>& policies) {
   if (policies.empty()) throw InputError("length policies: none to choose from");
-  int64_t least = policies.front().run.totals.peak_reserved_bytes;
-  for (const LengthPolicy& p : policies) least = std::min(least, p.run.totals.peak_reserved_bytes);
+  // Under a budget: those that never run out of memory, then those that
+  // never flush the cache (each retry frees every cached block and
+  // synchronizes); each rule applies only where some policy passes it.
+  std::vector<const LengthPolicy*> candidates;
+  for (const LengthPolicy& p : policies) candidates.push_back(&p);
+  const auto keep = [&candidates](auto passes) {
+    std::vector<const LengthPolicy*> kept;
+    for (const LengthPolicy* p : candidates)
+      if (passes(*p)) kept.push_back(p);
+    if (!kept.empty()) candidates = std::move(kept);
+  };
+  keep([](const LengthPolicy& p) { return p.run.totals.num_ooms == 0; });
+  keep([](const LengthPolicy& p) { return p.run.totals.num_alloc_retries == 0; });
+  int64_t least = candidates.front()->run.totals.peak_reserved_bytes;
+  for (const LengthPolicy* p : candidates) least = std::min(least, p->run.totals.peak_reserved_bytes);
   const LengthPolicy* best = nullptr;
-  for (const LengthPolicy& p : policies) {
-    if (static_cast<double>(p.run.totals.peak_reserved_bytes) > 1.01 * static_cast<double>(least)) continue;
-    if (!best || p.padded_tokens_ratio < best->padded_tokens_ratio) best = &p;
+  for (const LengthPolicy* p : candidates) {
+    if (static_cast<double>(p->run.totals.peak_reserved_bytes) > 1.01 * static_cast<double>(least)) continue;
+    if (!best || p->padded_tokens_ratio < best->padded_tokens_ratio) best = p;
   }
   return *best;
 }

@@ -82,9 +82,11 @@ std::vector<LengthPolicy> compare_length_policies(const LengthModel& step, const
                                                   const std::vector<int64_t>& lengths, const SimOptions& options,
                                                   const std::vector<int64_t>& multiples = {64, 256});
 
-/// The policy to recommend: the least peak reserved; among those within 1 %
-/// of it, the least padding, then the earlier row (as drawn first). Throws
-/// InputError for an empty list.
+/// The policy to recommend. Under a budget, first those whose run never ran
+/// out of memory, then of them those that never flushed the cache (alloc
+/// retries), where any does; then the least peak reserved; among those
+/// within 1 % of it, the least padding, then the earlier row (as drawn
+/// first). Throws InputError for an empty list.
 const LengthPolicy& recommended_policy(const std::vector<LengthPolicy>& policies);
 
 }  // namespace oomtune::allocsim

@@ -15,18 +15,19 @@ constexpr int kVersion = 1;
 
 }  // namespace
 
-nlohmann::json step_events_json(const std::vector<AllocEvent>& events) {
+nlohmann::json step_events_json(const StepEvents& step) {
   nlohmann::json list = nlohmann::json::array();
-  for (const AllocEvent& e : events)
+  for (const AllocEvent& e : step.events)
     list.push_back({e.kind == AllocEventKind::kAlloc ? "alloc" : "free", e.id,
                     e.kind == AllocEventKind::kAlloc ? e.bytes : 0, std::string(phase_name(e.phase)), e.op});
   return {{"format", kFormat},
           {"version", kVersion},
           {"columns", {"kind", "id", "bytes", "phase", "op"}},
-          {"events", std::move(list)}};
+          {"events", std::move(list)},
+          {"persistent", step.persistent_bytes}};
 }
 
-std::vector<AllocEvent> read_step_events(const std::string& path) {
+StepEvents read_step_events(const std::string& path) {
   const std::string text = read_text_file(path, "step-events file");
   nlohmann::json j;
   try {
@@ -41,7 +42,8 @@ std::vector<AllocEvent> read_step_events(const std::string& path) {
         fmt::format("{}: step-events version {}, this oomtune reads {}", path, j.value("version", 0), kVersion));
   if (!j.contains("events") || !j["events"].is_array())
     throw InputError(fmt::format("{}: \"events\" is not a list", path));
-  std::vector<AllocEvent> events;
+  StepEvents step;
+  std::vector<AllocEvent>& events = step.events;
   int64_t order = 0;
   for (const nlohmann::json& row : j["events"]) {
     const std::size_t index = events.size();
@@ -62,7 +64,17 @@ std::vector<AllocEvent> read_step_events(const std::string& path) {
     events.push_back(std::move(e));
     ++order;
   }
-  return events;
+  if (j.contains("persistent")) {
+    const nlohmann::json& persistent = j["persistent"];
+    if (!persistent.is_array()) throw InputError(fmt::format("{}: \"persistent\" is not a list", path));
+    for (const nlohmann::json& bytes : persistent) {
+      if (!bytes.is_number_integer() || bytes.get<int64_t>() < 0)
+        throw InputError(
+            fmt::format("{}: persistent {}: not a non-negative integer of bytes", path, step.persistent_bytes.size()));
+      step.persistent_bytes.push_back(bytes.get<int64_t>());
+    }
+  }
+  return step;
 }
 
 }  // namespace oomtune::allocsim

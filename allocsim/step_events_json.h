@@ -11,8 +11,14 @@
 // kind is "alloc" or "free"; id names the allocation (a free carries its
 // alloc's id; frees of allocations made before the step, such as the
 // previous step's gradients, name ids that no alloc of the file has); bytes
-// as requested (0 for a free); phase as phase_name() writes it. No libtorch.
+// as requested (0 for a free); phase as phase_name() writes it.
+// "persistent": [65536, 4096, ...] (optional; absent in files written before
+// it): the requested bytes of the device allocations alive when the step
+// began that the step does not free (weights, buffers, optimizer state), in
+// the order they were made: what a replay of many steps allocates first
+// (allocsim/length_replay.h). No libtorch.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,12 +28,19 @@
 
 namespace oomtune::allocsim {
 
-/// The file's JSON for `events`.
-nlohmann::json step_events_json(const std::vector<AllocEvent>& events);
+/// One step's events and what was alive before it.
+struct StepEvents {
+  std::vector<AllocEvent> events;         ///< the step's allocs and frees, in order
+  std::vector<int64_t> persistent_bytes;  ///< bytes of each allocation alive throughout, in the order made
+};
 
-/// The events of a step-events file. Throws InputError naming `path`: not
-/// JSON, another format or version, or an event that is not
-/// [kind, id, bytes >= 0, phase, op] with a known kind and phase.
-std::vector<AllocEvent> read_step_events(const std::string& path);
+/// The file's JSON for `step`.
+nlohmann::json step_events_json(const StepEvents& step);
+
+/// The contents of a step-events file. Throws InputError naming `path`: not
+/// JSON, another format or version, an event that is not
+/// [kind, id, bytes >= 0, phase, op] with a known kind and phase, or a
+/// "persistent" that is not a list of integers >= 0.
+StepEvents read_step_events(const std::string& path);
 
 }  // namespace oomtune::allocsim

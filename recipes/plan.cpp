@@ -28,7 +28,7 @@ bool Plan::operator==(const Plan& other) const {
          measured_peak_bytes == other.measured_peak_bytes && predicted_peak_bytes == other.predicted_peak_bytes &&
          measured_samples_per_second == other.measured_samples_per_second &&
          predicted_samples_per_second == other.predicted_samples_per_second && notes == other.notes &&
-         trainable == other.trainable;
+         trainable == other.trainable && seq_len == other.seq_len;
 }
 
 std::optional<int64_t> samples_per_step(const TrainingConfig& config) {

@@ -56,6 +56,11 @@ struct Plan {
   // Which parameters trained (the job's trainable / frozen globs): the
   // framework configs cannot freeze them, so each writer notes the set.
   ParameterSelection trainable;
+  // COUNT: tokens per sequence the plan was verified at, for a job whose
+  // inputs name "seq" (the longest, for a range or a distribution of
+  // lengths); nullopt otherwise. `probe --plan` runs at it when the job's
+  // seq differs (autotune --seq N).
+  std::optional<int64_t> seq_len;
 
   bool operator==(const Plan& other) const;
   bool operator!=(const Plan& other) const { return !(*this == other); }

@@ -13,6 +13,7 @@
 #include "common/text_file.h"
 #include "common/toml_table.h"
 #include "job/hyper_parameters.h"
+#include "job/job_spec.h"
 #include "job/parameter_selection_toml.h"
 
 namespace oomtune {
@@ -20,7 +21,7 @@ namespace {
 
 const std::vector<std::string> kTopKeys = {"plan_version", "notes", "job", "config", "optimizer", "result"};
 const std::vector<std::string> kJobKeys = {"spec",     "model",     "device", "global_batch", "budget",
-                                           "headroom", "trainable", "frozen", "frozen_dtype"};
+                                           "headroom", "trainable", "frozen", "frozen_dtype", "seq"};
 const std::vector<std::string> kConfigKeys = {"micro_batch", "accumulation_steps", "checkpoint",
                                               "optimizer",   "offload_optimizer",  "precision"};
 const std::vector<std::string> kOptimizerKeys = {"lr", "weight_decay", "betas", "eps", "momentum", "implementation"};
@@ -118,6 +119,10 @@ void read_job(const PlanTable& job, Plan& plan, bool& has_global_batch) {
     plan.headroom = *headroom;
   }
   plan.trainable = read_parameter_selection(job);
+  if (auto seq = job.integer("seq", 1)) {
+    if (*seq > kMaxSeqLen) job.fail("seq", fmt::format("must be in [1, {}] tokens, got {}", kMaxSeqLen, *seq));
+    plan.seq_len = *seq;
+  }
 }
 
 void read_config(const PlanTable& config, Plan& plan) {
@@ -207,6 +212,7 @@ std::string write_plan_toml(const Plan& plan) {
   if (plan.budget_bytes)
     line(fmt::format("budget = {}  # bytes ({})", *plan.budget_bytes, format_bytes(*plan.budget_bytes)));
   line(fmt::format("headroom = {}", float_text(plan.headroom)));
+  if (plan.seq_len) line(fmt::format("seq = {}  # tokens per sequence, verified (the longest)", *plan.seq_len));
   if (plan.trainable.freezes()) {
     std::vector<std::string> globs;
     for (const std::string& glob : plan.trainable.globs) globs.push_back(quote(glob));

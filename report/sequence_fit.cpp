@@ -268,6 +268,7 @@ std::string render_sequence_text(const SequenceFit& fit) {
         fit.longest_length, phase_name(fit.length_limit),
         fit.longest_length > longest ? fmt::format("; beyond the longest probe, {}: extrapolated", longest) : ""));
   }
+  if (fit.length_policies) out += render_length_policies_text(*fit.length_policies);
   return out;
 }
 
@@ -322,6 +323,7 @@ nlohmann::json sequence_fit_json(const SequenceFit& fit) {
                            {"phase_peak_bytes", peaks}});
   }
   j["predictions"] = predictions;
+  j["length_policies"] = fit.length_policies ? length_policies_json(*fit.length_policies) : nlohmann::json(nullptr);
   if (fit.usable_budget_bytes) {
     j["largest_micro_batch"] = fit.largest_micro_batch;
     j["largest_micro_batch_limited_by"] = std::string(phase_name(fit.micro_batch_limit));

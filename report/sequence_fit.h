@@ -16,6 +16,7 @@
 #include "allocsim/length_model.h"
 #include "common/phase.h"
 #include "probes/seq_fit.h"
+#include "report/length_policies.h"
 
 namespace oomtune {
 
@@ -70,6 +71,7 @@ struct SequenceFit {
   Phase length_limit = Phase::kLoad;            // the phase that limits it
   bool answers_from_events = false;             // the answers and predictions replay the step's events (else the fits)
   std::vector<SequencePrediction> predictions;  // at the lengths the probe was asked to predict
+  std::optional<LengthPolicies> length_policies;  // a job with a length distribution: the replay of many steps
 
   /// The largest phase fit at (b, t), bytes: the step's predicted peak.
   double predict(int64_t b, int64_t t) const;

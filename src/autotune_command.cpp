@@ -166,6 +166,7 @@ Plan plan_from(const AutotuneReport& report) {
     plan.predicted_samples_per_second = static_cast<double>(job.global_batch) / best.predicted_seconds;
   plan.notes = report.search.notes;
   plan.trainable = job.trainable;
+  plan.seq_len = job.seq_len;
   return plan;
 }
 

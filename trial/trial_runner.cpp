@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -110,11 +111,44 @@ ReservedPrediction predict_reserved(const std::vector<TrackedEvent>& events, std
   return prediction;
 }
 
-// Writes the device events [begin, end) (the measured step) as a step-events
-// file (allocsim/step_events_json.h), atomically.
+// The bytes of the device allocations alive when events[begin] happens that
+// events[begin, end) does not free (weights, buffers, optimizer state, and
+// gradients that zero_grad keeps), in the order they were made. A free in
+// the range names an allocation from before it unless the range itself
+// made that address first (addresses are reused).
+std::vector<int64_t> persistent_bytes(const std::vector<TrackedEvent>& events, std::size_t begin, std::size_t end) {
+  std::unordered_map<uint64_t, std::size_t> live;  // address -> index of its alloc
+  for (std::size_t i = 0; i < begin && i < events.size(); ++i) {
+    const TrackedEvent& e = events[i];
+    if (e.pool != MemoryPool::kDevice) continue;
+    if (e.kind == TrackedEvent::Kind::kAlloc)
+      live[e.address] = i;
+    else
+      live.erase(e.address);
+  }
+  std::unordered_set<uint64_t> made_in_range;
+  for (std::size_t i = begin; i < end && i < events.size(); ++i) {
+    const TrackedEvent& e = events[i];
+    if (e.pool != MemoryPool::kDevice) continue;
+    if (e.kind == TrackedEvent::Kind::kAlloc)
+      made_in_range.insert(e.address);
+    else if (made_in_range.erase(e.address) == 0)
+      live.erase(e.address);  // carried in: freed by the step
+  }
+  std::vector<std::size_t> order;
+  for (const auto& [address, index] : live) order.push_back(index);
+  std::sort(order.begin(), order.end());
+  std::vector<int64_t> bytes;
+  for (std::size_t index : order) bytes.push_back(events[index].bytes);
+  return bytes;
+}
+
+// Writes the device events [begin, end) (the measured step) and the
+// allocations alive throughout it as a step-events file
+// (allocsim/step_events_json.h), atomically.
 void write_step_events(const std::string& path, const std::vector<TrackedEvent>& events, std::size_t begin,
                        std::size_t end, const std::vector<std::string>& op_names) {
-  const std::vector<allocsim::AllocEvent> step = device_stream(events, begin, end, &op_names);
+  const allocsim::StepEvents step{device_stream(events, begin, end, &op_names), persistent_bytes(events, begin, end)};
   write_file_atomically(path, json_text(allocsim::step_events_json(step)) + "\n");
 }
 

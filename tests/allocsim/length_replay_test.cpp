@@ -97,6 +97,32 @@ TEST(LengthReplay, AStepThatKeepsWhatItMakesIsNotSteady) {
   EXPECT_NO_THROW(replay_lengths(step, {}, {20}, {}));
 }
 
+// Under a budget a policy that runs out of memory or flushes the cache is
+// recommended only where every one does, whatever it reserves.
+TEST(LengthReplay, UnderABudgetTheRecommendationNeverRunsOutOrRetries) {
+  auto policy = [](const char* name, int64_t reserved_mib, int64_t ooms, int64_t retries, double padding) {
+    LengthPolicy p;
+    p.name = name;
+    p.run.totals.peak_reserved_bytes = reserved_mib * kMiB;
+    p.run.totals.num_ooms = ooms;
+    p.run.totals.num_alloc_retries = retries;
+    p.padded_tokens_ratio = padding;
+    return p;
+  };
+  std::vector<LengthPolicy> policies = {policy("as drawn", 30, 1, 0, 1.0), policy("expandable_segments", 35, 0, 2, 1.0),
+                                        policy("padded to 64", 39, 0, 0, 1.1), policy("power of two", 38, 0, 0, 1.3)};
+  // 39 MiB is within 1 % of 38? No (2.6 %): the least reserved of those left.
+  EXPECT_EQ(recommended_policy(policies).name, "power of two");
+  policies[2].run.totals.peak_reserved_bytes = 38 * kMiB + kMiB / 4;  // within 1 %: the least padding
+  EXPECT_EQ(recommended_policy(policies).name, "padded to 64");
+  // Every one that does not run out retries: the least reserved of them.
+  policies[2].run.totals.num_alloc_retries = policies[3].run.totals.num_alloc_retries = 1;
+  EXPECT_EQ(recommended_policy(policies).name, "expandable_segments");
+  // Every one runs out: the least reserved.
+  for (LengthPolicy& p : policies) p.run.totals.num_ooms = 1;
+  EXPECT_EQ(recommended_policy(policies).name, "as drawn");
+}
+
 TEST(LengthReplay, AnOutOfMemoryStepIsMarked) {
   SimOptions options;
   options.budget_bytes = 40 * kMiB;

@@ -32,7 +32,9 @@ TEST(StepEventsJson, RoundTrip) {
   AllocEvent a = alloc_event(7, 4096, 0, Phase::kForward);
   a.op = "aten::mm";
   const std::vector<AllocEvent> events = {free_event(3, 0, Phase::kForward), a, free_event(7, 0, Phase::kBackward)};
-  const std::vector<AllocEvent> back = read_step_events(write(step_events_json(events).dump()));
+  const StepEvents read = read_step_events(write(step_events_json({events, {1024, 0, 65536}}).dump()));
+  EXPECT_EQ(read.persistent_bytes, (std::vector<int64_t>{1024, 0, 65536}));
+  const std::vector<AllocEvent>& back = read.events;
   ASSERT_EQ(back.size(), 3u);
   EXPECT_EQ(back[0].kind, AllocEventKind::kFree);
   EXPECT_EQ(back[0].id, 3u);
@@ -53,6 +55,17 @@ TEST(StepEventsJson, BadFilesSayWhatIsWrong) {
             std::string::npos);
   EXPECT_NE(error_of(head + "[[\"grow\", 1, 5, \"forward\", \"\"]]}").find("kind"), std::string::npos);
   EXPECT_NE(error_of(head + "[[\"alloc\", 1]]}").find("not a list of 5"), std::string::npos);
+  EXPECT_NE(error_of(head + "[], \"persistent\": 5}").find("\"persistent\" is not a list"), std::string::npos);
+  EXPECT_NE(error_of(head + "[], \"persistent\": [4, -1]}").find("persistent 1: not a non-negative"),
+            std::string::npos);
+}
+
+// Files written before "persistent" existed still read, with none.
+TEST(StepEventsJson, AFileWithoutPersistentHasNone) {
+  const StepEvents read = read_step_events(write(
+      "{\"format\": \"oomtune step events\", \"version\": 1, \"events\": [[\"alloc\", 1, 5, \"forward\", \"\"]]}"));
+  EXPECT_EQ(read.events.size(), 1u);
+  EXPECT_TRUE(read.persistent_bytes.empty());
 }
 
 }  // namespace

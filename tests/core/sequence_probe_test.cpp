@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "job/length_distribution.h"
 #include "sequence_probe.h"
 #include "support/require_file.h"
 #include "test_jobs.h"
@@ -111,6 +112,74 @@ TEST(SequenceProbe, SeqFlagsNeedASeqInput) {
 // seq = [min, max] it fits the chosen configuration over lengths in the
 // range and reports the longest sequence that fits, beyond the max here
 // (the token MLP at 64 tokens holds a few MiB of a 24 MiB budget).
+// A job whose lengths vary (seq = { min, max }): the probe fits the step at
+// min, the midpoint and max, and replays --replay-steps steps at lengths
+// drawn with the job's seed through the caching-allocator simulator under
+// each policy (docs/sequence_length.md, "Variable lengths").
+TEST(SequenceProbe, AVariableLengthJobReplaysItsDrawnLengths) {
+  OOMTUNE_REQUIRE_FILE(testing::example_model("gpt_seq"));
+  std::string text = testing::slurp(seq_job("gpt_seq_varlen0", testing::example_model("gpt_seq"), 64));
+  text.replace(text.find("seq = 64"), 8, "seq = { min = 16, max = 64 }\nseed = 9");
+  const std::string job = testing::write_temp_file("gpt_seq_varlen.toml", text);
+  const auto j = probe_json(job + " --config micro_batch=2 --fit-batches 2 --replay-steps 40");
+  ASSERT_TRUE(j.contains("sequence"));
+  const auto& s = j.at("sequence");
+  EXPECT_EQ(s.at("min_length"), 16);
+  EXPECT_EQ(s.at("probes").size(), 3u);  // 16, 40, 64 at micro-batch 2
+  const auto& lp = s.at("length_policies");
+  ASSERT_TRUE(lp.is_object()) << s.dump(1);
+  EXPECT_EQ(lp.at("distribution"), "uniform 16-64");
+  EXPECT_EQ(lp.at("seed"), 9);
+  EXPECT_EQ(lp.at("steps"), 40);
+  EXPECT_EQ(lp.at("micro_batch"), 2);
+  ASSERT_EQ(lp.at("policies").size(), 5u);
+  // The job's draws: padding to a power of two runs the tokens computed
+  // from them here.
+  const std::vector<int64_t> drawn = draw_lengths(LengthDistribution::uniform(16, 64), 40, 9);
+  double tokens = 0, padded = 0;
+  for (int64_t t : drawn) {
+    tokens += static_cast<double>(t);
+    padded += t <= 16 ? 16 : t <= 32 ? 32 : 64;
+  }
+  const auto& power_of_two = lp.at("policies").at(4);
+  EXPECT_EQ(power_of_two.at("name"), "padded to a power of two");
+  EXPECT_NEAR(power_of_two.at("padded_tokens_ratio").get<double>(), padded / tokens, 1e-12);
+  // As drawn, the replay's peak allocated is the step at the longest drawn
+  // length: at most the trial's measured peak at 64 (plus the allocator's
+  // 512-byte rounding), and close to it (weights and AdamW state dominate).
+  const auto& as_drawn = lp.at("policies").at(0);
+  EXPECT_EQ(as_drawn.at("reserved_bytes_after_each_step").size(), 40u);
+  const double measured = testing::measured_peak(j);
+  const double allocated = as_drawn.at("peak_allocated_bytes").get<double>();
+  EXPECT_LE(allocated, measured * 1.01);
+  EXPECT_GE(allocated, measured * 0.9);
+  EXPECT_GE(as_drawn.at("peak_reserved_bytes").get<double>(), allocated);
+}
+
+// A plan verified at another length (autotune --seq 32) probes at it, and
+// says so; the same run as --seq 32 on the job.
+TEST(SequenceProbe, APlanRunsAtTheLengthItWasVerifiedAt) {
+  OOMTUNE_REQUIRE_FILE(testing::example_model("gpt_seq"));
+  const std::string job = seq_job("gpt_seq_plan", testing::example_model("gpt_seq"), 64);
+  const std::string plan = testing::write_temp_file(
+      "gpt_seq_plan.plan.toml",
+      "[job]\nspec = \"" + job +
+          "\"\nglobal_batch = 2\nseq = 32\n\n[config]\nmicro_batch = 2\naccumulation_steps = 1\n");
+  const RunResult from_plan = testing::run_oomtune("probe --plan " + plan + " --no-fit --json");
+  ASSERT_EQ(from_plan.exit_code, 0) << from_plan.err;
+  EXPECT_NE(from_plan.err.find("was verified at seq = 32, not " + job + "'s 64: probing the plan's"), std::string::npos)
+      << from_plan.err;
+  const auto at_32 = probe_json(job + " --seq 32 --config micro_batch=2 --no-fit");
+  const auto at_64 = probe_json(job + " --config micro_batch=2 --no-fit");
+  // Backward's peak grows with T (the step's peak is the optimizer's here).
+  const auto backward = [](const nlohmann::json& j) {
+    return j.at("report").at("phases").at("backward").at("peak_bytes").get<int64_t>();
+  };
+  const auto planned = nlohmann::json::parse(from_plan.out);
+  EXPECT_EQ(backward(planned), backward(at_32));
+  EXPECT_LT(backward(planned), backward(at_64));
+}
+
 TEST(SequenceProbe, AutotuneKeepsTheLengthAndReportsTheLongestThatFits) {
   OOMTUNE_REQUIRE_FILE(testing::test_model("token_mlp"));
   std::string job = seq_job("token_mlp_range", testing::test_model("token_mlp"), 64);

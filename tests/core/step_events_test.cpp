@@ -21,7 +21,8 @@ namespace {
 
 // The example GPT (max_len 64) at sequence length `t`, batch 4, one
 // micro-batch; its events written to a temporary file and read back.
-allocsim::LengthSample gpt_step_at(int64_t t) {
+allocsim::LengthSample gpt_step_at(int64_t t, std::vector<int64_t>* persistent = nullptr,
+                                   StaticMemory* static_memory = nullptr) {
   JobSpec job = testing::gpt_job(4);
   for (InputSpec& input : job.inputs) input.shape[1] = t;
   TrialOptions options;
@@ -36,7 +37,10 @@ allocsim::LengthSample gpt_step_at(int64_t t) {
   EXPECT_EQ(report.outcome, TrialOutcome::kOk) << report.message;
   allocsim::LengthSample sample;
   sample.length = t;
-  sample.events = allocsim::read_step_events(options.step_events_path);
+  allocsim::StepEvents read = allocsim::read_step_events(options.step_events_path);
+  sample.events = std::move(read.events);
+  if (persistent) *persistent = std::move(read.persistent_bytes);
+  if (static_memory) *static_memory = report.static_memory;
   std::filesystem::remove(options.step_events_path);
   return sample;
 }
@@ -56,10 +60,30 @@ TEST(StepEvents, TheGptsStepIsAPolynomialInTheSequenceLength) {
   bool softmax = false;
   for (const auto& [index, op] : quadratic) softmax = softmax || op.find("softmax") != std::string::npos;
   EXPECT_TRUE(softmax) << "no softmax among the T² requests";
-  // A steady step: libtorch's zero_grad zeroes the gradients in place, so
-  // the step neither keeps what it makes nor frees what an earlier one made.
+  // A steady step: the gradients are set to None after the optimizer step
+  // (session/train_step.cpp, clear_gradients, as torch.optim's
+  // zero_grad(set_to_none=True)), so the step neither keeps what it makes
+  // nor frees what an earlier one made.
   EXPECT_EQ(model.carried_out(), 0u);
   EXPECT_EQ(model.carried_in(), 0u);
+}
+
+// What a replay of many steps allocates first: everything alive across the
+// step, which for this GPT is the weights, the buffers and AdamW's two
+// moments and step count per parameter (the gradients live from backward
+// to the step's end only), exactly that part of the static split the trial
+// measured, and the same at every length.
+TEST(StepEvents, ThePersistentAllocationsAreTheStaticSplit) {
+  OOMTUNE_REQUIRE_FILE(testing::gpt_job(4).model_path);
+  std::vector<int64_t> at16, at48;
+  StaticMemory split;
+  gpt_step_at(16, &at16, &split);
+  gpt_step_at(48, &at48);
+  EXPECT_EQ(at16, at48);
+  int64_t sum = 0;
+  for (int64_t bytes : at16) sum += bytes;
+  EXPECT_GT(split.optimizer_state_bytes, 2 * split.parameter_bytes - 1);  // two moments per parameter at least
+  EXPECT_EQ(sum, split.parameter_bytes + split.buffer_bytes + split.optimizer_state_bytes);
 }
 
 }  // namespace

@@ -108,6 +108,21 @@ TEST(PlanToml, WritesTheDocumentedLayout) {
     EXPECT_NE(text.find(expected), std::string::npos) << expected;
 }
 
+// A language model's plan names the length it was verified at; a plan
+// without "seq" inputs writes no seq line.
+TEST(PlanToml, TheVerifiedSequenceLengthRoundTrips) {
+  Plan plan = testing::base_plan(4, 2);
+  EXPECT_EQ(write_plan_toml(plan).find("seq ="), std::string::npos);
+  plan.seq_len = 2048;
+  const std::string text = write_plan_toml(plan);
+  EXPECT_NE(text.find("seq = 2048  # tokens per sequence, verified (the longest)\n"), std::string::npos) << text;
+  EXPECT_EQ(parse_plan_toml(text, "plan.toml"), plan);
+  EXPECT_EQ(error_of(std::string("[job]\nseq = 0\n") + kMinimal).find("plan.toml:2:7: job.seq:"), 0u)
+      << error_of(std::string("[job]\nseq = 0\n") + kMinimal);
+  EXPECT_EQ(error_of(std::string("[job]\nseq = 20000000\n") + kMinimal),
+            "plan.toml:2:7: job.seq: must be in [1, 16777216] tokens, got 20000000");
+}
+
 TEST(PlanToml, BudgetMayBeASizeString) {
   const Plan plan = parse_plan_toml(std::string("[job]\nbudget = \"16GiB\"\n") + kMinimal, "plan.toml");
   EXPECT_EQ(plan.budget_bytes, int64_t{16} << 30);
