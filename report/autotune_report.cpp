@@ -281,6 +281,19 @@ std::string render_autotune_text(const AutotuneReport& report) {
       line("          kernel scratch " + scratch);
   } else if (const auto unverified = unverified_candidates(s); !unverified.empty()) {
     out += render_unverified(s, unverified, job);
+  } else if (!s.parameters_alone.empty()) {  // search/fit.cpp, Note [Parameters alone]
+    line("nothing fits one GPU: " + s.parameters_alone);
+    if (!report.nothing_fits) {
+      line(
+          "          no ZeRO/FSDP table: the parameter count is unknown (no trial got past loading the weights); "
+          "autotune with device = \"meta\" (libtorch 2) counts them without their memory");
+    } else {
+      out += report.nothing_fits->table;
+      if (s.baseline_micro_batches.empty())
+        line(
+            "          activations were never measured (no plain probe got past loading), so the table counts "
+            "none: its totals are lower bounds");
+    }
   } else if (!s.least_memory_failure.empty()) {
     line(fmt::format("nothing fits: {}; the usable budget is {}", s.least_memory_failure,
                      format_bytes(s.usable_budget_bytes)));
@@ -356,6 +369,7 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
   if (report.sequence) j["sequence"] = autotune_sequence_json(*report.sequence);
   j["least_memory_failure"] =
       s.least_memory_failure.empty() ? nlohmann::json() : nlohmann::json(s.least_memory_failure);
+  j["parameters_alone"] = s.parameters_alone.empty() ? nlohmann::json() : nlohmann::json(s.parameters_alone);
   return j;
 }
 

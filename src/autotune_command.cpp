@@ -176,10 +176,13 @@ NothingFits nothing_fits_table(const AutotuneReport& report) {
   ZeroInputs inputs;
   inputs.parameters = s.parameter_count;
   inputs.frozen_parameters = s.frozen_parameter_count;
-  inputs.bytes = bytes_per_parameter(Precision::kFp32, parse_optimizer(report.job.optimizer.kind),
-                                     report.job.optimizer.momentum > 0);
-  inputs.bytes.frozen_weights =
-      stored_bytes_per_parameter(TrainingConfig{}, false, report.job.trainable.frozen_bf16).frozen_weights;
+  // The job's own precision and optimizer as oomtune's step stores them
+  // (autocast keeps fp32 weights; bf16_params is mixed precision).
+  TrainingConfig job_config;
+  job_config.precision = parse_precision(report.job.precision);
+  job_config.optimizer = parse_optimizer(report.job.optimizer.kind);
+  inputs.bytes =
+      stored_bytes_per_parameter(job_config, report.job.optimizer.momentum > 0, report.job.trainable.frozen_bf16);
   const StaticMemory& m = s.static_memory;
   const double state =
       static_cast<double>(m.parameter_bytes + m.frozen_parameter_bytes + m.gradient_bytes + m.optimizer_state_bytes);
@@ -233,7 +236,10 @@ int run_autotune(const AutotuneFlags& flags) {
     std::filesystem::create_directories(flags.emit_dir);
     for (const EmittedFile& file : emit_all(plan_from(report), flags.emit_dir))
       report.emitted_files.push_back(file.path);
-  } else if (!report.search.chosen && !unverified) {
+  } else if (!report.search.chosen && !unverified &&
+             report.search.parameter_count + report.search.frozen_parameter_count > 0) {
+    // No count where no trial got past loading (search/fit.cpp, Note
+    // [Parameters alone]): the report says so instead of a table.
     report.nothing_fits = nothing_fits_table(report);
   }
   if (flags.json)
