@@ -171,9 +171,9 @@ std::string render_zero_table(const ZeroTable& table) {
                                                in.frozen_parameters, in.bytes.frozen_weights);
   std::string out = fmt::format(
       "Predicted per-GPU memory with sharding ({} parameters{}; bytes/param: weights {}, gradients {}, optimizer "
-      "state {}; activations at micro-batch 1: {})\n",
+      "state {}; activations at micro-batch 1: {}{})\n",
       in.parameters, frozen, in.bytes.weights, in.bytes.gradients, in.bytes.optimizer_state,
-      format_bytes(in.activation_bytes));
+      format_bytes(in.activation_bytes), in.activation_source.empty() ? "" : " " + in.activation_source);
   const std::string fits_header =
       in.budget_bytes ? fmt::format("GPUs to fit {}", format_bytes(*in.budget_bytes)) : std::string("GPUs to fit");
   out += fmt::format("{:<20} {:>12} {:>12} {:>12} {:>12} {:>12}  {}\n", "strategy", "weights", "gradients", "optimizer",
@@ -236,6 +236,7 @@ nlohmann::json zero_table_json(const ZeroTable& table) {
       {"max_gpus", kZeroMaxGpus},
       {"fewest_gpus", zero_fewest_gpus(table) ? nlohmann::json(*zero_fewest_gpus(table)) : nlohmann::json(nullptr)},
       {"rows", rows}};
+  if (!in.activation_source.empty()) json["activation_source"] = in.activation_source;
   if (in.frozen_parameters > 0) {
     json["frozen_parameters"] = in.frozen_parameters;
     json["bytes_per_parameter"]["frozen_weights"] = in.bytes.frozen_weights;

@@ -98,6 +98,7 @@ struct ZeroInputs {
   int64_t frozen_parameters = 0;  // COUNT: Ψ_f, frozen parameters (weights only, bytes.frozen_weights each)
   BytesPerParameter bytes;
   int64_t activation_bytes = 0;         // BYTES: activations + temporaries at micro-batch 1, measured, per GPU
+  std::string activation_source;        // what activation_bytes are, e.g. "with activation checkpointing" ("": plain)
   int64_t gpus = 1;                     // COUNT: N for the per-GPU column (>= 1)
   std::optional<int64_t> budget_bytes;  // BYTES: usable per-GPU budget (after headroom); none: no fit column
 };
@@ -150,7 +151,8 @@ std::optional<int64_t> zero_fewest_gpus(const ZeroTable& table);
 /// kZeroMaxGpus. Ends with a line citing the model.
 std::string render_zero_table(const ZeroTable& table);
 
-/// {"parameters", "bytes_per_parameter": {...}, "activation_bytes", "gpus",
+/// {"parameters", "bytes_per_parameter": {...}, "activation_bytes",
+/// "activation_source" (where not empty), "gpus",
 /// and where any parameter is frozen "frozen_parameters" and
 /// bytes_per_parameter.frozen_weights,
 /// "budget_bytes" (null when none), "kind": "predicted", "source": "...",

@@ -24,7 +24,8 @@
 // - Parameters alone: every strategy keeps the weights on the device, so
 //   parameters whose cheapest storage the job allows (bf16 parameters, 2
 //   bytes each, when bf16 is allowed) exceed the usable budget end the
-//   search before any strategy is probed: nothing fits one GPU
+//   search before the strategies are probed (but checkpointing, once, for
+//   the ZeRO table's activations): nothing fits one GPU
 //   (SearchResult::parameters_alone, exit kExitNothingFits and the
 //   ZeRO/FSDP table), not a bad input. Where only the bf16 parameters fit,
 //   bf16 is tried as bf16 parameters from the start (fit.cpp, Note
@@ -177,6 +178,10 @@ struct SearchResult {
   StaticMemory static_memory;                   // of the baseline's probe (or plain's failed one)
   std::string baseline_name = "plain";          // what the baseline lines describe: plain, or the rescued base
   double smallest_predicted_peak_bytes = 0;     // the least memory any node needs (at smallest_micro_batch)
+  // Index into trail: the node whose meta peak is the least (memory from
+  // meta); what a "nothing fits" answer names, measured, in place of the
+  // lines' prediction. nullopt: no node was measured on meta.
+  std::optional<std::size_t> least_meta_node;
   // Measured "nothing fits": plain and the least-memory combination of
   // strategies both ran out at smallest_micro_batch (Note [Rescue] in
   // rescue.cpp); the trail is empty. Empty when not measured.

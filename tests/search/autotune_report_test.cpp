@@ -268,7 +268,7 @@ TEST(AutotuneReport, ParametersAloneSayNothingFitsOneGpuWithTheTable) {
   AutotuneReport report = report_of(fake, job_with_budget(2 * kMiB));
   report.nothing_fits = NothingFits{"<zero table>\n", nlohmann::json::object({{"rows", 6}})};
   const std::vector<std::string> lines = lines_of(render_autotune_text(report));
-  ASSERT_EQ(lines.size(), 8u) << render_autotune_text(report);
+  ASSERT_EQ(lines.size(), 10u) << render_autotune_text(report);
   EXPECT_EQ(lines[0], "autotune  fake.pt  (1048576 parameters)");
   EXPECT_EQ(lines[2], "model     plain peak = 18.00 MiB + 8.00 MiB per sample");
   EXPECT_EQ(lines[3],
@@ -276,10 +276,10 @@ TEST(AutotuneReport, ParametersAloneSayNothingFitsOneGpuWithTheTable) {
             "8, 16)");
   EXPECT_EQ(lines[5],
             "nothing fits one GPU: the parameters alone (4.00 MiB) exceed the usable budget (2.00 MiB, after 0 % "
-            "headroom): no single-GPU configuration holds them (every strategy keeps the weights on the device), so no "
-            "strategy was probed");
+            "headroom): no single-GPU configuration holds them (every strategy keeps the weights on the device)");
   EXPECT_EQ(lines[6], "<zero table>");
-  EXPECT_EQ(lines[7], "trials    3 probes + 0 verification runs");
+  EXPECT_EQ(lines[8].rfind("note: activation checkpointing (all blocks) probed at micro-batch 4", 0), 0u) << lines[8];
+  EXPECT_EQ(lines[9], "trials    4 probes + 0 verification runs");
   const nlohmann::json j = autotune_json(report);
   EXPECT_EQ(j.at("parameters_alone"), report.search.parameters_alone);
   EXPECT_EQ(j.at("nothing_fits"), report.nothing_fits->json);

@@ -1168,13 +1168,13 @@ TEST(DecisionTree, NoBudgetIsAnInputError) {
 
 // The sentence after the parameters' bytes (search/fit.cpp, Note [Parameters alone]).
 const std::string kNoSingleGpu =
-    ": no single-GPU configuration holds them (every strategy keeps the weights on the device), so no strategy was "
-    "probed";
+    ": no single-GPU configuration holds them (every strategy keeps the weights on the device)";
 
 // Parameters alone over the usable budget: nothing fits one GPU, a result
 // (the command prints the ZeRO/FSDP table from its counts, exit 3), not a
 // bad input. The fake's P = 1 Mi fp32 parameters hold 4 P = 4 MiB; the
-// plain probes (no guard) run at 4, 8 and 16, and nothing else is probed.
+// plain probes (no guard) run at 4, 8 and 16, then checkpointing all blocks
+// once at 4 for the table's activations (A / 4 per sample retained).
 TEST(DecisionTree, ParametersAloneOverTheBudgetIsNothingFitsOneGpu) {
   FakeRunner fake;
   const SearchResult r = run_search(fake, job_with_budget(2 * kMiB));
@@ -1183,8 +1183,13 @@ TEST(DecisionTree, ParametersAloneOverTheBudgetIsNothingFitsOneGpu) {
   EXPECT_TRUE(r.least_memory_failure.empty());
   EXPECT_EQ(r.parameters_alone,
             "the parameters alone (4.00 MiB) exceed the usable budget (2.00 MiB, after 0 % headroom)" + kNoSingleGpu);
-  EXPECT_EQ(fake.probes, 3) << "the plain probes only";
-  for (const ProbeReport& p : r.probes) EXPECT_EQ(p.config, to_string(with_micro_batch_of(p.micro_batch)));
+  ASSERT_EQ(fake.probes, 4);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(r.probes[i].config, to_string(with_micro_batch_of(int64_t{4} << i)));
+  EXPECT_EQ(r.probes[3].config, to_string(with_micro_batch_of(4, Precision::kFp32, false, true)));
+  EXPECT_EQ(r.probes[3].retained_activation_bytes, 4 * fake.activation_per_sample / 4);
+  EXPECT_EQ(r.notes.back(),
+            "activation checkpointing (all blocks) probed at micro-batch 4 for the ZeRO/FSDP table's activations "
+            "only: 8.00 MiB retained");
   EXPECT_EQ(fake.verifications, 0);
   // What the ZeRO table is computed from: the measured counts and bytes,
   // and plain's line (peak(b) = 16 P + 2 MiB + A b).
@@ -1210,7 +1215,7 @@ TEST(DecisionTree, ParametersAloneCountTheCheapestStorageTheJobAllows) {
             "the parameters alone (2.00 MiB as bf16 parameters, the least storage the job allows; 4.00 MiB measured) "
             "exceed the usable budget (1.50 MiB, after 0 % headroom)" +
                 kNoSingleGpu);
-  EXPECT_EQ(fake.probes, 3);
+  EXPECT_EQ(fake.probes, 4) << "plain at 4, 8, 16 and checkpointing at 4";
 }
 
 // A budget between the bf16 weights (2 MiB) and the fp32 ones (4 MiB):
