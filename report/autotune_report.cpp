@@ -303,13 +303,12 @@ std::string render_autotune_text(const AutotuneReport& report) {
           "          activations were never measured (nothing ran), so the table counts none: its totals are "
           "lower bounds");
     }
-  } else if (s.least_meta_node) {
-    const TrailNode& least = s.trail[*s.least_meta_node];
-    line(fmt::format(
-        "nothing fits: the least memory any configuration needs is {} (measured on meta: {}, micro-batch {} x {}), "
-        "the usable budget is {}",
-        format_bytes(static_cast<int64_t>(*least.meta_peak_bytes)), least.node, least.config.micro_batch,
-        least.config.accumulation_steps, format_bytes(s.usable_budget_bytes)));
+  } else if (s.smallest_meta_peak_bytes) {
+    line(
+        fmt::format("nothing fits: the least memory any configuration needs is {} (measured on meta: {}), the usable "
+                    "budget is {}",
+                    format_bytes(static_cast<int64_t>(*s.smallest_meta_peak_bytes)), s.smallest_meta_configuration,
+                    format_bytes(s.usable_budget_bytes)));
     if (report.nothing_fits) out += report.nothing_fits->table;
   } else {
     line(
@@ -367,10 +366,11 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
       {"meta_trials", s.meta_trials},
       {"smallest_predicted_peak_bytes", static_cast<int64_t>(s.smallest_predicted_peak_bytes)},
       {"smallest_micro_batch", s.smallest_micro_batch},
-      {"least_meta_peak_bytes", s.least_meta_node
-                                    ? nlohmann::json(static_cast<int64_t>(*s.trail[*s.least_meta_node].meta_peak_bytes))
-                                    : nlohmann::json()},
-      {"least_meta_node", s.least_meta_node ? nlohmann::json(s.trail[*s.least_meta_node].node) : nlohmann::json()},
+      {"smallest_meta_peak_bytes", s.smallest_meta_peak_bytes
+                                       ? nlohmann::json(static_cast<int64_t>(*s.smallest_meta_peak_bytes))
+                                       : nlohmann::json()},
+      {"smallest_meta_configuration",
+       s.smallest_meta_peak_bytes ? nlohmann::json(s.smallest_meta_configuration) : nlohmann::json()},
       {"emitted_files", report.emitted_files}};
   j["chosen"] = s.chosen ? node_json(s.trail[*s.chosen]) : nlohmann::json();
   if (report.nothing_fits) j["nothing_fits"] = report.nothing_fits->json;

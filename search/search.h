@@ -178,10 +178,13 @@ struct SearchResult {
   StaticMemory static_memory;                   // of the baseline's probe (or plain's failed one)
   std::string baseline_name = "plain";          // what the baseline lines describe: plain, or the rescued base
   double smallest_predicted_peak_bytes = 0;     // the least memory any node needs (at smallest_micro_batch)
-  // Index into trail: the node whose meta peak is the least (memory from
-  // meta); what a "nothing fits" answer names, measured, in place of the
-  // lines' prediction. nullopt: no node was measured on meta.
-  std::optional<std::size_t> least_meta_node;
+  // Memory from meta and no node fits: the least peak measured on meta of
+  // the combinations smallest_predicted_peak_bytes predicts (every block
+  // checkpointed, bf16, and each optimizer row or none, at
+  // smallest_micro_batch), and which one with its micro-batch x
+  // accumulation; what "nothing fits" names in place of the prediction.
+  std::optional<double> smallest_meta_peak_bytes;
+  std::string smallest_meta_configuration;
   // Measured "nothing fits": plain and the least-memory combination of
   // strategies both ran out at smallest_micro_batch (Note [Rescue] in
   // rescue.cpp); the trail is empty. Empty when not measured.
