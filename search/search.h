@@ -189,13 +189,15 @@ struct SearchResult {
   // strategies both ran out at smallest_micro_batch (Note [Rescue] in
   // rescue.cpp); the trail is empty. Empty when not measured.
   std::string least_memory_failure;
-  // "Nothing fits one GPU" before any strategy: the parameters alone, in the
-  // cheapest storage the job allows, exceed the usable budget, or loading
-  // the weights ran out of memory (fit.cpp, Note [Parameters alone]); why,
-  // as one sentence. parameter_count, frozen_parameter_count and
-  // static_memory come from the trial that measured the parameters (the
-  // meta run when no probe got past loading; 0 when none did), the baseline
-  // lines from plain's probes when any ran. Empty otherwise.
+  // "Nothing fits one GPU" before the strategies are probed: the parameters
+  // alone, in the cheapest storage the job allows, exceed the usable budget,
+  // or loading the weights ran out of memory (fit.cpp, Note [Parameters
+  // alone]); why, as one sentence; the trail is empty. parameter_count,
+  // frozen_parameter_count and static_memory come from the trial that
+  // measured the parameters (the meta run when no probe got past loading; 0
+  // when none did), the baseline lines from plain's probes when any ran, and
+  // probes holds one of checkpointing every block (for the ZeRO table's
+  // activations) when plain ran. Empty otherwise.
   std::string parameters_alone;
   int64_t smallest_micro_batch = 0;  // the smallest micro-batch the search used (0: none valid)
 };
