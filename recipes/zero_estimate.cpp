@@ -1,8 +1,11 @@
 #include "recipes/zero_estimate.h"
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 
 #include "common/byte_size.h"
 #include "common/error.h"
@@ -153,6 +156,13 @@ ZeroTable zero_table(const ZeroInputs& inputs) {
   return table;
 }
 
+std::optional<int64_t> zero_fewest_gpus(const ZeroTable& table) {
+  std::optional<int64_t> fewest;
+  for (const ZeroRow& row : table.rows)
+    if (row.min_gpus && (!fewest || *row.min_gpus < *fewest)) fewest = row.min_gpus;
+  return fewest;
+}
+
 std::string render_zero_table(const ZeroTable& table) {
   const ZeroInputs& in = table.inputs;
   const std::string frozen = in.frozen_parameters == 0
@@ -161,9 +171,9 @@ std::string render_zero_table(const ZeroTable& table) {
                                                in.frozen_parameters, in.bytes.frozen_weights);
   std::string out = fmt::format(
       "Predicted per-GPU memory with sharding ({} parameters{}; bytes/param: weights {}, gradients {}, optimizer "
-      "state {}; activations at micro-batch 1: {})\n",
+      "state {}; activations at micro-batch 1: {}{})\n",
       in.parameters, frozen, in.bytes.weights, in.bytes.gradients, in.bytes.optimizer_state,
-      format_bytes(in.activation_bytes));
+      format_bytes(in.activation_bytes), in.activation_source.empty() ? "" : " " + in.activation_source);
   const std::string fits_header =
       in.budget_bytes ? fmt::format("GPUs to fit {}", format_bytes(*in.budget_bytes)) : std::string("GPUs to fit");
   out += fmt::format("{:<20} {:>12} {:>12} {:>12} {:>12} {:>12}  {}\n", "strategy", "weights", "gradients", "optimizer",
@@ -176,6 +186,19 @@ std::string render_zero_table(const ZeroTable& table) {
                        size_or_dash(row.per_gpu.optimizer_state), size_or_dash(row.per_gpu.activations),
                        format_bytes(row.per_gpu.total()), fits);
   }
+  if (in.budget_bytes) {
+    std::vector<std::string> fit_at_n, fewest_rows;
+    const std::optional<int64_t> fewest = zero_fewest_gpus(table);
+    for (const ZeroRow& row : table.rows) {
+      if (row.per_gpu.total() <= *in.budget_bytes) fit_at_n.push_back(to_string(row.strategy));
+      if (fewest && row.min_gpus == fewest) fewest_rows.push_back(to_string(row.strategy));
+    }
+    out +=
+        fmt::format("Fit {} per GPU at {} GPU{}: {}; ", format_bytes(*in.budget_bytes), in.gpus,
+                    in.gpus == 1 ? "" : "s", fit_at_n.empty() ? "none" : fmt::format("{}", fmt::join(fit_at_n, ", ")));
+    out += fewest ? fmt::format("the fewest GPUs that fit: {} ({})\n", *fewest, fmt::join(fewest_rows, ", "))
+                  : fmt::format("none on up to {} GPUs\n", kZeroMaxGpus);
+  }
   out +=
       "Model: Rajbhandari et al., ZeRO (SC 2020), Sec. 5: psi*(w + g + K), sharded by N per stage; a lower "
       "bound (no communication buffers, no fragmentation).\n";
@@ -186,29 +209,34 @@ nlohmann::json zero_table_json(const ZeroTable& table) {
   const ZeroInputs& in = table.inputs;
   nlohmann::json rows = nlohmann::json::array();
   for (const ZeroRow& row : table.rows) {
-    rows.push_back({{"strategy", to_string(row.strategy)},
-                    {"per_gpu",
-                     {{"weights", row.per_gpu.weights},
-                      {"gradients", row.per_gpu.gradients},
-                      {"optimizer_state", row.per_gpu.optimizer_state},
-                      {"activations", row.per_gpu.activations},
-                      {"total", row.per_gpu.total()}}},
-                    {"min_gpus", row.min_gpus ? nlohmann::json(*row.min_gpus) : nlohmann::json(nullptr)}});
+    rows.push_back(
+        {{"strategy", to_string(row.strategy)},
+         {"per_gpu",
+          {{"weights", row.per_gpu.weights},
+           {"gradients", row.per_gpu.gradients},
+           {"optimizer_state", row.per_gpu.optimizer_state},
+           {"activations", row.per_gpu.activations},
+           {"total", row.per_gpu.total()}}},
+         {"fits", in.budget_bytes ? nlohmann::json(row.per_gpu.total() <= *in.budget_bytes) : nlohmann::json(nullptr)},
+         {"min_gpus", row.min_gpus ? nlohmann::json(*row.min_gpus) : nlohmann::json(nullptr)}});
   }
-  nlohmann::json json = {{"kind", "predicted"},
-                         {"source",
-                          "Rajbhandari et al., ZeRO: Memory Optimizations Toward Training Trillion Parameter Models, "
-                          "SC 2020, Sec. 5"},
-                         {"parameters", in.parameters},
-                         {"bytes_per_parameter",
-                          {{"weights", in.bytes.weights},
-                           {"gradients", in.bytes.gradients},
-                           {"optimizer_state", in.bytes.optimizer_state}}},
-                         {"activation_bytes", in.activation_bytes},
-                         {"gpus", in.gpus},
-                         {"budget_bytes", in.budget_bytes ? nlohmann::json(*in.budget_bytes) : nlohmann::json(nullptr)},
-                         {"max_gpus", kZeroMaxGpus},
-                         {"rows", rows}};
+  nlohmann::json json = {
+      {"kind", "predicted"},
+      {"source",
+       "Rajbhandari et al., ZeRO: Memory Optimizations Toward Training Trillion Parameter Models, "
+       "SC 2020, Sec. 5"},
+      {"parameters", in.parameters},
+      {"bytes_per_parameter",
+       {{"weights", in.bytes.weights},
+        {"gradients", in.bytes.gradients},
+        {"optimizer_state", in.bytes.optimizer_state}}},
+      {"activation_bytes", in.activation_bytes},
+      {"gpus", in.gpus},
+      {"budget_bytes", in.budget_bytes ? nlohmann::json(*in.budget_bytes) : nlohmann::json(nullptr)},
+      {"max_gpus", kZeroMaxGpus},
+      {"fewest_gpus", zero_fewest_gpus(table) ? nlohmann::json(*zero_fewest_gpus(table)) : nlohmann::json(nullptr)},
+      {"rows", rows}};
+  if (!in.activation_source.empty()) json["activation_source"] = in.activation_source;
   if (in.frozen_parameters > 0) {
     json["frozen_parameters"] = in.frozen_parameters;
     json["bytes_per_parameter"]["frozen_weights"] = in.bytes.frozen_weights;

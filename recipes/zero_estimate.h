@@ -98,6 +98,7 @@ struct ZeroInputs {
   int64_t frozen_parameters = 0;  // COUNT: Ψ_f, frozen parameters (weights only, bytes.frozen_weights each)
   BytesPerParameter bytes;
   int64_t activation_bytes = 0;         // BYTES: activations + temporaries at micro-batch 1, measured, per GPU
+  std::string activation_source;        // what activation_bytes are, e.g. "with activation checkpointing" ("": plain)
   int64_t gpus = 1;                     // COUNT: N for the per-GPU column (>= 1)
   std::optional<int64_t> budget_bytes;  // BYTES: usable per-GPU budget (after headroom); none: no fit column
 };
@@ -138,18 +139,27 @@ struct ZeroTable {
 /// Computes every row.
 ZeroTable zero_table(const ZeroInputs& inputs);
 
+/// The smallest min_gpus of any row, or nullopt (no budget, or no row fits
+/// on up to kZeroMaxGpus GPUs).
+std::optional<int64_t> zero_fewest_gpus(const ZeroTable& table);
+
 /// Fixed-width text, one row per strategy: per-GPU weights, gradients,
 /// optimizer state, activations and total at N GPUs (IEC units), and the
 /// smallest N that fits the budget ("> 1024" when none, "-" without a
-/// budget). Ends with a line citing the model.
+/// budget). With a budget, a line says which rows fit at N GPUs and the
+/// fewest GPUs any row fits (with those rows), or that none fits on up to
+/// kZeroMaxGpus. Ends with a line citing the model.
 std::string render_zero_table(const ZeroTable& table);
 
-/// {"parameters", "bytes_per_parameter": {...}, "activation_bytes", "gpus",
+/// {"parameters", "bytes_per_parameter": {...}, "activation_bytes",
+/// "activation_source" (where not empty), "gpus",
 /// and where any parameter is frozen "frozen_parameters" and
 /// bytes_per_parameter.frozen_weights,
 /// "budget_bytes" (null when none), "kind": "predicted", "source": "...",
+/// "max_gpus", "fewest_gpus" (zero_fewest_gpus, null when none),
 /// "rows": [{"strategy", "per_gpu": {"weights", "gradients",
-/// "optimizer_state", "activations", "total"}, "min_gpus" (null when none)}]}.
+/// "optimizer_state", "activations", "total"}, "fits" (total <= budget at
+/// "gpus"; null without a budget), "min_gpus" (null when none)}]}.
 /// Bytes are integers.
 nlohmann::json zero_table_json(const ZeroTable& table);
 

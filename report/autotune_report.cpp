@@ -281,6 +281,19 @@ std::string render_autotune_text(const AutotuneReport& report) {
       line("          kernel scratch " + scratch);
   } else if (const auto unverified = unverified_candidates(s); !unverified.empty()) {
     out += render_unverified(s, unverified, job);
+  } else if (!s.parameters_alone.empty()) {  // search/fit.cpp, Note [Parameters alone]
+    line("nothing fits one GPU: " + s.parameters_alone);
+    if (!report.nothing_fits) {
+      line(
+          "          no ZeRO/FSDP table: the parameter count is unknown (no trial got past loading the weights); "
+          "autotune with device = \"meta\" (libtorch 2) counts them without their memory");
+    } else {
+      out += report.nothing_fits->table;
+      if (s.baseline_micro_batches.empty())
+        line(
+            "          activations were never measured (no plain probe got past loading), so the table counts "
+            "none: its totals are lower bounds");
+    }
   } else if (!s.least_memory_failure.empty()) {
     line(fmt::format("nothing fits: {}; the usable budget is {}", s.least_memory_failure,
                      format_bytes(s.usable_budget_bytes)));
@@ -290,6 +303,13 @@ std::string render_autotune_text(const AutotuneReport& report) {
           "          activations were never measured (nothing ran), so the table counts none: its totals are "
           "lower bounds");
     }
+  } else if (s.smallest_meta_peak_bytes) {
+    line(
+        fmt::format("nothing fits: the least memory any configuration needs is {} (measured on meta: {}), the usable "
+                    "budget is {}",
+                    format_bytes(static_cast<int64_t>(*s.smallest_meta_peak_bytes)), s.smallest_meta_configuration,
+                    format_bytes(s.usable_budget_bytes)));
+    if (report.nothing_fits) out += report.nothing_fits->table;
   } else {
     line(
         fmt::format("nothing fits: the least memory any configuration needs is {} (predicted, micro-batch {}), "
@@ -346,6 +366,11 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
       {"meta_trials", s.meta_trials},
       {"smallest_predicted_peak_bytes", static_cast<int64_t>(s.smallest_predicted_peak_bytes)},
       {"smallest_micro_batch", s.smallest_micro_batch},
+      {"smallest_meta_peak_bytes", s.smallest_meta_peak_bytes
+                                       ? nlohmann::json(static_cast<int64_t>(*s.smallest_meta_peak_bytes))
+                                       : nlohmann::json()},
+      {"smallest_meta_configuration",
+       s.smallest_meta_peak_bytes ? nlohmann::json(s.smallest_meta_configuration) : nlohmann::json()},
       {"emitted_files", report.emitted_files}};
   j["chosen"] = s.chosen ? node_json(s.trail[*s.chosen]) : nlohmann::json();
   if (report.nothing_fits) j["nothing_fits"] = report.nothing_fits->json;
@@ -356,6 +381,7 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
   if (report.sequence) j["sequence"] = autotune_sequence_json(*report.sequence);
   j["least_memory_failure"] =
       s.least_memory_failure.empty() ? nlohmann::json() : nlohmann::json(s.least_memory_failure);
+  j["parameters_alone"] = s.parameters_alone.empty() ? nlohmann::json() : nlohmann::json(s.parameters_alone);
   return j;
 }
 

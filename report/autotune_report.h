@@ -15,7 +15,9 @@
 namespace oomtune {
 
 /// Per-GPU memory under data parallelism when nothing fits one GPU
-/// (filled from recipes/zero_estimate.h by the command).
+/// (filled from recipes/zero_estimate.h by the command; absent where the
+/// parameter count is unknown: no trial got past loading the weights,
+/// SearchResult::parameters_alone).
 struct NothingFits {
   std::string table;    // rendered ZeRO/FSDP table
   nlohmann::json json;  // the same, as JSON

@@ -16,6 +16,13 @@
 #include "strategies/job_config.h"
 
 namespace oomtune::search_detail {
+namespace {
+
+// Bytes of one bf16 parameter element (c10/util/BFloat16.h: 16 bits), the
+// weights' storage under bf16_params (Note [Parameters alone]).
+constexpr int64_t kBf16ParameterBytes = 2;
+
+}  // namespace
 
 // Probes one strategy at `sizes` and derives its effect on the plain lines.
 StrategyEffect Search::probe_effect(const std::string& name, const TrainingConfig& config,
@@ -152,6 +159,10 @@ bool Search::fit_models() {
     base_.precision = job_base_.precision = bf16_form_ = Precision::kBf16Params;
     plain = probe_plain(sizes);
   }
+  // Note [Parameters alone]
+  const ParametersFit parameters = check_parameters(plain);
+  if (parameters == ParametersFit::kOver && plain.ran.empty()) return false;
+  if (parameters == ParametersFit::kAsBf16Only) store_bf16_parameters(sizes, plain);
   if (plain.ran.empty() && needs_rescue(plain.first_failure())) {
     std::optional<PlainProbes> rescued = rescue(sizes, plain);
     if (!rescued) return false;
@@ -180,25 +191,10 @@ bool Search::fit_models() {
   for (const auto& [s, r] : plain.failed)
     if (!ok.empty() && s < ok.front() && r.outcome == TrialOutcome::kError) error_below_ok.emplace(s, r);
   models_.base_precision = base_.precision;
-  // Parameters alone over the budget is a bad input (no single-device
-  // configuration can hold them). Probes run under a looser RAM guard, so
-  // the parameters are usually measured; when even loading the weights ran
-  // out of memory under that guard, they are over the budget too.
-  const auto parameters_alone = [&](const std::string& parameters) {
-    return InputError(fmt::format("budget {} (after {:.0f} % headroom) is smaller than the parameters alone ({})",
-                                  format_bytes(result_.usable_budget_bytes), 100 * job_.headroom, parameters));
-  };
   if (ok.empty()) {
-    const ProbeReport& failure = plain.first_failure();
-    if (failure.static_memory.parameter_bytes > result_.usable_budget_bytes)
-      throw parameters_alone(format_bytes(failure.static_memory.parameter_bytes));
-    if (ran_out_loading(failure))
-      throw parameters_alone(fmt::format("loading the weights ran out of memory: {}", failure.message));
     throw InputError(fmt::format("{}: the plain configuration could not run at micro-batch {}: {}", job_.model_path,
-                                 plain.failed.begin()->first, failure.message));
+                                 plain.failed.begin()->first, plain.first_failure().message));
   }
-  if (result_.static_memory.parameter_bytes > result_.usable_budget_bytes)
-    throw parameters_alone(format_bytes(result_.static_memory.parameter_bytes));
   if (error_below_ok) raise_min_micro_batch(error_below_ok->first, error_below_ok->second);
   // One size ran (the next one ran out of memory or time, or a rescued
   // base runs only at the smallest): its lines take the slope of its
@@ -224,6 +220,23 @@ bool Search::fit_models() {
   result_.baseline_seconds = models_.seconds;
   result_.baseline_backward_activation = models_.backward_activation;
   result_.baseline_micro_batches = ok;
+  // Parameters alone over the budget end here, after the lines: the ZeRO
+  // table takes plain's activations from them, or checkpointing's, probed
+  // once for it (Note [Parameters alone]).
+  if (parameters == ParametersFit::kOver) {
+    if (row_of(Strategy::kCheckpointing).allowed(job_, base_)) {
+      TrainingConfig c = base_;
+      c.checkpoint = checkpoint_every_block();
+      const ProbeReport r = probe(c, ok.front());
+      result_.notes.push_back(fmt::format(
+          "activation checkpointing (all blocks) probed at micro-batch {} for the ZeRO/FSDP table's activations "
+          "only: {}",
+          ok.front(),
+          r.outcome == TrialOutcome::kOk ? fmt::format("{} retained", format_bytes(r.retained_activation_bytes))
+                                         : outcome_text(r)));
+    }
+    return false;
+  }
 
   const std::vector<int64_t> two(ok.begin(), ok.begin() + std::min<std::size_t>(2, ok.size()));
   const std::vector<int64_t> one(ok.begin(), ok.begin() + 1);
@@ -259,7 +272,8 @@ bool Search::fit_models() {
 // (Note [bf16 fallback]).
 StrategyEffect Search::probe_bf16(const std::vector<int64_t>& sizes) {
   TrainingConfig c = base_;
-  c.precision = Precision::kBf16;
+  c.precision = bf16_form_;  // bf16 parameters from the start: Note [Parameters alone]
+  if (bf16_form_ == Precision::kBf16Params) return probe_effect("bf16 parameters + fp32 master weights", c, sizes);
   StrategyEffect effect = probe_effect(row_of(Strategy::kBf16).probe_name, c, sizes);
   if (!effect.available && form_failed(last_failure_)) {
     c.precision = Precision::kBf16Params;
@@ -270,6 +284,112 @@ StrategyEffect Search::probe_bf16(const std::vector<int64_t>& sizes) {
     }
   }
   return effect;
+}
+
+// Note [Parameters alone]
+// Rationale: every configuration the search can try keeps the weights on
+// the device (checkpointing saves activations, 8-bit AdamW and offload the
+// optimizer state, accumulation neither), so parameters whose cheapest
+// storage alone exceeds the usable budget rule out one GPU before the
+// strategies are probed. That is the answer to "does LLaMA-7B fit on a 24 GB
+// GPU?", not a bad input: nothing fits one GPU (kExitNothingFits) and the
+// ZeRO/FSDP table says how many GPUs sharding needs.
+// Approach: the parameters' bytes are those the first plain probe that got
+// past loading measured (trainable + frozen storages). The cheapest storage
+// the job allows is bf16 parameters when its bf16 may take that form (bf16
+// allowed on an fp32 job: the bf16 row; or precision = "bf16", whose
+// autocast falls back to bf16 parameters: Note [bf16 fallback]): 2 bytes per
+// parameter, frozen ones too (recipes/zero_estimate.h,
+// stored_bytes_per_parameter: weights 2 under bf16_params), from the
+// counts, or the measured bytes where those are less (frozen_dtype =
+// "bf16", a job already on bf16_params). Over the budget even so: the
+// search ends (result_.parameters_alone; lines from plain's probes when any
+// ran, for the table's activations, and one probe of checkpointing every
+// block at plain's smallest micro-batch that ran: a model that fits no GPU
+// trains with it, and its retained activations, not plain's, decide whether
+// sharding fits: LLaMA-7B at 2048 tokens retains 37.21 GiB plain, 1.34 GiB
+// checkpointed, and only the latter lets ZeRO-3 fit a 12 GB GPU at all).
+// Within it only as bf16 parameters:
+// autocast keeps the fp32 weights and cannot fit, so bf16 is tried as bf16
+// parameters from the start (store_bf16_parameters), before any "nothing
+// fits" (the rescue's least-memory combination and the bf16 nodes use that
+// form). When every plain probe ran out of memory while loading the weights,
+// they exceed the probes' guard (at least the budget; autotune's is 4x the
+// usable budget, so even half of them exceed 2x the budget): the search
+// ends too, its counts from the meta run of plain (start_meta) when there
+// is one (meta holds no memory, so it loads any model), else unknown (0):
+// the command then prints no ZeRO table and says how to get one (device =
+// "meta" counts the parameters without their memory).
+// Limitations: weights only. Gradients (2 bytes per trainable parameter at
+// least) need the device too, so a budget above the weights but below
+// weights + gradients still runs the search, whose walk then ends in a
+// measured or predicted "nothing fits". oomtune's own trials load the fp32
+// weights before casting them to bf16, so a bf16-parameters trial of a model
+// whose fp32 weights exceed the budget runs out of memory while loading on
+// a device with an enforced budget (CPU); on meta it measures the bf16 step.
+Search::ParametersFit Search::check_parameters(const PlainProbes& plain) {
+  const int64_t budget = result_.usable_budget_bytes;
+  const ProbeReport* measured = nullptr;  // the probe that got past loading
+  for (const auto* probes : {&plain.ran, &plain.failed})
+    for (const auto& [s, r] : *probes)
+      if (!measured && !ran_out_loading(r) && r.parameter_count + r.frozen_parameter_count > 0) measured = &r;
+  const auto over = [&](const ProbeReport& counted, const std::string& reason) {
+    result_.parameter_count = counted.parameter_count;
+    result_.frozen_parameter_count = counted.frozen_parameter_count;
+    result_.static_memory = counted.static_memory;
+    if (plain.ran.empty() && !plain.failed.empty()) result_.smallest_micro_batch = plain.failed.begin()->first;
+    result_.parameters_alone = fmt::format(
+        "{}: no single-GPU configuration holds them (every strategy keeps the weights on the device)", reason);
+    progress_("nothing fits one GPU: " + result_.parameters_alone);
+    return ParametersFit::kOver;
+  };
+  const std::string usable =
+      fmt::format("the usable budget ({}, after {:.0f} % headroom)", format_bytes(budget), 100 * job_.headroom);
+  if (measured == nullptr) {
+    if (plain.failed.empty() || !ran_out_loading(plain.first_failure())) return ParametersFit::kFit;
+    // No probe got past loading: the counts of the meta run, if any.
+    ProbeReport counted;
+    for (const auto& [config, r] : meta_runs_)
+      if (r.parameter_count + r.frozen_parameter_count > 0) {
+        counted = r;
+        break;
+      }
+    return over(counted, fmt::format("loading the weights ran out of memory ({}): the parameters alone exceed {}",
+                                     plain.first_failure().message, usable));
+  }
+  const StaticMemory& m = measured->static_memory;
+  const int64_t as_measured = m.parameter_bytes + m.frozen_parameter_bytes;
+  const bool bf16_form = row_of(Strategy::kBf16).allowed(job_, job_base_) || job_base_.precision == Precision::kBf16 ||
+                         job_base_.precision == Precision::kBf16Params;
+  const int64_t as_bf16 = std::min(m.parameter_bytes, kBf16ParameterBytes * measured->parameter_count) +
+                          std::min(m.frozen_parameter_bytes, kBf16ParameterBytes * measured->frozen_parameter_count);
+  const int64_t cheapest = bf16_form ? as_bf16 : as_measured;
+  if (cheapest > budget) {
+    const std::string bytes = cheapest == as_measured
+                                  ? format_bytes(cheapest)
+                                  : fmt::format("{} as bf16 parameters, the least storage the job allows; {} measured",
+                                                format_bytes(cheapest), format_bytes(as_measured));
+    return over(*measured, fmt::format("the parameters alone ({}) exceed {}", bytes, usable));
+  }
+  if (as_measured > budget) {
+    result_.notes.push_back(fmt::format(
+        "the parameters alone ({} measured) exceed the usable budget ({}); as bf16 parameters they take {}, so bf16 "
+        "is tried as bf16 parameters with fp32 master weights kept by the optimizer (precision = \"bf16_params\"): "
+        "autocast keeps the fp32 weights",
+        format_bytes(as_measured), format_bytes(budget), format_bytes(cheapest)));
+    return base_.precision == Precision::kBf16Params ? ParametersFit::kFit : ParametersFit::kAsBf16Only;
+  }
+  return ParametersFit::kFit;
+}
+
+// Bf16 as bf16 parameters from here on (Note [Parameters alone]): the
+// strategy's form, or the job's own precision when it asked for bf16
+// autocast (plain is then probed again in that form).
+void Search::store_bf16_parameters(const std::vector<int64_t>& sizes, PlainProbes& plain) {
+  bf16_form_ = Precision::kBf16Params;
+  if (job_base_.precision != Precision::kBf16) return;
+  base_.precision = job_base_.precision = Precision::kBf16Params;
+  plain = probe_plain(sizes);
 }
 
 // A micro-batch that fails where a larger one runs fails for its size, not

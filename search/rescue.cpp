@@ -43,8 +43,8 @@ namespace oomtune::search_detail {
 // at 8 x 1; it measured 4.49).
 
 bool Search::needs_rescue(const ProbeReport& failure) const {
-  return failure.outcome == TrialOutcome::kOutOfMemory && !ran_out_loading(failure) &&
-         failure.static_memory.parameter_bytes <= result_.usable_budget_bytes;
+  // Parameters over the budget ended the search before (Note [Parameters alone]).
+  return failure.outcome == TrialOutcome::kOutOfMemory && !ran_out_loading(failure);
 }
 
 // The job's configuration with `strategies` on: checkpointing every

@@ -21,6 +21,15 @@
 //   the whole trial_timeout. A strategy whose larger probe fails for memory
 //   or time after the smaller ran is fitted to the smaller with the plain
 //   slope (over-predicting larger micro-batches), not dropped.
+// - Parameters alone: every strategy keeps the weights on the device, so
+//   parameters whose cheapest storage the job allows (bf16 parameters, 2
+//   bytes each, when bf16 is allowed) exceed the usable budget end the
+//   search before the strategies are probed (but checkpointing, once, for
+//   the ZeRO table's activations): nothing fits one GPU
+//   (SearchResult::parameters_alone, exit kExitNothingFits and the
+//   ZeRO/FSDP table), not a bad input. Where only the bf16 parameters fit,
+//   bf16 is tried as bf16 parameters from the start (fit.cpp, Note
+//   [Parameters alone]).
 // - Rescue: when plain runs out of memory at every micro-batch down to the
 //   smallest, the strategies are probed there, the least-memory combination
 //   first (checkpointing all blocks + optimizer offload + bf16 when
@@ -169,10 +178,27 @@ struct SearchResult {
   StaticMemory static_memory;                   // of the baseline's probe (or plain's failed one)
   std::string baseline_name = "plain";          // what the baseline lines describe: plain, or the rescued base
   double smallest_predicted_peak_bytes = 0;     // the least memory any node needs (at smallest_micro_batch)
+  // Memory from meta and no node fits: the least peak measured on meta of
+  // the combinations smallest_predicted_peak_bytes predicts (every block
+  // checkpointed, bf16, and each optimizer row or none, at
+  // smallest_micro_batch), and which one with its micro-batch x
+  // accumulation; what "nothing fits" names in place of the prediction.
+  std::optional<double> smallest_meta_peak_bytes;
+  std::string smallest_meta_configuration;
   // Measured "nothing fits": plain and the least-memory combination of
   // strategies both ran out at smallest_micro_batch (Note [Rescue] in
   // rescue.cpp); the trail is empty. Empty when not measured.
   std::string least_memory_failure;
+  // "Nothing fits one GPU" before the strategies are probed: the parameters
+  // alone, in the cheapest storage the job allows, exceed the usable budget,
+  // or loading the weights ran out of memory (fit.cpp, Note [Parameters
+  // alone]); why, as one sentence; the trail is empty. parameter_count,
+  // frozen_parameter_count and static_memory come from the trial that
+  // measured the parameters (the meta run when no probe got past loading; 0
+  // when none did), the baseline lines from plain's probes when any ran, and
+  // probes holds one of checkpointing every block (for the ZeRO table's
+  // activations) when plain ran. Empty otherwise.
+  std::string parameters_alone;
   int64_t smallest_micro_batch = 0;  // the smallest micro-batch the search used (0: none valid)
 };
 
@@ -200,8 +226,9 @@ struct SearchOptions {
 };
 
 /// Walks the tree for `job` (its usable budget is required). `progress`
-/// receives one line per trial and decision. Throws InputError when the job
-/// has no budget, when the parameters alone exceed it, when the plain
+/// receives one line per trial and decision. Parameters alone over the
+/// budget are a result (SearchResult::parameters_alone), not an error.
+/// Throws InputError when the job has no budget, when the plain
 /// configuration runs at no micro-batch down to the job's minimum for a
 /// reason other than memory (the message names the smallest micro-batch
 /// tried and that trial's message), or when plain runs out of memory there

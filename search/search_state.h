@@ -91,7 +91,15 @@ class Search {
   PlainProbes probe_plain(const std::vector<int64_t>& sizes, PlainProbes p = {});
 
   // fit.cpp
+  // Whether the parameters fit the usable budget (Note [Parameters alone]).
+  enum class ParametersFit {
+    kFit,         // as measured
+    kAsBf16Only,  // as bf16 parameters only
+    kOver,        // in no storage the job allows: result_.parameters_alone says why
+  };
   bool fit_models();
+  ParametersFit check_parameters(const PlainProbes& plain);
+  void store_bf16_parameters(const std::vector<int64_t>& sizes, PlainProbes& plain);
   StrategyEffect probe_effect(const std::string& name, const TrainingConfig& config, const std::vector<int64_t>& sizes);
   StrategyEffect probe_checkpointing(const std::vector<int64_t>& sizes);
   StrategyEffect probe_bf16(const std::vector<int64_t>& sizes);

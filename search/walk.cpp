@@ -198,20 +198,37 @@ void Search::walk_tree() {
   // report: every block checkpointed, bf16, and whichever optimizer row
   // (or none) is predicted to hold the least.
   const std::vector<int64_t> valid = valid_micro_batches(job_);
-  if (!valid.empty()) {
-    StrategySet least;
-    for (Strategy s : {Strategy::kCheckpointing, Strategy::kBf16})
-      if (available(just(s))) least |= just(s);
-    const auto peak_with = [&](StrategySet set) {
-      return predict(models_, with_micro_batch(with_strategies(base_, set, strategies), valid.front(), g), g)
-          .peak_bytes;
-    };
-    double smallest = peak_with(least);
-    for (const StrategyRow& row : strategy_table())
-      if (row.optimizer_state && available(just(row.id)))
-        smallest = std::min(smallest, peak_with(least | just(row.id)));
-    result_.smallest_micro_batch = valid.front();
-    result_.smallest_predicted_peak_bytes = smallest;
+  if (valid.empty()) return;
+  StrategySet least;
+  for (Strategy s : {Strategy::kCheckpointing, Strategy::kBf16})
+    if (available(just(s))) least |= just(s);
+  std::vector<StrategySet> least_sets = {least};
+  for (const StrategyRow& row : strategy_table())
+    if (row.optimizer_state && available(just(row.id))) least_sets.push_back(least | just(row.id));
+  const auto least_config = [&](StrategySet set) {
+    return with_micro_batch(with_strategies(base_, set, strategies), valid.front(), g);
+  };
+  double smallest = -1;
+  for (StrategySet set : least_sets) {
+    const double peak = predict(models_, least_config(set), g).peak_bytes;
+    if (smallest < 0 || peak < smallest) smallest = peak;
+  }
+  result_.smallest_micro_batch = valid.front();
+  result_.smallest_predicted_peak_bytes = smallest;
+  // Memory from meta and nothing predicted to fit: the same combinations
+  // measured there (most already are, as nodes) replace the lines' guess
+  // (LLaMA-7B at 24 GB: offload + bf16 parameters + checkpointing measured
+  // 25.67 GiB where the lines predicted 75.32 GiB).
+  if (!meta_ ||
+      std::any_of(result_.trail.begin(), result_.trail.end(), [](const TrailNode& n) { return n.predicted_fit; }))
+    return;
+  for (StrategySet set : least_sets) {
+    const TrainingConfig c = least_config(set);
+    const std::optional<double> peak = meta_peak(c);
+    if (!peak || (result_.smallest_meta_peak_bytes && *peak >= *result_.smallest_meta_peak_bytes)) continue;
+    result_.smallest_meta_peak_bytes = *peak;
+    result_.smallest_meta_configuration = set.any() ? strategies_label(set, strategies) : std::string("plain");
+    result_.smallest_meta_configuration += fmt::format(", micro-batch {} x {}", c.micro_batch, c.accumulation_steps);
   }
 }
 

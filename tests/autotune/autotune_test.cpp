@@ -561,17 +561,87 @@ TEST(Autotune, PairsOfStrategiesArePredictedFromTheirSeparateEffects) {
 
 // ---- Bad inputs: exit 2 and one clear line.
 
-TEST(AutotuneInputs, BudgetBelowTheParametersAlone) {
+// Parameter elements of examples/export_models.py's GPT: token and
+// position embeddings, per block two LayerNorms, qkv and proj (with bias)
+// and the 4x MLP (with bias), the final LayerNorm and the head (no bias).
+int64_t gpt_parameters(int64_t vocab, int64_t d, int64_t layers, int64_t seq) {
+  const int64_t block = 2 * (2 * d) + (d * 3 * d + 3 * d) + (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d);
+  return vocab * d + seq * d + layers * block + 2 * d + d * vocab;
+}
+
+// Budget below the parameters alone (issue #46 item 5): not a bad input
+// but the answer "nothing fits one GPU" with the ZeRO/FSDP table, exit 3.
+// SGD without momentum keeps the probes (run at 4x the budget as a RAM
+// guard) under the guard, so the search compares the measured parameters
+// (gpt_wide: 2 blocks, d = 128, vocabulary 8192, 2,496,000 fp32
+// parameters, 9,984,000 B = 9.52 MiB) with the usable budget, 9,463,398 B
+// (9.02 MiB). ZeRO-3 / FULL_SHARD fit from 3 GPUs (2 x 9,984,000 / 3 B plus
+// the measured activations, 29.15 KiB on the machine that wrote this).
+// The table's numbers from the ZeRO paper's formulas (recipes/
+// zero_estimate.h) with SGD's bytes per parameter: w = 4, g = 4, K = 0.
+TEST(Autotune, BudgetBelowTheParametersAloneIsNothingFitsOneGpu) {
   OOMTUNE_REQUIRE_FILE(model("gpt_wide"));
   const TestDir dir;
-  // SGD without momentum keeps the probes (run at 4x the budget as a RAM
-  // guard) under the guard, so the search gets to compare the measured
-  // parameters (9.98 MB) with the 9.03 MiB (9.47 MB) usable budget.
-  const RunResult r =
-      run_oomtune(kAutotune + gpt_job(dir, kWide, 8, "budget = \"9.5MiB\"", "kind = \"sgd\"\nlr = 0.1") + " --json");
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_EQ(r.out, "");
-  EXPECT_TRUE(contains(last_line(r.err), "is smaller than the parameters alone (9.52 MiB)")) << r.err;
+  const std::string job = gpt_job(dir, kWide, 8, "budget = \"9.5MiB\"", "kind = \"sgd\"\nlr = 0.1");
+  const RunResult r = run_oomtune(kAutotune + job + " --json");
+  ASSERT_EQ(r.exit_code, 3) << r.err;
+  const json report = parse_json(r);
+  const int64_t parameters = gpt_parameters(8192, 128, 2, 16);
+  ASSERT_EQ(parameters, 2'496'000);
+  const int64_t weights = 4 * parameters;
+  const auto usable = static_cast<int64_t>(9.5 * 1024 * 1024 * (1.0 - 0.05));  // 5 % headroom
+  EXPECT_EQ(report.at("usable_budget_bytes"), usable);
+  EXPECT_TRUE(report.at("chosen").is_null());
+  EXPECT_EQ(report.at("trail"), json::array());
+  EXPECT_EQ(report.at("parameters_alone"),
+            "the parameters alone (9.52 MiB) exceed the usable budget (9.02 MiB, after 5 % headroom): no single-GPU "
+            "configuration holds them (every strategy keeps the weights on the device)");
+  // Plain's probes, then checkpointing once for the table's activations.
+  const json& probes = report.at("probes");
+  ASSERT_GE(probes.size(), 2u);
+  for (std::size_t i = 0; i + 1 < probes.size(); ++i)
+    EXPECT_TRUE(
+        contains(probes[i].at("config").get<std::string>(), ",ckpt=none,optimizer=sgd,offload=off,precision=fp32"))
+        << probes[i].at("config");
+  EXPECT_TRUE(
+      contains(probes.back().at("config").get<std::string>(), ",ckpt=all,optimizer=sgd,offload=off,precision=fp32"))
+      << probes.back().at("config");
+  const json& zero = report.at("nothing_fits");
+  EXPECT_EQ(zero.at("parameters"), parameters);
+  EXPECT_EQ(zero.at("gpus"), 8);
+  EXPECT_EQ(zero.at("budget_bytes"), usable);
+  const int64_t activations = zero.at("activation_bytes");
+  EXPECT_GT(activations, 0) << "plain's measured activations at micro-batch 1";
+  ASSERT_EQ(zero.at("rows").size(), 6u);
+  // DDP: Ψ(w + g + K) unsharded = 8 Ψ plus activations, over the budget at any N.
+  const json& ddp = zero.at("rows")[0];
+  EXPECT_EQ(ddp.at("per_gpu").at("weights"), weights);
+  EXPECT_EQ(ddp.at("per_gpu").at("gradients"), weights);
+  EXPECT_EQ(ddp.at("per_gpu").at("optimizer_state"), 0);
+  EXPECT_EQ(ddp.at("per_gpu").at("total"), 2 * weights + activations);
+  EXPECT_EQ(ddp.at("fits"), false);
+  EXPECT_TRUE(ddp.at("min_gpus").is_null());
+  // ZeRO-3: Ψ(w + g)/N per GPU; at N = 8, 1,248,000 B each; the smallest
+  // N with 2 ceil(4 Ψ / N) + activations within the budget.
+  const json& zero3 = zero.at("rows")[3];
+  EXPECT_EQ(zero3.at("strategy"), "ZeRO-3");
+  EXPECT_EQ(zero3.at("per_gpu").at("weights"), weights / 8);
+  EXPECT_EQ(zero3.at("per_gpu").at("gradients"), weights / 8);
+  int64_t n = 1;
+  while (2 * ((weights + n - 1) / n) + activations > usable) ++n;
+  EXPECT_EQ(zero3.at("min_gpus"), n);
+  EXPECT_EQ(zero.at("fewest_gpus"), n) << "ZeRO-3 and FULL_SHARD shard the most";
+  EXPECT_EQ(zero.at("rows")[5].at("min_gpus"), n);
+
+  const RunResult text = run_oomtune(kAutotune + job);
+  EXPECT_EQ(text.exit_code, 3) << text.err;
+  EXPECT_TRUE(contains(text.out,
+                       "\nnothing fits one GPU: the parameters alone (9.52 MiB) exceed the usable budget "
+                       "(9.02 MiB, after 5 % headroom)"))
+      << text.out;
+  EXPECT_TRUE(contains(text.out, "\nFSDP FULL_SHARD ")) << text.out;
+  EXPECT_TRUE(contains(text.out, "the fewest GPUs that fit: " + std::to_string(n) + " (ZeRO-3, FSDP FULL_SHARD)"))
+      << text.out;
 }
 
 TEST(AutotuneInputs, MicroBatchThatDoesNotDivideTheGlobalBatch) {

@@ -148,6 +148,10 @@ TEST(ZeroEstimate, TableTextAndJson) {
             "ZeRO-3                 223.52 MiB   223.52 MiB     1.31 GiB            -     1.75 GiB  4\n"
             "FSDP SHARD_GRAD_OP      13.97 GiB   223.52 MiB     1.31 GiB            -    15.50 GiB  7\n"
             "FSDP FULL_SHARD        223.52 MiB   223.52 MiB     1.31 GiB            -     1.75 GiB  4\n"
+            // At 64 GPUs all but DDP are within 29.80 GiB (ZeRO-1: 29.25 GiB);
+            // the fewest: ZeRO-3 at 120 GB / N <= 32 GB, N = 4.
+            "Fit 29.80 GiB per GPU at 64 GPUs: ZeRO-1, ZeRO-2, ZeRO-3, FSDP SHARD_GRAD_OP, FSDP FULL_SHARD; the "
+            "fewest GPUs that fit: 4 (ZeRO-3, FSDP FULL_SHARD)\n"
             "Model: Rajbhandari et al., ZeRO (SC 2020), Sec. 5: psi*(w + g + K), sharded by N per stage; a lower "
             "bound (no communication buffers, no fragmentation).\n");
   const nlohmann::json json = zero_table_json(table);
@@ -160,11 +164,26 @@ TEST(ZeroEstimate, TableTextAndJson) {
   EXPECT_EQ(json["rows"][1]["per_gpu"]["total"], 31'406'250'000);
   EXPECT_EQ(json["rows"][1]["min_gpus"], 45);
   EXPECT_EQ(json["bytes_per_parameter"]["optimizer_state"], 12.0);
+  EXPECT_EQ(json["fewest_gpus"], 4);
+  EXPECT_EQ(json["rows"][0]["fits"], false);  // DDP: 111.76 GiB at 64 GPUs
+  EXPECT_EQ(json["rows"][1]["fits"], true);   // ZeRO-1: 29.25 GiB
+  EXPECT_EQ(zero_fewest_gpus(table), 4);
 
   in.budget_bytes.reset();
   const ZeroTable no_budget = zero_table(in);
   EXPECT_FALSE(no_budget.rows[3].min_gpus);
   EXPECT_TRUE(zero_table_json(no_budget)["budget_bytes"].is_null());
+  EXPECT_TRUE(zero_table_json(no_budget)["fewest_gpus"].is_null());
+  EXPECT_TRUE(zero_table_json(no_budget)["rows"][0]["fits"].is_null());
+  EXPECT_EQ(render_zero_table(no_budget).find("Fit "), std::string::npos) << "no budget, no fit line";
+  // A budget below the unsharded activations: no row fits at any count.
+  in.activation_bytes = 2 * kGB;
+  in.budget_bytes = kGB;
+  const ZeroTable none = zero_table(in);
+  EXPECT_EQ(zero_fewest_gpus(none), std::nullopt);
+  EXPECT_NE(render_zero_table(none).find("Fit 953.67 MiB per GPU at 64 GPUs: none; none on up to 1024 GPUs\n"),
+            std::string::npos)
+      << render_zero_table(none);
 }
 
 }  // namespace

@@ -259,5 +259,62 @@ TEST(AutotuneReport, NothingFitsMeasuredWhenEvenTheLeastMemoryCombinationRanOut)
   EXPECT_EQ(j.at("trail"), nlohmann::json::array());
 }
 
+// Parameters alone over the budget (4 MiB of fp32 weights, 2 MiB usable):
+// nothing fits one GPU, the sentence and then the command's ZeRO table;
+// plain's line (16 P + 2 MiB = 18 MiB, A = 8 MiB per sample) is shown, so
+// the table's activations are measured ones: no lower-bound line.
+TEST(AutotuneReport, ParametersAloneSayNothingFitsOneGpuWithTheTable) {
+  FakeRunner fake;
+  AutotuneReport report = report_of(fake, job_with_budget(2 * kMiB));
+  report.nothing_fits = NothingFits{"<zero table>\n", nlohmann::json::object({{"rows", 6}})};
+  const std::vector<std::string> lines = lines_of(render_autotune_text(report));
+  ASSERT_EQ(lines.size(), 10u) << render_autotune_text(report);
+  EXPECT_EQ(lines[0], "autotune  fake.pt  (1048576 parameters)");
+  EXPECT_EQ(lines[2], "model     plain peak = 18.00 MiB + 8.00 MiB per sample");
+  EXPECT_EQ(lines[3],
+            "          plain step = 0.0100 s + 0.00200 s per sample (both fitted to the plain probes at micro-batch 4, "
+            "8, 16)");
+  EXPECT_EQ(lines[5],
+            "nothing fits one GPU: the parameters alone (4.00 MiB) exceed the usable budget (2.00 MiB, after 0 % "
+            "headroom): no single-GPU configuration holds them (every strategy keeps the weights on the device)");
+  EXPECT_EQ(lines[6], "<zero table>");
+  EXPECT_EQ(lines[8].rfind("note: activation checkpointing (all blocks) probed at micro-batch 4", 0), 0u) << lines[8];
+  EXPECT_EQ(lines[9], "trials    4 probes + 0 verification runs");
+  const nlohmann::json j = autotune_json(report);
+  EXPECT_EQ(j.at("parameters_alone"), report.search.parameters_alone);
+  EXPECT_EQ(j.at("nothing_fits"), report.nothing_fits->json);
+  EXPECT_TRUE(j.at("least_memory_failure").is_null());
+  EXPECT_TRUE(j.at("chosen").is_null());
+}
+
+// No trial got past loading and no meta run counted the parameters: no
+// table (the command computes none without a count), and the report says
+// how to get one.
+TEST(AutotuneReport, ParametersThatDoNotLoadSayWhyThereIsNoTable) {
+  struct WeightsDoNotLoad : FakeRunner {
+    ProbeReport probe(const TrainingConfig& c) override {
+      ProbeReport r;
+      r.config = to_string(c);
+      r.outcome = TrialOutcome::kOutOfMemory;
+      r.phase_at_failure = Phase::kLoad;
+      r.message = "oomtune budget: tried to allocate 4.83 KiB";
+      return r;
+    }
+  } fake;
+  const AutotuneReport report = report_of(fake, job_with_budget(1024));
+  const std::vector<std::string> lines = lines_of(render_autotune_text(report));
+  ASSERT_EQ(lines.size(), 7u) << render_autotune_text(report);
+  EXPECT_EQ(lines[2], "model     none: no configuration ran at micro-batch 4");
+  EXPECT_EQ(lines[4].rfind("nothing fits one GPU: loading the weights ran out of memory (oomtune budget: tried to "
+                           "allocate 4.83 KiB): the parameters alone exceed the usable budget (1.00 KiB",
+                           0),
+            0u)
+      << lines[4];
+  EXPECT_EQ(lines[5],
+            "          no ZeRO/FSDP table: the parameter count is unknown (no trial got past loading the weights); "
+            "autotune with device = \"meta\" (libtorch 2) counts them without their memory");
+  EXPECT_FALSE(autotune_json(report).contains("nothing_fits"));
+}
+
 }  // namespace
 }  // namespace oomtune

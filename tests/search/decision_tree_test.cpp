@@ -20,6 +20,18 @@ const TrailNode& chosen(const SearchResult& r) {
   return r.trail.at(*r.chosen);
 }
 
+// A probe's configuration: plain at `micro_batch` (one micro-batch per
+// step), or with the given precision, offload and all blocks checkpointed.
+TrainingConfig with_micro_batch_of(int64_t micro_batch, Precision precision = Precision::kFp32, bool offload = false,
+                                   bool checkpoint_all = false) {
+  TrainingConfig c;
+  c.micro_batch = micro_batch;
+  c.precision = precision;
+  c.offload_optimizer = offload;
+  if (checkpoint_all) c.checkpoint.mode = CheckpointPlan::Mode::kAll;
+  return c;
+}
+
 // The trail's node named `name`, or nullptr.
 const TrailNode* node_named(const SearchResult& r, const std::string& name) {
   for (const TrailNode& node : r.trail)
@@ -1147,45 +1159,161 @@ TEST(DecisionTree, ConstraintsThatLeaveNoMicroBatchAreInputErrors) {
             "3 (change min_micro_batch / max_micro_batch, or set remainder = \"last_smaller\")");
 }
 
-TEST(DecisionTree, BadBudgetsAreInputErrors) {
+TEST(DecisionTree, NoBudgetIsAnInputError) {
   FakeRunner fake;
   JobSpec no_budget = job_with_budget(1);
   no_budget.budget_bytes.reset();
   EXPECT_THROW(search(no_budget, fake, SearchOptions{}, [](const std::string&) {}), InputError);
-  try {
-    run_search(fake, job_with_budget(2 * kMiB));
-    FAIL();
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("is smaller than the parameters alone (4.00 MiB)"), std::string::npos)
-        << e.what();
+}
+
+// The sentence after the parameters' bytes (search/fit.cpp, Note [Parameters alone]).
+const std::string kNoSingleGpu =
+    ": no single-GPU configuration holds them (every strategy keeps the weights on the device)";
+
+// Parameters alone over the usable budget: nothing fits one GPU, a result
+// (the command prints the ZeRO/FSDP table from its counts, exit 3), not a
+// bad input. The fake's P = 1 Mi fp32 parameters hold 4 P = 4 MiB; the
+// plain probes (no guard) run at 4, 8 and 16, then checkpointing all blocks
+// once at 4 for the table's activations (A / 4 per sample retained).
+TEST(DecisionTree, ParametersAloneOverTheBudgetIsNothingFitsOneGpu) {
+  FakeRunner fake;
+  const SearchResult r = run_search(fake, job_with_budget(2 * kMiB));
+  EXPECT_FALSE(r.chosen);
+  EXPECT_TRUE(r.trail.empty());
+  EXPECT_TRUE(r.least_memory_failure.empty());
+  EXPECT_EQ(r.parameters_alone,
+            "the parameters alone (4.00 MiB) exceed the usable budget (2.00 MiB, after 0 % headroom)" + kNoSingleGpu);
+  ASSERT_EQ(fake.probes, 4);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(r.probes[i].config, to_string(with_micro_batch_of(int64_t{4} << i)));
+  EXPECT_EQ(r.probes[3].config, to_string(with_micro_batch_of(4, Precision::kFp32, false, true)));
+  EXPECT_EQ(r.probes[3].retained_activation_bytes, 4 * fake.activation_per_sample / 4);
+  EXPECT_EQ(r.notes.back(),
+            "activation checkpointing (all blocks) probed at micro-batch 4 for the ZeRO/FSDP table's activations "
+            "only: 8.00 MiB retained");
+  EXPECT_EQ(fake.verifications, 0);
+  // What the ZeRO table is computed from: the measured counts and bytes,
+  // and plain's line (peak(b) = 16 P + 2 MiB + A b).
+  EXPECT_EQ(r.parameter_count, fake.parameters);
+  EXPECT_EQ(r.static_memory.parameter_bytes, 4 * fake.parameters);
+  EXPECT_EQ(r.static_memory.gradient_bytes, 4 * fake.parameters);
+  EXPECT_NEAR(r.baseline_peak.intercept, 16.0 * static_cast<double>(fake.parameters) + 2 * kMiB, 1.0);
+  EXPECT_NEAR(r.baseline_peak.slope, static_cast<double>(fake.activation_per_sample), 1.0);
+  EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{4, 8, 16}));
+}
+
+// bf16 allowed: the cheapest storage is bf16 parameters, 2 P = 2 MiB
+// (recipes/zero_estimate.h: weights 2 bytes under bf16_params). Below
+// that, nothing fits one GPU, and the sentence names both sizes.
+TEST(DecisionTree, ParametersAloneCountTheCheapestStorageTheJobAllows) {
+  FakeRunner fake;
+  fake.bf16_parameters_stored = true;
+  JobSpec job = job_with_budget(3 * kMiB / 2);
+  job.allow_bf16 = true;
+  const SearchResult r = run_search(fake, job);
+  EXPECT_FALSE(r.chosen);
+  EXPECT_EQ(r.parameters_alone,
+            "the parameters alone (2.00 MiB as bf16 parameters, the least storage the job allows; 4.00 MiB measured) "
+            "exceed the usable budget (1.50 MiB, after 0 % headroom)" +
+                kNoSingleGpu);
+  EXPECT_EQ(fake.probes, 4) << "plain at 4, 8, 16 and checkpointing at 4";
+}
+
+// A budget between the bf16 weights (2 MiB) and the fp32 ones (4 MiB):
+// not "nothing fits" before bf16 parameters were tried. Autocast keeps the
+// fp32 weights, so bf16 is probed as bf16 parameters from the start (no
+// autocast probe) and the walk decides: bf16 parameters need their
+// gradients too (2 P + 2 P = 4 MiB before any state), so nothing fits,
+// predicted, the least at offload + bf16 parameters + checkpointing:
+// 4 MiB + 2 MiB + A / 4 / 2 = 7 MiB at micro-batch 1.
+TEST(DecisionTree, ABudgetBetweenTheBf16AndTheFp32WeightsTriesBf16Parameters) {
+  FakeRunner fake;
+  fake.bf16_parameters_stored = true;
+  JobSpec job = job_with_budget(3 * kMiB);
+  job.allow_bf16 = true;
+  const SearchResult r = run_search(fake, job);
+  EXPECT_FALSE(r.chosen);
+  EXPECT_TRUE(r.parameters_alone.empty()) << r.parameters_alone;
+  int bf16_parameter_probes = 0;
+  for (const ProbeReport& p : r.probes) {
+    EXPECT_EQ(p.config.find("precision=bf16,"), std::string::npos) << "no autocast probe: " << p.config;
+    if (p.config.find("precision=bf16_params") != std::string::npos) ++bf16_parameter_probes;
   }
+  EXPECT_GT(bf16_parameter_probes, 0);
+  EXPECT_NE(node_named(r, "bf16 parameters"), nullptr);
+  EXPECT_NE(node_named(r, "optimizer offload + bf16 parameters"), nullptr);
+  EXPECT_TRUE(std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& note) {
+    return note.rfind(
+               "the parameters alone (4.00 MiB measured) exceed the usable budget (3.00 MiB); as bf16 "
+               "parameters they take 2.00 MiB, so bf16 is tried as bf16 parameters",
+               0) == 0;
+  })) << "the note says why";
+  EXPECT_GT(r.smallest_predicted_peak_bytes, 3.0 * kMiB);
+  EXPECT_EQ(fake.true_peak(with_micro_batch_of(1, Precision::kBf16Params, true, true)), 7 * kMiB)
+      << "the least a configuration needs, by the fake's formula";
+  // Without bf16 the same budget is below the parameters alone.
+  FakeRunner fp32;
+  fp32.bf16_parameters_stored = true;
+  job.allow_bf16 = false;
+  EXPECT_EQ(run_search(fp32, job).parameters_alone,
+            "the parameters alone (4.00 MiB) exceed the usable budget (3.00 MiB, after 0 % headroom)" + kNoSingleGpu);
+}
+
+// A job on bf16 autocast whose fp32 weights exceed the budget and whose
+// bf16 ones do not: its precision becomes bf16 parameters (as the autocast
+// fallback does, Note [bf16 fallback]) and plain is probed again so.
+TEST(DecisionTree, ABf16AutocastJobOverTheBudgetInFp32RunsAsBf16Parameters) {
+  FakeRunner fake;
+  fake.bf16_parameters_stored = true;
+  JobSpec job = job_with_budget(3 * kMiB);
+  job.precision = "bf16";
+  const SearchResult r = run_search(fake, job);
+  EXPECT_TRUE(r.parameters_alone.empty()) << r.parameters_alone;
+  ASSERT_GE(r.probes.size(), 6u);
+  for (std::size_t i = 0; i < 6; ++i)  // plain at 4, 8, 16 in autocast, then again as bf16 parameters
+    EXPECT_EQ(r.probes[i].config,
+              to_string(with_micro_batch_of(int64_t{4} << (i % 3), i < 3 ? Precision::kBf16 : Precision::kBf16Params)));
+  EXPECT_EQ(r.static_memory.parameter_bytes, 2 * fake.parameters);
+  EXPECT_FALSE(r.chosen) << "4 MiB of weights and gradients before any state";
 }
 
 // Weights larger than even the probes' RAM guard: every plain probe runs
-// out of memory while loading, so no parameter bytes are measured; the
-// search still names the cause instead of "could not run".
+// out of memory while loading, so no parameter bytes are measured; nothing
+// fits one GPU, and the sentence names the cause. No count: the command
+// prints no ZeRO table (autotune_report_test). With a meta device the
+// count comes from its run of plain (meta holds no memory).
 TEST(DecisionTree, WeightsThatDoNotLoadAreOverTheBudget) {
   struct WeightsDoNotLoad : FakeRunner {
     ProbeReport probe(const TrainingConfig& c) override {
       ++probes;
       ProbeReport r;
       r.config = to_string(c);
+      r.micro_batch = c.micro_batch;
       r.outcome = TrialOutcome::kOutOfMemory;
       r.phase_at_failure = Phase::kLoad;
       r.message = "oomtune budget: tried to allocate 4.83 KiB; 0 B of 3.80 KiB budget in use";
       return r;
     }
   } fake;
-  try {
-    run_search(fake, job_with_budget(1024));
-    FAIL();
-  } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "budget 1.00 KiB (after 0 % headroom) is smaller than the parameters alone (loading the weights ran out "
-              "of memory: oomtune budget: tried to allocate 4.83 KiB; 0 B of 3.80 KiB budget in use)");
-  }
+  const SearchResult r = run_search(fake, job_with_budget(1024));
+  EXPECT_FALSE(r.chosen);
+  EXPECT_EQ(r.parameters_alone,
+            "loading the weights ran out of memory (oomtune budget: tried to allocate 4.83 KiB; 0 B of 3.80 KiB "
+            "budget in use): the parameters alone exceed the usable budget (1.00 KiB, after 0 % headroom)" +
+                kNoSingleGpu);
+  EXPECT_EQ(r.parameter_count, 0) << "unknown";
+  EXPECT_EQ(r.smallest_micro_batch, 4) << "the first plain probe's";
   EXPECT_EQ(fake.probes, 1) << "the weights load alike at every micro-batch: one probe says so";
   EXPECT_EQ(fake.verifications, 0);
+
+  WeightsDoNotLoad with_meta;
+  with_meta.meta = true;
+  SearchOptions options;
+  options.memory_from = MemorySource::kMeta;
+  const SearchResult m = run_search(with_meta, job_with_budget(1024), options);
+  EXPECT_EQ(m.parameters_alone, r.parameters_alone);
+  EXPECT_EQ(m.parameter_count, with_meta.parameters) << "counted by the meta run of plain";
+  EXPECT_EQ(m.static_memory.parameter_bytes, 4 * with_meta.parameters);
+  EXPECT_EQ(with_meta.meta_runs, 1);
 }
 
 TEST(DecisionTree, ValidMicroBatchesKeepTheGlobalBatchExact) {

@@ -18,6 +18,9 @@ namespace oomtune {
 ///   offload        : 8 P -> 0,     time x offload_time_factor (1.5)
 ///   bf16           : A -> A / 2,   time x 0.9 (autocast and bf16_params alike)
 ///   accumulation   : + 4 P (gradients alive through later micro-batches)
+///   bf16_params    : with bf16_parameters_stored, weights and gradients
+///                    2 P each and an fp32 master copy 4 P beside the
+///                    optimizer state (offloaded with it); else as fp32
 ///   time(b)        = 0.01 + 0.002 b seconds per micro-batch
 class FakeRunner : public TrialRunner {
  public:
@@ -52,8 +55,9 @@ class FakeRunner : public TrialRunner {
   // The share of a micro-batch's activations still live after forward (the
   // probe's retained activations); the rest are backward's temporaries.
   double retained_fraction = 1;
-  bool autocast_crashes = false;  // bf16 autocast dies by SIGSEGV (bf16_params runs)
-  int64_t fails_at_or_below = 0;  // micro-batches this small raise an error (BatchNorm at 1)
+  bool autocast_crashes = false;        // bf16 autocast dies by SIGSEGV (bf16_params runs)
+  bool bf16_parameters_stored = false;  // bf16_params stores 2-byte weights and gradients (see above)
+  int64_t fails_at_or_below = 0;        // micro-batches this small raise an error (BatchNorm at 1)
   // The classes of blocks.0 .. blocks.3; a checkpointed block of
   // `refusing_class` modifies its input in place, which the recompute
   // operator refuses at the first forward.
@@ -131,15 +135,21 @@ class FakeRunner : public TrialRunner {
     return static_cast<int64_t>(a) * c.micro_batch;
   }
 
+  // Bytes of the weights (and of the gradients): 4 P, or 2 P as stored bf16 parameters.
+  int64_t weight_bytes(const TrainingConfig& c) const {
+    return bf16_parameters_stored && c.precision == Precision::kBf16Params ? 2 * parameters : 4 * parameters;
+  }
+
   int64_t true_peak(const TrainingConfig& c) const {
     int64_t state = 8 * parameters;
     if (c.optimizer == OptimizerKind::kAdamW8bit) state = 2 * parameters;
     if (c.optimizer == OptimizerKind::kAdafactor) state = adafactor_state_bytes;
+    if (weight_bytes(c) < 4 * parameters) state += 4 * parameters;  // the fp32 master copy
     if (c.offload_optimizer) state = 0;
     double a = static_cast<double>(activation_per_sample);
     a *= 1 - 0.75 * checkpointed_fraction(c);
     if (c.precision != Precision::kFp32) a /= 2;
-    int64_t peak = 8 * parameters + state + 2 * kMiB + static_cast<int64_t>(a) * c.micro_batch;
+    int64_t peak = 2 * weight_bytes(c) + state + 2 * kMiB + static_cast<int64_t>(a) * c.micro_batch;
     if (c.micro_batch == global_batch) peak += extra_at_full_batch;
     return peak;
   }
@@ -147,7 +157,7 @@ class FakeRunner : public TrialRunner {
   // With accumulation the gradients (4 P) stay alive through the next
   // micro-batch, on top of that micro-batch's own peak.
   int64_t true_peak(const TrainingConfig& c, int64_t global) const {
-    return true_peak(c) + (global > c.micro_batch ? 4 * parameters : 0);
+    return true_peak(c) + (global > c.micro_batch ? weight_bytes(c) : 0);
   }
 
   double true_seconds(const TrainingConfig& c) const {
@@ -174,14 +184,14 @@ class FakeRunner : public TrialRunner {
     r.micro_batch = c.micro_batch;
     r.global_batch = global;
     r.parameter_count = parameters;
-    r.static_memory.parameter_bytes = 4 * parameters;
-    r.static_memory.gradient_bytes = 4 * parameters;
+    r.static_memory.parameter_bytes = weight_bytes(c);
+    r.static_memory.gradient_bytes = weight_bytes(c);
     r.peak_bytes = true_peak(c, global);
     // Backward holds the peak; forward is everything but the gradients; the
     // optimizer phase holds no activations.
     r.phases[static_cast<std::size_t>(Phase::kBackward)].peak_bytes = r.peak_bytes;
-    r.phases[static_cast<std::size_t>(Phase::kForward)].peak_bytes = r.peak_bytes - 4 * parameters;
-    r.phases[static_cast<std::size_t>(Phase::kLoss)].peak_bytes = r.peak_bytes - 4 * parameters;
+    r.phases[static_cast<std::size_t>(Phase::kForward)].peak_bytes = r.peak_bytes - weight_bytes(c);
+    r.phases[static_cast<std::size_t>(Phase::kLoss)].peak_bytes = r.peak_bytes - weight_bytes(c);
     r.phases[static_cast<std::size_t>(Phase::kOptimizer)].peak_bytes =
         true_peak(c, c.micro_batch) - activation_bytes(c);
     r.retained_activation_bytes = static_cast<int64_t>(retained_fraction * static_cast<double>(activation_bytes(c)));

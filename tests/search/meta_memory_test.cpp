@@ -71,6 +71,34 @@ TEST(MetaMemory, EachNodeIsDecidedByItsOwnMeasuredPeak) {
 // Each node's micro-batch is the largest of its own that truly fits: the
 // next larger valid one (twice it, G = 32) does not, where the node could
 // have taken it (accumulation nodes go up to 16, the others to 32).
+// Nothing fits at 8 MiB (weights and gradients alone 8 P = 8 MiB): the
+// answer names the least peak measured on meta of the least-memory
+// combinations at micro-batch 1 x 32, the fake's true peaks: checkpointing
+// + offload 8 P + 2 MiB + A / 4 + the gradients alive through accumulation
+// 4 P = 4 + 4 + 2 + 2 + 4 = 16 MiB (checkpointing + 8-bit AdamW: + 2 P,
+// checkpointing alone: + 8 P), not a node's peak at its own micro-batch.
+TEST(MetaMemory, NothingFitsNamesTheLeastMeasuredPeak) {
+  FakeRunner fake;
+  fake.meta = true;
+  const JobSpec job = job_with_budget(8 * kMiB);
+  AutotuneReport report;
+  report.job_path = "job.toml";
+  report.job = job;
+  report.search = run_search(fake, job, from_meta());
+  const SearchResult& r = report.search;
+  EXPECT_FALSE(r.chosen);
+  ASSERT_TRUE(r.smallest_meta_peak_bytes.has_value());
+  EXPECT_EQ(*r.smallest_meta_peak_bytes, 16.0 * kMiB);
+  EXPECT_EQ(r.smallest_meta_configuration, "checkpointing (all blocks) + optimizer offload, micro-batch 1 x 32");
+  const std::string text = render_autotune_text(report);
+  EXPECT_NE(text.find("nothing fits: the least memory any configuration needs is 16.00 MiB (measured on meta: "
+                      "checkpointing (all blocks) + optimizer offload, micro-batch 1 x 32), the usable budget is "
+                      "8.00 MiB"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(autotune_json(report).at("smallest_meta_peak_bytes"), 16 * kMiB);
+}
+
 TEST(MetaMemory, EachNodeTakesTheLargestMicroBatchThatTrulyFits) {
   for (int64_t extra : {int64_t{0}, 3 * kMiB}) {
     SCOPED_TRACE(extra);
