@@ -232,6 +232,17 @@ TEST(MetaMemory, ANodeWhoseMetaRunFailsIsPredictedAndNamed) {
       << testing::PrintToString(r.notes);
   EXPECT_TRUE(has_note(r, "precision=bf16 (error during forward: autocast: no meta kernels for bfloat16)"))
       << testing::PrintToString(r.notes);
+  // Plain fits at 8 x 4 at most, so it is timed at 8 and 4 (Note [Timing
+  // probes on meta]); each strategy at 8, where its meta peak fits, but
+  // bf16, whose meta run fails: at 4, as without meta.
+  for (const ProbeReport& p : r.probes) {
+    SCOPED_TRACE(p.config);
+    const bool bf16 = p.config.find("precision=bf16") != std::string::npos;
+    const bool plain = p.config.find("ckpt=none,optimizer=adamw,offload=off,precision=fp32") != std::string::npos;
+    if (!plain) {
+      EXPECT_EQ(p.micro_batch, bf16 ? 4 : 8);
+    }
+  }
 }
 
 // The report: a meta peak column beside the predicted one, the chosen
