@@ -148,7 +148,8 @@ std::optional<int64_t> Search::largest_fitting_on_meta(const std::vector<int64_t
 // above: a strategy saves memory), else at the smallest (a probe above
 // the budget might not fit a real device). Where meta cannot say (no
 // plain micro-batch fits, a meta run failed, one valid micro-batch), the
-// plain probes run at G/8 and G/4 as before.
+// plain probes run at G/8 and G/4 as before; so they do with memory only
+// (Note [Memory only]), which times nothing.
 std::vector<int64_t> Search::timing_sizes() {
   std::vector<int64_t> fallback = probe_sizes(job_);
   if (fallback.size() > 2) fallback.resize(2);
@@ -157,7 +158,7 @@ std::vector<int64_t> Search::timing_sizes() {
   std::vector<int64_t> below;  // descending
   for (auto it = valid.rbegin(); it != valid.rend(); ++it)
     if (*it < g) below.push_back(*it);
-  if (!meta_ || below.empty()) return fallback;
+  if (!meta_ || options_.memory_only || below.empty()) return fallback;  // memory only: nothing to time
   const auto budget = static_cast<double>(result_.usable_budget_bytes);
   const std::optional<double> at_g = meta_peak(with_micro_batch(base_, g, g));  // start_meta's run
   const bool g_fits = valid.back() == g && at_g && *at_g <= budget;
@@ -195,6 +196,7 @@ std::vector<int64_t> Search::timing_sizes() {
 // meta]): the largest plain size that ran when `config`'s meta peak there
 // fits the budget, else the smallest.
 int64_t Search::strategy_timing_size(const TrainingConfig& config, const std::vector<int64_t>& ran) {
+  if (options_.memory_only) return ran.front();  // nothing to time
   const std::optional<double> peak = meta_peak(with_micro_batch(config, ran.back(), job_.global_batch));
   return peak && *peak <= static_cast<double>(result_.usable_budget_bytes) ? ran.back() : ran.front();
 }
@@ -203,9 +205,15 @@ int64_t Search::strategy_timing_size(const TrainingConfig& config, const std::ve
 // predicted from the lines.
 void Search::note_meta_failures() {
   if (!meta_) return;  // start_meta's note says why
+  // Only the strategies of some node: a meta run that placed a timing
+  // probe for a form no node uses (bf16 autocast before the fallback to
+  // bf16 parameters: Note [Timing probes on meta]) left no node to the lines.
+  std::set<std::string> nodes;
+  for (const TrailNode& node : result_.trail) nodes.insert(memory_key(node.config));
   std::vector<std::string> failed;
   for (const auto& [config, r] : meta_runs_)
-    if (r.outcome != TrialOutcome::kOk) failed.push_back(fmt::format("{} ({})", config, outcome_text(r)));
+    if (r.outcome != TrialOutcome::kOk && nodes.count(memory_key(parse_config_overrides(config, TrainingConfig{}))))
+      failed.push_back(fmt::format("{} ({})", config, outcome_text(r)));
   if (!failed.empty())
     result_.notes.push_back(
         fmt::format("meta: {} configuration{} did not run on the meta device, so {} predicted "
