@@ -148,10 +148,9 @@ StrategyEffect Search::probe_checkpointing(const std::vector<int64_t>& sizes) {
 // the configuration that needs the least memory ran out at the smallest
 // micro-batch (result_.least_memory_failure says so).
 bool Search::fit_models() {
-  std::vector<int64_t> sizes = probe_sizes(job_);
-  // Memory from meta: the probes time, two sizes give the seconds line
-  // (Note [Memory from meta], meta_memory.cpp).
-  if (meta_ && sizes.size() > 2) sizes.resize(2);
+  // Memory from meta: the probes time, at two sizes where the candidates
+  // run (Note [Timing probes on meta], meta_memory.cpp).
+  const std::vector<int64_t> sizes = meta_ ? timing_sizes() : probe_sizes(job_);
   PlainProbes plain = probe_plain(sizes);
   if (plain.ran.empty() && base_.precision == Precision::kBf16 && form_failed(plain.first_failure())) {
     // The job asks for bf16 and its autocast fails (Note [bf16 fallback]).
@@ -253,15 +252,19 @@ bool Search::fit_models() {
             fmt::format("{}: not tried (the job trains with {})", row.probe_name, job_.optimizer.kind));
       continue;
     }
-    const std::vector<int64_t>& sizes = row.probe_sizes >= 2 && !meta_ ? two : one;
+    TrainingConfig c = base_;
+    row.turn_on(c, context());
+    // With meta each strategy is timed once, where its nodes run (Note
+    // [Timing probes on meta]).
+    const std::vector<int64_t> sizes = meta_                  ? std::vector<int64_t>{strategy_timing_size(c, ok)}
+                                       : row.probe_sizes >= 2 ? two
+                                                              : one;
     StrategyEffect& effect = models_.effect(row.id);
     if (row.id == Strategy::kCheckpointing) {
       effect = probe_checkpointing(sizes);
     } else if (row.id == Strategy::kBf16) {
       effect = probe_bf16(sizes);
     } else {
-      TrainingConfig c = base_;
-      row.turn_on(c, context());
       effect = probe_effect(row.probe_name, c, sizes);
     }
   }

@@ -3,6 +3,8 @@
 
 #include "search/search_state.h"
 
+#include <set>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 
@@ -10,6 +12,7 @@
 #include "common/error.h"
 #include "search/model_fit.h"
 #include "search/sentences.h"
+#include "strategies/accumulation.h"
 
 namespace oomtune {
 
@@ -35,8 +38,9 @@ namespace oomtune::search_detail {
 // less memory), so most nodes cost one or two meta runs of about half a
 // second (the example GPT). The real probes are then needed for time only:
 // plain at two sizes (the seconds line's intercept and slope) and each
-// strategy at one (its time ratio). Candidates are still verified by real
-// runs in fresh processes.
+// strategy at one (its time ratio), where the candidates run (Note [Timing
+// probes on meta]). Candidates are still verified by real runs in fresh
+// processes.
 // The first meta run, the plain configuration at the global batch, tells
 // whether meta works for the model at all (libtorch before 2.0, an operator
 // without a meta kernel, bf16 autocast, which libtorch has no meta kernels
@@ -125,13 +129,91 @@ std::optional<int64_t> Search::largest_fitting_on_meta(const std::vector<int64_t
   return 0;
 }
 
+// Note [Timing probes on meta]
+// With memory from meta the real probes only time, and a time line is
+// only as good as where it was measured: fitted to plain at G/8 and G/4,
+// it extrapolated the example GPT's step to 32 x 1 and 16 x 2 (4 and 8
+// times the samples of the probes), and its ranking decided which
+// candidates were verified (docs/autotune.md: the lines' and meta's
+// searches verified different candidates and chose differently among
+// configurations within a few per cent). Memory is known before any probe
+// runs, so the probes are placed where the candidates run: plain at G when
+// its meta peak fits (the plain node) and at the accumulation node's
+// micro-batch (the largest fitting below G, balanced), so the seconds line
+// passes through both and each is predicted by its own measurement; when
+// plain does not fit at G, at the accumulation node's micro-batch and the
+// balanced one with one more micro-batch below it. Each strategy is timed
+// at the largest of those when its own meta peak there, with the
+// accumulation it would run with, fits the budget (its nodes run there or
+// above: a strategy saves memory), else at the smallest (a probe above
+// the budget might not fit a real device). Where meta cannot say (no
+// plain micro-batch fits, a meta run failed, one valid micro-batch), the
+// plain probes run at G/8 and G/4 as before; so they do with memory only
+// (Note [Memory only]), which times nothing.
+std::vector<int64_t> Search::timing_sizes() {
+  std::vector<int64_t> fallback = probe_sizes(job_);
+  if (fallback.size() > 2) fallback.resize(2);
+  const int64_t g = job_.global_batch;
+  const std::vector<int64_t> valid = valid_micro_batches(job_);
+  std::vector<int64_t> below;  // descending
+  for (auto it = valid.rbegin(); it != valid.rend(); ++it)
+    if (*it < g) below.push_back(*it);
+  if (!meta_ || options_.memory_only || below.empty()) return fallback;  // memory only: nothing to time
+  const auto budget = static_cast<double>(result_.usable_budget_bytes);
+  const std::optional<double> at_g = meta_peak(with_micro_batch(base_, g, g));  // start_meta's run
+  const bool g_fits = valid.back() == g && at_g && *at_g <= budget;
+  const std::optional<int64_t> largest = largest_fitting_on_meta(below, below.front(), base_);
+  if (!largest || *largest == 0) return fallback;
+  // The smallest valid micro-batch at or below `b` that needs as many
+  // micro-batches as b (add_node's balanced split), by meta when asked.
+  const auto balanced = [&](int64_t b, bool measured) -> std::optional<int64_t> {
+    for (int64_t s : valid) {
+      if (s > b || micro_batch_count(g, s) != micro_batch_count(g, b)) continue;
+      if (!measured) return s;
+      const std::optional<double> peak = meta_peak(with_micro_batch(base_, s, g));
+      if (!peak) return std::nullopt;
+      if (*peak <= budget) return s;
+    }
+    return b;
+  };
+  const std::optional<int64_t> accumulation = balanced(*largest, true);
+  if (!accumulation) return fallback;
+  std::set<int64_t> sizes = {*accumulation};
+  if (g_fits) {
+    sizes.insert(g);
+  } else {
+    for (int64_t s : below)
+      if (s < *accumulation) {
+        sizes.insert(*balanced(s, false));
+        break;
+      }
+  }
+  if (sizes.size() < 2) return fallback;
+  return {sizes.begin(), sizes.end()};
+}
+
+// The one micro-batch a strategy's probe times at (Note [Timing probes on
+// meta]): the largest plain size that ran when `config`'s meta peak there
+// fits the budget, else the smallest.
+int64_t Search::strategy_timing_size(const TrainingConfig& config, const std::vector<int64_t>& ran) {
+  if (options_.memory_only) return ran.front();  // nothing to time
+  const std::optional<double> peak = meta_peak(with_micro_batch(config, ran.back(), job_.global_batch));
+  return peak && *peak <= static_cast<double>(result_.usable_budget_bytes) ? ran.back() : ran.front();
+}
+
 // Names the configurations whose meta run failed: their nodes were
 // predicted from the lines.
 void Search::note_meta_failures() {
   if (!meta_) return;  // start_meta's note says why
+  // Only the strategies of some node: a meta run that placed a timing
+  // probe for a form no node uses (bf16 autocast before the fallback to
+  // bf16 parameters: Note [Timing probes on meta]) left no node to the lines.
+  std::set<std::string> nodes;
+  for (const TrailNode& node : result_.trail) nodes.insert(memory_key(node.config));
   std::vector<std::string> failed;
   for (const auto& [config, r] : meta_runs_)
-    if (r.outcome != TrialOutcome::kOk) failed.push_back(fmt::format("{} ({})", config, outcome_text(r)));
+    if (r.outcome != TrialOutcome::kOk && nodes.count(memory_key(parse_config_overrides(config, TrainingConfig{}))))
+      failed.push_back(fmt::format("{} ({})", config, outcome_text(r)));
   if (!failed.empty())
     result_.notes.push_back(
         fmt::format("meta: {} configuration{} did not run on the meta device, so {} predicted "

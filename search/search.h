@@ -80,10 +80,13 @@
 //   in walk.cpp): where the runner can run a configuration on the meta
 //   device, each node's micro-batch is chosen by the peaks measured there,
 //   at that micro-batch and with its accumulation, not by the lines; the
-//   real probes then only time (plain at two sizes, each strategy at one)
-//   and verify. The first meta run tells whether meta works for the model;
-//   when it does not, the search says why in a note and predicts from the
-//   probes' lines.
+//   real probes then only time and verify: plain at two sizes, each
+//   strategy at one, placed where the candidates run (plain at G and at
+//   the accumulation node's micro-batch when plain fits at G: Note [Timing
+//   probes on meta], meta_memory.cpp), so the ranking that picks the
+//   candidates to verify rests on times measured at their own sizes. The
+//   first meta run tells whether meta works for the model; when it does
+//   not, the search says why in a note and predicts from the probes' lines.
 // - bf16: when a bf16-autocast probe fails for a reason other than memory
 //   (TorchScript's autocast crashes on some models), bf16 is tried as bf16
 //   parameters with fp32 master weights; SearchResult::notes says which

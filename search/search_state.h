@@ -121,6 +121,8 @@ class Search {
   std::optional<double> meta_peak(const TrainingConfig& c);
   std::optional<int64_t> largest_fitting_on_meta(const std::vector<int64_t>& candidates, int64_t predicted,
                                                  const TrainingConfig& config);
+  std::vector<int64_t> timing_sizes();
+  int64_t strategy_timing_size(const TrainingConfig& config, const std::vector<int64_t>& ran);
   void note_meta_failures();
   void choose_by_memory();
 

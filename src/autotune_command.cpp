@@ -33,7 +33,7 @@ constexpr int64_t kProbeBudgetMultiple = 4;
 /// its own process).
 class ChildTrialRunner : public TrialRunner {
  public:
-  explicit ChildTrialRunner(const JobSpec& job) : job_(job) { child_.timeout_seconds = job.trial_timeout_seconds; }
+  explicit ChildTrialRunner(const JobSpec& job) : job_(job), child_(child_options(job)), meta_(child_) {}
 
   ProbeReport probe(const TrainingConfig& config) override {
     JobSpec probe_job = job_;
@@ -66,12 +66,22 @@ class ChildTrialRunner : public TrialRunner {
     TrialOptions options;
     options.enforce_budget = false;  // the peak is the answer, whatever it is
     options.record_events = true;    // predicted reserved bytes, for CUDA budgets
-    return run_trial_in_child(meta_job, config, options, child_);
+    // One child serves the search's meta runs, one after another: a meta
+    // run holds no data and no cache, so it reports the same in a fresh
+    // process or after others (ChildTrial.MetaTrialsInOneChildReportWhatFreshChildrenDo),
+    // and libtorch loads once instead of once per run.
+    return meta_.run(meta_job, config, options);
   }
 
  private:
+  static ChildTrialOptions child_options(const JobSpec& job) {
+    ChildTrialOptions child;
+    child.timeout_seconds = job.trial_timeout_seconds;
+    return child;
+  }
   JobSpec job_;
   ChildTrialOptions child_;
+  TrialServer meta_;
 };
 
 // Note [Autotune and the sequence length]

@@ -2,14 +2,17 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iterator>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -72,23 +75,25 @@ class StopSignals {
   struct sigaction old_[std::size(kSignals)]{};
 };
 
-}  // namespace
-
-ProbeReport run_trial_in_child(const JobSpec& job, const TrainingConfig& config, const TrialOptions& options,
-                               const ChildTrialOptions& child) {
-  const std::string executable = child.executable.empty() ? "/proc/self/exe" : child.executable;
-  require_trial_module(executable);
+// A fresh folder for a trial's files under $TMPDIR.
+std::filesystem::path make_trial_dir() {
   std::error_code ignored;
   std::string dir_template = (std::filesystem::temp_directory_path(ignored) / "oomtune-trial-XXXXXX").string();
   if (!::mkdtemp(dir_template.data()))
     throw Error(fmt::format("cannot make a temp folder for a trial in {}: {}",
                             std::filesystem::path(dir_template).parent_path().string(), std::strerror(errno)));
-  const std::filesystem::path dir(dir_template);
-  const std::string request_path = (dir / "request.json").string();
-  const std::string result_path = (dir / "result.json").string();
-  write_file_atomically(request_path, json_text(trial_request_json(job, config, options)));
+  return dir_template;
+}
 
-  StopSignals stop_signals;
+// Starts `executable` with `arguments` (after argv[0]); `stdin_fd` becomes
+// its standard input when >= 0. The child dies with its parent (see the
+// header), and its stdout goes to stderr. Throws Error when fork fails
+// (after removing `dir`).
+pid_t start_child(const std::string& executable, const std::vector<std::string>& arguments, int stdin_fd,
+                  const std::filesystem::path& dir) {
+  std::vector<const char*> argv = {executable.c_str()};
+  for (const std::string& a : arguments) argv.push_back(a.c_str());
+  argv.push_back(nullptr);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -103,56 +108,163 @@ ProbeReport run_trial_in_child(const JobSpec& job, const TrainingConfig& config,
     // before the prctl.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);
+    if (stdin_fd >= 0) ::dup2(stdin_fd, STDIN_FILENO);
     ::dup2(STDERR_FILENO, STDOUT_FILENO);  // the parent's stdout carries its own report only
-    const char* argv[] = {executable.c_str(), "trial", request_path.c_str(), result_path.c_str(), nullptr};
-    ::execv(executable.c_str(), const_cast<char* const*>(argv));
+    ::execv(executable.c_str(), const_cast<char* const*>(argv.data()));
     ::_exit(127);
   }
+  return pid;
+}
 
+// How a wait for a child's trial ended.
+enum class Waited { kAnswered, kExited, kTimedOut, kStopped };
+
+// Waits for `pid` to end or, when `answered` is given, for it to say the
+// trial is done; past `timeout_seconds` or on a stop signal the child is
+// killed. `status` receives the child's wait status when it ended.
+Waited wait_for_child(pid_t pid, double timeout_seconds, int& status, const std::function<bool()>& answered) {
   const auto start = std::chrono::steady_clock::now();
-  int status = 0;
-  bool timed_out = false;
   for (;;) {
+    if (answered && answered()) return Waited::kAnswered;
     const pid_t done = ::waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
+    if (done == pid) return Waited::kExited;
     if (StopSignals::caught()) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
-      break;
+      return Waited::kStopped;
     }
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > child.timeout_seconds) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_seconds) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
-      timed_out = true;
-      break;
+      return Waited::kTimedOut;
     }
     std::this_thread::sleep_for(kPollInterval);
   }
+}
 
-  if (StopSignals::caught()) {  // Ctrl-C reaches the child too: its death is not a result
-    remove_tree(dir.string());
-    stop_signals.reraise();
-  }
-
-  ProbeReport report;
-  if (timed_out) {
-    report = outcome_report(job, config, TrialOutcome::kTimeout,
-                            fmt::format("timeout: no result after {:.0f} s", child.timeout_seconds), std::nullopt);
-  } else if (WIFSIGNALED(status)) {
+// The report of a trial whose wait ended as `waited` (not kStopped): the
+// child's own from `result_path`, else its timeout, crash or exit.
+ProbeReport report_of(Waited waited, int status, const std::string& result_path, const JobSpec& job,
+                      const TrainingConfig& config, double timeout_seconds) {
+  if (waited == Waited::kTimedOut)
+    return outcome_report(job, config, TrialOutcome::kTimeout,
+                          fmt::format("timeout: no result after {:.0f} s", timeout_seconds), std::nullopt);
+  if (waited == Waited::kExited && WIFSIGNALED(status)) {
     const std::string phase = read_file_or_empty(crash_note_path(result_path));
-    report = outcome_report(
+    return outcome_report(
         job, config, TrialOutcome::kCrashed,
         fmt::format("crashed: {}{}", signal_name(WTERMSIG(status)), phase.empty() ? "" : " during " + phase),
         phase_from_name(phase));
-  } else if (std::filesystem::exists(result_path)) {
-    report = probe_report_from_json(nlohmann::json::parse(read_file_or_empty(result_path)));
-  } else {
-    report = outcome_report(job, config, TrialOutcome::kError,
-                            fmt::format("the trial process exited with code {} and no result",
-                                        WIFEXITED(status) ? WEXITSTATUS(status) : -1),
-                            std::nullopt);
   }
+  if (std::filesystem::exists(result_path))
+    return probe_report_from_json(nlohmann::json::parse(read_file_or_empty(result_path)));
+  return outcome_report(
+      job, config, TrialOutcome::kError,
+      fmt::format("the trial process exited with code {} and no result", WIFEXITED(status) ? WEXITSTATUS(status) : -1),
+      std::nullopt);
+}
+
+}  // namespace
+
+ProbeReport run_trial_in_child(const JobSpec& job, const TrainingConfig& config, const TrialOptions& options,
+                               const ChildTrialOptions& child) {
+  const std::string executable = child.executable.empty() ? "/proc/self/exe" : child.executable;
+  require_trial_module(executable);
+  const std::filesystem::path dir = make_trial_dir();
+  const std::string request_path = (dir / "request.json").string();
+  const std::string result_path = (dir / "result.json").string();
+  write_file_atomically(request_path, json_text(trial_request_json(job, config, options)));
+
+  StopSignals stop_signals;
+  const pid_t pid = start_child(executable, {"trial", request_path, result_path}, -1, dir);
+  int status = 0;
+  const Waited waited = wait_for_child(pid, child.timeout_seconds, status, nullptr);
+  if (waited == Waited::kStopped) {  // Ctrl-C reaches the child too: its death is not a result
+    remove_tree(dir.string());
+    stop_signals.reraise();
+  }
+  ProbeReport report = report_of(waited, status, result_path, job, config, child.timeout_seconds);
   remove_tree(dir.string());
+  return report;
+}
+
+TrialServer::TrialServer(ChildTrialOptions child) : child_(std::move(child)) {
+  if (child_.executable.empty()) child_.executable = "/proc/self/exe";
+}
+
+TrialServer::~TrialServer() { stop(); }
+
+// The child is idle between trials: killing it loses nothing.
+void TrialServer::stop() {
+  if (requests_fd_ >= 0) ::close(requests_fd_);
+  requests_fd_ = -1;
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+  }
+  pid_ = -1;
+  if (!dir_.empty()) remove_tree(dir_);
+  dir_.clear();
+}
+
+ProbeReport TrialServer::run(const JobSpec& job, const TrainingConfig& config, const TrialOptions& options) {
+  require_trial_module(child_.executable);
+  StopSignals stop_signals;
+  if (pid_ <= 0) {
+    dir_ = make_trial_dir().string();
+    int fds[2];
+    // A socket, not a pipe: a request to a child that just died fails with
+    // EPIPE (MSG_NOSIGNAL) instead of killing this process by SIGPIPE.
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+      const int error = errno;
+      remove_tree(dir_);
+      dir_.clear();
+      throw Error(fmt::format("cannot start a trial process: {}", std::strerror(error)));
+    }
+    // The child's end loses CLOEXEC by dup2 onto its stdin.
+    try {
+      pid_ = start_child(child_.executable, {"trial", "--serve"}, fds[1], dir_);
+    } catch (const Error&) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      dir_.clear();
+      throw;
+    }
+    ++children_started_;
+    ::close(fds[1]);
+    requests_fd_ = fds[0];
+  }
+  const std::filesystem::path dir(dir_);
+  const std::string n = std::to_string(++trials_);
+  const std::string request_path = (dir / ("request-" + n + ".json")).string();
+  const std::string result_path = (dir / ("result-" + n + ".json")).string();
+  write_file_atomically(request_path, json_text(trial_request_json(job, config, options)));
+  const std::string line = request_path + "\t" + result_path + "\n";
+  const bool sent = ::send(requests_fd_, line.data(), line.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(line.size());
+  int status = 0;
+  // The result file appears whole (written atomically) once the trial is done.
+  const Waited waited =
+      sent ? wait_for_child(pid_, child_.timeout_seconds, status, [&] { return std::filesystem::exists(result_path); })
+           : Waited::kExited;
+  if (waited == Waited::kStopped) {
+    pid_ = -1;
+    stop();
+    stop_signals.reraise();
+  }
+  if (waited != Waited::kAnswered) {
+    if (!sent) {  // its end of the socket closed: it is ending, or ended
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status, 0);
+    }
+    pid_ = -1;  // it ended, or was killed: the next trial starts a fresh one
+  }
+  ProbeReport report = report_of(waited, status, result_path, job, config, child_.timeout_seconds);
+  std::error_code ignored;
+  std::filesystem::remove(request_path, ignored);
+  std::filesystem::remove(result_path, ignored);
+  std::filesystem::remove(crash_note_path(result_path), ignored);
+  if (pid_ <= 0) stop();
   return report;
 }
 

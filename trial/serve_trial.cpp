@@ -41,6 +41,8 @@ void on_crash(int signal_number) {
 }
 
 void install_crash_notes(const std::string& note_path) {
+  if (g_note_fd >= 0) ::close(g_note_fd);  // the previous trial's, in a child that serves several
+  g_phase = 0;
   g_note_fd = ::open(note_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   for (int s : kCrashSignals) ::signal(s, on_crash);
 }

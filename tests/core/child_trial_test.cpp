@@ -2,10 +2,16 @@
 
 #include "trial/child_trial.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
+
+#include <fmt/format.h>
 
 #include <gtest/gtest.h>
 
+#include "compat/torch_compat.h"
 #include "quick_trial.h"
 #include "strategies/training_step.h"
 #include "support/require_file.h"
@@ -81,6 +87,92 @@ TEST_F(ChildTrial, OutOfMemoryAndBadModelsAreOutcomes) {
   const ProbeReport r = run(job);
   EXPECT_EQ(r.outcome, TrialOutcome::kError);
   EXPECT_EQ(r.message, "/nonexistent.pt: no such model file");
+}
+
+// TrialServer: the search's meta runs in one child. On the meta device a
+// trial holds no data and no cache, so trials served one after another
+// report what fresh children do, byte for byte: the GPT at three
+// micro-batches (accumulating below the global batch 8), checkpointed and
+// with 8-bit AdamW, in any order.
+TEST_F(ChildTrial, MetaTrialsInOneChildReportWhatFreshChildrenDo) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << compat::meta_device_problem();
+  JobSpec job = testing::gpt_job(8);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  job.device = Device::kMeta;
+  ChildTrialOptions child;
+  child.executable = OOMTUNE_BINARY;
+  child.timeout_seconds = 120;
+  TrialOptions options;
+  options.enforce_budget = false;
+  options.record_events = true;
+  std::vector<TrainingConfig> configs;
+  for (int64_t micro_batch : {8, 2, 4}) {
+    TrainingConfig c = baseline_config(job);
+    c.micro_batch = micro_batch;
+    c.accumulation_steps = 8 / micro_batch;
+    configs.push_back(c);
+  }
+  configs.push_back(configs[1]);
+  configs.back().checkpoint.mode = CheckpointPlan::Mode::kAll;
+  configs.push_back(configs[0]);
+  configs.back().optimizer = OptimizerKind::kAdamW8bit;
+  TrialServer server(child);
+  for (const TrainingConfig& c : configs) {
+    SCOPED_TRACE(to_string(c));
+    const ProbeReport served = server.run(job, c, options);
+    const ProbeReport fresh = run_trial_in_child(job, c, options, child);
+    ASSERT_EQ(served.outcome, TrialOutcome::kOk) << served.message;
+    ASSERT_EQ(fresh.outcome, TrialOutcome::kOk) << fresh.message;
+    EXPECT_GT(served.peak_bytes, 0);
+    EXPECT_EQ(served.peak_bytes, fresh.peak_bytes);
+    for (std::size_t p = 0; p < kNumPhases; ++p) EXPECT_EQ(served.phases[p].peak_bytes, fresh.phases[p].peak_bytes);
+    EXPECT_EQ(served.static_memory.optimizer_state_bytes, fresh.static_memory.optimizer_state_bytes);
+    ASSERT_EQ(served.reserved.has_value(), fresh.reserved.has_value());
+    if (served.reserved) {
+      EXPECT_EQ(served.reserved->peak_reserved_bytes, fresh.reserved->peak_reserved_bytes);
+    }
+  }
+  EXPECT_EQ(server.children_started(), 1);
+}
+
+// A served trial that crashes, or hangs past the timeout, is that trial's
+// outcome, as in a child of its own; the next trial runs in a fresh child
+// (the faults name micro-batch 4 only: "micro_batch=4,"). The timeout is
+// five times what a trial of its own took (at least 3 s): a loaded machine
+// stretches every trial, the hang's outcome stays a timeout.
+TEST_F(ChildTrial, AServedTrialThatCrashesOrHangsCostsThatTrialOnly) {
+  const JobSpec job = testing::mlp_job(8);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  ChildTrialOptions child;
+  child.executable = OOMTUNE_BINARY;
+  child.timeout_seconds = 120;
+  TrainingConfig small = baseline_config(job);
+  small.micro_batch = 4;
+  small.accumulation_steps = 2;
+  const TrialOptions options = testing::one_timed_step();
+  const auto start = std::chrono::steady_clock::now();
+  const ProbeReport alone = run_trial_in_child(job, baseline_config(job), options, child);
+  ASSERT_EQ(alone.outcome, TrialOutcome::kOk) << alone.message;
+  child.timeout_seconds =
+      std::ceil(std::max(3.0, 5 * std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+  for (const std::string fault : {"segv:backward:micro_batch=4,", "hang:optimizer:micro_batch=4,"}) {
+    SCOPED_TRACE(fault);
+    setenv("OOMTUNE_TEST_FAULT", fault.c_str(), 1);
+    TrialServer server(child);  // its children take the environment as they start
+    EXPECT_EQ(server.run(job, baseline_config(job), options).peak_bytes, alone.peak_bytes);
+    const ProbeReport failed = server.run(job, small, options);
+    if (fault[0] == 's') {
+      EXPECT_EQ(failed.outcome, TrialOutcome::kCrashed) << failed.message;
+      EXPECT_EQ(failed.message, "crashed: SIGSEGV during backward");
+    } else {
+      EXPECT_EQ(failed.outcome, TrialOutcome::kTimeout);
+      EXPECT_EQ(failed.message, fmt::format("timeout: no result after {:.0f} s", child.timeout_seconds));
+    }
+    const ProbeReport after = server.run(job, baseline_config(job), options);
+    ASSERT_EQ(after.outcome, TrialOutcome::kOk) << after.message;
+    EXPECT_EQ(after.peak_bytes, alone.peak_bytes);
+    EXPECT_EQ(server.children_started(), 2) << "one before the fault, a fresh one after";
+  }
 }
 
 }  // namespace

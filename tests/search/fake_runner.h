@@ -2,6 +2,7 @@
 // A fake device for the search tests: memory and time curves known exactly,
 // so every expectation is computed by hand from the curve.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,7 +22,7 @@ namespace oomtune {
 ///   bf16_params    : with bf16_parameters_stored, weights and gradients
 ///                    2 P each and an fp32 master copy 4 P beside the
 ///                    optimizer state (offloaded with it); else as fp32
-///   time(b)        = 0.01 + 0.002 b seconds per micro-batch
+///   time(b)        = 0.01 + 0.002 b seconds per micro-batch (+ the spill below)
 class FakeRunner : public TrialRunner {
  public:
   int64_t parameters = 4 * kMiB / 4;  // 4 MiB of fp32 parameters
@@ -32,6 +33,11 @@ class FakeRunner : public TrialRunner {
   int64_t adafactor_state_bytes = 256 * 1024;  // a row and a column per matrix: far below 8-bit's 2 P
   double checkpoint_time_cost = 0.6;           // all 4 blocks: time x (1 + this); below 0 models timing noise
   double time_scale = 1;                       // every time above times this (a model of microseconds per step)
+  // Each sample of a micro-batch beyond spill_above costs this many seconds
+  // more (a cache the larger micro-batches spill): a time curve that bends
+  // where the small probes cannot see it. 0: the line above.
+  double spill_seconds_per_sample = 0;
+  int64_t spill_above = 16;
   // The optimizer step, once per global batch (Note [Step time]): plain's
   // seconds, and what 8-bit AdamW and offload multiply them by. 0: the
   // probes report no optimizer time, as before it was measured.
@@ -163,7 +169,8 @@ class FakeRunner : public TrialRunner {
   double true_seconds(const TrainingConfig& c) const {
     const bool bf16 = c.precision != Precision::kFp32;
     double t = 0.01 * (bf16 ? bf16_intercept_factor : 1) +
-               0.002 * static_cast<double>(c.micro_batch) * (bf16 ? bf16_per_sample_factor : 1);
+               0.002 * static_cast<double>(c.micro_batch) * (bf16 ? bf16_per_sample_factor : 1) +
+               spill_seconds_per_sample * static_cast<double>(std::max<int64_t>(0, c.micro_batch - spill_above));
     t *= 1 + checkpoint_time_cost * checkpointed_fraction(c);
     if (c.optimizer == OptimizerKind::kAdamW8bit) t *= eight_bit_time_factor;
     if (c.offload_optimizer) t *= offload_time_factor;

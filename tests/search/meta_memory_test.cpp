@@ -150,6 +150,63 @@ TEST(MetaMemory, SameChoiceWithFewerRealProbes) {
   for (const auto& [config, sizes] : strategy_sizes) EXPECT_EQ(sizes.size(), 1u) << config;
 }
 
+// Note [Timing probes on meta]: memory known, the probes time where the
+// candidates run. Everything fits at 32 (budget: plain 32 x 1 and 1 MiB),
+// and each sample past 16 in a micro-batch costs 0.004 s more: plain 32 x 1
+// takes 0.01 + 0.064 + 0.064 = 0.138 s, 16 x 2 takes 2 x 0.042 = 0.084 s,
+// the fastest configuration (every strategy multiplies plain's time). The
+// plain probes run at 32 (plain's node) and 16 (accumulation's), each
+// strategy at 32, so every node's predicted time is its true one; the
+// lines' probes at 4, 8 and 16 see no spill and predict 32 x 1 at 0.074 s.
+// With one verification run, each search verifies and chooses its fastest
+// predicted: meta the truly fastest, the lines plain 32 x 1.
+TEST(MetaMemory, TheProbesTimeWhereTheCandidatesRun) {
+  const JobSpec job = job_with_budget(plain_peak(32) + kMiB);
+  SearchOptions options = from_meta();
+  options.max_verifications = 1;
+  FakeRunner meta;
+  meta.meta = true;
+  meta.spill_seconds_per_sample = 0.004;
+  const SearchResult r = run_search(meta, job, options);
+  ASSERT_EQ(r.memory_from, MemorySource::kMeta);
+  std::set<int64_t> plain_sizes;
+  std::map<std::string, std::set<int64_t>> strategy_sizes;
+  for (const ProbeReport& p : r.probes) {
+    if (p.config.find("ckpt=none,optimizer=adamw,offload=off,precision=fp32") != std::string::npos)
+      plain_sizes.insert(p.micro_batch);
+    else
+      strategy_sizes[p.config.substr(p.config.find(",accum="))].insert(p.micro_batch);
+  }
+  EXPECT_EQ(plain_sizes, (std::set<int64_t>{16, 32}));
+  EXPECT_EQ(strategy_sizes.size(), 3u) << "checkpointing, 8-bit AdamW, offload";
+  for (const auto& [config, sizes] : strategy_sizes) EXPECT_EQ(sizes, (std::set<int64_t>{32})) << config;
+  const auto true_seconds = [&](const TrainingConfig& c) {
+    return meta.true_seconds(c) * static_cast<double>(c.accumulation_steps) + meta.true_optimizer_seconds(c);
+  };
+  double fastest = 1e9;
+  for (const TrailNode& n : r.trail) {
+    SCOPED_TRACE(n.node);
+    ASSERT_TRUE(n.predicted_fit);
+    EXPECT_NEAR(n.predicted_seconds, true_seconds(n.config), 1e-9);
+    fastest = std::min(fastest, true_seconds(n.config));
+  }
+  ASSERT_TRUE(r.chosen.has_value());
+  EXPECT_EQ(to_string(r.trail[*r.chosen].config),
+            "micro_batch=16,accum=2,ckpt=none,optimizer=adamw,offload=off,precision=fp32");
+  EXPECT_DOUBLE_EQ(true_seconds(r.trail[*r.chosen].config), fastest);
+  EXPECT_DOUBLE_EQ(fastest, 0.084);
+
+  FakeRunner lines;
+  lines.spill_seconds_per_sample = 0.004;
+  SearchOptions one_verification;
+  one_verification.max_verifications = 1;
+  const SearchResult from_lines = run_search(lines, job, one_verification);
+  ASSERT_TRUE(from_lines.chosen.has_value());
+  EXPECT_EQ(to_string(from_lines.trail[*from_lines.chosen].config),
+            "micro_batch=32,accum=1,ckpt=none,optimizer=adamw,offload=off,precision=fp32");
+  EXPECT_LT(meta.probes, lines.probes);
+}
+
 // A first meta run that fails (libtorch 1.13 refuses the meta device)
 // leaves the whole search to the lines, with the reason in a note: the
 // same trail as a search that never asked.
@@ -203,6 +260,17 @@ TEST(MetaMemory, ANodeWhoseMetaRunFailsIsPredictedAndNamed) {
       << testing::PrintToString(r.notes);
   EXPECT_TRUE(has_note(r, "precision=bf16 (error during forward: autocast: no meta kernels for bfloat16)"))
       << testing::PrintToString(r.notes);
+  // Plain fits at 8 x 4 at most, so it is timed at 8 and 4 (Note [Timing
+  // probes on meta]); each strategy at 8, where its meta peak fits, but
+  // bf16, whose meta run fails: at 4, as without meta.
+  for (const ProbeReport& p : r.probes) {
+    SCOPED_TRACE(p.config);
+    const bool bf16 = p.config.find("precision=bf16") != std::string::npos;
+    const bool plain = p.config.find("ckpt=none,optimizer=adamw,offload=off,precision=fp32") != std::string::npos;
+    if (!plain) {
+      EXPECT_EQ(p.micro_batch, bf16 ? 4 : 8);
+    }
+  }
 }
 
 // The report: a meta peak column beside the predicted one, the chosen
