@@ -1313,7 +1313,11 @@ TEST(DecisionTree, WeightsThatDoNotLoadAreOverTheBudget) {
   EXPECT_EQ(m.parameters_alone, r.parameters_alone);
   EXPECT_EQ(m.parameter_count, with_meta.parameters) << "counted by the meta run of plain";
   EXPECT_EQ(m.static_memory.parameter_bytes, 4 * with_meta.parameters);
-  EXPECT_EQ(with_meta.meta_runs, 1);
+  // The meta runs that place the timing probes (Note [Timing probes on
+  // meta]) walk plain down to the smallest micro-batch first; none is a
+  // real probe.
+  EXPECT_EQ(with_meta.probes, 1);
+  EXPECT_GE(with_meta.meta_runs, 1);
 }
 
 TEST(DecisionTree, ValidMicroBatchesKeepTheGlobalBatchExact) {
