@@ -164,9 +164,10 @@ TEST(SequenceProbe, AutotuneVerifiesAtTheDrawnLengths) {
   const auto verified = s.at("verification_step_lengths").get<std::vector<int64_t>>();
   EXPECT_EQ(verified, lengths_of(6));
   EXPECT_EQ(j.at("chosen").at("verification").at("step_lengths").get<std::vector<int64_t>>(), verified);
-  for (const auto& node : j.at("trail"))
-    if (node.contains("verification") && node.at("verification").at("outcome") == "ok")
-      EXPECT_EQ(node.at("verification").at("step_lengths").get<std::vector<int64_t>>(), verified);
+  for (const auto& node : j.at("trail")) {
+    if (!node.contains("verification") || node.at("verification").at("outcome") != "ok") continue;
+    EXPECT_EQ(node.at("verification").at("step_lengths").get<std::vector<int64_t>>(), verified);
+  }
   ASSERT_FALSE(j.at("probes").empty());
   for (const auto& probe : j.at("probes")) {
     if (probe.at("outcome") != "ok") continue;
