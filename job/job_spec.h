@@ -100,9 +100,10 @@ struct JobSpec {
   // distribution = "histogram", file = "lengths.txt" }` (variable lengths,
   // issue #47 item 2): how each step's length is drawn, with `seed`
   // (job/length_distribution.h); seq_len and seq_min are then its longest
-  // and shortest. The trials run their timed steps at lengths drawn from it
-  // (docs/sequence_length.md, "Variable lengths"). nullopt: every step at
-  // seq_len.
+  // and shortest. The trials run their warm-up and measured step at seq_len
+  // and every later step at a length drawn from it (trial/trial_runner.cpp,
+  // Note [Variable-length steps]; docs/sequence_length.md, "Variable
+  // lengths"). nullopt: every step at seq_len.
   std::optional<LengthDistribution> seq_lengths;
   std::string seq_lengths_file;  // the histogram's file (resolved from the TOML's folder), "" for uniform
   bool allow_remainder = false;  // global batch not divisible by the micro-batch: last one smaller

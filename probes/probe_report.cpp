@@ -169,6 +169,8 @@ nlohmann::json to_json(const ProbeReport& r) {
       {"optimizing_executor", r.optimizing_executor},
       {"precision_form", to_string(r.precision_form)},
   };
+  if (!r.step_lengths.empty()) j["step_lengths"] = r.step_lengths;
+  if (!r.step_peak_bytes.empty()) j["step_peak_bytes"] = r.step_peak_bytes;
   if (!r.refused_checkpoint_class.empty()) {
     j["checkpoint_refusal"] = {{"class", r.refused_checkpoint_class}, {"other_blocks", r.other_checkpointed_blocks}};
   }
@@ -213,6 +215,9 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     r.peak_bytes = j.at("peak_bytes").get<int64_t>();
     r.host_peak_bytes = j.at("host_peak_bytes").get<int64_t>();
     r.steps_run = j.at("steps_run").get<int64_t>();
+    // Only for a job with a length distribution (issue #47 item 2).
+    r.step_lengths = j.value("step_lengths", std::vector<int64_t>{});
+    r.step_peak_bytes = j.value("step_peak_bytes", std::vector<int64_t>{});
     const auto& s = j.at("static");
     r.static_memory = {s.at("parameter_bytes").get<int64_t>(),      s.at("buffer_bytes").get<int64_t>(),
                        s.at("gradient_bytes").get<int64_t>(),       s.at("optimizer_state_bytes").get<int64_t>(),

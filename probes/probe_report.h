@@ -73,14 +73,17 @@ struct StepTiming {
   int64_t warmup_steps = 0;          // COUNT: steps discarded (allocator and library warm-up)
   double warmup_seconds = 0;         // seconds of those steps
   std::vector<double> step_seconds;  // seconds of each timed step, in order
-  double steady_step_seconds = 0;    // median of step_seconds
+  // Median of step_seconds; for a job with a length distribution the mean
+  // of the drawn steps' (step_seconds[1..]), Note [Variable-length steps].
+  double steady_step_seconds = 0;
   // Seconds of each timed step's optimizer phase (from the optimizer hook to
   // the step's end, the device synchronized at both on CUDA), and their
   // median: the part of a step that runs once per optimizer step, however
-  // many micro-batches it accumulates (0 in reports that did not time it).
+  // many micro-batches it accumulates (0 in reports that did not time it;
+  // with a length distribution the mean, as steady_step_seconds).
   std::vector<double> optimizer_seconds;
   double steady_optimizer_seconds = 0;
-  bool steady = false;      // consecutive timed steps agreed within the tolerance
+  bool steady = false;      // consecutive timed steps agreed within the tolerance (not judged, false, at drawn lengths)
   double tolerance = 0.15;  // relative: |t_i - t_{i-1}| / median
   // False for a trial on the meta device: its kernels compute shapes only,
   // so its seconds say nothing about a step's time; every field above is
@@ -148,6 +151,17 @@ struct ProbeReport {
   int64_t peak_bytes = 0;                        // SUM: device peak of the measured step
   int64_t host_peak_bytes = 0;                   // SUM: host-pool peak of the measured step
   int64_t steps_run = 0;                         // COUNT: optimizer steps completed
+  // COUNT: tokens, the "seq" length of each step begun, from the warm-up on
+  // (step k at [k - 1]; one more than steps_run where a step failed), for a
+  // job with a length distribution (JobSpec::seq_lengths): steps 1 and 2 at
+  // its max, step k >= 3 at draw_lengths(distribution, n, seed)[k - 3]
+  // (trial/trial_runner.cpp, Note [Variable-length steps]). Empty for any
+  // other job (JSON: the key absent).
+  std::vector<int64_t> step_lengths;
+  // SUM: the device peak of each step after the warm-up (step k at [k - 2]),
+  // from the recorded events: for a job with a length distribution and
+  // events recorded (TrialOptions::record_events); else empty (JSON: absent).
+  std::vector<int64_t> step_peak_bytes;
   StaticMemory static_memory;
   OptimizerRecord optimizer;
   int64_t retained_activation_bytes = 0;  // SUM: live after forward+loss minus live before forward

@@ -130,20 +130,71 @@ std::string render_unverified(const SearchResult& s, const std::vector<const Tra
   return out;
 }
 
+// A job's length distribution (JobSpec::seq_lengths, set): "uniform over
+// 256 to 1024 tokens" or "the histogram in lengths.txt (5000 lengths, 12 to
+// 1024 tokens)".
+std::string distribution_text(const JobSpec& job) {
+  const LengthDistribution& d = *job.seq_lengths;
+  if (d.kind == LengthDistribution::Kind::kHistogram)
+    return fmt::format("the histogram in {} ({} lengths, {} to {} tokens)", job.seq_lengths_file, d.observed.size(),
+                       d.min, d.max);
+  if (d.kind == LengthDistribution::Kind::kFixed) return fmt::format("{} tokens", d.min);
+  return fmt::format("uniform over {} to {} tokens", d.min, d.max);
+}
+
+// The same as JSON: the distribution, its span, the histogram's file and
+// size, and the seed the lengths are drawn with.
+nlohmann::json distribution_json(const JobSpec& job) {
+  const LengthDistribution& d = *job.seq_lengths;
+  nlohmann::json j = {{"distribution", d.kind == LengthDistribution::Kind::kHistogram ? "histogram"
+                                       : d.kind == LengthDistribution::Kind::kFixed   ? "fixed"
+                                                                                      : "uniform"},
+                      {"min", d.min},
+                      {"max", d.max},
+                      {"seed", job.seed}};
+  if (d.kind == LengthDistribution::Kind::kHistogram) {
+    j["file"] = job.seq_lengths_file;
+    j["observed_lengths"] = d.observed.size();
+  }
+  return j;
+}
+
+// The chosen configuration's verification at drawn lengths (trial/
+// trial_runner.cpp, Note [Variable-length steps]): which steps ran at which
+// lengths. Empty when its steps had no drawn lengths.
+std::string drawn_verification_text(const ProbeReport& v, const JobSpec& job) {
+  if (!job.seq_lengths || v.step_lengths.size() < 3) return "";
+  const std::vector<int64_t> drawn(v.step_lengths.begin() + 2, v.step_lengths.end());
+  double tokens = 0;
+  for (int64_t t : drawn) tokens += static_cast<double>(t);
+  return fmt::format(
+      "          verified at lengths drawn from {} (seed {}): steps 3 to {} at {} to {} tokens (mean {:.0f}), steps 1 "
+      "and 2 at the longest, {}; the time is the mean over the drawn steps\n",
+      distribution_text(job), job.seed, v.step_lengths.size(), *std::min_element(drawn.begin(), drawn.end()),
+      *std::max_element(drawn.begin(), drawn.end()), tokens / static_cast<double>(drawn.size()), v.step_lengths[1]);
+}
+
 // The sequence lines: the length every trial ran at and, with a range, the
 // longest sequence the chosen configuration fits.
-std::string render_autotune_sequence(const AutotuneSequence& q) {
+std::string render_autotune_sequence(const AutotuneSequence& q, const JobSpec& job) {
   std::string out;
-  if (!q.min_length) {
+  if (job.seq_lengths) {
+    out += fmt::format(
+        "sequence  every trial's warm-up and measured step at T = {} tokens, the longest of {}; their later steps "
+        "and the verification runs at lengths drawn from it (seed {}); the length stays as given\n",
+        q.length, distribution_text(job), job.seed);
+  } else if (!q.min_length) {
     out += fmt::format(
         "sequence  every trial at T = {} tokens (seq = {}); the length stays as given (seq = [min, max] asks for the "
         "longest that fits)\n",
         q.length, q.length);
     return out;
+  } else {
+    out += fmt::format(
+        "sequence  every trial at T = {} tokens, the longest of seq = [{}, {}]; the length stays as given\n", q.length,
+        *q.min_length, q.length);
   }
-  out +=
-      fmt::format("sequence  every trial at T = {} tokens, the longest of seq = [{}, {}]; the length stays as given\n",
-                  q.length, *q.min_length, q.length);
+  if (!q.min_length) return out;
   if (!q.fit) {
     out += fmt::format("          longest sequence that fits: not fitted ({})\n", q.problem);
     return out;
@@ -277,6 +328,7 @@ std::string render_autotune_text(const AutotuneReport& report) {
                        100 * (*best.meta_peak_bytes / static_cast<double>(v.peak_bytes) - 1)));
     line(fmt::format("          {:.1f} samples/s measured ({:.4f} s per global batch)", v.samples_per_second,
                      v.timing.steady_step_seconds));
+    out += drawn_verification_text(v, job);
     if (const std::string scratch = kernel_scratch_text(v.kernel_scratch); !scratch.empty())
       line("          kernel scratch " + scratch);
   } else if (const auto unverified = unverified_candidates(s); !unverified.empty()) {
@@ -320,7 +372,7 @@ std::string render_autotune_text(const AutotuneReport& report) {
   }
   if (report.sequence) {
     line("");
-    out += render_autotune_sequence(*report.sequence);
+    out += render_autotune_sequence(*report.sequence, job);
   }
   if (!s.notes.empty()) {
     line("");
@@ -378,7 +430,14 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
   for (const TrailNode* node : unverified_candidates(s)) unverified.push_back(node_json(*node));
   j["unverified"] = unverified;
   j["trial_timeout_seconds"] = report.job.trial_timeout_seconds;
-  if (report.sequence) j["sequence"] = autotune_sequence_json(*report.sequence);
+  if (report.sequence) {
+    j["sequence"] = autotune_sequence_json(*report.sequence);
+    if (report.job.seq_lengths) {  // trial/trial_runner.cpp, Note [Variable-length steps]
+      j["sequence"]["distribution"] = distribution_json(report.job);
+      if (s.chosen && s.trail[*s.chosen].verification)
+        j["sequence"]["verification_step_lengths"] = s.trail[*s.chosen].verification->step_lengths;
+    }
+  }
   j["least_memory_failure"] =
       s.least_memory_failure.empty() ? nlohmann::json() : nlohmann::json(s.least_memory_failure);
   j["parameters_alone"] = s.parameters_alone.empty() ? nlohmann::json() : nlohmann::json(s.parameters_alone);

@@ -1,5 +1,6 @@
 #include "report/probe_summary.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -21,6 +22,33 @@ std::string block_list(const std::vector<std::string>& paths) {
   constexpr std::size_t kListed = 6;
   if (paths.size() <= kListed) return fmt::format("{}", fmt::join(paths, ", "));
   return fmt::format("{}, {}, {}, ..., {} (--json lists all)", paths[0], paths[1], paths[2], paths.back());
+}
+
+// The step-time line of a trial at drawn lengths (trial/trial_runner.cpp,
+// Note [Variable-length steps]): the mean over steps 3.., the measured
+// step's own time at the longest beside it.
+std::string variable_step_time_text(const ProbeReport& r) {
+  const std::vector<int64_t> drawn(r.step_lengths.begin() + 2, r.step_lengths.end());
+  double tokens = 0;
+  for (int64_t t : drawn) tokens += static_cast<double>(t);
+  return fmt::format(
+      "step time            {:.4f} s mean of {} steps at drawn lengths ({} to {} tokens, mean {:.0f}; optimizer "
+      "step {:.4f} s of it), {:.1f} samples/s; the measured step at {} tokens {:.4f} s; warm-up {} step, {:.3f} s",
+      r.timing.steady_step_seconds, drawn.size(), *std::min_element(drawn.begin(), drawn.end()),
+      *std::max_element(drawn.begin(), drawn.end()), tokens / static_cast<double>(drawn.size()),
+      r.timing.steady_optimizer_seconds, r.samples_per_second, r.step_lengths[1], r.timing.step_seconds[0],
+      r.timing.warmup_steps, r.timing.warmup_seconds);
+}
+
+// The step-peaks line of a trial at drawn lengths: the smallest and largest
+// step peak after the warm-up, each with its length.
+std::string step_peaks_text(const ProbeReport& r) {
+  const auto [low, high] = std::minmax_element(r.step_peak_bytes.begin(), r.step_peak_bytes.end());
+  const auto length_of = [&](std::vector<int64_t>::const_iterator it) {
+    return r.step_lengths[static_cast<std::size_t>(it - r.step_peak_bytes.begin()) + 1];
+  };
+  return fmt::format("step peaks           {} steps: {} at {} tokens to {} at {} tokens", r.step_peak_bytes.size(),
+                     format_bytes(*low), length_of(low), format_bytes(*high), length_of(high));
 }
 
 }  // namespace
@@ -112,12 +140,15 @@ std::string render_probe_text(const ProbeSummary& s) {
         fmt::format("step time            none: the {} device computes shapes, not values, so a step there takes "
                     "no telling time (probe on cpu or cuda for it)",
                     device_name(s.device)));
+  else if (r.step_lengths.size() > 2 && r.timing.step_seconds.size() > 1)
+    line(variable_step_time_text(r));
   else
     line(fmt::format(
         "step time            {:.4f} s median of {} timed steps ({}; optimizer step {:.4f} s of it), {:.1f} "
         "samples/s; warm-up {} step, {:.3f} s",
         r.timing.steady_step_seconds, r.timing.step_seconds.size(), r.timing.steady ? "steady" : "not steady",
         r.timing.steady_optimizer_seconds, r.samples_per_second, r.timing.warmup_steps, r.timing.warmup_seconds));
+  if (r.step_lengths.size() > 2 && r.step_peak_bytes.size() + 1 == r.step_lengths.size()) line(step_peaks_text(r));
   if (s.sequence) {
     line("");
     out += render_sequence_text(*s.sequence);

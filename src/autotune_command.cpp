@@ -95,6 +95,11 @@ class ChildTrialRunner : public TrialRunner {
 // min, the midpoint and max (one micro-batch per step, as a probe) and each
 // phase's peak is fitted in T (probes/seq_fit.h); the longest length under
 // the usable budget is reported, the length the plan names stays max.
+// With a length distribution (seq = { min, max, distribution }) the trials'
+// warm-up and measured steps run at its max and their later steps, and the
+// verification runs, at lengths drawn from it (trial/trial_runner.cpp, Note
+// [Variable-length steps]); the runs at min, midpoint and max run at those
+// lengths alone.
 // Limitations: with accumulation, a later micro-batch holds the gradients
 // as well: their bytes are added to forward's, loss's and backward's peaks
 // (an upper bound for backward, whose peak may include some already).
@@ -117,6 +122,8 @@ AutotuneSequence autotune_sequence(const JobSpec& job, const SearchResult& searc
   for (int64_t t : lengths) {
     JobSpec at_t = job;
     at_t.seq_len = t;
+    at_t.seq_lengths.reset();  // every step at t, not at drawn lengths (Note [Variable-length steps])
+    at_t.seq_lengths_file.clear();
     at_t.global_batch = chosen.micro_batch;
     at_t.allow_remainder = false;
     TrainingConfig config = chosen;
@@ -257,7 +264,12 @@ int run_autotune(const AutotuneFlags& flags) {
   fmt::print(stderr, "autotune: {} under {} on {}\n", report.job.model_path, format_bytes(*report.job.budget_bytes),
              device_name(report.job.device));
   ChildTrialRunner runner(report.job);
-  if (report.job.has_seq())
+  if (report.job.has_seq() && report.job.seq_lengths)
+    fmt::print(stderr,
+               "autotune: every trial's warm-up and measured step at sequence length {} (the longest of the job's "
+               "seq), its later steps at lengths drawn from seq with seed {}\n",
+               *report.job.seq_len, report.job.seed);
+  else if (report.job.has_seq())
     fmt::print(stderr, "autotune: every trial at sequence length {} (the job's seq)\n", *report.job.seq_len);
   SearchOptions options;
   options.max_verifications = flags.max_verifications;

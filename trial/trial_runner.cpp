@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "common/json_text.h"
 #include "compat/torch_compat.h"
+#include "job/length_distribution.h"
 #include "probes/backward_activation_peak.h"
 #include "probes/cuda_device.h"
 #include "probes/memory_tracker.h"
@@ -49,6 +50,70 @@ bool steady(const std::vector<double>& times, int64_t pairs, double tolerance) {
   for (std::size_t i = times.size() - static_cast<std::size_t>(pairs); i < times.size(); ++i)
     if (std::fabs(times[i] - times[i - 1]) > tolerance * m) return false;
   return true;
+}
+
+double mean(const std::vector<double>& values, std::size_t first) {
+  if (first >= values.size()) return 0;
+  double sum = 0;
+  for (std::size_t i = first; i < values.size(); ++i) sum += values[i];
+  return sum / static_cast<double>(values.size() - first);
+}
+
+// Note [Variable-length steps]
+// Rationale: with seq = { min, max, distribution } (job/length_distribution.h)
+// the steps of a training run differ in length, and so do their peaks and
+// times: what must fit is the longest step, what the user waits for is the
+// mean step, and the caching allocator sees the lengths in turn.
+// Approach: step 1 (warm-up) and step 2 (the measured step: its phases,
+// retained activations, backward's peak, --step-events) run at job.seq_len,
+// the distribution's max, so the per-phase peaks are those of the step that
+// must fit and compare with a fixed-length trial at max. Step k >= 3 runs at
+// draw_lengths(distribution, n, job.seed)[k - 3]: its global batch is made
+// again at that length in host memory, the previous one freed first (one
+// batch at a time, as a data loader hands them out). Every micro-batch of a
+// step is a slice of that batch and shares its length: a step is one batch
+// padded to its longest and split for accumulation, and so configurations
+// with other micro-batches and accumulation steps run the same tokens per
+// optimizer step at the same index (a draw per micro-batch would give a
+// configuration of more micro-batches other lengths, and their samples/s
+// would not compare). The draws depend on the seed and the index alone (a
+// shorter draw is a prefix of a longer one), so every trial of a job, each
+// probe and each verification, runs the same length at the same step.
+// Timing: steps at different lengths take different times, so the early
+// stop on consecutive step times agreeing is off: a trial runs 2 +
+// max_timed_steps steps (total_steps for a verification), and the step and
+// optimizer seconds are the means over the drawn steps (3 on), so
+// samples_per_second is their samples over their seconds (a median would
+// pick one length's time). `steady` is not judged (false): seconds per
+// token is no steady figure either, since attention's T² and the
+// optimizer's fixed time make it vary with the length.
+// Limitations: a probe times max_timed_steps draws, a small sample of the
+// distribution; a verification verify_steps - 2 draws; the search compares
+// verifications with verifications (search/choose.cpp), all on the same
+// draws. With no drawn step (total_steps 2, or max_timed_steps 0) the time
+// is the measured step's, at max.
+
+// The device peak of each step's events[begin, end), live bytes followed
+// from the first event (the tracker's stream starts empty). Bytes, one per
+// range; the ranges ascend.
+std::vector<int64_t> step_device_peaks(const std::vector<TrackedEvent>& events,
+                                       const std::vector<std::pair<std::size_t, std::size_t>>& steps) {
+  std::vector<int64_t> peaks;
+  int64_t live = 0;
+  std::size_t i = 0;
+  auto apply = [&](const TrackedEvent& e) {
+    if (e.pool == MemoryPool::kDevice) live += e.kind == TrackedEvent::Kind::kAlloc ? e.bytes : -e.bytes;
+  };
+  for (const auto& [begin, end] : steps) {
+    for (; i < begin && i < events.size(); ++i) apply(events[i]);
+    int64_t peak = live;
+    for (; i < end && i < events.size(); ++i) {
+      apply(events[i]);
+      peak = std::max(peak, live);
+    }
+    peaks.push_back(peak);
+  }
+  return peaks;
 }
 
 int64_t storage_bytes(const MemoryTracker& tracker, const std::vector<at::Tensor>& tensors) {
@@ -278,6 +343,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
         live_before_update = tracker.live_bytes() - report.static_memory.gradient_bytes - device_master_bytes;
       }
     };
+    if (job.seq_lengths) report.step_lengths.push_back(*job.seq_len);  // Note [Variable-length steps]
     auto start = Clock::now();
     step.run(batch, warmup_hook);
     tracker.end_phase();
@@ -316,7 +382,25 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     auto timing_hook = [&](Phase phase) { enter(phase); };
     // On meta, the warm-up and the measured step: more would only repeat them.
     const int64_t max_steps = meta ? 2 : options.total_steps > 0 ? options.total_steps : 2 + options.max_timed_steps;
+    // Steps 3.. at drawn lengths, each step's events for its peak (Note
+    // [Variable-length steps]).
+    const bool variable = job.seq_lengths.has_value();
+    const std::vector<int64_t> drawn =
+        variable ? draw_lengths(*job.seq_lengths, std::max<int64_t>(0, max_steps - 2), job.seed)
+                 : std::vector<int64_t>{};
+    JobSpec at_length = job;
+    std::vector<std::pair<std::size_t, std::size_t>> step_events;
     for (int64_t index = 2; index <= max_steps; ++index) {
+      if (index >= 3 && variable && drawn[static_cast<std::size_t>(index - 3)] != *at_length.seq_len) {
+        at_length.seq_len = drawn[static_cast<std::size_t>(index - 3)];
+        HostMemoryScope host;
+        batch = Batch{};
+        batch = make_batch(at_length, job.global_batch, job.seed);
+      }
+      if (variable) {
+        report.step_lengths.push_back(*at_length.seq_len);
+        step_events.emplace_back(tracker.event_count(), 0);
+      }
       start = Clock::now();
       if (index == 2) {
         measured_begin = tracker.event_count();
@@ -328,6 +412,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
       report.timing.optimizer_seconds.push_back(seconds_since(optimizer_start));
       report.timing.step_seconds.push_back(seconds_since(start));
       report.steps_run = index;
+      if (variable) step_events.back().second = tracker.event_count();
       if (index == 2) {
         tracker.end_phase();
         for (std::size_t p = 0; p < kNumPhases; ++p) report.phases[p] = tracker.phase(static_cast<Phase>(p));
@@ -343,7 +428,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
         }
       }
       const auto timed = static_cast<int64_t>(report.timing.step_seconds.size());
-      if (options.total_steps <= 0 && timed >= options.min_timed_steps + 1 &&
+      if (options.total_steps <= 0 && !variable && timed >= options.min_timed_steps + 1 &&
           steady(report.timing.step_seconds, options.min_timed_steps, options.timing_tolerance))
         break;
     }
@@ -352,9 +437,16 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     report.peak_bytes = tracker.peak_bytes();
     report.host_peak_bytes = tracker.peak_bytes(MemoryPool::kHost);
     report.kernel_scratch = tracker.kernel_scratch();
-    report.timing.steady = steady(report.timing.step_seconds, options.min_timed_steps, options.timing_tolerance);
-    report.timing.steady_step_seconds = median(report.timing.step_seconds);
-    report.timing.steady_optimizer_seconds = median(report.timing.optimizer_seconds);
+    if (variable) {  // the means over the drawn steps (Note [Variable-length steps])
+      const std::size_t first = report.timing.step_seconds.size() > 1 ? 1 : 0;
+      report.timing.steady = false;
+      report.timing.steady_step_seconds = mean(report.timing.step_seconds, first);
+      report.timing.steady_optimizer_seconds = mean(report.timing.optimizer_seconds, first);
+    } else {
+      report.timing.steady = steady(report.timing.step_seconds, options.min_timed_steps, options.timing_tolerance);
+      report.timing.steady_step_seconds = median(report.timing.step_seconds);
+      report.timing.steady_optimizer_seconds = median(report.timing.optimizer_seconds);
+    }
     if (report.timing.steady_step_seconds > 0)
       report.samples_per_second = static_cast<double>(job.global_batch) / report.timing.steady_step_seconds;
     if (meta) {
@@ -367,6 +459,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     if (options.record_events) {
       const std::vector<TrackedEvent> events = tracker.events();
       report.reserved = predict_reserved(events, job.usable_budget_bytes());
+      if (variable) report.step_peak_bytes = step_device_peaks(events, step_events);
       if (!options.step_events_path.empty())
         write_step_events(options.step_events_path, events, measured_begin, measured_end, tracker.op_names());
       if (config.accumulation_steps == 1 && backward_end > backward_begin)

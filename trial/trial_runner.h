@@ -9,6 +9,11 @@
 // - Memory peaks come from step 2, the first full step after the optimizer
 //   state exists; later steps are timed until consecutive step times agree
 //   within the tolerance (bounded by max_timed_steps).
+// - A job with a length distribution (JobSpec::seq_lengths): steps 1 and 2
+//   at its max, step k >= 3 at the (k - 3)'th length drawn with the job's
+//   seed, every micro-batch of a step at the step's length; no early stop,
+//   and the step time is the mean of the drawn steps'
+//   (trial_runner.cpp, Note [Variable-length steps]).
 // - Static memory: parameters and gradients are the tracked sizes of their
 //   storages; optimizer state is what the first optimizer step left alive;
 //   buffers are the rest of what loading left alive.

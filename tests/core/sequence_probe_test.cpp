@@ -205,5 +205,47 @@ TEST(SequenceProbe, AutotuneKeepsTheLengthAndReportsTheLongestThatFits) {
   EXPECT_TRUE(s.at("fit").at("quadratic_phases").empty());
 }
 
+// With a length distribution, autotune's trials run their warm-up and
+// measured step at its max and their later steps at the lengths drawn with
+// the job's seed: every probe the same lengths at the same step index, and
+// every verification (verify_steps steps) too, so their times compare
+// (trial/trial_runner.cpp, Note [Variable-length steps]). The JSON says so.
+TEST(SequenceProbe, AutotuneVerifiesAtTheDrawnLengths) {
+  OOMTUNE_REQUIRE_FILE(testing::test_model("token_mlp"));
+  std::string text = testing::slurp(seq_job("token_mlp_drawn", testing::test_model("token_mlp"), 64));
+  text.replace(text.find("seq = 64"), 8,
+               "seq = { min = 16, max = 64, distribution = \"uniform\" }\nverify_steps = 6\nseed = 5");
+  const std::string job = testing::write_temp_file("token_mlp_drawn2.toml", text);
+  const RunResult r = testing::run_oomtune("autotune " + job + " --json --batch 8 --budget 24MiB");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& s = j.at("sequence");
+  EXPECT_EQ(s.at("length"), 64);
+  EXPECT_EQ(s.at("distribution"), nlohmann::json({{"distribution", "uniform"}, {"min", 16}, {"max", 64}, {"seed", 5}}));
+  // steps 1 and 2 at the max, then the n first lengths drawn with seed 5
+  const auto lengths_of = [](std::size_t steps) {
+    std::vector<int64_t> lengths = {64, 64};
+    for (int64_t t : draw_lengths(LengthDistribution::uniform(16, 64), static_cast<int64_t>(steps) - 2, 5))
+      lengths.push_back(t);
+    return lengths;
+  };
+  const auto verified = s.at("verification_step_lengths").get<std::vector<int64_t>>();
+  EXPECT_EQ(verified, lengths_of(6));
+  EXPECT_EQ(j.at("chosen").at("verification").at("step_lengths").get<std::vector<int64_t>>(), verified);
+  for (const auto& node : j.at("trail")) {
+    if (!node.contains("verification") || node.at("verification").at("outcome") != "ok") continue;
+    EXPECT_EQ(node.at("verification").at("step_lengths").get<std::vector<int64_t>>(), verified);
+  }
+  ASSERT_FALSE(j.at("probes").empty());
+  for (const auto& probe : j.at("probes")) {
+    if (probe.at("outcome") != "ok") continue;
+    const auto run = probe.at("step_lengths").get<std::vector<int64_t>>();
+    EXPECT_EQ(run, lengths_of(run.size())) << probe.at("config");
+    EXPECT_EQ(probe.at("steps_run").get<std::size_t>(), run.size());
+  }
+  // The chosen configuration's fit over the range still runs at 16, 40, 64 alone.
+  EXPECT_EQ(s.at("fit").at("probes").size(), 3u);
+}
+
 }  // namespace
 }  // namespace oomtune

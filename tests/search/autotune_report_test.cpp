@@ -233,6 +233,61 @@ TEST(AutotuneReport, TheChosenRunsKernelScratchIsALineOfItsOwn) {
   EXPECT_EQ(autotune_json(report).at("chosen").at("verification").at("kernel_scratch").at("peak_bytes"), 3 * kMiB / 2);
 }
 
+// A job with a length distribution (issue #47 item 2): the sequence line
+// says which steps ran at drawn lengths, the chosen run's lines which
+// lengths its verification drew, and the JSON carries the distribution and
+// the verification's lengths.
+TEST(AutotuneReport, AVerificationAtDrawnLengthsSaysSo) {
+  AutotuneReport report = accumulation_report();
+  ASSERT_TRUE(report.search.chosen.has_value());
+  report.job.seq_len = 64;
+  report.job.seq_min = 16;
+  report.job.seq_lengths = LengthDistribution::uniform(16, 64);
+  report.job.seed = 3;
+  report.sequence = AutotuneSequence{64, 16, std::nullopt, "not fitted here"};
+  ProbeReport& run = *report.search.trail[*report.search.chosen].verification;
+  run.step_lengths = {64, 64, 30, 50, 40};
+  const std::string text = render_autotune_text(report);
+  const std::vector<std::string> lines = lines_of(text);
+  const auto has = [&](const std::string& line) { return std::find(lines.begin(), lines.end(), line) != lines.end(); };
+  EXPECT_TRUE(
+      has("          verified at lengths drawn from uniform over 16 to 64 tokens (seed 3): steps 3 to 5 at 30 "
+          "to 50 tokens (mean 40), steps 1 and 2 at the longest, 64; the time is the mean over the drawn "
+          "steps"))
+      << text;
+  EXPECT_TRUE(
+      has("sequence  every trial's warm-up and measured step at T = 64 tokens, the longest of uniform over 16 "
+          "to 64 tokens; their later steps and the verification runs at lengths drawn from it (seed 3); the "
+          "length stays as given"))
+      << text;
+  const nlohmann::json j = autotune_json(report);
+  const nlohmann::json& d = j.at("sequence").at("distribution");
+  EXPECT_EQ(d.at("distribution"), "uniform");
+  EXPECT_EQ(d.at("min"), 16);
+  EXPECT_EQ(d.at("max"), 64);
+  EXPECT_EQ(d.at("seed"), 3);
+  EXPECT_EQ(j.at("sequence").at("verification_step_lengths"), nlohmann::json({64, 64, 30, 50, 40}));
+  EXPECT_EQ(j.at("chosen").at("verification").at("step_lengths"), nlohmann::json({64, 64, 30, 50, 40}));
+
+  // A histogram names its file and how many lengths it holds.
+  report.job.seq_lengths = LengthDistribution::histogram({10, 30, 20});
+  report.job.seq_lengths_file = "lengths.txt";
+  const std::string histogram = render_autotune_text(report);
+  EXPECT_NE(histogram.find("verified at lengths drawn from the histogram in lengths.txt (3 lengths, 10 to 30 tokens) "
+                           "(seed 3)"),
+            std::string::npos)
+      << histogram;
+  const nlohmann::json h = autotune_json(report).at("sequence").at("distribution");
+  EXPECT_EQ(h.at("distribution"), "histogram");
+  EXPECT_EQ(h.at("file"), "lengths.txt");
+  EXPECT_EQ(h.at("observed_lengths"), 3);
+
+  // Without a distribution, no such line.
+  report.job.seq_lengths.reset();
+  EXPECT_EQ(render_autotune_text(report).find("verified at lengths drawn"), std::string::npos);
+  EXPECT_FALSE(autotune_json(report).at("sequence").contains("distribution"));
+}
+
 // Plain and the least-memory combination out of memory at micro-batch 1
 // (fake guard 11 MiB): "nothing fits" is measured, there is no model and no
 // trail, and the ZeRO table (the command's) is said to be a lower bound.
