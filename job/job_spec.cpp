@@ -364,6 +364,13 @@ void read_seq(const TableReader& top, JobSpec& spec, const std::string& base_dir
 
 bool InputSpec::has_seq() const { return std::find(shape.begin(), shape.end(), kSeqDim) != shape.end(); }
 
+void JobSpec::fix_seq_len(int64_t length) {
+  seq_len = length;
+  seq_min.reset();
+  seq_lengths.reset();
+  seq_lengths_file.clear();
+}
+
 bool JobSpec::has_seq() const {
   return std::any_of(inputs.begin(), inputs.end(), [](const InputSpec& input) { return input.has_seq(); });
 }
@@ -475,10 +482,7 @@ void apply_overrides(JobSpec& spec, const JobOverrides& overrides) {
     if (!spec.has_seq())
       throw InputError(fmt::format("--seq: no input of {} names \"seq\" in its shape", spec.spec_path));
     if (*n > kMaxSeqLen) throw InputError(fmt::format("--seq: must be at most {} tokens, got {}", kMaxSeqLen, *n));
-    spec.seq_len = *n;
-    spec.seq_min.reset();
-    spec.seq_lengths.reset();
-    spec.seq_lengths_file.clear();
+    spec.fix_seq_len(*n);
     if (const auto index = oversized_input(spec, spec.global_batch))
       throw InputError(fmt::format("--seq: inputs[{}] '{}': {}", *index, spec.inputs[*index].name,
                                    oversized_message(spec, *index, spec.global_batch)));

@@ -130,6 +130,9 @@ struct JobSpec {
   std::vector<const InputSpec*> model_inputs() const;
   /// Whether some input names "seq".
   bool has_seq() const;
+  /// Every step at `length` tokens (COUNT): seq_len = length, no range or
+  /// distribution left. No checks (apply_overrides checks --seq).
+  void fix_seq_len(int64_t length);
   /// The budget minus headroom (bytes), or nullopt without a budget.
   std::optional<int64_t> usable_budget_bytes() const;
 };

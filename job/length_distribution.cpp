@@ -62,6 +62,18 @@ LengthDistribution LengthDistribution::histogram(std::vector<int64_t> observed) 
   return d;
 }
 
+std::string describe_lengths(const LengthDistribution& d, const std::string& file) {
+  switch (d.kind) {
+    case LengthDistribution::Kind::kFixed:
+      return fmt::format("{} tokens", d.min);
+    case LengthDistribution::Kind::kUniform:
+      return fmt::format("uniform over {} to {} tokens", d.min, d.max);
+    case LengthDistribution::Kind::kHistogram:
+      return fmt::format("the histogram in {} ({} lengths, {} to {} tokens)", file, d.observed.size(), d.min, d.max);
+  }
+  return "?";
+}
+
 std::vector<int64_t> draw_lengths(const LengthDistribution& distribution, int64_t steps, std::uint64_t seed) {
   if (steps < 0) throw InputError(fmt::format("length draw: {} steps", steps));
   using Kind = LengthDistribution::Kind;

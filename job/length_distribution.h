@@ -39,6 +39,11 @@ struct LengthDistribution {
   static LengthDistribution histogram(std::vector<int64_t> observed);
 };
 
+/// The distribution in words: "uniform over 256 to 1024 tokens", "the
+/// histogram in FILE (N lengths, 12 to 1024 tokens)" (`file` the
+/// histogram's path), or "512 tokens".
+std::string describe_lengths(const LengthDistribution& distribution, const std::string& file);
+
 /// `steps` lengths drawn from `distribution` with `seed`. Throws InputError
 /// for steps < 0, a length < 1, min > max, or an empty histogram.
 std::vector<int64_t> draw_lengths(const LengthDistribution& distribution, int64_t steps, std::uint64_t seed);

@@ -130,17 +130,8 @@ std::string render_unverified(const SearchResult& s, const std::vector<const Tra
   return out;
 }
 
-// A job's length distribution (JobSpec::seq_lengths, set): "uniform over
-// 256 to 1024 tokens" or "the histogram in lengths.txt (5000 lengths, 12 to
-// 1024 tokens)".
-std::string distribution_text(const JobSpec& job) {
-  const LengthDistribution& d = *job.seq_lengths;
-  if (d.kind == LengthDistribution::Kind::kHistogram)
-    return fmt::format("the histogram in {} ({} lengths, {} to {} tokens)", job.seq_lengths_file, d.observed.size(),
-                       d.min, d.max);
-  if (d.kind == LengthDistribution::Kind::kFixed) return fmt::format("{} tokens", d.min);
-  return fmt::format("uniform over {} to {} tokens", d.min, d.max);
-}
+// A job's length distribution (JobSpec::seq_lengths, set) in words.
+std::string distribution_text(const JobSpec& job) { return describe_lengths(*job.seq_lengths, job.seq_lengths_file); }
 
 // The same as JSON: the distribution, its span, the histogram's file and
 // size, and the seed the lengths are drawn with.

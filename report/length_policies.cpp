@@ -25,18 +25,6 @@ std::vector<std::size_t> checkpoints(std::size_t steps) {
 
 }  // namespace
 
-std::string describe_lengths(const LengthDistribution& lengths, const std::string& file) {
-  switch (lengths.kind) {
-    case LengthDistribution::Kind::kFixed:
-      return fmt::format("fixed {}", lengths.min);
-    case LengthDistribution::Kind::kUniform:
-      return fmt::format("uniform {}-{}", lengths.min, lengths.max);
-    case LengthDistribution::Kind::kHistogram:
-      return fmt::format("histogram {} ({} lengths, {}-{})", file, lengths.observed.size(), lengths.min, lengths.max);
-  }
-  return "?";
-}
-
 LengthPolicies replay_length_policies(const allocsim::LengthModel& step, const std::vector<int64_t>& persistent_bytes,
                                       const LengthDistribution& lengths, const std::string& description,
                                       std::uint64_t seed, int64_t steps, int64_t micro_batch,

@@ -50,10 +50,6 @@ struct LengthPolicies {
   std::size_t recommended = 0;                   // index into policies
 };
 
-/// "uniform 256-1024", or "histogram FILE (N lengths, MIN-MAX)" (`file` the
-/// histogram's path), or "fixed N".
-std::string describe_lengths(const LengthDistribution& lengths, const std::string& file);
-
 /// Draws `steps` lengths from `lengths` with `seed` and replays `step` (its
 /// events at `micro_batch`) after `persistent_bytes` under each policy, the
 /// simulator enforcing `budget_bytes` when given. Throws InputError as

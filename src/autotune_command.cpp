@@ -121,9 +121,7 @@ AutotuneSequence autotune_sequence(const JobSpec& job, const SearchResult& searc
   std::set<int64_t> lengths = {*job.seq_min, (*job.seq_min + *job.seq_len) / 2, *job.seq_len};
   for (int64_t t : lengths) {
     JobSpec at_t = job;
-    at_t.seq_len = t;
-    at_t.seq_lengths.reset();  // every step at t, not at drawn lengths (Note [Variable-length steps])
-    at_t.seq_lengths_file.clear();
+    at_t.fix_seq_len(t);  // every step at t, not at drawn lengths (Note [Variable-length steps])
     at_t.global_batch = chosen.micro_batch;
     at_t.allow_remainder = false;
     TrainingConfig config = chosen;

@@ -100,7 +100,7 @@ SequenceFit fit_sequence(const JobSpec& job, const TrainingConfig& config, const
   std::map<int64_t, std::vector<int64_t>> persistent;  // by micro-batch: alive across the step (bytes)
   for (int64_t t : lengths) {
     JobSpec at_t = job;
-    at_t.seq_len = t;
+    at_t.fix_seq_len(t);  // every step at t, not at drawn lengths (Note [Variable-length steps])
     for (int64_t b : batches) {
       fmt::print(stderr, "probe: sequence fit at micro-batch {}, length {}\n", b, t);
       const std::string events = events_path_for(b, t);

@@ -128,7 +128,7 @@ TEST(SequenceProbe, AVariableLengthJobReplaysItsDrawnLengths) {
   EXPECT_EQ(s.at("probes").size(), 3u);  // 16, 40, 64 at micro-batch 2
   const auto& lp = s.at("length_policies");
   ASSERT_TRUE(lp.is_object()) << s.dump(1);
-  EXPECT_EQ(lp.at("distribution"), "uniform 16-64");
+  EXPECT_EQ(lp.at("distribution"), "uniform over 16 to 64 tokens");
   EXPECT_EQ(lp.at("seed"), 9);
   EXPECT_EQ(lp.at("steps"), 40);
   EXPECT_EQ(lp.at("micro_batch"), 2);

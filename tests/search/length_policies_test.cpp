@@ -96,7 +96,7 @@ TEST(LengthPolicies, TextMatchesTheReviewedGoldenFile) {
 
 TEST(LengthPolicies, JsonHasEveryPolicyAndEachStepsReserved) {
   const nlohmann::json j = length_policies_json(example(12));
-  EXPECT_EQ(j.at("distribution"), "histogram lengths.txt (2 lengths, 20-30)");
+  EXPECT_EQ(j.at("distribution"), "the histogram in lengths.txt (2 lengths, 20 to 30 tokens)");
   EXPECT_EQ(j.at("steps"), 12);
   EXPECT_EQ(j.at("seed"), kSeed);
   EXPECT_EQ(j.at("micro_batch"), 8);
