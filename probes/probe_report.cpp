@@ -109,6 +109,19 @@ std::string optimizer_text(const OptimizerRecord& optimizer) {
                      optimizer.implementation, bytes, how);
 }
 
+std::optional<DrawnLengths> drawn_lengths(const ProbeReport& report) {
+  if (report.step_lengths.size() < 3) return std::nullopt;
+  const auto first = report.step_lengths.begin() + 2, last = report.step_lengths.end();
+  DrawnLengths d;
+  d.steps = static_cast<std::size_t>(last - first);
+  d.shortest = *std::min_element(first, last);
+  d.longest = *std::max_element(first, last);
+  double tokens = 0;
+  for (auto it = first; it != last; ++it) tokens += static_cast<double>(*it);
+  d.mean = tokens / static_cast<double>(d.steps);
+  return d;
+}
+
 nlohmann::json to_json(const ProbeReport& r) {
   nlohmann::json phases = nlohmann::json::object();
   for (std::size_t i = 0; i < kNumPhases; ++i)

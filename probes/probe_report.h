@@ -197,6 +197,19 @@ struct ProbeReport {
   std::optional<WorkspaceRecord> workspaces;
 };
 
+/// The lengths a trial's drawn steps (k >= 3) ran at (step_lengths from
+/// [2] on): how many, the shortest, the longest and their mean (tokens).
+struct DrawnLengths {
+  std::size_t steps = 0;  // COUNT
+  int64_t shortest = 0;   // COUNT: tokens
+  int64_t longest = 0;    // COUNT: tokens
+  double mean = 0;        // tokens
+};
+
+/// The drawn steps of `report`; nullopt when it ran none (fewer than three
+/// step_lengths: no distribution, or it failed before step 3).
+std::optional<DrawnLengths> drawn_lengths(const ProbeReport& report);
+
 /// JSON with units in the key names (`peak_bytes`, `seconds`).
 nlohmann::json to_json(const ProbeReport& report);
 /// Reads what to_json wrote. Throws InputError naming the key on a bad record.

@@ -154,15 +154,13 @@ nlohmann::json distribution_json(const JobSpec& job) {
 // trial_runner.cpp, Note [Variable-length steps]): which steps ran at which
 // lengths. Empty when its steps had no drawn lengths.
 std::string drawn_verification_text(const ProbeReport& v, const JobSpec& job) {
-  if (!job.seq_lengths || v.step_lengths.size() < 3) return "";
-  const std::vector<int64_t> drawn(v.step_lengths.begin() + 2, v.step_lengths.end());
-  double tokens = 0;
-  for (int64_t t : drawn) tokens += static_cast<double>(t);
+  const std::optional<DrawnLengths> drawn = drawn_lengths(v);
+  if (!job.seq_lengths || !drawn) return "";
   return fmt::format(
       "          verified at lengths drawn from {} (seed {}): steps 3 to {} at {} to {} tokens (mean {:.0f}), steps 1 "
       "and 2 at the longest, {}; the time is the mean over the drawn steps\n",
-      distribution_text(job), job.seed, v.step_lengths.size(), *std::min_element(drawn.begin(), drawn.end()),
-      *std::max_element(drawn.begin(), drawn.end()), tokens / static_cast<double>(drawn.size()), v.step_lengths[1]);
+      distribution_text(job), job.seed, v.step_lengths.size(), drawn->shortest, drawn->longest, drawn->mean,
+      v.step_lengths[1]);
 }
 
 // The sequence lines: the length every trial ran at and, with a range, the

@@ -27,15 +27,11 @@ std::string block_list(const std::vector<std::string>& paths) {
 // The step-time line of a trial at drawn lengths (trial/trial_runner.cpp,
 // Note [Variable-length steps]): the mean over steps 3.., the measured
 // step's own time at the longest beside it.
-std::string variable_step_time_text(const ProbeReport& r) {
-  const std::vector<int64_t> drawn(r.step_lengths.begin() + 2, r.step_lengths.end());
-  double tokens = 0;
-  for (int64_t t : drawn) tokens += static_cast<double>(t);
+std::string variable_step_time_text(const ProbeReport& r, const DrawnLengths& drawn) {
   return fmt::format(
       "step time            {:.4f} s mean of {} steps at drawn lengths ({} to {} tokens, mean {:.0f}; optimizer "
       "step {:.4f} s of it), {:.1f} samples/s; the measured step at {} tokens {:.4f} s; warm-up {} step, {:.3f} s",
-      r.timing.steady_step_seconds, drawn.size(), *std::min_element(drawn.begin(), drawn.end()),
-      *std::max_element(drawn.begin(), drawn.end()), tokens / static_cast<double>(drawn.size()),
+      r.timing.steady_step_seconds, drawn.steps, drawn.shortest, drawn.longest, drawn.mean,
       r.timing.steady_optimizer_seconds, r.samples_per_second, r.step_lengths[1], r.timing.step_seconds[0],
       r.timing.warmup_steps, r.timing.warmup_seconds);
 }
@@ -140,8 +136,8 @@ std::string render_probe_text(const ProbeSummary& s) {
         fmt::format("step time            none: the {} device computes shapes, not values, so a step there takes "
                     "no telling time (probe on cpu or cuda for it)",
                     device_name(s.device)));
-  else if (r.step_lengths.size() > 2 && r.timing.step_seconds.size() > 1)
-    line(variable_step_time_text(r));
+  else if (const std::optional<DrawnLengths> drawn = drawn_lengths(r); drawn && r.timing.step_seconds.size() > 1)
+    line(variable_step_time_text(r, *drawn));
   else
     line(fmt::format(
         "step time            {:.4f} s median of {} timed steps ({}; optimizer step {:.4f} s of it), {:.1f} "
