@@ -123,6 +123,19 @@ at::Device torch_device(Device device) {
 // line; the place is the innermost frame of the original code outside
 // torch's own package: the user's model, or the transformers file it came
 // from. Without such a frame, no place is given.
+std::string frozen_bf16_hint(const JobSpec& job, const std::string& cause) {
+  // libtorch 1.13: "expected scalar type Float but found BFloat16"; 2.11:
+  // "mixed dtype (CPU): expect parameter to have scalar type of Float".
+  if (!job.trainable.frozen_bf16 ||
+      (cause.find("BFloat16") == std::string::npos && cause.find("mixed dtype") == std::string::npos))
+    return "";
+  return fmt::format(
+      "; the frozen parameters are stored in bf16 (frozen_dtype = \"bf16\") and an operator that CPU autocast "
+      "does not cast in libtorch {} (layer_norm) met one of them with fp32 activations: freeze only the linear "
+      "layers in bf16, or keep the frozen parameters in fp32 (frozen_dtype = \"fp32\")",
+      compat::torch_version());
+}
+
 std::string one_line(const std::string& message) {
   // The dispatcher's NotImplementedError for an operator without a meta
   // kernel is one long paragraph listing every backend the operator has.
@@ -399,8 +412,9 @@ c10::IValue ModelSession::forward(const Batch& batch) {
   } catch (const std::exception& e) {
     // Out of memory is a trial result, not a model error.
     if (is_out_of_memory(e)) throw;
-    throw ModelError(
-        fmt::format("{}: forward({}) failed: {}", job_.model_path, describe(batch, which), one_line(error_text(e))));
+    const std::string cause = one_line(error_text(e));
+    throw ModelError(fmt::format("{}: forward({}) failed: {}{}", job_.model_path, describe(batch, which), cause,
+                                 frozen_bf16_hint(job_, cause)));
   }
 }
 

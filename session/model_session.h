@@ -106,4 +106,12 @@ std::string error_text(const std::exception& e);
 /// has no meta kernel in libtorch VERSION ...".
 std::string one_line(const std::string& message);
 
+/// What to change when a forward or backward failed on a dtype mix that
+/// frozen_dtype = "bf16" caused: an operator that CPU autocast does not cast
+/// (layer_norm, in libtorch 1.13 and 2.11) met a frozen bf16 weight and fp32
+/// activations. Returns "; ..." to append to the error's one line, or ""
+/// when `cause` (the one line) names no such mix ("BFloat16", "mixed
+/// dtype") or the job keeps frozen parameters in fp32.
+std::string frozen_bf16_hint(const JobSpec& job, const std::string& cause);
+
 }  // namespace oomtune

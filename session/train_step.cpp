@@ -62,7 +62,8 @@ double run_micro_batch(ModelSession& session, const Batch& batch, double loss_sc
     torch::autograd::backward({loss_scale == 1.0 ? loss : loss * loss_scale});
   } catch (const std::exception& e) {
     if (is_out_of_memory(e)) throw;
-    throw ModelError(fmt::format("{}: backward failed: {}", job.model_path, one_line(error_text(e))));
+    const std::string cause = one_line(error_text(e));
+    throw ModelError(fmt::format("{}: backward failed: {}{}", job.model_path, cause, frozen_bf16_hint(job, cause)));
   }
   return value;
 }

@@ -36,10 +36,10 @@ namespace oomtune {
 
 void add_job_override_flags(CLI::App& cmd, JobOverrides& overrides) {
   cmd.add_option("--budget", overrides.budget, "Memory budget, e.g. 8GiB, 7.5GB (overrides the file)");
-  cmd.add_option(
-      "--device", overrides.device,
-      "cpu; meta (probe only, PyTorch 2: bytes without data or compute); cuda is refused until the CUDA memory "
-      "backend runs trials (overrides the file)");
+  cmd.add_option("--device", overrides.device,
+                 "cpu; meta (PyTorch 2: bytes without data or compute; autotune then chooses by memory alone and "
+                 "verifies nothing); cuda is refused until the CUDA memory "
+                 "backend runs trials (overrides the file)");
   cmd.add_option("--batch", overrides.global_batch, "Global batch size (overrides the file)");
   cmd.add_option("--seq", overrides.seq_len,
                  "Sequence length of the inputs that name \"seq\", in tokens (overrides the file's seq)");

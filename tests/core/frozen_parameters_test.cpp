@@ -140,9 +140,9 @@ TEST(FrozenParameters, TrainableGradientsEqualAnUnfrozenRunsAndFrozenOnesHaveNon
 }
 
 // The frozen linear layers of blocks 0 and 1 in bf16, under bf16 autocast.
-// Not their LayerNorms nor the embeddings: libtorch 1.13's CPU autocast has
-// no rule for layer_norm, which then meets a bf16 weight and fp32
-// activations and refuses them (2.x casts; docs/job_spec.md).
+// Not their LayerNorms: CPU autocast does not cast for layer_norm, which
+// then meets a bf16 weight and fp32 activations and refuses them (the test
+// below; docs/job_spec.md).
 TEST(FrozenParameters, FrozenBf16HalvesTheFrozenWeightsUnderAutocast) {
   JobSpec job = gpt_job(4);
   OOMTUNE_REQUIRE_FILE(job.model_path);
@@ -162,6 +162,30 @@ TEST(FrozenParameters, FrozenBf16HalvesTheFrozenWeightsUnderAutocast) {
   EXPECT_EQ(r.static_memory.parameter_bytes, 4 * trainable);
   EXPECT_EQ(r.static_memory.gradient_bytes, 4 * trainable);
   EXPECT_EQ(r.static_memory.optimizer_state_bytes, 8 * trainable);
+}
+
+// Frozen LayerNorms in bf16: CPU autocast casts neither their bf16 weight
+// nor the fp32 residual stream for layer_norm (libtorch 1.13: "expected
+// scalar type Float but found BFloat16"; 2.11: "mixed dtype (CPU)"), and the
+// one-line error then says which key caused the mix and what to change.
+TEST(FrozenParameters, FrozenBf16LayerNormsFailWithTheFixNamed) {
+  JobSpec job = gpt_job(2);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  job.precision = "bf16";
+  job.trainable = {ParameterSelection::Rule::kFrozen, {"blocks.0.ln1.*"}, /*frozen_bf16=*/true};
+  try {
+    run_trial(job, baseline_config(job), quick());
+    FAIL() << "layer_norm ran on a bf16 weight and fp32 activations";
+  } catch (const ModelError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    EXPECT_NE(what.find(job.model_path + ": forward("), std::string::npos) << what;
+    EXPECT_NE(what.find("(frozen_dtype = \"bf16\")"), std::string::npos) << what;
+    EXPECT_NE(what.find("frozen_dtype = \"fp32\""), std::string::npos) << what;
+  }
+  // Without frozen_dtype = "bf16" the same error gets no such hint.
+  job.trainable.frozen_bf16 = false;
+  EXPECT_EQ(frozen_bf16_hint(job, "expected scalar type Float but found BFloat16"), "");
 }
 
 TEST(FrozenParameters, AGlobThatMatchesNothingNamesTheNearestParameters) {

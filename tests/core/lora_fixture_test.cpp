@@ -5,6 +5,7 @@
 // a Python with transformers and peft exports the fixture
 // (OOMTUNE_HF_PYTHON, tests/CMakeLists.txt): the PyPI configuration.
 
+#include <filesystem>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -15,7 +16,9 @@
 #include "sequence_probe.h"
 #include "session/model_session.h"
 #include "strategies/job_config.h"
+#include "support/golden_file.h"
 #include "support/require_file.h"
+#include "support/run_oomtune.h"
 #include "test_jobs.h"
 #include "trial/trial_runner.h"
 
@@ -148,6 +151,52 @@ range = [0, 1000]
 kind = "model_returns_loss"
 )");
   testing::expect_unseen_length_within(job, "LoRA Llama, eager attention (llama_lora_eager.pt)", 0.03);
+}
+
+// The LoRA job's probe and autotune reports on meta (exact storages, no
+// compute: the same bytes on every machine), reviewed by hand against the
+// shapes above: 16,384 trainable and 651,904 frozen parameters; parameters
+// and gradients 4 x 16,384 B = 64.00 KiB, AdamW's two moments 8 x 16,384 B
+// = 128.00 KiB, the frozen base 4 x 651,904 B = 2.49 MiB, each "exact"
+// against the analytic count; foreach AdamW's temporaries one whole-list
+// tensor of the trainable set (64.00 KiB). 8-bit AdamW measures what plain
+// AdamW does: every adapter tensor has 1,024 elements, under bitsandbytes'
+// min_8bit_size of 4,096 (strategies/adamw8bit.h), so its state stays fp32;
+// offload moves the 128.00 KiB of state to the host (17.23 -> 17.10 MiB).
+// autotune chooses the simplest configuration measured to fit and verifies
+// nothing (Note [Memory only]).
+std::string lora_report_on_meta(const std::string& command) {
+  const std::string model = example_model("llama_lora_eager");
+  std::string job_text = testing::slurp(std::string(OOMTUNE_SOURCE_DIR) + "/examples/llama_lora.toml");
+  const std::string relative = "\"models/llama_lora_eager.pt\"";
+  job_text.replace(job_text.find(relative), relative.size(), "\"" + model + "\"");
+  const std::string job = testing::write_temp_file("llama_lora_" + command + ".toml", job_text);
+  const testing::RunResult r = testing::run_oomtune(command + " " + job + " --device meta");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::string text = r.out;
+  for (std::size_t at = text.find(model); at != std::string::npos; at = text.find(model))
+    text.replace(at, model.size(), "MODEL");
+  return text;
+}
+
+const std::filesystem::path kGoldenDir = std::filesystem::path(OOMTUNE_SOURCE_DIR) / "tests/core/golden";
+
+TEST(LoraFixture, ProbeOnMetaGoldenReport) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << "meta trials need libtorch 2 (the PyPI build)";
+  OOMTUNE_REQUIRE_FILE(example_model("llama_lora_eager"));
+  const std::string text = lora_report_on_meta("probe");
+  EXPECT_NE(text.find("(16384 trainable + 651904 frozen parameters, device meta)"), std::string::npos) << text;
+  testing::expect_golden_file(kGoldenDir / "llama_lora_probe_meta.txt", text);
+}
+
+TEST(LoraFixture, AutotuneOnMetaGoldenReport) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << "meta trials need libtorch 2 (the PyPI build)";
+  OOMTUNE_REQUIRE_FILE(example_model("llama_lora_eager"));
+  const std::string text = lora_report_on_meta("autotune");
+  EXPECT_NE(text.find("(16384 trainable + 651904 frozen parameters: trainable = [\"*.lora_A.*\", \"*.lora_B.*\"])"),
+            std::string::npos)
+      << text;
+  testing::expect_golden_file(kGoldenDir / "llama_lora_autotune_meta.txt", text);
 }
 
 }  // namespace
