@@ -391,7 +391,8 @@ void MemoryTracker::uninstall() {
 
 MemoryPool MemoryTracker::reserve(int64_t bytes, bool meta) const {
   // Counting meta, the meta device is the device and the CPU is the host.
-  const MemoryPool pool = options_.count_meta && !meta ? MemoryPool::kHost : t_pool;
+  // Fed the device's blocks by its allocator, every CPU block is host.
+  const MemoryPool pool = (options_.count_meta && !meta) || options_.device_feed ? MemoryPool::kHost : t_pool;
   const auto p = static_cast<std::size_t>(pool);
   std::lock_guard<std::mutex> lock(g_mutex);
   State& s = *state_;
@@ -580,6 +581,29 @@ int64_t MemoryTracker::out_of_memory_count() const {
 void MemoryTracker::set_budget(std::optional<int64_t> budget_bytes) {
   std::lock_guard<std::mutex> lock(g_mutex);
   state_->budget = budget_bytes;
+}
+
+void MemoryTracker::device_alloc(uint64_t address, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  State& s = *state_;
+  constexpr auto kDevice = static_cast<std::size_t>(MemoryPool::kDevice);
+  const std::size_t frame = innermost_frame();
+  s.held[kDevice] += bytes;
+  s.held_peak = std::max(s.held_peak, s.held[kDevice]);
+  s.blocks[reinterpret_cast<const void*>(address)] = Block{bytes, MemoryPool::kDevice, 0, 0, 0};
+  s.count_alloc({TrackedEvent::Kind::kAlloc, MemoryPool::kDevice, s.phase, address, bytes, s.intern(op_label(frame)),
+                 frame_run(frame)});
+}
+
+void MemoryTracker::device_free(uint64_t address) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  State& s = *state_;
+  const auto it = s.blocks.find(reinterpret_cast<const void*>(address));
+  if (it == s.blocks.end() || it->second.pool != MemoryPool::kDevice) return;
+  const int64_t bytes = it->second.bytes;
+  s.blocks.erase(it);
+  s.held[static_cast<std::size_t>(MemoryPool::kDevice)] -= bytes;
+  s.count_free({TrackedEvent::Kind::kFree, MemoryPool::kDevice, s.phase, address, bytes, 0, 0});
 }
 
 HostMemoryScope::HostMemoryScope() : previous_(t_pool) { t_pool = MemoryPool::kHost; }

@@ -36,6 +36,16 @@
 //   number outside user space that nothing dereferences (meta kernels read
 //   shapes, never data).
 //
+// - Device feed (TrackerOptions::device_feed, CUDA trials, issue #44 item
+//   2): the GPU's blocks come from the CUDA caching allocator's trace
+//   (probes/cuda_allocator_trace.h), through device_alloc() and
+//   device_free(), into the same records; every CPU allocation is then
+//   host memory. They count when they happen, in order, with this thread's
+//   operator label: on a GPU a kernel's own buffers (cuDNN and cuBLAS
+//   workspaces) come from the caching allocator and raise its peak, so
+//   nothing of the device is kernel scratch. The budget is the allocator's
+//   own cap there (probes/cuda_budget.h), not the tracker's.
+//
 // Technique (DESIGN.md, checked on libtorch 1.13): DataPtr with data ==
 // context (ops using raw_allocate assert it), a raw_deleter, block size kept
 // in a header before the returned pointer, and SetCPUAllocator at priority
@@ -69,6 +79,7 @@ struct TrackerOptions {
   bool record_events = false;           // keep every alloc/free (for the simulator)
   bool attribute_ops = true;            // RecordFunction callback: op names and kernel scratch
   bool count_meta = false;              // count meta tensors as the device, CPU ones as host (see above)
+  bool device_feed = false;             // the device's blocks come from device_alloc/device_free (see above)
 };
 
 /// Counting CPU allocator (and, with options.count_meta, meta allocator).
@@ -118,6 +129,15 @@ class MemoryTracker final : public c10::Allocator {
   int64_t out_of_memory_count() const;
   /// Changes the budget (nullopt removes it).
   void set_budget(std::optional<int64_t> budget_bytes);
+
+  /// A device block the caching allocator handed out (its trace's ALLOC):
+  /// `bytes` requested (before its 512-byte rounding) at `address`, counted
+  /// now in the current phase and labelled with the calling thread's
+  /// operator. For options.device_feed; any thread.
+  void device_alloc(uint64_t address, int64_t bytes);
+  /// That block freed (the trace's FREE_COMPLETED). An address this tracker
+  /// did not count (allocated before it) is ignored.
+  void device_free(uint64_t address);
 
   // c10::Allocator
   c10::DataPtr allocate(size_t bytes) OOMTUNE_ALLOCATE_CONST override;

@@ -184,9 +184,18 @@ for job in eager:examples/hf_gpt2.toml sdpa:$sdpa_job gpt:examples/gpt.toml; do
   fi
 done
 
-# A CUDA job is refused before any trial until the CUDA memory backend exists.
-say ""
-say "## device = cuda"
-say '```'
-say "$("$build/oomtune" probe examples/gpt.toml --device cuda 2>&1; echo "exit $?")"
-say '```'
+# The example GPT and the eager GPT-2 fixture probed on the GPU itself
+# (issue #44: the CUDA backend), tables in the summary and JSON beside it.
+for job in gpt:examples/gpt.toml eager:examples/hf_gpt2.toml; do
+  name="${job%%:*}" file="${job#*:}"
+  start=$SECONDS
+  table="$(timeout "$(budget 120)" "$build/oomtune" probe "$file" --device cuda 2>&1)"
+  status=$?
+  say ""
+  say "## probe $name on cuda ($file): exit $status in $((SECONDS - start)) s"
+  say '```'
+  say "$table"
+  say '```'
+  timeout "$(budget 60)" "$build/oomtune" probe "$file" --device cuda --json --no-fit \
+    > "$out/probe_cuda_$name.json" 2>/dev/null
+done

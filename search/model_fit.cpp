@@ -16,8 +16,11 @@ bool measured_backward_activation(const std::vector<const ProbeReport*>& probes)
 }  // namespace
 
 double budget_scale(const ProbeReport& r, const JobSpec& job) {
-  if (job.device == Device::kCuda && r.reserved && r.peak_bytes > 0)
-    return static_cast<double>(r.reserved->peak_reserved_bytes) / static_cast<double>(r.peak_bytes);
+  if (job.device != Device::kCuda || r.peak_bytes <= 0) return 1;
+  // What the GPU's allocator reserved beats what the simulator predicts.
+  if (r.measured_reserved && r.measured_reserved->peak_reserved_bytes > 0)
+    return static_cast<double>(r.measured_reserved->peak_reserved_bytes) / static_cast<double>(r.peak_bytes);
+  if (r.reserved) return static_cast<double>(r.reserved->peak_reserved_bytes) / static_cast<double>(r.peak_bytes);
   return 1;
 }
 

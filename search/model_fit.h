@@ -14,10 +14,11 @@
 namespace oomtune {
 
 /// The factor that turns a probe's allocated bytes into bytes against the
-/// budget: on CUDA the caching allocator's predicted reserved / allocated
-/// ratio (a job runs out of memory when it cannot reserve more, not when
-/// live tensors reach the budget), elsewhere 1 (the counting allocator
-/// enforces allocated bytes).
+/// budget: on CUDA the caching allocator's reserved / allocated ratio (a
+/// job runs out of memory when it cannot reserve more, not when live
+/// tensors reach the budget): measured where the trial ran on the GPU
+/// (ProbeReport::measured_reserved), else predicted from its events;
+/// elsewhere 1 (the counting allocator enforces allocated bytes).
 double budget_scale(const ProbeReport& r, const JobSpec& job);
 
 /// Bytes: a probe's peak per phase, indexed by Phase, against the budget

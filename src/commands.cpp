@@ -37,9 +37,9 @@ namespace oomtune {
 void add_job_override_flags(CLI::App& cmd, JobOverrides& overrides) {
   cmd.add_option("--budget", overrides.budget, "Memory budget, e.g. 8GiB, 7.5GB (overrides the file)");
   cmd.add_option("--device", overrides.device,
-                 "cpu; meta (PyTorch 2: bytes without data or compute; autotune then chooses by memory alone and "
-                 "verifies nothing); cuda is refused until the CUDA memory "
-                 "backend runs trials (overrides the file)");
+                 "cpu; cuda (a CUDA build on a GPU: the caching allocator's own figures, capped at the budget); meta "
+                 "(PyTorch 2: bytes without data or compute; autotune then chooses by memory alone and verifies "
+                 "nothing) (overrides the file)");
   cmd.add_option("--batch", overrides.global_batch, "Global batch size (overrides the file)");
   cmd.add_option("--seq", overrides.seq_len,
                  "Sequence length of the inputs that name \"seq\", in tokens (overrides the file's seq)");

@@ -28,6 +28,7 @@
 #include "strategies/mixed_precision.h"
 #include "strategies/recompute_op.h"
 #include "strategies/training_step.h"
+#include "trial/cuda_measurement.h"
 
 namespace oomtune {
 namespace {
@@ -238,17 +239,14 @@ void require_cuda_trial(const JobSpec& job) {
 #ifdef OOMTUNE_WITH_CUDA
   const std::string problem = cuda_device_problem(read_cuda_device_facts());
   if (!problem.empty()) throw InputError(fmt::format("{}: device = \"cuda\", but {}", job_name, problem));
+#else
+  // The command refuses it first (require_device_support); a request made
+  // by hand reaches here.
+  throw InputError(
+      fmt::format("{}: device = \"cuda\", but this trial module is built against libtorch {} without "
+                  "CUDA; build against PyTorch with CUDA (OOMTUNE_TORCH=pypi ./setup.sh)",
+                  job_name, compat::torch_version()));
 #endif
-  // MemoryTracker counts what the CPU allocator hands out; a model on a GPU
-  // allocates through the CUDA caching allocator, so a CUDA trial would
-  // measure almost nothing and call every configuration a fit. The CUDA
-  // backend's parts (probes/device_phase_meter.h, probes/cuda_device.h) are
-  // not yet wired into trials.
-  throw InputError(fmt::format(
-      "{}: device = \"cuda\" is not supported yet: the GPU answers, but trials measure memory through the CPU "
-      "allocator only (libtorch {}); use device = \"cpu\" (--device cpu), where probe also predicts what a CUDA "
-      "caching allocator would reserve",
-      job_name, compat::torch_version()));
 }
 
 void require_meta_trial(const JobSpec& job) {
@@ -277,18 +275,35 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
   set_optimizing_executor(job.optimizing_executor);
 
   TrackerOptions tracker_options;
-  if (options.enforce_budget) tracker_options.budget_bytes = job.usable_budget_bytes();
+  const bool cuda = job.device == Device::kCuda;
+  if (options.enforce_budget && !cuda) tracker_options.budget_bytes = job.usable_budget_bytes();
   tracker_options.record_events = options.record_events;
   tracker_options.count_meta = meta;
+  tracker_options.device_feed = cuda;
   if (meta) install_meta_kernels();
   MemoryTracker tracker(tracker_options);
+  // On a GPU the caching allocator is capped at the budget and read per
+  // phase; its blocks reach the tracker (trial/cuda_measurement.h).
+  const std::unique_ptr<CudaMeasurement> device =
+      cuda ? CudaMeasurement::start(
+                 tracker, options.enforce_budget ? std::optional<int64_t>(job.usable_budget_bytes()) : std::nullopt)
+           : nullptr;
   Phase current_phase = Phase::kLoad;
   std::vector<CheckpointedBlock> checkpointed;
   take_refused_block_class();  // none left over from an earlier trial in this process
   // Kernels run asynchronously on CUDA: the optimizer phase's time starts
   // once the backward queued before it has finished.
-  const bool cuda = job.device == Device::kCuda;
   Clock::time_point optimizer_start;
+  // Phase boundaries of the memory records: the tracker's, and on a GPU
+  // the allocator's counters too.
+  auto begin_phase = [&](Phase phase) {
+    tracker.begin_phase(phase);
+    if (device) device->begin_phase(phase);
+  };
+  auto end_phase = [&] {
+    tracker.end_phase();
+    if (device) device->end_phase();
+  };
   auto enter = [&](Phase phase) {
     current_phase = phase;
     if (phase == Phase::kOptimizer) {
@@ -299,7 +314,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
   };
   try {
     enter(Phase::kLoad);
-    tracker.begin_phase(Phase::kLoad);
+    begin_phase(Phase::kLoad);
     const int64_t live_before_load = tracker.live_bytes();
     ModelSession session(job);
     report.parameter_count = session.parameter_count();
@@ -337,7 +352,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     int64_t live_before_update = 0;
     auto warmup_hook = [&](Phase phase) {
       enter(phase);
-      tracker.begin_phase(phase);
+      begin_phase(phase);
       if (phase == Phase::kOptimizer) {
         report.static_memory.gradient_bytes = storage_bytes(tracker, gradients(session));
         live_before_update = tracker.live_bytes() - report.static_memory.gradient_bytes - device_master_bytes;
@@ -346,7 +361,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     if (job.seq_lengths) report.step_lengths.push_back(*job.seq_len);  // Note [Variable-length steps]
     auto start = Clock::now();
     step.run(batch, warmup_hook);
-    tracker.end_phase();
+    end_phase();
     report.timing.warmup_steps = 1;
     report.timing.warmup_seconds = seconds_since(start);
     report.steps_run = 1;
@@ -355,6 +370,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
 
     // Step 2: the measured step. Later steps: timing only.
     tracker.reset_statistics();
+    if (device) device->reset_statistics();
     take_attention_record();  // the warm-up's calls
     int64_t live_at_forward = -1, live_at_backward = 0;
     bool retained_done = false;
@@ -366,7 +382,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     std::unordered_set<uint64_t> new_gradients;
     auto measured_hook = [&](Phase phase) {
       enter(phase);
-      tracker.begin_phase(phase);
+      begin_phase(phase);
       if (phase == Phase::kForward && live_at_forward < 0) live_at_forward = tracker.live_bytes();
       if (phase == Phase::kBackward && !retained_done) {
         live_at_backward = tracker.live_bytes();
@@ -414,8 +430,9 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
       report.steps_run = index;
       if (variable) step_events.back().second = tracker.event_count();
       if (index == 2) {
-        tracker.end_phase();
-        for (std::size_t p = 0; p < kNumPhases; ++p) report.phases[p] = tracker.phase(static_cast<Phase>(p));
+        end_phase();
+        for (std::size_t p = 0; p < kNumPhases; ++p)
+          report.phases[p] = device ? device->phase(static_cast<Phase>(p)) : tracker.phase(static_cast<Phase>(p));
         const PhaseMemory& update = report.phases[static_cast<std::size_t>(Phase::kOptimizer)];
         report.optimizer.temporary_bytes = update.peak_bytes - update.start_bytes;
         report.largest = tracker.largest();
@@ -435,6 +452,11 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     // Peaks cover every step after the warm-up: a later step that grows
     // shows here (DESIGN.md: fitting two steps is not fitting).
     report.peak_bytes = tracker.peak_bytes();
+    if (device) {  // the allocator's own figures: its rounding included, what a GPU budget compares with
+      device->end_phase();
+      report.peak_bytes = device->peak_bytes();
+      report.measured_reserved = device->measured_reserved();
+    }
     report.host_peak_bytes = tracker.peak_bytes(MemoryPool::kHost);
     report.kernel_scratch = tracker.kernel_scratch();
     if (variable) {  // the means over the drawn steps (Note [Variable-length steps])
@@ -482,6 +504,10 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     }
     report.outcome = TrialOutcome::kOutOfMemory;
     report.message = out_of_memory_message(e);
+    if (device) {
+      report.message += "; " + device->allocator_state();
+      report.measured_reserved = device->measured_reserved();
+    }
     report.phase_at_failure = current_phase;
     report.peak_bytes = std::max(report.peak_bytes, tracker.peak_bytes());
     report.kernel_scratch = tracker.kernel_scratch();

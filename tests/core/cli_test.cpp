@@ -74,6 +74,8 @@ TEST(Cli, ACudaJobSaysInOneLineWhyItCannotRunHere) {
     const RunResult r = run_oomtune(command + job);
     EXPECT_EQ(r.exit_code, 2) << r.err;
     const std::string line = last_line(r.err);
+    if (cuda && driver && line.find("no such model file") != std::string::npos)
+      continue;  // a GPU answers: the trial gets past the device to the model
     EXPECT_EQ(line.find("no such model file"), std::string::npos) << "the device comes first: " << line;
     if (!cuda) {
       EXPECT_EQ(r.err, "oomtune: " + job + ": device = \"cuda\", but this oomtune is built against libtorch " +
@@ -90,7 +92,7 @@ TEST(Cli, ACudaJobSaysInOneLineWhyItCannotRunHere) {
           << line;
       const std::string end = " runtime needs it; install the NVIDIA driver; or use device = \"cpu\" (--device cpu)";
       EXPECT_TRUE(line.size() > end.size() && line.compare(line.size() - end.size(), end.size(), end) == 0) << line;
-    } else {  // a GPU machine: no device visible, or trials cannot measure one yet
+    } else {  // a machine with the driver and no device visible
       EXPECT_EQ(line.rfind("oomtune: " + job + ": device = \"cuda\"", 0), 0u) << line;
     }
   }

@@ -9,10 +9,16 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include "probes/cuda_allocator_trace.h"
 #include "probes/cuda_budget.h"
 #include "probes/cuda_device.h"
 #include "probes/cuda_stats_source.h"
 #include "probes/device_phase_meter.h"
+#include "probes/memory_tracker.h"
+#include "strategies/job_config.h"
+#include "support/require_file.h"
+#include "test_jobs.h"
+#include "trial/trial_runner.h"
 
 namespace oomtune {
 namespace {
@@ -64,6 +70,68 @@ TEST(CudaBackend, TheFractionCapsTheAllocatorAtTheBudget) {
   }
   allocator::setMemoryFraction(1.0, 0);
   allocator::emptyCache();
+}
+
+// The allocator's trace reaches the tracker at the sizes asked for (its
+// 512 B rounding is the simulator's to apply), and every CPU block is host.
+TEST(CudaBackend, TheTraceFeedGivesTheTrackerEveryBlock) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  TrackerOptions options;
+  options.device_feed = true;
+  options.record_events = true;
+  MemoryTracker tracker(options);
+  CudaTraceFeed feed(tracker, 0);
+  tracker.begin_phase(Phase::kForward);
+  at::Tensor big = cuda_floats(4 * kMiB);
+  {
+    const at::Tensor odd = at::empty({250}, at::device(at::kCUDA).dtype(at::kFloat));  // 1000 B, 1024 B reserved
+    EXPECT_EQ(tracker.block_bytes(odd.data_ptr()), 1000);
+    EXPECT_EQ(tracker.live_bytes(), 4 * kMiB + 1000);
+  }
+  const at::Tensor host = at::empty({1000}, at::kFloat);
+  tracker.end_phase();
+  EXPECT_EQ(tracker.live_bytes(), 4 * kMiB);
+  EXPECT_EQ(tracker.live_bytes(MemoryPool::kHost), 4000);
+  EXPECT_EQ(tracker.phase(Phase::kForward).peak_bytes, 4 * kMiB + 1000);
+  EXPECT_EQ(tracker.events().size(), 3u + 1u);  // big, odd, odd freed; the host block
+}
+
+// A whole trial on the GPU (issue #44 items 2 and 3): the static split is
+// the CPU trial's to the byte (the tracker holds requested sizes from the
+// trace), the phases and the peak are the allocator's (rounded: at least
+// the tracker's), measured reserved comes with the predicted, and a budget
+// under the step's peak is an out-of-memory result with the allocator's
+// state.
+TEST(CudaTrial, TheExampleGptTrainsOnTheGpuWithTheAllocatorsFigures) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  JobSpec job = testing::gpt_job(8);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  TrialOptions options = testing::quick_trial();
+  options.enforce_budget = false;
+  const ProbeReport cpu = run_trial(job, baseline_config(job), options);
+  ASSERT_EQ(cpu.outcome, TrialOutcome::kOk) << cpu.message;
+  job.device = Device::kCuda;
+  const ProbeReport gpu = run_trial(job, baseline_config(job), options);
+  ASSERT_EQ(gpu.outcome, TrialOutcome::kOk) << gpu.message;
+  EXPECT_EQ(gpu.static_memory.parameter_bytes, cpu.static_memory.parameter_bytes);
+  EXPECT_EQ(gpu.static_memory.gradient_bytes, cpu.static_memory.gradient_bytes);
+  EXPECT_EQ(gpu.static_memory.optimizer_state_bytes, cpu.static_memory.optimizer_state_bytes);
+  ASSERT_TRUE(gpu.measured_reserved.has_value());
+  ASSERT_TRUE(gpu.reserved.has_value());
+  EXPECT_GE(gpu.measured_reserved->peak_reserved_bytes, gpu.peak_bytes);
+  for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kOptimizer})
+    EXPECT_GT(gpu.phases[static_cast<std::size_t>(p)].peak_bytes, 0) << phase_name(p);
+  RecordProperty("cpu_peak_bytes", std::to_string(cpu.peak_bytes));
+  RecordProperty("gpu_peak_bytes", std::to_string(gpu.peak_bytes));
+  RecordProperty("gpu_measured_reserved_bytes", std::to_string(gpu.measured_reserved->peak_reserved_bytes));
+  RecordProperty("gpu_predicted_reserved_bytes", std::to_string(gpu.reserved->peak_reserved_bytes));
+
+  job.budget_bytes = gpu.peak_bytes / 2;
+  job.headroom = 0;
+  options.enforce_budget = true;
+  const ProbeReport over = run_trial(job, baseline_config(job), options);
+  EXPECT_EQ(over.outcome, TrialOutcome::kOutOfMemory) << over.message;
+  EXPECT_NE(over.message.find("allocator: allocated "), std::string::npos) << over.message;
 }
 
 TEST(CudaBackend, TheDeviceFactsSeeTheGpu) {

@@ -165,6 +165,60 @@ TEST(MemoryTracker, RecordsEventsInOrderWhenAsked) {
   EXPECT_EQ(tracker.op_names()[events[0].op], "aten::zeros");
 }
 
+// The device feed (CUDA trials: probes/cuda_allocator_trace.h) by hand: an
+// operator whose kernel takes a workspace and its output from the device's
+// allocator and frees the workspace before it returns, as cuDNN's
+// convolution does. On a GPU that workspace raises the peak, so it counts
+// at once, in order, under the operator's name; no kernel scratch; and
+// every CPU allocation is host memory.
+MemoryTracker* g_fed = nullptr;
+constexpr uint64_t kWorkspaceAddress = 0x7f0000000000, kOutputAddress = 0x7f0000100000;
+constexpr int64_t kWorkspaceBytes = 1 << 20, kDeviceOutputBytes = 2 << 20;
+at::Tensor device_kernel(const at::Tensor& x) {
+  g_fed->device_alloc(kWorkspaceAddress, kWorkspaceBytes);
+  g_fed->device_alloc(kOutputAddress, kDeviceOutputBytes);
+  g_fed->device_free(kWorkspaceAddress);
+  return x;
+}
+TORCH_LIBRARY_FRAGMENT(oomtune_test, m) { m.def("device_kernel(Tensor x) -> Tensor"); }
+TORCH_LIBRARY_IMPL(oomtune_test, CPU, m) { m.impl("device_kernel", device_kernel); }
+
+TEST(MemoryTracker, FedDeviceBlocksCountAtOnceUnderTheirOperatorAndCpuBlocksAreHost) {
+  TrackerOptions options;
+  options.record_events = true;
+  options.device_feed = true;
+  MemoryTracker tracker(options);
+  g_fed = &tracker;
+  tracker.begin_phase(Phase::kForward);
+  at::Tensor host = at::empty({kFloats}, at::kFloat);
+  EXPECT_EQ(tracker.live_bytes(MemoryPool::kHost), kBytes);
+  EXPECT_EQ(tracker.live_bytes(), 0);
+  call("oomtune_test::device_kernel", host);
+  tracker.device_free(0x1234);  // allocated before the tracker: ignored
+  tracker.end_phase();
+  g_fed = nullptr;
+
+  EXPECT_EQ(tracker.live_bytes(), kDeviceOutputBytes);
+  EXPECT_EQ(tracker.block_bytes(reinterpret_cast<const void*>(kOutputAddress)), kDeviceOutputBytes);
+  const PhaseMemory forward = tracker.phase(Phase::kForward);
+  EXPECT_EQ(forward.peak_bytes, kWorkspaceBytes + kDeviceOutputBytes);
+  EXPECT_EQ(forward.allocations, 2);
+  EXPECT_EQ(forward.end_bytes, kDeviceOutputBytes);
+  EXPECT_EQ(tracker.peak_bytes(), kWorkspaceBytes + kDeviceOutputBytes);
+  EXPECT_EQ(tracker.kernel_scratch().peak_bytes, 0);
+  EXPECT_EQ(tracker.largest().bytes, kDeviceOutputBytes);
+  EXPECT_EQ(tracker.largest().op, "oomtune_test::device_kernel");
+
+  std::vector<std::tuple<TrackedEvent::Kind, uint64_t, int64_t>> device_events;
+  for (const TrackedEvent& e : tracker.events())
+    if (e.pool == MemoryPool::kDevice) device_events.emplace_back(e.kind, e.address, e.bytes);
+  const std::vector<std::tuple<TrackedEvent::Kind, uint64_t, int64_t>> expected = {
+      {TrackedEvent::Kind::kAlloc, kWorkspaceAddress, kWorkspaceBytes},
+      {TrackedEvent::Kind::kAlloc, kOutputAddress, kDeviceOutputBytes},
+      {TrackedEvent::Kind::kFree, kWorkspaceAddress, kWorkspaceBytes}};
+  EXPECT_EQ(device_events, expected);
+}
+
 // A backward pass by hand, 1000 bytes live at its start, four autograd node
 // runs: the moment where live bytes less the gradients made so far are
 // highest, and the same backward as a later micro-batch of an accumulated

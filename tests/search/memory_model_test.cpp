@@ -3,6 +3,7 @@
 // comments), independent of the code under test.
 
 #include "search/memory_model.h"
+#include "search/model_fit.h"
 
 #include <gtest/gtest.h>
 
@@ -270,6 +271,31 @@ TEST(Predict, CheckpointingAppliesInProportionToTheBlocksItCheckpoints) {
   // Block count unknown (0): the plan is taken as all.
   m.checkpoint_blocks = 0;
   EXPECT_DOUBLE_EQ(predict(m, c, 16).peak_bytes, all.peak_bytes);
+}
+
+}  // namespace
+}  // namespace oomtune
+
+namespace oomtune {
+namespace {
+
+// Against a GPU budget a probe's allocated bytes count as what its
+// allocator reserves: measured on the GPU where the trial ran there, else
+// predicted from its events; on the CPU and meta they count as they are.
+TEST(BudgetScale, OnCudaMeasuredReservedBeatsPredictedAndElsewhereIsOne) {
+  JobSpec job;
+  job.device = Device::kCuda;
+  ProbeReport r;
+  r.peak_bytes = 1000;
+  EXPECT_EQ(budget_scale(r, job), 1.0);
+  r.reserved = ReservedPrediction{};
+  r.reserved->peak_reserved_bytes = 1500;
+  EXPECT_EQ(budget_scale(r, job), 1.5);
+  r.measured_reserved = MeasuredReserved{};
+  r.measured_reserved->peak_reserved_bytes = 1200;
+  EXPECT_EQ(budget_scale(r, job), 1.2);
+  job.device = Device::kCpu;
+  EXPECT_EQ(budget_scale(r, job), 1.0);
 }
 
 }  // namespace

@@ -1,0 +1,72 @@
+#include "trial/cuda_measurement.h"
+
+#ifdef OOMTUNE_WITH_CUDA
+#include <ATen/Context.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include "common/byte_size.h"
+#include "probes/cuda_allocator_trace.h"
+#include "probes/cuda_budget.h"
+#include "probes/cuda_stats_source.h"
+#include "probes/device_phase_meter.h"
+#endif
+
+namespace oomtune {
+
+#ifdef OOMTUNE_WITH_CUDA
+namespace {
+
+class CudaMeasurementImpl final : public CudaMeasurement {
+ public:
+  CudaMeasurementImpl(MemoryTracker& tracker, int device, int64_t cap_bytes)
+      : cap_bytes_(cap_bytes), source_(device), feed_(tracker, device), meter_(source_) {}
+
+  void begin_phase(Phase phase) override { meter_.begin_phase(phase); }
+  void end_phase() override { meter_.end_phase(); }
+  void reset_statistics() override { meter_.reset_statistics(); }
+  PhaseMemory phase(Phase phase) const override { return meter_.phase(phase); }
+  int64_t peak_bytes() const override { return meter_.peak_bytes(); }
+  MeasuredReserved measured_reserved() const override { return meter_.measured_reserved(); }
+
+  std::string allocator_state() override {
+    const DeviceStatsSample now = source_.read();
+    std::string text = fmt::format("allocator: allocated {}, reserved {}", format_bytes(now.allocated_bytes),
+                                   format_bytes(now.reserved_bytes));
+    if (cap_bytes_ > 0) text += fmt::format(" (cap {})", format_bytes(cap_bytes_));
+    const int64_t free = feed_.oom_free_bytes();
+    if (free >= 0) text += fmt::format(", device free {}", format_bytes(free));
+    return text;
+  }
+
+ private:
+  int64_t cap_bytes_;  // the allocator's limit (bytes); 0 = none
+  CudaStatsSource source_;
+  CudaTraceFeed feed_;
+  DevicePhaseMeter meter_;
+};
+
+}  // namespace
+
+std::unique_ptr<CudaMeasurement> CudaMeasurement::start(MemoryTracker& tracker, std::optional<int64_t> budget_bytes) {
+  at::globalContext().lazyInitDevice(at::kCUDA);
+  const c10::DeviceIndex device = c10::cuda::current_device();
+  int64_t cap = 0;
+  if (budget_bytes) {
+    cudaDeviceProp properties{};
+    C10_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+    const auto total = static_cast<int64_t>(properties.totalGlobalMem);
+    const double fraction = allocator_fraction(*budget_bytes, total);
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device);
+    cap = allocator_limit_bytes(fraction, total);
+  }
+  return std::make_unique<CudaMeasurementImpl>(tracker, device, cap);
+}
+#else
+std::unique_ptr<CudaMeasurement> CudaMeasurement::start(MemoryTracker&, std::optional<int64_t>) { return nullptr; }
+#endif
+
+}  // namespace oomtune
