@@ -201,6 +201,12 @@ nlohmann::json to_json(const ProbeReport& r) {
                               {"num_alloc_retries", r.measured_reserved->num_alloc_retries},
                               {"num_ooms", r.measured_reserved->num_ooms}};
   }
+  if (r.allocatable) {
+    j["allocatable"] = {{"largest_block_bytes", r.allocatable->largest_block_bytes},
+                        {"device_free_bytes", r.allocatable->device_free_bytes},
+                        {"device_total_bytes", r.allocatable->device_total_bytes},
+                        {"attempts", r.allocatable->attempts}};
+  }
   if (r.attention) j["attention"] = to_json(*r.attention);
   if (r.workspaces) j["workspaces"] = to_json(*r.workspaces);
   return j;
@@ -294,6 +300,12 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
           MeasuredReserved{m.at("peak_reserved_bytes").get<int64_t>(), m.at("peak_active_bytes").get<int64_t>(),
                            m.at("segment_allocations").get<int64_t>(), m.at("num_alloc_retries").get<int64_t>(),
                            m.at("num_ooms").get<int64_t>()};
+    }
+    if (j.contains("allocatable")) {
+      const auto& a = j.at("allocatable");
+      r.allocatable =
+          AllocatableRecord{a.at("largest_block_bytes").get<int64_t>(), a.at("device_free_bytes").get<int64_t>(),
+                            a.at("device_total_bytes").get<int64_t>(), a.at("attempts").get<int64_t>()};
     }
     if (j.contains("attention")) r.attention = attention_record_from_json(j.at("attention"));
     if (j.contains("workspaces")) r.workspaces = workspace_record_from_json(j.at("workspaces"));

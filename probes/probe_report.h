@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "probes/attention_model.h"
+#include "probes/largest_block.h"
 #include "probes/memory_records.h"
 
 namespace oomtune {
@@ -178,6 +179,10 @@ struct ProbeReport {
   // On a GPU: what the caching allocator itself reserved, beside the
   // prediction above from the same allocations (DevicePhaseMeter).
   std::optional<MeasuredReserved> measured_reserved;
+  // On a GPU, after the trial (out of memory or not): the largest block the
+  // allocator could still hand out, beside the device's free bytes
+  // (probes/largest_block.h).
+  std::optional<AllocatableRecord> allocatable;
   std::vector<std::string> checkpointed_blocks;
   // A kError where the recompute operator refused a checkpointed block
   // (strategies/recompute_op.h): the block's class ("__torch__.Decoder"),

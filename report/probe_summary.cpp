@@ -131,6 +131,26 @@ std::string render_probe_text(const ProbeSummary& s) {
         "predicted reserved   {} on a CUDA caching allocator ({} of it unallocated at that peak, {} cudaMalloc calls)",
         format_bytes(r.reserved->peak_reserved_bytes), format_bytes(r.reserved->reserved_minus_allocated_bytes),
         r.reserved->segment_allocations));
+  if (r.measured_reserved) {
+    const MeasuredReserved& m = *r.measured_reserved;
+    line(fmt::format(
+        "measured reserved    {} by the caching allocator{} ({} cudaMalloc calls, {} {}, {} OOMs)",
+        format_bytes(m.peak_reserved_bytes),
+        r.reserved && m.peak_reserved_bytes > 0
+            ? fmt::format("; predicted {:+.1f} %", 100.0 * (static_cast<double>(r.reserved->peak_reserved_bytes) /
+                                                                static_cast<double>(m.peak_reserved_bytes) -
+                                                            1.0))
+            : std::string(),
+        m.segment_allocations, m.num_alloc_retries, m.num_alloc_retries == 1 ? "retry" : "retries", m.num_ooms));
+  }
+  if (r.allocatable) {
+    const AllocatableRecord& a = *r.allocatable;
+    line(
+        fmt::format("largest block        {} allocatable after the step (bisection, {} tries); device free {} of {}; "
+                    "the step's largest request {}",
+                    format_bytes(a.largest_block_bytes), a.attempts, format_bytes(a.device_free_bytes),
+                    format_bytes(a.device_total_bytes), format_bytes(r.largest.bytes)));
+  }
   if (!r.timing.measured)
     line(
         fmt::format("step time            none: the {} device computes shapes, not values, so a step there takes "

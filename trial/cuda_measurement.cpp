@@ -1,6 +1,7 @@
 #include "trial/cuda_measurement.h"
 
 #ifdef OOMTUNE_WITH_CUDA
+#include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
@@ -40,6 +41,26 @@ class CudaMeasurementImpl final : public CudaMeasurement {
     const int64_t free = feed_.oom_free_bytes();
     if (free >= 0) text += fmt::format(", device free {}", format_bytes(free));
     return text;
+  }
+
+  AllocatableRecord allocatable() override {
+    constexpr int64_t kGranularity = int64_t{2} << 20;  // kLargeBuffer, c10/cuda/CUDACachingAllocator.cpp
+    AllocatableRecord a;
+    size_t free = 0, total = 0;
+    C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    a.device_free_bytes = static_cast<int64_t>(free);
+    a.device_total_bytes = static_cast<int64_t>(total);
+    const auto try_allocate = [](int64_t bytes) {
+      try {
+        at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+        return true;
+      } catch (const c10::OutOfMemoryError&) {
+        return false;
+      }
+    };
+    a.largest_block_bytes = largest_allocatable(try_allocate, cap_bytes_ > 0 ? cap_bytes_ : a.device_total_bytes,
+                                                kGranularity, &a.attempts);
+    return a;
   }
 
  private:

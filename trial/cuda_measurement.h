@@ -22,6 +22,7 @@
 #include <string>
 
 #include "common/phase.h"
+#include "probes/largest_block.h"
 #include "probes/memory_records.h"
 #include "probes/memory_tracker.h"
 
@@ -54,6 +55,11 @@ class CudaMeasurement {
   /// The allocator's state for an out-of-memory result: "allocator:
   /// allocated X, reserved Y (cap Z), device free W".
   virtual std::string allocator_state() = 0;
+  /// The largest block the allocator can hand out now, by bisection to 2
+  /// MiB (its large-segment granularity) up to the cap or the device's
+  /// total, with cudaMemGetInfo's free and total (probes/largest_block.h).
+  /// Allocates and frees: call it once the trial's records are read.
+  virtual AllocatableRecord allocatable() = 0;
 };
 
 }  // namespace oomtune

@@ -512,6 +512,8 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     report.peak_bytes = std::max(report.peak_bytes, tracker.peak_bytes());
     report.kernel_scratch = tracker.kernel_scratch();
   }
+  // Allocates and frees on the GPU: after every record above is read.
+  if (device) report.allocatable = device->allocatable();
   return report;
 }
 

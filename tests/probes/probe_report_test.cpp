@@ -36,8 +36,20 @@ TEST(ProbeReportJson, KernelScratchAndMeasuredReservedRoundTrip) {
   EXPECT_EQ(m.num_ooms, 0);
   // A CPU trial measures no reserved bytes: none in its JSON, none back.
   r.measured_reserved.reset();
+  EXPECT_FALSE(to_json(r).contains("allocatable"));
   EXPECT_FALSE(to_json(r).contains("measured_reserved"));
   EXPECT_FALSE(probe_report_from_json(to_json(r)).measured_reserved.has_value());
+}
+
+TEST(ProbeReportJson, TheLargestAllocatableBlockRoundTrips) {
+  ProbeReport r;
+  r.allocatable = AllocatableRecord{37748736, 81604378624, 85045608448, 15};
+  const ProbeReport back = probe_report_from_json(to_json(r));
+  ASSERT_TRUE(back.allocatable.has_value());
+  EXPECT_EQ(back.allocatable->largest_block_bytes, 37748736);
+  EXPECT_EQ(back.allocatable->device_free_bytes, 81604378624);
+  EXPECT_EQ(back.allocatable->device_total_bytes, 85045608448);
+  EXPECT_EQ(back.allocatable->attempts, 15);
 }
 
 TEST(ProbeReportJson, TheOptimizerLineRoundTripsAndNamesItsImplementation) {

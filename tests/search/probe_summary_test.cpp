@@ -53,6 +53,27 @@ TEST(ProbeSummaryLines, AttentionAndWorkspacesLinesAndJson) {
   EXPECT_EQ(back.workspaces->cublas_workspaces, 2);
 }
 
+// A trial on a GPU: what its allocator reserved beside the prediction
+// (predicted 66 MiB / measured 60 MiB - 1 = +10.0 %), and the largest block
+// it could still hand out beside the step's largest request.
+TEST(ProbeSummaryLines, MeasuredReservedAndLargestBlockLines) {
+  ProbeSummary s = summary();
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  s.report.reserved = ReservedPrediction{66 * kMiB, 0, 0, 4, true};
+  s.report.measured_reserved = MeasuredReserved{60 * kMiB, 50 * kMiB, 3, 1, 0};
+  s.report.allocatable = AllocatableRecord{36 * kMiB, 40 * kMiB, 80 * 1024 * kMiB, 15};
+  s.report.largest.bytes = 12 * kMiB;
+  const std::string text = render_probe_text(s);
+  EXPECT_EQ(line_starting(text, "measured reserved"),
+            "measured reserved    60.00 MiB by the caching allocator; predicted +10.0 % (3 cudaMalloc calls, 1 "
+            "retry, 0 OOMs)");
+  EXPECT_EQ(line_starting(text, "largest block"),
+            "largest block        36.00 MiB allocatable after the step (bisection, 15 tries); device free 40.00 MiB "
+            "of 80.00 GiB; the step's largest request 12.00 MiB");
+  EXPECT_EQ(render_probe_text(summary()).find("\nmeasured reserved"), std::string::npos);
+  EXPECT_EQ(render_probe_text(summary()).find("\nlargest block"), std::string::npos);
+}
+
 TEST(ProbeSummaryLines, NoAttentionNoLines) {
   const std::string text = render_probe_text(summary());
   EXPECT_EQ(text.find("\nattention"), std::string::npos);

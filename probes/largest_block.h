@@ -1,0 +1,32 @@
+#pragma once
+// The largest single block the CUDA caching allocator can hand out right
+// now (issue #44 item 5; the seeds' diagnose_oom probe): after a trial on a
+// GPU, by bisection over tensor sizes, since neither the allocator nor the
+// driver says it (cudaMemGetInfo gives free bytes, which fragmentation and
+// the process's cap keep from being one block). Reported beside the step's
+// largest request: a request below free bytes but above this block is what
+// fragmentation or the cap refused.
+
+#include <cstdint>
+#include <functional>
+
+namespace oomtune {
+
+/// What a GPU could give one more tensor after a trial.
+struct AllocatableRecord {
+  int64_t largest_block_bytes = 0;  // SUM: the largest size that allocated, to `granularity`
+  int64_t device_free_bytes = 0;    // SUM: cudaMemGetInfo free, before the bisection
+  int64_t device_total_bytes = 0;   // SUM: cudaMemGetInfo total
+  int64_t attempts = 0;             // COUNT: allocations tried
+};
+
+/// The largest multiple of `granularity` in [0, upper_bytes] for which
+/// `try_allocate(bytes)` returns true (it allocates and frees at once),
+/// assuming that success at n means success below n. Bisection: at most
+/// ceil(log2(upper / granularity)) + 1 calls, counted in `*attempts` when
+/// given. 0 when even `granularity` fails. Throws std::invalid_argument
+/// when granularity is not positive or upper_bytes is negative.
+int64_t largest_allocatable(const std::function<bool(int64_t)>& try_allocate, int64_t upper_bytes, int64_t granularity,
+                            int64_t* attempts = nullptr);
+
+}  // namespace oomtune
