@@ -231,7 +231,14 @@ TimelinePoint point_now(const Replay& replay, int64_t index, int64_t time_us) {
 
 std::string frames_note(const TraceSummary& t) {
   std::string note;
-  if (t.alloc_events > 0 && t.alloc_events_without_frames == t.alloc_events) {
+  if (t.alloc_events_in_marked_phases > 0) {
+    note = fmt::format(
+        "Phases come from oomtune's phase marks (external_annotations \"oomtune:<phase>\", written by a CUDA trial): "
+        "{} of {} allocations lie inside one.",
+        t.alloc_events_in_marked_phases, t.alloc_events);
+    if (t.alloc_events_without_frames == t.alloc_events)
+      note += " No allocation has frames, so sites cannot be named (a C++ trial records no Python stack).";
+  } else if (t.alloc_events > 0 && t.alloc_events_without_frames == t.alloc_events) {
     note = fmt::format(
         "No allocation in the trace has frames, so phases and sites cannot be named: record with "
         "torch.cuda.memory._record_memory_history(context=\"all\", stacks=\"python\").");
@@ -384,7 +391,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
                           : kNoEvents;
   const ar::AllocatorConfig config = config_of(snapshot.allocator_settings);
   const FrameIndex frames(snapshot);
-  const Attribution attr = attribute(trace, frames);
+  const Attribution attr = attribute(trace, frames, oomtune_phase_spans(snapshot.annotations, device));
   const Sites sites(snapshot, frames, options.group_by);
   d.group_by = options.group_by;
   d.torch_roots = frames.torch_roots();
@@ -424,6 +431,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   t.alloc_events_without_frames = attr.alloc_events_without_frames;
   t.bytes_without_frames = attr.bytes_without_frames;
   t.frameless_inferred_backward = attr.frameless_inferred_backward;
+  t.alloc_events_in_marked_phases = attr.alloc_events_in_marked_phases;
   if (!trace.empty() && trace.back().time_us > 0 && trace.front().time_us > 0) {
     t.duration_us = trace.back().time_us - trace.front().time_us;
   }

@@ -42,7 +42,8 @@ Category category_before_recording(StackId frames, const FrameIndex& index) {
   }
 }
 
-Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& frames) {
+Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& frames,
+                      const std::vector<PhaseSpan>& marked) {
   Attribution out;
   const size_t n = trace.size();
   out.event_phase.assign(n, Phase::kUnknown);
@@ -61,7 +62,8 @@ Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& fr
   std::unordered_map<int64_t, Open> open;  // addr -> its last alloc not yet freed
   auto categorize = [&](size_t i, bool retained) {
     Category c = Category::kTemporaries;
-    if (frames.allocates_parameters(trace[i].frames)) {
+    const PhaseSpan* span = marked.empty() || trace[i].time_us == 0 ? nullptr : span_at(marked, trace[i].time_us);
+    if (frames.allocates_parameters(trace[i].frames) || (retained && span && span->load)) {
       c = Category::kParameters;
     } else if (retained) {
       switch (out.event_phase[i]) {
@@ -89,9 +91,18 @@ Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& fr
   uint64_t epoch = 0;
   for (size_t i = 0; i < n; ++i) {
     const TraceEvent& e = trace[i];
-    // Phase: frames first, then trace order for frameless events.
+    // Phase: oomtune's marks first, then frames, then trace order for
+    // frameless events.
     Phase p = frames.phase(e.frames);
-    if (e.frames == 0) {
+    const Phase by_mark = marked.empty() || e.time_us == 0 ? Phase::kUnknown : phase_at(marked, e.time_us);
+    if (by_mark != Phase::kUnknown) {
+      p = by_mark;
+      if (e.action == TraceAction::kAlloc) ++out.alloc_events_in_marked_phases;
+      if (e.frames == 0 && e.action == TraceAction::kAlloc) {
+        ++out.alloc_events_without_frames;
+        out.bytes_without_frames += e.size;
+      }
+    } else if (e.frames == 0) {
       if (last_framed == Phase::kOptimizer) {
         p = Phase::kOptimizer;
       } else if (seen_forward) {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "diagnose/frames.h"
+#include "diagnose/phase_marks.h"
 #include "diagnose/snapshot.h"
 
 namespace oomtune::diagnose {
@@ -47,10 +48,14 @@ struct Attribution {
   int64_t bytes_without_frames = 0;         ///< SUM: requested bytes of frameless allocs
   int64_t frameless_inferred_backward = 0;  ///< COUNT: frameless allocs placed in backward
   int64_t frameless_inferred_optimizer = 0;
+  int64_t alloc_events_in_marked_phases = 0;  ///< COUNT: allocs whose phase an oomtune mark gave
 };
 
-/// Attributes every event of `trace`.
-Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& frames);
+/// Attributes every event of `trace`. An event inside one of `marked`
+/// (oomtune's phase marks, phase_marks.h) takes that phase, before its
+/// frames or the trace order are asked.
+Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& frames,
+                      const std::vector<PhaseSpan>& marked = {});
 
 /// Category of a block allocated before recording began (only its frames are known).
 Category category_before_recording(StackId frames, const FrameIndex& index);

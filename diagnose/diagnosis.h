@@ -116,8 +116,9 @@ struct TraceSummary {
   int64_t alloc_events_without_frames = 0;
   int64_t bytes_without_frames = 0;
   int64_t frameless_inferred_backward = 0;
-  int64_t inconsistencies = 0;      ///< events that did not fit the replayed state
-  bool replay_matches_dump = true;  ///< replayed allocated at the end == dumped
+  int64_t alloc_events_in_marked_phases = 0;  ///< COUNT: allocs placed by oomtune's phase marks
+  int64_t inconsistencies = 0;                ///< events that did not fit the replayed state
+  bool replay_matches_dump = true;            ///< replayed allocated at the end == dumped
   int64_t dumped_allocated_bytes = 0;
   int64_t dumped_reserved_bytes = 0;
   std::string frames_note;  ///< why frames are missing, when they are

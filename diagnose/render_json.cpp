@@ -58,6 +58,7 @@ std::string render_json(const Diagnosis& d) {
                 {"alloc_events_without_frames", t.alloc_events_without_frames},
                 {"bytes_without_frames", t.bytes_without_frames},
                 {"frameless_inferred_backward", t.frameless_inferred_backward},
+                {"alloc_events_in_marked_phases", t.alloc_events_in_marked_phases},
                 {"inconsistencies", t.inconsistencies},
                 {"replay_matches_dump", t.replay_matches_dump},
                 {"dumped_allocated_bytes", t.dumped_allocated_bytes},

@@ -369,7 +369,10 @@ class Builder {
         read_settings(v, top.child("allocator_settings"));
       } else if (key == "external_annotations") {
         have_annotations = true;
-        if (s_.kind(v) == ValueKind::kList) out_.external_annotations = static_cast<int64_t>(s_.size(v));
+        if (s_.kind(v) == ValueKind::kList) {
+          out_.external_annotations = static_cast<int64_t>(s_.size(v));
+          read_annotations(v, top.child("external_annotations"));
+        }
       }
     });
     if (!have_segments) {
@@ -440,6 +443,36 @@ class Builder {
   void expect_sequence(ValueRef v, const Path& path) const {
     const ValueKind k = s_.kind(v);
     if (k != ValueKind::kList && k != ValueKind::kTuple) wrong_type(path, "list", v);
+  }
+
+  // Marks with a time; anything else in an entry (other metadata, an entry
+  // that is not a dict) is not ours to judge and is skipped.
+  void read_annotations(ValueRef list, const Path& path) {
+    int64_t i = 0;
+    s_.for_each_item(list, [&](ValueRef entry) {
+      const Path at = path.item(i++);
+      if (s_.kind(entry) != ValueKind::kDict) return;
+      Annotation a;
+      bool timed = false;
+      s_.for_each_pair(entry, [&](ValueRef k, ValueRef v) {
+        const ValueKind key_kind = s_.kind(k);
+        if (key_kind != ValueKind::kString && key_kind != ValueKind::kBytes) return;
+        const std::string_view key = s_.as_text(k);
+        const ValueKind kind = s_.kind(v);
+        const bool text = kind == ValueKind::kString || kind == ValueKind::kBytes;
+        if (key == "name" && text) {
+          a.name = std::string(s_.as_text(v));
+        } else if (key == "stage" && text) {
+          a.stage = std::string(s_.as_text(v));
+        } else if (key == "device") {
+          a.device = to_int(v, at.child("device"));
+        } else if (key == "time_us") {
+          a.time_us = to_int(v, at.child("time_us"));
+          timed = true;
+        }
+      });
+      if (timed) out_.annotations.push_back(std::move(a));
+    });
   }
 
   uint32_t intern_frame(ValueRef frame, const Path& path) {

@@ -112,6 +112,20 @@ struct AllocatorSettings {
   std::array<int64_t, 16> roundup_power2_divisions{};
 };
 
+/// One entry of external_annotations (2.5+): a mark with the metadata its
+/// recorder gave, the device and the time, as
+/// torch/csrc/cuda/memory_snapshot.cpp writes it ({...metadata, "device",
+/// "time_us"}). record_function marks carry "name" and "stage" ("START" or
+/// "END"); oomtune's CUDA trials mark each training phase so, named
+/// "oomtune:forward", "oomtune:loss", "oomtune:backward",
+/// "oomtune:optimizer" (trial/cuda_measurement.h).
+struct Annotation {
+  std::string name;   ///< "" when the entry has none
+  std::string stage;  ///< "START", "END", or "" when none
+  int64_t device = 0;
+  int64_t time_us = 0;
+};
+
 /// Which layout the file had (see the list at the top of this file).
 enum class SnapshotLayout : uint8_t { kV1_13, kV2_0, kV2_1, kV2_2, kV2_4, kV2_5 };
 
@@ -125,7 +139,8 @@ struct Snapshot {
   std::vector<Segment> segments;
   std::vector<std::vector<TraceEvent>> device_traces;  ///< one trace per device
   AllocatorSettings allocator_settings;
-  int64_t external_annotations = 0;  ///< count (content not used)
+  int64_t external_annotations = 0;     ///< count
+  std::vector<Annotation> annotations;  ///< those with a time_us, in file order
   std::vector<Frame> frames;
   std::vector<std::vector<uint32_t>> stacks;
   /// cudaStream_t values seen in the trace; TraceEvent::stream indexes it.

@@ -60,6 +60,10 @@ Files written (each < 200 KB):
                         grows most
   compare_before_step.pickle, compare_after_step.pickle  one step before and
                         after AdamW's first step: 64 MiB of optimizer state appear
+  oomtune_trial_oom.pickle  an oomtune CUDA trial's snapshot: no frames, its
+                        phases marked (external_annotations "oomtune:<phase>"),
+                        out of memory in the first AdamW step;
+                        oomtune_trial_oom_unmarked.pickle the same without marks
   malicious_global.pickle   GLOBAL os.system + REDUCE (must be refused)
   malicious_reduce.pickle   REDUCE alone
   bad_truncated.pickle, bad_memo.pickle, bad_length.pickle, bad_nesting.pickle,
@@ -202,6 +206,7 @@ class Sim:
         self.next_address = 0x7F0000000000
         self.time_us = 1_700_000_000_000_000
         self.recording = True
+        self.annotations = []  # external_annotations (v2_11)
 
     def reserved(self):
         return sum(s["size"] for s in self.segments)
@@ -217,6 +222,14 @@ class Sim:
         else:
             e["addr"] = addr
         self.trace.append(e)
+
+    def mark(self, phase, stage):
+        """oomtune's phase mark, as a CUDA trial records it (recordAnnotation
+        with name and stage; torch/csrc/cuda/memory_snapshot.cpp adds device
+        and time_us)."""
+        self.time_us += 7
+        self.annotations.append({"name": "oomtune:" + phase, "stage": stage, "device": 0,
+                                 "time_us": self.time_us})
 
     def _new_segment(self, size, large, frames):
         while self.reserved() + size > self.cap:
@@ -361,7 +374,7 @@ class Sim:
                 "expandable_segments": self.expandable,
                 "roundup_power2_divisions": {str(1 << i): 0 for i in range(16)}}
         if layout == "v2_11":
-            out["external_annotations"] = []
+            out["external_annotations"] = list(self.annotations)
         return out
 
 
@@ -621,6 +634,42 @@ def first_step(take_step):
     return sim
 
 
+def oomtune_trial_oom(marked=True):
+    """An oomtune CUDA trial (C++: no frames on any event) whose first AdamW
+    step runs out of memory under a 200 MiB cap: 4 parameters of 16 MiB
+    loaded, 4 activations of 12 MiB kept by forward, a 4 KiB loss, backward
+    frees each activation after making its 16 MiB gradient, then the
+    optimizer's two 16 MiB states per parameter. Its phases are marked as
+    the trial marks them (marked=False: the same trace without the marks)."""
+    sim = Sim(cap=200 * MIB, record_frames=False)
+    mark = sim.mark if marked else (lambda phase, stage: None)
+    mark("load", "START")
+    params = [sim.malloc(16 * MIB, []) for _ in range(4)]
+    mark("load", "END")
+    mark("forward", "START")
+    acts = [sim.malloc(12 * MIB, []) for _ in range(4)]
+    mark("forward", "END")
+    mark("loss", "START")
+    loss = sim.malloc(4096, [])
+    mark("loss", "END")
+    mark("backward", "START")
+    grads = []
+    for a in reversed(acts):
+        grads.append(sim.malloc(16 * MIB, []))
+        sim.free(a, [])
+    sim.free(loss, [])
+    mark("backward", "END")
+    mark("optimizer", "START")
+    state = []
+    try:
+        for _ in params:
+            state.append(sim.malloc(16 * MIB, []))
+            state.append(sim.malloc(16 * MIB, []))
+    except OutOfMemory:
+        pass
+    return sim
+
+
 def write(path, obj, protocol):
     with open(path, "wb") as f:
         pickle.dump(obj, f, protocol=protocol)
@@ -652,6 +701,8 @@ def main():
     write(os.path.join(out, "compare_seq_2x.pickle"), llama_forward(8).dump("v2_11"), 4)
     write(os.path.join(out, "compare_before_step.pickle"), first_step(False).dump("v2_11"), 4)
     write(os.path.join(out, "compare_after_step.pickle"), first_step(True).dump("v2_11"), 4)
+    write(os.path.join(out, "oomtune_trial_oom.pickle"), oomtune_trial_oom().dump("v2_11"), 4)
+    write(os.path.join(out, "oomtune_trial_oom_unmarked.pickle"), oomtune_trial_oom(False).dump("v2_11"), 4)
 
     # Hostile and broken inputs (hand-written opcodes, CPython Lib/pickletools.py).
     marker = b"/tmp/oomtune_fixture_pwned"

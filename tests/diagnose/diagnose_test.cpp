@@ -197,6 +197,38 @@ TEST(DiagnoseSynthetic, BackwardPeakWithFramelessAllocations) {
   EXPECT_NE(d.trace.frames_note.find("autograd engine's C++ thread"), std::string::npos);
 }
 
+// An oomtune CUDA trial's own snapshot (make_snapshot_fixtures.py,
+// oomtune_trial_oom): no event has frames, and the trial's phase marks
+// alone place the out-of-memory in the first optimizer step and give each
+// live byte its category: 4 x 16 MiB of parameters loaded, 4 x 16 MiB of
+// gradients from backward, and 4 x 16 MiB of AdamW state made before the
+// fifth 16 MiB state failed under the 200 MiB cap. The same trace without
+// the marks can say none of it.
+TEST(DiagnoseSynthetic, OomtunePhaseMarksPlaceAFramelessTrial) {
+  const std::string path = testing::synthetic_fixture("oomtune_trial_oom.pickle");
+  SKIP_IF_MISSING(path);
+  const Diagnosis d = run(path);
+  ASSERT_EQ(d.ooms.size(), 1u);
+  const OomReport& o = d.ooms[0];
+  EXPECT_EQ(o.phase, Phase::kOptimizer);
+  EXPECT_EQ(o.requested_bytes, 16 * kMiB);
+  EXPECT_EQ(cat(o.live_by_category, Category::kParameters), 64 * kMiB);
+  EXPECT_EQ(cat(o.live_by_category, Category::kGradients), 64 * kMiB);
+  EXPECT_EQ(cat(o.live_by_category, Category::kOptimizerState), 64 * kMiB);
+  EXPECT_EQ(cat(o.live_by_category, Category::kActivations), 0);
+  EXPECT_EQ(d.trace.alloc_events_in_marked_phases, d.trace.alloc_events);
+  EXPECT_EQ(d.trace.alloc_events_without_frames, d.trace.alloc_events);
+  EXPECT_NE(d.trace.frames_note.find("oomtune's phase marks"), std::string::npos) << d.trace.frames_note;
+
+  const std::string unmarked_path = testing::synthetic_fixture("oomtune_trial_oom_unmarked.pickle");
+  SKIP_IF_MISSING(unmarked_path);
+  const Diagnosis unmarked = run(unmarked_path);
+  ASSERT_EQ(unmarked.ooms.size(), 1u);
+  EXPECT_NE(unmarked.ooms[0].phase, Phase::kOptimizer);
+  EXPECT_EQ(cat(unmarked.ooms[0].live_by_category, Category::kOptimizerState), 0);
+  EXPECT_EQ(unmarked.trace.alloc_events_in_marked_phases, 0);
+}
+
 TEST(DiagnoseSynthetic, ExpandableSegments) {
   const std::string path = testing::synthetic_fixture("expandable.pickle");
   SKIP_IF_MISSING(path);
