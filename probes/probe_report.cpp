@@ -70,11 +70,13 @@ std::string to_string(PrecisionForm form) {
 }
 
 std::string outcome_text(const ProbeReport& r) {
+  const std::string snapshot =
+      r.snapshot_path.empty() ? "" : fmt::format(" (snapshot: oomtune diagnose {})", r.snapshot_path);
   const std::string outcome = to_string(r.outcome);
-  if (r.message.rfind(outcome, 0) == 0) return r.message;  // "crashed: SIGSEGV during forward" says it all
+  if (r.message.rfind(outcome, 0) == 0) return r.message + snapshot;  // "crashed: SIGSEGV during forward" says it all
   const std::string where =
       r.phase_at_failure ? outcome + " during " + std::string(phase_name(*r.phase_at_failure)) : outcome;
-  return r.message.empty() ? where : where + ": " + r.message;
+  return (r.message.empty() ? where : where + ": " + r.message) + snapshot;
 }
 
 std::string kernel_scratch_text(const KernelScratch& k) {
@@ -201,6 +203,7 @@ nlohmann::json to_json(const ProbeReport& r) {
                               {"num_alloc_retries", r.measured_reserved->num_alloc_retries},
                               {"num_ooms", r.measured_reserved->num_ooms}};
   }
+  if (!r.snapshot_path.empty()) j["snapshot"] = r.snapshot_path;
   if (r.allocatable) {
     j["allocatable"] = {{"largest_block_bytes", r.allocatable->largest_block_bytes},
                         {"device_free_bytes", r.allocatable->device_free_bytes},
@@ -301,6 +304,7 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
                            m.at("segment_allocations").get<int64_t>(), m.at("num_alloc_retries").get<int64_t>(),
                            m.at("num_ooms").get<int64_t>()};
     }
+    r.snapshot_path = j.value("snapshot", "");
     if (j.contains("allocatable")) {
       const auto& a = j.at("allocatable");
       r.allocatable =

@@ -46,7 +46,8 @@ struct ProbeReport;
 
 /// The outcome, the phase it happened in and its message in one phrase,
 /// each said once: "crashed: SIGSEGV during forward" (the message names
-/// both), "out_of_memory during backward: <message>", "ok".
+/// both), "out_of_memory during backward: <message>", "ok"; then, where a
+/// GPU trial wrote its snapshot, " (snapshot: oomtune diagnose PATH)".
 std::string outcome_text(const ProbeReport& report);
 
 /// The kernel-scratch line of the probe and autotune reports: "13.19 KiB at
@@ -183,6 +184,10 @@ struct ProbeReport {
   // allocator could still hand out, beside the device's free bytes
   // (probes/largest_block.h).
   std::optional<AllocatableRecord> allocatable;
+  // On a GPU, a trial that ran out of memory with TrialOptions::
+  // snapshot_path: the allocator's snapshot written there, for `oomtune
+  // diagnose` ("" when none was written).
+  std::string snapshot_path;
   std::vector<std::string> checkpointed_blocks;
   // A kError where the recompute operator refused a checkpointed block
   // (strategies/recompute_op.h): the block's class ("__torch__.Decoder"),

@@ -19,6 +19,7 @@
 #include "report/autotune_report.h"
 #include "search/model_fit.h"
 #include "search/search.h"
+#include "snapshot_paths.h"
 #include "trial/child_trial.h"
 
 namespace oomtune {
@@ -33,7 +34,8 @@ constexpr int64_t kProbeBudgetMultiple = 4;
 /// its own process).
 class ChildTrialRunner : public TrialRunner {
  public:
-  explicit ChildTrialRunner(const JobSpec& job) : job_(job), child_(child_options(job)), meta_(child_) {}
+  ChildTrialRunner(const JobSpec& job, const SnapshotFlags& snapshots)
+      : job_(job), child_(child_options(job)), meta_(child_), snapshots_(snapshots, job) {}
 
   ProbeReport probe(const TrainingConfig& config) override {
     JobSpec probe_job = job_;
@@ -50,6 +52,7 @@ class ChildTrialRunner : public TrialRunner {
     // parameters with foreach AdamW pass 4 x a 40 GB budget alone, and fit
     // with offload).
     options.enforce_budget = job_.device != Device::kMeta;
+    options.snapshot_path = snapshots_.next(config);
     return run_trial_in_child(probe_job, config, options, child_);
   }
 
@@ -57,6 +60,7 @@ class ChildTrialRunner : public TrialRunner {
     TrialOptions options;
     options.total_steps = job_.verify_steps;
     options.enforce_budget = true;
+    options.snapshot_path = snapshots_.next(config);
     return run_trial_in_child(job_, config, options, child_);
   }
 
@@ -82,6 +86,7 @@ class ChildTrialRunner : public TrialRunner {
   JobSpec job_;
   ChildTrialOptions child_;
   TrialServer meta_;
+  SnapshotPaths snapshots_;
 };
 
 // Note [Autotune and the sequence length]
@@ -160,6 +165,7 @@ struct AutotuneFlags {
   std::string emit_dir;
   int64_t max_verifications = 3;
   std::string memory_from = "meta";
+  SnapshotFlags snapshots;
 };
 
 Plan plan_from(const AutotuneReport& report) {
@@ -261,7 +267,7 @@ int run_autotune(const AutotuneFlags& flags) {
     throw InputError(fmt::format("--emit {}: exists and is not a folder", flags.emit_dir));
   fmt::print(stderr, "autotune: {} under {} on {}\n", report.job.model_path, format_bytes(*report.job.budget_bytes),
              device_name(report.job.device));
-  ChildTrialRunner runner(report.job);
+  ChildTrialRunner runner(report.job, flags.snapshots);
   if (report.job.has_seq() && report.job.seq_lengths)
     fmt::print(stderr,
                "autotune: every trial's warm-up and measured step at sequence length {} (the longest of the job's "
@@ -320,6 +326,7 @@ void add_autotune_command(CLI::App& app, const Command& self, int* exit_code) {
                   "there (libtorch 2), else the probes' lines; probes: the lines only")
       ->check(CLI::IsMember({"meta", "probes"}));
   cmd->add_flag("--json", flags->json, "Print JSON instead of a table");
+  add_snapshot_flags(*cmd, flags->snapshots);
   cmd->callback([flags, exit_code] { *exit_code = run_autotune(*flags); });
 }
 

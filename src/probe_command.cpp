@@ -20,6 +20,7 @@
 #include "report/probe_summary.h"
 #include "search/memory_model.h"
 #include "sequence_fit_trials.h"
+#include "snapshot_paths.h"
 #include "strategies/job_config.h"
 
 namespace oomtune {
@@ -38,6 +39,7 @@ struct ProbeFlags {
   bool json = false;
   bool enforce_budget = false;
   std::string step_events_path;
+  SnapshotFlags snapshots;
 };
 
 int run_probe(ProbeFlags flags) {
@@ -120,6 +122,7 @@ int run_probe(ProbeFlags flags) {
   options.enforce_budget = flags.enforce_budget;
   options.record_events = true;
   options.step_events_path = flags.step_events_path;
+  options.snapshot_path = SnapshotPaths(flags.snapshots, job).next(config);
   ProbeSummary summary;
   summary.job_path = flags.job_path;
   summary.model_path = job.model_path;
@@ -181,6 +184,7 @@ void add_probe_command(CLI::App& app, const Command& self, int* exit_code) {
   cmd->add_flag("--no-fit", flags->no_fit, "Skip the retained-activation and sequence fits");
   cmd->add_flag("--enforce-budget", flags->enforce_budget, "Fail allocations past the budget, as a GPU would");
   cmd->add_flag("--json", flags->json, "Print JSON instead of a table");
+  add_snapshot_flags(*cmd, flags->snapshots);
   cmd->add_option("--step-events", flags->step_events_path,
                   "Write the measured step's allocation events to FILE (JSON; docs/allocator_simulator.md)");
   cmd->callback([flags, exit_code] { *exit_code = run_probe(*flags); });

@@ -1,6 +1,8 @@
 #include "trial/cuda_measurement.h"
 
 #ifdef OOMTUNE_WITH_CUDA
+#include <filesystem>
+
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -8,7 +10,9 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
+#include <torch/csrc/cuda/memory_snapshot.h>
 
+#include "common/atomic_file.h"
 #include "common/byte_size.h"
 #include "probes/cuda_allocator_trace.h"
 #include "probes/cuda_budget.h"
@@ -23,11 +27,20 @@ namespace {
 
 class CudaMeasurementImpl final : public CudaMeasurement {
  public:
-  CudaMeasurementImpl(MemoryTracker& tracker, int device, int64_t cap_bytes)
-      : cap_bytes_(cap_bytes), source_(device), feed_(tracker, device), meter_(source_) {}
+  CudaMeasurementImpl(MemoryTracker& tracker, int device, int64_t cap_bytes, bool marks)
+      : cap_bytes_(cap_bytes), marks_(marks), source_(device), feed_(tracker, device), meter_(source_) {}
 
-  void begin_phase(Phase phase) override { meter_.begin_phase(phase); }
-  void end_phase() override { meter_.end_phase(); }
+  void begin_phase(Phase phase) override {
+    close_mark();
+    meter_.begin_phase(phase);
+    if (!marks_) return;
+    marked_ = std::string("oomtune:") + std::string(phase_name(phase));
+    c10::cuda::CUDACachingAllocator::recordAnnotation({{"name", marked_}, {"stage", "START"}});
+  }
+  void end_phase() override {
+    close_mark();
+    meter_.end_phase();
+  }
   void reset_statistics() override { meter_.reset_statistics(); }
   PhaseMemory phase(Phase phase) const override { return meter_.phase(phase); }
   int64_t peak_bytes() const override { return meter_.peak_bytes(); }
@@ -41,6 +54,13 @@ class CudaMeasurementImpl final : public CudaMeasurement {
     const int64_t free = feed_.oom_free_bytes();
     if (free >= 0) text += fmt::format(", device free {}", format_bytes(free));
     return text;
+  }
+
+  void write_snapshot(const std::string& path) override {
+    close_mark();
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    write_file_atomically(path, torch::cuda::_memory_snapshot_pickled());
   }
 
   AllocatableRecord allocatable() override {
@@ -64,7 +84,16 @@ class CudaMeasurementImpl final : public CudaMeasurement {
   }
 
  private:
-  int64_t cap_bytes_;  // the allocator's limit (bytes); 0 = none
+  // The END of the phase marked last, if still open.
+  void close_mark() {
+    if (marked_.empty()) return;
+    c10::cuda::CUDACachingAllocator::recordAnnotation({{"name", marked_}, {"stage", "END"}});
+    marked_.clear();
+  }
+
+  int64_t cap_bytes_;   // the allocator's limit (bytes); 0 = none
+  bool marks_;          // phases marked in the recorded history
+  std::string marked_;  // the open mark's name ("" = none)
   CudaStatsSource source_;
   CudaTraceFeed feed_;
   DevicePhaseMeter meter_;
@@ -72,8 +101,16 @@ class CudaMeasurementImpl final : public CudaMeasurement {
 
 }  // namespace
 
-std::unique_ptr<CudaMeasurement> CudaMeasurement::start(MemoryTracker& tracker, std::optional<int64_t> budget_bytes) {
+std::unique_ptr<CudaMeasurement> CudaMeasurement::start(MemoryTracker& tracker, std::optional<int64_t> budget_bytes,
+                                                        bool record_history) {
   at::globalContext().lazyInitDevice(at::kCUDA);
+  // Events with their TorchScript frames (stacks "python": no Python here,
+  // so the script frames alone; C++ frames would cost a symbolization per
+  // stack), 100,000 at most (a ring buffer).
+  constexpr size_t kMaxEntries = 100000;
+  if (record_history)
+    torch::cuda::_record_memory_history(std::optional<std::string>("all"), std::optional<std::string>("all"), "python",
+                                        kMaxEntries);
   const c10::DeviceIndex device = c10::cuda::current_device();
   int64_t cap = 0;
   if (budget_bytes) {
@@ -84,10 +121,12 @@ std::unique_ptr<CudaMeasurement> CudaMeasurement::start(MemoryTracker& tracker, 
     c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device);
     cap = allocator_limit_bytes(fraction, total);
   }
-  return std::make_unique<CudaMeasurementImpl>(tracker, device, cap);
+  return std::make_unique<CudaMeasurementImpl>(tracker, device, cap, record_history);
 }
 #else
-std::unique_ptr<CudaMeasurement> CudaMeasurement::start(MemoryTracker&, std::optional<int64_t>) { return nullptr; }
+std::unique_ptr<CudaMeasurement> CudaMeasurement::start(MemoryTracker&, std::optional<int64_t>, bool) {
+  return nullptr;
+}
 #endif
 
 }  // namespace oomtune

@@ -36,7 +36,12 @@ class CudaMeasurement {
   /// blocks to `tracker` (probes/cuda_allocator_trace.h) and starts a
   /// DevicePhaseMeter on its counters. nullptr in a build without CUDA.
   /// Throws c10::Error from CUDA (no device, driver error).
-  static std::unique_ptr<CudaMeasurement> start(MemoryTracker& tracker, std::optional<int64_t> budget_bytes);
+  /// With `record_history`, the allocator records its history (events
+  /// with TorchScript frames, up to 100,000) and each phase is marked in it
+  /// ("oomtune:<phase>", START and END: diagnose/phase_marks.h), for
+  /// write_snapshot.
+  static std::unique_ptr<CudaMeasurement> start(MemoryTracker& tracker, std::optional<int64_t> budget_bytes,
+                                                bool record_history = false);
 
   virtual ~CudaMeasurement() = default;
   /// Phase boundaries, as MemoryTracker's (device_phase_meter.h).
@@ -60,6 +65,10 @@ class CudaMeasurement {
   /// total, with cudaMemGetInfo's free and total (probes/largest_block.h).
   /// Allocates and frees: call it once the trial's records are read.
   virtual AllocatableRecord allocatable() = 0;
+  /// Writes the allocator's snapshot (torch::cuda::_memory_snapshot_pickled,
+  /// the pickle torch.cuda.memory._dump_snapshot writes) to `path`,
+  /// atomically. Throws Error when it cannot be written.
+  virtual void write_snapshot(const std::string& path) = 0;
 };
 
 }  // namespace oomtune

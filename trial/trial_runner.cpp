@@ -286,7 +286,8 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
   // phase; its blocks reach the tracker (trial/cuda_measurement.h).
   const std::unique_ptr<CudaMeasurement> device =
       cuda ? CudaMeasurement::start(
-                 tracker, options.enforce_budget ? std::optional<int64_t>(job.usable_budget_bytes()) : std::nullopt)
+                 tracker, options.enforce_budget ? std::optional<int64_t>(job.usable_budget_bytes()) : std::nullopt,
+                 !options.snapshot_path.empty())
            : nullptr;
   Phase current_phase = Phase::kLoad;
   std::vector<CheckpointedBlock> checkpointed;
@@ -507,6 +508,10 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     if (device) {
       report.message += "; " + device->allocator_state();
       report.measured_reserved = device->measured_reserved();
+      if (!options.snapshot_path.empty()) {
+        device->write_snapshot(options.snapshot_path);
+        report.snapshot_path = options.snapshot_path;
+      }
     }
     report.phase_at_failure = current_phase;
     report.peak_bytes = std::max(report.peak_bytes, tracker.peak_bytes());

@@ -13,9 +13,11 @@
 
 #include "compat/torch_compat.h"
 #include "quick_trial.h"
+#include "strategies/job_config.h"
 #include "strategies/training_step.h"
 #include "support/require_file.h"
 #include "test_jobs.h"
+#include "trial/trial_request.h"
 
 namespace oomtune {
 namespace {
@@ -32,6 +34,32 @@ class ChildTrial : public ::testing::Test {
     return run_trial_in_child(job, baseline_config(job), options, child);
   }
 };
+
+// What the child is asked travels whole: each option the parent sets comes
+// back from the request file as it was set.
+TEST(TrialRequestFile, TheOptionsTravelWhole) {
+  TrialOptions options;
+  options.min_timed_steps = 3;
+  options.max_timed_steps = 5;
+  options.total_steps = 20;
+  options.enforce_budget = false;
+  options.record_events = true;
+  options.step_events_path = "/tmp/events.json";
+  options.snapshot_path = "oomtune-snapshots/gpt-2-8x1.pickle";
+  options.timing_tolerance = 0.25;
+  const JobSpec job = testing::gpt_job(8);
+  const std::string path =
+      testing::write_temp_file("request.json", trial_request_json(job, baseline_config(job), options).dump());
+  const TrialOptions back = read_trial_request(path).options;
+  EXPECT_EQ(back.min_timed_steps, 3);
+  EXPECT_EQ(back.max_timed_steps, 5);
+  EXPECT_EQ(back.total_steps, 20);
+  EXPECT_FALSE(back.enforce_budget);
+  EXPECT_TRUE(back.record_events);
+  EXPECT_EQ(back.step_events_path, "/tmp/events.json");
+  EXPECT_EQ(back.snapshot_path, "oomtune-snapshots/gpt-2-8x1.pickle");
+  EXPECT_DOUBLE_EQ(back.timing_tolerance, 0.25);
+}
 
 TEST_F(ChildTrial, AnOrdinaryTrialReportsWhatAnInProcessOneDoes) {
   const JobSpec job = testing::mlp_job(8);

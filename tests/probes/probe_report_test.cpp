@@ -52,6 +52,23 @@ TEST(ProbeReportJson, TheLargestAllocatableBlockRoundTrips) {
   EXPECT_EQ(back.allocatable->attempts, 15);
 }
 
+// A GPU trial that ran out of memory names the snapshot it wrote wherever
+// its outcome is said (the autotune trail, the probe's report), and the
+// path crosses from the child in the JSON.
+TEST(ProbeReportJson, AWrittenSnapshotIsNamedWithTheOutcome) {
+  ProbeReport r;
+  r.outcome = TrialOutcome::kOutOfMemory;
+  r.phase_at_failure = Phase::kOptimizer;
+  r.message = "CUDA out of memory. Tried to allocate 16.00 MiB";
+  EXPECT_EQ(outcome_text(r), "out_of_memory during optimizer: CUDA out of memory. Tried to allocate 16.00 MiB");
+  EXPECT_FALSE(to_json(r).contains("snapshot"));
+  r.snapshot_path = "oomtune-snapshots/gpt-3-32x1.pickle";
+  EXPECT_EQ(outcome_text(r),
+            "out_of_memory during optimizer: CUDA out of memory. Tried to allocate 16.00 MiB (snapshot: oomtune "
+            "diagnose oomtune-snapshots/gpt-3-32x1.pickle)");
+  EXPECT_EQ(probe_report_from_json(to_json(r)).snapshot_path, "oomtune-snapshots/gpt-3-32x1.pickle");
+}
+
 TEST(ProbeReportJson, TheOptimizerLineRoundTripsAndNamesItsImplementation) {
   ProbeReport r;
   r.optimizer = {"adamw", "foreach", 1310720};
