@@ -21,7 +21,8 @@
 # Both take carry [".device-deps", ".device-shared"] and write to $OUT
 # (default ./device_out): summary.md (versions, each step's exit status and
 # time, test totals and failures, the probe tables, the peaks tables),
-# setup.log, ctest.log, probe_eager.json, probe_sdpa.json; peaks.tar.gz (every
+# setup.log, ctest.log, probe_cpu_eager.json, probe_cpu_sdpa.json,
+# probe_cuda_gpt.json, probe_cuda_eager.json; peaks.tar.gz (every
 # run's JSON) with --peaks. The build goes to /tmp/oomtune_build
 # (OOMTUNE_BUILD_DIR) and is reused while the machine stays warm.
 #
@@ -164,38 +165,31 @@ if [ -n "$crashed" ] && command -v cuda-gdb > /dev/null && [ "$(budget 60)" -gt 
   say '```'
 fi
 
-# Both fixtures probed end to end (the SDPA one must probe on a libtorch that
-# has aten::scaled_dot_product_attention), and the example GPT.
+# probe_job NAME FILE DEVICE [json]: the probe's table in the summary, and
+# with json its JSON (no fits) beside it as probe_<DEVICE>_<NAME>.json.
+probe_job() {
+  local name=$1 file=$2 device=$3 json=${4:-} start=$SECONDS table status
+  table="$(timeout "$(budget 120)" "$build/oomtune" probe "$file" --device "$device" 2>&1)"
+  status=$?
+  say ""
+  say "## probe $name on $device ($file): exit $status in $((SECONDS - start)) s"
+  say '```'
+  say "$table"
+  say '```'
+  [ -n "$json" ] || return 0
+  timeout "$(budget 60)" "$build/oomtune" probe "$file" --device "$device" --json --no-fit \
+    > "$out/probe_${device}_$name.json" 2>/dev/null
+}
+
+# Both fixtures probed end to end on the CPU (the SDPA one must probe on a
+# libtorch that has aten::scaled_dot_product_attention), and the example
+# GPT; then the example GPT and the eager GPT-2 fixture on the GPU itself
+# (issue #44: the CUDA backend).
 sdpa_job=/tmp/hf_gpt2_sdpa.toml
 sed "s#^model = .*#model = \"$(cd ../shared && pwd)/fixtures/torchscript/hf_gpt2_sdpa_trace.pt\"#" \
   examples/hf_gpt2.toml > "$sdpa_job"
-for job in eager:examples/hf_gpt2.toml sdpa:$sdpa_job gpt:examples/gpt.toml; do
-  name="${job%%:*}" file="${job#*:}"
-  start=$SECONDS
-  table="$(timeout "$(budget 120)" "$build/oomtune" probe "$file" 2>&1)"
-  status=$?
-  say ""
-  say "## probe $name ($file): exit $status in $((SECONDS - start)) s"
-  say '```'
-  say "$table"
-  say '```'
-  if [ "$name" != gpt ]; then
-    timeout "$(budget 120)" "$build/oomtune" probe "$file" --json --no-fit > "$out/probe_$name.json" 2>/dev/null
-  fi
-done
-
-# The example GPT and the eager GPT-2 fixture probed on the GPU itself
-# (issue #44: the CUDA backend), tables in the summary and JSON beside it.
-for job in gpt:examples/gpt.toml eager:examples/hf_gpt2.toml; do
-  name="${job%%:*}" file="${job#*:}"
-  start=$SECONDS
-  table="$(timeout "$(budget 120)" "$build/oomtune" probe "$file" --device cuda 2>&1)"
-  status=$?
-  say ""
-  say "## probe $name on cuda ($file): exit $status in $((SECONDS - start)) s"
-  say '```'
-  say "$table"
-  say '```'
-  timeout "$(budget 60)" "$build/oomtune" probe "$file" --device cuda --json --no-fit \
-    > "$out/probe_cuda_$name.json" 2>/dev/null
-done
+probe_job eager examples/hf_gpt2.toml cpu json
+probe_job sdpa "$sdpa_job" cpu json
+probe_job gpt examples/gpt.toml cpu
+probe_job gpt examples/gpt.toml cuda json
+probe_job eager examples/hf_gpt2.toml cuda json

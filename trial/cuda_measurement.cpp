@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/core/CachingHostAllocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -55,6 +56,8 @@ class CudaMeasurementImpl final : public CudaMeasurement {
     if (free >= 0) text += fmt::format(", device free {}", format_bytes(free));
     return text;
   }
+
+  int64_t pinned_host_bytes() override { return at::getHostAllocator(at::kCUDA)->get_stats().active_bytes.current; }
 
   void write_snapshot(const std::string& path) override {
     close_mark();

@@ -65,6 +65,11 @@ class CudaMeasurement {
   /// total, with cudaMemGetInfo's free and total (probes/largest_block.h).
   /// Allocates and frees: call it once the trial's records are read.
   virtual AllocatableRecord allocatable() = 0;
+  /// Pinned host bytes in use now (CUDA's caching host allocator, which
+  /// rounds each block up to a power of two; at::HostAllocator get_stats
+  /// active_bytes): where an offloaded optimizer keeps its state on a GPU
+  /// machine, out of the CPU allocator's sight.
+  virtual int64_t pinned_host_bytes() = 0;
   /// Writes the allocator's snapshot (torch::cuda::_memory_snapshot_pickled,
   /// the pickle torch.cuda.memory._dump_snapshot writes) to `path`,
   /// atomically. Throws Error when it cannot be written.

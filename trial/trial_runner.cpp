@@ -330,7 +330,12 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
       HostMemoryScope host;
       batch = make_batch(job, job.global_batch, job.seed);
     }
-    const int64_t host_before_optimizer = tracker.live_bytes(MemoryPool::kHost);
+    // Host bytes: the CPU allocator's, and on a GPU the pinned ones too
+    // (offload's state lives there, from CUDA's host allocator).
+    auto host_bytes = [&] {
+      return tracker.live_bytes(MemoryPool::kHost) + (device ? device->pinned_host_bytes() : 0);
+    };
+    const int64_t host_before_optimizer = host_bytes();
     const int64_t live_before_step = tracker.live_bytes();
     TrainingStep step(session, config);
     checkpointed = step.checkpointed_blocks();
@@ -367,7 +372,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     report.timing.warmup_seconds = seconds_since(start);
     report.steps_run = 1;
     report.static_memory.optimizer_state_bytes = tracker.live_bytes() - live_before_update;
-    report.static_memory.optimizer_host_bytes = tracker.live_bytes(MemoryPool::kHost) - host_before_optimizer;
+    report.static_memory.optimizer_host_bytes = host_bytes() - host_before_optimizer;
 
     // Step 2: the measured step. Later steps: timing only.
     tracker.reset_statistics();

@@ -134,6 +134,32 @@ TEST(CudaTrial, TheExampleGptTrainsOnTheGpuWithTheAllocatorsFigures) {
   EXPECT_NE(over.message.find("allocator: allocated "), std::string::npos) << over.message;
 }
 
+// Issue #44 item 7: the precisions and offload that ran on the CPU only so
+// far, on the GPU. fp16 (dynamic loss scaling: CUDA only), bf16 autocast,
+// and offload, whose fp32 masters, their gradients and AdamW's state (16
+// bytes a parameter) sit in pinned host memory, which CUDA's host
+// allocator rounds up to a power of two per block (so between 16 P and
+// 32 P), with no optimizer state on the device.
+TEST(CudaTrial, Fp16Bf16AndPinnedOffloadTrainOnTheGpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  JobSpec job = testing::gpt_job(8);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  job.device = Device::kCuda;
+  TrialOptions options = testing::quick_trial();
+  options.enforce_budget = false;
+  for (const char* overrides : {"precision=fp16", "precision=bf16", "offload=on", "offload=on,precision=bf16"}) {
+    const TrainingConfig config = parse_config_overrides(overrides, baseline_config(job));
+    const ProbeReport r = run_trial(job, config, options);
+    ASSERT_EQ(r.outcome, TrialOutcome::kOk) << overrides << ": " << r.message;
+    EXPECT_GE(r.steps_run, 2) << overrides;
+    if (!config.offload_optimizer) continue;
+    const int64_t p = r.parameter_count;
+    EXPECT_EQ(r.static_memory.optimizer_state_bytes, 0) << overrides;
+    EXPECT_GE(r.static_memory.optimizer_host_bytes, 16 * p) << overrides;
+    EXPECT_LE(r.static_memory.optimizer_host_bytes, 32 * p) << overrides;
+  }
+}
+
 TEST(CudaBackend, TheDeviceFactsSeeTheGpu) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const CudaDeviceFacts facts = read_cuda_device_facts();
