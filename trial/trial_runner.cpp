@@ -514,8 +514,12 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
       report.message += "; " + device->allocator_state();
       report.measured_reserved = device->measured_reserved();
       if (!options.snapshot_path.empty()) {
-        device->write_snapshot(options.snapshot_path);
-        report.snapshot_path = options.snapshot_path;
+        try {  // the out-of-memory is the result; a snapshot that cannot be written only loses the snapshot
+          device->write_snapshot(options.snapshot_path);
+          report.snapshot_path = options.snapshot_path;
+        } catch (const std::exception& written) {
+          report.message += fmt::format("; no snapshot: {}", written.what());
+        }
       }
     }
     report.phase_at_failure = current_phase;
