@@ -60,10 +60,14 @@ Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& fr
     uint64_t epoch;
   };
   std::unordered_map<int64_t, Open> open;  // addr -> its last alloc not yet freed
+  // The oomtune mark an event lies in (nullptr: none, or no time).
+  auto marked_span = [&](const TraceEvent& e) -> const PhaseSpan* {
+    return marked.empty() || e.time_us == 0 ? nullptr : span_at(marked, e.time_us);
+  };
   auto categorize = [&](size_t i, bool retained) {
     Category c = Category::kTemporaries;
-    const PhaseSpan* span = marked.empty() || trace[i].time_us == 0 ? nullptr : span_at(marked, trace[i].time_us);
-    if (frames.allocates_parameters(trace[i].frames) || (retained && span && span->load)) {
+    const PhaseSpan* span = retained ? marked_span(trace[i]) : nullptr;
+    if (frames.allocates_parameters(trace[i].frames) || (span && span->load)) {
       c = Category::kParameters;
     } else if (retained) {
       switch (out.event_phase[i]) {
@@ -94,30 +98,28 @@ Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& fr
     // Phase: oomtune's marks first, then frames, then trace order for
     // frameless events.
     Phase p = frames.phase(e.frames);
-    const Phase by_mark = marked.empty() || e.time_us == 0 ? Phase::kUnknown : phase_at(marked, e.time_us);
-    if (by_mark != Phase::kUnknown) {
-      p = by_mark;
-      if (e.action == TraceAction::kAlloc) ++out.alloc_events_in_marked_phases;
-      if (e.frames == 0 && e.action == TraceAction::kAlloc) {
-        ++out.alloc_events_without_frames;
-        out.bytes_without_frames += e.size;
-      }
+    const bool alloc = e.action == TraceAction::kAlloc;
+    if (alloc && e.frames == 0) {
+      ++out.alloc_events_without_frames;
+      out.bytes_without_frames += e.size;
+    }
+    if (const PhaseSpan* span = marked_span(e)) {
+      p = span->phase;
+      if (alloc) ++out.alloc_events_in_marked_phases;
     } else if (e.frames == 0) {
       if (last_framed == Phase::kOptimizer) {
         p = Phase::kOptimizer;
       } else if (seen_forward) {
         p = Phase::kBackward;
       }
-      if (e.action == TraceAction::kAlloc) {
-        ++out.alloc_events_without_frames;
-        out.bytes_without_frames += e.size;
+      if (alloc) {
         if (p == Phase::kBackward) ++out.frameless_inferred_backward;
         if (p == Phase::kOptimizer) ++out.frameless_inferred_optimizer;
       }
     } else if (is_training_phase(p)) {
       last_framed = p;
     }
-    if (e.action == TraceAction::kAlloc) ++out.alloc_events;
+    if (alloc) ++out.alloc_events;
     if (p == Phase::kForward) {
       if (!seen_forward || seen_after_forward) out.iteration_starts.push_back(i);
       seen_forward = true;

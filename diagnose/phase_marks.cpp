@@ -51,9 +51,4 @@ const PhaseSpan* span_at(const std::vector<PhaseSpan>& spans, int64_t time_us) {
   return time_us < it->end_us ? &*it : nullptr;
 }
 
-Phase phase_at(const std::vector<PhaseSpan>& spans, int64_t time_us) {
-  const PhaseSpan* span = span_at(spans, time_us);
-  return span ? span->phase : Phase::kUnknown;
-}
-
 }  // namespace oomtune::diagnose

@@ -33,7 +33,4 @@ std::vector<PhaseSpan> oomtune_phase_spans(const std::vector<Annotation>& annota
 /// The span holding `time_us`, or nullptr outside every span.
 const PhaseSpan* span_at(const std::vector<PhaseSpan>& spans, int64_t time_us);
 
-/// The phase of the span holding `time_us`; kUnknown outside every span.
-Phase phase_at(const std::vector<PhaseSpan>& spans, int64_t time_us);
-
 }  // namespace oomtune::diagnose

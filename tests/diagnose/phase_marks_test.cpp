@@ -8,6 +8,12 @@
 namespace oomtune::diagnose {
 namespace {
 
+// The phase of the span holding `time_us`; kUnknown outside every span.
+Phase phase_at(const std::vector<PhaseSpan>& spans, int64_t time_us) {
+  const PhaseSpan* span = span_at(spans, time_us);
+  return span ? span->phase : Phase::kUnknown;
+}
+
 Annotation mark(const std::string& name, const std::string& stage, int64_t time_us, int64_t device = 0) {
   return {name, stage, device, time_us};
 }
