@@ -173,6 +173,7 @@ struct Block {
   uint32_t outer_run = 0;   // the outermost operator call it was made in, until that returns; 0 = counted
   uint32_t kernel_run = 0;  // the kernel call it was made in (is_kernel); 0 = none
   std::size_t entry = 0;    // its allocation's index in the outermost call's log
+  uint64_t serial = 0;      // its place among the blocks counted (forget_blocks_since)
 };
 
 // What happened inside one outermost operator call, in order, counted when
@@ -199,6 +200,7 @@ struct MemoryTracker::State {
   LargestAllocation largest;
   KernelScratch kernel_scratch;
   std::unordered_map<const void*, Block> blocks;
+  uint64_t blocks_counted = 0;
   std::unordered_map<uint32_t, std::vector<PendingEvent>> pending;  // by outermost call, until it returns
   bool record_events = false;
   std::vector<TrackedEvent> events;
@@ -433,7 +435,7 @@ void MemoryTracker::record(void* data, int64_t bytes, MemoryPool pool) const {
                              bytes,
                              s.intern(op_label(frame)),
                              frame_run(frame)};
-    Block block{bytes, pool, 0, t_kernel_run, 0};
+    Block block{bytes, pool, 0, t_kernel_run, 0, ++s.blocks_counted};
     if (!t_ops.empty()) {
       block.outer_run = t_ops.front().run;
       std::vector<PendingEvent>& log = s.pending[block.outer_run];
@@ -583,6 +585,42 @@ void MemoryTracker::set_budget(std::optional<int64_t> budget_bytes) {
   state_->budget = budget_bytes;
 }
 
+uint64_t MemoryTracker::blocks_counted() const {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return state_->blocks_counted;
+}
+
+int64_t MemoryTracker::forget_blocks_since(uint64_t mark, const std::unordered_set<const void*>& keep) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  State& s = *state_;
+  int64_t bytes = 0;
+  std::unordered_set<uint64_t> forgotten;
+  for (auto it = s.blocks.begin(); it != s.blocks.end();) {
+    const Block& block = it->second;
+    if (block.serial <= mark || block.outer_run != 0 || keep.count(it->first) != 0) {
+      ++it;
+      continue;
+    }
+    const auto p = static_cast<std::size_t>(block.pool);
+    s.live[p] -= block.bytes;
+    s.held[p] -= block.bytes;
+    bytes += block.bytes;
+    forgotten.insert(reinterpret_cast<uint64_t>(it->first));
+    it = s.blocks.erase(it);
+  }
+  // A forgotten block's allocation is the last one at its address (addresses are reused).
+  std::vector<bool> drop(s.events.size(), false);
+  for (std::size_t i = s.events.size(); i-- > 0 && !forgotten.empty();) {
+    const TrackedEvent& e = s.events[i];
+    if (e.kind == TrackedEvent::Kind::kAlloc && forgotten.erase(e.address) != 0) drop[i] = true;
+  }
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < s.events.size(); ++i)
+    if (!drop[i]) s.events[kept++] = s.events[i];
+  s.events.resize(kept);
+  return bytes;
+}
+
 void MemoryTracker::device_alloc(uint64_t address, int64_t bytes) {
   std::lock_guard<std::mutex> lock(g_mutex);
   State& s = *state_;
@@ -590,7 +628,7 @@ void MemoryTracker::device_alloc(uint64_t address, int64_t bytes) {
   const std::size_t frame = innermost_frame();
   s.held[kDevice] += bytes;
   s.held_peak = std::max(s.held_peak, s.held[kDevice]);
-  s.blocks[reinterpret_cast<const void*>(address)] = Block{bytes, MemoryPool::kDevice, 0, 0, 0};
+  s.blocks[reinterpret_cast<const void*>(address)] = Block{bytes, MemoryPool::kDevice, 0, 0, 0, ++s.blocks_counted};
   s.count_alloc({TrackedEvent::Kind::kAlloc, MemoryPool::kDevice, s.phase, address, bytes, s.intern(op_label(frame)),
                  frame_run(frame)});
 }

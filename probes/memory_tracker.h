@@ -62,6 +62,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <ATen/record_function.h>
@@ -129,6 +130,18 @@ class MemoryTracker final : public c10::Allocator {
   int64_t out_of_memory_count() const;
   /// Changes the budget (nullopt removes it).
   void set_budget(std::optional<int64_t> budget_bytes);
+
+  /// How many blocks this tracker has counted so far (CPU, meta and fed
+  /// device blocks): a mark for forget_blocks_since().
+  uint64_t blocks_counted() const;
+  /// Stops counting the blocks counted after `mark` that are still alive
+  /// and whose address (a storage's data pointer) is not in `keep`: their
+  /// bytes leave the live counts, their allocation leaves the event stream,
+  /// and their free is ignored, as for a block made before the tracker.
+  /// For what loading a TorchScript file leaves that no tensor of the model
+  /// holds (Note [Loader records] in trial/trial_runner.cpp). Call between
+  /// operators (no call open on this thread). Returns the bytes forgotten.
+  int64_t forget_blocks_since(uint64_t mark, const std::unordered_set<const void*>& keep);
 
   /// A device block the caching allocator handed out (its trace's ALLOC):
   /// `bytes` requested (before its 512-byte rounding) at `address`, counted

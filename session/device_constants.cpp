@@ -1,5 +1,7 @@
 #include "session/device_constants.h"
 
+#include <unordered_set>
+
 #include <fmt/format.h>
 #include <torch/csrc/jit/ir/ir.h>
 
@@ -50,7 +52,28 @@ int retarget_block(torch::jit::Block* block, torch::jit::Graph& graph, c10::Devi
   return changed;
 }
 
+void collect_tensor_constants(const torch::jit::Block* block, std::unordered_set<const c10::TensorImpl*>& seen,
+                              std::vector<at::Tensor>& out) {
+  for (const torch::jit::Node* node : block->nodes()) {
+    if (node->kind() == c10::prim::Constant) {
+      const auto constant = torch::jit::toIValue(node->output());
+      if (constant && constant->isTensor() && seen.insert(constant->toTensor().unsafeGetTensorImpl()).second)
+        out.push_back(constant->toTensor());
+    }
+    for (const torch::jit::Block* inner : node->blocks()) collect_tensor_constants(inner, seen, out);
+  }
+}
+
 }  // namespace
+
+std::vector<at::Tensor> tensor_constants(const torch::jit::Module& module) {
+  std::vector<at::Tensor> out;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const torch::jit::Module& m : module.modules())
+    for (const torch::jit::Method& method : m.get_methods())
+      collect_tensor_constants(method.graph()->block(), seen, out);
+  return out;
+}
 
 int retarget_cpu_device_constants(torch::jit::Module& module, c10::Device device) {
   int changed = 0;

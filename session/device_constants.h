@@ -1,5 +1,5 @@
 #pragma once
-// Device constants baked into a traced graph.
+// Device constants baked into a traced graph (and its tensor constants).
 //
 // A model traced on CPU that creates a tensor inside forward
 // (`torch.arange(T, device=x.device)`) records device=cpu as a constant; on
@@ -33,6 +33,13 @@ std::vector<DeviceConstant> find_cpu_device_constants(const torch::jit::Module& 
 /// to be on the same device". On meta nothing is computed, so where a
 /// tensor is made changes no byte the tracker counts on the device.
 int retarget_cpu_device_constants(torch::jit::Module& module, c10::Device device);
+
+/// Every tensor constant in the graphs of every method of every submodule
+/// of `module`, each tensor once, in module then graph order: a traced
+/// file's scalar constants (the 0.5 of GELU's tanh approximation, the 2 of a
+/// Llama's rotate_half), kept in the archive's constants/ records. They are
+/// memory of the model on whatever device the file loads to.
+std::vector<at::Tensor> tensor_constants(const torch::jit::Module& module);
 
 /// The warning printed for `found` when the job runs on CUDA: one line per
 /// node, and the fix (script instead of trace, or trace on the target

@@ -283,6 +283,19 @@ int64_t ModelSession::frozen_parameter_count() const {
   return count;
 }
 
+std::vector<at::Tensor> ModelSession::held_tensors() const {
+  std::vector<at::Tensor> out;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const auto& attribute : module_.named_attributes(/*recurse=*/true)) {
+    if (!attribute.value.isTensor()) continue;
+    const at::Tensor& t = attribute.value.toTensor();
+    if (t.defined() && seen.insert(t.unsafeGetTensorImpl()).second) out.push_back(t);
+  }
+  for (const at::Tensor& t : tensor_constants(module_))
+    if (seen.insert(t.unsafeGetTensorImpl()).second) out.push_back(t);
+  return out;
+}
+
 // Note [Frozen parameters]
 // The globs match the names torch::jit::Module::named_parameters lists
 // (recursive, "blocks.0.attn.qkv.weight"). A tensor under two names (tied

@@ -56,6 +56,12 @@ class ModelSession {
   std::vector<at::Tensor> frozen_parameters() const;
   /// Number of frozen parameter elements.
   int64_t frozen_parameter_count() const;
+  /// Every tensor the model holds, each once: parameters (trainable and
+  /// frozen), buffers and other tensor attributes of every submodule, and
+  /// the tensor constants of its graphs (tensor_constants). What a copy of
+  /// the model on a device keeps there; anything else loading left alive
+  /// is libtorch's (Note [Loader records] in trial/trial_runner.cpp).
+  std::vector<at::Tensor> held_tensors() const;
 
   /// Runs forward on the batch's model inputs (all but the loss target) and
   /// returns the raw output: by name when the inputs are named as forward's

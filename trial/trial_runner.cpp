@@ -10,6 +10,7 @@
 #include <torch/cuda.h>
 
 #include "allocsim/caching_allocator_sim.h"
+#include "allocsim/interchangeable_allocations.h"
 #include "allocsim/step_events_json.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
@@ -128,6 +129,24 @@ int64_t storage_bytes(const MemoryTracker& tracker, const std::vector<at::Tensor
   return bytes;
 }
 
+// Note [Loader records]
+// Loading a TorchScript file reads each record of its archive through the
+// CPU allocator (caffe2::serialize::PyTorchStreamReader::getRecord). A
+// tensor's record becomes its storage; of the others the module keeps some
+// alive for good: its code and debug records (the .debug_pkl source ranges
+// behind "at model.py:83 in forward", which name the exporting machine's
+// paths). That is libtorch's host memory on every device, no part of what
+// training allocates, yet counted it was a CPU trial's "buffers" and part
+// of every peak, and a meta trial's host line, by a size that depends on
+// where the file was exported (the LoRA fixture's host line on meta: 192.96
+// KiB here, 200.22 KiB from a checkout at a longer path). After loading,
+// every block made since that backs no tensor the model holds is forgotten.
+void forget_loader_records(MemoryTracker& tracker, uint64_t blocks_before_load, const ModelSession& session) {
+  std::unordered_set<const void*> held;
+  for (const at::Tensor& t : session.held_tensors()) held.insert(t.storage().data());
+  tracker.forget_blocks_since(blocks_before_load, held);
+}
+
 std::vector<at::Tensor> gradients(const ModelSession& session) {
   std::vector<at::Tensor> grads;
   for (const at::Tensor& p : session.parameters()) grads.push_back(p.grad());
@@ -142,9 +161,6 @@ std::unordered_set<uint64_t> gradient_blocks(const ModelSession& session) {
   return blocks;
 }
 
-// Replays the trial's device allocations (`events`, all the tracker
-// recorded) through the CUDA caching-allocator simulator: what a GPU would
-// have reserved for the same run.
 // The device events among events[begin, end) as the simulator's records, in
 // order (host memory is not the device pool); with `op_names`, each names
 // its operator.
@@ -163,8 +179,17 @@ std::vector<allocsim::AllocEvent> device_stream(const std::vector<TrackedEvent>&
   return stream;
 }
 
-ReservedPrediction predict_reserved(const std::vector<TrackedEvent>& events, std::optional<int64_t> budget_bytes) {
-  const std::vector<allocsim::AllocEvent> stream = device_stream(events, 0, events.size());
+// Replays the trial's device allocations events[0, end) through the CUDA
+// caching-allocator simulator: what a GPU would have reserved for the same
+// run, whichever order the CPU's kernels made equal-size blocks in
+// (allocsim/interchangeable_allocations.h). The step-events file and the
+// length model keep the recorded order: the model pairs the events of runs
+// at several lengths by position, and a reordering that depends on which
+// sizes happen to be equal at one length would break that pairing.
+ReservedPrediction predict_reserved(const std::vector<TrackedEvent>& events, std::size_t end,
+                                    std::optional<int64_t> budget_bytes) {
+  std::vector<allocsim::AllocEvent> stream = device_stream(events, 0, end);
+  allocsim::order_interchangeable_allocations(stream);
   allocsim::SimOptions options;
   options.budget_bytes = budget_bytes.value_or(0);
   const allocsim::SimResult sim = allocsim::replay(stream, options);
@@ -317,7 +342,9 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     enter(Phase::kLoad);
     begin_phase(Phase::kLoad);
     const int64_t live_before_load = tracker.live_bytes();
+    const uint64_t blocks_before_load = tracker.blocks_counted();
     ModelSession session(job);
+    forget_loader_records(tracker, blocks_before_load, session);
     report.parameter_count = session.parameter_count();
     report.frozen_parameter_count = session.frozen_parameter_count();
     report.static_memory.parameter_bytes = storage_bytes(tracker, session.parameters());
@@ -412,6 +439,13 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
                  : std::vector<int64_t>{};
     JobSpec at_length = job;
     std::vector<std::pair<std::size_t, std::size_t>> step_events;
+    // Predicted reserved bytes replay the steps every run of this trial
+    // makes: how many more timing adds until it is steady depends on the
+    // machine's noise, and a cache that fragments step by step would make
+    // the prediction depend on it too.
+    const bool timing_decides = options.total_steps <= 0 && !variable && !meta;
+    const int64_t replayed_steps = timing_decides ? std::min(max_steps, 2 + options.min_timed_steps) : max_steps;
+    std::size_t replay_end = 0;
     for (int64_t index = 2; index <= max_steps; ++index) {
       if (index >= 3 && variable && drawn[static_cast<std::size_t>(index - 3)] != *at_length.seq_len) {
         at_length.seq_len = drawn[static_cast<std::size_t>(index - 3)];
@@ -434,6 +468,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
       report.timing.optimizer_seconds.push_back(seconds_since(optimizer_start));
       report.timing.step_seconds.push_back(seconds_since(start));
       report.steps_run = index;
+      if (index <= replayed_steps) replay_end = tracker.event_count();
       if (variable) step_events.back().second = tracker.event_count();
       if (index == 2) {
         end_phase();
@@ -451,7 +486,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
         }
       }
       const auto timed = static_cast<int64_t>(report.timing.step_seconds.size());
-      if (options.total_steps <= 0 && !variable && timed >= options.min_timed_steps + 1 &&
+      if (timing_decides && timed >= options.min_timed_steps + 1 &&
           steady(report.timing.step_seconds, options.min_timed_steps, options.timing_tolerance))
         break;
     }
@@ -486,7 +521,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     }
     if (options.record_events) {
       const std::vector<TrackedEvent> events = tracker.events();
-      report.reserved = predict_reserved(events, job.usable_budget_bytes());
+      report.reserved = predict_reserved(events, replay_end, job.usable_budget_bytes());
       if (variable) report.step_peak_bytes = step_device_peaks(events, step_events);
       if (!options.step_events_path.empty())
         write_step_events(options.step_events_path, events, measured_begin, measured_end, tracker.op_names());

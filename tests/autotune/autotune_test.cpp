@@ -682,8 +682,8 @@ TEST(AutotuneInputs, AutotuneWithoutABudget) {
 // Memory from the meta device (the default; search.h, Rules: Memory from
 // meta). The wide GPT at 26.5 MiB (OffloadWhenEightBitDoesNotFit): with
 // libtorch 2 every node's peak is measured on meta at its own micro-batch,
-// the verified peaks agree with it within 1 % (the CPU run also holds the
-// loader's leftovers: tests/core/meta_device_test.cpp), the plain probes
+// the verified peaks agree with it within 1 % (a CPU run also holds the
+// graphs' tensor constants: tests/core/meta_device_test.cpp), the plain probes
 // run at two sizes instead of three and each strategy at one, and the
 // choice is the one the budget forces (offload). With libtorch 1.13 the
 // first meta run is refused and the lines decide, saying so.

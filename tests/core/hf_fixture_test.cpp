@@ -13,6 +13,7 @@
 #include "quick_trial.h"
 #include "strategies/activation_checkpointing.h"
 #include "strategies/training_step.h"
+#include "support/archive_constants.h"
 #include "support/require_file.h"
 #include "test_jobs.h"
 #include "trial/trial_runner.h"
@@ -53,10 +54,10 @@ TEST(HuggingFaceFixture, EagerGpt2ProbesWithAnalyticStaticBytes) {
 // The users' files on meta (issue #46 item 2): traced on the CPU by
 // PyTorch 2.11, they make their position ids with device=cpu, which the
 // session points at meta. Every phase's peak is then the CPU trial's less
-// the loader's leftovers, which are host memory on meta; the eager and the
-// SDPA trace alike (the SDPA one with the CUDA kernel's bytes on both:
-// strategies/attention_rewrite.h).
-TEST(HuggingFaceFixture, Gpt2OnMetaIsTheCpuTrialLessItsLoaderLeftovers) {
+// the graphs' tensor constants, which are host memory on meta; the eager
+// and the SDPA trace alike (the SDPA one with the CUDA kernel's bytes on
+// both: strategies/attention_rewrite.h).
+TEST(HuggingFaceFixture, Gpt2OnMetaIsTheCpuTrialLessItsTensorConstants) {
   if (!compat::kMetaDeviceCounted) GTEST_SKIP() << "meta trials need libtorch 2 (the PyPI build)";
   for (const char* file : {"hf_gpt2_eager_trace.pt", "hf_gpt2_sdpa_trace.pt"}) {
     SCOPED_TRACE(file);
@@ -67,13 +68,15 @@ TEST(HuggingFaceFixture, Gpt2OnMetaIsTheCpuTrialLessItsLoaderLeftovers) {
     const ProbeReport meta = run_trial(job, baseline_config(job), testing::one_timed_step());
     ASSERT_EQ(cpu.outcome, TrialOutcome::kOk) << cpu.message;
     ASSERT_EQ(meta.outcome, TrialOutcome::kOk) << meta.message;
-    EXPECT_EQ(meta.static_memory.buffer_bytes, 0);  // GPT-2 keeps no buffers: the CPU's are the loader's
-    const int64_t leftovers = cpu.static_memory.buffer_bytes;
-    EXPECT_GT(leftovers, 0);
+    // GPT-2 keeps no buffers; its tensor constants are on the CPU on meta.
+    const int64_t constants = testing::archive_constant_bytes(job.model_path);
+    EXPECT_GT(constants, 0);
+    EXPECT_EQ(meta.static_memory.buffer_bytes, 0);
+    EXPECT_EQ(cpu.static_memory.buffer_bytes, constants);
     for (Phase phase : {Phase::kForward, Phase::kLoss, Phase::kBackward, Phase::kOptimizer}) {
       SCOPED_TRACE(std::string(phase_name(phase)));
       const auto i = static_cast<std::size_t>(phase);
-      EXPECT_EQ(meta.phases[i].peak_bytes + leftovers, cpu.phases[i].peak_bytes);
+      EXPECT_EQ(meta.phases[i].peak_bytes + constants, cpu.phases[i].peak_bytes);
     }
     EXPECT_EQ(meta.retained_activation_bytes, cpu.retained_activation_bytes);
   }

@@ -1,5 +1,5 @@
 // The LoRA fine-tuning fixture (examples/export_lora_llama.py: a Hugging
-// Face Llama, 2 layers, hidden 128, MLP 344, vocab 1000, LoRA rank 8 on
+// Face Llama, 2 layers, hidden 128, 4 heads, MLP 344, vocab 1000, LoRA rank 8 on
 // q/k/v/o_proj) trained as examples/llama_lora.toml says: only the adapters
 // train. Byte counts from the model's shapes, not from oomtune. Built where
 // a Python with transformers and peft exports the fixture
@@ -16,6 +16,7 @@
 #include "sequence_probe.h"
 #include "session/model_session.h"
 #include "strategies/job_config.h"
+#include "support/archive_constants.h"
 #include "support/golden_file.h"
 #include "support/require_file.h"
 #include "support/run_oomtune.h"
@@ -27,7 +28,7 @@ namespace {
 
 using testing::example_model;
 
-constexpr int64_t kDim = 128, kMlp = 344, kVocab = 1000, kLayers = 2, kRank = 8;
+constexpr int64_t kDim = 128, kHeads = 4, kMlp = 344, kVocab = 1000, kLayers = 2, kRank = 8;
 // Per layer: q, k, v, o [d, d]; gate, up [344, d], down [d, 344]; two RMSNorm
 // weights [d]. Then the embedding, the final norm and lm_head (untied).
 constexpr int64_t kBase =
@@ -71,6 +72,21 @@ TEST(LoraFixture, EagerAttentionTrainsTheAdaptersOnly) {
   EXPECT_LE(lora.peak_bytes, full.peak_bytes - 8 * kBase);
   RecordProperty("lora_peak_bytes", std::to_string(lora.peak_bytes));
   RecordProperty("full_peak_bytes", std::to_string(full.peak_bytes));
+}
+
+// What loading leaves is none of the model's memory (Note [Loader
+// records]): the file's code and debug records, whose size depends on the
+// paths of the machine that exported it. The buffers are the rotary
+// inv_freq and original_inv_freq, head_dim / 2 = 16 fp32 each, and the
+// trace's tensor constants, as the archive stores them.
+TEST(LoraFixture, BuffersAreTheRotaryTablesAndTheTracesConstantsOnly) {
+  const JobSpec job = lora_job("eager");
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  const ProbeReport r = run_trial(job, baseline_config(job), quick());
+  ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
+  const int64_t constants = testing::archive_constant_bytes(job.model_path);
+  EXPECT_GT(constants, 0);
+  EXPECT_EQ(r.static_memory.buffer_bytes, 2 * (kDim / kHeads / 2) * 4 + constants);
 }
 
 // The frozen base in bf16 under bf16 autocast (Llama's RMSNorm multiplies

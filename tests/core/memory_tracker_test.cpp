@@ -165,6 +165,36 @@ TEST(MemoryTracker, RecordsEventsInOrderWhenAsked) {
   EXPECT_EQ(tracker.op_names()[events[0].op], "aten::zeros");
 }
 
+// Note [Loader records]: of the blocks made after a mark, those alive and
+// not kept leave the live bytes and the event stream, their later free is
+// not counted; a block from before the mark and a kept one stay.
+TEST(MemoryTracker, ForgetsTheBlocksSinceAMarkThatNothingKeeps) {
+  TrackerOptions options;
+  options.record_events = true;
+  MemoryTracker tracker(options);
+  at::Tensor before = at::empty({kFloats}, at::kFloat);
+  const uint64_t mark = tracker.blocks_counted();
+  at::Tensor kept = at::empty({kFloats / 2}, at::kFloat);
+  at::Tensor record = at::empty({kFloats / 4}, at::kFloat);
+  { at::Tensor gone = at::empty({kFloats / 8}, at::kFloat); }
+  const int64_t live = tracker.live_bytes();
+  EXPECT_EQ(tracker.events().size(), 5u);
+
+  EXPECT_EQ(tracker.forget_blocks_since(mark, {kept.data_ptr()}), kBytes / 4);
+  EXPECT_EQ(tracker.live_bytes(), live - kBytes / 4);
+  EXPECT_EQ(tracker.block_bytes(record.data_ptr()), 0);
+  EXPECT_EQ(tracker.block_bytes(kept.data_ptr()), kBytes / 2);
+  EXPECT_EQ(tracker.block_bytes(before.data_ptr()), kBytes);
+  std::vector<int64_t> allocated;
+  for (const TrackedEvent& e : tracker.events())
+    if (e.kind == TrackedEvent::Kind::kAlloc) allocated.push_back(e.bytes);
+  EXPECT_EQ(allocated, (std::vector<int64_t>{kBytes, kBytes / 2, kBytes / 8}));
+
+  record = at::Tensor();  // freed uncounted
+  EXPECT_EQ(tracker.live_bytes(), live - kBytes / 4);
+  EXPECT_EQ(tracker.events().size(), 4u);
+}
+
 // The device feed (CUDA trials: probes/cuda_allocator_trace.h) by hand: an
 // operator whose kernel takes a workspace and its output from the device's
 // allocator and frees the workspace before it returns, as cuDNN's

@@ -1,0 +1,49 @@
+#include "allocsim/interchangeable_allocations.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <limits>
+#include <map>
+#include <unordered_map>
+
+namespace oomtune::allocsim {
+
+void order_interchangeable_allocations(std::vector<AllocEvent>& events) {
+  constexpr std::size_t kNever = std::numeric_limits<std::size_t>::max();
+  std::vector<std::size_t> freed_at(events.size(), kNever);
+  std::unordered_map<std::uint64_t, std::size_t> live;  // id -> index of its alloc
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (events[i].kind == AllocEventKind::kAlloc) {
+      live[events[i].id] = i;
+    } else if (const auto it = live.find(events[i].id); it != live.end()) {
+      freed_at[it->second] = i;
+      live.erase(it);
+    }
+  }
+  std::vector<AllocEvent> run;
+  for (std::size_t begin = 0; begin < events.size();) {
+    if (events[begin].kind != AllocEventKind::kAlloc) {
+      ++begin;
+      continue;
+    }
+    std::size_t end = begin;
+    while (end < events.size() && events[end].kind == AllocEventKind::kAlloc) ++end;
+    std::map<int64_t, std::vector<std::size_t>> places;  // bytes -> indices, in order
+    for (std::size_t i = begin; i < end; ++i) places[events[i].bytes].push_back(i);
+    run.assign(events.begin() + static_cast<std::ptrdiff_t>(begin), events.begin() + static_cast<std::ptrdiff_t>(end));
+    for (const auto& [bytes, at] : places) {
+      if (at.size() < 2) continue;
+      std::vector<std::size_t> by_free = at;
+      std::stable_sort(by_free.begin(), by_free.end(),
+                       [&](std::size_t a, std::size_t b) { return freed_at[a] < freed_at[b]; });
+      for (std::size_t k = 0; k < at.size(); ++k) {
+        AllocEvent moved = run[by_free[k] - begin];
+        moved.order = run[at[k] - begin].order;
+        events[at[k]] = std::move(moved);
+      }
+    }
+    begin = end;
+  }
+}
+
+}  // namespace oomtune::allocsim
