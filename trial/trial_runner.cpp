@@ -479,7 +479,10 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
         report.largest = tracker.largest();
         const AttentionRecord attention = take_attention_record();
         if (attention.total_calls() > 0) report.attention = attention;
-        if (attention.total_calls() > 0 || meta) {
+        // On the CPU and on meta the cuBLAS workspaces a CUDA run of any
+        // matmul holds are stated for the job's target; a CUDA trial's
+        // allocator holds them already (its line comes with attention only).
+        if (attention.total_calls() > 0 || !cuda) {
           const CudaTarget target = cuda_target_from_name(job.cuda_target).value_or(CudaTarget{});
           report.workspaces =
               workspaces_for(target, attention.calls[static_cast<std::size_t>(AttentionKernel::kCudnn)] > 0);

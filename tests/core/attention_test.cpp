@@ -164,15 +164,19 @@ TEST(Attention, CpuValuesAndGradientsMatchAten) {
   set_attention_target(CudaTarget{});
 }
 
-// A model without scaled_dot_product_attention: no attention or workspace
-// line on the CPU, as before issue #46 item 3.
-TEST(Attention, ModelWithoutAttentionHasNoAttentionRecord) {
+// A model without scaled_dot_product_attention: no attention line, but
+// the cuBLAS workspaces of its matmuls on the job's CUDA target (the
+// default, sm90: two handles of 32 MiB; issue #46 item 6).
+TEST(Attention, ModelWithoutAttentionHasNoAttentionRecordButItsWorkspaces) {
   const JobSpec job = testing::gpt_job(2);
   OOMTUNE_REQUIRE_FILE(job.model_path);
   const ProbeReport r = probe(job);
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   EXPECT_FALSE(r.attention);
-  EXPECT_FALSE(r.workspaces);
+  ASSERT_TRUE(r.workspaces);
+  EXPECT_EQ(r.workspaces->cublas_bytes, 32 * 1024 * 1024);
+  EXPECT_EQ(r.workspaces->cublas_workspaces, 2);
+  EXPECT_FALSE(r.workspaces->cudnn_attention);
 }
 
 // A boolean mask on the default target (sm90, cuDNN preferred) in bf16: the
