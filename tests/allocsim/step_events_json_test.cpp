@@ -9,12 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "support/scratch_path.h"
 
 namespace oomtune::allocsim {
 namespace {
 
 std::string write(const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/step_events.json";
+  const std::string path = oomtune::testing::scratch_path("step_events.json").string();
   std::ofstream(path) << text;
   return path;
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "support/scratch_path.h"
 
 namespace oomtune {
 namespace {
@@ -19,8 +20,7 @@ std::string read(const std::filesystem::path& path) {
 }
 
 TEST(AtomicFile, ReplacesContentsAndLeavesNoTemporary) {
-  const auto dir = std::filesystem::temp_directory_path() / "oomtune_atomic_test";
-  std::filesystem::remove_all(dir);
+  const auto dir = testing::scratch_path("atomic");
   std::filesystem::create_directories(dir);
   const auto path = dir / "out.json";
   write_file_atomically(path.string(), "first");

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "support/scratch_path.h"
 
 namespace oomtune {
 namespace {
@@ -44,7 +45,7 @@ TEST(LengthDraw, BadDistributionsAreInputErrors) {
 }
 
 TEST(LengthDraw, HistogramFileIsOneLengthPerLine) {
-  const std::string path = ::testing::TempDir() + "/lengths.txt";
+  const std::string path = testing::scratch_path("lengths.txt").string();
   std::ofstream(path) << "# token counts\n128\n\n  512 \n1024\n";
   EXPECT_EQ(read_length_histogram(path), (std::vector<int64_t>{128, 512, 1024}));
   std::ofstream(path) << "128\n12x\n";

@@ -6,13 +6,12 @@
 // The fit is exact only if every request is c0 + c1·T + c2·T²: a byte off
 // anywhere in the step at T = 64 fails.
 
-#include <filesystem>
-
 #include <gtest/gtest.h>
 
 #include "allocsim/length_model.h"
 #include "allocsim/step_events_json.h"
 #include "support/require_file.h"
+#include "support/scratch_path.h"
 #include "test_jobs.h"
 #include "trial/trial_runner.h"
 
@@ -29,8 +28,7 @@ allocsim::LengthSample gpt_step_at(int64_t t, std::vector<int64_t>* persistent =
   options.min_timed_steps = 1;
   options.max_timed_steps = 1;
   options.record_events = true;
-  options.step_events_path =
-      (std::filesystem::temp_directory_path() / ("oomtune-step-events-" + std::to_string(t) + ".json")).string();
+  options.step_events_path = testing::scratch_path("step-events-" + std::to_string(t) + ".json").string();
   TrainingConfig config;
   config.micro_batch = 4;
   const ProbeReport report = run_trial(job, config, options);

@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/scratch_path.h"
+
 namespace oomtune::testing {
 
 std::string test_model(const std::string& name) { return std::string(OOMTUNE_TEST_MODELS) + "/" + name + ".pt"; }
@@ -69,9 +71,7 @@ JobSpec gpt_job(int64_t global_batch) {
 }
 
 std::string write_temp_file(const std::string& name, const std::string& text) {
-  const auto dir = std::filesystem::temp_directory_path() / "oomtune-tests";
-  std::filesystem::create_directories(dir);
-  const auto path = dir / name;
+  const auto path = scratch_path(name);
   std::ofstream(path) << text;
   return path.string();
 }

@@ -35,7 +35,8 @@ inline TrialOptions quick_trial() {
   return options;
 }
 
-/// Writes `text` to a fresh file under the temp folder and returns its path.
+/// Writes `text` to `name` in this process's scratch folder
+/// (support/scratch_path.h) and returns its path.
 std::string write_temp_file(const std::string& name, const std::string& text);
 
 }  // namespace oomtune::testing

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "support/scratch_path.h"
 #include "test_support.h"
 
 namespace oomtune::diagnose {
@@ -216,7 +217,7 @@ TEST(PickleReader, RunsOfMemoFetchesReadAcrossTheFileBuffer) {
   for (int i = 0; i < kGets; ++i) bytes += i % 3 == 0 ? "j\x00\x00\x00\x00"s : "h\x00"s;
   bytes += "e.";
   ASSERT_GT(bytes.size(), size_t{1} << 20);
-  const std::string path = ::testing::TempDir() + "oomtune_memo_runs.pickle";
+  const std::string path = oomtune::testing::scratch_path("memo_runs.pickle").string();
   {
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
     ASSERT_TRUE(f);

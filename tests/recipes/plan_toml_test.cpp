@@ -10,6 +10,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "job/job_spec.h"
+#include "support/scratch_path.h"
 #include "tests/recipes/plan_cases.h"
 
 namespace oomtune {
@@ -252,12 +253,10 @@ TEST(PlanToml, AJobSpecAndAPlanAreToldApart) {
 }
 
 TEST(PlanToml, ReadFromAFile) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "oomtune_plan_toml_test";
-  std::filesystem::create_directories(dir);
+  const std::string path = testing::scratch_path("plan.toml").string();
   const Plan plan = testing::golden_plans()[3].second;
-  write_file_atomically((dir / "plan.toml").string(), write_plan_toml(plan));
-  EXPECT_EQ(read_plan_toml((dir / "plan.toml").string()), plan);
-  std::filesystem::remove_all(dir);
+  write_file_atomically(path, write_plan_toml(plan));
+  EXPECT_EQ(read_plan_toml(path), plan);
 }
 
 TEST(PlanValidation, AdafactorWithOffloadIsRefused) {
