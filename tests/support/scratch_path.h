@@ -10,7 +10,8 @@
 
 #include <filesystem>
 #include <string>
-#include <system_error>
+
+#include "common/remove_tree.h"
 
 namespace oomtune::testing {
 
@@ -22,10 +23,9 @@ inline std::filesystem::path scratch_path(const std::string& name) {
     std::filesystem::path path =
         std::filesystem::temp_directory_path() / ("oomtune-tests-" + std::to_string(::getpid()));
     Folder() { std::filesystem::create_directories(path); }
-    ~Folder() {
-      std::error_code ignored;
-      std::filesystem::remove_all(path, ignored);
-    }
+    // Not std::filesystem::remove_all: PyTorch's wheels export their own
+    // copy, which crashed this at exit (common/remove_tree.h).
+    ~Folder() { remove_tree(path.string()); }
   };
   static const Folder folder;
   return folder.path / name;
