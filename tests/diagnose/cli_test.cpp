@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/run_oomtune.h"
+#include "support/scratch_path.h"
 #include "test_support.h"
 
 namespace oomtune::diagnose {
@@ -108,10 +109,6 @@ TEST(DiagnoseCli, BadFilesExitTwoWithOneLine) {
   EXPECT_EQ(missing.err, "oomtune: /nonexistent/snap.pickle: cannot open: No such file or directory\n");
 }
 
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "diag_" + std::to_string(::getpid()) + "_" + name;
-}
-
 void write_file(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
 // Compressed snapshots (gzip, as people share 1 GB dumps) read as the pickle
@@ -119,7 +116,7 @@ void write_file(const std::string& path, const std::string& bytes) { std::ofstre
 TEST(DiagnoseCli, GzipSnapshotsReadAsThePickleInside) {
   const std::string path = testing::real_fixture("oom_fragmentation.pickle");
   SKIP_IF_MISSING(path);
-  const std::string gz = temp_path("snapshot.pickle.gz");
+  const std::string gz = oomtune::testing::scratch_path("snapshot.pickle.gz").string();
   ASSERT_EQ(std::system(("gzip -c " + path + " > " + gz).c_str()), 0);
   const auto plain = run_oomtune("diagnose " + path + " --json");
   const auto packed = run_oomtune("diagnose " + gz + " --json");
@@ -132,7 +129,7 @@ TEST(DiagnoseCli, GzipSnapshotsReadAsThePickleInside) {
   EXPECT_EQ(a, b);
   // Half of the compressed file: zlib's reason, one line, exit 2.
   const std::string bytes = testing::read_all(gz);
-  const std::string cut = temp_path("cut.pickle.gz");
+  const std::string cut = oomtune::testing::scratch_path("cut.pickle.gz").string();
   write_file(cut, bytes.substr(0, bytes.size() / 2));
   const auto truncated = run_oomtune("diagnose " + cut);
   EXPECT_EQ(truncated.exit_code, 2);
@@ -153,7 +150,7 @@ TEST(DiagnoseCli, FilesThatAreNotSnapshotsSayWhatTheyAre) {
       {"snap.db", std::string("SQLite format 3\0", 16), "is a SQLite database"},
   };
   for (const auto& [name, bytes, kind] : cases) {
-    const std::string path = temp_path(name);
+    const std::string path = oomtune::testing::scratch_path(name).string();
     write_file(path, bytes);
     const auto r = run_oomtune("diagnose " + path);
     EXPECT_EQ(r.exit_code, 2) << name;
