@@ -275,11 +275,16 @@ std::string render_autotune_text(const AutotuneReport& report) {
                       s.baseline_name, format_seconds(s.baseline_seconds(static_cast<double>(size))),
                       optimizer_step.empty() ? "" : ", " + optimizer_step, size));
     } else {
-      line(fmt::format("          {} step = {} s + {} s per sample{} (both fitted to the {} probes at micro-batch {})",
+      // One point may be plain's verification run (search/meta_memory.cpp,
+      // Note [Plain's verification times it]).
+      const std::string verified = s.baseline_verified_micro_batch > 0
+                                       ? fmt::format("; at {} its verification run", s.baseline_verified_micro_batch)
+                                       : "";
+      line(fmt::format("          {} step = {} s + {} s per sample{} (both fitted to the {} {} at micro-batch {}{})",
                        s.baseline_name, format_seconds(s.baseline_seconds.intercept),
                        format_seconds(s.baseline_seconds.slope),
                        optimizer_step.empty() ? "" : " per micro-batch, " + optimizer_step, s.baseline_name,
-                       fmt::join(s.baseline_micro_batches, ", ")));
+                       verified.empty() ? "probes" : "runs", fmt::join(s.baseline_micro_batches, ", "), verified));
     }
   }
   if (s.memory_from == MemorySource::kMeta)
@@ -397,7 +402,8 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
         {"seconds_intercept", s.baseline_seconds.intercept},
         {"seconds_per_sample", s.baseline_seconds.slope},
         {"optimizer_seconds", s.baseline_optimizer_seconds},
-        {"micro_batches", s.baseline_micro_batches}}},
+        {"micro_batches", s.baseline_micro_batches},
+        {"verified_micro_batch", s.baseline_verified_micro_batch}}},
       {"probes", probes},
       {"trail", trail},
       {"notes", s.notes},

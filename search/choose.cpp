@@ -54,6 +54,18 @@ bool Search::fits_budget(const ProbeReport& r) const {
   return r.outcome == TrialOutcome::kOk && r.peak_bytes <= result_.usable_budget_bytes;
 }
 
+// Runs the verification of `config`, counted and shown.
+ProbeReport Search::verify(const TrainingConfig& config) {
+  ProbeReport r = runner_.verify(config);
+  ++result_.verification_trials;
+  progress_(fmt::format("verify {:<60} {}", describe(config),
+                        r.outcome == TrialOutcome::kOk
+                            ? fmt::format("peak {}, {:.1f} samples/s over {} steps", format_bytes(r.peak_bytes),
+                                          r.samples_per_second, r.steps_run)
+                            : outcome_text(r)));
+  return r;
+}
+
 void Search::verify_candidates() {
   std::vector<std::size_t> order;
   std::set<std::string> seen;
@@ -75,19 +87,19 @@ void Search::verify_candidates() {
     if (simplest >= order.begin() + static_cast<std::ptrdiff_t>(slots))
       std::rotate(order.begin() + static_cast<std::ptrdiff_t>(slots - 1), simplest, simplest + 1);
   }
+  // Plain's verification that ran while probing (Note [Plain's
+  // verification times it], meta_memory.cpp) takes the first slot: it is
+  // the simplest candidate, in the slots as ranked too.
+  std::stable_partition(order.begin(), order.end(),
+                        [&](std::size_t i) { return verified_early_.count(to_string(result_.trail[i].config)) > 0; });
   int64_t succeeded = 0, failed = 0;
   for (std::size_t i : order) {
     if (succeeded >= options_.max_verifications) break;
     if (failed >= options_.max_extra_verifications && succeeded > 0) break;
     if (succeeded + failed >= options_.max_verifications + options_.max_extra_verifications) break;
     TrailNode& node = result_.trail[i];
-    ProbeReport r = runner_.verify(node.config);
-    ++result_.verification_trials;
-    progress_(fmt::format("verify {:<60} {}", describe(node.config),
-                          r.outcome == TrialOutcome::kOk
-                              ? fmt::format("peak {}, {:.1f} samples/s over {} steps", format_bytes(r.peak_bytes),
-                                            r.samples_per_second, r.steps_run)
-                              : outcome_text(r)));
+    const auto ran = verified_early_.find(to_string(node.config));
+    ProbeReport r = ran != verified_early_.end() ? ran->second : verify(node.config);
     if (fits_budget(r)) {
       ++succeeded;
     } else {

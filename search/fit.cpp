@@ -252,6 +252,14 @@ bool Search::fit_models() {
             fmt::format("{}: not tried (the job trains with {})", row.probe_name, job_.optimizer.kind));
       continue;
     }
+    if (row.id == Strategy::kCheckpointing && plain_verified_at_global_batch()) {
+      // Note [Plain's verification times it] (meta_memory.cpp)
+      result_.notes.push_back(fmt::format(
+          "{}: not probed: plain {} x 1 ran its verification within the budget, and recomputation cannot make a "
+          "step faster than it",
+          row.probe_name, job_.global_batch));
+      continue;
+    }
     TrainingConfig c = base_;
     row.turn_on(c, context());
     // With meta each strategy is timed once, where its nodes run (Note

@@ -181,6 +181,8 @@ std::vector<int64_t> Search::timing_sizes() {
   std::set<int64_t> sizes = {*accumulation};
   if (g_fits) {
     sizes.insert(g);
+    // Note [Plain's verification times it]
+    plain_verification_times_g_ = options_.max_verifications >= 2;
   } else {
     for (int64_t s : below)
       if (s < *accumulation) {
@@ -191,6 +193,33 @@ std::vector<int64_t> Search::timing_sizes() {
   if (sizes.size() < 2) return fallback;
   return {sizes.begin(), sizes.end()};
 }
+
+// Note [Plain's verification times it]
+// Rationale: where plain's meta peak fits at G, plain G x 1 is a candidate,
+// and the simplest one, so it is verified whenever two or more runs are
+// (choose.cpp: the simplest candidate always takes a slot). A timing probe
+// of plain at G would run the same configuration in a fresh process a
+// second time, for fewer steps. On the example GPT that probe cost 1.2 s
+// of a 17 s autotune, and with it meta's search took longer than the
+// lines' (docs/autotune.md).
+// Approach: with max_verifications >= 2 the plain probe at G is plain's
+// verification run itself (TrialRunner::verify: the job's verify_steps, the
+// usable budget enforced, events recorded as a probe's are), run where the
+// probe would have been; its timing and peaks give the lines their point
+// at G, and verify_candidates uses the run instead of making it again
+// (verified_early_). A verification that does not run to the end (out of
+// memory under the usable budget where meta said it fits, an error, a
+// timeout) drops plain G x 1 as any failed verification does, and the
+// probe at G runs after all for the lines' point.
+// A verification within the budget settles checkpointing too: every
+// checkpointing node runs as many micro-batches as plain G x 1 or more,
+// and recomputes, so none can be faster than a configuration already
+// verified (choose.cpp counts a faster measurement of one as noise), and
+// its probe is not run (fit_models says so in a note); the walk then has
+// no checkpointing nodes.
+// Limitations: the lines' point at G comes from more steps than a probe's
+// (the median of 19 timed steps against 2 to 6); both are medians of
+// steady steps, so the seconds line is not tilted by the difference.
 
 // The one micro-batch a strategy's probe times at (Note [Timing probes on
 // meta]): the largest plain size that ran when `config`'s meta peak there

@@ -64,6 +64,31 @@ ProbeReport Search::probe(TrainingConfig config, int64_t micro_batch) {
   return r;
 }
 
+// Plain at the global batch for the lines: its verification run where
+// that times it (Note [Plain's verification times it], meta_memory.cpp),
+// else a probe, as after a verification that did not run to the end.
+ProbeReport Search::plain_at_global_batch() {
+  const int64_t g = job_.global_batch;
+  if (plain_verification_times_g_ && base_ == job_base_) {
+    const TrainingConfig c = with_micro_batch(base_, g, g);
+    const auto [early, added] = verified_early_.emplace(to_string(c), ProbeReport{});
+    if (added) early->second = verify(c);
+    if (early->second.outcome == TrialOutcome::kOk) {
+      result_.baseline_verified_micro_batch = g;
+      return early->second;
+    }
+  }
+  return probe(base_, g);
+}
+
+// Whether plain G x 1's verification ran while probing and fitted the
+// budget (Note [Plain's verification times it], meta_memory.cpp).
+bool Search::plain_verified_at_global_batch() const {
+  const int64_t g = job_.global_batch;
+  const auto ran = verified_early_.find(to_string(with_micro_batch(base_, g, g)));
+  return ran != verified_early_.end() && fits_budget(ran->second);
+}
+
 // Walks up `sizes`; a probe that runs out of memory or time ends the walk,
 // since larger micro-batches need more of both. When fewer than two sizes
 // ran by then (the probes' RAM guard is a multiple of the budget, so a
@@ -81,7 +106,7 @@ Search::PlainProbes Search::probe_plain(const std::vector<int64_t>& sizes, Plain
   auto probe_at = [&](int64_t s) {
     if (const auto known = p.ran.find(s); known != p.ran.end()) return known->second.outcome;
     if (const auto known = p.failed.find(s); known != p.failed.end()) return known->second.outcome;
-    ProbeReport r = probe(base_, s);
+    ProbeReport r = s == job_.global_batch ? plain_at_global_batch() : probe(base_, s);
     // A model file that does not load will not load at any micro-batch.
     if (r.outcome == TrialOutcome::kError && r.input_error && r.phase_at_failure == Phase::kLoad)
       throw InputError(r.message);

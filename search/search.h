@@ -77,14 +77,17 @@
 //   allocator (allocsim/caching_allocator_sim.h, replaying each probe's
 //   allocation stream), elsewhere the allocated peak.
 // - Memory from meta (SearchOptions::memory_from, Note [Memory from meta]
-//   in walk.cpp): where the runner can run a configuration on the meta
+//   in meta_memory.cpp): where the runner can run a configuration on the meta
 //   device, each node's micro-batch is chosen by the peaks measured there,
 //   at that micro-batch and with its accumulation, not by the lines; the
 //   real probes then only time and verify: plain at two sizes, each
 //   strategy at one, placed where the candidates run (plain at G and at
 //   the accumulation node's micro-batch when plain fits at G: Note [Timing
 //   probes on meta], meta_memory.cpp), so the ranking that picks the
-//   candidates to verify rests on times measured at their own sizes. The
+//   candidates to verify rests on times measured at their own sizes. Plain
+//   at G is timed by its own verification run, and once that fits the
+//   budget checkpointing is not probed: it cannot beat a verified plain
+//   G x 1 (Note [Plain's verification times it], meta_memory.cpp). The
 //   first meta run tells whether meta works for the model; when it does
 //   not, the search says why in a note and predicts from the probes' lines.
 // - bf16: when a bf16-autocast probe fails for a reason other than memory
@@ -178,9 +181,13 @@ struct SearchResult {
   BatchLine baseline_seconds;             // seconds of one micro-batch's forward, loss, backward (of baseline_name)
   double baseline_optimizer_seconds = 0;  // seconds of its optimizer step, once per global batch (0: not timed)
   std::vector<int64_t> baseline_micro_batches;  // the probes both lines were fitted to (empty: none ran)
-  StaticMemory static_memory;                   // of the baseline's probe (or plain's failed one)
-  std::string baseline_name = "plain";          // what the baseline lines describe: plain, or the rescued base
-  double smallest_predicted_peak_bytes = 0;     // the least memory any node needs (at smallest_micro_batch)
+  // The one of baseline_micro_batches that was not a probe but plain's
+  // verification run (Note [Plain's verification times it] in
+  // search/meta_memory.cpp); 0: every one was a probe.
+  int64_t baseline_verified_micro_batch = 0;
+  StaticMemory static_memory;                // of the baseline's probe (or plain's failed one)
+  std::string baseline_name = "plain";       // what the baseline lines describe: plain, or the rescued base
+  double smallest_predicted_peak_bytes = 0;  // the least memory any node needs (at smallest_micro_batch)
   // Memory from meta and no node fits: the least peak measured on meta of
   // the combinations smallest_predicted_peak_bytes predicts (every block
   // checkpointed, bf16, and each optimizer row or none, at

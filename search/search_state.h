@@ -89,6 +89,8 @@ class Search {
   // probe_plan.cpp
   ProbeReport probe(TrainingConfig config, int64_t micro_batch);
   PlainProbes probe_plain(const std::vector<int64_t>& sizes, PlainProbes p = {});
+  ProbeReport plain_at_global_batch();
+  bool plain_verified_at_global_batch() const;
 
   // fit.cpp
   // Whether the parameters fit the usable budget (Note [Parameters alone]).
@@ -136,6 +138,7 @@ class Search {
 
   // choose.cpp
   bool fits_budget(const ProbeReport& r) const;
+  ProbeReport verify(const TrainingConfig& config);
   void verify_candidates();
   void note_optimizer_change(const std::vector<std::size_t>& fitting);
 
@@ -159,6 +162,10 @@ class Search {
   Precision bf16_form_ = Precision::kBf16;                    // kBf16Params after a fallback
   bool meta_ = false;                                         // nodes' memory from meta (Note [Memory from meta])
   std::map<std::string, ProbeReport> meta_runs_;              // to_string(config) -> its meta run
+  // Plain at the global batch is timed by its own verification run (Note
+  // [Plain's verification times it], meta_memory.cpp).
+  bool plain_verification_times_g_ = false;
+  std::map<std::string, ProbeReport> verified_early_;  // to_string(config) -> its verification, run while probing
   SearchResult result_;
 };
 

@@ -60,6 +60,10 @@ class ChildTrialRunner : public TrialRunner {
     TrialOptions options;
     options.total_steps = job_.verify_steps;
     options.enforce_budget = true;
+    // As a probe's: plain's verification can stand for its probe at the
+    // global batch (search/meta_memory.cpp, Note [Plain's verification
+    // times it]), and predicted reserved bytes sit beside the verified peak.
+    options.record_events = true;
     options.snapshot_path = snapshots_.next(config);
     return run_trial_in_child(job_, config, options, child_);
   }

@@ -301,7 +301,7 @@ TEST(Cli, ARefusedBlockClassLeavesTheOtherBlocksToCheckpoint) {
       << probe.err;
   EXPECT_NE(line.find("--config ckpt=paths:encoder.0+encoder.1"), std::string::npos) << probe.err;
 
-  const RunResult tuned = run_oomtune("autotune " + job + " --json --max-verifications 2");
+  const RunResult tuned = run_oomtune("autotune " + job + " --json --max-verifications 2 --memory-from probes");
   ASSERT_EQ(tuned.exit_code, 0) << tuned.err;
   const auto report = nlohmann::json::parse(tuned.out);
   bool noted = false;

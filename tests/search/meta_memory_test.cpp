@@ -207,6 +207,93 @@ TEST(MetaMemory, TheProbesTimeWhereTheCandidatesRun) {
   EXPECT_LT(meta.probes, lines.probes);
 }
 
+// Note [Plain's verification times it]: plain fits at G on meta, so with
+// three verification runs plain 32 x 1 is one of them, and that run is its
+// timing point at 32 too: no probe of plain at 32, and no second run of
+// it. The line through 16 (a probe) and 32 (the verification) is the
+// probes' line, so every node is predicted at its true time as in
+// MetaMemory.TheProbesTimeWhereTheCandidatesRun, whose one verification
+// slot keeps the probe at 32. Plain 32 x 1 verified within the budget,
+// checkpointing (time x 1.6 in the fake) cannot beat it: not probed, no
+// node.
+TEST(MetaMemory, PlainsVerificationRunIsItsTimingPointAtTheGlobalBatch) {
+  const JobSpec job = job_with_budget(plain_peak(32) + kMiB);
+  FakeRunner meta;
+  meta.meta = true;
+  meta.spill_seconds_per_sample = 0.004;
+  const SearchResult r = run_search(meta, job, from_meta());
+  ASSERT_EQ(r.memory_from, MemorySource::kMeta);
+  std::set<int64_t> plain_sizes;
+  for (const ProbeReport& p : r.probes)
+    if (p.config.find("ckpt=none,optimizer=adamw,offload=off,precision=fp32") != std::string::npos)
+      plain_sizes.insert(p.micro_batch);
+  EXPECT_EQ(plain_sizes, (std::set<int64_t>{16}));
+  EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(r.baseline_verified_micro_batch, 32);
+  EXPECT_EQ(meta.verifications, 3);
+  EXPECT_EQ(r.verification_trials, 3);
+  EXPECT_EQ(meta.probes, 3) << "plain at 16, 8-bit AdamW and offload at 32";
+  EXPECT_TRUE(has_note(r,
+                       "activation checkpointing: not probed: plain 32 x 1 ran its verification within the budget, "
+                       "and recomputation cannot make a step faster than it"))
+      << testing::PrintToString(r.notes);
+  for (const TrailNode& n : r.trail) {
+    SCOPED_TRACE(n.node);
+    EXPECT_FALSE(n.config.checkpoint.enabled());
+    EXPECT_NEAR(n.predicted_seconds,
+                meta.true_seconds(n.config) * static_cast<double>(n.config.accumulation_steps) +
+                    meta.true_optimizer_seconds(n.config),
+                1e-9);
+  }
+  const auto plain = std::find_if(r.trail.begin(), r.trail.end(), [](const TrailNode& n) { return n.node == "plain"; });
+  ASSERT_NE(plain, r.trail.end());
+  ASSERT_TRUE(plain->verification.has_value());
+  EXPECT_EQ(plain->verification->steps_run, 20);
+  ASSERT_TRUE(r.chosen.has_value());
+  EXPECT_EQ(to_string(r.trail[*r.chosen].config),
+            "micro_batch=16,accum=2,ckpt=none,optimizer=adamw,offload=off,precision=fp32");
+  AutotuneReport report;
+  report.job_path = "job.toml";
+  report.job = job;
+  report.search = r;
+  const std::string text = render_autotune_text(report);
+  EXPECT_NE(text.find("(both fitted to the plain runs at micro-batch 16, 32; at 32 its verification run)"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(autotune_json(report).at("baseline_model").at("verified_micro_batch"), 32);
+
+  // Its later steps grow past the budget, which meta cannot see: plain 32 x
+  // 1 is dropped as any failed verification is, not run again, the lines
+  // take their point at 32 from a probe after all, and checkpointing is
+  // probed.
+  FakeRunner growing;
+  growing.meta = true;
+  growing.spill_seconds_per_sample = 0.004;
+  growing.verification_growth = 2 * kMiB;
+  const SearchResult dropped = run_search(growing, job, from_meta());
+  plain_sizes.clear();
+  for (const ProbeReport& p : dropped.probes)
+    if (p.config.find("ckpt=none,optimizer=adamw,offload=off,precision=fp32") != std::string::npos)
+      plain_sizes.insert(p.micro_batch);
+  EXPECT_EQ(plain_sizes, (std::set<int64_t>{16, 32}));
+  EXPECT_EQ(dropped.baseline_verified_micro_batch, 0);
+  EXPECT_TRUE(std::any_of(dropped.trail.begin(), dropped.trail.end(),
+                          [](const TrailNode& n) { return n.config.checkpoint.enabled(); }));
+  EXPECT_EQ(growing.verifications, dropped.verification_trials);
+  const auto failed =
+      std::find_if(dropped.trail.begin(), dropped.trail.end(), [](const TrailNode& n) { return n.node == "plain"; });
+  ASSERT_NE(failed, dropped.trail.end());
+  ASSERT_TRUE(failed->verification.has_value());
+  EXPECT_EQ(failed->verification->outcome, TrialOutcome::kOutOfMemory);
+  EXPECT_NE(failed->note.find("the memory model was wrong; dropped"), std::string::npos) << failed->note;
+  ASSERT_TRUE(dropped.chosen.has_value());
+  EXPECT_NE(*dropped.chosen, static_cast<std::size_t>(failed - dropped.trail.begin()));
+  int verified = 0;
+  for (const TrailNode& n : dropped.trail) verified += n.verification && n.verification->outcome == TrialOutcome::kOk;
+  EXPECT_EQ(verified, 3) << "three other candidates fill the slots";
+  EXPECT_EQ(growing.verifications, 4);
+}
+
 // A first meta run that fails (libtorch 1.13 refuses the meta device)
 // leaves the whole search to the lines, with the reason in a note: the
 // same trail as a search that never asked.
