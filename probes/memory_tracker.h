@@ -13,7 +13,10 @@
 //   bytes from host bytes.
 // - With a budget, an allocation that would take live device bytes past it
 //   throws c10::OutOfMemoryError, as the CUDA caching allocator does; the
-//   caller records it as an out-of-memory result.
+//   caller records it as an out-of-memory result. Inside a kernel call,
+//   whose blocks may be scratch, only one past twice the budget throws at
+//   once; tensors the call leaves past the budget make the next allocation
+//   throw (Note [Budget and kernel scratch] in memory_tracker.cpp).
 // - Operator attribution uses an at::RecordFunction callback: the outermost
 //   aten op, under the innermost autograd node ("MmBackward0 > aten::mm") or
 //   oomtune operator ("oomtune::checkpoint > aten::linear" in a checkpointed
@@ -24,7 +27,9 @@
 //   its size depends on the CPU and a CUDA run has none of it. Its fate is
 //   known when the kernel returns, so a kernel's allocations are counted
 //   then, in their order (Note [Kernel scratch] in memory_tracker.cpp).
-//   The budget counts them as they happen.
+//   The budget leaves them out too: inside a kernel call it counts in full
+//   only the bytes held before the call, and judges what the call leaves
+//   behind at the next allocation (Note [Budget and kernel scratch]).
 //
 // - Meta (TrackerOptions::count_meta, issue #46): the tracker also counts
 //   what the meta device allocates, into the same records (one block table,

@@ -85,17 +85,27 @@ TEST(MemoryTracker, RestoresThePreviousAllocator) {
   EXPECT_EQ(second.live_bytes(), 0);
 }
 
+// Every tensor here is made inside a kernel call (aten::empty), where a
+// block may be the kernel's scratch, which no GPU holds (Note [Budget and
+// kernel scratch] in probes/memory_tracker.cpp): one that takes the bytes
+// past twice the budget is refused at once, one that takes the tensors
+// past the budget at the next allocation, when the call has returned.
 TEST(MemoryTracker, BudgetThrowsOutOfMemoryAndLeavesNothingBehind) {
   TrackerOptions options;
   options.budget_bytes = 3 * kBytes;
   MemoryTracker tracker(options);
   at::Tensor a = at::empty({kFloats}, at::kFloat);
   at::Tensor b = at::empty({kFloats}, at::kFloat);
-  EXPECT_THROW(at::empty({2 * kFloats}, at::kFloat), c10::OutOfMemoryError);
+  EXPECT_THROW(at::empty({5 * kFloats}, at::kFloat), c10::OutOfMemoryError);
   EXPECT_EQ(tracker.out_of_memory_count(), 1);
   EXPECT_EQ(tracker.live_bytes(), 2 * kBytes);
+  at::Tensor c = at::empty({2 * kFloats}, at::kFloat);
+  EXPECT_THROW(at::empty({1}, at::kFloat), c10::OutOfMemoryError);
+  EXPECT_EQ(tracker.out_of_memory_count(), 2);
+  EXPECT_EQ(tracker.live_bytes(), 4 * kBytes);
   a = at::Tensor();
   b = at::Tensor();
+  c = at::Tensor();
   EXPECT_EQ(tracker.live_bytes(), 0);
   EXPECT_NO_THROW(at::empty({3 * kFloats}, at::kFloat));
 }
@@ -396,15 +406,37 @@ TEST(MemoryTracker, RawAllocationsAreScratchInsideAnOperatorAndFlaggedOutside) {
   EXPECT_EQ(tracker.kernel_scratch().raw_bytes_counted, 700);
 }
 
-TEST(MemoryTracker, TheBudgetCountsScratchAsItHappens) {
+// Note [Budget and kernel scratch]: a GPU never holds a CPU kernel's
+// scratch, so the budget does not count it. The input and the output
+// (kOutputFloats) are the tensors; the temporary (kScratchFloats) is not.
+TEST(MemoryTracker, TheBudgetLeavesKernelScratchOut) {
+  const auto tensors = [](int64_t input_floats) { return 4 * (input_floats + kOutputFloats); };
+  {
+    TrackerOptions options;
+    options.budget_bytes = tensors(kScratchFloats);
+    MemoryTracker tracker(options);
+    const at::Tensor x = at::ones({kScratchFloats});
+    at::Tensor y;
+    EXPECT_NO_THROW(y = call("oomtune_test::kernel_with_scratch", x))
+        << "the tensors fit exactly; the call held 4 x (3000 + 3000 + 500) bytes, under twice the budget";
+    EXPECT_EQ(tracker.live_bytes(), tensors(kScratchFloats));
+    y.reset();
+    // One byte less: the output takes the tensors past the budget, which is
+    // known only when the kernel has returned; the next allocation is
+    // refused.
+    tracker.set_budget(tensors(kScratchFloats) - 1);
+    EXPECT_NO_THROW(y = call("oomtune_test::kernel_with_scratch", x));
+    EXPECT_THROW(at::ones({1}), c10::OutOfMemoryError);
+    EXPECT_EQ(tracker.out_of_memory_count(), 1);
+  }
+  // A kernel call may hold twice the budget, scratch included, no more:
+  // the tensors fit (16 + 500 floats), the call would hold 16 + 3000 + 500.
   TrackerOptions options;
-  options.budget_bytes = 4 * (16 + kScratchFloats + kOutputFloats) - 1;
+  options.budget_bytes = tensors(16);
   MemoryTracker tracker(options);
   const at::Tensor x = at::ones({16});
   EXPECT_THROW(call("oomtune_test::kernel_with_scratch", x), c10::OutOfMemoryError);
   EXPECT_EQ(tracker.live_bytes(), 4 * 16) << "nothing left behind";
-  tracker.set_budget(4 * (16 + kScratchFloats + kOutputFloats));
-  EXPECT_NO_THROW(call("oomtune_test::kernel_with_scratch", x));
 }
 
 // A convolution through oneDNN (libtorch's CPU default for float32) reorders

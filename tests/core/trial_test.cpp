@@ -290,7 +290,10 @@ TEST(Trial, ABudgetTooSmallIsAnOutOfMemoryOutcome) {
   EXPECT_EQ(r.outcome, TrialOutcome::kOutOfMemory);
   EXPECT_NE(r.message.find("oomtune budget: tried to allocate"), std::string::npos) << r.message;
   EXPECT_TRUE(r.phase_at_failure.has_value());
-  EXPECT_LE(r.peak_bytes, 16LL << 20);
+  // The tensors may pass the budget by what the one kernel call that took
+  // them past it left behind, found at the next allocation (Note [Budget
+  // and kernel scratch] in probes/memory_tracker.cpp): 134,656 B on 1.13.
+  EXPECT_LE(r.peak_bytes, (16LL << 20) + (1LL << 20));
 }
 
 TEST(Trial, TheOptimizingExecutorIsOptIn) {
