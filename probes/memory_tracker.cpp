@@ -79,9 +79,9 @@ static_assert(sizeof(BlockHeader) <= kHeaderBytes);
 // Note [Budget and kernel scratch]
 // Rationale: the budget stands for a GPU's memory, which a CPU kernel's
 // scratch never takes. Counted against it, scratch made verification
-// depend on the CPU: on an AVX-only CPU (no AVX2: ATen's default kernels,
-// slow_conv2d) ResNet-50's ConvolutionBackward0 asked for a 72.04 MiB
-// column buffer (81.04 MiB of scratch at most) and plain 8 x 1 ran out of a
+// depend on the CPU: on an AVX-only CPU (an AMD EPYC without AVX2, PyPI's
+// libtorch 2.11) ResNet-50's ConvolutionBackward0 asked for a 72.04 MiB
+// block of scratch (81.04 MiB at most at once) and plain 8 x 1 ran out of a
 // 342 MiB budget in backward, where its tensors peak at 301.68 MiB and an
 // AVX2 or AVX-512 CPU verifies it (Autotune.PlainFitOnResNet50AndHeldBackPrediction).
 // Approach: whether a block is scratch is known when it is freed, so an
