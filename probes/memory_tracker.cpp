@@ -100,10 +100,6 @@ static_assert(sizeof(BlockHeader) <= kHeaderBytes);
 // kernel of another thread count as held until that kernel returns.
 constexpr int64_t kKernelScratchAllowance = 2;  // a kernel call may hold this many budgets at once
 
-// Bytes alive that this thread's open kernel call (t_kernel_run) made; 0
-// outside kernel calls (Note [Budget and kernel scratch]).
-thread_local int64_t t_kernel_bytes = 0;
-
 // The device whose kernels' scratch is found (Note [Kernel scratch]).
 constexpr c10::DispatchKey kKernelKey = c10::DispatchKey::CPU;
 
@@ -124,6 +120,22 @@ std::atomic<uint32_t> g_next_run{1};
 // The run of the outermost kernel call on this thread's stack (is_kernel);
 // 0 = none.
 thread_local uint32_t t_kernel_run = 0;
+// Device bytes alive that this thread's open kernel call made; 0 outside
+// kernel calls (Note [Budget and kernel scratch]).
+thread_local int64_t t_kernel_bytes = 0;
+
+// Opens kernel call `run` on this thread unless one is open (then the
+// enclosing call's rule applies); closes it when `run` is the open one.
+void open_kernel_call(uint32_t run) {
+  if (t_kernel_run != 0) return;
+  t_kernel_run = run;
+  t_kernel_bytes = 0;
+}
+void close_kernel_call(uint32_t run) {
+  if (t_kernel_run != run) return;
+  t_kernel_run = 0;
+  t_kernel_bytes = 0;
+}
 
 // Whether `fn` runs a kernel for kKernelKey: one registered for that key
 // (aten::mm, aten::native_layer_norm_backward) or for every device with its
@@ -153,10 +165,7 @@ bool is_kernel(const at::RecordFunction& fn) {
 std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
   const uint32_t run = g_next_run++;
   t_ops.push_back({fn.name(), fn.scope() == at::RecordScope::BACKWARD_FUNCTION, run});
-  if (t_kernel_run == 0 && is_kernel(fn)) {
-    t_kernel_run = run;
-    t_kernel_bytes = 0;
-  }
+  if (t_kernel_run == 0 && is_kernel(fn)) open_kernel_call(run);
   return nullptr;
 }
 
@@ -164,10 +173,7 @@ void on_op_exit(const at::RecordFunction&, at::ObserverContext*) {
   if (t_ops.empty()) return;
   const uint32_t run = t_ops.back().run;
   t_ops.pop_back();
-  if (t_kernel_run == run) {
-    t_kernel_run = 0;
-    t_kernel_bytes = 0;
-  }
+  close_kernel_call(run);
   if (t_ops.empty()) settle_outermost_call(run);
 }
 
@@ -517,9 +523,9 @@ void MemoryTracker::on_free(void* data, bool raw) {
   const TrackedEvent event{
       TrackedEvent::Kind::kFree, block.pool, s.phase, reinterpret_cast<uint64_t>(data), block.bytes, 0, 0};
   // Scratch: not a tensor (raw), or freed inside the kernel call that made it.
-  const bool scratch = raw || (block.kernel_run != 0 && block.kernel_run == t_kernel_run);
-  if (block.kernel_run != 0 && block.kernel_run == t_kernel_run && block.pool == MemoryPool::kDevice)
-    t_kernel_bytes -= block.bytes;
+  const bool in_its_kernel = block.kernel_run != 0 && block.kernel_run == t_kernel_run;
+  const bool scratch = raw || in_its_kernel;
+  if (in_its_kernel && block.pool == MemoryPool::kDevice) t_kernel_bytes -= block.bytes;
   if (block.outer_run != 0) {
     std::vector<PendingEvent>& log = s.pending.at(block.outer_run);
     log[block.entry].scratch = scratch;
@@ -699,19 +705,13 @@ MemoryPool current_memory_pool() { return t_pool; }
 // freed inside it scratch).
 KernelScratchScope::KernelScratchScope() : run_(g_next_run++) {
   t_ops.push_back({kKernelScratchScopeName, false, run_});
-  if (t_kernel_run == 0) {
-    t_kernel_run = run_;
-    t_kernel_bytes = 0;
-  }
+  open_kernel_call(run_);
 }
 
 KernelScratchScope::~KernelScratchScope() {
   // Operator frames opened inside have closed: ours is the last.
   if (!t_ops.empty() && t_ops.back().run == run_) t_ops.pop_back();
-  if (t_kernel_run == run_) {
-    t_kernel_run = 0;
-    t_kernel_bytes = 0;
-  }
+  close_kernel_call(run_);
   if (t_ops.empty()) settle_outermost_call(run_);
 }
 
