@@ -19,6 +19,7 @@
 
 #include "allocsim/allocsim_trace.h"
 #include "common/error.h"
+#include "support/build_values.h"
 
 namespace oomtune::allocsim {
 namespace {
@@ -31,7 +32,7 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 std::optional<SnapshotTrace> load_fixture(const std::string& name, std::string& why) {
   const fs::path pickle = fs::path(OOMTUNE_SHARED_DIR) / "fixtures" / "snapshots" / (name + ".pickle");
   const fs::path script = fs::path(OOMTUNE_SOURCE_DIR) / "scripts" / "snapshot_to_events.py";
-  const fs::path out = fs::path(ALLOCSIM_WORK_DIR) / (name + ".events.json");
+  const fs::path out = fs::path(testing::kAllocsimWorkDir) / (name + ".events.json");
   if (!fs::exists(pickle)) {
     why = "fixture " + pickle.string() + " is absent";
     return std::nullopt;
@@ -203,7 +204,7 @@ TEST(SnapshotReplay, GptActivationsFixtureMatchesFromReconstructedStart) {
 }
 
 TEST(SnapshotReplay, TraceFileErrorsNameTheFile) {
-  const fs::path bad = fs::path(ALLOCSIM_WORK_DIR) / "not_a_trace.json";
+  const fs::path bad = fs::path(testing::kAllocsimWorkDir) / "not_a_trace.json";
   {
     std::ofstream out(bad);
     out << R"({"format": "something-else", "version": 1})";
@@ -215,7 +216,7 @@ TEST(SnapshotReplay, TraceFileErrorsNameTheFile) {
     EXPECT_NE(std::string(e.what()).find(bad.string()), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("oomtune-allocsim-trace"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(load_snapshot_trace((fs::path(ALLOCSIM_WORK_DIR) / "missing.json").string()), SnapshotError);
+  EXPECT_THROW(load_snapshot_trace((fs::path(testing::kAllocsimWorkDir) / "missing.json").string()), SnapshotError);
 }
 
 }  // namespace

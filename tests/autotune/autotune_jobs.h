@@ -49,9 +49,7 @@ class TestDir {
   fs::path path_;
 };
 
-inline std::string model(const std::string& name) {
-  return std::string(OOMTUNE_AUTOTUNE_MODELS) + "/" + name + "/gpt.pt";
-}
+inline std::string model(const std::string& name) { return std::string(kAutotuneModels) + "/" + name + "/gpt.pt"; }
 inline std::string resnet50() { return std::string(OOMTUNE_EXAMPLES_DIR) + "/models/resnet50.pt"; }
 inline bool exists(const std::string& path) { return fs::exists(path); }
 

@@ -697,7 +697,7 @@ TEST(AutotuneMeta, EachNodeIsMeasuredOnMetaAndTheProbesOnlyTime) {
   const json chosen = check_chosen(report, 8);
   ASSERT_FALSE(chosen.is_null());
   EXPECT_TRUE(contains(chosen.at("config").get<std::string>(), "offload=on")) << dump_trail(report);
-  if (!OOMTUNE_META_COUNTED) {
+  if (!testing::kMetaCounted) {
     EXPECT_EQ(report.at("memory_from"), "probes");
     EXPECT_EQ(report.at("meta_trials"), 1);
     EXPECT_TRUE(

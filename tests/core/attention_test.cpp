@@ -16,6 +16,7 @@
 #include "probes/attention_model.h"
 #include "strategies/attention_op.h"
 #include "strategies/training_config.h"
+#include "support/build_values.h"
 #include "support/require_file.h"
 #include "test_jobs.h"
 #include "trial/trial_runner.h"
@@ -27,7 +28,7 @@ constexpr int64_t kBatch = 2, kHeads = 2, kLength = 256, kHeadDim = 16, kChannel
 
 JobSpec attention_job(const std::string& model, Device device, const std::string& target) {
   JobSpec job;
-  job.model_path = std::string(OOMTUNE_TEST_MODELS) + "/" + model;
+  job.model_path = std::string(testing::kTestModels) + "/" + model;
   job.inputs = {InputSpec{"x", {kBatchDim, kLength, kChannels}, "float32", std::nullopt, std::nullopt}};
   job.loss.kind = LossSpec::Kind::kMean;
   job.global_batch = kBatch;

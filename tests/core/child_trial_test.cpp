@@ -15,6 +15,7 @@
 #include "quick_trial.h"
 #include "strategies/job_config.h"
 #include "strategies/training_step.h"
+#include "support/build_values.h"
 #include "support/require_file.h"
 #include "test_jobs.h"
 #include "trial/trial_request.h"
@@ -29,7 +30,7 @@ class ChildTrial : public ::testing::Test {
   static ProbeReport run(const JobSpec& job, double timeout = 120) {
     const TrialOptions options = testing::one_timed_step();
     ChildTrialOptions child;
-    child.executable = OOMTUNE_BINARY;
+    child.executable = testing::kOomtuneBinary;
     child.timeout_seconds = timeout;
     return run_trial_in_child(job, baseline_config(job), options, child);
   }
@@ -128,7 +129,7 @@ TEST_F(ChildTrial, MetaTrialsInOneChildReportWhatFreshChildrenDo) {
   OOMTUNE_REQUIRE_FILE(job.model_path);
   job.device = Device::kMeta;
   ChildTrialOptions child;
-  child.executable = OOMTUNE_BINARY;
+  child.executable = testing::kOomtuneBinary;
   child.timeout_seconds = 120;
   TrialOptions options;
   options.enforce_budget = false;
@@ -172,7 +173,7 @@ TEST_F(ChildTrial, AServedTrialThatCrashesOrHangsCostsThatTrialOnly) {
   const JobSpec job = testing::mlp_job(8);
   OOMTUNE_REQUIRE_FILE(job.model_path);
   ChildTrialOptions child;
-  child.executable = OOMTUNE_BINARY;
+  child.executable = testing::kOomtuneBinary;
   child.timeout_seconds = 120;
   TrainingConfig small = baseline_config(job);
   small.micro_batch = 4;

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "support/build_values.h"
 #include "support/golden_file.h"
 #include "support/require_file.h"
 #include "support/run_oomtune.h"
@@ -105,7 +106,7 @@ TEST(Cli, VersionSaysWhetherLibtorchHasCuda) {
   // CMakeLists.txt reads CUDA support from Torch's CMake config; the Debian
   // libtorch this project's CI uses is CPU only, a CUDA wheel's is not.
   const std::string version = run_oomtune("--version").out;
-  EXPECT_NE(version.find(OOMTUNE_EXPECT_TORCH_CUDA ? "CUDA: yes" : "CUDA: no"), std::string::npos) << version;
+  EXPECT_NE(version.find(testing::kTorchHasCuda ? "CUDA: yes" : "CUDA: no"), std::string::npos) << version;
 }
 
 // Autotune on meta chooses by memory alone (search/meta_memory.cpp, Note
@@ -364,7 +365,7 @@ TEST(Cli, BadModelFilesExitTwoWithOneLine) {
 // What users pass instead of TorchScript (make_test_models.py writes them as
 // torch.save and the formats' specs do): each is named, with how to export.
 TEST(Cli, ModelFilesThatAreNotTorchScriptSayWhatTheyAre) {
-  const std::string dir = std::string(OOMTUNE_TEST_MODELS) + "/not_torchscript/";
+  const std::string dir = std::string(testing::kTestModels) + "/not_torchscript/";
   OOMTUNE_REQUIRE_FILE(dir + "state_dict.pt");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"state_dict.pt", "is a torch.save file holding a state_dict (weights only), not a TorchScript model; "},
@@ -516,7 +517,8 @@ HangingProbe start_hanging_probe(const std::string& name) {
     const int devnull = ::open("/dev/null", O_WRONLY);
     ::dup2(devnull, STDOUT_FILENO);
     ::dup2(devnull, STDERR_FILENO);
-    ::execl(OOMTUNE_BINARY, OOMTUNE_BINARY, "probe", job.c_str(), "--no-fit", static_cast<char*>(nullptr));
+    ::execl(testing::kOomtuneBinary, testing::kOomtuneBinary, "probe", job.c_str(), "--no-fit",
+            static_cast<char*>(nullptr));
     ::_exit(127);
   }
   eventually([&] { return (p.child = process_mentioning(p.tmp.string())) > 0; }, 60);
@@ -695,7 +697,7 @@ TEST(Cli, ProbeFitLeavesOutACrashedSize) {
 // The executable never loads libtorch itself (trial/trial_module.h):
 // diagnose, emit and --version must not pay for it.
 TEST(Cli, TheExecutableDoesNotLinkLibtorch) {
-  const RunResult r = testing::run_program("readelf", "-d " + std::string(OOMTUNE_BINARY));
+  const RunResult r = testing::run_program("readelf", "-d " + std::string(testing::kOomtuneBinary));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_NE(r.out.find("(NEEDED)"), std::string::npos) << r.out;
   for (const char* library : {"libtorch", "libc10"})
@@ -710,7 +712,7 @@ TEST(Cli, AMissingTrialModuleIsOneClearLine) {
   const auto dir = std::filesystem::temp_directory_path() / ("oomtune_no_module_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto copy = dir / "oomtune";
-  std::filesystem::copy_file(OOMTUNE_BINARY, copy, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(testing::kOomtuneBinary, copy, std::filesystem::copy_options::overwrite_existing);
   const std::string module = (dir / "liboomtune_trial_module.so").string();
   const RunResult trial =
       testing::run_program(copy.string(), "trial /nonexistent/request.json " + (dir / "result.json").string());

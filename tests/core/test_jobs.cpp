@@ -3,11 +3,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/build_values.h"
 #include "support/scratch_path.h"
 
 namespace oomtune::testing {
 
-std::string test_model(const std::string& name) { return std::string(OOMTUNE_TEST_MODELS) + "/" + name + ".pt"; }
+std::string test_model(const std::string& name) { return std::string(kTestModels) + "/" + name + ".pt"; }
 
 std::string example_model(const std::string& name) {
   return std::string(OOMTUNE_EXAMPLES_DIR) + "/models/" + name + ".pt";

@@ -9,7 +9,7 @@
 
 namespace oomtune::testing {
 
-/// Path of a test model: OOMTUNE_TEST_MODELS/<name>.pt.
+/// Path of a test model: kTestModels/<name>.pt.
 std::string test_model(const std::string& name);
 /// Path of an example model: OOMTUNE_EXAMPLES_DIR/models/<name>.pt.
 std::string example_model(const std::string& name);

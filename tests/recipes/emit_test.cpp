@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "recipes/plan_toml.h"
 #include "recipes/recipes.h"
+#include "support/build_values.h"
 #include "tests/recipes/plan_cases.h"
 
 namespace oomtune {
@@ -163,7 +164,7 @@ ProcessResult run(const std::string& binary, const std::string& args, const fs::
 class EmitCommand : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    binary_ = GetParam() == "driver" ? OOMTUNE_EMIT_DRIVER : OOMTUNE_BINARY;
+    binary_ = GetParam() == "driver" ? testing::kEmitDriver : testing::kOomtuneBinary;
     ASSERT_TRUE(fs::exists(binary_)) << binary_ << " is not built";
     if (GetParam() == "oomtune" && run(binary_, "emit --list", fs::temp_directory_path()).code != 0)
       FAIL() << "oomtune emit --list failed: no emit row in src/commands.cpp?";

@@ -1,5 +1,5 @@
 #pragma once
-// Running the built oomtune binary from a test (OOMTUNE_BINARY), or any
+// Running the built oomtune binary from a test (kOomtuneBinary), or any
 // program: its exit code, stdout and stderr. Shared by the end-to-end tests.
 
 #include <sys/wait.h>
@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include "support/build_values.h"
 
 namespace oomtune::testing {
 
@@ -48,9 +49,9 @@ inline RunResult run_program(const std::string& program, const std::string& args
   return result;
 }
 
-/// Runs `OOMTUNE_BINARY args`; `env` ("NAME=VALUE ...") is set for it alone.
+/// Runs `kOomtuneBinary args`; `env` ("NAME=VALUE ...") is set for it alone.
 inline RunResult run_oomtune(const std::string& args, const std::string& env = "") {
-  return run_program(OOMTUNE_BINARY, args, env);
+  return run_program(kOomtuneBinary, args, env);
 }
 
 /// The last non-empty line (stderr: progress lines come before the error).
