@@ -37,12 +37,12 @@ std::optional<SnapshotTrace> load_fixture(const std::string& name, std::string& 
     why = "fixture " + pickle.string() + " is absent";
     return std::nullopt;
   }
-  if (!fs::exists(ALLOCSIM_PYTHON)) {
-    why = std::string("no Python at ") + ALLOCSIM_PYTHON;
+  if (!fs::exists(OOMTUNE_PYTHON)) {
+    why = std::string("no Python at ") + OOMTUNE_PYTHON;
     return std::nullopt;
   }
   const std::string command =
-      fmt::format("'{}' '{}' '{}' '{}'", ALLOCSIM_PYTHON, script.string(), pickle.string(), out.string());
+      fmt::format("'{}' '{}' '{}' '{}'", OOMTUNE_PYTHON, script.string(), pickle.string(), out.string());
   if (std::system(command.c_str()) != 0) {
     ADD_FAILURE() << "converter failed: " << command;
     why = "converter failed";

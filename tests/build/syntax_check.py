@@ -51,7 +51,7 @@ MIN_PCH_GROUP = 4
 # The project's own macros, which no umbrella header reads: units differing
 # only in these can share a precompiled header (GCC accepts one when each
 # macro it depends on is defined alike; gcc.gnu.org/onlinedocs/gcc/Precompiled-Headers.html).
-PROJECT_MACRO = re.compile(r"^-D(OOMTUNE_\w*|ALLOCSIM_\w*|\w+_EXPORTS)(=.*)?$")
+PROJECT_MACRO = re.compile(r"^-D(OOMTUNE_\w*|\w+_EXPORTS)(=.*)?$")
 
 
 def uses_torch(command):
