@@ -8,11 +8,13 @@
 # falls back to the lines and says so.
 #
 # Usage: BUILD_DIR=build-pypi bench/meta_memory/run.sh
-#   META_ROUNDS   rounds of the pair (default 1; each autotune takes minutes)
+#   META_ROUNDS     rounds of the pair (default 1; each autotune takes ~20 s here)
+#   META_REMEASURE  interleaved probe runs of each chosen configuration
+#                   afterwards (default 5), by which "same choice" is judged
 set -euo pipefail
 source "$(dirname "$0")/../common/build.sh"
 bench_build oomtune oomtune_trial_module
 "${OOMTUNE_PYTHON:-/usr/bin/python3}" "$root/examples/export_models.py" --if-missing --only gpt >/dev/null
 echo "load average $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs"
 exec python3 "$root/bench/meta_memory/meta_bench.py" --oomtune "$build/oomtune" --job "$root/examples/gpt.toml" \
-  --rounds "${META_ROUNDS:-1}"
+  --rounds "${META_ROUNDS:-1}" --remeasure "${META_REMEASURE:-5}"
