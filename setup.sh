@@ -174,14 +174,38 @@ if [ "$torch_source" = pypi ]; then
     # its CPU accelerator, with the CPU ops the tests use compiled now (CPU
     # Adam for offload, fused Adam, shared-memory communication): compiled
     # at the first test instead (JIT), they take minutes.
+    # Only the tests need them, so they install while oomtune is configured
+    # and built (wait_for_frameworks): DeepSpeed's build runs its three ops
+    # one after the other, and pip unpacks on one core, which leaves the
+    # other free for the build.
     frameworks=(deepspeed transformers accelerate lightning peft)
-    echo "setup: installing ${frameworks[*]} into $venv for the framework tests (scripts/pypi-constraints.txt)" >&2
+    frameworks_log="$(mktemp "${TMPDIR:-/tmp}/oomtune-frameworks.XXXXXX")"
+    echo "setup: installing ${frameworks[*]} into $venv for the framework tests (scripts/pypi-constraints.txt)," \
+         "beside the build" >&2
+    frameworks_start=$SECONDS
     DS_ACCELERATOR=cpu DS_BUILD_OPS=0 DS_BUILD_CPU_ADAM=1 DS_BUILD_FUSED_ADAM=1 DS_BUILD_SHM_COMM=1 \
       "$venv/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation \
-        --constraint scripts/pypi-constraints.txt "${frameworks[@]}"
+        --constraint scripts/pypi-constraints.txt "${frameworks[@]}" >"$frameworks_log" 2>&1 &
+    frameworks_pid=$!
+    # An exit before the tests (a failed build) stops the install with it.
+    trap 'kill "$frameworks_pid" 2>/dev/null; rm -f "$frameworks_log"' EXIT
     frameworks_args=(-DOOMTUNE_FRAMEWORKS_PYTHON:FILEPATH="$PWD/$venv/bin/python")
   fi
 fi
+
+# wait_for_frameworks: the framework install started above, if any, has
+# finished; its output, and exit 1, if it failed.
+wait_for_frameworks() {
+  [ -n "${frameworks_pid:-}" ] || return 0
+  if ! wait "$frameworks_pid"; then
+    cat "$frameworks_log" >&2
+    echo "setup: installing ${frameworks[*]} into $venv failed (pip's messages above)" >&2
+    exit 1
+  fi
+  echo "setup: ${frameworks[*]} installed in $((SECONDS - frameworks_start)) s, beside the build" >&2
+  trap - EXIT
+  rm -f "$frameworks_log"
+}
 
 if [ "$torch_source" = debian ]; then
   if ! torch_config="$(dpkg -L libtorch-dev 2>/dev/null | grep '/TorchConfig\.cmake$')"; then
@@ -237,5 +261,6 @@ case "$mode" in
   --example)
     exec "$build_dir/oomtune" autotune examples/gpt.toml ;;
   --test)
+    wait_for_frameworks
     exec ctest --test-dir "$build_dir" --output-on-failure -j"$cores" ;;
 esac
