@@ -43,7 +43,7 @@ def autotune(binary, job, source):
 
 
 def remeasure(binary, job, configs, rounds):
-    """Median samples/s of each configuration over interleaved probe runs; {config: [samples/s, ...]}."""
+    """Samples/s of each configuration, one probe run per round, interleaved: {config: [samples/s, ...]}."""
     samples = {config: [] for config in configs}
     for round_index in range(rounds):
         # Rotate the order so that no configuration always runs first.
