@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "common/byte_size.h"
+#include "common/id_table.h"
 
 namespace oomtune::diagnose {
 namespace {
@@ -39,14 +40,9 @@ constexpr CompareVerdictKind kCompareVerdicts[] = {
     {CompareVerdictId::kNoChange, "no_change"},
 };
 
-// The rows follow the enum, so a verdict's name is found by its value.
-constexpr bool rows_follow_ids() {
-  for (size_t i = 0; i < sizeof kCompareVerdicts / sizeof kCompareVerdicts[0]; ++i) {
-    if (static_cast<size_t>(kCompareVerdicts[i].id) != i) return false;
-  }
-  return sizeof kCompareVerdicts / sizeof kCompareVerdicts[0] == static_cast<size_t>(CompareVerdictId::kNoChange) + 1;
-}
-static_assert(rows_follow_ids(), "kCompareVerdicts: one row per CompareVerdictId, in order");
+// The rows follow the enum, so a kind is found by its value.
+static_assert(rows_follow_ids(kCompareVerdicts, static_cast<size_t>(CompareVerdictId::kNoChange) + 1),
+              "kCompareVerdicts: one row per CompareVerdictId, in order");
 
 /// The largest gap between live blocks of any segment: a free block.
 int64_t largest_free_block(const std::vector<SegmentView>& segments) {

@@ -2,6 +2,8 @@
 
 #include <cstddef>
 
+#include "common/id_table.h"
+
 namespace oomtune::diagnose {
 namespace {
 
@@ -22,13 +24,7 @@ constexpr FixKind kFixes[kNumFixes] = {
 };
 
 // The rows follow the enum, so a kind is found by its value.
-constexpr bool rows_follow_ids() {
-  for (int i = 0; i < kNumFixes; ++i) {
-    if (static_cast<int>(kFixes[i].id) != i) return false;
-  }
-  return true;
-}
-static_assert(rows_follow_ids(), "kFixes: one row per FixId, in FixId order");
+static_assert(rows_follow_ids(kFixes, kNumFixes), "kFixes: one row per FixId, in FixId order");
 
 }  // namespace
 

@@ -2,6 +2,8 @@
 
 #include <cstddef>
 
+#include "common/id_table.h"
+
 namespace oomtune::diagnose {
 namespace {
 
@@ -17,13 +19,7 @@ constexpr VerdictKind kVerdicts[kNumVerdicts] = {
 };
 
 // The rows follow the enum, so a kind is found by its value.
-constexpr bool rows_follow_ids() {
-  for (int i = 0; i < kNumVerdicts; ++i) {
-    if (static_cast<int>(kVerdicts[i].id) != i) return false;
-  }
-  return true;
-}
-static_assert(rows_follow_ids(), "kVerdicts: one row per VerdictId, in VerdictId order");
+static_assert(rows_follow_ids(kVerdicts, kNumVerdicts), "kVerdicts: one row per VerdictId, in VerdictId order");
 
 }  // namespace
 

@@ -15,7 +15,7 @@
 namespace oomtune {
 namespace {
 
-const AdafactorOptions& options_of(const torch::optim::OptimizerParamGroup& group) {
+const AdafactorOptions& adafactor_options_of(const torch::optim::OptimizerParamGroup& group) {
   return group_options<AdafactorOptions>(group, "Adafactor", "AdafactorOptions");
 }
 
@@ -61,7 +61,7 @@ int64_t AdafactorParamState::state_bytes() const {
 Adafactor::Adafactor(std::vector<torch::optim::OptimizerParamGroup> param_groups, AdafactorOptions defaults)
     : Optimizer(std::move(param_groups), std::make_unique<AdafactorOptions>(defaults)) {
   validate(defaults);
-  for (const auto& group : param_groups_) validate(options_of(group));
+  for (const auto& group : param_groups_) validate(adafactor_options_of(group));
 }
 
 Adafactor::Adafactor(std::vector<at::Tensor> params, AdafactorOptions defaults)
@@ -72,7 +72,7 @@ at::Tensor Adafactor::step(LossClosure closure) {
   at::Tensor loss = run_closure(closure);
   c10::NoGradGuard no_grad;
   for (auto& group : param_groups_) {
-    const AdafactorOptions& options = options_of(group);
+    const AdafactorOptions& options = adafactor_options_of(group);
     validate(options);
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;

@@ -18,9 +18,6 @@
 namespace oomtune {
 namespace {
 
-// Blocks per parallel_for task in the fused 8-bit step (8 * 2048 elements).
-constexpr int64_t kBlocksPerTask = 8;
-
 using compat::optimizer_state_key;
 using StateKey = compat::OptimizerStateKey;
 
@@ -30,7 +27,7 @@ std::string describe(const at::Tensor& t) {
   return out.str();
 }
 
-const AdamW8bitOptions& options_of(const torch::optim::OptimizerParamGroup& group) {
+const AdamW8bitOptions& adamw8bit_options_of(const torch::optim::OptimizerParamGroup& group) {
   return group_options<AdamW8bitOptions>(group, "AdamW8bit", "AdamW8bitOptions");
 }
 
@@ -54,7 +51,7 @@ int64_t AdamW8bitParamState::state_bytes() const {
 AdamW8bit::AdamW8bit(std::vector<torch::optim::OptimizerParamGroup> param_groups, AdamW8bitOptions defaults)
     : Optimizer(std::move(param_groups), std::make_unique<AdamW8bitOptions>(defaults)) {
   validate(defaults);
-  for (const auto& group : param_groups_) validate(options_of(group));
+  for (const auto& group : param_groups_) validate(adamw8bit_options_of(group));
 }
 
 AdamW8bit::AdamW8bit(std::vector<at::Tensor> params, AdamW8bitOptions defaults)
@@ -64,7 +61,7 @@ at::Tensor AdamW8bit::step(LossClosure closure) {
   at::Tensor loss = run_closure(closure);
   c10::NoGradGuard no_grad;
   for (auto& group : param_groups_) {
-    const AdamW8bitOptions& options = options_of(group);
+    const AdamW8bitOptions& options = adamw8bit_options_of(group);
     validate(options);
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;

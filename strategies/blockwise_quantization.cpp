@@ -19,9 +19,6 @@ namespace {
 // max_exponent_bits=7, total_bits=8.
 constexpr int kMaxExponentBits = 7;
 constexpr int kTotalBits = 8;
-// Blocks per parallel_for task: 8 * 2048 elements = 64 KiB of float32, enough
-// work to amortize a task, small enough to balance a few cores.
-constexpr int64_t kBlocksPerTask = 8;
 
 void check_float_cpu(const at::Tensor& x, const char* what) {
   if (!x.defined() || x.scalar_type() != at::kFloat || !x.device().is_cpu()) {

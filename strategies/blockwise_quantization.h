@@ -51,6 +51,11 @@ constexpr int kMapSize = 256;
 /// bitsandbytes' 8-bit optimizers (block size 2048, Dettmers et al. 2022, §2.1).
 constexpr int64_t kBlockSize = 2048;
 
+/// Quantization blocks per at::parallel_for task in the blockwise kernels and
+/// the fused 8-bit AdamW step: 8 * kBlockSize elements = 64 KiB of float32,
+/// enough work to amortize a task, small enough to balance a few cores.
+constexpr int64_t kBlocksPerTask = 8;
+
 /// The 256 values of bitsandbytes' dynamic (tree) quantization map, sorted
 /// ascending, computed with the same float32 torch operations as
 /// bitsandbytes.functional.create_dynamic_map(signed=is_signed). See Note

@@ -16,7 +16,7 @@ namespace {
 
 using compat::optimizer_state_key;
 
-const torch::optim::AdamWOptions& options_of(const torch::optim::OptimizerParamGroup& group) {
+const torch::optim::AdamWOptions& adamw_options_of(const torch::optim::OptimizerParamGroup& group) {
   return group_options<torch::optim::AdamWOptions>(group, "EagerAdamW", "AdamWOptions");
 }
 
@@ -118,7 +118,7 @@ EagerAdamW::EagerAdamW(std::vector<at::Tensor> params, torch::optim::AdamWOption
                 std::make_unique<torch::optim::AdamWOptions>(defaults)),
       implementation_(implementation) {
   validate(defaults);
-  for (const auto& group : param_groups_) validate(options_of(group));
+  for (const auto& group : param_groups_) validate(adamw_options_of(group));
 }
 
 at::Tensor EagerAdamW::step(LossClosure closure) {
@@ -126,7 +126,7 @@ at::Tensor EagerAdamW::step(LossClosure closure) {
   c10::NoGradGuard no_grad;
   const bool fused = implementation_ == OptimizerImplementation::kFused;
   for (auto& group : param_groups_) {
-    const torch::optim::AdamWOptions& options = options_of(group);
+    const torch::optim::AdamWOptions& options = adamw_options_of(group);
     validate(options);
     // Adam._init_group: every parameter's state before any update.
     AdamLists lists;

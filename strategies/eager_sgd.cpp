@@ -16,7 +16,7 @@ namespace {
 
 using compat::optimizer_state_key;
 
-const torch::optim::SGDOptions& options_of(const torch::optim::OptimizerParamGroup& group) {
+const torch::optim::SGDOptions& sgd_options_of(const torch::optim::OptimizerParamGroup& group) {
   return group_options<torch::optim::SGDOptions>(group, "EagerSgd", "SGDOptions");
 }
 
@@ -137,14 +137,14 @@ EagerSgd::EagerSgd(std::vector<at::Tensor> params, torch::optim::SGDOptions defa
                 std::make_unique<torch::optim::SGDOptions>(defaults)),
       implementation_(implementation) {
   validate(defaults);
-  for (const auto& group : param_groups_) validate(options_of(group));
+  for (const auto& group : param_groups_) validate(sgd_options_of(group));
 }
 
 at::Tensor EagerSgd::step(LossClosure closure) {
   at::Tensor loss = run_closure(closure);
   c10::NoGradGuard no_grad;
   for (auto& group : param_groups_) {
-    const torch::optim::SGDOptions& options = options_of(group);
+    const torch::optim::SGDOptions& options = sgd_options_of(group);
     validate(options);
     SgdLists lists;
     for (auto& p : group.params()) {

@@ -21,14 +21,15 @@
 #include <vector>
 
 #include "allocsim/caching_allocator_sim.h"
+#include "common/byte_size.h"
 
 namespace {
 
+using oomtune::kMiB;
 using oomtune::Phase;
 using oomtune::allocsim::AllocEvent;
 using oomtune::allocsim::SimOptions;
 
-constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr std::size_t kStreamEvents = 1000000;  // the issue asks for a 10^6-event stream
 constexpr std::uint64_t kSeed = 20240508;
 

@@ -23,9 +23,14 @@ shortfall smaller than twice the medians' standard error is called undecided.
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
+import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from probe_trial import probe_trial  # noqa: E402
 
 
 def autotune(binary, job, source):
@@ -49,13 +54,7 @@ def remeasure(binary, job, configs, rounds):
         # Rotate the order so that no configuration always runs first.
         shift = round_index % max(len(configs), 1)
         for config in configs[shift:] + configs[:shift]:
-            done = subprocess.run([binary, "probe", job, "--config", config, "--enforce-budget", "--no-fit", "--json"],
-                                  capture_output=True, text=True, check=False)
-            try:
-                report = json.loads(done.stdout)["report"]
-            except (ValueError, KeyError):
-                raise SystemExit(f"probe --config {config} gave no JSON (exit {done.returncode}): "
-                                 f"{done.stderr.strip()[-400:]}")
+            report = probe_trial(binary, job, config)
             if report["outcome"] != "ok":
                 raise SystemExit(f"probe --config {config}: {report['outcome']} on re-measurement")
             samples[config].append(report["samples_per_second"])

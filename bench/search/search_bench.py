@@ -41,10 +41,14 @@ share its samples); oomtune's own verified samples/s is printed beside it.
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from probe_trial import probe_trial  # noqa: E402
 
 STRATEGIES = ["", "ckpt=all", "optimizer=adamw8bit", "offload=on"]
 
@@ -61,12 +65,7 @@ class Trials:
         if key in self.cache:
             return self.cache[key]
         config = f"micro_batch={micro_batch}" + (f",{strategy}" if strategy else "")
-        proc = subprocess.run([self.binary, "probe", self.job, "--config", config, "--enforce-budget", "--no-fit",
-                               "--json"], capture_output=True, text=True)
-        try:
-            report = json.loads(proc.stdout)["report"]
-        except (ValueError, KeyError):
-            sys.exit(f"search_bench: probe {config} gave no JSON (exit {proc.returncode}): {proc.stderr.strip()[-400:]}")
+        report = probe_trial(self.binary, self.job, config)
         ok = report["outcome"] == "ok"
         result = {"ok": ok, "outcome": report["outcome"], "config": report["config"],
                   "peak": report["peak_bytes"], "samples_per_second": report["samples_per_second"] if ok else 0.0}

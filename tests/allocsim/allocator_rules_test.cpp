@@ -5,11 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include "common/byte_size.h"
+
 namespace oomtune::alloc_rules {
 namespace {
 
 constexpr int64_t kKiB = int64_t{1} << 10;
-constexpr int64_t kMiB = int64_t{1} << 20;
 
 AllocatorConfig with_divisions(int64_t divisions) {
   AllocatorConfig config;

@@ -5,12 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include "common/byte_size.h"
 #include "common/error.h"
 
 namespace oomtune::allocsim {
 namespace {
-
-constexpr int64_t kMiB = int64_t{1} << 20;
 
 TEST(AllocConf, EmptyIsDefaults) {
   const alloc_rules::AllocatorConfig config = parse_alloc_conf("");

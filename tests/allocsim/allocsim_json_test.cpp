@@ -6,12 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/byte_size.h"
 #include "common/error.h"
 
 namespace oomtune::allocsim {
 namespace {
-
-constexpr int64_t kMiB = int64_t{1} << 20;
 
 TEST(AllocsimJson, ResultRoundTrips) {
   SimOptions options;

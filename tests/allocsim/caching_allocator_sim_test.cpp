@@ -6,13 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include "common/byte_size.h"
 #include "common/error.h"
 
 namespace oomtune::allocsim {
 namespace {
 
 constexpr int64_t kKiB = int64_t{1} << 10;
-constexpr int64_t kMiB = int64_t{1} << 20;
 
 SimOptions logged(SimOptions options = {}) {
   options.record_segment_log = true;

@@ -7,12 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include "common/byte_size.h"
 #include "common/error.h"
 
 namespace oomtune::allocsim {
 namespace {
-
-constexpr int64_t kMiB = int64_t{1} << 20;
 
 // One activation of T MiB, freed within the step (T >= 10: its own segment
 // of T MiB rounded to 2 MiB, get_allocation_size).

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "allocsim/allocsim_trace.h"
+#include "common/byte_size.h"
 #include "common/error.h"
 #include "support/build_values.h"
 
@@ -25,8 +26,6 @@ namespace oomtune::allocsim {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr int64_t kGiB = int64_t{1} << 30;
 
 /// Converts fixtures/snapshots/<name>.pickle, or explains why it cannot.
 std::optional<SnapshotTrace> load_fixture(const std::string& name, std::string& why) {

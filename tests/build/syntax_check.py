@@ -23,6 +23,12 @@ the header precompiled 4.0 s; the whole check on 2 cores: 530 s, 458 s).
 A unit is still compiled whole, so its own code is checked as before; it
 may see a header it did not include, which the real build still catches.
 
+A unity build (CMAKE_UNITY_BUILD, OOMTUNE_UNITY_BUILD) compiles the sources
+of a target in batches, each batch one generated unity_N_cxx.cxx that
+#includes them. The check compiles each of those sources alone with its
+batch's command: a source must compile on its own (its own #includes, its
+own helper names), which a batch no longer shows.
+
 Any error or warning fails. Usage:
   syntax_check.py BUILD_DIR [--std c++20] [--pch] [--torch-include DIR] [--jobs N]
 """
@@ -52,6 +58,27 @@ MIN_PCH_GROUP = 4
 # only in these can share a precompiled header (GCC accepts one when each
 # macro it depends on is defined alike; gcc.gnu.org/onlinedocs/gcc/Precompiled-Headers.html).
 PROJECT_MACRO = re.compile(r"^-D(OOMTUNE_\w*|\w+_EXPORTS)(=.*)?$")
+
+
+UNITY_SOURCE = re.compile(r"/Unity/unity_\d+_cxx\.cxx$")
+UNITY_MEMBER = re.compile(r'^#include "([^"]+)"$', re.M)
+
+
+def split_unity_batches(entries):
+    """The entries with every unity batch replaced by one entry per source
+    it includes, compiled with the batch's command."""
+    out = []
+    for entry in entries:
+        if not UNITY_SOURCE.search(entry["file"]):
+            out.append(entry)
+            continue
+        with open(entry["file"]) as f:
+            members = UNITY_MEMBER.findall(f.read())
+        args = shlex.split(entry["command"])
+        for member in members:
+            command = [member if arg == entry["file"] else arg for arg in args]
+            out.append(dict(entry, file=member, command=shlex.join(command)))
+    return out
 
 
 def uses_torch(command):
@@ -212,7 +239,7 @@ def main():
     if options.pch and options.torch_include:
         parser.error("--pch and --torch-include: -H must list every header the unit opens")
     with open(os.path.join(options.build_dir, "compile_commands.json")) as f:
-        entries = json.load(f)
+        entries = split_unity_batches(json.load(f))
     if options.torch_include:
         entries = [e for e in entries if uses_torch(e["command"])]
     if not entries:

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include "common/byte_size.h"
 #include "probes/cuda_allocator_trace.h"
 #include "probes/cuda_budget.h"
 #include "probes/cuda_device.h"
@@ -22,8 +23,6 @@
 
 namespace oomtune {
 namespace {
-
-constexpr int64_t kMiB = int64_t{1} << 20;
 
 at::Tensor cuda_floats(int64_t bytes) { return at::empty({bytes / 4}, at::device(at::kCUDA).dtype(at::kFloat)); }
 

@@ -51,13 +51,13 @@ JobSpec frozen_gpt_job(int64_t global_batch) {
   return job;
 }
 
-constexpr auto quick = testing::quick_trial;
+using testing::quick_trial;
 
 TEST(FrozenParameters, TheStaticSplitCountsTrainableParametersOnly) {
   const JobSpec job = frozen_gpt_job(4);
   OOMTUNE_REQUIRE_FILE(job.model_path);
-  const ProbeReport full = run_trial(gpt_job(4), baseline_config(job), quick());
-  const ProbeReport r = run_trial(job, baseline_config(job), quick());
+  const ProbeReport full = run_trial(gpt_job(4), baseline_config(job), quick_trial());
+  const ProbeReport r = run_trial(job, baseline_config(job), quick_trial());
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   ASSERT_EQ(full.outcome, TrialOutcome::kOk) << full.message;
   EXPECT_EQ(full.parameter_count, kTrainable + kFrozen);
@@ -84,7 +84,7 @@ TEST(FrozenParameters, OffloadAnd8BitAdamWHoldStateForTheTrainableOnes) {
   OOMTUNE_REQUIRE_FILE(job.model_path);
   TrainingConfig offload = baseline_config(job);
   offload.offload_optimizer = true;
-  const ProbeReport off = run_trial(job, offload, quick());
+  const ProbeReport off = run_trial(job, offload, quick_trial());
   ASSERT_EQ(off.outcome, TrialOutcome::kOk) << off.message;
   // Host: fp32 masters, their gradient buffers and AdamW state, 16 T.
   EXPECT_EQ(off.static_memory.optimizer_host_bytes, 16 * kTrainable);
@@ -92,7 +92,7 @@ TEST(FrozenParameters, OffloadAnd8BitAdamWHoldStateForTheTrainableOnes) {
 
   TrainingConfig eight_bit = baseline_config(job);
   eight_bit.optimizer = OptimizerKind::kAdamW8bit;
-  const ProbeReport q = run_trial(job, eight_bit, quick());
+  const ProbeReport q = run_trial(job, eight_bit, quick_trial());
   ASSERT_EQ(q.outcome, TrialOutcome::kOk) << q.message;
   // Per trainable tensor of n elements: 2 (n + 4 ceil(n / 2048)) bytes when
   // n >= 4096 (int8 m and v, one fp32 absmax per 2048-element block each),
@@ -155,7 +155,7 @@ TEST(FrozenParameters, FrozenBf16HalvesTheFrozenWeightsUnderAutocast) {
   for (std::size_t i : {2, 3, 4, 5, 8, 9, 10, 11}) linear += kBlockTensors[i];
   const int64_t frozen = 2 * linear;
   const int64_t trainable = kTrainable + kFrozen - frozen;
-  const ProbeReport r = run_trial(job, baseline_config(job), quick());
+  const ProbeReport r = run_trial(job, baseline_config(job), quick_trial());
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   EXPECT_EQ(r.frozen_parameter_count, frozen);
   EXPECT_EQ(r.static_memory.frozen_parameter_bytes, 2 * frozen);
@@ -174,7 +174,7 @@ TEST(FrozenParameters, FrozenBf16LayerNormsFailWithTheFixNamed) {
   job.precision = "bf16";
   job.trainable = {ParameterSelection::Rule::kFrozen, {"blocks.0.ln1.*"}, /*frozen_bf16=*/true};
   try {
-    run_trial(job, baseline_config(job), quick());
+    run_trial(job, baseline_config(job), quick_trial());
     FAIL() << "layer_norm ran on a bf16 weight and fp32 activations";
   } catch (const ModelError& e) {
     const std::string what = e.what();

@@ -28,13 +28,14 @@ namespace {
 
 using testing::example_model;
 
-constexpr int64_t kDim = 128, kHeads = 4, kMlp = 344, kVocab = 1000, kLayers = 2, kRank = 8;
+constexpr int64_t kHiddenSize = 128, kHeads = 4, kMlp = 344, kVocabSize = 1000, kLayers = 2, kRank = 8;
 // Per layer: q, k, v, o [d, d]; gate, up [344, d], down [d, 344]; two RMSNorm
 // weights [d]. Then the embedding, the final norm and lm_head (untied).
-constexpr int64_t kBase =
-    kVocab * kDim + kLayers * (4 * kDim * kDim + 3 * kMlp * kDim + 2 * kDim) + kDim + kVocab * kDim;
+constexpr int64_t kBase = kVocabSize * kHiddenSize +
+                          kLayers * (4 * kHiddenSize * kHiddenSize + 3 * kMlp * kHiddenSize + 2 * kHiddenSize) +
+                          kHiddenSize + kVocabSize * kHiddenSize;
 // Each adapted projection: lora_A [r, d] and lora_B [d, r].
-constexpr int64_t kAdapters = kLayers * 4 * (kRank * kDim + kDim * kRank);
+constexpr int64_t kAdapters = kLayers * 4 * (kRank * kHiddenSize + kHiddenSize * kRank);
 
 JobSpec lora_job(const std::string& attention) {
   JobSpec job = load_job_spec(std::string(OOMTUNE_SOURCE_DIR) + "/examples/llama_lora.toml");
@@ -43,7 +44,7 @@ JobSpec lora_job(const std::string& attention) {
   return job;
 }
 
-constexpr auto quick = testing::quick_trial;
+using testing::quick_trial;
 
 void expect_adapters_only(const ProbeReport& r) {
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
@@ -59,11 +60,11 @@ void expect_adapters_only(const ProbeReport& r) {
 TEST(LoraFixture, EagerAttentionTrainsTheAdaptersOnly) {
   const JobSpec job = lora_job("eager");
   OOMTUNE_REQUIRE_FILE(job.model_path);
-  const ProbeReport lora = run_trial(job, baseline_config(job), quick());
+  const ProbeReport lora = run_trial(job, baseline_config(job), quick_trial());
   expect_adapters_only(lora);
   JobSpec full_job = job;
   full_job.trainable = ParameterSelection{};
-  const ProbeReport full = run_trial(full_job, baseline_config(full_job), quick());
+  const ProbeReport full = run_trial(full_job, baseline_config(full_job), quick_trial());
   ASSERT_EQ(full.outcome, TrialOutcome::kOk) << full.message;
   EXPECT_EQ(full.parameter_count, kBase + kAdapters);
   EXPECT_EQ(full.static_memory.optimizer_state_bytes, 8 * (kBase + kAdapters));
@@ -82,11 +83,11 @@ TEST(LoraFixture, EagerAttentionTrainsTheAdaptersOnly) {
 TEST(LoraFixture, BuffersAreTheRotaryTablesAndTheTracesConstantsOnly) {
   const JobSpec job = lora_job("eager");
   OOMTUNE_REQUIRE_FILE(job.model_path);
-  const ProbeReport r = run_trial(job, baseline_config(job), quick());
+  const ProbeReport r = run_trial(job, baseline_config(job), quick_trial());
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   const int64_t constants = testing::archive_constant_bytes(job.model_path);
   EXPECT_GT(constants, 0);
-  EXPECT_EQ(r.static_memory.buffer_bytes, 2 * (kDim / kHeads / 2) * 4 + constants);
+  EXPECT_EQ(r.static_memory.buffer_bytes, 2 * (kHiddenSize / kHeads / 2) * 4 + constants);
 }
 
 // The frozen base in bf16 under bf16 autocast (Llama's RMSNorm multiplies
@@ -97,7 +98,7 @@ TEST(LoraFixture, AFrozenBaseInBf16HoldsTwoBytesAParameter) {
   OOMTUNE_REQUIRE_FILE(job.model_path);
   job.precision = "bf16";
   job.trainable.frozen_bf16 = true;
-  const ProbeReport r = run_trial(job, baseline_config(job), quick());
+  const ProbeReport r = run_trial(job, baseline_config(job), quick_trial());
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   EXPECT_EQ(r.static_memory.frozen_parameter_bytes, 2 * kBase);
   EXPECT_EQ(r.static_memory.parameter_bytes, 4 * kAdapters);
@@ -121,7 +122,7 @@ TEST(LoraFixture, SdpaAttentionTrainsTheAdaptersOnlyOnLibtorch2) {
     }
     return;
   }
-  expect_adapters_only(run_trial(job, baseline_config(job), quick()));
+  expect_adapters_only(run_trial(job, baseline_config(job), quick_trial()));
 }
 
 // The eager file at a free sequence length (issue #47): the sequence fit at

@@ -24,12 +24,12 @@ using testing::mlp_job;
 // mlp.pt: Linear(256, 512) + Linear(512, 512) + Linear(512, 10), with biases.
 constexpr int64_t kMlpParameters = 256 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10;
 
-constexpr auto quick = testing::quick_trial;
+using testing::quick_trial;
 
 TEST(Trial, StaticMemoryEqualsTheAnalyticByteCounts) {
   const JobSpec job = mlp_job(16);
   OOMTUNE_REQUIRE_FILE(job.model_path);
-  const ProbeReport r = run_trial(job, baseline_config(job), quick());
+  const ProbeReport r = run_trial(job, baseline_config(job), quick_trial());
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   EXPECT_EQ(r.parameter_count, kMlpParameters);
   // c10's CPU allocator adds no rounding and the tracker counts requested
@@ -58,7 +58,7 @@ TEST(Trial, TheOptimizerLineCountsEachImplementationsTemporaries) {
   };
   for (const auto& [implementation, bytes] : expected) {
     job.optimizer.implementation = implementation;
-    const ProbeReport r = run_trial(job, baseline_config(job), quick());
+    const ProbeReport r = run_trial(job, baseline_config(job), quick_trial());
     ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
     EXPECT_EQ(r.optimizer.name, "adamw");
     EXPECT_EQ(r.optimizer.implementation, to_string(implementation));
@@ -70,10 +70,10 @@ TEST(Trial, TheOptimizerLineCountsEachImplementationsTemporaries) {
   // Not eager torch.optim: named, not foreach-modelled.
   TrainingConfig config = baseline_config(job);
   config.optimizer = OptimizerKind::kAdamW8bit;
-  EXPECT_EQ(run_trial(job, config, quick()).optimizer.implementation, "");
+  EXPECT_EQ(run_trial(job, config, quick_trial()).optimizer.implementation, "");
   config = baseline_config(job);
   config.offload_optimizer = true;
-  const ProbeReport offload = run_trial(job, config, quick());
+  const ProbeReport offload = run_trial(job, config, quick_trial());
   EXPECT_EQ(offload.optimizer.name, "adamw");
   EXPECT_EQ(offload.optimizer.implementation, "");
 }
@@ -83,7 +83,7 @@ TEST(Trial, AdafactorKeepsARowAndAColumnPerWeightMatrix) {
   OOMTUNE_REQUIRE_FILE(job.model_path);
   TrainingConfig config = baseline_config(job);
   config.optimizer = OptimizerKind::kAdafactor;
-  const ProbeReport r = run_trial(job, config, quick());
+  const ProbeReport r = run_trial(job, config, quick_trial());
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   // Weights [512, 256], [512, 512], [10, 512]: 4 (rows + columns) bytes
   // each; biases 512, 512, 10: 4 bytes per element (strategies/adafactor.h).
@@ -98,8 +98,8 @@ TEST(Trial, Bf16ParamsSplitsStaticMemoryAsZeroCountsMixedPrecision) {
   OOMTUNE_REQUIRE_FILE(job.model_path);
   TrainingConfig config = baseline_config(job);
   config.precision = Precision::kBf16Params;
-  const ProbeReport r = run_trial(job, config, quick());
-  const ProbeReport fp32 = run_trial(job, baseline_config(job), quick());
+  const ProbeReport r = run_trial(job, config, quick_trial());
+  const ProbeReport fp32 = run_trial(job, baseline_config(job), quick_trial());
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   EXPECT_EQ(r.precision_form, PrecisionForm::kHalfParameters);
   EXPECT_EQ(fp32.precision_form, PrecisionForm::kFp32);
@@ -125,7 +125,7 @@ TEST(Trial, Bf16ParamsWithOffloadKeepsTheMastersInTheHostPool) {
   TrainingConfig config = baseline_config(job);
   config.precision = Precision::kBf16Params;
   config.offload_optimizer = true;
-  const ProbeReport r = run_trial(job, config, quick());
+  const ProbeReport r = run_trial(job, config, quick_trial());
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   // Device: bf16 parameters and gradients only.
   EXPECT_EQ(r.static_memory.parameter_bytes, 2 * kMlpParameters);
@@ -141,8 +141,8 @@ TEST(Trial, Bf16ParamsHalvesTheGptsBuffersButNotItsTokenPositions) {
   OOMTUNE_REQUIRE_FILE(job.model_path);
   TrainingConfig config = baseline_config(job);
   config.precision = Precision::kBf16Params;
-  const ProbeReport fp32 = run_trial(job, baseline_config(job), quick());
-  const ProbeReport low = run_trial(job, config, quick());
+  const ProbeReport fp32 = run_trial(job, baseline_config(job), quick_trial());
+  const ProbeReport low = run_trial(job, config, quick_trial());
   ASSERT_EQ(low.outcome, TrialOutcome::kOk) << low.message;
   // Four causal masks [1, 1, 64, 64] go from fp32 to bf16; the int64
   // positions [64] stay.
@@ -159,7 +159,7 @@ TEST(Trial, Bf16ParamsHalvesTheGptsBuffersButNotItsTokenPositions) {
 TEST(Trial, SgdWithMomentumKeepsOneBufferPerParameter) {
   const JobSpec job = mlp_job(16, "sgd");
   OOMTUNE_REQUIRE_FILE(job.model_path);
-  const ProbeReport r = run_trial(job, baseline_config(job), quick());
+  const ProbeReport r = run_trial(job, baseline_config(job), quick_trial());
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   EXPECT_EQ(r.static_memory.optimizer_state_bytes, 4 * kMlpParameters);
 }
@@ -168,7 +168,7 @@ TEST(Trial, LargestAllocationIsTheBigMatmulInForward) {
   const int64_t batch = 64;
   const JobSpec job = bigmatmul_job(batch);
   OOMTUNE_REQUIRE_FILE(job.model_path);
-  const ProbeReport r = run_trial(job, baseline_config(job), quick());
+  const ProbeReport r = run_trial(job, baseline_config(job), quick_trial());
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   // The output [64, 8192] fp32 (2 MiB) and the weight's gradient [256,
   // 8192] (8 MiB) are the candidates; AdamW's state for the weight is made
@@ -186,7 +186,7 @@ TEST(Trial, LargestForwardAllocationIsTheMatmulOutput) {
   const int64_t batch = 512;
   const JobSpec job = bigmatmul_job(batch);
   OOMTUNE_REQUIRE_FILE(job.model_path);
-  TrialOptions options = quick();
+  TrialOptions options = quick_trial();
   const ProbeReport r = run_trial(job, baseline_config(job), options);
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   EXPECT_EQ(r.largest.bytes, batch * 8192 * 4);
@@ -199,7 +199,7 @@ TEST(Trial, RetainedActivationsGrowLinearlyWithBatchOnTheExampleGpt) {
   for (int64_t b : {2, 4, 8}) {
     const JobSpec job = gpt_job(b);
     OOMTUNE_REQUIRE_FILE(job.model_path);
-    const ProbeReport r = run_trial(job, baseline_config(job), quick());
+    const ProbeReport r = run_trial(job, baseline_config(job), quick_trial());
     ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
     batches.push_back(static_cast<double>(b));
     retained.push_back(static_cast<double>(r.retained_activation_bytes));
@@ -209,7 +209,7 @@ TEST(Trial, RetainedActivationsGrowLinearlyWithBatchOnTheExampleGpt) {
   EXPECT_LT(fit.max_relative_residual, 0.02);
   // Backward peak holds at least what forward retained.
   const JobSpec job = gpt_job(8);
-  const ProbeReport r = run_trial(job, baseline_config(job), quick());
+  const ProbeReport r = run_trial(job, baseline_config(job), quick_trial());
   EXPECT_GE(r.phases[static_cast<std::size_t>(Phase::kBackward)].peak_bytes,
             r.phases[static_cast<std::size_t>(Phase::kForward)].start_bytes + r.retained_activation_bytes);
 }
@@ -221,7 +221,7 @@ TEST(Trial, BackwardActivationPeakOnTheExampleGpt) {
   const int64_t batch = 8;
   const JobSpec job = gpt_job(batch);
   OOMTUNE_REQUIRE_FILE(job.model_path);
-  TrialOptions options = quick();
+  TrialOptions options = quick_trial();
   options.record_events = true;
   const ProbeReport r = run_trial(job, baseline_config(job), options);
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
@@ -249,7 +249,7 @@ TEST(Trial, BackwardActivationPeakOnTheExampleGpt) {
   EXPECT_EQ(carried.backward_activation_peak.gradient_bytes, a.gradient_bytes);
   EXPECT_EQ(carried.backward_activation_peak.accumulating_bytes, a.accumulating_bytes);
   // Without the event stream it is not measured.
-  EXPECT_EQ(run_trial(job, baseline_config(job), quick()).backward_activation_peak.live_bytes, 0);
+  EXPECT_EQ(run_trial(job, baseline_config(job), quick_trial()).backward_activation_peak.live_bytes, 0);
 }
 
 TEST(Trial, ALaterStepPeaksLikeTheMeasuredStep) {
@@ -286,7 +286,7 @@ TEST(Trial, ABudgetTooSmallIsAnOutOfMemoryOutcome) {
   OOMTUNE_REQUIRE_FILE(job.model_path);
   job.budget_bytes = 16LL << 20;  // the GPT's parameters alone are ~4 MiB, AdamW adds 8 MiB
   job.headroom = 0;
-  const ProbeReport r = run_trial(job, baseline_config(job), quick());
+  const ProbeReport r = run_trial(job, baseline_config(job), quick_trial());
   EXPECT_EQ(r.outcome, TrialOutcome::kOutOfMemory);
   EXPECT_NE(r.message.find("oomtune budget: tried to allocate"), std::string::npos) << r.message;
   EXPECT_TRUE(r.phase_at_failure.has_value());
@@ -299,9 +299,9 @@ TEST(Trial, ABudgetTooSmallIsAnOutOfMemoryOutcome) {
 TEST(Trial, TheOptimizingExecutorIsOptIn) {
   JobSpec job = mlp_job(8);
   OOMTUNE_REQUIRE_FILE(job.model_path);
-  EXPECT_FALSE(run_trial(job, baseline_config(job), quick()).optimizing_executor);
+  EXPECT_FALSE(run_trial(job, baseline_config(job), quick_trial()).optimizing_executor);
   job.optimizing_executor = true;
-  EXPECT_TRUE(run_trial(job, baseline_config(job), quick()).optimizing_executor);
+  EXPECT_TRUE(run_trial(job, baseline_config(job), quick_trial()).optimizing_executor);
 }
 
 // A checkpointed block class whose forward modifies its input in place.
@@ -329,7 +329,7 @@ TEST_P(RefusedCheckpoint, NamesItsClassAndTheBlocksLeft) {
   OOMTUNE_REQUIRE_FILE(job.model_path);
   TrainingConfig config = baseline_config(job);
   config.checkpoint = parse_checkpoint_plan("all");
-  const ProbeReport refused = run_trial(job, config, quick());
+  const ProbeReport refused = run_trial(job, config, quick_trial());
   EXPECT_EQ(refused.outcome, TrialOutcome::kError);
   EXPECT_EQ(refused.phase_at_failure, phase_from_name(c.phase));
   EXPECT_NE(refused.message.find(c.message), std::string::npos) << refused.message;
@@ -343,7 +343,7 @@ TEST_P(RefusedCheckpoint, NamesItsClassAndTheBlocksLeft) {
   EXPECT_EQ(carried.other_checkpointed_blocks, encoder);
 
   config.checkpoint = parse_checkpoint_plan("paths:encoder.0+encoder.1");
-  const ProbeReport rest = run_trial(job, config, quick());
+  const ProbeReport rest = run_trial(job, config, quick_trial());
   ASSERT_EQ(rest.outcome, TrialOutcome::kOk) << rest.message;
   EXPECT_EQ(rest.checkpointed_blocks, encoder);
   EXPECT_TRUE(rest.refused_checkpoint_class.empty());

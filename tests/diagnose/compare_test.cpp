@@ -12,14 +12,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/byte_size.h"
 #include "diagnose/render.h"
 #include "support/run_oomtune.h"
 #include "test_support.h"
 
 namespace oomtune::diagnose {
 namespace {
-
-constexpr int64_t kMiB = int64_t{1} << 20;
 
 Comparison compare_files(const std::string& a, const std::string& b, int top = 10) {
   DiagnoseOptions all;

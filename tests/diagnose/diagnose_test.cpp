@@ -10,20 +10,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/byte_size.h"
 #include "diagnose/render.h"
 #include "diagnose/replay.h"
 #include "test_support.h"
 
 namespace oomtune::diagnose {
 namespace {
-
-constexpr int64_t kMiB = int64_t{1} << 20;
-
-Diagnosis run(const std::string& path, int top = 10) {
-  DiagnoseOptions options;
-  options.top = top;
-  return diagnose(load_snapshot(path), path, options);
-}
 
 int64_t cat(const CategoryBytes& c, Category k) { return c[static_cast<size_t>(k)]; }
 
@@ -60,7 +53,7 @@ TEST(BlockSplit, FollowsTheCachingAllocatorRules) {
 TEST(DiagnoseReal, FragmentationFixture) {
   const std::string path = testing::real_fixture("oom_fragmentation.pickle");
   SKIP_IF_MISSING(path);
-  const Diagnosis d = run(path);
+  const Diagnosis d = testing::diagnose_file(path);
   ASSERT_FALSE(d.verdicts.empty());
   EXPECT_EQ(name(d.verdicts.front().id), "fragmentation");
   ASSERT_EQ(d.ooms.size(), 2u);
@@ -98,7 +91,7 @@ TEST(DiagnoseReal, FragmentationFixture) {
 TEST(DiagnoseReal, GptActivationsFixture) {
   const std::string path = testing::real_fixture("oom_gpt_activations.pickle");
   SKIP_IF_MISSING(path);
-  const Diagnosis d = run(path);
+  const Diagnosis d = testing::diagnose_file(path);
   ASSERT_FALSE(d.verdicts.empty());
   EXPECT_EQ(name(d.verdicts.front().id), "activations_in_forward");
   ASSERT_EQ(d.ooms.size(), 1u);
@@ -131,7 +124,7 @@ TEST(DiagnoseSynthetic, LayoutsGiveTheSameDiagnosis) {
     SCOPED_TRACE(f);
     const std::string path = testing::synthetic_fixture(f);
     SKIP_IF_MISSING(path);
-    const Diagnosis d = run(path);
+    const Diagnosis d = testing::diagnose_file(path);
     ASSERT_EQ(d.ooms.size(), 1u);
     // 20 segments of 20 MiB, each a 9.5 MiB tensor and a 10.5 MiB hole; 64 MiB requested.
     EXPECT_EQ(d.ooms[0].allocated_bytes, int64_t{20} * 9961472);
@@ -145,7 +138,7 @@ TEST(DiagnoseSynthetic, LayoutsGiveTheSameDiagnosis) {
 TEST(DiagnoseSynthetic, Leak) {
   const std::string path = testing::synthetic_fixture("leak.pickle");
   SKIP_IF_MISSING(path);
-  const Diagnosis d = run(path);
+  const Diagnosis d = testing::diagnose_file(path);
   ASSERT_FALSE(d.verdicts.empty());
   EXPECT_EQ(name(d.verdicts.front().id), "leak");
   // Each of 6 iterations keeps the activations of train.py:20 and :21 (12 MiB each).
@@ -161,7 +154,7 @@ TEST(DiagnoseSynthetic, Leak) {
 TEST(DiagnoseSynthetic, OptimizerStepOom) {
   const std::string path = testing::synthetic_fixture("optimizer_oom.pickle");
   SKIP_IF_MISSING(path);
-  const Diagnosis d = run(path);
+  const Diagnosis d = testing::diagnose_file(path);
   EXPECT_EQ(name(d.verdicts.front().id), "optimizer_state_allocation");
   ASSERT_EQ(d.ooms.size(), 1u);
   const OomReport& o = d.ooms[0];
@@ -188,7 +181,7 @@ TEST(DiagnoseSynthetic, OptimizerStepOom) {
 TEST(DiagnoseSynthetic, BackwardPeakWithFramelessAllocations) {
   const std::string path = testing::synthetic_fixture("backward_peak.pickle");
   SKIP_IF_MISSING(path);
-  const Diagnosis d = run(path);
+  const Diagnosis d = testing::diagnose_file(path);
   EXPECT_EQ(name(d.verdicts.front().id), "backward_peak");
   ASSERT_EQ(d.ooms.size(), 1u);
   EXPECT_EQ(d.ooms[0].phase, Phase::kBackward);  // inferred: the oom has no frames
@@ -207,7 +200,7 @@ TEST(DiagnoseSynthetic, BackwardPeakWithFramelessAllocations) {
 TEST(DiagnoseSynthetic, OomtunePhaseMarksPlaceAFramelessTrial) {
   const std::string path = testing::synthetic_fixture("oomtune_trial_oom.pickle");
   SKIP_IF_MISSING(path);
-  const Diagnosis d = run(path);
+  const Diagnosis d = testing::diagnose_file(path);
   ASSERT_EQ(d.ooms.size(), 1u);
   const OomReport& o = d.ooms[0];
   EXPECT_EQ(o.phase, Phase::kOptimizer);
@@ -222,7 +215,7 @@ TEST(DiagnoseSynthetic, OomtunePhaseMarksPlaceAFramelessTrial) {
 
   const std::string unmarked_path = testing::synthetic_fixture("oomtune_trial_oom_unmarked.pickle");
   SKIP_IF_MISSING(unmarked_path);
-  const Diagnosis unmarked = run(unmarked_path);
+  const Diagnosis unmarked = testing::diagnose_file(unmarked_path);
   ASSERT_EQ(unmarked.ooms.size(), 1u);
   EXPECT_NE(unmarked.ooms[0].phase, Phase::kOptimizer);
   EXPECT_EQ(cat(unmarked.ooms[0].live_by_category, Category::kOptimizerState), 0);
@@ -232,7 +225,7 @@ TEST(DiagnoseSynthetic, OomtunePhaseMarksPlaceAFramelessTrial) {
 TEST(DiagnoseSynthetic, ExpandableSegments) {
   const std::string path = testing::synthetic_fixture("expandable.pickle");
   SKIP_IF_MISSING(path);
-  const Diagnosis d = run(path);
+  const Diagnosis d = testing::diagnose_file(path);
   EXPECT_TRUE(d.allocator_settings.expandable_segments);
   ASSERT_EQ(d.ooms.size(), 1u);
   EXPECT_FALSE(d.ooms[0].fragmentation);
@@ -247,7 +240,7 @@ TEST(DiagnoseSynthetic, ExpandableSegments) {
 TEST(DiagnoseSynthetic, MissingFramesAreExplained) {
   const std::string path = testing::synthetic_fixture("missing_frames.pickle");
   SKIP_IF_MISSING(path);
-  const Diagnosis d = run(path);
+  const Diagnosis d = testing::diagnose_file(path);
   EXPECT_EQ(d.trace.alloc_events_without_frames, d.trace.alloc_events);
   EXPECT_NE(d.trace.frames_note.find("context=\"all\""), std::string::npos);
   ASSERT_TRUE(has_recommendation(d, "record_more"));
@@ -262,7 +255,7 @@ TEST(DiagnoseSynthetic, MissingFramesAreExplained) {
 TEST(DiagnoseRender, JsonUnitsAndSvgWithoutScripts) {
   const std::string path = testing::synthetic_fixture("layout_v2_11.pickle");
   SKIP_IF_MISSING(path);
-  const Diagnosis d = run(path, 1);
+  const Diagnosis d = testing::diagnose_file(path, DiagnoseOptions{/*top=*/1});
   EXPECT_LE(d.peak.sites.size(), 1u);  // --top 1
   const auto j = nlohmann::json::parse(render_json(d));
   EXPECT_EQ(j["ooms"][0]["requested_bytes"].get<int64_t>(), 64 * kMiB);

@@ -11,14 +11,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/byte_size.h"
 #include "diagnose/diagnosis.h"
 #include "diagnose/render.h"
 #include "test_support.h"
 
 namespace oomtune::diagnose {
 namespace {
-
-constexpr int64_t kMiB = int64_t{1} << 20;
 
 /// A snapshot holding only frames and one stack per listed stack (innermost first).
 Snapshot with_stacks(const std::vector<std::vector<Frame>>& stacks) {
@@ -123,12 +122,6 @@ TEST(FrameIndex, NoCallSiteIsItsOwnGroup) {
   EXPECT_EQ(d.peak.sites[1].bytes, 1 << 20);
 }
 
-Diagnosis run(const std::string& path, GroupBy group_by = GroupBy::kLayer) {
-  DiagnoseOptions options;
-  options.group_by = group_by;
-  return diagnose(load_snapshot(path), path, options);
-}
-
 // The real H100 snapshots, rewritten by scripts/move_snapshot_paths.py with
 // every path under /home/user/torch/: the same report, but for the file name.
 TEST(FrameIndex, RealSnapshotsMovedUnderAFolderNamedTorchGiveTheSameReport) {
@@ -167,7 +160,7 @@ TEST(FrameIndex, RealSnapshotsMovedUnderAFolderNamedTorchGiveTheSameReport) {
 TEST(FrameIndex, HuggingFaceSnapshotNamesModelingBertLines) {
   const std::string path = testing::synthetic_fixture("hf_bert_forward_oom.pickle");
   SKIP_IF_MISSING(path);
-  const Diagnosis d = run(path);
+  const Diagnosis d = testing::diagnose_file(path);
   EXPECT_EQ(d.torch_roots, std::vector<std::string>{"/home/user/torch/.venv/lib/python3.11/site-packages/torch/"});
   ASSERT_EQ(d.ooms.size(), 1u);
   const OomReport& o = d.ooms[0];
@@ -198,7 +191,7 @@ TEST(FrameIndex, HuggingFaceSnapshotNamesModelingBertLines) {
   EXPECT_EQ(d.oom_sites[6].site, "modeling_bert.py:480 in forward");
 
   // --group-by call: everything the forward kept is one line of finetune.py.
-  const Diagnosis by_call = run(path, GroupBy::kCall);
+  const Diagnosis by_call = testing::diagnose_file(path, DiagnoseOptions{/*top=*/10, GroupBy::kCall});
   ASSERT_EQ(by_call.oom_sites.size(), 2u);
   EXPECT_EQ(by_call.oom_sites[0].site, "finetune.py:61 in main");
   EXPECT_EQ(by_call.oom_sites[0].bytes, 64 * kMiB + 32 * kMiB + 3 * 16 * kMiB + 8 * kMiB);

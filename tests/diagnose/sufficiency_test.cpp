@@ -10,16 +10,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/byte_size.h"
 #include "diagnose/diagnosis.h"
 #include "diagnose/render.h"
 #include "test_support.h"
 
 namespace oomtune::diagnose {
 namespace {
-
-constexpr int64_t kMiB = int64_t{1} << 20;
-
-Diagnosis run(const std::string& path) { return diagnose(load_snapshot(path), path, DiagnoseOptions{}); }
 
 const Recommendation* find(const Diagnosis& d, FixId id) {
   for (const Recommendation& r : d.recommendations) {
@@ -46,7 +43,7 @@ TEST(FixTables, EveryIdHasItsRow) {
 TEST(Sufficiency, FirstAdamWStepRanksEightBitFirstAndDefragmentingNotEnough) {
   const std::string path = testing::synthetic_fixture("adamw_first_step_oom.pickle");
   SKIP_IF_MISSING(path);
-  const Diagnosis d = run(path);
+  const Diagnosis d = testing::diagnose_file(path);
   ASSERT_EQ(d.ooms.size(), 1u);
   EXPECT_EQ(d.ooms[0].reserved_free_bytes, 42 * kMiB);
   EXPECT_TRUE(d.ooms[0].fragmentation);
@@ -83,7 +80,7 @@ TEST(Sufficiency, FirstAdamWStepRanksEightBitFirstAndDefragmentingNotEnough) {
 TEST(Sufficiency, DefragmentingThatSatisfiesThePhaseComesFirst) {
   const std::string path = testing::synthetic_fixture("forward_holes_enough.pickle");
   SKIP_IF_MISSING(path);
-  const Diagnosis d = run(path);
+  const Diagnosis d = testing::diagnose_file(path);
   ASSERT_EQ(d.ooms.size(), 1u);
   EXPECT_EQ(d.need.method, NeedMethod::kTrace);
   EXPECT_EQ(d.need.earlier_growth_bytes, 168 * kMiB);
@@ -105,7 +102,7 @@ TEST(Sufficiency, DefragmentingThatSatisfiesThePhaseComesFirst) {
 TEST(Sufficiency, NoSingleFixEnoughGivesACombination) {
   const std::string path = testing::synthetic_fixture("forward_holes_combined.pickle");
   SKIP_IF_MISSING(path);
-  const Diagnosis d = run(path);
+  const Diagnosis d = testing::diagnose_file(path);
   EXPECT_EQ(d.need.still_needed_bytes, 144 * kMiB);
   EXPECT_EQ(d.ooms.at(0).reserved_free_bytes, 6 * 10 * kMiB + 6 * kMiB / 2 + 20 * kMiB);
   EXPECT_EQ(d.verdicts.front().id, VerdictId::kActivationsInForward);  // defragmenting (83 MiB) is not enough
@@ -141,7 +138,7 @@ TEST(Sufficiency, NoSingleFixEnoughGivesACombination) {
 TEST(Sufficiency, ForwardNeedFromTheBlockPattern) {
   const std::string path = testing::synthetic_fixture("hf_bert_forward_oom.pickle");
   SKIP_IF_MISSING(path);
-  const Diagnosis d = run(path);
+  const Diagnosis d = testing::diagnose_file(path);
   EXPECT_EQ(d.need.method, NeedMethod::kForwardBlocks);
   EXPECT_TRUE(d.need.lower_bound);
   EXPECT_EQ(d.need.blocks_done, 1);
@@ -161,7 +158,7 @@ TEST(Sufficiency, ForwardNeedFromTheBlockPattern) {
 TEST(Sufficiency, RealGptForwardNeedFromItsBlocks) {
   const std::string path = testing::real_fixture("oom_gpt_activations.pickle");
   SKIP_IF_MISSING(path);
-  const Diagnosis d = run(path);
+  const Diagnosis d = testing::diagnose_file(path);
   EXPECT_EQ(d.need.method, NeedMethod::kForwardBlocks);
   EXPECT_EQ(d.need.blocks_done, 6);
   EXPECT_EQ(d.need.block_bytes, 1209532416);
@@ -180,7 +177,7 @@ TEST(Sufficiency, RealGptForwardNeedFromItsBlocks) {
 TEST(Sufficiency, RealFragmentationDefragmentingIsEnough) {
   const std::string path = testing::real_fixture("oom_fragmentation.pickle");
   SKIP_IF_MISSING(path);
-  const Diagnosis d = run(path);
+  const Diagnosis d = testing::diagnose_file(path);
   EXPECT_EQ(d.need.method, NeedMethod::kRequest);
   EXPECT_EQ(d.need.still_needed_bytes, 512 * kMiB);
   EXPECT_EQ(d.verdicts.front().id, VerdictId::kFragmentation);

@@ -1,5 +1,5 @@
 #pragma once
-// Paths of the fixtures the diagnose tests read.
+// Paths of the fixtures the diagnose tests read, and their diagnosis.
 
 #include <cstdint>
 #include <fstream>
@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "diagnose/diagnosis.h"
+#include "diagnose/snapshot.h"
 #include "support/require_file.h"
 
 namespace oomtune::diagnose::testing {
@@ -20,6 +22,13 @@ inline std::string real_fixture(const std::string& name) {
 /// The synthetic snapshots of scripts/make_snapshot_fixtures.py.
 inline std::string synthetic_fixture(const std::string& name) {
   return std::string(OOMTUNE_SOURCE_DIR) + "/tests/fixtures/snapshots/" + name;
+}
+
+/// What `oomtune diagnose PATH` analyses: the snapshot file at `path`, with
+/// `options` (the defaults: top 10 sites, grouped by layer). Throws as
+/// load_snapshot() does.
+inline Diagnosis diagnose_file(const std::string& path, const DiagnoseOptions& options = {}) {
+  return diagnose(load_snapshot(path), path, options);
 }
 
 inline bool exists(const std::string& path) { return std::ifstream(path).good(); }

@@ -8,10 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include "common/byte_size.h"
+
 namespace oomtune {
 namespace {
-
-constexpr int64_t kGiB = int64_t{1} << 30;
 
 TEST(CudaBudget, TheAllocatorsLimitIsTheBudgetWithinAByteBelow) {
   // cudaMemGetInfo totals: an H100 80GB (85,031,714,816 B as PyTorch reports

@@ -9,10 +9,10 @@
 
 #include <gtest/gtest.h>
 
+#include "common/byte_size.h"
+
 namespace oomtune {
 namespace {
-
-constexpr int64_t kMiB = int64_t{1} << 20;
 
 /// Counters as the allocator keeps them: allocations and frees move the
 /// current values, peaks follow until reset, and reserved grows in 20 MiB

@@ -8,10 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include "common/byte_size.h"
+
 namespace oomtune {
 namespace {
-
-constexpr int64_t kMiB = int64_t{1} << 20;
 
 TEST(LargestAllocatable, FindsTheLargestMultipleUnderTheLimitInLogarithmicTries) {
   const int64_t limit = 37 * kMiB + 12345;  // fragmentation leaves an odd size

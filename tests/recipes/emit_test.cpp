@@ -25,8 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kGoldenDir = fs::path(OOMTUNE_SOURCE_DIR) / "tests/recipes/golden";
-
 std::string read_text(const fs::path& path) {
   std::ifstream file(path, std::ios::binary);
   std::stringstream buffer;
@@ -177,13 +175,15 @@ TEST_P(EmitCommand, WritesFilesEqualToTheGoldens) {
   for (const auto& [name, plan] : testing::golden_plans()) {
     SCOPED_TRACE(name);
     const fs::path out = tmp.path() / name;
-    const ProcessResult r = run(
-        binary_, "emit '" + (kGoldenDir / name / "plan.toml").string() + "' --out '" + out.string() + "'", tmp.path());
+    const ProcessResult r =
+        run(binary_, "emit '" + (testing::kGoldenDir / name / "plan.toml").string() + "' --out '" + out.string() + "'",
+            tmp.path());
     ASSERT_EQ(r.code, 0) << r.err;
     std::string expected_stdout;
     for (const auto& writer : recipe_writers()) {
       expected_stdout += "wrote " + (out / writer.file_name).string() + "\n";
-      EXPECT_EQ(read_text(out / writer.file_name), read_text(kGoldenDir / name / writer.file_name)) << writer.name;
+      EXPECT_EQ(read_text(out / writer.file_name), read_text(testing::kGoldenDir / name / writer.file_name))
+          << writer.name;
     }
     EXPECT_EQ(r.out, expected_stdout);
   }
@@ -192,10 +192,10 @@ TEST_P(EmitCommand, WritesFilesEqualToTheGoldens) {
 TEST_P(EmitCommand, FormatSelectsFilesAndNotesGoToStderr) {
   TempDir tmp;
   const fs::path out = tmp.path() / "out";
-  const ProcessResult r =
-      run(binary_,
-          "emit '" + (kGoldenDir / "offload_bf16/plan.toml").string() + "' --out '" + out.string() + "' --format hf",
-          tmp.path());
+  const ProcessResult r = run(binary_,
+                              "emit '" + (testing::kGoldenDir / "offload_bf16/plan.toml").string() + "' --out '" +
+                                  out.string() + "' --format hf",
+                              tmp.path());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(files_in(out), (std::vector<std::string>{"ds_config.json", "hf_training_args.json"}));
   EXPECT_NE(r.err.find("emit: hf: note: optimizer offload is not a TrainingArguments feature"), std::string::npos)
@@ -222,7 +222,7 @@ TEST_P(EmitCommand, BadPlanIsOneLineExit2AndNothingWritten) {
   EXPECT_FALSE(fs::exists(out));
 
   r = run(binary_,
-          "emit '" + (kGoldenDir / "fp32_adamw/plan.toml").string() + "' --out '" + out.string() +
+          "emit '" + (testing::kGoldenDir / "fp32_adamw/plan.toml").string() + "' --out '" + out.string() +
               "' --format deepspeed,lightnin",
           tmp.path());
   EXPECT_EQ(r.code, 2);
@@ -231,7 +231,7 @@ TEST_P(EmitCommand, BadPlanIsOneLineExit2AndNothingWritten) {
             "lightning, accelerate)\n");
   EXPECT_FALSE(fs::exists(out));
 
-  r = run(binary_, "emit '" + (kGoldenDir / "fp32_adamw/plan.toml").string() + "'", tmp.path());
+  r = run(binary_, "emit '" + (testing::kGoldenDir / "fp32_adamw/plan.toml").string() + "'", tmp.path());
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "oomtune: emit: missing --out DIR (the folder to write into)\n");
 }

@@ -16,13 +16,11 @@
 namespace oomtune {
 namespace {
 
-const std::filesystem::path kGoldenDir = std::filesystem::path(OOMTUNE_SOURCE_DIR) / "tests/recipes/golden";
-
 class Golden : public ::testing::TestWithParam<std::pair<std::string, Plan>> {};
 
 TEST_P(Golden, EveryWriterMatchesItsGoldenFile) {
   const auto& [name, plan] = GetParam();
-  const std::filesystem::path dir = kGoldenDir / name;
+  const std::filesystem::path dir = testing::kGoldenDir / name;
   for (const RecipeWriter& writer : recipe_writers()) {
     SCOPED_TRACE(writer.name);
     const std::string actual = writer.write(plan);
@@ -59,7 +57,7 @@ TEST_P(Golden, NotesInTheFileAreTheWritersNotes) {
 TEST_P(Golden, GoldenPlanTomlReadsBackToThePlan) {
   const auto& [name, plan] = GetParam();
   if (testing::updating_golden()) GTEST_SKIP() << "updating goldens";
-  EXPECT_EQ(read_plan_toml((kGoldenDir / name / kPlanFileName).string()), plan);
+  EXPECT_EQ(read_plan_toml((testing::kGoldenDir / name / kPlanFileName).string()), plan);
 }
 
 INSTANTIATE_TEST_SUITE_P(recipes, Golden, ::testing::ValuesIn(testing::golden_plans()),

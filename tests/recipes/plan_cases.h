@@ -25,6 +25,7 @@
 //                     implementation = "single_tensor" (foreach=False; a note
 //                     where a framework has no key)
 
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +33,10 @@
 #include "recipes/plan.h"
 
 namespace oomtune::testing {
+
+/// Every writer's expected output for every case, one folder per case
+/// (golden_test.cpp writes them with OOMTUNE_UPDATE_GOLDEN=1).
+inline const std::filesystem::path kGoldenDir = std::filesystem::path(OOMTUNE_SOURCE_DIR) / "tests/recipes/golden";
 
 inline Plan base_plan(int64_t micro_batch, int64_t accumulation_steps) {
   TrainingConfig config;

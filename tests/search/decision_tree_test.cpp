@@ -343,12 +343,6 @@ TEST(DecisionTree, SelectiveCheckpointingTakesTheFewestBlocks) {
   EXPECT_EQ(chosen(r).config.checkpoint.mode, CheckpointPlan::Mode::kFirstN);
 }
 
-bool has_note(const SearchResult& r, const std::string& text) {
-  for (const std::string& note : r.notes)
-    if (note.find(text) != std::string::npos) return true;
-  return false;
-}
-
 // The two Decoder blocks modify their input in place, which the recompute
 // operator refuses; the two Encoder blocks alone save 2 x 1.5 = 3 MiB a
 // sample: peak(32) = 18 + 5 x 32 = 178 MiB, and the first Encoder alone
@@ -1104,7 +1098,7 @@ TEST(DecisionTree, AMicroBatchThatFailsBelowOneThatRunsIsNeverPlanned) {
   for (const std::string& note : r.notes)
     noted |= note.rfind("micro-batch 4 cannot run (error during forward: Expected more than 1 value", 0) == 0 &&
              note.find("micro-batches of 5 or more (min_micro_batch = 5") != std::string::npos;
-  EXPECT_TRUE(noted) << testing::PrintToString(r.notes);
+  EXPECT_TRUE(noted) << ::testing::PrintToString(r.notes);
   // Checkpointing at 16 x 2 fits (18 + 2 x 16 + 4 = 54 MiB) and runs.
   EXPECT_EQ(chosen(r).config.micro_batch, 16);
   EXPECT_TRUE(chosen(r).config.checkpoint.enabled());
@@ -1124,7 +1118,7 @@ TEST(DecisionTree, NoAccumulationNodeWhenOnlyTheGlobalBatchIsAValidMicroBatch) {
   bool noted = false;
   for (const std::string& note : r.notes)
     noted |= note == "micro-batch + accumulation: not possible (no valid micro-batch is 2 or less; valid: 3)";
-  EXPECT_TRUE(noted) << testing::PrintToString(r.notes);
+  EXPECT_TRUE(noted) << ::testing::PrintToString(r.notes);
   EXPECT_EQ(chosen(r).node, "plain");
 }
 

@@ -269,6 +269,12 @@ inline SearchResult run_search(FakeRunner& fake, const JobSpec& job, const Searc
   return search(job, fake, options, [](const std::string&) {});
 }
 
+/// True when one of the search's notes contains `part`.
+inline bool has_note(const SearchResult& result, const std::string& part) {
+  return std::any_of(result.notes.begin(), result.notes.end(),
+                     [&](const std::string& note) { return note.find(part) != std::string::npos; });
+}
+
 // A base that runs at one micro-batch only: activations 24 MiB per sample
 // and guard = budget = kOnePointBudget (a GPU whose whole memory is the
 // budget). Plain needs 42 MiB at 1; checkpointing (18 + 6 b MiB) runs at 1

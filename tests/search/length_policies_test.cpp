@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/byte_size.h"
 #include "common/error.h"
 #include "report/length_policies.h"
 #include "report/sequence_fit.h"
@@ -20,7 +21,6 @@
 namespace oomtune {
 namespace {
 
-constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr std::uint64_t kSeed = 2;  // draws 20 first (SplitMix64 of 2: an even first output)
 
 allocsim::LengthModel activation_step() {

@@ -29,11 +29,6 @@ SearchOptions from_meta() {
   return options;
 }
 
-bool has_note(const SearchResult& r, const std::string& part) {
-  return std::any_of(r.notes.begin(), r.notes.end(),
-                     [&](const std::string& note) { return note.find(part) != std::string::npos; });
-}
-
 // Micro-batch 32 needs 20 MiB more than the plain line through the probes
 // at 4, 8 and 16 says (DecisionTree.AVerifiedOutOfMemoryDropsTheCandidateAndGoesOn
 // shows the lines' answer: plain 32 x 1 is verified, runs out of memory and
@@ -236,7 +231,7 @@ TEST(MetaMemory, PlainsVerificationRunIsItsTimingPointAtTheGlobalBatch) {
   EXPECT_TRUE(has_note(r,
                        "activation checkpointing: not probed: plain 32 x 1 ran its verification within the budget, "
                        "and recomputation cannot make a step faster than it"))
-      << testing::PrintToString(r.notes);
+      << ::testing::PrintToString(r.notes);
   for (const TrailNode& n : r.trail) {
     SCOPED_TRACE(n.node);
     EXPECT_FALSE(n.config.checkpoint.enabled());
@@ -310,7 +305,7 @@ TEST(MetaMemory, AFirstMetaRunThatFailsLeavesTheLinesInCharge) {
   EXPECT_TRUE(has_note(r,
                        "memory from the probes' lines, not from the meta device: error during forward: job.toml: "
                        "device = \"meta\" needs libtorch 2.0"))
-      << testing::PrintToString(r.notes);
+      << ::testing::PrintToString(r.notes);
   ASSERT_EQ(r.trail.size(), expected.trail.size());
   for (std::size_t i = 0; i < r.trail.size(); ++i) {
     EXPECT_EQ(to_string(r.trail[i].config), to_string(expected.trail[i].config));
@@ -322,7 +317,7 @@ TEST(MetaMemory, AFirstMetaRunThatFailsLeavesTheLinesInCharge) {
   const SearchResult none = run_search(without, job, from_meta());
   EXPECT_EQ(none.memory_from, MemorySource::kProbes);
   EXPECT_EQ(none.meta_trials, 0);
-  EXPECT_TRUE(has_note(none, "cannot run on the meta device")) << testing::PrintToString(none.notes);
+  EXPECT_TRUE(has_note(none, "cannot run on the meta device")) << ::testing::PrintToString(none.notes);
 }
 
 // bf16 autocast has no meta kernels in libtorch: the bf16 nodes are
@@ -344,9 +339,9 @@ TEST(MetaMemory, ANodeWhoseMetaRunFailsIsPredictedAndNamed) {
   }
   EXPECT_GT(bf16_nodes, 0);
   EXPECT_TRUE(has_note(r, "did not run on the meta device, so their nodes were predicted from the probes' lines"))
-      << testing::PrintToString(r.notes);
+      << ::testing::PrintToString(r.notes);
   EXPECT_TRUE(has_note(r, "precision=bf16 (error during forward: autocast: no meta kernels for bfloat16)"))
-      << testing::PrintToString(r.notes);
+      << ::testing::PrintToString(r.notes);
   // Plain fits at 8 x 4 at most, so it is timed at 8 and 4 (Note [Timing
   // probes on meta]); each strategy at 8, where its meta peak fits, but
   // bf16, whose meta run fails: at 4, as without meta.

@@ -12,14 +12,13 @@
 
 #include <gtest/gtest.h>
 
+#include "common/byte_size.h"
 #include "report/probe_summary.h"
 #include "report/sequence_fit.h"
 #include "support/golden_file.h"
 
 namespace oomtune {
 namespace {
-
-constexpr double kMiB = 1048576;
 
 double forward(double b, double t) { return 40 * kMiB + b * (65536 * t + 256 * t * t); }
 double loss(double b, double t) { return 40 * kMiB + b * (4096 + 98304 * t); }
