@@ -160,12 +160,11 @@ TEST(DecisionTree, Bf16FallsBackToBf16ParametersWhenAutocastCrashes) {
     job.allow_bf16 = true;
     const SearchResult r = run_search(fake, job);
     EXPECT_EQ(chosen(r).config.precision, crashes ? Precision::kBf16Params : Precision::kBf16);
-    bool noted = false;
-    for (const std::string& note : r.notes)
-      noted = noted || note.find(
-                           "bf16: autocast failed (crashed: SIGSEGV during forward), so bf16 runs as "
-                           "bf16 parameters with fp32 master weights") != std::string::npos;
-    EXPECT_EQ(noted, crashes);
+    EXPECT_EQ(has_note(r,
+                       "bf16: autocast failed (crashed: SIGSEGV during forward), so bf16 runs as "
+                       "bf16 parameters with fp32 master weights"),
+              crashes)
+        << ::testing::PrintToString(r.notes);
   }
 }
 
@@ -1013,14 +1012,11 @@ TEST(DecisionTree, AStrategyProbePastTheTimeoutAtTheLargerSizeKeepsTheSmallerOne
   fake.probe_timeout_seconds = 0.04;
   const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB));
   EXPECT_EQ(plain_probes(r), (std::vector<std::string>{"4 ok", "8 ok", "16 timeout"}));
-  bool noted = false;
-  for (const std::string& note : r.notes) {
-    EXPECT_EQ(note.find("activation checkpointing: not available"), std::string::npos) << note;
-    noted = noted || note.find(
-                         "activation checkpointing: micro-batch 8: timeout: no result after 600 s; fitted to "
-                         "micro-batch 4 with the plain slope") != std::string::npos;
-  }
-  EXPECT_TRUE(noted);
+  EXPECT_FALSE(has_note(r, "activation checkpointing: not available")) << ::testing::PrintToString(r.notes);
+  EXPECT_TRUE(has_note(r,
+                       "activation checkpointing: micro-batch 8: timeout: no result after 600 s; fitted to "
+                       "micro-batch 4 with the plain slope"))
+      << ::testing::PrintToString(r.notes);
   const TrailNode* all_blocks = node_named(r, "checkpointing (all blocks)");
   ASSERT_NE(all_blocks, nullptr);
   EXPECT_EQ(all_blocks->config.micro_batch, 32);
