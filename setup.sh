@@ -33,7 +33,9 @@
 # OOMTUNE_DEPS=DIR installs no packages: the libraries are already under the
 # prefix DIR (e.g. .device-deps/usr from ../shared/device/pack-deps on a
 # machine without Debian's package registry).
-# OOMTUNE_BUILD_DIR overrides build/; OOMTUNE_BUILD_TYPE overrides Release.
+# OOMTUNE_BUILD_DIR overrides build/; OOMTUNE_BUILD_TYPE overrides Release;
+# OOMTUNE_BUILD_TARGETS builds only those targets (scripts/device_check.sh:
+# "oomtune oomtune_trial_module" where no test runs).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -262,7 +264,8 @@ if [ "$mode" = --example ]; then
   cmake --build "$build_dir" -j"$cores" --target oomtune oomtune_trial_module
   "$python" examples/export_models.py --if-missing --only gpt
 else
-  cmake --build "$build_dir" -j"$cores"
+  # shellcheck disable=SC2086  # OOMTUNE_BUILD_TARGETS is a list of targets
+  cmake --build "$build_dir" -j"$cores" ${OOMTUNE_BUILD_TARGETS:+--target $OOMTUNE_BUILD_TARGETS}
   "$python" examples/export_models.py --if-missing
 fi
 

@@ -1,46 +1,169 @@
 #!/usr/bin/env python3
-"""oomtune's CPU-measured peaks next to PyTorch's own on a GPU (issue #11,
-validation item 1): for each case, `oomtune probe --json` on the CPU, and
-scripts/eager_peaks.py on CUDA training the eager nn.Module (what users run)
-and the TorchScript file (what oomtune runs). Prints a Markdown table per
-case and writes every run's JSON into --out.
+"""oomtune's peaks next to PyTorch's own (issue #44, docs/validation.md): for
+each case, per phase, the allocated and reserved peaks that
 
-    compare_peaks.py --oomtune BUILD/oomtune --out DIR CASE [CASE ...]
+  - oomtune measures on the GPU (`oomtune probe --device cuda`, the caching
+    allocator's counters),
+  - oomtune measures on the CPU (`oomtune probe --device cpu`: the tensors a
+    CUDA run would have, and the reserved bytes its caching-allocator
+    simulator predicts from them), and on the meta device (`--device meta`,
+    the same records without data or compute: a libtorch 2 build),
+  - PyTorch measures training the eager nn.Module (scripts/eager_peaks.py,
+    what users run), and optionally the TorchScript file (--script),
+
+with each of oomtune's figures as an error against eager's. Prints the
+tables (Markdown) and writes every run's output and results.json into --out.
+
+    compare_peaks.py --oomtune BUILD/oomtune --out DIR [--sides cuda,eager,meta,cpu]
+                     [--jobs N] [--merge RESULTS_JSON] CASE [CASE ...]
+    compare_peaks.py --tables DIR/results.json      # the tables again, from a results file
+
+--sides picks the runs (script: the TorchScript file trained by PyTorch);
+--merge adds them to an earlier results file's cases, so the slow CPU side
+can run on another machine than the GPU side: the CPU's figures do not
+depend on the CPU (docs/autotune.md, "What a CPU trial counts").
 
 CASE is JOB.toml:MICRO_BATCH[:ckpt][:bf16], e.g. examples/gpt.toml:32:ckpt.
-Errors are (oomtune - eager) / eager: oomtune counts the bytes tensors ask
-for, PyTorch's allocated bytes are rounded up to 512-byte blocks
-(c10/cuda/CUDACachingAllocator.cpp, kMinBlockSize), and cuBLAS/cuDNN
-workspaces are on CUDA only; a gap beyond a few % is something to explain.
+Errors are (oomtune - eager) / eager. Issue #44's target for the CUDA
+backend: within 2 % of eager. The CPU backend counts the bytes tensors ask
+for; PyTorch's allocated bytes are rounded up to 512-byte blocks
+(c10/cuda/CUDACachingAllocator.cpp, kMinBlockSize); cuBLAS workspaces come
+from the caching allocator on CUDA only (the CPU report's `workspaces`,
+shown beside), and torch.optim's foreach temporaries are modelled on the CPU
+(docs/job_spec.md, `implementation`).
+
+--deadline bounds the whole run (the device tool's 10 minutes a call):
+runs not started by then are recorded as not run, and the tables say so.
+--jobs runs that many processes at once (each its own CUDA context and
+caching allocator, so their figures do not mix); the CPU probes get
+cores / jobs threads each. --device cpu checks the plumbing on a machine
+without a GPU: eager_peaks.py reports no bytes there, and the CUDA side is
+left out.
 """
 
 import argparse
+import concurrent.futures
 import json
 import os
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PHASES = ("forward", "loss", "backward", "optimizer")
 MiB = 1024.0 * 1024.0
+TARGET = 0.02  # issue #44: the CUDA backend's peaks within 2 % of eager
 
 
-def run_json(command, path):
-    """Runs `command`, keeps its stdout in `path`, returns the parsed JSON or the error text."""
+def run_json(command, path, timeout, env=None):
+    """Runs `command`, keeps its stdout in `path`; the parsed JSON, or {"error": why}."""
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=180)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
-        return "timed out after 180 s"
+        return {"error": f"timed out after {timeout} s"}
     with open(path, "w") as f:
         f.write(done.stdout)
     if done.returncode != 0:
-        return f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ''}"
-    return json.loads(done.stdout)
+        lines = done.stderr.strip().splitlines()
+        return {"error": f"exit {done.returncode}: {lines[-1] if lines else ''}"}
+    try:
+        return json.loads(done.stdout)
+    except json.JSONDecodeError as e:
+        return {"error": f"output is not JSON: {e}"}
 
 
 def largest(values):
     values = [v for v in values if v is not None]
     return max(values) if values else None
+
+
+def from_oomtune(output):
+    """The figures of an `oomtune probe --json` output: per phase allocated and
+    reserved peaks; the step's; reserved measured (CUDA) or predicted (CPU)."""
+    if "error" in output:
+        return output
+    report = output["report"]
+    if report.get("outcome", "ok") != "ok":
+        return {"error": f"{report.get('outcome')}: {report.get('message', '')}"}
+    phases = {p: {"peak_bytes": report["phases"][p]["peak_bytes"],
+                  "reserved_bytes": report["phases"][p].get("reserved_peak_bytes") or None} for p in PHASES}
+    measured = report.get("measured_reserved")
+    predicted = report.get("reserved")
+    return {"phases": phases, "peak_bytes": report["peak_bytes"],
+            "reserved_bytes": (measured or predicted or {}).get("peak_reserved_bytes"),
+            "reserved_source": "measured" if measured else "predicted" if predicted else None,
+            "workspace_bytes": report.get("workspaces", {}).get("total_bytes")}
+
+
+def from_eager(output):
+    """The figures of scripts/eager_peaks.py's output, at its measured step."""
+    if "error" in output:
+        return output
+    step = output["steps"][output["measured_step"]]
+    phases = {p: {"peak_bytes": step[p]["peak_bytes"], "reserved_bytes": step[p]["peak_reserved_bytes"]}
+              for p in PHASES}
+    return {"phases": phases, "peak_bytes": largest(step[p]["peak_bytes"] for p in PHASES),
+            "reserved_bytes": largest(step[p]["peak_reserved_bytes"] for p in PHASES)}
+
+
+def parse_case(case):
+    job, micro_batch, *flags = case.split(":")
+    unknown = set(flags) - {"ckpt", "bf16"}
+    if unknown or not micro_batch.isdigit():
+        raise SystemExit(f"compare_peaks.py: {case}: expected JOB.toml:MICRO_BATCH[:ckpt][:bf16]")
+    return {"case": case, "job": job, "micro_batch": int(micro_batch), "ckpt": "all" if "ckpt" in flags else "none",
+            "precision": "bf16" if "bf16" in flags else "fp32"}
+
+
+SIDES = ("cuda", "eager", "meta", "cpu", "script")
+PRIORITY = {"cuda": 0, "eager": 0, "meta": 1, "cpu": 2, "script": 3}  # the order runs start in
+OOMTUNE_SIDES = ("cuda", "meta", "cpu")
+
+
+def commands(case, args):
+    """(side, command, env) of every run a case needs."""
+    job, mb, ckpt, precision = case["job"], str(case["micro_batch"]), case["ckpt"], case["precision"]
+    probe = [args.oomtune, "probe", job, "--json", "--no-fit", "--batch", mb,
+             "--config", f"micro_batch={mb},ckpt={ckpt},precision={precision}"]
+    if args.budget:
+        probe += ["--budget", args.budget]
+    eager = [args.python, os.path.join(HERE, "eager_peaks.py"), job, "--micro-batch", mb, "--ckpt", ckpt,
+             "--precision", precision, "--device", args.device]
+    threads = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.jobs)))
+    runs = {"cuda": (probe + ["--device", "cuda"], None), "meta": (probe + ["--device", "meta"], None),
+            "cpu": (probe + ["--device", "cpu"], threads), "eager": (eager + ["--mode", "eager"], None),
+            "script": (eager + ["--mode", "script"], None)}
+    # eager_peaks.py checkpoints the eager module only; no CUDA side without a GPU.
+    return [(side, *runs[side]) for side in args.sides
+            if not (side == "script" and ckpt == "all") and not (side == "cuda" and args.device != "cuda")]
+
+
+def measure(cases, args):
+    """Runs every case's sides, --jobs at a time: the CUDA and eager runs of
+    every case first (the pairs the tables compare), then meta, CPU and
+    script; each case's figures by side. A run that would start after
+    --deadline seconds, or with less than 5 s left, is not run."""
+    deadline = time.monotonic() + args.deadline if args.deadline is not None else None
+
+    def one(index, side, command, env):
+        case = cases[index]
+        if deadline is not None and time.monotonic() > deadline - 5:
+            return index, side, {"error": f"not run: past --deadline {args.deadline} s"}
+        tag = f"{os.path.basename(case['job'])[:-5]}_{case['micro_batch']}_{case['ckpt']}_{case['precision']}"
+        timeout = args.timeout if deadline is None else min(args.timeout, deadline - time.monotonic())
+        output = run_json(command, os.path.join(args.out, f"{tag}_{side}.json"), int(timeout), env)
+        return index, side, (from_oomtune if side in OOMTUNE_SIDES else from_eager)(output)
+
+    runs = sorted(((PRIORITY[run[0]], i, run) for i, case in enumerate(cases) for run in commands(case, args)),
+                  key=lambda r: r[:2])
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(one, i, *run) for _, i, run in runs]
+        for future in concurrent.futures.as_completed(futures):
+            index, side, figures = future.result()
+            cases[index].setdefault("sides", {})[side] = figures
+            print(f"compare_peaks: {cases[index]['case']} {side}: "
+                  f"{figures.get('error') or mib(figures['peak_bytes']) + ' MiB'}", file=sys.stderr, flush=True)
+    return cases
 
 
 def mib(value):
@@ -53,56 +176,112 @@ def error(ours, reference):
     return f"{100.0 * (ours - reference) / reference:+.1f} %"
 
 
+def figure(side, phase, key):
+    """A side's byte figure (phase None: the step's), or None."""
+    if side is None or "error" in side:
+        return None
+    return side[key] if phase is None else side["phases"][phase][key]
+
+
+def cell(ours, reference):
+    """MiB, and the error against the reference where both exist."""
+    return mib(ours) if ours is None or not reference else f"{mib(ours)} ({error(ours, reference)})"
+
+
+def predicted_reserved(sides):
+    """The caching-allocator simulator's reserved bytes, from the CPU run or the meta run."""
+    return figure(sides.get("cpu"), None, "reserved_bytes") or figure(sides.get("meta"), None, "reserved_bytes")
+
+
+def tables(cases):
+    """The Markdown: a summary row per case (MiB, error against eager), then
+    each case's phases."""
+    lines = ["| case | eager peak | oomtune CUDA | oomtune meta | oomtune CPU | eager reserved | "
+             "oomtune CUDA reserved | predicted reserved |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    outside = []
+    for case in cases:
+        sides = case.get("sides", {})
+        e_peak, e_res = figure(sides.get("eager"), None, "peak_bytes"), figure(sides.get("eager"), None,
+                                                                                "reserved_bytes")
+        g_peak = figure(sides.get("cuda"), None, "peak_bytes")
+        lines.append(f"| {case['case']} | {mib(e_peak)} | {cell(g_peak, e_peak)} | "
+                     f"{cell(figure(sides.get('meta'), None, 'peak_bytes'), e_peak)} | "
+                     f"{cell(figure(sides.get('cpu'), None, 'peak_bytes'), e_peak)} | {mib(e_res)} | "
+                     f"{cell(figure(sides.get('cuda'), None, 'reserved_bytes'), e_res)} | "
+                     f"{cell(predicted_reserved(sides), e_res)} |")
+        if g_peak is not None and e_peak and abs(g_peak - e_peak) > TARGET * e_peak:
+            outside.append(case["case"])
+    measured = [c for c in cases if figure(c.get("sides", {}).get("cuda"), None, "peak_bytes") is not None
+                and figure(c["sides"].get("eager"), None, "peak_bytes")]
+    lines.append("")
+    lines.append(f"oomtune's CUDA step peak within {TARGET * 100:.0f} % of eager in {len(measured) - len(outside)} of "
+                 f"{len(measured)} measured cases" + (f"; outside: {', '.join(outside)}" if outside else "") + ".")
+
+    for case in cases:
+        sides = case.get("sides", {})
+        lines += ["", f"### {case['job']}, micro-batch {case['micro_batch']}, ckpt={case['ckpt']}, "
+                  f"{case['precision']}", ""]
+        failed = [f"{name}: {side['error']}" for name, side in sorted(sides.items()) if "error" in side]
+        if failed:
+            lines += ["failed: " + "; ".join(failed), ""]
+        lines.append("| phase | eager | TorchScript | oomtune CUDA | oomtune meta | oomtune CPU | eager reserved | "
+                     "oomtune CUDA reserved |")
+        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for phase in PHASES + (None,):
+            eager = figure(sides.get("eager"), phase, "peak_bytes")
+            e_res = figure(sides.get("eager"), phase, "reserved_bytes")
+            lines.append(f"| {phase or 'step'} | {mib(eager)} | "
+                         f"{cell(figure(sides.get('script'), phase, 'peak_bytes'), eager)} | "
+                         f"{cell(figure(sides.get('cuda'), phase, 'peak_bytes'), eager)} | "
+                         f"{cell(figure(sides.get('meta'), phase, 'peak_bytes'), eager)} | "
+                         f"{cell(figure(sides.get('cpu'), phase, 'peak_bytes'), eager)} | {mib(e_res)} | "
+                         f"{cell(figure(sides.get('cuda'), phase, 'reserved_bytes'), e_res)} |")
+        workspaces = (figure(sides.get("cpu"), None, "workspace_bytes")
+                      or figure(sides.get("meta"), None, "workspace_bytes"))
+        if workspaces:
+            lines += ["", "cuBLAS workspaces oomtune names for the target GPU (in no peak above): "
+                      f"{mib(workspaces)} MiB."]
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--oomtune", required=True)
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--oomtune")
+    parser.add_argument("--out")
     parser.add_argument("--python", default=sys.executable)
-    parser.add_argument("--device", default="cuda", help="cpu runs the plumbing only: no byte counts there")
-    parser.add_argument("cases", nargs="+")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--jobs", type=int, default=1, help="processes at once")
+    parser.add_argument("--budget", help="oomtune's budget (e.g. 32GiB), instead of the job's: on CUDA it caps "
+                        "the caching allocator")
+    parser.add_argument("--timeout", type=int, default=180, help="seconds one run may take")
+    parser.add_argument("--deadline", type=int, help="seconds from the start after which no run starts, and none "
+                        "runs on")
+    parser.add_argument("--sides", default="cuda,eager,meta,cpu", help=f"comma-separated, of {', '.join(SIDES)}")
+    parser.add_argument("--merge", metavar="RESULTS_JSON", help="add the sides to this earlier run's cases")
+    parser.add_argument("--tables", metavar="RESULTS_JSON", help="print the tables of an earlier run")
+    parser.add_argument("cases", nargs="*")
     args = parser.parse_args()
+    if args.tables:
+        with open(args.tables) as f:
+            print(tables(json.load(f)["cases"]))
+        return 0
+    args.sides = args.sides.split(",")
+    if set(args.sides) - set(SIDES):
+        parser.error(f"--sides: expected some of {', '.join(SIDES)}")
+    cases = [parse_case(c) for c in args.cases]
+    if args.merge:
+        with open(args.merge) as f:
+            earlier = {c["case"]: c for c in json.load(f)["cases"]}
+        cases = [earlier.get(c["case"], c) for c in cases] + [c for name, c in earlier.items()
+                                                                if name not in set(args.cases)]
+    if not (args.oomtune and args.out and cases) or args.jobs < 1:
+        parser.error("--oomtune, --out and at least one CASE are needed (or --tables), and --jobs >= 1")
     os.makedirs(args.out, exist_ok=True)
-    sys.stdout.reconfigure(line_buffering=True)  # a run stopped by its time limit keeps what it printed
-
-    for case in args.cases:
-        job, micro_batch, *flags = case.split(":")
-        ckpt = "all" if "ckpt" in flags else "none"
-        precision = "bf16" if "bf16" in flags else "fp32"
-        tag = f"{os.path.basename(job)[:-5]}_{micro_batch}_{ckpt}_{precision}"
-        config = f"micro_batch={micro_batch},ckpt={ckpt},precision={precision}"
-        ours = run_json([args.oomtune, "probe", job, "--json", "--no-fit", "--batch", micro_batch,
-                         "--config", config], os.path.join(args.out, f"{tag}_oomtune.json"))
-        references = {}
-        for mode in ("eager", "script"):
-            if mode == "script" and ckpt == "all":
-                continue  # eager_peaks.py checkpoints the eager module only
-            references[mode] = run_json(
-                [args.python, os.path.join(HERE, "eager_peaks.py"), job, "--micro-batch", micro_batch,
-                 "--mode", mode, "--ckpt", ckpt, "--precision", precision, "--device", args.device],
-                os.path.join(args.out, f"{tag}_{mode}.json"))
-
-        print(f"\n### {job}, micro-batch {micro_batch}, ckpt={ckpt}, {precision}\n")
-        failed = [f"{name}: {r}" for name, r in [("oomtune", ours)] + list(references.items()) if isinstance(r, str)]
-        if failed:
-            print("failed: " + "; ".join(failed))
-            continue
-        phases = ours["report"]["phases"]
-        steps = {mode: r["steps"][r["measured_step"]] for mode, r in references.items()}
-        print("| phase | oomtune (CPU) MiB | TorchScript on CUDA MiB | eager on CUDA MiB | oomtune vs eager |")
-        print("|---|---:|---:|---:|---:|")
-        for phase in PHASES:
-            ours_peak = phases[phase]["peak_bytes"]
-            script = steps.get("script", {}).get(phase, {}).get("peak_bytes")
-            eager = steps["eager"][phase]["peak_bytes"]
-            print(f"| {phase} | {mib(ours_peak)} | {mib(script)} | {mib(eager)} | {error(ours_peak, eager)} |")
-        ours_step = ours["report"]["peak_bytes"]
-        eager_step = largest(steps["eager"][p]["peak_bytes"] for p in PHASES)
-        script_step = largest(steps["script"][p]["peak_bytes"] for p in PHASES) if "script" in steps else None
-        print(f"| step | {mib(ours_step)} | {mib(script_step)} | {mib(eager_step)} | {error(ours_step, eager_step)} |")
-        predicted = ours["report"].get("reserved", {}).get("peak_reserved_bytes")
-        eager_reserved = largest(steps["eager"][p]["peak_reserved_bytes"] for p in PHASES)
-        print(f"| reserved (oomtune predicted) | {mib(predicted)} | | {mib(eager_reserved)} | "
-              f"{error(predicted, eager_reserved)} |")
+    measure([c for c in cases if c["case"] in set(args.cases)], args)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump({"cases": cases}, f, indent=1)
+    print(tables(cases))
     return 0
 
 

@@ -3,28 +3,48 @@
 # device call each, every step bounded so that the call ends inside the
 # device tool's 10 minutes and its files come back (at most 8 are returned).
 #
-#   scripts/device_check.sh --pack   here, once: .device-deps/ (the Debian
-#                                    libraries, ../shared/device/pack-deps)
-#                                    and .device-shared/ (a copy of
-#                                    ../shared/fixtures, which does not travel)
-#   scripts/device_check.sh          there, issue #10: build oomtune against
-#                                    that machine's PyTorch the way README tells
-#                                    PyTorch 2.x users to (OOMTUNE_TORCH=python
-#                                    ./setup.sh), run the whole test suite, probe
-#                                    both Hugging Face fixtures (the SDPA one
-#                                    must probe there) and the example GPT
-#   scripts/device_check.sh --peaks  there, issue #11 item 1: oomtune's CPU
-#                                    peaks next to PyTorch's on CUDA, eager and
-#                                    TorchScript (scripts/compare_peaks.py), for
-#                                    the example GPT and ResNet-50
+#   scripts/device_check.sh --pack       here, once: .device-deps/ (the Debian
+#                                        libraries, ../shared/device/pack-deps)
+#                                        and .device-shared/ (a copy of
+#                                        ../shared/fixtures, which does not travel)
+#   scripts/device_check.sh              there: build oomtune against that
+#                                        machine's PyTorch the way README tells
+#                                        PyTorch 2.x users to (OOMTUNE_TORCH=python
+#                                        ./setup.sh), run the whole test suite
+#                                        (the GPU tests among them), probe both
+#                                        Hugging Face fixtures (the SDPA one must
+#                                        probe there) and the example GPT, on the
+#                                        CPU and on the GPU
+#   scripts/device_check.sh --validate   there, issue #44's docs/validation.md
+#                                        and #46 item 6: per-phase allocated and
+#                                        reserved peaks of oomtune on CUDA, on meta
+#                                        and on the CPU next to eager PyTorch's
+#                                        (scripts/compare_peaks.py), for the example
+#                                        GPT, ResNet-50 and the GPT-2 fixture at
+#                                        micro-batch 8, 16, 32, plain and
+#                                        checkpointed, fp32 and bf16; and four
+#                                        torchvision CNNs no test contains
+#   scripts/device_check.sh --autotune   there, issue #44: autotune --device cuda
+#                                        against Accelerate's
+#                                        find_executable_batch_size (ResNet-50,
+#                                        AdamW, under 8 and 16 GiB; a 100 M GPT,
+#                                        T = 1024, under 8 GiB), each answer rerun
+#                                        for 100 steps in eager PyTorch
+#                                        (scripts/autotune_vs_accelerate.py)
+#   scripts/device_check.sh --snapshots  there, issues #48 and #44: a Hugging Face
+#                                        GPT-2's out-of-memory snapshot
+#                                        (scripts/record_hf_snapshot.py) and an
+#                                        oomtune trial's, each diagnosed
 #
-# Both take carry [".device-deps", ".device-shared"] and write to $OUT
+# All take carry [".device-deps", ".device-shared"] and write to $OUT
 # (default ./device_out): summary.md (versions, each step's exit status and
-# time, test totals and failures, the probe tables, the peaks tables),
-# setup.log, ctest.log, probe_cpu_eager.json, probe_cpu_sdpa.json,
-# probe_cuda_gpt.json, probe_cuda_eager.json; peaks.tar.gz (every
-# run's JSON) with --peaks. The build goes to /tmp/oomtune_build
-# (OOMTUNE_BUILD_DIR) and is reused while the machine stays warm.
+# time, and the step's tables) and the step's files: setup.log, ctest.log,
+# probe_*.json; validation.md, validation.json, validation.tar.gz (every
+# run's output); autotune.md, autotune.json, autotune.tar.gz;
+# snapshots.tar.gz (the snapshots and their diagnoses). The build goes to
+# /tmp/oomtune_build (OOMTUNE_BUILD_DIR) and is reused while the machine
+# stays warm; the modes but the first build only oomtune and its trial
+# module.
 #
 # Knobs for a shorter call (what is left of the session's device time):
 # OOMTUNE_DEVICE_SECONDS, the seconds the whole script may take (560);
@@ -37,8 +57,8 @@
 # it, and the build then ran on one core.
 #
 # Here, as a dry run against Debian's libtorch (the SDPA probe then gives its
-# clear load error, and --peaks has no CUDA): OOMTUNE_TORCH=debian
-# OOMTUNE_PYTHON=/usr/bin/python3 scripts/device_check.sh
+# clear load error, and the GPU steps find no CUDA): OOMTUNE_TORCH=debian
+# OOMTUNE_PYTHON=/usr/bin/python3 scripts/device_check.sh [MODE]
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root="$PWD"
@@ -52,8 +72,8 @@ if [ "$mode" = --pack ]; then
   exit 0
 fi
 case "$mode" in
-  ""|--peaks) ;;
-  *) echo "usage: scripts/device_check.sh [--pack|--peaks]" >&2; exit 2 ;;
+  ""|--validate|--autotune|--snapshots) ;;
+  *) echo "usage: scripts/device_check.sh [--pack|--validate|--autotune|--snapshots]" >&2; exit 2 ;;
 esac
 
 out="${OUT:-$root/device_out}"
@@ -99,8 +119,10 @@ say '```'
 
 # Set-up as README documents it for PyTorch 2.x, with the libraries carried.
 start=$SECONDS
+targets=""
+if [ -n "$mode" ]; then targets="oomtune oomtune_trial_module"; fi  # no test runs in these modes
 OOMTUNE_TORCH="$torch_source" OOMTUNE_PYTHON="$python" OOMTUNE_DEPS="$root/.device-deps/usr" \
-  OOMTUNE_BUILD_DIR="$build" timeout "$(budget 330)" ./setup.sh > "$out/setup.log" 2>&1
+  OOMTUNE_BUILD_DIR="$build" OOMTUNE_BUILD_TARGETS="$targets" timeout "$(budget 330)" ./setup.sh > "$out/setup.log" 2>&1
 status=$?
 say ""
 say "## Set-up: OOMTUNE_TORCH=$torch_source ./setup.sh: exit $status in $((SECONDS - start)) s"
@@ -113,20 +135,96 @@ if [ "$status" -ne 0 ]; then
   exit 1
 fi
 
-if [ "$mode" = --peaks ]; then
-  rm -f "$out/setup.log"  # its warnings are in the summary; room for the JSON
-  start=$SECONDS
+# step TITLE FILE COMMAND...: runs the command with its stdout in $out/FILE
+# and its stderr added to $out/steps.log, and says in the summary how it
+# ended and what it printed (Markdown; the last lines of its stderr).
+step() {
+  local title=$1 file=$2 start=$SECONDS status
+  shift 2
+  echo "== $title" >> "$out/steps.log"
+  "$@" > "$out/$file" 2> "$out/step.err"
+  status=$?
+  cat "$out/step.err" >> "$out/steps.log"
   say ""
-  say "## Peaks: oomtune on the CPU, PyTorch on CUDA (scripts/compare_peaks.py)"
-  timeout "$(budget 540)" "$python" scripts/compare_peaks.py --oomtune "$build/oomtune" --out /tmp/oomtune_peaks \
-    --python "$python" examples/gpt.toml:8 examples/gpt.toml:16 examples/gpt.toml:32 examples/gpt.toml:32:ckpt \
-    examples/gpt.toml:32:bf16 examples/resnet50.toml:8 examples/resnet50.toml:16 examples/resnet50.toml:16:ckpt \
-    examples/resnet50.toml:16:bf16 \
-    2>&1 | tee -a "$summary"
-  status=${PIPESTATUS[0]}
+  say "## $title: exit $status in $((SECONDS - start)) s"
   say ""
-  say "compare_peaks.py: exit $status in $((SECONDS - start)) s"
-  tar -czf "$out/peaks.tar.gz" -C /tmp oomtune_peaks
+  cat "$out/$file" >> "$summary"
+  tail -n 5 "$out/step.err" | sed 's/^/    /' | tee -a "$summary"
+  rm -f "$out/step.err"
+}
+
+if [ -n "$mode" ]; then rm -f "$out/setup.log"; fi  # its warnings are in the summary; room for the results
+
+if [ "$mode" = --validate ]; then
+  # Torchvision CNNs that no test contains (#46 item 6), scripted, with the
+  # ResNet-50 job's inputs and AdamW (the job's default optimizer).
+  unseen=/tmp/oomtune_unseen
+  mkdir -p "$unseen"
+  cnns=(efficientnet_b0 mobilenet_v3_large convnext_tiny densenet121)
+  "$python" -c 'import sys, torch, torchvision
+for name in sys.argv[2:]:
+    torch.jit.script(getattr(torchvision.models, name)()).save(f"{sys.argv[1]}/{name}.pt")' "$unseen" "${cnns[@]}"
+  cases=()
+  for job in examples/gpt.toml examples/resnet50.toml examples/hf_gpt2.toml; do
+    for micro_batch in 8 16 32; do
+      for flags in "" :ckpt :bf16 :ckpt:bf16; do cases+=("$job:$micro_batch$flags"); done
+    done
+  done
+  for cnn in "${cnns[@]}"; do
+    sed -e "s#^model = .*#model = \"$cnn.pt\"#" -e '/^\[optimizer\]/,$d' examples/resnet50.toml > "$unseen/$cnn.toml"
+    cases+=("$unseen/$cnn.toml:8")
+  done
+  seconds="$(budget 540)"
+  step "Peaks: oomtune on CUDA, meta and CPU against eager PyTorch (scripts/compare_peaks.py)" validation.md \
+    timeout "$seconds" "$python" scripts/compare_peaks.py --oomtune "$build/oomtune" --python "$python" \
+    --out /tmp/oomtune_validation --budget 32GiB --jobs 6 --timeout 150 --deadline $((seconds - 40)) "${cases[@]}"
+  cp /tmp/oomtune_validation/results.json "$out/validation.json"
+  tar -czf "$out/validation.tar.gz" -C /tmp oomtune_validation
+  exit 0
+fi
+
+if [ "$mode" = --autotune ]; then
+  work=/tmp/oomtune_autotune
+  mkdir -p "$work"
+  # A GPT of about 100 M parameters (12 blocks, d = 768, vocabulary 8192) at T = 1024.
+  "$python" examples/export_models.py --only gpt --out "$work/models" --gpt-layers 12 --gpt-dim 768 --gpt-heads 12 \
+    --gpt-seq 1024 --gpt-vocab 8192 --gpt-dropout 0
+  sed -e "s#^model = .*#model = \"$root/examples/models/resnet50.pt\"#" -e 's/^global_batch = .*/global_batch = 256/' \
+    -e '/^\[optimizer\]/,$d' -e '/^#/d' examples/resnet50.toml > "$work/resnet50_adamw.toml"
+  sed -e 's/^global_batch = .*/global_batch = 32/' -e 's/"batch", 64/"batch", 1024/' -e 's/range = \[0, 1000\]/range = [0, 8192]/' \
+    -e '/^#/d' examples/gpt.toml > "$work/gpt.toml"
+  seconds="$(budget 540)"
+  step "autotune --device cuda against Accelerate's find_executable_batch_size (scripts/autotune_vs_accelerate.py)" \
+    autotune.md timeout "$seconds" "$python" scripts/autotune_vs_accelerate.py --oomtune "$build/oomtune" \
+    --python "$python" --out "$work/out" --deadline $((seconds - 30)) "$work/resnet50_adamw.toml:8GiB" \
+    "$work/resnet50_adamw.toml:16GiB" "$work/gpt.toml:8GiB"
+  cp "$work/out/results.json" "$out/autotune.json"
+  tar -czf "$out/autotune.tar.gz" -C "$work" out
+  exit 0
+fi
+
+if [ "$mode" = --snapshots ]; then
+  work=/tmp/oomtune_snapshots
+  mkdir -p "$work"
+  # #48: transformers' GPT-2 small running out of memory in its forward;
+  # the report must name modeling_gpt2.py's lines.
+  step "A Hugging Face GPT-2's out-of-memory snapshot (scripts/record_hf_snapshot.py)" hf_snapshot.json \
+    timeout "$(budget 120)" "$python" scripts/record_hf_snapshot.py --out "$work/hf_gpt2_oom.pickle"
+  step "oomtune diagnose on it" hf_diagnose.txt timeout "$(budget 60)" "$build/oomtune" diagnose \
+    "$work/hf_gpt2_oom.pickle" --svg "$work/hf_gpt2_oom.svg"
+  say ""
+  say "modeling_gpt2.py lines named in the report: $(grep -c 'modeling_gpt2.py:' "$out/hf_diagnose.txt")"
+  # #44: a trial of the example GPT that runs out of memory on the GPU writes
+  # its snapshot (micro-batch 32 peaks at about 131 MiB; the budget is 96 MiB).
+  step "An oomtune trial out of memory on CUDA" trial_oom.txt timeout "$(budget 120)" "$build/oomtune" probe \
+    examples/gpt.toml --device cuda --budget 96MiB --config micro_batch=32 --no-fit --snapshot-dir "$work/trial"
+  for snapshot in "$work"/trial/*.pickle; do
+    [ -e "$snapshot" ] || { say "no trial snapshot was written"; break; }
+    step "oomtune diagnose $(basename "$snapshot")" trial_diagnose.txt timeout "$(budget 60)" "$build/oomtune" \
+      diagnose "$snapshot"
+  done
+  gzip "$work"/*.pickle "$work"/trial/*.pickle 2> /dev/null  # oomtune diagnose reads .pickle.gz too
+  tar -czf "$out/snapshots.tar.gz" -C /tmp oomtune_snapshots
   exit 0
 fi
 

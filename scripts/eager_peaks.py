@@ -3,24 +3,39 @@
 reference that oomtune's numbers are checked against on a GPU (issue #11,
 validation; scripts/device_check.sh runs it there).
 
-    eager_peaks.py JOB.toml --micro-batch N [--mode eager|script]
+    eager_peaks.py JOB.toml --micro-batch N [--accum K] [--mode eager|script]
                    [--ckpt none|all] [--precision fp32|bf16]
-                   [--device cuda|cpu] [--steps 3] [--out FILE]
+                   [--device cuda|cpu] [--steps 3] [--budget BYTES]
+                   [--out FILE]
 
 The job spec is oomtune's (docs/job_spec.md): its inputs, output, loss and
 optimizer are used as oomtune uses them (integer inputs uniform in
 [low, high), floats normal(0, 1); losses mean-reduced in fp32; AdamW with
-decoupled weight decay, SGD with L2 and momentum).
+decoupled weight decay, SGD with L2 and momentum; the optimizer's
+`implementation`, foreach by default as on CUDA, docs/job_spec.md).
 
 --mode eager (default) trains the nn.Module, as users do: the model file must
 be one that examples/export_models.py writes (gpt.pt, resnet18.pt,
-resnet50.pt); the module is rebuilt from that script's classes with the
-file's sizes and weights. --ckpt all then wraps each GPT block, or each
-ResNet block (layerN.i), in torch.utils.checkpoint.checkpoint(
-use_reentrant=False), as oomtune's ckpt=all checkpoints those blocks.
---mode script trains the TorchScript file
+resnet50.pt), a torchvision model scripted as NAME.pt (efficientnet_b0.pt:
+torchvision.models.efficientnet_b0), or one of the Hugging Face GPT-2 files of
+../shared/fixtures/torchscript (needs transformers); the module is rebuilt
+from that script's classes, or transformers' GPT2LMHeadModel, with the
+file's sizes and weights (GPT-2's dropout off: the files were traced in eval
+mode). --ckpt all then wraps each GPT block, each ResNet block (layerN.i) or
+each GPT-2 block (transformer.h.i, transformers' gradient checkpointing) in
+torch.utils.checkpoint.checkpoint(use_reentrant=False), as oomtune's
+ckpt=all checkpoints those blocks. --mode script trains the TorchScript file
 with graph-executor optimization off, which is what oomtune runs (any model).
 bf16 is torch.autocast over forward and loss.
+
+--accum K runs K micro-batches (forward, loss, backward each) before each
+optimizer step, gradients accumulating: a phase's record is its peak over the
+K micro-batches, from the first one's start to the last one's end.
+--budget BYTES caps the caching allocator as an oomtune trial does
+(torch.cuda.set_per_process_memory_fraction(BYTES / total)); a step that
+runs out of memory ends the run: "out_of_memory" names the step and phase
+and the exit status is 3 (a rerun of a chosen configuration, e.g. --steps
+100, must end with 0).
 
 Each step's phases (forward, loss, backward, optimizer; gradients set to None
 at the end of the optimizer phase) are measured on CUDA with
@@ -28,9 +43,9 @@ torch.cuda.reset_peak_memory_stats() at the phase's start and
 max_memory_allocated() / max_memory_reserved() / memory_allocated() at its end,
 after synchronizing (torch/cuda/memory.py). On the CPU no allocator keeps such
 statistics: the byte fields are null, and only the losses are reported (a
-check that the rebuilt module computes what the file does). Prints JSON: every
-step, and "measured_step" 1, the first step whose optimizer state existed
-before it started, as oomtune measures.
+check that the rebuilt module computes what the file does). Prints JSON:
+every step (its phases, loss and seconds), and "measured_step" 1, the first
+step whose optimizer state existed before it started, as oomtune measures.
 """
 
 import argparse
@@ -39,6 +54,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 import tomllib
 
 import torch
@@ -75,24 +91,63 @@ def eager_module(path, scripted):
         heads = getattr(scripted.blocks, "0").attn.n_heads
         dropout = getattr(scripted.drop, "p", 0.1)
         model = export_script().GPT(vocab, dim, layers, heads, max_len, dropout)
-    elif name in ("resnet18.pt", "resnet50.pt"):
-        import torchvision
-
-        classes = state["fc.weight"].shape[0]
-        model = getattr(torchvision.models, name[:-3])(num_classes=classes)
+    elif name in HF_GPT2_FIXTURES:
+        model = hf_gpt2(state, HF_GPT2_FIXTURES[name])
+    elif torchvision_builder(name[:-3]) is not None:  # resnet18.pt, resnet50.pt, efficientnet_b0.pt, ...
+        # The classifier is the last 2-D weight: fc (ResNet), classifier.N (EfficientNet, MobileNet), head.
+        classes = [v for k, v in state.items() if k.endswith("weight") and v.dim() == 2][-1].shape[0]
+        model = torchvision_builder(name[:-3])(num_classes=classes)
     else:
-        fail(f"{path}: --mode eager knows the models of examples/export_models.py only; use --mode script")
+        fail(f"{path}: --mode eager knows the models of examples/export_models.py, torchvision's models saved as "
+             "NAME.pt and the Hugging Face GPT-2 fixtures only; use --mode script")
     model.load_state_dict(state, strict=False)  # GPT's buffers are not persistent
     return model
+
+
+def torchvision_builder(name):
+    """torchvision.models' builder of that name (resnet50, efficientnet_b0, ...), or None."""
+    try:
+        import torchvision
+    except ImportError:
+        return None
+    return getattr(torchvision.models, name, None) if name in torchvision.models.list_models() else None
+
+
+# The Hugging Face GPT-2 files of ../shared/fixtures/torchscript and the
+# attention each was traced with; their README gives the config (n_head 2
+# is not in the weights' shapes).
+HF_GPT2_FIXTURES = {"hf_gpt2_eager_trace.pt": "eager", "hf_gpt2_sdpa_trace.pt": "sdpa"}
+HF_GPT2_HEADS = 2
+
+
+def hf_gpt2(state, attention):
+    """transformers' GPT2LMHeadModel with the sizes of a traced file's weights
+    (tied embeddings, as traced), dropout off: traced in eval mode, the file
+    has none."""
+    try:
+        import transformers
+    except ImportError:
+        fail("--mode eager of a Hugging Face GPT-2 file needs transformers (pip install transformers)")
+    vocab, dim = state["transformer.wte.weight"].shape
+    layers = len({key.split(".")[2] for key in state if key.startswith("transformer.h.")})
+    config = transformers.GPT2Config(vocab_size=vocab, n_positions=state["transformer.wpe.weight"].shape[0],
+                                     n_embd=dim, n_layer=layers, n_head=HF_GPT2_HEADS, use_cache=False,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    config._attn_implementation = attention
+    return transformers.GPT2LMHeadModel(config)
 
 
 def forward_checkpointed(model, x):
     """The eager module's forward with each block oomtune's ckpt=all finds
     (docs/checkpointing.md) under torch.utils.checkpoint: GPT's blocks.i
-    (export_models.GPT.forward) or ResNet's layerN.i (torchvision's
-    ResNet._forward_impl)."""
+    (export_models.GPT.forward), ResNet's layerN.i (torchvision's
+    ResNet._forward_impl) or GPT-2's transformer.h.i."""
     from torch.utils.checkpoint import checkpoint
 
+    if hasattr(model, "gradient_checkpointing_enable"):  # transformers: each GPT2Block, transformer.h.i
+        if not model.is_gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return model(x)
     if hasattr(model, "blocks"):
         T = x.size(1)
         x = model.drop(model.tok_emb(x) + model.pos_emb(model.positions[:T]))
@@ -149,17 +204,25 @@ def loss_of(job, output, inputs):
 def make_optimizer(job, parameters):
     o = job.get("optimizer", {})
     kind = o.get("kind", "adamw")
+    # docs/job_spec.md: foreach by default, as torch.optim does on CUDA.
+    implementation = {"foreach": {"foreach": True}, "fused": {"fused": True},
+                      "single_tensor": {"foreach": False}}.get(o.get("implementation", "foreach"))
+    if implementation is None:
+        fail(f"optimizer implementation {o['implementation']!r} is not foreach, fused or single_tensor")
     if kind == "adamw":
         return torch.optim.AdamW(parameters, lr=o.get("lr", 1e-3), betas=tuple(o.get("betas", (0.9, 0.999))),
-                                 eps=o.get("eps", 1e-8), weight_decay=o.get("weight_decay", 0.01))
+                                 eps=o.get("eps", 1e-8), weight_decay=o.get("weight_decay", 0.01), **implementation)
     if kind == "sgd":
         return torch.optim.SGD(parameters, lr=o.get("lr", 1e-3), momentum=o.get("momentum", 0.0),
-                               weight_decay=o.get("weight_decay", 0.0))
+                               weight_decay=o.get("weight_decay", 0.0), **implementation)
     fail(f"optimizer {kind!r} is not supported (8-bit AdamW needs bitsandbytes)")
 
 
 class PhaseMeter:
-    """Allocated/reserved bytes of one phase on CUDA; null on the CPU."""
+    """Allocated/reserved bytes of one phase on CUDA; null on the CPU. A
+    phase measured again into the same record (the micro-batches of one
+    accumulated step) keeps the first start, the largest peaks and the last
+    end."""
 
     def __init__(self, device):
         self.cuda = device.type == "cuda"
@@ -169,87 +232,147 @@ class PhaseMeter:
         if self.cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-            record["start_bytes"] = torch.cuda.memory_allocated()
+            record.setdefault("start_bytes", torch.cuda.memory_allocated())
         yield
         if self.cuda:
             torch.cuda.synchronize()
-            record["peak_bytes"] = torch.cuda.max_memory_allocated()
-            record["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+            for key, value in (("peak_bytes", torch.cuda.max_memory_allocated()),
+                               ("peak_reserved_bytes", torch.cuda.max_memory_reserved())):
+                record[key] = max(record.get(key, 0), value)
             record["end_bytes"] = torch.cuda.memory_allocated()
         else:
             record.update(start_bytes=None, peak_bytes=None, peak_reserved_bytes=None, end_bytes=None)
+
+
+def cap_allocator(device, budget):
+    """torch.cuda.set_per_process_memory_fraction(budget / total), as an
+    oomtune trial caps the caching allocator at its budget (trial/
+    cuda_measurement.h); the allocator then raises OutOfMemoryError past it."""
+    if device.type != "cuda":
+        fail("--budget caps the CUDA caching allocator: it needs --device cuda")
+    total = torch.cuda.get_device_properties(device).total_memory
+    if not 0 < budget <= total:
+        fail(f"--budget {budget} B is not within the device's {total} B")
+    torch.cuda.set_per_process_memory_fraction(budget / total, device)
+
+
+def read_job(path):
+    """The job spec (TOML) and its model file's path."""
+    try:
+        with open(path, "rb") as f:
+            job = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        fail(f"{path}: {e}")
+    return job, os.path.join(os.path.dirname(os.path.abspath(path)), job["model"])
+
+
+class Training:
+    """A job's model and optimizer on a device, trained one step at a time
+    as oomtune's trials train it (phases measured into a record)."""
+
+    def __init__(self, job, path, mode, device, micro_batch, accum=1, ckpt="none", precision="fp32", seed=0):
+        if accum < 1 or micro_batch < 1:
+            fail("--micro-batch and --accum must be at least 1")
+        if ckpt == "all" and mode != "eager":
+            fail("--ckpt all checkpoints the eager module only (--mode eager)")
+        torch.manual_seed(seed)
+        scripted = torch.jit.load(path, map_location="cpu")
+        if mode == "script":
+            torch._C._set_graph_executor_optimize(False)  # as oomtune runs it (issue #10 item 5)
+            model = scripted
+        else:
+            model = eager_module(path, scripted)
+        self.model = model.to(device).train()
+        torch.manual_seed(seed)  # building the eager module drew from the RNG: same dropout masks in both modes
+        self.optimizer = make_optimizer(job, [p for p in self.model.parameters() if p.requires_grad])
+        self.job, self.device, self.micro_batch, self.accum, self.ckpt = job, device, micro_batch, accum, ckpt
+        self.generator = torch.Generator().manual_seed(seed)
+        self.meter = PhaseMeter(device)
+        self.autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if precision == "bf16" else (
+            contextlib.nullcontext)
+
+    def step(self, record):
+        """One optimizer step of `accum` micro-batches; record["at"] names the
+        phase running, for an out-of-memory error to say where it came."""
+        job, meter, autocast = self.job, self.meter, self.autocast
+        target_name = job["loss"].get("target")
+        for _ in range(self.accum):
+            inputs = make_inputs(job, self.micro_batch, self.device, self.generator)
+            args_in = [t for name, t in inputs.items() if name != target_name]
+            record["at"] = "forward"
+            with meter.phase(record["forward"]), autocast():
+                if self.ckpt == "all":
+                    raw = forward_checkpointed(self.model, *args_in)
+                else:
+                    raw = self.model(*args_in)
+                output = select_output(raw, job.get("output"))
+            record["at"] = "loss"
+            with meter.phase(record["loss"]), autocast():
+                loss = loss_of(job, output, inputs)
+                if self.accum > 1:
+                    loss = loss / self.accum
+            del raw, output
+            record["at"] = "backward"
+            with meter.phase(record["backward"]):
+                loss.backward()
+            record["loss_value"] = loss.item() * self.accum
+            del loss
+        record["at"] = "optimizer"
+        with meter.phase(record["optimizer"]):
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        del record["at"]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("job")
     parser.add_argument("--micro-batch", type=int, required=True)
+    parser.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
     parser.add_argument("--mode", choices=["eager", "script"], default="eager")
     parser.add_argument("--ckpt", choices=["none", "all"], default="none")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--budget", type=int, help="bytes: cap the CUDA caching allocator there")
     parser.add_argument("--out", help="write the JSON here too")
     args = parser.parse_args()
 
-    try:
-        with open(args.job, "rb") as f:
-            job = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        fail(f"{args.job}: {e}")
-    path = os.path.join(os.path.dirname(os.path.abspath(args.job)), job["model"])
+    job, path = read_job(args.job)
     device = torch.device(args.device)
-    torch.manual_seed(args.seed)
-    scripted = torch.jit.load(path, map_location="cpu")
-    if args.mode == "script":
-        torch._C._set_graph_executor_optimize(False)  # as oomtune runs it (issue #10 item 5)
-        model = scripted
-    else:
-        model = eager_module(path, scripted)
-    if args.ckpt == "all" and args.mode != "eager":
-        fail("--ckpt all checkpoints the eager module only (--mode eager)")
-    model = model.to(device).train()
-    torch.manual_seed(args.seed)  # building the eager module drew from the RNG: same dropout masks in both modes
-    target_name = job["loss"].get("target")
-    optimizer = make_optimizer(job, [p for p in model.parameters() if p.requires_grad])
-    generator = torch.Generator().manual_seed(args.seed)
-    meter = PhaseMeter(device)
-    autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if args.precision == "bf16" else (
-        contextlib.nullcontext)
+    if args.budget is not None:
+        cap_allocator(device, args.budget)
+    if args.steps < 1:
+        fail("--steps must be at least 1")
+    training = Training(job, path, args.mode, device, args.micro_batch, args.accum, args.ckpt, args.precision,
+                        args.seed)
 
     steps = []
-    for _ in range(args.steps):
-        inputs = make_inputs(job, args.micro_batch, device, generator)
-        args_in = [t for name, t in inputs.items() if name != target_name]
+    out_of_memory = None
+    for index in range(args.steps):
         record = {phase: {} for phase in PHASES}
-        with meter.phase(record["forward"]), autocast():
-            if args.ckpt == "all":
-                raw = forward_checkpointed(model, *args_in)
-            else:
-                raw = model(*args_in)
-            output = select_output(raw, job.get("output"))
-        with meter.phase(record["loss"]), autocast():
-            loss = loss_of(job, output, inputs)
-        del raw, output
-        with meter.phase(record["backward"]):
-            loss.backward()
-        with meter.phase(record["optimizer"]):
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        record["loss_value"] = loss.item()
-        del loss
+        start = time.perf_counter()
+        try:
+            training.step(record)
+        except torch.cuda.OutOfMemoryError as e:
+            out_of_memory = {"step": index, "phase": record["at"], "message": str(e).splitlines()[0]}
+            break
+        record["seconds"] = time.perf_counter() - start  # the phases synchronize the device
         steps.append(record)
 
     result = {"job": args.job, "model": path, "mode": args.mode, "device": str(device),
-              "torch": torch.__version__, "micro_batch": args.micro_batch, "ckpt": args.ckpt,
-              "precision": args.precision, "measured_step": 1 if args.steps > 1 else 0, "steps": steps}
+              "torch": torch.__version__, "micro_batch": args.micro_batch, "accum": args.accum, "ckpt": args.ckpt,
+              "precision": args.precision, "budget_bytes": args.budget,
+              "measured_step": 1 if args.steps > 1 else 0, "steps": steps}
+    if out_of_memory is not None:
+        result["out_of_memory"] = out_of_memory
     text = json.dumps(result, indent=1)
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")
     print(text)
-    return 0
+    return 3 if out_of_memory is not None else 0
 
 
 if __name__ == "__main__":

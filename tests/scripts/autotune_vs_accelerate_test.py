@@ -1,0 +1,84 @@
+"""scripts/autotune_vs_accelerate.py (issue #44's comparison on the GPU) on
+stand-in runs whose answers are known: a fake `oomtune autotune` choosing
+micro-batch 16 x 2 accumulation (or 8-bit AdamW under a small budget), a
+fake Accelerate finder answering 48, and a fake eager_peaks.py in which
+more than 32 samples a micro-batch run out of memory at step 7. The table
+must show oomtune's choice surviving the rerun, Accelerate's not, and the
+8-bit choice not rerun. Needs no torch.
+
+Usage: autotune_vs_accelerate_test.py SOURCE_DIR
+"""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+
+source = sys.argv[1]
+work = tempfile.mkdtemp()
+failures = 0
+
+
+def executable(name, body):
+    path = os.path.join(work, name)
+    with open(path, "w") as f:
+        f.write(f"#!{sys.executable}\n{body}")
+    os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
+    return path
+
+
+fake_python = executable("python", """
+import json, sys
+script, args = sys.argv[1], sys.argv[2:]
+value = lambda flag, default=None: args[args.index(flag) + 1] if flag in args else default
+if script.endswith("accelerate_batch_size.py"):
+    print(json.dumps(dict(batch_size=48, attempts=[{}] * 7, wall_seconds=12.5)))
+    sys.exit(0)
+micro, accum, steps = int(value("--micro-batch")), int(value("--accum", 1)), int(value("--steps"))
+record = dict(seconds=0.5, **{p: dict(peak_bytes=micro * 2**20) for p in ("forward", "loss", "backward", "optimizer")})
+result = dict(micro_batch=micro, accum=accum, steps=[record] * (steps if micro <= 32 else 7))
+if micro > 32:
+    result["out_of_memory"] = dict(step=7, phase="backward")
+print(json.dumps(result))
+sys.exit(3 if micro > 32 else 0)
+""")
+fake_oomtune = executable("oomtune", """
+import json, sys
+budget = sys.argv[sys.argv.index("--budget") + 1]
+config = ("micro_batch=16,accum=2,ckpt=none,optimizer=adamw,offload=off,precision=fp32" if budget == "8GiB" else
+          "micro_batch=32,accum=1,ckpt=none,optimizer=adamw8bit,offload=off,precision=fp32")
+print(json.dumps(dict(probes=[{}] * 5, verification_trials=3, meta_trials=2, chosen=dict(
+    config=config, verification=dict(peak_bytes=6 * 2**30, samples_per_second=100.0,
+                                     measured_reserved=dict(peak_reserved_bytes=7 * 2**30))))))
+""")
+done = subprocess.run([sys.executable, f"{source}/scripts/autotune_vs_accelerate.py", "--oomtune", fake_oomtune,
+                       "--python", fake_python, "--out", work, "job.toml:8GiB", "job.toml:2GiB"],
+                      capture_output=True, text=True)
+if done.returncode != 0:
+    raise SystemExit(f"FAIL autotune_vs_accelerate.py: {done.stderr.strip()}")
+table = done.stdout
+
+
+def expect_in(name, needle, text):
+    global failures
+    if needle in text:
+        print(f"ok   {name}")
+    else:
+        print(f"FAIL {name}: {needle!r} not in\n{text}", file=sys.stderr)
+        failures += 1
+
+
+# 99 timed steps of 16 x 2 samples in 0.5 s each: 64 samples/s; Accelerate's 48 runs out at step 7.
+expect_in("oomtune's choice survives 100 steps",
+          "| job.toml:8GiB | micro_batch=16,accum=2,ckpt=none,optimizer=adamw,offload=off,precision=fp32 | 8 (2) | ",
+          table)
+expect_in("its rerun's throughput and peak", "| 6144 / 7168 | 100 steps, 64.0 samples/s, peak 16 MiB |", table)
+expect_in("Accelerate's answer runs out later", "| 48 | 7 | 12 | out of memory at step 7 (backward) |", table)
+expect_in("a choice eager PyTorch cannot train is not rerun", "eager_peaks.py cannot train this configuration",
+          table)
+with open(f"{work}/results.json") as f:
+    results = json.load(f)
+expect_in("the budget in bytes", "8589934592", str(results[0]["budget_bytes"]))
+sys.exit(1 if failures else 0)
