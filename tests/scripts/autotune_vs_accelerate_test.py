@@ -10,26 +10,18 @@ Usage: autotune_vs_accelerate_test.py SOURCE_DIR
 """
 
 import json
-import os
-import stat
 import subprocess
 import sys
 import tempfile
 
+from stand_ins import Checks, executable
+
 source = sys.argv[1]
 work = tempfile.mkdtemp()
-failures = 0
+checks = Checks()
 
 
-def executable(name, body):
-    path = os.path.join(work, name)
-    with open(path, "w") as f:
-        f.write(f"#!{sys.executable}\n{body}")
-    os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
-    return path
-
-
-fake_python = executable("python", """
+fake_python = executable(work, "python", """
 import json, sys
 script, args = sys.argv[1], sys.argv[2:]
 value = lambda flag, default=None: args[args.index(flag) + 1] if flag in args else default
@@ -44,7 +36,7 @@ if micro > 32:
 print(json.dumps(result))
 sys.exit(3 if micro > 32 else 0)
 """)
-fake_oomtune = executable("oomtune", """
+fake_oomtune = executable(work, "oomtune", """
 import json, sys
 budget = sys.argv[sys.argv.index("--budget") + 1]
 config = ("micro_batch=16,accum=2,ckpt=none,optimizer=adamw,offload=off,precision=fp32" if budget == "8GiB" else
@@ -61,24 +53,15 @@ if done.returncode != 0:
 table = done.stdout
 
 
-def expect_in(name, needle, text):
-    global failures
-    if needle in text:
-        print(f"ok   {name}")
-    else:
-        print(f"FAIL {name}: {needle!r} not in\n{text}", file=sys.stderr)
-        failures += 1
-
-
 # 99 timed steps of 16 x 2 samples in 0.5 s each: 64 samples/s; Accelerate's 48 runs out at step 7.
-expect_in("oomtune's choice survives 100 steps",
+checks.expect_in("oomtune's choice survives 100 steps",
           "| job.toml:8GiB | micro_batch=16,accum=2,ckpt=none,optimizer=adamw,offload=off,precision=fp32 | 8 (2) | ",
           table)
-expect_in("its rerun's throughput and peak", "| 6144 / 7168 | 100 steps, 64.0 samples/s, peak 16 MiB |", table)
-expect_in("Accelerate's answer runs out later", "| 48 | 7 | 12 | out of memory at step 7 (backward) |", table)
-expect_in("a choice eager PyTorch cannot train is not rerun", "eager_peaks.py cannot train this configuration",
+checks.expect_in("its rerun's throughput and peak", "| 6144 / 7168 | 100 steps, 64.0 samples/s, peak 16 MiB |", table)
+checks.expect_in("Accelerate's answer runs out later", "| 48 | 7 | 12 | out of memory at step 7 (backward) |", table)
+checks.expect_in("a choice eager PyTorch cannot train is not rerun", "eager_peaks.py cannot train this configuration",
           table)
 with open(f"{work}/results.json") as f:
     results = json.load(f)
-expect_in("the budget in bytes", "8589934592", str(results[0]["budget_bytes"]))
-sys.exit(1 if failures else 0)
+checks.expect_in("the budget in bytes", "8589934592", str(results[0]["budget_bytes"]))
+sys.exit(checks.exit_status())

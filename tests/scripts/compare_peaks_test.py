@@ -9,28 +9,19 @@ Usage: compare_peaks_test.py SOURCE_DIR
 """
 
 import json
-import os
-import stat
 import subprocess
 import sys
 import tempfile
 
+from stand_ins import Checks, executable
+
 source = sys.argv[1]
 work = tempfile.mkdtemp()
-MiB = 1024 * 1024
-failures = 0
-
-
-def executable(name, body):
-    path = os.path.join(work, name)
-    with open(path, "w") as f:
-        f.write(f"#!{sys.executable}\n{body}")
-    os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
-    return path
+checks = Checks()
 
 
 # Eager PyTorch: peaks 100, 120, 200, 50 MiB by phase (step 200), reserved 256 MiB at the step.
-fake_python = executable("python", """
+fake_python = executable(work, "python", """
 import json, sys
 phases = dict(forward=100, loss=120, backward=200, optimizer=50)
 step = {p: dict(start_bytes=0, end_bytes=0, peak_bytes=v * 2**20,
@@ -39,7 +30,7 @@ print(json.dumps(dict(measured_step=1, steps=[{}, step])))
 """)
 # oomtune: the CUDA side 1 % above eager in every phase, 3 % above at micro-batch 16; meta and CPU
 # 5 % below; reserved 258 MiB measured on CUDA, 240 MiB predicted. "cuda" fails at micro-batch 4.
-fake_oomtune = executable("oomtune", """
+fake_oomtune = executable(work, "oomtune", """
 import json, sys
 args = sys.argv
 device, batch = args[args.index("--device") + 1], int(args[args.index("--batch") + 1])
@@ -68,33 +59,24 @@ def compare(*args):
     return done.stdout
 
 
-def expect_in(name, needle, text):
-    global failures
-    if needle in text:
-        print(f"ok   {name}")
-    else:
-        print(f"FAIL {name}: {needle!r} not in\n{text}", file=sys.stderr)
-        failures += 1
-
-
 # The GPU side first, the CPU side merged in afterwards (as on two machines).
 compare("--sides", "cuda,eager,meta", "job.toml:4", "job.toml:8", "job.toml:16:ckpt")
 tables = compare("--sides", "cpu", "--merge", f"{work}/results.json", "job.toml:8", "job.toml:16:ckpt")
-expect_in("summary row, errors against eager", "| job.toml:8 | 200.00 | 202.00 (+1.0 %) | 190.00 (-5.0 %) | "
+checks.expect_in("summary row, errors against eager", "| job.toml:8 | 200.00 | 202.00 (+1.0 %) | 190.00 (-5.0 %) | "
           "190.00 (-5.0 %) | 256.00 | 258.00 (+0.8 %) | 240.00 (-6.2 %) |", tables)
-expect_in("the 2 % target", "within 2 % of eager in 1 of 2 measured cases; outside: job.toml:16:ckpt.", tables)
-expect_in("a failed side", "failed: cuda: exit 2: oomtune: no CUDA device", tables)
-expect_in("a phase row", "| loss | 120.00 | - | 121.20 (+1.0 %) | 114.00 (-5.0 %) | 114.00 (-5.0 %) | 128.00 | "
+checks.expect_in("the 2 % target", "within 2 % of eager in 1 of 2 measured cases; outside: job.toml:16:ckpt.", tables)
+checks.expect_in("a failed side", "failed: cuda: exit 2: oomtune: no CUDA device", tables)
+checks.expect_in("a phase row", "| loss | 120.00 | - | 121.20 (+1.0 %) | 114.00 (-5.0 %) | 114.00 (-5.0 %) | 128.00 | "
           "258.00 (+101.6 %) |", tables)
-expect_in("the workspaces line", "cuBLAS workspaces oomtune names for the target GPU (in no peak above): 64.00 MiB",
+checks.expect_in("the workspaces line", "cuBLAS workspaces oomtune names for the target GPU (in no peak above): 64.00 MiB",
           tables)
-expect_in("a case the merge did not run keeps its sides", "| job.toml:4 | 200.00 | - | 190.00 (-5.0 %) | - |", tables)
+checks.expect_in("a case the merge did not run keeps its sides", "| job.toml:4 | 200.00 | - | 190.00 (-5.0 %) | - |", tables)
 with open(f"{work}/results.json") as f:
     results = json.load(f)
-expect_in("merged sides", "['cpu', 'cuda', 'eager', 'meta']",
+checks.expect_in("merged sides", "['cpu', 'cuda', 'eager', 'meta']",
           str(sorted(next(c for c in results["cases"] if c["case"] == "job.toml:8")["sides"])))
-expect_in("--tables renders the results file again", tables.strip(),
+checks.expect_in("--tables renders the results file again", tables.strip(),
           compare("--tables", f"{work}/results.json"))
 late = compare("--sides", "eager", "--deadline", "0", "--out", f"{work}/late", "job.toml:8")
-expect_in("a run past --deadline is not run", "failed: eager: not run: past --deadline 0 s", late)
-sys.exit(1 if failures else 0)
+checks.expect_in("a run past --deadline is not run", "failed: eager: not run: past --deadline 0 s", late)
+sys.exit(checks.exit_status())
