@@ -222,6 +222,20 @@ void relu(const c10::OperatorHandle&, Stack* stack) {
   replace_arguments(stack, 1, {at::empty_like(self)});
 }
 
+// hardswish_backward(grad_output, self) -> the shapes broadcast, of the
+// promoted dtype (a binary TensorIterator op, Activation.cpp): MobileNet-V3's
+// activation, whose backward Python runs on meta as a decomposition only
+// (torch/_decomp/decompositions.py).
+void hardswish_backward(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 2);
+  const at::Tensor grad = args[0].toTensor();
+  const at::Tensor self = args[1].toTensor();
+  replace_arguments(
+      stack, 2,
+      {at::empty(at::infer_size(grad.sizes(), self.sizes()),
+                 grad.options().dtype(at::result_type(grad, self)).memory_format(grad.suggest_memory_format()))});
+}
+
 // equal(self, other) -> false. Meta tensors have no values to compare;
 // the one caller that meets them is TorchScript's loader, whose constant
 // pooling merges tensor constants that compare equal (a traced model's
@@ -254,6 +268,7 @@ void install_meta_kernels() {
     library.impl("where.self", torch::CppFunction::makeFromBoxedFunction<&where_self>());
     library.impl("floor_divide", torch::CppFunction::makeFromBoxedFunction<&floor_divide>());
     library.impl("relu", torch::CppFunction::makeFromBoxedFunction<&relu>());
+    library.impl("hardswish_backward", torch::CppFunction::makeFromBoxedFunction<&hardswish_backward>());
     library.impl("equal", torch::CppFunction::makeFromBoxedFunction<&equal>());
     library.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&convolution_overrideable>());
     library.impl("convolution_backward_overrideable",

@@ -284,6 +284,7 @@ TEST(MetaKernels, OutputsAreTheCpuKernels) {
   expect_like_cpu(at::where(meta(cond), meta(h), meta(ints)), at::where(cond, h, ints), "where");
   expect_like_cpu(at::floor_divide(meta(ints), meta(h)), at::floor_divide(ints, h), "floor_divide");
   expect_like_cpu(at::relu(meta(x)), at::relu(x), "relu");
+  expect_like_cpu(at::hardswish_backward(meta(y), meta(y)), at::hardswish_backward(y, y), "hardswish backward");
   EXPECT_FALSE(at::equal(meta(h), meta(h)));  // no values to compare (meta_kernels.cpp)
 }
 
