@@ -203,15 +203,31 @@ void where_self(const c10::OperatorHandle&, Stack* stack) {
   replace_arguments(stack, 3, {at::empty(shape, self.options().dtype(at::result_type(self, other)))});
 }
 
-// floor_divide(self, other) -> the shapes broadcast, of the promoted dtype
-// (a binary TensorIterator op, BinaryOps.cpp).
-void floor_divide(const c10::OperatorHandle&, Stack* stack) {
-  const auto args = torch::jit::last(*stack, 2);
-  const at::Tensor self = args[0].toTensor();
-  const at::Tensor other = args[1].toTensor();
-  replace_arguments(
-      stack, 2,
-      {at::empty(at::infer_size(self.sizes(), other.sizes()), self.options().dtype(at::result_type(self, other)))});
+// A binary TensorIterator op's output (BinaryOps.cpp, Activation.cpp): the
+// first two arguments' shapes broadcast, of their promoted dtype, in the
+// first one's memory format; the op has kArguments arguments in all (the
+// rest are scalars). floor_divide(self, other); hardswish_backward(
+// grad_output, self), MobileNet-V3's activation; hardtanh_backward(
+// grad_output, self, min_val, max_val), ReLU6's (MobileNet-V2). PyTorch runs
+// the two backwards on meta through Python decompositions only
+// (torch/_decomp/decompositions.py).
+template <std::size_t kArguments>
+void binary_elementwise(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, kArguments);
+  const at::Tensor a = args[0].toTensor();
+  const at::Tensor b = args[1].toTensor();
+  replace_arguments(stack, kArguments,
+                    {at::empty(at::infer_size(a.sizes(), b.sizes()),
+                               a.options().dtype(at::result_type(a, b)).memory_format(a.suggest_memory_format()))});
+}
+
+// roll(self, shifts, dims) -> like self, contiguous (roll_cpu and
+// roll_common, TensorTransformations.cpp: rolling several dimensions rolls
+// one at a time, the intermediate tensors being the kernel's scratch). Swin
+// Transformer's shifted windows.
+void roll(const c10::OperatorHandle&, Stack* stack) {
+  const at::Tensor self = torch::jit::last(*stack, 3)[0].toTensor();
+  replace_arguments(stack, 3, {at::empty_like(self, at::MemoryFormat::Contiguous)});
 }
 
 // relu(self) -> like self (clamp_min(self, 0) through TensorIterator on
@@ -220,20 +236,6 @@ void floor_divide(const c10::OperatorHandle&, Stack* stack) {
 void relu(const c10::OperatorHandle&, Stack* stack) {
   const at::Tensor self = torch::jit::last(*stack, 1)[0].toTensor();
   replace_arguments(stack, 1, {at::empty_like(self)});
-}
-
-// hardswish_backward(grad_output, self) -> the shapes broadcast, of the
-// promoted dtype (a binary TensorIterator op, Activation.cpp): MobileNet-V3's
-// activation, whose backward Python runs on meta as a decomposition only
-// (torch/_decomp/decompositions.py).
-void hardswish_backward(const c10::OperatorHandle&, Stack* stack) {
-  const auto args = torch::jit::last(*stack, 2);
-  const at::Tensor grad = args[0].toTensor();
-  const at::Tensor self = args[1].toTensor();
-  replace_arguments(
-      stack, 2,
-      {at::empty(at::infer_size(grad.sizes(), self.sizes()),
-                 grad.options().dtype(at::result_type(grad, self)).memory_format(grad.suggest_memory_format()))});
 }
 
 // equal(self, other) -> false. Meta tensors have no values to compare;
@@ -266,9 +268,11 @@ void install_meta_kernels() {
     library.impl("_adaptive_avg_pool2d_backward",
                  torch::CppFunction::makeFromBoxedFunction<&adaptive_avg_pool2d_backward>());
     library.impl("where.self", torch::CppFunction::makeFromBoxedFunction<&where_self>());
-    library.impl("floor_divide", torch::CppFunction::makeFromBoxedFunction<&floor_divide>());
+    library.impl("floor_divide", torch::CppFunction::makeFromBoxedFunction<&binary_elementwise<2>>());
+    library.impl("hardswish_backward", torch::CppFunction::makeFromBoxedFunction<&binary_elementwise<2>>());
+    library.impl("hardtanh_backward", torch::CppFunction::makeFromBoxedFunction<&binary_elementwise<4>>());
+    library.impl("roll", torch::CppFunction::makeFromBoxedFunction<&roll>());
     library.impl("relu", torch::CppFunction::makeFromBoxedFunction<&relu>());
-    library.impl("hardswish_backward", torch::CppFunction::makeFromBoxedFunction<&hardswish_backward>());
     library.impl("equal", torch::CppFunction::makeFromBoxedFunction<&equal>());
     library.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&convolution_overrideable>());
     library.impl("convolution_backward_overrideable",

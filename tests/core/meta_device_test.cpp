@@ -285,6 +285,10 @@ TEST(MetaKernels, OutputsAreTheCpuKernels) {
   expect_like_cpu(at::floor_divide(meta(ints), meta(h)), at::floor_divide(ints, h), "floor_divide");
   expect_like_cpu(at::relu(meta(x)), at::relu(x), "relu");
   expect_like_cpu(at::hardswish_backward(meta(y), meta(y)), at::hardswish_backward(y, y), "hardswish backward");
+  expect_like_cpu(at::hardtanh_backward(meta(y), meta(y), 0, 6), at::hardtanh_backward(y, y, 0, 6),
+                  "hardtanh backward");
+  expect_like_cpu(at::roll(meta(x), {1, -2}, {2, 3}), at::roll(x, {1, -2}, {2, 3}), "roll");
+  expect_like_cpu(at::roll(meta(x), {3}, {1}), at::roll(x, {3}, {1}), "roll, one dimension");
   EXPECT_FALSE(at::equal(meta(h), meta(h)));  // no values to compare (meta_kernels.cpp)
 }
 
