@@ -47,7 +47,11 @@ class Deadline:
         self.end = None if seconds is None else time.monotonic() + seconds
 
     def timeout(self, cap):
-        return cap if self.end is None else max(0, min(cap, int(self.end - time.monotonic())))
+        """min(cap, seconds left); cap None: the seconds left (None without a deadline)."""
+        if self.end is None:
+            return cap
+        left = max(0, int(self.end - time.monotonic()))
+        return left if cap is None else min(cap, left)
 
 
 def run(command, path, deadline, cap=600):
@@ -165,15 +169,19 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--rerun-steps", type=int, default=100)
-    parser.add_argument("--deadline", type=int, help="seconds from the start after which nothing starts")
+    parser.add_argument("--deadline", type=int, help="seconds from the start after which nothing starts; each "
+                        "case gets an equal share of what is left when it starts")
     parser.add_argument("cases", nargs="+", metavar="JOB.toml:BUDGET")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     deadline = Deadline(args.deadline)
     results = []
-    for case in args.cases:
+    for index, case in enumerate(args.cases):
         job, _, budget = case.rpartition(":")
-        results.append(compare(args, job, budget, deadline))
+        # Each case gets an equal share of what is left, so that a slow one leaves the others their time.
+        left = deadline.timeout(None)
+        share = Deadline(None if left is None else left // (len(args.cases) - index))
+        results.append(compare(args, job, budget, share))
         with open(os.path.join(args.out, "results.json"), "w") as f:  # what is done survives a later timeout
             json.dump(results, f, indent=1)
         print(f"autotune_vs_accelerate: {case} done", file=sys.stderr, flush=True)

@@ -45,12 +45,18 @@ print(json.dumps(dict(probes=[{}] * 5, verification_trials=3, meta_trials=2, cho
     config=config, verification=dict(peak_bytes=6 * 2**30, samples_per_second=100.0,
                                      measured_reserved=dict(peak_reserved_bytes=7 * 2**30))))))
 """)
-done = subprocess.run([sys.executable, f"{source}/scripts/autotune_vs_accelerate.py", "--oomtune", fake_oomtune,
-                       "--python", fake_python, "--out", work, "job.toml:8GiB", "job.toml:2GiB"],
-                      capture_output=True, text=True)
-if done.returncode != 0:
-    raise SystemExit(f"FAIL autotune_vs_accelerate.py: {done.stderr.strip()}")
-table = done.stdout
+
+
+def compare(*args):
+    done = subprocess.run([sys.executable, f"{source}/scripts/autotune_vs_accelerate.py", "--oomtune", fake_oomtune,
+                           "--python", fake_python, "--out", work, *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"FAIL autotune_vs_accelerate.py: {done.stderr.strip()}")
+    return done.stdout
+
+
+late = compare("--deadline", "0", "job.toml:8GiB")
+table = compare("job.toml:8GiB", "job.toml:2GiB")
 
 
 # 99 timed steps of 16 x 2 samples in 0.5 s each: 64 samples/s; Accelerate's 48 runs out at step 7.
@@ -61,6 +67,8 @@ checks.expect_in("its rerun's throughput and peak", "| 6144 / 7168 | 100 steps, 
 checks.expect_in("Accelerate's answer runs out later", "| 48 | 7 | 12 | out of memory at step 7 (backward) |", table)
 checks.expect_in("a choice eager PyTorch cannot train is not rerun", "eager_peaks.py cannot train this configuration",
           table)
+checks.expect_in("past --deadline nothing runs", "| job.toml:8GiB | not run: out of time | | | | | "
+                 "not run: out of time | | | |", late)
 with open(f"{work}/results.json") as f:
     results = json.load(f)
 checks.expect_in("the budget in bytes", "8589934592", str(results[0]["budget_bytes"]))
