@@ -12,8 +12,8 @@ fitting, DESIGN.md).
 BUDGET is bytes or oomtune's units (8GiB). For each case: autotune's choice,
 its trials (probes, meta runs, verifications) and wall time, its verified
 peak and reserved bytes and samples/s; Accelerate's batch size
-(scripts/accelerate_batch_size.py: starting at 512, x 0.9 on each
-out-of-memory, 2 steps an attempt), its attempts and wall time; then both
+(scripts/accelerate_batch_size.py: starting at the job's global batch,
+x 0.9 on each out-of-memory, 2 steps an attempt), its attempts and wall time; then both
 answers as eager PyTorch trains them (scripts/eager_peaks.py --steps N
 --budget), samples/s from those runs (the global batch differs: Accelerate
 has no accumulation). A choice eager_peaks.py cannot train (8-bit AdamW,
