@@ -8,7 +8,23 @@
 #include "common/error.h"
 #include "common/phase.h"
 
-namespace oomtune::alloc_rules {
+namespace oomtune {
+namespace {
+
+// Runs `body`, a reader of one record; a malformed field (nlohmann's
+// exception) becomes InputError "WHAT JSON: ...".
+template <typename F>
+void guarded(const char* what, F&& body) {
+  try {
+    body();
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{} JSON: {}", what, e.what()));
+  }
+}
+
+}  // namespace
+
+namespace alloc_rules {
 
 void to_json(nlohmann::json& j, const AllocatorConfig& config) {
   j = nlohmann::json{
@@ -22,7 +38,7 @@ void to_json(nlohmann::json& j, const AllocatorConfig& config) {
 
 void from_json(const nlohmann::json& j, AllocatorConfig& config) {
   config = AllocatorConfig{};
-  try {
+  guarded("allocator config", [&] {
     if (j.contains("max_split_size")) {
       const auto& v = j.at("max_split_size");
       config.max_split_size = v.is_null() ? kNoMaxSplitSize : v.get<int64_t>();
@@ -40,14 +56,12 @@ void from_json(const nlohmann::json& j, AllocatorConfig& config) {
     }
     config.garbage_collection_threshold = j.value("garbage_collection_threshold", config.garbage_collection_threshold);
     config.expandable_segments = j.value("expandable_segments", config.expandable_segments);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("allocator config JSON: {}", e.what()));
-  }
+  });
 }
 
-}  // namespace oomtune::alloc_rules
+}  // namespace alloc_rules
 
-namespace oomtune::allocsim {
+namespace allocsim {
 
 namespace {
 
@@ -72,15 +86,6 @@ SegmentAction action_of(const std::string& name) {
   if (name == "unmap") return SegmentAction::kUnmap;
   throw InputError(
       fmt::format("simulator result JSON: segment_log action must be alloc, free, map or unmap, got '{}'", name));
-}
-
-template <typename F>
-void guarded(const char* what, F&& body) {
-  try {
-    body();
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{} JSON: {}", what, e.what()));
-  }
 }
 
 }  // namespace
@@ -202,4 +207,5 @@ void from_json(const nlohmann::json& j, SimResult& r) {
   });
 }
 
-}  // namespace oomtune::allocsim
+}  // namespace allocsim
+}  // namespace oomtune
