@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/byte_size.h"
 #include "common/error.h"
@@ -50,6 +51,12 @@ TEST(AllocsimJson, BadInputNamesTheProblem) {
   EXPECT_THROW(j.get<SimResult>(), InputError);
   EXPECT_THROW((nlohmann::json{{"roundup_power2_divisions", {1, 2}}}.get<alloc_rules::AllocatorConfig>()), InputError);
   EXPECT_THROW((nlohmann::json{{"peak_reserved_bytes", "lots"}}.get<SimResult>()), InputError);
+  try {  // a field of the wrong type: nlohmann's error, named as the allocator config's
+    (void)nlohmann::json{{"expandable_segments", "yes"}}.get<alloc_rules::AllocatorConfig>();
+    ADD_FAILURE() << "a string expandable_segments was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("allocator config JSON: ", 0), 0u) << e.what();
+  }
 }
 
 }  // namespace
