@@ -86,14 +86,21 @@
 // Approach: one workspace of cublas_workspace_bytes() per thread that runs
 // matmuls: the training thread (forward) and autograd's device thread
 // (backward; handles are per thread, DeviceThreadHandlePool), so two per
-// step. Reported apart, not added to the peaks: the tracker counts tensors,
-// and the CPU and meta probes run no cuBLAS. cuDNN attention's graph
+// step when both multiply matrices; the tracker finds which did
+// (probes/memory_tracker.cpp, Note [cuBLAS calls]). The CPU and meta
+// probes run no cuBLAS, so their peaks count tensors only and state the
+// workspaces beside them; the reserved prediction allocates each at its
+// thread's first cuBLAS operator (trial/trial_runner.cpp,
+// predict_reserved), where a CUDA run asks the caching allocator for it.
+// A CUDA trial's allocator holds them in its own figures. cuDNN attention's graph
 // workspace is sized by cudnn-frontend at run time: named, not counted.
 // Convolutions' cuDNN workspaces are transient (freed after the call) and
 // bounded by what the caching allocator can still give (Conv_v7.cpp tries
 // algorithms whose workspace it can allocate): not modelled.
-// Limitations: CUBLAS_WORKSPACE_CONFIG and CUBLASLT_WORKSPACE_SIZE set by
-// the user are not read; cuBLASLt's own workspace is not counted.
+// cuBLASLt (addmm with a bias) takes the same workspace: 2.11 unifies the
+// two unless TORCH_CUBLASLT_UNIFIED_WORKSPACE=0 (getCUDABlasLtWorkspace).
+// Limitations: CUBLAS_WORKSPACE_CONFIG, CUBLASLT_WORKSPACE_SIZE and
+// TORCH_CUBLASLT_UNIFIED_WORKSPACE set by the user are not read.
 
 namespace oomtune {
 namespace {
@@ -285,20 +292,24 @@ int64_t cublas_workspace_bytes(const CudaTarget& target) {
   return target.sm_major >= 9 ? kHopper : kDefault;
 }
 
-WorkspaceRecord workspaces_for(const CudaTarget& target, bool cudnn_attention) {
+WorkspaceRecord workspaces_for(const CudaTarget& target, int cublas_handles, bool cudnn_attention, bool in_peaks) {
   WorkspaceRecord r;
   r.cublas_bytes = cublas_workspace_bytes(target);
-  r.cublas_workspaces = 2;  // forward's thread and autograd's device thread (Note [Library workspaces])
+  r.cublas_workspaces = cublas_handles;  // Note [Library workspaces]
   r.cudnn_attention = cudnn_attention;
+  r.in_peaks = in_peaks;
   r.target = cuda_target_name(target);
   return r;
 }
 
 std::string workspace_text(const WorkspaceRecord& r) {
-  std::string text = fmt::format(
-      "cuBLAS {} x {} = {} on {} (one per handle: forward's thread and autograd's), held by the caching "
-      "allocator from the first matmul on; not in the peaks above",
-      r.cublas_workspaces, format_bytes(r.cublas_bytes), format_bytes(r.total_bytes()), r.target);
+  std::string text =
+      r.cublas_workspaces == 0
+          ? fmt::format("cuBLAS none on {}: no operator of the step calls it", r.target)
+          : fmt::format("cuBLAS {} x {} = {} on {} ({}), held by the caching allocator from the first matmul on: {}",
+                        r.cublas_workspaces, format_bytes(r.cublas_bytes), format_bytes(r.total_bytes()), r.target,
+                        r.cublas_workspaces == 2 ? "one per handle: forward's thread and autograd's" : "one handle",
+                        r.in_peaks ? "in the peaks above" : "not in the peaks above, in the predicted reserved");
   if (r.cudnn_attention) text += "; cuDNN attention's graph workspace: sized by cuDNN at run time, not counted";
   return text;
 }
@@ -330,11 +341,9 @@ AttentionRecord attention_record_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json to_json(const WorkspaceRecord& r) {
-  return {{"cublas_bytes", r.cublas_bytes},
-          {"cublas_workspaces", r.cublas_workspaces},
-          {"total_bytes", r.total_bytes()},
-          {"cudnn_attention", r.cudnn_attention},
-          {"target", r.target}};
+  return {{"cublas_bytes", r.cublas_bytes}, {"cublas_workspaces", r.cublas_workspaces},
+          {"total_bytes", r.total_bytes()}, {"cudnn_attention", r.cudnn_attention},
+          {"in_peaks", r.in_peaks},         {"target", r.target}};
 }
 
 WorkspaceRecord workspace_record_from_json(const nlohmann::json& j) {
@@ -343,6 +352,7 @@ WorkspaceRecord workspace_record_from_json(const nlohmann::json& j) {
     r.cublas_bytes = j.at("cublas_bytes").get<int64_t>();
     r.cublas_workspaces = j.at("cublas_workspaces").get<int64_t>();
     r.cudnn_attention = j.at("cudnn_attention").get<bool>();
+    r.in_peaks = j.at("in_peaks").get<bool>();
     r.target = j.at("target").get<std::string>();
     return r;
   } catch (const nlohmann::json::exception& e) {

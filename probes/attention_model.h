@@ -128,8 +128,9 @@ std::string attention_text(const AttentionRecord& record);
 /// Library workspaces a CUDA run holds (Note [Library workspaces]).
 struct WorkspaceRecord {
   int64_t cublas_bytes = 0;       // SUM: one cuBLAS workspace (getChosenWorkspaceSize)
-  int64_t cublas_workspaces = 0;  // COUNT: workspaces of a training step (one per thread's handle)
+  int64_t cublas_workspaces = 0;  // COUNT: workspaces of a training step (one per thread that calls cuBLAS, 0-2)
   bool cudnn_attention = false;   // the step ran cuDNN attention (workspace sized at run time)
+  bool in_peaks = false;          // the peaks hold them: a CUDA trial, whose allocator made them
   std::string target;             // cuda_target_name()
   /// Every cuBLAS workspace: what a CUDA run's allocated bytes carry beside the tensors.
   int64_t total_bytes() const { return cublas_bytes * cublas_workspaces; }
@@ -141,13 +142,16 @@ struct WorkspaceRecord {
 /// ":4096:2:16:8" = 2·4096 KiB + 8·16 KiB = 8,519,680 B.
 int64_t cublas_workspace_bytes(const CudaTarget& target);
 
-/// The workspace record of a training step for `target`; `cudnn_attention`
-/// when a call ran the cuDNN kernel.
-WorkspaceRecord workspaces_for(const CudaTarget& target, bool cudnn_attention);
+/// The workspace record of a training step for `target`: `cublas_handles`
+/// threads that called cuBLAS (CublasCalls::handles(), 0 to 2),
+/// `cudnn_attention` when a call ran the cuDNN kernel, `in_peaks` on a CUDA
+/// trial.
+WorkspaceRecord workspaces_for(const CudaTarget& target, int cublas_handles, bool cudnn_attention, bool in_peaks);
 
-/// The workspaces line: "cuBLAS 2 x 32.00 MiB = 64.00 MiB (forward's and
-/// backward's handles), held from the first matmul on, not in the peaks
-/// above; ...".
+/// The workspaces line: "cuBLAS 2 x 32.00 MiB = 64.00 MiB on sm90 (one per
+/// handle: forward's thread and autograd's), held by the caching allocator
+/// from the first matmul on: not in the peaks above, in the predicted
+/// reserved"; "cuBLAS none on sm90: no operator of the step calls it".
 std::string workspace_text(const WorkspaceRecord& record);
 
 nlohmann::json to_json(const AttentionRecord& record);

@@ -3,7 +3,9 @@
 // and the search and reports (which only read them). No libtorch.
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "common/phase.h"
@@ -83,6 +85,24 @@ struct BackwardActivationPeak {
   // node that made it has finished, and then freed. Its highest live bytes
   // less the stored gradients (SUM; 0 = not measured).
   int64_t accumulating_bytes = 0;
+};
+
+/// A step's first operator that needs a cuBLAS handle on one thread of a
+/// CUDA run: where, among the tracker's events, it began.
+struct CublasCall {
+  std::size_t event = 0;  // COUNT: events recorded before it (MemoryTracker::event_count())
+  Phase phase = Phase::kLoad;
+};
+
+/// The first cuBLAS operator (aten::mm, addmm, bmm, ...) on each thread a
+/// CUDA run calls cuBLAS from: each such thread's handle gets a workspace
+/// from the caching allocator then and keeps it for the life of the
+/// process (probes/memory_tracker.cpp, Note [cuBLAS calls]).
+struct CublasCalls {
+  std::optional<CublasCall> training_thread;  // forward, loss, optimizer: the thread that runs the step
+  std::optional<CublasCall> autograd_thread;  // backward (recomputation too): autograd's device thread
+  /// COUNT: the handles, hence the cuBLAS workspaces, a CUDA run holds (0 to 2).
+  int handles() const { return (training_thread ? 1 : 0) + (autograd_thread ? 1 : 0); }
 };
 
 /// One allocation or free, in the order they happened.

@@ -22,6 +22,9 @@ namespace oomtune {
 // returned (friend of MemoryTracker; called from the RecordFunction exit
 // callback).
 void settle_outermost_call(uint32_t run);
+// Notes that an operator which calls cuBLAS on CUDA began now (friend of
+// MemoryTracker; called from the RecordFunction enter callback).
+void note_cublas_call();
 
 namespace {
 
@@ -162,8 +165,48 @@ bool is_kernel(const at::RecordFunction& fn) {
   return kernel;
 }
 
+// Note [cuBLAS calls]
+// Rationale: a CUDA run holds bytes no tensor owns: the workspace of each
+// cuBLAS handle, which PyTorch 2.11 takes from the caching allocator when
+// the handle is first used on a stream and keeps for the life of the
+// process (aten/src/ATen/cuda/CublasHandlePool.cpp: getCurrentCUDABlasHandle
+// fills cublas_handle_stream_to_workspace, keyed by (handle, stream);
+// cuBLASLt shares it, TORCH_CUBLASLT_UNIFIED_WORKSPACE being on by default).
+// Handles are per thread (DeviceThreadHandlePool), and a CUDA backward runs
+// on autograd's device thread, so a step whose forward and backward both
+// multiply matrices holds two; one whose kernels are all cuDNN's or
+// elementwise (embeddings, convolutions without a linear layer) holds none.
+// Approach: the operators that reach cuBLAS on CUDA (kCublasOps: the matrix
+// products that linear, matmul, einsum and attention's math path decompose
+// into) mark the first event of their thread's workspace; the thread is the
+// training thread but in backward, whose operators (recomputation
+// included) run on autograd's. Operators inside a KernelScratchScope compute
+// what the CUDA target computes with kernels of its own (the fused
+// attention kernels, which call no cuBLAS) and do not count.
+// Limitations: the set of operators is PyTorch 2.11's CUDA dispatch for
+// float types; linalg's solvers (cuSOLVER) and user streams are not
+// followed (one stream assumed).
+const std::unordered_set<std::string_view> kCublasOps = {"aten::mm",   "aten::addmm",      "aten::_addmm_activation",
+                                                         "aten::bmm",  "aten::baddbmm",    "aten::addbmm",
+                                                         "aten::mv",   "aten::addmv",      "aten::dot",
+                                                         "aten::vdot", "aten::_scaled_mm", "aten::_int_mm"};
+
+// Whether `fn` is one of kCublasOps outside a KernelScratchScope. Cached by
+// the schema's name, as is_kernel is.
+bool calls_cublas(const at::RecordFunction& fn) {
+  if (fn.scope() != at::RecordScope::FUNCTION) return false;
+  thread_local std::unordered_map<const char*, bool> known;
+  const char* name = fn.name();
+  auto it = known.find(name);
+  if (it == known.end()) it = known.emplace(name, kCublasOps.count(name) > 0).first;
+  if (!it->second) return false;
+  return std::none_of(t_ops.begin(), t_ops.end(),
+                      [](const OpFrame& f) { return std::string_view(f.name) == kKernelScratchScopeName; });
+}
+
 std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
   const uint32_t run = g_next_run++;
+  if (calls_cublas(fn)) note_cublas_call();
   t_ops.push_back({fn.name(), fn.scope() == at::RecordScope::BACKWARD_FUNCTION, run});
   if (t_kernel_run == 0 && is_kernel(fn)) open_kernel_call(run);
   return nullptr;
@@ -247,6 +290,7 @@ struct MemoryTracker::State {
   std::vector<std::string> op_names{"(unknown)"};
   std::unordered_map<std::string, uint32_t> op_index;
   int64_t out_of_memory = 0;
+  CublasCalls cublas;
 
   uint32_t intern(const std::string& label) {
     auto [it, inserted] = op_index.emplace(label, static_cast<uint32_t>(op_names.size()));
@@ -256,17 +300,23 @@ struct MemoryTracker::State {
 
   PhaseMemory& current() { return phases[static_cast<std::size_t>(phase)]; }
 
+  // Between end_phase() and the next begin_phase() (a step's first copy of
+  // its batch, made before its forward) a block counts toward the live and
+  // peak bytes but toward no phase and is no phase's largest allocation, as
+  // torch.cuda's peaks, reset at each phase's start, leave it out.
   void count_alloc(const TrackedEvent& e) {
     const auto p = static_cast<std::size_t>(e.pool);
     live[p] += e.bytes;
     peak[p] = std::max(peak[p], live[p]);
     PhaseMemory& in = current();
     if (e.pool == MemoryPool::kDevice) {
-      in.peak_bytes = std::max(in.peak_bytes, live[p]);
-      ++in.allocations;
-      in.allocated_bytes += e.bytes;
-      if (e.bytes > largest.bytes) largest = {e.bytes, op_names[e.op], phase};
-    } else {
+      if (in_phase) {
+        in.peak_bytes = std::max(in.peak_bytes, live[p]);
+        ++in.allocations;
+        in.allocated_bytes += e.bytes;
+        if (e.bytes > largest.bytes) largest = {e.bytes, op_names[e.op], phase};
+      }
+    } else if (in_phase) {
       in.host_peak_bytes = std::max(in.host_peak_bytes, live[p]);
     }
     if (record_events) events.push_back(e);
@@ -320,6 +370,14 @@ struct MemoryTracker::State {
 void settle_outermost_call(uint32_t run) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_active) g_active->state_->settle(run);
+}
+
+void note_cublas_call() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_active) return;
+  MemoryTracker::State& s = *g_active->state_;
+  std::optional<CublasCall>& first = s.phase == Phase::kBackward ? s.cublas.autograd_thread : s.cublas.training_thread;
+  if (!first) first = CublasCall{s.events.size(), s.phase};
 }
 
 // Note [Meta addresses]
@@ -613,6 +671,11 @@ KernelScratch MemoryTracker::kernel_scratch() const {
 std::vector<TrackedEvent> MemoryTracker::events() const {
   std::lock_guard<std::mutex> lock(g_mutex);
   return state_->events;
+}
+
+CublasCalls MemoryTracker::cublas_calls() const {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return state_->cublas;
 }
 
 std::size_t MemoryTracker::event_count() const {

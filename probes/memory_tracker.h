@@ -105,6 +105,9 @@ class MemoryTracker final : public c10::Allocator {
   /// current live bytes.
   void begin_phase(Phase phase);
   /// Ends the current phase (its end_bytes become the current live bytes).
+  /// Until the next begin_phase(), blocks count toward live and peak bytes
+  /// and the event stream, but toward no phase and not as the largest
+  /// allocation.
   void end_phase();
   /// Forgets phase statistics and the largest allocation; live bytes and
   /// recorded events stay (the allocator simulator replays the whole run).
@@ -131,6 +134,11 @@ class MemoryTracker final : public c10::Allocator {
   std::size_t event_count() const;
   /// Operator labels that events refer to by index; [0] is "(unknown)".
   std::vector<std::string> op_names() const;
+  /// The first operators that would call cuBLAS on each thread of a CUDA
+  /// run, since construction (Note [cuBLAS calls] in memory_tracker.cpp):
+  /// kept by reset_statistics(), as a CUDA run keeps its workspaces. Empty
+  /// without options.attribute_ops.
+  CublasCalls cublas_calls() const;
   /// Number of allocations refused for the budget.
   int64_t out_of_memory_count() const;
   /// Changes the budget (nullopt removes it).
@@ -166,6 +174,7 @@ class MemoryTracker final : public c10::Allocator {
   struct State;
   class MetaCounter;
   friend void settle_outermost_call(uint32_t run);
+  friend void note_cublas_call();
   // Counts a block of `bytes` at `data`, made on this thread now; throws
   // c10::OutOfMemoryError past the budget (before anything is counted:
   // reserve() first, then record()).

@@ -115,7 +115,13 @@ std::string render_probe_text(const ProbeSummary& s) {
   if (const std::string scratch = kernel_scratch_text(r.kernel_scratch); !scratch.empty())
     line(fmt::format("kernel scratch       {}", scratch));
   if (r.attention) line(fmt::format("attention            {}", attention_text(*r.attention)));
-  if (r.workspaces) line(fmt::format("workspaces           {}", workspace_text(*r.workspaces)));
+  if (r.workspaces) {
+    const WorkspaceRecord& w = *r.workspaces;
+    line(fmt::format("workspaces           {}{}", workspace_text(w),
+                     w.in_peaks || w.total_bytes() == 0 ? std::string()
+                                                        : fmt::format("; with them a CUDA run's step peak is {}",
+                                                                      format_bytes(r.peak_bytes + w.total_bytes()))));
+  }
   if (s.activation_fit) {
     const ActivationFit& f = *s.activation_fit;
     std::vector<std::string> points;

@@ -28,9 +28,9 @@ Errors are (oomtune - eager) / eager. Issue #44's target for the CUDA
 backend: within 2 % of eager. The CPU backend counts the bytes tensors ask
 for; PyTorch's allocated bytes are rounded up to 512-byte blocks
 (c10/cuda/CUDACachingAllocator.cpp, kMinBlockSize); cuBLAS workspaces come
-from the caching allocator on CUDA only (the CPU report's `workspaces`,
-shown beside), and torch.optim's foreach temporaries are modelled on the CPU
-(docs/job_spec.md, `implementation`).
+from the caching allocator on CUDA only (the CPU and meta reports'
+`workspaces`, added to their peaks here), and torch.optim's foreach
+temporaries are modelled on the CPU (docs/job_spec.md, `implementation`).
 
 --deadline bounds the whole run (the device tool's 10 minutes a call):
 runs not started by then are recorded as not run, and the tables say so.
@@ -78,21 +78,28 @@ def largest(values):
 
 
 def from_oomtune(output):
-    """The figures of an `oomtune probe --json` output: per phase allocated and
-    reserved peaks; the step's; reserved measured (CUDA) or predicted (CPU)."""
+    """The figures of an `oomtune probe --json` output as eager CUDA training
+    would see them: per phase allocated and reserved peaks; the step's;
+    reserved measured (CUDA) or predicted (CPU, meta). A CPU or meta probe's
+    peaks count tensors, and a CUDA run holds its cuBLAS workspaces beside
+    them through every phase of a step after the first (probes/
+    attention_model.cpp, Note [Library workspaces]): they are added here,
+    as the predicted reserved bytes already hold them."""
     if "error" in output:
         return output
     report = output["report"]
     if report.get("outcome", "ok") != "ok":
         return {"error": f"{report.get('outcome')}: {report.get('message', '')}"}
-    phases = {p: {"peak_bytes": report["phases"][p]["peak_bytes"],
+    workspaces = report.get("workspaces") or {}
+    added = 0 if workspaces.get("in_peaks", False) else workspaces.get("total_bytes", 0)
+    phases = {p: {"peak_bytes": report["phases"][p]["peak_bytes"] + added,
                   "reserved_bytes": report["phases"][p].get("reserved_peak_bytes") or None} for p in PHASES}
     measured = report.get("measured_reserved")
     predicted = report.get("reserved")
-    return {"phases": phases, "peak_bytes": report["peak_bytes"],
+    return {"phases": phases, "peak_bytes": report["peak_bytes"] + added,
             "reserved_bytes": (measured or predicted or {}).get("peak_reserved_bytes"),
             "reserved_source": "measured" if measured else "predicted" if predicted else None,
-            "workspace_bytes": report.get("workspaces", {}).get("total_bytes")}
+            "workspace_bytes": added or None}
 
 
 def from_eager(output):
@@ -240,8 +247,8 @@ def tables(cases):
         workspaces = (figure(sides.get("cpu"), None, "workspace_bytes")
                       or figure(sides.get("meta"), None, "workspace_bytes"))
         if workspaces:
-            lines += ["", "cuBLAS workspaces oomtune names for the target GPU (in no peak above): "
-                      f"{mib(workspaces)} MiB."]
+            lines += ["", "cuBLAS workspaces of the target GPU, added to oomtune's meta and CPU peaks above (a CUDA "
+                      f"run holds them through the step): {mib(workspaces)} MiB."]
     return "\n".join(lines)
 
 

@@ -11,6 +11,10 @@
 //   full batch's for mean-reduced losses.
 // - The optimizer steps once per global batch; gradients are then set to
 //   undefined (zero_grad(set_to_none=True)).
+// - A micro-batch stays on the device until the next one is there, as a
+//   training loop's `x = x.to(device)` keeps it: the last one of a step
+//   through the optimizer step and until the next step's first copy
+//   (Note [The batch in the optimizer step] in training_step.cpp).
 // - With offload or bf16_params the optimizer updates fp32 master copies
 //   (strategies/master_weights.h): on the host with offload, else on the
 //   device. bf16_params casts the model to bf16 when the step is built
@@ -84,6 +88,7 @@ class TrainingStep {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<MasterWeightOptimizer> master_;
   std::unique_ptr<DynamicLossScaler> scaler_;
+  Batch held_;  // the last micro-batch on the device, until the next is copied
 };
 
 /// The torch.optim implementation a step of `config` runs for the job's

@@ -29,6 +29,7 @@
 #include "strategies/mixed_precision.h"
 #include "strategies/recompute_op.h"
 #include "strategies/training_step.h"
+#include "trial/cublas_workspaces.h"
 #include "trial/cuda_measurement.h"
 
 namespace oomtune {
@@ -186,9 +187,14 @@ std::vector<allocsim::AllocEvent> device_stream(const std::vector<TrackedEvent>&
 // length model keep the recorded order: the model pairs the events of runs
 // at several lengths by position, and a reordering that depends on which
 // sizes happen to be equal at one length would break that pairing.
+// On the CPU and on meta, `workspaces` are the cuBLAS workspaces a CUDA
+// run would allocate beside the tensors (cublas_workspaces.h); a CUDA
+// trial's events hold them already.
 ReservedPrediction predict_reserved(const std::vector<TrackedEvent>& events, std::size_t end,
-                                    std::optional<int64_t> budget_bytes) {
-  std::vector<allocsim::AllocEvent> stream = device_stream(events, 0, end);
+                                    std::optional<int64_t> budget_bytes, const CublasCalls& workspaces,
+                                    int64_t workspace_bytes) {
+  std::vector<allocsim::AllocEvent> stream =
+      device_stream(with_cublas_workspaces(events, workspaces, workspace_bytes, end), 0, end);
   allocsim::order_interchangeable_allocations(stream);
   allocsim::SimOptions options;
   options.budget_bytes = budget_bytes.value_or(0);
@@ -301,6 +307,8 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
 
   TrackerOptions tracker_options;
   const bool cuda = job.device == Device::kCuda;
+  // The job's target (validated by the job reader): its cuBLAS workspace size.
+  const CudaTarget cuda_target = cuda_target_from_name(job.cuda_target).value_or(CudaTarget{});
   if (options.enforce_budget && !cuda) tracker_options.budget_bytes = job.usable_budget_bytes();
   tracker_options.record_events = options.record_events;
   tracker_options.count_meta = meta;
@@ -479,14 +487,14 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
         report.largest = tracker.largest();
         const AttentionRecord attention = take_attention_record();
         if (attention.total_calls() > 0) report.attention = attention;
-        // On the CPU and on meta the cuBLAS workspaces a CUDA run of any
-        // matmul holds are stated for the job's target; a CUDA trial's
-        // allocator holds them already (its line comes with attention only).
-        if (attention.total_calls() > 0 || !cuda) {
-          const CudaTarget target = cuda_target_from_name(job.cuda_target).value_or(CudaTarget{});
+        // On the CPU and on meta the cuBLAS workspaces a CUDA run of the
+        // step's matmuls holds are stated for the job's target; a CUDA
+        // trial's allocator holds them already (its line comes with
+        // attention only).
+        if (attention.total_calls() > 0 || !cuda)
           report.workspaces =
-              workspaces_for(target, attention.calls[static_cast<std::size_t>(AttentionKernel::kCudnn)] > 0);
-        }
+              workspaces_for(cuda_target, tracker.cublas_calls().handles(),
+                             attention.calls[static_cast<std::size_t>(AttentionKernel::kCudnn)] > 0, cuda);
       }
       const auto timed = static_cast<int64_t>(report.timing.step_seconds.size());
       if (timing_decides && timed >= options.min_timed_steps + 1 &&
@@ -524,7 +532,9 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     }
     if (options.record_events) {
       const std::vector<TrackedEvent> events = tracker.events();
-      report.reserved = predict_reserved(events, replay_end, job.usable_budget_bytes());
+      report.reserved =
+          predict_reserved(events, replay_end, job.usable_budget_bytes(), cuda ? CublasCalls{} : tracker.cublas_calls(),
+                           cublas_workspace_bytes(cuda_target));
       if (variable) report.step_peak_bytes = step_device_peaks(events, step_events);
       if (!options.step_events_path.empty())
         write_step_events(options.step_events_path, events, measured_begin, measured_end, tracker.op_names());

@@ -175,6 +175,43 @@ TEST(MemoryTracker, RecordsEventsInOrderWhenAsked) {
   EXPECT_EQ(tracker.op_names()[events[0].op], "aten::zeros");
 }
 
+// Note [cuBLAS calls]: the first matrix product of the forward (the
+// training thread's handle) and of the backward (autograd's) are where a
+// CUDA run allocates its two cuBLAS workspaces; elementwise operators and
+// products inside a KernelScratchScope (which the CUDA target computes with
+// kernels of its own) call none, and reset_statistics() keeps them.
+TEST(MemoryTracker, FindsTheFirstCublasOperatorOfEachThread) {
+  TrackerOptions options;
+  options.record_events = true;
+  MemoryTracker tracker(options);
+  const at::Tensor a = at::ones({4, 4});
+  tracker.begin_phase(Phase::kForward);
+  at::Tensor sum = a + a;  // elementwise: no cuBLAS
+  EXPECT_EQ(tracker.cublas_calls().handles(), 0);
+  {
+    KernelScratchScope scope;
+    at::Tensor inside = at::mm(a, a);
+  }
+  EXPECT_EQ(tracker.cublas_calls().handles(), 0);
+  const std::size_t before_linear = tracker.event_count();
+  at::Tensor product = at::linear(a, a);  // aten::linear > aten::mm
+  at::Tensor again = at::mm(a, a);
+  tracker.begin_phase(Phase::kLoss);
+  at::Tensor scale = at::matmul(a, a);  // the training thread's handle again
+  tracker.begin_phase(Phase::kBackward);
+  at::Tensor elementwise = sum * 2;
+  const std::size_t before_bmm = tracker.event_count();
+  at::Tensor batched = at::bmm(a.unsqueeze(0), a.unsqueeze(0));
+  tracker.reset_statistics();
+  const CublasCalls calls = tracker.cublas_calls();
+  ASSERT_TRUE(calls.training_thread && calls.autograd_thread);
+  EXPECT_EQ(calls.handles(), 2);
+  EXPECT_EQ(calls.training_thread->event, before_linear);
+  EXPECT_EQ(calls.training_thread->phase, Phase::kForward);
+  EXPECT_EQ(calls.autograd_thread->event, before_bmm);
+  EXPECT_EQ(calls.autograd_thread->phase, Phase::kBackward);
+}
+
 // Note [Loader records]: of the blocks made after a mark, those alive and
 // not kept leave the live bytes and the event stream, their later free is
 // not counted; a block from before the mark and a kept one stay.

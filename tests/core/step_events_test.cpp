@@ -60,10 +60,11 @@ TEST(StepEvents, TheGptsStepIsAPolynomialInTheSequenceLength) {
   EXPECT_TRUE(softmax) << "no softmax among the T² requests";
   // A steady step: the gradients are set to None after the optimizer step
   // (session/train_step.cpp, clear_gradients, as torch.optim's
-  // zero_grad(set_to_none=True)), so the step neither keeps what it makes
-  // nor frees what an earlier one made.
-  EXPECT_EQ(model.carried_out(), 0u);
-  EXPECT_EQ(model.carried_in(), 0u);
+  // zero_grad(set_to_none=True)); what it keeps is its last micro-batch,
+  // the GPT's input_ids and targets, until the next step's copy frees them
+  // (strategies/training_step.cpp, Note [The batch in the optimizer step]).
+  EXPECT_EQ(model.carried_out(), 2u);
+  EXPECT_EQ(model.carried_in(), 2u);
 }
 
 // What a replay of many steps allocates first: everything alive across the

@@ -42,6 +42,36 @@ TEST(Trial, StaticMemoryEqualsTheAnalyticByteCounts) {
   EXPECT_EQ(r.static_memory.optimizer_host_bytes, 0);
 }
 
+// Note [cuBLAS calls], Note [Library workspaces]: the MLP's forward and
+// backward multiply matrices, so a CUDA run on the default target (sm90)
+// holds two 32 MiB cuBLAS workspaces from the first step on, beside the
+// tensors the peaks count. The reserved prediction allocates them: at the
+// step's peak the caching allocator holds the tensors and both workspaces.
+// A model without a matrix product holds none, and its whole prediction
+// stays under one workspace.
+TEST(Trial, TheReservedPredictionHoldsTheCublasWorkspacesOfTheStepsMatmuls) {
+  constexpr int64_t kWorkspace = 32 * 1024 * 1024;
+  TrialOptions options = quick_trial();
+  options.record_events = true;
+  const JobSpec mlp = mlp_job(16);
+  const JobSpec no_matmul = testing::made_in_forward_job(16);
+  OOMTUNE_REQUIRE_FILE(mlp.model_path);
+  OOMTUNE_REQUIRE_FILE(no_matmul.model_path);
+  const ProbeReport r = run_trial(mlp, baseline_config(mlp), options);
+  ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
+  ASSERT_TRUE(r.workspaces && r.reserved);
+  EXPECT_EQ(r.workspaces->cublas_workspaces, 2);
+  EXPECT_EQ(r.workspaces->total_bytes(), 2 * kWorkspace);
+  EXPECT_FALSE(r.workspaces->in_peaks);
+  EXPECT_LT(r.peak_bytes, kWorkspace);  // the tensors alone: no workspace in the peaks
+  EXPECT_GE(r.reserved->peak_reserved_bytes, r.peak_bytes + 2 * kWorkspace);
+  const ProbeReport none = run_trial(no_matmul, baseline_config(no_matmul), options);
+  ASSERT_EQ(none.outcome, TrialOutcome::kOk) << none.message;
+  ASSERT_TRUE(none.workspaces && none.reserved);
+  EXPECT_EQ(none.workspaces->cublas_workspaces, 0);
+  EXPECT_LT(none.reserved->peak_reserved_bytes, kWorkspace);
+}
+
 // The optimizer line: the measured step's optimizer-phase peak above its
 // start, from the MLP's parameter sizes alone (torch/optim/adam.py, 2.11).
 TEST(Trial, TheOptimizerLineCountsEachImplementationsTemporaries) {

@@ -100,12 +100,31 @@ TEST(AttentionModel, AttentionLineNamesKernelTargetAndBothFigures) {
 TEST(AttentionModel, CublasWorkspaceDefaults) {
   EXPECT_EQ(cublas_workspace_bytes(target("sm90")), 32 * 1024 * 1024);
   EXPECT_EQ(cublas_workspace_bytes(target("sm80")), 2 * 4096 * 1024 + 8 * 16 * 1024);
-  const WorkspaceRecord w = workspaces_for(target("sm80"), false);
+  const WorkspaceRecord w = workspaces_for(target("sm80"), 2, false, false);
   EXPECT_EQ(w.total_bytes(), 2 * 8519680);
   EXPECT_EQ(workspace_text(w),
             "cuBLAS 2 x 8.12 MiB = 16.25 MiB on sm80 (one per handle: forward's thread and autograd's), held by the "
-            "caching allocator from the first matmul on; not in the peaks above");
-  EXPECT_EQ(workspace_record_from_json(to_json(w)).cublas_bytes, w.cublas_bytes);
+            "caching allocator from the first matmul on: not in the peaks above, in the predicted reserved");
+  const WorkspaceRecord back = workspace_record_from_json(to_json(w));
+  EXPECT_EQ(back.cublas_bytes, w.cublas_bytes);
+  EXPECT_EQ(back.cublas_workspaces, 2);
+  EXPECT_FALSE(back.in_peaks);
+}
+
+// One thread called cuBLAS, or none; on a GPU the allocator's figures hold
+// them.
+TEST(AttentionModel, WorkspaceLineSaysHowManyHandlesAndWhereTheyAreCounted) {
+  const WorkspaceRecord one = workspaces_for(target("sm90"), 1, false, true);
+  EXPECT_EQ(one.total_bytes(), 32 * 1024 * 1024);
+  EXPECT_EQ(workspace_text(one),
+            "cuBLAS 1 x 32.00 MiB = 32.00 MiB on sm90 (one handle), held by the caching allocator from the first "
+            "matmul on: in the peaks above");
+  EXPECT_TRUE(workspace_record_from_json(to_json(one)).in_peaks);
+  const WorkspaceRecord none = workspaces_for(target("sm90"), 0, true, false);
+  EXPECT_EQ(none.total_bytes(), 0);
+  EXPECT_EQ(workspace_text(none),
+            "cuBLAS none on sm90: no operator of the step calls it; cuDNN attention's graph workspace: sized by "
+            "cuDNN at run time, not counted");
 }
 
 }  // namespace

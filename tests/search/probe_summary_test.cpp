@@ -34,14 +34,16 @@ TEST(ProbeSummaryLines, AttentionAndWorkspacesLinesAndJson) {
   attention.math_kept_bytes = 1179648;  // 2 x 64 KiB + 1 MiB of scores
   attention.target = "sm80";
   s.report.attention = attention;
-  s.report.workspaces = workspaces_for(*cuda_target_from_name("sm80"), false);
+  s.report.peak_bytes = 100 * 1024 * 1024;  // + 2 x 8,519,680 B of workspaces = 116.25 MiB
+  s.report.workspaces = workspaces_for(*cuda_target_from_name("sm80"), 2, false, false);
   const std::string text = render_probe_text(s);
   EXPECT_EQ(line_starting(text, "attention"),
             "attention            1 call, kernel efficient for the CUDA target sm80, kept 68.00 KiB (math path would "
             "keep 1.12 MiB)");
   EXPECT_EQ(line_starting(text, "workspaces"),
             "workspaces           cuBLAS 2 x 8.12 MiB = 16.25 MiB on sm80 (one per handle: forward's thread and "
-            "autograd's), held by the caching allocator from the first matmul on; not in the peaks above");
+            "autograd's), held by the caching allocator from the first matmul on: not in the peaks above, in the "
+            "predicted reserved; with them a CUDA run's step peak is 116.25 MiB");
   const nlohmann::json j = probe_summary_json(s);
   EXPECT_EQ(j.at("report").at("attention").at("calls").at("efficient"), 1);
   EXPECT_EQ(j.at("report").at("attention").at("kept_bytes"), 69632);

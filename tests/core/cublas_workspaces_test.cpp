@@ -1,0 +1,75 @@
+// with_cublas_workspaces (trial/cublas_workspaces.h): the simulator's input
+// gains one never-freed allocation per thread's first cuBLAS call, placed
+// before the event recorded there, and the replay's end moves with it.
+
+#include "trial/cublas_workspaces.h"
+
+#include <gtest/gtest.h>
+
+namespace oomtune {
+namespace {
+
+TrackedEvent event(TrackedEvent::Kind kind, uint64_t address, int64_t bytes, Phase phase) {
+  TrackedEvent e;
+  e.kind = kind;
+  e.address = address;
+  e.bytes = bytes;
+  e.phase = phase;
+  return e;
+}
+
+TEST(CublasWorkspaces, EachThreadsWorkspaceIsAllocatedBeforeItsFirstCallsEvent) {
+  using Kind = TrackedEvent::Kind;
+  const std::vector<TrackedEvent> events = {
+      event(Kind::kAlloc, 1, 100, Phase::kForward),  event(Kind::kAlloc, 2, 200, Phase::kForward),
+      event(Kind::kFree, 1, 100, Phase::kBackward),  event(Kind::kAlloc, 3, 300, Phase::kBackward),
+      event(Kind::kFree, 2, 200, Phase::kOptimizer),
+  };
+  CublasCalls calls;
+  calls.training_thread = CublasCall{1, Phase::kForward};   // before the 200 B block
+  calls.autograd_thread = CublasCall{3, Phase::kBackward};  // before the 300 B block
+  std::size_t end = 4;                                      // the replay stops before the last free
+  const std::vector<TrackedEvent> out = with_cublas_workspaces(events, calls, 1000, end);
+  ASSERT_EQ(out.size(), 7u);
+  EXPECT_EQ(end, 6u);  // the same moment: before the last free
+  EXPECT_EQ(out[0].address, 1u);
+  EXPECT_EQ(out[1].bytes, 1000);
+  EXPECT_EQ(out[1].kind, Kind::kAlloc);
+  EXPECT_EQ(out[1].pool, MemoryPool::kDevice);
+  EXPECT_EQ(out[1].phase, Phase::kForward);
+  EXPECT_EQ(out[2].address, 2u);
+  EXPECT_EQ(out[3].address, 1u);  // the free of block 1
+  EXPECT_EQ(out[4].bytes, 1000);
+  EXPECT_EQ(out[4].phase, Phase::kBackward);
+  EXPECT_NE(out[4].address, out[1].address);
+  EXPECT_EQ(out[5].address, 3u);
+  EXPECT_EQ(out[6].kind, Kind::kFree);
+  for (const TrackedEvent& e : out) {  // the workspaces are never freed
+    if (e.kind == Kind::kFree) {
+      EXPECT_TRUE(e.address == 1u || e.address == 2u);
+    }
+  }
+}
+
+TEST(CublasWorkspaces, ACallAtOrPastTheEndAndNoCallsInsertNothing) {
+  const std::vector<TrackedEvent> events = {event(TrackedEvent::Kind::kAlloc, 1, 100, Phase::kForward),
+                                            event(TrackedEvent::Kind::kFree, 1, 100, Phase::kForward)};
+  CublasCalls calls;
+  calls.autograd_thread = CublasCall{1, Phase::kBackward};
+  std::size_t end = 1;
+  EXPECT_EQ(with_cublas_workspaces(events, calls, 1000, end).size(), 2u);
+  EXPECT_EQ(end, 1u);
+  end = 2;
+  EXPECT_EQ(with_cublas_workspaces(events, CublasCalls{}, 1000, end).size(), 2u);
+  EXPECT_EQ(end, 2u);
+  // A call after every event allocates at the end.
+  calls.autograd_thread = CublasCall{2, Phase::kBackward};
+  end = 3;
+  const std::vector<TrackedEvent> out = with_cublas_workspaces(events, calls, 1000, end);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[2].bytes, 1000);
+  EXPECT_EQ(end, 4u);
+}
+
+}  // namespace
+}  // namespace oomtune

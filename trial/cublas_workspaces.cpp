@@ -1,0 +1,37 @@
+#include "trial/cublas_workspaces.h"
+
+#include <algorithm>
+#include <optional>
+
+namespace oomtune {
+
+std::vector<TrackedEvent> with_cublas_workspaces(const std::vector<TrackedEvent>& events, const CublasCalls& calls,
+                                                 int64_t workspace_bytes, std::size_t& end) {
+  // Above user space and the meta device's made-up addresses (top bit set,
+  // Note [Meta addresses]): no tracked block has one of these.
+  constexpr uint64_t kWorkspaceAddress = 0xC0B1A5ull << 40;
+  std::vector<CublasCall> inserted;
+  for (const std::optional<CublasCall>& call : {calls.training_thread, calls.autograd_thread})
+    if (call && call->event < end && call->event <= events.size()) inserted.push_back(*call);
+  std::stable_sort(inserted.begin(), inserted.end(),
+                   [](const CublasCall& a, const CublasCall& b) { return a.event < b.event; });
+  std::vector<TrackedEvent> out;
+  out.reserve(events.size() + inserted.size());
+  std::size_t next = 0;
+  for (std::size_t i = 0; i <= events.size(); ++i) {
+    for (; next < inserted.size() && inserted[next].event == i; ++next) {
+      TrackedEvent workspace;
+      workspace.kind = TrackedEvent::Kind::kAlloc;
+      workspace.pool = MemoryPool::kDevice;
+      workspace.phase = inserted[next].phase;
+      workspace.address = kWorkspaceAddress + next;
+      workspace.bytes = workspace_bytes;
+      out.push_back(workspace);
+    }
+    if (i < events.size()) out.push_back(events[i]);
+  }
+  end += inserted.size();
+  return out;
+}
+
+}  // namespace oomtune

@@ -1,0 +1,24 @@
+#pragma once
+// The cuBLAS workspaces of a CUDA run, put into a CPU or meta trial's event
+// stream for the caching-allocator simulator (probes/attention_model.cpp,
+// Note [Library workspaces]; probes/memory_tracker.cpp, Note [cuBLAS calls]).
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "probes/memory_records.h"
+
+namespace oomtune {
+
+/// `events` with one device allocation of `workspace_bytes` inserted before
+/// events[call.event] for each of `calls`, never freed: where a CUDA run's
+/// thread asks the caching allocator for its cuBLAS handle's workspace, and
+/// keeps it. The inserted allocations take addresses no tracked block has
+/// (top bits 0xC0B1A5) and the call's phase. `end`, an index into `events`,
+/// comes back as the same moment's index in the result (a call at or past
+/// it is not inserted: the replay stops there). Throws nothing.
+std::vector<TrackedEvent> with_cublas_workspaces(const std::vector<TrackedEvent>& events, const CublasCalls& calls,
+                                                 int64_t workspace_bytes, std::size_t& end);
+
+}  // namespace oomtune
