@@ -105,6 +105,18 @@ struct CublasCalls {
   int handles() const { return (training_thread ? 1 : 0) + (autograd_thread ? 1 : 0); }
 };
 
+/// Calls of a step's operators that CUDA runs with cuDNN, whose kernels
+/// take per-call workspaces (and batch norm a reserve space) that cuDNN
+/// sizes on the GPU at run time: a CPU or meta probe counts their outputs
+/// and what autograd saves, not those (probes/memory_tracker.cpp, Note
+/// [cuDNN calls]). Of the measured step.
+struct CudnnCalls {
+  int64_t convolutions = 0;           // COUNT: aten::convolution (forward and recomputation)
+  int64_t convolution_backwards = 0;  // COUNT: aten::convolution_backward
+  int64_t batch_norms = 0;            // COUNT: aten::batch_norm (forward and recomputation)
+  bool any() const { return convolutions + convolution_backwards + batch_norms > 0; }
+};
+
 /// One allocation or free, in the order they happened.
 struct TrackedEvent {
   enum class Kind : uint8_t { kAlloc, kFree };

@@ -25,6 +25,9 @@ void settle_outermost_call(uint32_t run);
 // Notes that an operator which calls cuBLAS on CUDA began now (friend of
 // MemoryTracker; called from the RecordFunction enter callback).
 void note_cublas_call();
+// Counts an operator call that CUDA runs with cuDNN in `counter` (Note
+// [cuDNN calls]).
+void note_cudnn_call(int64_t CudnnCalls::*counter);
 
 namespace {
 
@@ -204,9 +207,46 @@ bool calls_cublas(const at::RecordFunction& fn) {
                       [](const OpFrame& f) { return std::string_view(f.name) == kKernelScratchScopeName; });
 }
 
+// Note [cuDNN calls]
+// Rationale: on CUDA, convolutions and fp32/fp16 batch norms run cuDNN's
+// kernels, which take a workspace from the caching allocator for the call
+// (and batch norm a reserve space it keeps for backward), sized by cuDNN's
+// choice of algorithm on that GPU at run time (aten/src/ATen/native/cudnn/
+// Conv_v8.cpp tries plans whose workspace it can allocate;
+// Normalization.cpp, _select_batch_norm_backend picks cuDNN for fp32 and
+// fp16 inputs). A CPU or meta probe cannot see those bytes; what the
+// operators return and what autograd saves it counts as CUDA does.
+// Approach: the report names how many such calls the measured step made
+// (CudnnCalls), so that a convolutional model's figures say where they may
+// fall short of a GPU's, instead of guessing workspace sizes.
+// Limitations: the calls are counted by their ATen entry points
+// (aten::convolution, aten::convolution_backward, aten::batch_norm);
+// channels-last or depthwise paths that bypass cuDNN on CUDA are counted
+// too.
+
+// The CudnnCalls counter of `fn`'s operator; nullptr for any other.
+// Cached by the schema's name, as is_kernel is.
+int64_t CudnnCalls::*cudnn_counter(const at::RecordFunction& fn) {
+  if (fn.scope() != at::RecordScope::FUNCTION) return nullptr;
+  thread_local std::unordered_map<const char*, int64_t CudnnCalls::*> known;
+  const char* name = fn.name();
+  auto it = known.find(name);
+  if (it == known.end()) {
+    const std::string_view n(name);
+    it = known
+             .emplace(name, n == "aten::convolution"            ? &CudnnCalls::convolutions
+                            : n == "aten::convolution_backward" ? &CudnnCalls::convolution_backwards
+                            : n == "aten::batch_norm"           ? &CudnnCalls::batch_norms
+                                                                : nullptr)
+             .first;
+  }
+  return it->second;
+}
+
 std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
   const uint32_t run = g_next_run++;
   if (calls_cublas(fn)) note_cublas_call();
+  if (int64_t CudnnCalls::*counter = cudnn_counter(fn)) note_cudnn_call(counter);
   t_ops.push_back({fn.name(), fn.scope() == at::RecordScope::BACKWARD_FUNCTION, run});
   if (t_kernel_run == 0 && is_kernel(fn)) open_kernel_call(run);
   return nullptr;
@@ -291,6 +331,7 @@ struct MemoryTracker::State {
   std::unordered_map<std::string, uint32_t> op_index;
   int64_t out_of_memory = 0;
   CublasCalls cublas;
+  CudnnCalls cudnn;
 
   uint32_t intern(const std::string& label) {
     auto [it, inserted] = op_index.emplace(label, static_cast<uint32_t>(op_names.size()));
@@ -378,6 +419,11 @@ void note_cublas_call() {
   MemoryTracker::State& s = *g_active->state_;
   std::optional<CublasCall>& first = s.phase == Phase::kBackward ? s.cublas.autograd_thread : s.cublas.training_thread;
   if (!first) first = CublasCall{s.events.size(), s.phase};
+}
+
+void note_cudnn_call(int64_t CudnnCalls::*counter) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_active) ++(g_active->state_->cudnn.*counter);
 }
 
 // Note [Meta addresses]
@@ -633,6 +679,7 @@ void MemoryTracker::reset_statistics() {
   s.kernel_scratch = {};
   s.held_peak = s.held[static_cast<std::size_t>(MemoryPool::kDevice)];
   s.out_of_memory = 0;
+  s.cudnn = {};
 }
 
 int64_t MemoryTracker::live_bytes(MemoryPool pool) const {
@@ -671,6 +718,11 @@ KernelScratch MemoryTracker::kernel_scratch() const {
 std::vector<TrackedEvent> MemoryTracker::events() const {
   std::lock_guard<std::mutex> lock(g_mutex);
   return state_->events;
+}
+
+CudnnCalls MemoryTracker::cudnn_calls() const {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return state_->cudnn;
 }
 
 CublasCalls MemoryTracker::cublas_calls() const {

@@ -139,6 +139,10 @@ class MemoryTracker final : public c10::Allocator {
   /// kept by reset_statistics(), as a CUDA run keeps its workspaces. Empty
   /// without options.attribute_ops.
   CublasCalls cublas_calls() const;
+  /// The convolutions and batch norms since construction or
+  /// reset_statistics() (Note [cuDNN calls] in memory_tracker.cpp). Zero
+  /// without options.attribute_ops.
+  CudnnCalls cudnn_calls() const;
   /// Number of allocations refused for the budget.
   int64_t out_of_memory_count() const;
   /// Changes the budget (nullopt removes it).
@@ -175,6 +179,7 @@ class MemoryTracker final : public c10::Allocator {
   class MetaCounter;
   friend void settle_outermost_call(uint32_t run);
   friend void note_cublas_call();
+  friend void note_cudnn_call(int64_t CudnnCalls::*counter);
   // Counts a block of `bytes` at `data`, made on this thread now; throws
   // c10::OutOfMemoryError past the budget (before anything is counted:
   // reserve() first, then record()).

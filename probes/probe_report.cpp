@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 
 #include "common/byte_size.h"
 #include "common/error.h"
@@ -90,6 +91,17 @@ std::string kernel_scratch_text(const KernelScratch& k) {
     text += fmt::format("{}{} of library memory (not tensors) allocated outside any operator is counted as tensors",
                         text.empty() ? "" : "; ", format_bytes(k.raw_bytes_counted));
   return text;
+}
+
+std::string cudnn_text(const CudnnCalls& c) {
+  std::vector<std::string> calls;
+  if (c.convolutions + c.convolution_backwards > 0)
+    calls.push_back(fmt::format("{} convolution{} ({} backward)", c.convolutions, c.convolutions == 1 ? "" : "s",
+                                c.convolution_backwards));
+  if (c.batch_norms > 0) calls.push_back(fmt::format("{} batch norm{}", c.batch_norms, c.batch_norms == 1 ? "" : "s"));
+  return fmt::format(
+      "{} a step: on CUDA each call may take a workspace that cuDNN sizes at run time{}, not counted here",
+      fmt::join(calls, " and "), c.batch_norms > 0 ? " (batch norm a reserve space too)" : "");
 }
 
 std::string optimizer_text(const OptimizerRecord& optimizer) {
@@ -212,6 +224,10 @@ nlohmann::json to_json(const ProbeReport& r) {
   }
   if (r.attention) j["attention"] = to_json(*r.attention);
   if (r.workspaces) j["workspaces"] = to_json(*r.workspaces);
+  if (r.cudnn)
+    j["cudnn"] = {{"convolutions", r.cudnn->convolutions},
+                  {"convolution_backwards", r.cudnn->convolution_backwards},
+                  {"batch_norms", r.cudnn->batch_norms}};
   return j;
 }
 
@@ -313,6 +329,11 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     }
     if (j.contains("attention")) r.attention = attention_record_from_json(j.at("attention"));
     if (j.contains("workspaces")) r.workspaces = workspace_record_from_json(j.at("workspaces"));
+    if (j.contains("cudnn")) {
+      const auto& c = j.at("cudnn");
+      r.cudnn = CudnnCalls{c.at("convolutions").get<int64_t>(), c.at("convolution_backwards").get<int64_t>(),
+                           c.at("batch_norms").get<int64_t>()};
+    }
     return r;
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("probe report: {}", e.what()));

@@ -57,6 +57,12 @@ std::string outcome_text(const ProbeReport& report);
 /// when there was neither.
 std::string kernel_scratch_text(const KernelScratch& scratch);
 
+/// The cuDNN line of the probe report: "81 convolutions (81 backward) and
+/// 49 batch norms a step: on CUDA each call may take a workspace that cuDNN
+/// sizes at run time (batch norm a reserve space too), not counted here"
+/// (probes/memory_tracker.cpp, Note [cuDNN calls]).
+std::string cudnn_text(const CudnnCalls& calls);
+
 /// Memory that lives for the whole run, measured on the tracker.
 struct StaticMemory {
   int64_t parameter_bytes = 0;        // SUM: trainable parameter storages
@@ -205,6 +211,10 @@ struct ProbeReport {
   // Library workspaces of a CUDA run for that target, not in any peak
   // above; absent where neither attention nor the meta device asked for it.
   std::optional<WorkspaceRecord> workspaces;
+  // On the CPU and on meta: the measured step's convolutions and batch
+  // norms, whose cuDNN workspaces on the CUDA target are not counted;
+  // absent when it made none, and on a GPU (its allocator holds them).
+  std::optional<CudnnCalls> cudnn;
 };
 
 /// The lengths a trial's drawn steps (k >= 3) ran at (step_lengths from

@@ -30,17 +30,19 @@ std::string short_config(const TrainingConfig& c, int64_t largest_fitting = 0) {
 }
 
 nlohmann::json node_json(const TrailNode& n) {
-  nlohmann::json j = {{"node", n.node},
-                      {"config", to_string(n.config)},
-                      {"micro_batch", n.config.micro_batch},
-                      {"accumulation_steps", n.config.accumulation_steps},
-                      {"largest_fitting_micro_batch", n.largest_fitting_micro_batch},
-                      {"predicted_peak_bytes", static_cast<int64_t>(n.predicted_peak_bytes)},
-                      {"meta_peak_bytes",
-                       n.meta_peak_bytes ? nlohmann::json(static_cast<int64_t>(*n.meta_peak_bytes)) : nlohmann::json()},
-                      {"predicted_seconds_per_global_batch", n.predicted_seconds},
-                      {"predicted_fit", n.predicted_fit},
-                      {"note", n.note}};
+  nlohmann::json j = {
+      {"node", n.node},
+      {"config", to_string(n.config)},
+      {"micro_batch", n.config.micro_batch},
+      {"accumulation_steps", n.config.accumulation_steps},
+      {"largest_fitting_micro_batch", n.largest_fitting_micro_batch},
+      {"predicted_peak_bytes", static_cast<int64_t>(n.predicted_peak_bytes)},
+      {"meta_peak_bytes",
+       n.meta_peak_bytes ? nlohmann::json(static_cast<int64_t>(*n.meta_peak_bytes)) : nlohmann::json()},
+      {"meta_reserved_bytes", n.meta_reserved_bytes ? nlohmann::json(*n.meta_reserved_bytes) : nlohmann::json()},
+      {"predicted_seconds_per_global_batch", n.predicted_seconds},
+      {"predicted_fit", n.predicted_fit},
+      {"note", n.note}};
   if (n.verification) j["verification"] = to_json(*n.verification);
   return j;
 }
@@ -305,6 +307,17 @@ std::string render_autotune_text(const AutotuneReport& report) {
                      best.config.micro_batch, best.config.accumulation_steps));
     line(fmt::format("          meta peak {}; margin {} to the usable budget", format_bytes(peak),
                      format_bytes(s.usable_budget_bytes - peak)));
+    if (best.meta_reserved_bytes) {
+      const int64_t margin = s.usable_budget_bytes - *best.meta_reserved_bytes;
+      line(
+          fmt::format("          on a CUDA caching allocator ({}): {} reserved (predicted, cuBLAS workspaces "
+                      "included); {}",
+                      job.cuda_target, format_bytes(*best.meta_reserved_bytes),
+                      margin >= 0 ? fmt::format("margin {}", format_bytes(margin))
+                                  : fmt::format("{} over the usable budget: the allocator's cache may run out "
+                                                "where the tensors fit; verify on the GPU",
+                                                format_bytes(-margin))));
+    }
     line(
         "          the simplest configuration measured to fit: the meta device has no step time to rank by, and "
         "a fit over many steps is verified on the target device (autotune with device = \"cuda\")");

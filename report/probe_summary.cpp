@@ -122,6 +122,7 @@ std::string render_probe_text(const ProbeSummary& s) {
                                                         : fmt::format("; with them a CUDA run's step peak is {}",
                                                                       format_bytes(r.peak_bytes + w.total_bytes()))));
   }
+  if (r.cudnn) line(fmt::format("cudnn                {}", cudnn_text(*r.cudnn)));
   if (s.activation_fit) {
     const ActivationFit& f = *s.activation_fit;
     std::vector<std::string> points;

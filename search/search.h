@@ -154,6 +154,10 @@ struct TrailNode {
   // accumulation (on CUDA its predicted reserved bytes); what the fit was
   // decided on when set (MemorySource::kMeta).
   std::optional<double> meta_peak_bytes;
+  // SUM: what a CUDA caching allocator would reserve for that meta run, as
+  // its simulator predicts from the run's allocations with the job's cuBLAS
+  // workspaces (trial/cublas_workspaces.h); unset without a meta run.
+  std::optional<int64_t> meta_reserved_bytes;
   double predicted_seconds = 0;  // seconds per global batch (predicted)
   bool predicted_fit = false;
   std::optional<ProbeReport> verification;  // set when verified by a real run

@@ -91,7 +91,11 @@ void Search::add_node(const std::string& tree_name, const TrainingConfig& config
   const StepPrediction p = predict(models, node.config, g);
   node.predicted_peak_bytes = p.peak_bytes;
   node.predicted_seconds = p.seconds_per_global_batch;
-  if (measured) node.meta_peak_bytes = meta_peak(node.config);
+  if (measured) {
+    node.meta_peak_bytes = meta_peak(node.config);
+    if (const ProbeReport* r = meta_run(node.config); r && r->outcome == TrialOutcome::kOk && r->reserved)
+      node.meta_reserved_bytes = r->reserved->peak_reserved_bytes;
+  }
   const double peak = node.meta_peak_bytes.value_or(p.peak_bytes);
   node.predicted_fit = peak <= budget && at < out_of_memory;
   if (peak > budget)

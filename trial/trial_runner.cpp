@@ -487,6 +487,8 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
         report.largest = tracker.largest();
         const AttentionRecord attention = take_attention_record();
         if (attention.total_calls() > 0) report.attention = attention;
+        // cuDNN's calls on the CPU and on meta (Note [cuDNN calls]).
+        if (const CudnnCalls cudnn = tracker.cudnn_calls(); cudnn.any() && !cuda) report.cudnn = cudnn;
         // On the CPU and on meta the cuBLAS workspaces a CUDA run of the
         // step's matmuls holds are stated for the job's target; a CUDA
         // trial's allocator holds them already (its line comes with

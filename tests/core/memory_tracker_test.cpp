@@ -212,6 +212,26 @@ TEST(MemoryTracker, FindsTheFirstCublasOperatorOfEachThread) {
   EXPECT_EQ(calls.autograd_thread->phase, Phase::kBackward);
 }
 
+// Note [cuDNN calls]: a convolution's forward and backward and a batch
+// norm are counted by their ATen entry points, from reset_statistics() on.
+TEST(MemoryTracker, CountsTheCallsCudaGivesToCudnn) {
+  MemoryTracker tracker;
+  const at::Tensor weight = at::ones({2, 1, 3, 3}).requires_grad_();
+  const at::Tensor x = at::ones({1, 1, 5, 5});
+  at::conv2d(x, weight);  // the warm-up's call: forgotten below
+  tracker.reset_statistics();
+  tracker.begin_phase(Phase::kForward);
+  at::Tensor y = at::conv2d(x, weight);
+  y = at::batch_norm(y, {}, {}, {}, {}, /*training=*/true, 0.1, 1e-5, /*cudnn_enabled=*/true);
+  at::Tensor product = at::mm(at::ones({2, 2}), at::ones({2, 2}));  // not cuDNN's
+  tracker.begin_phase(Phase::kBackward);
+  y.sum().backward();
+  const CudnnCalls calls = tracker.cudnn_calls();
+  EXPECT_EQ(calls.convolutions, 1);
+  EXPECT_EQ(calls.convolution_backwards, 1);
+  EXPECT_EQ(calls.batch_norms, 1);
+}
+
 // Note [Loader records]: of the blocks made after a mark, those alive and
 // not kept leave the live bytes and the event stream, their later free is
 // not counted; a block from before the mark and a kept one stay.

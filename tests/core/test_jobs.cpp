@@ -73,6 +73,16 @@ JobSpec gpt_job(int64_t global_batch) {
   return job;
 }
 
+JobSpec resnet18_job(int64_t global_batch) {
+  JobSpec job;
+  job.model_path = example_model("resnet18");
+  job.inputs = {input("images", {kBatchDim, 3, 224, 224}, "float32"), input("labels", {kBatchDim}, "int64", 0, 1000)};
+  job.loss.kind = LossSpec::Kind::kCrossEntropy;
+  job.loss.target = "labels";
+  job.global_batch = global_batch;
+  return job;
+}
+
 std::string write_temp_file(const std::string& name, const std::string& text) {
   const auto path = scratch_path(name);
   std::ofstream(path) << text;

@@ -28,6 +28,9 @@ JobSpec made_in_forward_job(int64_t global_batch);
 JobSpec encoder_decoder_job(int64_t global_batch, const std::string& model = "encoder_decoder");
 /// The example GPT: tokens [batch, 64] in [0, 1000), next-token cross_entropy.
 JobSpec gpt_job(int64_t global_batch);
+/// The example ResNet-18 (torchvision): images [batch, 3, 224, 224], labels
+/// [batch] in [0, 1000), cross_entropy.
+JobSpec resnet18_job(int64_t global_batch);
 
 /// A trial with as few timed steps as steady timing allows (1, at most 2):
 /// the byte figures the tests check come from the measured step.

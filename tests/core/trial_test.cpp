@@ -72,6 +72,24 @@ TEST(Trial, TheReservedPredictionHoldsTheCublasWorkspacesOfTheStepsMatmuls) {
   EXPECT_LT(none.reserved->peak_reserved_bytes, kWorkspace);
 }
 
+// Note [cuDNN calls]: torchvision's ResNet-18 has 20 Conv2d and 20
+// BatchNorm2d modules (17 convolutions on the main path, 3 downsample
+// 1 x 1 ones), each called once a step; every convolution has a backward
+// (the stem's computes its weight's gradient only). The GPT has none, and
+// a CUDA trial would measure them instead.
+TEST(Trial, TheCudnnLineCountsTheStepsConvolutionsAndBatchNorms) {
+  const JobSpec job = testing::resnet18_job(2);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  const ProbeReport r = run_trial(job, baseline_config(job), quick_trial());
+  ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
+  ASSERT_TRUE(r.cudnn.has_value());
+  EXPECT_EQ(r.cudnn->convolutions, 20);
+  EXPECT_EQ(r.cudnn->convolution_backwards, 20);
+  EXPECT_EQ(r.cudnn->batch_norms, 20);
+  const JobSpec gpt = gpt_job(2);
+  EXPECT_FALSE(run_trial(gpt, baseline_config(gpt), quick_trial()).cudnn.has_value());
+}
+
 // The optimizer line: the measured step's optimizer-phase peak above its
 // start, from the MLP's parameter sizes alone (torch/optim/adam.py, 2.11).
 TEST(Trial, TheOptimizerLineCountsEachImplementationsTemporaries) {

@@ -41,6 +41,25 @@ TEST(ProbeReportJson, KernelScratchAndMeasuredReservedRoundTrip) {
   EXPECT_FALSE(probe_report_from_json(to_json(r)).measured_reserved.has_value());
 }
 
+// Note [cuDNN calls]: the counts come back whole, and the line names each
+// kind of call the step made.
+TEST(ProbeReportJson, TheCudnnCallsRoundTripAndNameWhatIsNotCounted) {
+  ProbeReport r;
+  r.cudnn = CudnnCalls{81, 80, 49};
+  const ProbeReport back = probe_report_from_json(to_json(r));
+  ASSERT_TRUE(back.cudnn.has_value());
+  EXPECT_EQ(back.cudnn->convolutions, 81);
+  EXPECT_EQ(back.cudnn->convolution_backwards, 80);
+  EXPECT_EQ(back.cudnn->batch_norms, 49);
+  EXPECT_FALSE(probe_report_from_json(to_json(ProbeReport{})).cudnn.has_value());
+  EXPECT_EQ(cudnn_text(*back.cudnn),
+            "81 convolutions (80 backward) and 49 batch norms a step: on CUDA each call may take a workspace that "
+            "cuDNN sizes at run time (batch norm a reserve space too), not counted here");
+  EXPECT_EQ(cudnn_text(CudnnCalls{1, 1, 0}),
+            "1 convolution (1 backward) a step: on CUDA each call may take a workspace that cuDNN sizes at run time, "
+            "not counted here");
+}
+
 TEST(ProbeReportJson, TheLargestAllocatableBlockRoundTrips) {
   ProbeReport r;
   r.allocatable = AllocatableRecord{37748736, 81604378624, 85045608448, 15};

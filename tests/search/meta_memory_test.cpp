@@ -410,6 +410,22 @@ TEST(MetaMemory, MemoryOnlyChoosesTheSimplestMeasuredFitAndVerifiesNothing) {
             std::string::npos)
       << text;
   EXPECT_TRUE(autotune_json(report).at("memory_only").get<bool>());
+  // A real meta run also predicts what a CUDA caching allocator reserves
+  // (the fake's do not): the choice's GPU view follows its meta peak,
+  // with its margin, or how far over the budget the cache would take it.
+  EXPECT_EQ(text.find("on a CUDA caching allocator"), std::string::npos) << text;
+  const int64_t usable = *job.usable_budget_bytes();
+  report.search.trail[*r.chosen].meta_reserved_bytes = usable - 5 * kMiB;
+  EXPECT_NE(render_autotune_text(report).find(
+                "          on a CUDA caching allocator (sm90): " + format_bytes(usable - 5 * kMiB) +
+                " reserved (predicted, cuBLAS workspaces included); margin 5.00 MiB\n"),
+            std::string::npos);
+  report.search.trail[*r.chosen].meta_reserved_bytes = usable + 3 * kMiB;
+  EXPECT_NE(render_autotune_text(report).find("reserved (predicted, cuBLAS workspaces included); 3.00 MiB over the "
+                                              "usable budget: the allocator's cache may run out where the tensors "
+                                              "fit; verify on the GPU"),
+            std::string::npos);
+  EXPECT_EQ(autotune_json(report).at("chosen").at("meta_reserved_bytes").get<int64_t>(), usable + 3 * kMiB);
 
   // A model that does not run on meta at all is an input error here.
   FakeRunner refusing;
