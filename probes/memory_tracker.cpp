@@ -143,6 +143,19 @@ void close_kernel_call(uint32_t run) {
   t_kernel_bytes = 0;
 }
 
+// classify(fn) for `fn`'s operator, worked out once per thread: cached by
+// the schema's name, which lives as long as the operator (each classify,
+// a lambda of its own type, has its own cache). String-named records (user
+// scopes, autograd nodes) are no operator: T{}.
+template <typename T, typename Classify>
+T per_operator(const at::RecordFunction& fn, Classify classify) {
+  if (fn.scope() != at::RecordScope::FUNCTION) return T{};
+  thread_local std::unordered_map<const char*, T> known;
+  const char* name = fn.name();
+  if (const auto it = known.find(name); it != known.end()) return it->second;
+  return known.emplace(name, classify(fn)).first->second;
+}
+
 // Whether `fn` runs a kernel for kKernelKey: one registered for that key
 // (aten::mm, aten::native_layer_norm_backward) or for every device with its
 // own derivative, CompositeExplicitAutograd (aten::convolution_backward,
@@ -150,22 +163,16 @@ void close_kernel_call(uint32_t run) {
 // other operators, CompositeImplicitAutograd (aten::linear, aten::matmul),
 // whose temporaries a CUDA run makes too (c10/core/DispatchKey.h; the
 // dispatcher runs a backend kernel before a CompositeImplicitAutograd one).
-// Cached by the schema's name, which lives as long as the operator;
-// string-named records (user scopes, autograd nodes) are never kernels.
 bool is_kernel(const at::RecordFunction& fn) {
-  thread_local std::unordered_map<const char*, bool> known;
-  if (fn.scope() != at::RecordScope::FUNCTION) return false;
-  const char* name = fn.name();
-  if (const auto it = known.find(name); it != known.end()) return it->second;
-  const auto op_name = fn.operator_name();
-  if (!op_name) return false;
-  const auto op = c10::Dispatcher::singleton().findOp(*op_name);
-  const bool kernel = op && op_name->name.rfind("oomtune::", 0) != 0 &&
-                      (op->hasKernelForDispatchKey(kKernelKey) ||
-                       (op->hasComputedKernelForDispatchKey(kKernelKey) &&
-                        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)));
-  known.emplace(name, kernel);
-  return kernel;
+  return per_operator<bool>(fn, [](const at::RecordFunction& f) {
+    const auto op_name = f.operator_name();
+    if (!op_name) return false;
+    const auto op = c10::Dispatcher::singleton().findOp(*op_name);
+    return op && op_name->name.rfind("oomtune::", 0) != 0 &&
+           (op->hasKernelForDispatchKey(kKernelKey) ||
+            (op->hasComputedKernelForDispatchKey(kKernelKey) &&
+             !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)));
+  });
 }
 
 // Note [cuBLAS calls]
@@ -194,17 +201,12 @@ const std::unordered_set<std::string_view> kCublasOps = {"aten::mm",   "aten::ad
                                                          "aten::mv",   "aten::addmv",      "aten::dot",
                                                          "aten::vdot", "aten::_scaled_mm", "aten::_int_mm"};
 
-// Whether `fn` is one of kCublasOps outside a KernelScratchScope. Cached by
-// the schema's name, as is_kernel is.
+// Whether `fn` is one of kCublasOps outside a KernelScratchScope.
 bool calls_cublas(const at::RecordFunction& fn) {
-  if (fn.scope() != at::RecordScope::FUNCTION) return false;
-  thread_local std::unordered_map<const char*, bool> known;
-  const char* name = fn.name();
-  auto it = known.find(name);
-  if (it == known.end()) it = known.emplace(name, kCublasOps.count(name) > 0).first;
-  if (!it->second) return false;
-  return std::none_of(t_ops.begin(), t_ops.end(),
-                      [](const OpFrame& f) { return std::string_view(f.name) == kKernelScratchScopeName; });
+  const bool cublas =
+      per_operator<bool>(fn, [](const at::RecordFunction& f) { return kCublasOps.count(f.name()) > 0; });
+  return cublas && std::none_of(t_ops.begin(), t_ops.end(),
+                                [](const OpFrame& f) { return std::string_view(f.name) == kKernelScratchScopeName; });
 }
 
 // Note [cuDNN calls]
@@ -225,22 +227,14 @@ bool calls_cublas(const at::RecordFunction& fn) {
 // too.
 
 // The CudnnCalls counter of `fn`'s operator; nullptr for any other.
-// Cached by the schema's name, as is_kernel is.
 int64_t CudnnCalls::*cudnn_counter(const at::RecordFunction& fn) {
-  if (fn.scope() != at::RecordScope::FUNCTION) return nullptr;
-  thread_local std::unordered_map<const char*, int64_t CudnnCalls::*> known;
-  const char* name = fn.name();
-  auto it = known.find(name);
-  if (it == known.end()) {
-    const std::string_view n(name);
-    it = known
-             .emplace(name, n == "aten::convolution"            ? &CudnnCalls::convolutions
-                            : n == "aten::convolution_backward" ? &CudnnCalls::convolution_backwards
-                            : n == "aten::batch_norm"           ? &CudnnCalls::batch_norms
-                                                                : nullptr)
-             .first;
-  }
-  return it->second;
+  return per_operator<int64_t CudnnCalls::*>(fn, [](const at::RecordFunction& f) -> int64_t CudnnCalls::* {
+    const std::string_view n(f.name());
+    return n == "aten::convolution"            ? &CudnnCalls::convolutions
+           : n == "aten::convolution_backward" ? &CudnnCalls::convolution_backwards
+           : n == "aten::batch_norm"           ? &CudnnCalls::batch_norms
+                                               : nullptr;
+  });
 }
 
 std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
