@@ -7,9 +7,10 @@ namespace oomtune {
 
 std::vector<TrackedEvent> with_cublas_workspaces(const std::vector<TrackedEvent>& events, const CublasCalls& calls,
                                                  int64_t workspace_bytes, std::size_t& end) {
-  // Above user space and the meta device's made-up addresses (top bit set,
-  // Note [Meta addresses]): no tracked block has one of these.
-  constexpr uint64_t kWorkspaceAddress = 0xC0B1A5ull << 40;
+  // Odd: every tracked block's address is a multiple of 64 (CPU blocks'
+  // alignment, and the meta device's made-up addresses step by 64: Note
+  // [Meta addresses]), so none is one of these.
+  constexpr uint64_t kWorkspaceAddress = (0xC0B1A5ull << 40) | 1;
   std::vector<CublasCall> inserted;
   for (const std::optional<CublasCall>& call : {calls.training_thread, calls.autograd_thread})
     if (call && call->event < end && call->event <= events.size()) inserted.push_back(*call);
@@ -24,7 +25,7 @@ std::vector<TrackedEvent> with_cublas_workspaces(const std::vector<TrackedEvent>
       workspace.kind = TrackedEvent::Kind::kAlloc;
       workspace.pool = MemoryPool::kDevice;
       workspace.phase = inserted[next].phase;
-      workspace.address = kWorkspaceAddress + next;
+      workspace.address = kWorkspaceAddress + 2 * next;
       workspace.bytes = workspace_bytes;
       out.push_back(workspace);
     }

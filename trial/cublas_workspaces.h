@@ -15,7 +15,7 @@ namespace oomtune {
 /// events[call.event] for each of `calls`, never freed: where a CUDA run's
 /// thread asks the caching allocator for its cuBLAS handle's workspace, and
 /// keeps it. The inserted allocations take addresses no tracked block has
-/// (top bits 0xC0B1A5) and the call's phase. `end`, an index into `events`,
+/// (odd ones: tracked blocks are 64-byte aligned) and the call's phase. `end`, an index into `events`,
 /// comes back as the same moment's index in the result (a call at or past
 /// it is not inserted: the replay stops there). Throws nothing.
 std::vector<TrackedEvent> with_cublas_workspaces(const std::vector<TrackedEvent>& events, const CublasCalls& calls,

@@ -42,6 +42,8 @@ TEST(CublasWorkspaces, EachThreadsWorkspaceIsAllocatedBeforeItsFirstCallsEvent) 
   EXPECT_EQ(out[4].bytes, 1000);
   EXPECT_EQ(out[4].phase, Phase::kBackward);
   EXPECT_NE(out[4].address, out[1].address);
+  EXPECT_EQ(out[1].address % 64, 1u);  // odd: no 64-byte-aligned tracked block has it
+  EXPECT_EQ(out[4].address % 64, 3u);
   EXPECT_EQ(out[5].address, 3u);
   EXPECT_EQ(out[6].kind, Kind::kFree);
   for (const TrackedEvent& e : out) {  // the workspaces are never freed
