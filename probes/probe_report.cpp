@@ -104,6 +104,23 @@ std::string cudnn_text(const CudnnCalls& c) {
       fmt::join(calls, " and "), c.batch_norms > 0 ? " (batch norm a reserve space too)" : "");
 }
 
+std::string cuda_budget_text(const ReservedPrediction& r) {
+  if (r.budget_bytes <= 0) return "";
+  const std::string reserved = format_bytes(r.peak_reserved_bytes), usable = format_bytes(r.budget_bytes);
+  if (r.peak_reserved_bytes <= r.budget_bytes)
+    return fmt::format("{} reserved (predicted), within the usable {}", reserved, usable);
+  if (!r.fits_budget)
+    return fmt::format(
+        "{} reserved (predicted) is over the usable {}: capped there the caching allocator runs out of memory at a "
+        "{} request{} during {}",
+        reserved, usable, format_bytes(r.failed_request_bytes), r.failed_op.empty() ? "" : " by " + r.failed_op,
+        phase_name(r.failed_phase));
+  return fmt::format(
+      "{} reserved (predicted) is over the usable {}: capped there the caching allocator serves every request by "
+      "freeing its cache {} time{} (each flush synchronizes the device and returns every cached segment)",
+      reserved, usable, r.cache_flushes, r.cache_flushes == 1 ? "" : "s");
+}
+
 std::string optimizer_text(const OptimizerRecord& optimizer) {
   if (optimizer.name.empty()) return "";
   const std::string bytes = format_bytes(optimizer.temporary_bytes);
@@ -206,7 +223,13 @@ nlohmann::json to_json(const ProbeReport& r) {
                      {"reserved_minus_allocated_bytes", r.reserved->reserved_minus_allocated_bytes},
                      {"largest_free_block_bytes", r.reserved->largest_free_block_bytes},
                      {"segment_allocations", r.reserved->segment_allocations},
-                     {"fits_budget", r.reserved->fits_budget}};
+                     {"fits_budget", r.reserved->fits_budget},
+                     {"budget_bytes", r.reserved->budget_bytes},
+                     {"cache_flushes", r.reserved->cache_flushes}};
+    if (r.reserved->failed_request_bytes > 0)
+      j["reserved"]["failed_request"] = {{"bytes", r.reserved->failed_request_bytes},
+                                         {"op", r.reserved->failed_op},
+                                         {"phase", phase_name(r.reserved->failed_phase)}};
   }
   if (r.measured_reserved) {
     j["measured_reserved"] = {{"peak_reserved_bytes", r.measured_reserved->peak_reserved_bytes},
@@ -308,10 +331,23 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     }
     if (j.contains("reserved")) {
       const auto& res = j.at("reserved");
-      r.reserved = ReservedPrediction{res.at("peak_reserved_bytes").get<int64_t>(),
-                                      res.at("reserved_minus_allocated_bytes").get<int64_t>(),
-                                      res.at("largest_free_block_bytes").get<int64_t>(),
-                                      res.at("segment_allocations").get<int64_t>(), res.at("fits_budget").get<bool>()};
+      r.reserved = ReservedPrediction{};
+      r.reserved->peak_reserved_bytes = res.at("peak_reserved_bytes").get<int64_t>();
+      r.reserved->reserved_minus_allocated_bytes = res.at("reserved_minus_allocated_bytes").get<int64_t>();
+      r.reserved->largest_free_block_bytes = res.at("largest_free_block_bytes").get<int64_t>();
+      r.reserved->segment_allocations = res.at("segment_allocations").get<int64_t>();
+      r.reserved->fits_budget = res.at("fits_budget").get<bool>();
+      // Absent from reports recorded before the capped replay: no cap.
+      r.reserved->budget_bytes = res.value("budget_bytes", int64_t{0});
+      r.reserved->cache_flushes = res.value("cache_flushes", int64_t{0});
+      if (const auto failed = res.find("failed_request"); failed != res.end()) {
+        r.reserved->failed_request_bytes = failed->at("bytes").get<int64_t>();
+        r.reserved->failed_op = failed->at("op").get<std::string>();
+        const std::string name = failed->at("phase").get<std::string>();
+        const std::optional<Phase> phase = phase_from_name(name);
+        if (!phase) throw InputError(fmt::format("probe report: unknown reserved.failed_request.phase '{}'", name));
+        r.reserved->failed_phase = *phase;
+      }
     }
     if (j.contains("measured_reserved")) {
       const auto& m = j.at("measured_reserved");

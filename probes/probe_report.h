@@ -100,14 +100,37 @@ struct StepTiming {
 };
 
 /// Prediction of the CUDA caching allocator's reserved bytes from the
-/// event stream (allocsim/caching_allocator_sim.h).
+/// event stream (allocsim/caching_allocator_sim.h), and whether the
+/// allocator serves the step when capped at the budget.
+///
+/// The figures are those of an uncapped replay: what
+/// torch.cuda.max_memory_reserved reads after a run with room to spare. A
+/// replay capped at the budget (set_per_process_memory_fraction) runs only
+/// when that peak passes the budget: PyTorch then frees its cached
+/// segments and retries before it fails (CUDACachingAllocator.cpp, malloc:
+/// release_cached_blocks), so the capped run may still serve every request,
+/// with flushes (Note [The budget on a CUDA target], trial_runner.cpp).
 struct ReservedPrediction {
-  int64_t peak_reserved_bytes = 0;             // SUM
+  int64_t peak_reserved_bytes = 0;             // SUM: uncapped
   int64_t reserved_minus_allocated_bytes = 0;  // SUM: at the reserved peak
   int64_t largest_free_block_bytes = 0;        // SUM: at the reserved peak
   int64_t segment_allocations = 0;             // COUNT: cudaMalloc calls
-  bool fits_budget = true;
+  bool fits_budget = true;                     // capped at budget_bytes, every request was served
+  int64_t budget_bytes = 0;                    // SUM: the cap (the job's usable budget); 0: none given
+  int64_t cache_flushes = 0;                   // COUNT: flushes (num_alloc_retries) the capped replay made
+  int64_t failed_request_bytes = 0;            // SIZE: the capped replay's first request it could not serve (0: none)
+  std::string failed_op;                       // its operator ("aten::mm"), "" when unknown
+  Phase failed_phase = Phase::kLoad;           // the phase it was made in
 };
+
+/// The CUDA verdict on a budget for a trial that ran on the CPU or on
+/// meta: "220.00 MiB reserved (predicted), within the usable 243.20 MiB";
+/// over it, how the capped caching allocator fares: "... over the usable
+/// 142.50 MiB: capped there the caching allocator runs out of memory at a
+/// 8.00 MiB request by aten::mm during backward", or "... serves every
+/// request by freeing its cache 3 times (each flush synchronizes the
+/// device)". Empty without a cap.
+std::string cuda_budget_text(const ReservedPrediction& reserved);
 
 /// The optimizer a trial ran and what its step allocated beyond its state:
 /// the probe's named line for the optimizer implementation (strategies/

@@ -39,6 +39,8 @@ nlohmann::json node_json(const TrailNode& n) {
       {"predicted_peak_bytes", static_cast<int64_t>(n.predicted_peak_bytes)},
       {"meta_peak_bytes",
        n.meta_peak_bytes ? nlohmann::json(static_cast<int64_t>(*n.meta_peak_bytes)) : nlohmann::json()},
+      {"meta_tensor_peak_bytes",
+       n.meta_tensor_peak_bytes ? nlohmann::json(*n.meta_tensor_peak_bytes) : nlohmann::json()},
       {"meta_reserved_bytes", n.meta_reserved_bytes ? nlohmann::json(*n.meta_reserved_bytes) : nlohmann::json()},
       {"predicted_seconds_per_global_batch", n.predicted_seconds},
       {"predicted_fit", n.predicted_fit},
@@ -50,12 +52,15 @@ nlohmann::json node_json(const TrailNode& n) {
 /// The decision trail as a table. Columns are as wide as their widest cell,
 /// so a long node name or configuration does not shift the numbers after it.
 /// With memory from meta, a "meta peak" column follows the predicted one.
+/// Where the budget caps reserved bytes (a CUDA target), the predicted and
+/// meta columns are reserved bytes and say so.
 std::string render_trail_table(const SearchResult& s) {
   const bool meta = s.memory_from == MemorySource::kMeta;
+  const std::string figure = s.budget_on_reserved ? "reserved" : "peak";
   using Row = std::vector<std::string>;
-  std::vector<Row> rows = {
-      {"#", "node", "micro x accum + strategies", "pred. peak", "meas. peak", "pred. s", "meas. s", "fits", "note"}};
-  if (meta) rows[0].insert(rows[0].begin() + 4, "meta peak");
+  std::vector<Row> rows = {{"#", "node", "micro x accum + strategies", "pred. " + figure, "meas. peak", "pred. s",
+                            "meas. s", "fits", "note"}};
+  if (meta) rows[0].insert(rows[0].begin() + 4, "meta " + figure);
   for (std::size_t i = 0; i < s.trail.size(); ++i) {
     const TrailNode& n = s.trail[i];
     std::string measured_peak = "-", measured_seconds = "-", fits = n.predicted_fit ? "pred." : "no";
@@ -301,22 +306,32 @@ std::string render_autotune_text(const AutotuneReport& report) {
   }
   if (s.chosen && !s.trail[*s.chosen].verification) {  // by memory alone (search/meta_memory.cpp, Note [Memory only])
     const TrailNode& best = s.trail[*s.chosen];
-    const auto peak = static_cast<int64_t>(best.meta_peak_bytes.value_or(best.predicted_peak_bytes));
     line(fmt::format("chosen    {}  (by memory alone: not verified)", to_string(best.config)));
     line(fmt::format("          global batch {} = micro-batch {} x {} accumulation steps (exact)", job.global_batch,
                      best.config.micro_batch, best.config.accumulation_steps));
-    line(fmt::format("          meta peak {}; margin {} to the usable budget", format_bytes(peak),
-                     format_bytes(s.usable_budget_bytes - peak)));
-    if (best.meta_reserved_bytes) {
-      const int64_t margin = s.usable_budget_bytes - *best.meta_reserved_bytes;
-      line(
-          fmt::format("          on a CUDA caching allocator ({}): {} reserved (predicted, cuBLAS workspaces "
-                      "included); {}",
-                      job.cuda_target, format_bytes(*best.meta_reserved_bytes),
-                      margin >= 0 ? fmt::format("margin {}", format_bytes(margin))
-                                  : fmt::format("{} over the usable budget: the allocator's cache may run out "
-                                                "where the tensors fit; verify on the GPU",
-                                                format_bytes(-margin))));
+    // The fit was decided on reserved bytes where they were predicted
+    // (model_fit.h, budget_scale), on the tensors' peak otherwise.
+    if (best.meta_tensor_peak_bytes && best.meta_reserved_bytes && s.budget_on_reserved) {
+      line(fmt::format("          meta peak {} of tensors", format_bytes(*best.meta_tensor_peak_bytes)));
+      line(fmt::format(
+          "          on a CUDA caching allocator ({}): {} reserved (predicted, cuBLAS workspaces included); margin {} "
+          "to the usable budget",
+          job.cuda_target, format_bytes(*best.meta_reserved_bytes),
+          format_bytes(s.usable_budget_bytes - *best.meta_reserved_bytes)));
+    } else {
+      const auto peak = static_cast<int64_t>(best.meta_peak_bytes.value_or(best.predicted_peak_bytes));
+      line(fmt::format("          meta peak {}; margin {} to the usable budget", format_bytes(peak),
+                       format_bytes(s.usable_budget_bytes - peak)));
+      if (best.meta_reserved_bytes) {
+        const int64_t margin = s.usable_budget_bytes - *best.meta_reserved_bytes;
+        line(fmt::format(
+            "          on a CUDA caching allocator ({}): {} reserved (predicted, cuBLAS workspaces included); {}",
+            job.cuda_target, format_bytes(*best.meta_reserved_bytes),
+            margin >= 0 ? fmt::format("margin {}", format_bytes(margin))
+                        : fmt::format("{} over the usable budget: the allocator's cache may run out where the "
+                                      "tensors fit; verify on the GPU",
+                                      format_bytes(-margin))));
+      }
     }
     line(
         "          the simplest configuration measured to fit: the meta device has no step time to rank by, and "
@@ -333,6 +348,12 @@ std::string render_autotune_text(const AutotuneReport& report) {
       line(fmt::format("          meta peak {} of the same configuration, {:+.2f} % from the measured one",
                        format_bytes(static_cast<int64_t>(*best.meta_peak_bytes)),
                        100 * (*best.meta_peak_bytes / static_cast<double>(v.peak_bytes) - 1)));
+    // A CPU job's fit counts tensors; what the GPU would reserve for the
+    // same run is said beside it (trial_runner.cpp, Note [The budget on a
+    // CUDA target]).
+    if (!s.budget_on_reserved && v.reserved)
+      if (const std::string cuda = cuda_budget_text(*v.reserved); !cuda.empty())
+        line(fmt::format("          on CUDA ({}): {}", job.cuda_target, cuda));
     line(fmt::format("          {:.1f} samples/s measured ({:.4f} s per global batch)", v.samples_per_second,
                      v.timing.steady_step_seconds));
     out += drawn_verification_text(v, job);
@@ -363,11 +384,11 @@ std::string render_autotune_text(const AutotuneReport& report) {
           "lower bounds");
     }
   } else if (s.smallest_meta_peak_bytes) {
-    line(
-        fmt::format("nothing fits: the least memory any configuration needs is {} (measured on meta: {}), the usable "
-                    "budget is {}",
-                    format_bytes(static_cast<int64_t>(*s.smallest_meta_peak_bytes)), s.smallest_meta_configuration,
-                    format_bytes(s.usable_budget_bytes)));
+    line(fmt::format(
+        "nothing fits: the least memory any configuration needs is {}{} (measured on meta: {}), the "
+        "usable budget is {}",
+        format_bytes(static_cast<int64_t>(*s.smallest_meta_peak_bytes)), s.budget_on_reserved ? " reserved" : "",
+        s.smallest_meta_configuration, format_bytes(s.usable_budget_bytes)));
     if (report.nothing_fits) out += report.nothing_fits->table;
   } else {
     line(
@@ -385,8 +406,10 @@ std::string render_autotune_text(const AutotuneReport& report) {
     line("");
     for (const auto& note : s.notes) line("note: " + note);
   }
-  line(fmt::format("trials    {} probes + {} verification runs{}", s.probes.size(), s.verification_trials,
-                   s.meta_trials > 0 ? fmt::format(" + {} meta runs (memory only)", s.meta_trials) : ""));
+  const auto counted = [](auto n, const char* what) { return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s"); };
+  line(fmt::format("trials    {} + {}{}", counted(s.probes.size(), "probe"),
+                   counted(s.verification_trials, "verification run"),
+                   s.meta_trials > 0 ? fmt::format(" + {} (memory only)", counted(s.meta_trials, "meta run")) : ""));
   for (const auto& path : report.emitted_files) line("wrote     " + path);
   return out;
 }
@@ -423,6 +446,7 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
       {"verification_trials", s.verification_trials},
       {"memory_from", to_string(s.memory_from)},
       {"memory_only", s.memory_only},
+      {"budget_on_reserved", s.budget_on_reserved},
       {"meta_trials", s.meta_trials},
       {"smallest_predicted_peak_bytes", static_cast<int64_t>(s.smallest_predicted_peak_bytes)},
       {"smallest_micro_batch", s.smallest_micro_batch},

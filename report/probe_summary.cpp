@@ -182,6 +182,11 @@ std::string render_probe_text(const ProbeSummary& s) {
     line(fmt::format("budget               {}: peak {} ({} {})", format_bytes(*s.budget_bytes),
                      format_bytes(r.peak_bytes), margin >= 0 ? "fits with" : "exceeds by",
                      format_bytes(margin >= 0 ? margin : -margin)));
+    // On the CPU and on meta the peak counts tensors; a CUDA run's budget
+    // caps reserved bytes (trial_runner.cpp, Note [The budget on a CUDA target]).
+    if (s.device != Device::kCuda && r.reserved)
+      if (const std::string cuda = cuda_budget_text(*r.reserved); !cuda.empty())
+        line(fmt::format("budget on CUDA       {}{}", r.workspaces ? r.workspaces->target + ": " : "", cuda));
   }
   return out;
 }

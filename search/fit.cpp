@@ -217,7 +217,7 @@ bool Search::fit_models() {
   result_.baseline_optimizer_seconds = models_.optimizer_seconds;
   result_.baseline_peak = fit_batch_line(ok, peaks, per_sample);
   result_.baseline_seconds = models_.seconds;
-  result_.baseline_backward_activation = models_.backward_activation;
+  result_.baseline_backward_activation = backward_activation_of_tensors(ran, one_point[kBackwardIndex].slope);
   result_.baseline_micro_batches = ok;
   // Parameters alone over the budget end here, after the lines: the ZeRO
   // table takes plain's activations from them, or checkpointing's, probed

@@ -280,9 +280,10 @@ void Search::choose_by_memory() {
     TrailNode& node = result_.trail[i];
     if (result_.chosen && i == *result_.chosen)
       node.note = fmt::format(
-          "chosen by memory alone: the simplest measured to fit, {} below the budget; "
+          "chosen by memory alone: the simplest measured to fit, {}{} below the budget; "
           "not verified (no step time on meta)",
-          format_bytes(result_.usable_budget_bytes - static_cast<int64_t>(*node.meta_peak_bytes)));
+          format_bytes(result_.usable_budget_bytes - static_cast<int64_t>(*node.meta_peak_bytes)),
+          result_.budget_on_reserved ? " of reserved bytes" : "");
     else if (node.note.empty() && node.predicted_fit)
       node.note = node.meta_peak_bytes ? "fits (measured on meta), with more strategies or micro-batches"
                                        : "predicted to fit (its meta run failed), not chosen by memory alone";

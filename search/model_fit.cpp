@@ -16,7 +16,7 @@ bool measured_backward_activation(const std::vector<const ProbeReport*>& probes)
 }  // namespace
 
 double budget_scale(const ProbeReport& r, const JobSpec& job) {
-  if (job.device != Device::kCuda || r.peak_bytes <= 0) return 1;
+  if (job.device == Device::kCpu || r.peak_bytes <= 0) return 1;
   // What the GPU's allocator reserved beats what the simulator predicts.
   if (r.measured_reserved && r.measured_reserved->peak_reserved_bytes > 0)
     return static_cast<double>(r.measured_reserved->peak_reserved_bytes) / static_cast<double>(r.peak_bytes);
@@ -38,14 +38,18 @@ double mean_of(const std::vector<double>& values) {
   return sum / static_cast<double>(values.size());
 }
 
-void fit_backward_activation(StepModels& m, const std::vector<const ProbeReport*>& probes, const JobSpec& job,
-                             double first_fallback, double later_fallback) {
+namespace {
+
+// fit_backward_activation with each probe's bytes multiplied by scale(probe).
+template <typename Scale>
+void fit_backward_lines(StepModels& m, const std::vector<const ProbeReport*>& probes, const Scale& scale_of,
+                        double first_fallback, double later_fallback) {
   m.backward_activation_measured = measured_backward_activation(probes);
   if (!m.backward_activation_measured) return;
   std::vector<int64_t> sizes;
   std::vector<double> first, later, gradients;
   for (const ProbeReport* r : probes) {
-    const double scale = budget_scale(*r, job);
+    const double scale = scale_of(*r);
     const BackwardActivationPeak& a = r->backward_activation_peak;
     sizes.push_back(r->micro_batch);
     first.push_back(scale * static_cast<double>(a.live_bytes));
@@ -55,6 +59,21 @@ void fit_backward_activation(StepModels& m, const std::vector<const ProbeReport*
   m.backward_activation = fit_batch_line(sizes, first, first_fallback);
   m.accumulating_backward = fit_batch_line(sizes, later, later_fallback);
   m.backward_activation_gradient_bytes = mean_of(gradients);
+}
+
+}  // namespace
+
+void fit_backward_activation(StepModels& m, const std::vector<const ProbeReport*>& probes, const JobSpec& job,
+                             double first_fallback, double later_fallback) {
+  fit_backward_lines(
+      m, probes, [&](const ProbeReport& r) { return budget_scale(r, job); }, first_fallback, later_fallback);
+}
+
+BatchLine backward_activation_of_tensors(const std::vector<const ProbeReport*>& probes, double fallback) {
+  StepModels m;
+  fit_backward_lines(
+      m, probes, [](const ProbeReport&) { return 1.0; }, fallback, fallback);
+  return m.backward_activation;
 }
 
 double forward_backward_seconds(const ProbeReport& r) {

@@ -14,11 +14,15 @@
 namespace oomtune {
 
 /// The factor that turns a probe's allocated bytes into bytes against the
-/// budget: on CUDA the caching allocator's reserved / allocated ratio (a
-/// job runs out of memory when it cannot reserve more, not when live
-/// tensors reach the budget): measured where the trial ran on the GPU
-/// (ProbeReport::measured_reserved), else predicted from its events;
-/// elsewhere 1 (the counting allocator enforces allocated bytes).
+/// budget: for a CUDA target the caching allocator's reserved / allocated
+/// ratio (a job runs out of memory when it cannot reserve more, not when
+/// live tensors reach the budget): measured where the trial ran on the GPU
+/// (ProbeReport::measured_reserved), else predicted from its events with
+/// the cuBLAS workspaces and no cap (ReservedPrediction). The target is
+/// CUDA for device = "cuda" and for device = "meta", whose jobs ask what a
+/// GPU would do and have no device of their own to fit; 1 for "cpu", whose
+/// counting allocator enforces allocated bytes (docs/autotune.md, "The
+/// budget on each device").
 double budget_scale(const ProbeReport& r, const JobSpec& job);
 
 /// Bytes: a probe's peak per phase, indexed by Phase, against the budget
@@ -36,6 +40,11 @@ double mean_of(const std::vector<double>& values);
 /// activation peak].
 void fit_backward_activation(StepModels& m, const std::vector<const ProbeReport*>& probes, const JobSpec& job,
                              double first_fallback, double later_fallback);
+
+/// The first of those lines in the tensors' bytes (no budget_scale), as
+/// SearchResult::baseline_peak counts them: what the report shows beside
+/// it. A zero line when a probe did not measure it.
+BatchLine backward_activation_of_tensors(const std::vector<const ProbeReport*>& probes, double fallback);
 
 /// Seconds: of a probe's step, the micro-batch's part, without the
 /// optimizer step (memory_model.cpp, Note [Step time]).

@@ -151,9 +151,13 @@ struct TrailNode {
   int64_t largest_fitting_micro_batch = 0;  // COUNT: b* predicted to fit with these strategies (0: none)
   double predicted_peak_bytes = 0;          // SUM (predicted from the lines)
   // SUM: the peak measured on the meta device at config's micro-batch and
-  // accumulation (on CUDA its predicted reserved bytes); what the fit was
-  // decided on when set (MemorySource::kMeta).
+  // accumulation, against the budget (model_fit.h, budget_scale: for a CUDA
+  // target, device "cuda" or "meta", its predicted reserved bytes); what
+  // the fit was decided on when set (MemorySource::kMeta).
   std::optional<double> meta_peak_bytes;
+  // SUM: that meta run's peak of tensors, the allocated bytes of a CUDA run
+  // less its cuBLAS workspaces; unset without a meta run.
+  std::optional<int64_t> meta_tensor_peak_bytes;
   // SUM: what a CUDA caching allocator would reserve for that meta run, as
   // its simulator predicts from the run's allocations with the job's cuBLAS
   // workspaces (trial/cublas_workspaces.h); unset without a meta run.
@@ -175,10 +179,15 @@ struct SearchResult {
   MemorySource memory_from = MemorySource::kProbes;  // where the nodes' memory came from (after any fallback)
   int64_t meta_trials = 0;                           // COUNT: runs on the meta device (memory only; none real)
   bool memory_only = false;                          // chosen by memory alone, unverified (SearchOptions::memory_only)
-  int64_t parameter_count = 0;                       // COUNT: trainable parameter elements
-  int64_t frozen_parameter_count = 0;                // COUNT: frozen parameter elements (job/parameter_selection.h)
-  BatchLine baseline_peak;                           // bytes vs micro-batch (of baseline_name)
-  // Bytes vs micro-batch at backward's activation peak (of baseline_name):
+  // The budget was compared with a CUDA caching allocator's reserved bytes
+  // (measured, or predicted from the trials' events): device "cuda" or
+  // "meta"; with a "cpu" job's allocated bytes otherwise (budget_scale).
+  bool budget_on_reserved = false;
+  int64_t parameter_count = 0;         // COUNT: trainable parameter elements
+  int64_t frozen_parameter_count = 0;  // COUNT: frozen parameter elements (job/parameter_selection.h)
+  BatchLine baseline_peak;             // tensors' bytes vs micro-batch (of baseline_name)
+  // Bytes vs micro-batch at backward's activation peak (of baseline_name),
+  // tensors' bytes as baseline_peak (not against the budget):
   // where it passes baseline_peak, the peak follows it (memory_model.cpp,
   // Note [Backward activation peak]).
   BatchLine baseline_backward_activation;

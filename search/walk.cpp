@@ -93,14 +93,17 @@ void Search::add_node(const std::string& tree_name, const TrainingConfig& config
   node.predicted_seconds = p.seconds_per_global_batch;
   if (measured) {
     node.meta_peak_bytes = meta_peak(node.config);
-    if (const ProbeReport* r = meta_run(node.config); r && r->outcome == TrialOutcome::kOk && r->reserved)
-      node.meta_reserved_bytes = r->reserved->peak_reserved_bytes;
+    if (const ProbeReport* r = meta_run(node.config); r && r->outcome == TrialOutcome::kOk) {
+      node.meta_tensor_peak_bytes = r->peak_bytes;
+      if (r->reserved) node.meta_reserved_bytes = r->reserved->peak_reserved_bytes;
+    }
   }
   const double peak = node.meta_peak_bytes.value_or(p.peak_bytes);
   node.predicted_fit = peak <= budget && at < out_of_memory;
   if (peak > budget)
-    node.note = fmt::format("{} not to fit: {} > budget {}", node.meta_peak_bytes ? "measured on meta" : "predicted",
-                            format_bytes(static_cast<int64_t>(peak)), format_bytes(result_.usable_budget_bytes));
+    node.note = fmt::format("{} not to fit: {}{} > budget {}", node.meta_peak_bytes ? "measured on meta" : "predicted",
+                            format_bytes(static_cast<int64_t>(peak)), result_.budget_on_reserved ? " reserved" : "",
+                            format_bytes(result_.usable_budget_bytes));
   else if (!node.predicted_fit)
     node.note = fmt::format("does not fit: its probe ran out of memory at micro-batch {} (measured)", out_of_memory);
   // The configuration goes last: its length varies the most.

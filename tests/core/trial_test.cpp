@@ -72,6 +72,45 @@ TEST(Trial, TheReservedPredictionHoldsTheCublasWorkspacesOfTheStepsMatmuls) {
   EXPECT_LT(none.reserved->peak_reserved_bytes, kWorkspace);
 }
 
+// Note [The budget on a CUDA target]: a CUDA run's budget caps reserved
+// bytes, the MLP's two cuBLAS workspaces included. With the usable budget
+// 1 MiB above the tensors' peak, the tensors fit and a CUDA run does not:
+// the capped replay runs out of memory, and the predicted figures are
+// those of the trial without a budget (a cap that bounded them would hide
+// how far over it the step goes). With room for the workspaces and more,
+// the run fits without a flush.
+TEST(Trial, TheReservedPredictionSaysWhetherACudaRunFitsTheBudget) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  TrialOptions options = quick_trial();
+  options.record_events = true;
+  JobSpec job = mlp_job(16);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  job.headroom = 0;
+  const ProbeReport free = run_trial(job, baseline_config(job), options);
+  ASSERT_EQ(free.outcome, TrialOutcome::kOk) << free.message;
+  ASSERT_TRUE(free.reserved.has_value());
+  EXPECT_EQ(free.reserved->budget_bytes, 0);
+  EXPECT_TRUE(free.reserved->fits_budget);
+
+  job.budget_bytes = free.peak_bytes + kMiB;
+  const ProbeReport tight = run_trial(job, baseline_config(job), options);
+  ASSERT_EQ(tight.outcome, TrialOutcome::kOk) << tight.message;
+  ASSERT_TRUE(tight.reserved.has_value());
+  EXPECT_EQ(tight.reserved->budget_bytes, *job.budget_bytes);
+  EXPECT_EQ(tight.reserved->peak_reserved_bytes, free.reserved->peak_reserved_bytes);
+  EXPECT_EQ(tight.reserved->segment_allocations, free.reserved->segment_allocations);
+  EXPECT_FALSE(tight.reserved->fits_budget);
+  EXPECT_GT(tight.reserved->failed_request_bytes, 0);
+  EXPECT_LE(tight.reserved->failed_request_bytes, 32 * kMiB) << "no request is larger than a workspace";
+
+  job.budget_bytes = free.reserved->peak_reserved_bytes + 64 * kMiB;
+  const ProbeReport roomy = run_trial(job, baseline_config(job), options);
+  ASSERT_EQ(roomy.outcome, TrialOutcome::kOk) << roomy.message;
+  EXPECT_TRUE(roomy.reserved->fits_budget);
+  EXPECT_EQ(roomy.reserved->cache_flushes, 0);
+  EXPECT_EQ(roomy.reserved->failed_request_bytes, 0);
+}
+
 // Note [cuDNN calls]: torchvision's ResNet-18 has 20 Conv2d and 20
 // BatchNorm2d modules (17 convolutions on the main path, 3 downsample
 // 1 x 1 ones), each called once a step; every convolution has a backward

@@ -60,6 +60,51 @@ TEST(ProbeReportJson, TheCudnnCallsRoundTripAndNameWhatIsNotCounted) {
             "not counted here");
 }
 
+// Note [The budget on a CUDA target]: the capped replay's verdict crosses
+// from the child whole, and each of its three outcomes reads as what a
+// CUDA run would do under the cap.
+TEST(ProbeReportJson, TheCudaBudgetVerdictRoundTripsAndSaysWhatTheCapDoes) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  ProbeReport r;
+  r.reserved = ReservedPrediction{};
+  r.reserved->peak_reserved_bytes = 220 * kMiB;
+  r.reserved->segment_allocations = 35;
+  r.reserved->budget_bytes = 200 * kMiB;
+  r.reserved->fits_budget = false;
+  r.reserved->cache_flushes = 1;
+  r.reserved->failed_request_bytes = 8 * kMiB;
+  r.reserved->failed_op = "aten::mm";
+  r.reserved->failed_phase = Phase::kBackward;
+  const ProbeReport back = probe_report_from_json(to_json(r));
+  ASSERT_TRUE(back.reserved.has_value());
+  EXPECT_EQ(back.reserved->peak_reserved_bytes, 220 * kMiB);
+  EXPECT_EQ(back.reserved->budget_bytes, 200 * kMiB);
+  EXPECT_FALSE(back.reserved->fits_budget);
+  EXPECT_EQ(back.reserved->cache_flushes, 1);
+  EXPECT_EQ(back.reserved->failed_request_bytes, 8 * kMiB);
+  EXPECT_EQ(back.reserved->failed_op, "aten::mm");
+  EXPECT_EQ(back.reserved->failed_phase, Phase::kBackward);
+  EXPECT_EQ(cuda_budget_text(*back.reserved),
+            "220.00 MiB reserved (predicted) is over the usable 200.00 MiB: capped there the caching allocator runs "
+            "out of memory at a 8.00 MiB request by aten::mm during backward");
+  ReservedPrediction flushed = *back.reserved;
+  flushed.fits_budget = true;
+  flushed.cache_flushes = 3;
+  flushed.failed_request_bytes = 0;
+  EXPECT_EQ(cuda_budget_text(flushed),
+            "220.00 MiB reserved (predicted) is over the usable 200.00 MiB: capped there the caching allocator serves "
+            "every request by freeing its cache 3 times (each flush synchronizes the device and returns every cached "
+            "segment)");
+  ReservedPrediction within = flushed;
+  within.budget_bytes = 243 * kMiB;
+  EXPECT_EQ(cuda_budget_text(within), "220.00 MiB reserved (predicted), within the usable 243.00 MiB");
+  within.budget_bytes = 0;
+  EXPECT_EQ(cuda_budget_text(within), "") << "no budget, no verdict";
+  nlohmann::json old = to_json(r);  // a report from before the capped replay
+  for (const char* key : {"budget_bytes", "cache_flushes", "failed_request"}) old["reserved"].erase(key);
+  EXPECT_EQ(probe_report_from_json(old).reserved->budget_bytes, 0);
+}
+
 TEST(ProbeReportJson, TheLargestAllocatableBlockRoundTrips) {
   ProbeReport r;
   r.allocatable = AllocatableRecord{37748736, 81604378624, 85045608448, 15};

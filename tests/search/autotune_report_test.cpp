@@ -233,6 +233,31 @@ TEST(AutotuneReport, TheChosenRunsKernelScratchIsALineOfItsOwn) {
   EXPECT_EQ(autotune_json(report).at("chosen").at("verification").at("kernel_scratch").at("peak_bytes"), 3 * kMiB / 2);
 }
 
+// A CPU job's fit counts tensors; its chosen run says what a CUDA run of
+// the same allocations would reserve against the budget, from its
+// verification's prediction (docs/autotune.md, "The budget on each
+// device"). A CUDA job's report, whose budget was on reserved bytes, does not.
+TEST(AutotuneReport, ACpuJobsChosenRunSaysWhatACudaRunWouldReserve) {
+  AutotuneReport report = accumulation_report();
+  report.job.device = Device::kCpu;
+  report.search.budget_on_reserved = false;
+  ASSERT_TRUE(report.search.chosen.has_value());
+  ProbeReport& run = *report.search.trail[*report.search.chosen].verification;
+  run.reserved = ReservedPrediction{};
+  run.reserved->peak_reserved_bytes = run.peak_bytes + 70 * kMiB;
+  run.reserved->budget_bytes = report.search.usable_budget_bytes;
+  run.reserved->fits_budget = false;
+  run.reserved->failed_request_bytes = 32 * kMiB;
+  run.reserved->failed_phase = Phase::kBackward;
+  const std::string expected = fmt::format(
+      "\n          on CUDA (sm90): {} reserved (predicted) is over the usable {}: capped there the caching "
+      "allocator runs out of memory at a 32.00 MiB request during backward\n",
+      format_bytes(run.peak_bytes + 70 * kMiB), format_bytes(report.search.usable_budget_bytes));
+  EXPECT_NE(render_autotune_text(report).find(expected), std::string::npos) << render_autotune_text(report);
+  report.search.budget_on_reserved = true;
+  EXPECT_EQ(render_autotune_text(report).find("on CUDA (sm90)"), std::string::npos);
+}
+
 // A job with a length distribution (issue #47 item 2): the sequence line
 // says which steps ran at drawn lengths, the chosen run's lines which
 // lengths its verification drew, and the JSON carries the distribution and

@@ -80,6 +80,10 @@ class FakeRunner : public TrialRunner {
   // there when meta_refuses_bf16 (libtorch has no meta autocast), every one
   // with meta_error when that is set (a libtorch before 2.0).
   bool meta = false;
+  // When set, each meta run also predicts what a CUDA caching allocator
+  // reserves: its peak plus these bytes (the workspaces and cached blocks
+  // a real run's ReservedPrediction holds).
+  std::optional<int64_t> meta_reserved_extra;
   bool meta_refuses_bf16 = false;
   std::string meta_error;
   int probes = 0;
@@ -105,6 +109,10 @@ class FakeRunner : public TrialRunner {
     r.timing = {};
     r.samples_per_second = 0;
     r.steps_run = 2;
+    if (meta_reserved_extra && r.outcome == TrialOutcome::kOk) {
+      r.reserved = ReservedPrediction{};
+      r.reserved->peak_reserved_bytes = r.peak_bytes + *meta_reserved_extra;
+    }
     const std::string error = !meta_error.empty() ? meta_error
                               : meta_refuses_bf16 && c.precision == Precision::kBf16
                                   ? "autocast: no meta kernels for bfloat16"

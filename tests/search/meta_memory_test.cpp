@@ -434,5 +434,57 @@ TEST(MetaMemory, MemoryOnlyChoosesTheSimplestMeasuredFitAndVerifiesNothing) {
   EXPECT_THROW(run_search(refusing, job, options), InputError);
 }
 
+// A job on device = "meta" asks what a GPU would do, so its budget caps
+// what a CUDA caching allocator reserves (model_fit.h, budget_scale): with
+// meta runs that predict 4 MiB reserved above their tensors and the budget
+// 1 MiB above plain's tensors at 32, plain 32 x 1 no longer fits, and
+// 8-bit AdamW (-6 MiB) is the simplest that does; the same search on a CPU
+// job counts tensors and keeps plain. The report gives both figures.
+TEST(MetaMemory, AMetaJobsBudgetCapsTheReservedBytesOfACudaRun) {
+  SearchOptions options;
+  options.memory_only = true;
+  JobSpec job = job_with_budget(plain_peak(32) + kMiB);
+  const auto search_on = [&](Device device) {
+    FakeRunner fake;
+    fake.meta = true;
+    fake.meta_reserved_extra = 4 * kMiB;
+    job.device = device;
+    return run_search(fake, job, options);
+  };
+  const SearchResult cpu = search_on(Device::kCpu);
+  EXPECT_FALSE(cpu.budget_on_reserved);
+  ASSERT_TRUE(cpu.chosen.has_value());
+  EXPECT_EQ(to_string(cpu.trail[*cpu.chosen].config),
+            "micro_batch=32,accum=1,ckpt=none,optimizer=adamw,offload=off,precision=fp32");
+
+  const SearchResult r = search_on(Device::kMeta);
+  EXPECT_TRUE(r.budget_on_reserved);
+  ASSERT_TRUE(r.chosen.has_value());
+  const TrailNode& best = r.trail[*r.chosen];
+  EXPECT_EQ(to_string(best.config), "micro_batch=32,accum=1,ckpt=none,optimizer=adamw8bit,offload=off,precision=fp32");
+  EXPECT_EQ(*best.meta_tensor_peak_bytes, plain_peak(32) - 6 * kMiB);
+  EXPECT_EQ(*best.meta_reserved_bytes, plain_peak(32) - 2 * kMiB);
+  EXPECT_EQ(*best.meta_peak_bytes, plain_peak(32) - 2 * kMiB) << "the fit's figure is the reserved one";
+  const auto plain = std::find_if(r.trail.begin(), r.trail.end(), [](const TrailNode& n) { return n.node == "plain"; });
+  ASSERT_NE(plain, r.trail.end());
+  EXPECT_FALSE(plain->predicted_fit);
+  EXPECT_NE(plain->note.find("measured on meta not to fit: " + format_bytes(plain_peak(32) + 4 * kMiB) +
+                             " reserved > budget"),
+            std::string::npos)
+      << plain->note;
+  AutotuneReport report;
+  report.job_path = "job.toml";
+  report.job = job;
+  report.search = r;
+  const std::string text = render_autotune_text(report);
+  EXPECT_NE(text.find("          meta peak " + format_bytes(plain_peak(32) - 6 * kMiB) +
+                      " of tensors\n          on a CUDA caching allocator (sm90): " +
+                      format_bytes(plain_peak(32) - 2 * kMiB) +
+                      " reserved (predicted, cuBLAS workspaces included); margin 3.00 MiB to the usable budget\n"),
+            std::string::npos)
+      << text;
+  EXPECT_TRUE(autotune_json(report).at("budget_on_reserved").get<bool>());
+}
+
 }  // namespace
 }  // namespace oomtune

@@ -61,7 +61,9 @@ TEST(ProbeSummaryLines, AttentionAndWorkspacesLinesAndJson) {
 TEST(ProbeSummaryLines, MeasuredReservedAndLargestBlockLines) {
   ProbeSummary s = summary();
   constexpr int64_t kMiB = int64_t{1} << 20;
-  s.report.reserved = ReservedPrediction{66 * kMiB, 0, 0, 4, true};
+  s.report.reserved = ReservedPrediction{};
+  s.report.reserved->peak_reserved_bytes = 66 * kMiB;
+  s.report.reserved->segment_allocations = 4;
   s.report.measured_reserved = MeasuredReserved{60 * kMiB, 50 * kMiB, 3, 1, 0};
   s.report.allocatable = AllocatableRecord{36 * kMiB, 40 * kMiB, 80 * 1024 * kMiB, 15};
   s.report.largest.bytes = 12 * kMiB;
@@ -81,6 +83,31 @@ TEST(ProbeSummaryLines, NoAttentionNoLines) {
   EXPECT_EQ(text.find("\nattention"), std::string::npos);
   EXPECT_EQ(text.find("\nworkspaces"), std::string::npos);
   EXPECT_FALSE(probe_summary_json(summary()).at("report").contains("attention"));
+}
+
+// Note [The budget on a CUDA target]: a probe on meta (or the CPU) with a
+// budget says under the tensors' verdict what the caching allocator capped
+// at the usable budget would do; a GPU probe measured that and adds none.
+TEST(ProbeSummaryLines, ABudgetOffTheGpuGetsTheCudaVerdict) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  ProbeSummary s = summary();
+  s.budget_bytes = 150 * kMiB;
+  s.report.peak_bytes = 130 * kMiB;
+  s.report.workspaces = workspaces_for(*cuda_target_from_name("sm90"), 2, false, false);
+  s.report.reserved = ReservedPrediction{};
+  s.report.reserved->peak_reserved_bytes = 220 * kMiB;
+  s.report.reserved->budget_bytes = 142 * kMiB;
+  s.report.reserved->fits_budget = false;
+  s.report.reserved->failed_request_bytes = 8 * kMiB;
+  s.report.reserved->failed_op = "aten::linear";
+  s.report.reserved->failed_phase = Phase::kForward;
+  const std::string text = render_probe_text(s);
+  EXPECT_EQ(line_starting(text, "budget  "), "budget               150.00 MiB: peak 130.00 MiB (fits with 20.00 MiB)");
+  EXPECT_EQ(line_starting(text, "budget on CUDA"),
+            "budget on CUDA       sm90: 220.00 MiB reserved (predicted) is over the usable 142.00 MiB: capped there "
+            "the caching allocator runs out of memory at a 8.00 MiB request by aten::linear during forward");
+  s.device = Device::kCuda;
+  EXPECT_EQ(line_starting(render_probe_text(s), "budget on CUDA"), "");
 }
 
 }  // namespace
