@@ -13,6 +13,7 @@
 #include "common/byte_size.h"
 #include "common/error.h"
 #include "common/seconds_text.h"
+#include "search/model_fit.h"
 #include "search/sentences.h"
 #include "strategies/job_config.h"
 
@@ -36,7 +37,7 @@ SearchResult Search::run() {
     throw InputError(fmt::format("{}: autotune needs a memory budget (budget = \"8GiB\" or --budget)",
                                  job_.spec_path.empty() ? "job" : job_.spec_path));
   result_.usable_budget_bytes = *job_.usable_budget_bytes();
-  result_.budget_on_reserved = job_.device != Device::kCpu;  // as budget_scale (model_fit.h)
+  result_.budget_on_reserved = budget_on_reserved(job_);
   require_a_valid_micro_batch("");
   start_meta();
   if (fit_models()) {

@@ -15,8 +15,10 @@ bool measured_backward_activation(const std::vector<const ProbeReport*>& probes)
 
 }  // namespace
 
+bool budget_on_reserved(const JobSpec& job) { return job.device != Device::kCpu; }
+
 double budget_scale(const ProbeReport& r, const JobSpec& job) {
-  if (job.device == Device::kCpu || r.peak_bytes <= 0) return 1;
+  if (!budget_on_reserved(job) || r.peak_bytes <= 0) return 1;
   // What the GPU's allocator reserved beats what the simulator predicts.
   if (r.measured_reserved && r.measured_reserved->peak_reserved_bytes > 0)
     return static_cast<double>(r.measured_reserved->peak_reserved_bytes) / static_cast<double>(r.peak_bytes);

@@ -25,6 +25,11 @@ namespace oomtune {
 /// budget on each device").
 double budget_scale(const ProbeReport& r, const JobSpec& job);
 
+/// True where `job`'s budget caps a CUDA caching allocator's reserved
+/// bytes, so budget_scale turns allocated bytes into reserved ones: device
+/// "cuda" or "meta".
+bool budget_on_reserved(const JobSpec& job);
+
 /// Bytes: a probe's peak per phase, indexed by Phase, against the budget
 /// (budget_scale); zero outside kStepPhases.
 std::array<double, kNumPhases> phase_peaks_of(const ProbeReport& r, const JobSpec& job);
