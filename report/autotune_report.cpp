@@ -311,27 +311,23 @@ std::string render_autotune_text(const AutotuneReport& report) {
                      best.config.micro_batch, best.config.accumulation_steps));
     // The fit was decided on reserved bytes where they were predicted
     // (model_fit.h, budget_scale), on the tensors' peak otherwise.
-    if (best.meta_tensor_peak_bytes && best.meta_reserved_bytes && s.budget_on_reserved) {
+    const bool fit_on_reserved = s.budget_on_reserved && best.meta_tensor_peak_bytes && best.meta_reserved_bytes;
+    if (fit_on_reserved) {
       line(fmt::format("          meta peak {} of tensors", format_bytes(*best.meta_tensor_peak_bytes)));
-      line(fmt::format(
-          "          on a CUDA caching allocator ({}): {} reserved (predicted, cuBLAS workspaces included); margin {} "
-          "to the usable budget",
-          job.cuda_target, format_bytes(*best.meta_reserved_bytes),
-          format_bytes(s.usable_budget_bytes - *best.meta_reserved_bytes)));
     } else {
       const auto peak = static_cast<int64_t>(best.meta_peak_bytes.value_or(best.predicted_peak_bytes));
       line(fmt::format("          meta peak {}; margin {} to the usable budget", format_bytes(peak),
                        format_bytes(s.usable_budget_bytes - peak)));
-      if (best.meta_reserved_bytes) {
-        const int64_t margin = s.usable_budget_bytes - *best.meta_reserved_bytes;
-        line(fmt::format(
-            "          on a CUDA caching allocator ({}): {} reserved (predicted, cuBLAS workspaces included); {}",
-            job.cuda_target, format_bytes(*best.meta_reserved_bytes),
-            margin >= 0 ? fmt::format("margin {}", format_bytes(margin))
-                        : fmt::format("{} over the usable budget: the allocator's cache may run out where the "
-                                      "tensors fit; verify on the GPU",
-                                      format_bytes(-margin))));
-      }
+    }
+    if (best.meta_reserved_bytes) {
+      const int64_t margin = s.usable_budget_bytes - *best.meta_reserved_bytes;
+      line(fmt::format(
+          "          on a CUDA caching allocator ({}): {} reserved (predicted, cuBLAS workspaces included); {}",
+          job.cuda_target, format_bytes(*best.meta_reserved_bytes),
+          margin >= 0 ? fmt::format("margin {}{}", format_bytes(margin), fit_on_reserved ? " to the usable budget" : "")
+                      : fmt::format("{} over the usable budget: the allocator's cache may run out where the "
+                                    "tensors fit; verify on the GPU",
+                                    format_bytes(-margin))));
     }
     line(
         "          the simplest configuration measured to fit: the meta device has no step time to rank by, and "
