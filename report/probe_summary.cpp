@@ -179,14 +179,19 @@ std::string render_probe_text(const ProbeSummary& s) {
   }
   if (s.budget_bytes) {
     const int64_t margin = *s.budget_bytes - r.peak_bytes;
-    line(fmt::format("budget               {}: peak {} ({} {})", format_bytes(*s.budget_bytes),
-                     format_bytes(r.peak_bytes), margin >= 0 ? "fits with" : "exceeds by",
-                     format_bytes(margin >= 0 ? margin : -margin)));
+    const std::string margin_bytes = format_bytes(margin >= 0 ? margin : -margin);
     // On the CPU and on meta the peak counts tensors; a CUDA run's budget
-    // caps reserved bytes (trial_runner.cpp, Note [The budget on a CUDA target]).
-    if (s.device != Device::kCuda && r.reserved)
-      if (const std::string cuda = cuda_budget_text(*r.reserved); !cuda.empty())
-        line(fmt::format("budget on CUDA       {}{}", r.workspaces ? r.workspaces->target + ": " : "", cuda));
+    // caps reserved bytes (trial_runner.cpp, Note [The budget on a CUDA
+    // target]), so there the tensors' margin is no verdict: the next line is.
+    const std::string cuda = s.device != Device::kCuda && r.reserved ? cuda_budget_text(*r.reserved) : std::string();
+    if (cuda.empty())
+      line(fmt::format("budget               {}: peak {} ({} {})", format_bytes(*s.budget_bytes),
+                       format_bytes(r.peak_bytes), margin >= 0 ? "fits with" : "exceeds by", margin_bytes));
+    else
+      line(fmt::format("budget               {}: tensors peak at {}, {} {}", format_bytes(*s.budget_bytes),
+                       format_bytes(r.peak_bytes), margin_bytes, margin >= 0 ? "under it" : "over it"));
+    if (!cuda.empty())
+      line(fmt::format("budget on CUDA       {}{}", r.workspaces ? r.workspaces->target + ": " : "", cuda));
   }
   return out;
 }

@@ -291,3 +291,23 @@ probe_job sdpa "$sdpa_job" cpu json
 probe_job gpt examples/gpt.toml cpu
 probe_job gpt examples/gpt.toml cuda json
 probe_job eager examples/hf_gpt2.toml cuda json
+
+# #46 item 6: the CPU and meta probes' "budget on CUDA" verdict against a run
+# whose caching allocator is capped at the usable budget. The meta probe
+# predicts that the example GPT runs out of memory under 150 MiB (220 MiB
+# reserved, the first failure a 7.81 MiB aten::linear request in forward)
+# and fits under 256 MiB. Summary only: the call already returns 8 files.
+for budget_size in 150MiB 256MiB; do
+  start=$SECONDS
+  predicted="$(timeout "$(budget 60)" "$build/oomtune" probe examples/gpt.toml --device meta --no-fit \
+               --budget "$budget_size" 2>&1 | grep -E '^(step  |budget|predicted reserved|oomtune:)')"
+  measured="$(timeout "$(budget 120)" "$build/oomtune" probe examples/gpt.toml --device cuda --no-fit \
+              --enforce-budget --budget "$budget_size" 2>&1 | grep -E '^(outcome|step  |budget|measured reserved|predicted reserved|oomtune:)')"
+  say ""
+  say "## The budget on CUDA at $budget_size: meta's prediction, then a capped CUDA run ($((SECONDS - start)) s)"
+  say '```'
+  say "$predicted"
+  say "--- cuda, --enforce-budget:"
+  say "$measured"
+  say '```'
+done

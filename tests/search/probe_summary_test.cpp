@@ -102,12 +102,16 @@ TEST(ProbeSummaryLines, ABudgetOffTheGpuGetsTheCudaVerdict) {
   s.report.reserved->failed_op = "aten::linear";
   s.report.reserved->failed_phase = Phase::kForward;
   const std::string text = render_probe_text(s);
-  EXPECT_EQ(line_starting(text, "budget  "), "budget               150.00 MiB: peak 130.00 MiB (fits with 20.00 MiB)");
+  // The tensors' margin is no verdict there: the line under it is.
+  EXPECT_EQ(line_starting(text, "budget  "),
+            "budget               150.00 MiB: tensors peak at 130.00 MiB, 20.00 MiB under it");
   EXPECT_EQ(line_starting(text, "budget on CUDA"),
             "budget on CUDA       sm90: 220.00 MiB reserved (predicted) is over the usable 142.00 MiB: capped there "
             "the caching allocator runs out of memory at a 8.00 MiB request by aten::linear during forward");
   s.device = Device::kCuda;
   EXPECT_EQ(line_starting(render_probe_text(s), "budget on CUDA"), "");
+  EXPECT_EQ(line_starting(render_probe_text(s), "budget  "),
+            "budget               150.00 MiB: peak 130.00 MiB (fits with 20.00 MiB)");
 }
 
 }  // namespace
