@@ -48,7 +48,7 @@ struct Plan {
   double headroom = 0.05;                              // fraction of the budget kept free, in [0, 0.9]
   std::string model_path;                              // the TorchScript model ("" when unknown)
   std::string job_spec_path;                           // the job TOML the plan came from ("" when unknown)
-  std::optional<int64_t> measured_peak_bytes;          // BYTES: peak reserved, measured in a fresh process
+  std::optional<int64_t> measured_peak_bytes;          // BYTES: the verified peak the budget held (reserved on CUDA)
   std::optional<int64_t> predicted_peak_bytes;         // BYTES: peak predicted by the search (not measured)
   std::optional<double> measured_samples_per_second;   // throughput measured over the verify run
   std::optional<double> predicted_samples_per_second;  // throughput predicted (not measured)

@@ -12,6 +12,7 @@
 
 #include "common/byte_size.h"
 #include "common/seconds_text.h"
+#include "search/model_fit.h"
 #include "strategies/job_config.h"
 
 namespace oomtune {
@@ -58,7 +59,7 @@ std::string render_trail_table(const SearchResult& s) {
   const bool meta = s.memory_from == MemorySource::kMeta;
   const std::string figure = s.budget_on_reserved ? "reserved" : "peak";
   using Row = std::vector<std::string>;
-  std::vector<Row> rows = {{"#", "node", "micro x accum + strategies", "pred. " + figure, "meas. peak", "pred. s",
+  std::vector<Row> rows = {{"#", "node", "micro x accum + strategies", "pred. " + figure, "meas. " + figure, "pred. s",
                             "meas. s", "fits", "note"}};
   if (meta) rows[0].insert(rows[0].begin() + 4, "meta " + figure);
   for (std::size_t i = 0; i < s.trail.size(); ++i) {
@@ -66,9 +67,10 @@ std::string render_trail_table(const SearchResult& s) {
     std::string measured_peak = "-", measured_seconds = "-", fits = n.predicted_fit ? "pred." : "no";
     if (n.verification) {
       const ProbeReport& v = *n.verification;
-      measured_peak = v.outcome == TrialOutcome::kOk ? format_bytes(v.peak_bytes) : to_string(v.outcome);
+      const int64_t measured = budgeted_peak_bytes(v, s.budget_on_reserved);
+      measured_peak = v.outcome == TrialOutcome::kOk ? format_bytes(measured) : to_string(v.outcome);
       if (v.outcome == TrialOutcome::kOk) measured_seconds = fmt::format("{:.4f}", v.timing.steady_step_seconds);
-      fits = v.outcome == TrialOutcome::kOk && v.peak_bytes <= s.usable_budget_bytes ? "yes" : "no";
+      fits = v.outcome == TrialOutcome::kOk && measured <= s.usable_budget_bytes ? "yes" : "no";
     } else if (n.predicted_fit && n.meta_peak_bytes) {
       fits = "meta";
     }
@@ -338,12 +340,25 @@ std::string render_autotune_text(const AutotuneReport& report) {
     line(fmt::format("chosen    {}", to_string(best.config)));
     line(fmt::format("          global batch {} = micro-batch {} x {} accumulation steps (exact)", job.global_batch,
                      best.config.micro_batch, best.config.accumulation_steps));
-    line(fmt::format("          measured peak {} over {} steps in a fresh process; margin {} to the usable budget",
-                     format_bytes(v.peak_bytes), v.steps_run, format_bytes(s.usable_budget_bytes - v.peak_bytes)));
-    if (best.meta_peak_bytes && v.peak_bytes > 0)
+    // On a GPU the budget capped the allocator's reserved bytes, so the
+    // margin is theirs (model_fit.h, budgeted_peak_bytes).
+    const int64_t budgeted = budgeted_peak_bytes(v, s.budget_on_reserved);
+    line(fmt::format("          measured peak {}{} over {} steps in a fresh process; margin {} to the usable budget",
+                     format_bytes(v.peak_bytes),
+                     budgeted != v.peak_bytes ? fmt::format(" of tensors, {} reserved", format_bytes(budgeted)) : "",
+                     v.steps_run, format_bytes(s.usable_budget_bytes - budgeted)));
+    const auto off_by = [](double predicted, int64_t measured) { return 100 * (predicted / measured - 1); };
+    if (budgeted != v.peak_bytes && best.meta_tensor_peak_bytes && best.meta_reserved_bytes && v.peak_bytes > 0)
+      line(fmt::format(
+          "          meta run of the same configuration: {} of tensors, {:+.2f} % from the measured "
+          "ones; {} reserved (predicted), {:+.2f} %",
+          format_bytes(*best.meta_tensor_peak_bytes),
+          off_by(static_cast<double>(*best.meta_tensor_peak_bytes), v.peak_bytes),
+          format_bytes(*best.meta_reserved_bytes), off_by(static_cast<double>(*best.meta_reserved_bytes), budgeted)));
+    else if (best.meta_peak_bytes && v.peak_bytes > 0)
       line(fmt::format("          meta peak {} of the same configuration, {:+.2f} % from the measured one",
                        format_bytes(static_cast<int64_t>(*best.meta_peak_bytes)),
-                       100 * (*best.meta_peak_bytes / static_cast<double>(v.peak_bytes) - 1)));
+                       off_by(*best.meta_peak_bytes, v.peak_bytes)));
     // A CPU job's fit counts tensors; what the GPU would reserve for the
     // same run is said beside it (trial_runner.cpp, Note [The budget on a
     // CUDA target]).

@@ -51,20 +51,26 @@ SearchResult Search::run() {
   return std::move(result_);
 }
 
-// A verification run that finished within the usable budget.
+// A verification run that finished within the usable budget: its reserved
+// bytes on a GPU (budgeted_peak_bytes), its tensors' elsewhere.
 bool Search::fits_budget(const ProbeReport& r) const {
-  return r.outcome == TrialOutcome::kOk && r.peak_bytes <= result_.usable_budget_bytes;
+  return r.outcome == TrialOutcome::kOk && budgeted(r) <= result_.usable_budget_bytes;
 }
+
+int64_t Search::budgeted(const ProbeReport& r) const { return budgeted_peak_bytes(r, result_.budget_on_reserved); }
 
 // Runs the verification of `config`, counted and shown.
 ProbeReport Search::verify(const TrainingConfig& config) {
   ProbeReport r = runner_.verify(config);
   ++result_.verification_trials;
-  progress_(fmt::format("verify {:<60} {}", describe(config),
-                        r.outcome == TrialOutcome::kOk
-                            ? fmt::format("peak {}, {:.1f} samples/s over {} steps", format_bytes(r.peak_bytes),
-                                          r.samples_per_second, r.steps_run)
-                            : outcome_text(r)));
+  progress_(fmt::format(
+      "verify {:<60} {}", describe(config),
+      r.outcome == TrialOutcome::kOk
+          ? fmt::format(
+                "peak {}{}, {:.1f} samples/s over {} steps", format_bytes(r.peak_bytes),
+                budgeted(r) != r.peak_bytes ? fmt::format(" ({} reserved)", format_bytes(budgeted(r))) : std::string(),
+                r.samples_per_second, r.steps_run)
+          : outcome_text(r)));
   return r;
 }
 
@@ -108,8 +114,8 @@ void Search::verify_candidates() {
       ++failed;
       node.note =
           r.outcome == TrialOutcome::kOk
-              ? fmt::format("verified peak {} is over the budget: the memory model was wrong; dropped",
-                            format_bytes(r.peak_bytes))
+              ? fmt::format("verified peak {}{} is over the budget: the memory model was wrong; dropped",
+                            format_bytes(budgeted(r)), result_.budget_on_reserved ? " reserved" : "")
               : fmt::format("verified run: {} after {} steps ({}); {}dropped", to_string(r.outcome), r.steps_run,
                             r.message, r.outcome == TrialOutcome::kOutOfMemory ? "the memory model was wrong; " : "");
       result_.notes.push_back(fmt::format("{}: {}", node.node, node.note));
@@ -150,7 +156,7 @@ void Search::verify_candidates() {
     const std::size_t sa = strategy_count(result_.trail[a].config, job_base_),
                       sb = strategy_count(result_.trail[b].config, job_base_);
     if (sa != sb) return sa < sb;
-    return result_.trail[a].verification->peak_bytes < result_.trail[b].verification->peak_bytes;
+    return budgeted(*result_.trail[a].verification) < budgeted(*result_.trail[b].verification);
   };
   for (std::size_t i : fitting) {
     if (speed[i] < kTimingTieRatio * fastest) continue;
@@ -167,7 +173,7 @@ void Search::verify_candidates() {
                                                   : fmt::format("simplest within {:.0f} % of the fastest verified "
                                                                 "({:.1f} samples/s)",
                                                                 100 * (1 - kTimingTieRatio), fastest),
-                              sps, format_bytes(result_.usable_budget_bytes - node.verification->peak_bytes));
+                              sps, format_bytes(result_.usable_budget_bytes - budgeted(*node.verification)));
     } else if (node.note.empty() && node.verification && speed.count(i) && speed[i] >= kTimingTieRatio * fastest) {
       node.note = fmt::format(
           "verified, {:.1f} samples/s: as fast within {:.0f} % (a tie), but more strategies or "

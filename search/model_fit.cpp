@@ -17,6 +17,12 @@ bool measured_backward_activation(const std::vector<const ProbeReport*>& probes)
 
 bool budget_on_reserved(const JobSpec& job) { return job.device != Device::kCpu; }
 
+int64_t budgeted_peak_bytes(const ProbeReport& r, bool on_reserved) {
+  if (on_reserved && r.measured_reserved && r.measured_reserved->peak_reserved_bytes > 0)
+    return r.measured_reserved->peak_reserved_bytes;
+  return r.peak_bytes;
+}
+
 double budget_scale(const ProbeReport& r, const JobSpec& job) {
   if (!budget_on_reserved(job) || r.peak_bytes <= 0) return 1;
   // What the GPU's allocator reserved beats what the simulator predicts.

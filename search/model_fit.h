@@ -30,6 +30,14 @@ double budget_scale(const ProbeReport& r, const JobSpec& job);
 /// "cuda" or "meta".
 bool budget_on_reserved(const JobSpec& job);
 
+/// Bytes: what the budget is held against in a run that finished: where
+/// the budget caps reserved bytes (`on_reserved`, budget_on_reserved) and
+/// the run measured them on the GPU (ProbeReport::measured_reserved), the
+/// caching allocator's reserved peak, since the cap refuses a segment, not
+/// a tensor (probes/cuda_budget.h); the tensors' step peak
+/// (ProbeReport::peak_bytes) otherwise.
+int64_t budgeted_peak_bytes(const ProbeReport& r, bool on_reserved);
+
 /// Bytes: a probe's peak per phase, indexed by Phase, against the budget
 /// (budget_scale); zero outside kStepPhases.
 std::array<double, kNumPhases> phase_peaks_of(const ProbeReport& r, const JobSpec& job);

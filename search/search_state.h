@@ -138,6 +138,7 @@ class Search {
 
   // choose.cpp
   bool fits_budget(const ProbeReport& r) const;
+  int64_t budgeted(const ProbeReport& r) const;
   ProbeReport verify(const TrainingConfig& config);
   void verify_candidates();
   void note_optimizer_change(const std::vector<std::size_t>& fitting);

@@ -185,7 +185,7 @@ Plan plan_from(const AutotuneReport& report) {
   plan.headroom = job.headroom;
   plan.model_path = job.model_path;
   plan.job_spec_path = std::filesystem::absolute(report.job_path).lexically_normal().string();
-  plan.measured_peak_bytes = best.verification->peak_bytes;
+  plan.measured_peak_bytes = budgeted_peak_bytes(*best.verification, report.search.budget_on_reserved);
   plan.predicted_peak_bytes = static_cast<int64_t>(best.predicted_peak_bytes);
   plan.measured_samples_per_second = best.verification->samples_per_second;
   if (best.predicted_seconds > 0)

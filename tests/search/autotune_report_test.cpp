@@ -19,6 +19,7 @@
 
 #include "common/byte_size.h"
 #include "fake_runner.h"
+#include "search/model_fit.h"
 #include "support/golden_file.h"
 
 namespace oomtune {
@@ -41,9 +42,11 @@ AutotuneReport report_of(FakeRunner& fake, const JobSpec& job) {
 
 // The budget of DecisionTree.AccumulationFindsTheOraclesLargestMicroBatch:
 // plain at 8 x 4 is chosen; the trail holds names and configurations of
-// different lengths.
+// different lengths. A CUDA job, on a fake GPU whose caching allocator
+// reserves exactly what its tensors hold: the reserved columns are its bytes.
 AutotuneReport accumulation_report() {
   FakeRunner fake;
+  fake.gpu_reserved_extra = 0;
   JobSpec job = job_with_budget(plain_peak(8) + 4 * kMiB + kMiB);
   job.device = Device::kCuda;
   return report_of(fake, job);
@@ -256,6 +259,44 @@ TEST(AutotuneReport, ACpuJobsChosenRunSaysWhatACudaRunWouldReserve) {
   EXPECT_NE(render_autotune_text(report).find(expected), std::string::npos) << render_autotune_text(report);
   report.search.budget_on_reserved = true;
   EXPECT_EQ(render_autotune_text(report).find("on CUDA (sm90)"), std::string::npos);
+}
+
+// On a GPU the budget caps the caching allocator's reserved bytes
+// (probes/cuda_budget.h), so a CUDA job's verified runs are held, shown and
+// given their margin by what they reserved, not by their tensors: the fake
+// GPU reserves 512 KiB above what its tensors hold, and plain at 8 x 4
+// (tensors 86 MiB) still fits the 87 MiB budget, by 512 KiB.
+TEST(AutotuneReport, ACudaJobsVerifiedRunsAreHeldByWhatTheyReserved) {
+  FakeRunner fake;
+  fake.gpu_reserved_extra = 512 * 1024;
+  JobSpec job = job_with_budget(plain_peak(8) + 4 * kMiB + kMiB);
+  job.device = Device::kCuda;
+  const AutotuneReport report = report_of(fake, job);
+  ASSERT_TRUE(report.search.chosen.has_value());
+  const TrailNode& chosen = report.search.trail[*report.search.chosen];
+  EXPECT_EQ(to_string(chosen.config), "micro_batch=8,accum=4,ckpt=none,optimizer=adamw,offload=off,precision=fp32");
+  const int64_t tensors = plain_peak(8) + 4 * kMiB, reserved = tensors + 512 * 1024;
+  EXPECT_EQ(budgeted_peak_bytes(*chosen.verification, true), reserved);
+  EXPECT_EQ(budgeted_peak_bytes(*chosen.verification, false), tensors);
+  const std::string text = render_autotune_text(report);
+  const std::vector<std::string> lines = lines_of(text);
+  const auto has = [&](const std::string& line) { return std::find(lines.begin(), lines.end(), line) != lines.end(); };
+  EXPECT_TRUE(
+      has("          measured peak 86.00 MiB of tensors, 86.50 MiB reserved over 20 steps in a fresh "
+          "process; margin 512.00 KiB to the usable budget"))
+      << text;
+  EXPECT_NE(text.find("meas. reserved"), std::string::npos) << text;
+  EXPECT_NE(text.find("86.50 MiB  0."), std::string::npos) << text;  // the chosen row's measured column
+  EXPECT_NE(text.find("chosen: fastest verified, 307.7 samples/s, 512.00 KiB below the budget"), std::string::npos)
+      << text;
+  // The same run on the CPU: its tensors are what the budget holds.
+  AutotuneReport cpu = report;
+  cpu.search.budget_on_reserved = false;
+  const std::vector<std::string> cpu_lines = lines_of(render_autotune_text(cpu));
+  EXPECT_NE(std::find(cpu_lines.begin(), cpu_lines.end(),
+                      "          measured peak 86.00 MiB over 20 steps in a fresh process; margin 1.00 MiB to the "
+                      "usable budget"),
+            cpu_lines.end());
 }
 
 // A job with a length distribution (issue #47 item 2): the sequence line

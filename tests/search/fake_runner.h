@@ -84,6 +84,11 @@ class FakeRunner : public TrialRunner {
   // reserves: its peak plus these bytes (the workspaces and cached blocks
   // a real run's ReservedPrediction holds).
   std::optional<int64_t> meta_reserved_extra;
+  // When set, the device is a GPU: each probe and verification measures its
+  // caching allocator's reserved peak, its tensors' peak plus these bytes,
+  // and a verification's cap refuses past the budget what it reserves
+  // (probes/cuda_budget.h).
+  std::optional<int64_t> gpu_reserved_extra;
   bool meta_refuses_bf16 = false;
   std::string meta_error;
   int probes = 0;
@@ -109,6 +114,7 @@ class FakeRunner : public TrialRunner {
     r.timing = {};
     r.samples_per_second = 0;
     r.steps_run = 2;
+    r.measured_reserved.reset();  // no allocator measures on meta
     if (meta_reserved_extra && r.outcome == TrialOutcome::kOk) {
       r.reserved = ReservedPrediction{};
       r.reserved->peak_reserved_bytes = r.peak_bytes + *meta_reserved_extra;
@@ -236,7 +242,12 @@ class FakeRunner : public TrialRunner {
       r.message = "Expected more than 1 value per channel when training";
       return r;
     }
-    if ((enforce && r.peak_bytes > usable_budget) || (!enforce && probe_budget > 0 && r.peak_bytes > probe_budget)) {
+    if (gpu_reserved_extra) {
+      r.measured_reserved = MeasuredReserved{};
+      r.measured_reserved->peak_reserved_bytes = r.peak_bytes + *gpu_reserved_extra;
+    }
+    const int64_t capped = gpu_reserved_extra ? r.peak_bytes + *gpu_reserved_extra : r.peak_bytes;
+    if ((enforce && capped > usable_budget) || (!enforce && probe_budget > 0 && r.peak_bytes > probe_budget)) {
       r.outcome = TrialOutcome::kOutOfMemory;
       r.phase_at_failure = Phase::kForward;
       r.message = "oomtune budget: tried to allocate";

@@ -486,5 +486,38 @@ TEST(MetaMemory, AMetaJobsBudgetCapsTheReservedBytesOfACudaRun) {
   EXPECT_TRUE(autotune_json(report).at("budget_on_reserved").get<bool>());
 }
 
+// A CUDA job's chosen configuration, verified on the GPU, sets each of its
+// meta run's figures beside the measured one of the same kind: tensors
+// beside allocated, predicted reserved beside reserved. The fake GPU's
+// allocator reserves 3 MiB above its tensors, the meta run predicts 4.
+TEST(MetaMemory, ACudaJobComparesTheMetaRunWithTheGpuRunFigureByFigure) {
+  FakeRunner fake;
+  fake.meta = true;
+  fake.meta_reserved_extra = 4 * kMiB;
+  fake.gpu_reserved_extra = 3 * kMiB;
+  AutotuneReport report;
+  report.job_path = "job.toml";
+  report.job = job_with_budget(plain_peak(32) + kMiB);
+  report.job.device = Device::kCuda;
+  report.search = run_search(fake, report.job, from_meta());
+  ASSERT_TRUE(report.search.chosen.has_value());
+  const TrailNode& best = report.search.trail[*report.search.chosen];
+  ASSERT_TRUE(best.verification && best.meta_tensor_peak_bytes);
+  const int64_t tensors = best.verification->peak_bytes;
+  EXPECT_EQ(*best.meta_tensor_peak_bytes, tensors) << "the fake's meta and GPU runs hold the same tensors";
+  EXPECT_EQ(*best.meta_reserved_bytes, tensors + 4 * kMiB);
+  const std::string text = render_autotune_text(report);
+  EXPECT_NE(
+      text.find(fmt::format("          measured peak {} of tensors, {} reserved over 20 steps in a fresh "
+                            "process; margin {} to the usable budget\n"
+                            "          meta run of the same configuration: {} of tensors, +0.00 % from the "
+                            "measured ones; {} reserved (predicted), {:+.2f} %\n",
+                            format_bytes(tensors), format_bytes(tensors + 3 * kMiB),
+                            format_bytes(plain_peak(32) + kMiB - tensors - 3 * kMiB), format_bytes(tensors),
+                            format_bytes(tensors + 4 * kMiB), 100.0 * kMiB / static_cast<double>(tensors + 3 * kMiB))),
+      std::string::npos)
+      << text;
+}
+
 }  // namespace
 }  // namespace oomtune
