@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 
 #include "common/byte_size.h"
+#include "search/model_fit.h"
 
 namespace oomtune {
 namespace {
@@ -178,18 +179,31 @@ std::string render_probe_text(const ProbeSummary& s) {
     line("");
   }
   if (s.budget_bytes) {
-    const int64_t margin = *s.budget_bytes - r.peak_bytes;
+    // The margin is to the usable budget, what autotune and --enforce-budget
+    // hold a run to (JobSpec::usable_budget_bytes). On a GPU the allocator's
+    // cap is on reserved bytes (probes/cuda_budget.h); on the CPU and on
+    // meta the peak counts tensors, so there the margin is no verdict for a
+    // GPU: the "budget on CUDA" line is (trial_runner.cpp, Note [The budget
+    // on a CUDA target]).
+    const int64_t usable = s.usable_budget_bytes.value_or(*s.budget_bytes);
+    const int64_t budgeted = budgeted_peak_bytes(r, s.device == Device::kCuda);
+    const int64_t margin = usable - budgeted;
     const std::string margin_bytes = format_bytes(margin >= 0 ? margin : -margin);
-    // On the CPU and on meta the peak counts tensors; a CUDA run's budget
-    // caps reserved bytes (trial_runner.cpp, Note [The budget on a CUDA
-    // target]), so there the tensors' margin is no verdict: the next line is.
     const std::string cuda = s.device != Device::kCuda && r.reserved ? cuda_budget_text(*r.reserved) : std::string();
-    if (cuda.empty())
-      line(fmt::format("budget               {}: peak {} ({} {})", format_bytes(*s.budget_bytes),
-                       format_bytes(r.peak_bytes), margin >= 0 ? "fits with" : "exceeds by", margin_bytes));
+    const std::string budget = usable == *s.budget_bytes
+                                   ? format_bytes(usable)
+                                   : fmt::format("{} ({} usable after {:.0f} % headroom)",
+                                                 format_bytes(*s.budget_bytes), format_bytes(usable), 100 * s.headroom);
+    if (!cuda.empty())
+      line(fmt::format("budget               {}: tensors peak at {}, {} {}", budget, format_bytes(r.peak_bytes),
+                       margin_bytes, margin >= 0 ? "under it" : "over it"));
+    else if (budgeted != r.peak_bytes)
+      line(fmt::format("budget               {}: {} reserved at the peak, {} of tensors ({} {})", budget,
+                       format_bytes(budgeted), format_bytes(r.peak_bytes), margin >= 0 ? "fits with" : "exceeds by",
+                       margin_bytes));
     else
-      line(fmt::format("budget               {}: tensors peak at {}, {} {}", format_bytes(*s.budget_bytes),
-                       format_bytes(r.peak_bytes), margin_bytes, margin >= 0 ? "under it" : "over it"));
+      line(fmt::format("budget               {}: peak {} ({} {})", budget, format_bytes(r.peak_bytes),
+                       margin >= 0 ? "fits with" : "exceeds by", margin_bytes));
     if (!cuda.empty())
       line(fmt::format("budget on CUDA       {}{}", r.workspaces ? r.workspaces->target + ": " : "", cuda));
   }
@@ -207,6 +221,7 @@ nlohmann::json probe_summary_json(const ProbeSummary& s) {
                         {"optimizer_state_bytes", s.analytic.optimizer_state_bytes},
                         {"frozen_parameter_bytes", s.analytic.frozen_parameter_bytes}}}};
   j["budget_bytes"] = s.budget_bytes ? nlohmann::json(*s.budget_bytes) : nlohmann::json(nullptr);
+  j["usable_budget_bytes"] = s.usable_budget_bytes ? nlohmann::json(*s.usable_budget_bytes) : nlohmann::json(nullptr);
   if (s.activation_fit) {
     const ActivationFit& f = *s.activation_fit;
     j["activation_fit"] = {{"micro_batches", f.micro_batches},

@@ -46,7 +46,9 @@ struct ProbeSummary {
   std::string job_path;
   std::string model_path;
   Device device = Device::kCpu;
-  std::optional<int64_t> budget_bytes;  // SUM: the job's budget, if any
+  std::optional<int64_t> budget_bytes;         // SUM: the job's budget, if any
+  std::optional<int64_t> usable_budget_bytes;  // SUM: the budget less its headroom (JobSpec::usable_budget_bytes)
+  double headroom = 0;                         // fraction of the budget kept free (JobSpec::headroom)
   ProbeReport report;
   AnalyticStatic analytic;
   std::optional<ActivationFit> activation_fit;

@@ -128,6 +128,8 @@ int run_probe(ProbeFlags flags) {
   summary.model_path = job.model_path;
   summary.device = job.device;
   summary.budget_bytes = job.budget_bytes;
+  summary.usable_budget_bytes = job.usable_budget_bytes();
+  summary.headroom = job.headroom;
   summary.report = run_probe_trial(job, config, options);
   const BytesPerParameter per =
       stored_bytes_per_parameter(config, job.optimizer.momentum > 0, job.trainable.frozen_bf16);

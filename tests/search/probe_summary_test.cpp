@@ -86,8 +86,9 @@ TEST(ProbeSummaryLines, NoAttentionNoLines) {
 }
 
 // Note [The budget on a CUDA target]: a probe on meta (or the CPU) with a
-// budget says under the tensors' verdict what the caching allocator capped
-// at the usable budget would do; a GPU probe measured that and adds none.
+// budget gives the tensors' margin to the usable budget and, under it, what
+// the caching allocator capped there would do; a GPU probe measured that,
+// so its line holds the reserved bytes the cap refuses past.
 TEST(ProbeSummaryLines, ABudgetOffTheGpuGetsTheCudaVerdict) {
   constexpr int64_t kMiB = int64_t{1} << 20;
   ProbeSummary s = summary();
@@ -108,10 +109,32 @@ TEST(ProbeSummaryLines, ABudgetOffTheGpuGetsTheCudaVerdict) {
   EXPECT_EQ(line_starting(text, "budget on CUDA"),
             "budget on CUDA       sm90: 220.00 MiB reserved (predicted) is over the usable 142.00 MiB: capped there "
             "the caching allocator runs out of memory at a 8.00 MiB request by aten::linear during forward");
+  // With headroom the margin is to what is usable, as autotune's and
+  // --enforce-budget's are.
+  s.usable_budget_bytes = 120 * kMiB;
+  s.headroom = 0.2;
+  EXPECT_EQ(line_starting(render_probe_text(s), "budget  "),
+            "budget               150.00 MiB (120.00 MiB usable after 20 % headroom): tensors peak at 130.00 MiB, "
+            "10.00 MiB over it");
+  EXPECT_EQ(probe_summary_json(s).at("usable_budget_bytes").get<int64_t>(), 120 * kMiB);
+
+  // On the GPU: the reserved bytes it measured, which the cap holds.
   s.device = Device::kCuda;
+  s.usable_budget_bytes = 142 * kMiB;
+  s.headroom = 0.05;
+  s.report.measured_reserved = MeasuredReserved{};
+  s.report.measured_reserved->peak_reserved_bytes = 140 * kMiB;
   EXPECT_EQ(line_starting(render_probe_text(s), "budget on CUDA"), "");
   EXPECT_EQ(line_starting(render_probe_text(s), "budget  "),
-            "budget               150.00 MiB: peak 130.00 MiB (fits with 20.00 MiB)");
+            "budget               150.00 MiB (142.00 MiB usable after 5 % headroom): 140.00 MiB reserved at the "
+            "peak, 130.00 MiB of tensors (fits with 2.00 MiB)");
+  // Without a reserved figure (a CPU probe recording no events) the peak is the tensors'.
+  s.device = Device::kCpu;
+  s.report.reserved.reset();
+  s.report.measured_reserved.reset();
+  EXPECT_EQ(line_starting(render_probe_text(s), "budget  "),
+            "budget               150.00 MiB (142.00 MiB usable after 5 % headroom): peak 130.00 MiB (fits with "
+            "12.00 MiB)");
 }
 
 }  // namespace
