@@ -343,10 +343,9 @@ std::string render_autotune_text(const AutotuneReport& report) {
     // On a GPU the budget capped the allocator's reserved bytes, so the
     // margin is theirs (model_fit.h, budgeted_peak_bytes).
     const int64_t budgeted = budgeted_peak_bytes(v, s.budget_on_reserved);
-    line(fmt::format("          measured peak {}{} over {} steps in a fresh process; margin {} to the usable budget",
-                     format_bytes(v.peak_bytes),
-                     budgeted != v.peak_bytes ? fmt::format(" of tensors, {} reserved", format_bytes(budgeted)) : "",
-                     v.steps_run, format_bytes(s.usable_budget_bytes - budgeted)));
+    line(fmt::format("          measured peak {} over {} steps in a fresh process; margin {} to the usable budget",
+                     budgeted_peak_text(v, s.budget_on_reserved), v.steps_run,
+                     format_bytes(s.usable_budget_bytes - budgeted)));
     const auto off_by = [](double predicted, int64_t measured) { return 100 * (predicted / measured - 1); };
     if (budgeted != v.peak_bytes && best.meta_tensor_peak_bytes && best.meta_reserved_bytes && v.peak_bytes > 0)
       line(fmt::format(

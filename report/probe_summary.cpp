@@ -186,26 +186,22 @@ std::string render_probe_text(const ProbeSummary& s) {
     // GPU: the "budget on CUDA" line is (trial_runner.cpp, Note [The budget
     // on a CUDA target]).
     const int64_t usable = s.usable_budget_bytes.value_or(*s.budget_bytes);
-    const int64_t budgeted = budgeted_peak_bytes(r, s.device == Device::kCuda);
-    const int64_t margin = usable - budgeted;
+    const bool on_gpu = s.device == Device::kCuda;
+    const int64_t margin = usable - budgeted_peak_bytes(r, on_gpu);
     const std::string margin_bytes = format_bytes(margin >= 0 ? margin : -margin);
-    const std::string cuda = s.device != Device::kCuda && r.reserved ? cuda_budget_text(*r.reserved) : std::string();
+    const std::string cuda = !on_gpu && r.reserved ? cuda_budget_text(*r.reserved) : std::string();
     const std::string budget = usable == *s.budget_bytes
                                    ? format_bytes(usable)
                                    : fmt::format("{} ({} usable after {:.0f} % headroom)",
                                                  format_bytes(*s.budget_bytes), format_bytes(usable), 100 * s.headroom);
-    if (!cuda.empty())
+    if (cuda.empty()) {
+      line(fmt::format("budget               {}: peak {} ({} {})", budget, budgeted_peak_text(r, on_gpu),
+                       margin >= 0 ? "fits with" : "exceeds by", margin_bytes));
+    } else {
       line(fmt::format("budget               {}: tensors peak at {}, {} {}", budget, format_bytes(r.peak_bytes),
                        margin_bytes, margin >= 0 ? "under it" : "over it"));
-    else if (budgeted != r.peak_bytes)
-      line(fmt::format("budget               {}: {} reserved at the peak, {} of tensors ({} {})", budget,
-                       format_bytes(budgeted), format_bytes(r.peak_bytes), margin >= 0 ? "fits with" : "exceeds by",
-                       margin_bytes));
-    else
-      line(fmt::format("budget               {}: peak {} ({} {})", budget, format_bytes(r.peak_bytes),
-                       margin >= 0 ? "fits with" : "exceeds by", margin_bytes));
-    if (!cuda.empty())
       line(fmt::format("budget on CUDA       {}{}", r.workspaces ? r.workspaces->target + ": " : "", cuda));
+    }
   }
   return out;
 }

@@ -63,14 +63,11 @@ int64_t Search::budgeted(const ProbeReport& r) const { return budgeted_peak_byte
 ProbeReport Search::verify(const TrainingConfig& config) {
   ProbeReport r = runner_.verify(config);
   ++result_.verification_trials;
-  progress_(fmt::format(
-      "verify {:<60} {}", describe(config),
-      r.outcome == TrialOutcome::kOk
-          ? fmt::format(
-                "peak {}{}, {:.1f} samples/s over {} steps", format_bytes(r.peak_bytes),
-                budgeted(r) != r.peak_bytes ? fmt::format(" ({} reserved)", format_bytes(budgeted(r))) : std::string(),
-                r.samples_per_second, r.steps_run)
-          : outcome_text(r)));
+  progress_(fmt::format("verify {:<60} {}", describe(config),
+                        r.outcome == TrialOutcome::kOk ? fmt::format("peak {}, {:.1f} samples/s over {} steps",
+                                                                     budgeted_peak_text(r, result_.budget_on_reserved),
+                                                                     r.samples_per_second, r.steps_run)
+                                                       : outcome_text(r)));
   return r;
 }
 
@@ -114,8 +111,8 @@ void Search::verify_candidates() {
       ++failed;
       node.note =
           r.outcome == TrialOutcome::kOk
-              ? fmt::format("verified peak {}{} is over the budget: the memory model was wrong; dropped",
-                            format_bytes(budgeted(r)), result_.budget_on_reserved ? " reserved" : "")
+              ? fmt::format("verified peak {} is over the budget: the memory model was wrong; dropped",
+                            budgeted_peak_text(r, result_.budget_on_reserved))
               : fmt::format("verified run: {} after {} steps ({}); {}dropped", to_string(r.outcome), r.steps_run,
                             r.message, r.outcome == TrialOutcome::kOutOfMemory ? "the memory model was wrong; " : "");
       result_.notes.push_back(fmt::format("{}: {}", node.node, node.note));

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
+#include "common/byte_size.h"
+
 namespace oomtune {
 namespace {
 
@@ -21,6 +25,12 @@ int64_t budgeted_peak_bytes(const ProbeReport& r, bool on_reserved) {
   if (on_reserved && r.measured_reserved && r.measured_reserved->peak_reserved_bytes > 0)
     return r.measured_reserved->peak_reserved_bytes;
   return r.peak_bytes;
+}
+
+std::string budgeted_peak_text(const ProbeReport& r, bool on_reserved) {
+  const int64_t budgeted = budgeted_peak_bytes(r, on_reserved);
+  if (budgeted == r.peak_bytes) return format_bytes(r.peak_bytes);
+  return fmt::format("{} of tensors, {} reserved", format_bytes(r.peak_bytes), format_bytes(budgeted));
 }
 
 double budget_scale(const ProbeReport& r, const JobSpec& job) {

@@ -5,6 +5,7 @@
 // search (search_state.h) decides what to probe and calls these.
 
 #include <array>
+#include <string>
 #include <vector>
 
 #include "job/job_spec.h"
@@ -37,6 +38,10 @@ bool budget_on_reserved(const JobSpec& job);
 /// a tensor (probes/cuda_budget.h); the tensors' step peak
 /// (ProbeReport::peak_bytes) otherwise.
 int64_t budgeted_peak_bytes(const ProbeReport& r, bool on_reserved);
+
+/// That peak in words: "130.00 MiB" where it is the tensors', "130.00 MiB
+/// of tensors, 140.00 MiB reserved" where it is the reserved bytes.
+std::string budgeted_peak_text(const ProbeReport& r, bool on_reserved);
 
 /// Bytes: a probe's peak per phase, indexed by Phase, against the budget
 /// (budget_scale); zero outside kStepPhases.

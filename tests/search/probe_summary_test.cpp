@@ -126,8 +126,8 @@ TEST(ProbeSummaryLines, ABudgetOffTheGpuGetsTheCudaVerdict) {
   s.report.measured_reserved->peak_reserved_bytes = 140 * kMiB;
   EXPECT_EQ(line_starting(render_probe_text(s), "budget on CUDA"), "");
   EXPECT_EQ(line_starting(render_probe_text(s), "budget  "),
-            "budget               150.00 MiB (142.00 MiB usable after 5 % headroom): 140.00 MiB reserved at the "
-            "peak, 130.00 MiB of tensors (fits with 2.00 MiB)");
+            "budget               150.00 MiB (142.00 MiB usable after 5 % headroom): peak 130.00 MiB of tensors, "
+            "140.00 MiB reserved (fits with 2.00 MiB)");
   // Without a reserved figure (a CPU probe recording no events) the peak is the tensors'.
   s.device = Device::kCpu;
   s.report.reserved.reset();
