@@ -1,6 +1,7 @@
 #include "search/model_fit.h"
 
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -17,14 +18,21 @@ bool measured_backward_activation(const std::vector<const ProbeReport*>& probes)
   });
 }
 
+// The caching allocator's reserved peak, where the run measured one on the
+// GPU.
+std::optional<int64_t> measured_reserved_peak(const ProbeReport& r) {
+  if (r.measured_reserved && r.measured_reserved->peak_reserved_bytes > 0)
+    return r.measured_reserved->peak_reserved_bytes;
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool budget_on_reserved(const JobSpec& job) { return job.device != Device::kCpu; }
 
 int64_t budgeted_peak_bytes(const ProbeReport& r, bool on_reserved) {
-  if (on_reserved && r.measured_reserved && r.measured_reserved->peak_reserved_bytes > 0)
-    return r.measured_reserved->peak_reserved_bytes;
-  return r.peak_bytes;
+  const std::optional<int64_t> reserved = measured_reserved_peak(r);
+  return on_reserved && reserved ? *reserved : r.peak_bytes;
 }
 
 std::string budgeted_peak_text(const ProbeReport& r, bool on_reserved) {
@@ -36,8 +44,8 @@ std::string budgeted_peak_text(const ProbeReport& r, bool on_reserved) {
 double budget_scale(const ProbeReport& r, const JobSpec& job) {
   if (!budget_on_reserved(job) || r.peak_bytes <= 0) return 1;
   // What the GPU's allocator reserved beats what the simulator predicts.
-  if (r.measured_reserved && r.measured_reserved->peak_reserved_bytes > 0)
-    return static_cast<double>(r.measured_reserved->peak_reserved_bytes) / static_cast<double>(r.peak_bytes);
+  if (const std::optional<int64_t> reserved = measured_reserved_peak(r))
+    return static_cast<double>(*reserved) / static_cast<double>(r.peak_bytes);
   if (r.reserved) return static_cast<double>(r.reserved->peak_reserved_bytes) / static_cast<double>(r.peak_bytes);
   return 1;
 }
