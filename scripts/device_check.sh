@@ -1,53 +1,67 @@
 #!/usr/bin/env bash
-# The checks that need the GPU machine (../shared/device/README.md), one
-# device call each, every step bounded so that the call ends inside the
-# device tool's 10 minutes and its files come back (at most 8 are returned).
+# The checks that need the GPU machine (../shared/device/README.md). A session
+# that is lent one has 15 minutes of device time in all, the machine's start
+# (a minute or two) included, so the GPU work of the open issues is one call
+# of at most 330 s, with time left to run it again:
 #
 #   scripts/device_check.sh --pack       here, once: .device-deps/ (the Debian
 #                                        libraries, ../shared/device/pack-deps)
 #                                        and .device-shared/ (a copy of
 #                                        ../shared/fixtures, which does not travel)
-#   scripts/device_check.sh              there: build oomtune against that
-#                                        machine's PyTorch the way README tells
-#                                        PyTorch 2.x users to (OOMTUNE_TORCH=python
-#                                        ./setup.sh), run the whole test suite
-#                                        (the GPU tests among them), probe both
-#                                        Hugging Face fixtures (the SDPA one must
-#                                        probe there) and the example GPT, on the
-#                                        CPU and on the GPU
-#   scripts/device_check.sh --validate   there, issue #44's docs/validation.md
-#                                        and #46 item 6: per-phase allocated and
-#                                        reserved peaks of oomtune on CUDA, on meta
-#                                        and on the CPU next to eager PyTorch's
-#                                        (scripts/compare_peaks.py), for the example
-#                                        GPT, ResNet-50 and the GPT-2 fixture at
-#                                        micro-batch 8, 16, 32, plain and
-#                                        checkpointed, fp32 and bf16; and four
-#                                        torchvision CNNs no test contains
-#   scripts/device_check.sh --autotune   there, issue #44: autotune --device cuda
+#   scripts/device_check.sh              there, the call (OOMTUNE_DEVICE_SECONDS,
+#                                        330): build what it needs against that
+#                                        machine's PyTorch as README tells PyTorch
+#                                        2.x users (OOMTUNE_TORCH=python
+#                                        ./setup.sh), then, while the peaks of
+#                                        --validate run beside them (the CUDA and
+#                                        eager sides: the meta and CPU sides do not
+#                                        need the GPU and are merged here later),
+#                                        the GPU tests (test_cuda), the example GPT
+#                                        and the SDPA fixture probed on CUDA, the
+#                                        budget on CUDA (#46 item 6) and
+#                                        --snapshots' two snapshots
+#
+# A later call, or a later session, runs one of these alone (560 s each):
+#
+#   scripts/device_check.sh --validate   issue #44's docs/validation.md and #46
+#                                        item 6: per-phase allocated and reserved
+#                                        peaks of oomtune on CUDA next to eager
+#                                        PyTorch's (scripts/compare_peaks.py;
+#                                        OOMTUNE_VALIDATE_SIDES, cuda,eager), for
+#                                        four torchvision CNNs no test contains
+#                                        (AdamW, micro-batch 8), then the example
+#                                        GPT, the GPT-2 fixture and ResNet-50 at
+#                                        micro-batch 8, 16, 32, plain, checkpointed,
+#                                        bf16, both
+#   scripts/device_check.sh --autotune   issue #44: autotune --device cuda
 #                                        against Accelerate's
-#                                        find_executable_batch_size (ResNet-50,
-#                                        AdamW, under 8 and 16 GiB; a 100 M GPT,
-#                                        T = 1024, under 8 GiB), each answer rerun
-#                                        for 100 steps in eager PyTorch
-#                                        (scripts/autotune_vs_accelerate.py)
-#   scripts/device_check.sh --snapshots  there, issues #48 and #44: a Hugging Face
+#                                        find_executable_batch_size, each answer
+#                                        rerun for 100 steps in eager PyTorch
+#                                        (scripts/autotune_vs_accelerate.py); the
+#                                        cases as arguments, by default all three:
+#                                        resnet50:8GiB, resnet50:16GiB (AdamW,
+#                                        224x224) and gpt100m:8GiB (12 blocks,
+#                                        d = 768, T = 1024); one case a call fits
+#                                        the 560 s better
+#   scripts/device_check.sh --snapshots  issues #48 and #44: a Hugging Face
 #                                        GPT-2's out-of-memory snapshot
 #                                        (scripts/record_hf_snapshot.py) and an
 #                                        oomtune trial's, each diagnosed
+#   scripts/device_check.sh --suite      the whole test suite there (the GPU
+#                                        tests among them), the probes of the
+#                                        first call on the CPU too
 #
 # All take carry [".device-deps", ".device-shared"] and write to $OUT
-# (default ./device_out): summary.md (versions, each step's exit status and
-# time, and the step's tables) and the step's files: setup.log, ctest.log,
-# probe_*.json; validation.md, validation.json, validation.tar.gz (every
-# run's output); autotune.md, autotune.json, autotune.tar.gz;
-# snapshots.tar.gz (the snapshots and their diagnoses). The build goes to
-# /tmp/oomtune_build (OOMTUNE_BUILD_DIR) and is reused while the machine
-# stays warm; the modes but the first build only oomtune and its trial
-# module.
+# (default ./device_out), at most the 8 files the device tool returns:
+# summary.md (versions, each step's exit status and time, and its tables),
+# steps.log (every step's stderr), setup.log, and the modes' own: cuda_tests.xml,
+# probes.tar.gz, validation.tar.gz (results.json and every run's output),
+# snapshots.tar.gz (the snapshots and their diagnoses); autotune.tar.gz;
+# ctest.log. The build goes to /tmp/oomtune_build (OOMTUNE_BUILD_DIR) and is
+# reused while the machine stays warm; only --suite builds every target.
 #
 # Knobs for a shorter call (what is left of the session's device time):
-# OOMTUNE_DEVICE_SECONDS, the seconds the whole script may take (560);
+# OOMTUNE_DEVICE_SECONDS, the seconds the whole script may take;
 # OOMTUNE_CTEST_ARGS, arguments added to ctest (say -R 'ChildTrial|Autotune').
 # OOMTUNE_CTEST_THREADS, the OMP_NUM_THREADS of the tests alone (1): ctest
 # -j16 with torch's default of one thread per core ran 16 x 16 threads on 16
@@ -56,13 +70,14 @@
 # and 4 s. Never export OMP_NUM_THREADS to the whole script: nproc answers
 # it, and the build then ran on one core.
 #
-# Here, as a dry run against Debian's libtorch (the SDPA probe then gives its
-# clear load error, and the GPU steps find no CUDA): OOMTUNE_TORCH=debian
+# Here, as a dry run against Debian's libtorch (the GPU steps find no CUDA
+# and say so in one line each): OOMTUNE_TORCH=debian
 # OOMTUNE_PYTHON=/usr/bin/python3 scripts/device_check.sh [MODE]
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root="$PWD"
 mode="${1:-}"
+if [ $# -gt 0 ]; then shift; fi
 
 if [ "$mode" = --pack ]; then
   set -e
@@ -72,8 +87,9 @@ if [ "$mode" = --pack ]; then
   exit 0
 fi
 case "$mode" in
-  ""|--validate|--autotune|--snapshots) ;;
-  *) echo "usage: scripts/device_check.sh [--pack|--validate|--autotune|--snapshots]" >&2; exit 2 ;;
+  ""|--validate|--autotune|--snapshots|--suite) ;;
+  *) echo "usage: scripts/device_check.sh [--pack|--validate|--autotune [CASE ...]|--snapshots|--suite]" >&2
+     exit 2 ;;
 esac
 
 out="${OUT:-$root/device_out}"
@@ -83,10 +99,14 @@ torch_source="${OOMTUNE_TORCH:-python}"
 python="${OOMTUNE_PYTHON:-$(command -v python3)}"
 summary="$out/summary.md"
 : > "$summary"
+: > "$out/steps.log"
 say() { printf '%s\n' "$*" | tee -a "$summary"; }
-# Seconds a step may take: at most CAP, and never past $cap s from the start
-# (the device tool stops a command at 600 s).
-cap="${OOMTUNE_DEVICE_SECONDS:-560}"
+# Seconds a step may take: at most its own, and never past $cap s from the
+# start (the device tool stops a command at 600 s; the first call must leave
+# the session's 15 minutes room for a second).
+default_cap=560
+if [ -z "$mode" ]; then default_cap=330; fi
+cap="${OOMTUNE_DEVICE_SECONDS:-$default_cap}"
 budget() {
   local seconds=$((cap - SECONDS))
   if [ "$1" -lt "$seconds" ]; then seconds=$1; fi
@@ -96,7 +116,8 @@ budget() {
 # The tests and examples find the fixtures at ../shared beside the checkout.
 if [ ! -e ../shared ] && [ -d .device-shared ]; then ln -s "$root/.device-shared" ../shared; fi
 
-say "# oomtune on the GPU machine ($(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+say "# oomtune on the GPU machine: device_check.sh ${mode:-(the first call)} ($(date -u +%Y-%m-%dT%H:%MZ)," \
+    "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $cap s)"
 say ""
 say '```'
 "$python" -c 'import sys, torch
@@ -117,15 +138,20 @@ print("std::filesystem symbols defined by", os.path.basename(lib) + ":",
   tee -a "$summary"
 say '```'
 
-# Set-up as README documents it for PyTorch 2.x, with the libraries carried.
+# Set-up as README documents it for PyTorch 2.x, with the libraries carried;
+# every target for the suite, else what the mode runs.
 start=$SECONDS
-targets=""
-if [ -n "$mode" ]; then targets="oomtune oomtune_trial_module"; fi  # no test runs in these modes
+case "$mode" in
+  --suite) targets="" ;;
+  "") targets="oomtune oomtune_trial_module test_cuda" ;;
+  *) targets="oomtune oomtune_trial_module" ;;
+esac
 OOMTUNE_TORCH="$torch_source" OOMTUNE_PYTHON="$python" OOMTUNE_DEPS="$root/.device-deps/usr" \
   OOMTUNE_BUILD_DIR="$build" OOMTUNE_BUILD_TARGETS="$targets" timeout "$(budget 330)" ./setup.sh > "$out/setup.log" 2>&1
 status=$?
 say ""
-say "## Set-up: OOMTUNE_TORCH=$torch_source ./setup.sh: exit $status in $((SECONDS - start)) s"
+say "## Set-up: OOMTUNE_TORCH=$torch_source OOMTUNE_BUILD_TARGETS=\"$targets\" ./setup.sh: exit $status in" \
+    "$((SECONDS - start)) s"
 say '```'
 grep -iE "warning|error|setup:" "$out/setup.log" | head -n 20 | tee -a "$summary"
 "$build/oomtune" --version 2>&1 | tee -a "$summary"
@@ -134,6 +160,7 @@ if [ "$status" -ne 0 ]; then
   tail -n 40 "$out/setup.log"
   exit 1
 fi
+if [ "$mode" != --suite ]; then rm -f "$out/setup.log"; fi  # its warnings are in the summary
 
 # step TITLE FILE COMMAND...: runs the command with its stdout in $out/FILE
 # and its stderr added to $out/steps.log, and says in the summary how it
@@ -141,70 +168,49 @@ fi
 step() {
   local title=$1 file=$2 start=$SECONDS status
   shift 2
-  echo "== $title" >> "$out/steps.log"
-  "$@" > "$out/$file" 2> "$out/step.err"
+  "$@" > "$out/$file" 2> "$out/$file.err"
   status=$?
-  cat "$out/step.err" >> "$out/steps.log"
+  { echo "== $title"; cat "$out/$file.err"; } >> "$out/steps.log"
   say ""
   say "## $title: exit $status in $((SECONDS - start)) s"
   say ""
   cat "$out/$file" >> "$summary"
-  tail -n 5 "$out/step.err" | sed 's/^/    /' | tee -a "$summary"
-  rm -f "$out/step.err"
+  tail -n 5 "$out/$file.err" | sed 's/^/    /' | tee -a "$summary"
+  rm -f "$out/$file.err"
 }
 
-if [ -n "$mode" ]; then rm -f "$out/setup.log"; fi  # its warnings are in the summary; room for the results
-
-if [ "$mode" = --validate ]; then
+# validate [SECONDS]: compare_peaks.py's cases, the unseen CNNs first, then
+# each flag set over the three jobs and micro-batches, so that a deadline
+# leaves out the least telling ones; "not run" in the tables where it does.
+validate() {
+  local seconds="${1:-$(budget 540)}" work=/tmp/oomtune_validation unseen=/tmp/oomtune_unseen
+  local cases=() cnns=(efficientnet_b0 mobilenet_v3_large convnext_tiny densenet121) cnn flags job micro_batch
+  mkdir -p "$unseen"
   # Torchvision CNNs that no test contains (#46 item 6), scripted, with the
   # ResNet-50 job's inputs and AdamW (the job's default optimizer).
-  unseen=/tmp/oomtune_unseen
-  mkdir -p "$unseen"
-  cnns=(efficientnet_b0 mobilenet_v3_large convnext_tiny densenet121)
   "$python" -c 'import sys, torch, torchvision
 for name in sys.argv[2:]:
     torch.jit.script(getattr(torchvision.models, name)()).save(f"{sys.argv[1]}/{name}.pt")' "$unseen" "${cnns[@]}"
-  cases=()
-  for job in examples/gpt.toml examples/resnet50.toml examples/hf_gpt2.toml; do
-    for micro_batch in 8 16 32; do
-      for flags in "" :ckpt :bf16 :ckpt:bf16; do cases+=("$job:$micro_batch$flags"); done
-    done
-  done
   for cnn in "${cnns[@]}"; do
     sed -e "s#^model = .*#model = \"$cnn.pt\"#" -e '/^\[optimizer\]/,$d' examples/resnet50.toml > "$unseen/$cnn.toml"
     cases+=("$unseen/$cnn.toml:8")
   done
-  seconds="$(budget 540)"
-  step "Peaks: oomtune on CUDA, meta and CPU against eager PyTorch (scripts/compare_peaks.py)" validation.md \
-    timeout "$seconds" "$python" scripts/compare_peaks.py --oomtune "$build/oomtune" --python "$python" \
-    --out /tmp/oomtune_validation --budget 32GiB --jobs 6 --timeout 150 --deadline $((seconds - 40)) "${cases[@]}"
-  cp /tmp/oomtune_validation/results.json "$out/validation.json"
+  for flags in "" :ckpt :bf16 :ckpt:bf16; do
+    for job in examples/gpt.toml examples/hf_gpt2.toml examples/resnet50.toml; do
+      for micro_batch in 8 16 32; do cases+=("$job:$micro_batch$flags"); done
+    done
+  done
+  step "Peaks: oomtune against eager PyTorch (scripts/compare_peaks.py --sides ${OOMTUNE_VALIDATE_SIDES:-cuda,eager})" \
+    validation.md timeout "$seconds" "$python" scripts/compare_peaks.py --oomtune "$build/oomtune" \
+    --python "$python" --out "$work" --sides "${OOMTUNE_VALIDATE_SIDES:-cuda,eager}" --budget 32GiB --jobs 6 \
+    --timeout 150 --deadline $((seconds - 30)) "${cases[@]}"
   tar -czf "$out/validation.tar.gz" -C /tmp oomtune_validation
-  exit 0
-fi
+  rm -f "$out/validation.md"  # in the summary, and again from results.json with --tables
+}
 
-if [ "$mode" = --autotune ]; then
-  work=/tmp/oomtune_autotune
-  mkdir -p "$work"
-  # A GPT of about 100 M parameters (12 blocks, d = 768, vocabulary 8192) at T = 1024.
-  "$python" examples/export_models.py --only gpt --out "$work/models" --gpt-layers 12 --gpt-dim 768 --gpt-heads 12 \
-    --gpt-seq 1024 --gpt-vocab 8192 --gpt-dropout 0
-  sed -e "s#^model = .*#model = \"$root/examples/models/resnet50.pt\"#" -e 's/^global_batch = .*/global_batch = 256/' \
-    -e '/^\[optimizer\]/,$d' -e '/^#/d' examples/resnet50.toml > "$work/resnet50_adamw.toml"
-  sed -e 's/^global_batch = .*/global_batch = 32/' -e 's/"batch", 64/"batch", 1024/' -e 's/range = \[0, 1000\]/range = [0, 8192]/' \
-    -e '/^#/d' examples/gpt.toml > "$work/gpt.toml"
-  seconds="$(budget 540)"
-  step "autotune --device cuda against Accelerate's find_executable_batch_size (scripts/autotune_vs_accelerate.py)" \
-    autotune.md timeout "$seconds" "$python" scripts/autotune_vs_accelerate.py --oomtune "$build/oomtune" \
-    --python "$python" --out "$work/out" --deadline $((seconds - 30)) "$work/resnet50_adamw.toml:8GiB" \
-    "$work/resnet50_adamw.toml:16GiB" "$work/gpt.toml:8GiB"
-  cp "$work/out/results.json" "$out/autotune.json"
-  tar -czf "$out/autotune.tar.gz" -C "$work" out
-  exit 0
-fi
-
-if [ "$mode" = --snapshots ]; then
-  work=/tmp/oomtune_snapshots
+# snapshots: #48's Hugging Face snapshot and #44's trial snapshot, diagnosed.
+snapshots() {
+  local work=/tmp/oomtune_snapshots snapshot
   mkdir -p "$work"
   # #48: transformers' GPT-2 small running out of memory in its forward;
   # the report must name modeling_gpt2.py's lines.
@@ -223,15 +229,132 @@ if [ "$mode" = --snapshots ]; then
     step "oomtune diagnose $(basename "$snapshot")" trial_diagnose.txt timeout "$(budget 60)" "$build/oomtune" \
       diagnose "$snapshot"
   done
-  gzip "$work"/*.pickle "$work"/trial/*.pickle 2> /dev/null  # oomtune diagnose reads .pickle.gz too
+  mv "$out"/hf_snapshot.json "$out"/hf_diagnose.txt "$out"/trial_oom.txt "$out"/trial_diagnose.txt "$work"/ 2> /dev/null
+  gzip -f "$work"/*.pickle "$work"/trial/*.pickle 2> /dev/null  # oomtune diagnose reads .pickle.gz too
   tar -czf "$out/snapshots.tar.gz" -C /tmp oomtune_snapshots
+}
+
+# probe_job NAME FILE DEVICE [ARGS...]: the probe's table in the summary,
+# its JSON (no fits) as probe_<DEVICE>_<NAME>.json in probes.tar.gz.
+probes=/tmp/oomtune_probes
+mkdir -p "$probes"
+probe_job() {
+  local name=$1 file=$2 device=$3 start=$SECONDS table status
+  shift 3
+  table="$(timeout "$(budget 120)" "$build/oomtune" probe "$file" --device "$device" "$@" 2>&1)"
+  status=$?
+  say ""
+  say "## probe $name on $device ($file $*): exit $status in $((SECONDS - start)) s"
+  say '```'
+  say "$table"
+  say '```'
+  timeout "$(budget 60)" "$build/oomtune" probe "$file" --device "$device" --json --no-fit "$@" \
+    > "$probes/probe_${device}_$name.json" 2>> "$out/steps.log"
+}
+
+# #46 item 6: the CPU and meta probes' "budget on CUDA" verdict against a run
+# whose caching allocator is capped at the usable budget. The meta probe
+# predicts that the example GPT runs out of memory under 150 MiB (220 MiB
+# reserved, the first failure a 7.81 MiB aten::linear request in forward)
+# and fits under 256 MiB.
+budget_on_cuda() {
+  local budget_size start predicted measured
+  for budget_size in 150MiB 256MiB; do
+    start=$SECONDS
+    predicted="$(timeout "$(budget 60)" "$build/oomtune" probe examples/gpt.toml --device meta --no-fit \
+                 --budget "$budget_size" 2>&1 | grep -E '^(step  |budget|predicted reserved|oomtune:)')"
+    measured="$(timeout "$(budget 120)" "$build/oomtune" probe examples/gpt.toml --device cuda --no-fit \
+                --enforce-budget --budget "$budget_size" 2>&1 |
+                grep -E '^(outcome|step  |budget|measured reserved|predicted reserved|oomtune:)')"
+    say ""
+    say "## The budget on CUDA at $budget_size: meta's prediction, then a capped CUDA run ($((SECONDS - start)) s)"
+    say '```'
+    say "$predicted"
+    say "--- cuda, --enforce-budget:"
+    say "$measured"
+    say '```'
+  done
+}
+
+case "$mode" in
+  --validate) validate; exit 0 ;;
+  --snapshots) snapshots; exit 0 ;;
+  --autotune)
+    work=/tmp/oomtune_autotune
+    mkdir -p "$work"
+    sed -e "s#^model = .*#model = \"$root/examples/models/resnet50.pt\"#" -e 's/^global_batch = .*/global_batch = 256/' \
+      -e '/^\[optimizer\]/,$d' -e '/^#/d' examples/resnet50.toml > "$work/resnet50.toml"
+    sed -e 's/^global_batch = .*/global_batch = 32/' -e 's/"batch", 64/"batch", 1024/' \
+      -e 's/range = \[0, 1000\]/range = [0, 8192]/' -e '/^#/d' examples/gpt.toml > "$work/gpt100m.toml"
+    cases=()
+    if [ $# -eq 0 ]; then set -- resnet50:8GiB resnet50:16GiB gpt100m:8GiB; fi
+    case " $* " in
+      *" gpt100m:"*)  # a GPT of about 100 M parameters (12 blocks, d = 768, vocabulary 8192) at T = 1024
+        "$python" examples/export_models.py --only gpt --out "$work/models" --gpt-layers 12 --gpt-dim 768 \
+          --gpt-heads 12 --gpt-seq 1024 --gpt-vocab 8192 --gpt-dropout 0 ;;
+    esac
+    for case in "$@"; do cases+=("$work/${case%%:*}.toml:${case#*:}"); done
+    seconds="$(budget 540)"
+    step "autotune --device cuda against Accelerate's find_executable_batch_size (scripts/autotune_vs_accelerate.py)" \
+      autotune.md timeout "$seconds" "$python" scripts/autotune_vs_accelerate.py --oomtune "$build/oomtune" \
+      --python "$python" --out "$work/out" --deadline $((seconds - 30)) "${cases[@]}"
+    rm -f "$out/autotune.md"  # in the summary
+    tar -czf "$out/autotune.tar.gz" -C "$work" out
+    exit 0 ;;
+esac
+
+cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
+test_threads="${OOMTUNE_CTEST_THREADS:-1}"
+# The SDPA fixture's job: examples/hf_gpt2.toml with the other file.
+sdpa_job=/tmp/hf_gpt2_sdpa.toml
+sed "s#^model = .*#model = \"$(cd ../shared && pwd)/fixtures/torchscript/hf_gpt2_sdpa_trace.pt\"#" \
+  examples/hf_gpt2.toml > "$sdpa_job"
+
+if [ -z "$mode" ]; then
+  # The peaks need the most time and no other step's results: they run
+  # beside the rest, each run its own process with its own CUDA context
+  # and caching allocator (the figures do not mix), until 25 s before the
+  # end. Their summary goes to a file of its own, added at the end.
+  validation_seconds=$((cap - SECONDS - 25))
+  : > "$out/validation_summary.md"
+  summary="$out/validation_summary.md" validate "$validation_seconds" > /dev/null 2>&1 &
+  validation=$!
+
+  # The GPU tests, the allocator's own figures against known bytes (ctest
+  # makes the test models they need first).
+  start=$SECONDS
+  OMP_NUM_THREADS="$test_threads" timeout "$(budget 150)" ctest --test-dir "$build" -R '^Cuda' \
+    --output-on-failure -j4 --timeout 120 --output-junit "$out/cuda_tests.xml" > "$out/cuda_tests.log" 2>&1
+  status=$?
+  say ""
+  say "## GPU tests: ctest -R '^Cuda': exit $status in $((SECONDS - start)) s"
+  say '```'
+  grep -E '\*\*\*|tests passed|Total Test time|Failure|Expected|Which is|actual' "$out/cuda_tests.log" |
+    sed 's/ \.\.\.*/ /' | head -n 60 | tee -a "$summary"
+  say '```'
+  rm -f "$out/cuda_tests.log"  # the XML holds the messages and the figures the tests record
+
+  # The example GPT on CUDA with the retained-activation fit; the SDPA
+  # fixture on CUDA and on meta for a CUDA target (#46 item 3: the flash
+  # kernel's bytes, not T x T).
+  probe_job gpt examples/gpt.toml cuda
+  probe_job sdpa "$sdpa_job" cuda --no-fit
+  probe_job sdpa "$sdpa_job" meta --no-fit
+  budget_on_cuda
+  snapshots
+  tar -czf "$out/probes.tar.gz" -C /tmp oomtune_probes
+
+  wait "$validation"
+  cat "$out/validation_summary.md" >> "$summary"
+  rm -f "$out/validation_summary.md"
+  say ""
+  say "Done in $SECONDS s."
   exit 0
 fi
 
-# The whole test suite (fuzz needs clang's libFuzzer, absent there: skipped).
+# --suite: the whole test suite (fuzz needs clang's libFuzzer, absent
+# there: skipped), then the probes on the CPU and on the GPU.
 start=$SECONDS
-cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
-test_threads="${OOMTUNE_CTEST_THREADS:-1}"
 # shellcheck disable=SC2086  # OOMTUNE_CTEST_ARGS is a list of arguments
 OMP_NUM_THREADS="$test_threads" timeout "$(budget $((cap - 80 - SECONDS)))" ctest --test-dir "$build" \
   --output-on-failure -j"$cores" --timeout 300 ${OOMTUNE_CTEST_ARGS:-} > "$out/ctest.log" 2>&1
@@ -263,51 +386,12 @@ if [ -n "$crashed" ] && command -v cuda-gdb > /dev/null && [ "$(budget 60)" -gt 
   say '```'
 fi
 
-# probe_job NAME FILE DEVICE [json]: the probe's table in the summary, and
-# with json its JSON (no fits) beside it as probe_<DEVICE>_<NAME>.json.
-probe_job() {
-  local name=$1 file=$2 device=$3 json=${4:-} start=$SECONDS table status
-  table="$(timeout "$(budget 120)" "$build/oomtune" probe "$file" --device "$device" 2>&1)"
-  status=$?
-  say ""
-  say "## probe $name on $device ($file): exit $status in $((SECONDS - start)) s"
-  say '```'
-  say "$table"
-  say '```'
-  [ -n "$json" ] || return 0
-  timeout "$(budget 60)" "$build/oomtune" probe "$file" --device "$device" --json --no-fit \
-    > "$out/probe_${device}_$name.json" 2>/dev/null
-}
-
 # Both fixtures probed end to end on the CPU (the SDPA one must probe on a
 # libtorch that has aten::scaled_dot_product_attention), and the example
-# GPT; then the example GPT and the eager GPT-2 fixture on the GPU itself
-# (issue #44: the CUDA backend).
-sdpa_job=/tmp/hf_gpt2_sdpa.toml
-sed "s#^model = .*#model = \"$(cd ../shared && pwd)/fixtures/torchscript/hf_gpt2_sdpa_trace.pt\"#" \
-  examples/hf_gpt2.toml > "$sdpa_job"
-probe_job eager examples/hf_gpt2.toml cpu json
-probe_job sdpa "$sdpa_job" cpu json
+# GPT; then the example GPT and the eager GPT-2 fixture on the GPU.
+probe_job eager examples/hf_gpt2.toml cpu
+probe_job sdpa "$sdpa_job" cpu
 probe_job gpt examples/gpt.toml cpu
-probe_job gpt examples/gpt.toml cuda json
-probe_job eager examples/hf_gpt2.toml cuda json
-
-# #46 item 6: the CPU and meta probes' "budget on CUDA" verdict against a run
-# whose caching allocator is capped at the usable budget. The meta probe
-# predicts that the example GPT runs out of memory under 150 MiB (220 MiB
-# reserved, the first failure a 7.81 MiB aten::linear request in forward)
-# and fits under 256 MiB. Summary only: the call already returns 8 files.
-for budget_size in 150MiB 256MiB; do
-  start=$SECONDS
-  predicted="$(timeout "$(budget 60)" "$build/oomtune" probe examples/gpt.toml --device meta --no-fit \
-               --budget "$budget_size" 2>&1 | grep -E '^(step  |budget|predicted reserved|oomtune:)')"
-  measured="$(timeout "$(budget 120)" "$build/oomtune" probe examples/gpt.toml --device cuda --no-fit \
-              --enforce-budget --budget "$budget_size" 2>&1 | grep -E '^(outcome|step  |budget|measured reserved|predicted reserved|oomtune:)')"
-  say ""
-  say "## The budget on CUDA at $budget_size: meta's prediction, then a capped CUDA run ($((SECONDS - start)) s)"
-  say '```'
-  say "$predicted"
-  say "--- cuda, --enforce-budget:"
-  say "$measured"
-  say '```'
-done
+probe_job gpt examples/gpt.toml cuda
+probe_job eager examples/hf_gpt2.toml cuda
+tar -czf "$out/probes.tar.gz" -C /tmp oomtune_probes

@@ -29,10 +29,11 @@
 
 namespace oomtune {
 
-/// Throws InputError when `job` asks for device = "cuda": with the reason a
-/// GPU cannot be used here (no driver, an old driver, no device visible;
-/// probes/cuda_device.h) where the build has CUDA, else because trials do
-/// not yet measure a GPU's memory (issue #44). Does nothing for "cpu".
+/// Throws InputError when `job` asks for device = "cuda" and cannot have it:
+/// with the reason a GPU cannot be used here (no driver, an old driver, no
+/// device visible; probes/cuda_device.h) where the build has CUDA, else
+/// because this trial module was built without CUDA. Does nothing for "cpu",
+/// "meta", or "cuda" where a GPU answers.
 void require_cuda_trial(const JobSpec& job);
 
 /// Throws InputError "JOB: device = \"meta\" needs libtorch 2 or newer ..."
