@@ -13,9 +13,9 @@
 #                                        machine's PyTorch as README tells PyTorch
 #                                        2.x users (OOMTUNE_TORCH=python
 #                                        ./setup.sh), then, while the peaks of
-#                                        --validate run beside them (the CUDA and
-#                                        eager sides: the meta and CPU sides do not
-#                                        need the GPU and are merged here later),
+#                                        --validate run beside them (the CUDA,
+#                                        eager and meta sides: the slow CPU side
+#                                        needs no GPU and is merged here later),
 #                                        the GPU tests (test_cuda), the example GPT
 #                                        and the SDPA fixture probed on CUDA, the
 #                                        budget on CUDA (#46 item 6) and
@@ -27,7 +27,9 @@
 #                                        item 6: per-phase allocated and reserved
 #                                        peaks of oomtune on CUDA next to eager
 #                                        PyTorch's (scripts/compare_peaks.py;
-#                                        OOMTUNE_VALIDATE_SIDES, cuda,eager), for
+#                                        OOMTUNE_VALIDATE_SIDES, cuda,eager,meta:
+#                                        meta after the pairs; the CPU side, as
+#                                        meta's bytes, runs here if needed), for
 #                                        four torchvision CNNs no test contains
 #                                        (AdamW, micro-batch 8), then the example
 #                                        GPT, the GPT-2 fixture and ResNet-50 at
@@ -200,9 +202,9 @@ for name in sys.argv[2:]:
       for micro_batch in 8 16 32; do cases+=("$job:$micro_batch$flags"); done
     done
   done
-  step "Peaks: oomtune against eager PyTorch (scripts/compare_peaks.py --sides ${OOMTUNE_VALIDATE_SIDES:-cuda,eager})" \
+  step "Peaks: oomtune against eager PyTorch (scripts/compare_peaks.py --sides ${OOMTUNE_VALIDATE_SIDES:-cuda,eager,meta})" \
     validation.md timeout "$seconds" "$python" scripts/compare_peaks.py --oomtune "$build/oomtune" \
-    --python "$python" --out "$work" --sides "${OOMTUNE_VALIDATE_SIDES:-cuda,eager}" --budget 32GiB --jobs 6 \
+    --python "$python" --out "$work" --sides "${OOMTUNE_VALIDATE_SIDES:-cuda,eager,meta}" --budget 32GiB --jobs 6 \
     --timeout 150 --deadline $((seconds - 30)) "${cases[@]}"
   tar -czf "$out/validation.tar.gz" -C /tmp oomtune_validation
   rm -f "$out/validation.md"  # in the summary, and again from results.json with --tables

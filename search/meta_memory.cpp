@@ -42,9 +42,10 @@ namespace oomtune::search_detail {
 // probes on meta]). Candidates are still verified by real runs in fresh
 // processes.
 // The first meta run, the plain configuration at the global batch, tells
-// whether meta works for the model at all (libtorch before 2.0, an operator
-// without a meta kernel, bf16 autocast, which libtorch has no meta kernels
-// for): if not, the whole search uses the lines and a note says why. A
+// whether meta works for the model at all (an operator without a meta
+// kernel, bf16 autocast, which libtorch has no meta kernels for): if not,
+// the whole search uses the lines and a note says why, as it does where the
+// runner has no meta device (a libtorch before 2.0). A
 // later meta run that fails leaves its node to the lines, and a note names
 // it (note_meta_failures).
 void Search::start_meta() {
@@ -52,9 +53,8 @@ void Search::start_meta() {
   if (options_.memory_from != MemorySource::kMeta && !options_.memory_only) return;
   const ProbeReport* r = meta_run(with_micro_batch(base_, job_.global_batch, job_.global_batch));
   if (!r) {
-    if (options_.memory_only)
-      throw InputError(fmt::format("{}: trials here cannot run on the meta device", job_.model_path));
-    result_.notes.push_back("memory from the probes' lines: trials here cannot run on the meta device");
+    if (options_.memory_only) throw InputError(fmt::format("{}: {}", job_.model_path, runner_.no_meta_device_reason()));
+    result_.notes.push_back("memory from the probes' lines: " + runner_.no_meta_device_reason());
     return;
   }
   if (r->outcome != TrialOutcome::kOk) {

@@ -13,6 +13,7 @@
 #include "common/byte_size.h"
 #include "common/error.h"
 #include "common/json_text.h"
+#include "compat/torch_compat.h"
 #include "job/job_spec.h"
 #include "recipes/recipes.h"
 #include "recipes/zero_estimate.h"
@@ -69,6 +70,7 @@ class ChildTrialRunner : public TrialRunner {
   }
 
   std::optional<ProbeReport> measure_on_meta(const TrainingConfig& config) override {
+    if (!compat::kMetaDeviceCounted) return std::nullopt;  // libtorch 1.13: no child is spent on it
     JobSpec meta_job = job_;
     meta_job.device = Device::kMeta;
     TrialOptions options;
@@ -80,6 +82,8 @@ class ChildTrialRunner : public TrialRunner {
     // and libtorch loads once instead of once per run.
     return meta_.run(meta_job, config, options);
   }
+
+  std::string no_meta_device_reason() const override { return compat::meta_device_problem(); }
 
  private:
   static ChildTrialOptions child_options(const JobSpec& job) {
