@@ -28,8 +28,8 @@
 #                                        peaks of oomtune on CUDA next to eager
 #                                        PyTorch's (scripts/compare_peaks.py;
 #                                        OOMTUNE_VALIDATE_SIDES, cuda,eager,meta:
-#                                        meta after the pairs; the CPU side, as
-#                                        meta's bytes, runs here if needed), for
+#                                        meta after the pairs; the CPU side, the
+#                                        same bytes as meta's, runs here), for
 #                                        four torchvision CNNs no test contains
 #                                        (AdamW, micro-batch 8), then the example
 #                                        GPT, the GPT-2 fixture and ResNet-50 at
