@@ -18,8 +18,9 @@
 #                                        needs no GPU and is merged here later),
 #                                        the GPU tests (test_cuda), the example GPT
 #                                        and the SDPA fixture probed on CUDA, the
-#                                        budget on CUDA (#46 item 6) and
-#                                        --snapshots' two snapshots
+#                                        budget on CUDA (#46 item 6), --snapshots'
+#                                        two snapshots and the example GPT's
+#                                        autotune on CUDA under 256 MiB
 #
 # A later call, or a later session, runs one of these alone (560 s each):
 #
@@ -344,6 +345,12 @@ if [ -z "$mode" ]; then
   probe_job sdpa "$sdpa_job" meta --no-fit
   budget_on_cuda
   snapshots
+  # #44 item 3: a whole autotune on the GPU, its verified runs held by the
+  # reserved bytes the allocator's cap limits (tested against a fake GPU
+  # only); the larger cases are --autotune's.
+  step "autotune examples/gpt.toml --device cuda --budget 256MiB" autotune_gpt.txt timeout "$(budget 120)" \
+    "$build/oomtune" autotune examples/gpt.toml --device cuda --budget 256MiB --snapshot-dir /tmp/oomtune_probes/snapshots
+  mv "$out/autotune_gpt.txt" "$probes/"
   tar -czf "$out/probes.tar.gz" -C /tmp oomtune_probes
 
   wait "$validation"

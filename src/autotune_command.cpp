@@ -85,6 +85,16 @@ class ChildTrialRunner : public TrialRunner {
 
   std::string no_meta_device_reason() const override { return compat::meta_device_problem(); }
 
+  /// Throws InputError, with the trial's one line, when a child finds that
+  /// the job's device cannot run here (no NVIDIA driver, no device
+  /// visible: require_cuda_trial). Costs one child start, no model load.
+  void require_device() {
+    TrialOptions options;
+    options.device_check_only = true;
+    const ProbeReport r = run_trial_in_child(job_, TrainingConfig{}, options, child_);
+    if (r.outcome == TrialOutcome::kError && r.input_error) throw InputError(r.message);
+  }
+
  private:
   static ChildTrialOptions child_options(const JobSpec& job) {
     ChildTrialOptions child;
@@ -276,6 +286,10 @@ int run_autotune(const AutotuneFlags& flags) {
   fmt::print(stderr, "autotune: {} under {} on {}\n", report.job.model_path, format_bytes(*report.job.budget_bytes),
              device_name(report.job.device));
   ChildTrialRunner runner(report.job, flags.snapshots);
+  // Whether a GPU answers, before the search's meta runs come first (a 7B
+  // model's take minutes): a CUDA build asks a child (this process does
+  // not load libtorch).
+  if (report.job.device == Device::kCuda) runner.require_device();
   if (report.job.has_seq() && report.job.seq_lengths)
     fmt::print(stderr,
                "autotune: every trial's warm-up and measured step at sequence length {} (the longest of the job's "

@@ -23,6 +23,10 @@ struct TrialOptions {
   // marks, and if the trial runs out of memory write its snapshot (the
   // pickle torch.cuda.memory._dump_snapshot writes) here; "" records none.
   std::string snapshot_path;
+  // Return after the device checks (require_cuda_trial, require_meta_trial)
+  // with nothing measured: the parent asks whether the job's device can run
+  // before it spends trials elsewhere (autotune's meta runs come first).
+  bool device_check_only = false;
   double timing_tolerance = 0.15;       // relative agreement of consecutive timed steps
   std::function<void(Phase)> on_phase;  // told as each phase begins (crash reports, fault tests); not sent to a child
 };

@@ -12,10 +12,15 @@ namespace oomtune {
 namespace {
 
 nlohmann::json options_json(const TrialOptions& o) {
-  return {{"min_timed_steps", o.min_timed_steps},   {"max_timed_steps", o.max_timed_steps},
-          {"total_steps", o.total_steps},           {"enforce_budget", o.enforce_budget},
-          {"record_events", o.record_events},       {"timing_tolerance", o.timing_tolerance},
-          {"step_events_path", o.step_events_path}, {"snapshot_path", o.snapshot_path}};
+  return {{"min_timed_steps", o.min_timed_steps},
+          {"max_timed_steps", o.max_timed_steps},
+          {"total_steps", o.total_steps},
+          {"enforce_budget", o.enforce_budget},
+          {"record_events", o.record_events},
+          {"timing_tolerance", o.timing_tolerance},
+          {"step_events_path", o.step_events_path},
+          {"snapshot_path", o.snapshot_path},
+          {"device_check_only", o.device_check_only}};
 }
 
 TrialOptions options_from_json(const nlohmann::json& j) {
@@ -28,6 +33,7 @@ TrialOptions options_from_json(const nlohmann::json& j) {
   o.timing_tolerance = j.at("timing_tolerance").get<double>();
   o.step_events_path = j.value("step_events_path", "");
   o.snapshot_path = j.value("snapshot_path", "");
+  o.device_check_only = j.value("device_check_only", false);
   return o;
 }
 

@@ -317,9 +317,10 @@ void require_meta_trial(const JobSpec& job) {
 ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const TrialOptions& options) {
   require_cuda_trial(job);
   require_meta_trial(job);
+  ProbeReport report;
+  if (options.device_check_only) return report;
   const bool meta = job.device == Device::kMeta;
   const TrainingConfig config = normalize_config(requested, job);
-  ProbeReport report;
   report.config = to_string(config);
   report.micro_batch = config.micro_batch;
   report.accumulation_steps = config.accumulation_steps;

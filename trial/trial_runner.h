@@ -50,7 +50,9 @@ void require_meta_trial(const JobSpec& job);
 /// model, bad config) — the child-process wrapper turns those into outcome
 /// kError — and require_cuda_trial's and require_meta_trial's InputError
 /// first. On the meta device it runs the warm-up and the measured step only
-/// and reports no timing (StepTiming::measured false).
+/// and reports no timing (StepTiming::measured false). With
+/// options.device_check_only it returns an empty kOk report once those two
+/// checks pass.
 ProbeReport run_trial(const JobSpec& job, const TrainingConfig& config, const TrialOptions& options);
 
 }  // namespace oomtune

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/error.h"
 #include "compat/torch_compat.h"
 #include "quick_trial.h"
 #include "strategies/job_config.h"
@@ -48,6 +49,7 @@ TEST(TrialRequestFile, TheOptionsTravelWhole) {
   options.step_events_path = "/tmp/events.json";
   options.snapshot_path = "oomtune-snapshots/gpt-2-8x1.pickle";
   options.timing_tolerance = 0.25;
+  options.device_check_only = true;
   const JobSpec job = testing::gpt_job(8);
   const std::string path =
       testing::write_temp_file("request.json", trial_request_json(job, baseline_config(job), options).dump());
@@ -60,6 +62,25 @@ TEST(TrialRequestFile, TheOptionsTravelWhole) {
   EXPECT_EQ(back.step_events_path, "/tmp/events.json");
   EXPECT_EQ(back.snapshot_path, "oomtune-snapshots/gpt-2-8x1.pickle");
   EXPECT_DOUBLE_EQ(back.timing_tolerance, 0.25);
+  EXPECT_TRUE(back.device_check_only);
+}
+
+// The device check autotune asks a child for first: the job's device is
+// checked and nothing else, not even the model file, which here is missing.
+TEST(TrialDeviceCheck, ChecksTheDeviceAndLoadsNothing) {
+  JobSpec job = testing::gpt_job(8);
+  job.model_path = "no_such_model.pt";
+  TrialOptions check;
+  check.device_check_only = true;
+  const ProbeReport r = run_trial(job, TrainingConfig{}, check);
+  EXPECT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
+  EXPECT_EQ(r.steps_run, 0);
+  EXPECT_ANY_THROW(run_trial(job, TrainingConfig{}, testing::one_timed_step()));  // the model is looked for
+  job.device = Device::kMeta;
+  if (compat::kMetaDeviceCounted)
+    EXPECT_EQ(run_trial(job, TrainingConfig{}, check).outcome, TrialOutcome::kOk);
+  else
+    EXPECT_THROW(run_trial(job, TrainingConfig{}, check), InputError);  // libtorch 1.13 cannot count meta
 }
 
 TEST_F(ChildTrial, AnOrdinaryTrialReportsWhatAnInProcessOneDoes) {

@@ -53,12 +53,11 @@ target = "labels"
 )");
 }
 
-// A CUDA job stops before any trial: one line, exit 2, no progress. The
-// memory tracker has only its CPU backend, so a CUDA trial would measure
-// nothing of the GPU's memory, with or without CUDA in libtorch.
 // A CUDA job says in one line, exit 2, why it cannot run here (issue #44,
 // item 6): a build without CUDA before any trial; a CUDA build from its
 // trial, which asks the CUDA runtime before it looks at the model file.
+// autotune asks a child first, before the search's meta runs, which would
+// otherwise come before the first CUDA trial (minutes for a 7B model).
 TEST(Cli, ACudaJobSaysInOneLineWhyItCannotRunHere) {
   // "oomtune 0.1.0 (libtorch 1.13.0, CUDA: no)"
   const std::string version = run_oomtune("--version").out;
@@ -78,6 +77,7 @@ TEST(Cli, ACudaJobSaysInOneLineWhyItCannotRunHere) {
     if (cuda && driver && line.find("no such model file") != std::string::npos)
       continue;  // a GPU answers: the trial gets past the device to the model
     EXPECT_EQ(line.find("no such model file"), std::string::npos) << "the device comes first: " << line;
+    EXPECT_EQ(r.err.find("autotune: meta"), std::string::npos) << "no meta run before the device: " << r.err;
     if (!cuda) {
       EXPECT_EQ(r.err, "oomtune: " + job + ": device = \"cuda\", but this oomtune is built against libtorch " +
                            torch_version +
