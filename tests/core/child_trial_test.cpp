@@ -76,6 +76,11 @@ TEST(TrialDeviceCheck, ChecksTheDeviceAndLoadsNothing) {
   EXPECT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   EXPECT_EQ(r.steps_run, 0);
   EXPECT_ANY_THROW(run_trial(job, TrainingConfig{}, testing::one_timed_step()));  // the model is looked for
+  // From a child, as autotune asks it: the empty report comes back whole.
+  ChildTrialOptions child;
+  child.executable = testing::kOomtuneBinary;
+  const ProbeReport from_child = run_trial_in_child(job, TrainingConfig{}, check, child);
+  EXPECT_EQ(from_child.outcome, TrialOutcome::kOk) << from_child.message;
   job.device = Device::kMeta;
   if (compat::kMetaDeviceCounted)
     EXPECT_EQ(run_trial(job, TrainingConfig{}, check).outcome, TrialOutcome::kOk);
