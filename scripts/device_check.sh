@@ -349,7 +349,7 @@ if [ -z "$mode" ]; then
   # reserved bytes the allocator's cap limits (tested against a fake GPU
   # only); the larger cases are --autotune's.
   step "autotune examples/gpt.toml --device cuda --budget 256MiB" autotune_gpt.txt timeout "$(budget 120)" \
-    "$build/oomtune" autotune examples/gpt.toml --device cuda --budget 256MiB --snapshot-dir /tmp/oomtune_probes/snapshots
+    "$build/oomtune" autotune examples/gpt.toml --device cuda --budget 256MiB --snapshot-dir "$probes/snapshots"
   mv "$out/autotune_gpt.txt" "$probes/"
   tar -czf "$out/probes.tar.gz" -C /tmp oomtune_probes
 
