@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
@@ -126,24 +128,36 @@ void Search::verify_candidates() {
     const TrailNode& node = result_.trail[i];
     if (node.verification && fits_budget(*node.verification)) fitting.push_back(i);
   }
-  // Recomputation only adds work: a verified run that differs from another
-  // verified one only by checkpointing cannot be faster than it, and
-  // measured faster it measured noise (ResNet-50, 2-core CPU under load:
+  // Rules: Work added (search.h): a verified run that differs from another
+  // verified one only by strategies that add work cannot be faster than it,
+  // and measured faster it measured noise (ResNet-50, 2-core CPU under load:
   // its first block checkpointed ran 4.7 samples/s, plain 4.1, and was
-  // chosen). It counts at the other's speed.
+  // chosen; the example GPT-2 fixture on the CPU: offload 665 samples/s,
+  // plain 589). It counts at the other's speed. The simpler runs settle
+  // first, so a run compares with speeds already settled.
   std::map<std::size_t, double> speed;
   for (std::size_t i : fitting) speed[i] = result_.trail[i].verification->samples_per_second;
-  for (std::size_t i : fitting) {
-    TrailNode& node = result_.trail[i];
-    if (!node.config.checkpoint.enabled()) continue;
-    TrainingConfig without = node.config;
-    without.checkpoint = CheckpointPlan{};
-    for (std::size_t j : fitting) {
-      if (result_.trail[j].config != without || speed[j] >= speed[i]) continue;
+  std::vector<std::size_t> simplest_first = fitting;
+  std::stable_sort(simplest_first.begin(), simplest_first.end(), [&](std::size_t a, std::size_t b) {
+    return strategy_count(result_.trail[a].config, job_base_) < strategy_count(result_.trail[b].config, job_base_);
+  });
+  for (std::size_t i : simplest_first) {
+    const TrainingConfig& config = result_.trail[i].config;
+    for (std::size_t j : simplest_first) {
+      const TrainingConfig& other = result_.trail[j].config;
+      TrainingConfig without = config;
+      std::vector<std::string> removed, work;
+      for (const StrategyRow& row : strategy_table()) {
+        if (row.turn_off == nullptr || !row.used(config, job_base_) || row.used(other, job_base_)) continue;
+        row.turn_off(without);
+        removed.push_back(row.probe_name);
+        work.push_back(row.only_adds_work);
+      }
+      if (removed.empty() || without != other || speed[j] >= speed[i]) continue;
       result_.notes.push_back(fmt::format(
-          "{}: verified at {:.1f} samples/s, faster than the same configuration without checkpointing ({:.1f}); "
-          "recomputation cannot make a step faster, so it counts at {:.1f} (timing noise)",
-          node.node, speed[i], speed[j], speed[j]));
+          "{}: verified at {:.1f} samples/s, faster than the same configuration without {} ({:.1f}); {} cannot "
+          "make a step faster, so it counts at {:.1f} (timing noise)",
+          result_.trail[i].node, speed[i], fmt::join(removed, " and "), speed[j], fmt::join(work, " and "), speed[j]));
       speed[i] = speed[j];
     }
   }

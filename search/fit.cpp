@@ -4,6 +4,8 @@
 #include "search/search_state.h"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
@@ -21,6 +23,34 @@ namespace {
 // Bytes of one bf16 parameter element (c10/util/BFloat16.h: 16 bits), the
 // weights' storage under bf16_params (Note [Parameters alone]).
 constexpr int64_t kBf16ParameterBytes = 2;
+
+// Rules: Work added (search.h): a strategy that only adds work and measured
+// faster than the base measured noise. Left as it was, checkpointing ranked
+// first (ResNet-50, 2-core CPU under load: 1.49 s vs plain 1.50 s), and
+// offload, whose "host" on the CPU backend is the same memory, could too.
+// Raises `effect`'s time ratios to 1 and says so, or returns "" where none
+// was below.
+std::string no_faster_than_without(const StrategyRow& row, StrategyEffect& effect) {
+  std::vector<std::string> measured;
+  if (effect.time_ratio < 1 || effect.time_slope_ratio < 1) {
+    const std::string per_micro_batch = fmt::format("{:.3f}x", effect.time_ratio);
+    const std::string per_sample = fmt::format("{:.3f}x", effect.time_slope_ratio);
+    measured.push_back((per_micro_batch == per_sample
+                            ? per_micro_batch
+                            : per_micro_batch + " per micro-batch and " + per_sample + " per sample") +
+                       " the plain step time");
+  }
+  if (effect.optimizer_time_ratio < 1)
+    measured.push_back(fmt::format("{:.3f}x the plain optimizer step", effect.optimizer_time_ratio));
+  if (measured.empty()) return "";
+  effect.time_ratio = std::max(1.0, effect.time_ratio);
+  effect.time_slope_ratio = std::max(1.0, effect.time_slope_ratio);
+  effect.optimizer_time_ratio = std::max(1.0, effect.optimizer_time_ratio);
+  return fmt::format(
+      "{}: measured at {}; {} cannot make a step faster, so it is predicted at no less than 1x "
+      "(timing noise)",
+      row.probe_name, fmt::join(measured, " and "), row.only_adds_work);
+}
 
 }  // namespace
 
@@ -111,23 +141,6 @@ StrategyEffect Search::probe_checkpointing(const std::vector<int64_t>& sizes) {
     if (effect.available) {
       checkpoint_all_ = c.checkpoint;
       if (!refused.empty()) checkpoint_label_ = fmt::format("all blocks but {}", fmt::join(refused, ", "));
-      // Recomputation only adds work, so a step measured faster than the
-      // plain one measured noise; left as it is, it ranked checkpointing
-      // first (ResNet-50, 2-core CPU under load: 1.49 s vs plain 1.50 s).
-      if (effect.time_ratio < 1 || effect.time_slope_ratio < 1) {
-        const std::string per_micro_batch = fmt::format("{:.3f}x", effect.time_ratio);
-        const std::string per_sample = fmt::format("{:.3f}x", effect.time_slope_ratio);
-        const std::string measured = per_micro_batch == per_sample
-                                         ? per_micro_batch
-                                         : per_micro_batch + " per micro-batch and " + per_sample + " per sample";
-        result_.notes.push_back(
-            fmt::format("activation checkpointing: measured at {} the plain step time; "
-                        "recomputation cannot make a step faster, so it is predicted at no "
-                        "less than 1x (timing noise)",
-                        measured));
-        effect.time_ratio = std::max(1.0, effect.time_ratio);
-        effect.time_slope_ratio = std::max(1.0, effect.time_slope_ratio);
-      }
       effect.optimizer_time_ratio = 1;  // recomputation happens in backward; the optimizer step is the same
       return effect;
     }
@@ -252,12 +265,12 @@ bool Search::fit_models() {
             fmt::format("{}: not tried (the job trains with {})", row.probe_name, job_.optimizer.kind));
       continue;
     }
-    if (row.id == Strategy::kCheckpointing && plain_verified_at_global_batch()) {
+    if (row.only_adds_work != nullptr && plain_verified_at_global_batch()) {
       // Note [Plain's verification times it] (meta_memory.cpp)
-      result_.notes.push_back(fmt::format(
-          "{}: not probed: plain {} x 1 ran its verification within the budget, and recomputation cannot make a "
-          "step faster than it",
-          row.probe_name, job_.global_batch));
+      result_.notes.push_back(
+          fmt::format("{}: not probed: plain {} x 1 ran its verification within the budget, and {} cannot make a "
+                      "step faster than it",
+                      row.probe_name, job_.global_batch, row.only_adds_work));
       continue;
     }
     TrainingConfig c = base_;
@@ -274,6 +287,10 @@ bool Search::fit_models() {
       effect = probe_bf16(sizes);
     } else {
       effect = probe_effect(row.probe_name, c, sizes);
+    }
+    if (row.only_adds_work != nullptr && effect.available) {
+      std::string note = no_faster_than_without(row, effect);
+      if (!note.empty()) result_.notes.push_back(std::move(note));
     }
   }
   return true;

@@ -211,12 +211,13 @@ std::vector<int64_t> Search::timing_sizes() {
 // memory under the usable budget where meta said it fits, an error, a
 // timeout) drops plain G x 1 as any failed verification does, and the
 // probe at G runs after all for the lines' point.
-// A verification within the budget settles checkpointing too: every
-// checkpointing node runs as many micro-batches as plain G x 1 or more,
-// and recomputes, so none can be faster than a configuration already
-// verified (choose.cpp counts a faster measurement of one as noise), and
-// its probe is not run (fit_models says so in a note); the walk then has
-// no checkpointing nodes.
+// A verification within the budget settles the strategies that only add
+// work too (search.h, Rules: Work added): every checkpointing or offload
+// node runs as many micro-batches as plain G x 1 or more, and recomputes
+// or moves the optimizer step to the CPU, so none can be faster than a
+// configuration already verified (choose.cpp counts a faster measurement
+// of one as noise), and their probes are not run (fit_models says so in a
+// note); the walk then has no checkpointing or offload nodes.
 // Limitations: the lines' point at G comes from more steps than a probe's
 // (the median of 19 timed steps against 2 to 6); both are medians of
 // steady steps, so the seconds line is not tilted by the difference.

@@ -66,6 +66,15 @@
 //   wins (then the larger margin): each strategy is a moving part (8-bit
 //   moments change the numerics, offload needs host memory and PCIe,
 //   checkpointing recomputes), worth nothing when it buys no speed.
+// - Work added: a strategy that only adds work (StrategyRow::only_adds_work:
+//   checkpointing recomputes, offload moves the optimizer step to the CPU)
+//   cannot make a step faster than the same configuration without it. A
+//   probe measured faster predicts it at no less than 1x; a verified run
+//   measured faster than a verified run of the same configuration without
+//   it counts at that run's speed (timing noise: on the CPU backend
+//   offload's host is the device's own memory); and where plain G x 1 is
+//   verified within the budget before the strategies are probed, such a
+//   strategy is not probed at all.
 // - The simplest fitting candidate (fewest strategies) is always verified,
 //   in the last of the verification slots if not ranked higher: the
 //   reference the strategies must beat.

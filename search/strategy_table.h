@@ -17,6 +17,10 @@
 //   offload, bf16, Adafactor. The rescue tries combinations in this order
 //   (fewest strategies first), the walk adds nodes in it, and the ties of
 //   the verification (search.h, Ties) count one per row used.
+// - Rows that only add work (only_adds_work: checkpointing recomputes,
+//   offload moves the optimizer step to the CPU) can be removed again
+//   (turn_off): the search compares a configuration with the same one
+//   without them.
 // - Optimizer rows (optimizer_state) replace where or how the optimizer
 //   keeps its state; the walk pairs each with bf16 (Note [Pairs]).
 // - Activation checkpointing keeps its own probe (a refused block class is
@@ -83,6 +87,16 @@ struct StrategyRow {
   /// How the updates differ from the job optimizer's (a format string
   /// whose {} is that optimizer's name), or nullptr where they do not.
   const char* changes_updates;
+  /// The work a strategy that only adds work adds, as the subject of "...
+  /// cannot make a step faster" ("recomputation"), or nullptr for one that
+  /// can make a step faster (bf16, another optimizer). Such a strategy is
+  /// never predicted, nor counted when verified, faster than the same
+  /// configuration without it (search.h, Rules: Work added).
+  const char* only_adds_work;
+  /// Removes the strategy from `config`, for the rows with only_adds_work
+  /// (nullptr for the others): checkpointing none; offload keeps the
+  /// optimizer turn_on chose, on the device.
+  void (*turn_off)(TrainingConfig& config);
 };
 
 /// The table, in the tree's order: strategy_table()[i].id == Strategy(i).

@@ -209,8 +209,8 @@ TEST(MetaMemory, TheProbesTimeWhereTheCandidatesRun) {
 // probes' line, so every node is predicted at its true time as in
 // MetaMemory.TheProbesTimeWhereTheCandidatesRun, whose one verification
 // slot keeps the probe at 32. Plain 32 x 1 verified within the budget,
-// checkpointing (time x 1.6 in the fake) cannot beat it: not probed, no
-// node.
+// checkpointing (time x 1.6 in the fake) and offload (x 1.5), which only
+// add work, cannot beat it: not probed, no node.
 TEST(MetaMemory, PlainsVerificationRunIsItsTimingPointAtTheGlobalBatch) {
   const JobSpec job = job_with_budget(plain_peak(32) + kMiB);
   FakeRunner meta;
@@ -227,14 +227,19 @@ TEST(MetaMemory, PlainsVerificationRunIsItsTimingPointAtTheGlobalBatch) {
   EXPECT_EQ(r.baseline_verified_micro_batch, 32);
   EXPECT_EQ(meta.verifications, 3);
   EXPECT_EQ(r.verification_trials, 3);
-  EXPECT_EQ(meta.probes, 3) << "plain at 16, 8-bit AdamW and offload at 32";
+  EXPECT_EQ(meta.probes, 2) << "plain at 16, 8-bit AdamW at 32";
   EXPECT_TRUE(has_note(r,
                        "activation checkpointing: not probed: plain 32 x 1 ran its verification within the budget, "
                        "and recomputation cannot make a step faster than it"))
       << ::testing::PrintToString(r.notes);
+  EXPECT_TRUE(has_note(r,
+                       "optimizer offload: not probed: plain 32 x 1 ran its verification within the budget, and an "
+                       "optimizer step on the CPU cannot make a step faster than it"))
+      << ::testing::PrintToString(r.notes);
   for (const TrailNode& n : r.trail) {
     SCOPED_TRACE(n.node);
     EXPECT_FALSE(n.config.checkpoint.enabled());
+    EXPECT_FALSE(n.config.offload_optimizer);
     EXPECT_NEAR(n.predicted_seconds,
                 meta.true_seconds(n.config) * static_cast<double>(n.config.accumulation_steps) +
                     meta.true_optimizer_seconds(n.config),
@@ -259,8 +264,8 @@ TEST(MetaMemory, PlainsVerificationRunIsItsTimingPointAtTheGlobalBatch) {
 
   // Its later steps grow past the budget, which meta cannot see: plain 32 x
   // 1 is dropped as any failed verification is, not run again, the lines
-  // take their point at 32 from a probe after all, and checkpointing is
-  // probed.
+  // take their point at 32 from a probe after all, and checkpointing and
+  // offload are probed.
   FakeRunner growing;
   growing.meta = true;
   growing.spill_seconds_per_sample = 0.004;
@@ -274,6 +279,8 @@ TEST(MetaMemory, PlainsVerificationRunIsItsTimingPointAtTheGlobalBatch) {
   EXPECT_EQ(dropped.baseline_verified_micro_batch, 0);
   EXPECT_TRUE(std::any_of(dropped.trail.begin(), dropped.trail.end(),
                           [](const TrailNode& n) { return n.config.checkpoint.enabled(); }));
+  EXPECT_TRUE(std::any_of(dropped.trail.begin(), dropped.trail.end(),
+                          [](const TrailNode& n) { return n.config.offload_optimizer; }));
   EXPECT_EQ(growing.verifications, dropped.verification_trials);
   const auto failed =
       std::find_if(dropped.trail.begin(), dropped.trail.end(), [](const TrailNode& n) { return n.node == "plain"; });
