@@ -18,6 +18,25 @@
 namespace oomtune {
 namespace {
 
+// Bytes per second one way over PCIe 5.0 x16, the H100's and H200's link:
+// 32 GT/s x 16 lanes / 8 bits, 128b/130b encoding (PCI-SIG, PCIe Base
+// Specification 5.0). A floor for a copy's time: real pinned copies are slower.
+constexpr double kPcie5x16BytesPerSecond = 32e9 * 16 / 8 * 128 / 130;
+
+// What a chosen offload timed off the GPU leaves out: on a GPU each step
+// copies the gradients to the host and the updated parameters back, each as
+// many bytes as the gradients (strategies/master_weights.h; ZeRO-Offload),
+// and runs the update on the host's CPU. On the CPU backend the host is the
+// device's own memory, so neither is in the measured time.
+std::string offload_copies_text(int64_t gradient_bytes) {
+  const int64_t copied = 2 * gradient_bytes;
+  return fmt::format(
+      "offload on a GPU also copies {} a step over PCIe (the gradients to the host, the parameters back: at "
+      "least {} s at PCIe 5.0 x16's 63 GB/s) and updates on the host's CPU; not in this time, measured where the "
+      "host is the device's own memory",
+      format_bytes(copied), format_seconds(static_cast<double>(copied) / kPcie5x16BytesPerSecond));
+}
+
 std::string bytes_or_dash(const std::optional<int64_t>& bytes) { return bytes ? format_bytes(*bytes) : "-"; }
 
 std::string short_config(const TrainingConfig& c, int64_t largest_fitting = 0) {
@@ -366,6 +385,8 @@ std::string render_autotune_text(const AutotuneReport& report) {
         line(fmt::format("          on CUDA ({}): {}", job.cuda_target, cuda));
     line(fmt::format("          {:.1f} samples/s measured ({:.4f} s per global batch)", v.samples_per_second,
                      v.timing.steady_step_seconds));
+    if (best.config.offload_optimizer && job.device != Device::kCuda)
+      line("          " + offload_copies_text(v.static_memory.gradient_bytes));
     out += drawn_verification_text(v, job);
     if (const std::string scratch = kernel_scratch_text(v.kernel_scratch); !scratch.empty())
       line("          kernel scratch " + scratch);

@@ -261,6 +261,33 @@ TEST(AutotuneReport, ACpuJobsChosenRunSaysWhatACudaRunWouldReserve) {
   EXPECT_EQ(render_autotune_text(report).find("on CUDA (sm90)"), std::string::npos);
 }
 
+// A chosen offload timed on the CPU backend, where the host is the device's
+// own memory, says what a GPU adds: the gradients to the host and the
+// parameters back, 2 x 4 MiB of fp32 gradients = 8 MiB a step, at least
+// 8388608 B / (32e9 x 16 / 8 x 128 / 130 B/s) = 0.000133 s over PCIe 5.0
+// x16. A CUDA job measured those copies, and a run without offload makes
+// none: neither says it.
+TEST(AutotuneReport, AChosenOffloadTimedOnTheCpuSaysWhatAGpuCopies) {
+  AutotuneReport report = accumulation_report();
+  report.job.device = Device::kCpu;
+  ASSERT_TRUE(report.search.chosen.has_value());
+  TrailNode& chosen = report.search.trail[*report.search.chosen];
+  chosen.verification->static_memory.gradient_bytes = 4 * kMiB;
+  const std::string line =
+      "          offload on a GPU also copies 8.00 MiB a step over PCIe (the gradients to the host, the parameters "
+      "back: at least 0.000133 s at PCIe 5.0 x16's 63 GB/s) and updates on the host's CPU; not in this time, "
+      "measured where the host is the device's own memory";
+  const auto has_line = [&] {
+    const std::vector<std::string> lines = lines_of(render_autotune_text(report));
+    return std::find(lines.begin(), lines.end(), line) != lines.end();
+  };
+  EXPECT_FALSE(has_line()) << "no offload, no copies";
+  chosen.config.offload_optimizer = true;
+  EXPECT_TRUE(has_line()) << render_autotune_text(report);
+  report.job.device = Device::kCuda;
+  EXPECT_FALSE(has_line()) << "a GPU's run measured its copies";
+}
+
 // On a GPU the budget caps the caching allocator's reserved bytes
 // (probes/cuda_budget.h), so a CUDA job's verified runs are held, shown and
 // given their margin by what they reserved, not by their tensors: the fake
