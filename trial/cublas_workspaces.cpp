@@ -6,7 +6,7 @@
 namespace oomtune {
 
 std::vector<TrackedEvent> with_cublas_workspaces(const std::vector<TrackedEvent>& events, const CublasCalls& calls,
-                                                 int64_t workspace_bytes, std::size_t& end) {
+                                                 int64_t workspace_bytes, uint32_t op, std::size_t& end) {
   // Odd: every tracked block's address is a multiple of 64 (CPU blocks'
   // alignment, and the meta device's made-up addresses step by 64: Note
   // [Meta addresses]), so none is one of these.
@@ -27,6 +27,7 @@ std::vector<TrackedEvent> with_cublas_workspaces(const std::vector<TrackedEvent>
       workspace.phase = inserted[next].phase;
       workspace.address = kWorkspaceAddress + 2 * next;
       workspace.bytes = workspace_bytes;
+      workspace.op = op;
       out.push_back(workspace);
     }
     if (i < events.size()) out.push_back(events[i]);

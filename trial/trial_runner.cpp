@@ -207,10 +207,16 @@ std::vector<allocsim::AllocEvent> device_stream(const std::vector<TrackedEvent>&
 ReservedPrediction predict_reserved(const std::vector<TrackedEvent>& events, std::size_t end,
                                     std::optional<int64_t> budget_bytes, const CublasCalls& workspaces,
                                     int64_t workspace_bytes, const std::vector<std::string>& op_names) {
+  // The workspaces' requests carry a name of their own: a capped replay
+  // that fails at one says what asked for it, not "(unknown)".
+  std::vector<std::string> names = op_names;
+  const auto workspace_op = static_cast<uint32_t>(names.size());
+  names.emplace_back("cuBLAS (its handle's workspace)");
   // Two statements: the call moves `end`, and an argument list would not
   // say whether device_stream reads it before or after.
-  const std::vector<TrackedEvent> with_workspaces = with_cublas_workspaces(events, workspaces, workspace_bytes, end);
-  std::vector<allocsim::AllocEvent> stream = device_stream(with_workspaces, 0, end, &op_names);
+  const std::vector<TrackedEvent> with_workspaces =
+      with_cublas_workspaces(events, workspaces, workspace_bytes, workspace_op, end);
+  std::vector<allocsim::AllocEvent> stream = device_stream(with_workspaces, 0, end, &names);
   allocsim::order_interchangeable_allocations(stream);
   const allocsim::SimResult sim = allocsim::replay(stream, allocsim::SimOptions{});
   ReservedPrediction prediction;

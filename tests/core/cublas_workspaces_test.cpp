@@ -29,7 +29,7 @@ TEST(CublasWorkspaces, EachThreadsWorkspaceIsAllocatedBeforeItsFirstCallsEvent) 
   calls.training_thread = CublasCall{1, Phase::kForward};   // before the 200 B block
   calls.autograd_thread = CublasCall{3, Phase::kBackward};  // before the 300 B block
   std::size_t end = 4;                                      // the replay stops before the last free
-  const std::vector<TrackedEvent> out = with_cublas_workspaces(events, calls, 1000, end);
+  const std::vector<TrackedEvent> out = with_cublas_workspaces(events, calls, 1000, 7, end);
   ASSERT_EQ(out.size(), 7u);
   EXPECT_EQ(end, 6u);  // the same moment: before the last free
   EXPECT_EQ(out[0].address, 1u);
@@ -37,6 +37,9 @@ TEST(CublasWorkspaces, EachThreadsWorkspaceIsAllocatedBeforeItsFirstCallsEvent) 
   EXPECT_EQ(out[1].kind, Kind::kAlloc);
   EXPECT_EQ(out[1].pool, MemoryPool::kDevice);
   EXPECT_EQ(out[1].phase, Phase::kForward);
+  EXPECT_EQ(out[1].op, 7u);  // the name a failed request gives
+  EXPECT_EQ(out[4].op, 7u);
+  EXPECT_EQ(out[2].op, 0u);  // the tracked events keep theirs
   EXPECT_EQ(out[2].address, 2u);
   EXPECT_EQ(out[3].address, 1u);  // the free of block 1
   EXPECT_EQ(out[4].bytes, 1000);
@@ -59,15 +62,15 @@ TEST(CublasWorkspaces, ACallAtOrPastTheEndAndNoCallsInsertNothing) {
   CublasCalls calls;
   calls.autograd_thread = CublasCall{1, Phase::kBackward};
   std::size_t end = 1;
-  EXPECT_EQ(with_cublas_workspaces(events, calls, 1000, end).size(), 2u);
+  EXPECT_EQ(with_cublas_workspaces(events, calls, 1000, 7, end).size(), 2u);
   EXPECT_EQ(end, 1u);
   end = 2;
-  EXPECT_EQ(with_cublas_workspaces(events, CublasCalls{}, 1000, end).size(), 2u);
+  EXPECT_EQ(with_cublas_workspaces(events, CublasCalls{}, 1000, 7, end).size(), 2u);
   EXPECT_EQ(end, 2u);
   // A call after every event allocates at the end.
   calls.autograd_thread = CublasCall{2, Phase::kBackward};
   end = 3;
-  const std::vector<TrackedEvent> out = with_cublas_workspaces(events, calls, 1000, end);
+  const std::vector<TrackedEvent> out = with_cublas_workspaces(events, calls, 1000, 7, end);
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out[2].bytes, 1000);
   EXPECT_EQ(end, 4u);
