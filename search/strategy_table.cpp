@@ -46,9 +46,9 @@ const std::array<StrategyRow, kNumStrategies> kTable = {{
      [](const JobSpec&, const TrainingConfig& base) { return !base.offload_optimizer; },
      strategy_set({Strategy::kAdamW8bit, Strategy::kAdafactor}), /*optimizer_state=*/true, /*rescue=*/true, nullptr,
      // On a GPU the step copies the gradients to the host and the updated
-     // parameters back, and the update runs on the CPU (DeepSpeed's
-     // ZeRO-Offload, arXiv:2101.06840); on the CPU backend its "host" is the
-     // same memory, so a measured difference is noise.
+     // parameters back, and the update runs on the CPU (ZeRO-Offload, Ren et
+     // al., USENIX ATC 2021: strategies/master_weights.h); on the CPU backend
+     // its "host" is the same memory, so a measured difference is noise.
      "an optimizer step on the CPU", [](TrainingConfig& c) { c.offload_optimizer = false; }},
     {Strategy::kBf16,
      "bf16 autocast",
