@@ -264,31 +264,68 @@ void Search::note_meta_failures() {
 // (checkpointing one block recomputes less than checkpointing all). It is labelled
 // unverified: its speed, and its fit over many steps, need the target
 // device (DESIGN.md: fitting two steps is not fitting).
+// Optimizer offload comes last, as in the decision tree (checkpointing,
+// micro-batch, accumulation, 8-bit optimizer, then offload): a configuration
+// that offloads is chosen only where none that keeps its optimizer on the
+// device fits. Its cost grows with the parameters, not the batch: every
+// step copies twice the gradients' bytes over PCIe and updates on the
+// host's CPU (LLaMA-7B in fp32: 50.21 GiB, at least 0.86 s a step at PCIe
+// 5.0 x16's rate, before the CPU's update), where checkpointing recomputes
+// one forward. At 80 GB the fewest strategies chose offload alone (65.00 GiB
+// reserved) over 8-bit AdamW + checkpointing (65.97 GiB), which fits too.
 void Search::choose_by_memory() {
-  const auto simpler = [&](const TrailNode& a, const TrailNode& b) {
+  const auto fewest = [&](const TrailNode& a, const TrailNode& b) {
     const std::size_t sa = strategy_count(a.config, job_base_), sb = strategy_count(b.config, job_base_);
     if (sa != sb) return sa < sb;
     if (a.config.accumulation_steps != b.config.accumulation_steps)
       return a.config.accumulation_steps < b.config.accumulation_steps;
     return *a.meta_peak_bytes > *b.meta_peak_bytes;
   };
+  const auto simpler = [&](const TrailNode& a, const TrailNode& b) {
+    if (a.config.offload_optimizer != b.config.offload_optimizer) return !a.config.offload_optimizer;
+    return fewest(a, b);
+  };
   for (std::size_t i = 0; i < result_.trail.size(); ++i) {
     const TrailNode& node = result_.trail[i];
     if (!node.predicted_fit || !node.meta_peak_bytes) continue;
     if (!result_.chosen || simpler(node, result_.trail[*result_.chosen])) result_.chosen = i;
   }
+  // An offload fit that would have been chosen but for coming last says
+  // why it lost (Note [Memory only]).
+  bool offload_passed_over = false;
   for (std::size_t i = 0; i < result_.trail.size(); ++i) {
     TrailNode& node = result_.trail[i];
-    if (result_.chosen && i == *result_.chosen)
-      node.note = fmt::format(
-          "chosen by memory alone: the simplest measured to fit, {}{} below the budget; "
-          "not verified (no step time on meta)",
-          format_bytes(result_.usable_budget_bytes - static_cast<int64_t>(*node.meta_peak_bytes)),
-          result_.budget_on_reserved ? " of reserved bytes" : "");
-    else if (node.note.empty() && node.predicted_fit)
-      node.note = node.meta_peak_bytes ? "fits (measured on meta), with more strategies or micro-batches"
-                                       : "predicted to fit (its meta run failed), not chosen by memory alone";
+    if ((result_.chosen && i == *result_.chosen) || !node.note.empty() || !node.predicted_fit) continue;
+    if (!node.meta_peak_bytes) {
+      node.note = "predicted to fit (its meta run failed), not chosen by memory alone";
+    } else if (result_.chosen && node.config.offload_optimizer && fewest(node, result_.trail[*result_.chosen])) {
+      offload_passed_over = true;
+      node.note =
+          "fits (measured on meta) and is simpler, but offloads: the tree's last resort, its PCIe copies and CPU "
+          "update cost time per parameter";
+    } else {
+      node.note = "fits (measured on meta), with more strategies or micro-batches";
+    }
   }
+  if (!result_.chosen) return;
+  TrailNode& chosen = result_.trail[*result_.chosen];
+  chosen.note = fmt::format(
+      "chosen by memory alone: the simplest measured to fit{}, {}{} below the budget; "
+      "not verified (no step time on meta)",
+      offload_passed_over ? " without optimizer offload" : "",
+      format_bytes(result_.usable_budget_bytes - static_cast<int64_t>(*chosen.meta_peak_bytes)),
+      result_.budget_on_reserved ? " of reserved bytes" : "");
+  const TrailNode* exact = nullptr;  // the simplest fit that keeps the job's optimizer
+  for (const TrailNode& node : result_.trail)
+    if (node.predicted_fit && node.meta_peak_bytes && node.config.optimizer == job_base_.optimizer &&
+        (!exact || simpler(node, *exact)))
+      exact = &node;
+  const std::string optimizer = to_string(job_base_.optimizer);
+  note_optimizer_change(exact ? fmt::format("the simplest measured to fit with {} is {} ({}; {}{} on meta)", optimizer,
+                                            exact->node, describe(exact->config),
+                                            format_bytes(static_cast<int64_t>(*exact->meta_peak_bytes)),
+                                            result_.budget_on_reserved ? " reserved" : "")
+                              : fmt::format("no configuration with {} was measured to fit", optimizer));
 }
 
 }  // namespace oomtune::search_detail

@@ -141,7 +141,7 @@ class Search {
   int64_t budgeted(const ProbeReport& r) const;
   ProbeReport verify(const TrainingConfig& config);
   void verify_candidates();
-  void note_optimizer_change(const std::vector<std::size_t>& fitting);
+  void note_optimizer_change(const std::string& alternative);
 
   // What the strategies' rows turn on in this search.
   StrategyContext context() const { return {checkpoint_all_, bf16_form_, job_base_.optimizer}; }

@@ -441,6 +441,54 @@ TEST(MetaMemory, MemoryOnlyChoosesTheSimplestMeasuredFitAndVerifiesNothing) {
   EXPECT_THROW(run_search(refusing, job, options), InputError);
 }
 
+// Note [Memory only]: optimizer offload comes last. With 64 KiB of
+// activations per sample, plain 32 x 1 peaks at 18 MiB + 32 x 64 KiB = 20
+// MiB; 7 MiB below it, 8-bit AdamW (-6 MiB) and checkpointing all blocks
+// (-0.75 x 64 KiB x 32 = -1.5 MiB) do not fit alone, and together (-7.5
+// MiB) they do. Offload alone (-8 MiB) fits with one strategy: the fewest
+// strategies chose it, as autotune did for LLaMA-7B at 80 GB. It is chosen
+// only where nothing without it fits.
+TEST(MetaMemory, MemoryOnlyOffloadsOnlyWhereNothingElseFits) {
+  SearchOptions options;
+  options.memory_only = true;
+  const auto search_under = [&](int64_t budget) {
+    FakeRunner fake;
+    fake.meta = true;
+    fake.activation_per_sample = 64 * 1024;
+    return run_search(fake, job_with_budget(budget), options);
+  };
+  const int64_t plain = 20 * kMiB;
+  const SearchResult r = search_under(plain - 7 * kMiB);
+  ASSERT_TRUE(r.chosen.has_value());
+  const TrailNode& best = r.trail[*r.chosen];
+  EXPECT_EQ(to_string(best.config), "micro_batch=32,accum=1,ckpt=all,optimizer=adamw8bit,offload=off,precision=fp32");
+  EXPECT_EQ(*best.meta_peak_bytes, plain - 7 * kMiB - kMiB / 2);
+  EXPECT_EQ(best.note,
+            "chosen by memory alone: the simplest measured to fit without optimizer offload, 512.00 KiB below the "
+            "budget; not verified (no step time on meta)");
+  const auto offload =
+      std::find_if(r.trail.begin(), r.trail.end(), [](const TrailNode& n) { return n.node == "optimizer offload"; });
+  ASSERT_NE(offload, r.trail.end());
+  EXPECT_EQ(*offload->meta_peak_bytes, plain - 8 * kMiB);
+  EXPECT_EQ(offload->note,
+            "fits (measured on meta) and is simpler, but offloads: the tree's last resort, its PCIe copies and "
+            "CPU update cost time per parameter");
+  // 8-bit AdamW changes the updates: the report says so, and names the
+  // simplest fit that keeps AdamW.
+  EXPECT_TRUE(has_note(r,
+                       "the chosen configuration trains with adamw8bit instead of the job's adamw (quantized "
+                       "optimizer states: close to, not equal to, adamw's updates); the simplest measured to fit "
+                       "with adamw is optimizer offload (micro-batch 32 x 1, adamw, offload, fp32; 12.00 MiB on meta)"))
+      << ::testing::PrintToString(r.notes);
+  // 8.5 MiB below: only configurations that offload fit, and the simplest
+  // of them is chosen, said as before.
+  const SearchResult tight = search_under(plain - 17 * kMiB / 2);
+  ASSERT_TRUE(tight.chosen.has_value());
+  EXPECT_EQ(to_string(tight.trail[*tight.chosen].config),
+            "micro_batch=32,accum=1,ckpt=all,optimizer=adamw,offload=on,precision=fp32");
+  EXPECT_EQ(tight.trail[*tight.chosen].note.find("without optimizer offload"), std::string::npos);
+}
+
 // A job on device = "meta" asks what a GPU would do, so its budget caps
 // what a CUDA caching allocator reserves (model_fit.h, budget_scale): with
 // meta runs that predict 4 MiB reserved above their tensors and the budget
