@@ -352,8 +352,8 @@ std::string render_autotune_text(const AutotuneReport& report) {
     }
     line(
         "          the simplest configuration measured to fit, optimizer offload last: the meta device has no step "
-        "time to rank by, and "
-        "a fit over many steps is verified on the target device (autotune with device = \"cuda\")");
+        "time to rank by, and a fit over many steps is verified on the target device (autotune with device = "
+        "\"cuda\")");
   } else if (s.chosen) {
     const TrailNode& best = s.trail[*s.chosen];
     const ProbeReport& v = *best.verification;
