@@ -221,6 +221,19 @@ void binary_elementwise(const c10::OperatorHandle&, Stack* stack) {
                                a.options().dtype(at::result_type(a, b)).memory_format(a.suggest_memory_format()))});
 }
 
+// native_dropout(input, p, train) -> (output like input, bool mask like
+// input), the mask made first (native_dropout_cpu, Dropout.cpp; CUDA's
+// dropout_cuda, cuda/Dropout.cu, makes the same two in the same order). What
+// oomtune::dropout runs in aten::dropout's place (strategies/dropout_op.h).
+// The backward, native_dropout_backward(grad_output, mask, scale), is
+// binary_elementwise<3>: grad_output * mask * scale.
+void native_dropout(const c10::OperatorHandle&, Stack* stack) {
+  const at::Tensor input = torch::jit::last(*stack, 3)[0].toTensor();
+  at::Tensor mask = at::empty_like(input, input.options().dtype(at::kBool));
+  at::Tensor output = at::empty_like(input);
+  replace_arguments(stack, 3, {output, mask});
+}
+
 // roll(self, shifts, dims) -> like self, contiguous (roll_cpu and
 // roll_common, TensorTransformations.cpp: rolling several dimensions rolls
 // one at a time, the intermediate tensors being the kernel's scratch). Swin
@@ -271,6 +284,8 @@ void install_meta_kernels() {
     library.impl("floor_divide", torch::CppFunction::makeFromBoxedFunction<&binary_elementwise<2>>());
     library.impl("hardswish_backward", torch::CppFunction::makeFromBoxedFunction<&binary_elementwise<2>>());
     library.impl("hardtanh_backward", torch::CppFunction::makeFromBoxedFunction<&binary_elementwise<4>>());
+    library.impl("native_dropout", torch::CppFunction::makeFromBoxedFunction<&native_dropout>());
+    library.impl("native_dropout_backward", torch::CppFunction::makeFromBoxedFunction<&binary_elementwise<3>>());
     library.impl("roll", torch::CppFunction::makeFromBoxedFunction<&roll>());
     library.impl("relu", torch::CppFunction::makeFromBoxedFunction<&relu>());
     library.impl("equal", torch::CppFunction::makeFromBoxedFunction<&equal>());

@@ -246,6 +246,7 @@ nlohmann::json to_json(const ProbeReport& r) {
                         {"attempts", r.allocatable->attempts}};
   }
   if (r.attention) j["attention"] = to_json(*r.attention);
+  if (r.dropout) j["dropout"] = to_json(*r.dropout);
   if (r.workspaces) j["workspaces"] = to_json(*r.workspaces);
   if (r.cudnn)
     j["cudnn"] = {{"convolutions", r.cudnn->convolutions},
@@ -364,6 +365,7 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
                             a.at("device_total_bytes").get<int64_t>(), a.at("attempts").get<int64_t>()};
     }
     if (j.contains("attention")) r.attention = attention_record_from_json(j.at("attention"));
+    if (j.contains("dropout")) r.dropout = dropout_record_from_json(j.at("dropout"));
     if (j.contains("workspaces")) r.workspaces = workspace_record_from_json(j.at("workspaces"));
     if (j.contains("cudnn")) {
       const auto& c = j.at("cudnn");

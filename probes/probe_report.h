@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "probes/attention_model.h"
+#include "probes/dropout_record.h"
 #include "probes/largest_block.h"
 #include "probes/memory_records.h"
 
@@ -231,6 +232,9 @@ struct ProbeReport {
   // target runs them (probes/attention_model.h); absent when the model has
   // none.
   std::optional<AttentionRecord> attention;
+  // The measured step's training-mode dropout calls as CUDA runs them
+  // (probes/dropout_record.h); absent when the step made none.
+  std::optional<DropoutRecord> dropout;
   // Library workspaces of a CUDA run for that target, not in any peak
   // above; absent where neither attention nor the meta device asked for it.
   std::optional<WorkspaceRecord> workspaces;

@@ -116,6 +116,7 @@ std::string render_probe_text(const ProbeSummary& s) {
   if (const std::string scratch = kernel_scratch_text(r.kernel_scratch); !scratch.empty())
     line(fmt::format("kernel scratch       {}", scratch));
   if (r.attention) line(fmt::format("attention            {}", attention_text(*r.attention)));
+  if (r.dropout) line(fmt::format("dropout              {}", dropout_text(*r.dropout)));
   if (r.workspaces) {
     const WorkspaceRecord& w = *r.workspaces;
     line(fmt::format("workspaces           {}{}", workspace_text(w),

@@ -244,9 +244,13 @@ std::string render_sequence_text(const SequenceFit& fit) {
     for (const QuadraticOperator& q : fit.quadratic_operators) requests += q.requests;
     line(fmt::format("T^2 tensors {} requests grow with T^2 (bytes at micro-batch {}, T = {}):", requests,
                      fit.events_micro_batch, fit.length));
+    // One column for the operators, as wide as the longest name.
+    const auto name = [](const QuadraticOperator& q) { return q.op.empty() ? "(unknown operator)" : q.op; };
+    std::size_t width = 48;
+    for (const QuadraticOperator& q : fit.quadratic_operators) width = std::max(width, name(q).size());
     for (const QuadraticOperator& q : fit.quadratic_operators)
-      line(fmt::format("            {:<48} {:>3} x in {:<9} {:>12}", q.op.empty() ? "(unknown operator)" : q.op,
-                       q.requests, phase_name(q.phase), format_bytes(q.bytes)));
+      line(fmt::format("            {:<{}} {:>3} x in {:<9} {:>12}", name(q), width, q.requests, phase_name(q.phase),
+                       format_bytes(q.bytes)));
   }
   for (const SequencePrediction& p : fit.predictions)
     line(fmt::format("predicted peak {} at micro-batch {}, T = {} ({}; largest phase {}{})",

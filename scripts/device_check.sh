@@ -257,9 +257,9 @@ probe_job() {
 
 # #46 item 6: the CPU and meta probes' "budget on CUDA" verdict against a run
 # whose caching allocator is capped at the usable budget. The meta probe
-# predicts that the example GPT runs out of memory under 150 MiB (220 MiB
-# reserved, the first failure a 7.81 MiB aten::linear request in forward)
-# and fits under 256 MiB.
+# predicts that the example GPT runs out of memory under 150 MiB (196 MiB
+# reserved, the first failure a 7.81 MiB aten::cross_entropy_loss request in
+# loss) and fits under 256 MiB.
 budget_on_cuda() {
   local budget_size start predicted measured
   for budget_size in 150MiB 256MiB; do

@@ -151,10 +151,13 @@ CheckpointPlan Search::first_blocks(int64_t n) const {
 // They cost no probe. Where the effects overlap the sum over-predicts:
 // offload measured on fp32 moves the state but not the fp32 masters that
 // bf16 parameters add, which offload moves to the host too. Measured
-// (bf16 autocast, 2-core CPU): the four pairs of the small test GPT at
-// 8 x 1 within 1 % of their runs; the example GPT at 34 MiB, 8-bit AdamW
-// + bf16 8 x 4 at 31.00 MiB predicted and measured. Every candidate is
-// verified by a real run before it is chosen.
+// (bf16 autocast, 2-core CPU): the two pairs of the small test GPT at
+// 8 x 1 to the byte; the example GPT at 34 MiB, 8-bit AdamW + bf16 8 x 4
+// at 30.04 MiB predicted and measured. With checkpointing on top they
+// under-predict: bf16's slope ratio, measured without checkpointing, is
+// multiplied into checkpointing's slope, whose bytes bf16 shrinks less
+// (-4.0 % and -4.6 % at 8 x 1; docs/autotune.md, "Still open" 5). Every
+// candidate is verified by a real run before it is chosen.
 void Search::walk_tree() {
   const int64_t g = job_.global_batch;
   const int64_t below_g = g - 1;

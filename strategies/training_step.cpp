@@ -11,9 +11,9 @@
 #include "strategies/adafactor.h"
 #include "strategies/adamw8bit.h"
 #include "strategies/attention_op.h"
-#include "strategies/attention_rewrite.h"
 #include "strategies/eager_adamw.h"
 #include "strategies/eager_sgd.h"
+#include "strategies/kernel_rewrite.h"
 #include "strategies/master_weights.h"
 #include "strategies/mixed_precision.h"
 
@@ -72,7 +72,7 @@ TrainingStep::TrainingStep(ModelSession& session, const TrainingConfig& config)
     : session_(session), config_(normalize_config(config, session.job())) {
   // The target is one of the job's validated names (job/job_spec.h).
   set_attention_target(cuda_target_from_name(session_.job().cuda_target).value_or(CudaTarget{}));
-  attention_sites_ = replace_attention(session_.module());
+  kernel_sites_ = replace_device_kernels(session_.module());
   if (config_.checkpoint.enabled()) {
     checkpointed_ = apply_checkpointing(session_.module(), config_.checkpoint, session_.job().model_path).checkpointed;
   }

@@ -33,6 +33,7 @@
 #include "session/train_step.h"
 #include "strategies/activation_checkpointing.h"
 #include "strategies/job_config.h"
+#include "strategies/kernel_rewrite.h"
 #include "strategies/training_config.h"
 
 namespace oomtune {
@@ -51,8 +52,8 @@ struct StepResult {
 class TrainingStep {
  public:
   /// Applies `config` to `session`: replaces scaled_dot_product_attention
-  /// by the CUDA target's kernel (strategies/attention_rewrite.h, the job's
-  /// cuda_target), rewrites the model for checkpointing,
+  /// and dropout by the CUDA target's kernels (strategies/kernel_rewrite.h,
+  /// the job's cuda_target), rewrites the model for checkpointing,
   /// builds the optimizer, and for bf16_params makes the fp32 masters and
   /// then casts the model's floating-point parameters and buffers to bf16
   /// in place (the session's tensors change dtype). `config` is normalized
@@ -76,15 +77,15 @@ class TrainingStep {
   /// The master-weight optimizer (offload or bf16_params), or nullptr when
   /// the optimizer updates the model's parameters directly.
   const MasterWeightOptimizer* master_weights() const { return master_.get(); }
-  /// The scaled_dot_product_attention call sites replaced in the model's
-  /// graphs (COUNT; 0 for a model without them).
-  int64_t attention_sites() const { return attention_sites_; }
+  /// The call sites of operators replaced by the CUDA target's kernels in
+  /// the model's graphs (all 0 for a model without them).
+  const KernelSites& kernel_sites() const { return kernel_sites_; }
 
  private:
   ModelSession& session_;
   TrainingConfig config_;
   std::vector<CheckpointedBlock> checkpointed_;
-  int64_t attention_sites_ = 0;
+  KernelSites kernel_sites_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<MasterWeightOptimizer> master_;
   std::unique_ptr<DynamicLossScaler> scaler_;

@@ -25,6 +25,7 @@
 #include "session/model_session.h"
 #include "strategies/activation_checkpointing.h"
 #include "strategies/attention_op.h"
+#include "strategies/dropout_op.h"
 #include "strategies/master_weights.h"
 #include "strategies/mixed_precision.h"
 #include "strategies/recompute_op.h"
@@ -448,6 +449,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     tracker.reset_statistics();
     if (device) device->reset_statistics();
     take_attention_record();  // the warm-up's calls
+    take_dropout_record();
     int64_t live_at_forward = -1, live_at_backward = 0;
     bool retained_done = false;
     // Backward's events (one micro-batch: the range holds its backward only)
@@ -522,6 +524,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
         report.largest = tracker.largest();
         const AttentionRecord attention = take_attention_record();
         if (attention.total_calls() > 0) report.attention = attention;
+        if (const DropoutRecord dropout = take_dropout_record(); dropout.calls > 0) report.dropout = dropout;
         // cuDNN's calls on the CPU and on meta (Note [cuDNN calls]).
         if (const CudnnCalls cudnn = tracker.cudnn_calls(); cudnn.any() && !cuda) report.cudnn = cudnn;
         // On the CPU and on meta the cuBLAS workspaces a CUDA run of the

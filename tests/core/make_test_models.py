@@ -31,6 +31,13 @@ Writes into the folder given as the first argument:
                  two per-token Linear 64 -> 256 -> 64 with GELU, a head to
                  1000; input_ids [B, T] int64 -> logits [B, T, 1000]. Every
                  tensor is B·T·width: no request grows with T² (issue #47)
+  dropout_mlp.pt Linear 256 -> 512, nn.Dropout(0.5), Linear 512 -> 10
+                 (scripted: aten::dropout inside torch.nn.functional.dropout,
+                 a function the module's graph calls); dropout_mlp_p0.pt the
+                 same with p = 0 (dropout returns its input);
+                 dropout_mlp_trace.pt traced in training mode (aten::dropout
+                 in the module's own graph); dropout_mlp_inplace.pt with
+                 nn.Dropout(0.5, inplace=True) (aten::dropout_)
   not_torchscript/  what users pass instead of TorchScript: a state_dict, a
                  pickled module and a checkpoint dict (torch.save), the pre-1.6
                  torch.save format, safetensors, a PT2 archive (torch.export),
@@ -235,6 +242,17 @@ class TokenMLP(nn.Module):
         return self.head(x + self.mlp(x))
 
 
+class DropoutMLP(nn.Module):
+    def __init__(self, p: float, inplace: bool = False):
+        super().__init__()
+        self.fc1 = nn.Linear(256, 512)
+        self.drop = nn.Dropout(p, inplace=inplace)
+        self.fc2 = nn.Linear(512, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.drop(self.fc1(x)))
+
+
 class MadeInForward(nn.Module):
     """Creates a tensor in forward from x's device: tracing on CPU bakes
     device=cpu into the graph (issue #10)."""
@@ -288,6 +306,11 @@ def main() -> int:
                         ("mlp_meta", MLP(device="meta")),
                         ("llama7b_meta", Llama(32000, 4096, 32, 32, 11008, 2048, device="meta"))]:
         torch.jit.script(model).save(os.path.join(out, f"{name}.pt"))
+    for name, model in [("dropout_mlp", DropoutMLP(0.5)), ("dropout_mlp_p0", DropoutMLP(0.0)),
+                        ("dropout_mlp_inplace", DropoutMLP(0.5, inplace=True))]:
+        torch.jit.script(model).save(os.path.join(out, f"{name}.pt"))
+    torch.jit.trace(DropoutMLP(0.5), torch.zeros(2, 256), check_trace=False).save(
+        os.path.join(out, "dropout_mlp_trace.pt"))
     made = MadeInForward()
     torch.jit.trace(made, torch.zeros(2, 8)).save(os.path.join(out, "arange_trace.pt"))
     torch.jit.script(made).save(os.path.join(out, "arange_script.pt"))
