@@ -212,6 +212,7 @@ nlohmann::json to_json(const ProbeReport& r) {
       {"torch_version", r.torch_version},
       {"optimizing_executor", r.optimizing_executor},
       {"precision_form", to_string(r.precision_form)},
+      {"autocast_lists", r.autocast_lists},
   };
   if (!r.step_lengths.empty()) j["step_lengths"] = r.step_lengths;
   if (!r.step_peak_bytes.empty()) j["step_peak_bytes"] = r.step_peak_bytes;
@@ -319,6 +320,7 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     r.checkpointed_blocks = j.at("checkpointed_blocks").get<std::vector<std::string>>();
     r.torch_version = j.at("torch_version").get<std::string>();
     r.optimizing_executor = j.at("optimizing_executor").get<bool>();
+    r.autocast_lists = j.value("autocast_lists", "");
     const std::string form = j.value("precision_form", "");
     const auto named = std::find_if(kPrecisionFormNames.begin(), kPrecisionFormNames.end(),
                                     [&](const auto& entry) { return form == entry.second; });

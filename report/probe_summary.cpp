@@ -117,6 +117,14 @@ std::string render_probe_text(const ProbeSummary& s) {
     line(fmt::format("kernel scratch       {}", scratch));
   if (r.attention) line(fmt::format("attention            {}", attention_text(*r.attention)));
   if (r.dropout) line(fmt::format("dropout              {}", dropout_text(*r.dropout)));
+  if (r.autocast_lists == "cuda")
+    line(
+        "autocast             CUDA's op lists: softmax, log_softmax, layer_norm, sum, exp, pow and the rest of "
+        "CUDA's fp32 list run in fp32 here, as on a GPU");
+  if (r.autocast_lists == "cpu")
+    line(
+        "autocast             the CPU's op lists (this libtorch has no CUDA's): softmax and layer_norm stay in the "
+        "autocast dtype where a GPU runs them in fp32, so the activations may fall short of a GPU's");
   if (r.workspaces) {
     const WorkspaceRecord& w = *r.workspaces;
     line(fmt::format("workspaces           {}{}", workspace_text(w),

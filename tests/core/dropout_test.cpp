@@ -26,7 +26,7 @@
 #include "test_jobs.h"
 #include "trial/trial_runner.h"
 
-namespace oomtune {
+namespace oomtune::dropout_test {
 namespace {
 
 constexpr int64_t kBatch = 8;
@@ -170,4 +170,4 @@ TEST(Dropout, CheckpointedGptGetsThePlainRunsGradients) {
 }
 
 }  // namespace
-}  // namespace oomtune
+}  // namespace oomtune::dropout_test

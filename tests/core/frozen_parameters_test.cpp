@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "session/model_session.h"
+#include "strategies/cuda_autocast_policy.h"
 #include "strategies/job_config.h"
 #include "strategies/training_step.h"
 #include "support/require_file.h"
@@ -164,15 +165,23 @@ TEST(FrozenParameters, FrozenBf16HalvesTheFrozenWeightsUnderAutocast) {
   EXPECT_EQ(r.static_memory.optimizer_state_bytes, 8 * trainable);
 }
 
-// Frozen LayerNorms in bf16: CPU autocast casts neither their bf16 weight
-// nor the fp32 residual stream for layer_norm (libtorch 1.13: "expected
-// scalar type Float but found BFloat16"; 2.11: "mixed dtype (CPU)"), and the
-// one-line error then says which key caused the mix and what to change.
+// Frozen LayerNorms in bf16: CPU autocast's own lists cast neither their
+// bf16 weight nor the fp32 residual stream for layer_norm (libtorch 1.13:
+// "expected scalar type Float but found BFloat16"), and the one-line error
+// then says which key caused the mix and what to change. With CUDA's lists
+// (strategies/cuda_autocast_policy.h, libtorch 2) layer_norm runs in fp32,
+// its weight cast, and the step runs, as under CUDA autocast.
 TEST(FrozenParameters, FrozenBf16LayerNormsFailWithTheFixNamed) {
   JobSpec job = gpt_job(2);
   OOMTUNE_REQUIRE_FILE(job.model_path);
   job.precision = "bf16";
   job.trainable = {ParameterSelection::Rule::kFrozen, {"blocks.0.ln1.*"}, /*frozen_bf16=*/true};
+  if (cuda_autocast_policy_available()) {
+    const ProbeReport r = run_trial(job, baseline_config(job), quick_trial());
+    EXPECT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
+    EXPECT_EQ(r.autocast_lists, "cuda");
+    return;
+  }
   try {
     run_trial(job, baseline_config(job), quick_trial());
     FAIL() << "layer_norm ran on a bf16 weight and fp32 activations";

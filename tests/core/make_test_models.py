@@ -38,6 +38,10 @@ Writes into the folder given as the first argument:
                  dropout_mlp_trace.pt traced in training mode (aten::dropout
                  in the module's own graph); dropout_mlp_inplace.pt with
                  nn.Dropout(0.5, inplace=True) (aten::dropout_)
+  softmax_mlp.pt Linear 256 -> 512, softmax over the 512, Linear 512 -> 10;
+                 relu_mlp.pt the same with ReLU: under CUDA's autocast the
+                 softmax runs in fp32 and the second Linear keeps a bf16
+                 copy of its output, ReLU stays bf16
   not_torchscript/  what users pass instead of TorchScript: a state_dict, a
                  pickled module and a checkpoint dict (torch.save), the pre-1.6
                  torch.save format, safetensors, a PT2 archive (torch.export),
@@ -253,6 +257,19 @@ class DropoutMLP(nn.Module):
         return self.fc2(self.drop(self.fc1(x)))
 
 
+class ActivationMLP(nn.Module):
+    def __init__(self, softmax: bool):
+        super().__init__()
+        self.fc1 = nn.Linear(256, 512)
+        self.softmax = softmax
+        self.fc2 = nn.Linear(512, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc1(x)
+        h = torch.softmax(h, dim=-1) if self.softmax else torch.relu(h)
+        return self.fc2(h)
+
+
 class MadeInForward(nn.Module):
     """Creates a tensor in forward from x's device: tracing on CPU bakes
     device=cpu into the graph (issue #10)."""
@@ -307,7 +324,8 @@ def main() -> int:
                         ("llama7b_meta", Llama(32000, 4096, 32, 32, 11008, 2048, device="meta"))]:
         torch.jit.script(model).save(os.path.join(out, f"{name}.pt"))
     for name, model in [("dropout_mlp", DropoutMLP(0.5)), ("dropout_mlp_p0", DropoutMLP(0.0)),
-                        ("dropout_mlp_inplace", DropoutMLP(0.5, inplace=True))]:
+                        ("dropout_mlp_inplace", DropoutMLP(0.5, inplace=True)),
+                        ("softmax_mlp", ActivationMLP(softmax=True)), ("relu_mlp", ActivationMLP(softmax=False))]:
         torch.jit.script(model).save(os.path.join(out, f"{name}.pt"))
     torch.jit.trace(DropoutMLP(0.5), torch.zeros(2, 256), check_trace=False).save(
         os.path.join(out, "dropout_mlp_trace.pt"))
