@@ -60,6 +60,30 @@ TEST(ProbeReportJson, TheCudnnCallsRoundTripAndNameWhatIsNotCounted) {
             "not counted here");
 }
 
+// The dropout record (probes/dropout_record.h) and whose autocast lists a
+// CPU trial used cross from the child whole; a report without them stays
+// without them.
+TEST(ProbeReportJson, TheDropoutRecordAndTheAutocastListsRoundTrip) {
+  ProbeReport r;
+  r.dropout = DropoutRecord{9, 3407872, 13631488};
+  r.autocast_lists = "cuda";
+  const ProbeReport back = probe_report_from_json(to_json(r));
+  ASSERT_TRUE(back.dropout.has_value());
+  EXPECT_EQ(back.dropout->calls, 9);
+  EXPECT_EQ(back.dropout->kept_bytes, 3407872);
+  EXPECT_EQ(back.dropout->composite_kept_bytes, 13631488);
+  EXPECT_EQ(back.autocast_lists, "cuda");
+  EXPECT_EQ(dropout_text(*back.dropout),
+            "9 calls, CUDA's fused kernel keeps 1-byte masks: kept 3.25 MiB (the composite dropout of the CPU and "
+            "meta would keep 13.00 MiB of noise)");
+  const ProbeReport none = probe_report_from_json(to_json(ProbeReport{}));
+  EXPECT_FALSE(none.dropout.has_value());
+  EXPECT_EQ(none.autocast_lists, "");
+  nlohmann::json broken = to_json(r);
+  broken["dropout"].erase("kept_bytes");
+  EXPECT_THROW(probe_report_from_json(broken), InputError);
+}
+
 // Note [The budget on a CUDA target]: the capped replay's verdict crosses
 // from the child whole, and each of its three outcomes reads as what a
 // CUDA run would do under the cap.
