@@ -228,10 +228,10 @@ struct ProbeReport {
   std::string torch_version;
   bool optimizing_executor = false;
   PrecisionForm precision_form = PrecisionForm::kUnknown;  // JSON: to_string(PrecisionForm)
-  // Whose op lists a CPU trial's autocast cast by: "cuda" (CUDA's, as the
-  // GPU it answers for; strategies/cuda_autocast_policy.h) or "cpu" (the
-  // CPU's own, on a libtorch without CUDA's lists); empty without autocast
-  // or on a GPU.
+  // Whose op lists a CPU or meta trial's autocast cast by: "cuda" (CUDA's,
+  // emulated, as the GPU it answers for; session/cuda_autocast.h) or "cpu"
+  // (the CPU's own, on a libtorch without CUDA's lists); empty without
+  // autocast or on a GPU.
   std::string autocast_lists;
   // The measured step's scaled_dot_product_attention calls as the CUDA
   // target runs them (probes/attention_model.h); absent when the model has

@@ -348,13 +348,23 @@ StrategyEffect Search::probe_bf16(const std::vector<int64_t>& sizes) {
 // is one (meta holds no memory, so it loads any model), else unknown (0):
 // the command then prints no ZeRO table and says how to get one (device =
 // "meta" counts the parameters without their memory).
-// Limitations: weights only. Gradients (2 bytes per trainable parameter at
-// least) need the device too, so a budget above the weights but below
-// weights + gradients still runs the search, whose walk then ends in a
-// measured or predicted "nothing fits". oomtune's own trials load the fp32
-// weights before casting them to bf16, so a bf16-parameters trial of a model
-// whose fp32 weights exceed the budget runs out of memory while loading on
-// a device with an enforced budget (CPU); on meta it measures the bf16 step.
+// The same holds for the weights and their gradients together (every
+// configuration keeps the gradients on the device too; optimizer offload
+// moves the optimizer's state and step only): where they exceed the budget
+// in fp32 and fit it in bf16, bf16 is tried as bf16 parameters from the
+// start. LLaMA-7B at 40 GB (35.39 GiB usable): 25.10 GiB of fp32 weights fit,
+// with their 25.10 GiB of fp32 gradients they do not, as bf16 parameters
+// (12.55 + 12.55 GiB) they do; bf16 autocast, its fp32 weights and gradients
+// on the device, fits in no configuration (offload + autocast +
+// checkpointing: 51.39 GiB on meta), bf16 parameters with offload do.
+// Limitations: the "nothing fits" end is for the weights only. Gradients
+// (2 bytes per trainable parameter at least) need the device too, so a
+// budget above the weights but below weights + gradients still runs the
+// search, whose walk then ends in a measured or predicted "nothing fits".
+// oomtune's own trials load the fp32 weights before casting them to bf16,
+// so a bf16-parameters trial of a model whose fp32 weights exceed the
+// budget runs out of memory while loading on a device with an enforced
+// budget (CPU); on meta it measures the bf16 step.
 Search::ParametersFit Search::check_parameters(const PlainProbes& plain) {
   const int64_t budget = result_.usable_budget_bytes;
   const ProbeReport* measured = nullptr;  // the probe that got past loading
@@ -405,6 +415,18 @@ Search::ParametersFit Search::check_parameters(const PlainProbes& plain) {
         "is tried as bf16 parameters with fp32 master weights kept by the optimizer (precision = \"bf16_params\"): "
         "autocast keeps the fp32 weights",
         format_bytes(as_measured), format_bytes(budget), format_bytes(cheapest)));
+    return base_.precision == Precision::kBf16Params ? ParametersFit::kFit : ParametersFit::kAsBf16Only;
+  }
+  // With their gradients, which every configuration keeps on the device too.
+  const int64_t gradients = m.gradient_bytes;
+  const int64_t gradients_as_bf16 = std::min(gradients, kBf16ParameterBytes * measured->parameter_count);
+  if (bf16_form && as_measured + gradients > budget && as_bf16 + gradients_as_bf16 <= budget) {
+    result_.notes.push_back(fmt::format(
+        "the parameters and their gradients ({} + {} measured) exceed the usable budget ({}); as bf16 parameters "
+        "they take {} + {}, so bf16 is tried as bf16 parameters with fp32 master weights kept by the optimizer "
+        "(precision = \"bf16_params\"): autocast keeps fp32 weights and gradients",
+        format_bytes(as_measured), format_bytes(gradients), format_bytes(budget), format_bytes(as_bf16),
+        format_bytes(gradients_as_bf16)));
     return base_.precision == Precision::kBf16Params ? ParametersFit::kFit : ParametersFit::kAsBf16Only;
   }
   return ParametersFit::kFit;

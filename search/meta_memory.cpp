@@ -43,9 +43,8 @@ namespace oomtune::search_detail {
 // processes.
 // The first meta run, the plain configuration at the global batch, tells
 // whether meta works for the model at all (an operator without a meta
-// kernel, bf16 autocast, which libtorch has no meta kernels for): if not,
-// the whole search uses the lines and a note says why, as it does where the
-// runner has no meta device (a libtorch before 2.0). A
+// kernel): if not, the whole search uses the lines and a note says why, as
+// it does where the runner has no meta device (a libtorch before 2.0). A
 // later meta run that fails leaves its node to the lines, and a note names
 // it (note_meta_failures).
 void Search::start_meta() {
@@ -236,8 +235,8 @@ int64_t Search::strategy_timing_size(const TrainingConfig& config, const std::ve
 void Search::note_meta_failures() {
   if (!meta_) return;  // start_meta's note says why
   // Only the strategies of some node: a meta run that placed a timing
-  // probe for a form no node uses (bf16 autocast before the fallback to
-  // bf16 parameters: Note [Timing probes on meta]) left no node to the lines.
+  // probe for a form no node uses (bf16 autocast before a fallback to bf16
+  // parameters: Note [Timing probes on meta]) left no node to the lines.
   std::set<std::string> nodes;
   for (const TrailNode& node : result_.trail) nodes.insert(memory_key(node.config));
   std::vector<std::string> failed;

@@ -136,8 +136,7 @@ class TrialRunner {
   /// in config.accumulation_steps micro-batches of config.micro_batch, one
   /// warm-up and one measured step, no budget, no timing
   /// (trial/trial_runner.h). Its outcome is kError when meta cannot run the
-  /// model (an operator without a meta kernel, bf16 autocast: the message
-  /// says which). nullopt: this runner has no meta device
+  /// model (an operator without a meta kernel: the message says which). nullopt: this runner has no meta device
   /// (no_meta_device_reason says why).
   virtual std::optional<ProbeReport> measure_on_meta(const TrainingConfig& config) {
     (void)config;

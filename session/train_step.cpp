@@ -7,36 +7,42 @@
 
 #include "common/error.h"
 #include "compat/torch_compat.h"
+#include "session/cuda_autocast.h"
 #include "session/loss.h"
 
 namespace oomtune {
 namespace {
 
 /// Autocast on for the device of the session while alive (eager PyTorch's
-/// `with torch.autocast(device, dtype)`), cache cleared on exit.
+/// `with torch.autocast(device, dtype)`), cache cleared on exit. On the CPU
+/// and on meta it is CUDA's, emulated (session/cuda_autocast.h); on a
+/// libtorch without CUDA's lists the CPU's own.
 class AutocastScope {
  public:
-  AutocastScope(at::Device device, std::optional<at::ScalarType> dtype) : device_(device), active_(dtype.has_value()) {
-    if (!active_) return;
-    if (device_.is_cuda())
-      compat::set_cuda_autocast(true, *dtype);
-    else
-      compat::set_cpu_autocast(true, *dtype);
+  AutocastScope(at::Device device, std::optional<at::ScalarType> dtype)
+      : cuda_(device.is_cuda()), emulated_(!cuda_ && cuda_autocast_available()), active_(dtype.has_value()) {
+    if (active_) set(true, *dtype);
   }
   ~AutocastScope() {
     if (!active_) return;
-    if (device_.is_cuda())
-      compat::set_cuda_autocast(false, at::kHalf);
-    else
-      compat::set_cpu_autocast(false, at::kBFloat16);
+    set(false, at::kBFloat16);
     compat::clear_autocast_cache();
+    clear_emulated_cuda_autocast_cache();
   }
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
 
  private:
-  at::Device device_;
-  bool active_;
+  void set(bool enabled, at::ScalarType dtype) const {
+    if (cuda_)
+      compat::set_cuda_autocast(enabled, enabled ? dtype : at::kHalf);
+    else if (emulated_)
+      set_emulated_cuda_autocast(enabled, dtype);
+    else
+      compat::set_cpu_autocast(enabled, dtype);
+  }
+
+  bool cuda_, emulated_, active_;
 };
 
 }  // namespace

@@ -7,12 +7,14 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/Generator.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
 #include "compat/torch_compat.h"
 #include "probes/memory_tracker.h"
+#include "session/cuda_autocast.h"
 
 namespace oomtune {
 namespace {
@@ -241,19 +243,31 @@ class FusedAttention : public torch::autograd::Function<FusedAttention> {
 };
 
 // CUDA autocast runs SDPA in the lower precision (lower_precision_fp in
-// ATen/autocast_mode.cpp): the probe's CPU autocast does the same here.
-at::Tensor autocast_argument(const at::Tensor& t) {
-  if (!t.defined() || t.is_meta() || !compat::cpu_autocast_enabled()) return t;
-  if (!at::isFloatingType(t.scalar_type()) || t.scalar_type() == compat::cpu_autocast_dtype()) return t;
-  return t.to(compat::cpu_autocast_dtype());
+// ATen/autocast_mode.cpp): the probe's autocast does the same here (CUDA's
+// emulated, session/cuda_autocast.h, or the CPU's), for the CPU and meta.
+std::optional<at::ScalarType> autocast_to() {
+  if (emulated_cuda_autocast_enabled()) return emulated_cuda_autocast_dtype();
+  if (compat::cpu_autocast_enabled()) return compat::cpu_autocast_dtype();
+  return std::nullopt;
+}
+
+at::Tensor autocast_argument(const at::Tensor& t, std::optional<at::ScalarType> to) {
+  if (!to || !t.defined() || !at::isFloatingType(t.scalar_type()) || t.scalar_type() == *to) return t;
+  if (!t.is_meta() && !t.is_cpu()) return t;
+  return t.to(*to);
 }
 
 at::Tensor attention(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                      const std::optional<at::Tensor>& attn_mask, double dropout, bool is_causal,
                      std::optional<double> scale, bool enable_gqa) {
-  const at::Tensor q = autocast_argument(query), k = autocast_argument(key), v = autocast_argument(value);
+  const std::optional<at::ScalarType> to = autocast_to();
+  const at::Tensor q = autocast_argument(query, to), k = autocast_argument(key, to), v = autocast_argument(value, to);
   at::Tensor mask = attn_mask ? *attn_mask : at::Tensor();
-  if (mask.defined() && mask.scalar_type() != at::kBool) mask = autocast_argument(mask);
+  if (mask.defined() && mask.scalar_type() != at::kBool) mask = autocast_argument(mask, to);
+  // Below its autocast wrapper SDPA's own ops are not cast again (ATen's
+  // wrappers exclude their key while they redispatch): the math path's
+  // softmax stays in the autocast dtype, as on CUDA.
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) {
     // The CUDA kernels take [B, H, T, E] only (check_tensor_shapes): math.
     return std::get<0>(

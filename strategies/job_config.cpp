@@ -24,12 +24,6 @@ TrainingConfig normalize_config(TrainingConfig config, const JobSpec& job) {
         fmt::format("precision fp16 needs device = \"cuda\" (dynamic loss scaling), the job has "
                     "device = \"{}\"; use bf16 on CPU",
                     device_name(job.device)));
-  // Autocast has a dispatch key per device (AutocastCPU, AutocastCUDA, ...)
-  // and none for meta tensors: a meta run would keep fp32 activations.
-  if (config.precision == Precision::kBf16 && job.device == Device::kMeta)
-    throw ConfigError(
-        "precision bf16 (autocast) cannot run on device = \"meta\": libtorch has no autocast for meta tensors, "
-        "so activations would stay fp32; use precision bf16_params there, or probe bf16 on cpu");
   if (config.optimizer == OptimizerKind::kAdafactor && config.offload_optimizer)
     throw ConfigError(kAdafactorOffloadProblem);
   if (config.optimizer == OptimizerKind::kSgd && job.optimizer.kind != "sgd")

@@ -5,8 +5,8 @@
 //
 // Rules:
 // - fp32: everything fp32 (4 bytes/parameter for weights and gradients).
-// - bf16: autocast to bfloat16 (CPU and CUDA; on the CPU with CUDA's op
-//   lists, strategies/cuda_autocast_policy.h); no loss scaling (bf16 has
+// - bf16: autocast to bfloat16 (CPU, meta and CUDA; on the CPU and meta
+//   CUDA's autocast, emulated: session/cuda_autocast.h); no loss scaling (bf16 has
 //   fp32's exponent range). Saves: activations saved in bf16 (about half).
 //   Parameters, gradients and optimizer state stay fp32, as with
 //   torch.autocast in eager PyTorch.

@@ -16,6 +16,7 @@
 
 #include "common/class_name.h"
 #include "compat/torch_compat.h"
+#include "session/cuda_autocast.h"
 #include "strategies/argument_writes.h"
 
 // Note [Recompute RNG]
@@ -33,12 +34,13 @@
 // Limitations: generators other than the default ones (a torch.Generator
 // passed into the block) are not saved. A block that draws on a CUDA device
 // none of its inputs is on is not covered (PyTorch has the same rule).
-// Autocast: whether CPU/CUDA autocast was on at the forward, and its dtype,
+// Autocast: whether CPU/CUDA autocast (or CUDA's emulated on CPU and meta
+// tensors, session/cuda_autocast.h) was on at the forward, and its dtype,
 // are saved and set again for the recomputation (as torch/utils/checkpoint.py
 // saves its autocast kwargs), then the backward's settings are put back and
-// the cast cache dropped (AutocastFork). Read and set through the compat
-// header: autocast is on while its key is *not* excluded in the thread's
-// dispatch-key TLS, in 1.13 and 2.x alike.
+// the cast caches dropped (AutocastFork). Read and set through the compat
+// header (the emulation through its own): autocast is on while its key is
+// *not* excluded in the thread's dispatch-key TLS, in 1.13 and 2.x alike.
 
 // Note [Checkpoint anchor]
 // Rationale: a torch::autograd::Function whose tensor inputs all have
@@ -245,16 +247,22 @@ struct AutocastState {
   at::ScalarType cpu_dtype = at::kBFloat16;
   bool cuda = false;
   at::ScalarType cuda_dtype = at::kHalf;
+  bool emulated = false;  // CUDA's, on CPU and meta tensors (session/cuda_autocast.h)
+  at::ScalarType emulated_dtype = at::kBFloat16;
+
+  bool any() const { return cpu || cuda || emulated; }
 };
 
 AutocastState current_autocast() {
-  return {compat::cpu_autocast_enabled(), compat::cpu_autocast_dtype(), compat::cuda_autocast_enabled(),
-          compat::cuda_autocast_dtype()};
+  return {compat::cpu_autocast_enabled(), compat::cpu_autocast_dtype(),     compat::cuda_autocast_enabled(),
+          compat::cuda_autocast_dtype(),  emulated_cuda_autocast_enabled(), emulated_cuda_autocast_dtype()};
 }
 
 void set_autocast(const AutocastState& state) {
   compat::set_cpu_autocast(state.cpu, state.cpu_dtype);
   compat::set_cuda_autocast(state.cuda, state.cuda_dtype);
+  if (state.emulated || emulated_cuda_autocast_enabled())
+    set_emulated_cuda_autocast(state.emulated, state.emulated_dtype);
 }
 
 /// Keeps `state` in the autograd context for backward, and reads it back.
@@ -263,13 +271,17 @@ void save_autocast(AutogradContext* ctx, const AutocastState& state) {
   ctx->saved_data["autocast_cpu_dtype"] = static_cast<int64_t>(state.cpu_dtype);
   ctx->saved_data["autocast_cuda"] = state.cuda;
   ctx->saved_data["autocast_cuda_dtype"] = static_cast<int64_t>(state.cuda_dtype);
+  ctx->saved_data["autocast_emulated"] = state.emulated;
+  ctx->saved_data["autocast_emulated_dtype"] = static_cast<int64_t>(state.emulated_dtype);
 }
 
 AutocastState saved_autocast(AutogradContext* ctx) {
   return {ctx->saved_data["autocast_cpu"].toBool(),
           static_cast<at::ScalarType>(ctx->saved_data["autocast_cpu_dtype"].toInt()),
           ctx->saved_data["autocast_cuda"].toBool(),
-          static_cast<at::ScalarType>(ctx->saved_data["autocast_cuda_dtype"].toInt())};
+          static_cast<at::ScalarType>(ctx->saved_data["autocast_cuda_dtype"].toInt()),
+          ctx->saved_data["autocast_emulated"].toBool(),
+          static_cast<at::ScalarType>(ctx->saved_data["autocast_emulated_dtype"].toInt())};
 }
 
 /// Sets `inner` for its lifetime and puts the settings found at construction
@@ -284,7 +296,10 @@ class AutocastFork {
   }
   ~AutocastFork() {
     set_autocast(outer_);
-    if ((inner_.cpu || inner_.cuda) && !outer_.cpu && !outer_.cuda) compat::clear_autocast_cache();
+    if (inner_.any() && !outer_.any()) {
+      compat::clear_autocast_cache();
+      clear_emulated_cuda_autocast_cache();
+    }
   }
   AutocastFork(const AutocastFork&) = delete;
   AutocastFork& operator=(const AutocastFork&) = delete;

@@ -11,7 +11,6 @@
 #include "strategies/adafactor.h"
 #include "strategies/adamw8bit.h"
 #include "strategies/attention_op.h"
-#include "strategies/cuda_autocast_policy.h"
 #include "strategies/eager_adamw.h"
 #include "strategies/eager_sgd.h"
 #include "strategies/kernel_rewrite.h"
@@ -92,8 +91,6 @@ TrainingStep::TrainingStep(ModelSession& session, const TrainingConfig& config)
   }
   if (low_precision) cast_floating_point(session_.module(), *low_precision);
   if (config_.precision == Precision::kFp16) scaler_ = std::make_unique<DynamicLossScaler>();
-  // Autocast on the CPU casts as CUDA's would (strategies/cuda_autocast_policy.h).
-  if (autocast_dtype(config_.precision) && session_.device().is_cpu()) install_cuda_autocast_policy();
 }
 
 TrainingStep::~TrainingStep() = default;

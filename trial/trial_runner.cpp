@@ -22,10 +22,10 @@
 #include "probes/memory_tracker.h"
 #include "probes/meta_kernels.h"
 #include "session/batch.h"
+#include "session/cuda_autocast.h"
 #include "session/model_session.h"
 #include "strategies/activation_checkpointing.h"
 #include "strategies/attention_op.h"
-#include "strategies/cuda_autocast_policy.h"
 #include "strategies/dropout_op.h"
 #include "strategies/master_weights.h"
 #include "strategies/mixed_precision.h"
@@ -336,8 +336,11 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
   report.torch_version = compat::torch_version();
   report.optimizing_executor = job.optimizing_executor;
   report.precision_form = precision_form(config.precision);
-  if (autocast_dtype(config.precision) && job.device == Device::kCpu)
-    report.autocast_lists = cuda_autocast_policy_available() ? "cuda" : "cpu";
+  // Autocast on CPU and meta tensors is CUDA's, emulated, where this
+  // libtorch has CUDA's lists (session/cuda_autocast.h); meta needs
+  // libtorch 2 (require_meta_trial), which has them.
+  if (autocast_dtype(config.precision) && job.device != Device::kCuda)
+    report.autocast_lists = cuda_autocast_available() ? "cuda" : "cpu";
   report.optimizer.name = to_string(config.optimizer);
   if (const auto implementation = eager_implementation(config, job.optimizer))
     report.optimizer.implementation = to_string(*implementation);

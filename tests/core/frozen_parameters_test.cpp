@@ -13,8 +13,8 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "session/cuda_autocast.h"
 #include "session/model_session.h"
-#include "strategies/cuda_autocast_policy.h"
 #include "strategies/job_config.h"
 #include "strategies/training_step.h"
 #include "support/require_file.h"
@@ -169,14 +169,14 @@ TEST(FrozenParameters, FrozenBf16HalvesTheFrozenWeightsUnderAutocast) {
 // bf16 weight nor the fp32 residual stream for layer_norm (libtorch 1.13:
 // "expected scalar type Float but found BFloat16"), and the one-line error
 // then says which key caused the mix and what to change. With CUDA's lists
-// (strategies/cuda_autocast_policy.h, libtorch 2) layer_norm runs in fp32,
+// (session/cuda_autocast.h, libtorch 2) layer_norm runs in fp32,
 // its weight cast, and the step runs, as under CUDA autocast.
 TEST(FrozenParameters, FrozenBf16LayerNormsFailWithTheFixNamed) {
   JobSpec job = gpt_job(2);
   OOMTUNE_REQUIRE_FILE(job.model_path);
   job.precision = "bf16";
   job.trainable = {ParameterSelection::Rule::kFrozen, {"blocks.0.ln1.*"}, /*frozen_bf16=*/true};
-  if (cuda_autocast_policy_available()) {
+  if (cuda_autocast_available()) {
     const ProbeReport r = run_trial(job, baseline_config(job), quick_trial());
     EXPECT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
     EXPECT_EQ(r.autocast_lists, "cuda");

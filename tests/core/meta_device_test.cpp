@@ -166,22 +166,27 @@ TEST_P(MetaMatchesCpu, PerPhaseBytesAreTheCpuTrackers) {
   Differences d;
   d.constant_bytes = testing::archive_constant_bytes(job.model_path);
   d.rng_state_bytes = kCpuRngStateBytes * static_cast<int64_t>(cpu.checkpointed_blocks.size());
-  // ResNet-18's backward peak meets the sum of layer3's residual gradients,
-  // [micro-batch, 256, 14, 14] fp32.
-  if (c.resnet) d.accumulation_bytes = config.micro_batch * 256 * 14 * 14 * 4;
+  // ResNet-18's fp32 backward peak meets the sum of layer3's residual
+  // gradients, [micro-batch, 256, 14, 14] fp32. Under bf16 autocast its
+  // peak is another moment, where meta and the CPU hold the same bytes.
+  if (c.resnet && config.precision != Precision::kBf16) d.accumulation_bytes = config.micro_batch * 256 * 14 * 14 * 4;
   expect_same_bytes(cpu, meta, d);
 }
 
-INSTANTIATE_TEST_SUITE_P(ExampleModels, MetaMatchesCpu,
-                         ::testing::Values(MetaCase{"gpt_mb1", false, 1, ""},
-                                           MetaCase{"gpt_mb4", false, 4, "micro_batch=4"},
-                                           MetaCase{"gpt_accumulated", false, 4, "micro_batch=2"},
-                                           MetaCase{"gpt_checkpointed", false, 2, "micro_batch=2,ckpt=all"},
-                                           MetaCase{"gpt_adamw8bit", false, 2, "micro_batch=2,optimizer=adamw8bit"},
-                                           MetaCase{"gpt_offload", false, 2, "micro_batch=2,offload=on"},
-                                           MetaCase{"gpt_bf16_params", false, 2, "micro_batch=2,precision=bf16_params"},
-                                           MetaCase{"resnet18_mb2", true, 2, "micro_batch=2"}),
-                         [](const ::testing::TestParamInfo<MetaCase>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    ExampleModels, MetaMatchesCpu,
+    ::testing::Values(MetaCase{"gpt_mb1", false, 1, ""}, MetaCase{"gpt_mb4", false, 4, "micro_batch=4"},
+                      MetaCase{"gpt_accumulated", false, 4, "micro_batch=2"},
+                      MetaCase{"gpt_checkpointed", false, 2, "micro_batch=2,ckpt=all"},
+                      MetaCase{"gpt_adamw8bit", false, 2, "micro_batch=2,optimizer=adamw8bit"},
+                      MetaCase{"gpt_offload", false, 2, "micro_batch=2,offload=on"},
+                      MetaCase{"gpt_bf16_params", false, 2, "micro_batch=2,precision=bf16_params"},
+                      MetaCase{"gpt_bf16", false, 2, "micro_batch=2,precision=bf16"},
+                      MetaCase{"gpt_bf16_accumulated", false, 4, "micro_batch=2,precision=bf16"},
+                      MetaCase{"gpt_bf16_checkpointed", false, 2, "micro_batch=2,ckpt=all,precision=bf16"},
+                      MetaCase{"resnet18_bf16", true, 2, "micro_batch=2,precision=bf16"},
+                      MetaCase{"resnet18_mb2", true, 2, "micro_batch=2"}),
+    [](const ::testing::TestParamInfo<MetaCase>& info) { return std::string(info.param.name); });
 
 TEST(MetaDevice, StaticMemoryIsTheAnalyticByteCount) {
   if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
@@ -290,20 +295,6 @@ TEST(MetaKernels, OutputsAreTheCpuKernels) {
   expect_like_cpu(at::roll(meta(x), {1, -2}, {2, 3}), at::roll(x, {1, -2}, {2, 3}), "roll");
   expect_like_cpu(at::roll(meta(x), {3}, {1}), at::roll(x, {3}, {1}), "roll, one dimension");
   EXPECT_FALSE(at::equal(meta(h), meta(h)));  // no values to compare (meta_kernels.cpp)
-}
-
-TEST(MetaDevice, Bf16AutocastIsRefusedNotMeasuredInFp32) {
-  JobSpec job = on(gpt_job(2), Device::kMeta);
-  TrainingConfig config = baseline_config(job);
-  config.precision = Precision::kBf16;
-  try {
-    normalize_config(config, job);
-    ADD_FAILURE() << "bf16 autocast was accepted on the meta device";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("no autocast for meta tensors"), std::string::npos) << e.what();
-  }
-  config.precision = Precision::kBf16Params;
-  EXPECT_NO_THROW(normalize_config(config, job));
 }
 
 TEST(MetaDevice, AnOperatorWithoutAMetaKernelIsNamed) {

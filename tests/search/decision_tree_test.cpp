@@ -39,6 +39,13 @@ const TrailNode* node_named(const SearchResult& r, const std::string& name) {
   return nullptr;
 }
 
+// Whether a probe ran bf16 autocast (its config string ends in the precision).
+bool autocast_probe(const ProbeReport& p) {
+  const std::string suffix = ",precision=bf16";
+  return p.config.size() >= suffix.size() &&
+         p.config.compare(p.config.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 TEST(DecisionTree, PlainFitsWhenTheBudgetIsLarge) {
   FakeRunner fake;
   const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB));
@@ -1273,7 +1280,7 @@ TEST(DecisionTree, ABudgetBetweenTheBf16AndTheFp32WeightsTriesBf16Parameters) {
   EXPECT_TRUE(r.parameters_alone.empty()) << r.parameters_alone;
   int bf16_parameter_probes = 0;
   for (const ProbeReport& p : r.probes) {
-    EXPECT_EQ(p.config.find("precision=bf16,"), std::string::npos) << "no autocast probe: " << p.config;
+    EXPECT_FALSE(autocast_probe(p)) << "no autocast probe: " << p.config;
     if (p.config.find("precision=bf16_params") != std::string::npos) ++bf16_parameter_probes;
   }
   EXPECT_GT(bf16_parameter_probes, 0);
@@ -1294,6 +1301,38 @@ TEST(DecisionTree, ABudgetBetweenTheBf16AndTheFp32WeightsTriesBf16Parameters) {
   job.allow_bf16 = false;
   EXPECT_EQ(run_search(fp32, job).parameters_alone,
             "the parameters alone (4.00 MiB) exceed the usable budget (3.00 MiB, after 0 % headroom)" + kNoSingleGpu);
+}
+
+// A budget above the fp32 weights (4 MiB) but below them with their fp32
+// gradients (4 + 4 MiB), and above both in bf16 (2 + 2 MiB): autocast, its
+// fp32 weights and gradients on the device, fits in no configuration, so
+// bf16 is probed as bf16 parameters from the start (Note [Parameters
+// alone]) and its nodes are bf16 parameters' (which need 9 MiB at least by
+// the fake's formula, so none fits here: the walk says so).
+// A search of the fake, its bf16 parameters stored in bf16, bf16 allowed.
+SearchResult search_allowing_bf16(int64_t budget) {
+  FakeRunner fake;
+  fake.bf16_parameters_stored = true;
+  JobSpec job = job_with_budget(budget);
+  job.allow_bf16 = true;
+  return run_search(fake, job);
+}
+
+TEST(DecisionTree, ABudgetBelowTheFp32WeightsAndGradientsTriesBf16Parameters) {
+  const SearchResult r = search_allowing_bf16(15 * kMiB / 2);
+  EXPECT_TRUE(r.parameters_alone.empty()) << r.parameters_alone;
+  for (const ProbeReport& p : r.probes) EXPECT_FALSE(autocast_probe(p)) << "no autocast probe: " << p.config;
+  EXPECT_TRUE(std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& note) {
+    return note.rfind(
+               "the parameters and their gradients (4.00 MiB + 4.00 MiB measured) exceed the usable budget "
+               "(7.50 MiB); as bf16 parameters they take 2.00 MiB + 2.00 MiB, so bf16 is tried as bf16 parameters",
+               0) == 0;
+  })) << ::testing::PrintToString(r.notes);
+  EXPECT_NE(node_named(r, "optimizer offload + bf16 parameters + checkpointing"), nullptr);
+  EXPECT_EQ(node_named(r, "optimizer offload + bf16 + checkpointing"), nullptr);
+  // Above the fp32 weights and gradients, bf16 keeps its autocast form.
+  const SearchResult roomy = search_allowing_bf16(9 * kMiB);
+  EXPECT_TRUE(std::any_of(roomy.probes.begin(), roomy.probes.end(), autocast_probe));
 }
 
 // A job on bf16 autocast whose fp32 weights exceed the budget and whose
