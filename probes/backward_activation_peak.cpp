@@ -18,7 +18,9 @@ BackwardActivationPeak find_backward_activation_peak(const std::vector<TrackedEv
     if (e.kind == TrackedEvent::Kind::kAlloc && e.pool == MemoryPool::kDevice && gradient_blocks.count(e.address))
       gradient_allocation[e.address] = i;
   }
-  BackwardActivationPeak peak{live_at_begin, 0, live_at_begin};
+  BackwardActivationPeak peak;
+  peak.live_bytes = peak.accumulating_bytes = live_at_begin;
+  peak.by_gradients = {{0, live_at_begin}};
   int64_t live = live_at_begin, gradients = 0;
   // A later micro-batch holds the gradients of the node running now (its
   // frame run) until the node finishes; those of earlier nodes are in the
@@ -39,7 +41,10 @@ BackwardActivationPeak find_backward_activation_peak(const std::vector<TrackedEv
     if (made != gradient_allocation.end() && made->second == i) {
       gradients += e.bytes;
       pending += e.bytes;
+      peak.by_gradients.push_back({gradients, live});
     }
+    GradientLevel& level = peak.by_gradients.back();
+    level.live_bytes = std::max(level.live_bytes, live);
     if (live - gradients > peak.live_bytes - peak.gradient_bytes) {
       peak.live_bytes = live;
       peak.gradient_bytes = gradients;

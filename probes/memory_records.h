@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/phase.h"
 
@@ -70,12 +71,23 @@ struct LargestAllocation {
   Phase phase = Phase::kLoad;
 };
 
+/// Backward between two gradients: the highest live device bytes while
+/// exactly the gradients made so far existed (memory_model.cpp, Note
+/// [Backward by gradients]).
+struct GradientLevel {
+  int64_t gradient_bytes = 0;  // SUM: gradients this backward had made by then
+  int64_t live_bytes = 0;      // SUM: the highest live device bytes among those moments
+  bool operator==(const GradientLevel& o) const {
+    return gradient_bytes == o.gradient_bytes && live_bytes == o.live_bytes;
+  }
+};
+
 /// Backward's activation peak: the moment of one backward pass when its live
 /// device bytes less the parameter gradients it had created so far were
 /// highest (activations, their gradients and temporaries at their height).
 /// The backward phase's own peak can hide it: at small micro-batches that
 /// peak is the end of backward, all gradients created, and grows with
-/// nothing; this moment grows with the micro-batch (strategies/
+/// nothing; this moment grows with the micro-batch (search/
 /// memory_model.cpp, Note [Backward activation peak]).
 struct BackwardActivationPeak {
   int64_t live_bytes = 0;      // SUM: live device bytes then; 0 = not measured
@@ -85,6 +97,13 @@ struct BackwardActivationPeak {
   // node that made it has finished, and then freed. Its highest live bytes
   // less the stored gradients (SUM; 0 = not measured).
   int64_t accumulating_bytes = 0;
+  // One level per gradient made, the first before any: the whole backward,
+  // its peak the largest live_bytes. Its moments do not depend on the
+  // micro-batch (the parameters' gradients are made in the same order at
+  // every size), so a line per level through probes at two sizes gives
+  // backward's peak at a third as the largest of those lines. Empty: not
+  // measured.
+  std::vector<GradientLevel> by_gradients;
 };
 
 /// A step's first operator that needs a cuBLAS handle on one thread of a

@@ -36,6 +36,13 @@ nlohmann::json phase_json(const PhaseMemory& p) {
           {"reserved_peak_bytes", p.reserved_peak_bytes}};
 }
 
+// [[gradient_bytes, live_bytes], ...]: a few hundred pairs for a 7B model.
+nlohmann::json gradient_levels_json(const std::vector<GradientLevel>& levels) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const GradientLevel& level : levels) j.push_back({level.gradient_bytes, level.live_bytes});
+  return j;
+}
+
 PhaseMemory phase_from_json(const nlohmann::json& j) {
   PhaseMemory p;
   p.start_bytes = j.at("start_bytes").get<int64_t>();
@@ -187,7 +194,8 @@ nlohmann::json to_json(const ProbeReport& r) {
       {"backward_activation_peak",
        {{"live_bytes", r.backward_activation_peak.live_bytes},
         {"gradient_bytes", r.backward_activation_peak.gradient_bytes},
-        {"accumulating_bytes", r.backward_activation_peak.accumulating_bytes}}},
+        {"accumulating_bytes", r.backward_activation_peak.accumulating_bytes},
+        {"by_gradients", gradient_levels_json(r.backward_activation_peak.by_gradients)}}},
       {"largest_allocation",
        {{"bytes", r.largest.bytes}, {"op", r.largest.op}, {"phase", std::string(phase_name(r.largest.phase))}}},
       {"kernel_scratch",
@@ -290,9 +298,16 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
       r.optimizer = {optimizer->at("name").get<std::string>(), optimizer->at("implementation").get<std::string>(),
                      optimizer->at("temporary_bytes").get<int64_t>()};
     r.retained_activation_bytes = j.at("retained_activation_bytes").get<int64_t>();
-    if (const auto peak = j.find("backward_activation_peak"); peak != j.end())
-      r.backward_activation_peak = {peak->at("live_bytes").get<int64_t>(), peak->at("gradient_bytes").get<int64_t>(),
-                                    peak->at("accumulating_bytes").get<int64_t>()};
+    if (const auto peak = j.find("backward_activation_peak"); peak != j.end()) {
+      BackwardActivationPeak& a = r.backward_activation_peak;
+      a.live_bytes = peak->at("live_bytes").get<int64_t>();
+      a.gradient_bytes = peak->at("gradient_bytes").get<int64_t>();
+      a.accumulating_bytes = peak->at("accumulating_bytes").get<int64_t>();
+      // Absent from reports recorded before the levels: not measured.
+      if (const auto levels = peak->find("by_gradients"); levels != peak->end())
+        for (const auto& level : *levels)
+          a.by_gradients.push_back({level.at(0).get<int64_t>(), level.at(1).get<int64_t>()});
+    }
     const auto& largest = j.at("largest_allocation");
     r.largest.bytes = largest.at("bytes").get<int64_t>();
     r.largest.op = largest.at("op").get<std::string>();

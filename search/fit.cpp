@@ -52,11 +52,25 @@ std::string no_faster_than_without(const StrategyRow& row, StrategyEffect& effec
       row.probe_name, fmt::join(measured, " and "), row.only_adds_work);
 }
 
+// The name of bf16's probes in `form`: autocast (the row's), or bf16
+// parameters (Note [bf16 fallback]).
+std::string bf16_probe_name(Precision form) {
+  return form == Precision::kBf16Params ? "bf16 parameters + fp32 master weights" : row_of(Strategy::kBf16).probe_name;
+}
+
 }  // namespace
 
-// Probes one strategy at `sizes` and derives its effect on the plain lines.
+// Probes one strategy at `sizes` and derives its effect on the lines of
+// `reference`: the plain lines (models_), or those of plain with another
+// strategy (Note [bf16 with checkpointing], memory_model.cpp).
 StrategyEffect Search::probe_effect(const std::string& name, const TrainingConfig& config,
-                                    const std::vector<int64_t>& sizes) {
+                                    const std::vector<int64_t>& sizes, const StepModels& reference) {
+  // Seconds of the reference at micro-batch s: plain's as measured.
+  const auto reference_seconds = [&](int64_t s) {
+    if (&reference != &models_) return reference.seconds(static_cast<double>(s));
+    const auto measured = plain_seconds_.find(s);
+    return measured == plain_seconds_.end() ? 0.0 : measured->second;
+  };
   std::vector<int64_t> ok_sizes;
   std::vector<std::array<double, kNumPhases>> peaks;
   std::vector<ProbeReport> ran;  // the probes of ok_sizes
@@ -85,28 +99,33 @@ StrategyEffect Search::probe_effect(const std::string& name, const TrainingConfi
     peaks.push_back(phase_peaks_of(r, job_));
     ran.push_back(r);
     forward_backward.push_back(forward_backward_seconds(r));
-    const auto base_time = plain_seconds_.find(s);
-    if (base_time != plain_seconds_.end() && base_time->second > 0)
-      time_ratios.push_back(forward_backward.back() / base_time->second);
+    if (const double base_time = reference_seconds(s); base_time > 0)
+      time_ratios.push_back(forward_backward.back() / base_time);
     optimizer_seconds.push_back(r.timing.steady_optimizer_seconds);
   }
-  const PhaseLines lines = fit_phase_lines(ok_sizes, peaks, &models_.phases);
+  const PhaseLines lines = fit_phase_lines(ok_sizes, peaks, &reference.phases);
   StrategyEffect effect;
   effect.available = true;
   for (Phase p : kStepPhases) {
     const auto i = static_cast<std::size_t>(p);
-    const LineEffect e = line_effect(lines[i], models_.phases[i]);
+    const LineEffect e = line_effect(lines[i], reference.phases[i]);
     effect.shift_bytes[i] = e.shift_bytes;
     effect.slope_ratio[i] = e.slope_ratio;
   }
   std::vector<const ProbeReport*> probes;
   for (const ProbeReport& r : ran) probes.push_back(&r);
   StepModels own;  // the strategy's backward activation lines
-  fit_backward_activation(own, probes, job_, models_.backward_activation.slope, models_.accumulating_backward.slope);
-  if (models_.backward_activation_measured && own.backward_activation_measured) {
-    effect.backward_activation = line_effect(own.backward_activation, models_.backward_activation);
-    effect.accumulating_backward = line_effect(own.accumulating_backward, models_.accumulating_backward);
+  fit_backward_activation(own, probes, job_, reference.backward_activation.slope, reference.accumulating_backward.slope,
+                          &reference.backward_by_gradients);
+  if (reference.backward_activation_measured && own.backward_activation_measured) {
+    effect.backward_activation = line_effect(own.backward_activation, reference.backward_activation);
+    effect.accumulating_backward = line_effect(own.accumulating_backward, reference.accumulating_backward);
   }
+  // Note [Backward by gradients] (memory_model.cpp)
+  if (!own.backward_by_gradients.empty() && own.backward_by_gradients.size() == reference.backward_by_gradients.size())
+    for (std::size_t k = 0; k < own.backward_by_gradients.size(); ++k)
+      effect.backward_by_gradients.push_back(
+          line_effect(own.backward_by_gradients[k], reference.backward_by_gradients[k]));
   if (!time_ratios.empty()) effect.time_ratio = effect.time_slope_ratio = mean_of(time_ratios);
   // Two sizes: the ratios of the lines' intercepts and slopes, where both
   // lines rise (bf16 autocast casts the weights once per micro-batch and
@@ -115,7 +134,7 @@ StrategyEffect Search::probe_effect(const std::string& name, const TrainingConfi
   // to the mean ratio.
   if (ok_sizes.size() >= 2 && time_ratios.size() == ok_sizes.size()) {
     const BatchLine own = fit_batch_line(ok_sizes, forward_backward);
-    const BatchLine& base = models_.seconds;
+    const BatchLine& base = reference.seconds;
     if (own.intercept > 0 && own.slope > 0 && base.intercept > 0 && base.slope > 0) {
       effect.time_ratio = own.intercept / base.intercept;
       effect.time_slope_ratio = own.slope / base.slope;
@@ -123,8 +142,8 @@ StrategyEffect Search::probe_effect(const std::string& name, const TrainingConfi
   }
   // The optimizer step does not depend on the micro-batch: its ratio is to
   // the base's mean.
-  if (models_.optimizer_seconds > 0)
-    effect.optimizer_time_ratio = mean_of(optimizer_seconds) / models_.optimizer_seconds;
+  if (reference.optimizer_seconds > 0)
+    effect.optimizer_time_ratio = mean_of(optimizer_seconds) / reference.optimizer_seconds;
   return effect;
 }
 
@@ -293,7 +312,22 @@ bool Search::fit_models() {
       if (!note.empty()) result_.notes.push_back(std::move(note));
     }
   }
+  // Meta measures each node, the pair included (Note [Memory from meta]).
+  if (!meta_) probe_bf16_with_checkpointing(two);
   return true;
+}
+
+// Note [bf16 with checkpointing] (memory_model.cpp): bf16 with
+// checkpointing every block, probed at the sizes of its two strategies'
+// probes; its effect on checkpointing's lines.
+void Search::probe_bf16_with_checkpointing(const std::vector<int64_t>& sizes) {
+  const StrategyEffect& checkpointing = models_.effect(Strategy::kCheckpointing);
+  if (!checkpointing.available || !models_.effect(Strategy::kBf16).available) return;
+  TrainingConfig c = base_;
+  c.precision = bf16_form_;
+  c.checkpoint = checkpoint_all_;
+  models_.bf16_on_checkpointing = probe_effect(bf16_probe_name(bf16_form_) + " with activation checkpointing", c, sizes,
+                                               with_effect(models_, checkpointing));
 }
 
 // bf16 autocast on base_, else bf16 parameters with fp32 master weights
@@ -301,11 +335,11 @@ bool Search::fit_models() {
 StrategyEffect Search::probe_bf16(const std::vector<int64_t>& sizes) {
   TrainingConfig c = base_;
   c.precision = bf16_form_;  // bf16 parameters from the start: Note [Parameters alone]
-  if (bf16_form_ == Precision::kBf16Params) return probe_effect("bf16 parameters + fp32 master weights", c, sizes);
+  if (bf16_form_ == Precision::kBf16Params) return probe_effect(bf16_probe_name(bf16_form_), c, sizes);
   StrategyEffect effect = probe_effect(row_of(Strategy::kBf16).probe_name, c, sizes);
   if (!effect.available && form_failed(last_failure_)) {
     c.precision = Precision::kBf16Params;
-    effect = probe_effect("bf16 parameters + fp32 master weights", c, sizes);
+    effect = probe_effect(bf16_probe_name(c.precision), c, sizes);
     if (effect.available) {
       bf16_form_ = Precision::kBf16Params;
       result_.notes.push_back(bf16_fallback_note(last_failure_));

@@ -15,9 +15,11 @@ struct TimeFactors {
   double optimizer = 1;             // of the optimizer step
 };
 
-// Backward's activation lines (StepModels) of one configuration.
+// Backward's activation lines and its lines by gradients made (StepModels)
+// of one configuration.
 struct ActivationLines {
   BatchLine first, later;
+  std::vector<BatchLine> by_gradients;
 };
 
 // Applies a fraction `f` of a line's effect to `line`.
@@ -34,6 +36,9 @@ void apply(const StrategyEffect& e, double f, PhaseLines& lines, ActivationLines
   }
   move(activation.first, f, e.backward_activation);
   move(activation.later, f, e.accumulating_backward);
+  const bool per_level = e.backward_by_gradients.size() == activation.by_gradients.size();
+  for (std::size_t k = 0; k < activation.by_gradients.size(); ++k)
+    move(activation.by_gradients[k], f, per_level ? e.backward_by_gradients[k] : e.backward_activation);
   time.intercept *= 1 + f * (e.time_ratio - 1);
   time.slope *= 1 + f * (e.time_slope_ratio - 1);
   time.optimizer *= 1 + f * (e.optimizer_time_ratio - 1);
@@ -126,6 +131,31 @@ PhaseLines fit_phase_lines(const std::vector<int64_t>& micro_batches,
 // micro-batch, bounds it too. Probes that did not measure them (no event
 // stream) leave the phase-line rules as they were.
 
+// Note [Backward by gradients]
+// Rationale: backward's peak moves with the micro-batch among moments that
+// hold different gradients, and its two lines above see two of them. With
+// every block checkpointed (small test GPT, AdamW, 2-core CPU) backward
+// peaked at 2.585, 2.752, 3.188 and 4.059 MiB at micro-batches 1, 2, 4 and
+// 8: at 1 at its end, at 8 while recomputing the first block, when most
+// gradients exist but not all, a third moment. The probes at 1 and 2
+// predicted 8 x 1 at 3.868 MiB (the activation line), 4.7 % short; 8-bit
+// AdamW and offload with checkpointing 6.1 % and 6.8 %.
+// Approach: each probe keeps backward's highest live bytes between each two
+// gradients made (probes/memory_records.h, GradientLevel; the parameters'
+// gradients are made in the same order at every size, so level k is the
+// same span of backward in every probe). A line per level through the
+// probes, and the peak at b is the largest of them: every level's line
+// meets its probes, and the largest is where the peak has moved to.
+// Measured on that model, from the probes at 1 and 2: 4.059 MiB at 8
+// (checkpointing), 6.177 (plain), 5.271 (bf16 autocast), 3.739 (both), each
+// its run's peak to the byte. A strategy moves each level by its own
+// level's line where its probes measured as many levels, else by its
+// activation line's effect. A later micro-batch of an accumulated step
+// holds every stored gradient: a level's live bytes less the gradients
+// made by then, plus all of them, bound it from below as the activation
+// line does. These lines add to the phase lines, they replace none: between
+// two probes the line through backward's peaks lies above the levels'.
+
 // Note [Step time]
 // A step of k micro-batches runs forward, loss and backward k times and the
 // optimizer once. Probes run one micro-batch per step, so each probe's step
@@ -143,17 +173,55 @@ PhaseLines fit_phase_lines(const std::vector<int64_t>& micro_batches,
 // per micro-batch and saves per sample, so one ratio from small probes
 // over-predicted it at large micro-batches (small test GPT: by 70-146 %;
 // with lines, -42 to +8 %; docs/autotune.md, "Time model").
+StepModels with_effect(const StepModels& m, const StrategyEffect& effect) {
+  StepModels out = m;
+  ActivationLines activation{m.backward_activation, m.accumulating_backward, m.backward_by_gradients};
+  TimeFactors time;
+  apply(effect, 1, out.phases, activation, time);
+  out.backward_activation = activation.first;
+  out.accumulating_backward = activation.later;
+  out.backward_by_gradients = activation.by_gradients;
+  out.seconds = {m.seconds.intercept * time.intercept, m.seconds.slope * time.slope};
+  out.optimizer_seconds = m.optimizer_seconds * time.optimizer;
+  return out;
+}
+
+// Note [bf16 with checkpointing]
+// Rationale: bf16's effect measured without checkpointing shrinks the
+// activations of whole blocks, their insides mostly matmul outputs that
+// bf16 halves; with checkpointing the bytes left are mostly what it keeps
+// (the blocks' inputs, the logits, the loss's fp32 copies), which bf16
+// shrinks less. Multiplied into checkpointing's lines, it under-predicted
+// the pair (Debian's 1.13, 2-core CPU): the small test GPT at 16 x 1 by
+// 6.9 %, 8.3 % and 9.0 % (alone, with 8-bit AdamW, with offload), the
+// example GPT at 32 x 1 by 15.0 %, 17.5 % and 18.6 % (35.43 MiB predicted,
+// 41.66 run).
+// Approach: wherever the lines measure both strategies (not on meta, which
+// measures each node), the search probes bf16 with checkpointing every
+// block at their probes' sizes (search/fit.cpp,
+// probe_bf16_with_checkpointing), and that pair's effect on checkpointing's
+// lines replaces bf16's for the share of the blocks a configuration
+// checkpoints (both for first-n or every-k plans: bf16's for 1 - f, the
+// pair's for f). Two probes more, at small micro-batches.
 StepPrediction predict(const StepModels& m, const TrainingConfig& c, int64_t global_batch) {
   PhaseLines lines = m.phases;
-  ActivationLines activation{m.backward_activation, m.accumulating_backward};
+  ActivationLines activation{m.backward_activation, m.accumulating_backward, m.backward_by_gradients};
   TimeFactors time;
   TrainingConfig reference;
   reference.precision = m.base_precision;
+  const double checkpointed = row_of(Strategy::kCheckpointing).used(c, reference)
+                                  ? checkpointed_fraction(c.checkpoint, m.checkpoint_blocks)
+                                  : 0;
   for (const StrategyRow& row : strategy_table()) {
     if (!row.used(c, reference)) continue;
-    const double fraction =
-        row.id == Strategy::kCheckpointing ? checkpointed_fraction(c.checkpoint, m.checkpoint_blocks) : 1;
-    apply(m.effect(row.id), fraction, lines, activation, time);
+    if (row.id == Strategy::kCheckpointing) {
+      apply(m.effect(row.id), checkpointed, lines, activation, time);
+    } else if (row.id == Strategy::kBf16 && m.bf16_on_checkpointing.available) {
+      apply(m.effect(row.id), 1 - checkpointed, lines, activation, time);
+      apply(m.bf16_on_checkpointing, checkpointed, lines, activation, time);
+    } else {
+      apply(m.effect(row.id), 1, lines, activation, time);
+    }
   }
   const auto b = static_cast<double>(c.micro_batch);
   // The micro-batches of one step: the first runs without gradients; every
@@ -188,6 +256,12 @@ StepPrediction predict(const StepModels& m, const TrainingConfig& c, int64_t glo
       p.peak_bytes = std::max(p.peak_bytes, bytes);
     }
   }
+  // Note [Backward by gradients]
+  for (std::size_t k = 0; k < activation.by_gradients.size(); ++k)
+    for (const auto& [size, with_gradients] : micro_batches) {
+      const double live = activation.by_gradients[k](size);
+      p.peak_bytes = std::max(p.peak_bytes, with_gradients ? live - m.level_gradient_bytes[k] + gradients : live);
+    }
   const BatchLine seconds{m.seconds.intercept * time.intercept, m.seconds.slope * time.slope};
   p.seconds_per_global_batch = static_cast<double>(steps - 1) * std::max(0.0, seconds(b)) +
                                std::max(0.0, seconds(static_cast<double>(last))) + m.optimizer_seconds * time.optimizer;

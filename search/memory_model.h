@@ -17,6 +17,10 @@
 // - Checkpointing n of the N blocks that "all" checkpoints (the first n,
 //   every k-th, named paths) applies n / N of its effect: shifts, slope and
 //   time ratios move linearly between none (n = 0) and all (n = N).
+// - Backward's peak is also the largest of one line per level of
+//   gradients made, where the probes measured them: the moments between
+//   two gradients keep their place at every micro-batch while the peak
+//   moves among them (memory_model.cpp, Note [Backward by gradients]).
 // - Backward has two more lines when the probes measured them
 //   (probes/memory_records.h, BackwardActivationPeak): its live bytes at
 //   its activation peak, which the backward phase's own peak hides at small
@@ -98,6 +102,10 @@ struct StrategyEffect {
   // Of backward's activation lines (StepModels), as shift_bytes and
   // slope_ratio of a phase's.
   LineEffect backward_activation, accumulating_backward;
+  // Of each level of StepModels::backward_by_gradients, where the
+  // strategy's probes measured as many levels as the base's; empty:
+  // backward_activation's effect applies to every level.
+  std::vector<LineEffect> backward_by_gradients;
   bool available = false;  // false: not probed, or its probe failed
 };
 
@@ -113,6 +121,12 @@ struct StepModels {
   bool backward_activation_measured = false;
   BatchLine backward_activation, accumulating_backward;
   double backward_activation_gradient_bytes = 0;
+  // Backward between each two gradients made (Note [Backward by
+  // gradients]): live bytes vs micro-batch per level (probes/
+  // memory_records.h, GradientLevel) and the gradient bytes made by each
+  // (the probes' mean). Empty: not measured, or the probes' levels differ.
+  std::vector<BatchLine> backward_by_gradients;
+  std::vector<double> level_gradient_bytes;
   BatchLine seconds;              // seconds of one micro-batch's forward, loss and backward (Note [Step time])
   double optimizer_seconds = 0;   // seconds of the optimizer step, once per global batch
   int64_t gradient_bytes = 0;     // SUM: alive through every micro-batch after the first
@@ -121,11 +135,22 @@ struct StepModels {
   // bf16's is of whichever form ran (search/fit.cpp, Note [bf16
   // fallback]).
   std::array<StrategyEffect, kNumStrategies> effects{};
+  // bf16's effect on the lines of checkpointing every block, where the
+  // pair was probed (Note [bf16 with checkpointing]): a configuration
+  // that uses both takes it in place of bf16's, in proportion to the
+  // blocks it checkpoints.
+  StrategyEffect bf16_on_checkpointing;
   Precision base_precision = Precision::kFp32;  // the base probes' precision
 
   StrategyEffect& effect(Strategy s) { return effects[static_cast<std::size_t>(s)]; }
   const StrategyEffect& effect(Strategy s) const { return effects[static_cast<std::size_t>(s)]; }
 };
+
+/// `m` with `effect` applied whole: the lines of a configuration that adds
+/// that one strategy to the base (its phases, backward's activation lines
+/// and lines by gradients, seconds and optimizer seconds), the effects
+/// left as they were.
+StepModels with_effect(const StepModels& m, const StrategyEffect& effect);
 
 /// A configuration's prediction: never measured, always labelled so.
 struct StepPrediction {
@@ -144,7 +169,9 @@ struct StepPrediction {
 /// checkpoints out of models.checkpoint_blocks (the first n, every k-th, or
 /// the named paths; all when that count is 0), the others whole; shifts
 /// add, ratios multiply (selective checkpointing interpolates both
-/// linearly). Requires config.micro_batch >= 1.
+/// linearly). bf16 with checkpointing takes models.bf16_on_checkpointing
+/// where available, for the checkpointed share (Note [bf16 with
+/// checkpointing]). Requires config.micro_batch >= 1.
 StepPrediction predict(const StepModels& models, const TrainingConfig& config, int64_t global_batch);
 
 }  // namespace oomtune

@@ -46,7 +46,9 @@
 //   probes' guard is at least the budget).
 // - Pairs: 8-bit AdamW + bf16 and offload + bf16 (each also with
 //   checkpointing) are predicted from the single strategies' measured
-//   effects, added; no probe of their own (walk.cpp, Note [Pairs]).
+//   effects, added; no probe of their own (walk.cpp, Note [Pairs]), but
+//   bf16 with checkpointing, probed at the strategies' sizes where the
+//   lines measured both (memory_model.cpp, Note [bf16 with checkpointing]).
 // - Step time: a node's seconds are its micro-batches' forward, loss and
 //   backward (a line in the micro-batch) plus one optimizer step, each
 //   measured apart in the probes; a strategy probed at two sizes scales

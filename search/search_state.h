@@ -102,7 +102,13 @@ class Search {
   bool fit_models();
   ParametersFit check_parameters(const PlainProbes& plain);
   void store_bf16_parameters(const std::vector<int64_t>& sizes, PlainProbes& plain);
-  StrategyEffect probe_effect(const std::string& name, const TrainingConfig& config, const std::vector<int64_t>& sizes);
+  StrategyEffect probe_effect(const std::string& name, const TrainingConfig& config, const std::vector<int64_t>& sizes,
+                              const StepModels& reference);
+  StrategyEffect probe_effect(const std::string& name, const TrainingConfig& config,
+                              const std::vector<int64_t>& sizes) {
+    return probe_effect(name, config, sizes, models_);
+  }
+  void probe_bf16_with_checkpointing(const std::vector<int64_t>& sizes);
   StrategyEffect probe_checkpointing(const std::vector<int64_t>& sizes);
   StrategyEffect probe_bf16(const std::vector<int64_t>& sizes);
   void raise_min_micro_batch(int64_t size, const ProbeReport& report);

@@ -153,11 +153,12 @@ CheckpointPlan Search::first_blocks(int64_t n) const {
 // bf16 parameters add, which offload moves to the host too. Measured
 // (bf16 autocast, 2-core CPU): the two pairs of the small test GPT at
 // 8 x 1 to the byte; the example GPT at 34 MiB, 8-bit AdamW + bf16 8 x 4
-// at 30.04 MiB predicted and measured. With checkpointing on top they
-// under-predict: bf16's slope ratio, measured without checkpointing, is
-// multiplied into checkpointing's slope, whose bytes bf16 shrinks less
-// (-4.0 % and -4.6 % at 8 x 1; docs/autotune.md, "Still open" 5). Every
-// candidate is verified by a real run before it is chosen.
+// at 30.04 MiB predicted and measured. bf16 does not multiply into
+// checkpointing's slope: it shrinks what checkpointing keeps less than the
+// activations it was measured on, so the lines probe that pair and use its
+// own effect (memory_model.cpp, Note [bf16 with checkpointing]); with it
+// the four pairs with checkpointing on top meet their runs to the byte
+// too. Every candidate is verified by a real run before it is chosen.
 void Search::walk_tree() {
   const int64_t g = job_.global_batch;
   const int64_t below_g = g - 1;

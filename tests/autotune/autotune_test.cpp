@@ -516,32 +516,43 @@ TEST(Autotune, Bf16FallsBackToBf16ParametersWhenAutocastCrashes) {
                        "bf16: autocast failed (crashed: SIGSEGV during forward), so bf16 runs "
                        "as bf16 parameters with fp32 master weights"))
       << dump_trail(report);
-  int autocast_crashes = 0, bf16_params_ok = 0;
+  int autocast_crashes = 0, bf16_params_ok = 0, with_checkpointing = 0;
   for (const json& p : report.at("probes")) {
     const std::string config = p.at("config");
-    if (contains(config + ",", "precision=bf16,") && p.at("outcome") == "crashed") ++autocast_crashes;
+    if (contains(config + ",", "precision=bf16,")) {
+      EXPECT_EQ(p.at("outcome"), "crashed") << config;
+      ++autocast_crashes;
+    }
     if (contains(config, "precision=bf16_params") && p.at("outcome") == "ok") {
       EXPECT_EQ(p.at("precision_form"), "bf16 parameters, fp32 master");
-      ++bf16_params_ok;
+      ++(contains(config, "ckpt=all") ? with_checkpointing : bf16_params_ok);
     }
   }
   EXPECT_EQ(autocast_crashes, 1);
   EXPECT_EQ(bf16_params_ok, 2) << "both bf16 probe sizes, in the fallback form";
+  EXPECT_EQ(with_checkpointing, 2) << "bf16 with checkpointing (Note [bf16 with checkpointing]), in that form too";
   bool node = false;
   for (const json& n : report.at("trail"))
     node = node || (n.at("node") == "bf16 parameters" && contains(n.at("config"), "precision=bf16_params"));
   EXPECT_TRUE(node) << dump_trail(report);
 }
 
-// Pairs of strategies (Note [Pairs] in search/walk.cpp): their
-// peaks are predicted from effects each measured alone, with no probe of
-// their own; every fitting node is verified here, so each pair's prediction
-// meets its real run (small GPT, 8 x 1, 2-core CPU): 8-bit AdamW + bf16 and
-// offload + bf16 to the byte. With checkpointing on top, bf16's slope
-// ratio, measured without checkpointing, is applied to what checkpointing
-// leaves, which bf16 shrinks less (docs/autotune.md, "Still open" 5): -4.0 %
-// and -4.6 % under their runs, a bound kept here so that it grows no worse.
-TEST(Autotune, PairsOfStrategiesArePredictedFromTheirSeparateEffects) {
+// Pairs of strategies (Note [Pairs] in search/walk.cpp): 8-bit AdamW or
+// offload with bf16 are predicted from effects each measured alone, with
+// no probe of their own; bf16 with checkpointing from the pair's effect on
+// checkpointing's lines, probed at the sizes of the strategies' probes
+// (Note [bf16 with checkpointing], memory_model.cpp). Every fitting node is
+// verified here, so each prediction meets its real run (small GPT, 8 x 1).
+// Measured on the 2-core CPU: every node with all blocks or none
+// checkpointed to the byte, checkpointing included (Note [Backward by
+// gradients]: at 1 and 2 its backward peaks at its end, at 8 while
+// recomputing the first block; before, 4.7 % short); bf16 with checkpointing
+// 3.0 % short before the pair's probe. The first of two blocks and
+// accumulation with checkpointing +1.6 % and +1.8 % over: each micro-batch
+// is predicted by lines, and over is safe. On PyTorch 2 (CUDA's autocast
+// lists) 8-bit AdamW + bf16 and offload + bf16 +0.7 % and +0.8 % over: the
+// effects overlap (Note [Pairs]).
+TEST(Autotune, PairsOfStrategiesArePredictedFromTheirEffects) {
   OOMTUNE_REQUIRE_FILE(model(kSmall.name));
   if (!bf16_runs_here()) GTEST_SKIP() << "bf16 does not run at this kernel level (DNNL_MAX_CPU_ISA below AVX-512)";
   const TestDir dir;
@@ -549,21 +560,27 @@ TEST(Autotune, PairsOfStrategiesArePredictedFromTheirSeparateEffects) {
                                   " --json --max-verifications 20");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json report = parse_json(r);
+  int bf16_with_checkpointing = 0;
   for (const json& p : report.at("probes")) {
     const std::string config = p.at("config");
     const bool eight_bit = contains(config, "optimizer=adamw8bit"), offload = contains(config, "offload=on");
     EXPECT_FALSE((eight_bit || offload) && !contains(config, "precision=fp32")) << "a pair was probed: " << config;
+    if (contains(config, "ckpt=all") && contains(config + ",", "precision=bf16,")) ++bf16_with_checkpointing;
   }
+  EXPECT_EQ(bf16_with_checkpointing, 2) << "bf16 with checkpointing, at the two sizes of its strategies' probes";
   int pairs = 0;
   for (const json& n : report.at("trail")) {
     const std::string node = n.at("node");
-    if (!contains(node, " + bf16")) continue;
-    ++pairs;
-    ASSERT_TRUE(n.contains("verification")) << node << "\n" << dump_trail(report);
+    if (!n.contains("verification")) {
+      EXPECT_FALSE(n.at("predicted_fit").get<bool>()) << node << " fits and was not verified";
+      continue;
+    }
     const double predicted = n.at("predicted_peak_bytes").get<double>();
     const double measured = n.at("verification").at("peak_bytes").get<double>();
-    const double tolerance = contains(node, "checkpointing") ? 0.06 : 0.01;
-    EXPECT_LE(std::abs(predicted - measured) / measured, tolerance) << node << ": " << predicted << " vs " << measured;
+    const bool by_lines = contains(node, "first") || contains(node, "accumulation");
+    EXPECT_GE(predicted, measured * (1 - 0.005)) << node << ": " << predicted << " vs " << measured;
+    EXPECT_LE(predicted, measured * (by_lines ? 1.03 : 1.01)) << node << ": " << predicted << " vs " << measured;
+    if (contains(node, " + bf16")) ++pairs;
   }
   EXPECT_EQ(pairs, 4) << "8-bit AdamW and offload with bf16, each also with checkpointing\n" << dump_trail(report);
 }

@@ -334,11 +334,25 @@ TEST(Trial, BackwardActivationPeakOnTheExampleGpt) {
   // the phase's peak (a pending gradient is one this backward keeps).
   EXPECT_GE(a.accumulating_bytes, a.live_bytes - a.gradient_bytes);
   EXPECT_LE(a.accumulating_bytes, backward.peak_bytes);
+  // By gradients made (Note [Backward by gradients]): a level before the
+  // first and one per parameter tensor, 53 of them (tok_emb, pos_emb; per
+  // block of 4 two LayerNorms, qkv, proj and the MLP's two Linears, each
+  // with a weight and a bias; ln_f's two; the head's weight), ending with
+  // every gradient byte; the highest of them is backward's peak.
+  ASSERT_EQ(a.by_gradients.size(), 54u);
+  EXPECT_EQ(a.by_gradients.front().gradient_bytes, 0);
+  EXPECT_EQ(a.by_gradients.back().gradient_bytes, r.static_memory.gradient_bytes);
+  int64_t highest = 0;
+  for (std::size_t k = 0; k < a.by_gradients.size(); ++k) highest = std::max(highest, a.by_gradients[k].live_bytes);
+  for (std::size_t k = 1; k < a.by_gradients.size(); ++k)
+    EXPECT_GT(a.by_gradients[k].gradient_bytes, a.by_gradients[k - 1].gradient_bytes) << k;
+  EXPECT_EQ(highest, backward.peak_bytes);
   // It crosses the child-trial pipe.
   const ProbeReport carried = probe_report_from_json(to_json(r));
   EXPECT_EQ(carried.backward_activation_peak.live_bytes, a.live_bytes);
   EXPECT_EQ(carried.backward_activation_peak.gradient_bytes, a.gradient_bytes);
   EXPECT_EQ(carried.backward_activation_peak.accumulating_bytes, a.accumulating_bytes);
+  EXPECT_EQ(carried.backward_activation_peak.by_gradients, a.by_gradients);
   // Without the event stream it is not measured.
   EXPECT_EQ(run_trial(job, baseline_config(job), quick_trial()).backward_activation_peak.live_bytes, 0);
 }

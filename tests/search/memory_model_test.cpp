@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "strategies/accumulation.h"
 
@@ -40,6 +42,45 @@ TrainingConfig at(int64_t micro_batch) {
   TrainingConfig c;
   c.micro_batch = micro_batch;
   return c;
+}
+
+// 8-bit AdamW on base_models: state 600 bytes smaller in every phase, 1200
+// in the optimizer's (its temporaries too), backward's activation lines
+// moved as its phase line.
+StrategyEffect eight_bit_effect() {
+  StrategyEffect e;
+  e.available = true;
+  e.shift_bytes[kForward] = e.shift_bytes[kLoss] = e.shift_bytes[kBackward] = -600;
+  e.shift_bytes[kOptimizer] = -1200;
+  e.backward_activation = e.accumulating_backward = {-600, 1};
+  return e;
+}
+
+// bf16 halves the activation bytes per sample; a micro-batch takes 0.8x
+// its fixed seconds and 0.5x its per-sample seconds.
+StrategyEffect half_bf16() {
+  StrategyEffect e;
+  e.available = true;
+  e.slope_ratio = {1, 0.5, 0.5, 0.5, 0.5};
+  e.time_ratio = 0.8;
+  e.time_slope_ratio = 0.5;
+  return e;
+}
+
+// A micro-batch of `micro_batch` with 8-bit AdamW.
+TrainingConfig eight_bit_at(int64_t micro_batch) {
+  TrainingConfig c = at(micro_batch);
+  c.optimizer = OptimizerKind::kAdamW8bit;
+  return c;
+}
+
+// Checkpointing every block keeps a quarter of the activation bytes per
+// sample in forward, loss and backward.
+StrategyEffect quarter_checkpointing() {
+  StrategyEffect e;
+  e.available = true;
+  e.slope_ratio = {1, 0.25, 0.25, 0.25, 0.25};
+  return e;
 }
 
 TEST(MicroBatchCount, IsTheNumberOfSlicesOfTheSplit) {
@@ -163,51 +204,169 @@ TEST(Predict, BackwardPeaksAtTheLargerOfItsPhaseLineAndItsActivationLines) {
   // backward 2700, optimizer 800); with a second 16, max(2820 - 600,
   // 2900 - 100) + 400 (forward 2400).
   StepModels eight = m;
-  StrategyEffect& eight_bit = eight.effect(Strategy::kAdamW8bit);
-  eight_bit.available = true;
-  eight_bit.shift_bytes[kForward] = eight_bit.shift_bytes[kLoss] = -600;
-  eight_bit.shift_bytes[kBackward] = -600;
-  eight_bit.shift_bytes[kOptimizer] = -1200;
-  eight_bit.backward_activation = eight_bit.accumulating_backward = {-600, 1};
-  TrainingConfig c = at(16);
-  c.optimizer = OptimizerKind::kAdamW8bit;
-  EXPECT_DOUBLE_EQ(predict(eight, c, 16).peak_bytes, 2900);
-  EXPECT_DOUBLE_EQ(predict(eight, c, 32).peak_bytes, 3200);
+  eight.effect(Strategy::kAdamW8bit) = eight_bit_effect();
+  EXPECT_DOUBLE_EQ(predict(eight, eight_bit_at(16), 16).peak_bytes, 2900);
+  EXPECT_DOUBLE_EQ(predict(eight, eight_bit_at(16), 32).peak_bytes, 3200);
   // Checkpointing the first 2 of 4 blocks applies half its activation
   // effect (+100, slope x 0.25 when whole): 350 + 200 * 0.625 * 32 = 4350
   // at b = 32, above backward's 950 + 93.75 * 32 = 3950 and forward's 3050.
   StepModels ckpt = m;
   ckpt.checkpoint_blocks = 4;
-  StrategyEffect& checkpointing = ckpt.effect(Strategy::kCheckpointing);
-  checkpointing.available = true;
-  checkpointing.slope_ratio = {1, 0.25, 0.25, 0.25, 0.25};
+  StrategyEffect& checkpointing = ckpt.effect(Strategy::kCheckpointing) = quarter_checkpointing();
   checkpointing.shift_bytes[kForward] = checkpointing.shift_bytes[kLoss] = 100;
   checkpointing.shift_bytes[kBackward] = 100;
   checkpointing.backward_activation = {100, 0.25};
-  c = at(32);
+  TrainingConfig c = at(32);
   c.checkpoint.mode = CheckpointPlan::Mode::kFirstN;
   c.checkpoint.first_n = 2;
   EXPECT_DOUBLE_EQ(predict(ckpt, c, 32).peak_bytes, 4350);
+}
+
+// Note [Backward by gradients]: one line per level of gradients made,
+// measured; gradients are 400 bytes (base_models), made 0, 200 and 400 by
+// the levels. Level 0 (the activations at their height) 600 + 200 b,
+// level 1 (recomputing the first block, half the gradients made)
+// 1100 + 175 b, level 2 (the end) 1500, flat.
+TEST(Predict, BackwardPeaksAtTheLargestOfItsLinesByGradientsMade) {
+  StepModels m = base_models();
+  m.backward_by_gradients = {{600, 200}, {1100, 175}, {1500, 0}};
+  m.level_gradient_bytes = {0, 200, 400};
+  // b = 4: levels 1400, 1800, 1500; phase lines forward 1400, loss 1400,
+  // backward 1500, optimizer 2000.
+  EXPECT_DOUBLE_EQ(predict(m, at(4), 4).peak_bytes, 2000);
+  // b = 16: levels 3800, 3900, 1500: level 1, above backward's phase line
+  // (3300) and level 0.
+  EXPECT_DOUBLE_EQ(predict(m, at(16), 16).peak_bytes, 3900);
+  // 32 = 16 + 16: the second 16 holds all 400 gradient bytes: levels less
+  // those made by then, 3800, 3700 and 1100, + 400 = 4200 (backward's phase
+  // line 3300 + 400, forward 2600 + 400).
+  EXPECT_DOUBLE_EQ(predict(m, at(16), 32).peak_bytes, 4200);
+  // 8-bit AdamW has no effect by level: its activation line's, -600, moves
+  // each: level 1 3300 at 16 (backward 2700, forward 2000, optimizer 800).
+  StepModels eight = m;
+  eight.effect(Strategy::kAdamW8bit) = eight_bit_effect();
+  EXPECT_DOUBLE_EQ(predict(eight, eight_bit_at(16), 16).peak_bytes, 3300);
+  // Checkpointing by level: level 0 x 0.25, level 1 + 100 and x 0.5, level 2
+  // unchanged; its phase lines x 0.25. All 4 blocks at 16: levels 1400,
+  // 1200 + 87.5 * 16 = 2600, 1500; forward 1400, loss 1400, backward
+  // 1500, optimizer 2000.
+  StepModels ckpt = m;
+  ckpt.checkpoint_blocks = 4;
+  ckpt.effect(Strategy::kCheckpointing) = quarter_checkpointing();
+  ckpt.effect(Strategy::kCheckpointing).backward_by_gradients = {{0, 0.25}, {100, 0.5}, {0, 1}};
+  TrainingConfig c = at(16);
+  c.checkpoint.mode = CheckpointPlan::Mode::kAll;
+  EXPECT_DOUBLE_EQ(predict(ckpt, c, 16).peak_bytes, 2600);
+  // The first 2 of 4, half of each: level 1 1150 + 175 * 0.75 * 16 = 3250;
+  // level 0 600 + 200 * 0.625 * 16 = 2600, backward 900 + 93.75 * 16 =
+  // 2400.
+  c.checkpoint.mode = CheckpointPlan::Mode::kFirstN;
+  c.checkpoint.first_n = 2;
+  EXPECT_DOUBLE_EQ(predict(ckpt, c, 16).peak_bytes, 3250);
+}
+
+// Note [bf16 with checkpointing]: checkpointing all 4 blocks keeps a
+// quarter of the activations per sample (1.2x and 1.4x the seconds); bf16
+// alone halves them (0.8x, 0.5x); bf16 measured on checkpointing's lines
+// shrinks what it keeps by a fifth only (0.9x, 0.7x the seconds).
+TEST(Predict, Bf16WithCheckpointingTakesThePairsEffectForTheCheckpointedShare) {
+  StepModels m = base_models();
+  m.checkpoint_blocks = 4;
+  StrategyEffect& checkpointing = m.effect(Strategy::kCheckpointing) = quarter_checkpointing();
+  checkpointing.time_ratio = 1.2;
+  checkpointing.time_slope_ratio = 1.4;
+  m.effect(Strategy::kBf16) = half_bf16();
+  TrainingConfig c = at(64);
+  c.precision = Precision::kBf16;
+  c.checkpoint.mode = CheckpointPlan::Mode::kAll;
+  // Without the pair, the product: backward 900 + 150 * 0.125 * 64 = 2100
+  // (forward 1800, optimizer 2000).
+  EXPECT_DOUBLE_EQ(predict(m, c, 64).peak_bytes, 2100);
+  StrategyEffect& pair = m.bf16_on_checkpointing;
+  pair.available = true;
+  pair.slope_ratio = {1, 0.8, 0.8, 0.8, 0.8};
+  pair.time_ratio = 0.9;
+  pair.time_slope_ratio = 0.7;
+  // With it: backward 900 + 150 * 0.25 * 0.8 * 64 = 2820 (forward 2280).
+  // Seconds 0.1 * 1.2 * 0.9 + 0.01 * 1.4 * 0.7 * 64 + 0.5.
+  StepPrediction p = predict(m, c, 64);
+  EXPECT_DOUBLE_EQ(p.peak_bytes, 2820);
+  EXPECT_NEAR(p.seconds_per_global_batch, 0.108 + 0.6272 + 0.5, 1e-12);
+  // It is the pair measured on checkpointing's lines: the same as bf16's
+  // effect with the pair's taken as bf16's, on those lines.
+  StepModels checkpointed = with_effect(m, checkpointing);
+  checkpointed.effect(Strategy::kCheckpointing) = {};
+  checkpointed.bf16_on_checkpointing = {};
+  checkpointed.effect(Strategy::kBf16) = pair;
+  TrainingConfig bf16_alone = at(64);
+  bf16_alone.precision = Precision::kBf16;
+  EXPECT_DOUBLE_EQ(predict(checkpointed, bf16_alone, 64).peak_bytes, 2820);
+  EXPECT_NEAR(predict(checkpointed, bf16_alone, 64).seconds_per_global_batch, 0.108 + 0.6272 + 0.5, 1e-12);
+  // The first 2 of 4 blocks: checkpointing's half (slope x 0.625), bf16's
+  // for the other half (x 0.75), the pair's for this one (x 0.9): backward
+  // 900 + 150 * 0.421875 * 64 = 4950 (forward 1000 + 2700).
+  c.checkpoint.mode = CheckpointPlan::Mode::kFirstN;
+  c.checkpoint.first_n = 2;
+  EXPECT_DOUBLE_EQ(predict(m, c, 64).peak_bytes, 4950);
+  // bf16 without checkpointing: bf16's alone, 900 + 75 * 64 = 5700.
+  EXPECT_DOUBLE_EQ(predict(m, bf16_alone, 64).peak_bytes, 5700);
+}
+
+// Two probes' levels (probes/memory_records.h, GradientLevel) at
+// micro-batches 2 and 4 on the CPU (bytes as measured): a line per level
+// through them, and the gradient bytes of each level.
+TEST(FitBackwardActivation, FitsALinePerLevelOfGradientsMade) {
+  JobSpec job;
+  job.device = Device::kCpu;
+  auto probe = [](int64_t micro_batch, std::vector<GradientLevel> levels) {
+    ProbeReport r;
+    r.micro_batch = micro_batch;
+    r.backward_activation_peak.live_bytes = levels.front().live_bytes;
+    r.backward_activation_peak.accumulating_bytes = levels.front().live_bytes;
+    r.backward_activation_peak.by_gradients = std::move(levels);
+    return r;
+  };
+  const ProbeReport two = probe(2, {{0, 1000}, {300, 1500}, {500, 1600}});
+  const ProbeReport four = probe(4, {{0, 1400}, {300, 1800}, {500, 1600}});
+  StepModels m;
+  fit_backward_activation(m, {&two, &four}, job, 0, 0);
+  ASSERT_EQ(m.backward_by_gradients.size(), 3u);
+  // (1400 - 1000) / 2 = 200 per sample from 600; 150 from 1200; flat 1600.
+  EXPECT_DOUBLE_EQ(m.backward_by_gradients[0].intercept, 600);
+  EXPECT_DOUBLE_EQ(m.backward_by_gradients[0].slope, 200);
+  EXPECT_DOUBLE_EQ(m.backward_by_gradients[1].intercept, 1200);
+  EXPECT_DOUBLE_EQ(m.backward_by_gradients[1].slope, 150);
+  EXPECT_DOUBLE_EQ(m.backward_by_gradients[2].intercept, 1600);
+  EXPECT_DOUBLE_EQ(m.backward_by_gradients[2].slope, 0);
+  EXPECT_EQ(m.level_gradient_bytes, (std::vector<double>{0, 300, 500}));
+  // One probe: each level takes its fallback line's slope.
+  StepModels one;
+  fit_backward_activation(one, {&four}, job, 0, 0, &m.backward_by_gradients);
+  ASSERT_EQ(one.backward_by_gradients.size(), 3u);
+  EXPECT_DOUBLE_EQ(one.backward_by_gradients[1].slope, 150);
+  EXPECT_DOUBLE_EQ(one.backward_by_gradients[1].intercept, 1800 - 150 * 4);
+  // A fallback of another count: every level the given slope.
+  const std::vector<BatchLine> other = {{0, 10}};
+  fit_backward_activation(one, {&four}, job, 50, 50, &other);
+  ASSERT_EQ(one.backward_by_gradients.size(), 3u);
+  EXPECT_DOUBLE_EQ(one.backward_by_gradients[2].slope, 50);
+  // Probes that measured different counts: no levels.
+  const ProbeReport fewer = probe(8, {{0, 2200}, {500, 2400}});
+  fit_backward_activation(m, {&two, &fewer}, job, 0, 0);
+  EXPECT_TRUE(m.backward_by_gradients.empty());
+  EXPECT_TRUE(m.backward_activation_measured);
 }
 
 TEST(Predict, StrategiesAddShiftsAndMultiplyRatios) {
   StepModels m = base_models();
   // 8-bit AdamW: state 600 bytes smaller in every phase, 1200 in the
   // optimizer's (its temporaries too); the optimizer step 1.4x slower.
-  StrategyEffect& eight_bit = m.effect(Strategy::kAdamW8bit);
-  eight_bit.available = true;
-  eight_bit.shift_bytes[kForward] = eight_bit.shift_bytes[kLoss] = eight_bit.shift_bytes[kBackward] = -600;
-  eight_bit.shift_bytes[kOptimizer] = -1200;
+  StrategyEffect& eight_bit = m.effect(Strategy::kAdamW8bit) = eight_bit_effect();
   eight_bit.optimizer_time_ratio = 1.4;
   // bf16: half the activation bytes per sample; 0.8x a micro-batch's fixed
   // seconds, 0.5x its per-sample seconds.
-  StrategyEffect& bf16 = m.effect(Strategy::kBf16);
-  bf16.available = true;
-  bf16.slope_ratio = {1, 0.5, 0.5, 0.5, 0.5};
-  bf16.time_ratio = 0.8;
-  bf16.time_slope_ratio = 0.5;
-  TrainingConfig c = at(8);
-  c.optimizer = OptimizerKind::kAdamW8bit;
+  m.effect(Strategy::kBf16) = half_bf16();
+  TrainingConfig c = eight_bit_at(8);
   c.precision = Precision::kBf16;
   // forward 400 + 50 * 8 = 800, loss 600 + 25 * 8 = 800, backward
   // 300 + 75 * 8 = 900, optimizer 800. Seconds 0.08 + 0.005 * 8 + 0.5 * 1.4.
