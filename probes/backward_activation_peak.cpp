@@ -20,7 +20,7 @@ BackwardActivationPeak find_backward_activation_peak(const std::vector<TrackedEv
   }
   BackwardActivationPeak peak;
   peak.live_bytes = peak.accumulating_bytes = live_at_begin;
-  peak.by_gradients = {{0, live_at_begin}};
+  peak.by_gradients = {{0, live_at_begin, live_at_begin}};
   int64_t live = live_at_begin, gradients = 0;
   // A later micro-batch holds the gradients of the node running now (its
   // frame run) until the node finishes; those of earlier nodes are in the
@@ -41,10 +41,11 @@ BackwardActivationPeak find_backward_activation_peak(const std::vector<TrackedEv
     if (made != gradient_allocation.end() && made->second == i) {
       gradients += e.bytes;
       pending += e.bytes;
-      peak.by_gradients.push_back({gradients, live});
+      peak.by_gradients.push_back({gradients, live, live - gradients + pending});
     }
     GradientLevel& level = peak.by_gradients.back();
     level.live_bytes = std::max(level.live_bytes, live);
+    level.accumulating_bytes = std::max(level.accumulating_bytes, live - gradients + pending);
     if (live - gradients > peak.live_bytes - peak.gradient_bytes) {
       peak.live_bytes = live;
       peak.gradient_bytes = gradients;

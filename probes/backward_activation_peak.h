@@ -23,10 +23,10 @@ namespace oomtune {
 /// (accumulating_bytes): there a gradient is added into the stored one and
 /// freed once the frame run that made it (TrackedEvent::frame_run) has
 /// ended, which the replay takes as the next allocation by another run.
-/// Also the highest live bytes between each two gradients made
-/// (by_gradients: one level before the first, then one per gradient).
-/// Host-pool events are skipped. With an empty range both moments are the
-/// start: {live_at_begin, 0, live_at_begin}, one level {0, live_at_begin}.
+/// Also both between each two gradients made (by_gradients: one level
+/// before the first, then one per gradient). Host-pool events are skipped.
+/// With an empty range both moments are the start: {live_at_begin, 0,
+/// live_at_begin}, one level {0, live_at_begin, live_at_begin}.
 /// Throws std::out_of_range when begin > end or end > events.size().
 BackwardActivationPeak find_backward_activation_peak(const std::vector<TrackedEvent>& events, std::size_t begin,
                                                      std::size_t end, int64_t live_at_begin,

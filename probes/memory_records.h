@@ -77,8 +77,13 @@ struct LargestAllocation {
 struct GradientLevel {
   int64_t gradient_bytes = 0;  // SUM: gradients this backward had made by then
   int64_t live_bytes = 0;      // SUM: the highest live device bytes among those moments
+  // SUM: the same span run as a later micro-batch of an accumulated step,
+  // as BackwardActivationPeak::accumulating_bytes: its highest live bytes
+  // less the stored gradients.
+  int64_t accumulating_bytes = 0;
   bool operator==(const GradientLevel& o) const {
-    return gradient_bytes == o.gradient_bytes && live_bytes == o.live_bytes;
+    return gradient_bytes == o.gradient_bytes && live_bytes == o.live_bytes &&
+           accumulating_bytes == o.accumulating_bytes;
   }
 };
 

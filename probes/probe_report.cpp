@@ -36,10 +36,12 @@ nlohmann::json phase_json(const PhaseMemory& p) {
           {"reserved_peak_bytes", p.reserved_peak_bytes}};
 }
 
-// [[gradient_bytes, live_bytes], ...]: a few hundred pairs for a 7B model.
+// [[gradient_bytes, live_bytes, accumulating_bytes], ...]: a few hundred
+// for a 7B model.
 nlohmann::json gradient_levels_json(const std::vector<GradientLevel>& levels) {
   nlohmann::json j = nlohmann::json::array();
-  for (const GradientLevel& level : levels) j.push_back({level.gradient_bytes, level.live_bytes});
+  for (const GradientLevel& level : levels)
+    j.push_back({level.gradient_bytes, level.live_bytes, level.accumulating_bytes});
   return j;
 }
 
@@ -306,7 +308,8 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
       // Absent from reports recorded before the levels: not measured.
       if (const auto levels = peak->find("by_gradients"); levels != peak->end())
         for (const auto& level : *levels)
-          a.by_gradients.push_back({level.at(0).get<int64_t>(), level.at(1).get<int64_t>()});
+          a.by_gradients.push_back(
+              {level.at(0).get<int64_t>(), level.at(1).get<int64_t>(), level.at(2).get<int64_t>()});
     }
     const auto& largest = j.at("largest_allocation");
     r.largest.bytes = largest.at("bytes").get<int64_t>();

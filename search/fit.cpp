@@ -116,16 +116,18 @@ StrategyEffect Search::probe_effect(const std::string& name, const TrainingConfi
   for (const ProbeReport& r : ran) probes.push_back(&r);
   StepModels own;  // the strategy's backward activation lines
   fit_backward_activation(own, probes, job_, reference.backward_activation.slope, reference.accumulating_backward.slope,
-                          &reference.backward_by_gradients);
+                          &reference.backward_levels);
   if (reference.backward_activation_measured && own.backward_activation_measured) {
     effect.backward_activation = line_effect(own.backward_activation, reference.backward_activation);
     effect.accumulating_backward = line_effect(own.accumulating_backward, reference.accumulating_backward);
   }
   // Note [Backward by gradients] (memory_model.cpp)
-  if (!own.backward_by_gradients.empty() && own.backward_by_gradients.size() == reference.backward_by_gradients.size())
-    for (std::size_t k = 0; k < own.backward_by_gradients.size(); ++k)
-      effect.backward_by_gradients.push_back(
-          line_effect(own.backward_by_gradients[k], reference.backward_by_gradients[k]));
+  if (!own.backward_levels.empty() && own.backward_levels.size() == reference.backward_levels.size())
+    for (std::size_t k = 0; k < own.backward_levels.size(); ++k) {
+      const LevelLines &mine = own.backward_levels[k], &base = reference.backward_levels[k];
+      effect.backward_levels.push_back(
+          {line_effect(mine.live, base.live), line_effect(mine.accumulating, base.accumulating)});
+    }
   if (!time_ratios.empty()) effect.time_ratio = effect.time_slope_ratio = mean_of(time_ratios);
   // Two sizes: the ratios of the lines' intercepts and slopes, where both
   // lines rise (bf16 autocast casts the weights once per micro-batch and

@@ -19,7 +19,7 @@ struct TimeFactors {
 // of one configuration.
 struct ActivationLines {
   BatchLine first, later;
-  std::vector<BatchLine> by_gradients;
+  std::vector<LevelLines> levels;
 };
 
 // Applies a fraction `f` of a line's effect to `line`.
@@ -36,9 +36,13 @@ void apply(const StrategyEffect& e, double f, PhaseLines& lines, ActivationLines
   }
   move(activation.first, f, e.backward_activation);
   move(activation.later, f, e.accumulating_backward);
-  const bool per_level = e.backward_by_gradients.size() == activation.by_gradients.size();
-  for (std::size_t k = 0; k < activation.by_gradients.size(); ++k)
-    move(activation.by_gradients[k], f, per_level ? e.backward_by_gradients[k] : e.backward_activation);
+  const bool per_level = e.backward_levels.size() == activation.levels.size();
+  for (std::size_t k = 0; k < activation.levels.size(); ++k) {
+    const LevelEffect level =
+        per_level ? e.backward_levels[k] : LevelEffect{e.backward_activation, e.accumulating_backward};
+    move(activation.levels[k].live, f, level.live);
+    move(activation.levels[k].accumulating, f, level.accumulating);
+  }
   time.intercept *= 1 + f * (e.time_ratio - 1);
   time.slope *= 1 + f * (e.time_slope_ratio - 1);
   time.optimizer *= 1 + f * (e.optimizer_time_ratio - 1);
@@ -139,22 +143,32 @@ PhaseLines fit_phase_lines(const std::vector<int64_t>& micro_batches,
 // 8: at 1 at its end, at 8 while recomputing the first block, when most
 // gradients exist but not all, a third moment. The probes at 1 and 2
 // predicted 8 x 1 at 3.868 MiB (the activation line), 4.7 % short; 8-bit
-// AdamW and offload with checkpointing 6.1 % and 6.8 %.
-// Approach: each probe keeps backward's highest live bytes between each two
-// gradients made (probes/memory_records.h, GradientLevel; the parameters'
+// AdamW and offload with checkpointing 6.1 % and 6.9 %. A later micro-batch
+// had the same fault the other way: one accumulating line through the
+// probes at 2, 4 and 8 (gpt_wide), which meet a large pending gradient at 2
+// and the activations at 8, over-predicted 8-bit AdamW 4 x 4 by 4.5 %, and
+// the activation line less the gradients made by plain's activation moment
+// (none) over-predicted checkpointing's, whose moment holds 0.125 MiB of
+// them (accumulation with checkpointing 4 x 2, small GPT: +1.8 %).
+// Approach: each probe keeps, between each two gradients made, backward's
+// highest live bytes and the same span's highest as a later micro-batch
+// runs it (probes/memory_records.h, GradientLevel). The parameters'
 // gradients are made in the same order at every size, so level k is the
-// same span of backward in every probe). A line per level through the
-// probes, and the peak at b is the largest of them: every level's line
-// meets its probes, and the largest is where the peak has moved to.
-// Measured on that model, from the probes at 1 and 2: 4.059 MiB at 8
-// (checkpointing), 6.177 (plain), 5.271 (bf16 autocast), 3.739 (both), each
-// its run's peak to the byte. A strategy moves each level by its own
-// level's line where its probes measured as many levels, else by its
-// activation line's effect. A later micro-batch of an accumulated step
-// holds every stored gradient: a level's live bytes less the gradients
-// made by then, plus all of them, bound it from below as the activation
-// line does. These lines add to the phase lines, they replace none: between
-// two probes the line through backward's peaks lies above the levels'.
+// same span of backward in every probe: a line per level through the
+// probes, and a step's first micro-batch peaks at the largest of them, a
+// later one at the largest accumulating line (at least each level's live
+// line less the gradients made by then) plus every gradient byte. Each
+// level's lines meet its probes, and the largest is where the peak has
+// moved to. Where levels were measured they replace backward's two
+// activation lines for a later micro-batch; for the first they add to the
+// phase lines and replace none of those (between two probes the line
+// through backward's peaks lies above the levels'). A strategy moves each
+// level by its own level's lines where its probes measured as many levels,
+// else by its activation lines' effects. Measured (2-core CPU, Debian's
+// 1.13): every node of the small GPT at 8 and of gpt_wide at 16 whose
+// checkpointing is all blocks or none within 4 bytes of its run, the
+// scaled loss an accumulated backward holds (loss / k; a probe's is the
+// loss itself), accumulation with checkpointing 260 bytes.
 
 // Note [Step time]
 // A step of k micro-batches runs forward, loss and backward k times and the
@@ -175,12 +189,12 @@ PhaseLines fit_phase_lines(const std::vector<int64_t>& micro_batches,
 // with lines, -42 to +8 %; docs/autotune.md, "Time model").
 StepModels with_effect(const StepModels& m, const StrategyEffect& effect) {
   StepModels out = m;
-  ActivationLines activation{m.backward_activation, m.accumulating_backward, m.backward_by_gradients};
+  ActivationLines activation{m.backward_activation, m.accumulating_backward, m.backward_levels};
   TimeFactors time;
   apply(effect, 1, out.phases, activation, time);
   out.backward_activation = activation.first;
   out.accumulating_backward = activation.later;
-  out.backward_by_gradients = activation.by_gradients;
+  out.backward_levels = activation.levels;
   out.seconds = {m.seconds.intercept * time.intercept, m.seconds.slope * time.slope};
   out.optimizer_seconds = m.optimizer_seconds * time.optimizer;
   return out;
@@ -205,7 +219,7 @@ StepModels with_effect(const StepModels& m, const StrategyEffect& effect) {
 // pair's for f). Two probes more, at small micro-batches.
 StepPrediction predict(const StepModels& m, const TrainingConfig& c, int64_t global_batch) {
   PhaseLines lines = m.phases;
-  ActivationLines activation{m.backward_activation, m.accumulating_backward, m.backward_by_gradients};
+  ActivationLines activation{m.backward_activation, m.accumulating_backward, m.backward_levels};
   TimeFactors time;
   TrainingConfig reference;
   reference.precision = m.base_precision;
@@ -250,17 +264,20 @@ StepPrediction predict(const StepModels& m, const TrainingConfig& c, int64_t glo
   if (m.backward_activation_measured) {
     for (const auto& [size, with_gradients] : micro_batches) {
       const double first = activation.first(size);
-      const double bytes =
-          with_gradients ? std::max(activation.later(size), first - m.backward_activation_gradient_bytes) + gradients
-                         : first;
-      p.peak_bytes = std::max(p.peak_bytes, bytes);
+      // Where levels were measured they replace these (Note [Backward by
+      // gradients]).
+      const double later = activation.levels.empty()
+                               ? std::max(activation.later(size), first - m.backward_activation_gradient_bytes)
+                               : 0;
+      p.peak_bytes = std::max(p.peak_bytes, with_gradients ? later + gradients : first);
     }
   }
   // Note [Backward by gradients]
-  for (std::size_t k = 0; k < activation.by_gradients.size(); ++k)
+  for (const LevelLines& level : activation.levels)
     for (const auto& [size, with_gradients] : micro_batches) {
-      const double live = activation.by_gradients[k](size);
-      p.peak_bytes = std::max(p.peak_bytes, with_gradients ? live - m.level_gradient_bytes[k] + gradients : live);
+      const double live = level.live(size);
+      const double later = std::max(level.accumulating(size), live - level.gradient_bytes) + gradients;
+      p.peak_bytes = std::max(p.peak_bytes, with_gradients ? later : live);
     }
   const BatchLine seconds{m.seconds.intercept * time.intercept, m.seconds.slope * time.slope};
   p.seconds_per_global_batch = static_cast<double>(steps - 1) * std::max(0.0, seconds(b)) +

@@ -89,6 +89,20 @@ struct LineEffect {
   double slope_ratio = 1;
 };
 
+/// Backward between two gradients made (probes/memory_records.h,
+/// GradientLevel) as lines in the micro-batch (memory_model.cpp, Note
+/// [Backward by gradients]).
+struct LevelLines {
+  BatchLine live;             // bytes: the highest live bytes
+  BatchLine accumulating;     // bytes: the same as a later micro-batch runs it, less the stored gradients
+  double gradient_bytes = 0;  // SUM: gradients made by then (the probes' mean)
+};
+
+/// What a strategy does to one level's lines.
+struct LevelEffect {
+  LineEffect live, accumulating;
+};
+
 /// What one strategy does to the base configuration's lines, as its probes
 /// measured it against the base's at the same micro-batches.
 struct StrategyEffect {
@@ -102,10 +116,10 @@ struct StrategyEffect {
   // Of backward's activation lines (StepModels), as shift_bytes and
   // slope_ratio of a phase's.
   LineEffect backward_activation, accumulating_backward;
-  // Of each level of StepModels::backward_by_gradients, where the
-  // strategy's probes measured as many levels as the base's; empty:
-  // backward_activation's effect applies to every level.
-  std::vector<LineEffect> backward_by_gradients;
+  // Of each of StepModels::backward_levels, where the strategy's probes
+  // measured as many levels as the base's; empty: backward_activation's
+  // and accumulating_backward's effects apply to every level.
+  std::vector<LevelEffect> backward_levels;
   bool available = false;  // false: not probed, or its probe failed
 };
 
@@ -122,11 +136,8 @@ struct StepModels {
   BatchLine backward_activation, accumulating_backward;
   double backward_activation_gradient_bytes = 0;
   // Backward between each two gradients made (Note [Backward by
-  // gradients]): live bytes vs micro-batch per level (probes/
-  // memory_records.h, GradientLevel) and the gradient bytes made by each
-  // (the probes' mean). Empty: not measured, or the probes' levels differ.
-  std::vector<BatchLine> backward_by_gradients;
-  std::vector<double> level_gradient_bytes;
+  // gradients]). Empty: not measured, or the probes' levels differ.
+  std::vector<LevelLines> backward_levels;
   BatchLine seconds;              // seconds of one micro-batch's forward, loss and backward (Note [Step time])
   double optimizer_seconds = 0;   // seconds of the optimizer step, once per global batch
   int64_t gradient_bytes = 0;     // SUM: alive through every micro-batch after the first

@@ -69,11 +69,10 @@ namespace {
 // Backward's lines by gradients made (Note [Backward by gradients]), each
 // probe's bytes multiplied by `scale`, where every probe measured as many
 // levels; with one probe of the slopes of `fallback` where it has as many
-// lines, else of `fallback_slope`.
+// levels, else of `live_slope` and `accumulating_slope`.
 void fit_levels(StepModels& m, const std::vector<const ProbeReport*>& probes, const std::vector<double>& scale,
-                const std::vector<BatchLine>* fallback, double fallback_slope) {
-  m.backward_by_gradients.clear();
-  m.level_gradient_bytes.clear();
+                const std::vector<LevelLines>* fallback, double live_slope, double accumulating_slope) {
+  m.backward_levels.clear();
   const std::size_t count = probes.front()->backward_activation_peak.by_gradients.size();
   for (const ProbeReport* r : probes)
     if (r->backward_activation_peak.by_gradients.size() != count) return;
@@ -81,22 +80,25 @@ void fit_levels(StepModels& m, const std::vector<const ProbeReport*>& probes, co
   std::vector<int64_t> sizes;
   for (const ProbeReport* r : probes) sizes.push_back(r->micro_batch);
   for (std::size_t k = 0; k < count; ++k) {
-    std::vector<double> live, gradients;
+    std::vector<double> live, accumulating, gradients;
     for (std::size_t j = 0; j < probes.size(); ++j) {
       const GradientLevel& level = probes[j]->backward_activation_peak.by_gradients[k];
       live.push_back(scale[j] * static_cast<double>(level.live_bytes));
+      accumulating.push_back(scale[j] * static_cast<double>(level.accumulating_bytes));
       gradients.push_back(scale[j] * static_cast<double>(level.gradient_bytes));
     }
-    m.backward_by_gradients.push_back(
-        fit_batch_line(sizes, live, own_fallback ? (*fallback)[k].slope : fallback_slope));
-    m.level_gradient_bytes.push_back(mean_of(gradients));
+    const LevelLines* other = own_fallback ? &(*fallback)[k] : nullptr;
+    m.backward_levels.push_back(
+        {fit_batch_line(sizes, live, other ? other->live.slope : live_slope),
+         fit_batch_line(sizes, accumulating, other ? other->accumulating.slope : accumulating_slope),
+         mean_of(gradients)});
   }
 }
 
 // fit_backward_activation with each probe's bytes multiplied by scale(probe).
 template <typename Scale>
 void fit_backward_lines(StepModels& m, const std::vector<const ProbeReport*>& probes, const Scale& scale_of,
-                        double first_fallback, double later_fallback, const std::vector<BatchLine>* level_fallback) {
+                        double first_fallback, double later_fallback, const std::vector<LevelLines>* level_fallback) {
   m.backward_activation_measured = measured_backward_activation(probes);
   if (!m.backward_activation_measured) return;
   std::vector<double> scales;
@@ -114,14 +116,14 @@ void fit_backward_lines(StepModels& m, const std::vector<const ProbeReport*>& pr
   m.backward_activation = fit_batch_line(sizes, first, first_fallback);
   m.accumulating_backward = fit_batch_line(sizes, later, later_fallback);
   m.backward_activation_gradient_bytes = mean_of(gradients);
-  fit_levels(m, probes, scales, level_fallback, first_fallback);
+  fit_levels(m, probes, scales, level_fallback, first_fallback, later_fallback);
 }
 
 }  // namespace
 
 void fit_backward_activation(StepModels& m, const std::vector<const ProbeReport*>& probes, const JobSpec& job,
                              double first_fallback, double later_fallback,
-                             const std::vector<BatchLine>* level_fallback) {
+                             const std::vector<LevelLines>* level_fallback) {
   fit_backward_lines(
       m, probes, [&](const ProbeReport& r) { return budget_scale(r, job); }, first_fallback, later_fallback,
       level_fallback);

@@ -56,13 +56,13 @@ double mean_of(const std::vector<double>& values);
 /// `later_fallback` (bytes per sample). Leaves them unmeasured when a probe
 /// did not measure them (no event stream). memory_model.cpp, Note [Backward
 /// activation peak]. Also fits its lines by gradients made
-/// (StepModels::backward_by_gradients, Note [Backward by gradients]) where
+/// (StepModels::backward_levels, Note [Backward by gradients]) where
 /// every probe measured as many levels, else leaves them empty; with one
-/// probe of the slopes of `level_fallback`'s lines where it has as many,
-/// else of `first_fallback`.
+/// probe of the slopes of `level_fallback`'s lines where it has as many
+/// levels, else of `first_fallback` and `later_fallback`.
 void fit_backward_activation(StepModels& m, const std::vector<const ProbeReport*>& probes, const JobSpec& job,
                              double first_fallback, double later_fallback,
-                             const std::vector<BatchLine>* level_fallback = nullptr);
+                             const std::vector<LevelLines>* level_fallback = nullptr);
 
 /// The first of those lines in the tensors' bytes (no budget_scale), as
 /// SearchResult::baseline_peak counts them: what the report shows beside

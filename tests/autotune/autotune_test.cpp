@@ -263,13 +263,18 @@ TEST(Autotune, OffloadWhenEightBitDoesNotFit) {
 // (2, 4, 8 plain; 2, 4 checkpointing; 2 for 8-bit AdamW and offload) never
 // ran, several of them accumulated. Memory on the CPU backend is
 // deterministic, so each verified peak is checked against its prediction:
-// never above it (no verification runs out of memory) and at most 6 % below.
-// Measured: 8-bit AdamW 4 x 4 32.56 MiB predicted, 31.15 ran; + checkpointing
-// 4 x 4 30.63 / 30.06; offload 8 x 2 33.85 / 33.57; offload + checkpointing
-// 16 x 1 34.18 / 34.18. Before backward's activation lines (memory_model.cpp,
-// Note [Backward activation peak]) 8-bit AdamW was held to 2 x 8 (33.40
-// predicted, 29.51 ran); with the accumulating line alone 8-bit AdamW +
-// checkpointing 8 x 2 was predicted at 33.07 and ran out of memory.
+// never above it but for the 4 bytes of the scaled loss (an accumulated
+// step's backward starts from loss / k, a probe's from the loss itself)
+// and at most 1 % below. Measured (2-core CPU, Debian's 1.13): 8-bit AdamW
+// 4 x 4 31.039 MiB, + checkpointing 4 x 4 30.022, offload 8 x 2 33.365,
+// offload + checkpointing 16 x 1 34.070, each predicted 0 to 4 bytes below
+// its run (memory_model.cpp, Note [Backward by gradients]). With one
+// accumulating line through the probes at 2, 4 and 8, which meets a large
+// pending gradient at 2 and the activations at 8, the first three were
+// predicted +4.5 %, +1.9 % and +0.8 % over. Before backward's activation
+// lines (Note [Backward activation peak]) 8-bit AdamW was held to 2 x 8
+// (33.40 predicted, 29.51 ran); with the accumulating line alone 8-bit
+// AdamW + checkpointing 8 x 2 was predicted at 33.07 and ran out of memory.
 TEST(Autotune, AccumulatedPeaksArePredictedFromBackwardsActivationLines) {
   OOMTUNE_REQUIRE_FILE(model("gpt_wide"));
   const TestDir dir;
@@ -287,8 +292,8 @@ TEST(Autotune, AccumulatedPeaksArePredictedFromBackwardsActivationLines) {
     if (v.at("outcome") != "ok") continue;
     const double predicted = node.at("predicted_peak_bytes").get<double>();
     const double measured = v.at("peak_bytes").get<double>();
-    EXPECT_LE(measured, predicted + 1) << node.at("config");
-    EXPECT_GE(measured, 0.94 * predicted) << node.at("config");
+    EXPECT_LE(measured, predicted + 4) << node.at("config");
+    EXPECT_GE(measured, 0.99 * predicted) << node.at("config");
   }
   EXPECT_EQ(verified, 4) << dump_trail(report);
 }
@@ -547,9 +552,10 @@ TEST(Autotune, Bf16FallsBackToBf16ParametersWhenAutocastCrashes) {
 // checkpointed to the byte, checkpointing included (Note [Backward by
 // gradients]: at 1 and 2 its backward peaks at its end, at 8 while
 // recomputing the first block; before, 4.7 % short); bf16 with checkpointing
-// 3.0 % short before the pair's probe. The first of two blocks and
-// accumulation with checkpointing +1.6 % and +1.8 % over: each micro-batch
-// is predicted by lines, and over is safe. On PyTorch 2 (CUDA's autocast
+// 3.0 % short before the pair's probe; accumulation with checkpointing,
+// 4 x 2, +1.8 % over before the levels bounded its later micro-batch. The
+// first of two blocks +1.6 % over: checkpointing half the blocks is
+// predicted as half its effect, and over is safe. On PyTorch 2 (CUDA's autocast
 // lists) 8-bit AdamW + bf16 and offload + bf16 +0.7 % and +0.8 % over: the
 // effects overlap (Note [Pairs]).
 TEST(Autotune, PairsOfStrategiesArePredictedFromTheirEffects) {

@@ -339,7 +339,7 @@ TEST(BackwardActivationPeak, IsWhereLiveBytesLessNewGradientsAreHighest) {
   };
   const std::unordered_set<uint64_t> gradients = {2, 5};
   using Peak = std::tuple<int64_t, int64_t, int64_t>;  // live, gradients, accumulating
-  using Levels = std::vector<GradientLevel>;           // {gradients made, highest live bytes}
+  using Levels = std::vector<GradientLevel>;           // {gradients made, live, accumulating}
   auto find = [&](std::size_t begin, std::size_t end, int64_t live, const std::unordered_set<uint64_t>& named) {
     const BackwardActivationPeak p = find_backward_activation_peak(events, begin, end, live, named);
     return Peak{p.live_bytes, p.gradient_bytes, p.accumulating_bytes};
@@ -348,18 +348,19 @@ TEST(BackwardActivationPeak, IsWhereLiveBytesLessNewGradientsAreHighest) {
     return find_backward_activation_peak(events, begin, end, live, named).by_gradients;
   };
   EXPECT_EQ(find(0, events.size(), 1000, gradients), Peak(2050, 400, 1800));
-  // By gradients made: none (1100), W2's (up to 2050 with the temporary),
-  // W1's too (1450).
-  EXPECT_EQ(levels(0, events.size(), 1000, gradients), (Levels{{0, 1100}, {400, 2050}, {450, 1450}}));
+  // By gradients made: none (1100), W2's (up to 2050 with the temporary;
+  // as a later micro-batch 1800, with W2's pending), W1's too (1450; less
+  // both, with W1's pending, 1050).
+  EXPECT_EQ(levels(0, events.size(), 1000, gradients), (Levels{{0, 1100, 1100}, {400, 2050, 1800}, {450, 1450, 1050}}));
   // Before the temporary: the gradient of h, with W2's pending.
   EXPECT_EQ(find(0, 3, 1000, gradients), Peak(1800, 400, 1800));
-  EXPECT_EQ(levels(0, 3, 1000, gradients), (Levels{{0, 1100}, {400, 1800}}));
+  EXPECT_EQ(levels(0, 3, 1000, gradients), (Levels{{0, 1100, 1100}, {400, 1800, 1800}}));
   // No gradients named: the highest live bytes, both ways, one level.
   EXPECT_EQ(find(0, events.size(), 1000, {}), Peak(2050, 0, 2050));
-  EXPECT_EQ(levels(0, events.size(), 1000, {}), (Levels{{0, 2050}}));
+  EXPECT_EQ(levels(0, events.size(), 1000, {}), (Levels{{0, 2050, 2050}}));
   // Nothing happened: the start.
   EXPECT_EQ(find(3, 3, 1340, gradients), Peak(1340, 0, 1340));
-  EXPECT_EQ(levels(3, 3, 1340, gradients), (Levels{{0, 1340}}));
+  EXPECT_EQ(levels(3, 3, 1340, gradients), (Levels{{0, 1340, 1340}}));
   EXPECT_THROW(find_backward_activation_peak(events, 4, 3, 0, gradients), std::out_of_range);
   EXPECT_THROW(find_backward_activation_peak(events, 0, events.size() + 1, 0, gradients), std::out_of_range);
 }

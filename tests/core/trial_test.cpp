@@ -338,15 +338,21 @@ TEST(Trial, BackwardActivationPeakOnTheExampleGpt) {
   // first and one per parameter tensor, 53 of them (tok_emb, pos_emb; per
   // block of 4 two LayerNorms, qkv, proj and the MLP's two Linears, each
   // with a weight and a bias; ln_f's two; the head's weight), ending with
-  // every gradient byte; the highest of them is backward's peak.
+  // every gradient byte; the highest of them is backward's peak, and as a
+  // later micro-batch runs them, its accumulating moment.
   ASSERT_EQ(a.by_gradients.size(), 54u);
   EXPECT_EQ(a.by_gradients.front().gradient_bytes, 0);
   EXPECT_EQ(a.by_gradients.back().gradient_bytes, r.static_memory.gradient_bytes);
-  int64_t highest = 0;
-  for (std::size_t k = 0; k < a.by_gradients.size(); ++k) highest = std::max(highest, a.by_gradients[k].live_bytes);
+  int64_t highest = 0, highest_accumulating = 0;
+  for (const GradientLevel& level : a.by_gradients) {
+    highest = std::max(highest, level.live_bytes);
+    highest_accumulating = std::max(highest_accumulating, level.accumulating_bytes);
+    EXPECT_GE(level.accumulating_bytes, level.live_bytes - level.gradient_bytes);
+  }
   for (std::size_t k = 1; k < a.by_gradients.size(); ++k)
     EXPECT_GT(a.by_gradients[k].gradient_bytes, a.by_gradients[k - 1].gradient_bytes) << k;
   EXPECT_EQ(highest, backward.peak_bytes);
+  EXPECT_EQ(highest_accumulating, a.accumulating_bytes);
   // It crosses the child-trial pipe.
   const ProbeReport carried = probe_report_from_json(to_json(r));
   EXPECT_EQ(carried.backward_activation_peak.live_bytes, a.live_bytes);

@@ -67,6 +67,17 @@ StrategyEffect half_bf16() {
   return e;
 }
 
+// `m` with backward's activation lines measured (Note [Backward activation
+// peak]): `first`, `gradient_bytes` of gradients made by its moment, and
+// `accumulating`.
+StepModels with_activation_lines(StepModels m, BatchLine first, double gradient_bytes, BatchLine accumulating) {
+  m.backward_activation_measured = true;
+  m.backward_activation = first;
+  m.backward_activation_gradient_bytes = gradient_bytes;
+  m.accumulating_backward = accumulating;
+  return m;
+}
+
 // A micro-batch of `micro_batch` with 8-bit AdamW.
 TrainingConfig eight_bit_at(int64_t micro_batch) {
   TrainingConfig c = at(micro_batch);
@@ -177,11 +188,7 @@ TEST(Predict, LaterMicroBatchesCarryTheGradientsAndTheOptimizerRunsOnce) {
 // accumulating line 900 + 120 b (a later one, less the 400 stored gradient
 // bytes: a large gradient pending at small b), measured.
 TEST(Predict, BackwardPeaksAtTheLargerOfItsPhaseLineAndItsActivationLines) {
-  StepModels m = base_models();
-  m.backward_activation_measured = true;
-  m.backward_activation = {300, 200};
-  m.backward_activation_gradient_bytes = 100;
-  m.accumulating_backward = {900, 120};
+  StepModels m = with_activation_lines(base_models(), {300, 200}, 100, {900, 120});
   // b = 4: forward 1400, loss 1400, backward 1500, optimizer 2000;
   // activation 300 + 800 = 1100.
   EXPECT_DOUBLE_EQ(predict(m, at(4), 4).peak_bytes, 2000);
@@ -222,30 +229,43 @@ TEST(Predict, BackwardPeaksAtTheLargerOfItsPhaseLineAndItsActivationLines) {
   EXPECT_DOUBLE_EQ(predict(ckpt, c, 32).peak_bytes, 4350);
 }
 
-// Note [Backward by gradients]: one line per level of gradients made,
+// Note [Backward by gradients]: lines per level of gradients made,
 // measured; gradients are 400 bytes (base_models), made 0, 200 and 400 by
-// the levels. Level 0 (the activations at their height) 600 + 200 b,
-// level 1 (recomputing the first block, half the gradients made)
-// 1100 + 175 b, level 2 (the end) 1500, flat.
+// the levels. Live bytes: level 0 (the activations at their height)
+// 600 + 200 b, level 1 (recomputing the first block, half the gradients
+// made) 1100 + 175 b, level 2 (the end) 1500, flat. As a later micro-batch
+// runs them, less the stored gradients: level 0 the same, level 1
+// 1300 + 175 b (a large gradient pending), level 2 1100.
 TEST(Predict, BackwardPeaksAtTheLargestOfItsLinesByGradientsMade) {
   StepModels m = base_models();
-  m.backward_by_gradients = {{600, 200}, {1100, 175}, {1500, 0}};
-  m.level_gradient_bytes = {0, 200, 400};
+  m.backward_levels = {{{600, 200}, {600, 200}, 0}, {{1100, 175}, {1300, 175}, 200}, {{1500, 0}, {1100, 0}, 400}};
   // b = 4: levels 1400, 1800, 1500; phase lines forward 1400, loss 1400,
   // backward 1500, optimizer 2000.
   EXPECT_DOUBLE_EQ(predict(m, at(4), 4).peak_bytes, 2000);
   // b = 16: levels 3800, 3900, 1500: level 1, above backward's phase line
   // (3300) and level 0.
   EXPECT_DOUBLE_EQ(predict(m, at(16), 16).peak_bytes, 3900);
-  // 32 = 16 + 16: the second 16 holds all 400 gradient bytes: levels less
-  // those made by then, 3800, 3700 and 1100, + 400 = 4200 (backward's phase
-  // line 3300 + 400, forward 2600 + 400).
-  EXPECT_DOUBLE_EQ(predict(m, at(16), 32).peak_bytes, 4200);
-  // 8-bit AdamW has no effect by level: its activation line's, -600, moves
-  // each: level 1 3300 at 16 (backward 2700, forward 2000, optimizer 800).
+  // 32 = 16 + 16: the second 16 holds all 400 gradient bytes: its levels
+  // 3800, 4100 and 1100 (each at least its live bytes less the gradients
+  // made by then: 3800, 3700, 1100), + 400 = 4500 (backward's phase line
+  // 3300 + 400, forward 2600 + 400).
+  EXPECT_DOUBLE_EQ(predict(m, at(16), 32).peak_bytes, 4500);
+  // With backward's activation lines measured too, the levels replace them
+  // for a later micro-batch: not the accumulating line 2000 + 175 b nor the
+  // activation line (level 1's moment, 200 gradient bytes made by then)
+  // less the base's 0 at its own moment, 4800 and 3900 + 400.
+  StepModels activation = with_activation_lines(m, {1100, 175}, 0, {2000, 175});
+  EXPECT_DOUBLE_EQ(predict(activation, at(16), 16).peak_bytes, 3900);
+  EXPECT_DOUBLE_EQ(predict(activation, at(16), 32).peak_bytes, 4500);
+  activation.backward_levels.clear();
+  EXPECT_DOUBLE_EQ(predict(activation, at(16), 32).peak_bytes, 5200) << "unmeasured levels: the lines' bound";
+  // 8-bit AdamW has no effect by level: its activation lines', -600, move
+  // each: level 1 3300 at 16 (backward 2700, forward 2000, optimizer 800),
+  // 3500 + 400 with a second 16.
   StepModels eight = m;
   eight.effect(Strategy::kAdamW8bit) = eight_bit_effect();
   EXPECT_DOUBLE_EQ(predict(eight, eight_bit_at(16), 16).peak_bytes, 3300);
+  EXPECT_DOUBLE_EQ(predict(eight, eight_bit_at(16), 32).peak_bytes, 3900);
   // Checkpointing by level: level 0 x 0.25, level 1 + 100 and x 0.5, level 2
   // unchanged; its phase lines x 0.25. All 4 blocks at 16: levels 1400,
   // 1200 + 87.5 * 16 = 2600, 1500; forward 1400, loss 1400, backward
@@ -253,7 +273,8 @@ TEST(Predict, BackwardPeaksAtTheLargestOfItsLinesByGradientsMade) {
   StepModels ckpt = m;
   ckpt.checkpoint_blocks = 4;
   ckpt.effect(Strategy::kCheckpointing) = quarter_checkpointing();
-  ckpt.effect(Strategy::kCheckpointing).backward_by_gradients = {{0, 0.25}, {100, 0.5}, {0, 1}};
+  ckpt.effect(Strategy::kCheckpointing).backward_levels = {
+      {{0, 0.25}, {0, 0.25}}, {{100, 0.5}, {100, 0.5}}, {{0, 1}, {0, 1}}};
   TrainingConfig c = at(16);
   c.checkpoint.mode = CheckpointPlan::Mode::kAll;
   EXPECT_DOUBLE_EQ(predict(ckpt, c, 16).peak_bytes, 2600);
@@ -313,9 +334,9 @@ TEST(Predict, Bf16WithCheckpointingTakesThePairsEffectForTheCheckpointedShare) {
 }
 
 // Two probes' levels (probes/memory_records.h, GradientLevel) at
-// micro-batches 2 and 4 on the CPU (bytes as measured): a line per level
+// micro-batches 2 and 4 on the CPU (bytes as measured): two lines per level
 // through them, and the gradient bytes of each level.
-TEST(FitBackwardActivation, FitsALinePerLevelOfGradientsMade) {
+TEST(FitBackwardActivation, FitsLinesPerLevelOfGradientsMade) {
   JobSpec job;
   job.device = Device::kCpu;
   auto probe = [](int64_t micro_batch, std::vector<GradientLevel> levels) {
@@ -326,34 +347,39 @@ TEST(FitBackwardActivation, FitsALinePerLevelOfGradientsMade) {
     r.backward_activation_peak.by_gradients = std::move(levels);
     return r;
   };
-  const ProbeReport two = probe(2, {{0, 1000}, {300, 1500}, {500, 1600}});
-  const ProbeReport four = probe(4, {{0, 1400}, {300, 1800}, {500, 1600}});
+  const ProbeReport two = probe(2, {{0, 1000, 1000}, {300, 1500, 1400}, {500, 1600, 1100}});
+  const ProbeReport four = probe(4, {{0, 1400, 1400}, {300, 1800, 1900}, {500, 1600, 1100}});
   StepModels m;
   fit_backward_activation(m, {&two, &four}, job, 0, 0);
-  ASSERT_EQ(m.backward_by_gradients.size(), 3u);
-  // (1400 - 1000) / 2 = 200 per sample from 600; 150 from 1200; flat 1600.
-  EXPECT_DOUBLE_EQ(m.backward_by_gradients[0].intercept, 600);
-  EXPECT_DOUBLE_EQ(m.backward_by_gradients[0].slope, 200);
-  EXPECT_DOUBLE_EQ(m.backward_by_gradients[1].intercept, 1200);
-  EXPECT_DOUBLE_EQ(m.backward_by_gradients[1].slope, 150);
-  EXPECT_DOUBLE_EQ(m.backward_by_gradients[2].intercept, 1600);
-  EXPECT_DOUBLE_EQ(m.backward_by_gradients[2].slope, 0);
-  EXPECT_EQ(m.level_gradient_bytes, (std::vector<double>{0, 300, 500}));
-  // One probe: each level takes its fallback line's slope.
+  ASSERT_EQ(m.backward_levels.size(), 3u);
+  // Live: (1400 - 1000) / 2 = 200 per sample from 600; 150 from 1200; flat
+  // 1600. As a later micro-batch: 200 from 600; 250 from 900; flat 1100.
+  const auto line = [](const BatchLine& l) { return std::make_pair(l.intercept, l.slope); };
+  using Line = std::pair<double, double>;
+  EXPECT_EQ(line(m.backward_levels[0].live), Line(600, 200));
+  EXPECT_EQ(line(m.backward_levels[1].live), Line(1200, 150));
+  EXPECT_EQ(line(m.backward_levels[2].live), Line(1600, 0));
+  EXPECT_EQ(line(m.backward_levels[0].accumulating), Line(600, 200));
+  EXPECT_EQ(line(m.backward_levels[1].accumulating), Line(900, 250));
+  EXPECT_EQ(line(m.backward_levels[2].accumulating), Line(1100, 0));
+  EXPECT_EQ(m.backward_levels[1].gradient_bytes, 300);
+  EXPECT_EQ(m.backward_levels[2].gradient_bytes, 500);
+  // One probe: each level takes its fallback level's slopes.
   StepModels one;
-  fit_backward_activation(one, {&four}, job, 0, 0, &m.backward_by_gradients);
-  ASSERT_EQ(one.backward_by_gradients.size(), 3u);
-  EXPECT_DOUBLE_EQ(one.backward_by_gradients[1].slope, 150);
-  EXPECT_DOUBLE_EQ(one.backward_by_gradients[1].intercept, 1800 - 150 * 4);
-  // A fallback of another count: every level the given slope.
-  const std::vector<BatchLine> other = {{0, 10}};
-  fit_backward_activation(one, {&four}, job, 50, 50, &other);
-  ASSERT_EQ(one.backward_by_gradients.size(), 3u);
-  EXPECT_DOUBLE_EQ(one.backward_by_gradients[2].slope, 50);
+  fit_backward_activation(one, {&four}, job, 0, 0, &m.backward_levels);
+  ASSERT_EQ(one.backward_levels.size(), 3u);
+  EXPECT_EQ(line(one.backward_levels[1].live), Line(1800 - 150 * 4, 150));
+  EXPECT_EQ(line(one.backward_levels[1].accumulating), Line(1900 - 250 * 4, 250));
+  // A fallback of another count: every level the given slopes.
+  const std::vector<LevelLines> other = {{{0, 10}, {0, 10}, 0}};
+  fit_backward_activation(one, {&four}, job, 50, 70, &other);
+  ASSERT_EQ(one.backward_levels.size(), 3u);
+  EXPECT_EQ(one.backward_levels[2].live.slope, 50);
+  EXPECT_EQ(one.backward_levels[2].accumulating.slope, 70);
   // Probes that measured different counts: no levels.
-  const ProbeReport fewer = probe(8, {{0, 2200}, {500, 2400}});
+  const ProbeReport fewer = probe(8, {{0, 2200, 2200}, {500, 2400, 1900}});
   fit_backward_activation(m, {&two, &fewer}, job, 0, 0);
-  EXPECT_TRUE(m.backward_by_gradients.empty());
+  EXPECT_TRUE(m.backward_levels.empty());
   EXPECT_TRUE(m.backward_activation_measured);
 }
 
