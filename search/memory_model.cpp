@@ -264,12 +264,12 @@ StepPrediction predict(const StepModels& m, const TrainingConfig& c, int64_t glo
   if (m.backward_activation_measured) {
     for (const auto& [size, with_gradients] : micro_batches) {
       const double first = activation.first(size);
-      // Where levels were measured they replace these (Note [Backward by
-      // gradients]).
-      const double later = activation.levels.empty()
-                               ? std::max(activation.later(size), first - m.backward_activation_gradient_bytes)
-                               : 0;
-      p.peak_bytes = std::max(p.peak_bytes, with_gradients ? later + gradients : first);
+      if (!with_gradients) {
+        p.peak_bytes = std::max(p.peak_bytes, first);
+      } else if (activation.levels.empty()) {  // else the levels bound it (Note [Backward by gradients])
+        const double later = std::max(activation.later(size), first - m.backward_activation_gradient_bytes);
+        p.peak_bytes = std::max(p.peak_bytes, later + gradients);
+      }
     }
   }
   // Note [Backward by gradients]

@@ -44,16 +44,16 @@ TrainingConfig at(int64_t micro_batch) {
   return c;
 }
 
-// 8-bit AdamW on base_models: state 600 bytes smaller in every phase, 1200
-// in the optimizer's (its temporaries too), backward's activation lines
-// moved as its phase line.
-StrategyEffect eight_bit_effect() {
-  StrategyEffect e;
+// `m` with 8-bit AdamW's effect as on base_models: state 600 bytes smaller
+// in every phase, 1200 in the optimizer's (its temporaries too), backward's
+// activation lines moved as its phase line.
+StepModels with_eight_bit(StepModels m) {
+  StrategyEffect& e = m.effect(Strategy::kAdamW8bit);
   e.available = true;
   e.shift_bytes[kForward] = e.shift_bytes[kLoss] = e.shift_bytes[kBackward] = -600;
   e.shift_bytes[kOptimizer] = -1200;
   e.backward_activation = e.accumulating_backward = {-600, 1};
-  return e;
+  return m;
 }
 
 // bf16 halves the activation bytes per sample; a micro-batch takes 0.8x
@@ -85,13 +85,14 @@ TrainingConfig eight_bit_at(int64_t micro_batch) {
   return c;
 }
 
-// Checkpointing every block keeps a quarter of the activation bytes per
-// sample in forward, loss and backward.
-StrategyEffect quarter_checkpointing() {
-  StrategyEffect e;
+// `m` with 4 blocks to checkpoint, all of which keep a quarter of the
+// activation bytes per sample in forward, loss and backward.
+StepModels with_quarter_checkpointing(StepModels m) {
+  m.checkpoint_blocks = 4;
+  StrategyEffect& e = m.effect(Strategy::kCheckpointing);
   e.available = true;
   e.slope_ratio = {1, 0.25, 0.25, 0.25, 0.25};
-  return e;
+  return m;
 }
 
 TEST(MicroBatchCount, IsTheNumberOfSlicesOfTheSplit) {
@@ -210,16 +211,14 @@ TEST(Predict, BackwardPeaksAtTheLargerOfItsPhaseLineAndItsActivationLines) {
   // 8-bit AdamW moves both lines by its shift: 2900 at 16 (forward 2000,
   // backward 2700, optimizer 800); with a second 16, max(2820 - 600,
   // 2900 - 100) + 400 (forward 2400).
-  StepModels eight = m;
-  eight.effect(Strategy::kAdamW8bit) = eight_bit_effect();
+  const StepModels eight = with_eight_bit(m);
   EXPECT_DOUBLE_EQ(predict(eight, eight_bit_at(16), 16).peak_bytes, 2900);
   EXPECT_DOUBLE_EQ(predict(eight, eight_bit_at(16), 32).peak_bytes, 3200);
   // Checkpointing the first 2 of 4 blocks applies half its activation
   // effect (+100, slope x 0.25 when whole): 350 + 200 * 0.625 * 32 = 4350
   // at b = 32, above backward's 950 + 93.75 * 32 = 3950 and forward's 3050.
-  StepModels ckpt = m;
-  ckpt.checkpoint_blocks = 4;
-  StrategyEffect& checkpointing = ckpt.effect(Strategy::kCheckpointing) = quarter_checkpointing();
+  StepModels ckpt = with_quarter_checkpointing(m);
+  StrategyEffect& checkpointing = ckpt.effect(Strategy::kCheckpointing);
   checkpointing.shift_bytes[kForward] = checkpointing.shift_bytes[kLoss] = 100;
   checkpointing.shift_bytes[kBackward] = 100;
   checkpointing.backward_activation = {100, 0.25};
@@ -262,17 +261,14 @@ TEST(Predict, BackwardPeaksAtTheLargestOfItsLinesByGradientsMade) {
   // 8-bit AdamW has no effect by level: its activation lines', -600, move
   // each: level 1 3300 at 16 (backward 2700, forward 2000, optimizer 800),
   // 3500 + 400 with a second 16.
-  StepModels eight = m;
-  eight.effect(Strategy::kAdamW8bit) = eight_bit_effect();
+  const StepModels eight = with_eight_bit(m);
   EXPECT_DOUBLE_EQ(predict(eight, eight_bit_at(16), 16).peak_bytes, 3300);
   EXPECT_DOUBLE_EQ(predict(eight, eight_bit_at(16), 32).peak_bytes, 3900);
   // Checkpointing by level: level 0 x 0.25, level 1 + 100 and x 0.5, level 2
   // unchanged; its phase lines x 0.25. All 4 blocks at 16: levels 1400,
   // 1200 + 87.5 * 16 = 2600, 1500; forward 1400, loss 1400, backward
   // 1500, optimizer 2000.
-  StepModels ckpt = m;
-  ckpt.checkpoint_blocks = 4;
-  ckpt.effect(Strategy::kCheckpointing) = quarter_checkpointing();
+  StepModels ckpt = with_quarter_checkpointing(m);
   ckpt.effect(Strategy::kCheckpointing).backward_levels = {
       {{0, 0.25}, {0, 0.25}}, {{100, 0.5}, {100, 0.5}}, {{0, 1}, {0, 1}}};
   TrainingConfig c = at(16);
@@ -291,9 +287,8 @@ TEST(Predict, BackwardPeaksAtTheLargestOfItsLinesByGradientsMade) {
 // alone halves them (0.8x, 0.5x); bf16 measured on checkpointing's lines
 // shrinks what it keeps by a fifth only (0.9x, 0.7x the seconds).
 TEST(Predict, Bf16WithCheckpointingTakesThePairsEffectForTheCheckpointedShare) {
-  StepModels m = base_models();
-  m.checkpoint_blocks = 4;
-  StrategyEffect& checkpointing = m.effect(Strategy::kCheckpointing) = quarter_checkpointing();
+  StepModels m = with_quarter_checkpointing(base_models());
+  StrategyEffect& checkpointing = m.effect(Strategy::kCheckpointing);
   checkpointing.time_ratio = 1.2;
   checkpointing.time_slope_ratio = 1.4;
   m.effect(Strategy::kBf16) = half_bf16();
@@ -387,8 +382,8 @@ TEST(Predict, StrategiesAddShiftsAndMultiplyRatios) {
   StepModels m = base_models();
   // 8-bit AdamW: state 600 bytes smaller in every phase, 1200 in the
   // optimizer's (its temporaries too); the optimizer step 1.4x slower.
-  StrategyEffect& eight_bit = m.effect(Strategy::kAdamW8bit) = eight_bit_effect();
-  eight_bit.optimizer_time_ratio = 1.4;
+  m = with_eight_bit(m);
+  m.effect(Strategy::kAdamW8bit).optimizer_time_ratio = 1.4;
   // bf16: half the activation bytes per sample; 0.8x a micro-batch's fixed
   // seconds, 0.5x its per-sample seconds.
   m.effect(Strategy::kBf16) = half_bf16();
