@@ -282,6 +282,43 @@ TEST(Predict, BackwardPeaksAtTheLargestOfItsLinesByGradientsMade) {
   EXPECT_DOUBLE_EQ(predict(ckpt, c, 16).peak_bytes, 3250);
 }
 
+// Note [Part of the blocks checkpointed]: plain's backward peaks at level 0
+// (every activation held, none of the 400 gradient bytes made), 600 + 250 b;
+// level 1 (where checkpointing recomputes a block) 1000 + 100 b; level 2
+// 1500. Checkpointing all 4 blocks keeps a fifth of level 0's bytes per
+// sample and leaves the others: its backward peak, and its activation
+// moment, move to level 1, so its effect on backward's phase line and
+// activation line is +400 bytes and x 0.4 per sample.
+TEST(Predict, PartOfTheBlocksCheckpointedPeaksOnItsLevelsAlone) {
+  StepModels m = with_quarter_checkpointing(base_models());
+  m.phases[kBackward] = {600, 250};
+  m = with_activation_lines(m, {600, 250}, 0, {600, 250});
+  m.backward_levels = {{{600, 250}, {600, 250}, 0}, {{1000, 100}, {1000, 100}, 200}, {{1500, 0}, {1500, 0}, 400}};
+  StrategyEffect& e = m.effect(Strategy::kCheckpointing);
+  e.shift_bytes[kBackward] = 400;
+  e.slope_ratio[kBackward] = 0.4;
+  e.backward_activation = e.accumulating_backward = {400, 0.4};
+  e.backward_levels = {{{0, 0.2}, {0, 0.2}}, {{0, 1}, {0, 1}}, {{0, 1}, {0, 1}}};
+  TrainingConfig c = at(16);
+  c.checkpoint.mode = CheckpointPlan::Mode::kAll;
+  // All blocks at 16: level 1 2600 (level 0 1400), as backward's lines.
+  EXPECT_DOUBLE_EQ(predict(m, c, 16).peak_bytes, 2600);
+  // The first 2 of 4, half of the effect: level 0 600 + 250 * 0.6 * 16 =
+  // 3000, level 1 2600, forward 1000 + 100 * 0.625 * 16 = 2000, optimizer
+  // 2000. Half of the effect on backward's phase and activation lines,
+  // 800 + 250 * 0.7 * 16 = 3600, would be halfway between two moments,
+  // neither of which holds that.
+  c.checkpoint.mode = CheckpointPlan::Mode::kFirstN;
+  c.checkpoint.first_n = 2;
+  EXPECT_DOUBLE_EQ(predict(m, c, 16).peak_bytes, 3000);
+  // 32 = 16 + 16: a later 16 holds the 400 gradient bytes: level 0 3000 +
+  // 400 (level 1 max(2600, 2600 - 200) + 400).
+  EXPECT_DOUBLE_EQ(predict(m, c, 32).peak_bytes, 3400);
+  // Without levels, the lines are all there is.
+  m.backward_levels.clear();
+  EXPECT_DOUBLE_EQ(predict(m, c, 16).peak_bytes, 3600);
+}
+
 // Note [bf16 with checkpointing]: checkpointing all 4 blocks keeps a
 // quarter of the activations per sample (1.2x and 1.4x the seconds); bf16
 // alone halves them (0.8x, 0.5x); bf16 measured on checkpointing's lines
