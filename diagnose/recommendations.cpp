@@ -26,7 +26,7 @@
 //     at the oom (it frees them before a cudaMalloc, CUDACachingAllocator.cpp
 //     garbage_collect_cached_blocks); frees those bytes.
 //   - Activations (forward oom or peak, or activations >= 25% of allocated):
-//     activation checkpointing frees ~83% of activations (DESIGN.md: 85.9 MB
+//     activation checkpointing frees ~83% of activations (docs/architecture.md: 85.9 MB
 //     -> 14.5 MB retained on a 4-block GPT) at +24% to +48% step time
 //     (docs/checkpointing.md, nine models on libtorch 1.13 CPU); half the
 //     micro-batch with twice the gradient accumulation frees half of
@@ -56,7 +56,7 @@
 namespace oomtune::diagnose {
 namespace {
 
-constexpr double kCheckpointingSaving = 0.83;  // DESIGN.md measurement (85.9 MB -> 14.5 MB)
+constexpr double kCheckpointingSaving = 0.83;  // docs/architecture.md (from DESIGN.md): 85.9 MB -> 14.5 MB
 constexpr double kEightBitSaving = 0.75;       // 8 -> 2 bytes of Adam state per parameter
 constexpr double kMajorShare = 0.25;           // a category "matters" above this share
 constexpr int64_t kMaxEntriesQuantum = 10000;
@@ -245,7 +245,7 @@ void recommend(Diagnosis& d) {
                     "docs/checkpointing.md).",
                     format_bytes(act), oom ? " at the out-of-memory" : " at the peak"),
         static_cast<int64_t>(std::llround(kCheckpointingSaving * static_cast<double>(act + act_to_come))),
-        "83% of activations" + act_basis + ", as measured on a 4-block GPT (DESIGN.md)"});
+        "83% of activations" + act_basis + ", as measured on a 4-block GPT (docs/architecture.md)"});
     out.push_back(Recommendation{
         FixId::kMicroBatch, "Halve the micro-batch and double gradient accumulation steps",
         "Activations and temporaries scale with the micro-batch; the global batch (micro-batch x accumulation "

@@ -34,16 +34,31 @@ json side_json(const CompareSide& s) {
           {"ooms", s.ooms}};
 }
 
-// SVG geometry.
-constexpr int kWidth = 1000;
-constexpr int kLeft = 170;
-constexpr int kBarWidth = 760;
+// SVG geometry: labels left of kLeft (kLabelChars at 11 px sans-serif,
+// about 6 px a character), the bars, then a column for "N reserved".
+constexpr int kWidth = 1100;
+constexpr int kLeft = 300;
+constexpr std::size_t kLabelChars = 48;
+constexpr int kBarWidth = 680;
 constexpr int kBarHeight = 28;
 constexpr int kLayerRowHeight = 18;
 constexpr size_t kMaxLayerRows = 20;
 // Category colours as in the diagnose SVG (Category order), then reserved-but-free.
 constexpr const char* kRowColors[kNumCompareRows] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
                                                      "#edc948", "#b07aa1", "#d3d3d3"};
+
+// `label` as one SVG text right-aligned at kLeft: cut in the middle to
+// kLabelChars where longer (a call site's file and its function both
+// stay), the whole of it in a <title> then.
+std::string left_label(const std::string& label, int y, const char* attributes = "") {
+  if (label.size() <= kLabelChars)
+    return fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\"{}>{}</text>\n", kLeft - 6, y, attributes,
+                       svg_escape(label));
+  const std::size_t head = (kLabelChars - 3) / 2, tail = kLabelChars - 3 - head;
+  return fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\"{}><title>{}</title>{}...{}</text>\n", kLeft - 6, y,
+                     attributes, svg_escape(label), svg_escape(label.substr(0, head)),
+                     svg_escape(label.substr(label.size() - tail)));
+}
 
 }  // namespace
 
@@ -130,8 +145,7 @@ std::string render_compare_svg(const Comparison& c) {
   for (const auto& [side, rows] : {std::pair{&c.before, &c.before_rows}, std::pair{&c.after, &c.after_rows}}) {
     out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", kLeft - 6, y + 12,
                        side == &c.before ? "A (before)" : "B (after)");
-    out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\" fill=\"#666\">{}</text>\n", kLeft - 6, y + 25,
-                       svg_escape(side->moment));
+    out += left_label(side->moment, y + 25, " fill=\"#666\"");
     double x = kLeft;
     for (int r = 0; r < kNumCompareRows; ++r) {
       const int64_t bytes = std::max<int64_t>(0, (*rows)[static_cast<size_t>(r)]);
@@ -144,8 +158,8 @@ std::string render_compare_svg(const Comparison& c) {
       }
       x += w;
     }
-    out += fmt::format("<text x=\"{:.1f}\" y=\"{}\">{} reserved</text>\n", std::min(x + 4, double{kWidth - 120}),
-                       y + 18, format_bytes(side->reserved_bytes));
+    out += fmt::format("<text x=\"{}\" y=\"{}\">{} reserved</text>\n", kLeft + kBarWidth + 6, y + 18,
+                       format_bytes(side->reserved_bytes));
     y += kBarHeight + 22;
   }
   int lx = kLeft;
@@ -168,8 +182,7 @@ std::string render_compare_svg(const Comparison& c) {
     const int row_y = layers_top + 12 + static_cast<int>(i) * kLayerRowHeight;
     const double w =
         std::max(1.0, static_cast<double>(std::abs(l.change_bytes())) / static_cast<double>(largest) * half);
-    out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", kLeft - 6, row_y + 11,
-                       svg_escape(l.layer));
+    out += left_label(l.layer, row_y + 11);
     out += fmt::format(
         "<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"><title>{} {}: {} -> {}"
         "</title></rect>\n",

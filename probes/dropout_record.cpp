@@ -9,8 +9,8 @@ namespace oomtune {
 
 std::string dropout_text(const DropoutRecord& r) {
   return fmt::format(
-      "{} call{}, CUDA's fused kernel keeps 1-byte masks: kept {} (the composite dropout of the CPU and meta would "
-      "keep {} of noise)",
+      "{} call{}, CUDA's fused kernel keeps 1-byte masks: {} of them in the step, summed over its micro-batches and "
+      "recomputations (the composite dropout of the CPU and meta would keep {} of noise)",
       r.calls, r.calls == 1 ? "" : "s", format_bytes(r.kept_bytes), format_bytes(r.composite_kept_bytes));
 }
 

@@ -35,8 +35,10 @@ struct DropoutRecord {
 };
 
 /// The dropout line of the probe report: "9 calls, CUDA's fused kernel
-/// keeps 1-byte masks: kept 3.25 MiB (the composite dropout of the CPU and
-/// meta would keep 13.00 MiB of noise)".
+/// keeps 1-byte masks: 3.25 MiB of them in the step, summed over its
+/// micro-batches and recomputations (the composite dropout of the CPU and
+/// meta would keep 13.00 MiB of noise)": a sum, not what is held at once
+/// (a step of 4 micro-batches makes 4 micro-batches' masks, one at a time).
 std::string dropout_text(const DropoutRecord& record);
 
 nlohmann::json to_json(const DropoutRecord& record);

@@ -71,7 +71,8 @@ nlohmann::json node_json(const TrailNode& n) {
 
 /// The decision trail as a table. Columns are as wide as their widest cell,
 /// so a long node name or configuration does not shift the numbers after it.
-/// With memory from meta, a "meta peak" column follows the predicted one.
+/// With memory from meta, a "meta peak" column follows the predicted one,
+/// which then says "-" for every node that has a meta figure.
 /// Where the budget caps reserved bytes (a CUDA target), the predicted and
 /// meta columns are reserved bytes and say so.
 std::string render_trail_table(const SearchResult& s) {
@@ -93,9 +94,11 @@ std::string render_trail_table(const SearchResult& s) {
     } else if (n.predicted_fit && n.meta_peak_bytes) {
       fits = "meta";
     }
-    rows.push_back({std::to_string(i + 1), n.node, short_config(n.config, n.largest_fitting_micro_batch),
-                    format_bytes(static_cast<int64_t>(n.predicted_peak_bytes)), measured_peak,
-                    fmt::format("{:.4f}", n.predicted_seconds), measured_seconds, fits, n.note});
+    // A node measured on meta was placed by that figure; the lines' guess
+    // beside it (one probe per strategy there, for time) only misleads.
+    const std::string predicted = n.meta_peak_bytes ? "-" : format_bytes(static_cast<int64_t>(n.predicted_peak_bytes));
+    rows.push_back({std::to_string(i + 1), n.node, short_config(n.config, n.largest_fitting_micro_batch), predicted,
+                    measured_peak, fmt::format("{:.4f}", n.predicted_seconds), measured_seconds, fits, n.note});
     if (meta)
       rows.back().insert(rows.back().begin() + 4,
                          n.meta_peak_bytes ? format_bytes(static_cast<int64_t>(*n.meta_peak_bytes)) : "-");

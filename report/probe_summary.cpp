@@ -113,7 +113,9 @@ std::string render_probe_text(const ProbeSummary& s) {
                    phase_name(r.largest.phase)));
   if (const std::string optimizer = optimizer_text(r.optimizer); !optimizer.empty())
     line(fmt::format("optimizer            {}", optimizer));
-  if (const std::string scratch = kernel_scratch_text(r.kernel_scratch); !scratch.empty())
+  // The scratch of the CPU's kernels; on meta no kernel runs, and the line
+  // would say what the CPU held.
+  if (const std::string scratch = kernel_scratch_text(r.kernel_scratch); !scratch.empty() && s.device != Device::kMeta)
     line(fmt::format("kernel scratch       {}", scratch));
   if (r.attention) line(fmt::format("attention            {}", attention_text(*r.attention)));
   if (r.dropout) line(fmt::format("dropout              {}", dropout_text(*r.dropout)));

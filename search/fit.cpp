@@ -246,7 +246,14 @@ bool Search::fit_models() {
   }
   models_.phases = fit_phase_lines(ok, phase_peaks, &one_point);
   fit_backward_activation(models_, ran, job_, one_point[kBackwardIndex].slope, one_point[kBackwardIndex].slope);
-  models_.seconds = fit_batch_line(ok, seconds);
+  models_.seconds = fit_time_line(ok, seconds);
+  // A falling line says the probes' times are noise.
+  if (const BatchLine free = fit_batch_line(ok, seconds, 0); free.slope < 0)
+    result_.notes.push_back(fmt::format(
+        "{}'s step times ({:.3g} s at micro-batch {}) fit {:.3g} s - {:.3g} s per sample, which no step runs (timing "
+        "noise): taken as {:.3g} s + {:.3g} s per sample, the nearest line that never falls",
+        result_.baseline_name, fmt::join(seconds, ", "), fmt::join(ok, ", "), free.intercept, -free.slope,
+        models_.seconds.intercept, models_.seconds.slope));
   models_.optimizer_seconds = mean_of(optimizer_seconds);
   result_.baseline_optimizer_seconds = models_.optimizer_seconds;
   result_.baseline_peak = fit_batch_line(ok, peaks, per_sample);

@@ -81,6 +81,15 @@ BatchLine fit_batch_line(const std::vector<int64_t>& micro_batches, const std::v
   return {fit.intercept, fit.slope};
 }
 
+BatchLine fit_time_line(const std::vector<int64_t>& micro_batches, const std::vector<double>& seconds) {
+  const BatchLine line = fit_batch_line(micro_batches, seconds, 0);
+  if (line.slope >= 0) return line;
+  // With the slope held at 0, least squares is the mean.
+  double sum = 0;
+  for (double s : seconds) sum += s;
+  return {sum / static_cast<double>(seconds.size()), 0};
+}
+
 PhaseLines fit_phase_lines(const std::vector<int64_t>& micro_batches,
                            const std::vector<std::array<double, kNumPhases>>& peaks, const PhaseLines* fallback) {
   PhaseLines lines;

@@ -66,6 +66,19 @@ struct BatchLine {
 BatchLine fit_batch_line(const std::vector<int64_t>& micro_batches, const std::vector<double>& values,
                          double fallback_slope = 0);
 
+/// Fits seconds per micro-batch (a BatchLine in s and s per sample) through
+/// (micro_batch, seconds) points by least squares with the slope held at 0
+/// or more: a micro-batch of more samples never takes less time, so a line
+/// that falls is timing noise (the PyPI build on a loaded 2-core CPU
+/// measured the example GPT at 1.03 s at micro-batch 2 and 0.63 s at 4:
+/// 1.42 - 0.197 s per sample, which predicted 8-bit AdamW 8 x 4 at 0.012 s;
+/// it ran 1.99 s), and gets the flat line through the mean. The intercept
+/// may be below 0: time that grows faster than the samples (a cache
+/// spilled past some micro-batch) crosses the axis there, and a line
+/// through its probes is right at them. One point: slope 0. Throws
+/// std::invalid_argument with no points.
+BatchLine fit_time_line(const std::vector<int64_t>& micro_batches, const std::vector<double>& seconds);
+
 /// The phases whose peaks the memory model follows: every phase of a step;
 /// loading happens once, before any micro-batch (Note [Phase lines]).
 inline constexpr std::array<Phase, 4> kStepPhases = {Phase::kForward, Phase::kLoss, Phase::kBackward,

@@ -87,7 +87,7 @@ StepModels Search::rescue_alternative_models(const RescueAlternative& alternativ
     const double ratio = mean_of(ratios);
     m.seconds = {models_.seconds.intercept * ratio, models_.seconds.slope * ratio};
   } else {
-    m.seconds = fit_batch_line(sizes, seconds);
+    m.seconds = fit_time_line(sizes, seconds);
   }
   m.gradient_bytes = alternative.probes.front().static_memory.gradient_bytes;
   m.base_precision = alternative.config.precision;

@@ -8,7 +8,9 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <string_view>
 
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
@@ -16,6 +18,7 @@
 #include "common/error.h"
 #include "common/file_magic.h"
 #include "common/gzip_file.h"
+#include "common/toml_table.h"
 #include "diagnose/compare.h"
 #include "diagnose/diagnosis.h"
 #include "diagnose/render.h"
@@ -33,6 +36,36 @@ struct DiagnoseArgs {
   std::string group_by = "layer";
   std::string compare;  // B.pickle: compare SNAPSHOT (A, before) with it (B, after)
 };
+
+// A job spec or a plan given where a snapshot belongs: named for what it is,
+// with the commands that read it, as probe and emit name theirs (a TOML
+// file is no pickle; a text that is no TOML is left to the pickle reader).
+void reject_oomtune_toml(const std::string& path, std::string_view head) {
+  constexpr std::streamsize kLargestSpec = 1 << 20;  // job specs and plans are a few KiB
+  if (head.empty() || head.front() == '\x80') return;
+  std::ifstream file(path, std::ios::binary);
+  std::string text(static_cast<std::size_t>(kLargestSpec), '\0');
+  file.read(text.data(), kLargestSpec);
+  if (file.gcount() >= kLargestSpec) return;
+  text.resize(static_cast<std::size_t>(std::max<std::streamsize>(file.gcount(), 0)));
+  toml::table root;
+  try {
+    root = parse_toml(text, path);
+  } catch (const Error&) {
+    return;
+  }
+  if (root.contains("model") && !root.contains("config"))
+    throw InputError(
+        fmt::format("{}: is a job spec, not a memory snapshot pickle; oomtune autotune {} tunes it, and "
+                    "diagnose reads the snapshot of a run that ran out of memory "
+                    "(torch.cuda.memory._dump_snapshot)",
+                    path, path));
+  if (root.contains("config") && root.contains("job"))
+    throw InputError(
+        fmt::format("{}: is a plan (autotune --emit writes one), not a memory snapshot pickle; "
+                    "oomtune probe --plan {} runs it, oomtune emit {} writes its framework configs",
+                    path, path, path));
+}
 
 // A gzip-compressed snapshot ("snapshot.pickle.gz") is read decompressed in
 // memory; any other file as it is. Either is named for what it is when it
@@ -52,6 +85,7 @@ diagnose::Snapshot load(const std::string& path) {
     return diagnose::load_snapshot_bytes(bytes, path);
   }
   diagnose::expect_a_snapshot_pickle(first, path);
+  reject_oomtune_toml(path, first);
   return diagnose::load_snapshot(path);
 }
 

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include "common/byte_size.h"
 #include "common/error.h"
 #include "common/json_text.h"
 #include "job/job_spec.h"
@@ -47,6 +48,8 @@ int run_probe(ProbeFlags flags) {
   ParameterSelection plan_trainable;
   OptimizerImplementation plan_implementation = kDefaultOptimizerImplementation;
   std::optional<int64_t> plan_seq_len;
+  std::optional<int64_t> plan_budget;
+  double plan_headroom = 0;
   bool have_plan = false;
   if (!flags.plan_path.empty()) {
     // A plan names its job; an explicit JOB argument wins.
@@ -59,6 +62,8 @@ int run_probe(ProbeFlags flags) {
     plan_trainable = plan.trainable;
     plan_implementation = plan.optimizer.implementation;
     plan_seq_len = plan.seq_len;
+    plan_budget = plan.budget_bytes;
+    plan_headroom = plan.headroom;
     have_plan = true;
   }
   if (flags.job_path.empty()) throw InputError("probe: give a job spec (JOB.toml) or --plan PLAN.toml");
@@ -72,6 +77,16 @@ int run_probe(ProbeFlags flags) {
   }
   apply_overrides(job, flags.overrides);
   require_device_support(job);
+  // The budget the plan fits, which autotune --budget may have set apart
+  // from the job's; --budget wins.
+  if (plan_budget && !flags.overrides.budget && (job.budget_bytes != *plan_budget || job.headroom != plan_headroom)) {
+    fmt::print(stderr,
+               "probe: {} fits a budget of {} (headroom {:g}), not {}'s {} ({:g}): probing against the plan's\n",
+               flags.plan_path, format_bytes(*plan_budget), plan_headroom, flags.job_path,
+               job.budget_bytes ? format_bytes(*job.budget_bytes) : std::string("none"), job.headroom);
+    job.budget_bytes = *plan_budget;
+    job.headroom = plan_headroom;
+  }
   // The plan's trainable set is part of what was measured, as its
   // configuration is: it wins over the job's, and says so when they differ.
   if (have_plan && plan_trainable != job.trainable) {

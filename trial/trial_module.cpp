@@ -36,6 +36,15 @@ std::string trial_module_path(const std::string& executable) {
 }
 
 void require_trial_module(const std::string& executable) {
+  // Linux names a running executable whose file was deleted or replaced
+  // (a rebuild) "PATH (deleted)" (proc(5), /proc/pid/exe): its directory,
+  // and the module beside it, are no longer where it runs from.
+  std::error_code ec;
+  const std::string link = std::filesystem::read_symlink(executable, ec).string();
+  const std::string deleted = " (deleted)";
+  if (!ec && link.size() > deleted.size() && link.compare(link.size() - deleted.size(), deleted.size(), deleted) == 0)
+    throw Error(fmt::format("{}: the oomtune executable was replaced or removed while it ran (rebuilt?); run it again",
+                            link.substr(0, link.size() - deleted.size())));
   const std::string path = trial_module_path(executable);
   if (!std::filesystem::exists(path))
     throw Error(fmt::format("{}: the libtorch trial module is missing; {}", path, kWhereItBelongs));

@@ -26,6 +26,8 @@ std::string trial_module_path(const std::string& executable);
 /// Throws Error naming the module's path when the module beside
 /// `executable` is missing: without it no trial can run, which is one clear
 /// error rather than a trial outcome that would read as the model's failure.
+/// Throws Error naming the executable when `executable` is a link Linux
+/// marks " (deleted)" (/proc/self/exe of a binary rebuilt while it ran).
 void require_trial_module(const std::string& executable);
 
 /// Runs serve_trial from the module beside the running executable

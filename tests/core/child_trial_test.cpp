@@ -2,10 +2,13 @@
 
 #include "trial/child_trial.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -19,6 +22,7 @@
 #include "support/build_values.h"
 #include "support/require_file.h"
 #include "test_jobs.h"
+#include "trial/trial_module.h"
 #include "trial/trial_request.h"
 
 namespace oomtune {
@@ -39,6 +43,27 @@ class ChildTrial : public ::testing::Test {
 
 // What the child is asked travels whole: each option the parent sets comes
 // back from the request file as it was set.
+// /proc/self/exe of a binary rebuilt while it ran reads "PATH (deleted)":
+// its folder is gone from under it, so the trial module is not looked for
+// at "/proc/self/liboomtune_trial_module.so" (what a failed canonical()
+// left) but the executable is named with what happened.
+TEST(TrialModule, AnExecutableReplacedWhileItRanIsNamed) {
+  const auto dir = std::filesystem::temp_directory_path() / ("oomtune_replaced_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto link = dir / "exe";
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink("/opt/build/oomtune (deleted)", link);
+  try {
+    require_trial_module(link.string());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "/opt/build/oomtune: the oomtune executable was replaced or removed while it ran (rebuilt?); run it "
+              "again");
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(TrialRequestFile, TheOptionsTravelWhole) {
   TrialOptions options;
   options.min_timed_steps = 3;

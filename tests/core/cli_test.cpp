@@ -131,6 +131,7 @@ TEST(Cli, ProbeOnMetaPrintsNoTimeAndAutotuneChoosesByMemory) {
   EXPECT_NE(probe.out.find("step time            none: the meta device computes shapes"), std::string::npos)
       << probe.out;
   EXPECT_EQ(probe.out.find("samples/s"), std::string::npos) << probe.out;
+  EXPECT_EQ(probe.out.find("kernel scratch"), std::string::npos) << "no CPU kernel ran\n" << probe.out;
   EXPECT_NE(probe.out.find("predicted reserved"), std::string::npos) << probe.out;
   const RunResult autotune = run_oomtune("autotune " + job + " --device meta");
   ASSERT_EQ(autotune.exit_code, 0) << autotune.err;
@@ -623,6 +624,30 @@ TEST(Cli, ProbeRunsAPlanBack) {
   const RunResult bad = run_oomtune("probe --plan /nonexistent/plan.toml");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(bad.out, "");
+}
+
+// A plan fits the budget autotune had, which --budget may have set apart
+// from its job's (examples/gpt.toml: 256 MiB): probing it back holds it to
+// the plan's, and says so; --budget still wins.
+TEST(Cli, ProbeHoldsAPlanToItsOwnBudget) {
+  OOMTUNE_REQUIRE_FILE(testing::example_model("gpt"));
+  const std::string job = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
+  const std::string plan = testing::write_temp_file(
+      "budget_plan.toml", "plan_version = 1\n[job]\nspec = \"" + job +
+                              "\"\nglobal_batch = 2\nbudget = 41943040\nheadroom = 0.1\n[config]\nmicro_batch = 2\n"
+                              "accumulation_steps = 1\n");
+  const RunResult r = run_oomtune("probe --plan " + plan + " --json --no-fit");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto json = nlohmann::json::parse(r.out);
+  EXPECT_EQ(json.at("budget_bytes"), 40 * 1024 * 1024);
+  EXPECT_EQ(json.at("usable_budget_bytes"), 36 * 1024 * 1024);  // 40 MiB x 0.9
+  EXPECT_NE(r.err.find("probe: " + plan + " fits a budget of 40.00 MiB (headroom 0.1), not " + job +
+                       "'s 256.00 MiB (0.05): probing against the plan's"),
+            std::string::npos)
+      << r.err;
+  const RunResult flag = run_oomtune("probe --plan " + plan + " --budget 1GiB --json --no-fit");
+  ASSERT_EQ(flag.exit_code, 0) << flag.err;
+  EXPECT_EQ(nlohmann::json::parse(flag.out).at("budget_bytes"), int64_t{1} << 30);
 }
 
 // A plan's trainable set is what was measured: probing it back freezes the

@@ -160,5 +160,30 @@ TEST(DiagnoseCli, FilesThatAreNotSnapshotsSayWhatTheyAre) {
   }
 }
 
+// oomtune's own TOML files given to diagnose: named, with the commands that
+// read them, as probe and emit name theirs; --compare's second file too.
+TEST(DiagnoseCli, AJobSpecOrAPlanIsNamedWithTheCommandThatReadsIt) {
+  const std::string job = oomtune::testing::scratch_path("job.toml").string();
+  write_file(job, "# a job\nmodel = \"gpt.pt\"\nglobal_batch = 8\n");
+  const std::string plan = oomtune::testing::scratch_path("plan.toml").string();
+  write_file(plan, "plan_version = 1\n[job]\nspec = \"job.toml\"\n[config]\nmicro_batch = 4\n");
+  const auto spec = run_oomtune("diagnose " + job);
+  EXPECT_EQ(spec.exit_code, 2);
+  EXPECT_EQ(spec.out, "");
+  EXPECT_EQ(spec.err, "oomtune: " + job + ": is a job spec, not a memory snapshot pickle; oomtune autotune " + job +
+                          " tunes it, and diagnose reads the snapshot of a run that ran out of memory "
+                          "(torch.cuda.memory._dump_snapshot)\n");
+  const std::string snapshot = testing::real_fixture("oom_fragmentation.pickle");
+  const auto compared = run_oomtune("diagnose " + snapshot + " --compare " + plan);
+  EXPECT_EQ(compared.exit_code, 2);
+  EXPECT_EQ(compared.out, "");
+  EXPECT_EQ(compared.err, "oomtune: " + plan +
+                              ": is a plan (autotune --emit writes one), not a memory snapshot "
+                              "pickle; oomtune probe --plan " +
+                              plan + " runs it, oomtune emit " + plan + " writes its framework configs\n");
+  std::remove(job.c_str());
+  std::remove(plan.c_str());
+}
+
 }  // namespace
 }  // namespace oomtune::diagnose

@@ -6,7 +6,9 @@
 #include "diagnose/compare.h"
 
 #include <unistd.h>
+#include <algorithm>
 #include <limits>
+#include <regex>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -116,6 +118,51 @@ TEST(Compare, ASnapshotAgainstItselfHasNoChange) {
     EXPECT_TRUE(c.layers.empty());
     EXPECT_EQ(c.before_rows, c.after_rows);
   }
+}
+
+// The comparison's SVG keeps its words on the page: a call site longer
+// than the label column (48 characters; the fixtures' "gpu_truth.py:194 in
+// scenario_snap_fragmentation" ran 118 px off the page's left edge when it
+// was 25) is cut in the middle with the whole of it in a <title>, and each
+// bar's "N reserved" lies right of every bar, not over bar B.
+TEST(Compare, SvgLabelsStayInTheirColumns) {
+  const std::string a = testing::real_fixture("oom_fragmentation.pickle");
+  const std::string b = testing::real_fixture("oom_gpt_activations.pickle");
+  SKIP_IF_MISSING(a);
+  SKIP_IF_MISSING(b);
+  DiagnoseOptions options;
+  options.top = std::numeric_limits<int>::max();
+  options.group_by = GroupBy::kCall;
+  Comparison c = compare(diagnose(load_snapshot(a), a, options), diagnose(load_snapshot(b), b, options), 10);
+  ASSERT_FALSE(c.layers.empty());
+  // The fixtures' longest call site, 47 characters, fits; a longer one.
+  c.layers.front().layer = "models/very_long_package_name/transformer_block.py:1234 in forward_with_cache";
+  const std::string svg = render_compare_svg(c);
+  const std::regex label(
+      R"re(<text x="(\d+)" y="\d+" text-anchor="end"[^>]*>(<title>([^<]*)</title>)?([^<]*)</text>)re");
+  int cut = 0, labels = 0;
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), label); it != std::sregex_iterator(); ++it) {
+    ++labels;
+    EXPECT_LE((*it)[4].length(), 48) << (*it)[0];
+    if ((*it)[2].matched) {
+      ++cut;
+      EXPECT_GT((*it)[3].length(), 48) << (*it)[0];
+      EXPECT_NE((*it)[4].str().find("..."), std::string::npos) << (*it)[0];
+    }
+  }
+  EXPECT_GT(labels, 4) << svg;
+  EXPECT_GT(cut, 0) << "no call site was long enough to test the cut\n" << svg;
+  double bars_end = 0;
+  const std::regex rect(R"re(<rect x="([\d.]+)" y="\d+" width="([\d.]+)")re");
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), rect); it != std::sregex_iterator(); ++it)
+    bars_end = std::max(bars_end, std::stod((*it)[1]) + std::stod((*it)[2]));
+  const std::regex reserved(R"re(<text x="([\d.]+)" y="\d+">[^<]* reserved</text>)re");
+  int reserved_labels = 0;
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), reserved); it != std::sregex_iterator(); ++it) {
+    ++reserved_labels;
+    EXPECT_GT(std::stod((*it)[1]), bars_end) << (*it)[0];
+  }
+  EXPECT_EQ(reserved_labels, 2) << svg;
 }
 
 TEST(Compare, CliTextJsonAndSvg) {

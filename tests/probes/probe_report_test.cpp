@@ -74,8 +74,9 @@ TEST(ProbeReportJson, TheDropoutRecordAndTheAutocastListsRoundTrip) {
   EXPECT_EQ(back.dropout->composite_kept_bytes, 13631488);
   EXPECT_EQ(back.autocast_lists, "cuda");
   EXPECT_EQ(dropout_text(*back.dropout),
-            "9 calls, CUDA's fused kernel keeps 1-byte masks: kept 3.25 MiB (the composite dropout of the CPU and "
-            "meta would keep 13.00 MiB of noise)");
+            "9 calls, CUDA's fused kernel keeps 1-byte masks: 3.25 MiB of them in the step, summed over its "
+            "micro-batches and recomputations (the composite dropout of the CPU and meta would keep 13.00 MiB of "
+            "noise)");
   const ProbeReport none = probe_report_from_json(to_json(ProbeReport{}));
   EXPECT_FALSE(none.dropout.has_value());
   EXPECT_EQ(none.autocast_lists, "");

@@ -533,6 +533,25 @@ TEST(DecisionTree, NodesPredictedFasterButNeverRunSayWhatTheChosenOneMeasured) {
   EXPECT_EQ(r.verification_trials, 2);
 }
 
+// Plain probes slowest at the smallest micro-batch (noise: the first probe
+// warms up): 0.018, 0.026 and 0.042 s run at 4, 8 and 16, measured x 6,
+// x 3 and x 1, 0.108, 0.078 and 0.042 s. Their least-squares line falls,
+// 0.126 - 0.00536 s per sample, and would predict micro-batches past 23 at
+// no time at all; with the slope held at 0, least squares is their mean,
+// 0.076 s.
+TEST(DecisionTree, StepTimesThatFallWithTheMicroBatchAreNoise) {
+  FakeRunner fake;
+  fake.plain_probe_time_factor_at = {{4, 6.0}, {8, 3.0}};
+  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB));
+  EXPECT_NEAR(r.baseline_seconds.intercept, 0.076, 1e-12);
+  EXPECT_EQ(r.baseline_seconds.slope, 0);
+  EXPECT_TRUE(has_note(r,
+                       "plain's step times (0.108, 0.078, 0.042 s at micro-batch 4, 8, 16) fit 0.126 s - 0.00536 s "
+                       "per sample, which no step runs (timing noise): taken as 0.076 s + 0 s per sample"))
+      << ::testing::PrintToString(r.notes);
+  for (const TrailNode& n : r.trail) EXPECT_GT(n.predicted_seconds, 0) << n.node;
+}
+
 TEST(DecisionTree, EightBitWhenOnlyItsSmallerStateFits) {
   FakeRunner fake;
   fake.parameters = 4 * kMiB;  // 4 Mi parameters: 4 P = 16 MiB

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,8 @@ class FakeRunner : public TrialRunner {
   double offload_optimizer_factor = 1;
   // Probes with no strategy run this much slower (timing noise); verifications do not.
   double plain_probe_time_factor = 1;
+  // And plain probes at these micro-batches this much slower again.
+  std::map<int64_t, double> plain_probe_time_factor_at;
   // Probes whose peak is above this run out of memory in forward (the probes'
   // RAM guard, a multiple of the budget in oomtune); 0: no guard.
   int64_t probe_budget = 0;
@@ -266,7 +269,11 @@ class FakeRunner : public TrialRunner {
     r.timing.steady_optimizer_seconds = optimizer;
     const bool plain = checkpointed(c).empty() && c.optimizer == OptimizerKind::kAdamW && !c.offload_optimizer &&
                        c.precision == Precision::kFp32;
-    if (!enforce && plain) r.timing.steady_step_seconds *= plain_probe_time_factor;
+    if (!enforce && plain) {
+      r.timing.steady_step_seconds *= plain_probe_time_factor;
+      if (const auto at = plain_probe_time_factor_at.find(c.micro_batch); at != plain_probe_time_factor_at.end())
+        r.timing.steady_step_seconds *= at->second;
+    }
     r.samples_per_second = static_cast<double>(global) / r.timing.steady_step_seconds;
     r.steps_run = enforce ? 20 : 3;
     return r;

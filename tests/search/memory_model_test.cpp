@@ -95,6 +95,25 @@ StepModels with_quarter_checkpointing(StepModels m) {
   return m;
 }
 
+// Step seconds by least squares with the slope at least 0; the expected
+// lines are worked out by hand from the points.
+TEST(FitTimeLine, NeverFalls) {
+  const auto expect_line = [](const BatchLine& line, double intercept, double slope) {
+    EXPECT_NEAR(line.intercept, intercept, 1e-12);
+    EXPECT_NEAR(line.slope, slope, 1e-12);
+  };
+  // Rising: the least-squares line itself, 0.5 + 0.25 b.
+  expect_line(fit_time_line({2, 4}, {1.0, 1.5}), 0.5, 0.25);
+  // Falling (the PyPI build's example GPT on a loaded CPU): flat at the
+  // mean, 0.83.
+  expect_line(fit_time_line({2, 4, 8}, {1.03, 0.63, 0.83}), 0.83, 0);
+  // Below the origin at 0 and rising (a spill): kept, -0.3 + 0.2 b.
+  expect_line(fit_time_line({2, 4, 8}, {0.1, 0.5, 1.3}), -0.3, 0.2);
+  // One point: flat.
+  expect_line(fit_time_line({4}, {2.0}), 2.0, 0);
+  EXPECT_THROW(fit_time_line({}, {}), std::invalid_argument);
+}
+
 TEST(MicroBatchCount, IsTheNumberOfSlicesOfTheSplit) {
   for (int64_t g = 1; g <= 40; ++g)
     for (int64_t b = 1; b <= g; ++b)
