@@ -28,7 +28,7 @@ bool Plan::operator==(const Plan& other) const {
          measured_peak_bytes == other.measured_peak_bytes && predicted_peak_bytes == other.predicted_peak_bytes &&
          measured_samples_per_second == other.measured_samples_per_second &&
          predicted_samples_per_second == other.predicted_samples_per_second && notes == other.notes &&
-         trainable == other.trainable && seq_len == other.seq_len;
+         trainable == other.trainable && seq_len == other.seq_len && parameter_count == other.parameter_count;
 }
 
 std::optional<int64_t> samples_per_step(const TrainingConfig& config) {
@@ -67,6 +67,8 @@ void validate_plan(const Plan& plan) {
     fail("job.device", fmt::format("expected \"cpu\" or \"cuda\", got '{}'", device_name(plan.device)));
   if (plan.budget_bytes && *plan.budget_bytes <= 0)
     fail("job.budget", fmt::format("must be > 0 bytes, got {}", *plan.budget_bytes));
+  if (plan.parameter_count && *plan.parameter_count < 1)
+    fail("job.parameters", fmt::format("must be >= 1, got {}", *plan.parameter_count));
   if (!(std::isfinite(plan.headroom) && plan.headroom >= 0.0 && plan.headroom <= 0.9))
     fail("job.headroom", fmt::format("must be in [0, 0.9], got {}", plan.headroom));
   const OptimizerHyperParameters& o = plan.optimizer;

@@ -61,6 +61,12 @@ struct Plan {
   // lengths); nullopt otherwise. `probe --plan` runs at it when the job's
   // seq differs (autotune --seq N).
   std::optional<int64_t> seq_len;
+  // COUNT: trainable parameter elements (the optimizer's), as the search
+  // counted them (SearchResult::parameter_count); plan.toml: [job]
+  // parameters. DeepSpeed's ZeRO-2 buckets are sized to it (Note [ZeRO
+  // buckets] in recipes/deepspeed_sections.cpp); nullopt in plans written
+  // before the key, and the files then say what they cannot size.
+  std::optional<int64_t> parameter_count;
 
   bool operator==(const Plan& other) const;
   bool operator!=(const Plan& other) const { return !(*this == other); }

@@ -20,8 +20,9 @@ namespace oomtune {
 namespace {
 
 const std::vector<std::string> kTopKeys = {"plan_version", "notes", "job", "config", "optimizer", "result"};
-const std::vector<std::string> kJobKeys = {"spec",     "model",     "device", "global_batch", "budget",
-                                           "headroom", "trainable", "frozen", "frozen_dtype", "seq"};
+const std::vector<std::string> kJobKeys = {"spec",         "model",    "device",    "global_batch",
+                                           "budget",       "headroom", "trainable", "frozen",
+                                           "frozen_dtype", "seq",      "parameters"};
 const std::vector<std::string> kConfigKeys = {"micro_batch", "accumulation_steps", "checkpoint",
                                               "optimizer",   "offload_optimizer",  "precision"};
 const std::vector<std::string> kOptimizerKeys = {"lr", "weight_decay", "betas", "eps", "momentum", "implementation"};
@@ -123,6 +124,7 @@ void read_job(const PlanTable& job, Plan& plan, bool& has_global_batch) {
     if (*seq > kMaxSeqLen) job.fail("seq", fmt::format("must be in [1, {}] tokens, got {}", kMaxSeqLen, *seq));
     plan.seq_len = *seq;
   }
+  plan.parameter_count = job.integer("parameters", 1);
 }
 
 void read_config(const PlanTable& config, Plan& plan) {
@@ -213,6 +215,8 @@ std::string write_plan_toml(const Plan& plan) {
     line(fmt::format("budget = {}  # bytes ({})", *plan.budget_bytes, format_bytes(*plan.budget_bytes)));
   line(fmt::format("headroom = {}", float_text(plan.headroom)));
   if (plan.seq_len) line(fmt::format("seq = {}  # tokens per sequence, verified (the longest)", *plan.seq_len));
+  if (plan.parameter_count)
+    line(fmt::format("parameters = {}  # trainable parameter elements (the optimizer's)", *plan.parameter_count));
   if (plan.trainable.freezes()) {
     std::vector<std::string> globs;
     for (const std::string& glob : plan.trainable.globs) globs.push_back(quote(glob));

@@ -207,6 +207,8 @@ Plan plan_from(const AutotuneReport& report) {
   plan.notes = report.search.notes;
   plan.trainable = job.trainable;
   plan.seq_len = job.seq_len;
+  // Sizes DeepSpeed's ZeRO-2 buckets in the emitted files (recipes/plan.h).
+  if (report.search.parameter_count > 0) plan.parameter_count = report.search.parameter_count;
   return plan;
 }
 

@@ -48,6 +48,7 @@ inline Plan base_plan(int64_t micro_batch, int64_t accumulation_steps) {
   plan.headroom = 0.05;
   plan.model_path = "examples/models/gpt.pt";
   plan.job_spec_path = "examples/gpt.toml";
+  plan.parameter_count = 1'057'536;  // gpt.pt's parameters (torch.jit.load(...).parameters())
   return plan;
 }
 
@@ -106,6 +107,7 @@ inline std::vector<std::pair<std::string, Plan>> golden_plans() {
   sgd.optimizer.momentum = 0.9;
   sgd.model_path = "examples/models/resnet18.pt";
   sgd.job_spec_path = "examples/resnet18.toml";
+  sgd.parameter_count = 11'689'512;  // resnet18.pt's
   cases.emplace_back("sgd_offload_cpu", sgd);
 
   Plan bf16_params = base_plan(8, 2);
@@ -157,6 +159,7 @@ inline std::vector<std::pair<std::string, Plan>> golden_plans() {
   lora.model_path = "examples/models/llama_lora_eager.pt";
   lora.job_spec_path = "examples/llama_lora.toml";
   lora.trainable = {ParameterSelection::Rule::kTrainable, {"*.lora_A.*", "*.lora_B.*"}, false};
+  lora.parameter_count = 16'384;  // the adapters' of llama_lora_eager.pt (668,288 in all)
   lora.measured_peak_bytes = 41'943'040;
   lora.measured_samples_per_second = 120.0;
   cases.emplace_back("lora_adapters", lora);
@@ -173,6 +176,7 @@ inline std::vector<std::pair<std::string, Plan>> golden_plans() {
   single.optimizer.implementation = OptimizerImplementation::kSingleTensor;
   single.model_path = "examples/models/resnet18.pt";
   single.job_spec_path = "examples/resnet18.toml";
+  single.parameter_count = 11'689'512;
   cases.emplace_back("sgd_single_tensor", single);
 
   return cases;

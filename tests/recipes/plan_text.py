@@ -4,14 +4,17 @@ documents, the global batch micro x accumulation."""
 
 
 def plan_toml(micro, accum, checkpoint, optimizer, offload, precision, device, job="job", lr=3e-4,
-              weight_decay=0.01, betas=(0.9, 0.95), eps=1e-08, momentum=0.0):
+              weight_decay=0.01, betas=(0.9, 0.95), eps=1e-08, momentum=0.0, parameters=None):
+    """parameters: the trainable parameter count ([job] parameters), or None
+    for a plan written before the key."""
+    count = "" if parameters is None else f"parameters = {parameters}\n"
     return f"""plan_version = 1
 [job]
 spec = "{job}.toml"
 model = "{job}.pt"
 device = "{device}"
 global_batch = {micro * accum}
-[config]
+{count}[config]
 micro_batch = {micro}
 accumulation_steps = {accum}
 checkpoint = "{checkpoint}"

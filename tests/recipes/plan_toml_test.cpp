@@ -54,6 +54,7 @@ TEST(PlanToml, DefaultsArePinned) {
   EXPECT_FALSE(plan.measured_samples_per_second);
   EXPECT_FALSE(plan.predicted_samples_per_second);
   EXPECT_TRUE(plan.notes.empty());
+  EXPECT_FALSE(plan.parameter_count);  // plans written before [job] parameters
   EXPECT_EQ(plan, plan_for(plan.config));
 }
 
@@ -122,6 +123,21 @@ TEST(PlanToml, TheVerifiedSequenceLengthRoundTrips) {
       << error_of(std::string("[job]\nseq = 0\n") + kMinimal);
   EXPECT_EQ(error_of(std::string("[job]\nseq = 20000000\n") + kMinimal),
             "plan.toml:2:7: job.seq: must be in [1, 16777216] tokens, got 20000000");
+}
+
+// The trainable parameter count sizes DeepSpeed's ZeRO-2 buckets (Note
+// [ZeRO buckets] in recipes/deepspeed_sections.cpp).
+TEST(PlanToml, TheParameterCountRoundTrips) {
+  Plan plan = testing::base_plan(4, 2);
+  plan.parameter_count.reset();
+  EXPECT_EQ(write_plan_toml(plan).find("parameters ="), std::string::npos);
+  plan.parameter_count = 124'439'808;
+  const std::string text = write_plan_toml(plan);
+  EXPECT_NE(text.find("parameters = 124439808  # trainable parameter elements (the optimizer's)\n"), std::string::npos)
+      << text;
+  EXPECT_EQ(parse_plan_toml(text, "plan.toml"), plan);
+  EXPECT_EQ(error_of(std::string("[job]\nparameters = 0\n") + kMinimal).find("plan.toml:2:14: job.parameters:"), 0u)
+      << error_of(std::string("[job]\nparameters = 0\n") + kMinimal);
 }
 
 TEST(PlanToml, BudgetMayBeASizeString) {
