@@ -5,17 +5,22 @@
 // - The YAML is what `accelerate config` writes for one machine, one
 //   process: compute_environment, distributed_type, mixed_precision,
 //   use_cpu, num_machines, num_processes, ...
-// - Offload: distributed_type DEEPSPEED with deepspeed_config
-//   {gradient_accumulation_steps, gradient_clipping: 0.0,
-//   offload_optimizer_device: cpu, offload_param_device: none,
-//   zero3_init_flag: false, zero_stage: 2}. gradient_clipping 0.0 keeps
-//   clipping off, as measured: without the key Accelerate writes "auto" into
-//   the DeepSpeed config and fills it with 1.0. Accelerate leaves a 0.0 out
-//   of that config, though, and DeepSpeed 0.19.3 and later default to 1.0;
-//   a note says so.
-// - bf16_params: the same DeepSpeed block without offload (zero_stage 0,
-//   offload_optimizer_device none) and mixed_precision bf16, which under
-//   DeepSpeed is DeepSpeed's bf16 mode (bf16 weights, fp32 master weights).
+// - DeepSpeed (offload, bf16_params): distributed_type DEEPSPEED with
+//   deepspeed_config {deepspeed_config_file: 'ds_config.json',
+//   zero3_init_flag: false} and no mixed_precision line: ds_config.json
+//   decides. The inline deepspeed_config keys cannot say what was measured:
+//   Accelerate leaves gradient_clipping 0.0 out of the DeepSpeed config it
+//   builds (`if self.gradient_clipping:`, utils/dataclasses.py:1321-1322,
+//   1.15.0) and DeepSpeed 0.19.3 and later then clip at 1.0; there is no key
+//   for the ZeRO buckets (Note [ZeRO buckets] in deepspeed_sections.cpp),
+//   torch_autocast or zero_force_ds_cpu_optimizer; mixed_precision 'bf16'
+//   becomes DeepSpeed's bf16 section (set_mixed_precision, :1415-1427),
+//   which casts the weights, where the plan measured autocast; and under
+//   offload Accelerate swaps a torch optimizer for DeepSpeedCPUAdam keeping
+//   only lr and weight_decay (accelerator.py:2376-2383). Next to
+//   a config file Accelerate refuses mixed_precision and the other
+//   deepspeed_config keys, and a real optimizer where the file has an
+//   optimizer section (accelerate.utils.DummyOptim in the script).
 // - Without DeepSpeed the config file has no gradient-accumulation key
 //   (Accelerate rejects unknown keys), so accumulation is a comment naming
 //   Accelerator(gradient_accumulation_steps=N) and
@@ -24,10 +29,6 @@
 // - YAML by hand (no YAML library here): block mappings only, every string
 //   single-quoted ('no' and 'NO' would otherwise read as booleans), notes as
 //   '#' comments.
-// - The notes' way out (the optimizer from ds_config.json) is
-//   deepspeed_config_file in place of every other deepspeed_config key, no
-//   mixed_precision line, and accelerate.utils.DummyOptim in the script:
-//   Accelerate refuses each of those next to a config file.
 // Source: https://huggingface.co/docs/accelerate/package_reference/cli and
 // https://huggingface.co/docs/accelerate/usage_guides/deepspeed, checked
 // against huggingface/accelerate (commit 16cb6eb8, 1.15.0.dev0):
@@ -39,7 +40,8 @@
 // commands/launch.py and utils/launch.py (deepspeed_config keys become
 // ACCELERATE_* variables; mixed_precision joins ACCELERATE_CONFIG_DS_FIELDS),
 // utils/dataclasses.py (DistributedType 'NO'/'DEEPSPEED', PrecisionType
-// 'no'/'fp16'/'bf16', DeepSpeedPlugin, _deepspeed_config_checks),
+// 'no'/'fp16'/'bf16', DeepSpeedPlugin, _deepspeed_config_checks,
+// deepspeed_config_file),
 // accelerator.py (_prepare_deepspeed: gradient_clipping "auto" -> 1.0,
 // optimizer-in-file needs DummyOptim, the DeepSpeedCPUAdam swap) and
 // utils/deepspeed.py (map_pytorch_optim_to_deepspeed keeps lr and
@@ -49,6 +51,7 @@
 
 #include <fmt/format.h>
 
+#include "recipes/deepspeed_sections.h"
 #include "recipes/recipe_text.h"
 #include "recipes/recipes.h"
 
@@ -67,10 +70,11 @@ std::string accelerate_precision(Precision precision) {
     case Precision::kFp32:
       return "no";
     case Precision::kBf16:
-    case Precision::kBf16Params:
-      return "bf16";  // bf16_params: under DEEPSPEED (see Rules)
+      return "bf16";
     case Precision::kFp16:
       return "fp16";
+    case Precision::kBf16Params:  // only under DEEPSPEED, whose config file decides (see Rules)
+      return "?";
   }
   return "?";
 }
@@ -88,33 +92,35 @@ std::string comment(const std::string& prefix, const std::string& text) {
   return out.empty() ? fmt::format("# {}\n", prefix) : out;
 }
 
-/// How to take the optimizer from ds_config.json instead of the inline
-/// deepspeed_config: what Accelerate accepts next to a config file.
-constexpr const char* kUseDeepSpeedFile =
-    "put deepspeed_config_file: 'ds_config.json' (written beside this file) in place of the other deepspeed_config "
-    "keys, delete the mixed_precision line (the file's bf16/fp16 section decides; Accelerate refuses those keys next "
-    "to a config file) and build optimizer = accelerate.utils.DummyOptim(model.parameters()) in the script (the "
-    "file's optimizer section builds the optimizer; Accelerate refuses a real one next to it)";
-
 }  // namespace
 
 std::vector<std::string> accelerate_notes(const Plan& plan) {
   const TrainingConfig& c = plan.config;
+  const bool deepspeed = recipe_text::uses_deepspeed(c);
   std::vector<std::string> notes;
   notes.push_back(recipe_text::batch_note(plan, "the config has no batch size; your DataLoader"));
-  if (!recipe_text::uses_deepspeed(c))
+  if (deepspeed)
+    notes.push_back(
+        "deepspeed_config_file: 'ds_config.json' (written beside this file; the path is relative to the launched "
+        "script's working folder) is the DeepSpeed config, with the accumulation steps, no gradient clipping, the "
+        "ZeRO stage and offload and the precision as measured: Accelerate's inline deepspeed_config keys cannot "
+        "say them (it drops gradient_clipping 0.0, so DeepSpeed 0.19.3 and later clip at 1.0; it has no key for "
+        "the ZeRO buckets or torch_autocast, and mixed_precision 'bf16' or 'fp16' would cast the weights), and next "
+        "to the file it refuses them and mixed_precision");
+  else
     notes.push_back(fmt::format(
         "gradient accumulation has no key outside deepspeed_config: create Accelerator(gradient_accumulation_steps="
         "{0}) and run each micro-batch inside `with accelerator.accumulate(model):`, or export "
         "ACCELERATE_GRADIENT_ACCUMULATION_STEPS={0}",
         c.accumulation_steps));
-  const bool cpu_adam = c.offload_optimizer && c.optimizer == OptimizerKind::kAdamW8bit;
-  notes.push_back(
-      fmt::format("the config has no optimizer: the script builds {}{}",
-                  recipe_text::optimizer_call(plan, "model.parameters()", cpu_adam ? "torch.optim.AdamW" : ""),
-                  c.offload_optimizer && c.optimizer != OptimizerKind::kSgd
-                      ? " (under offload Accelerate swaps it for DeepSpeedCPUAdam)"
-                      : ""));
+  if (deepspeed && deepspeed_sections::has_optimizer_section(plan))
+    notes.push_back(
+        "the optimizer comes from ds_config.json's optimizer section, with the plan's hyper-parameters: build "
+        "optimizer = accelerate.utils.DummyOptim(model.parameters()) in the script and pass it to "
+        "accelerator.prepare (Accelerate refuses a real optimizer next to the section)");
+  else
+    notes.push_back(fmt::format("the config has no optimizer: the script builds {}",
+                                recipe_text::optimizer_call(plan, "model.parameters()")));
   if (c.checkpoint.enabled())
     notes.push_back(
         fmt::format("the config has no activation-checkpointing key: call model.gradient_checkpointing_enable() on a "
@@ -123,33 +129,13 @@ std::vector<std::string> accelerate_notes(const Plan& plan) {
   if (c.optimizer == OptimizerKind::kAdamW8bit && !c.offload_optimizer)
     notes.push_back("bitsandbytes.optim.AdamW8bit needs the bitsandbytes package");
   if (c.optimizer == OptimizerKind::kAdafactor) notes.push_back(recipe_text::adafactor_note());
-  if (cpu_adam) notes.push_back(recipe_text::adamw8bit_offload_note());
-  const OptimizerHyperParameters defaults;
-  if (c.offload_optimizer && c.optimizer != OptimizerKind::kSgd &&
-      (plan.optimizer.beta1 != defaults.beta1 || plan.optimizer.beta2 != defaults.beta2 ||
-       plan.optimizer.eps != defaults.eps))
-    notes.push_back(fmt::format(
-        "Accelerate's swap to DeepSpeedCPUAdam keeps only lr and weight_decay: betas ({}, {}) and eps {} fall "
-        "back to DeepSpeedCPUAdam's defaults; to keep them, take the optimizer from ds_config.json, whose optimizer "
-        "section has them: {}",
-        recipe_text::number(plan.optimizer.beta1), recipe_text::number(plan.optimizer.beta2),
-        recipe_text::number(plan.optimizer.eps), kUseDeepSpeedFile));
-  if (c.optimizer == OptimizerKind::kSgd && c.offload_optimizer)
-    notes.push_back(fmt::format(
-        "SGD with optimizer offload: under offload Accelerate replaces a torch optimizer by DeepSpeedCPUAdam (Adam, "
-        "not SGD) unless zero_force_ds_cpu_optimizer is false, which the inline deepspeed_config cannot say: {}",
-        kUseDeepSpeedFile));
-  if (recipe_text::uses_deepspeed(c))
-    notes.push_back(
-        "gradient_clipping: 0.0 keeps gradients unclipped, as measured, with DeepSpeed up to 0.19.2; Accelerate "
-        "leaves a 0.0 out of the DeepSpeed config it builds, and DeepSpeed 0.19.3 and later then clip at their "
-        "default of 1.0: there, give Accelerate a DeepSpeed config file (deepspeed_config_file) that sets "
-        "\"gradient_clipping\": 0.0, as oomtune's deepspeed format does");
+  if (c.optimizer == OptimizerKind::kAdamW8bit && c.offload_optimizer)
+    notes.push_back(recipe_text::adamw8bit_offload_note());
   if (c.precision == Precision::kBf16Params)
     notes.push_back(recipe_text::bf16_params_note(
-        "mixed_precision 'bf16' with distributed_type 'DEEPSPEED' gives it; without DeepSpeed it is autocast"));
-  if (recipe_text::uses_deepspeed(c) && plan.device == Device::kCpu)
-    notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
+        "ds_config.json's \"bf16\" section gives it under distributed_type 'DEEPSPEED'; mixed_precision 'bf16' "
+        "without DeepSpeed is autocast"));
+  if (deepspeed && plan.device == Device::kCpu) notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
   if (const std::string note = recipe_text::trainable_note(plan); !note.empty()) notes.push_back(note);
   return notes;
 }
@@ -167,18 +153,15 @@ std::string write_accelerate_config(const Plan& plan) {
   const bool deepspeed = recipe_text::uses_deepspeed(c);
   if (deepspeed) {
     out += "deepspeed_config:\n";
-    out += fmt::format("  gradient_accumulation_steps: {}\n", c.accumulation_steps);
-    out += "  gradient_clipping: 0.0\n";  // off, as measured (absent, Accelerate clips at 1.0)
-    out += fmt::format("  offload_optimizer_device: {}\n", yaml_quote(c.offload_optimizer ? "cpu" : "none"));
-    out += fmt::format("  offload_param_device: {}\n", yaml_quote("none"));
+    out += fmt::format("  deepspeed_config_file: {}\n", yaml_quote("ds_config.json"));
     out += "  zero3_init_flag: false\n";
-    out += fmt::format("  zero_stage: {}\n", recipe_text::zero_stage(c));
   }
   out += fmt::format("distributed_type: {}\n", yaml_quote(deepspeed ? "DEEPSPEED" : "NO"));
   out += fmt::format("downcast_bf16: {}\n", yaml_quote("no"));
   out += "machine_rank: 0\n";
   out += fmt::format("main_training_function: {}\n", yaml_quote("main"));
-  out += fmt::format("mixed_precision: {}\n", yaml_quote(accelerate_precision(c.precision)));
+  // Under DEEPSPEED ds_config.json decides (Accelerate refuses the key next to it).
+  if (!deepspeed) out += fmt::format("mixed_precision: {}\n", yaml_quote(accelerate_precision(c.precision)));
   out += "num_machines: 1\n";
   out += "num_processes: 1\n";
   out += fmt::format("rdzv_backend: {}\n", yaml_quote("static"));

@@ -8,10 +8,14 @@
 // - gradient_clipping 0.0: no clipping, as measured. DeepSpeed's default
 //   was 0 up to 0.19.2 and is 1.0 from 0.19.3 on, so the key is written.
 // - Offload is ZeRO-Offload: zero_optimization stage 2 with offload_optimizer
-//   {device: cpu, pin_memory: true}; without offload, stage 0.
-// - Precision: bf16.enabled, or fp16 with loss_scale 0 (dynamic loss scaling).
-//   bf16_params (bf16 weights, fp32 master weights in the optimizer) is what
-//   bf16.enabled does in DeepSpeed.
+//   {device: cpu, pin_memory: true} and reduce/allgather buckets sized to
+//   the model (Note [ZeRO buckets] in deepspeed_sections.cpp); without
+//   offload, stage 0.
+// - Precision (deepspeed_sections.h): bf16 and fp16 autocast keep fp32
+//   weights, so they are torch_autocast {enabled, dtype} (fp16 loss-scaled
+//   by DeepSpeed's torch.amp.GradScaler), never bf16/fp16.enabled, which
+//   cast the weights. bf16_params (bf16 weights, fp32 master weights in the
+//   optimizer) is what bf16.enabled does in DeepSpeed.
 // - Optimizer: an "optimizer" section (AdamW / SGD) with the job's
 //   hyper-parameters and implementation (job/optimizer_implementation.h):
 //   AdamW on the device is torch.optim.AdamW ("torch_adam": true, with
@@ -30,17 +34,18 @@
 //   engine); the note says so.
 // Source: https://www.deepspeed.ai/docs/config-json/, checked against
 // deepspeedai/DeepSpeed v0.19.6 (edaa7221) and microsoft/DeepSpeed v0.16.4
-// (38327e07): deepspeed/runtime/constants.py (train_batch_size,
-// train_micro_batch_size_per_gpu, gradient_accumulation_steps,
-// gradient_clipping and its default, bf16, fp16,
-// loss_scale 0 = dynamic, zero_allow_untested_optimizer,
+// (38327e07), and the DeepSpeed 0.19.8 wheel: deepspeed/runtime/constants.py
+// (train_batch_size, train_micro_batch_size_per_gpu,
+// gradient_accumulation_steps, gradient_clipping and its default, bf16,
+// torch_autocast (from 0.17.2), zero_allow_untested_optimizer,
 // zero_force_ds_cpu_optimizer), deepspeed/runtime/config.py (_batch_assertion:
 // train_batch_size == micro * accumulation * world_size; optimizer type
 // lower-cased when it is a DeepSpeed one), deepspeed/runtime/engine.py
 // (_configure_basic_optimizer: "AdamW" -> FusedAdam / DeepSpeedCPUAdam, other
 // names -> getattr(torch.optim, type); _do_optimizer_sanity_check),
 // deepspeed/runtime/zero/config.py and offload_config.py (stage 0-3,
-// offload_optimizer.device none/cpu/nvme, pin_memory),
+// offload_optimizer.device none/cpu/nvme, pin_memory, reduce_bucket_size,
+// allgather_bucket_size),
 // deepspeed/runtime/zero/utils.py (ZERO_SUPPORTED_OPTIMIZERS) and
 // deepspeed/runtime/activation_checkpointing/config.py.
 
@@ -49,6 +54,7 @@
 #include <fmt/format.h>
 
 #include "common/json_text.h"
+#include "recipes/deepspeed_sections.h"
 #include "recipes/recipe_text.h"
 #include "recipes/recipes.h"
 
@@ -56,15 +62,6 @@ namespace oomtune {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-/// Whether the file names an optimizer DeepSpeed builds itself: not 8-bit
-/// AdamW on the GPU, nor Adafactor (DeepSpeed's optimizer types are Adam,
-/// AdamW, SGD, Lamb, Lion and their 1-bit and muP forms; deepspeed/runtime/
-/// config.py, DEEPSPEED_OPTIMIZERS).
-bool has_optimizer_section(const Plan& plan) {
-  if (plan.config.optimizer == OptimizerKind::kAdafactor) return false;
-  return plan.config.optimizer != OptimizerKind::kAdamW8bit || plan.config.offload_optimizer;
-}
 
 /// Whether the section's AdamW is torch.optim.AdamW ("torch_adam": true)
 /// rather than DeepSpeed's FusedAdam: on the device (no offload) with the
@@ -139,6 +136,12 @@ std::vector<std::string> deepspeed_notes(const Plan& plan) {
         "which likewise updates in place with no whole-list temporaries");
   if (c.precision == Precision::kBf16Params)
     notes.push_back(recipe_text::bf16_params_note("\"bf16\": {\"enabled\": true}, as written here"));
+  if (const std::string note = deepspeed_sections::autocast_version_note(plan); !note.empty())
+    notes.push_back(fmt::format(
+        "{}. Not \"{}\": {{\"enabled\": true}}, which casts the weights to {} ({})", note,
+        c.precision == Precision::kBf16 ? "bf16" : "fp16", deepspeed_sections::autocast_dtype(c.precision),
+        c.precision == Precision::kBf16 ? "what precision bf16_params measures" : "which oomtune does not measure"));
+  if (const std::string note = deepspeed_sections::unsized_buckets_note(plan); !note.empty()) notes.push_back(note);
   if (recipe_text::uses_deepspeed(c) && plan.device == Device::kCpu)
     notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
   if (const std::string note = recipe_text::trainable_note(plan); !note.empty()) notes.push_back(note);
@@ -153,15 +156,9 @@ std::string write_deepspeed_config(const Plan& plan) {
   config["train_micro_batch_size_per_gpu"] = c.micro_batch;
   config["gradient_accumulation_steps"] = c.accumulation_steps;
   config["gradient_clipping"] = 0.0;  // off, as measured (DeepSpeed >= 0.19.3 defaults to 1.0)
-  if (has_optimizer_section(plan)) config["optimizer"] = optimizer_section(plan);
-  if (c.precision == Precision::kBf16 || c.precision == Precision::kBf16Params) config["bf16"] = {{"enabled", true}};
-  if (c.precision == Precision::kFp16) config["fp16"] = {{"enabled", true}, {"loss_scale", 0}};
-  if (c.offload_optimizer) {
-    config["zero_optimization"] = {{"stage", recipe_text::zero_stage(c)},
-                                   {"offload_optimizer", {{"device", "cpu"}, {"pin_memory", true}}}};
-  } else {
-    config["zero_optimization"] = {{"stage", recipe_text::zero_stage(c)}};
-  }
+  if (deepspeed_sections::has_optimizer_section(plan)) config["optimizer"] = optimizer_section(plan);
+  for (auto& [key, section] : deepspeed_sections::precision(plan)) config[key] = std::move(section);
+  config["zero_optimization"] = deepspeed_sections::zero_optimization(plan);
   if (c.optimizer == OptimizerKind::kSgd && c.offload_optimizer) {
     config["zero_allow_untested_optimizer"] = true;
     config["zero_force_ds_cpu_optimizer"] = false;

@@ -3,22 +3,31 @@
 //
 // Rules:
 // - Trainer kwargs: accelerator, devices (1), precision ("32-true",
-//   "bf16-mixed", "16-mixed"), accumulate_grad_batches, strategy ("auto", or
-//   "deepspeed_stage_2_offload" for optimizer offload).
-// - bf16_params: "bf16-mixed" under a DeepSpeed strategy, which Lightning
-//   turns into DeepSpeed's bf16 mode (bf16 weights, fp32 master weights);
-//   without offload the strategy is "deepspeed_stage_1" (on one GPU ZeRO
-//   stage 1 partitions nothing).
+//   "bf16-mixed", "16-mixed"), accumulate_grad_batches, strategy: "auto",
+//   or under DeepSpeed (offload, bf16_params) DeepSpeedStrategy's class and
+//   kwargs, {"config": {...}}, for the script to build. No registered
+//   strategy name says what was measured: "deepspeed_stage_1" is ZeRO-1
+//   (one flat fp32 tensor per parameter group for the optimizer,
+//   zero/stage_1_and_2.py:584, DeepSpeed 0.19.8), "deepspeed_stage_2_offload"
+//   has 2e8-element buckets (strategies/deepspeed.py:106-107) and neither
+//   can say torch_autocast. The config is deepspeed_sections.h's, as in
+//   ds_config.json, less what Lightning sets itself (batch, accumulation,
+//   which it refuses in the config) and the optimizer section
+//   (configure_optimizers() builds the optimizer).
+// - Precision under DeepSpeed: bf16_params is "bf16-mixed", which Lightning
+//   turns into DeepSpeed's bf16 mode (bf16 weights, fp32 master weights;
+//   fabric/strategies/deepspeed.py _format_precision_config). Autocast is
+//   the config's torch_autocast with "32-true": "bf16-mixed" / "16-mixed"
+//   would add DeepSpeed's bf16 / fp16 section, which casts the weights.
 // - The Trainer has no batch size and no optimizer: the file carries
 //   "datamodule": {"batch_size"} for the DataLoader and "optimizer" (class
 //   and kwargs) for LightningModule.configure_optimizers(), with notes.
 // - No Trainer switch for activation checkpointing: a note names the blocks
 //   to wrap in torch.utils.checkpoint.
-// - Under deepspeed_stage_2_offload configure_optimizers should return
-//   DeepSpeedCPUAdam (Lightning's DeepSpeed guide); SGD under offload needs
-//   DeepSpeedStrategy(config={...}) with zero_force_ds_cpu_optimizer false
-//   (a config dict, not ds_config.json: Lightning refuses a DeepSpeed config
-//   that sets gradient_accumulation_steps).
+// - Under offload configure_optimizers should return DeepSpeedCPUAdam
+//   (Lightning's DeepSpeed guide); SGD under offload gets
+//   zero_allow_untested_optimizer true and zero_force_ds_cpu_optimizer
+//   false in the config, as in ds_config.json.
 // Source: https://lightning.ai/docs/pytorch/stable/common/trainer.html and
 // https://lightning.ai/docs/pytorch/stable/advanced/model_parallel/deepspeed.html,
 // checked against Lightning-AI/pytorch-lightning (commit 7f0c3436, after
@@ -26,18 +35,19 @@
 // precision, accumulate_grad_batches, strategy),
 // src/lightning/fabric/plugins/precision/precision.py and deepspeed.py
 // ("32-true", "bf16-mixed", "16-mixed"),
-// src/lightning/pytorch/strategies/deepspeed.py (register_strategies:
-// "deepspeed_stage_1", "deepspeed_stage_2_offload";
-// zero_allow_untested_optimizer true by default;
+// src/lightning/pytorch/strategies/deepspeed.py (DeepSpeedStrategy(config=
+// dict): the dict replaces the default config; register_strategies;
 // _format_batch_size_and_grad_accum_config refuses gradient_accumulation_steps
-// in a given config) and deepspeed/ops/adam/cpu_adam.py (DeepSpeedCPUAdam
-// lr, betas, eps, weight_decay, adamw_mode).
+// in a given config and sets gradient_clipping only when absent), checked
+// in the Lightning 2.6.6 wheel, and deepspeed/ops/adam/cpu_adam.py
+// (DeepSpeedCPUAdam lr, betas, eps, weight_decay, adamw_mode).
 
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
 
 #include "common/json_text.h"
+#include "recipes/deepspeed_sections.h"
 #include "recipes/recipe_text.h"
 #include "recipes/recipes.h"
 
@@ -46,25 +56,38 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-constexpr const char* kOffloadStrategy = "deepspeed_stage_2_offload";  // Lightning's registered ZeRO-Offload
 constexpr const char* kCpuAdamClass = "deepspeed.ops.adam.DeepSpeedCPUAdam";
-constexpr const char* kDeepSpeedStrategy = "deepspeed_stage_1";  // Lightning's registered DeepSpeed, no offload
+constexpr const char* kDeepSpeedStrategyClass = "lightning.pytorch.strategies.DeepSpeedStrategy";
 
-std::string lightning_precision(Precision precision) {
-  switch (precision) {
+std::string lightning_precision(const TrainingConfig& config) {
+  switch (config.precision) {
     case Precision::kFp32:
       return "32-true";
-    case Precision::kBf16:
+    case Precision::kBf16:  // under DeepSpeed: the config's torch_autocast (see Rules)
+      return recipe_text::uses_deepspeed(config) ? "32-true" : "bf16-mixed";
     case Precision::kBf16Params:
-      return "bf16-mixed";  // bf16_params: under DeepSpeed (see Rules)
+      return "bf16-mixed";  // under DeepSpeed (see Rules)
     case Precision::kFp16:
-      return "16-mixed";
+      return recipe_text::uses_deepspeed(config) ? "32-true" : "16-mixed";
   }
   return "?";
 }
 
-bool sgd_offload(const Plan& plan) {
-  return plan.config.optimizer == OptimizerKind::kSgd && plan.config.offload_optimizer;
+/// DeepSpeedStrategy(config=...)'s dict: the ZeRO and precision entries of
+/// ds_config.json (deepspeed_sections.h), no clipping, and what SGD under
+/// offload needs.
+Json deepspeed_strategy_config(const Plan& plan) {
+  Json config;
+  config["zero_optimization"] = deepspeed_sections::zero_optimization(plan);
+  for (auto& [key, section] : deepspeed_sections::precision(plan)) config[key] = std::move(section);
+  config["gradient_clipping"] = 0.0;  // off, as measured (Lightning writes it only when absent)
+  if (plan.config.optimizer == OptimizerKind::kSgd && plan.config.offload_optimizer) {
+    // DeepSpeed refuses a non-DeepSpeed optimizer under offload unless
+    // zero_force_ds_cpu_optimizer is false (runtime/engine.py:2341-2346, 0.19.8).
+    config["zero_allow_untested_optimizer"] = true;
+    config["zero_force_ds_cpu_optimizer"] = false;
+  }
+  return config;
 }
 
 /// The optimizer class configure_optimizers() should return.
@@ -110,24 +133,36 @@ std::vector<std::string> lightning_notes(const Plan& plan) {
   if (c.optimizer == OptimizerKind::kAdamW8bit && !c.offload_optimizer)
     notes.push_back("bitsandbytes.optim.AdamW8bit needs the bitsandbytes package");
   if (c.optimizer == OptimizerKind::kAdafactor) notes.push_back(recipe_text::adafactor_note());
-  if (c.offload_optimizer)
-    notes.push_back(fmt::format("strategy \"{}\" needs the deepspeed package and a GPU", kOffloadStrategy));
+  if (recipe_text::uses_deepspeed(c))
+    notes.push_back(fmt::format(
+        "no registered strategy name gives what was measured ({}): \"strategy\" holds {}'s class and kwargs, "
+        "which Trainer refuses as they stand; with kwargs = the \"trainer\" entry, build kwargs[\"strategy\"] = "
+        "DeepSpeedStrategy(**kwargs[\"strategy\"][\"kwargs\"]), then Trainer(**kwargs). Its config holds DeepSpeed's "
+        "ZeRO and precision entries; Lightning adds the batch and accumulation (it refuses "
+        "gradient_accumulation_steps in the config), and configure_optimizers() builds the optimizer. Needs the "
+        "deepspeed package and a GPU",
+        c.offload_optimizer
+            ? (deepspeed_sections::bucket_elements(plan) ? "ZeRO-2 offload with gradient buckets no larger than the "
+                                                           "model; \"deepspeed_stage_2_offload\" allocates 2e8 elements"
+                                                         : "ZeRO-2 offload")
+            : "no ZeRO, stage 0; \"deepspeed_stage_1\" would give the optimizer one flat fp32 tensor per group",
+        kDeepSpeedStrategyClass));
   if (c.optimizer == OptimizerKind::kAdamW8bit && c.offload_optimizer)
     notes.push_back(recipe_text::adamw8bit_offload_note());
-  if (sgd_offload(plan))
-    notes.push_back(
-        "SGD with optimizer offload: DeepSpeed refuses a non-DeepSpeed optimizer under offload unless "
-        "zero_force_ds_cpu_optimizer is false, which the registered strategy name cannot say: use "
-        "strategy=DeepSpeedStrategy(config={\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": "
-        "{\"device\": \"cpu\", \"pin_memory\": True}}, \"zero_allow_untested_optimizer\": True, "
-        "\"zero_force_ds_cpu_optimizer\": False}), the same entries as the ds_config.json written beside this file; "
-        "not that file itself, which Lightning refuses because it sets gradient_accumulation_steps (Lightning takes "
-        "it from accumulate_grad_batches)");
   if (c.precision == Precision::kBf16Params)
-    notes.push_back(recipe_text::bf16_params_note(fmt::format(
-        "Lightning turns precision \"bf16-mixed\" into it under a DeepSpeed strategy (\"{}\" here; on one GPU "
-        "nothing is partitioned); without DeepSpeed \"bf16-mixed\" is autocast",
-        c.offload_optimizer ? kOffloadStrategy : kDeepSpeedStrategy)));
+    notes.push_back(recipe_text::bf16_params_note(
+        "Lightning turns precision \"bf16-mixed\" into it under the DeepSpeedStrategy written here; without "
+        "DeepSpeed \"bf16-mixed\" is autocast"));
+  if (recipe_text::uses_deepspeed(c) && !deepspeed_sections::autocast_dtype(c.precision).empty()) {
+    notes.push_back(fmt::format(
+        "precision \"32-true\" although the plan trains under {0} autocast: the strategy's \"torch_autocast\" "
+        "runs DeepSpeed's forward under it over fp32 weights, as measured; \"{1}\" under DeepSpeed adds DeepSpeed's "
+        "\"{2}\": {{\"enabled\": true}} to the config, which casts the weights to {0}",
+        deepspeed_sections::autocast_dtype(c.precision), c.precision == Precision::kBf16 ? "bf16-mixed" : "16-mixed",
+        c.precision == Precision::kBf16 ? "bf16" : "fp16"));
+    notes.push_back(deepspeed_sections::autocast_version_note(plan));
+  }
+  if (const std::string note = deepspeed_sections::unsized_buckets_note(plan); !note.empty()) notes.push_back(note);
   if (recipe_text::uses_deepspeed(c) && plan.device == Device::kCpu)
     notes.push_back(recipe_text::deepspeed_needs_gpu_note(c));
   if (const std::string note = recipe_text::trainable_note(plan); !note.empty()) notes.push_back(note);
@@ -141,11 +176,13 @@ std::string write_lightning_trainer(const Plan& plan) {
   // DeepSpeed needs a GPU whatever the plan was measured on (see the note).
   trainer["accelerator"] = plan.device == Device::kCuda || recipe_text::uses_deepspeed(c) ? "gpu" : "cpu";
   trainer["devices"] = 1;
-  trainer["precision"] = lightning_precision(c.precision);
+  trainer["precision"] = lightning_precision(c);
   trainer["accumulate_grad_batches"] = c.accumulation_steps;
-  trainer["strategy"] = c.offload_optimizer                     ? kOffloadStrategy
-                        : c.precision == Precision::kBf16Params ? kDeepSpeedStrategy
-                                                                : "auto";
+  if (recipe_text::uses_deepspeed(c))
+    trainer["strategy"] = {{"class", kDeepSpeedStrategyClass},
+                           {"kwargs", {{"config", deepspeed_strategy_config(plan)}}}};
+  else
+    trainer["strategy"] = "auto";
   Json file;
   file["trainer"] = std::move(trainer);
   file["datamodule"] = {{"batch_size", c.micro_batch}};

@@ -71,9 +71,12 @@ std::vector<EmittedFile> emit_all(const Plan& plan, const std::string& dir,
 /// gradient_accumulation_steps * GPUs, written for one GPU),
 /// gradient_clipping 0.0 (no clipping, as measured; the default became 1.0
 /// in DeepSpeed 0.19.3), optimizer
-/// (type "AdamW"/"SGD" with torch's params), bf16.enabled, fp16 (loss_scale 0
-/// = dynamic), zero_optimization.stage (0, or 2 with
-/// offload_optimizer {device cpu, pin_memory true}), for SGD under offload
+/// (type "AdamW"/"SGD" with torch's params), torch_autocast {enabled, dtype}
+/// for bf16 / fp16 autocast (DeepSpeed 0.17.2 and later; fp32 weights),
+/// bf16.enabled for bf16_params, zero_optimization.stage (0, or 2 with
+/// offload_optimizer {device cpu, pin_memory true} and reduce /
+/// allgather_bucket_size sized to the plan's parameters:
+/// deepspeed_sections.h), for SGD under offload
 /// zero_allow_untested_optimizer true and zero_force_ds_cpu_optimizer false,
 /// and activation_checkpointing.
 /// Notes go in a top-level "oomtune_notes" array, which DeepSpeed ignores
@@ -90,9 +93,11 @@ std::vector<std::string> deepspeed_notes(const Plan& plan);
 /// per_device_train_batch_size, gradient_accumulation_steps,
 /// gradient_checkpointing, optim ("adamw_torch", "adamw_bnb_8bit", "sgd"),
 /// learning_rate, weight_decay, adam_beta1/2, adam_epsilon, max_grad_norm
-/// (0: no clipping, as measured; the Trainer's default is 1.0), bf16, fp16 and
-/// deepspeed (the path of ds_config.json: the Trainer's only way to offload
-/// optimizer state, https://huggingface.co/docs/transformers/deepspeed).
+/// (0: no clipping, as measured; the Trainer's default is 1.0),
+/// lr_scheduler_type ("constant", as measured), bf16, fp16 (false for
+/// autocast under DeepSpeed, where ds_config.json's torch_autocast does it)
+/// and deepspeed (the path of ds_config.json: the Trainer's only way to
+/// offload optimizer state, https://huggingface.co/docs/transformers/deepspeed).
 std::string write_hf_training_args(const Plan& plan);
 /// The notes hf_training_args.json carries for `plan`: what it could not express, one line each.
 std::vector<std::string> hf_notes(const Plan& plan);
@@ -103,8 +108,11 @@ std::vector<std::string> hf_notes(const Plan& plan);
 /// (checked against src/lightning/pytorch/trainer/trainer.py and
 /// strategies/deepspeed.py):
 /// accelerator, devices, precision ("32-true", "bf16-mixed", "16-mixed"),
-/// accumulate_grad_batches, strategy ("deepspeed_stage_2_offload" for
-/// offload, https://lightning.ai/docs/pytorch/stable/advanced/model_parallel/deepspeed.html).
+/// accumulate_grad_batches, strategy ("auto", or under DeepSpeed
+/// {"class": "lightning.pytorch.strategies.DeepSpeedStrategy", "kwargs":
+/// {"config": {...}}} for the script to build: no registered name gives
+/// ZeRO stage 0, sized buckets or torch_autocast,
+/// https://lightning.ai/docs/pytorch/stable/advanced/model_parallel/deepspeed.html).
 /// The Trainer has no batch size: the DataModule's DataLoader holds it, and
 /// configure_optimizers() builds the optimizer.
 std::string write_lightning_trainer(const Plan& plan);
@@ -116,10 +124,11 @@ std::vector<std::string> lightning_notes(const Plan& plan);
 /// https://huggingface.co/docs/accelerate/package_reference/cli and
 /// https://huggingface.co/docs/accelerate/usage_guides/deepspeed :
 /// compute_environment, distributed_type ('NO' or DEEPSPEED), mixed_precision
-/// ('no', 'bf16', 'fp16'), use_cpu, num_machines, num_processes and
-/// deepspeed_config {gradient_accumulation_steps, gradient_clipping (0.0: no
-/// clipping, as measured), offload_optimizer_device, offload_param_device,
-/// zero3_init_flag, zero_stage}, checked against
+/// ('no', 'bf16', 'fp16'; none under DeepSpeed), use_cpu, num_machines,
+/// num_processes and deepspeed_config {deepspeed_config_file:
+/// 'ds_config.json', zero3_init_flag} (the inline keys drop
+/// gradient_clipping 0.0 and cannot say the buckets or torch_autocast),
+/// checked against
 /// src/accelerate/commands/config/{config_args,cluster}.py and
 /// utils/dataclasses.py (DeepSpeedPlugin). Accelerate rejects unknown
 /// top-level keys, so notes are YAML comments.

@@ -19,7 +19,10 @@ What is read, and why it is what the framework accepts:
   (runtime/zero/config.py), DeepSpeedZeroOffloadOptimizerConfig
   (runtime/zero/offload_config.py), DeepSpeedFP16Config/DeepSpeedBF16Config
   (runtime/precision_config.py): their field names and aliases, which is all
-  they accept (DeepSpeedConfigModel sets extra="forbid"); ZeroStageEnum and
+  they accept (DeepSpeedConfigModel sets extra="forbid"); the torch_autocast
+  section's keys (constants.py TORCH_AUTOCAST_*, read by config.py
+  get_torch_autocast_*) and its dtype names (DtypeEnum's strings, config.py);
+  ZeroStageEnum and
   OffloadDeviceEnum values; activation_checkpointing/config.py's ACT_CHKPT_* keys;
   DEEPSPEED_OPTIMIZERS (runtime/config.py; any other "type" must name a
   torch.optim class, engine.py _configure_basic_optimizer); the keyword
@@ -29,7 +32,9 @@ What is read, and why it is what the framework accepts:
   (optimization.py, beside it), what the recipes pass it.
 - Lightning: Trainer.__init__'s parameters (pytorch/trainer/trainer.py);
   _PRECISION_INPUT_STR (fabric/plugins/precision/precision.py); the names
-  registered by register_strategies() (pytorch/strategies/*.py) and
+  registered by register_strategies() (pytorch/strategies/*.py),
+  DeepSpeedStrategy.__init__'s parameters (pytorch/strategies/deepspeed.py,
+  for a strategy written as class and kwargs) and
   the accelerators' name() (pytorch/accelerators/*.py, what
   register_accelerators() registers), plus the strategy and
   accelerator defaults of Trainer.__init__ and "gpu", which
@@ -222,6 +227,15 @@ def deepspeed(root):
                 and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
                 and any(isinstance(t, ast.Name) and t.id.startswith("ACT_CHKPT_") and not t.id.endswith("_DEFAULT")
                         and t.id != "ACT_CHKPT_FORMAT" for t in n.targets)]
+    autocast_keys = [n.value.value for n in parse(os.path.join(rt, "constants.py")).body
+                     if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+                     and isinstance(n.value.value, str)
+                     and any(isinstance(t, ast.Name) and t.id.startswith("TORCH_AUTOCAST_")
+                             and not t.id.endswith(("_DEFAULT", "_FORMAT")) for t in n.targets)]
+    # DtypeEnum members are tuples: a torch dtype, then the names it reads.
+    dtype_names = [e.value for member in find_class(config_tree, "DtypeEnum").body if isinstance(member, ast.Assign)
+                   and isinstance(member.value, ast.Tuple) for e in member.value.elts
+                   if isinstance(e, ast.Constant) and isinstance(e.value, str)]
     return {
         "source": source_of(root, files),
         # The sections zero/config.py and activation_checkpointing/config.py name.
@@ -236,6 +250,8 @@ def deepspeed(root):
         "fp16": unique(class_fields(find_class(precision_tree, "DeepSpeedFP16Config"), aliases=True)),
         "bf16": unique(class_fields(find_class(precision_tree, "DeepSpeedBF16Config"), aliases=True)),
         "activation_checkpointing": unique(act_keys),
+        "torch_autocast": unique(autocast_keys),
+        "torch_autocast_dtype": unique(dtype_names),
         "optimizer_types": unique(optimizers),
         "cpu_adam_kwargs": unique(parameters(cpu_adam)),
         "fused_adam_kwargs": unique(parameters(fused_adam)),
@@ -275,6 +291,8 @@ def lightning(root):
                                                               "precision", "precision.py")), "_PRECISION_INPUT_STR")),
         "strategy": unique(registered_names(os.path.join(pl, "strategies"), "register_strategies")
                            + [parameter_default(init, "strategy")]),
+        "deepspeed_strategy_kwargs": unique(parameters(find_function(
+            find_class(parse(os.path.join(pl, "strategies", "deepspeed.py")), "DeepSpeedStrategy"), "__init__"))),
         "accelerator": unique(accelerator_names(os.path.join(pl, "accelerators"))
                               + [parameter_default(init, "accelerator"), "gpu"]),
     }

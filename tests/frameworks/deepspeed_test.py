@@ -7,14 +7,19 @@ load:  for every golden plan and every autotune test's plan,
        at the world size the plan assumes (one GPU: no process group, so
        DeepSpeed takes world size 1), and its batch triple holds:
        train_batch_size = micro x accumulation x world = the plan's global
-       batch, each as the plan says.
+       batch, each as the plan says. DeepSpeed reads no clipping, the plan's
+       precision (torch_autocast for bf16/fp16 autocast, never the bf16/fp16
+       modes that cast the weights; bf16 for bf16_params), and the ZeRO stage
+       with buckets no larger than the model (emitted.check_deepspeed_config).
 train: the engine (deepspeed.initialize) on DeepSpeed's CPU accelerator,
        one process with the gloo backend, trains the test GPT with the
-       emitted ds_config.json (the plain plan, the offload one: ZeRO-2 with
-       DeepSpeedCPUAdam, and Adafactor); the optimizer section of the file
-       builds the optimizer, or, where the file has none (Adafactor), the
-       note's client optimizer is passed to deepspeed.initialize. Samples
-       per optimizer step = global batch; loss decreases.
+       emitted ds_config.json (the plain plan, the offload ones: ZeRO-2 with
+       DeepSpeedCPUAdam in fp32, bf16 and fp16 autocast; bf16_params; and
+       Adafactor); the optimizer section of the file builds the optimizer,
+       or, where the file has none (Adafactor), the note's client optimizer
+       is passed to deepspeed.initialize. Samples per optimizer step = global
+       batch; loss decreases; the parameters keep the plan's dtype (fp32
+       under autocast) and ZeRO-2's gradient buckets hold at most the model.
 """
 
 import json
@@ -24,8 +29,9 @@ import sys
 import deepspeed
 from deepspeed.runtime.config import DeepSpeedConfig
 
-from emitted import run_test
-from training import OPTIMIZER_STEPS, CountingGPT, StepLog, TokenRule, check_run, script_optimizer
+from emitted import check_deepspeed_config, run_test
+from training import (OPTIMIZER_STEPS, CountingGPT, StepLog, TokenRule, check_deepspeed_run, check_run,
+                      script_optimizer, zero_buckets)
 
 
 def load(cases, failures):
@@ -46,6 +52,16 @@ def load(cases, failures):
                        f"{case.accumulation_steps}")
         failures.check(ds.zero_optimization_stage == (2 if case.offload else 0), case,
                        f"ZeRO stage {ds.zero_optimization_stage}")
+        # As DeepSpeed parsed it, then the file's entries.
+        failures.check(ds.gradient_clipping == 0.0, case, f"DeepSpeed reads gradient_clipping {ds.gradient_clipping}")
+        failures.check((ds.bfloat16_config.enabled, ds.float16_config.enabled, ds.torch_autocast_enabled) ==
+                       (case.precision == "bf16_params", False, case.precision in ("bf16", "fp16")), case,
+                       f"DeepSpeed reads bf16 {ds.bfloat16_config.enabled}, fp16 {ds.float16_config.enabled}, "
+                       f"torch_autocast {ds.torch_autocast_enabled} ({ds.torch_autocast_dtype}) for {case.precision}")
+        if case.offload and case.parameters:
+            failures.check(ds.zero_config.reduce_bucket_size <= case.parameters, case,
+                           f"DeepSpeed reads reduce_bucket_size {ds.zero_config.reduce_bucket_size}")
+        check_deepspeed_config(case, config, failures, "ds_config.json")
     return len(cases)
 
 
@@ -62,22 +78,26 @@ def train(cases, failures):
         # No optimizer section (8-bit AdamW, Adafactor): the note's client
         # optimizer, passed to deepspeed.initialize.
         client = {} if has_optimizer else {"optimizer": script_optimizer(case, model.parameters())}
-        engine, optimizer, loader, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
-                                                            config=case.path("ds_config.json"),
-                                                            training_data=TokenRule(case.global_batch * OPTIMIZER_STEPS),
-                                                            **client)
-        print(f"deepspeed: {case.name}: engine on {engine.device}, optimizer {type(optimizer).__name__} "
-              f"({type(engine.basic_optimizer).__name__}), ZeRO stage {engine.zero_optimization_stage()}")
-        log = StepLog(model)
-        for batch in loader:  # DeepSpeed's loader: batches of train_micro_batch_size_per_gpu
-            loss = engine(**batch)["loss"]
-            engine.backward(loss)
-            boundary = engine.is_gradient_accumulation_boundary()
-            engine.step()
-            if boundary:
-                log.optimizer_step()
+        with zero_buckets() as buckets:
+            engine, optimizer, loader, _ = deepspeed.initialize(
+                model=model, model_parameters=model.parameters(), config=case.path("ds_config.json"),
+                training_data=TokenRule(case.global_batch * OPTIMIZER_STEPS), **client)
+            print(f"deepspeed: {case.name}: engine on {engine.device}, optimizer {type(optimizer).__name__} "
+                  f"({type(engine.basic_optimizer).__name__}), ZeRO stage {engine.zero_optimization_stage()}, "
+                  f"torch_autocast {engine.torch_autocast_enabled()} ({engine.torch_autocast_dtype()}), "
+                  f"bf16 {engine.bfloat16_enabled()}, fp16 {engine.fp16_enabled()}")
+            log = StepLog(model)
+            for batch in loader:  # DeepSpeed's loader: batches of train_micro_batch_size_per_gpu
+                loss = engine(**batch)["loss"]
+                engine.backward(loss)
+                boundary = engine.is_gradient_accumulation_boundary()
+                engine.step()
+                if boundary:
+                    log.optimizer_step()
         failures.check(engine.global_steps == OPTIMIZER_STEPS, case, f"engine.global_steps {engine.global_steps}")
+        failures.check(engine.gradient_clipping() == 0.0, case, f"the engine clips at {engine.gradient_clipping()}")
         check_run("deepspeed", case, log, failures)
+        check_deepspeed_run("deepspeed", case, model, buckets, failures)
     return len(cases)
 
 

@@ -23,6 +23,12 @@ GOLDEN = os.path.join(HERE, "..", "recipes", "golden")
 sys.path.insert(0, os.path.join(HERE, "..", "recipes"))
 from plan_text import plan_toml  # noqa: E402  (shared with recipes/framework_keys_test.py)
 
+# Trainable parameters of each job's model, as autotune writes them ([job]
+# parameters; they size DeepSpeed's ZeRO-2 buckets): the autotune test GPTs
+# (tests/autotune/CMakeLists.txt; examples/export_models.py's GPT, counted),
+# examples/models/resnet50.pt, and the training runs' GPT (TRAIN_GPT).
+JOB_PARAMETERS = {"gpt_small": 167_680, "gpt_wide": 2_496_000, "resnet50": 25_557_032, "test_gpt": 30_080}
+
 GPT_ADAMW = {"lr": 3e-4, "weight_decay": 0.01, "betas": [0.9, 0.999], "eps": 1e-08, "momentum": 0.0}
 RESNET_SGD = {"lr": 0.1, "weight_decay": 1e-4, "betas": [0.9, 0.999], "eps": 1e-08, "momentum": 0.9}
 
@@ -52,8 +58,10 @@ AUTOTUNE_PLANS = {
 
 # The training runs' plans: the test GPT (TRAIN_GPT below) with a learning
 # rate that makes a few steps show; accumulation so that samples per
-# optimizer step differ from the micro-batch. Offload last: its DeepSpeed
-# run leaves a process group and Accelerate's state behind.
+# optimizer step differ from the micro-batch. DeepSpeed's plans last: their
+# runs leave a process group and Accelerate's state behind. bf16 and fp16
+# autocast under offload run through DeepSpeed's torch_autocast (fp32
+# weights, fp16 loss-scaled); bf16_params through its bf16 mode.
 TRAIN_ADAMW = {"lr": 3e-3, "weight_decay": 0.0, "betas": [0.9, 0.999], "eps": 1e-08, "momentum": 0.0}
 TRAIN_PLANS = {
     "train_accumulation": ("test_gpt", 4, 3, "none", "adamw", False, "fp32", TRAIN_ADAMW),
@@ -62,6 +70,9 @@ TRAIN_PLANS = {
     # DeepSpeed and Accelerate take the script's (training.script_optimizer).
     "train_adafactor": ("test_gpt", 4, 3, "none", "adafactor", False, "fp32", TRAIN_ADAMW),
     "train_offload": ("test_gpt", 4, 3, "none", "adamw", True, "fp32", TRAIN_ADAMW),
+    "train_offload_bf16": ("test_gpt", 4, 3, "none", "adamw", True, "bf16", TRAIN_ADAMW),
+    "train_offload_fp16": ("test_gpt", 4, 3, "none", "adamw", True, "fp16", TRAIN_ADAMW),
+    "train_bf16_params": ("test_gpt", 4, 3, "none", "adamw", False, "bf16_params", TRAIN_ADAMW),
 }
 
 # The test GPT: examples/export_models.py's architecture, small.
@@ -84,6 +95,9 @@ class Case:
         self.optimizer = config.get("optimizer", "adamw")
         self.offload = config.get("offload_optimizer", False)
         self.device = self.plan["job"].get("device", "cuda")
+        self.parameters = self.plan["job"].get("parameters")  # None: a plan written before the key
+        # Every framework runs it through DeepSpeed (recipes/recipe_text.h uses_deepspeed).
+        self.deepspeed = self.offload or self.precision == "bf16_params"
 
     def path(self, file_name):
         return os.path.join(self.folder, file_name)
@@ -91,7 +105,8 @@ class Case:
 
 def write_plan(path, job, micro, accum, checkpoint, optimizer, offload, precision, hyper):
     with open(path, "w") as f:
-        f.write(plan_toml(micro, accum, checkpoint, optimizer, offload, precision, "cpu", job=job, **hyper))
+        f.write(plan_toml(micro, accum, checkpoint, optimizer, offload, precision, "cpu", job=job,
+                          parameters=JOB_PARAMETERS[job], **hyper))
 
 
 def emit(driver, plan_path, out):
@@ -136,6 +151,50 @@ def run_test(framework, argv, load, train, runs_on_the_cpu=lambda case: True):
     failures = Failures()
     checked = (load if mode == "load" else train)(cases, failures)
     return failures.report(f"{framework} {mode}", checked)
+
+
+AUTOCAST_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}  # plan precision -> torch_autocast dtype
+DEEPSPEED_DEFAULT_BUCKET = 500_000_000  # reduce/allgather_bucket_size (deepspeed/runtime/zero/config.py, 0.19.8)
+
+
+def check_deepspeed_config(case, config, failures, who):
+    """A DeepSpeed config as `who` (a framework, or ds_config.json itself)
+    hands it to deepspeed.initialize: no gradient clipping (DeepSpeed's
+    default is 1.0 from 0.19.3); for autocast (bf16, fp16) torch_autocast
+    with the plan's dtype and neither "bf16" nor "fp16" enabled, which cast
+    the weights (engine.py _cast_module_mixed_precision); for bf16_params
+    "bf16" enabled; ZeRO stage 2 under offload, else 0; under offload
+    buckets that together hold at most the plan's parameters (two under
+    torch_autocast, one per communication dtype: Note [ZeRO buckets] in
+    recipes/deepspeed_sections.cpp), or DeepSpeed's default where the plan
+    has no count."""
+    where = f"{who}'s DeepSpeed config"
+    failures.check(config.get("gradient_clipping", 1.0) == 0.0, case,
+                   f"{where}: gradient_clipping {config.get('gradient_clipping', '(absent: 1.0)')}")
+    autocast = config.get("torch_autocast", {})
+    enabled = {section: config.get(section, {}).get("enabled", False) in (True, "true", "True")
+               for section in ("bf16", "fp16")}
+    if case.precision in AUTOCAST_DTYPE:
+        failures.check(autocast.get("enabled") is True and autocast.get("dtype") == AUTOCAST_DTYPE[case.precision],
+                       case, f"{where}: torch_autocast {autocast} for {case.precision} autocast")
+        failures.check(not any(enabled.values()), case,
+                       f"{where}: {config.get('bf16')} / {config.get('fp16')} casts the weights of an autocast plan")
+    else:
+        failures.check(not autocast.get("enabled"), case, f"{where}: torch_autocast {autocast}")
+        failures.check(enabled == {"bf16": case.precision == "bf16_params", "fp16": False}, case,
+                       f"{where}: bf16 {config.get('bf16')}, fp16 {config.get('fp16')} for {case.precision}")
+    zero = config.get("zero_optimization", {})
+    failures.check(zero.get("stage", 0) == (2 if case.offload else 0), case, f"{where}: ZeRO {zero}")
+    if case.offload:
+        reduce = zero.get("reduce_bucket_size", DEEPSPEED_DEFAULT_BUCKET)
+        allgather = zero.get("allgather_bucket_size", DEEPSPEED_DEFAULT_BUCKET)
+        if case.parameters is None:
+            failures.check(reduce == allgather == DEEPSPEED_DEFAULT_BUCKET, case, f"{where}: buckets {zero}")
+        else:
+            buckets = 2 if case.precision in AUTOCAST_DTYPE else 1
+            failures.check(reduce * buckets <= max(case.parameters, 2 * buckets) and allgather <= case.parameters
+                           and allgather % 2 == 0, case,
+                           f"{where}: buckets {reduce} x {buckets} / {allgather} for {case.parameters} parameters")
 
 
 class Failures:

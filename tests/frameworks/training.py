@@ -1,9 +1,12 @@
 """What the end-to-end runs share: the test GPT (the example GPT's
 architecture, examples/export_models.py, as a torch.nn.Module with its loss),
-a learnable token dataset, and the two checks: samples per optimizer step
-equal the plan's global batch, and the loss decreases.
+a learnable token dataset, and the checks: samples per optimizer step equal
+the plan's global batch, and the loss decreases; for a run through
+DeepSpeed, the parameters keep the plan's dtype and ZeRO-2's gradient
+buckets hold at most the plan's parameters.
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -112,3 +115,45 @@ def check_run(name, case, log, failures):
                    f"samples per optimizer step {log.samples}, not the plan's global batch {case.global_batch}")
     failures.check(len(log.losses) >= 2 and log.losses[-1] < log.losses[0], case,
                    f"the loss did not decrease: {log.losses}")
+
+
+@contextlib.contextmanager
+def zero_buckets():
+    """Yields a list that gets, each time DeepSpeed's ZeRO-1/2 optimizer
+    allocates its gradient buckets (DeepSpeedZeroOptimizer.setup_buckets,
+    deepspeed/runtime/zero/stage_1_and_2.py, 0.19.8: at every backward), the
+    elements of all its bucket buffers together; whichever framework builds
+    the engine."""
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+    seen = []
+    original = DeepSpeedZeroOptimizer.setup_buckets
+
+    def setup_buckets(self):
+        allocates = not self.ready_for_gradients and self.contiguous_gradients
+        original(self)
+        if allocates:
+            seen.append(sum(t.numel() for bucket in self.ipg_buckets.values() for t in bucket.buffer))
+
+    DeepSpeedZeroOptimizer.setup_buckets = setup_buckets
+    try:
+        yield seen
+    finally:
+        DeepSpeedZeroOptimizer.setup_buckets = original
+
+
+def check_deepspeed_run(name, case, model, buckets, failures):
+    """After a run through DeepSpeed: the parameters are fp32 for fp32 and
+    autocast plans (DeepSpeed's bf16/fp16 sections would have cast them) and
+    bf16 for bf16_params; under offload the bucket buffers (zero_buckets())
+    held at most the plan's parameters, which are the model's."""
+    dtypes = sorted({str(p.dtype) for p in model.parameters()})
+    expected = "torch.bfloat16" if case.precision == "bf16_params" else "torch.float32"
+    print(f"{name}: {case.name}: parameters {dtypes} after training; ZeRO bucket elements per backward "
+          f"{sorted(set(buckets))}, the plan's parameters {case.parameters}")
+    failures.check(dtypes == [expected], case, f"parameters {dtypes} after training, the plan's are {expected}")
+    failures.check(case.parameters == sum(p.numel() for p in model.parameters()), case,
+                   f"the plan says {case.parameters} parameters, the model has "
+                   f"{sum(p.numel() for p in model.parameters())}")
+    if case.offload:
+        failures.check(bool(buckets) and max(buckets) <= case.parameters, case,
+                       f"ZeRO-2 gradient buckets of {buckets} elements for a model of {case.parameters}")

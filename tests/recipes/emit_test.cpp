@@ -89,10 +89,13 @@ TEST(EmitAll, ChosenFormatsOnlyPlusWhatTheyReferTo) {
   // Under offload the HF args name ds_config.json, so it is written too.
   emit_all(golden("offload_bf16"), (tmp.path() / "b").string(), {"hf"});
   EXPECT_EQ(files_in(tmp.path() / "b"), (std::vector<std::string>{"ds_config.json", "hf_training_args.json"}));
+  // Accelerate's deepspeed_config_file names it too; Lightning's strategy
+  // carries its DeepSpeed config inline.
   emit_all(golden("offload_bf16"), (tmp.path() / "c").string(), {"lightning", "accelerate"});
-  EXPECT_EQ(files_in(tmp.path() / "c"), (std::vector<std::string>{"accelerate_config.yaml", "lightning_trainer.json"}));
+  EXPECT_EQ(files_in(tmp.path() / "c"),
+            (std::vector<std::string>{"accelerate_config.yaml", "ds_config.json", "lightning_trainer.json"}));
   emit_all(golden("sgd_offload_cpu"), (tmp.path() / "d").string(), {"lightning"});
-  EXPECT_EQ(files_in(tmp.path() / "d"), (std::vector<std::string>{"ds_config.json", "lightning_trainer.json"}));
+  EXPECT_EQ(files_in(tmp.path() / "d"), (std::vector<std::string>{"lightning_trainer.json"}));
 }
 
 TEST(EmitAll, BadInputWritesNothing) {

@@ -11,20 +11,29 @@ checks the four framework files against the lists, plus the rules the
 frameworks enforce when they load them:
 - DeepSpeed: train_batch_size = train_micro_batch_size_per_gpu *
   gradient_accumulation_steps (config.py _batch_assertion, one GPU); the
-  pydantic sections accept only their fields (extra="forbid"); an optimizer
+  pydantic sections accept only their fields (extra="forbid"); autocast
+  plans ask for torch_autocast with a dtype DtypeEnum reads and never for
+  the bf16/fp16 sections (which cast the weights; DeepSpeed refuses both
+  together), bf16_params for bf16; ZeRO-2's buckets hold at most the
+  plan's parameters (allgather_bucket_size even, stage_1_and_2.py); an optimizer
   "type" is one of DEEPSPEED_OPTIMIZERS (any case) or a torch.optim class,
   and its "params" are that optimizer's keyword arguments (DeepSpeedCPUAdam
   under offload, FusedAdam otherwise; engine.py _configure_basic_optimizer),
   or with "torch_adam": true torch.optim.AdamW's, "foreach" among them
   (engine.py get_optimizer_configuration pops both; DeepSpeed 0.19.8).
 - transformers: TrainingArguments' fields; optim one of OptimizerNames; not
-  both bf16 and fp16; `deepspeed` names a file written beside it.
+  both bf16 and fp16, and neither for autocast under DeepSpeed;
+  `deepspeed` names a file written beside it.
 - Lightning: Trainer's parameters, a precision of _PRECISION_INPUT_STR, a
-  registered strategy and accelerator; the optimizer's kwargs fit its class.
+  registered strategy or DeepSpeedStrategy's class with its kwargs (its
+  config checked as DeepSpeed's, without what Lightning refuses or sets:
+  gradient_accumulation_steps, the optimizer), and an accelerator; the
+  optimizer's kwargs fit its class.
 - Accelerate: ClusterConfig's fields (from_yaml_file raises on any other
   key); deepspeed_config keys are `accelerate launch` options (launch copies
-  each onto its arguments); enum values as DistributedType, PrecisionType,
-  ComputeEnvironment.
+  each onto its arguments); under DeepSpeed, deepspeed_config_file names
+  the ds_config.json written beside it, with no mixed_precision; enum values
+  as DistributedType, PrecisionType, ComputeEnvironment.
 And in every file the global batch is the plan's, exactly.
 
 Needs PyYAML and torch (torch.optim signatures) in this Python; exits 77
@@ -55,6 +64,8 @@ OOMTUNE_KEYS = {"oomtune_notes"}
 
 failures = []
 
+PARAMETERS = 1_000_001  # the grid's trainable parameter count ([job] parameters): odd, so buckets round down
+
 
 def check(condition, where, message):
     if not condition:
@@ -79,14 +90,13 @@ def kwargs_of(class_path):
     return None
 
 
-def check_deepspeed(path, plan):
+AUTOCAST_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}  # plan precision -> torch_autocast dtype
+
+
+def check_engine_sections(config, plan, where):
+    """The entries ds_config.json and Lightning's DeepSpeedStrategy config
+    share: zero_optimization and its buckets, the precision sections."""
     ds = KEYS["deepspeed"]
-    config = json.load(open(path))
-    where = path
-    subset(config, ds["top_level"] + sorted(OOMTUNE_KEYS), where, "top-level keys")
-    micro, accum = config.get("train_micro_batch_size_per_gpu"), config.get("gradient_accumulation_steps")
-    check(config.get("train_batch_size") == plan["global"] and micro == plan["micro"] and accum == plan["accum"],
-          where, f"batch sizes {config.get('train_batch_size')} = {micro} x {accum}, plan {plan['global']}")
     zero = config.get("zero_optimization", {})
     subset(zero, ds["zero_optimization"], where, "zero_optimization keys")
     check(zero.get("stage", 0) in ds["zero_stage"], where, f"zero stage {zero.get('stage')}")
@@ -96,9 +106,40 @@ def check_deepspeed(path, plan):
         check(offload.get("device") in ds["offload_device"], where, f"offload device {offload.get('device')}")
     check((offload is not None and offload.get("device") != "none") == plan["offload"], where,
           f"optimizer offload {offload} for a plan with offload {plan['offload']}")
-    for section in ("fp16", "bf16", "activation_checkpointing"):
+    buckets = [zero[key] for key in ("reduce_bucket_size", "allgather_bucket_size") if key in zero]
+    if plan["offload"]:
+        # Two buckets under torch_autocast, one otherwise (Note [ZeRO buckets]).
+        per_bucket = plan["parameters"] // (2 if plan["precision"] in AUTOCAST_DTYPE else 1)
+        check(len(buckets) == 2 and all(0 < b <= max(2, per_bucket) for b in buckets)
+              and zero["allgather_bucket_size"] % 2 == 0, where,
+              f"ZeRO-2 buckets {buckets} for {plan['parameters']} parameters")
+    else:
+        check(not buckets, where, f"buckets {buckets} without ZeRO")
+    for section in ("fp16", "bf16", "activation_checkpointing", "torch_autocast"):
         if section in config:
             subset(config[section], ds[section], where, f"{section} keys")
+    autocast = config.get("torch_autocast", {})
+    if plan["precision"] in AUTOCAST_DTYPE:
+        check(autocast.get("enabled") is True and autocast.get("dtype") == AUTOCAST_DTYPE[plan["precision"]]
+              and autocast["dtype"] in ds["torch_autocast_dtype"], where, f"torch_autocast {autocast}")
+    else:
+        check(not autocast, where, f"torch_autocast {autocast} for precision {plan['precision']}")
+    for section in ("bf16", "fp16"):
+        enabled = config.get(section, {}).get("enabled", False)
+        check(enabled == (section == "bf16" and plan["precision"] == "bf16_params"), where,
+              f"{section}.enabled {enabled} for precision {plan['precision']} (casts the weights)")
+
+
+def check_deepspeed(path, plan):
+    ds = KEYS["deepspeed"]
+    config = json.load(open(path))
+    where = path
+    subset(config, ds["top_level"] + sorted(OOMTUNE_KEYS), where, "top-level keys")
+    micro, accum = config.get("train_micro_batch_size_per_gpu"), config.get("gradient_accumulation_steps")
+    check(config.get("train_batch_size") == plan["global"] and micro == plan["micro"] and accum == plan["accum"],
+          where, f"batch sizes {config.get('train_batch_size')} = {micro} x {accum}, plan {plan['global']}")
+    check(config.get("gradient_clipping") == 0.0, where, f"gradient_clipping {config.get('gradient_clipping')}")
+    check_engine_sections(config, plan, where)
     optimizer = config.get("optimizer")
     if optimizer is not None:
         subset(optimizer, ["type", "params"], where, "optimizer keys")
@@ -123,6 +164,10 @@ def check_hf(path, out_dir, plan):
     subset(args, hf["training_args"], where, "TrainingArguments fields")
     check(args.get("optim") in hf["optim"], where, f"optim {args.get('optim')}")
     check(not (args.get("bf16") and args.get("fp16")), where, "bf16 and fp16 both true")
+    if "deepspeed" in args and plan["precision"] in AUTOCAST_DTYPE:
+        # The Trainer's Accelerate would add DeepSpeed's bf16/fp16 section.
+        check(not args.get("bf16") and not args.get("fp16"), where, "bf16/fp16 switched on under DeepSpeed")
+    check(args.get("lr_scheduler_type") == "constant", where, f"lr_scheduler_type {args.get('lr_scheduler_type')}")
     check(args["per_device_train_batch_size"] * args["gradient_accumulation_steps"] == plan["global"], where,
           "per_device_train_batch_size x gradient_accumulation_steps is not the global batch")
     if "deepspeed" in args:
@@ -138,8 +183,24 @@ def check_lightning(path, plan):
     subset(config, ["trainer", "datamodule", "optimizer", "notes"], where, "sections")
     subset(trainer, pl["trainer"], where, "Trainer parameters")
     for key in ("precision", "strategy", "accelerator"):
-        if key in trainer:
+        if key in trainer and not isinstance(trainer[key], dict):
             check(trainer[key] in pl[key], where, f"{key} {trainer[key]!r}")
+    strategy = trainer.get("strategy")
+    deepspeed = plan["offload"] or plan["precision"] == "bf16_params"
+    check(isinstance(strategy, dict) == deepspeed, where, f"strategy {strategy!r}")
+    if isinstance(strategy, dict):
+        check(strategy.get("class") == "lightning.pytorch.strategies.DeepSpeedStrategy", where,
+              f"strategy class {strategy.get('class')}")
+        subset(strategy.get("kwargs", {}), pl["deepspeed_strategy_kwargs"], where, "DeepSpeedStrategy kwargs")
+        ds_config = strategy.get("kwargs", {}).get("config", {})
+        subset(ds_config, KEYS["deepspeed"]["top_level"], where, "DeepSpeedStrategy config keys")
+        for refused in ("gradient_accumulation_steps", "optimizer"):  # Lightning refuses / configure_optimizers
+            check(refused not in ds_config, where, f"DeepSpeedStrategy config has {refused}")
+        check(ds_config.get("gradient_clipping") == 0.0, where, "DeepSpeedStrategy config clips")
+        check_engine_sections(ds_config, plan, where)
+        # "bf16-mixed" / "16-mixed" would make Lightning add the casting section.
+        check(trainer["precision"] == ("bf16-mixed" if plan["precision"] == "bf16_params" else "32-true"), where,
+              f"precision {trainer['precision']} under DeepSpeed")
     check(config["datamodule"]["batch_size"] * trainer.get("accumulate_grad_batches", 1) == plan["global"], where,
           "batch_size x accumulate_grad_batches is not the global batch")
     optimizer = config["optimizer"]
@@ -154,16 +215,24 @@ def check_accelerate(path, plan):
     config = yaml.safe_load(open(path))
     where = path
     subset(config, acc["config"], where, "config keys (ClusterConfig.from_yaml_file refuses others)")
-    for key in ("distributed_type", "mixed_precision", "compute_environment"):
+    for key in ("distributed_type", "compute_environment"):
         check(config.get(key) in acc[key], where, f"{key} {config.get(key)!r}")
     ds = config.get("deepspeed_config")
+    # Next to a DeepSpeed config file Accelerate refuses mixed_precision.
+    check(("mixed_precision" in config) == (ds is None), where, f"mixed_precision {config.get('mixed_precision')!r}")
+    if "mixed_precision" in config:
+        check(config["mixed_precision"] in acc["mixed_precision"], where,
+              f"mixed_precision {config['mixed_precision']}")
     if ds is not None:
         subset(ds, acc["launch_options"], where, "deepspeed_config keys (not `accelerate launch` options)")
-        check(ds.get("zero_stage") in KEYS["deepspeed"]["zero_stage"], where, f"zero_stage {ds.get('zero_stage')}")
-        for key in ("offload_optimizer_device", "offload_param_device"):
-            if key in ds:
-                check(ds[key] in KEYS["deepspeed"]["offload_device"], where, f"{key} {ds[key]!r}")
-        check(ds.get("gradient_accumulation_steps") == plan["accum"], where, "gradient_accumulation_steps")
+        # The file form: the inline keys drop gradient_clipping 0.0 and cannot
+        # say the buckets or torch_autocast.
+        check(set(ds) == {"deepspeed_config_file", "zero3_init_flag"}, where, f"deepspeed_config {ds}")
+        ds_file = os.path.join(os.path.dirname(path), ds.get("deepspeed_config_file", ""))
+        check(os.path.isfile(ds_file), where, f"deepspeed_config_file {ds.get('deepspeed_config_file')} not beside it")
+        if os.path.isfile(ds_file):
+            check(json.load(open(ds_file)).get("gradient_accumulation_steps") == plan["accum"], where,
+                  "gradient_accumulation_steps")
     check(config.get("num_processes") == 1, where, "num_processes (the plan was measured on one device)")
 
 
@@ -185,7 +254,7 @@ def main(argv):
         plan_path = os.path.join(case, "plan.toml")
         with open(plan_path, "w") as f:
             f.write(plan_toml(micro, accum, checkpoint, optimizer, offload, precision, device,
-                              momentum=0.9 if optimizer == "sgd" else 0.0))
+                              momentum=0.9 if optimizer == "sgd" else 0.0, parameters=PARAMETERS))
         out = os.path.join(case, "out")
         run = subprocess.run([emit, "emit", plan_path, "--out", out], capture_output=True, text=True)
         if run.returncode != 0:
@@ -196,7 +265,8 @@ def main(argv):
                   and not os.path.exists(out), name, f"refused with exit {run.returncode}: {run.stderr.strip()}")
             continue
         emitted += 1
-        plan = {"global": micro * accum, "micro": micro, "accum": accum, "offload": offload}
+        plan = {"global": micro * accum, "micro": micro, "accum": accum, "offload": offload,
+                "precision": precision, "parameters": PARAMETERS}
         check_deepspeed(os.path.join(out, "ds_config.json"), plan)
         check_hf(os.path.join(out, "hf_training_args.json"), out, plan)
         check_lightning(os.path.join(out, "lightning_trainer.json"), plan)
