@@ -72,7 +72,8 @@ nlohmann::json node_json(const TrailNode& n) {
 /// The decision trail as a table. Columns are as wide as their widest cell,
 /// so a long node name or configuration does not shift the numbers after it.
 /// With memory from meta, a "meta peak" column follows the predicted one,
-/// which then says "-" for every node that has a meta figure.
+/// which then says "-" for every node that has a meta figure and is left
+/// out when all have one.
 /// Where the budget caps reserved bytes (a CUDA target), the predicted and
 /// meta columns are reserved bytes and say so.
 std::string render_trail_table(const SearchResult& s) {
@@ -105,6 +106,9 @@ std::string render_trail_table(const SearchResult& s) {
   }
   if (s.memory_only)  // no verification, no time: the measured peak and both seconds columns
     for (Row& row : rows) row.erase(row.begin() + 5, row.begin() + 8);
+  // Every node placed on meta: no prediction of the lines to show.
+  if (meta && std::all_of(rows.begin() + 1, rows.end(), [](const Row& row) { return row[3] == "-"; }))
+    for (Row& row : rows) row.erase(row.begin() + 3);
   std::vector<std::size_t> width(rows[0].size());
   for (const Row& row : rows)
     for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
