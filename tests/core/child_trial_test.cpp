@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "common/remove_tree.h"
 #include "compat/torch_compat.h"
 #include "quick_trial.h"
 #include "strategies/job_config.h"
@@ -61,7 +62,7 @@ TEST(TrialModule, AnExecutableReplacedWhileItRanIsNamed) {
               "/opt/build/oomtune: the oomtune executable was replaced or removed while it ran (rebuilt?); run it "
               "again");
   }
-  std::filesystem::remove_all(dir);
+  remove_tree(dir.string());  // not std::filesystem::remove_all: libtorch's copy of it crashes (remove_tree.h)
 }
 
 TEST(TrialRequestFile, TheOptionsTravelWhole) {
