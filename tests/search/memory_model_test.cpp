@@ -294,8 +294,8 @@ TEST(Predict, BackwardPeaksAtTheLargestOfItsLinesByGradientsMade) {
   c.checkpoint.mode = CheckpointPlan::Mode::kAll;
   EXPECT_DOUBLE_EQ(predict(ckpt, c, 16).peak_bytes, 2600);
   // The first 2 of 4, half of each: level 1 1150 + 175 * 0.75 * 16 = 3250;
-  // level 0 600 + 200 * 0.625 * 16 = 2600, backward 900 + 93.75 * 16 =
-  // 2400.
+  // level 0 600 + 200 * 0.625 * 16 = 2600 (backward's phase line is not
+  // read for part of the blocks: Note [Part of the blocks checkpointed]).
   c.checkpoint.mode = CheckpointPlan::Mode::kFirstN;
   c.checkpoint.first_n = 2;
   EXPECT_DOUBLE_EQ(predict(ckpt, c, 16).peak_bytes, 3250);
