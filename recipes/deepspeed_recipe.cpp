@@ -159,10 +159,7 @@ std::string write_deepspeed_config(const Plan& plan) {
   if (deepspeed_sections::has_optimizer_section(plan)) config["optimizer"] = optimizer_section(plan);
   for (auto& [key, section] : deepspeed_sections::precision(plan)) config[key] = std::move(section);
   config["zero_optimization"] = deepspeed_sections::zero_optimization(plan);
-  if (c.optimizer == OptimizerKind::kSgd && c.offload_optimizer) {
-    config["zero_allow_untested_optimizer"] = true;
-    config["zero_force_ds_cpu_optimizer"] = false;
-  }
+  for (auto& [key, entry] : deepspeed_sections::sgd_offload_entries(plan)) config[key] = std::move(entry);
   if (c.checkpoint.enabled())
     config["activation_checkpointing"] = {{"partition_activations", false},
                                           {"cpu_checkpointing", false},

@@ -86,6 +86,11 @@ std::vector<std::pair<std::string, Json>> precision(const Plan& plan) {
   return {};
 }
 
+std::vector<std::pair<std::string, Json>> sgd_offload_entries(const Plan& plan) {
+  if (plan.config.optimizer != OptimizerKind::kSgd || !plan.config.offload_optimizer) return {};
+  return {{"zero_allow_untested_optimizer", true}, {"zero_force_ds_cpu_optimizer", false}};
+}
+
 std::string unsized_buckets_note(const Plan& plan) {
   if (!plan.config.offload_optimizer || plan.parameter_count) return "";
   return fmt::format(

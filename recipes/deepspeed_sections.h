@@ -53,6 +53,13 @@ Json zero_optimization(const Plan& plan);
 /// and fp16 autocast, bf16 for bf16_params, none for fp32.
 std::vector<std::pair<std::string, Json>> precision(const Plan& plan);
 
+/// The top-level entries SGD under offload needs as (key, value):
+/// zero_allow_untested_optimizer true (torch.optim.SGD is not among ZeRO's
+/// tested optimizers) and zero_force_ds_cpu_optimizer false (else DeepSpeed
+/// refuses a non-DeepSpeed optimizer under offload; runtime/engine.py:
+/// 2341-2346, 0.19.8); none for any other plan.
+std::vector<std::pair<std::string, Json>> sgd_offload_entries(const Plan& plan);
+
 /// The torch dtype name torch_autocast takes ("bfloat16", "float16"); ""
 /// for fp32 and bf16_params, which are not autocast.
 std::string autocast_dtype(Precision precision);

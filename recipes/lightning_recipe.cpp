@@ -81,12 +81,7 @@ Json deepspeed_strategy_config(const Plan& plan) {
   config["zero_optimization"] = deepspeed_sections::zero_optimization(plan);
   for (auto& [key, section] : deepspeed_sections::precision(plan)) config[key] = std::move(section);
   config["gradient_clipping"] = 0.0;  // off, as measured (Lightning writes it only when absent)
-  if (plan.config.optimizer == OptimizerKind::kSgd && plan.config.offload_optimizer) {
-    // DeepSpeed refuses a non-DeepSpeed optimizer under offload unless
-    // zero_force_ds_cpu_optimizer is false (runtime/engine.py:2341-2346, 0.19.8).
-    config["zero_allow_untested_optimizer"] = true;
-    config["zero_force_ds_cpu_optimizer"] = false;
-  }
+  for (auto& [key, entry] : deepspeed_sections::sgd_offload_entries(plan)) config[key] = std::move(entry);
   return config;
 }
 
