@@ -136,6 +136,11 @@ enum class Sufficiency : uint8_t {
   kEnough,          ///< frees >= still needed
   kNotEnough,       ///< frees < still needed
   kNoMemoryEffect,  ///< frees nothing itself (a setting, a better snapshot)
+  /// The need is a lower bound (a forward's blocks after the current one
+  /// are not counted): enough while the forward has at most
+  /// Recommendation::most_blocks blocks in all (Note [Enough for how many
+  /// blocks], recommendations.cpp).
+  kEnoughUpToBlocks,
 };
 
 /// One change to make, what it would free, and whether that is enough.
@@ -157,6 +162,13 @@ struct Recommendation {
   std::string estimate;     ///< how frees_bytes was estimated
   Sufficiency sufficiency = Sufficiency::kUnknown;
   int64_t needs_bytes = 0;  ///< what the failing phase still needed (PhaseNeed), when judged
+  /// Of frees_bytes, this share of the still-needed bytes (a fix that
+  /// shrinks the activations still to come: checkpointing 0.83, half the
+  /// micro-batch 0.5); the rest does not depend on the need.
+  double need_share = 0;
+  /// kEnoughUpToBlocks: the most forward blocks in all (those done, the
+  /// current one and those after it) for which it is enough.
+  int64_t most_blocks = 0;
   /// kCombined: the fixes combined and what each frees.
   std::vector<FixId> parts;
   std::vector<int64_t> part_frees_bytes;

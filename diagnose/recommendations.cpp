@@ -92,6 +92,9 @@ std::string sufficiency_text(const Recommendation& r) {
     case Sufficiency::kNotEnough:
       return fmt::format("not enough {} (frees {}, needs {})", combined ? "even together" : "alone",
                          format_bytes(r.frees_bytes), format_bytes(r.needs_bytes));
+    case Sufficiency::kEnoughUpToBlocks:
+      return fmt::format("enough{} for a forward of at most {} blocks like these (needs at least {})",
+                         combined ? " together" : "", r.most_blocks, format_bytes(r.needs_bytes));
     case Sufficiency::kUnknown:
     case Sufficiency::kNoMemoryEffect:
       break;
@@ -100,6 +103,41 @@ std::string sufficiency_text(const Recommendation& r) {
 }
 
 namespace {
+
+// Note [Enough for how many blocks]
+// Rationale: in a first forward the need counts only the rest of the
+// current block (phase_need.h, forward blocks): the blocks after it are
+// not in the trace. Judged against that lower bound, halving the
+// micro-batch read "enough" on the real GPT snapshot (frees 4.00 GiB of a
+// need of 648 MiB) while its forward had 5 more blocks of 1.13 GiB to make.
+// Approach: a fix frees F + s N of a need N (s = need_share: the part that
+// shrinks the activations still to come), so it is enough while N <= F /
+// (1 - s). With N = n0 + k b (n0 the rest of the current block, b what a
+// complete block keeps) that allows k <= (F / (1 - s) - n0) / b more blocks:
+// the fix is "enough for a forward of at most done + 1 + k blocks like
+// these". Halving the micro-batch (s = 1/2) is enough while the forward
+// still needs no more than what it holds; checkpointing (s = 0.83) while it
+// needs up to 4.9 times that.
+
+/// Judges one fix against the need: sufficiency, needs_bytes and, for a
+/// lower-bound need, most_blocks (Note [Enough for how many blocks]).
+void judge(const PhaseNeed& need, Recommendation& r) {
+  const int64_t needs = need.still_needed_bytes;
+  r.needs_bytes = needs;
+  if (r.frees_bytes < needs) {
+    r.sufficiency = Sufficiency::kNotEnough;
+    return;
+  }
+  if (!need.lower_bound || need.block_bytes <= 0 || r.need_share >= 1) {
+    r.sufficiency = Sufficiency::kEnough;
+    return;
+  }
+  const double fixed = static_cast<double>(r.frees_bytes) - r.need_share * static_cast<double>(needs);
+  const double most_needed = fixed / (1 - r.need_share);
+  const double more = std::floor((most_needed - static_cast<double>(needs)) / static_cast<double>(need.block_bytes));
+  r.most_blocks = need.blocks_done + 1 + std::max<int64_t>(0, static_cast<int64_t>(more));
+  r.sufficiency = Sufficiency::kEnoughUpToBlocks;
+}
 
 /// Judges every fix against the need and puts them in the order of the rules above.
 void rank(Diagnosis& d, std::vector<Recommendation> fixes, std::vector<Recommendation> no_effect) {
@@ -114,11 +152,16 @@ void rank(Diagnosis& d, std::vector<Recommendation> fixes, std::vector<Recommend
   const int64_t needs = d.need.still_needed_bytes;
   std::vector<Recommendation> enough, short_of;
   for (Recommendation& r : fixes) {
-    r.needs_bytes = needs;
-    r.sufficiency = r.frees_bytes >= needs ? Sufficiency::kEnough : Sufficiency::kNotEnough;
-    (r.sufficiency == Sufficiency::kEnough ? enough : short_of).push_back(r);
+    judge(d.need, r);
+    (r.sufficiency == Sufficiency::kNotEnough ? short_of : enough).push_back(r);
   }
-  std::stable_sort(enough.begin(), enough.end(), [&](const auto& a, const auto& b) { return cost(a) < cost(b); });
+  // Surely enough first, then those enough for the most blocks; least cost first among equals.
+  std::stable_sort(enough.begin(), enough.end(), [&](const auto& a, const auto& b) {
+    const bool a_sure = a.sufficiency == Sufficiency::kEnough, b_sure = b.sufficiency == Sufficiency::kEnough;
+    if (a_sure != b_sure) return a_sure;
+    if (a.most_blocks != b.most_blocks) return a.most_blocks > b.most_blocks;
+    return cost(a) < cost(b);
+  });
   std::stable_sort(short_of.begin(), short_of.end(),
                    [](const auto& a, const auto& b) { return a.frees_bytes > b.frees_bytes; });
 
@@ -140,6 +183,7 @@ void rank(Diagnosis& d, std::vector<Recommendation> fixes, std::vector<Recommend
       c.parts.push_back(r->id);
       c.part_frees_bytes.push_back(r->frees_bytes);
       c.frees_bytes += r->frees_bytes;
+      c.need_share += r->need_share;
       changes += std::string(changes.empty() ? "" : " + ") + fix_kind(r->id).label;
       frees += std::string(frees.empty() ? "" : " + ") + format_bytes(r->frees_bytes);
       reasons += std::string(reasons.empty() ? "" : "; ") + r->change;
@@ -149,12 +193,11 @@ void rank(Diagnosis& d, std::vector<Recommendation> fixes, std::vector<Recommend
       c.reason = fmt::format("No single change frees the {} the {} phase still needed; together: {}.",
                              format_bytes(needs), phase_name(d.need.phase), reasons);
       c.estimate = frees;
-      c.needs_bytes = needs;
-      c.sufficiency = c.frees_bytes >= needs ? Sufficiency::kEnough : Sufficiency::kNotEnough;
+      judge(d.need, c);
       combined.push_back(std::move(c));
     }
   }
-  const bool combined_enough = !combined.empty() && combined.front().sufficiency == Sufficiency::kEnough;
+  const bool combined_enough = !combined.empty() && combined.front().sufficiency != Sufficiency::kNotEnough;
   out = std::move(enough);
   if (combined_enough) out.insert(out.end(), combined.begin(), combined.end());
   out.insert(out.end(), short_of.begin(), short_of.end());
@@ -246,11 +289,13 @@ void recommend(Diagnosis& d) {
                     format_bytes(act), oom ? " at the out-of-memory" : " at the peak"),
         static_cast<int64_t>(std::llround(kCheckpointingSaving * static_cast<double>(act + act_to_come))),
         "83% of activations" + act_basis + ", as measured on a 4-block GPT (docs/architecture.md)"});
+    if (act_to_come > 0) out.back().need_share = kCheckpointingSaving;
     out.push_back(Recommendation{
         FixId::kMicroBatch, "Halve the micro-batch and double gradient accumulation steps",
         "Activations and temporaries scale with the micro-batch; the global batch (micro-batch x accumulation "
         "steps) stays the same.",
         (act + temp + act_to_come) / 2, "half of activations + temporaries alive then" + act_basis});
+    if (act_to_come > 0) out.back().need_share = 0.5;
   }
 
   const int64_t state = cat(cats, Category::kOptimizerState);

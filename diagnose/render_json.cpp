@@ -125,7 +125,8 @@ std::string render_json(const Diagnosis& d) {
                {"block_so_far_bytes", n.block_so_far_bytes}};
   json recs = json::array();
   for (const Recommendation& r : d.recommendations) {
-    static constexpr const char* kSufficiency[] = {"unknown", "enough", "not_enough", "no_memory_effect"};
+    static constexpr const char* kSufficiency[] = {"unknown", "enough", "not_enough", "no_memory_effect",
+                                                   "enough_up_to_blocks"};
     json parts = json::array();
     for (size_t i = 0; i < r.parts.size(); ++i) {
       parts.push_back({{"id", fix_name(r.parts[i])}, {"frees_bytes", r.part_frees_bytes[i]}});
@@ -137,6 +138,7 @@ std::string render_json(const Diagnosis& d) {
                     {"estimate", r.estimate},
                     {"sufficiency", kSufficiency[static_cast<size_t>(r.sufficiency)]},
                     {"needs_bytes", r.needs_bytes},
+                    {"most_blocks", r.most_blocks},
                     {"verdict", sufficiency_text(r)},
                     {"parts", parts}});
   }

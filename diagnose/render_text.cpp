@@ -116,8 +116,9 @@ std::string render_text(const Diagnosis& d) {
     }
   }
 
-  out += d.need.known ? "\nRecommendations (enough ones first, least cost first)\n"
-                      : "\nRecommendations (in the order to try them)\n";
+  out += !d.need.known        ? "\nRecommendations (in the order to try them)\n"
+         : d.need.lower_bound ? "\nRecommendations (enough ones first, those enough for the most blocks first)\n"
+                              : "\nRecommendations (enough ones first, least cost first)\n";
   if (d.recommendations.empty()) out += "  none\n";
   for (size_t i = 0; i < d.recommendations.size(); ++i) {
     const Recommendation& r = d.recommendations[i];

@@ -147,6 +147,23 @@ TEST(Sufficiency, ForwardNeedFromTheBlockPattern) {
   EXPECT_EQ(d.need.still_needed_bytes, 40 * kMiB);
   EXPECT_NE(render_text(d).find("the forward phase still needed at least 40.00 MiB (forward blocks:"),
             std::string::npos);
+  // 152 MiB of activations alive (96 + 56). Half the micro-batch is enough
+  // while the forward still needs at most that: 40 + k 96 <= 152, k = 1, 3
+  // blocks in all; the model has 4, so it falls short (it frees (152 + 232)
+  // / 2 = 192 MiB of the 232 they need), where 40 MiB alone read "enough".
+  // Checkpointing: 40 + k 96 <= 0.83 x 152 / 0.17 = 742.1, k = 7, 9 in all.
+  const Recommendation* half = find(d, FixId::kMicroBatch);
+  const Recommendation* ckpt = find(d, FixId::kActivationCheckpointing);
+  ASSERT_NE(half, nullptr);
+  ASSERT_NE(ckpt, nullptr);
+  EXPECT_EQ(half->sufficiency, Sufficiency::kEnoughUpToBlocks);
+  EXPECT_EQ(half->most_blocks, 3);
+  EXPECT_EQ(ckpt->sufficiency, Sufficiency::kEnoughUpToBlocks);
+  EXPECT_EQ(ckpt->most_blocks, 9);
+  EXPECT_EQ(d.recommendations.front().id, FixId::kActivationCheckpointing);  // enough for more blocks
+  const nlohmann::json j = nlohmann::json::parse(render_json(d));
+  EXPECT_EQ(j["recommendations"][1]["sufficiency"], "enough_up_to_blocks");
+  EXPECT_EQ(j["recommendations"][1]["most_blocks"], 3);
 }
 
 // The real GPT (12 blocks, B=24, T=1024, d=768, fp32) failed in its 7th
@@ -164,12 +181,26 @@ TEST(Sufficiency, RealGptForwardNeedFromItsBlocks) {
   EXPECT_EQ(d.need.block_bytes, 1209532416);
   EXPECT_EQ(d.need.block_so_far_bytes, 530055168);
   EXPECT_EQ(d.need.still_needed_bytes, 1209532416 - 530055168);
-  // Checkpointing and half the micro-batch both free more than that: enough, cheaper first.
+  // That need is a lower bound: the blocks after the 7th are not in the
+  // trace (Note [Enough for how many blocks]). A = 7902994432 B of
+  // activations were alive (the forward's allocations alive at the oom,
+  // summed from the trace). Half the micro-batch frees (A + N) / 2: enough
+  // while N <= A, i.e. k <= (A - 679477248) / 1209532416 = 5.97 more
+  // blocks, 6 + 1 + 5 = 12 in all. Checkpointing frees 0.83 (A + N): N <=
+  // 0.83 A / 0.17, k <= 31.34, 38 in all. Enough for more blocks comes first.
+  const OomReport& o = d.ooms.back();
+  EXPECT_EQ(o.live_by_category[static_cast<size_t>(Category::kActivations)] +
+                o.live_by_category[static_cast<size_t>(Category::kTemporaries)],
+            7902994432);
   ASSERT_GE(d.recommendations.size(), 2u);
-  EXPECT_EQ(d.recommendations[0].id, FixId::kMicroBatch);
-  EXPECT_EQ(d.recommendations[0].sufficiency, Sufficiency::kEnough);
-  EXPECT_EQ(d.recommendations[1].id, FixId::kActivationCheckpointing);
-  EXPECT_EQ(d.recommendations[1].sufficiency, Sufficiency::kEnough);
+  EXPECT_EQ(d.recommendations[0].id, FixId::kActivationCheckpointing);
+  EXPECT_EQ(d.recommendations[0].sufficiency, Sufficiency::kEnoughUpToBlocks);
+  EXPECT_EQ(d.recommendations[0].most_blocks, 38);
+  EXPECT_EQ(d.recommendations[1].id, FixId::kMicroBatch);
+  EXPECT_EQ(d.recommendations[1].sufficiency, Sufficiency::kEnoughUpToBlocks);
+  EXPECT_EQ(d.recommendations[1].most_blocks, 12);
+  EXPECT_EQ(sufficiency_text(d.recommendations[1]),
+            "enough for a forward of at most 12 blocks like these (needs at least 648.00 MiB)");
 }
 
 // The real fragmentation snapshot: the 512 MiB request is the whole need (no
