@@ -30,6 +30,7 @@
 #include "common/byte_size.h"
 #include "diagnose/diagnosis.h"
 #include "diagnose/replay.h"
+#include "diagnose/setting_replay.h"
 
 namespace oomtune::diagnose {
 namespace {
@@ -268,6 +269,39 @@ std::string oom_place(const OomReport* oom) {
   return fmt::format(" at {} (called from {})", oom->layer, oom->call_site);
 }
 
+/// Whether defragmenting would have served the failing phase: the replay
+/// with expandable_segments where there is one (Note [Allocator settings
+/// replayed]), else the reserved-but-free bytes against the need.
+bool defragmenting_is_enough(const Diagnosis& d, const OomReport& oom) {
+  if (d.expandable_replay.replayed) return d.expandable_replay.fits;
+  return oom.reserved_free_bytes >= d.need.still_needed_bytes;
+}
+
+std::string defragmenting_evidence(const Diagnosis& d, const OomReport& oom) {
+  const SettingReplay& r = d.expandable_replay;
+  if (!r.replayed) {
+    return fmt::format(" Defragmenting would make those {} usable: {} for the {} the {} phase still needed.",
+                       format_bytes(oom.reserved_free_bytes), defragmenting_is_enough(d, oom) ? "enough" : "not enough",
+                       format_bytes(d.need.still_needed_bytes), phase_name(oom.phase));
+  }
+  if (r.fits) {
+    return fmt::format(" Replayed with expandable_segments:True, the request and the {} the {} phase still needed fit.",
+                       format_bytes(d.need.still_needed_bytes), phase_name(oom.phase));
+  }
+  if (r.smallest_cap_bytes > 0) {
+    return fmt::format(
+        " Replayed with expandable_segments:True, the request and the {} the {} phase still needed fit only under a "
+        "cap of at least {} (the trace puts the cap between {} and {}).",
+        format_bytes(d.need.still_needed_bytes), phase_name(oom.phase), format_bytes(r.smallest_cap_bytes),
+        format_bytes(oom.reserved_bytes), format_bytes(oom.reserved_bytes + oom.segment_bytes));
+  }
+  return fmt::format(
+      " Replayed with expandable_segments:True, {} still fails ({} reserved then): an expandable segment returns only "
+      "whole free pages (20 MiB in the large pool, 2 MiB in the small), and the free bytes lie between live "
+      "tensors.",
+      failure_phrase(r, oom.event_index), format_bytes(r.reserved_bytes));
+}
+
 void add_verdicts(Diagnosis& d) {
   const OomReport* oom = d.ooms.empty() ? nullptr : &d.ooms.back();
   std::vector<Verdict> leak_verdicts;
@@ -300,11 +334,7 @@ void add_verdicts(Diagnosis& d) {
                             oom->large_pool ? "large" : "small", format_bytes(oom->largest_free_block_bytes),
                             d.allocator_settings.expandable_segments ? " expandable_segments was already on." : "")});
     // Note [Phase need]: defragmenting must satisfy the failing phase, not only its request, to come first.
-    const bool defrag_enough = oom->reserved_free_bytes >= d.need.still_needed_bytes;
-    main.back().evidence +=
-        fmt::format(" Defragmenting would make those {} usable: {} for the {} the {} phase still needed.",
-                    format_bytes(oom->reserved_free_bytes), defrag_enough ? "enough" : "not enough",
-                    format_bytes(d.need.still_needed_bytes), phase_name(oom->phase));
+    main.back().evidence += defragmenting_evidence(d, *oom);
   }
   if (phase == Phase::kForward) {
     main.push_back(Verdict{
@@ -342,8 +372,7 @@ void add_verdicts(Diagnosis& d) {
                     format_bytes(oom->reserved_bytes), format_bytes(oom->reserved_free_bytes))});
   }
   // Fragmentation comes first only when defragmenting would have satisfied the failing phase.
-  if (main.size() > 1 && main.front().id == VerdictId::kFragmentation &&
-      oom->reserved_free_bytes < d.need.still_needed_bytes) {
+  if (main.size() > 1 && main.front().id == VerdictId::kFragmentation && !defragmenting_is_enough(d, *oom)) {
     std::rotate(main.begin(), main.begin() + 1, main.begin() + 2);
   }
   // The cap says where the limit was, not why the job needed more: last.
@@ -456,6 +485,8 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   size_t next_sample = 0;
   PhaseRunTracker runs;
   NeedQuery need_query;  // the last oom reported
+  int64_t most_reserved = replay.reserved_bytes();
+  int64_t most_reserved_at_judged_oom = 0;  // the cap's lower bound (Note [Allocator settings replayed])
   for (size_t i = 0; i < trace.size(); ++i) {
     const TraceEvent& e = trace[i];
     while (next_sample < sample_at.size() && sample_at[next_sample] == i) {
@@ -491,6 +522,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
         o.live_by_category[static_cast<size_t>(c)] = replay.allocated_by_category()[static_cast<size_t>(c)];
       }
       need_query = NeedQuery{i, o.phase, o.rounded_bytes, o.allocated_bytes, o.live_by_category};
+      most_reserved_at_judged_oom = std::max(most_reserved, o.reserved_bytes);
       d.ooms.push_back(o);
       d.timeline.push_back(point_now(replay, static_cast<int64_t>(i), e.time_us));
     }
@@ -502,6 +534,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
     runs.before_event(i, attr.event_phase[i], e.action == TraceAction::kOom, replay.allocated_bytes());
     replay.apply(i);
     runs.after_event(replay.allocated_bytes());
+    most_reserved = std::max(most_reserved, replay.reserved_bytes());
     if (replay.allocated_bytes() > peak_alloc) {
       peak_alloc = replay.allocated_bytes();
       peak_index = static_cast<int64_t>(i);
@@ -578,6 +611,33 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       return a.growth_per_iteration_bytes > b.growth_per_iteration_bytes;
     });
     if (d.leaks.size() > static_cast<size_t>(top)) d.leaks.resize(static_cast<size_t>(top));
+  }
+
+  // Note [Allocator settings replayed]
+  if (!d.ooms.empty() && d.ooms.back().fragmentation && !d.allocator_settings.expandable_segments) {
+    const OomReport& o = d.ooms.back();
+    SettingReplayInput in;
+    const Replay start(snapshot, device, config, nullptr, static_cast<int>(sites.size()));
+    for (const auto& [addr, b] : start.live()) in.initial_blocks.emplace_back(addr, b.size);
+    in.trace = &trace;
+    in.oom_index = static_cast<size_t>(o.event_index);
+    in.still_needed_bytes = std::max(d.need.still_needed_bytes, o.rounded_bytes);
+    in.cap_is_budget = o.memory_cap;
+    in.cap_low_bytes = o.memory_cap               ? most_reserved_at_judged_oom
+                       : o.device_free_bytes >= 0 ? o.reserved_bytes + o.device_free_bytes
+                                                  : 0;
+    in.cap_high_bytes = o.memory_cap ? o.reserved_bytes + o.segment_bytes : in.cap_low_bytes;
+    if (in.cap_low_bytes > 0) {
+      ar::AllocatorConfig expandable = config;
+      expandable.expandable_segments = true;
+      d.expandable_replay = replay_with_setting(in, expandable);
+      d.max_split_mb = max_split_mb(d, o);
+      if (d.max_split_mb > 0) {
+        ar::AllocatorConfig split = config;
+        split.max_split_size = d.max_split_mb * kMiB;
+        d.max_split_replay = replay_with_setting(in, split);
+      }
+    }
   }
 
   add_verdicts(d);

@@ -12,6 +12,7 @@
 #include "diagnose/fixes.h"
 #include "diagnose/frames.h"
 #include "diagnose/phase_need.h"
+#include "diagnose/setting_replay.h"
 #include "diagnose/snapshot.h"
 #include "diagnose/verdicts.h"
 
@@ -141,6 +142,10 @@ enum class Sufficiency : uint8_t {
   /// Recommendation::most_blocks blocks in all (Note [Enough for how many
   /// blocks], recommendations.cpp).
   kEnoughUpToBlocks,
+  /// Replayed under a memory cap the trace bounds only: enough when the cap
+  /// is at least Recommendation::smallest_cap_bytes (Note [Allocator
+  /// settings replayed]).
+  kEnoughIfCapAtLeast,
 };
 
 /// One change to make, what it would free, and whether that is enough.
@@ -166,6 +171,11 @@ struct Recommendation {
   /// shrinks the activations still to come: checkpointing 0.83, half the
   /// micro-batch 0.5); the rest does not depend on the need.
   double need_share = 0;
+  /// Judged by replaying the trace under the setting (Note [Allocator
+  /// settings replayed]): enough exactly when replay_fits.
+  bool replayed = false;
+  bool replay_fits = false;
+  int64_t smallest_cap_bytes = 0;  ///< kEnoughIfCapAtLeast: the smallest cap that serves it
   /// kEnoughUpToBlocks: the most forward blocks in all (those done, the
   /// current one and those after it) for which it is enough.
   int64_t most_blocks = 0;
@@ -206,7 +216,13 @@ struct Diagnosis {
   std::vector<SiteBytes> oom_sites;  ///< alive at the last oom, biggest first (at most --top)
   std::vector<TimelinePoint> timeline;
   std::vector<LeakSuspect> leaks;
-  PhaseNeed need;                 ///< what the phase of the last oom still needed
+  PhaseNeed need;  ///< what the phase of the last oom still needed
+  /// A fragmentation oom replayed under the allocator settings that could
+  /// fix it (Note [Allocator settings replayed]); replayed = false: not
+  /// tried (no fragmentation, the setting already on) or not replayable.
+  SettingReplay expandable_replay;
+  int64_t max_split_mb = 0;  ///< max_split_size_mb it would recommend (0: none)
+  SettingReplay max_split_replay;
   std::vector<Verdict> verdicts;  ///< most important first
   /// Enough ones first, least cost first; then not enough, most freed first; then those with no memory effect.
   std::vector<Recommendation> recommendations;
@@ -225,5 +241,12 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
 
 /// Fills diagnosis.recommendations from the rest (recommendations.cpp).
 void recommend(Diagnosis& diagnosis);
+
+/// max_split_size_mb for a fragmentation oom: just above the 90th
+/// percentile of the large-pool blocks in diagnosis.segment_map, in MiB,
+/// below the failing request, at least 21 (PyTorch refuses 20 and less:
+/// c10/cuda/CUDAAllocatorConfig.cpp, parseMaxSplitSize). 0 when the map has
+/// no large-pool block or the request is not above that.
+int64_t max_split_mb(const Diagnosis& diagnosis, const OomReport& oom);
 
 }  // namespace oomtune::diagnose

@@ -14,14 +14,18 @@
 //   - Leak: fix it at the named site first (detach / .item() what is kept);
 //     frees the growth seen over the trace and stops further growth.
 //   - Fragmentation: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True first
-//     (pytorch PR #113481: the better first resort); frees the reserved but
-//     unusable bytes at the oom, since an expandable segment maps pages
-//     where the request needs them (c10 Note [Expandable Segments]).
+//     (pytorch PR #113481: the better first resort). Judged by replaying the
+//     trace with it (Note [Allocator settings replayed], setting_replay.h):
+//     an expandable segment returns only whole free pages, so reserved but
+//     free bytes in holes between live tensors stay reserved. Without a
+//     replay (no bound on the memory, a trace the simulator cannot follow):
+//     at most the reserved but unusable bytes at the oom.
 //     max_split_size_mb only as the alternative when expandable segments
 //     cannot be used, with a value derived from the sizes of large-pool
-//     allocations (just above their 90th percentile, in MiB, and below the
-//     failing request), and never together with expandable_segments
-//     (pytorch #123548: the combination errors).
+//     allocations (just above their 90th percentile, in MiB, at least 21,
+//     below the failing request), judged by its replay too, and never
+//     together with expandable_segments (pytorch #123548: the combination
+//     errors).
 //   - garbage_collection_threshold:0.8 when whole cached segments are free
 //     at the oom (it frees them before a cudaMalloc, CUDACachingAllocator.cpp
 //     garbage_collect_cached_blocks); frees those bytes.
@@ -60,13 +64,15 @@ constexpr double kCheckpointingSaving = 0.83;  // docs/architecture.md (from DES
 constexpr double kEightBitSaving = 0.75;       // 8 -> 2 bytes of Adam state per parameter
 constexpr double kMajorShare = 0.25;           // a category "matters" above this share
 constexpr int64_t kMaxEntriesQuantum = 10000;
-constexpr int64_t kMinMaxEntries = 100000;  // PyTorch's default max_entries
+constexpr int64_t kMinMaxEntries = 100000;   // PyTorch's default max_entries
+constexpr int64_t kSmallestMaxSplitMb = 21;  // PyTorch: max_split_size_mb > 20
 
 int64_t cat(const CategoryBytes& c, Category k) { return c[static_cast<size_t>(k)]; }
 
 bool conf_has(const std::string& conf, const char* key) { return conf.find(key) != std::string::npos; }
 
-/// max_split_size_mb from the sizes of large-pool blocks alive at the moment of interest.
+}  // namespace
+
 int64_t max_split_mb(const Diagnosis& d, const OomReport& oom) {
   std::vector<int64_t> sizes;
   for (const SegmentView& s : d.segment_map) {
@@ -79,10 +85,13 @@ int64_t max_split_mb(const Diagnosis& d, const OomReport& oom) {
   int64_t mb = p90 / kMiB + 1;
   const int64_t request_mb = oom.rounded_bytes / kMiB;
   if (request_mb > 1 && mb >= request_mb) mb = request_mb - 1;
-  return std::max<int64_t>(mb, 2);  // PyTorch requires > 1 MiB (kLargeBuffer rules)
+  // PyTorch refuses max_split_size_mb <= kLargeBuffer / 1 MiB = 20
+  // (c10/cuda/CUDAAllocatorConfig.cpp, parseMaxSplitSize); a value that
+  // must reach the request to help does not help when the request is not
+  // above 21 MiB.
+  mb = std::max<int64_t>(mb, kSmallestMaxSplitMb);
+  return mb < request_mb ? mb : 0;
 }
-
-}  // namespace
 
 std::string sufficiency_text(const Recommendation& r) {
   const bool combined = r.id == FixId::kCombined;
@@ -92,6 +101,8 @@ std::string sufficiency_text(const Recommendation& r) {
     case Sufficiency::kNotEnough:
       return fmt::format("not enough {} (frees {}, needs {})", combined ? "even together" : "alone",
                          format_bytes(r.frees_bytes), format_bytes(r.needs_bytes));
+    case Sufficiency::kEnoughIfCapAtLeast:
+      return fmt::format("enough only with a memory cap of at least {}", format_bytes(r.smallest_cap_bytes));
     case Sufficiency::kEnoughUpToBlocks:
       return fmt::format("enough{} for a forward of at most {} blocks like these (needs at least {})",
                          combined ? " together" : "", r.most_blocks, format_bytes(r.needs_bytes));
@@ -124,6 +135,13 @@ namespace {
 void judge(const PhaseNeed& need, Recommendation& r) {
   const int64_t needs = need.still_needed_bytes;
   r.needs_bytes = needs;
+  if (r.replayed) {
+    r.sufficiency = r.replay_fits && r.most_blocks > 0 ? Sufficiency::kEnoughUpToBlocks
+                    : r.replay_fits                    ? Sufficiency::kEnough
+                    : r.smallest_cap_bytes > 0         ? Sufficiency::kEnoughIfCapAtLeast
+                                                       : Sufficiency::kNotEnough;
+    return;
+  }
   if (r.frees_bytes < needs) {
     r.sufficiency = Sufficiency::kNotEnough;
     return;
@@ -137,6 +155,38 @@ void judge(const PhaseNeed& need, Recommendation& r) {
   const double more = std::floor((most_needed - static_cast<double>(needs)) / static_cast<double>(need.block_bytes));
   r.most_blocks = need.blocks_done + 1 + std::max<int64_t>(0, static_cast<int64_t>(more));
   r.sufficiency = Sufficiency::kEnoughUpToBlocks;
+}
+
+/// An allocator setting judged by its replay (Note [Allocator settings
+/// replayed]): what it frees is what the real run held in reserve at the
+/// out-of-memory beyond what the replay held when it failed; when it fits,
+/// the need itself.
+void judge_by_replay(const Diagnosis& d, const OomReport& oom, const std::string& setting, const SettingReplay& r,
+                     Recommendation& rec) {
+  if (!r.replayed) return;
+  rec.replayed = true;
+  rec.replay_fits = r.fits;
+  rec.smallest_cap_bytes = r.smallest_cap_bytes;
+  if (r.fits) {
+    rec.frees_bytes = std::max(d.need.still_needed_bytes, oom.rounded_bytes);
+    rec.estimate = fmt::format("the trace replayed with {}: the request and the rest of the phase's need fit", setting);
+    // A lower-bound need (Note [Enough for how many blocks]): the blocks
+    // after the current one fit in what the cap leaves.
+    if (d.need.lower_bound && d.need.block_bytes > 0) {
+      rec.most_blocks = d.need.blocks_done + 1 + r.headroom_bytes / d.need.block_bytes;
+      rec.estimate += fmt::format(", with {} to spare under the cap", format_bytes(r.headroom_bytes));
+    }
+  } else {
+    rec.frees_bytes = std::max<int64_t>(0, oom.reserved_bytes - r.reserved_bytes);
+    rec.estimate = fmt::format(
+        "the trace replayed with {}: {} still fails, at {} reserved; the real allocator had {} then{}", setting,
+        failure_phrase(r, oom.event_index), format_bytes(r.reserved_bytes), format_bytes(oom.reserved_bytes),
+        r.smallest_cap_bytes > 0
+            ? fmt::format(". It fits under a cap of {} or more (the trace puts the cap between {} and {})",
+                          format_bytes(r.smallest_cap_bytes), format_bytes(oom.reserved_bytes),
+                          format_bytes(oom.reserved_bytes + oom.segment_bytes))
+            : "");
+  }
 }
 
 /// Judges every fix against the need and puts them in the order of the rules above.
@@ -231,29 +281,32 @@ void recommend(Diagnosis& d) {
         growth, "growth of the leaking sites over the trace; it would keep growing with more iterations"});
   }
 
-  if (oom && oom->fragmentation) {
-    if (!s.expandable_segments) {
-      out.push_back(Recommendation{
-          FixId::kExpandableSegments, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-          fmt::format("{} was reserved but free at the out-of-memory, and the largest free block of the {} "
-                      "pool was {}; with expandable segments the allocator maps pages into one growing segment "
-                      "per stream, so free memory is not stranded in fixed-size segments. Of the allocator "
-                      "settings, try this one first (pytorch PR #113481).",
-                      format_bytes(oom->reserved_free_bytes), oom->large_pool ? "large" : "small",
-                      format_bytes(oom->largest_free_block_bytes)),
-          oom->reserved_free_bytes, "reserved but unallocated bytes at the out-of-memory"});
-      const int64_t mb = max_split_mb(d, *oom);
-      if (mb > 0 && oom->pool_free_bytes > 0) {  // with no free bytes in the pool it frees nothing
-        out.push_back(Recommendation{
-            FixId::kMaxSplitSize, fmt::format("PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{}", mb),
-            fmt::format("Only if expandable_segments cannot be used, and never together with it (pytorch "
-                        "#123548). {} MiB is just above the 90th percentile of the large-pool blocks alive at the "
-                        "out-of-memory and below the {} request: blocks of {} MiB or more are then never split by "
-                        "smaller tensors, so large free blocks stay whole. It can slow allocation (pytorch PR "
-                        "#113481).",
-                        mb, format_bytes(oom->rounded_bytes), mb),
-            oom->pool_free_bytes, "up to the free bytes of the pool, if large blocks stay unsplit"});
-      }
+  if (oom && oom->fragmentation && !s.expandable_segments) {
+    Recommendation expandable{
+        FixId::kExpandableSegments, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        fmt::format("{} was reserved but free at the out-of-memory, and the largest free block of the {} "
+                    "pool was {}; with expandable segments the allocator maps pages into one growing segment "
+                    "per stream, so free memory is not stranded in fixed-size segments. Of the allocator "
+                    "settings, try this one first (pytorch PR #113481).",
+                    format_bytes(oom->reserved_free_bytes), oom->large_pool ? "large" : "small",
+                    format_bytes(oom->largest_free_block_bytes)),
+        oom->reserved_free_bytes, "reserved but unallocated bytes at the out-of-memory, at most: not replayed"};
+    judge_by_replay(d, *oom, "expandable_segments:True", d.expandable_replay, expandable);
+    out.push_back(std::move(expandable));
+    const int64_t mb = d.max_split_mb;
+    if (mb > 0 && oom->pool_free_bytes > 0) {  // with no free bytes in the pool it frees nothing
+      Recommendation split{
+          FixId::kMaxSplitSize, fmt::format("PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{}", mb),
+          fmt::format("Only if expandable_segments cannot be used, and never together with it (pytorch "
+                      "#123548). {} MiB is just above the 90th percentile of the large-pool blocks alive at the "
+                      "out-of-memory (at least 21: PyTorch refuses 20 and less) and below the {} request: blocks "
+                      "of {} MiB or more are then never split by smaller tensors, so large free blocks stay "
+                      "whole, while every smaller request keeps to blocks below it. It can slow allocation "
+                      "(pytorch PR #113481).",
+                      mb, format_bytes(oom->rounded_bytes), mb),
+          oom->pool_free_bytes, "up to the free bytes of the pool, if large blocks stay unsplit: not replayed"};
+      judge_by_replay(d, *oom, fmt::format("max_split_size_mb:{}", mb), d.max_split_replay, split);
+      out.push_back(std::move(split));
     }
   }
   if (oom && oom->fully_free_segment_bytes > 0 && s.garbage_collection_threshold == 0.0) {

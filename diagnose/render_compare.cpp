@@ -34,10 +34,10 @@ json side_json(const CompareSide& s) {
           {"ooms", s.ooms}};
 }
 
-// SVG geometry: labels left of kLeft (kLabelChars at 11 px sans-serif,
+// SVG geometry: labels left of kCompareLeft (kLabelChars at 11 px sans-serif,
 // about 6 px a character), the bars, then a column for "N reserved".
-constexpr int kWidth = 1100;
-constexpr int kLeft = 300;
+constexpr int kCompareWidth = 1100;
+constexpr int kCompareLeft = 300;
 constexpr std::size_t kLabelChars = 48;
 constexpr int kBarWidth = 680;
 constexpr int kBarHeight = 28;
@@ -47,16 +47,16 @@ constexpr size_t kMaxLayerRows = 20;
 constexpr const char* kRowColors[kNumCompareRows] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
                                                      "#edc948", "#b07aa1", "#d3d3d3"};
 
-// `label` as one SVG text right-aligned at kLeft: cut in the middle to
+// `label` as one SVG text right-aligned at kCompareLeft: cut in the middle to
 // kLabelChars where longer (a call site's file and its function both
 // stay), the whole of it in a <title> then.
 std::string left_label(const std::string& label, int y, const char* attributes = "") {
   if (label.size() <= kLabelChars)
-    return fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\"{}>{}</text>\n", kLeft - 6, y, attributes,
+    return fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\"{}>{}</text>\n", kCompareLeft - 6, y, attributes,
                        svg_escape(label));
   const std::size_t head = (kLabelChars - 3) / 2, tail = kLabelChars - 3 - head;
-  return fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\"{}><title>{}</title>{}...{}</text>\n", kLeft - 6, y,
-                     attributes, svg_escape(label), svg_escape(label.substr(0, head)),
+  return fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\"{}><title>{}</title>{}...{}</text>\n",
+                     kCompareLeft - 6, y, attributes, svg_escape(label), svg_escape(label.substr(0, head)),
                      svg_escape(label.substr(label.size() - tail)));
 }
 
@@ -134,7 +134,7 @@ std::string render_compare_svg(const Comparison& c) {
   std::string out = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
       "font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
-      kWidth, height, kWidth, height);
+      kCompareWidth, height, kCompareWidth, height);
   out += fmt::format("<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{}</text>\n",
                      svg_escape(c.verdicts.front().sentence));
   // Two stacked bars on one scale: categories, then reserved-but-free (the bar's end is reserved).
@@ -143,10 +143,10 @@ std::string render_compare_svg(const Comparison& c) {
   const double per_byte = static_cast<double>(kBarWidth) / static_cast<double>(scale_max);
   int y = 45;
   for (const auto& [side, rows] : {std::pair{&c.before, &c.before_rows}, std::pair{&c.after, &c.after_rows}}) {
-    out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", kLeft - 6, y + 12,
+    out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", kCompareLeft - 6, y + 12,
                        side == &c.before ? "A (before)" : "B (after)");
     out += left_label(side->moment, y + 25, " fill=\"#666\"");
-    double x = kLeft;
+    double x = kCompareLeft;
     for (int r = 0; r < kNumCompareRows; ++r) {
       const int64_t bytes = std::max<int64_t>(0, (*rows)[static_cast<size_t>(r)]);
       const double w = static_cast<double>(bytes) * per_byte;
@@ -158,11 +158,11 @@ std::string render_compare_svg(const Comparison& c) {
       }
       x += w;
     }
-    out += fmt::format("<text x=\"{}\" y=\"{}\">{} reserved</text>\n", kLeft + kBarWidth + 6, y + 18,
+    out += fmt::format("<text x=\"{}\" y=\"{}\">{} reserved</text>\n", kCompareLeft + kBarWidth + 6, y + 18,
                        format_bytes(side->reserved_bytes));
     y += kBarHeight + 22;
   }
-  int lx = kLeft;
+  int lx = kCompareLeft;
   for (int r = 0; r < kNumCompareRows; ++r) {
     out += fmt::format(
         "<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}"
@@ -175,7 +175,7 @@ std::string render_compare_svg(const Comparison& c) {
                      layers_top, c.group_by == GroupBy::kLayer ? "layer" : "call site");
   int64_t largest = 1;
   for (size_t i = 0; i < layer_rows; ++i) largest = std::max(largest, std::abs(c.layers[i].change_bytes()));
-  const int axis = kLeft + kBarWidth / 2;
+  const int axis = kCompareLeft + kBarWidth / 2;
   const double half = static_cast<double>(kBarWidth) / 2 - 10;
   for (size_t i = 0; i < layer_rows; ++i) {
     const LayerChange& l = c.layers[i];

@@ -125,8 +125,8 @@ std::string render_json(const Diagnosis& d) {
                {"block_so_far_bytes", n.block_so_far_bytes}};
   json recs = json::array();
   for (const Recommendation& r : d.recommendations) {
-    static constexpr const char* kSufficiency[] = {"unknown", "enough", "not_enough", "no_memory_effect",
-                                                   "enough_up_to_blocks"};
+    static constexpr const char* kSufficiency[] = {
+        "unknown", "enough", "not_enough", "no_memory_effect", "enough_up_to_blocks", "enough_if_cap_at_least"};
     json parts = json::array();
     for (size_t i = 0; i < r.parts.size(); ++i) {
       parts.push_back({{"id", fix_name(r.parts[i])}, {"frees_bytes", r.part_frees_bytes[i]}});
@@ -139,6 +139,7 @@ std::string render_json(const Diagnosis& d) {
                     {"sufficiency", kSufficiency[static_cast<size_t>(r.sufficiency)]},
                     {"needs_bytes", r.needs_bytes},
                     {"most_blocks", r.most_blocks},
+                    {"smallest_cap_bytes", r.smallest_cap_bytes},
                     {"verdict", sufficiency_text(r)},
                     {"parts", parts}});
   }

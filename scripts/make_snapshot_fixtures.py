@@ -52,9 +52,14 @@ Files written (each < 200 KB):
                         free in small blocks: 8-bit AdamW is enough, expandable
                         segments is not
   forward_holes_enough.pickle  the second iteration's forward out of memory,
-                        14 x 10.5 MiB holes: defragmenting is enough
+                        14 x 10.5 MiB holes between live 9.5 MiB tensors: 167 MiB
+                        reserved but free, which expandable segments cannot return
+                        (no whole 20 MiB page is free)
   forward_holes_combined.pickle  the same with 6 holes: no single fix is enough,
                         checkpointing + expandable segments together are
+  rounding_waste_oom.pickle  30 tensors of 10 MiB + 2 KiB, each in a 12 MiB
+                        segment, then a 24 MiB request under the cap: expandable
+                        segments pack them and the request fits
   compare_seq_1x.pickle, compare_seq_2x.pickle  a Llama-like forward whose
                         sequence doubles: activations x2, modeling_llama.py:161
                         grows most
@@ -570,6 +575,26 @@ def forward_second_iteration(holes):
     return sim
 
 
+def rounding_waste_oom():
+    """Tensors of 10 MiB + 2 KiB, all kept, in the forward at train.py:20:
+    each is its own block of 10 MiB + 2 KiB (round_size rounds to 512 B), in
+    a 12 MiB segment (requests of 10 MiB or more get segments rounded up to
+    2 MiB), and the 2 MiB - 2 KiB left over is split off free. 30 of them
+    reserve 360 MiB with 59.94 MiB free in 30 pieces; under a 370 MiB cap a
+    24 MiB request needs a new segment and fails: fragmentation. With
+    expandable_segments the same tensors sit back to back: 300.06 MiB in 16
+    pages of 20 MiB (320 MiB); the 24 MiB request extends the last free
+    block to 324.06 MiB, 17 pages, 340 MiB, below the 360 MiB the trace
+    reached: defragmenting is enough, whatever the cap."""
+    sim = Sim(cap=370 * MIB)
+    [sim.malloc(10 * MIB + 2048, fwd(20)) for _ in range(30)]
+    try:
+        sim.malloc(24 * MIB, fwd(21))
+    except OutOfMemory:
+        pass
+    return sim
+
+
 # ---------------------------------------------------------------- pairs to compare (issue #48 part 3)
 
 LLAMA = "/opt/venv/lib/python3.12/site-packages/transformers/models/llama/modeling_llama.py"
@@ -697,6 +722,7 @@ def main():
     write(os.path.join(out, "adamw_first_step_oom.pickle"), adamw_first_step_oom().dump("v2_11"), 4)
     write(os.path.join(out, "forward_holes_enough.pickle"), forward_second_iteration(14).dump("v2_11"), 4)
     write(os.path.join(out, "forward_holes_combined.pickle"), forward_second_iteration(6).dump("v2_11"), 4)
+    write(os.path.join(out, "rounding_waste_oom.pickle"), rounding_waste_oom().dump("v2_11"), 4)
     write(os.path.join(out, "compare_seq_1x.pickle"), llama_forward(4).dump("v2_11"), 4)
     write(os.path.join(out, "compare_seq_2x.pickle"), llama_forward(8).dump("v2_11"), 4)
     write(os.path.join(out, "compare_before_step.pickle"), first_step(False).dump("v2_11"), 4)

@@ -74,7 +74,18 @@ TEST(DiagnoseReal, FragmentationFixture) {
   ASSERT_FALSE(d.recommendations.empty());
   EXPECT_EQ(name(d.recommendations.front().id), "expandable_segments");
   EXPECT_EQ(d.recommendations.front().change, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True");
-  EXPECT_EQ(d.recommendations.front().frees_bytes, int64_t{203} * 11010048);
+  // Note [Allocator settings replayed]: with expandable segments the 408
+  // tensors of 9.5 MiB sit back to back and every other one is freed; the
+  // live ones end at tensor 405, 3847.5 MiB, so once the free pages past
+  // it are unmapped 193 pages of 20 MiB (3860 MiB) stay: 200 MiB less than
+  // the 203 segments of 20 MiB, not the 2.08 GiB of holes. PyTorch checks
+  // the cap against the request's whole 512 MiB (alloc_block), so it fits
+  // only under a cap of 3860 + 512 = 4372 MiB; the cap was 4 GiB.
+  EXPECT_EQ(d.recommendations.front().frees_bytes, 200 * kMiB);
+  EXPECT_EQ(d.recommendations.front().sufficiency, Sufficiency::kEnoughIfCapAtLeast);
+  EXPECT_GE(d.recommendations.front().smallest_cap_bytes, 4372 * kMiB);
+  EXPECT_LE(d.recommendations.front().smallest_cap_bytes, 4374 * kMiB);  // bisection to 2 MiB
+  EXPECT_EQ(d.expandable_replay.reserved_bytes, 3860 * kMiB);
   EXPECT_TRUE(d.trace.replay_matches_dump);
   EXPECT_EQ(d.trace.inconsistencies, 0);
   // README: "4.00 GiB allowed", on an 80 GB H100 that had 74.7 GiB free.

@@ -1,0 +1,114 @@
+#include "diagnose/setting_replay.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "allocsim/caching_allocator_sim.h"
+#include "common/byte_size.h"
+#include "common/error.h"
+
+namespace oomtune::diagnose {
+namespace {
+
+namespace sim = oomtune::allocsim;
+
+// Ids for requests the trace does not name by address (earlier
+// out-of-memories, the rest of the need): above every device address.
+constexpr std::uint64_t kExtraIdBase = std::uint64_t{1} << 62;
+// Traces up to this long bisect the cap to 2 MiB.
+constexpr size_t kExactTraceEvents = 100000;
+
+// The replay at one cap.
+SettingReplay replay_at(const SettingReplayInput& input, const alloc_rules::AllocatorConfig& config, int64_t cap) {
+  SettingReplay out;
+  const std::vector<TraceEvent>& trace = *input.trace;
+  sim::SimOptions options;
+  options.config = config;
+  (input.cap_is_budget ? options.budget_bytes : options.device_total_bytes) = cap;
+  // A trace with free_completed releases blocks there; older ones only at free_requested.
+  const bool completes = std::any_of(trace.begin(), trace.end(),
+                                     [](const TraceEvent& e) { return e.action == TraceAction::kFreeCompleted; });
+  const TraceAction release = completes ? TraceAction::kFreeCompleted : TraceAction::kFreeRequested;
+  std::uint64_t next_extra = kExtraIdBase;
+  sim::CachingAllocatorSim allocator(options);
+  std::unordered_set<std::uint64_t> live;  // trace addresses the simulator holds
+  for (const auto& [address, bytes] : input.initial_blocks) {
+    const auto id = static_cast<std::uint64_t>(address);
+    if (allocator.malloc(id, bytes)) live.insert(id);
+  }
+  out.replayed = true;
+  auto fail = [&](int64_t event, int64_t bytes, bool in_need) {
+    out.failed_event = event;
+    out.failed_bytes = bytes;
+    out.failed_in_need = in_need;
+    out.reserved_bytes = allocator.reserved_bytes();
+    return out;
+  };
+  for (size_t i = 0; i < input.oom_index && i < trace.size(); ++i) {
+    const TraceEvent& e = trace[i];
+    const auto id = static_cast<std::uint64_t>(e.addr);
+    if (e.action == TraceAction::kAlloc) {
+      if (live.count(id)) throw InputError(fmt::format("trace event {}: an alloc at a live address", i));
+      if (!allocator.malloc(id, e.size)) return fail(static_cast<int64_t>(i), e.size, false);
+      live.insert(id);
+    } else if (e.action == release) {
+      if (live.erase(id)) allocator.free(id);
+    } else if (e.action == TraceAction::kOom) {
+      // The program went on without this request: try it, give it back.
+      const std::uint64_t extra = next_extra++;
+      if (allocator.malloc(extra, e.size)) allocator.free(extra);
+    }
+  }
+  const int64_t request = trace[input.oom_index].size;
+  if (!allocator.malloc(next_extra++, request)) return fail(static_cast<int64_t>(input.oom_index), request, false);
+  // The rest of the phase's need, as requests of the failing request's size.
+  const int64_t rounded = alloc_rules::round_size(request, config);
+  for (int64_t left = input.still_needed_bytes - rounded; left > 0; left -= rounded) {
+    const int64_t bytes = std::min(left, rounded);
+    if (!allocator.malloc(next_extra++, bytes)) return fail(static_cast<int64_t>(input.oom_index), bytes, true);
+  }
+  out.fits = true;
+  out.reserved_bytes = allocator.reserved_bytes();
+  out.headroom_bytes = std::max<int64_t>(0, cap - out.reserved_bytes);
+  return out;
+}
+
+}  // namespace
+
+SettingReplay replay_with_setting(const SettingReplayInput& input, const alloc_rules::AllocatorConfig& config) {
+  try {
+    SettingReplay out = replay_at(input, config, input.cap_low_bytes);
+    if (out.fits || !input.cap_is_budget || input.cap_high_bytes - 1 <= input.cap_low_bytes) return out;
+    // Fails at the lowest cap: find the smallest cap below the highest that serves it.
+    if (!replay_at(input, config, input.cap_high_bytes - 1).fits) return out;
+    int64_t fails = input.cap_low_bytes, fits = input.cap_high_bytes - 1;
+    // To 2 MiB; a long trace, each replay of which takes seconds, to 1/32 of the range.
+    const int64_t step = input.trace->size() <= kExactTraceEvents
+                             ? alloc_rules::kRoundLarge
+                             : std::max(alloc_rules::kRoundLarge, (fits - fails) / 32);
+    while (fits - fails > step) {
+      const int64_t mid = fails + (fits - fails) / 2;
+      (replay_at(input, config, mid).fits ? fits : fails) = mid;
+    }
+    out.smallest_cap_bytes = fits;
+    return out;
+  } catch (const Error& e) {
+    SettingReplay out;
+    out.failure = e.what();
+    return out;
+  }
+}
+
+std::string failure_phrase(const SettingReplay& r, int64_t oom_event) {
+  if (r.failed_in_need) {
+    return fmt::format("the rest of the phase's need (a {} request after it)", format_bytes(r.failed_bytes));
+  }
+  if (r.failed_event != oom_event) {
+    return fmt::format("a {} request at event {}, before it,", format_bytes(r.failed_bytes), r.failed_event);
+  }
+  return fmt::format("the {} request", format_bytes(r.failed_bytes));
+}
+
+}  // namespace oomtune::diagnose

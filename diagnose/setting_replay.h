@@ -1,0 +1,89 @@
+#pragma once
+// Would an allocator setting have avoided the out-of-memory? The snapshot's
+// trace replayed through the caching-allocator simulator under the setting.
+//
+// Note [Allocator settings replayed]
+// Rationale: the reserved-but-free bytes at an out-of-memory are not what
+// expandable_segments frees. An expandable segment maps and unmaps whole
+// pages (2 MiB small pool, 20 MiB large pool: c10/cuda/
+// CUDACachingAllocator.cpp, Note [Expandable Segments], unmap_block), so a
+// hole narrower than a page, between live tensors, stays reserved. On the
+// real fragmentation snapshot (9.5 MiB tensors, every other one freed, then
+// a 512 MiB request under a 4 GiB cap) each hole is 9.5 MiB and each 20 MiB
+// page holds part of a live tensor: the 2.08 GiB reserved but free would
+// not have been released, and "expandable_segments: enough" was wrong.
+// max_split_size_mb likewise changes where every earlier tensor goes.
+// Approach: replay the device's trace from its start through
+// allocsim::CachingAllocatorSim with the setting: the blocks alive when
+// recording began allocated first (address order), then each alloc and
+// free_completed; an earlier out-of-memory's request is tried and, if it
+// fits, freed again (the program went on without it). At the judged
+// out-of-memory the request is made, then the rest of what the failing
+// phase still needed (PhaseNeed) as requests of the same size. The limit
+// is the cap's lower bound (the most reserved before the out-of-memory)
+// when a cap refused it, else what the device had: reserved plus CUDA's
+// free bytes. A cap is known only to lie between that and reserved plus the
+// segment the request needed; where the replay fits under the upper end
+// but not the lower, the smallest cap that serves it is found by bisection
+// and the fix is "enough with a cap of at least" that. Approximations: one
+// stream, and the blocks from before recording packed as if allocated in
+// address order.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "allocsim/allocator_rules.h"
+#include "diagnose/snapshot.h"
+
+namespace oomtune::diagnose {
+
+/// Where the replay starts and what it must reach.
+struct SettingReplayInput {
+  /// Blocks alive when recording began: (address, block bytes), address order.
+  std::vector<std::pair<int64_t, int64_t>> initial_blocks;
+  const std::vector<TraceEvent>* trace = nullptr;  ///< the device's trace
+  size_t oom_index = 0;                            ///< the judged out-of-memory event
+  int64_t still_needed_bytes = 0;                  ///< PhaseNeed::still_needed_bytes (>= the request)
+  /// A memory cap refused the request (cap_is_budget): it lies in
+  /// [cap_low_bytes, cap_high_bytes), the most reserved before the
+  /// out-of-memory and reserved plus the segment it needed. Else the device
+  /// was full: cap_low_bytes is its memory (reserved plus CUDA's free bytes).
+  bool cap_is_budget = true;
+  int64_t cap_low_bytes = 0;
+  int64_t cap_high_bytes = 0;
+};
+
+/// What the replay under one setting found.
+struct SettingReplay {
+  bool replayed = false;  ///< false: the trace did not fit the simulator (see failure)
+  /// The request and the rest of the phase's need were served at the lowest
+  /// cap the trace allows (or in the device's memory).
+  bool fits = false;
+  /// Not `fits`, but served under some cap below cap_high_bytes: the
+  /// smallest such cap, bytes, found to 2 MiB (to 1/32 of the cap's range
+  /// on traces of more than 100,000 events); 0 otherwise.
+  int64_t smallest_cap_bytes = 0;
+  // At the lowest cap, when it did not fit:
+  int64_t failed_event = -1;    ///< trace index of the first request that still failed; -1 none
+  int64_t failed_bytes = 0;     ///< its bytes (requested)
+  bool failed_in_need = false;  ///< it was the rest of the need after the request, not a trace event
+  int64_t reserved_bytes = 0;   ///< simulated reserved when it failed, or after the need was served
+  /// When it fits: the lowest cap (or the device's memory) less reserved
+  /// after the need was served, bytes.
+  int64_t headroom_bytes = 0;
+  std::string failure;  ///< why not replayed
+};
+
+/// Replays `input` under `config`. Never throws for a trace the simulator
+/// cannot follow (an alloc at a live address, a free of an unknown one):
+/// returns replayed = false with the reason.
+SettingReplay replay_with_setting(const SettingReplayInput& input, const alloc_rules::AllocatorConfig& config);
+
+/// What still failed in a replay that did not fit, as a phrase: "the 512.00
+/// MiB request", "a 9.50 MiB request at event 612, before it", "the rest of
+/// the phase's need (a 32.00 MiB request after it)". `oom_event`: the judged
+/// out-of-memory's trace index.
+std::string failure_phrase(const SettingReplay& replay, int64_t oom_event);
+
+}  // namespace oomtune::diagnose
