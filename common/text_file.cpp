@@ -6,12 +6,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "common/error.h"
 #include "common/file_magic.h"
 
 namespace oomtune {
+namespace {
+
+constexpr std::size_t kMaxTextFileBytes = std::size_t{1} << 30;  // 1 GiB
+
+}  // namespace
 
 std::string read_text_file(const std::string& path, const std::string& what, const std::string& if_binary) {
   // An ifstream opens a folder without complaint on Linux and reads it as
@@ -22,13 +26,27 @@ std::string read_text_file(const std::string& path, const std::string& what, con
   errno = 0;
   std::ifstream file(path, std::ios::binary);
   if (!file) throw InputError(fmt::format("{}: cannot open the {}: {}", path, what, std::strerror(errno)));
-  std::stringstream buffer;
-  buffer << file.rdbuf();
+  // In chunks, judged from the first: a binary file (or an endless device
+  // such as /dev/zero) is refused before it is read whole.
+  std::string text;
+  char chunk[1 << 16];
+  bool judged = false;
+  while (file.read(chunk, sizeof chunk) || file.gcount() > 0) {
+    text.append(chunk, static_cast<std::size_t>(file.gcount()));
+    if (!judged) {
+      judged = true;
+      if (const std::string kind = binary_format(text); !kind.empty() || text.find('\0') != std::string::npos) {
+        throw InputError(fmt::format("{}: is {}, not a {}{}{}", path, kind.empty() ? "a binary file" : kind, what,
+                                     if_binary.empty() ? "" : "; ", if_binary));
+      }
+    }
+    if (text.size() > kMaxTextFileBytes)
+      throw InputError(fmt::format("{}: is more than {} MiB, too large for a {}", path, kMaxTextFileBytes >> 20, what));
+  }
   if (file.bad()) throw InputError(fmt::format("{}: cannot read the {}: {}", path, what, std::strerror(errno)));
-  std::string text = buffer.str();
-  if (const std::string kind = binary_format(text); !kind.empty() || text.find('\0') != std::string::npos) {
-    throw InputError(fmt::format("{}: is {}, not a {}{}{}", path, kind.empty() ? "a binary file" : kind, what,
-                                 if_binary.empty() ? "" : "; ", if_binary));
+  if (text.find('\0') != std::string::npos) {
+    throw InputError(
+        fmt::format("{}: is a binary file, not a {}{}{}", path, what, if_binary.empty() ? "" : "; ", if_binary));
   }
   return text;
 }

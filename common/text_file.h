@@ -16,7 +16,9 @@ namespace oomtune {
 /// toml.io/en/v1.0.0). KIND names the format (common/file_magic.h: "a zip
 /// archive (a TorchScript model or a torch.save file?)", "a Python pickle
 /// (...)") or is "a binary file"; INSTEAD (`if_binary`) says what to pass,
-/// and is left out when empty.
+/// and is left out when empty; binary is judged from the first 64 KiB, so
+/// an endless device such as /dev/zero is refused at once. "PATH: is more
+/// than 1024 MiB, too large for a WHAT" past 1 GiB.
 std::string read_text_file(const std::string& path, const std::string& what, const std::string& if_binary = "");
 
 }  // namespace oomtune

@@ -268,8 +268,8 @@ Plan parse_plan_toml(const std::string& text, const std::string& origin) {
   // A job spec (job/job_spec.h) names a model at the top, a plan in [job].
   if (root.contains("model") && !root.contains("config"))
     throw InputError(
-        fmt::format("{}: is a job spec, not a plan; emit reads the plan.toml that oomtune autotune {} "
-                    "--emit DIR writes into DIR",
+        fmt::format("{}: is a job spec, not a plan; a plan is the plan.toml that oomtune autotune {} "
+                    "--emit DIR writes into DIR (emit and probe --plan read it)",
                     origin, origin));
   PlanTable top(root, origin, "");
   top.reject_unknown(kTopKeys);
@@ -302,7 +302,7 @@ Plan parse_plan_toml(const std::string& text, const std::string& origin) {
 }
 
 Plan read_plan_toml(const std::string& path) {
-  return parse_plan_toml(read_text_file(path, "plan file", "emit reads the plan.toml that autotune --emit DIR writes"),
+  return parse_plan_toml(read_text_file(path, "plan file", "a plan is the plan.toml that autotune --emit DIR writes"),
                          path);
 }
 

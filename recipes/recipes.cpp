@@ -1,6 +1,10 @@
 #include "recipes/recipes.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -82,6 +86,25 @@ std::vector<const RecipeWriter*> select_recipe_writers(const std::vector<std::st
   return selected;
 }
 
+void require_emit_folder(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  fs::path existing = fs::absolute(dir, error);
+  while (!fs::exists(existing, error) && existing.has_parent_path() && existing != existing.parent_path())
+    existing = existing.parent_path();
+  if (!fs::is_directory(existing, error)) {
+    throw OutputError(fmt::format("{}: cannot write into it: {} is not a folder", dir, existing.string()));
+  }
+  if (::access(existing.c_str(), W_OK | X_OK) != 0) {
+    throw OutputError(fmt::format("{}: cannot write into it: {}: {}", dir, existing.string(), std::strerror(errno)));
+  }
+  for (const RecipeWriter& writer : recipe_writers()) {
+    const fs::path file = fs::path(dir) / writer.file_name;
+    if (fs::is_directory(file, error))
+      throw OutputError(fmt::format("{}: cannot write it: a folder has that name", file.string()));
+  }
+}
+
 std::vector<EmittedFile> emit_all(const Plan& plan, const std::string& dir, const std::vector<std::string>& formats) {
   // Validate and render everything before touching the disk.
   validate_plan(plan);
@@ -95,6 +118,8 @@ std::vector<EmittedFile> emit_all(const Plan& plan, const std::string& dir, cons
   for (const RecipeWriter* writer : writers)
     rendered.push_back({writer, (std::filesystem::path(dir) / writer->file_name).string(), writer->write(plan)});
 
+  // Nothing is written unless every file can be: no folder left half old, half new.
+  require_emit_folder(dir);
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) throw OutputError(fmt::format("{}: cannot create the output folder: {}", dir, error.message()));

@@ -52,6 +52,13 @@ struct EmittedFile {
   std::vector<std::string> notes;  // the writer's notes for this plan
 };
 
+/// Checks, without creating anything, that emit_all could write into `dir`:
+/// the nearest folder that exists on its path is writable, `dir` is a
+/// folder if it exists, and no file a writer would write there is taken by
+/// a folder. Throws OutputError naming the path otherwise. autotune calls it
+/// before its search, so that --emit cannot fail only after it.
+void require_emit_folder(const std::string& dir);
+
 /// Writes the selected files for `plan` into `dir` (created, with parents,
 /// if missing). Everything is validated and rendered in memory first, so a
 /// bad plan or format throws (ConfigError / InputError) before any folder or

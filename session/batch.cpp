@@ -1,8 +1,15 @@
 #include "session/batch.h"
 
+#include <unistd.h>
+
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 #include <ATen/ATen.h>
+
+#include "common/byte_size.h"
+#include "common/error.h"
 
 namespace oomtune {
 namespace {
@@ -15,6 +22,20 @@ at::ScalarType scalar_type(const std::string& dtype) {
   if (dtype == "int64") return at::kLong;
   if (dtype == "int32") return at::kInt;
   return at::kBool;
+}
+
+// Bytes of a tensor of `shape` (the shape's checks keep the product within int64).
+int64_t bytes_of(const std::vector<int64_t>& shape, at::ScalarType type) {
+  int64_t n = static_cast<int64_t>(c10::elementSize(type));
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Whether a tensor of `shape` fits in the machine's physical memory.
+bool fits_in_memory(const std::vector<int64_t>& shape, at::ScalarType type) {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return true;
+  return static_cast<double>(bytes_of(shape, type)) <= static_cast<double>(pages) * static_cast<double>(page);
 }
 
 }  // namespace
@@ -48,6 +69,12 @@ Batch make_batch(const JobSpec& job, int64_t size, uint64_t seed) {
         dim = job.seq_len.value_or(1);
     const at::ScalarType type = scalar_type(input.dtype);
     at::Tensor tensor;
+    // An input this machine cannot hold is the job's to fix, named here
+    // rather than by libtorch's allocator message.
+    if (!fits_in_memory(shape, type))
+      throw InputError(fmt::format("{}: input '{}' of {} samples needs {}, more than this machine's memory",
+                                   job.spec_path.empty() ? "the job" : job.spec_path, input.name, size,
+                                   format_bytes(bytes_of(shape, type))));
     if (at::isIntegralType(type, /*includeBool=*/true)) {
       const auto low = static_cast<int64_t>(input.low.value_or(0));
       const auto high = static_cast<int64_t>(input.high.value_or(2));

@@ -1,6 +1,10 @@
 #include "session/model_session.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <regex>
@@ -209,6 +213,8 @@ void set_optimizing_executor(bool enabled) { torch::jit::setGraphExecutorOptimiz
 ModelSession::ModelSession(const JobSpec& job) : job_(job), device_(torch_device(job.device)) {
   const std::string& path = job_.model_path;
   if (!std::filesystem::exists(path)) throw ModelError(fmt::format("{}: no such model file", path));
+  if (::access(path.c_str(), R_OK) != 0)
+    throw ModelError(fmt::format("{}: cannot read the model file: {}", path, std::strerror(errno)));
   if (!is_zip_archive(path)) {
     throw_if_not_torchscript(path);
     throw ModelError(fmt::format("{}: not a TorchScript archive; {}", path, how_to_export_torchscript()));

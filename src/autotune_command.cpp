@@ -285,6 +285,7 @@ int run_autotune(const AutotuneFlags& flags) {
   if (!flags.emit_dir.empty() && std::filesystem::exists(flags.emit_dir) &&
       !std::filesystem::is_directory(flags.emit_dir))
     throw InputError(fmt::format("--emit {}: exists and is not a folder", flags.emit_dir));
+  if (!flags.emit_dir.empty()) require_emit_folder(flags.emit_dir);  // now, not after the search
   fmt::print(stderr, "autotune: {} under {} on {}\n", report.job.model_path, format_bytes(*report.job.budget_bytes),
              device_name(report.job.device));
   ChildTrialRunner runner(report.job, flags.snapshots);
@@ -313,10 +314,14 @@ int run_autotune(const AutotuneFlags& flags) {
   // No candidate chosen: "nothing fits" only when none ended its
   // verification for a reason other than memory (a timeout proves nothing).
   const bool unverified = !report.search.chosen && !unverified_candidates(report.search).empty();
+  std::optional<OutputError> emit_failed;  // said after the report, which is not lost with it
   if (report.search.chosen && !flags.emit_dir.empty()) {
-    std::filesystem::create_directories(flags.emit_dir);
-    for (const EmittedFile& file : emit_all(plan_from(report), flags.emit_dir))
-      report.emitted_files.push_back(file.path);
+    try {
+      for (const EmittedFile& file : emit_all(plan_from(report), flags.emit_dir))
+        report.emitted_files.push_back(file.path);
+    } catch (const OutputError& e) {
+      emit_failed = e;
+    }
   } else if (!report.search.chosen && !unverified &&
              report.search.parameter_count + report.search.frozen_parameter_count > 0) {
     // No count where no trial got past loading (search/fit.cpp, Note
@@ -327,6 +332,7 @@ int run_autotune(const AutotuneFlags& flags) {
     fmt::print("{}\n", json_text(autotune_json(report), 2));
   else
     fmt::print("{}", render_autotune_text(report));
+  if (emit_failed) throw *emit_failed;
   if (report.search.chosen) return kExitOk;
   return unverified ? kExitUnverified : kExitNothingFits;
 }
@@ -342,7 +348,9 @@ void add_autotune_command(CLI::App& app, const Command& self, int* exit_code) {
                   "Smallest micro-batch to try (overrides the file)");
   cmd->add_option("--max-micro-batch", flags->overrides.max_micro_batch,
                   "Largest micro-batch to try, e.g. for the data loader's host memory (overrides the file)");
-  cmd->add_option("--max-verifications", flags->max_verifications, "Real runs of the top candidates (default 3)");
+  // A verification is what makes a candidate fit (DESIGN.md): none would report "nothing fits".
+  cmd->add_option("--max-verifications", flags->max_verifications, "Real runs of the top candidates (default 3)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000}));
   cmd->add_option("--emit", flags->emit_dir,
                   "Write plan.toml and DeepSpeed/HF/Lightning/Accelerate configs for the chosen plan into DIR");
   cmd->add_option("--memory-from", flags->memory_from,

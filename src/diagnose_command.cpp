@@ -108,6 +108,7 @@ int run_diagnose(const DiagnoseArgs& args) {
   diagnose::DiagnoseOptions options;
   options.top = args.top;
   options.group_by = args.group_by == "call" ? diagnose::GroupBy::kCall : diagnose::GroupBy::kLayer;
+  if (!args.svg.empty()) require_writable_output("--svg", args.svg, {args.snapshot, args.compare});
   if (!args.compare.empty()) return run_compare(args, options);
   const diagnose::Snapshot snapshot = load(args.snapshot);
   const diagnose::Diagnosis diagnosis = diagnose::diagnose(snapshot, args.snapshot, options);

@@ -1,7 +1,9 @@
 // oomtune: ends "CUDA out of memory" as a trial-and-error exercise.
 // main() only parses the command line, dispatches, and catches errors once.
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
@@ -33,6 +35,11 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "oomtune: internal error: {}\n", e.what());
+    return oomtune::kExitFailure;
+  }
+  // Results that never reached stdout (a full disk, /dev/full) are a failure, not a success.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    fmt::print(stderr, "oomtune: cannot write the results to standard output: {}\n", std::strerror(errno));
     return oomtune::kExitFailure;
   }
   return exit_code;

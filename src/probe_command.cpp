@@ -2,14 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include "common/atomic_file.h"
 #include "common/byte_size.h"
 #include "common/error.h"
 #include "common/json_text.h"
@@ -54,9 +57,21 @@ int run_probe(ProbeFlags flags) {
   if (!flags.plan_path.empty()) {
     // A plan names its job; an explicit JOB argument wins.
     const Plan plan = read_plan_toml(flags.plan_path);
-    if (flags.job_path.empty()) flags.job_path = plan.job_spec_path;
-    if (flags.job_path.empty())
-      throw InputError(fmt::format("{}: the plan names no job_spec; pass the job TOML as well", flags.plan_path));
+    if (flags.job_path.empty()) {
+      if (plan.job_spec_path.empty())
+        throw InputError(fmt::format("{}: the plan names no job_spec; pass the job TOML as well", flags.plan_path));
+      // A relative spec is read from the plan's folder (as a job spec's model
+      // from the spec's), else from the current folder.
+      namespace fs = std::filesystem;
+      const fs::path beside = fs::path(flags.plan_path).parent_path() / plan.job_spec_path;
+      flags.job_path =
+          fs::path(plan.job_spec_path).is_relative() && fs::exists(beside) ? beside.string() : plan.job_spec_path;
+      if (!fs::exists(flags.job_path))
+        throw InputError(
+            fmt::format("{}: [job] spec = \"{}\": no such file, beside the plan or here; pass the job "
+                        "TOML as well",
+                        flags.plan_path, plan.job_spec_path));
+    }
     if (!flags.overrides.global_batch) flags.overrides.global_batch = plan.global_batch;
     from_plan = plan.config;
     plan_trainable = plan.trainable;
@@ -105,8 +120,25 @@ int run_probe(ProbeFlags flags) {
                to_string(job.optimizer.implementation));
     job.optimizer.implementation = plan_implementation;
   }
-  TrainingConfig config =
-      normalize_config(parse_config_overrides(flags.config, have_plan ? from_plan : baseline_config(job)), job);
+  TrainingConfig config;
+  try {
+    config = normalize_config(parse_config_overrides(flags.config, have_plan ? from_plan : baseline_config(job)), job);
+  } catch (const ConfigError& e) {
+    // Say where the configuration came from: the plan, --config, or both.
+    std::string from = have_plan ? flags.plan_path : "";
+    if (!flags.config.empty()) from += (from.empty() ? "" : " with ") + fmt::format("--config {}", flags.config);
+    if (from.empty() || std::string(e.what()).rfind(job.spec_path + ":", 0) == 0) throw;
+    throw ConfigError(fmt::format("{}: {}", from, e.what()));
+  }
+
+  // The fit's micro-batches, checked before any trial runs.
+  for (int64_t b : flags.fit_batches)
+    if (b < 1 || b > job.global_batch)
+      throw InputError(fmt::format("--fit-batches: each micro-batch must be in [1, {}] (the global batch), got {}",
+                                   job.global_batch, b));
+  if (!flags.no_fit && !job.has_seq() && !flags.fit_batches.empty() &&
+      std::set<int64_t>(flags.fit_batches.begin(), flags.fit_batches.end()).size() < 2)
+    throw InputError("--fit-batches: the retained-activation fit needs two or more distinct micro-batches");
 
   // The sequence fit's lengths, checked before any trial runs.
   if (!job.has_seq())
@@ -132,6 +164,8 @@ int run_probe(ProbeFlags flags) {
       lengths.clear();
     }
   }
+  if (!flags.step_events_path.empty())
+    require_writable_output("--step-events", flags.step_events_path, {flags.job_path, flags.plan_path, job.model_path});
   fmt::print(stderr, "probe: {} with {}\n", job.model_path, to_string(config));
   TrialOptions options;
   options.enforce_budget = flags.enforce_budget;

@@ -21,9 +21,9 @@ TrainingConfig baseline_config(const JobSpec& job) {
 TrainingConfig normalize_config(TrainingConfig config, const JobSpec& job) {
   if (config.precision == Precision::kFp16 && job.device != Device::kCuda)
     throw ConfigError(
-        fmt::format("precision fp16 needs device = \"cuda\" (dynamic loss scaling), the job has "
+        fmt::format("{}precision fp16 needs device = \"cuda\" (dynamic loss scaling), the job has "
                     "device = \"{}\"; use bf16 on CPU",
-                    device_name(job.device)));
+                    job.spec_path.empty() ? "" : job.spec_path + ": ", device_name(job.device)));
   if (config.optimizer == OptimizerKind::kAdafactor && config.offload_optimizer)
     throw ConfigError(kAdafactorOffloadProblem);
   if (config.optimizer == OptimizerKind::kSgd && job.optimizer.kind != "sgd")

@@ -626,6 +626,50 @@ TEST(Cli, ProbeRunsAPlanBack) {
   EXPECT_EQ(bad.out, "");
 }
 
+// A plan written by hand names its job relative to its own folder; bad
+// flag values are refused before any trial (the audit of 2026-11-29:
+// --max-verifications 0 reported "nothing fits" for candidates that fit).
+TEST(Cli, FlagsAndPlansAreCheckedBeforeAnyTrial) {
+  OOMTUNE_REQUIRE_FILE(testing::example_model("gpt"));
+  const std::string job = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
+  const std::string folder = ::testing::TempDir() + "relspec_" + std::to_string(::getpid());
+  std::filesystem::create_directories(folder);
+  std::string spec = testing::slurp(job);
+  spec.replace(spec.find("models/gpt.pt"), std::string("models/gpt.pt").size(), testing::example_model("gpt"));
+  std::ofstream(folder + "/job.toml") << spec;
+  std::ofstream(folder + "/plan.toml") << "plan_version = 1\n[job]\nspec = \"job.toml\"\nglobal_batch = 8\n"
+                                          "[config]\nmicro_batch = 8\naccumulation_steps = 1\n";
+  const RunResult beside = run_oomtune("probe --plan " + folder + "/plan.toml --no-fit --json");
+  EXPECT_EQ(beside.exit_code, 0) << beside.err;
+  std::ofstream(folder + "/plan2.toml") << "plan_version = 1\n[job]\nspec = \"nope.toml\"\nglobal_batch = 8\n"
+                                           "[config]\nmicro_batch = 8\naccumulation_steps = 1\n";
+  const RunResult nope = run_oomtune("probe --plan " + folder + "/plan2.toml");
+  EXPECT_EQ(nope.exit_code, 2);
+  EXPECT_EQ(last_line(nope.err), "oomtune: " + folder +
+                                     "/plan2.toml: [job] spec = \"nope.toml\": no such file, beside "
+                                     "the plan or here; pass the job TOML as well");
+  // An input this machine cannot hold is the job's to fix, not libtorch's allocator message.
+  std::string huge = spec;
+  for (std::size_t at = huge.find("\"batch\", 64]"); at != std::string::npos; at = huge.find("\"batch\", 64]"))
+    huge.replace(at, std::string("\"batch\", 64]").size(), "\"batch\", 1000000000000]");
+  std::ofstream(folder + "/huge.toml") << huge;
+  const RunResult too_big = run_oomtune("probe " + folder + "/huge.toml --no-fit");
+  EXPECT_EQ(too_big.exit_code, 2);
+  EXPECT_EQ(
+      last_line(too_big.err).rfind("oomtune: " + folder + "/huge.toml: input 'input_ids' of 32 samples needs ", 0), 0u)
+      << too_big.err;
+  for (const std::string& bad :
+       {std::string("autotune ") + job + " --max-verifications 0",
+        std::string("autotune ") + job + " --max-verifications -1", std::string("probe ") + job + " --fit-batches 0,2",
+        std::string("probe ") + job + " --fit-batches 4"}) {
+    SCOPED_TRACE(bad);
+    const RunResult r = run_oomtune(bad);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err.find("probe: "), std::string::npos) << "no trial ran: " << r.err;
+  }
+}
+
 // A plan fits the budget autotune had, which --budget may have set apart
 // from its job's (examples/gpt.toml: 256 MiB): probing it back holds it to
 // the plan's, and says so; --budget still wins.

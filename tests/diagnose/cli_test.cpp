@@ -111,6 +111,30 @@ TEST(DiagnoseCli, BadFilesExitTwoWithOneLine) {
 
 void write_file(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
+// Outputs that would lose results or replace an input (the audit of
+// 2026-11-29): refused before any work, or said with exit 1.
+TEST(DiagnoseCli, OutputsThatWouldLoseOrReplaceDataAreRefused) {
+  const std::string fixture = testing::synthetic_fixture("leak.pickle");
+  SKIP_IF_MISSING(fixture);
+  const std::string snap = ::testing::TempDir() + "self_" + std::to_string(::getpid()) + ".pickle";
+  write_file(snap, testing::read_all(fixture));
+  const auto self = run_oomtune("diagnose " + snap + " --svg " + snap);
+  EXPECT_EQ(self.exit_code, 2);
+  EXPECT_EQ(self.out, "");
+  EXPECT_EQ(self.err,
+            "oomtune: --svg " + snap + ": is the input " + snap + ", which it would replace; write to another file\n");
+  EXPECT_EQ(testing::read_all(snap), testing::read_all(fixture));
+  std::remove(snap.c_str());
+  const auto nowhere = run_oomtune("diagnose " + fixture + " --svg /nonexistent-dir/x.svg");
+  EXPECT_EQ(nowhere.exit_code, 1);
+  EXPECT_EQ(nowhere.out, "");
+  EXPECT_EQ(nowhere.err.rfind("oomtune: --svg /nonexistent-dir/x.svg: cannot write it: ", 0), 0u) << nowhere.err;
+  // Results that cannot reach stdout are a failure.
+  const auto full = run_oomtune("diagnose " + fixture + " >/dev/full");
+  EXPECT_EQ(full.exit_code, 1);
+  EXPECT_EQ(full.err, "oomtune: cannot write the results to standard output: No space left on device\n");
+}
+
 // Compressed snapshots (gzip, as people share 1 GB dumps) read as the pickle
 // inside: the same report, with the .gz path as the file's name.
 TEST(DiagnoseCli, GzipSnapshotsReadAsThePickleInside) {

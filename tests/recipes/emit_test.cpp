@@ -127,6 +127,29 @@ TEST(EmitAll, OutputFolderThatIsAFileIsAnOutputError) {
   EXPECT_THROW(emit_all(golden("fp32_adamw"), (file / "sub").string()), OutputError);
 }
 
+// A folder where one file goes (found by the audit: the folder ended half
+// old, half new): nothing is written, the old files stay as they were.
+TEST(EmitAll, AFolderInTheWayOfOneFileWritesNothing) {
+  TempDir tmp;
+  const fs::path out = tmp.path() / "out";
+  emit_all(golden("fp32_adamw"), out.string());
+  const std::string old_plan = read_text((out / "plan.toml").string());
+  fs::remove(out / "lightning_trainer.json");
+  fs::create_directories(out / "lightning_trainer.json");
+  try {
+    emit_all(golden("ckpt_bf16_accum"), out.string());
+    FAIL() << "no error";
+  } catch (const OutputError& e) {
+    EXPECT_NE(std::string(e.what()).find("lightning_trainer.json: cannot write it: a folder has that name"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(read_text((out / "plan.toml").string()), old_plan);
+  EXPECT_THROW(require_emit_folder(out.string()), OutputError);
+  EXPECT_NO_THROW(require_emit_folder((tmp.path() / "not" / "yet").string()));
+  EXPECT_FALSE(fs::exists(tmp.path() / "not"));  // the check creates nothing
+}
+
 TEST(RecipeWriters, TableIsConsistent) {
   std::vector<std::string> names, files;
   for (const auto& writer : recipe_writers()) {

@@ -263,8 +263,8 @@ TEST(PlanToml, AJobSpecAndAPlanAreToldApart) {
     FAIL() << "no error";
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "job.toml: is a job spec, not a plan; emit reads the plan.toml that oomtune autotune job.toml --emit "
-              "DIR writes into DIR");
+              "job.toml: is a job spec, not a plan; a plan is the plan.toml that oomtune autotune job.toml --emit "
+              "DIR writes into DIR (emit and probe --plan read it)");
   }
 }
 
