@@ -243,14 +243,19 @@ void read_loss(const TableReader& top, JobSpec& spec) {
   const bool needs_target = kind == "cross_entropy" || kind == "mse";
   if (needs_target) {
     spec.loss.target = loss.string("target");
-    bool found = false;
+    const InputSpec* target = nullptr;
     std::vector<std::string> names;
     for (const auto& input : spec.inputs) {
       names.push_back(input.name);
-      found = found || input.name == spec.loss.target;
+      if (input.name == spec.loss.target) target = &input;
     }
-    if (!found)
+    if (!target)
       loss.fail("target", fmt::format("no input named '{}' ({})", spec.loss.target, suggest(spec.loss.target, names)));
+    // Class indices: a float target would be truncated to them silently (session/loss.cpp).
+    if (kind == "cross_entropy" && target->dtype != "int64" && target->dtype != "int32")
+      loss.fail("target", fmt::format("cross_entropy takes class indices: input '{}' must have dtype int64 or "
+                                      "int32, got {}",
+                                      spec.loss.target, target->dtype));
     if (spec.inputs.size() < 2) loss.fail("target", "the target is an input too: the model needs at least one more");
   } else if (loss.has("target")) {
     loss.fail("target", fmt::format("loss kind '{}' takes no target", kind));

@@ -124,6 +124,11 @@ TEST(JobSpec, EachBadInputGetsItsExactError) {
   EXPECT_EQ(
       error_of(replace(kGood, "target = \"targets\"", "target = \"target\"")),
       "job.toml:20:10: loss.target: no input named 'target' (did you mean 'targets'?; valid: input_ids, targets)");
+  // A float target would be truncated to class indices without a word.
+  EXPECT_EQ(error_of(replace(kGood, "dtype = \"int64\"\nrange = [0, 1000]\n\n[loss]",
+                             "dtype = \"float32\"\nrange = [0, 1000]\n\n[loss]")),
+            "job.toml:20:10: loss.target: cross_entropy takes class indices: input 'targets' must have dtype int64 or "
+            "int32, got float32");
   EXPECT_EQ(error_of(replace(kGood, "kind = \"cross_entropy\"", "kind = \"crossentropy\"")),
             "job.toml:19:8: loss.kind: unknown value 'crossentropy' (did you mean 'cross_entropy'?; valid: "
             "cross_entropy, mse, mean, model_returns_loss)");
