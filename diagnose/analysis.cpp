@@ -291,9 +291,9 @@ std::string defragmenting_evidence(const Diagnosis& d, const OomReport& oom) {
   if (r.smallest_cap_bytes > 0) {
     return fmt::format(
         " Replayed with expandable_segments:True, the request and the {} the {} phase still needed fit only under a "
-        "cap of at least {} (the trace puts the cap between {} and {}).",
+        "cap of at least {} (the trace puts the cap {}).",
         format_bytes(d.need.still_needed_bytes), phase_name(oom.phase), format_bytes(r.smallest_cap_bytes),
-        format_bytes(oom.reserved_bytes), format_bytes(oom.reserved_bytes + oom.segment_bytes));
+        cap_bounds_text(oom));
   }
   return fmt::format(
       " Replayed with expandable_segments:True, {} still fails ({} reserved then): an expandable segment returns only "
@@ -383,11 +383,10 @@ void add_verdicts(Diagnosis& d) {
         VerdictId::kMemoryCap,
         fmt::format("CUDA reported {} free on the device at the out-of-memory, enough for the {} segment the "
                     "allocator needed. PyTorch's caching allocator refused it itself: {} reserved plus that segment "
-                    "would pass the cap set by torch.cuda.set_per_process_memory_fraction, so the cap lies between "
-                    "{} and {}. The verdicts above say why the job needed more.",
+                    "would pass the cap set by torch.cuda.set_per_process_memory_fraction, so the cap lies {}. "
+                    "The verdicts above say why the job needed more.",
                     format_bytes(oom->device_free_bytes), format_bytes(oom->segment_bytes),
-                    format_bytes(oom->reserved_bytes), format_bytes(oom->reserved_bytes),
-                    format_bytes(oom->reserved_bytes + oom->segment_bytes))});
+                    format_bytes(oom->reserved_bytes), cap_bounds_text(*oom))});
   }
   // A leak goes first, unless fragmentation that defragmenting would have solved is.
   const bool leak_first = !leak_verdicts.empty() && (main.empty() || main.front().id != VerdictId::kFragmentation);
@@ -449,6 +448,9 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
 
   // ---- pass 1: the whole trace
   Replay replay(snapshot, device, config, labeler, sites.size());
+  // Where a replay under another allocator setting starts (Note [Allocator settings replayed]).
+  std::vector<std::pair<int64_t, int64_t>> initial_blocks;
+  for (const auto& [addr, b] : replay.live()) initial_blocks.emplace_back(addr, b.size);
   TraceSummary& t = d.trace;
   t.device = device;
   t.events = static_cast<int64_t>(trace.size());
@@ -617,8 +619,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   if (!d.ooms.empty() && d.ooms.back().fragmentation && !d.allocator_settings.expandable_segments) {
     const OomReport& o = d.ooms.back();
     SettingReplayInput in;
-    const Replay start(snapshot, device, config, nullptr, static_cast<int>(sites.size()));
-    for (const auto& [addr, b] : start.live()) in.initial_blocks.emplace_back(addr, b.size);
+    in.initial_blocks = std::move(initial_blocks);
     in.trace = &trace;
     in.oom_index = static_cast<size_t>(o.event_index);
     in.still_needed_bytes = std::max(d.need.still_needed_bytes, o.rounded_bytes);

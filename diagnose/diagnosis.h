@@ -242,6 +242,11 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
 /// Fills diagnosis.recommendations from the rest (recommendations.cpp).
 void recommend(Diagnosis& diagnosis);
 
+/// Where a memory cap that refused `oom` lies, as the trace bounds it:
+/// "between RESERVED and RESERVED + SEGMENT" (alloc_block refuses reserved
+/// plus the segment past the cap). recommendations.cpp.
+std::string cap_bounds_text(const OomReport& oom);
+
 /// max_split_size_mb for a fragmentation oom: just above the 90th
 /// percentile of the large-pool blocks in diagnosis.segment_map, in MiB,
 /// below the failing request, at least 21 (PyTorch refuses 20 and less:

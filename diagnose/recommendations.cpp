@@ -93,6 +93,11 @@ int64_t max_split_mb(const Diagnosis& d, const OomReport& oom) {
   return mb < request_mb ? mb : 0;
 }
 
+std::string cap_bounds_text(const OomReport& oom) {
+  return fmt::format("between {} and {}", format_bytes(oom.reserved_bytes),
+                     format_bytes(oom.reserved_bytes + oom.segment_bytes));
+}
+
 std::string sufficiency_text(const Recommendation& r) {
   const bool combined = r.id == FixId::kCombined;
   switch (r.sufficiency) {
@@ -181,11 +186,9 @@ void judge_by_replay(const Diagnosis& d, const OomReport& oom, const std::string
     rec.estimate = fmt::format(
         "the trace replayed with {}: {} still fails, at {} reserved; the real allocator had {} then{}", setting,
         failure_phrase(r, oom.event_index), format_bytes(r.reserved_bytes), format_bytes(oom.reserved_bytes),
-        r.smallest_cap_bytes > 0
-            ? fmt::format(". It fits under a cap of {} or more (the trace puts the cap between {} and {})",
-                          format_bytes(r.smallest_cap_bytes), format_bytes(oom.reserved_bytes),
-                          format_bytes(oom.reserved_bytes + oom.segment_bytes))
-            : "");
+        r.smallest_cap_bytes > 0 ? fmt::format(". It fits under a cap of {} or more (the trace puts the cap {})",
+                                               format_bytes(r.smallest_cap_bytes), cap_bounds_text(oom))
+                                 : "");
   }
 }
 
