@@ -220,19 +220,30 @@ void add_probe_command(CLI::App& app, const Command& self, int* exit_code) {
   cmd->add_option(
       "--config", flags->config,
       "Configuration to measure, e.g. \"ckpt=all,micro_batch=4,optimizer=adamw8bit,offload=on,precision=bf16\"");
-  cmd->add_option("--fit-batches", flags->fit_batches, "Micro-batch sizes for the retained-activation fit")
-      ->delimiter(',');
-  cmd->add_option("--fit-lengths", flags->fit_lengths,
-                  "Sequence lengths for the sequence fit of a job whose inputs name \"seq\" (default T, T/2, T/4)")
-      ->delimiter(',');
-  cmd->add_option("--predict-lengths", flags->predict_lengths,
-                  "Lengths at which to predict the peak at the configuration's micro-batch (a \"seq\" job)")
-      ->delimiter(',');
-  cmd->add_option("--replay-steps", flags->replay_steps,
-                  "Steps of the caching-allocator replay at lengths drawn from the job's seq distribution (default " +
-                      std::to_string(kDefaultReplaySteps) + ")")
-      ->check(CLI::Range(int64_t{1}, int64_t{100000}));
-  cmd->add_flag("--no-fit", flags->no_fit, "Skip the retained-activation and sequence fits");
+  CLI::Option* fit_batches =
+      cmd->add_option("--fit-batches", flags->fit_batches, "Micro-batch sizes for the retained-activation fit")
+          ->delimiter(',');
+  CLI::Option* fit_lengths =
+      cmd->add_option("--fit-lengths", flags->fit_lengths,
+                      "Sequence lengths for the sequence fit of a job whose inputs name \"seq\" (default T, T/2, T/4)")
+          ->delimiter(',');
+  CLI::Option* predict_lengths =
+      cmd->add_option("--predict-lengths", flags->predict_lengths,
+                      "Lengths at which to predict the peak at the configuration's micro-batch (a \"seq\" job)")
+          ->delimiter(',');
+  CLI::Option* replay_steps =
+      cmd->add_option("--replay-steps", flags->replay_steps,
+                      "Steps of the caching-allocator replay at lengths drawn from the job's seq distribution "
+                      "(default " +
+                          std::to_string(kDefaultReplaySteps) + ")")
+          ->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  // Each of these sets up a fit that --no-fit skips: together they are a
+  // mistake to name, not a choice to make silently.
+  cmd->add_flag("--no-fit", flags->no_fit, "Skip the retained-activation and sequence fits")
+      ->excludes(fit_batches)
+      ->excludes(fit_lengths)
+      ->excludes(predict_lengths)
+      ->excludes(replay_steps);
   cmd->add_flag("--enforce-budget", flags->enforce_budget, "Fail allocations past the budget, as a GPU would");
   cmd->add_flag("--json", flags->json, "Print JSON instead of a table");
   add_snapshot_flags(*cmd, flags->snapshots);

@@ -7,10 +7,12 @@
 namespace oomtune {
 
 void add_snapshot_flags(CLI::App& cmd, SnapshotFlags& flags) {
-  cmd.add_option("--snapshot-dir", flags.dir,
-                 "On a GPU, where a trial that runs out of memory writes the allocator's snapshot for oomtune "
-                 "diagnose (default oomtune-snapshots)");
-  cmd.add_flag("--no-snapshots", flags.none, "Record no allocator history on a GPU and write no snapshot");
+  CLI::Option* dir =
+      cmd.add_option("--snapshot-dir", flags.dir,
+                     "On a GPU, where a trial that runs out of memory writes the allocator's snapshot for oomtune "
+                     "diagnose (default oomtune-snapshots)");
+  cmd.add_flag("--no-snapshots", flags.none, "Record no allocator history on a GPU and write no snapshot")
+      ->excludes(dir);
 }
 
 SnapshotPaths::SnapshotPaths(const SnapshotFlags& flags, const JobSpec& job) {

@@ -668,6 +668,22 @@ TEST(Cli, FlagsAndPlansAreCheckedBeforeAnyTrial) {
     EXPECT_EQ(r.out, "");
     EXPECT_EQ(r.err.find("probe: "), std::string::npos) << "no trial ran: " << r.err;
   }
+  // Flags that contradict each other are named, not settled by the last one.
+  for (const auto& [flags, line] : std::vector<std::pair<std::string, std::string>>{
+           {"--no-fit --fit-batches 2,4", "--fit-batches excludes --no-fit"},
+           {"--fit-lengths 8,16 --no-fit", "--fit-lengths excludes --no-fit"},
+           {"--no-fit --predict-lengths 32", "--predict-lengths excludes --no-fit"},
+           {"--no-fit --replay-steps 5", "--replay-steps excludes --no-fit"},
+           {"--no-snapshots --snapshot-dir snaps", "--snapshot-dir excludes --no-snapshots"}}) {
+    for (const std::string command : {"probe", "autotune"}) {
+      if (command == "autotune" && flags.find("snapshot") == std::string::npos) continue;  // probe's fit flags
+      SCOPED_TRACE(command + " " + flags);
+      const RunResult r = run_oomtune(command + " " + job + " " + flags);
+      EXPECT_EQ(r.exit_code, 2);
+      EXPECT_EQ(r.out, "");
+      EXPECT_EQ(r.err, "oomtune " + command + ": " + line + "; see 'oomtune " + command + " --help'\n");
+    }
+  }
 }
 
 // A plan fits the budget autotune had, which --budget may have set apart
