@@ -21,8 +21,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <future>
 #include <map>
 #include <set>
+#include <system_error>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -36,6 +38,16 @@ namespace oomtune::diagnose {
 namespace {
 
 namespace ar = alloc_rules;
+
+/// fn() on a thread of its own, or on this one at get() when none can start.
+template <typename Fn>
+auto run_beside(Fn fn) -> std::future<decltype(fn())> {
+  try {
+    return std::async(std::launch::async, fn);
+  } catch (const std::system_error&) {
+    return std::async(std::launch::deferred, std::move(fn));
+  }
+}
 
 constexpr int kTimelineBuckets = 800;
 constexpr size_t kMaxLeakSamples = 256;
@@ -629,15 +641,20 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
                                                   : 0;
     in.cap_high_bytes = o.memory_cap ? o.reserved_bytes + o.segment_bytes : in.cap_low_bytes;
     if (in.cap_low_bytes > 0) {
+      // The two replays share nothing but their input: the second runs on
+      // another thread (each is a pass over the whole trace, several while
+      // it bisects for a cap).
       ar::AllocatorConfig expandable = config;
       expandable.expandable_segments = true;
-      d.expandable_replay = replay_with_setting(in, expandable);
       d.max_split_mb = max_split_mb(d, o);
+      std::future<SettingReplay> split_replay;
       if (d.max_split_mb > 0) {
         ar::AllocatorConfig split = config;
         split.max_split_size = d.max_split_mb * kMiB;
-        d.max_split_replay = replay_with_setting(in, split);
+        split_replay = run_beside([&in, split] { return replay_with_setting(in, split); });
       }
+      d.expandable_replay = replay_with_setting(in, expandable);
+      if (split_replay.valid()) d.max_split_replay = split_replay.get();
     }
   }
 

@@ -4,6 +4,7 @@ diagnose benchmark. Not committed: run.sh writes it to a temporary folder.
 
 Usage: make_large_snapshot.py OUT.pickle [EVENTS] [--segments N] [--sites N]
                               [--depth N] [--fresh-stacks] [--vary]
+                              [--fragmented]
        make_large_snapshot.py OUT.pickle [EVENTS] --real
 
 Shape (PyTorch 2.5+ layout, pickle protocol 4, like _dump_snapshot): large
@@ -25,6 +26,11 @@ Options (what makes real long-job snapshots big):
                   list, the free_requested and free_completed another
   --vary          request sizes differ per iteration (16 MiB + 512 B * k,
                   k = (segment + iteration) % 97) instead of per segment
+  --fragmented    end with a 16 MiB tensor kept at the start of every
+                  segment and a 60 MiB request refused with the device
+                  full: an out-of-memory by fragmentation (48 MiB free in
+                  each segment), so diagnose replays the trace under the
+                  allocator settings (Note [Allocator settings replayed])
   --real          = --segments 512 --sites 256 --depth 24 --fresh-stacks
                   --vary: ~109 bytes an event, 10^7 events ~ 1.09 GB
 
@@ -57,6 +63,7 @@ NONE, NEWTRUE, NEWFALSE = b"N", b"\x88", b"\x89"
 BININT1, BININT2, BININT, LONG1, BINFLOAT = b"K", b"M", b"J", b"\x8a", b"G"
 SHORT_BINUNICODE, BINUNICODE, BINUNICODE8 = b"\x8c", b"X", b"\x8d"
 BINGET, LONG_BINGET, POP, POP_MARK = b"h", b"j", b"0", b"1"
+KEPT = 16 * MIB           # --fragmented: the tensor kept in each segment
 FRAME_TARGET = 64 * 1024  # pickle._Framer._FRAME_SIZE_TARGET
 BATCH = 1000              # pickle._Pickler._BATCHSIZE
 
@@ -307,18 +314,29 @@ class Model:
                            "compile_context": cc, "user_metadata": um, "frames": frames}
                     count += 1
             iteration += 1
+        if self.args.fragmented:  # a tensor kept at the start of every segment
+            for i, a in enumerate(self.segs):
+                t += 3
+                yield {"action": "alloc", "addr": a, "size": KEPT, "stream": 0, "time_us": t,
+                       "compile_context": cc, "user_metadata": um, "frames": self.stack(self.stacks[0])}
+                count += 1
         self.count = count
         self.iterations = iteration
-        yield {"action": "oom", "device_free": 1 << 30, "size": 8 << 30, "stream": 0, "time_us": t + 5,
+        oom = {"device_free": 0, "size": 60 * MIB} if self.args.fragmented else {"device_free": 1 << 30,
+                                                                                  "size": 8 << 30}
+        yield {"action": "oom", **oom, "stream": 0, "time_us": t + 5,
                "compile_context": cc, "user_metadata": um, "frames": self.stacks[0]}
         self.count += 1
 
     def segments(self):
-        return [{"device": 0, "address": a, "total_size": 64 * MIB, "allocated_size": 0, "active_size": 0,
-                 "requested_size": 0, "stream": 0, "segment_type": "large", "segment_pool_id": (0, 0),
+        kept = KEPT if self.args.fragmented else 0
+        return [{"device": 0, "address": a, "total_size": 64 * MIB, "allocated_size": kept, "active_size": kept,
+                 "requested_size": kept, "stream": 0, "segment_type": "large", "segment_pool_id": (0, 0),
                  "is_expandable": False, "frames": self.stacks[0],
-                 "blocks": [{"address": a, "size": 64 * MIB, "requested_size": 0, "state": "inactive",
-                             "frames": []}]} for a in self.segs]
+                 "blocks": ([{"address": a, "size": kept, "requested_size": kept, "state": "active_allocated",
+                              "frames": self.stacks[0]}] if kept else [])
+                 + [{"address": a + kept, "size": 64 * MIB - kept, "requested_size": 0, "state": "inactive",
+                     "frames": []}]} for a in self.segs]
 
     @staticmethod
     def settings():
@@ -374,7 +392,8 @@ def opcodes(data):
 
 
 def self_test():
-    cases = [[], ["--fresh-stacks", "--vary", "--depth", "10", "--sites", "3", "--segments", "5"], ["--real"]]
+    cases = [[], ["--fresh-stacks", "--vary", "--depth", "10", "--sites", "3", "--segments", "5"], ["--real"],
+             ["--fragmented", "--segments", "5"]]
     for extra in cases:
         for events in (1, 300, 5000):
             args = parse_args(["-", str(events)] + extra)
@@ -400,6 +419,7 @@ def parse_args(argv):
     ap.add_argument("--fresh-stacks", action="store_true")
     ap.add_argument("--vary", action="store_true")
     ap.add_argument("--real", action="store_true")
+    ap.add_argument("--fragmented", action="store_true")
     ap.add_argument("--self-test", action="store_true")
     args = ap.parse_args(argv)
     if args.real:

@@ -3,11 +3,14 @@
 # torch.cuda._memory_viz on a snapshot with >= 10^6 trace events.
 # Usage: bench/diagnose/run.sh [BUILD_DIR] [EVENTS] [GENERATOR OPTIONS...]
 #   EVENTS defaults to 10^6 (~79 MB); the options go to make_large_snapshot.py
-#   (--real: one frames list per event, deep stacks, 512 segments).
+#   (--real: one frames list per event, deep stacks, 512 segments;
+#   --fragmented: an out-of-memory by fragmentation, so the trace is also
+#   replayed under the allocator settings).
 #   RUNS=N runs each tool N times (default 3; the median wall time is shown).
 #   The 1 GB cases (see bench/README.md), ~6 minutes each:
 #     bench/diagnose/run.sh BUILD_DIR 14000000          # ~1.1 GB
 #     bench/diagnose/run.sh BUILD_DIR 10000000 --real   # ~1.1 GB
+#     bench/diagnose/run.sh BUILD_DIR 10000000 --real --fragmented
 #   They need ~1.1 GB free in TMPDIR and ~6 GB of memory for the Python side.
 # Targets (issue #6): oomtune >= 10x faster; oomtune peak RSS <= 2x the file.
 set -euo pipefail
