@@ -33,9 +33,15 @@ bytes=$(stat -c %s "$snap")
 sync "$snap"                 # no writeback of the fresh file during the timed runs,
 cat "$snap" > /dev/null      # and both tools read it from the page cache
 
-measure() {  # name command... -> "seconds rss_kib"
-  local log="$tmp/$1.time"; shift
-  /usr/bin/time -v "$@" >"$tmp/out" 2>"$log"
+measure() {  # name command... -> "seconds rss_kib"; the output in $tmp/name.out
+  local name="$1"; shift
+  local log="$tmp/$name.time"
+  if ! /usr/bin/time -v "$@" >"$tmp/$name.out" 2>"$log"; then
+    # A run that fails fast would read as a large speed-up.
+    echo "bench/diagnose: the $name run failed: $*" >&2
+    grep -v $'^\t' "$log" | tail -n 5 >&2  # its stderr, not time's report
+    return 1
+  fi
   local wall rss
   wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$log")
   rss=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$log")
@@ -46,14 +52,35 @@ measure() {  # name command... -> "seconds rss_kib"
 
 median() {  # name command... -> median wall seconds and the largest RSS of $runs runs
   local name="$1"; shift
-  local results=()
-  for _ in $(seq "$runs"); do results+=("$(measure "$name" "$@")"); done
+  local results=() result
+  for _ in $(seq "$runs"); do
+    result=$(measure "$name" "$@") || return 1
+    results+=("$result")
+  done
   printf '%s\n' "${results[@]}" | sort -n |
     awk -v m=$(( (runs + 1) / 2 )) 'NR == m {s = $1} {if ($2 > r) r = $2} END {print s, r}'
 }
 
-read -r o_s o_rss < <(median oomtune "$oomtune" diagnose "$snap" --json)
-read -r p_s p_rss < <(median python "$py" "$here/python_baseline.py" "$snap")
+timed=$(median oomtune "$oomtune" diagnose "$snap" --json) || exit 1
+read -r o_s o_rss <<< "$timed"
+timed=$(median python "$py" "$here/python_baseline.py" "$snap") || exit 1
+read -r p_s p_rss <<< "$timed"
+
+# Both read the same snapshot: the peak allocated and the out-of-memory
+# count must agree, or one of them did less work than the other.
+"$py" - "$tmp/oomtune.out" "$tmp/python.out" <<'EOF' || exit 1
+import json
+import sys
+
+ours = json.load(open(sys.argv[1]))
+segments, peak, reserved, ooms = map(int, open(sys.argv[2]).read().split())
+mismatch = [f"{what}: oomtune {a}, Python {b}" for what, a, b in (
+    ("peak allocated bytes", ours["peak"]["allocated_bytes"], peak),
+    ("out-of-memory events", len(ours["ooms"]), ooms)) if a != b]
+if mismatch:
+    sys.exit("bench/diagnose: the two tools disagree: " + "; ".join(mismatch))
+print(f"both tools: peak allocated {peak} bytes, {ooms} out-of-memory event(s)")
+EOF
 
 awk -v b="$bytes" -v ev="$events" -v opts="${gen_options[*]-}" -v n="$runs" -v os="$o_s" -v orss="$o_rss" -v ps="$p_s" -v prss="$p_rss" 'BEGIN {
   mib = 1048576
