@@ -297,7 +297,8 @@ def write_not_torchscript(out: str) -> None:
     torch.save(model, os.path.join(out, "pickled_module.pt"))
     torch.save({"model": model.state_dict(), "step": 3}, os.path.join(out, "checkpoint.pt"))
     torch.save(model.state_dict(), os.path.join(out, "legacy.pt"), _use_new_zipfile_serialization=False)
-    weight = model.head.bias.detach().numpy().tobytes()
+    bias = model.head.bias.detach().tolist()  # not .numpy(): torch may come without numpy
+    weight = struct.pack(f"<{len(bias)}f", *bias)
     header = json.dumps({"head.bias": {"dtype": "F32", "shape": [10], "data_offsets": [0, len(weight)]}}).encode()
     with open(os.path.join(out, "model.safetensors"), "wb") as f:
         f.write(struct.pack("<Q", len(header)) + header + weight)
