@@ -24,8 +24,7 @@ std::string read(const std::filesystem::path& path) {
 }
 
 TEST(AtomicFile, ReplacesContentsAndLeavesNoTemporary) {
-  const auto dir = testing::scratch_path("atomic");
-  std::filesystem::create_directories(dir);
+  const auto dir = testing::scratch_dir("atomic");
   const auto path = dir / "out.json";
   write_file_atomically(path.string(), "first");
   write_file_atomically(path.string(), "second");
@@ -44,8 +43,7 @@ TEST(AtomicFile, FailureNamesThePathAndKeepsNothing) {
 
 // A symbolic link stays a link: the file it points to gets the contents.
 TEST(AtomicFile, FollowsASymbolicLink) {
-  const auto dir = testing::scratch_path("atomic_link");
-  std::filesystem::create_directories(dir);
+  const auto dir = testing::scratch_dir("atomic_link");
   const auto target = dir / "target.svg";
   const auto link = dir / "link.svg";
   write_file_atomically(target.string(), "old");
@@ -58,8 +56,7 @@ TEST(AtomicFile, FollowsASymbolicLink) {
 // A FIFO (like a device or /dev/stdout) is written in place, not replaced
 // by a regular file.
 TEST(AtomicFile, WritesAFifoInPlace) {
-  const auto dir = testing::scratch_path("atomic_fifo");
-  std::filesystem::create_directories(dir);
+  const auto dir = testing::scratch_dir("atomic_fifo");
   const auto fifo = dir / "pipe";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   std::string received;
@@ -74,8 +71,7 @@ TEST(AtomicFile, WritesAFifoInPlace) {
 
 // Something planted under the temporary's name is never written through.
 TEST(AtomicFile, ATemporaryThatExistsIsNotWrittenThrough) {
-  const auto dir = testing::scratch_path("atomic_planted");
-  std::filesystem::create_directories(dir);
+  const auto dir = testing::scratch_dir("atomic_planted");
   const auto path = dir / "out.json";
   const auto victim = dir / "victim";
   write_file_atomically(victim.string(), "keep");

@@ -31,4 +31,11 @@ inline std::filesystem::path scratch_path(const std::string& name) {
   return folder.path / name;
 }
 
+/// scratch_path(name), made as a folder.
+inline std::filesystem::path scratch_dir(const std::string& name) {
+  const std::filesystem::path dir = scratch_path(name);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
 }  // namespace oomtune::testing
