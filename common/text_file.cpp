@@ -28,6 +28,10 @@ std::string read_text_file(const std::string& path, const std::string& what, con
   if (!file) throw InputError(fmt::format("{}: cannot open the {}: {}", path, what, std::strerror(errno)));
   // In chunks, judged from the first: a binary file (or an endless device
   // such as /dev/zero) is refused before it is read whole.
+  const auto refuse_binary = [&](const std::string& kind) {
+    throw InputError(fmt::format("{}: is {}, not a {}{}{}", path, kind.empty() ? "a binary file" : kind, what,
+                                 if_binary.empty() ? "" : "; ", if_binary));
+  };
   std::string text;
   char chunk[1 << 16];
   bool judged = false;
@@ -35,19 +39,14 @@ std::string read_text_file(const std::string& path, const std::string& what, con
     text.append(chunk, static_cast<std::size_t>(file.gcount()));
     if (!judged) {
       judged = true;
-      if (const std::string kind = binary_format(text); !kind.empty() || text.find('\0') != std::string::npos) {
-        throw InputError(fmt::format("{}: is {}, not a {}{}{}", path, kind.empty() ? "a binary file" : kind, what,
-                                     if_binary.empty() ? "" : "; ", if_binary));
-      }
+      if (const std::string kind = binary_format(text); !kind.empty() || text.find('\0') != std::string::npos)
+        refuse_binary(kind);
     }
     if (text.size() > kMaxTextFileBytes)
       throw InputError(fmt::format("{}: is more than {} MiB, too large for a {}", path, kMaxTextFileBytes >> 20, what));
   }
   if (file.bad()) throw InputError(fmt::format("{}: cannot read the {}: {}", path, what, std::strerror(errno)));
-  if (text.find('\0') != std::string::npos) {
-    throw InputError(
-        fmt::format("{}: is a binary file, not a {}{}{}", path, what, if_binary.empty() ? "" : "; ", if_binary));
-  }
+  if (text.find('\0') != std::string::npos) refuse_binary("");
   return text;
 }
 
