@@ -4,6 +4,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 
 namespace oomtune {
@@ -37,6 +38,10 @@ void on_trace(const TraceEntry& entry) {
 }  // namespace
 
 CudaTraceFeed::CudaTraceFeed(MemoryTracker& tracker, int device) {
+  // The allocator attaches a tracker to each device allocator it has made,
+  // and makes them when CUDA is initialised (lazily in PyTorch 2.x): before
+  // that the tracker would be dropped, silently (seen on an H200, 2026-11-29).
+  at::globalContext().lazyInitDevice(at::kCUDA);
   std::call_once(g_attached, [] { c10::cuda::CUDACachingAllocator::attachAllocatorTraceTracker(&on_trace); });
   MemoryTracker* none = nullptr;
   if (!g_tracker.compare_exchange_strong(none, &tracker))

@@ -26,6 +26,8 @@ namespace oomtune {
 /// `device` reaches `tracker` (device_alloc, device_free), and an
 /// out-of-memory entry records the device's free bytes (oom_free_bytes).
 /// One at a time per process: a second throws std::logic_error.
+/// Initialises CUDA first (at::Context::lazyInitDevice); throws c10::Error
+/// from CUDA when it cannot.
 class CudaTraceFeed {
  public:
   CudaTraceFeed(MemoryTracker& tracker, int device);

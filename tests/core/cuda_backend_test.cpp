@@ -4,6 +4,7 @@
 // answers here.
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
@@ -38,8 +39,8 @@ TEST(CudaBackend, ThePhaseMeterReadsTheAllocatorsCounters) {
   at::Tensor kept = cuda_floats(4 * kMiB);
   { const at::Tensor temporary = cuda_floats(4 * kMiB); }
   meter.begin_phase(Phase::kBackward);
-  kept = at::Tensor();
   const at::Tensor gradient = cuda_floats(8 * kMiB);
+  kept = at::Tensor();
   meter.end_phase();
   const PhaseMemory forward = meter.phase(Phase::kForward);
   EXPECT_EQ(forward.start_bytes, base);
@@ -59,6 +60,7 @@ TEST(CudaBackend, ThePhaseMeterReadsTheAllocatorsCounters) {
 TEST(CudaBackend, TheFractionCapsTheAllocatorAtTheBudget) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   namespace allocator = c10::cuda::CUDACachingAllocator;
+  at::globalContext().lazyInitDevice(at::kCUDA);  // setMemoryFraction refuses a device not yet initialised
   allocator::emptyCache();
   const int64_t total = static_cast<int64_t>(allocator::get()->getMemoryInfo(0).second);
   const int64_t budget = 256 * kMiB;
@@ -107,6 +109,7 @@ TEST(CudaTrial, TheExampleGptTrainsOnTheGpuWithTheAllocatorsFigures) {
   OOMTUNE_REQUIRE_FILE(job.model_path);
   TrialOptions options = testing::quick_trial();
   options.enforce_budget = false;
+  options.record_events = true;  // the predicted reserved bytes replay them
   const ProbeReport cpu = run_trial(job, baseline_config(job), options);
   ASSERT_EQ(cpu.outcome, TrialOutcome::kOk) << cpu.message;
   job.device = Device::kCuda;
