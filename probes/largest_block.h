@@ -6,6 +6,11 @@
 // the process's cap keep from being one block). Reported beside the step's
 // largest request: a request below free bytes but above this block is what
 // fragmentation or the cap refused.
+//
+// The bisection never asks for more than the job's usable budget: a try of
+// the device's whole free memory, even for a moment, made every other
+// process on the GPU run out of memory (six trials beside each other on an
+// H200, 2026-11-29: "Process 1562 has 138.40 GiB memory in use").
 
 #include <cstdint>
 #include <functional>
@@ -18,6 +23,8 @@ struct AllocatableRecord {
   int64_t device_free_bytes = 0;    // SUM: cudaMemGetInfo free, before the bisection
   int64_t device_total_bytes = 0;   // SUM: cudaMemGetInfo total
   int64_t attempts = 0;             // COUNT: allocations tried
+  int64_t bound_bytes = 0;          // the bisection's upper bound (the usable budget, or the cap): a block
+                                    // this large means "at least this"; 0 when unknown (older JSON)
 };
 
 /// The largest multiple of `granularity` in [0, upper_bytes] for which

@@ -254,7 +254,8 @@ nlohmann::json to_json(const ProbeReport& r) {
     j["allocatable"] = {{"largest_block_bytes", r.allocatable->largest_block_bytes},
                         {"device_free_bytes", r.allocatable->device_free_bytes},
                         {"device_total_bytes", r.allocatable->device_total_bytes},
-                        {"attempts", r.allocatable->attempts}};
+                        {"attempts", r.allocatable->attempts},
+                        {"bound_bytes", r.allocatable->bound_bytes}};
   }
   if (r.attention) j["attention"] = to_json(*r.attention);
   if (r.dropout) j["dropout"] = to_json(*r.dropout);
@@ -382,7 +383,8 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
       const auto& a = j.at("allocatable");
       r.allocatable =
           AllocatableRecord{a.at("largest_block_bytes").get<int64_t>(), a.at("device_free_bytes").get<int64_t>(),
-                            a.at("device_total_bytes").get<int64_t>(), a.at("attempts").get<int64_t>()};
+                            a.at("device_total_bytes").get<int64_t>(), a.at("attempts").get<int64_t>(),
+                            a.value("bound_bytes", int64_t{0})};
     }
     if (j.contains("attention")) r.attention = attention_record_from_json(j.at("attention"));
     if (j.contains("dropout")) r.dropout = dropout_record_from_json(j.at("dropout"));

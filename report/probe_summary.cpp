@@ -93,11 +93,14 @@ std::string render_probe_text(const ProbeSummary& s) {
                      percent_diff(m.frozen_parameter_bytes, s.analytic.frozen_parameter_bytes)));
   line(fmt::format("{:<22} {:>12} {:>12} {:>10}", "gradients", format_bytes(m.gradient_bytes),
                    format_bytes(s.analytic.gradient_bytes), percent_diff(m.gradient_bytes, s.analytic.gradient_bytes)));
-  const int64_t state = m.optimizer_state_bytes + m.optimizer_host_bytes;
+  // Offloaded: the state is on the host, the device holds (almost) none of
+  // it. Otherwise the few host bytes a step leaves (a CPU scalar, on a GPU)
+  // are no optimizer state, and the device's bytes are compared alone.
+  const bool offloaded = m.optimizer_host_bytes > m.optimizer_state_bytes;
   line(fmt::format("{:<22} {:>12} {:>12} {:>10}", "optimizer state", format_bytes(m.optimizer_state_bytes),
                    format_bytes(s.analytic.optimizer_state_bytes),
-                   m.optimizer_host_bytes > 0 ? "on host" : percent_diff(state, s.analytic.optimizer_state_bytes)));
-  if (m.optimizer_host_bytes > 0)
+                   offloaded ? "on host" : percent_diff(m.optimizer_state_bytes, s.analytic.optimizer_state_bytes)));
+  if (offloaded)
     line(fmt::format("{:<22} {:>12}  (master weights, gradients and state)", "optimizer (host)",
                      format_bytes(m.optimizer_host_bytes)));
   line(fmt::format("{:<22} {:>12}", "buffers", format_bytes(m.buffer_bytes)));
@@ -164,11 +167,14 @@ std::string render_probe_text(const ProbeSummary& s) {
   }
   if (r.allocatable) {
     const AllocatableRecord& a = *r.allocatable;
-    line(
-        fmt::format("largest block        {} allocatable after the step (bisection, {} tries); device free {} of {}; "
-                    "the step's largest request {}",
-                    format_bytes(a.largest_block_bytes), a.attempts, format_bytes(a.device_free_bytes),
-                    format_bytes(a.device_total_bytes), format_bytes(r.largest.bytes)));
+    // At the bound the bisection stopped, not the allocator (largest_block.h).
+    const bool at_bound = a.bound_bytes > 0 && a.bound_bytes - a.largest_block_bytes < 2 * kMiB;
+    line(fmt::format(
+        "largest block        {}{} allocatable after the step (bisection{}, {} {}); device free {} of "
+        "{}; the step's largest request {}",
+        at_bound ? "at least " : "", format_bytes(a.largest_block_bytes), at_bound ? " up to the usable budget" : "",
+        a.attempts, a.attempts == 1 ? "try" : "tries", format_bytes(a.device_free_bytes),
+        format_bytes(a.device_total_bytes), format_bytes(r.largest.bytes)));
   }
   if (!r.timing.measured)
     line(

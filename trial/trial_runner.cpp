@@ -621,7 +621,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     report.kernel_scratch = tracker.kernel_scratch();
   }
   // Allocates and frees on the GPU: after every record above is read.
-  if (device) report.allocatable = device->allocatable();
+  if (device) report.allocatable = device->allocatable(job.usable_budget_bytes());
   return report;
 }
 

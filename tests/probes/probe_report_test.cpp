@@ -132,13 +132,14 @@ TEST(ProbeReportJson, TheCudaBudgetVerdictRoundTripsAndSaysWhatTheCapDoes) {
 
 TEST(ProbeReportJson, TheLargestAllocatableBlockRoundTrips) {
   ProbeReport r;
-  r.allocatable = AllocatableRecord{37748736, 81604378624, 85045608448, 15};
+  r.allocatable = AllocatableRecord{37748736, 81604378624, 85045608448, 15, 254803968};
   const ProbeReport back = probe_report_from_json(to_json(r));
   ASSERT_TRUE(back.allocatable.has_value());
   EXPECT_EQ(back.allocatable->largest_block_bytes, 37748736);
   EXPECT_EQ(back.allocatable->device_free_bytes, 81604378624);
   EXPECT_EQ(back.allocatable->device_total_bytes, 85045608448);
   EXPECT_EQ(back.allocatable->attempts, 15);
+  EXPECT_EQ(back.allocatable->bound_bytes, 254803968);
 }
 
 // A GPU trial that ran out of memory names the snapshot it wrote wherever

@@ -65,7 +65,7 @@ TEST(ProbeSummaryLines, MeasuredReservedAndLargestBlockLines) {
   s.report.reserved->peak_reserved_bytes = 66 * kMiB;
   s.report.reserved->segment_allocations = 4;
   s.report.measured_reserved = MeasuredReserved{60 * kMiB, 50 * kMiB, 3, 1, 0};
-  s.report.allocatable = AllocatableRecord{36 * kMiB, 40 * kMiB, 80 * 1024 * kMiB, 15};
+  s.report.allocatable = AllocatableRecord{36 * kMiB, 40 * kMiB, 80 * 1024 * kMiB, 15, 243 * kMiB};
   s.report.largest.bytes = 12 * kMiB;
   const std::string text = render_probe_text(s);
   EXPECT_EQ(line_starting(text, "measured reserved"),
@@ -74,8 +74,35 @@ TEST(ProbeSummaryLines, MeasuredReservedAndLargestBlockLines) {
   EXPECT_EQ(line_starting(text, "largest block"),
             "largest block        36.00 MiB allocatable after the step (bisection, 15 tries); device free 40.00 MiB "
             "of 80.00 GiB; the step's largest request 12.00 MiB");
+  // The bisection reached its bound, the usable budget: the allocator
+  // might have given more, so the line says "at least".
+  s.report.allocatable = AllocatableRecord{242 * kMiB, 40 * 1024 * kMiB, 80 * 1024 * kMiB, 1, 243 * kMiB};
+  EXPECT_EQ(line_starting(render_probe_text(s), "largest block"),
+            "largest block        at least 242.00 MiB allocatable after the step (bisection up to the usable budget, "
+            "1 try); device free 40.00 GiB of 80.00 GiB; the step's largest request 12.00 MiB");
   EXPECT_EQ(render_probe_text(summary()).find("\nmeasured reserved"), std::string::npos);
   EXPECT_EQ(render_probe_text(summary()).find("\nlargest block"), std::string::npos);
+}
+
+// The optimizer state's row: offloaded, the state is on the host; on a
+// GPU without offload a step leaves a 4-byte CPU scalar on the host (seen
+// on an H200, 2026-11-29), which is no optimizer state and must not turn
+// the row into "on host".
+TEST(ProbeSummaryLines, OptimizerStateIsOnTheHostOnlyWhenOffloaded) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  ProbeSummary s = summary();
+  s.analytic.optimizer_state_bytes = 8 * kMiB;
+  s.report.static_memory.optimizer_state_bytes = 8 * kMiB;
+  s.report.static_memory.optimizer_host_bytes = 4;
+  std::string text = render_probe_text(s);
+  EXPECT_EQ(line_starting(text, "optimizer state"), "optimizer state            8.00 MiB     8.00 MiB      exact");
+  EXPECT_EQ(line_starting(text, "optimizer (host)"), "");
+  s.report.static_memory.optimizer_state_bytes = 0;
+  s.report.static_memory.optimizer_host_bytes = 16 * kMiB;
+  text = render_probe_text(s);
+  EXPECT_EQ(line_starting(text, "optimizer state"), "optimizer state                 0 B     8.00 MiB    on host");
+  EXPECT_EQ(line_starting(text, "optimizer (host)"),
+            "optimizer (host)          16.00 MiB  (master weights, gradients and state)");
 }
 
 TEST(ProbeSummaryLines, NoAttentionNoLines) {
