@@ -89,15 +89,17 @@ std::vector<DeviceConstant> find_cpu_device_constants(const torch::jit::Module& 
   return found;
 }
 
-std::string device_constant_warning(const std::string& model_path, const std::vector<DeviceConstant>& found) {
+std::string device_constant_note(const std::string& model_path, const std::vector<DeviceConstant>& found,
+                                 c10::Device device) {
   if (found.empty()) return "";
+  const std::string where = device.str();
   std::string out = fmt::format(
-      "warning: {}: {} node(s) create tensors on a constant CPU device and will fail on CUDA with \"Expected all "
-      "tensors to be on the same device\". Fix: torch.jit.script the model instead of tracing it, or trace it on "
-      "the target device.\n",
-      model_path, found.size());
+      "note: {}: traced on the CPU: {} node(s) create tensors on a constant CPU device; oomtune makes them on {}, "
+      "as the eager model (device=x.device) would. A forward that moves a tensor to the CPU on purpose would now "
+      "keep it on {}: torch.jit.script the model, or trace it on the GPU, to keep that.\n",
+      model_path, found.size(), where, where);
   for (const DeviceConstant& d : found)
-    out += fmt::format("warning:   {} in {}{}\n", d.op, d.method, d.source.empty() ? "" : " at " + d.source);
+    out += fmt::format("note:   {} in {}{}\n", d.op, d.method, d.source.empty() ? "" : " at " + d.source);
   return out;
 }
 

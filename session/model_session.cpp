@@ -68,17 +68,26 @@ std::string error_text(const std::exception& e) {
   return e.what();
 }
 
+namespace {
+// The words that begin an out-of-memory message: oomtune's budget, the
+// caching allocator's, the CUDA runtime's and cuBLAS's.
+constexpr const char* kOutOfMemoryMarkers[] = {kBudgetMessage, "CUDA out of memory", "CUDA error: out of memory",
+                                               "CUBLAS_STATUS_ALLOC_FAILED"};
+}  // namespace
+
 bool is_out_of_memory(const std::exception& e) {
   if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) return true;
   // The TorchScript interpreter rethrows errors from inside a graph as
   // std::runtime_error carrying the original message.
   const std::string text = e.what();
-  return text.find(kBudgetMessage) != std::string::npos || text.find("CUDA out of memory") != std::string::npos;
+  for (const char* marker : kOutOfMemoryMarkers)
+    if (text.find(marker) != std::string::npos) return true;
+  return false;
 }
 
 std::string out_of_memory_message(const std::exception& e) {
   const std::string text = error_text(e);
-  for (const char* marker : {kBudgetMessage, "CUDA out of memory"}) {
+  for (const char* marker : kOutOfMemoryMarkers) {
     const auto at = text.find(marker);
     if (at != std::string::npos) return one_line(text.substr(at));
   }
@@ -253,8 +262,11 @@ ModelSession::ModelSession(const JobSpec& job) : job_(job), device_(torch_device
   bind_forward_arguments();
   freeze_parameters();
   if (device_.is_cuda()) {
-    const std::string warning = device_constant_warning(path, find_cpu_device_constants(module_));
-    if (!warning.empty()) fmt::print(stderr, "{}", warning);
+    // A file traced on the CPU: its constant devices go where the eager
+    // model's `device=x.device` would put them, and the user is told.
+    const std::vector<DeviceConstant> found = find_cpu_device_constants(module_);
+    retarget_cpu_device_constants(module_, device_);
+    fmt::print(stderr, "{}", device_constant_note(path, found, device_));
   }
 }
 

@@ -93,8 +93,12 @@ void set_optimizing_executor(bool enabled);
 /// The words every budget out-of-memory message begins with (probes/memory_tracker.cpp).
 constexpr const char* kBudgetMessage = "oomtune budget: tried to allocate";
 
-/// True when `e` is an out-of-memory error: c10::OutOfMemoryError, or an
-/// error the TorchScript interpreter rethrew with such a message.
+/// True when `e` is an out-of-memory error: c10::OutOfMemoryError, an
+/// error the TorchScript interpreter rethrew with such a message, or the
+/// device itself out of memory outside the caching allocator: a CUDA
+/// runtime call ("CUDA error: out of memory") or cuBLAS creating a handle
+/// ("CUBLAS_STATUS_ALLOC_FAILED"), both seen on an H200 shared by several
+/// processes (2026-11-29).
 bool is_out_of_memory(const std::exception& e);
 
 /// The line of an out-of-memory error that says what was asked for

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "probes/linear_fit.h"
+#include "session/model_session.h"
 #include "strategies/training_step.h"
 #include "support/require_file.h"
 #include "test_jobs.h"
@@ -390,6 +391,21 @@ TEST(Trial, ALaterStepPeaksLikeTheMeasuredStep) {
   const ProbeReport carried = probe_report_from_json(to_json(r));
   EXPECT_EQ(carried.timing.optimizer_seconds, r.timing.optimizer_seconds);
   EXPECT_EQ(carried.timing.steady_optimizer_seconds, r.timing.steady_optimizer_seconds);
+}
+
+// The device out of memory outside the caching allocator is out of memory
+// too (the messages as an H200 shared by six processes gave them,
+// 2026-11-29); its line is the one that says so, not the interpreter's.
+TEST(Trial, TheDevicesOwnOutOfMemoryErrorsAreOutOfMemory) {
+  const std::runtime_error runtime(
+      "The following operation failed in the TorchScript interpreter.\nRuntimeError: CUDA error: out of memory\n"
+      "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.");
+  EXPECT_TRUE(is_out_of_memory(runtime));
+  EXPECT_EQ(out_of_memory_message(runtime), "CUDA error: out of memory");
+  const std::runtime_error cublas("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`");
+  EXPECT_TRUE(is_out_of_memory(cublas));
+  EXPECT_EQ(out_of_memory_message(cublas), "CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`");
+  EXPECT_FALSE(is_out_of_memory(std::runtime_error("CUDA error: an illegal memory access was encountered")));
 }
 
 TEST(Trial, ABudgetTooSmallIsAnOutOfMemoryOutcome) {
