@@ -74,8 +74,8 @@ at::Tensor AdamW8bit::step(LossClosure closure) {
       if (found == state_.end()) {
         auto state = std::make_unique<AdamW8bitParamState>();
         if (p.numel() >= kMin8bitSize) {
-          if (p.scalar_type() != at::kFloat || !(p.device().is_cpu() || p.is_meta())) {
-            throw ConfigError("AdamW8bit: 8-bit states need a float32 CPU or meta parameter, got a " + describe(p));
+          if (p.scalar_type() != at::kFloat) {
+            throw ConfigError("AdamW8bit: 8-bit states need a float32 parameter, got a " + describe(p));
           }
           const int64_t blocks = num_blocks(p.numel());
           auto init = [&](QuantizedTensor& q, bool is_signed) {
@@ -133,14 +133,19 @@ void AdamW8bit::step_8bit(at::Tensor& p, const at::Tensor& grad, AdamW8bitParamS
   if (!p.is_contiguous()) {
     throw ConfigError("AdamW8bit: 8-bit states need a contiguous parameter");
   }
-  if (grad.scalar_type() != at::kFloat || !(grad.device().is_cpu() || grad.is_meta())) {
-    throw ConfigError("AdamW8bit: 8-bit states need a float32 CPU or meta gradient, got a " + describe(grad));
+  if (grad.scalar_type() != at::kFloat || grad.device() != p.device()) {
+    throw ConfigError("AdamW8bit: 8-bit states need a float32 gradient on the parameter's device, got a " +
+                      describe(grad));
   }
   state.step(state.step() + 1);
   // On meta, what the update allocates (a contiguous copy of a strided
   // gradient) without the arithmetic, which reads data meta tensors lack.
   if (p.is_meta()) {
     const at::Tensor contiguous = grad.contiguous();
+    return;
+  }
+  if (!p.device().is_cpu()) {
+    adamw8bit_update_by_tensor_ops(p, grad, state, options);
     return;
   }
   const double beta1_d = std::get<0>(options.betas());
@@ -203,6 +208,67 @@ void AdamW8bit::step_8bit(at::Tensor& p, const at::Tensor& grad, AdamW8bitParamS
       }
     }
   });
+}
+
+void adamw8bit_update_by_tensor_ops(at::Tensor& p, const at::Tensor& grad, AdamW8bitParamState& state,
+                                    const AdamW8bitOptions& options) {
+  if (!state.is_8bit() || p.scalar_type() != at::kFloat || !p.is_contiguous() || grad.scalar_type() != at::kFloat ||
+      grad.numel() != p.numel()) {
+    throw ConfigError(
+        "AdamW8bit: the update by tensor operations needs 8-bit state, a contiguous float32 "
+        "parameter and its float32 gradient, got a " +
+        describe(p));
+  }
+  const double beta1 = std::get<0>(options.betas());
+  const double beta2 = std::get<1>(options.betas());
+  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(state.step()));
+  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(state.step()));
+  const double step_size = options.lr() / bias_correction1;
+  const double inv_sqrt_bc2 = 1 / std::sqrt(bias_correction2);
+  // The maps and their midpoints on p's device, once per call (512 floats each).
+  const auto floats = p.options().dtype(at::kFloat);
+  auto on_device = [&](const std::array<float, kMapSize>& values, int64_t count) {
+    return at::from_blob(const_cast<float*>(values.data()), {count}, at::kFloat).to(floats.device());
+  };
+  const QuantizationMap& map1 = QuantizationMap::dynamic(/*is_signed=*/true);
+  const QuantizationMap& map2 = QuantizationMap::dynamic(/*is_signed=*/false);
+  const at::Tensor values1 = on_device(map1.values(), kMapSize), values2 = on_device(map2.values(), kMapSize);
+  const at::Tensor mid1 = on_device(map1.midpoints(), kMapSize - 1), mid2 = on_device(map2.midpoints(), kMapSize - 1);
+
+  const at::Tensor param = p.view({-1});
+  const at::Tensor g_all = grad.contiguous().view({-1});
+  const at::Tensor codes1 = state.exp_avg_q().codes.view({-1}), codes2 = state.exp_avg_sq_q().codes.view({-1});
+  const at::Tensor& absmax1 = state.exp_avg_q().absmax;
+  const at::Tensor& absmax2 = state.exp_avg_sq_q().absmax;
+  const int64_t numel = p.numel();
+  for (int64_t lo = 0; lo < numel; lo += kAdamW8bitChunk) {
+    const int64_t n = std::min(kAdamW8bitChunk, numel - lo);
+    const int64_t first_block = lo / kBlockSize, blocks = num_blocks(n);
+    const int64_t padded = blocks * kBlockSize;
+    // Per element: its block's scale (the last block may be short).
+    auto per_element = [&](const at::Tensor& per_block) {
+      return per_block.repeat_interleave(kBlockSize).narrow(0, 0, n);
+    };
+    auto by_block = [&](const at::Tensor& x) {
+      return (n == padded ? x : at::constant_pad_nd(x, {0, padded - n}, 0)).view({blocks, kBlockSize});
+    };
+    const at::Tensor g = g_all.narrow(0, lo, n);
+    at::Tensor c1 = codes1.narrow(0, lo, n), c2 = codes2.narrow(0, lo, n);
+    at::Tensor a1 = absmax1.narrow(0, first_block, blocks), a2 = absmax2.narrow(0, first_block, blocks);
+    at::Tensor m = values1.index_select(0, c1.to(at::kLong)).mul_(per_element(a1));
+    m.mul_(beta1).add_(g, 1 - beta1);
+    at::Tensor v = values2.index_select(0, c2.to(at::kLong)).mul_(per_element(a2));
+    v.mul_(beta2).addcmul_(g, g, 1 - beta2);
+    at::Tensor w = param.narrow(0, lo, n);
+    if (options.weight_decay() != 0) w.mul_(1 - options.lr() * options.weight_decay());
+    w.addcdiv_(m, v.sqrt().mul_(inv_sqrt_bc2).add_(options.eps()), -step_size);
+    a1.copy_(std::get<0>(by_block(m).abs().max(1)));
+    a2.copy_(std::get<0>(by_block(v).max(1)));
+    // x / absmax as the loop does: times the reciprocal, 0 for a zero block.
+    auto inverse = [](const at::Tensor& amax) { return at::where(amax > 0, amax.reciprocal(), at::zeros_like(amax)); };
+    c1.copy_(at::searchsorted(mid1, m.mul_(per_element(inverse(a1))), /*out_int32=*/false, /*right=*/true));
+    c2.copy_(at::searchsorted(mid2, v.mul_(per_element(inverse(a2))), /*out_int32=*/false, /*right=*/true));
+  }
 }
 
 int64_t AdamW8bit::state_bytes() const {

@@ -9,9 +9,9 @@
 // - Costs: quantization error in the moments (the parameter update itself is
 //   computed in fp32 from the dequantized moments), and the step does extra
 //   work per element (dequantize, two nearest-code searches).
-// - Cannot apply: non-CPU or non-float32 parameters of >= kMin8bitSize
-//   elements (ConfigError at step(); this implementation is a CPU loop);
-//   amsgrad (not offered); sparse gradients (ConfigError).
+// - Cannot apply: non-float32 parameters of >= kMin8bitSize elements
+//   (ConfigError at step()); amsgrad (not offered); sparse gradients
+//   (ConfigError).
 //   Tensors below kMin8bitSize elements keep fp32 moments and are updated
 //   exactly like torch::optim::AdamW.
 //
@@ -27,6 +27,19 @@
 //   (as bitsandbytes' blockwise 8-bit kernels do).
 // Limitations: state save/load is not implemented (the base class's
 //   serialization does not know these states).
+//
+// Note [AdamW8bit on a GPU]
+// Rationale: the decision tree's 8-bit node must run where users train; the
+//   fused update is a CPU loop, and this project has no CUDA kernels of its
+//   own.
+// Approach: on a device other than the CPU and meta, the same update with
+//   ATen operations, kAdamW8bitChunk elements (whole blocks) at a time:
+//   dequantize by index_select into the map, update in float32, absmax per
+//   block by amax, requantize by searchsorted over the map's midpoints
+//   (right=True: the number of midpoints <= x, as QuantizationMap::encode).
+// Limitations: the chunk's float32 and index temporaries, about 40 bytes an
+//   element (10 MiB), are live during the update, which bitsandbytes' fused
+//   CUDA kernel does not allocate; about 25 kernel launches a chunk.
 
 #include <cstdint>
 #include <memory>
@@ -38,6 +51,10 @@
 #include "strategies/blockwise_quantization.h"
 
 namespace oomtune {
+
+/// Elements the update on a GPU works on at once (a multiple of
+/// kBlockSize: 128 blocks). See Note [AdamW8bit on a GPU].
+constexpr int64_t kAdamW8bitChunk = 128 * 2048;
 
 /// Tensors with fewer elements keep fp32 moments. Source: bitsandbytes
 /// Optimizer8bit's min_8bit_size=4096 (bitsandbytes/optim/optimizer.py).
@@ -95,7 +112,7 @@ class AdamW8bit : public torch::optim::Optimizer {
   /// One update of every parameter that has a gradient. Runs `closure` (with
   /// grad enabled) first if given and returns its loss. Throws ConfigError for
   /// invalid options, sparse gradients, or an 8-bit-sized parameter that is not
-  /// a float32 CPU tensor.
+  /// a contiguous float32 tensor.
   at::Tensor step(LossClosure closure = nullptr) override;
 
   /// Exact bytes held in state tensors over all parameters seen so far (state
@@ -111,5 +128,13 @@ class AdamW8bit : public torch::optim::Optimizer {
   void step_fp32(at::Tensor& p, const at::Tensor& grad, AdamW8bitParamState& state, const AdamW8bitOptions& options);
   void step_8bit(at::Tensor& p, const at::Tensor& grad, AdamW8bitParamState& state, const AdamW8bitOptions& options);
 };
+
+/// The 8-bit update of one parameter with ATen operations, as AdamW8bit
+/// runs it on a GPU (Note [AdamW8bit on a GPU]); on the CPU it gives what
+/// the fused loop gives, to float rounding. `p`: contiguous float32;
+/// `grad`: float32 of p's shape; `state`: 8-bit, its step already counted
+/// for this update. Throws ConfigError otherwise.
+void adamw8bit_update_by_tensor_ops(at::Tensor& p, const at::Tensor& grad, AdamW8bitParamState& state,
+                                    const AdamW8bitOptions& options);
 
 }  // namespace oomtune

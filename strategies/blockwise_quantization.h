@@ -106,6 +106,10 @@ class QuantizationMap {
   /// for maps with neighbours closer than a bucket, which use the search.
   bool uses_buckets() const { return use_buckets_; }
 
+  /// midpoints()[k] = (values()[k] + values()[k + 1]) / 2 for k < 255, and
+  /// +inf at 255: encode(x) is the number of midpoints <= x.
+  const std::array<float, kMapSize>& midpoints() const { return midpoints_; }
+
   /// Code of the value nearest to 0 (the code of zero if the map has one).
   uint8_t zero_code() const { return zero_code_; }
 

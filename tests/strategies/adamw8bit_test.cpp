@@ -69,6 +69,50 @@ TEST(AdamW8bit, RejectsEightBitSizedNonFloatParameter) {
   EXPECT_THROW(opt.step(), ConfigError);
 }
 
+// Note [AdamW8bit on a GPU]: the update AdamW8bit runs on a GPU, by ATen
+// operations in chunks, run here on the CPU against the fused loop over
+// four steps: two chunks and a short last block (kAdamW8bitChunk + 2048 *
+// 3 + 100 elements), weight decay on. Parameters within float rounding
+// of the loop's, absmax equal to a relative 1e-6, codes equal but for the
+// rare value that float rounding moves across a midpoint (1 in 10,000).
+TEST(AdamW8bit, TheUpdateByTensorOpsIsTheLoops) {
+  at::manual_seed(5);
+  const int64_t n = kAdamW8bitChunk + 2048 * 3 + 100;
+  const at::Tensor init = at::randn({n});
+  at::Tensor looped = init.clone().set_requires_grad(true);
+  const AdamW8bitOptions options = AdamW8bitOptions(1e-2).betas({0.8, 0.99}).weight_decay(0.1);
+  AdamW8bit opt({looped}, options);
+  at::Tensor by_ops = init.clone();
+  AdamW8bitParamState state;
+  const int64_t blocks = num_blocks(n);
+  state.exp_avg_q().codes = at::full({n}, QuantizationMap::dynamic(true).zero_code(), at::kByte);
+  state.exp_avg_q().absmax = at::zeros({blocks});
+  state.exp_avg_sq_q().codes = at::full({n}, QuantizationMap::dynamic(false).zero_code(), at::kByte);
+  state.exp_avg_sq_q().absmax = at::zeros({blocks});
+  for (int step = 0; step < 4; ++step) {
+    const at::Tensor g = at::randn({n});
+    set_grad(looped, g);
+    opt.step();
+    state.step(state.step() + 1);
+    adamw8bit_update_by_tensor_ops(by_ops, g, state, options);
+  }
+  const AdamW8bitParamState& loop = only_state(opt);
+  // PyTorch 2.11's vectorized kernels fuse multiply-adds where the loop
+  // rounds twice: 2.3e-5 apart at most there (0 codes apart), 0 on 1.13.
+  EXPECT_TRUE(at::allclose(by_ops, looped.detach(), 1e-5, 1e-4))
+      << "largest difference " << (by_ops - looped.detach()).abs().max().item<float>();
+  EXPECT_TRUE(at::allclose(state.exp_avg_q().absmax, loop.exp_avg_q().absmax, 1e-6, 0));
+  EXPECT_TRUE(at::allclose(state.exp_avg_sq_q().absmax, loop.exp_avg_sq_q().absmax, 1e-6, 0));
+  for (const auto& [ours, theirs] : {std::make_pair(state.exp_avg_q().codes, loop.exp_avg_q().codes),
+                                     std::make_pair(state.exp_avg_sq_q().codes, loop.exp_avg_sq_q().codes)}) {
+    const int64_t differ = ours.ne(theirs).sum().item<int64_t>();
+    EXPECT_LE(differ, n / 10000) << differ << " of " << n << " codes differ";
+    EXPECT_LE((ours.to(at::kInt) - theirs.to(at::kInt)).abs().max().item<int>(), 1);
+  }
+  AdamW8bitParamState not_8bit;
+  EXPECT_THROW(adamw8bit_update_by_tensor_ops(by_ops, at::randn({n}), not_8bit, options), ConfigError);
+}
+
 // Below kMin8bitSize the moments stay fp32 and the update is libtorch's,
 // bit for bit, with and without weight decay.
 TEST(AdamW8bit, SmallTensorsMatchTorchAdamWBitForBit) {
