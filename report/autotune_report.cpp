@@ -376,8 +376,8 @@ std::string render_autotune_text(const AutotuneReport& report) {
     const auto off_by = [](double predicted, int64_t measured) { return 100 * (predicted / measured - 1); };
     if (budgeted != v.peak_bytes && best.meta_tensor_peak_bytes && best.meta_reserved_bytes && v.peak_bytes > 0)
       line(fmt::format(
-          "          meta run of the same configuration: {} of tensors, {:+.2f} % from the measured "
-          "ones; {} reserved (predicted), {:+.2f} %",
+          "          meta run of the same configuration: {} of tensors and cuBLAS workspaces, {:+.2f} % from "
+          "the measured ones; {} reserved (predicted), {:+.2f} %",
           format_bytes(*best.meta_tensor_peak_bytes),
           off_by(static_cast<double>(*best.meta_tensor_peak_bytes), v.peak_bytes),
           format_bytes(*best.meta_reserved_bytes), off_by(static_cast<double>(*best.meta_reserved_bytes), budgeted)));

@@ -169,8 +169,9 @@ struct TrailNode {
   // target, device "cuda" or "meta", its predicted reserved bytes); what
   // the fit was decided on when set (MemorySource::kMeta).
   std::optional<double> meta_peak_bytes;
-  // SUM: that meta run's peak of tensors, the allocated bytes of a CUDA run
-  // less its cuBLAS workspaces; unset without a meta run.
+  // SUM: that meta run's peak of tensors plus the cuBLAS workspaces a CUDA
+  // run allocates beside them (the target's, WorkspaceRecord): what a CUDA
+  // run's allocated bytes measure; unset without a meta run.
   std::optional<int64_t> meta_tensor_peak_bytes;
   // SUM: what a CUDA caching allocator would reserve for that meta run, as
   // its simulator predicts from the run's allocations with the job's cuBLAS

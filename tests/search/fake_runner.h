@@ -87,6 +87,9 @@ class FakeRunner : public TrialRunner {
   // reserves: its peak plus these bytes (the workspaces and cached blocks
   // a real run's ReservedPrediction holds).
   std::optional<int64_t> meta_reserved_extra;
+  // The cuBLAS workspaces each meta run reports beside its peak (a CUDA
+  // target's; 0: none), which a GPU run's allocated bytes hold.
+  int64_t meta_workspace_bytes = 0;
   // When set, the device is a GPU: each probe and verification measures its
   // caching allocator's reserved peak, its tensors' peak plus these bytes,
   // and a verification's cap refuses past the budget what it reserves
@@ -118,6 +121,11 @@ class FakeRunner : public TrialRunner {
     r.samples_per_second = 0;
     r.steps_run = 2;
     r.measured_reserved.reset();  // no allocator measures on meta
+    if (meta_workspace_bytes > 0) {
+      r.workspaces = WorkspaceRecord{};
+      r.workspaces->cublas_bytes = meta_workspace_bytes;
+      r.workspaces->cublas_workspaces = 1;
+    }
     if (meta_reserved_extra && r.outcome == TrialOutcome::kOk) {
       r.reserved = ReservedPrediction{};
       r.reserved->peak_reserved_bytes = r.peak_bytes + *meta_reserved_extra;
