@@ -20,7 +20,9 @@
 #                                        and the SDPA fixture probed on CUDA, the
 #                                        budget on CUDA (#46 item 6), --snapshots'
 #                                        two snapshots and the example GPT's
-#                                        autotune on CUDA under 256 MiB
+#                                        autotune on CUDA under 256 MiB, then,
+#                                        with 150 s left, --autotune's first
+#                                        case (resnet50:8GiB)
 #
 # A later call, or a later session, runs one of these alone (560 s each):
 #
@@ -157,6 +159,10 @@ say "## Set-up: OOMTUNE_TORCH=$torch_source OOMTUNE_BUILD_TARGETS=\"$targets\" .
     "$((SECONDS - start)) s"
 say '```'
 grep -iE "warning|error|setup:" "$out/setup.log" | head -n 20 | tee -a "$summary"
+# Where each compiler warning comes from (the file and its "In function" /
+# "inlined from" lines), for steps.log.
+{ echo "== compiler warnings in context"; grep -B 14 -A 3 "warning:" "$out/setup.log" | grep -v "CMake Warning" | head -n 80; } \
+  >> "$out/steps.log"
 "$build/oomtune" --version 2>&1 | tee -a "$summary"
 say '```'
 if [ "$status" -ne 0 ]; then
@@ -205,7 +211,7 @@ for name in sys.argv[2:]:
   done
   step "Peaks: oomtune against eager PyTorch (scripts/compare_peaks.py --sides ${OOMTUNE_VALIDATE_SIDES:-cuda,eager,meta})" \
     validation.md timeout "$seconds" "$python" scripts/compare_peaks.py --oomtune "$build/oomtune" \
-    --python "$python" --out "$work" --sides "${OOMTUNE_VALIDATE_SIDES:-cuda,eager,meta}" --budget 32GiB --jobs 6 \
+    --python "$python" --out "$work" --sides "${OOMTUNE_VALIDATE_SIDES:-cuda,eager,meta}" --budget 8GiB --jobs 6 \
     --timeout 150 --deadline $((seconds - 30)) "${cases[@]}"
   tar -czf "$out/validation.tar.gz" -C /tmp oomtune_validation
   rm -f "$out/validation.md"  # in the summary, and again from results.json with --tables
@@ -279,30 +285,35 @@ budget_on_cuda() {
   done
 }
 
+# autotune_compare SECONDS [CASE ...]: issue #44's autotune against
+# Accelerate (the cases: resnet50:8GiB resnet50:16GiB gpt100m:8GiB by
+# default), within SECONDS.
+autotune_compare() {
+  local seconds=$1 work=/tmp/oomtune_autotune cases=() case
+  shift
+  mkdir -p "$work"
+  sed -e "s#^model = .*#model = \"$root/examples/models/resnet50.pt\"#" -e 's/^global_batch = .*/global_batch = 256/' \
+    -e '/^\[optimizer\]/,$d' -e '/^#/d' examples/resnet50.toml > "$work/resnet50.toml"
+  sed -e 's/^global_batch = .*/global_batch = 32/' -e 's/"batch", 64/"batch", 1024/' \
+    -e 's/range = \[0, 1000\]/range = [0, 8192]/' -e '/^#/d' examples/gpt.toml > "$work/gpt100m.toml"
+  if [ $# -eq 0 ]; then set -- resnet50:8GiB resnet50:16GiB gpt100m:8GiB; fi
+  case " $* " in
+    *" gpt100m:"*)  # a GPT of about 100 M parameters (12 blocks, d = 768, vocabulary 8192) at T = 1024
+      "$python" examples/export_models.py --only gpt --out "$work/models" --gpt-layers 12 --gpt-dim 768 \
+        --gpt-heads 12 --gpt-seq 1024 --gpt-vocab 8192 --gpt-dropout 0 ;;
+  esac
+  for case in "$@"; do cases+=("$work/${case%%:*}.toml:${case#*:}"); done
+  step "autotune --device cuda against Accelerate's find_executable_batch_size (scripts/autotune_vs_accelerate.py)" \
+    autotune.md timeout "$seconds" "$python" scripts/autotune_vs_accelerate.py --oomtune "$build/oomtune" \
+    --python "$python" --out "$work/out" --deadline $((seconds - 30)) "${cases[@]}"
+  rm -f "$out/autotune.md"  # in the summary
+  tar -czf "$out/autotune.tar.gz" -C "$work" out
+}
+
 case "$mode" in
   --validate) validate; exit 0 ;;
   --snapshots) snapshots; exit 0 ;;
-  --autotune)
-    work=/tmp/oomtune_autotune
-    mkdir -p "$work"
-    sed -e "s#^model = .*#model = \"$root/examples/models/resnet50.pt\"#" -e 's/^global_batch = .*/global_batch = 256/' \
-      -e '/^\[optimizer\]/,$d' -e '/^#/d' examples/resnet50.toml > "$work/resnet50.toml"
-    sed -e 's/^global_batch = .*/global_batch = 32/' -e 's/"batch", 64/"batch", 1024/' \
-      -e 's/range = \[0, 1000\]/range = [0, 8192]/' -e '/^#/d' examples/gpt.toml > "$work/gpt100m.toml"
-    cases=()
-    if [ $# -eq 0 ]; then set -- resnet50:8GiB resnet50:16GiB gpt100m:8GiB; fi
-    case " $* " in
-      *" gpt100m:"*)  # a GPT of about 100 M parameters (12 blocks, d = 768, vocabulary 8192) at T = 1024
-        "$python" examples/export_models.py --only gpt --out "$work/models" --gpt-layers 12 --gpt-dim 768 \
-          --gpt-heads 12 --gpt-seq 1024 --gpt-vocab 8192 --gpt-dropout 0 ;;
-    esac
-    for case in "$@"; do cases+=("$work/${case%%:*}.toml:${case#*:}"); done
-    seconds="$(budget 540)"
-    step "autotune --device cuda against Accelerate's find_executable_batch_size (scripts/autotune_vs_accelerate.py)" \
-      autotune.md timeout "$seconds" "$python" scripts/autotune_vs_accelerate.py --oomtune "$build/oomtune" \
-      --python "$python" --out "$work/out" --deadline $((seconds - 30)) "${cases[@]}"
-    rm -f "$out/autotune.md"  # in the summary
-    tar -czf "$out/autotune.tar.gz" -C "$work" out
+  --autotune) autotune_compare "$(budget 540)" "$@"
     exit 0 ;;
 esac
 
@@ -337,6 +348,11 @@ if [ -z "$mode" ]; then
   say '```'
   rm -f "$out/cuda_tests.log"  # the XML holds the messages and the figures the tests record
 
+  # #46 item 6: which library call allocates what beside the tensors.
+  step "What the CUDA libraries allocate beside the tensors (scripts/workspace_probe.py)" workspace_probe.json \
+    timeout "$(budget 60)" "$python" scripts/workspace_probe.py
+  mv "$out/workspace_probe.json" "$probes/"
+
   # The example GPT on CUDA with the retained-activation fit; the SDPA
   # fixture on CUDA and on meta for a CUDA target (#46 item 3: the flash
   # kernel's bytes, not T x T).
@@ -352,6 +368,9 @@ if [ -z "$mode" ]; then
     "$build/oomtune" autotune examples/gpt.toml --device cuda --budget 256MiB --snapshot-dir "$probes/snapshots"
   mv "$out/autotune_gpt.txt" "$probes/"
   tar -czf "$out/probes.tar.gz" -C /tmp oomtune_probes
+  # Then, while 150 s are left, the first of --autotune's cases (ResNet-50,
+  # AdamW, fp32, 8 GiB), beside the validation's last runs.
+  if [ $((cap - SECONDS - 25)) -ge 150 ]; then autotune_compare $((cap - SECONDS - 25)) resnet50:8GiB; fi
 
   wait "$validation"
   cat "$out/validation_summary.md" >> "$summary"

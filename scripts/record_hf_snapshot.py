@@ -45,7 +45,7 @@ def main():
         return 2
     import transformers
 
-    device = torch.device("cuda")
+    device = torch.device("cuda", torch.cuda.current_device())  # an index: set_per_process_memory_fraction wants one
     total = torch.cuda.get_device_properties(device).total_memory
     if not 0 < args.budget <= total:
         print(f"record_hf_snapshot: --budget {args.budget} B is not within the device's {total} B", file=sys.stderr)
