@@ -7,10 +7,12 @@
 // largest request: a request below free bytes but above this block is what
 // fragmentation or the cap refused.
 //
-// The bisection never asks for more than the job's usable budget: a try of
-// the device's whole free memory, even for a moment, made every other
-// process on the GPU run out of memory (six trials beside each other on an
-// H200, 2026-11-29: "Process 1562 has 138.40 GiB memory in use").
+// The bisection never asks for more than the job's usable budget, and a
+// job without a budget gets none: a try of the device's whole free memory,
+// even for a moment, made every other process on the GPU run out of memory
+// (six trials beside each other on an H200, 2026-11-29: "Process 1562 has
+// 138.40 GiB memory in use"; then a GPU test's trial without a budget,
+// "Process 1227 has 136.23 GiB").
 
 #include <cstdint>
 #include <functional>

@@ -67,7 +67,7 @@ class CudaMeasurementImpl final : public CudaMeasurement {
     write_file_atomically(path, torch::cuda::_memory_snapshot_pickled());
   }
 
-  AllocatableRecord allocatable(std::optional<int64_t> bound_bytes) override {
+  AllocatableRecord allocatable(int64_t bound_bytes) override {
     constexpr int64_t kGranularity = int64_t{2} << 20;  // kLargeBuffer, c10/cuda/CUDACachingAllocator.cpp
     AllocatableRecord a;
     size_t free = 0, total = 0;
@@ -82,8 +82,7 @@ class CudaMeasurementImpl final : public CudaMeasurement {
         return false;
       }
     };
-    a.bound_bytes =
-        std::min(bound_bytes.value_or(a.device_total_bytes), cap_bytes_ > 0 ? cap_bytes_ : a.device_total_bytes);
+    a.bound_bytes = std::min(bound_bytes, cap_bytes_ > 0 ? cap_bytes_ : a.device_total_bytes);
     a.largest_block_bytes = largest_allocatable(try_allocate, a.bound_bytes, kGranularity, &a.attempts);
     c10::cuda::CUDACachingAllocator::emptyCache();  // the tries' segments go back to the device
     return a;

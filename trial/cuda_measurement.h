@@ -62,11 +62,11 @@ class CudaMeasurement {
   virtual std::string allocator_state() = 0;
   /// The largest block the allocator can hand out now, by bisection to 2
   /// MiB (its large-segment granularity) up to `bound_bytes` (the job's
-  /// usable budget; the cap, if lower; the device's total when neither is
-  /// given), with cudaMemGetInfo's free and total (probes/largest_block.h).
-  /// Allocates and frees, then returns the cached blocks to the driver
-  /// (emptyCache): call it once the trial's records are read.
-  virtual AllocatableRecord allocatable(std::optional<int64_t> bound_bytes) = 0;
+  /// usable budget; the cap, if lower), with cudaMemGetInfo's free and
+  /// total (probes/largest_block.h). Allocates and frees, then returns the
+  /// cached blocks to the driver (emptyCache): call it once the trial's
+  /// records are read.
+  virtual AllocatableRecord allocatable(int64_t bound_bytes) = 0;
   /// Pinned host bytes in use now (CUDA's caching host allocator, which
   /// rounds each block up to a power of two; at::HostAllocator get_stats
   /// active_bytes): where an offloaded optimizer keeps its state on a GPU
