@@ -97,8 +97,10 @@
 // Convolutions' cuDNN workspaces are transient (freed after the call) and
 // bounded by what the caching allocator can still give (Conv_v7.cpp tries
 // algorithms whose workspace it can allocate): not modelled.
-// cuBLASLt (addmm with a bias) takes the same workspace: 2.11 unifies the
-// two unless TORCH_CUBLASLT_UNIFIED_WORKSPACE=0 (getCUDABlasLtWorkspace).
+// cuBLASLt (addmm with a bias) takes a workspace of its own, 1 MiB, at its
+// thread's first such matmul: measured on an H200 with PyTorch 2.11
+// (scripts/workspace_probe.py, 2026-11-29), where the source read as if
+// TORCH_CUBLASLT_UNIFIED_WORKSPACE shared the cuBLAS one.
 // Limitations: CUBLAS_WORKSPACE_CONFIG, CUBLASLT_WORKSPACE_SIZE and
 // TORCH_CUBLASLT_UNIFIED_WORKSPACE set by the user are not read.
 
@@ -292,10 +294,15 @@ int64_t cublas_workspace_bytes(const CudaTarget& target) {
   return target.sm_major >= 9 ? kHopper : kDefault;
 }
 
-WorkspaceRecord workspaces_for(const CudaTarget& target, int cublas_handles, bool cudnn_attention, bool in_peaks) {
+int64_t cublaslt_workspace_bytes(const CudaTarget&) { return int64_t{1} << 20; }
+
+WorkspaceRecord workspaces_for(const CudaTarget& target, const CublasCalls& calls, bool cudnn_attention,
+                               bool in_peaks) {
   WorkspaceRecord r;
   r.cublas_bytes = cublas_workspace_bytes(target);
-  r.cublas_workspaces = cublas_handles;  // Note [Library workspaces]
+  r.cublas_workspaces = calls.handles();  // Note [Library workspaces]
+  r.cublaslt_bytes = cublaslt_workspace_bytes(target);
+  r.cublaslt_workspaces = calls.lt_handles();
   r.cudnn_attention = cudnn_attention;
   r.in_peaks = in_peaks;
   r.target = cuda_target_name(target);
@@ -306,9 +313,13 @@ std::string workspace_text(const WorkspaceRecord& r) {
   std::string text =
       r.cublas_workspaces == 0
           ? fmt::format("cuBLAS none on {}: no operator of the step calls it", r.target)
-          : fmt::format("cuBLAS {} x {} = {} on {} ({}), held by the caching allocator from the first matmul on: {}",
-                        r.cublas_workspaces, format_bytes(r.cublas_bytes), format_bytes(r.total_bytes()), r.target,
+          : fmt::format("cuBLAS {} x {} = {} on {} ({}){}, held by the caching allocator from the first matmul on: {}",
+                        r.cublas_workspaces, format_bytes(r.cublas_bytes),
+                        format_bytes(r.cublas_bytes * r.cublas_workspaces), r.target,
                         r.cublas_workspaces == 2 ? "one per handle: forward's thread and autograd's" : "one handle",
+                        r.cublaslt_workspaces == 0 ? std::string()
+                                                   : fmt::format("; cuBLASLt {} x {} (matmuls with a bias)",
+                                                                 r.cublaslt_workspaces, format_bytes(r.cublaslt_bytes)),
                         r.in_peaks ? "in the peaks above" : "not in the peaks above, in the predicted reserved");
   if (r.cudnn_attention) text += "; cuDNN attention's graph workspace: sized by cuDNN at run time, not counted";
   return text;
@@ -341,9 +352,14 @@ AttentionRecord attention_record_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json to_json(const WorkspaceRecord& r) {
-  return {{"cublas_bytes", r.cublas_bytes}, {"cublas_workspaces", r.cublas_workspaces},
-          {"total_bytes", r.total_bytes()}, {"cudnn_attention", r.cudnn_attention},
-          {"in_peaks", r.in_peaks},         {"target", r.target}};
+  return {{"cublas_bytes", r.cublas_bytes},
+          {"cublas_workspaces", r.cublas_workspaces},
+          {"cublaslt_bytes", r.cublaslt_bytes},
+          {"cublaslt_workspaces", r.cublaslt_workspaces},
+          {"total_bytes", r.total_bytes()},
+          {"cudnn_attention", r.cudnn_attention},
+          {"in_peaks", r.in_peaks},
+          {"target", r.target}};
 }
 
 WorkspaceRecord workspace_record_from_json(const nlohmann::json& j) {
@@ -351,6 +367,8 @@ WorkspaceRecord workspace_record_from_json(const nlohmann::json& j) {
     WorkspaceRecord r;
     r.cublas_bytes = j.at("cublas_bytes").get<int64_t>();
     r.cublas_workspaces = j.at("cublas_workspaces").get<int64_t>();
+    r.cublaslt_bytes = j.value("cublaslt_bytes", int64_t{0});  // absent before 2026-11-29
+    r.cublaslt_workspaces = j.value("cublaslt_workspaces", int64_t{0});
     r.cudnn_attention = j.at("cudnn_attention").get<bool>();
     r.in_peaks = j.at("in_peaks").get<bool>();
     r.target = j.at("target").get<std::string>();

@@ -24,6 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "probes/memory_records.h"
+
 namespace oomtune {
 
 /// The GPU a probe answers for: its compute capability and the cuDNN the
@@ -127,13 +129,15 @@ std::string attention_text(const AttentionRecord& record);
 
 /// Library workspaces a CUDA run holds (Note [Library workspaces]).
 struct WorkspaceRecord {
-  int64_t cublas_bytes = 0;       // SUM: one cuBLAS workspace (getChosenWorkspaceSize)
-  int64_t cublas_workspaces = 0;  // COUNT: workspaces of a training step (one per thread that calls cuBLAS, 0-2)
-  bool cudnn_attention = false;   // the step ran cuDNN attention (workspace sized at run time)
-  bool in_peaks = false;          // the peaks hold them: a CUDA trial, whose allocator made them
-  std::string target;             // cuda_target_name()
-  /// Every cuBLAS workspace: what a CUDA run's allocated bytes carry beside the tensors.
-  int64_t total_bytes() const { return cublas_bytes * cublas_workspaces; }
+  int64_t cublas_bytes = 0;         // SUM: one cuBLAS workspace (getChosenWorkspaceSize)
+  int64_t cublas_workspaces = 0;    // COUNT: workspaces of a training step (one per thread that calls cuBLAS, 0-2)
+  int64_t cublaslt_bytes = 0;       // SUM: one cuBLASLt workspace (cublaslt_workspace_bytes)
+  int64_t cublaslt_workspaces = 0;  // COUNT: one per thread that calls cuBLASLt (addmm with a bias), 0-2
+  bool cudnn_attention = false;     // the step ran cuDNN attention (workspace sized at run time)
+  bool in_peaks = false;            // the peaks hold them: a CUDA trial, whose allocator made them
+  std::string target;               // cuda_target_name()
+  /// Every cuBLAS and cuBLASLt workspace: what a CUDA run's allocated bytes carry beside the tensors.
+  int64_t total_bytes() const { return cublas_bytes * cublas_workspaces + cublaslt_bytes * cublaslt_workspaces; }
 };
 
 /// The cuBLAS workspace PyTorch 2.11 allocates per (handle, stream) with
@@ -142,16 +146,24 @@ struct WorkspaceRecord {
 /// ":4096:2:16:8" = 2·4096 KiB + 8·16 KiB = 8,519,680 B.
 int64_t cublas_workspace_bytes(const CudaTarget& target);
 
-/// The workspace record of a training step for `target`: `cublas_handles`
-/// threads that called cuBLAS (CublasCalls::handles(), 0 to 2),
-/// `cudnn_attention` when a call ran the cuDNN kernel, `in_peaks` on a CUDA
-/// trial.
-WorkspaceRecord workspaces_for(const CudaTarget& target, int cublas_handles, bool cudnn_attention, bool in_peaks);
+/// The cuBLASLt workspace PyTorch 2.11 allocates per thread at its first
+/// matmul with a bias epilogue: 1 MiB, measured on an H200
+/// (scripts/workspace_probe.py; CUBLASLT_WORKSPACE_SIZE's default, 1024
+/// KiB, in aten/src/ATen/cuda/CublasHandlePool.cpp), taken for every target.
+int64_t cublaslt_workspace_bytes(const CudaTarget& target);
+
+/// The workspace record of a training step for `target`: `calls`' threads
+/// that called cuBLAS and cuBLASLt (CublasCalls::handles(), lt_handles(),
+/// 0 to 2 each), `cudnn_attention` when a call ran the cuDNN kernel,
+/// `in_peaks` on a CUDA trial.
+WorkspaceRecord workspaces_for(const CudaTarget& target, const CublasCalls& calls, bool cudnn_attention, bool in_peaks);
 
 /// The workspaces line: "cuBLAS 2 x 32.00 MiB = 64.00 MiB on sm90 (one per
 /// handle: forward's thread and autograd's), held by the caching allocator
 /// from the first matmul on: not in the peaks above, in the predicted
-/// reserved"; "cuBLAS none on sm90: no operator of the step calls it".
+/// reserved", with "; cuBLASLt 1 x 1.00 MiB (matmuls with a bias)" after
+/// the handles when the step ran such a matmul; "cuBLAS none on sm90: no
+/// operator of the step calls it".
 std::string workspace_text(const WorkspaceRecord& record);
 
 nlohmann::json to_json(const AttentionRecord& record);

@@ -125,8 +125,15 @@ struct CublasCall {
 struct CublasCalls {
   std::optional<CublasCall> training_thread;  // forward, loss, optimizer: the thread that runs the step
   std::optional<CublasCall> autograd_thread;  // backward (recomputation too): autograd's device thread
+  /// The first cuBLASLt operator (aten::addmm, _addmm_activation: a matmul
+  /// with a bias epilogue) on each thread: its handle's cuBLASLt workspace
+  /// comes then (Note [cuBLAS calls]).
+  std::optional<CublasCall> lt_training_thread;
+  std::optional<CublasCall> lt_autograd_thread;
   /// COUNT: the handles, hence the cuBLAS workspaces, a CUDA run holds (0 to 2).
   int handles() const { return (training_thread ? 1 : 0) + (autograd_thread ? 1 : 0); }
+  /// COUNT: the cuBLASLt workspaces a CUDA run holds (0 to 2).
+  int lt_handles() const { return (lt_training_thread ? 1 : 0) + (lt_autograd_thread ? 1 : 0); }
 };
 
 /// Calls of a step's operators that CUDA runs with cuDNN, whose kernels

@@ -24,7 +24,7 @@ namespace oomtune {
 void settle_outermost_call(uint32_t run);
 // Notes that an operator which calls cuBLAS on CUDA began now (friend of
 // MemoryTracker; called from the RecordFunction enter callback).
-void note_cublas_call();
+void note_cublas_call(bool lt);
 // Counts an operator call that CUDA runs with cuDNN in `counter` (Note
 // [cuDNN calls]).
 void note_cudnn_call(int64_t CudnnCalls::*counter);
@@ -180,8 +180,7 @@ bool is_kernel(const at::RecordFunction& fn) {
 // cuBLAS handle, which PyTorch 2.11 takes from the caching allocator when
 // the handle is first used on a stream and keeps for the life of the
 // process (aten/src/ATen/cuda/CublasHandlePool.cpp: getCurrentCUDABlasHandle
-// fills cublas_handle_stream_to_workspace, keyed by (handle, stream);
-// cuBLASLt shares it, TORCH_CUBLASLT_UNIFIED_WORKSPACE being on by default).
+// fills cublas_handle_stream_to_workspace, keyed by (handle, stream)).
 // Handles are per thread (DeviceThreadHandlePool), and a CUDA backward runs
 // on autograd's device thread, so a step whose forward and backward both
 // multiply matrices holds two; one whose kernels are all cuDNN's or
@@ -193,20 +192,40 @@ bool is_kernel(const at::RecordFunction& fn) {
 // included) run on autograd's. Operators inside a KernelScratchScope compute
 // what the CUDA target computes with kernels of its own (the fused
 // attention kernels, which call no cuBLAS) and do not count.
+// cuBLASLt, which addmm uses for a matmul with a bias epilogue
+// (aten/src/ATen/native/cuda/Blas.cpp, useLtInterface), takes a workspace
+// of its own on that thread: +1 MiB at the first linear layer with a bias
+// on an H200 with PyTorch 2.11, on top of the 32 MiB cuBLAS workspace
+// (scripts/workspace_probe.py, 2026-11-29), though CublasHandlePool.cpp
+// reads as if the two were unified. kCublasLtOps mark it the same way.
 // Limitations: the set of operators is PyTorch 2.11's CUDA dispatch for
 // float types; linalg's solvers (cuSOLVER) and user streams are not
-// followed (one stream assumed).
+// followed (one stream assumed); an addmm whose bias is not a vector
+// (which does not take the cuBLASLt path) is counted as one that does.
 const std::unordered_set<std::string_view> kCublasOps = {"aten::mm",   "aten::addmm",      "aten::_addmm_activation",
                                                          "aten::bmm",  "aten::baddbmm",    "aten::addbmm",
                                                          "aten::mv",   "aten::addmv",      "aten::dot",
                                                          "aten::vdot", "aten::_scaled_mm", "aten::_int_mm"};
 
+const std::unordered_set<std::string_view> kCublasLtOps = {"aten::addmm", "aten::_addmm_activation"};
+
+bool in_kernel_scratch_scope() {
+  return std::any_of(t_ops.begin(), t_ops.end(),
+                     [](const OpFrame& f) { return std::string_view(f.name) == kKernelScratchScopeName; });
+}
+
 // Whether `fn` is one of kCublasOps outside a KernelScratchScope.
 bool calls_cublas(const at::RecordFunction& fn) {
   const bool cublas =
       per_operator<bool>(fn, [](const at::RecordFunction& f) { return kCublasOps.count(f.name()) > 0; });
-  return cublas && std::none_of(t_ops.begin(), t_ops.end(),
-                                [](const OpFrame& f) { return std::string_view(f.name) == kKernelScratchScopeName; });
+  return cublas && !in_kernel_scratch_scope();
+}
+
+// Whether `fn` is one of kCublasLtOps outside a KernelScratchScope. A
+// lambda of its own: per_operator keeps one answer per name and lambda.
+bool calls_cublaslt(const at::RecordFunction& fn) {
+  const bool lt = per_operator<bool>(fn, [](const at::RecordFunction& f) { return kCublasLtOps.count(f.name()) > 0; });
+  return lt && !in_kernel_scratch_scope();
 }
 
 // Note [cuDNN calls]
@@ -239,7 +258,7 @@ int64_t CudnnCalls::*cudnn_counter(const at::RecordFunction& fn) {
 
 std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
   const uint32_t run = g_next_run++;
-  if (calls_cublas(fn)) note_cublas_call();
+  if (calls_cublas(fn)) note_cublas_call(calls_cublaslt(fn));
   if (int64_t CudnnCalls::*counter = cudnn_counter(fn)) note_cudnn_call(counter);
   t_ops.push_back({fn.name(), fn.scope() == at::RecordScope::BACKWARD_FUNCTION, run});
   if (t_kernel_run == 0 && is_kernel(fn)) open_kernel_call(run);
@@ -407,12 +426,15 @@ void settle_outermost_call(uint32_t run) {
   if (g_active) g_active->state_->settle(run);
 }
 
-void note_cublas_call() {
+void note_cublas_call(bool lt) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!g_active) return;
   MemoryTracker::State& s = *g_active->state_;
-  std::optional<CublasCall>& first = s.phase == Phase::kBackward ? s.cublas.autograd_thread : s.cublas.training_thread;
+  const bool backward = s.phase == Phase::kBackward;
+  std::optional<CublasCall>& first = backward ? s.cublas.autograd_thread : s.cublas.training_thread;
   if (!first) first = CublasCall{s.events.size(), s.phase};
+  std::optional<CublasCall>& first_lt = backward ? s.cublas.lt_autograd_thread : s.cublas.lt_training_thread;
+  if (lt && !first_lt) first_lt = CublasCall{s.events.size(), s.phase};
 }
 
 void note_cudnn_call(int64_t CudnnCalls::*counter) {

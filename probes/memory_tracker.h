@@ -178,7 +178,7 @@ class MemoryTracker final : public c10::Allocator {
   struct State;
   class MetaCounter;
   friend void settle_outermost_call(uint32_t run);
-  friend void note_cublas_call();
+  friend void note_cublas_call(bool lt);
   friend void note_cudnn_call(int64_t CudnnCalls::*counter);
   // Counts a block of `bytes` at `data`, made on this thread now; throws
   // c10::OutOfMemoryError past the budget (before anything is counted:

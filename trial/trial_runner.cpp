@@ -208,16 +208,17 @@ std::vector<allocsim::AllocEvent> device_stream(const std::vector<TrackedEvent>&
 // many flushes that took, or the first request that failed.
 ReservedPrediction predict_reserved(const std::vector<TrackedEvent>& events, std::size_t end,
                                     std::optional<int64_t> budget_bytes, const CublasCalls& workspaces,
-                                    int64_t workspace_bytes, const std::vector<std::string>& op_names) {
+                                    int64_t workspace_bytes, int64_t lt_workspace_bytes,
+                                    const std::vector<std::string>& op_names) {
   // The workspaces' requests carry a name of their own: a capped replay
   // that fails at one says what asked for it, not "(unknown)".
   std::vector<std::string> names = op_names;
   const auto workspace_op = static_cast<uint32_t>(names.size());
-  names.emplace_back("cuBLAS (its handle's workspace)");
+  names.emplace_back("cuBLAS (its handle's workspace)");  // and cuBLASLt's
   // Two statements: the call moves `end`, and an argument list would not
   // say whether device_stream reads it before or after.
   const std::vector<TrackedEvent> with_workspaces =
-      with_cublas_workspaces(events, workspaces, workspace_bytes, workspace_op, end);
+      with_cublas_workspaces(events, workspaces, workspace_bytes, lt_workspace_bytes, workspace_op, end);
   std::vector<allocsim::AllocEvent> stream = device_stream(with_workspaces, 0, end, &names);
   allocsim::order_interchangeable_allocations(stream);
   const allocsim::SimResult sim = allocsim::replay(stream, allocsim::SimOptions{});
@@ -539,7 +540,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
         // attention only).
         if (attention.total_calls() > 0 || !cuda)
           report.workspaces =
-              workspaces_for(cuda_target, tracker.cublas_calls().handles(),
+              workspaces_for(cuda_target, tracker.cublas_calls(),
                              attention.calls[static_cast<std::size_t>(AttentionKernel::kCudnn)] > 0, cuda);
       }
       const auto timed = static_cast<int64_t>(report.timing.step_seconds.size());
@@ -578,9 +579,9 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     }
     if (options.record_events) {
       const std::vector<TrackedEvent> events = tracker.events();
-      report.reserved =
-          predict_reserved(events, replay_end, job.usable_budget_bytes(), cuda ? CublasCalls{} : tracker.cublas_calls(),
-                           cublas_workspace_bytes(cuda_target), tracker.op_names());
+      report.reserved = predict_reserved(
+          events, replay_end, job.usable_budget_bytes(), cuda ? CublasCalls{} : tracker.cublas_calls(),
+          cublas_workspace_bytes(cuda_target), cublaslt_workspace_bytes(cuda_target), tracker.op_names());
       if (variable) report.step_peak_bytes = step_device_peaks(events, step_events);
       if (!options.step_events_path.empty())
         write_step_events(options.step_events_path, events, measured_begin, measured_end, tracker.op_names());
@@ -621,7 +622,9 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     report.kernel_scratch = tracker.kernel_scratch();
   }
   // Allocates and frees on the GPU: after every record above is read.
-  if (device) report.allocatable = device->allocatable(job.usable_budget_bytes());
+  // Within the budget only, and none without one (probes/largest_block.h).
+  if (const std::optional<int64_t> usable = job.usable_budget_bytes(); device && usable)
+    report.allocatable = device->allocatable(*usable);
   return report;
 }
 

@@ -29,7 +29,7 @@ TEST(CublasWorkspaces, EachThreadsWorkspaceIsAllocatedBeforeItsFirstCallsEvent) 
   calls.training_thread = CublasCall{1, Phase::kForward};   // before the 200 B block
   calls.autograd_thread = CublasCall{3, Phase::kBackward};  // before the 300 B block
   std::size_t end = 4;                                      // the replay stops before the last free
-  const std::vector<TrackedEvent> out = with_cublas_workspaces(events, calls, 1000, 7, end);
+  const std::vector<TrackedEvent> out = with_cublas_workspaces(events, calls, 1000, 0, 7, end);
   ASSERT_EQ(out.size(), 7u);
   EXPECT_EQ(end, 6u);  // the same moment: before the last free
   EXPECT_EQ(out[0].address, 1u);
@@ -56,21 +56,49 @@ TEST(CublasWorkspaces, EachThreadsWorkspaceIsAllocatedBeforeItsFirstCallsEvent) 
   }
 }
 
+// cuBLASLt's workspace (a matmul with a bias: +1 MiB on an H200, Note
+// [cuBLAS calls]) comes after the cuBLAS one of the same event, at its own
+// size and address; with no size given it is left out.
+TEST(CublasWorkspaces, TheCublasLtWorkspaceFollowsAtItsThreadsFirstBiasMatmul) {
+  using Kind = TrackedEvent::Kind;
+  const std::vector<TrackedEvent> events = {event(Kind::kAlloc, 64, 100, Phase::kForward),
+                                            event(Kind::kAlloc, 128, 200, Phase::kForward)};
+  CublasCalls calls;
+  calls.training_thread = CublasCall{0, Phase::kForward};
+  calls.lt_training_thread = CublasCall{0, Phase::kForward};
+  calls.lt_autograd_thread = CublasCall{1, Phase::kBackward};
+  std::size_t end = 2;
+  const std::vector<TrackedEvent> out = with_cublas_workspaces(events, calls, 1000, 10, 7, end);
+  ASSERT_EQ(out.size(), 5u);
+  EXPECT_EQ(end, 5u);
+  EXPECT_EQ(out[0].bytes, 1000);
+  EXPECT_EQ(out[1].bytes, 10);
+  EXPECT_EQ(out[1].phase, Phase::kForward);
+  EXPECT_EQ(out[2].address, 64u);
+  EXPECT_EQ(out[3].bytes, 10);
+  EXPECT_EQ(out[3].phase, Phase::kBackward);
+  EXPECT_EQ(out[4].address, 128u);
+  EXPECT_NE(out[0].address, out[1].address);
+  EXPECT_NE(out[1].address, out[3].address);
+  end = 2;
+  EXPECT_EQ(with_cublas_workspaces(events, calls, 1000, 0, 7, end).size(), 3u);
+}
+
 TEST(CublasWorkspaces, ACallAtOrPastTheEndAndNoCallsInsertNothing) {
   const std::vector<TrackedEvent> events = {event(TrackedEvent::Kind::kAlloc, 1, 100, Phase::kForward),
                                             event(TrackedEvent::Kind::kFree, 1, 100, Phase::kForward)};
   CublasCalls calls;
   calls.autograd_thread = CublasCall{1, Phase::kBackward};
   std::size_t end = 1;
-  EXPECT_EQ(with_cublas_workspaces(events, calls, 1000, 7, end).size(), 2u);
+  EXPECT_EQ(with_cublas_workspaces(events, calls, 1000, 0, 7, end).size(), 2u);
   EXPECT_EQ(end, 1u);
   end = 2;
-  EXPECT_EQ(with_cublas_workspaces(events, CublasCalls{}, 1000, 7, end).size(), 2u);
+  EXPECT_EQ(with_cublas_workspaces(events, CublasCalls{}, 1000, 0, 7, end).size(), 2u);
   EXPECT_EQ(end, 2u);
   // A call after every event allocates at the end.
   calls.autograd_thread = CublasCall{2, Phase::kBackward};
   end = 3;
-  const std::vector<TrackedEvent> out = with_cublas_workspaces(events, calls, 1000, 7, end);
+  const std::vector<TrackedEvent> out = with_cublas_workspaces(events, calls, 1000, 0, 7, end);
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out[2].bytes, 1000);
   EXPECT_EQ(end, 4u);

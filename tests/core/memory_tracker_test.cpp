@@ -210,6 +210,32 @@ TEST(MemoryTracker, FindsTheFirstCublasOperatorOfEachThread) {
   EXPECT_EQ(calls.training_thread->phase, Phase::kForward);
   EXPECT_EQ(calls.autograd_thread->event, before_bmm);
   EXPECT_EQ(calls.autograd_thread->phase, Phase::kBackward);
+  EXPECT_EQ(calls.lt_handles(), 0) << "no matmul with a bias: no cuBLASLt";
+}
+
+// Note [cuBLAS calls]: the first matmul with a bias epilogue (aten::addmm,
+// as a 2-D linear layer with a bias calls it) is where a CUDA run takes
+// cuBLASLt's workspace on that thread; plain products before it are not.
+TEST(MemoryTracker, FindsTheFirstCublasLtOperatorOfEachThread) {
+  TrackerOptions options;
+  options.record_events = true;
+  MemoryTracker tracker(options);
+  const at::Tensor a = at::ones({4, 4});
+  const at::Tensor bias = at::ones({4});
+  tracker.begin_phase(Phase::kForward);
+  at::Tensor plain = at::mm(a, a);
+  EXPECT_EQ(tracker.cublas_calls().lt_handles(), 0);
+  const std::size_t before_addmm = tracker.event_count();
+  at::Tensor with_bias = at::addmm(bias, a, a);
+  tracker.begin_phase(Phase::kBackward);
+  at::Tensor backward_product = at::mm(a, a);  // autograd's thread: cuBLAS, no cuBLASLt
+  const CublasCalls calls = tracker.cublas_calls();
+  EXPECT_EQ(calls.handles(), 2);
+  ASSERT_TRUE(calls.lt_training_thread.has_value());
+  EXPECT_EQ(calls.lt_training_thread->event, before_addmm);
+  EXPECT_EQ(calls.lt_training_thread->phase, Phase::kForward);
+  EXPECT_FALSE(calls.lt_autograd_thread.has_value());
+  EXPECT_EQ(calls.lt_handles(), 1);
 }
 
 // Note [cuDNN calls]: a convolution's forward and backward and a batch

@@ -46,12 +46,15 @@ TEST(Trial, StaticMemoryEqualsTheAnalyticByteCounts) {
 // Note [cuBLAS calls], Note [Library workspaces]: the MLP's forward and
 // backward multiply matrices, so a CUDA run on the default target (sm90)
 // holds two 32 MiB cuBLAS workspaces from the first step on, beside the
-// tensors the peaks count. The reserved prediction allocates them: at the
-// step's peak the caching allocator holds the tensors and both workspaces.
-// A model without a matrix product holds none, and its whole prediction
-// stays under one workspace.
+// tensors the peaks count; its forward's linear layers (2-D input, a bias:
+// aten::addmm) take cuBLASLt's 1 MiB on the training thread too, and its
+// backward (aten::mm only) none. The reserved prediction allocates them:
+// at the step's peak the caching allocator holds the tensors and every
+// workspace. A model without a matrix product holds none, and its whole
+// prediction stays under one workspace.
 TEST(Trial, TheReservedPredictionHoldsTheCublasWorkspacesOfTheStepsMatmuls) {
   constexpr int64_t kWorkspace = 32 * 1024 * 1024;
+  constexpr int64_t kLtWorkspace = 1024 * 1024;
   TrialOptions options = quick_trial();
   options.record_events = true;
   const JobSpec mlp = mlp_job(16);
@@ -62,14 +65,16 @@ TEST(Trial, TheReservedPredictionHoldsTheCublasWorkspacesOfTheStepsMatmuls) {
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   ASSERT_TRUE(r.workspaces && r.reserved);
   EXPECT_EQ(r.workspaces->cublas_workspaces, 2);
-  EXPECT_EQ(r.workspaces->total_bytes(), 2 * kWorkspace);
+  EXPECT_EQ(r.workspaces->cublaslt_workspaces, 1);
+  EXPECT_EQ(r.workspaces->total_bytes(), 2 * kWorkspace + kLtWorkspace);
   EXPECT_FALSE(r.workspaces->in_peaks);
   EXPECT_LT(r.peak_bytes, kWorkspace);  // the tensors alone: no workspace in the peaks
-  EXPECT_GE(r.reserved->peak_reserved_bytes, r.peak_bytes + 2 * kWorkspace);
+  EXPECT_GE(r.reserved->peak_reserved_bytes, r.peak_bytes + 2 * kWorkspace + kLtWorkspace);
   const ProbeReport none = run_trial(no_matmul, baseline_config(no_matmul), options);
   ASSERT_EQ(none.outcome, TrialOutcome::kOk) << none.message;
   ASSERT_TRUE(none.workspaces && none.reserved);
   EXPECT_EQ(none.workspaces->cublas_workspaces, 0);
+  EXPECT_EQ(none.workspaces->cublaslt_workspaces, 0);
   EXPECT_LT(none.reserved->peak_reserved_bytes, kWorkspace);
 }
 

@@ -96,11 +96,24 @@ TEST(AttentionModel, AttentionLineNamesKernelTargetAndBothFigures) {
   EXPECT_EQ(attention_record_from_json(to_json(r)).math_kept_bytes, r.math_kept_bytes);
 }
 
-// CublasHandlePool.cpp, parseChosenWorkspaceSize with CUBLAS_WORKSPACE_CONFIG unset.
+// The threads that called cuBLAS: `handles` of them (training, then
+// autograd's); `lt` of them (the same order) through cuBLASLt.
+CublasCalls calls_on(int handles, int lt = 0) {
+  CublasCalls c;
+  if (handles > 0) c.training_thread = CublasCall{0, Phase::kForward};
+  if (handles > 1) c.autograd_thread = CublasCall{1, Phase::kBackward};
+  if (lt > 0) c.lt_training_thread = CublasCall{0, Phase::kForward};
+  if (lt > 1) c.lt_autograd_thread = CublasCall{1, Phase::kBackward};
+  return c;
+}
+
+// CublasHandlePool.cpp, parseChosenWorkspaceSize with CUBLAS_WORKSPACE_CONFIG
+// unset; cuBLASLt's 1 MiB as measured on an H200 (scripts/workspace_probe.py).
 TEST(AttentionModel, CublasWorkspaceDefaults) {
+  EXPECT_EQ(cublaslt_workspace_bytes(target("sm90")), 1024 * 1024);
   EXPECT_EQ(cublas_workspace_bytes(target("sm90")), 32 * 1024 * 1024);
   EXPECT_EQ(cublas_workspace_bytes(target("sm80")), 2 * 4096 * 1024 + 8 * 16 * 1024);
-  const WorkspaceRecord w = workspaces_for(target("sm80"), 2, false, false);
+  const WorkspaceRecord w = workspaces_for(target("sm80"), calls_on(2), false, false);
   EXPECT_EQ(w.total_bytes(), 2 * 8519680);
   EXPECT_EQ(workspace_text(w),
             "cuBLAS 2 x 8.12 MiB = 16.25 MiB on sm80 (one per handle: forward's thread and autograd's), held by the "
@@ -109,18 +122,27 @@ TEST(AttentionModel, CublasWorkspaceDefaults) {
   EXPECT_EQ(back.cublas_bytes, w.cublas_bytes);
   EXPECT_EQ(back.cublas_workspaces, 2);
   EXPECT_FALSE(back.in_peaks);
+  // A forward with a bias matmul (training thread) and a checkpointed
+  // recomputation of one (autograd's): two cuBLASLt workspaces more.
+  const WorkspaceRecord lt = workspaces_for(target("sm90"), calls_on(2, 2), false, false);
+  EXPECT_EQ(lt.total_bytes(), 2 * 32 * 1024 * 1024 + 2 * 1024 * 1024);
+  EXPECT_EQ(workspace_text(lt),
+            "cuBLAS 2 x 32.00 MiB = 64.00 MiB on sm90 (one per handle: forward's thread and autograd's); cuBLASLt 2 x "
+            "1.00 MiB (matmuls with a bias), held by the caching allocator from the first matmul on: not in the peaks "
+            "above, in the predicted reserved");
+  EXPECT_EQ(workspace_record_from_json(to_json(lt)).total_bytes(), lt.total_bytes());
 }
 
 // One thread called cuBLAS, or none; on a GPU the allocator's figures hold
 // them.
 TEST(AttentionModel, WorkspaceLineSaysHowManyHandlesAndWhereTheyAreCounted) {
-  const WorkspaceRecord one = workspaces_for(target("sm90"), 1, false, true);
+  const WorkspaceRecord one = workspaces_for(target("sm90"), calls_on(1), false, true);
   EXPECT_EQ(one.total_bytes(), 32 * 1024 * 1024);
   EXPECT_EQ(workspace_text(one),
             "cuBLAS 1 x 32.00 MiB = 32.00 MiB on sm90 (one handle), held by the caching allocator from the first "
             "matmul on: in the peaks above");
   EXPECT_TRUE(workspace_record_from_json(to_json(one)).in_peaks);
-  const WorkspaceRecord none = workspaces_for(target("sm90"), 0, true, false);
+  const WorkspaceRecord none = workspaces_for(target("sm90"), calls_on(0), true, false);
   EXPECT_EQ(none.total_bytes(), 0);
   EXPECT_EQ(workspace_text(none),
             "cuBLAS none on sm90: no operator of the step calls it; cuDNN attention's graph workspace: sized by "

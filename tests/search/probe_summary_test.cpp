@@ -19,6 +19,16 @@ ProbeSummary summary() {
   return s;
 }
 
+// A step whose forward and backward both called cuBLAS, and whose forward
+// (with `lt`) ran a matmul with a bias through cuBLASLt.
+CublasCalls two_handles(bool lt) {
+  CublasCalls calls;
+  calls.training_thread = CublasCall{0, Phase::kForward};
+  calls.autograd_thread = CublasCall{1, Phase::kBackward};
+  if (lt) calls.lt_training_thread = CublasCall{0, Phase::kForward};
+  return calls;
+}
+
 std::string line_starting(const std::string& text, const std::string& start) {
   const std::size_t at = text.find("\n" + start);
   if (at == std::string::npos) return "";
@@ -34,25 +44,28 @@ TEST(ProbeSummaryLines, AttentionAndWorkspacesLinesAndJson) {
   attention.math_kept_bytes = 1179648;  // 2 x 64 KiB + 1 MiB of scores
   attention.target = "sm80";
   s.report.attention = attention;
-  s.report.peak_bytes = 100 * 1024 * 1024;  // + 2 x 8,519,680 B of workspaces = 116.25 MiB
-  s.report.workspaces = workspaces_for(*cuda_target_from_name("sm80"), 2, false, false);
+  s.report.peak_bytes = 100 * 1024 * 1024;  // + 2 x 8,519,680 B + 1 MiB of workspaces = 117.25 MiB
+  s.report.workspaces = workspaces_for(*cuda_target_from_name("sm80"), two_handles(true), false, false);
   const std::string text = render_probe_text(s);
   EXPECT_EQ(line_starting(text, "attention"),
             "attention            1 call, kernel efficient for the CUDA target sm80, kept 68.00 KiB (math path would "
             "keep 1.12 MiB)");
   EXPECT_EQ(line_starting(text, "workspaces"),
             "workspaces           cuBLAS 2 x 8.12 MiB = 16.25 MiB on sm80 (one per handle: forward's thread and "
-            "autograd's), held by the caching allocator from the first matmul on: not in the peaks above, in the "
-            "predicted reserved; with them a CUDA run's step peak is 116.25 MiB");
+            "autograd's); cuBLASLt 1 x 1.00 MiB (matmuls with a bias), held by the caching allocator from the first "
+            "matmul on: not in the peaks above, in the predicted reserved; with them a CUDA run's step peak is "
+            "117.25 MiB");
   const nlohmann::json j = probe_summary_json(s);
   EXPECT_EQ(j.at("report").at("attention").at("calls").at("efficient"), 1);
   EXPECT_EQ(j.at("report").at("attention").at("kept_bytes"), 69632);
   EXPECT_EQ(j.at("report").at("attention").at("math_kept_bytes"), 1179648);
-  EXPECT_EQ(j.at("report").at("workspaces").at("total_bytes"), 2 * 8519680);
+  EXPECT_EQ(j.at("report").at("workspaces").at("total_bytes"), 2 * 8519680 + 1048576);
   const ProbeReport back = probe_report_from_json(j.at("report"));
   ASSERT_TRUE(back.attention && back.workspaces);
   EXPECT_EQ(back.attention->calls, attention.calls);
   EXPECT_EQ(back.workspaces->cublas_workspaces, 2);
+  EXPECT_EQ(back.workspaces->cublaslt_workspaces, 1);
+  EXPECT_EQ(back.workspaces->total_bytes(), 2 * 8519680 + 1048576);
 }
 
 // A trial on a GPU: what its allocator reserved beside the prediction
@@ -121,7 +134,7 @@ TEST(ProbeSummaryLines, ABudgetOffTheGpuGetsTheCudaVerdict) {
   ProbeSummary s = summary();
   s.budget_bytes = 150 * kMiB;
   s.report.peak_bytes = 130 * kMiB;
-  s.report.workspaces = workspaces_for(*cuda_target_from_name("sm90"), 2, false, false);
+  s.report.workspaces = workspaces_for(*cuda_target_from_name("sm90"), two_handles(false), false, false);
   s.report.reserved = ReservedPrediction{};
   s.report.reserved->peak_reserved_bytes = 220 * kMiB;
   s.report.reserved->budget_bytes = 142 * kMiB;
