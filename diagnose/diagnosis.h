@@ -146,6 +146,10 @@ enum class Sufficiency : uint8_t {
   /// is at least Recommendation::smallest_cap_bytes (Note [Allocator
   /// settings replayed]).
   kEnoughIfCapAtLeast,
+  /// The need is the failing request alone (phase_need.h, rule 4): the fix
+  /// frees at least that, and what the rest of the phase needs is not in
+  /// the snapshot (Note [Enough for the request only], recommendations.cpp).
+  kEnoughForRequest,
 };
 
 /// One change to make, what it would free, and whether that is enough.

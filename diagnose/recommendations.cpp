@@ -111,6 +111,9 @@ std::string sufficiency_text(const Recommendation& r) {
     case Sufficiency::kEnoughUpToBlocks:
       return fmt::format("enough{} for a forward of at most {} blocks like these (needs at least {})",
                          combined ? " together" : "", r.most_blocks, format_bytes(r.needs_bytes));
+    case Sufficiency::kEnoughForRequest:
+      return fmt::format("enough{} for the failing request; what the rest of the phase needs is not in the snapshot",
+                         combined ? " together" : "");
     case Sufficiency::kUnknown:
     case Sufficiency::kNoMemoryEffect:
       break;
@@ -135,14 +138,30 @@ namespace {
 // still needs no more than what it holds; checkpointing (s = 0.83) while it
 // needs up to 4.9 times that.
 
+// Note [Enough for the request only]
+// Rationale: when nothing in the trace says what the failing phase still
+// needed (phase_need.h, rule 4), the need is the request alone, and a fix
+// that frees it read "enough". On a real Hugging Face GPT-2 out of memory
+// in its first forward (an H200, 2026-11-29, under an 8 GiB cap), the
+// replay with expandable_segments:True served the 24 MiB request and was
+// ranked first as "enough", while the forward had its last block, the
+// 1.5 GiB of fp32 logits (8 x 1024 x 50257) and the loss still to come.
+// Approach: such a fix is "enough for the failing request" (a verdict of
+// its own); these come after the surely enough ones, those that free the
+// most first (the likelier to cover what is not in the snapshot), least
+// cost among equals.
+
 /// Judges one fix against the need: sufficiency, needs_bytes and, for a
 /// lower-bound need, most_blocks (Note [Enough for how many blocks]).
 void judge(const PhaseNeed& need, Recommendation& r) {
   const int64_t needs = need.still_needed_bytes;
   r.needs_bytes = needs;
+  // Note [Enough for the request only]
+  const Sufficiency enough =
+      need.method == NeedMethod::kRequest ? Sufficiency::kEnoughForRequest : Sufficiency::kEnough;
   if (r.replayed) {
     r.sufficiency = r.replay_fits && r.most_blocks > 0 ? Sufficiency::kEnoughUpToBlocks
-                    : r.replay_fits                    ? Sufficiency::kEnough
+                    : r.replay_fits                    ? enough
                     : r.smallest_cap_bytes > 0         ? Sufficiency::kEnoughIfCapAtLeast
                                                        : Sufficiency::kNotEnough;
     return;
@@ -152,7 +171,7 @@ void judge(const PhaseNeed& need, Recommendation& r) {
     return;
   }
   if (!need.lower_bound || need.block_bytes <= 0 || r.need_share >= 1) {
-    r.sufficiency = Sufficiency::kEnough;
+    r.sufficiency = enough;
     return;
   }
   const double fixed = static_cast<double>(r.frees_bytes) - r.need_share * static_cast<double>(needs);
@@ -174,7 +193,10 @@ void judge_by_replay(const Diagnosis& d, const OomReport& oom, const std::string
   rec.smallest_cap_bytes = r.smallest_cap_bytes;
   if (r.fits) {
     rec.frees_bytes = std::max(d.need.still_needed_bytes, oom.rounded_bytes);
-    rec.estimate = fmt::format("the trace replayed with {}: the request and the rest of the phase's need fit", setting);
+    rec.estimate = fmt::format("the trace replayed with {}: {}", setting,
+                               d.need.method == NeedMethod::kRequest
+                                   ? "the request fits (the rest of the phase's need is not in the snapshot)"
+                                   : "the request and the rest of the phase's need fit");
     // A lower-bound need (Note [Enough for how many blocks]): the blocks
     // after the current one fit in what the cap leaves.
     if (d.need.lower_bound && d.need.block_bytes > 0) {
@@ -208,11 +230,16 @@ void rank(Diagnosis& d, std::vector<Recommendation> fixes, std::vector<Recommend
     judge(d.need, r);
     (r.sufficiency == Sufficiency::kNotEnough ? short_of : enough).push_back(r);
   }
-  // Surely enough first, then those enough for the most blocks; least cost first among equals.
+  // Surely enough first, then those enough for the most blocks, then those
+  // enough for the request that free the most (Note [Enough for the
+  // request only]); least cost first among equals.
   std::stable_sort(enough.begin(), enough.end(), [&](const auto& a, const auto& b) {
     const bool a_sure = a.sufficiency == Sufficiency::kEnough, b_sure = b.sufficiency == Sufficiency::kEnough;
     if (a_sure != b_sure) return a_sure;
     if (a.most_blocks != b.most_blocks) return a.most_blocks > b.most_blocks;
+    const bool a_request = a.sufficiency == Sufficiency::kEnoughForRequest;
+    const bool b_request = b.sufficiency == Sufficiency::kEnoughForRequest;
+    if (a_request && b_request && a.frees_bytes != b.frees_bytes) return a.frees_bytes > b.frees_bytes;
     return cost(a) < cost(b);
   });
   std::stable_sort(short_of.begin(), short_of.end(),

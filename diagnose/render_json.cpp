@@ -125,8 +125,13 @@ std::string render_json(const Diagnosis& d) {
                {"block_so_far_bytes", n.block_so_far_bytes}};
   json recs = json::array();
   for (const Recommendation& r : d.recommendations) {
-    static constexpr const char* kSufficiency[] = {
-        "unknown", "enough", "not_enough", "no_memory_effect", "enough_up_to_blocks", "enough_if_cap_at_least"};
+    static constexpr const char* kSufficiency[] = {"unknown",
+                                                   "enough",
+                                                   "not_enough",
+                                                   "no_memory_effect",
+                                                   "enough_up_to_blocks",
+                                                   "enough_if_cap_at_least",
+                                                   "enough_for_request"};
     json parts = json::array();
     for (size_t i = 0; i < r.parts.size(); ++i) {
       parts.push_back({{"id", fix_name(r.parts[i])}, {"frees_bytes", r.part_frees_bytes[i]}});

@@ -118,7 +118,10 @@ std::string render_text(const Diagnosis& d) {
 
   out += !d.need.known        ? "\nRecommendations (in the order to try them)\n"
          : d.need.lower_bound ? "\nRecommendations (enough ones first, those enough for the most blocks first)\n"
-                              : "\nRecommendations (enough ones first, least cost first)\n";
+         : d.need.method == NeedMethod::kRequest
+             ? "\nRecommendations (only the failing request is known of the phase's need: those that free the most "
+               "first)\n"
+             : "\nRecommendations (enough ones first, least cost first)\n";
   if (d.recommendations.empty()) out += "  none\n";
   for (size_t i = 0; i < d.recommendations.size(); ++i) {
     const Recommendation& r = d.recommendations[i];
