@@ -253,7 +253,10 @@ def cap_allocator(device, budget):
     total = torch.cuda.get_device_properties(device).total_memory
     if not 0 < budget <= total:
         fail(f"--budget {budget} B is not within the device's {total} B")
-    torch.cuda.set_per_process_memory_fraction(budget / total, device)
+    # An index: set_per_process_memory_fraction refuses torch.device("cuda")
+    # (ValueError on PyTorch 2.11, seen on an H200, 2026-11-29).
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    torch.cuda.set_per_process_memory_fraction(budget / total, index)
 
 
 def read_job(path):
