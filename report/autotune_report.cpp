@@ -341,7 +341,8 @@ std::string render_autotune_text(const AutotuneReport& report) {
     // (model_fit.h, budget_scale), on the tensors' peak otherwise.
     const bool fit_on_reserved = s.budget_on_reserved && best.meta_tensor_peak_bytes && best.meta_reserved_bytes;
     if (fit_on_reserved) {
-      line(fmt::format("          meta peak {} of tensors", format_bytes(*best.meta_tensor_peak_bytes)));
+      line(fmt::format("          meta peak {} of tensors and cuBLAS workspaces",
+                       format_bytes(*best.meta_tensor_peak_bytes)));
     } else {
       const auto peak = static_cast<int64_t>(best.meta_peak_bytes.value_or(best.predicted_peak_bytes));
       line(fmt::format("          meta peak {}; margin {} to the usable budget", format_bytes(peak),

@@ -144,8 +144,21 @@ void expect_same_bytes(const ProbeReport& cpu, const ProbeReport& meta, const Di
   }
   ASSERT_TRUE(cpu.reserved.has_value());
   ASSERT_TRUE(meta.reserved.has_value());
-  EXPECT_EQ(meta.reserved->peak_reserved_bytes, cpu.reserved->peak_reserved_bytes);
-  EXPECT_EQ(meta.reserved->segment_allocations, cpu.reserved->segment_allocations);
+  // Meta's gradient more, when it is a small-pool block (1 MiB or less,
+  // c10's kSmallSize), can take the caching allocator's small pool past a
+  // 2 MiB segment (kSmallBuffer) where the CPU's stays within one: so with
+  // cuBLASLt's 1 MiB workspace in that pool, ResNet-18 at micro-batch 2
+  // (392 KiB more: 288 MiB and 24 segments against 286 MiB and 23).
+  constexpr int64_t kSmallSize = int64_t{1} << 20, kSmallBuffer = int64_t{2} << 20;
+  if (d.accumulation_bytes > 0 && d.accumulation_bytes <= kSmallSize) {
+    EXPECT_GE(meta.reserved->peak_reserved_bytes, cpu.reserved->peak_reserved_bytes);
+    EXPECT_LE(meta.reserved->peak_reserved_bytes, cpu.reserved->peak_reserved_bytes + kSmallBuffer);
+    EXPECT_GE(meta.reserved->segment_allocations, cpu.reserved->segment_allocations);
+    EXPECT_LE(meta.reserved->segment_allocations, cpu.reserved->segment_allocations + 1);
+  } else {
+    EXPECT_EQ(meta.reserved->peak_reserved_bytes, cpu.reserved->peak_reserved_bytes);
+    EXPECT_EQ(meta.reserved->segment_allocations, cpu.reserved->segment_allocations);
+  }
 }
 
 // The example GPT (examples/export_models.py): 4 blocks, sequence 64, a

@@ -533,7 +533,7 @@ TEST(MetaMemory, AMetaJobsBudgetCapsTheReservedBytesOfACudaRun) {
   report.search = r;
   const std::string text = render_autotune_text(report);
   EXPECT_NE(text.find("          meta peak " + format_bytes(plain_peak(32) - 6 * kMiB) +
-                      " of tensors\n          on a CUDA caching allocator (sm90): " +
+                      " of tensors and cuBLAS workspaces\n          on a CUDA caching allocator (sm90): " +
                       format_bytes(plain_peak(32) - 2 * kMiB) +
                       " reserved (predicted, cuBLAS workspaces included); margin 3.00 MiB to the usable budget\n"),
             std::string::npos)
