@@ -138,6 +138,9 @@ struct WorkspaceRecord {
   std::string target;               // cuda_target_name()
   /// Every cuBLAS and cuBLASLt workspace: what a CUDA run's allocated bytes carry beside the tensors.
   int64_t total_bytes() const { return cublas_bytes * cublas_workspaces + cublaslt_bytes * cublaslt_workspaces; }
+  /// What a CUDA run's allocated bytes add to the peaks this record came
+  /// with: total_bytes(), or 0 when the peaks hold them (a CUDA trial).
+  int64_t beside_peaks_bytes() const { return in_peaks ? 0 : total_bytes(); }
 };
 
 /// The cuBLAS workspace PyTorch 2.11 allocates per (handle, stream) with

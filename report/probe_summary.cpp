@@ -133,9 +133,9 @@ std::string render_probe_text(const ProbeSummary& s) {
   if (r.workspaces) {
     const WorkspaceRecord& w = *r.workspaces;
     line(fmt::format("workspaces           {}{}", workspace_text(w),
-                     w.in_peaks || w.total_bytes() == 0 ? std::string()
-                                                        : fmt::format("; with them a CUDA run's step peak is {}",
-                                                                      format_bytes(r.peak_bytes + w.total_bytes()))));
+                     w.beside_peaks_bytes() == 0 ? std::string()
+                                                 : fmt::format("; with them a CUDA run's step peak is {}",
+                                                               format_bytes(r.peak_bytes + w.beside_peaks_bytes()))));
   }
   if (r.cudnn) line(fmt::format("cudnn                {}", cudnn_text(*r.cudnn)));
   if (s.activation_fit) {

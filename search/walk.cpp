@@ -95,8 +95,7 @@ void Search::add_node(const std::string& tree_name, const TrainingConfig& config
     node.meta_peak_bytes = meta_peak(node.config);
     if (const ProbeReport* r = meta_run(node.config); r && r->outcome == TrialOutcome::kOk) {
       // A CUDA run's allocated bytes hold the cuBLAS workspaces too.
-      const int64_t workspaces = r->workspaces && !r->workspaces->in_peaks ? r->workspaces->total_bytes() : 0;
-      node.meta_tensor_peak_bytes = r->peak_bytes + workspaces;
+      node.meta_tensor_peak_bytes = r->peak_bytes + (r->workspaces ? r->workspaces->beside_peaks_bytes() : 0);
       if (r->reserved) node.meta_reserved_bytes = r->reserved->peak_reserved_bytes;
     }
   }

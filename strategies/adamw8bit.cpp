@@ -226,9 +226,8 @@ void adamw8bit_update_by_tensor_ops(at::Tensor& p, const at::Tensor& grad, AdamW
   const double step_size = options.lr() / bias_correction1;
   const double inv_sqrt_bc2 = 1 / std::sqrt(bias_correction2);
   // The maps and their midpoints on p's device, once per call (512 floats each).
-  const auto floats = p.options().dtype(at::kFloat);
   auto on_device = [&](const std::array<float, kMapSize>& values, int64_t count) {
-    return at::from_blob(const_cast<float*>(values.data()), {count}, at::kFloat).to(floats.device());
+    return at::from_blob(const_cast<float*>(values.data()), {count}, at::kFloat).to(p.device());
   };
   const QuantizationMap& map1 = QuantizationMap::dynamic(/*is_signed=*/true);
   const QuantizationMap& map2 = QuantizationMap::dynamic(/*is_signed=*/false);
