@@ -71,6 +71,28 @@ struct LargestAllocation {
   Phase phase = Phase::kLoad;
 };
 
+/// The blocks live at the measured step's peak that one operator allocated
+/// in one phase (probes/peak_composition.h).
+struct PeakShare {
+  std::string op;              // the tracker's label: "aten::convolution", "MmBackward0 > aten::mm", "(unknown)"
+  Phase phase = Phase::kLoad;  // the phase the operator ran in
+  bool earlier_step = false;   // allocated before the measured step: at load, or in the warm-up step
+  int64_t bytes = 0;           // SUM: bytes requested
+  int64_t blocks = 0;          // COUNT
+  bool operator==(const PeakShare& o) const {
+    return op == o.op && phase == o.phase && earlier_step == o.earlier_step && bytes == o.bytes && blocks == o.blocks;
+  }
+};
+
+/// What was live at the measured step's first highest moment, from the
+/// recorded events: requested bytes, so on a GPU the allocator's rounding
+/// (512 B blocks) is not in them.
+struct PeakComposition {
+  Phase phase = Phase::kLoad;     // the phase that moment fell in
+  int64_t live_bytes = 0;         // SUM: device bytes live then; 0 = not measured
+  std::vector<PeakShare> shares;  // every group, largest first
+};
+
 /// Backward between two gradients: the highest live device bytes while
 /// exactly the gradients made so far existed (memory_model.cpp, Note
 /// [Backward by gradients]).

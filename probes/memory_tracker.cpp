@@ -289,14 +289,27 @@ std::size_t innermost_frame() {
   return t_ops.size();
 }
 
+// An autograd node's name in a label. oomtune's own autograd functions are
+// CppNode<...> to RecordFunction ("torch::autograd::CppNode<oomtune::
+// (anonymous namespace)::RecomputeFunction>"): the function's name alone,
+// and the checkpoint's backward by what it does.
+std::string node_label(std::string_view node) {
+  constexpr std::string_view kCppNode = "torch::autograd::CppNode<";
+  if (node.rfind(kCppNode, 0) != 0 || node.back() != '>') return std::string(node);
+  node = node.substr(kCppNode.size(), node.size() - kCppNode.size() - 1);
+  if (const std::size_t scope = node.rfind("::"); scope != std::string_view::npos) node = node.substr(scope + 2);
+  return node == "RecomputeFunction" ? "checkpoint recomputation" : std::string(node);
+}
+
 // "aten::linear" in forward; "MmBackward0 > aten::mm" in backward;
-// "oomtune::checkpoint > aten::linear" in a checkpointed block: the outermost
+// "oomtune::checkpoint > aten::linear" in a checkpointed block, and
+// "checkpoint recomputation > aten::linear" in its backward: the outermost
 // aten op under the innermost enclosing frame, t_ops[frame] (innermost_frame).
 std::string op_label(std::size_t frame) {
   const char* node = frame < t_ops.size() ? t_ops[frame].name : nullptr;
   const std::size_t first_op = node ? frame + 1 : 0;
-  if (first_op >= t_ops.size()) return node ? node : "(unknown)";
-  return node ? fmt::format("{} > {}", node, t_ops[first_op].name) : std::string(t_ops[first_op].name);
+  if (first_op >= t_ops.size()) return node ? node_label(node) : "(unknown)";
+  return node ? fmt::format("{} > {}", node_label(node), t_ops[first_op].name) : std::string(t_ops[first_op].name);
 }
 
 // The run of the enclosing frame t_ops[frame] (innermost_frame); 0 for none.

@@ -25,6 +25,13 @@ TrialOutcome outcome_from_string(const std::string& text) {
   throw InputError(fmt::format("probe report: unknown outcome '{}'", text));
 }
 
+// The phase named `name` in the record's `key`; InputError for any other text.
+Phase phase_named(const std::string& name, const char* key) {
+  const std::optional<Phase> phase = phase_from_name(name);
+  if (!phase) throw InputError(fmt::format("probe report: unknown {} '{}'", key, name));
+  return *phase;
+}
+
 nlohmann::json phase_json(const PhaseMemory& p) {
   return {{"start_bytes", p.start_bytes},
           {"peak_bytes", p.peak_bytes},
@@ -257,6 +264,18 @@ nlohmann::json to_json(const ProbeReport& r) {
                         {"attempts", r.allocatable->attempts},
                         {"bound_bytes", r.allocatable->bound_bytes}};
   }
+  if (r.peak_composition.live_bytes > 0) {
+    nlohmann::json shares = nlohmann::json::array();
+    for (const PeakShare& share : r.peak_composition.shares)
+      shares.push_back({{"op", share.op},
+                        {"phase", phase_name(share.phase)},
+                        {"earlier_step", share.earlier_step},
+                        {"bytes", share.bytes},
+                        {"blocks", share.blocks}});
+    j["peak_composition"] = {{"phase", phase_name(r.peak_composition.phase)},
+                             {"live_bytes", r.peak_composition.live_bytes},
+                             {"shares", shares}};
+  }
   if (r.attention) j["attention"] = to_json(*r.attention);
   if (r.dropout) j["dropout"] = to_json(*r.dropout);
   if (r.workspaces) j["workspaces"] = to_json(*r.workspaces);
@@ -281,8 +300,7 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     r.message = j.at("message").get<std::string>();
     r.input_error = j.value("input_error", false);
     if (const std::string phase = j.value("phase_at_failure", ""); !phase.empty()) {
-      r.phase_at_failure = phase_from_name(phase);
-      if (!r.phase_at_failure) throw InputError(fmt::format("probe report: unknown phase_at_failure '{}'", phase));
+      r.phase_at_failure = phase_named(phase, "phase_at_failure");
     }
     for (std::size_t i = 0; i < kNumPhases; ++i)
       r.phases[i] = phase_from_json(j.at("phases").at(std::string(phase_name(static_cast<Phase>(i)))));
@@ -311,6 +329,16 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
         for (const auto& level : *levels)
           a.by_gradients.push_back(
               {level.at(0).get<int64_t>(), level.at(1).get<int64_t>(), level.at(2).get<int64_t>()});
+    }
+    if (const auto composition = j.find("peak_composition"); composition != j.end()) {
+      PeakComposition& c = r.peak_composition;
+      c.phase = phase_named(composition->at("phase").get<std::string>(), "peak_composition.phase");
+      c.live_bytes = composition->at("live_bytes").get<int64_t>();
+      for (const auto& share : composition->at("shares"))
+        c.shares.push_back({share.at("op").get<std::string>(),
+                            phase_named(share.at("phase").get<std::string>(), "peak_composition.shares.phase"),
+                            share.at("earlier_step").get<bool>(), share.at("bytes").get<int64_t>(),
+                            share.at("blocks").get<int64_t>()});
     }
     const auto& largest = j.at("largest_allocation");
     r.largest.bytes = largest.at("bytes").get<int64_t>();
@@ -365,10 +393,7 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
       if (const auto failed = res.find("failed_request"); failed != res.end()) {
         r.reserved->failed_request_bytes = failed->at("bytes").get<int64_t>();
         r.reserved->failed_op = failed->at("op").get<std::string>();
-        const std::string name = failed->at("phase").get<std::string>();
-        const std::optional<Phase> phase = phase_from_name(name);
-        if (!phase) throw InputError(fmt::format("probe report: unknown reserved.failed_request.phase '{}'", name));
-        r.reserved->failed_phase = *phase;
+        r.reserved->failed_phase = phase_named(failed->at("phase").get<std::string>(), "reserved.failed_request.phase");
       }
     }
     if (j.contains("measured_reserved")) {

@@ -150,15 +150,6 @@ struct OptimizerRecord {
   int64_t temporary_bytes = 0;
 };
 
-/// The optimizer line of the probe report: "adamw, foreach (torch.optim's
-/// default on CUDA): 1.25 MiB of temporaries above its state at the step's
-/// peak, whole-list (torch._foreach_* over every parameter at once)"; for
-/// fused "none expected (one fused kernel, in place)", for single_tensor
-/// "one parameter's at a time", for an optimizer that is not eager
-/// torch.optim "(oomtune's own loop: not foreach-modelled)". Empty when
-/// not recorded.
-std::string optimizer_text(const OptimizerRecord& optimizer);
-
 /// The optimizer line of the probe report: "adamw, foreach: 1.25 MiB of
 /// temporaries above its state at the step's peak (whole-list:
 /// torch._foreach_* over every parameter at once; torch.optim's default on
@@ -200,6 +191,9 @@ struct ProbeReport {
   // Of the measured step's backward, with events recorded (TrialOptions::
   // record_events) and one micro-batch per step; else zero.
   BackwardActivationPeak backward_activation_peak;
+  // Of the measured step, with events recorded (TrialOptions::
+  // record_events); else empty (JSON: absent).
+  PeakComposition peak_composition;
   LargestAllocation largest;
   // Of every step after the warm-up: CPU kernels' own bytes, in no field
   // above (probes/memory_tracker.cpp, Note [Kernel scratch]).

@@ -7,10 +7,14 @@
 #include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 
 #include "common/byte_size.h"
+#include "probes/peak_composition.h"
 #include "search/model_fit.h"
 
 namespace oomtune {
 namespace {
+
+// The shares of the "at the peak" lines; --json has them all.
+constexpr std::size_t kPeakSharesListed = 6;
 
 std::string percent_diff(int64_t measured, int64_t expected) {
   if (expected == 0) return measured == 0 ? "exact" : "-";
@@ -112,6 +116,7 @@ std::string render_probe_text(const ProbeSummary& s) {
                      "backward activations", format_bytes(activation.live_bytes),
                      format_bytes(activation.gradient_bytes)));
   line("");
+  for (const std::string& text : peak_composition_lines(r.peak_composition, kPeakSharesListed)) line(text);
   line(fmt::format("largest allocation   {} by {} during {}", format_bytes(r.largest.bytes), r.largest.op,
                    phase_name(r.largest.phase)));
   if (const std::string optimizer = optimizer_text(r.optimizer); !optimizer.empty())

@@ -52,6 +52,19 @@
 #                                        GPT-2's out-of-memory snapshot
 #                                        (scripts/record_hf_snapshot.py) and an
 #                                        oomtune trial's, each diagnosed
+#   scripts/device_check.sh --checkpointing
+#                                        the two open questions of checkpointed
+#                                        runs on CUDA (docs/validation.md):
+#                                        GPT-2 checkpointed in bf16 fails in
+#                                        backward (its whole error, C++
+#                                        backtrace included: OOMTUNE_FULL_ERRORS,
+#                                        TORCH_SHOW_CPP_STACKTRACES), and the
+#                                        checkpointed backward peaks above meta's
+#                                        (ResNet-50 at 32: +122 MiB): what was
+#                                        live at each run's peak, CUDA against
+#                                        meta, group by group
+#                                        (scripts/compare_compositions.py); about
+#                                        100 s after the build
 #   scripts/device_check.sh --suite      the whole test suite there (the GPU
 #                                        tests among them), the probes of the
 #                                        first call on the CPU too
@@ -62,6 +75,7 @@
 # steps.log (every step's stderr), setup.log, and the modes' own: cuda_tests.xml,
 # probes.tar.gz, validation.tar.gz (results.json and every run's output),
 # snapshots.tar.gz (the snapshots and their diagnoses); autotune.tar.gz;
+# checkpointing.tar.gz (the error and the probes' JSON);
 # ctest.log. The build goes to /tmp/oomtune_build (OOMTUNE_BUILD_DIR) and is
 # reused while the machine stays warm; only --suite builds every target.
 #
@@ -92,8 +106,8 @@ if [ "$mode" = --pack ]; then
   exit 0
 fi
 case "$mode" in
-  ""|--validate|--autotune|--snapshots|--suite) ;;
-  *) echo "usage: scripts/device_check.sh [--pack|--validate|--autotune [CASE ...]|--snapshots|--suite]" >&2
+  ""|--validate|--autotune|--snapshots|--checkpointing|--suite) ;;
+  *) echo "usage: scripts/device_check.sh [--pack|--validate|--autotune [CASE ...]|--snapshots|--checkpointing|--suite]" >&2
      exit 2 ;;
 esac
 
@@ -312,9 +326,37 @@ autotune_compare() {
   tar -czf "$out/autotune.tar.gz" -C "$work" out
 }
 
+# checkpointing: the whole error of GPT-2 checkpointed in bf16 on CUDA, and
+# the checkpointed peaks' compositions on CUDA against meta (with the same
+# jobs unchecked as the control: there only cuDNN's workspaces may differ).
+checkpointing() {
+  local work=/tmp/oomtune_checkpointing job batch flags name device
+  mkdir -p "$work"
+  step "GPT-2 checkpointed in bf16 on CUDA: the whole error" hf_gpt2_ckpt_bf16.txt \
+    env OOMTUNE_FULL_ERRORS=1 TORCH_SHOW_CPP_STACKTRACES=1 timeout "$(budget 120)" bash -c \
+    '"$0" probe examples/hf_gpt2.toml --device cuda --no-fit --batch 8 --config micro_batch=8,ckpt=all,precision=bf16 \
+       2>&1 | grep -vE "^\s*$" | head -n 120' "$build/oomtune"
+  for job in examples/resnet50.toml:32 examples/gpt.toml:32; do
+    batch=${job#*:}
+    for flags in ckpt=all ckpt=none; do
+      name="$(basename "${job%%:*}" .toml)_${batch}_${flags#ckpt=}"
+      for device in meta cuda; do
+        timeout "$(budget 120)" "$build/oomtune" probe "${job%%:*}" --device "$device" --no-fit --batch "$batch" \
+          --config "micro_batch=$batch,$flags" --json > "$work/${name}_$device.json" 2>> "$out/steps.log"
+      done
+      step "At the peak, $name: meta (A) against CUDA (B)" "$name.md" "$python" scripts/compare_compositions.py \
+        "$work/${name}_meta.json" "$work/${name}_cuda.json"
+      rm -f "$out/$name.md"  # in the summary
+    done
+  done
+  mv "$out/hf_gpt2_ckpt_bf16.txt" "$work/"
+  tar -czf "$out/checkpointing.tar.gz" -C /tmp oomtune_checkpointing
+}
+
 case "$mode" in
   --validate) validate; exit 0 ;;
   --snapshots) snapshots; exit 0 ;;
+  --checkpointing) checkpointing; exit 0 ;;
   --autotune) autotune_compare "$(budget 540)" "$@"
     exit 0 ;;
 esac

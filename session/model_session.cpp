@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <filesystem>
 #include <regex>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -63,8 +65,16 @@ std::string describe(const Batch& batch, const std::vector<std::size_t>& which) 
 
 }  // namespace
 
+namespace {
+bool full_errors() {
+  const char* value = std::getenv(kFullErrorsVariable);
+  return value && *value && std::string_view(value) != "0";
+}
+}  // namespace
+
 std::string error_text(const std::exception& e) {
-  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e); c10_error && !full_errors())
+    return c10_error->what_without_backtrace();
   return e.what();
 }
 
@@ -150,6 +160,7 @@ std::string frozen_bf16_hint(const JobSpec& job, const std::string& cause) {
 }
 
 std::string one_line(const std::string& message) {
+  if (full_errors()) return message;
   // The dispatcher's NotImplementedError for an operator without a meta
   // kernel is one long paragraph listing every backend the operator has.
   // PyTorch 2.11 words it "aten::OP: attempted to run this operator with

@@ -105,7 +105,15 @@ bool is_out_of_memory(const std::exception& e);
 /// ("oomtune budget: tried to allocate ..." or CUDA's), else its first line.
 std::string out_of_memory_message(const std::exception& e);
 
-/// The message of `e` without libtorch's C++ backtrace.
+/// Set in the environment (OOMTUNE_FULL_ERRORS=1; unset or "0": off), the
+/// errors below keep everything libtorch said: every line, the TorchScript
+/// tracebacks, and the C++ backtrace (which PyTorch 2.x records with
+/// TORCH_SHOW_CPP_STACKTRACES=1). For finding which kernel or autograd node
+/// failed; a user is shown one line without it.
+constexpr const char* kFullErrorsVariable = "OOMTUNE_FULL_ERRORS";
+
+/// The message of `e` without libtorch's C++ backtrace (with it under
+/// OOMTUNE_FULL_ERRORS).
 std::string error_text(const std::exception& e);
 
 /// The one line of a libtorch error message that says what went wrong: its
@@ -113,7 +121,8 @@ std::string error_text(const std::exception& e);
 /// TorchScript graph, the cause and the model's source line ("index out of
 /// range in self (at model.py:83 in forward)"; model_session.cpp, Note
 /// [TorchScript errors]); for an operator without a meta kernel, "aten::OP
-/// has no meta kernel in libtorch VERSION ...".
+/// has no meta kernel in libtorch VERSION ...". Under OOMTUNE_FULL_ERRORS,
+/// `message` whole.
 std::string one_line(const std::string& message);
 
 /// What to change when a forward or backward failed on a dtype mix that

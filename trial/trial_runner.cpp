@@ -21,6 +21,7 @@
 #include "probes/cuda_device.h"
 #include "probes/memory_tracker.h"
 #include "probes/meta_kernels.h"
+#include "probes/peak_composition.h"
 #include "session/batch.h"
 #include "session/cuda_autocast.h"
 #include "session/model_session.h"
@@ -585,6 +586,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
       if (variable) report.step_peak_bytes = step_device_peaks(events, step_events);
       if (!options.step_events_path.empty())
         write_step_events(options.step_events_path, events, measured_begin, measured_end, tracker.op_names());
+      report.peak_composition = find_peak_composition(events, measured_begin, measured_end, tracker.op_names());
       if (config.accumulation_steps == 1 && backward_end > backward_begin)
         report.backward_activation_peak =
             find_backward_activation_peak(events, backward_begin, backward_end, live_at_backward, new_gradients);

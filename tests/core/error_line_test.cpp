@@ -2,6 +2,9 @@
 // [TorchScript errors] in session/model_session.cpp). The messages are
 // cut from real ones (libtorch 1.13 scripted; PyTorch 2.11 traced).
 
+#include <cstdlib>
+
+#include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
 #include "session/model_session.h"
@@ -69,6 +72,21 @@ RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x256 and 16x32)
 TEST(ErrorLine, AnInterpreterMessageWithoutACauseLineKeepsItsFirstLine) {
   EXPECT_EQ(one_line("The following operation failed in the TorchScript interpreter.\nTraceback of TorchScript"),
             "The following operation failed in the TorchScript interpreter.");
+}
+
+// OOMTUNE_FULL_ERRORS keeps what libtorch said, for finding the kernel or
+// autograd node that failed; "0" is off.
+TEST(ErrorLine, FullErrorsKeepTheWholeMessageAndTheBacktrace) {
+  const std::string message = "expected mat1 and mat2 to have the same dtype\nException raised from addmm\nframe #0";
+  const c10::Error error(c10::SourceLocation{"addmm", "Blas.cpp", 1}, "expected mat1 and mat2 to have the same dtype");
+  ASSERT_EQ(setenv(kFullErrorsVariable, "0", 1), 0);
+  EXPECT_EQ(one_line(message), "expected mat1 and mat2 to have the same dtype");
+  EXPECT_EQ(error_text(error), error.what_without_backtrace());
+  ASSERT_EQ(setenv(kFullErrorsVariable, "1", 1), 0);
+  EXPECT_EQ(one_line(message), message);
+  EXPECT_EQ(error_text(error), error.what());
+  ASSERT_EQ(unsetenv(kFullErrorsVariable), 0);
+  EXPECT_EQ(one_line(message), "expected mat1 and mat2 to have the same dtype");
 }
 
 }  // namespace

@@ -158,6 +158,28 @@ TEST(MemoryTracker, OpsInsideAnOomtuneOperatorAreNamedUnderIt) {
   EXPECT_EQ(tracker.largest().op, "oomtune::checkpoint > aten::mm");
 }
 
+// oomtune's own autograd functions reach RecordFunction as CppNode<...>:
+// the label keeps the function's name, and calls the checkpoint's backward
+// what it is.
+TEST(MemoryTracker, OomtunesAutogradFunctionsAreNamedByTheirFunction) {
+  MemoryTracker tracker;
+  at::Tensor x = at::randn({64, 256});
+  at::Tensor w = at::randn({256, 4096});
+  tracker.reset_statistics();
+  tracker.begin_phase(Phase::kBackward);
+  auto largest_under = [&](const char* node, int64_t columns) {
+    RECORD_FUNCTION_WITH_SCOPE(at::RecordScope::BACKWARD_FUNCTION, node, std::vector<c10::IValue>());
+    return at::mm(x, w.narrow(1, 0, columns));
+  };
+  at::Tensor a = largest_under("torch::autograd::CppNode<oomtune::(anonymous namespace)::FusedAttention>", 1024);
+  EXPECT_EQ(tracker.largest().op, "FusedAttention > aten::mm");
+  at::Tensor b = largest_under("torch::autograd::CppNode<oomtune::(anonymous namespace)::RecomputeFunction>", 2048);
+  EXPECT_EQ(tracker.largest().op, "checkpoint recomputation > aten::mm");
+  at::Tensor c = largest_under("MmBackward0", 4096);
+  EXPECT_EQ(tracker.largest().op, "MmBackward0 > aten::mm");
+  tracker.end_phase();
+}
+
 TEST(MemoryTracker, RecordsEventsInOrderWhenAsked) {
   TrackerOptions options;
   options.record_events = true;

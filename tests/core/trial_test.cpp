@@ -369,6 +369,33 @@ TEST(Trial, BackwardActivationPeakOnTheExampleGpt) {
   EXPECT_EQ(run_trial(job, baseline_config(job), quick_trial()).backward_activation_peak.live_bytes, 0);
 }
 
+// probes/peak_composition.h: the blocks live at the step's peak add up to
+// the peak, and those from before the step are the static split measured
+// apart: the model loaded outside any operator (its parameters, 4 P with
+// no buffers), and AdamW's state made in the warm-up's optimizer (8 P).
+TEST(Trial, ThePeakCompositionAddsUpToThePeakAndHoldsTheStaticSplit) {
+  const JobSpec job = mlp_job(16);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  TrialOptions options = quick_trial();
+  options.record_events = true;
+  const ProbeReport r = run_trial(job, baseline_config(job), options);
+  ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
+  const PeakComposition& c = r.peak_composition;
+  EXPECT_EQ(c.live_bytes, r.peak_bytes);
+  EXPECT_EQ(r.phases[static_cast<std::size_t>(c.phase)].peak_bytes, r.peak_bytes);
+  int64_t sum = 0, loaded = 0, state = 0;
+  for (const PeakShare& s : c.shares) {
+    sum += s.bytes;
+    if (s.earlier_step && s.phase == Phase::kLoad) loaded += s.bytes;
+    if (s.earlier_step && s.phase == Phase::kOptimizer) state += s.bytes;
+  }
+  EXPECT_EQ(sum, c.live_bytes);
+  EXPECT_EQ(loaded, 4 * kMlpParameters);
+  EXPECT_EQ(state, 8 * kMlpParameters);
+  // Without the event stream it is not measured.
+  EXPECT_EQ(run_trial(job, baseline_config(job), quick_trial()).peak_composition.live_bytes, 0);
+}
+
 TEST(Trial, ALaterStepPeaksLikeTheMeasuredStep) {
   const JobSpec job = gpt_job(8);
   OOMTUNE_REQUIRE_FILE(job.model_path);
