@@ -289,13 +289,25 @@ std::size_t innermost_frame() {
   return t_ops.size();
 }
 
+// An operator's name in a label. Autograd's engine runs each node inside
+// "autograd::engine::evaluate_function: NODE" and, after the node's own
+// frame has closed, adds its outputs into the next nodes' input buffers:
+// what it allocates there is a gradient summed from two paths (a residual
+// branch's and the block's) or cast to its input's dtype, named
+// "NODE > gradient sum".
+std::string operator_label(std::string_view op) {
+  constexpr std::string_view kEngine = "autograd::engine::evaluate_function: ";
+  if (op.rfind(kEngine, 0) != 0) return std::string(op);
+  return fmt::format("{} > gradient sum", op.substr(kEngine.size()));
+}
+
 // An autograd node's name in a label. oomtune's own autograd functions are
 // CppNode<...> to RecordFunction ("torch::autograd::CppNode<oomtune::
 // (anonymous namespace)::RecomputeFunction>"): the function's name alone,
 // and the checkpoint's backward by what it does.
 std::string node_label(std::string_view node) {
   constexpr std::string_view kCppNode = "torch::autograd::CppNode<";
-  if (node.rfind(kCppNode, 0) != 0 || node.back() != '>') return std::string(node);
+  if (node.rfind(kCppNode, 0) != 0 || node.back() != '>') return operator_label(node);
   node = node.substr(kCppNode.size(), node.size() - kCppNode.size() - 1);
   if (const std::size_t scope = node.rfind("::"); scope != std::string_view::npos) node = node.substr(scope + 2);
   return node == "RecomputeFunction" ? "checkpoint recomputation" : std::string(node);
@@ -309,7 +321,8 @@ std::string op_label(std::size_t frame) {
   const char* node = frame < t_ops.size() ? t_ops[frame].name : nullptr;
   const std::size_t first_op = node ? frame + 1 : 0;
   if (first_op >= t_ops.size()) return node ? node_label(node) : "(unknown)";
-  return node ? fmt::format("{} > {}", node_label(node), t_ops[first_op].name) : std::string(t_ops[first_op].name);
+  const std::string op = operator_label(t_ops[first_op].name);
+  return node ? fmt::format("{} > {}", node_label(node), op) : op;
 }
 
 // The run of the enclosing frame t_ops[frame] (innermost_frame); 0 for none.

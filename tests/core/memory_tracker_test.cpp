@@ -180,6 +180,28 @@ TEST(MemoryTracker, OomtunesAutogradFunctionsAreNamedByTheirFunction) {
   tracker.end_phase();
 }
 
+// `a + a`: AddBackward0 hands its one gradient to both of a's edges, and the
+// engine sums the two into a new tensor after the node has returned (a
+// residual block's input gradient is made so): the label names the node
+// whose outputs were summed.
+TEST(MemoryTracker, TheEnginesGradientSumsAreNamedAfterTheNode) {
+  TrackerOptions options;
+  options.record_events = true;
+  MemoryTracker tracker(options);
+  const at::Tensor w = at::randn({64, 256}).requires_grad_(true);
+  const at::Tensor x = at::randn({256, 512});
+  tracker.reset_statistics();
+  tracker.begin_phase(Phase::kBackward);
+  const at::Tensor a = at::mm(w, x);
+  (a + a).sum().backward();
+  tracker.end_phase();
+  const std::vector<std::string> names = tracker.op_names();
+  int64_t summed = 0;
+  for (const TrackedEvent& e : tracker.events())
+    if (e.kind == TrackedEvent::Kind::kAlloc && names.at(e.op) == "AddBackward0 > gradient sum") summed += e.bytes;
+  EXPECT_EQ(summed, 64 * 512 * 4);  // one [64, 512] fp32 sum
+}
+
 TEST(MemoryTracker, RecordsEventsInOrderWhenAsked) {
   TrackerOptions options;
   options.record_events = true;
