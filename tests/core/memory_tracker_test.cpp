@@ -126,11 +126,17 @@ TEST(MemoryTracker, HostScopeSeparatesHostFromDeviceBytes) {
   EXPECT_EQ(tracker.live_bytes(MemoryPool::kHost), 0);
 }
 
-TEST(MemoryTracker, LargestAllocationNamesItsOperatorAndPhase) {
+// A tracker that counts from after the operands of a 64 x 256 by 256 x 4096
+// matmul were made (its output: 1 MiB).
+class MatmulLabel : public ::testing::Test {
+ protected:
+  void SetUp() override { tracker.reset_statistics(); }
   MemoryTracker tracker;
   at::Tensor x = at::randn({64, 256});
   at::Tensor w = at::randn({256, 4096});
-  tracker.reset_statistics();
+};
+
+TEST_F(MatmulLabel, LargestAllocationNamesItsOperatorAndPhase) {
   tracker.begin_phase(Phase::kForward);
   at::Tensor y = at::mm(x, w);  // 64 * 4096 * 4 = 1 MiB, the largest
   at::Tensor z = at::relu(at::randn({16}));
@@ -141,13 +147,9 @@ TEST(MemoryTracker, LargestAllocationNamesItsOperatorAndPhase) {
   EXPECT_EQ(largest.phase, Phase::kForward);
 }
 
-TEST(MemoryTracker, OpsInsideAnOomtuneOperatorAreNamedUnderIt) {
+TEST_F(MatmulLabel, OpsInsideAnOomtuneOperatorAreNamedUnderIt) {
   // A checkpointed block's ops run inside the recompute operator
   // oomtune::checkpoint; the label names the model's op under it.
-  MemoryTracker tracker;
-  at::Tensor x = at::randn({64, 256});
-  at::Tensor w = at::randn({256, 4096});
-  tracker.reset_statistics();
   tracker.begin_phase(Phase::kForward);
   at::Tensor y;
   {
@@ -161,11 +163,7 @@ TEST(MemoryTracker, OpsInsideAnOomtuneOperatorAreNamedUnderIt) {
 // oomtune's own autograd functions reach RecordFunction as CppNode<...>:
 // the label keeps the function's name, and calls the checkpoint's backward
 // what it is.
-TEST(MemoryTracker, OomtunesAutogradFunctionsAreNamedByTheirFunction) {
-  MemoryTracker tracker;
-  at::Tensor x = at::randn({64, 256});
-  at::Tensor w = at::randn({256, 4096});
-  tracker.reset_statistics();
+TEST_F(MatmulLabel, OomtunesAutogradFunctionsAreNamedByTheirFunction) {
   tracker.begin_phase(Phase::kBackward);
   auto largest_under = [&](const char* node, int64_t columns) {
     RECORD_FUNCTION_WITH_SCOPE(at::RecordScope::BACKWARD_FUNCTION, node, std::vector<c10::IValue>());
