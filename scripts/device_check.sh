@@ -56,7 +56,7 @@
 #                                        the two open questions of checkpointed
 #                                        runs on CUDA (docs/validation.md):
 #                                        GPT-2 checkpointed in bf16 fails in
-#                                        backward (its whole error, C++
+#                                        backward (both fixtures' whole errors, C++
 #                                        backtrace included: OOMTUNE_FULL_ERRORS,
 #                                        TORCH_SHOW_CPP_STACKTRACES), and the
 #                                        checkpointed backward peaks above meta's
@@ -332,10 +332,17 @@ autotune_compare() {
 checkpointing() {
   local work=/tmp/oomtune_checkpointing job batch flags name device
   mkdir -p "$work"
-  step "GPT-2 checkpointed in bf16 on CUDA: the whole error" hf_gpt2_ckpt_bf16.txt \
-    env OOMTUNE_FULL_ERRORS=1 TORCH_SHOW_CPP_STACKTRACES=1 timeout "$(budget 120)" bash -c \
-    '"$0" probe examples/hf_gpt2.toml --device cuda --no-fit --batch 8 --config micro_batch=8,ckpt=all,precision=bf16 \
-       2>&1 | grep -vE "^\s*$" | head -n 120' "$build/oomtune"
+  # Both GPT-2 fixtures (eager attention, and SDPA: oomtune's attention
+  # operator) tell whether the attention is where the dtypes meet.
+  sed "s#^model = .*#model = \"$(cd ../shared && pwd)/fixtures/torchscript/hf_gpt2_sdpa_trace.pt\"#" \
+    examples/hf_gpt2.toml > "$work/hf_gpt2_sdpa.toml"
+  for job in examples/hf_gpt2.toml "$work/hf_gpt2_sdpa.toml"; do
+    step "$(basename "$job" .toml) checkpointed in bf16 on CUDA: the whole error" "$(basename "$job" .toml)_ckpt_bf16.txt" \
+      env OOMTUNE_FULL_ERRORS=1 TORCH_SHOW_CPP_STACKTRACES=1 timeout "$(budget 120)" bash -c \
+      '"$0" probe "$1" --device cuda --no-fit --batch 8 --config micro_batch=8,ckpt=all,precision=bf16 2>&1 |
+         grep -vE "^\s*$" | head -n 120' "$build/oomtune" "$job"
+    mv "$out/$(basename "$job" .toml)_ckpt_bf16.txt" "$work/"
+  done
   for job in examples/resnet50.toml:32 examples/gpt.toml:32; do
     batch=${job#*:}
     for flags in ckpt=all ckpt=none; do
@@ -349,7 +356,6 @@ checkpointing() {
       rm -f "$out/$name.md"  # in the summary
     done
   done
-  mv "$out/hf_gpt2_ckpt_bf16.txt" "$work/"
   tar -czf "$out/checkpointing.tar.gz" -C /tmp oomtune_checkpointing
 }
 
