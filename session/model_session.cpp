@@ -63,13 +63,11 @@ std::string describe(const Batch& batch, const std::vector<std::size_t>& which) 
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
-}  // namespace
-
-namespace {
 bool full_errors() {
   const char* value = std::getenv(kFullErrorsVariable);
   return value && *value && std::string_view(value) != "0";
 }
+
 }  // namespace
 
 std::string error_text(const std::exception& e) {

@@ -580,13 +580,14 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     }
     if (options.record_events) {
       const std::vector<TrackedEvent> events = tracker.events();
-      report.reserved = predict_reserved(
-          events, replay_end, job.usable_budget_bytes(), cuda ? CublasCalls{} : tracker.cublas_calls(),
-          cublas_workspace_bytes(cuda_target), cublaslt_workspace_bytes(cuda_target), tracker.op_names());
+      const std::vector<std::string> op_names = tracker.op_names();
+      report.reserved =
+          predict_reserved(events, replay_end, job.usable_budget_bytes(), cuda ? CublasCalls{} : tracker.cublas_calls(),
+                           cublas_workspace_bytes(cuda_target), cublaslt_workspace_bytes(cuda_target), op_names);
       if (variable) report.step_peak_bytes = step_device_peaks(events, step_events);
       if (!options.step_events_path.empty())
-        write_step_events(options.step_events_path, events, measured_begin, measured_end, tracker.op_names());
-      report.peak_composition = find_peak_composition(events, measured_begin, measured_end, tracker.op_names());
+        write_step_events(options.step_events_path, events, measured_begin, measured_end, op_names);
+      report.peak_composition = find_peak_composition(events, measured_begin, measured_end, op_names);
       if (config.accumulation_steps == 1 && backward_end > backward_begin)
         report.backward_activation_peak =
             find_backward_activation_peak(events, backward_begin, backward_end, live_at_backward, new_gradients);
