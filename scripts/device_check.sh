@@ -337,7 +337,7 @@ checkpointing() {
   sed "s#^model = .*#model = \"$(cd ../shared && pwd)/fixtures/torchscript/hf_gpt2_sdpa_trace.pt\"#" \
     examples/hf_gpt2.toml > "$work/hf_gpt2_sdpa.toml"
   for job in examples/hf_gpt2.toml "$work/hf_gpt2_sdpa.toml"; do
-    step "$(basename "$job" .toml) checkpointed in bf16 on CUDA: the whole error" "$(basename "$job" .toml)_ckpt_bf16.txt" \
+    step "$(basename "$job" .toml) checkpointed in bf16 on CUDA (the whole error, if it fails)" "$(basename "$job" .toml)_ckpt_bf16.txt" \
       env OOMTUNE_FULL_ERRORS=1 TORCH_SHOW_CPP_STACKTRACES=1 timeout "$(budget 120)" bash -c \
       '"$0" probe "$1" --device cuda --no-fit --batch 8 --config micro_batch=8,ckpt=all,precision=bf16 2>&1 |
          grep -vE "^\s*$" | head -n 120' "$build/oomtune" "$job"

@@ -12,6 +12,7 @@
 #include <ATen/core/stack.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/library.h>
 
 #include "common/class_name.h"
@@ -41,6 +42,25 @@
 // the cast caches dropped (AutocastFork). Read and set through the compat
 // header (the emulation through its own): autocast is on while its key is
 // *not* excluded in the thread's dispatch-key TLS, in 1.13 and 2.x alike.
+
+// Note [Recompute on autograd's threads]
+// Rationale: CUDA's backward runs on autograd's device threads, not on the
+// thread that called backward (CPU and meta run on the caller). The engine
+// hands them the caller's ThreadLocalState (grad mode, dispatch keys,
+// RecordFunction callbacks), but not the TorchScript graph executor's
+// optimize flag, which is thread_local (torch/csrc/jit/python/
+// update_graph_executor_opt.cpp) and on by default. So a recomputation run
+// there used the profiling executor while the trial's forward used the
+// eager-like one (session/model_session.h): from the second step its
+// optimized plan put addmm into a prim::DifferentiableGraph, whose symbolic
+// backward (AD_mm_backward_mat2) multiplied the bf16 gradient by the fp32
+// weight, since the autocast cast happens inside the op. Both Hugging Face
+// GPT-2 fixtures checkpointed in bf16 failed so on an H200 ("expected mat1
+// and mat2 to have the same dtype, BFloat16 != float"), and fail so on the
+// CPU when backward runs on another thread (tests/core/hf_fixture_test.cpp).
+// Approach: the forward saves the flag with the autocast settings; the
+// recomputation runs under it (GraphOptimizerEnabledGuard) and restores
+// the thread's own afterwards.
 
 // Note [Checkpoint anchor]
 // Rationale: a torch::autograd::Function whose tensor inputs all have
@@ -340,6 +360,8 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     ctx->saved_data["cuda_devices"] = device_list;
     ctx->saved_data["cuda_rng"] = cuda_states;
     save_autocast(ctx, current_autocast());  // Note [Recompute RNG], autocast
+    // Note [Recompute on autograd's threads]
+    ctx->saved_data["optimize"] = torch::jit::getGraphExecutorOptimize();
     ctx->save_for_backward(inputs.vec());
     return run_method(block.toObject(), method.toStringRef(), call.toListRef().vec());
   }
@@ -367,6 +389,7 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     {
       RngFork fork(rng);  // Note [Recompute RNG]
       AutocastFork autocast(saved_autocast(ctx));
+      torch::jit::GraphOptimizerEnabledGuard executor(ctx->saved_data["optimize"].toBool());
       at::AutoGradMode enable_grad(true);
       outputs = run_method(
           ctx->saved_data["block"].toObject(), ctx->saved_data["method"].toStringRef(),

@@ -25,11 +25,15 @@
 //   torch::autograd::Function that keeps only the inputs; its backward runs
 //   `forward` again with grad enabled and calls torch::autograd::backward
 //   (re-entrant), which also accumulates the block's parameter gradients.
+//   The recomputation runs with the forward's RNG state, autocast settings
+//   and graph-executor optimization, whichever thread runs backward (on
+//   CUDA, autograd's device thread).
 // - Otherwise (flag false or missing, or grad mode off) the op just calls
 //   `forward`: no memory saved, nothing recomputed.
 // - The block's outputs are flattened: a Tensor gives one element, a tuple of
 //   Tensors one element per tuple entry.
-// See Note [Recompute RNG] and Note [Checkpoint anchor] in recompute_op.cpp.
+// See Note [Recompute RNG], Note [Recompute on autograd's threads] and
+// Note [Checkpoint anchor] in recompute_op.cpp.
 
 #include <optional>
 #include <string>
