@@ -61,6 +61,33 @@ if hugging_face:
         expect_equal(f"{name} ckpt=all", losses(job, "--mode", "eager", "--ckpt", "all"), script)
     sys.exit(1 if failures else 0)
 
+# bf16: one autocast region over forward and loss, as oomtune's trials run
+# it (session/train_step.cpp), so the weights' cached casts outlive the
+# forward; backward outside it.
+sys.path.insert(0, os.path.join(source, "scripts"))
+import eager_peaks  # noqa: E402
+
+
+class AutocastAtPhaseStart(eager_peaks.PhaseMeter):
+    def __init__(self):
+        super().__init__(eager_peaks.torch.device("cpu"))
+        self.seen = []
+
+    def phase(self, record):
+        self.seen.append(eager_peaks.torch.is_autocast_cpu_enabled())
+        return super().phase(record)
+
+
+job, model_path = eager_peaks.read_job(os.path.join(examples, "gpt.toml"))
+training = eager_peaks.Training(job, model_path, "eager", eager_peaks.torch.device("cpu"), 2, precision="bf16")
+training.meter = AutocastAtPhaseStart()
+training.step({phase: {} for phase in eager_peaks.PHASES})
+if training.meter.seen == [True, True, False, False]:
+    print("ok   bf16 autocast on at forward and loss, off at backward and optimizer")
+else:
+    print(f"FAIL autocast at the starts of forward, loss, backward, optimizer: {training.meter.seen}", file=sys.stderr)
+    failures += 1
+
 gpt_script = losses("gpt.toml", "--mode", "script")
 expect_equal("gpt", losses("gpt.toml", "--mode", "eager"), gpt_script)
 expect_equal("gpt ckpt=all", losses("gpt.toml", "--mode", "eager", "--ckpt", "all"), gpt_script)
