@@ -18,6 +18,7 @@
 #include "strategies/training_step.h"
 #include "support/archive_constants.h"
 #include "support/require_file.h"
+#include "support/same_gradients.h"
 #include "test_jobs.h"
 #include "trial/trial_runner.h"
 
@@ -169,7 +170,7 @@ struct Gpt2Steps {
 /// Parameter gradients of the last of `how.steps` training steps of the
 /// traced GPT-2 (logits, cross-entropy against random targets) on the same
 /// seeded random tokens, with the graph executor's optimization off here.
-std::map<std::string, at::Tensor> gpt2_gradients(torch::jit::Module& module, Gpt2Steps how = {}) {
+testing::Gradients gpt2_gradients(torch::jit::Module& module, Gpt2Steps how = {}) {
   const bool optimize = torch::jit::getGraphExecutorOptimize();
   torch::jit::setGraphExecutorOptimize(false);
   module.train(true);
@@ -198,22 +199,10 @@ std::map<std::string, at::Tensor> gpt2_gradients(torch::jit::Module& module, Gpt
     EXPECT_EQ(error, "") << "step " << step;
   }
   torch::jit::setGraphExecutorOptimize(optimize);
-  std::map<std::string, at::Tensor> grads;
+  testing::Gradients grads;
   for (const auto& parameter : module.named_parameters(/*recurse=*/true))
     grads[parameter.name] = parameter.value.grad();
   return grads;
-}
-
-void expect_same_gradients(const std::map<std::string, at::Tensor>& expected,
-                           const std::map<std::string, at::Tensor>& actual) {
-  ASSERT_EQ(expected.size(), actual.size());
-  for (const auto& [name, grad] : expected) {
-    SCOPED_TRACE(name);
-    ASSERT_TRUE(grad.defined());
-    ASSERT_TRUE(actual.at(name).defined());
-    EXPECT_TRUE(at::allclose(actual.at(name), grad, 1e-5, 1e-5))
-        << "max abs diff " << (actual.at(name) - grad).abs().max().item<double>();
-  }
 }
 
 // The traced transformers GPT-2's blocks (transformer.h.0, .1: traced
@@ -228,7 +217,7 @@ TEST(HuggingFaceFixture, EagerGpt2CheckpointsItsBlocksWithTheSameGradients) {
   torch::jit::Module ckpt = torch::jit::load(path);
   const CheckpointReport report = apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
   EXPECT_EQ(paths_of(report.checkpointed), (std::vector<std::string>{"transformer.h.0", "transformer.h.1"}));
-  expect_same_gradients(gpt2_gradients(plain), gpt2_gradients(ckpt));
+  testing::expect_same_gradients(gpt2_gradients(plain), gpt2_gradients(ckpt));
 }
 
 // CUDA's backward runs on autograd's device threads, whose graph executor
@@ -251,7 +240,7 @@ TEST(HuggingFaceFixture, CheckpointedGpt2TrainsInBf16WhenBackwardRunsOnAnotherTh
     apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
     const auto expected = gpt2_gradients(plain, {/*steps=*/3, /*bf16=*/true, /*backward_on_another_thread=*/false});
     const auto actual = gpt2_gradients(ckpt, {/*steps=*/3, /*bf16=*/true, /*backward_on_another_thread=*/true});
-    expect_same_gradients(expected, actual);
+    testing::expect_same_gradients(expected, actual);
   }
 }
 

@@ -37,6 +37,7 @@
 #include "strategies/training_config.h"
 #include "support/require_file.h"
 #include "support/run_oomtune.h"
+#include "support/same_gradients.h"
 
 namespace oomtune {
 namespace {
@@ -92,7 +93,8 @@ class OptimizeScope {
   bool previous_;
 };
 
-using Grads = std::map<std::string, at::Tensor>;
+using Grads = testing::Gradients;
+using testing::expect_same_gradients;
 
 Grads gradients(const torch::jit::Module& module) {
   Grads grads;
@@ -142,18 +144,6 @@ Grads train_steps(torch::jit::Module& module, MakeInput make_input, int steps, S
     }
   }
   return gradients(module);
-}
-
-void expect_same_gradients(const Grads& expected, const Grads& actual) {
-  ASSERT_EQ(expected.size(), actual.size());
-  for (const auto& [name, grad] : expected) {
-    SCOPED_TRACE(name);
-    const at::Tensor& other = actual.at(name);
-    ASSERT_TRUE(grad.defined()) << "no gradient in the plain run";
-    ASSERT_TRUE(other.defined()) << "no gradient with checkpointing";
-    EXPECT_TRUE(at::allclose(other, grad, kTolerance, kTolerance))
-        << "max abs diff " << (other - grad).abs().max().item<double>();
-  }
 }
 
 int64_t count_checkpoint_nodes(const torch::jit::Module& module) {
