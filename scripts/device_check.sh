@@ -57,9 +57,9 @@
 #                                        runs on CUDA (docs/validation.md), both
 #                                        likely fixed on 2026-12-02: GPT-2
 #                                        checkpointed in bf16 failed in backward
-#                                        (both fixtures; the whole error, C++
-#                                        backtrace included, if it still fails:
-#                                        OOMTUNE_FULL_ERRORS,
+#                                        (now run with both fixtures; the whole
+#                                        error, C++ backtrace included, if it
+#                                        still fails: OOMTUNE_FULL_ERRORS,
 #                                        TORCH_SHOW_CPP_STACKTRACES), and the
 #                                        checkpointed backward peaked above
 #                                        meta's (ResNet-50 at 32: +122 MiB):

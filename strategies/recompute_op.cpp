@@ -54,10 +54,11 @@
 // eager-like one (session/model_session.h): from the second step its
 // optimized plan put addmm into a prim::DifferentiableGraph, whose symbolic
 // backward (AD_mm_backward_mat2) multiplied the bf16 gradient by the fp32
-// weight, since the autocast cast happens inside the op. Both Hugging Face
-// GPT-2 fixtures checkpointed in bf16 failed so on an H200 ("expected mat1
-// and mat2 to have the same dtype, BFloat16 != float"), and fail so on the
-// CPU when backward runs on another thread (tests/core/hf_fixture_test.cpp).
+// weight, since the autocast cast happens inside the op. The Hugging Face
+// GPT-2 fixture checkpointed in bf16 failed so on an H200 ("expected mat1
+// and mat2 to have the same dtype, BFloat16 != float"), and both fixtures
+// (eager attention and SDPA) fail so on the CPU when backward runs on
+// another thread (tests/core/hf_fixture_test.cpp).
 // Approach: the forward saves the flag with the autocast settings; the
 // recomputation runs under it (GraphOptimizerEnabledGuard) and restores
 // the thread's own afterwards.
