@@ -2,6 +2,7 @@
 // (../shared/fixtures/torchscript/README.md).
 
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -13,7 +14,7 @@
 #include "common/error.h"
 #include "compat/torch_compat.h"
 #include "quick_trial.h"
-#include "session/cuda_autocast.h"
+#include "session/autocast_scope.h"
 #include "strategies/activation_checkpointing.h"
 #include "strategies/training_step.h"
 #include "support/archive_constants.h"
@@ -144,19 +145,6 @@ TEST(HuggingFaceFixture, SdpaGpt2LoadsOnlyWhereTheOperatorExists) {
   }
 }
 
-/// Turns bf16 autocast on or off as a bf16 trial on the CPU does
-/// (session/train_step.cpp): CUDA's, emulated, where this libtorch has its
-/// lists, else the CPU's; the cast cache dropped when off.
-void set_bf16_autocast(bool on) {
-  if (cuda_autocast_available()) {
-    set_emulated_cuda_autocast(on, at::kBFloat16);
-    if (!on) clear_emulated_cuda_autocast_cache();
-  } else {
-    compat::set_cpu_autocast(on, at::kBFloat16);
-    if (!on) compat::clear_autocast_cache();
-  }
-}
-
 /// How gpt2_gradients trains.
 struct Gpt2Steps {
   int steps = 1;
@@ -179,10 +167,13 @@ testing::Gradients gpt2_gradients(torch::jit::Module& module, Gpt2Steps how = {}
     at::manual_seed(7);
     const at::Tensor ids = at::randint(1000, {4, 64}, at::kLong);
     const at::Tensor targets = at::randint(1000, {4, 64}, at::kLong);
-    if (how.bf16) set_bf16_autocast(true);
-    const at::Tensor logits = module.forward({ids}).toGenericDict().at("logits").toTensor();
-    at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, 1000}), targets.reshape({-1}));
-    if (how.bf16) set_bf16_autocast(false);
+    at::Tensor loss;
+    {
+      // As a trial on the CPU runs bf16 (session/train_step.cpp).
+      AutocastScope autocast(c10::Device(c10::kCPU), how.bf16 ? std::optional(at::kBFloat16) : std::nullopt);
+      const at::Tensor logits = module.forward({ids}).toGenericDict().at("logits").toTensor();
+      loss = at::cross_entropy_loss(logits.reshape({-1, 1000}), targets.reshape({-1}));
+    }
     if (!how.backward_on_another_thread) {
       loss.backward();
       continue;
