@@ -14,8 +14,16 @@ each case, per phase, the allocated and reserved peaks that
 with each of oomtune's figures as an error against eager's. Prints the
 tables (Markdown) and writes every run's output and results.json into --out.
 
+Reserved bytes come three ways: measured by the caching allocator (eager,
+oomtune on CUDA), simulated from the CUDA run's own allocations (the same
+run's JSON), and predicted from the meta or CPU run's allocations. Where the
+prediction misses eager's, the middle one says whether the simulator missed
+(simulated against measured) or the allocations differed (simulated against
+predicted); --step-events keeps the CUDA and meta runs' allocations for
+scripts/compare_step_events.py, which shows where they differ.
+
     compare_peaks.py --oomtune BUILD/oomtune --out DIR [--sides cuda,eager,meta,cpu]
-                     [--jobs N] [--merge RESULTS_JSON] CASE [CASE ...]
+                     [--jobs N] [--step-events] [--merge RESULTS_JSON] CASE [CASE ...]
     compare_peaks.py --tables DIR/results.json      # the tables again, from a results file
 
 --sides picks the runs (script: the TorchScript file trained by PyTorch);
@@ -99,6 +107,9 @@ def from_oomtune(output):
     return {"phases": phases, "peak_bytes": report["peak_bytes"] + added,
             "reserved_bytes": (measured or predicted or {}).get("peak_reserved_bytes"),
             "reserved_source": "measured" if measured else "predicted" if predicted else None,
+            # On a GPU, the simulator's prediction from that run's own allocations: against the
+            # measured figure, the simulator's error alone, without the meta run's events.
+            "simulated_reserved_bytes": (predicted or {}).get("peak_reserved_bytes") if measured else None,
             "workspace_bytes": added or None}
 
 
@@ -127,6 +138,11 @@ PRIORITY = {"cuda": 0, "eager": 0, "meta": 1, "cpu": 2, "script": 3}  # the orde
 OOMTUNE_SIDES = ("cuda", "meta", "cpu")
 
 
+def tag(case):
+    """The case's name in the files of --out: JOB_MICROBATCH_CKPT_PRECISION."""
+    return f"{os.path.basename(case['job'])[:-5]}_{case['micro_batch']}_{case['ckpt']}_{case['precision']}"
+
+
 def commands(case, args):
     """(side, command, env) of every run a case needs."""
     job, mb, ckpt, precision = case["job"], str(case["micro_batch"]), case["ckpt"], case["precision"]
@@ -134,10 +150,15 @@ def commands(case, args):
              "--config", f"micro_batch={mb},ckpt={ckpt},precision={precision}"]
     if args.budget:
         probe += ["--budget", args.budget]
+
+    def events(side):
+        """--step-events: the measured step's allocations, for scripts/compare_step_events.py."""
+        return ["--step-events", os.path.join(args.out, f"{tag(case)}_{side}_events.json")] if args.step_events else []
     eager = [args.python, os.path.join(HERE, "eager_peaks.py"), job, "--micro-batch", mb, "--ckpt", ckpt,
              "--precision", precision, "--device", args.device]
     threads = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.jobs)))
-    runs = {"cuda": (probe + ["--device", "cuda"], None), "meta": (probe + ["--device", "meta"], None),
+    runs = {"cuda": (probe + ["--device", "cuda"] + events("cuda"), None),
+            "meta": (probe + ["--device", "meta"] + events("meta"), None),
             "cpu": (probe + ["--device", "cpu"], threads), "eager": (eager + ["--mode", "eager"], None),
             "script": (eager + ["--mode", "script"], None)}
     # eager_peaks.py checkpoints the eager module only; no CUDA side without a GPU.
@@ -156,9 +177,8 @@ def measure(cases, args):
         case = cases[index]
         if deadline is not None and time.monotonic() > deadline - 5:
             return index, side, {"error": f"not run: past --deadline {args.deadline} s"}
-        tag = f"{os.path.basename(case['job'])[:-5]}_{case['micro_batch']}_{case['ckpt']}_{case['precision']}"
         timeout = args.timeout if deadline is None else min(args.timeout, deadline - time.monotonic())
-        output = run_json(command, os.path.join(args.out, f"{tag}_{side}.json"), int(timeout), env)
+        output = run_json(command, os.path.join(args.out, f"{tag(case)}_{side}.json"), int(timeout), env)
         return index, side, (from_oomtune if side in OOMTUNE_SIDES else from_eager)(output)
 
     runs = sorted(((PRIORITY[run[0]], i, run) for i, case in enumerate(cases) for run in commands(case, args)),
@@ -200,12 +220,19 @@ def predicted_reserved(sides):
     return figure(sides.get("cpu"), None, "reserved_bytes") or figure(sides.get("meta"), None, "reserved_bytes")
 
 
+def simulated_on_cuda(sides):
+    """The simulator's reserved bytes from the CUDA run's own allocations (absent
+    from results files written before 2026-12-02)."""
+    cuda = sides.get("cuda")
+    return None if cuda is None or "error" in cuda else cuda.get("simulated_reserved_bytes")
+
+
 def tables(cases):
     """The Markdown: a summary row per case (MiB, error against eager), then
     each case's phases."""
     lines = ["| case | eager peak | oomtune CUDA | oomtune meta | oomtune CPU | eager reserved | "
-             "oomtune CUDA reserved | predicted reserved |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "oomtune CUDA reserved | simulated on CUDA's allocations | predicted reserved |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     outside = []
     for case in cases:
         sides = case.get("sides", {})
@@ -216,7 +243,7 @@ def tables(cases):
                      f"{cell(figure(sides.get('meta'), None, 'peak_bytes'), e_peak)} | "
                      f"{cell(figure(sides.get('cpu'), None, 'peak_bytes'), e_peak)} | {mib(e_res)} | "
                      f"{cell(figure(sides.get('cuda'), None, 'reserved_bytes'), e_res)} | "
-                     f"{cell(predicted_reserved(sides), e_res)} |")
+                     f"{cell(simulated_on_cuda(sides), e_res)} | {cell(predicted_reserved(sides), e_res)} |")
         if g_peak is not None and e_peak and abs(g_peak - e_peak) > TARGET * e_peak:
             outside.append(case["case"])
     measured = [c for c in cases if figure(c.get("sides", {}).get("cuda"), None, "peak_bytes") is not None
@@ -265,6 +292,9 @@ def main():
     parser.add_argument("--deadline", type=int, help="seconds from the start after which no run starts, and none "
                         "runs on")
     parser.add_argument("--sides", default="cuda,eager,meta,cpu", help=f"comma-separated, of {', '.join(SIDES)}")
+    parser.add_argument("--step-events", action="store_true", help="the CUDA and meta runs also write the "
+                        "measured step's allocations (oomtune probe --step-events) into --out, "
+                        "TAG_SIDE_events.json, for scripts/compare_step_events.py")
     parser.add_argument("--merge", metavar="RESULTS_JSON", help="add the sides to this earlier run's cases")
     parser.add_argument("--tables", metavar="RESULTS_JSON", help="print the tables of an earlier run")
     parser.add_argument("cases", nargs="*")

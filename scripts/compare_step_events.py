@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Where two recordings of one training step allocate differently.
+
+    python3 scripts/compare_step_events.py A_events.json B_events.json [--top N] [--min-bytes N]
+
+A and B are `oomtune probe --step-events` files (allocsim/step_events_json.h:
+the measured step's allocs and frees, each with its bytes, phase and
+operator), for instance a GPU trial's and the meta run of the same
+configuration (`scripts/compare_peaks.py --step-events`). The caching
+allocator's reserved bytes depend on the order and sizes of the requests, not
+only on the peak, so a predicted reserved figure can miss a measured one while
+the peaks agree; this says where the two streams part.
+
+It prints, as Markdown in MiB:
+  - per phase, the allocations (count, bytes) of each and the step's live
+    peak above what was alive before it;
+  - the operators whose allocated bytes differ, largest difference first;
+  - the stretches where the two sequences differ, aligned by difflib on
+    (kind, bytes, operator), with a free's bytes those of its alloc
+    ("before the step" for an allocation the file does not hold); with
+    --min-bytes, of the requests of at least that size alone (1048577: the
+    caching allocator's large pool, whose segments are the reserved bytes
+    that can differ by 20 MiB at a time; CUDACachingAllocator.cpp,
+    kSmallSize and kLargeBuffer).
+
+Exit 2 with one line on a file that is not a step-events file.
+"""
+
+import argparse
+import collections
+import difflib
+import json
+import sys
+
+MIB = 1024 * 1024
+PHASES = ("load", "forward", "loss", "backward", "optimizer")
+
+
+class Stream:
+    """One file's events as comparable tokens, and its figures."""
+
+    def __init__(self, path, min_bytes=0):
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            if data.get("format") != "oomtune step events":
+                raise ValueError(f"format {data.get('format')!r}, expected 'oomtune step events'")
+            events = [tuple(e) for e in data["events"]]
+            if any(len(e) != 5 or e[0] not in ("alloc", "free") for e in events):
+                raise ValueError("an event is not [alloc|free, id, bytes, phase, op]")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            print(f"compare_step_events: {path}: not an oomtune step-events file ({e})", file=sys.stderr)
+            sys.exit(2)
+        self.path = path
+        self.events = len(events)
+        self.tokens = []  # (kind, bytes or "before the step", op)
+        self.phases = []  # the phase of each token
+        self.allocated = collections.Counter()  # (phase) -> bytes
+        self.allocations = collections.Counter()  # (phase) -> count
+        self.by_op = collections.Counter()  # op -> bytes allocated
+        live = {}  # id -> bytes: ids can be addresses, which the allocator hands out again
+        now = peak = 0
+        for kind, ident, size, phase, op in events:
+            if kind == "alloc":
+                live[ident] = size
+                now += size
+                peak = max(peak, now)
+                self.allocated[phase] += size
+                self.allocations[phase] += 1
+                self.by_op[op] += size
+                token = ("alloc", size, op)
+            else:
+                size = live.pop(ident, None)
+                if size is not None:
+                    now -= size
+                token = ("free", "before the step" if size is None else size, op)
+            if size is None or size >= min_bytes:
+                self.tokens.append(token)
+                self.phases.append(phase)
+        self.peak = peak
+
+
+def mib(value):
+    return f"{value / MIB:.2f}"
+
+
+def size_text(size):
+    """Bytes as B, KiB or MiB, whichever reads best."""
+    if isinstance(size, str):
+        return size
+    if size < 1024:
+        return f"{size} B"
+    return f"{size / 1024:.2f} KiB" if size < MIB else f"{size / MIB:.2f} MiB"
+
+
+def token_text(token):
+    kind, size, op = token
+    return f"{kind} {size_text(size)} {op}".rstrip()
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("a")
+    parser.add_argument("b")
+    parser.add_argument("--top", type=int, default=12, help="rows of each table, events of each stretch (12)")
+    parser.add_argument("--min-bytes", type=int, default=0, help="align only the requests of at least this "
+                        "many bytes (and frees of allocations from before the step)")
+    args = parser.parse_args(argv)
+    a, b = Stream(args.a, args.min_bytes), Stream(args.b, args.min_bytes)
+    for name, stream in (("A", a), ("B", b)):
+        print(f"{name}: {stream.path}: {stream.events} events, live peak {mib(stream.peak)} MiB above the "
+              "step's start")
+    print()
+    print("| phase | A allocations | A MiB | B allocations | B MiB | B - A MiB |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for phase in PHASES:
+        if a.allocations[phase] or b.allocations[phase]:
+            print(f"| {phase} | {a.allocations[phase]} | {mib(a.allocated[phase])} | {b.allocations[phase]} | "
+                  f"{mib(b.allocated[phase])} | {(b.allocated[phase] - a.allocated[phase]) / MIB:+.2f} |")
+
+    rows = sorted(((abs(b.by_op[op] - a.by_op[op]), op) for op in set(a.by_op) | set(b.by_op)
+                   if a.by_op[op] != b.by_op[op]), key=lambda row: (-row[0], row[1]))
+    print()
+    if rows:
+        print("| operator | A MiB allocated | B MiB allocated | B - A MiB |")
+        print("|---|---:|---:|---:|")
+        for _, op in rows[: args.top]:
+            print(f"| {op} | {mib(a.by_op[op])} | {mib(b.by_op[op])} | {(b.by_op[op] - a.by_op[op]) / MIB:+.2f} |")
+    else:
+        print("Every operator allocated the same bytes in both.")
+
+    matcher = difflib.SequenceMatcher(None, a.tokens, b.tokens, autojunk=False)
+    stretches = [op for op in matcher.get_opcodes() if op[0] != "equal"]
+    print()
+    aligned = f" of at least {size_text(args.min_bytes)}" if args.min_bytes else ""
+    print(f"{len(stretches)} stretches of the events{aligned} differ; "
+          f"{sum(i2 - i1 for _, i1, i2, _, _ in stretches)} events of A and "
+          f"{sum(j2 - j1 for _, _, _, j1, j2 in stretches)} of B in them"
+          + (f" (the first {args.top} stretches below)" if len(stretches) > args.top else ""))
+    for tag, i1, i2, j1, j2 in stretches[: args.top]:
+        phase = a.phases[i1] if i1 < len(a.phases) else b.phases[j1] if j1 < len(b.phases) else "end"
+        print()
+        print(f"- {tag}, in {phase}: A events {i1}-{i2 - 1 if i2 > i1 else i1} ({i2 - i1}), "
+              f"B events {j1}-{j2 - 1 if j2 > j1 else j1} ({j2 - j1})")
+        for side, tokens in (("A", a.tokens[i1:i2]), ("B", b.tokens[j1:j2])):
+            for token in tokens[: args.top]:
+                print(f"  {side} {token_text(token)}")
+            if len(tokens) > args.top:
+                print(f"  {side} ... {len(tokens) - args.top} more")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
