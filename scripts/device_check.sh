@@ -71,8 +71,12 @@
 #                                        200 s), and two plain cases whose
 #                                        predicted reserved bytes missed eager's
 #                                        (each run's allocations kept for
-#                                        scripts/compare_step_events.py); about
-#                                        300 s after the build
+#                                        scripts/compare_step_events.py), then
+#                                        cuDNN's bytes beside each convolution
+#                                        (scripts/conv_workspaces.py, at most
+#                                        60 s); about 360 s after the build
+#                                        (OOMTUNE_DEVICE_SECONDS=480 with the
+#                                        tool's timeout_s 520)
 #   scripts/device_check.sh --suite      the whole test suite there (the GPU
 #                                        tests among them), the probes of the
 #                                        first call on the CPU too
@@ -210,22 +214,29 @@ step() {
   rm -f "$out/$file.err"
 }
 
+# unseen_cnns: torchvision CNNs that no test contains (#46 item 6), scripted
+# with the machine's torchvision into /tmp/oomtune_unseen, each with the
+# ResNet-50 job's inputs and AdamW (the job's default optimizer); prints
+# their jobs' paths.
+unseen_cnns() {
+  local unseen=/tmp/oomtune_unseen cnns=(efficientnet_b0 mobilenet_v3_large convnext_tiny densenet121) cnn
+  mkdir -p "$unseen"
+  "$python" -c 'import sys, torch, torchvision
+for name in sys.argv[2:]:
+    torch.jit.script(getattr(torchvision.models, name)()).save(f"{sys.argv[1]}/{name}.pt")' "$unseen" "${cnns[@]}" >&2
+  for cnn in "${cnns[@]}"; do
+    sed -e "s#^model = .*#model = \"$cnn.pt\"#" -e '/^\[optimizer\]/,$d' examples/resnet50.toml > "$unseen/$cnn.toml"
+    echo "$unseen/$cnn.toml"
+  done
+}
+
 # validate [SECONDS]: compare_peaks.py's cases, the unseen CNNs first, then
 # each flag set over the three jobs and micro-batches, so that a deadline
 # leaves out the least telling ones; "not run" in the tables where it does.
 validate() {
-  local seconds="${1:-$(budget 540)}" work=/tmp/oomtune_validation unseen=/tmp/oomtune_unseen
-  local cases=() cnns=(efficientnet_b0 mobilenet_v3_large convnext_tiny densenet121) cnn flags job micro_batch
-  mkdir -p "$unseen"
-  # Torchvision CNNs that no test contains (#46 item 6), scripted, with the
-  # ResNet-50 job's inputs and AdamW (the job's default optimizer).
-  "$python" -c 'import sys, torch, torchvision
-for name in sys.argv[2:]:
-    torch.jit.script(getattr(torchvision.models, name)()).save(f"{sys.argv[1]}/{name}.pt")' "$unseen" "${cnns[@]}"
-  for cnn in "${cnns[@]}"; do
-    sed -e "s#^model = .*#model = \"$cnn.pt\"#" -e '/^\[optimizer\]/,$d' examples/resnet50.toml > "$unseen/$cnn.toml"
-    cases+=("$unseen/$cnn.toml:8")
-  done
+  local seconds="${1:-$(budget 540)}" work=/tmp/oomtune_validation
+  local cases=() job flags micro_batch
+  for job in $(unseen_cnns); do cases+=("$job:8"); done
   for flags in "" :ckpt :bf16 :ckpt:bf16; do
     for job in examples/gpt.toml examples/hf_gpt2.toml examples/resnet50.toml; do
       for micro_batch in 8 16 32; do cases+=("$job:$micro_batch$flags"); done
@@ -380,7 +391,28 @@ checkpointing() {
     examples/gpt.toml:32:ckpt examples/hf_gpt2.toml:{8,32}:ckpt examples/hf_gpt2.toml:{8,32}:ckpt:bf16 \
     examples/gpt.toml:32 examples/hf_gpt2.toml:32:bf16
   rm -f "$out/checkpointed_peaks.md"  # in the summary; the tables: compare_peaks.py --tables
+  cudnn_workspaces "$work/cudnn"
   tar -czf "$out/checkpointing.tar.gz" -C /tmp oomtune_checkpointing
+}
+
+# cudnn_workspaces DIR: what cuDNN holds beside each convolution's and batch
+# norm's outputs in eager training, and whether that is the CNNs' gap between
+# the meta prediction and eager's peak (#46 item 6; docs/validation.md: 10-40
+# MiB): ResNet-50 at 8, 16, 32 and the unseen CNNs at 8, at once (at most 60
+# s); each run's JSON in DIR, a table in the summary.
+cudnn_workspaces() {
+  local dir=$1 job seconds
+  mkdir -p "$dir"
+  seconds="$(budget 60)"
+  for job in examples/resnet50.toml:8 examples/resnet50.toml:16 examples/resnet50.toml:32 \
+             $(unseen_cnns 2>> "$out/steps.log" | sed 's/$/:8/'); do
+    timeout "$seconds" "$python" scripts/conv_workspaces.py "${job%:*}" --micro-batch "${job##*:}" \
+      --out "$dir/$(basename "${job%:*}" .toml)_${job##*:}.json" > /dev/null 2>> "$out/steps.log" &
+  done
+  wait
+  step "cuDNN's bytes beside each call (scripts/conv_workspaces.py)" cudnn_workspaces.md \
+    "$python" scripts/conv_workspaces.py --table "$dir"/*.json
+  rm -f "$out/cudnn_workspaces.md"  # in the summary
 }
 
 case "$mode" in
