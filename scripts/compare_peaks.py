@@ -19,8 +19,9 @@ oomtune on CUDA), simulated from the CUDA run's own allocations (the same
 run's JSON), and predicted from the meta or CPU run's allocations. Where the
 prediction misses eager's, the middle one says whether the simulator missed
 (simulated against measured) or the allocations differed (simulated against
-predicted); --step-events keeps the CUDA and meta runs' allocations for
-scripts/compare_step_events.py, which shows where they differ.
+predicted); --step-events keeps the CUDA, meta and eager runs' allocations
+for scripts/compare_step_events.py, which shows where they differ (eager's
+with --ignore-ops: its requests are named by Python lines).
 
     compare_peaks.py --oomtune BUILD/oomtune --out DIR [--sides cuda,eager,meta,cpu]
                      [--jobs N] [--step-events] [--merge RESULTS_JSON] CASE [CASE ...]
@@ -159,7 +160,8 @@ def commands(case, args):
     threads = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.jobs)))
     runs = {"cuda": (probe + ["--device", "cuda"] + events("cuda"), None),
             "meta": (probe + ["--device", "meta"] + events("meta"), None),
-            "cpu": (probe + ["--device", "cpu"], threads), "eager": (eager + ["--mode", "eager"], None),
+            "cpu": (probe + ["--device", "cpu"], threads),
+            "eager": (eager + ["--mode", "eager"] + (events("eager") if args.device == "cuda" else []), None),
             "script": (eager + ["--mode", "script"], None)}
     # eager_peaks.py checkpoints the eager module only; no CUDA side without a GPU.
     return [(side, *runs[side]) for side in args.sides
@@ -292,9 +294,10 @@ def main():
     parser.add_argument("--deadline", type=int, help="seconds from the start after which no run starts, and none "
                         "runs on")
     parser.add_argument("--sides", default="cuda,eager,meta,cpu", help=f"comma-separated, of {', '.join(SIDES)}")
-    parser.add_argument("--step-events", action="store_true", help="the CUDA and meta runs also write the "
-                        "measured step's allocations (oomtune probe --step-events) into --out, "
-                        "TAG_SIDE_events.json, for scripts/compare_step_events.py")
+    parser.add_argument("--step-events", action="store_true", help="the CUDA, meta and eager runs also write "
+                        "the measured step's allocations (oomtune probe --step-events, eager_peaks.py "
+                        "--step-events on CUDA) into --out, TAG_SIDE_events.json, for "
+                        "scripts/compare_step_events.py")
     parser.add_argument("--merge", metavar="RESULTS_JSON", help="add the sides to this earlier run's cases")
     parser.add_argument("--tables", metavar="RESULTS_JSON", help="print the tables of an earlier run")
     parser.add_argument("cases", nargs="*")

@@ -2,11 +2,14 @@
 """Where two recordings of one training step allocate differently.
 
     python3 scripts/compare_step_events.py A_events.json B_events.json [--top N] [--min-bytes N]
+                                           [--ignore-ops]
 
 A and B are `oomtune probe --step-events` files (allocsim/step_events_json.h:
 the measured step's allocs and frees, each with its bytes, phase and
 operator), for instance a GPU trial's and the meta run of the same
-configuration (`scripts/compare_peaks.py --step-events`). The caching
+configuration (`scripts/compare_peaks.py --step-events`), or eager PyTorch's
+step (`scripts/eager_peaks.py --step-events`, whose "operators" are Python
+lines: then align with --ignore-ops). The caching
 allocator's reserved bytes depend on the order and sizes of the requests, not
 only on the peak, so a predicted reserved figure can miss a measured one while
 the peaks agree; this says where the two streams part.
@@ -14,14 +17,16 @@ the peaks agree; this says where the two streams part.
 It prints, as Markdown in MiB:
   - per phase, the allocations (count, bytes) of each and the step's live
     peak above what was alive before it;
-  - the operators whose allocated bytes differ, largest difference first;
+  - the operators whose allocated bytes differ, largest difference first
+    (with --ignore-ops: the request sizes whose counts differ);
   - the stretches where the two sequences differ, aligned by difflib on
     (kind, bytes, operator), with a free's bytes those of its alloc
     ("before the step" for an allocation the file does not hold); with
     --min-bytes, of the requests of at least that size alone (1048577: the
     caching allocator's large pool, whose segments are the reserved bytes
     that can differ by 20 MiB at a time; CUDACachingAllocator.cpp,
-    kSmallSize and kLargeBuffer).
+    kSmallSize and kLargeBuffer); with --ignore-ops, on (kind, bytes)
+    alone, for two files that name operators differently.
 
 Exit 2 with one line on a file that is not a step-events file.
 """
@@ -58,6 +63,7 @@ class Stream:
         self.allocated = collections.Counter()  # (phase) -> bytes
         self.allocations = collections.Counter()  # (phase) -> count
         self.by_op = collections.Counter()  # op -> bytes allocated
+        self.op_of = {}  # request size -> the first operator that asked for it
         live = {}  # id -> bytes: ids can be addresses, which the allocator hands out again
         now = peak = 0
         for kind, ident, size, phase, op in events:
@@ -68,6 +74,7 @@ class Stream:
                 self.allocated[phase] += size
                 self.allocations[phase] += 1
                 self.by_op[op] += size
+                self.op_of.setdefault(size, op)
                 token = ("alloc", size, op)
             else:
                 size = live.pop(ident, None)
@@ -78,6 +85,10 @@ class Stream:
                 self.tokens.append(token)
                 self.phases.append(phase)
         self.peak = peak
+
+    def sizes(self):
+        """How many requests of each size the file holds."""
+        return collections.Counter(size for kind, size, _ in self.tokens if kind == "alloc")
 
 
 def mib(value):
@@ -98,6 +109,34 @@ def token_text(token):
     return f"{kind} {size_text(size)} {op}".rstrip()
 
 
+def by_operator(a, b, top):
+    """The operators whose allocated bytes differ, largest difference first."""
+    rows = sorted(((abs(b.by_op[op] - a.by_op[op]), op) for op in set(a.by_op) | set(b.by_op)
+                   if a.by_op[op] != b.by_op[op]), key=lambda row: (-row[0], row[1]))
+    if not rows:
+        print("Every operator allocated the same bytes in both.")
+        return
+    print("| operator | A MiB allocated | B MiB allocated | B - A MiB |")
+    print("|---|---:|---:|---:|")
+    for _, op in rows[:top]:
+        print(f"| {op} | {mib(a.by_op[op])} | {mib(b.by_op[op])} | {(b.by_op[op] - a.by_op[op]) / MIB:+.2f} |")
+
+
+def by_size(a, b, top):
+    """The request sizes made a different number of times, most bytes of difference first."""
+    count_a, count_b = a.sizes(), b.sizes()
+    rows = sorted(((abs(count_b[size] - count_a[size]) * size, size) for size in set(count_a) | set(count_b)
+                   if count_a[size] != count_b[size]), key=lambda row: (-row[0], row[1]))
+    if not rows:
+        print("Both made the same requests, size for size.")
+        return
+    print("| request | A count | B count | B - A MiB | made by (B, else A) |")
+    print("|---:|---:|---:|---:|---|")
+    for _, size in rows[:top]:
+        print(f"| {size_text(size)} | {count_a[size]} | {count_b[size]} | "
+              f"{(count_b[size] - count_a[size]) * size / MIB:+.2f} | {b.op_of.get(size) or a.op_of.get(size, '')} |")
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("a")
@@ -105,6 +144,8 @@ def main(argv):
     parser.add_argument("--top", type=int, default=12, help="rows of each table, events of each stretch (12)")
     parser.add_argument("--min-bytes", type=int, default=0, help="align only the requests of at least this "
                         "many bytes (and frees of allocations from before the step)")
+    parser.add_argument("--ignore-ops", action="store_true", help="align on kind and bytes alone, and count "
+                        "requests by size instead of by operator (files that name operators differently)")
     args = parser.parse_args(argv)
     a, b = Stream(args.a, args.min_bytes), Stream(args.b, args.min_bytes)
     for name, stream in (("A", a), ("B", b)):
@@ -118,18 +159,14 @@ def main(argv):
             print(f"| {phase} | {a.allocations[phase]} | {mib(a.allocated[phase])} | {b.allocations[phase]} | "
                   f"{mib(b.allocated[phase])} | {(b.allocated[phase] - a.allocated[phase]) / MIB:+.2f} |")
 
-    rows = sorted(((abs(b.by_op[op] - a.by_op[op]), op) for op in set(a.by_op) | set(b.by_op)
-                   if a.by_op[op] != b.by_op[op]), key=lambda row: (-row[0], row[1]))
     print()
-    if rows:
-        print("| operator | A MiB allocated | B MiB allocated | B - A MiB |")
-        print("|---|---:|---:|---:|")
-        for _, op in rows[: args.top]:
-            print(f"| {op} | {mib(a.by_op[op])} | {mib(b.by_op[op])} | {(b.by_op[op] - a.by_op[op]) / MIB:+.2f} |")
+    if args.ignore_ops:
+        by_size(a, b, args.top)
     else:
-        print("Every operator allocated the same bytes in both.")
+        by_operator(a, b, args.top)
 
-    matcher = difflib.SequenceMatcher(None, a.tokens, b.tokens, autojunk=False)
+    key = (lambda token: token[:2]) if args.ignore_ops else (lambda token: token)
+    matcher = difflib.SequenceMatcher(None, [key(t) for t in a.tokens], [key(t) for t in b.tokens], autojunk=False)
     stretches = [op for op in matcher.get_opcodes() if op[0] != "equal"]
     print()
     aligned = f" of at least {size_text(args.min_bytes)}" if args.min_bytes else ""

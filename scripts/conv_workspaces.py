@@ -146,7 +146,7 @@ class NoPhases:
     """eager_peaks.Training's phase meter, silenced: the windows own the
     allocator's peak statistics here."""
 
-    def phase(self, record):
+    def phase(self, record, name):
         return contextlib.nullcontext()
 
 

@@ -6,7 +6,7 @@ validation; scripts/device_check.sh runs it there).
     eager_peaks.py JOB.toml --micro-batch N [--accum K] [--mode eager|script]
                    [--ckpt none|all] [--precision fp32|bf16]
                    [--device cuda|cpu] [--steps 3] [--budget BYTES]
-                   [--out FILE]
+                   [--out FILE] [--step-events FILE]
 
 The job spec is oomtune's (docs/job_spec.md): its inputs, output, loss and
 optimizer are used as oomtune uses them (integer inputs uniform in
@@ -46,6 +46,13 @@ statistics: the byte fields are null, and only the losses are reported (a
 check that the rebuilt module computes what the file does). Prints JSON:
 every step (its phases, loss and seconds), and "measured_step" 1, the first
 step whose optimizer state existed before it started, as oomtune measures.
+
+--step-events FILE (CUDA) records the caching allocator's history over the
+measured step (torch.cuda.memory._record_memory_history, Python frames) and
+writes its allocations in oomtune's step-events format
+(scripts/eager_step_events.py), for scripts/compare_step_events.py against
+an oomtune trial's `probe --step-events`; the phase ends then also read the
+trace, which adds to that step's seconds, not to its bytes.
 """
 
 import argparse
@@ -59,6 +66,9 @@ import tomllib
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import eager_step_events  # noqa: E402  (scripts/ is not a package)
 
 PHASES = ("forward", "loss", "backward", "optimizer")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -226,9 +236,12 @@ class PhaseMeter:
 
     def __init__(self, device):
         self.cuda = device.type == "cuda"
+        # While a step's allocations are recorded (--step-events): (phase,
+        # the allocator trace's length at its end), for eager_step_events.
+        self.marks = None
 
     @contextlib.contextmanager
-    def phase(self, record):
+    def phase(self, record, name):
         if self.cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -240,8 +253,15 @@ class PhaseMeter:
                                ("peak_reserved_bytes", torch.cuda.max_memory_reserved())):
                 record[key] = max(record.get(key, 0), value)
             record["end_bytes"] = torch.cuda.memory_allocated()
+            if self.marks is not None:
+                self.marks.append((name, len(allocator_trace())))
         else:
             record.update(start_bytes=None, peak_bytes=None, peak_reserved_bytes=None, end_bytes=None)
+
+
+def allocator_trace():
+    """The caching allocator's recorded events on the current device (torch/cuda/memory.py _snapshot)."""
+    return torch.cuda.memory._snapshot()["device_traces"][torch.cuda.current_device()]
 
 
 def cap_allocator(device, budget):
@@ -308,25 +328,25 @@ class Training:
             # other reference to them: 48.6 MiB for ResNet-50's).
             with autocast():
                 record["at"] = "forward"
-                with meter.phase(record["forward"]):
+                with meter.phase(record["forward"], "forward"):
                     if self.ckpt == "all":
                         raw = forward_checkpointed(self.model, *args_in)
                     else:
                         raw = self.model(*args_in)
                     output = select_output(raw, job.get("output"))
                 record["at"] = "loss"
-                with meter.phase(record["loss"]):
+                with meter.phase(record["loss"], "loss"):
                     loss = loss_of(job, output, inputs)
                     if self.accum > 1:
                         loss = loss / self.accum
             del raw, output
             record["at"] = "backward"
-            with meter.phase(record["backward"]):
+            with meter.phase(record["backward"], "backward"):
                 loss.backward()
             record["loss_value"] = loss.item() * self.accum
             del loss
         record["at"] = "optimizer"
-        with meter.phase(record["optimizer"]):
+        with meter.phase(record["optimizer"], "optimizer"):
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
         del record["at"]
@@ -345,10 +365,14 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--budget", type=int, help="bytes: cap the CUDA caching allocator there")
     parser.add_argument("--out", help="write the JSON here too")
+    parser.add_argument("--step-events", metavar="FILE", help="CUDA: the measured step's allocations, from the "
+                        "allocator's trace, in oomtune's step-events format (scripts/eager_step_events.py)")
     args = parser.parse_args()
 
     job, path = read_job(args.job)
     device = torch.device(args.device)
+    if args.step_events and device.type != "cuda":
+        fail("--step-events records the CUDA caching allocator's trace: it needs --device cuda")
     if args.budget is not None:
         cap_allocator(device, args.budget)
     if args.steps < 1:
@@ -358,8 +382,13 @@ def main():
 
     steps = []
     out_of_memory = None
+    measured_step = 1 if args.steps > 1 else 0
     for index in range(args.steps):
         record = {phase: {} for phase in PHASES}
+        recording = bool(args.step_events) and index == measured_step
+        if recording:
+            torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python")
+            training.meter.marks = []
         start = time.perf_counter()
         try:
             training.step(record)
@@ -368,11 +397,16 @@ def main():
             break
         record["seconds"] = time.perf_counter() - start  # the phases synchronize the device
         steps.append(record)
+        if recording:
+            eager_step_events.write(args.step_events, allocator_trace(), training.meter.marks,
+                                    os.path.dirname(os.path.abspath(torch.__file__)))
+            torch.cuda.memory._record_memory_history(enabled=None)
+            training.meter.marks = None
 
     result = {"job": args.job, "model": path, "mode": args.mode, "device": str(device),
               "torch": torch.__version__, "micro_batch": args.micro_batch, "accum": args.accum, "ckpt": args.ckpt,
               "precision": args.precision, "budget_bytes": args.budget,
-              "measured_step": 1 if args.steps > 1 else 0, "steps": steps}
+              "measured_step": measured_step, "steps": steps}
     if out_of_memory is not None:
         result["out_of_memory"] = out_of_memory
     text = json.dumps(result, indent=1)

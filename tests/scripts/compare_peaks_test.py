@@ -21,9 +21,13 @@ work = tempfile.mkdtemp()
 checks = Checks()
 
 
-# Eager PyTorch: peaks 100, 120, 200, 50 MiB by phase (step 200), reserved 256 MiB at the step.
+# Eager PyTorch: peaks 100, 120, 200, 50 MiB by phase (step 200), reserved 256 MiB at the step. With
+# --step-events it writes the file it names.
 fake_python = executable(work, "python", """
 import json, sys
+if "--step-events" in sys.argv:
+    with open(sys.argv[sys.argv.index("--step-events") + 1], "w") as f:
+        f.write("eager")
 phases = dict(forward=100, loss=120, backward=200, optimizer=50)
 step = {p: dict(start_bytes=0, end_bytes=0, peak_bytes=v * 2**20,
                 peak_reserved_bytes=(256 if p == "backward" else 128) * 2**20) for p, v in phases.items()}
@@ -83,7 +87,7 @@ checks.expect_in("merged sides", "['cpu', 'cuda', 'eager', 'meta']",
           str(sorted(next(c for c in results["cases"] if c["case"] == "job.toml:8")["sides"])))
 checks.expect_in("--tables renders the results file again", tables.strip(),
           compare("--tables", f"{work}/results.json"))
-for side in ("cuda", "meta"):
+for side in ("cuda", "meta", "eager"):
     with open(f"{work}/job_8_none_fp32_{side}_events.json") as f:
         checks.expect_in(f"--step-events: the {side} run's allocations", side, f.read())
 checks.expect_in("--step-events: none for the CPU run (merged without it)", "False",

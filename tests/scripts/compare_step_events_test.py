@@ -76,6 +76,21 @@ checks.expect_in("a free of an allocation before the step", "  A free before the
 large = compare(a, b, "--min-bytes", str(MIB + 1))
 checks.expect_in("--min-bytes: the large pool's requests alone", "1 stretches of the events of at least 1.00 MiB "
                  "differ; 0 events of A and 2 of B in them", large)
+# --ignore-ops: A's requests under other names (eager PyTorch's Python lines) align with A's own.
+renamed = write("renamed.json", [[kind, ident, size, phase, f"model.py:{i} forward" if kind == "alloc" else ""]
+                                 for i, (kind, ident, size, phase, _) in enumerate(common + [
+                                     ["free", 2, 0, "forward", ""],
+                                     ["alloc", 3, 30 * MIB, "loss", "aten::log_softmax"],
+                                     ["free", 3, 0, "backward", ""],
+                                     ["free", 1, 0, "backward", ""]])])
+same = compare(a, renamed, "--ignore-ops")
+checks.expect_in("--ignore-ops: the same requests under other names", "Both made the same requests, size for size.",
+                 same)
+checks.expect_in("--ignore-ops: nothing to align", "0 stretches of the events differ", same)
+checks.expect_in("without it, every request differs", "2 stretches of the events differ; 3 events of A and 3 of B",
+                 compare(a, renamed))
+checks.expect_in("--ignore-ops: the sizes made more often", "| 2.00 MiB | 0 | 1 | +2.00 | MulBackward0 > gradient sum |",
+                 compare(a, b, "--ignore-ops"))
 checks.expect_in("not a step-events file", "compare_step_events: /dev/null: not an oomtune step-events file",
                  compare(a, "/dev/null", status=2))
 bad = write("bad.json", [["alloc", 1, 5, "forward"]])

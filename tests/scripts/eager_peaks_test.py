@@ -73,16 +73,16 @@ class AutocastAtPhaseStart(eager_peaks.PhaseMeter):
         super().__init__(eager_peaks.torch.device("cpu"))
         self.seen = []
 
-    def phase(self, record):
-        self.seen.append(eager_peaks.torch.is_autocast_cpu_enabled())
-        return super().phase(record)
+    def phase(self, record, name):
+        self.seen.append((name, eager_peaks.torch.is_autocast_cpu_enabled()))
+        return super().phase(record, name)
 
 
 job, model_path = eager_peaks.read_job(os.path.join(examples, "gpt.toml"))
 training = eager_peaks.Training(job, model_path, "eager", eager_peaks.torch.device("cpu"), 2, precision="bf16")
 training.meter = AutocastAtPhaseStart()
 training.step({phase: {} for phase in eager_peaks.PHASES})
-if training.meter.seen == [True, True, False, False]:
+if training.meter.seen == [("forward", True), ("loss", True), ("backward", False), ("optimizer", False)]:
     print("ok   bf16 autocast on at forward and loss, off at backward and optimizer")
 else:
     print(f"FAIL autocast at the starts of forward, loss, backward, optimizer: {training.meter.seen}", file=sys.stderr)
