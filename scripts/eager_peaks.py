@@ -239,6 +239,7 @@ class PhaseMeter:
         # While a step's allocations are recorded (--step-events): (phase,
         # the allocator trace's length at its end), for eager_step_events.
         self.marks = None
+        self.marks_error = None
 
     @contextlib.contextmanager
     def phase(self, record, name):
@@ -254,9 +255,44 @@ class PhaseMeter:
                 record[key] = max(record.get(key, 0), value)
             record["end_bytes"] = torch.cuda.memory_allocated()
             if self.marks is not None:
-                self.marks.append((name, len(allocator_trace())))
+                try:
+                    self.marks.append((name, len(allocator_trace())))
+                except Exception as e:  # recording is optional: the bytes above stand
+                    self.marks, self.marks_error = None, f"reading the trace at the end of {name}: {e!r}"
         else:
             record.update(start_bytes=None, peak_bytes=None, peak_reserved_bytes=None, end_bytes=None)
+
+
+class StepRecording:
+    """--step-events: the caching allocator's history over one step, written
+    as a step-events file. Recording is a by-product: where it fails (an API
+    this PyTorch lacks, say), `error` says why, the JSON carries it as
+    "step_events_error", and the step is measured all the same."""
+
+    def __init__(self, path, meter):
+        self.path, self.meter, self.error = path, meter, None
+
+    def start(self):
+        try:
+            torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python")
+            self.meter.marks = []
+        except Exception as e:
+            self.error = f"starting the allocator's history: {e!r}"
+
+    def finish(self):
+        if self.error is None:
+            try:
+                if self.meter.marks is None:
+                    raise RuntimeError(self.meter.marks_error)
+                eager_step_events.write(self.path, allocator_trace(), self.meter.marks,
+                                        os.path.dirname(os.path.abspath(torch.__file__)))
+            except Exception as e:
+                self.error = f"writing {self.path}: {e!r}"
+        self.meter.marks = None
+        try:
+            torch.cuda.memory._record_memory_history(enabled=None)
+        except Exception:
+            pass
 
 
 def allocator_trace():
@@ -381,14 +417,14 @@ def main():
                         args.seed)
 
     steps = []
-    out_of_memory = None
+    out_of_memory = step_events_error = None
     measured_step = 1 if args.steps > 1 else 0
     for index in range(args.steps):
         record = {phase: {} for phase in PHASES}
-        recording = bool(args.step_events) and index == measured_step
+        recording = StepRecording(args.step_events, training.meter) if args.step_events and index == measured_step \
+            else None
         if recording:
-            torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python")
-            training.meter.marks = []
+            recording.start()
         start = time.perf_counter()
         try:
             training.step(record)
@@ -398,10 +434,9 @@ def main():
         record["seconds"] = time.perf_counter() - start  # the phases synchronize the device
         steps.append(record)
         if recording:
-            eager_step_events.write(args.step_events, allocator_trace(), training.meter.marks,
-                                    os.path.dirname(os.path.abspath(torch.__file__)))
-            torch.cuda.memory._record_memory_history(enabled=None)
-            training.meter.marks = None
+            recording.finish()
+            if recording.error:
+                step_events_error = recording.error
 
     result = {"job": args.job, "model": path, "mode": args.mode, "device": str(device),
               "torch": torch.__version__, "micro_batch": args.micro_batch, "accum": args.accum, "ckpt": args.ckpt,
@@ -409,6 +444,8 @@ def main():
               "measured_step": measured_step, "steps": steps}
     if out_of_memory is not None:
         result["out_of_memory"] = out_of_memory
+    if step_events_error is not None:
+        result["step_events_error"] = step_events_error
     text = json.dumps(result, indent=1)
     if args.out:
         with open(args.out, "w") as f:

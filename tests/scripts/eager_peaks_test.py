@@ -88,6 +88,20 @@ else:
     print(f"FAIL autocast at the starts of forward, loss, backward, optimizer: {training.meter.seen}", file=sys.stderr)
     failures += 1
 
+# --step-events records as a by-product: where the allocator's history cannot
+# be recorded (here: no CUDA), the error is kept and the step is not stopped.
+recording = eager_peaks.StepRecording(os.path.join(examples, "never_written.json"), training.meter)
+recording.start()
+training.step({phase: {} for phase in eager_peaks.PHASES})
+recording.finish()
+if (recording.error or "").startswith("starting the allocator's history") and training.meter.marks is None \
+        and not os.path.exists(os.path.join(examples, "never_written.json")):
+    print(f"ok   a recording that cannot start: {recording.error[:60]}...")
+else:
+    print(f"FAIL a recording that cannot start: error {recording.error!r}, marks {training.meter.marks!r}",
+          file=sys.stderr)
+    failures += 1
+
 gpt_script = losses("gpt.toml", "--mode", "script")
 expect_equal("gpt", losses("gpt.toml", "--mode", "eager"), gpt_script)
 expect_equal("gpt ckpt=all", losses("gpt.toml", "--mode", "eager", "--ckpt", "all"), gpt_script)
