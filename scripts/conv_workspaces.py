@@ -111,11 +111,14 @@ def summary(windows):
                 largest_extra=max(records, key=lambda r: r["extra_bytes"], default=None))
 
 
-def describe(name, module, x):
-    info = {"module": name, "kind": type(module).__name__, "input": list(x.shape)}
+def describe(name, module, x, direction):
+    """A window's record: the module, its kind, the pass, its input's shape and
+    a convolution's geometry."""
+    info = {"module": name, "kind": type(module).__name__, "pass": direction, "input": list(x.shape)}
     if isinstance(module, torch.nn.Conv2d):
-        info.update(weight=list(module.weight.shape), stride=list(module.stride), padding=list(module.padding)
-                    if not isinstance(module.padding, str) else module.padding, groups=module.groups)
+        padding = module.padding if isinstance(module.padding, str) else list(module.padding)  # or "same"
+        info.update(weight=list(module.weight.shape), stride=list(module.stride), padding=padding,
+                    groups=module.groups)
     return info
 
 
@@ -128,13 +131,13 @@ def watch(model, windows):
             continue
 
         def pre(module, inputs, name=name):
-            windows.begin(dict(describe(name, module, inputs[0]), **{"pass": "forward"}))
+            windows.begin(describe(name, module, inputs[0], "forward"))
 
         def post(module, inputs, output, name=name):
             windows.end(output)
             node = output.grad_fn
             if node is not None:
-                info = dict(describe(name, module, inputs[0]), **{"pass": "backward"})
+                info = describe(name, module, inputs[0], "backward")
                 node.register_prehook(lambda grad_outputs, info=info: windows.begin(info))
                 node.register_hook(lambda grad_inputs, grad_outputs: windows.end(grad_inputs))
 
