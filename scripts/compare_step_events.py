@@ -51,8 +51,9 @@ class Stream:
             if data.get("format") != "oomtune step events":
                 raise ValueError(f"format {data.get('format')!r}, expected 'oomtune step events'")
             events = [tuple(e) for e in data["events"]]
-            if any(len(e) != 5 or e[0] not in ("alloc", "free") for e in events):
-                raise ValueError("an event is not [alloc|free, id, bytes, phase, op]")
+            if any(len(e) != 5 or e[0] not in ("alloc", "free") or not isinstance(e[2], int) or e[2] < 0
+                   for e in events):
+                raise ValueError("an event is not [alloc|free, id, bytes >= 0, phase, op]")
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             print(f"compare_step_events: {path}: not an oomtune step-events file ({e})", file=sys.stderr)
             sys.exit(2)

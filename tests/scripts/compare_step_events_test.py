@@ -96,4 +96,7 @@ checks.expect_in("not a step-events file", "compare_step_events: /dev/null: not 
 bad = write("bad.json", [["alloc", 1, 5, "forward"]])
 checks.expect_in("an event of four fields", f"{bad}: not an oomtune step-events file (an event is not",
                  compare(bad, b, status=2))
+text = write("text.json", [["alloc", 1, "5", "forward", ""]])
+checks.expect_in("bytes that are not a number", f"{text}: not an oomtune step-events file (an event is not",
+                 compare(text, b, status=2))
 sys.exit(checks.exit_status())
