@@ -352,14 +352,15 @@ checkpointing() {
   local work=/tmp/oomtune_checkpointing job batch flags name device
   mkdir -p "$work"
   # Both GPT-2 fixtures (eager attention, and SDPA: oomtune's attention
-  # operator) tell whether the attention is where the dtypes meet.
+  # operator) tell whether the attention is where the dtypes meet. The
+  # step's exit status is the probe's (its output cut to 120 lines).
   sed "s#^model = .*#model = \"$(cd ../shared && pwd)/fixtures/torchscript/hf_gpt2_sdpa_trace.pt\"#" \
     examples/hf_gpt2.toml > "$work/hf_gpt2_sdpa.toml"
   for job in examples/hf_gpt2.toml "$work/hf_gpt2_sdpa.toml"; do
     step "$(basename "$job" .toml) checkpointed in bf16 on CUDA (the whole error, if it fails)" "$(basename "$job" .toml)_ckpt_bf16.txt" \
       env OOMTUNE_FULL_ERRORS=1 TORCH_SHOW_CPP_STACKTRACES=1 timeout "$(budget 120)" bash -c \
-      '"$0" probe "$1" --device cuda --no-fit --batch 8 --config micro_batch=8,ckpt=all,precision=bf16 2>&1 |
-         grep -vE "^\s*$" | head -n 120' "$build/oomtune" "$job"
+      '"$0" probe "$1" --device cuda --no-fit --batch 8 --config micro_batch=8,ckpt=all,precision=bf16 > "$2" 2>&1
+       status=$?; grep -vE "^\s*$" "$2" | head -n 120; exit $status' "$build/oomtune" "$job" "$work/probe_output.txt"
     mv "$out/$(basename "$job" .toml)_ckpt_bf16.txt" "$work/"
   done
   for job in examples/resnet50.toml:32 examples/gpt.toml:32; do
