@@ -47,17 +47,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import eager_peaks  # noqa: E402  (scripts/ is not a package)
-
-
-def rounded(nbytes):
-    return (nbytes + 511) // 512 * 512
-
-
-def tensor_bytes(values):
-    """Bytes the caching allocator handed out for these tensors (None and non-tensors skipped)."""
-    values = values if isinstance(values, (tuple, list)) else [values]
-    # untyped_storage() is PyTorch 2's; 1.13 (the CPU test's) has storage() alone.
-    return sum(rounded(getattr(v, "untyped_storage", v.storage)().nbytes()) for v in values if torch.is_tensor(v))
+from workspace_probe import tensor_bytes  # noqa: E402
 
 
 class Windows:

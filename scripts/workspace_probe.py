@@ -25,6 +25,15 @@ def rounded(nbytes):
     return (nbytes + 511) // 512 * 512
 
 
+def tensor_bytes(values):
+    """Bytes the caching allocator handed out for these tensors (one, or a
+    tuple or list; None and non-tensors skipped), each rounded to its 512-byte
+    blocks (c10/cuda/CUDACachingAllocator.cpp, kMinBlockSize)."""
+    values = values if isinstance(values, (tuple, list)) else [values]
+    # untyped_storage() is PyTorch 2's; 1.13 (the CPU tests') has storage() alone.
+    return sum(rounded(getattr(v, "untyped_storage", v.storage)().nbytes()) for v in values if torch.is_tensor(v))
+
+
 def main():
     if not torch.cuda.is_available():
         print("workspace_probe: no CUDA device", file=sys.stderr)
@@ -39,9 +48,7 @@ def main():
         before = torch.cuda.memory_allocated()
         out = run()
         torch.cuda.synchronize()
-        outs = out if isinstance(out, (tuple, list)) else [out]
-        made = sum(rounded(t.untyped_storage().nbytes()) for t in outs if torch.is_tensor(t))
-        calls.append({"call": name, "extra_bytes": torch.cuda.memory_allocated() - before - made})
+        calls.append({"call": name, "extra_bytes": torch.cuda.memory_allocated() - before - tensor_bytes(out)})
         kept.append(out)
 
     a = torch.randn(64, 256, device=device)
