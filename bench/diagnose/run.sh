@@ -13,6 +13,8 @@
 #     bench/diagnose/run.sh BUILD_DIR 10000000 --real --fragmented
 #   They need ~1.1 GB free in TMPDIR and ~6 GB of memory for the Python side.
 # Targets (issue #6): oomtune >= 10x faster; oomtune peak RSS <= 2x the file.
+# Also timed: opcode_walk.cpp (built here with ${CXX:-g++} -O2), which only
+# decodes the file's opcodes: the floor of a one-thread reader of that file.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../../build}"
@@ -28,6 +30,7 @@ py="${OOMTUNE_PYTHON:-/usr/bin/python3}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 snap="$tmp/large.pickle"
+"${CXX:-g++}" -std=c++17 -O2 -o "$tmp/opcode_walk" "$here/opcode_walk.cpp"
 "$py" "$here/make_large_snapshot.py" "$snap" "$events" ${gen_options[@]+"${gen_options[@]}"}
 bytes=$(stat -c %s "$snap")
 sync "$snap"                 # no writeback of the fresh file during the timed runs,
@@ -65,6 +68,8 @@ timed=$(median oomtune "$oomtune" diagnose "$snap" --json) || exit 1
 read -r o_s o_rss <<< "$timed"
 timed=$(median python "$py" "$here/python_baseline.py" "$snap") || exit 1
 read -r p_s p_rss <<< "$timed"
+timed=$(median walk "$tmp/opcode_walk" "$snap") || exit 1
+read -r w_s w_rss <<< "$timed"
 
 # Both read the same snapshot: the peak allocated and the out-of-memory
 # count must agree, or one of them did less work than the other.
@@ -82,11 +87,13 @@ if mismatch:
 print(f"both tools: peak allocated {peak} bytes, {ooms} out-of-memory event(s)")
 EOF
 
-awk -v b="$bytes" -v ev="$events" -v opts="${gen_options[*]-}" -v n="$runs" -v os="$o_s" -v orss="$o_rss" -v ps="$p_s" -v prss="$p_rss" 'BEGIN {
+awk -v b="$bytes" -v ev="$events" -v opts="${gen_options[*]-}" -v n="$runs" -v os="$o_s" -v orss="$o_rss" -v ps="$p_s" -v prss="$p_rss" -v ws="$w_s" -v wrss="$w_rss" 'BEGIN {
   mib = 1048576
   printf "snapshot: %d trace events%s, %.1f MiB\n\n", ev, opts == "" ? "" : " (" opts ")", b / mib
   printf "(median of %d run%s)\n\n| tool | wall s | peak RSS MiB | RSS / file |\n|---|---|---|---|\n", n, n == 1 ? "" : "s"
   printf "| oomtune diagnose --json | %.2f | %.1f | %.2fx |\n", os, orss / 1024, orss * 1024 / b
   printf "| pickle.load + _memory_viz (torch 1.13) | %.2f | %.1f | %.2fx |\n", ps, prss / 1024, prss * 1024 / b
+  printf "| opcode walk only (the one-thread floor) | %.2f | %.1f | %.2fx |\n", ws, wrss / 1024, wrss * 1024 / b
   printf "\nspeed-up: %.1fx (target >= 10x); oomtune RSS / file: %.2fx (target <= 2x)\n", ps / (os > 0 ? os : 0.01), orss * 1024 / b
+  printf "oomtune / opcode walk: %.1fx; pickle.load + _memory_viz / opcode walk: %.1fx\n", os / (ws > 0 ? ws : 0.01), ps / (ws > 0 ? ws : 0.01)
 }'
