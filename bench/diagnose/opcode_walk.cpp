@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
 namespace {
@@ -79,33 +80,36 @@ class Buffered {
   size_t end_ = 0;
 };
 
-/// What follows an opcode (CPython Lib/pickletools.py, protocols 0-5).
-enum class Arg : uint8_t { kUnknown, kNone, kFixed1, kFixed2, kFixed4, kFixed8, kLen1, kLen4, kLen8, kLine, kTwoLines };
+/// What follows an opcode (CPython Lib/pickletools.py, protocols 0-5):
+/// `fixed` bytes, or a little-endian length of `length` bytes and that many
+/// bytes, or `lines` newline-ended lines (protocol 0's text arguments).
+struct Arg {
+  bool known = false;
+  uint8_t fixed = 0;
+  uint8_t length = 0;
+  uint8_t lines = 0;
+};
 
 struct ArgTable {
-  Arg of[256] = {};  // kUnknown
+  Arg of[256];
   ArgTable() {
-    const auto set = [&](const char* ops, Arg arg) {
-      for (const char* c = ops; *c != 0; ++c) of[static_cast<uint8_t>(*c)] = arg;
+    const auto set = [&](std::initializer_list<int> ops, Arg arg) {
+      arg.known = true;
+      for (int op : ops) of[op] = arg;
     };
-    set("(012}])dltsuaeNRboQ.", Arg::kNone);
-    for (int op : {0x8f, 0x85, 0x86, 0x87, 0x90, 0x91, 0x88, 0x89, 0x94, 0x81, 0x92, 0x93, 0x97, 0x98})
-      of[op] = Arg::kNone;
-    set("Khq", Arg::kFixed1);            // BININT1, BINGET, BINPUT
-    of[0x80] = of[0x82] = Arg::kFixed1;  // PROTO, EXT1
-    set("M", Arg::kFixed2);
-    of[0x83] = Arg::kFixed2;  // EXT2
-    set("Jjr", Arg::kFixed4);
-    of[0x84] = Arg::kFixed4;  // EXT4
-    set("G", Arg::kFixed8);
-    of[0x95] = Arg::kFixed8;                      // FRAME
-    set("UC", Arg::kLen1);                        // SHORT_BINSTRING, SHORT_BINBYTES
-    of[0x8a] = of[0x8c] = Arg::kLen1;             // LONG1, SHORT_BINUNICODE
-    set("TBX", Arg::kLen4);                       // BINSTRING, BINBYTES, BINUNICODE
-    of[0x8b] = Arg::kLen4;                        // LONG4
-    of[0x8d] = of[0x8e] = of[0x96] = Arg::kLen8;  // BINUNICODE8, BINBYTES8, BYTEARRAY8
-    set("ILFSVgpP", Arg::kLine);                  // protocol 0's text arguments
-    set("ci", Arg::kTwoLines);                    // GLOBAL, INST
+    set({'(', '0', '1', '2',  '}',  ']',  ')',  'd',  'l',  't',  's',  'u',  'a',  'e',  'N',  'R',  'b',
+         'o', 'Q', '.', 0x8f, 0x85, 0x86, 0x87, 0x90, 0x91, 0x88, 0x89, 0x94, 0x81, 0x92, 0x93, 0x97, 0x98},
+        {});
+    set({'K', 'h', 'q', 0x80, 0x82}, {false, 1});  // BININT1, BINGET, BINPUT, PROTO, EXT1
+    set({'M', 0x83}, {false, 2});                  // BININT2, EXT2
+    set({'J', 'j', 'r', 0x84}, {false, 4});        // BININT, LONG_BINGET, LONG_BINPUT, EXT4
+    set({'G', 0x95}, {false, 8});                  // BINFLOAT, FRAME
+    // LONG1, SHORT_BINSTRING, SHORT_BINBYTES, SHORT_BINUNICODE
+    set({0x8a, 'U', 'C', 0x8c}, {false, 0, 1});
+    set({0x8b, 'T', 'B', 'X'}, {false, 0, 4});  // LONG4, BINSTRING, BINBYTES, BINUNICODE
+    set({0x8d, 0x8e, 0x96}, {false, 0, 8});     // BINUNICODE8, BINBYTES8, BYTEARRAY8
+    set({'I', 'L', 'F', 'S', 'V', 'g', 'p', 'P'}, {false, 0, 0, 1});
+    set({'c', 'i'}, {false, 0, 0, 2});  // GLOBAL, INST
   }
 };
 
@@ -115,45 +119,17 @@ int64_t walk(Buffered& in) {
   static const ArgTable table;
   int64_t ops = 0;
   uint8_t op = 0;
-  uint64_t n = 0;
   while (in.byte(&op)) {
     ++ops;
-    bool ok = true;
-    switch (table.of[op]) {
-      case Arg::kUnknown:
-        return -1;
-      case Arg::kNone:
-        if (op == '.') return ops;  // STOP
-        break;
-      case Arg::kFixed1:
-        ok = in.skip(1);
-        break;
-      case Arg::kFixed2:
-        ok = in.skip(2);
-        break;
-      case Arg::kFixed4:
-        ok = in.skip(4);
-        break;
-      case Arg::kFixed8:
-        ok = in.skip(8);
-        break;
-      case Arg::kLen1:
-        ok = in.le(1, &n) && in.skip(n);
-        break;
-      case Arg::kLen4:
-        ok = in.le(4, &n) && in.skip(n);
-        break;
-      case Arg::kLen8:
-        ok = in.le(8, &n) && in.skip(n);
-        break;
-      case Arg::kLine:
-        ok = in.line();
-        break;
-      case Arg::kTwoLines:
-        ok = in.line() && in.line();
-        break;
+    const Arg& arg = table.of[op];
+    if (!arg.known) return -1;
+    if (op == '.') return ops;  // STOP
+    uint64_t n = arg.fixed;
+    if (arg.length != 0 && !in.le(arg.length, &n)) return -1;
+    if (!in.skip(n)) return -1;
+    for (int i = 0; i < arg.lines; ++i) {
+      if (!in.line()) return -1;
     }
-    if (!ok) return -1;
   }
   return -1;
 }
