@@ -14,7 +14,7 @@
 #   They need ~1.1 GB free in TMPDIR and ~6 GB of memory for the Python side.
 # Targets (issue #6): oomtune >= 10x faster; oomtune peak RSS <= 2x the file.
 # Also timed: opcode_walk.cpp (built here with ${CXX:-g++} -O2), which only
-# decodes the file's opcodes: the floor of a one-thread reader of that file.
+# decodes the file's opcodes: about the floor of a one-thread reader of it.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../../build}"
