@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <future>
+#include <iterator>
 #include <map>
 #include <set>
 #include <system_error>
@@ -281,37 +282,100 @@ std::string oom_place(const OomReport* oom) {
   return fmt::format(" at {} (called from {})", oom->layer, oom->call_site);
 }
 
-/// Whether defragmenting would have served the failing phase: the replay
-/// with expandable_segments where there is one (Note [Allocator settings
-/// replayed]), else the reserved-but-free bytes against the need.
+/// Whether defragmenting would have served what the failing phase still
+/// needed: the replay with expandable_segments where there is one (Note
+/// [Allocator settings replayed]), else the reserved-but-free bytes against
+/// the need. When the need is the request alone (Note [Enough for the
+/// request only]), this says only that the request was served.
 bool defragmenting_is_enough(const Diagnosis& d, const OomReport& oom) {
   if (d.expandable_replay.replayed) return d.expandable_replay.fits;
   return oom.reserved_free_bytes >= d.need.still_needed_bytes;
 }
 
+/// True when nothing but the failing request is known of the phase's need.
+bool need_is_request_only(const Diagnosis& d) { return d.need.method == NeedMethod::kRequest; }
+
 std::string defragmenting_evidence(const Diagnosis& d, const OomReport& oom) {
   const SettingReplay& r = d.expandable_replay;
+  // Note [Enough for the request only]: the request, not "the request and the request".
+  const bool request_only = need_is_request_only(d);
+  const char* at_least = d.need.lower_bound ? " (at least)" : "";
+  const std::string served =
+      request_only ? std::string("the request")
+                   : fmt::format("the request and the {}{} that {} still needed",
+                                 format_bytes(d.need.still_needed_bytes), at_least, phase_prose(oom.phase));
+  const char* rest = request_only         ? "; what the rest of the phase needs is not in the snapshot"
+                     : d.need.lower_bound ? "; the blocks after the current one are not in the snapshot"
+                                          : "";
   if (!r.replayed) {
-    return fmt::format(" Defragmenting would make those {} usable: {} for the {} the {} phase still needed.",
+    if (request_only) {
+      return fmt::format(
+          " Defragmenting would make those {} usable: {} for the {} request{}.", format_bytes(oom.reserved_free_bytes),
+          defragmenting_is_enough(d, oom) ? "enough" : "not enough", format_bytes(d.need.still_needed_bytes), rest);
+    }
+    return fmt::format(" Defragmenting would make those {} usable: {} for the {}{} that {} still needed{}.",
                        format_bytes(oom.reserved_free_bytes), defragmenting_is_enough(d, oom) ? "enough" : "not enough",
-                       format_bytes(d.need.still_needed_bytes), phase_name(oom.phase));
+                       format_bytes(d.need.still_needed_bytes), at_least, phase_prose(oom.phase), rest);
   }
   if (r.fits) {
-    return fmt::format(" Replayed with expandable_segments:True, the request and the {} the {} phase still needed fit.",
-                       format_bytes(d.need.still_needed_bytes), phase_name(oom.phase));
+    return fmt::format(" Replayed with expandable_segments:True, {} fit{}{}.", served, request_only ? "s" : "", rest);
   }
   if (r.smallest_cap_bytes > 0) {
     return fmt::format(
-        " Replayed with expandable_segments:True, the request and the {} the {} phase still needed fit only under a "
-        "cap of at least {} (the trace puts the cap {}).",
-        format_bytes(d.need.still_needed_bytes), phase_name(oom.phase), format_bytes(r.smallest_cap_bytes),
-        cap_bounds_text(oom));
+        " Replayed with expandable_segments:True, {} fit{} only under a cap of at least {} (the trace puts the cap "
+        "{}){}.",
+        served, request_only ? "s" : "", format_bytes(r.smallest_cap_bytes), cap_bounds_text(oom), rest);
   }
   return fmt::format(
       " Replayed with expandable_segments:True, {} still fails ({} reserved then): an expandable segment returns only "
       "whole free pages (20 MiB in the large pool, 2 MiB in the small), and the free bytes lie between live "
       "tensors.",
       failure_phrase(r, oom.event_index), format_bytes(r.reserved_bytes));
+}
+
+/// What the fixes for a phase's verdict act on; kNone for other verdicts.
+FixTarget phase_fix_target(VerdictId id) {
+  switch (id) {
+    case VerdictId::kActivationsInForward:
+    case VerdictId::kBackwardPeak:
+      return FixTarget::kActivations;
+    case VerdictId::kOptimizerStateAllocation:
+      return FixTarget::kOptimizerState;
+    default:
+      return FixTarget::kNone;
+  }
+}
+
+/// Note [Fragmentation first]
+/// Rationale: issue #48 asks that fragmentation be the first verdict only
+/// when defragmenting would have satisfied the failing phase, not only its
+/// request. Where the need is the request alone or a lower bound (phase_need.h
+/// rules 3 and 4), "satisfied" is not known; the recommendations then rank the
+/// fixes by what they are enough for (blocks, bytes freed). A real Hugging
+/// Face GPT-2 out of memory in its first forward (72.97 MiB reserved but free,
+/// 7.46 GiB of activations) read "Fragmentation" first while its first fix
+/// was activation checkpointing.
+/// Approach: fragmentation stays before the phase's verdict when the
+/// expandable_segments replay (else the reserved-but-free bytes) serves what
+/// is known of the need and a fix for fragmentation ranks above every fix
+/// for the phase's memory (activations, optimizer state) among the
+/// recommendations; otherwise the two verdicts swap. The verdicts and the
+/// fixes then never disagree on which comes first.
+void order_fragmentation_verdict(Diagnosis& d) {
+  if (d.ooms.empty()) return;
+  const auto frag = std::find_if(d.verdicts.begin(), d.verdicts.end(),
+                                 [](const Verdict& v) { return v.id == VerdictId::kFragmentation; });
+  if (frag == d.verdicts.end() || std::next(frag) == d.verdicts.end()) return;
+  const FixTarget phase_target = phase_fix_target(std::next(frag)->id);
+  if (phase_target == FixTarget::kNone) return;
+  bool first = defragmenting_is_enough(d, d.ooms.back());
+  for (const Recommendation& r : d.recommendations) {
+    if (!first) break;
+    const FixTarget target = fix_kind(r.id).target;
+    if (target == FixTarget::kFragmentation) break;
+    if (target == phase_target) first = false;
+  }
+  if (!first) std::iter_swap(frag, std::next(frag));
 }
 
 void add_verdicts(Diagnosis& d) {
@@ -383,10 +447,8 @@ void add_verdicts(Diagnosis& d) {
                     format_bytes(oom->requested_bytes), format_bytes(oom->allocated_bytes),
                     format_bytes(oom->reserved_bytes), format_bytes(oom->reserved_free_bytes))});
   }
-  // Fragmentation comes first only when defragmenting would have satisfied the failing phase.
-  if (main.size() > 1 && main.front().id == VerdictId::kFragmentation && !defragmenting_is_enough(d, *oom)) {
-    std::rotate(main.begin(), main.begin() + 1, main.begin() + 2);
-  }
+  // Fragmentation stays before the phase's verdict only where the fixes
+  // agree: order_fragmentation_verdict, once they are ranked.
   // The cap says where the limit was, not why the job needed more: last.
   // (With an oom, `main` always holds a verdict: capacity is the fallback.)
   std::vector<Verdict> cap_verdicts;
@@ -660,6 +722,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
 
   add_verdicts(d);
   recommend(d);
+  order_fragmentation_verdict(d);
   return d;
 }
 

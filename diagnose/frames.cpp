@@ -151,6 +151,22 @@ const char* phase_name(Phase phase) {
   return "unknown";
 }
 
+const char* phase_prose(Phase phase) {
+  switch (phase) {
+    case Phase::kUnknown:
+      return "code of no known phase";
+    case Phase::kOther:
+      return "code outside forward, backward and the optimizer step";
+    case Phase::kForward:
+      return "the forward phase";
+    case Phase::kBackward:
+      return "the backward phase";
+    case Phase::kOptimizer:
+      return "the optimizer phase";
+  }
+  return "code of no known phase";
+}
+
 const char* origin_name(Origin origin) {
   switch (origin) {
     case Origin::kUser:

@@ -58,8 +58,14 @@ namespace oomtune::diagnose {
 enum class Phase : uint8_t { kUnknown, kOther, kForward, kBackward, kOptimizer };
 constexpr int kNumPhases = 5;
 
-/// "forward", "backward", "optimizer", "other", "unknown".
+/// "forward", "backward", "optimizer", "other", "unknown": the JSON's names.
 const char* phase_name(Phase phase);
+
+/// The phase as a report's sentences name it: "the forward phase", ...,
+/// "code outside forward, backward and the optimizer step" (kOther: model
+/// building, data loading, a script's own tensors), "code of no known phase"
+/// (kUnknown: no Python frames). Never "the other phase".
+const char* phase_prose(Phase phase);
 
 /// Which package a frame's file belongs to (rules above).
 enum class Origin : uint8_t { kUser, kLibrary, kTorch, kStdlib };

@@ -39,23 +39,30 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   for (size_t p = 1; p + kMinPeriodChecks <= n; ++p) {
     const size_t checks = n - p;
     size_t matches = 0;
-    size_t last_mismatch = 0;
-    bool mismatched = false;
+    // The longest run of positions j with key[j] == key[j - p] (the later
+    // among equals) is where the blocks are regular. It need not reach the
+    // end: the current block may still hold temporaries it frees before it
+    // ends (a real GPT-2's MLP, issue #48), which earlier blocks freed.
+    size_t run_begin = p, best_begin = p, best_end = p;
     for (size_t j = p; j < n; ++j) {
-      if (key[j] == key[j - p]) {
-        ++matches;
-      } else {
-        last_mismatch = j;
-        mismatched = true;
+      if (key[j] != key[j - p]) {
+        run_begin = j + 1;
+        continue;
+      }
+      ++matches;
+      if (j + 1 - run_begin >= best_end - best_begin) {
+        best_begin = run_begin;
+        best_end = j + 1;
       }
     }
     if (checks < kMinPeriodChecks || matches * 100 < checks * kPeriodMatchPercent) continue;
-    // The pattern holds from `periodic` to the end. A block begins as the
+    // The pattern holds on [periodic, regular_end). A block begins as the
     // first block did: with a run of the layer that made the first
     // allocation of one of the pattern's layers (the first block may keep
     // more, e.g. a causal mask made once; the model's stem, e.g. embeddings,
     // comes before it).
-    const size_t periodic = mismatched ? last_mismatch - p + 1 : 0;
+    const size_t periodic = best_begin - p;
+    const size_t regular_end = best_end;
     const std::vector<int64_t> layers(key.begin() + static_cast<std::ptrdiff_t>(periodic),
                                       key.begin() + static_cast<std::ptrdiff_t>(periodic + p));
     size_t first_block = 0;
@@ -63,12 +70,14 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
     auto begins_block = [&](size_t j) { return key[j] == key[first_block] && (j == 0 || key[j - 1] != key[j]); };
     size_t start = std::max(periodic, first_block);
     while (start < n && !begins_block(start)) ++start;
-    if (start + p > n) continue;
+    if (start + p > regular_end) continue;
     size_t irregular = 0;  // blocks before the regular ones
     for (size_t j = first_block; j < start; ++j) irregular += begins_block(j) ? 1 : 0;
-    const size_t blocks = (n - start) / p;
+    // Complete blocks lie inside the regular run; the current one starts after them.
+    const size_t blocks = (regular_end - start) / p;
+    const size_t current = start + blocks * p;
     int64_t whole = 0, partial = 0;
-    for (size_t j = start; j < n; ++j) (j < start + blocks * p ? whole : partial) += size[j];
+    for (size_t j = start; j < n; ++j) (j < current ? whole : partial) += size[j];
     need.method = NeedMethod::kForwardBlocks;
     need.lower_bound = true;
     need.blocks_done = static_cast<int64_t>(irregular + blocks);
@@ -77,10 +86,11 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
     need.still_needed_bytes = std::max(q.rounded_bytes, need.block_bytes - partial);
     need.estimate = fmt::format(
         "forward blocks: the activations kept repeat every {} allocation{} (one block of the model); {} complete "
-        "block{} (of {}{}) before the failure and {} of the current one: at least the rest of this block (the "
+        "block{} (of {}{}) before the failure and {} of the current one{}: at least the rest of this block (the "
         "blocks after it are not in the snapshot)",
         p, p == 1 ? "" : "s", need.blocks_done, need.blocks_done == 1 ? "" : "s", format_bytes(need.block_bytes),
-        need.blocks_done == 1 ? "" : " each", format_bytes(partial));
+        need.blocks_done == 1 ? "" : " each", format_bytes(partial),
+        regular_end < n ? ", temporaries it had not freed yet included" : "");
     return true;
   }
   return false;

@@ -21,10 +21,11 @@
 //      gradients alive (else the parameters) less the optimizer state that
 //      already exists.
 //   3. forward blocks: the activations the forward kept, by layer, repeat
-//      with a period (one block of the model); the rest of the current
-//      block is (bytes per complete block) - (bytes of the current block so
-//      far). How many blocks remain is not in the snapshot, so this is a
-//      lower bound (`lower_bound`).
+//      with a period (one block of the model) over the longest regular run;
+//      the rest of the current block is (bytes per complete block) - (bytes
+//      of the current block so far, with the temporaries it has not freed
+//      yet: a real GPT-2's MLP, issue #48). How many blocks remain is not
+//      in the snapshot, so this is a lower bound (`lower_bound`).
 //   4. request: only the failing request is known.
 // Never below the rounded request.
 // Limitations: the estimate compares bytes, not free blocks; temporaries

@@ -146,6 +146,8 @@ namespace {
 // replay with expandable_segments:True served the 24 MiB request and was
 // ranked first as "enough", while the forward had its last block, the
 // 1.5 GiB of fp32 logits (8 x 1024 x 50257) and the loss still to come.
+// (Rule 3 now reads that snapshot's blocks; an oomtune trial's frameless
+// snapshot still has only its request, gpu_trial_gpt_oom.pickle.)
 // Approach: such a fix is "enough for the failing request" (a verdict of
 // its own); these come after the surely enough ones, those that free the
 // most first (the likelier to cover what is not in the snapshot), least
@@ -196,7 +198,8 @@ void judge_by_replay(const Diagnosis& d, const OomReport& oom, const std::string
     rec.estimate = fmt::format("the trace replayed with {}: {}", setting,
                                d.need.method == NeedMethod::kRequest
                                    ? "the request fits (the rest of the phase's need is not in the snapshot)"
-                                   : "the request and the rest of the phase's need fit");
+                               : d.need.lower_bound ? "the request and the rest of the current block fit"
+                                                    : "the request and the rest of the phase's need fit");
     // A lower-bound need (Note [Enough for how many blocks]): the blocks
     // after the current one fit in what the cap leaves.
     if (d.need.lower_bound && d.need.block_bytes > 0) {
@@ -270,8 +273,8 @@ void rank(Diagnosis& d, std::vector<Recommendation> fixes, std::vector<Recommend
     }
     if (c.parts.size() >= 2) {
       c.change = changes;
-      c.reason = fmt::format("No single change frees the {} the {} phase still needed; together: {}.",
-                             format_bytes(needs), phase_name(d.need.phase), reasons);
+      c.reason = fmt::format("No single change frees the {} that {} still needed; together: {}.", format_bytes(needs),
+                             phase_prose(d.need.phase), reasons);
       c.estimate = frees;
       judge(d.need, c);
       combined.push_back(std::move(c));
@@ -414,8 +417,8 @@ void recommend(Diagnosis& d) {
         0,
         fmt::format("no memory effect; a larger budget, up to {} more (CUDA's free bytes then){}",
                     format_bytes(oom->device_free_bytes),
-                    need.known ? fmt::format(", against the {} the {} phase still needed",
-                                             format_bytes(need.still_needed_bytes), phase_name(need.phase))
+                    need.known ? fmt::format(", against the {} that {} still needed",
+                                             format_bytes(need.still_needed_bytes), phase_prose(need.phase))
                                : ""),
         Sufficiency::kNoMemoryEffect});
   }

@@ -58,7 +58,7 @@ std::string render_text(const Diagnosis& d) {
       out +=
           fmt::format("  event {}: requested {} (rounded {}, {} pool, needs a {} segment) in {}{}\n", o.event_index,
                       format_bytes(o.requested_bytes), format_bytes(o.rounded_bytes), o.large_pool ? "large" : "small",
-                      format_bytes(o.segment_bytes), phase_name(o.phase), o.layer.empty() ? "" : " at " + o.layer);
+                      format_bytes(o.segment_bytes), phase_prose(o.phase), o.layer.empty() ? "" : " at " + o.layer);
       if (!o.call_site.empty() && o.call_site != o.layer) out += fmt::format("    called from {}\n", o.call_site);
       out +=
           fmt::format("    allocated {}, reserved {}, reserved but unallocated {}\n", format_bytes(o.allocated_bytes),
@@ -78,8 +78,8 @@ std::string render_text(const Diagnosis& d) {
     }
     if (d.need.known) {
       out +=
-          fmt::format("  the {} phase still needed {}{} ({})\n", phase_name(d.need.phase),
-                      d.need.lower_bound ? "at least " : "", format_bytes(d.need.still_needed_bytes), d.need.estimate);
+          fmt::format("  {} still needed {}{} ({})\n", phase_prose(d.need.phase), d.need.lower_bound ? "at least " : "",
+                      format_bytes(d.need.still_needed_bytes), d.need.estimate);
     }
     if (!d.oom_sites.empty()) {
       out += fmt::format("  alive at the last out-of-memory, by {}:\n",
@@ -90,7 +90,7 @@ std::string render_text(const Diagnosis& d) {
 
   out += "\nTimeline\n";
   out += fmt::format("  peak allocated {} (reserved {}) at event {} in {}\n", format_bytes(d.peak.allocated_bytes),
-                     format_bytes(d.peak.reserved_bytes), d.peak.event_index, phase_name(d.peak.phase));
+                     format_bytes(d.peak.reserved_bytes), d.peak.event_index, phase_prose(d.peak.phase));
   out += fmt::format("    alive: {}\n", categories_line(d.peak.by_category));
   if (!d.peak.sites.empty()) {
     out += fmt::format("  alive at the peak, by {}:\n", d.group_by == GroupBy::kLayer ? "layer" : "call site");

@@ -60,6 +60,10 @@ Files written (each < 200 KB):
   rounding_waste_oom.pickle  30 tensors of 10 MiB + 2 KiB, each in a 12 MiB
                         segment, then a 24 MiB request under the cap: expandable
                         segments pack them and the request fits
+  rounding_waste_second_iteration.pickle  the same waste kept by the script,
+                        then the second iteration's forward out of memory:
+                        expandable segments serve the whole forward (the first
+                        fix, fragmentation the first verdict)
   compare_seq_1x.pickle, compare_seq_2x.pickle  a Llama-like forward whose
                         sequence doubles: activations x2, modeling_llama.py:161
                         grows most
@@ -547,7 +551,9 @@ def forward_second_iteration(holes):
     second by 24 MiB when it failed): 144 MiB. Reserved but free at the oom:
     holes x 10.5 + 4 + 4 + 4 + 8 MiB. Activation checkpointing frees 83% of
     (24 alive + 144 to come) = 139.44 MiB; half the micro-batch frees 84 MiB.
-    14 holes: 167 MiB free, defragmenting is enough (fragmentation first);
+    14 holes: 167 MiB free, more than the need, but no 20 MiB page of an
+    expandable segment is wholly free: replayed with expandable_segments the
+    forward still fails, so fragmentation comes after the forward's verdict;
     6 holes: 83 MiB, nothing alone is enough, checkpointing + expandable
     segments together are (222.44 MiB)."""
     sim = Sim(cap=400 * MIB)
@@ -590,6 +596,41 @@ def rounding_waste_oom():
     [sim.malloc(10 * MIB + 2048, fwd(20)) for _ in range(30)]
     try:
         sim.malloc(24 * MIB, fwd(21))
+    except OutOfMemory:
+        pass
+    return sim
+
+
+def rounding_waste_second_iteration():
+    """The second iteration's forward out of memory among rounding waste.
+    The first forward keeps 3 blocks of 24 MiB at train.py:21 (each its own
+    24 MiB segment: it grows by 72 MiB), backward (frameless) frees them and
+    the script calls torch.cuda.empty_cache(). The script then keeps 30
+    tensors of 10 MiB + 2 KiB (train.py:60), each in a 12 MiB segment with
+    2 MiB - 2 KiB split off free: 360 MiB reserved, 59.94 MiB of it free in
+    30 pieces. The cap, reserved + 24 MiB, lets the second forward's first
+    block in and fails its second: fragmentation. Still needed (trace: the
+    first forward grew by 72 MiB, this one by 24 MiB): 48 MiB. With
+    expandable segments the 30 tensors sit back to back, 300.06 MiB in 16
+    pages of 20 MiB; the forward's three blocks extend the last free block to
+    372.06 MiB, 19 pages, 380 MiB, under the 384 MiB cap: defragmenting
+    serves the whole forward at no cost, so it is the first fix and
+    fragmentation the first verdict. Activation checkpointing frees 83% of
+    (24 alive + 48 to come) = 59.76 MiB: enough too, at a higher cost; half
+    the micro-batch, 12 + 24 = 36 MiB, is not."""
+    sim = Sim(cap=1024 * MIB)
+
+    def forward():
+        return [sim.malloc(24 * MIB, fwd(21)) for _ in range(3)]
+
+    for a in reversed(forward()):
+        sim.free(a, [])
+    sim.empty_cache(user_frames(59))
+    for _ in range(30):
+        sim.malloc(10 * MIB + 2048, user_frames(60))
+    sim.cap = sim.reserved() + 24 * MIB
+    try:
+        forward()
     except OutOfMemory:
         pass
     return sim
@@ -723,6 +764,8 @@ def main():
     write(os.path.join(out, "forward_holes_enough.pickle"), forward_second_iteration(14).dump("v2_11"), 4)
     write(os.path.join(out, "forward_holes_combined.pickle"), forward_second_iteration(6).dump("v2_11"), 4)
     write(os.path.join(out, "rounding_waste_oom.pickle"), rounding_waste_oom().dump("v2_11"), 4)
+    write(os.path.join(out, "rounding_waste_second_iteration.pickle"), rounding_waste_second_iteration().dump("v2_11"),
+          4)
     write(os.path.join(out, "compare_seq_1x.pickle"), llama_forward(4).dump("v2_11"), 4)
     write(os.path.join(out, "compare_seq_2x.pickle"), llama_forward(8).dump("v2_11"), 4)
     write(os.path.join(out, "compare_before_step.pickle"), first_step(False).dump("v2_11"), 4)

@@ -124,10 +124,12 @@ TEST(Sufficiency, HolesNarrowerThanAPageAreNotDefragmented) {
 // a 24 MiB request fails under the cap. With expandable segments they sit
 // back to back: 300.06 MiB in 16 pages; the request extends the last free
 // block to 324.06 MiB, 17 pages, 340 MiB, under the 360 MiB the trace
-// reached: fragmentation comes first. The need is the forward blocks' lower
-// bound; the 20 MiB left under the cap holds 1 more block of 10 MiB + 2 KiB:
-// enough for 30 + 1 + 1 = 32 blocks.
-TEST(Sufficiency, DefragmentingThatSatisfiesThePhaseComesFirst) {
+// reached. The need is the forward blocks' lower bound; the 20 MiB left
+// under the cap holds 1 more block of 10 MiB + 2 KiB: enough for 30 + 1 + 1
+// = 32 blocks, where checkpointing leaves room for more, so checkpointing is
+// the first fix and the forward's verdict comes before fragmentation (Note
+// [Fragmentation first]).
+TEST(Sufficiency, DefragmentingEnoughForFewerBlocksThanCheckpointingComesSecond) {
   const std::string path = testing::synthetic_fixture("rounding_waste_oom.pickle");
   SKIP_IF_MISSING(path);
   const Diagnosis d = testing::diagnose_file(path);
@@ -139,10 +141,16 @@ TEST(Sufficiency, DefragmentingThatSatisfiesThePhaseComesFirst) {
   ASSERT_TRUE(d.expandable_replay.replayed);
   EXPECT_TRUE(d.expandable_replay.fits);
   EXPECT_EQ(d.expandable_replay.reserved_bytes, 340 * kMiB);
-  EXPECT_EQ(d.verdicts.front().id, VerdictId::kFragmentation);
-  EXPECT_NE(d.verdicts.front().evidence.find("Replayed with expandable_segments:True, the request and"),
+  EXPECT_TRUE(d.need.lower_bound);
+  ASSERT_GE(d.recommendations.size(), 1u);
+  EXPECT_EQ(d.recommendations.front().id, FixId::kActivationCheckpointing);
+  ASSERT_GE(d.verdicts.size(), 2u);
+  EXPECT_EQ(d.verdicts[0].id, VerdictId::kActivationsInForward);
+  EXPECT_EQ(d.verdicts[1].id, VerdictId::kFragmentation);
+  EXPECT_NE(d.verdicts[1].evidence.find("Replayed with expandable_segments:True, the request and the 24.00 MiB (at "
+                                        "least) that the forward phase still needed fit"),
             std::string::npos)
-      << d.verdicts.front().evidence;
+      << d.verdicts[1].evidence;
   const Recommendation* expandable = find(d, FixId::kExpandableSegments);
   ASSERT_NE(expandable, nullptr);
   EXPECT_EQ(expandable->sufficiency, Sufficiency::kEnoughUpToBlocks);
@@ -154,6 +162,44 @@ TEST(Sufficiency, DefragmentingThatSatisfiesThePhaseComesFirst) {
   EXPECT_EQ(split->change, "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:21");
   EXPECT_EQ(split->sufficiency, Sufficiency::kNotEnough);
   EXPECT_EQ(split->frees_bytes, 0);
+}
+
+// scripts/make_snapshot_fixtures.py rounding_waste_second_iteration: the same
+// waste kept by the script, then the second iteration's forward fails with
+// 48 MiB still to come (trace: 72 - 24). Expandable segments pack the 30
+// tensors into 16 pages and the forward's three 24 MiB blocks up to 380
+// MiB, under the 384 MiB cap: enough for the whole need, at no cost, so it
+// is the first fix and fragmentation the first verdict. Checkpointing frees
+// 83% of (24 + 48) MiB: enough too, at a higher cost; half the micro-batch
+// frees 12 + 24 = 36 MiB of 48: not enough.
+TEST(Sufficiency, DefragmentingThatServesTheWholePhaseAndRanksFirstComesFirst) {
+  const std::string path = testing::synthetic_fixture("rounding_waste_second_iteration.pickle");
+  SKIP_IF_MISSING(path);
+  const Diagnosis d = testing::diagnose_file(path);
+  ASSERT_EQ(d.ooms.size(), 1u);
+  EXPECT_EQ(d.ooms[0].reserved_bytes, 30 * 12 * kMiB + 24 * kMiB);
+  EXPECT_EQ(d.ooms[0].reserved_free_bytes, 30 * (2 * kMiB - 2048));
+  EXPECT_EQ(d.need.method, NeedMethod::kTrace);
+  EXPECT_EQ(d.need.still_needed_bytes, 48 * kMiB);
+  ASSERT_TRUE(d.expandable_replay.replayed);
+  EXPECT_TRUE(d.expandable_replay.fits);
+  ASSERT_GE(d.recommendations.size(), 3u);
+  EXPECT_EQ(d.recommendations[0].id, FixId::kExpandableSegments);
+  EXPECT_EQ(d.recommendations[0].sufficiency, Sufficiency::kEnough);
+  EXPECT_EQ(d.recommendations[1].id, FixId::kActivationCheckpointing);
+  EXPECT_EQ(d.recommendations[1].frees_bytes, checkpointing_frees(24 * kMiB + 48 * kMiB));
+  EXPECT_EQ(d.recommendations[1].sufficiency, Sufficiency::kEnough);
+  const Recommendation* half = find(d, FixId::kMicroBatch);
+  ASSERT_NE(half, nullptr);
+  EXPECT_EQ(half->frees_bytes, 36 * kMiB);
+  EXPECT_EQ(half->sufficiency, Sufficiency::kNotEnough);
+  ASSERT_GE(d.verdicts.size(), 2u);
+  EXPECT_EQ(d.verdicts[0].id, VerdictId::kFragmentation);
+  EXPECT_EQ(d.verdicts[1].id, VerdictId::kActivationsInForward);
+  EXPECT_NE(d.verdicts[0].evidence.find("Replayed with expandable_segments:True, the request and the 48.00 MiB that "
+                                        "the forward phase still needed fit."),
+            std::string::npos)
+      << d.verdicts[0].evidence;
 }
 
 // The same with 6 holes (83 MiB free): nothing alone frees 144 MiB;
