@@ -197,12 +197,14 @@ Comparison compare(const Diagnosis& before, const Diagnosis& after, int top) {
   const int64_t holes = row_change(kReservedFreeRow);
   if (significant(holes)) {
     add(holes > 0 ? CompareVerdictId::kReservedFreeGrew : CompareVerdictId::kReservedFreeShrank, holes,
-        fmt::format("reserved but free {} {} ({} -> {}) with {:+} segments; the largest free block went from {} to "
-                    "{}: {}",
+        fmt::format("reserved but free {} {} ({} -> {}) with {:+} segments; the largest free block {}: {}",
                     holes > 0 ? "grew" : "shrank", format_bytes(std::abs(holes)),
                     format_bytes(c.before.reserved_free_bytes), format_bytes(c.after.reserved_free_bytes),
-                    c.after.segments - c.before.segments, format_bytes(c.before.largest_free_block_bytes),
-                    format_bytes(c.after.largest_free_block_bytes),
+                    c.after.segments - c.before.segments,
+                    c.before.largest_free_block_bytes == c.after.largest_free_block_bytes
+                        ? fmt::format("stayed {}", format_bytes(c.after.largest_free_block_bytes))
+                        : fmt::format("went from {} to {}", format_bytes(c.before.largest_free_block_bytes),
+                                      format_bytes(c.after.largest_free_block_bytes)),
                     holes > 0 ? "more memory sits in holes (fragmentation; expandable_segments)"
                               : "fewer holes (less fragmentation)"));
   }
