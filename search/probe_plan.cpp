@@ -51,11 +51,12 @@ ProbeReport Search::probe(TrainingConfig config, int64_t micro_batch) {
   config.micro_batch = micro_batch;
   config.accumulation_steps = 1;
   ProbeReport r = runner_.probe(config);
-  progress_(
-      fmt::format("probe  {:<60} {}", describe(config),
-                  r.outcome == TrialOutcome::kOk
-                      ? fmt::format("peak {}, {:.4f} s/step", format_bytes(r.peak_bytes), r.timing.steady_step_seconds)
-                      : outcome_text(r)));
+  progress_(fmt::format("probe  {:<60} {}", describe(config),
+                        r.outcome != TrialOutcome::kOk ? outcome_text(r)
+                        // A meta trial has no step time (StepTiming::measured): none is printed.
+                        : r.timing.measured ? fmt::format("peak {}, {:.4f} s/step", format_bytes(r.peak_bytes),
+                                                          r.timing.steady_step_seconds)
+                                            : fmt::format("peak {}, no step time (meta)", format_bytes(r.peak_bytes))));
   if (r.outcome == TrialOutcome::kOutOfMemory && !ran_out_loading(r)) {
     auto [at, added] = out_of_memory_at_.emplace(memory_key(config), micro_batch);
     if (!added) at->second = std::min(at->second, micro_batch);

@@ -97,6 +97,9 @@ class FakeRunner : public TrialRunner {
   std::optional<int64_t> gpu_reserved_extra;
   bool meta_refuses_bf16 = false;
   std::string meta_error;
+  // When set, the probes run on the meta device too (a job on device =
+  // "meta"): each reports no step time (StepTiming::measured false).
+  bool probes_on_meta = false;
   int probes = 0;
   int verifications = 0;
   int meta_runs = 0;
@@ -104,7 +107,13 @@ class FakeRunner : public TrialRunner {
 
   ProbeReport probe(const TrainingConfig& c) override {
     ++probes;
-    return run(c, c.micro_batch, false);
+    ProbeReport r = run(c, c.micro_batch, false);
+    if (probes_on_meta) {
+      r.timing = {};
+      r.timing.measured = false;
+      r.samples_per_second = 0;
+    }
+    return r;
   }
   ProbeReport verify(const TrainingConfig& c) override {
     ++verifications;

@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -439,6 +440,29 @@ TEST(MetaMemory, MemoryOnlyChoosesTheSimplestMeasuredFitAndVerifiesNothing) {
   refusing.meta = true;
   refusing.meta_error = "aten::_unique2 has no meta kernel";
   EXPECT_THROW(run_search(refusing, job, options), InputError);
+}
+
+// A job on device = "meta" probes on meta too: each probe's progress line
+// gives its peak and says it has no step time, not "0.0000 s/step".
+TEST(MetaMemory, MetaProbesPrintNoStepTime) {
+  FakeRunner fake;
+  fake.meta = true;
+  fake.probes_on_meta = true;
+  SearchOptions options;
+  options.memory_only = true;
+  const JobSpec job = job_with_budget(plain_peak(32) - 2 * kMiB);
+  fake.usable_budget = static_cast<double>(*job.usable_budget_bytes());
+  std::vector<std::string> lines;
+  search(job, fake, options, [&](const std::string& line) { lines.push_back(line); });
+  int probe_lines = 0;
+  for (const std::string& line : lines) {
+    if (line.rfind("probe  ", 0) != 0) continue;
+    ++probe_lines;
+    EXPECT_NE(line.find(", no step time (meta)"), std::string::npos) << line;
+    EXPECT_EQ(line.find("s/step"), std::string::npos) << line;
+  }
+  EXPECT_EQ(probe_lines, fake.probes);
+  EXPECT_GT(probe_lines, 0);
 }
 
 // Note [Memory only]: optimizer offload comes last. With 64 KiB of
