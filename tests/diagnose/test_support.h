@@ -31,6 +31,18 @@ inline Diagnosis diagnose_file(const std::string& path, const DiagnoseOptions& o
   return diagnose(load_snapshot(path), path, options);
 }
 
+/// Expects the fragmentation verdict and the phase's verdict `phase` as
+/// the first two, fragmentation first when `fragmentation_first` (Note
+/// [Fragmentation first]), and fragmentation's evidence to contain `evidence`.
+inline void expect_fragmentation_order(const Diagnosis& d, VerdictId phase, bool fragmentation_first,
+                                       const std::string& evidence) {
+  ASSERT_GE(d.verdicts.size(), 2u);
+  const Verdict& frag = d.verdicts[fragmentation_first ? 0 : 1];
+  EXPECT_EQ(frag.id, VerdictId::kFragmentation);
+  EXPECT_EQ(d.verdicts[fragmentation_first ? 1 : 0].id, phase);
+  EXPECT_NE(frag.evidence.find(evidence), std::string::npos) << frag.evidence;
+}
+
 inline bool exists(const std::string& path) { return std::ifstream(path).good(); }
 
 inline std::string read_all(const std::string& path) {
