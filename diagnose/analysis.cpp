@@ -326,6 +326,13 @@ std::string defragmenting_evidence(const Diagnosis& d, const OomReport& oom) {
         "{}){}.",
         served, request_only ? "s" : "", format_bytes(r.smallest_cap_bytes), cap_bounds_text(oom), rest);
   }
+  if (r.failed_in_need && oom.reserved_free_bytes < d.need.still_needed_bytes) {
+    return fmt::format(
+        " Replayed with expandable_segments:True, {} still fails ({} reserved then): defragmented, the {} reserved "
+        "but free are still less than the {}{} that {} still needed{}.",
+        failure_phrase(r, oom.event_index), format_bytes(r.reserved_bytes), format_bytes(oom.reserved_free_bytes),
+        format_bytes(d.need.still_needed_bytes), at_least, phase_prose(oom.phase), rest);
+  }
   return fmt::format(
       " Replayed with expandable_segments:True, {} still fails ({} reserved then): an expandable segment returns only "
       "whole free pages (20 MiB in the large pool, 2 MiB in the small), and the free bytes lie between live "

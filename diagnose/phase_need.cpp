@@ -26,9 +26,59 @@ int64_t new_state_bytes(const std::vector<TraceEvent>& trace, const Attribution&
   return bytes;
 }
 
-/// Note [Phase need] rule 3: the block pattern of the activations kept so far.
+// Note [Blocks from the parameters]
+// Rationale: rule 3 sees the blocks a forward ran before it failed, not how
+// many it had still to run; a real GPT-2 failed in its 11th block of 12, and
+// a fix judged against the rest of the 11th alone looked enough.
+// Approach: a model's parameters are allocated in module order (Module._apply
+// moves them child by child, nn/modules/module.py; so does construction on
+// the device): the stem, then block after block, then the head. Their sizes
+// then repeat with a period p (the tensors of one block: GPT-2's 12, from
+// ln_1's weight to the MLP's c_proj bias). The longest run of sizes equal to
+// the size p before, for the smallest p >= 2 that reaches it, covering at
+// least two periods with at least two sizes in one, gives the blocks:
+// floor(run / p). A period of one size (every tensor alike) could be one
+// block or several, and is not used; neither is a count below the blocks the
+// forward already ran. Parameters made before recording began have no
+// allocation in the trace: then nothing is counted.
+// Limitations: blocks of unlike shapes (an encoder-decoder's two stacks)
+// give the longest stack's count; parameters allocated out of module order
+// give none. Above kMaxParameterAllocations the search (quadratic) is skipped.
+constexpr size_t kMaxParameterAllocations = 4096;
+
+/// The model's blocks from its parameters' allocations (Note [Blocks from
+/// the parameters]); 0 when they show none.
+int64_t parameter_blocks(const std::vector<TraceEvent>& trace, const Attribution& attr) {
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < trace.size(); ++i) {
+    if (trace[i].action == TraceAction::kAlloc && attr.event_category[i] == Category::kParameters) {
+      sizes.push_back(trace[i].size);
+    }
+  }
+  const size_t n = sizes.size();
+  if (n > kMaxParameterAllocations) return 0;
+  size_t best_length = 0, best_period = 0;
+  for (size_t p = 2; 2 * p <= n; ++p) {
+    size_t matched = 0;  // sizes equal to the one p before, in a row, ending at j
+    for (size_t j = p; j < n; ++j) {
+      matched = sizes[j] == sizes[j - p] ? matched + 1 : 0;
+      const size_t length = matched + p;  // the run [j + 1 - length, j]
+      if (matched == 0 || length < 2 * p || length <= best_length) continue;
+      const auto period = sizes.begin() + static_cast<std::ptrdiff_t>(j + 1 - length);
+      if (std::all_of(period, period + static_cast<std::ptrdiff_t>(p), [&](int64_t s) { return s == *period; })) {
+        continue;
+      }
+      best_length = length;
+      best_period = p;
+    }
+  }
+  return best_period == 0 ? 0 : static_cast<int64_t>(best_length / best_period);
+}
+
+/// Note [Phase need] rule 3: the block pattern of the activations kept so
+/// far; `model_blocks` from parameter_blocks (0: not known).
 bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<TraceEvent>& trace,
-                    const Attribution& attr, const FrameIndex& frames, PhaseNeed& need) {
+                    const Attribution& attr, const FrameIndex& frames, int64_t model_blocks, PhaseNeed& need) {
   std::vector<int64_t> key, size;  // per kept allocation: its layer frame, its requested bytes
   for (size_t i = run.first_event; i < q.oom_event; ++i) {
     if (trace[i].action != TraceAction::kAlloc || attr.event_category[i] != Category::kActivations) continue;
@@ -83,14 +133,24 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
     need.blocks_done = static_cast<int64_t>(irregular + blocks);
     need.block_bytes = whole / static_cast<int64_t>(blocks);
     need.block_so_far_bytes = partial;
-    need.still_needed_bytes = std::max(q.rounded_bytes, need.block_bytes - partial);
+    // Note [Blocks from the parameters]: the blocks after the current one, where the model says how many.
+    if (model_blocks > need.blocks_done) {
+      need.model_blocks = model_blocks;
+      need.blocks_after = model_blocks - need.blocks_done - 1;
+    }
+    need.still_needed_bytes =
+        std::max(q.rounded_bytes, need.block_bytes - partial) + need.blocks_after * need.block_bytes;
     need.estimate = fmt::format(
         "forward blocks: the activations kept repeat every {} allocation{} (one block of the model); {} complete "
-        "block{} (of {}{}) before the failure and {} of the current one{}: at least the rest of this block (the "
-        "blocks after it are not in the snapshot)",
+        "block{} (of {}{}) before the failure and {} of the current one{}: at least {}",
         p, p == 1 ? "" : "s", need.blocks_done, need.blocks_done == 1 ? "" : "s", format_bytes(need.block_bytes),
         need.blocks_done == 1 ? "" : " each", format_bytes(partial),
-        regular_end < n ? ", temporaries it had not freed yet included" : "");
+        regular_end < n ? ", temporaries it had not freed yet included" : "",
+        need.model_blocks == 0
+            ? std::string("the rest of this block (the blocks after it are not in the snapshot)")
+            : fmt::format("the rest of this block and {} more block{} (the model's parameters repeat in {} blocks; "
+                          "what follows the blocks is not in the snapshot)",
+                          need.blocks_after, need.blocks_after == 1 ? "" : "s", need.model_blocks));
     return true;
   }
   return false;
@@ -190,7 +250,7 @@ PhaseNeed estimate_need(const NeedQuery& q, const std::vector<PhaseRun>& runs, c
   }
 
   // 3. the forward's block pattern.
-  if (q.phase == Phase::kForward) forward_blocks(q, *run, trace, attr, frames, need);
+  if (q.phase == Phase::kForward) forward_blocks(q, *run, trace, attr, frames, parameter_blocks(trace, attr), need);
   return need;
 }
 

@@ -25,7 +25,12 @@
 //      the rest of the current block is (bytes per complete block) - (bytes
 //      of the current block so far, with the temporaries it has not freed
 //      yet: a real GPT-2's MLP, issue #48). How many blocks remain is not
-//      in the snapshot, so this is a lower bound (`lower_bound`).
+//      in the snapshot, so this is a lower bound (`lower_bound`), unless
+//      the parameters' allocations show how many blocks the model has
+//      (Note [Blocks from the parameters], phase_need.cpp): then the blocks
+//      after the current one are counted too; the head after them (a
+//      language model's logits) and the loss are not, so it stays a lower
+//      bound.
 //   4. request: only the failing request is known.
 // Never below the rounded request.
 // Limitations: the estimate compares bytes, not free blocks; temporaries
@@ -99,6 +104,12 @@ struct PhaseNeed {
   int64_t blocks_done = 0;           ///< forward blocks: complete blocks before the oom
   int64_t block_bytes = 0;           ///< forward blocks: activations kept per complete block
   int64_t block_so_far_bytes = 0;    ///< forward blocks: of the current block
+  /// forward blocks: the model's blocks, counted from its parameters'
+  /// allocations (Note [Blocks from the parameters]); 0 when not known.
+  int64_t model_blocks = 0;
+  /// forward blocks: complete blocks after the current one that the need
+  /// counts (model_blocks - blocks_done - 1); 0 when model_blocks is not known.
+  int64_t blocks_after = 0;
 };
 
 /// Estimates what the phase of `query` still needed. `runs` from

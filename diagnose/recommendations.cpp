@@ -137,6 +137,9 @@ namespace {
 // these". Halving the micro-batch (s = 1/2) is enough while the forward
 // still needs no more than what it holds; checkpointing (s = 0.83) while it
 // needs up to 4.9 times that.
+// Where the parameters say how many blocks follow the current one (Note
+// [Blocks from the parameters]), N already counts them (blocks_after), and
+// the count starts after them.
 
 // Note [Enough for the request only]
 // Rationale: when nothing in the trace says what the failing phase still
@@ -179,7 +182,7 @@ void judge(const PhaseNeed& need, Recommendation& r) {
   const double fixed = static_cast<double>(r.frees_bytes) - r.need_share * static_cast<double>(needs);
   const double most_needed = fixed / (1 - r.need_share);
   const double more = std::floor((most_needed - static_cast<double>(needs)) / static_cast<double>(need.block_bytes));
-  r.most_blocks = need.blocks_done + 1 + std::max<int64_t>(0, static_cast<int64_t>(more));
+  r.most_blocks = need.blocks_done + 1 + need.blocks_after + std::max<int64_t>(0, static_cast<int64_t>(more));
   r.sufficiency = Sufficiency::kEnoughUpToBlocks;
 }
 
@@ -203,7 +206,7 @@ void judge_by_replay(const Diagnosis& d, const OomReport& oom, const std::string
     // A lower-bound need (Note [Enough for how many blocks]): the blocks
     // after the current one fit in what the cap leaves.
     if (d.need.lower_bound && d.need.block_bytes > 0) {
-      rec.most_blocks = d.need.blocks_done + 1 + r.headroom_bytes / d.need.block_bytes;
+      rec.most_blocks = d.need.blocks_done + 1 + d.need.blocks_after + r.headroom_bytes / d.need.block_bytes;
       rec.estimate += fmt::format(", with {} to spare under the cap", format_bytes(r.headroom_bytes));
     }
   } else {

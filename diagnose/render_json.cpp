@@ -122,7 +122,9 @@ std::string render_json(const Diagnosis& d) {
                {"state_total_bytes", n.state_total_bytes},
                {"blocks_done", n.blocks_done},
                {"block_bytes", n.block_bytes},
-               {"block_so_far_bytes", n.block_so_far_bytes}};
+               {"block_so_far_bytes", n.block_so_far_bytes},
+               {"model_blocks", n.model_blocks},
+               {"blocks_after", n.blocks_after}};
   json recs = json::array();
   for (const Recommendation& r : d.recommendations) {
     static constexpr const char* kSufficiency[] = {"unknown",

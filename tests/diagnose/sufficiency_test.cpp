@@ -151,6 +151,10 @@ TEST(Sufficiency, DefragmentingEnoughForFewerBlocksThanCheckpointingComesSecond)
   ASSERT_NE(expandable, nullptr);
   EXPECT_EQ(expandable->sufficiency, Sufficiency::kEnoughUpToBlocks);
   EXPECT_EQ(expandable->most_blocks, 32);
+  EXPECT_NE(expandable->estimate.find(
+                "the request and the rest of the current block fit, with 20.00 MiB to spare under the cap"),
+            std::string::npos)
+      << expandable->estimate;
   // max_split_size_mb:21 leaves 12 MiB segments as they are: the 24 MiB
   // request still needs a new one.
   const Recommendation* split = find(d, FixId::kMaxSplitSize);
@@ -247,6 +251,11 @@ TEST(Sufficiency, ForwardNeedFromTheBlockPattern) {
   EXPECT_EQ(d.need.block_bytes, 96 * kMiB);
   EXPECT_EQ(d.need.block_so_far_bytes, 56 * kMiB);
   EXPECT_EQ(d.need.still_needed_bytes, 40 * kMiB);
+  // One 24 MiB weight a layer: a period of one size may be one block or
+  // several, so the parameters count no blocks (Note [Blocks from the
+  // parameters]).
+  EXPECT_EQ(d.need.model_blocks, 0);
+  EXPECT_EQ(d.need.blocks_after, 0);
   EXPECT_NE(render_text(d).find("the forward phase still needed at least 40.00 MiB (forward blocks:"),
             std::string::npos);
   // 152 MiB of activations alive (96 + 56). Half the micro-batch is enough
