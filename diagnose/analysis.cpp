@@ -304,9 +304,10 @@ std::string defragmenting_evidence(const Diagnosis& d, const OomReport& oom) {
       request_only ? std::string("the request")
                    : fmt::format("the request and the {}{} that {} still needed",
                                  format_bytes(d.need.still_needed_bytes), at_least, phase_prose(oom.phase));
-  const char* rest = request_only         ? "; what the rest of the phase needs is not in the snapshot"
-                     : d.need.lower_bound ? "; the blocks after the current one are not in the snapshot"
-                                          : "";
+  const char* rest = request_only              ? "; what the rest of the phase needs is not in the snapshot"
+                     : !d.need.lower_bound     ? ""
+                     : d.need.model_blocks > 0 ? "; what follows the model's blocks is not in the snapshot"
+                                               : "; the blocks after the current one are not in the snapshot";
   if (!r.replayed) {
     if (request_only) {
       return fmt::format(

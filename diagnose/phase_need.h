@@ -95,8 +95,10 @@ struct PhaseNeed {
   bool known = false;  ///< false without an oom
   Phase phase = Phase::kUnknown;
   NeedMethod method = NeedMethod::kRequest;
-  int64_t still_needed_bytes = 0;    ///< beyond what was allocated at the oom; >= the rounded request
-  bool lower_bound = false;          ///< forward blocks: the blocks after the current one are not counted
+  int64_t still_needed_bytes = 0;  ///< beyond what was allocated at the oom; >= the rounded request
+  /// forward blocks: not counted are the blocks after the current one (or,
+  /// with model_blocks, what follows the model's blocks)
+  bool lower_bound = false;
   std::string estimate;              ///< how it was estimated, one sentence
   int64_t grown_bytes = 0;           ///< trace: what this phase had allocated since its start
   int64_t earlier_growth_bytes = 0;  ///< trace: what the earlier run grew by

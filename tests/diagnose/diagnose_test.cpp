@@ -312,8 +312,8 @@ TEST(DiagnoseGpu, ARealHuggingFaceOomInItsFirstForwardIsJudgedByBlocks) {
   // 72.97 MiB reserved but free against 7.46 GiB of activations.
   testing::expect_fragmentation_order(d, VerdictId::kActivationsInForward, false,
                                       "defragmented, the 72.97 MiB reserved but free are still less than the 708.50 "
-                                      "MiB (at least) that the forward phase still needed; the blocks after the "
-                                      "current one are not in the snapshot.");
+                                      "MiB (at least) that the forward phase still needed; what follows the "
+                                      "model's blocks is not in the snapshot.");
 }
 
 TEST(DiagnoseSynthetic, BackwardPeakWithFramelessAllocations) {
