@@ -299,24 +299,19 @@ std::string defragmenting_evidence(const Diagnosis& d, const OomReport& oom) {
   const SettingReplay& r = d.expandable_replay;
   // Note [Enough for the request only]: the request, not "the request and the request".
   const bool request_only = need_is_request_only(d);
-  const char* at_least = d.need.lower_bound ? " (at least)" : "";
-  const std::string served =
-      request_only ? std::string("the request")
-                   : fmt::format("the request and the {}{} that {} still needed",
-                                 format_bytes(d.need.still_needed_bytes), at_least, phase_prose(oom.phase));
+  const std::string needed = request_only
+                                 ? fmt::format("{} request", format_bytes(d.need.still_needed_bytes))
+                                 : fmt::format("{}{} that {} still needed", format_bytes(d.need.still_needed_bytes),
+                                               d.need.lower_bound ? " (at least)" : "", phase_prose(oom.phase));
+  const std::string served = request_only ? "the request" : "the request and the " + needed;
   const char* rest = request_only              ? "; what the rest of the phase needs is not in the snapshot"
                      : !d.need.lower_bound     ? ""
                      : d.need.model_blocks > 0 ? "; what follows the model's blocks is not in the snapshot"
                                                : "; the blocks after the current one are not in the snapshot";
   if (!r.replayed) {
-    if (request_only) {
-      return fmt::format(
-          " Defragmenting would make those {} usable: {} for the {} request{}.", format_bytes(oom.reserved_free_bytes),
-          defragmenting_is_enough(d, oom) ? "enough" : "not enough", format_bytes(d.need.still_needed_bytes), rest);
-    }
-    return fmt::format(" Defragmenting would make those {} usable: {} for the {}{} that {} still needed{}.",
+    return fmt::format(" Defragmenting would make those {} usable: {} for the {}{}.",
                        format_bytes(oom.reserved_free_bytes), defragmenting_is_enough(d, oom) ? "enough" : "not enough",
-                       format_bytes(d.need.still_needed_bytes), at_least, phase_prose(oom.phase), rest);
+                       needed, rest);
   }
   if (r.fits) {
     return fmt::format(" Replayed with expandable_segments:True, {} fit{}{}.", served, request_only ? "s" : "", rest);
@@ -330,9 +325,9 @@ std::string defragmenting_evidence(const Diagnosis& d, const OomReport& oom) {
   if (r.failed_in_need && oom.reserved_free_bytes < d.need.still_needed_bytes) {
     return fmt::format(
         " Replayed with expandable_segments:True, {} still fails ({} reserved then): defragmented, the {} reserved "
-        "but free are still less than the {}{} that {} still needed{}.",
+        "but free are still less than the {}{}.",
         failure_phrase(r, oom.event_index), format_bytes(r.reserved_bytes), format_bytes(oom.reserved_free_bytes),
-        format_bytes(d.need.still_needed_bytes), at_least, phase_prose(oom.phase), rest);
+        needed, rest);
   }
   return fmt::format(
       " Replayed with expandable_segments:True, {} still fails ({} reserved then): an expandable segment returns only "
@@ -376,14 +371,13 @@ void order_fragmentation_verdict(Diagnosis& d) {
   if (frag == d.verdicts.end() || std::next(frag) == d.verdicts.end()) return;
   const FixTarget phase_target = phase_fix_target(std::next(frag)->id);
   if (phase_target == FixTarget::kNone) return;
-  bool first = defragmenting_is_enough(d, d.ooms.back());
-  for (const Recommendation& r : d.recommendations) {
-    if (!first) break;
+  // The first fix for either: fragmentation's, or none, keeps it first.
+  const auto lead = std::find_if(d.recommendations.begin(), d.recommendations.end(), [&](const Recommendation& r) {
     const FixTarget target = fix_kind(r.id).target;
-    if (target == FixTarget::kFragmentation) break;
-    if (target == phase_target) first = false;
-  }
-  if (!first) std::iter_swap(frag, std::next(frag));
+    return target == FixTarget::kFragmentation || target == phase_target;
+  });
+  const bool fix_leads = lead == d.recommendations.end() || fix_kind(lead->id).target == FixTarget::kFragmentation;
+  if (!defragmenting_is_enough(d, d.ooms.back()) || !fix_leads) std::iter_swap(frag, std::next(frag));
 }
 
 void add_verdicts(Diagnosis& d) {
