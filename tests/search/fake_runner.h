@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -307,9 +308,11 @@ inline JobSpec job_with_budget(int64_t budget_bytes) {
   return job;
 }
 
-inline SearchResult run_search(FakeRunner& fake, const JobSpec& job, const SearchOptions& options = {}) {
+inline SearchResult run_search(
+    FakeRunner& fake, const JobSpec& job, const SearchOptions& options = {},
+    const std::function<void(const std::string&)>& progress = [](const std::string&) {}) {
   fake.usable_budget = static_cast<double>(*job.usable_budget_bytes());
-  return search(job, fake, options, [](const std::string&) {});
+  return search(job, fake, options, progress);
 }
 
 /// True when one of the search's notes contains `part`.

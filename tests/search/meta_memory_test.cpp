@@ -451,9 +451,8 @@ TEST(MetaMemory, MetaProbesPrintNoStepTime) {
   SearchOptions options;
   options.memory_only = true;
   const JobSpec job = job_with_budget(plain_peak(32) - 2 * kMiB);
-  fake.usable_budget = static_cast<double>(*job.usable_budget_bytes());
   std::vector<std::string> lines;
-  search(job, fake, options, [&](const std::string& line) { lines.push_back(line); });
+  run_search(fake, job, options, [&](const std::string& line) { lines.push_back(line); });
   int probe_lines = 0;
   for (const std::string& line : lines) {
     if (line.rfind("probe  ", 0) != 0) continue;
