@@ -178,6 +178,23 @@ StrategyEffect Search::probe_checkpointing(const std::vector<int64_t>& sizes) {
   }
 }
 
+// "MODEL: the plain configuration could not run at micro-batch 1, 2 or 4:
+// MESSAGE": the sizes whose probes failed as the smallest did, and its
+// message said once (a trial's message starts with the model's path too).
+std::string Search::nothing_ran_message(const PlainProbes& plain) const {
+  const ProbeReport& first = plain.first_failure();
+  std::vector<std::string> sizes;
+  for (const auto& [s, r] : plain.failed)
+    if (r.outcome == first.outcome && r.message == first.message) sizes.push_back(std::to_string(s));
+  const std::string list = sizes.size() == 1
+                               ? sizes.front()
+                               : fmt::format("{} or {}", fmt::join(sizes.begin(), sizes.end() - 1, ", "), sizes.back());
+  const std::string prefix = job_.model_path + ": ";
+  std::string_view message = first.message;
+  if (message.substr(0, prefix.size()) == prefix) message.remove_prefix(prefix.size());
+  return fmt::format("{}: the plain configuration could not run at micro-batch {}: {}", job_.model_path, list, message);
+}
+
 // Fits the models from the probes. False when nothing can run: plain and
 // the configuration that needs the least memory ran out at the smallest
 // micro-batch (result_.least_memory_failure says so).
@@ -224,10 +241,7 @@ bool Search::fit_models() {
   for (const auto& [s, r] : plain.failed)
     if (!ok.empty() && s < ok.front() && r.outcome == TrialOutcome::kError) error_below_ok.emplace(s, r);
   models_.base_precision = base_.precision;
-  if (ok.empty()) {
-    throw InputError(fmt::format("{}: the plain configuration could not run at micro-batch {}: {}", job_.model_path,
-                                 plain.failed.begin()->first, plain.first_failure().message));
-  }
+  if (ok.empty()) throw InputError(nothing_ran_message(plain));
   if (error_below_ok) raise_min_micro_batch(error_below_ok->first, error_below_ok->second);
   // One size ran (the next one ran out of memory or time, or a rescued
   // base runs only at the smallest): its lines take the slope of its

@@ -103,6 +103,15 @@ bool Search::plain_verified_at_global_batch() const {
 // timeout costs the whole trial_timeout (a model that hangs times out at
 // every size, and costs two).
 // `p` may hold probes of base_ that already ran; they are not run again.
+//
+// Note [An error that does not depend on the micro-batch]
+// An error at the smallest micro-batch does not end the walk up: BatchNorm
+// refuses one sample per channel and runs at two. But when nothing has run
+// and two sizes fail with the same message, word for word, about the
+// user's input (`output` names no key of the model's dict; a loss that
+// does not fit the output), the error does not depend on the micro-batch:
+// the message names no shape that grows with it. The walk stops there
+// rather than repeat the same error at every larger size.
 Search::PlainProbes Search::probe_plain(const std::vector<int64_t>& sizes, PlainProbes p) {
   auto probe_at = [&](int64_t s) {
     if (const auto known = p.ran.find(s); known != p.ran.end()) return known->second.outcome;
@@ -116,8 +125,19 @@ Search::PlainProbes Search::probe_plain(const std::vector<int64_t>& sizes, Plain
     return outcome;
   };
   std::optional<int64_t> stopped_at;
+  const ProbeReport* last_error = nullptr;
   for (int64_t s : sizes) {
-    if (!fails_larger_too(probe_at(s))) continue;
+    const TrialOutcome outcome = probe_at(s);
+    if (const auto failed = p.failed.find(s);
+        failed != p.failed.end() && failed->second.outcome == TrialOutcome::kError) {
+      // Note [An error that does not depend on the micro-batch]
+      const ProbeReport& error = failed->second;
+      if (p.ran.empty() && last_error && error.input_error && last_error->input_error &&
+          error.message == last_error->message)
+        return p;
+      last_error = &error;
+    }
+    if (!fails_larger_too(outcome)) continue;
     stopped_at = s;
     break;
   }

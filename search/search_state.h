@@ -100,6 +100,7 @@ class Search {
     kOver,        // in no storage the job allows: result_.parameters_alone says why
   };
   bool fit_models();
+  std::string nothing_ran_message(const PlainProbes& plain) const;
   ParametersFit check_parameters(const PlainProbes& plain);
   void store_bf16_parameters(const std::vector<int64_t>& sizes, PlainProbes& plain);
   StrategyEffect probe_effect(const std::string& name, const TrainingConfig& config, const std::vector<int64_t>& sizes,

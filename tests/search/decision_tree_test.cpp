@@ -1052,7 +1052,7 @@ TEST(DecisionTree, AfterATimeoutAtTheFirstProbeTheProbesGoUpFromTheSmallest) {
   EXPECT_NEAR(r.baseline_peak.slope, 8.0 * kMiB, 1.0);
 
   // Every size times out (a hang): two timeouts, then the error naming
-  // micro-batch 1. Before, 4, 8 and 16 each timed out, then 4 was named.
+  // both. Before, 4, 8 and 16 each timed out, then 4 was named.
   FakeRunner hangs;
   hangs.probe_timeout_seconds = 0.005;
   try {
@@ -1060,7 +1060,7 @@ TEST(DecisionTree, AfterATimeoutAtTheFirstProbeTheProbesGoUpFromTheSmallest) {
     ADD_FAILURE() << "expected an InputError";
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "fake.pt: the plain configuration could not run at micro-batch 1: timeout: no result after 600 s");
+              "fake.pt: the plain configuration could not run at micro-batch 1 or 4: timeout: no result after 600 s");
   }
   EXPECT_EQ(hangs.probes, 2);  // 4, 1
 
@@ -1073,6 +1073,32 @@ TEST(DecisionTree, AfterATimeoutAtTheFirstProbeTheProbesGoUpFromTheSmallest) {
   EXPECT_EQ(plain_probes(b), (std::vector<std::string>{"4 timeout", "1 error", "2 ok", "3 ok"}));
   EXPECT_EQ(b.baseline_micro_batches, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(b.smallest_micro_batch, 2);
+}
+
+// The same error about the user's input at two sizes (`output` unset for a
+// model that returns a dict) does not depend on the micro-batch: the walk
+// stops there, where it used to try 16 too, and the error names both sizes
+// and the model's path once (Note [An error that does not depend on the
+// micro-batch]).
+TEST(DecisionTree, TheSameInputErrorAtTwoSizesEndsTheProbes) {
+  FakeRunner fake;
+  fake.loss_input_error = "fake.pt: the model returns a dict; set output = \"KEY\" in the job spec (keys: logits)";
+  try {
+    run_search(fake, job_with_budget(plain_peak(32) + kMiB));
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "fake.pt: the plain configuration could not run at micro-batch 4 or 8: the model returns a dict; set "
+              "output = \"KEY\" in the job spec (keys: logits)");
+  }
+  EXPECT_EQ(fake.probes, 2);
+
+  // An error that is not about the input (a libtorch failure in forward) at
+  // two sizes goes on up: it may be the size's.
+  FakeRunner batch_norm;
+  batch_norm.fails_at_or_below = 8;
+  const SearchResult r = run_search(batch_norm, job_with_budget(plain_peak(32) + kMiB));
+  EXPECT_EQ(plain_probes(r), (std::vector<std::string>{"4 error", "8 error", "16 ok"}));
 }
 
 // Checkpointing recomputes, so its probe at the larger of two sizes can pass

@@ -71,6 +71,10 @@ class FakeRunner : public TrialRunner {
   bool autocast_crashes = false;        // bf16 autocast dies by SIGSEGV (bf16_params runs)
   bool bf16_parameters_stored = false;  // bf16_params stores 2-byte weights and gradients (see above)
   int64_t fails_at_or_below = 0;        // micro-batches this small raise an error (BatchNorm at 1)
+  // When set, every run fails in the loss with this error about the
+  // user's input, the same at every micro-batch (`output` unset for a
+  // model that returns a dict).
+  std::string loss_input_error;
   // The classes of blocks.0 .. blocks.3; a checkpointed block of
   // `refusing_class` modifies its input in place, which the recompute
   // operator refuses at the first forward.
@@ -255,6 +259,13 @@ class FakeRunner : public TrialRunner {
     if (autocast_crashes && c.precision == Precision::kBf16) {
       r.outcome = TrialOutcome::kCrashed;
       r.message = "crashed: SIGSEGV during forward";
+      return r;
+    }
+    if (!loss_input_error.empty()) {
+      r.outcome = TrialOutcome::kError;
+      r.input_error = true;
+      r.phase_at_failure = Phase::kLoss;
+      r.message = loss_input_error;
       return r;
     }
     if (c.micro_batch <= fails_at_or_below) {
