@@ -228,7 +228,10 @@ void read_inputs(const TableReader& top, JobSpec& spec) {
 }
 
 void read_loss(const TableReader& top, JobSpec& spec) {
-  if (!top.has("loss")) top.fail_at(top.table().source(), "loss", "missing required table [loss]");
+  if (!top.has("loss"))
+    top.fail_at(top.table().source(), "loss",
+                "missing required table [loss]: kind = \"cross_entropy\" with target = \"INPUT\" (class indices), "
+                "\"mse\" with a target, \"mean\" of the output, or \"model_returns_loss\" (docs/job_spec.md)");
   TableReader loss(top.table_at("loss"), top.origin(), "loss");
   loss.reject_unknown(kLossKeys);
   const std::string kind = loss.choice_or("kind", "", {"cross_entropy", "mse", "mean", "model_returns_loss"});

@@ -144,6 +144,11 @@ TEST(JobSpec, EachBadInputGetsItsExactError) {
             "job.toml:25:18: optimizer.implementation: unknown value 'fuse' (did you mean 'fused'?; valid: foreach, "
             "fused, single_tensor)");
   EXPECT_EQ(error_of(replace(kGood, "model = \"models/gpt.pt\"\n", "")), "job.toml:1:1: model: missing required key");
+  // A first job spec without [loss]: the error lists what to write.
+  EXPECT_EQ(error_of(replace(kGood, "[loss]\nkind = \"cross_entropy\"\ntarget = \"targets\"\n", "")),
+            "job.toml:1:1: loss: missing required table [loss]: kind = \"cross_entropy\" with target = \"INPUT\" "
+            "(class indices), \"mse\" with a target, \"mean\" of the output, or \"model_returns_loss\" "
+            "(docs/job_spec.md)");
   EXPECT_EQ(error_of("model = \"a.pt\"\nglobal_batch = [\n"),
             "job.toml:2:18: Error while parsing array: encountered end-of-file");
 }
