@@ -376,8 +376,17 @@ TEST(MetaMemory, TheReportShowsBothNumbers) {
   const std::string text = render_autotune_text(report);
   EXPECT_NE(text.find("meta peak"), std::string::npos) << text;
   EXPECT_NE(text.find(fmt::format("+ {} meta runs (memory only)", fake.meta_runs)), std::string::npos) << text;
-  // The fake's meta and verified peaks are the same curve: 0 % apart.
-  EXPECT_NE(text.find("of the same configuration, +0.00 % from the measured one"), std::string::npos) << text;
+  // The fake's meta and verified peaks are the same curve.
+  EXPECT_NE(text.find("of the same configuration, the same bytes as the measured one"), std::string::npos) << text;
+  // 48 bytes apart (the Hugging Face SDPA fixture's six int64 tensor
+  // constants, host memory on meta): the bytes, not "-0.00 %".
+  FakeRunner constants = fake;
+  constants.verification_growth = 48;
+  AutotuneReport off = report;
+  off.search = run_search(constants, report.job, from_meta());
+  EXPECT_NE(render_autotune_text(off).find("of the same configuration, 48 B under the measured one\n"),
+            std::string::npos)
+      << render_autotune_text(off);
   const nlohmann::json j = autotune_json(report);
   EXPECT_EQ(j.at("memory_from"), "meta");
   EXPECT_EQ(j.at("meta_trials"), fake.meta_runs);
