@@ -2,9 +2,15 @@
 // The work is recipes/recipes.h emit_all(); this file only parses flags and
 // prints what was written.
 
+#include <algorithm>
+#include <cstdio>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
@@ -40,10 +46,20 @@ int run_emit(const EmitFlags& flags) {
   if (flags.out_dir.empty()) throw InputError("emit: missing --out DIR (the folder to write into)");
   const Plan plan = read_plan_toml(flags.plan_path);
   const std::vector<std::string> formats = flags.formats.empty() ? std::vector<std::string>{"all"} : flags.formats;
+  // Each note once, after the files, with the writers whose files carry it:
+  // a caveat such as offload's needing a GPU is the same in four files.
+  std::vector<std::pair<std::string, std::vector<std::string>>> notes;
   for (const EmittedFile& file : emit_all(plan, flags.out_dir, formats)) {
     fmt::print("wrote {}\n", file.path);
-    for (const auto& note : file.notes) fmt::print(stderr, "emit: {}: note: {}\n", file.writer, note);
+    for (const std::string& note : file.notes) {
+      auto same = std::find_if(notes.begin(), notes.end(), [&](const auto& n) { return n.first == note; });
+      if (same == notes.end()) same = notes.insert(notes.end(), {note, {}});
+      if (std::find(same->second.begin(), same->second.end(), file.writer) == same->second.end())
+        same->second.push_back(file.writer);
+    }
   }
+  std::fflush(stdout);
+  for (const auto& [note, writers] : notes) fmt::print(stderr, "emit: {}: note: {}\n", fmt::join(writers, ", "), note);
   return kExitOk;
 }
 

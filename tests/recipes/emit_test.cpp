@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -226,6 +227,36 @@ TEST_P(EmitCommand, FormatSelectsFilesAndNotesGoToStderr) {
   EXPECT_EQ(files_in(out), (std::vector<std::string>{"ds_config.json", "hf_training_args.json"}));
   EXPECT_NE(r.err.find("emit: hf: note: optimizer offload is not a TrainingArguments feature"), std::string::npos)
       << r.err;
+}
+
+// A note that several files carry (offload measured on the CPU targets a
+// GPU: deepspeed, hf, lightning and accelerate all say so) is printed once,
+// after the files, naming the writers; each other note once with its own.
+TEST_P(EmitCommand, ANoteSeveralFilesCarryIsPrintedOnce) {
+  TempDir tmp;
+  const fs::path out = tmp.path() / "out";
+  const ProcessResult r =
+      run(binary_,
+          "emit '" + (testing::kGoldenDir / "sgd_offload_cpu/plan.toml").string() + "' --out '" + out.string() + "'",
+          tmp.path());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string offload = "note: optimizer offload runs through DeepSpeed, which trains on a GPU";
+  const std::size_t at = r.err.find(offload);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(offload, at + 1), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("emit: deepspeed, hf, lightning, accelerate: " + offload), std::string::npos) << r.err;
+  // Every line is one note; none repeats.
+  std::set<std::string> lines;
+  std::istringstream in(r.err);
+  for (std::string line; std::getline(in, line);) {
+    EXPECT_EQ(line.rfind("emit: ", 0), 0u) << line;
+    EXPECT_TRUE(lines.insert(line.substr(line.find(": note: "))).second) << line;
+  }
+  // The files keep their own notes: the offload one in each.
+  EXPECT_NE(read_text(out / "hf_training_args.json").find("optimizer offload runs through DeepSpeed"),
+            std::string::npos);
+  EXPECT_NE(read_text(out / "accelerate_config.yaml").find("optimizer offload runs through DeepSpeed"),
+            std::string::npos);
 }
 
 TEST_P(EmitCommand, BadPlanIsOneLineExit2AndNothingWritten) {
