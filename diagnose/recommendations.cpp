@@ -187,9 +187,12 @@ void judge(const PhaseNeed& need, Recommendation& r) {
 }
 
 /// An allocator setting judged by its replay (Note [Allocator settings
-/// replayed]): what it frees is what the real run held in reserve at the
-/// out-of-memory beyond what the replay held when it failed; when it fits,
-/// the need itself.
+/// replayed]). When it fits, it frees the need itself. When it fails, it
+/// frees the S bytes of the need it served first (the request, then the
+/// rest; the real run served none), plus R - R' where the replay then held
+/// less reserved (R') than the real run at the out-of-memory (R): reserve
+/// that held no tensor, too little for the next request. (A replay that
+/// fails before the request compares an earlier R'.)
 void judge_by_replay(const Diagnosis& d, const OomReport& oom, const std::string& setting, const SettingReplay& r,
                      Recommendation& rec) {
   if (!r.replayed) return;
@@ -210,9 +213,14 @@ void judge_by_replay(const Diagnosis& d, const OomReport& oom, const std::string
       rec.estimate += fmt::format(", with {} to spare under the cap", format_bytes(r.headroom_bytes));
     }
   } else {
-    rec.frees_bytes = std::max<int64_t>(0, oom.reserved_bytes - r.reserved_bytes);
+    rec.frees_bytes = r.served_bytes + std::max<int64_t>(0, oom.reserved_bytes - r.reserved_bytes);
     rec.estimate = fmt::format(
-        "the trace replayed with {}: {} still fails, at {} reserved; the real allocator had {} then{}", setting,
+        "the trace replayed with {}: {}{} still fails, at {} reserved; the real allocator had {} then{}", setting,
+        r.served_bytes <= 0 ? ""
+        : r.served_bytes <= oom.requested_bytes
+            ? fmt::format("it serves the {} request; then ", format_bytes(r.served_bytes))
+            : fmt::format("it serves the request and {} more of the need; then ",
+                          format_bytes(r.served_bytes - oom.requested_bytes)),
         failure_phrase(r, oom.event_index), format_bytes(r.reserved_bytes), format_bytes(oom.reserved_bytes),
         r.smallest_cap_bytes > 0 ? fmt::format(". It fits under a cap of {} or more (the trace puts the cap {})",
                                                format_bytes(r.smallest_cap_bytes), cap_bounds_text(oom))

@@ -63,12 +63,15 @@ SettingReplay replay_at(const SettingReplayInput& input, const alloc_rules::Allo
   }
   const int64_t request = trace[input.oom_index].size;
   if (!allocator.malloc(next_extra++, request)) return fail(static_cast<int64_t>(input.oom_index), request, false);
+  out.served_bytes = request;
   // The rest of the phase's need, as requests of the failing request's size.
   const int64_t rounded = alloc_rules::round_size(request, config);
   for (int64_t left = input.still_needed_bytes - rounded; left > 0; left -= rounded) {
     const int64_t bytes = std::min(left, rounded);
     if (!allocator.malloc(next_extra++, bytes)) return fail(static_cast<int64_t>(input.oom_index), bytes, true);
+    out.served_bytes += bytes;
   }
+  out.served_bytes = std::max(request, input.still_needed_bytes);
   out.fits = true;
   out.reserved_bytes = allocator.reserved_bytes();
   out.headroom_bytes = std::max<int64_t>(0, cap - out.reserved_bytes);

@@ -69,6 +69,10 @@ struct SettingReplay {
   int64_t failed_bytes = 0;     ///< its bytes (requested)
   bool failed_in_need = false;  ///< it was the rest of the need after the request, not a trace event
   int64_t reserved_bytes = 0;   ///< simulated reserved when it failed, or after the need was served
+  /// Bytes of the phase's need (the request, then the rest) served before
+  /// the failure: 0 when it failed at or before the request,
+  /// still_needed_bytes when it fits.
+  int64_t served_bytes = 0;
   /// When it fits: the lowest cap (or the device's memory) less reserved
   /// after the need was served, bytes.
   int64_t headroom_bytes = 0;

@@ -297,8 +297,9 @@ TEST(DiagnoseGpu, ARealHuggingFaceOomInItsFirstForwardIsJudgedByBlocks) {
     EXPECT_NE(r.sufficiency, Sufficiency::kEnough) << name(r.id) << ": the need is a lower bound";
   }
   // Checkpointing and half the micro-batch leave room for more blocks than
-  // the model has (counted after its 12); expandable segments serve the
-  // request with 44 MiB to spare under the cap, not the 708.5 MiB.
+  // the model has (counted after its 12); expandable segments, with the
+  // 72.97 MiB reserved but free packed, serve the 24 MiB request and two
+  // more 24 MiB of the need, not a fourth: 72 MiB of the 708.5 MiB.
   ASSERT_GE(d.recommendations.size(), 3u);
   EXPECT_EQ(name(d.recommendations[0].id), "activation_checkpointing");
   EXPECT_EQ(name(d.recommendations[1].id), "micro_batch");
@@ -308,6 +309,13 @@ TEST(DiagnoseGpu, ARealHuggingFaceOomInItsFirstForwardIsJudgedByBlocks) {
                                        [](const Recommendation& r) { return name(r.id) == "expandable_segments"; });
   ASSERT_NE(expandable, d.recommendations.end());
   EXPECT_EQ(expandable->sufficiency, Sufficiency::kNotEnough);
+  EXPECT_EQ(d.expandable_replay.served_bytes, 72 * kMiB);
+  EXPECT_EQ(expandable->frees_bytes, 72 * kMiB);  // it held more reserved than the real run then, not less
+  EXPECT_EQ(sufficiency_text(*expandable), "not enough alone (frees 72.00 MiB, needs 708.50 MiB)");
+  EXPECT_NE(expandable->estimate.find("it serves the request and 48.00 MiB more of the need; then the rest of the "
+                                      "phase's need (a 24.00 MiB request after it) still fails"),
+            std::string::npos)
+      << expandable->estimate;
   // The verdicts follow the same evidence (Note [Fragmentation first]):
   // 72.97 MiB reserved but free against 7.46 GiB of activations.
   testing::expect_fragmentation_order(d, VerdictId::kActivationsInForward, false,
