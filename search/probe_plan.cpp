@@ -128,10 +128,9 @@ Search::PlainProbes Search::probe_plain(const std::vector<int64_t>& sizes, Plain
   const ProbeReport* last_error = nullptr;
   for (int64_t s : sizes) {
     const TrialOutcome outcome = probe_at(s);
-    if (const auto failed = p.failed.find(s);
-        failed != p.failed.end() && failed->second.outcome == TrialOutcome::kError) {
+    if (outcome == TrialOutcome::kError) {
       // Note [An error that does not depend on the micro-batch]
-      const ProbeReport& error = failed->second;
+      const ProbeReport& error = p.failed.at(s);
       if (p.ran.empty() && last_error && error.input_error && last_error->input_error &&
           error.message == last_error->message)
         return p;
