@@ -179,8 +179,8 @@ StrategyEffect Search::probe_checkpointing(const std::vector<int64_t>& sizes) {
 }
 
 // "MODEL: the plain configuration could not run at micro-batch 1, 2 or 4:
-// MESSAGE": the sizes whose probes failed as the smallest did, and its
-// message said once (a trial's message starts with the model's path too).
+// MESSAGE": the sizes whose probes failed as the smallest did, and the
+// model's path said once.
 std::string Search::nothing_ran_message(const PlainProbes& plain) const {
   const ProbeReport& first = plain.first_failure();
   std::vector<std::string> sizes;
@@ -189,10 +189,14 @@ std::string Search::nothing_ran_message(const PlainProbes& plain) const {
   const std::string list = sizes.size() == 1
                                ? sizes.front()
                                : fmt::format("{} or {}", fmt::join(sizes.begin(), sizes.end() - 1, ", "), sizes.back());
+  return fmt::format("{}: the plain configuration could not run at micro-batch {}: {}", job_.model_path, list,
+                     without_model_path(first.message));
+}
+
+std::string Search::without_model_path(std::string text) const {
   const std::string prefix = job_.model_path + ": ";
-  std::string_view message = first.message;
-  if (message.substr(0, prefix.size()) == prefix) message.remove_prefix(prefix.size());
-  return fmt::format("{}: the plain configuration could not run at micro-batch {}: {}", job_.model_path, list, message);
+  if (const std::size_t at = text.find(prefix); at != std::string::npos) text.erase(at, prefix.size());
+  return text;
 }
 
 // Fits the models from the probes. False when nothing can run: plain and

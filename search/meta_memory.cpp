@@ -78,7 +78,8 @@ const ProbeReport* Search::meta_run(const TrainingConfig& c) {
     if (!r) return nullptr;
     ++result_.meta_trials;
     progress_(fmt::format("meta   {:<60} {}", describe(c),
-                          r->outcome == TrialOutcome::kOk ? "peak " + format_bytes(r->peak_bytes) : outcome_text(*r)));
+                          r->outcome == TrialOutcome::kOk ? "peak " + format_bytes(r->peak_bytes)
+                                                          : without_model_path(outcome_text(*r))));
     run = meta_runs_.emplace(key, std::move(*r)).first;
   }
   return &run->second;

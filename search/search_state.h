@@ -101,6 +101,9 @@ class Search {
   };
   bool fit_models();
   std::string nothing_ran_message(const PlainProbes& plain) const;
+  // `text` without its first "MODEL: ": a trial's error names the model's
+  // path, which the run's first line and every report already name.
+  std::string without_model_path(std::string text) const;
   ParametersFit check_parameters(const PlainProbes& plain);
   void store_bf16_parameters(const std::vector<int64_t>& sizes, PlainProbes& plain);
   StrategyEffect probe_effect(const std::string& name, const TrainingConfig& config, const std::vector<int64_t>& sizes,

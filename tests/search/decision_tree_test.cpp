@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "fake_runner.h"
@@ -1083,8 +1084,10 @@ TEST(DecisionTree, AfterATimeoutAtTheFirstProbeTheProbesGoUpFromTheSmallest) {
 TEST(DecisionTree, TheSameInputErrorAtTwoSizesEndsTheProbes) {
   FakeRunner fake;
   fake.loss_input_error = "fake.pt: the model returns a dict; set output = \"KEY\" in the job spec (keys: logits)";
+  std::vector<std::string> lines;
   try {
-    run_search(fake, job_with_budget(plain_peak(32) + kMiB));
+    run_search(fake, job_with_budget(plain_peak(32) + kMiB), {},
+               [&](const std::string& line) { lines.push_back(line); });
     ADD_FAILURE() << "expected an InputError";
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()),
@@ -1092,6 +1095,11 @@ TEST(DecisionTree, TheSameInputErrorAtTwoSizesEndsTheProbes) {
               "output = \"KEY\" in the job spec (keys: logits)");
   }
   EXPECT_EQ(fake.probes, 2);
+  // Each probe's progress line says the error without the model's path,
+  // which the run's first line names.
+  ASSERT_EQ(lines.size(), 2u);
+  for (const std::string& line : lines)
+    EXPECT_NE(line.find(" error during loss: the model returns a dict; set output"), std::string::npos) << line;
 
   // An error that is not about the input (a libtorch failure in forward) at
   // two sizes goes on up: it may be the size's.
