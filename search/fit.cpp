@@ -193,9 +193,12 @@ std::string Search::nothing_ran_message(const PlainProbes& plain) const {
                      without_model_path(first.message));
 }
 
+// The path where it starts the text or follows ": " ("error during loss:
+// MODEL: ..."), not inside another path that ends with it.
 std::string Search::without_model_path(std::string text) const {
   const std::string prefix = job_.model_path + ": ";
-  if (const std::size_t at = text.find(prefix); at != std::string::npos) text.erase(at, prefix.size());
+  if (text.rfind(prefix, 0) == 0) return text.erase(0, prefix.size());
+  if (const std::size_t at = text.find(": " + prefix); at != std::string::npos) text.erase(at + 2, prefix.size());
   return text;
 }
 

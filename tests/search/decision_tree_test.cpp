@@ -1101,6 +1101,18 @@ TEST(DecisionTree, TheSameInputErrorAtTwoSizesEndsTheProbes) {
   for (const std::string& line : lines)
     EXPECT_NE(line.find(" error during loss: the model returns a dict; set output"), std::string::npos) << line;
 
+  // Only the model's own path goes, not another that ends with it.
+  FakeRunner other;
+  other.loss_input_error = "data/fake.pt: the file is not the model";
+  try {
+    run_search(other, job_with_budget(plain_peak(32) + kMiB));
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "fake.pt: the plain configuration could not run at micro-batch 4 or 8: data/fake.pt: the file is not "
+              "the model");
+  }
+
   // An error that is not about the input (a libtorch failure in forward) at
   // two sizes goes on up: it may be the size's.
   FakeRunner batch_norm;
