@@ -69,7 +69,7 @@ ProbeReport Search::verify(const TrainingConfig& config) {
                         r.outcome == TrialOutcome::kOk ? fmt::format("peak {}, {:.1f} samples/s over {} steps",
                                                                      budgeted_peak_text(r, result_.budget_on_reserved),
                                                                      r.samples_per_second, r.steps_run)
-                                                       : without_model_path(outcome_text(r))));
+                                                       : outcome_of(r)));
   return r;
 }
 

@@ -88,10 +88,10 @@ StrategyEffect Search::probe_effect(const std::string& name, const TrainingConfi
         result_.notes.push_back(
             fmt::format("{}: micro-batch {}: {}; fitted to micro-batch {} with the plain slope "
                         "(over-predicts larger micro-batches)",
-                        name, s, outcome_text(r), fmt::join(ok_sizes, ", ")));
+                        name, s, outcome_of(r), fmt::join(ok_sizes, ", ")));
         break;
       }
-      result_.notes.push_back(fmt::format("{}: not available (micro-batch {}: {})", name, s, outcome_text(r)));
+      result_.notes.push_back(fmt::format("{}: not available (micro-batch {}: {})", name, s, outcome_of(r)));
       return {};
     }
     if (config.checkpoint.enabled()) models_.checkpoint_blocks = static_cast<int64_t>(r.checkpointed_blocks.size());
@@ -294,7 +294,7 @@ bool Search::fit_models() {
           "only: {}",
           ok.front(),
           r.outcome == TrialOutcome::kOk ? fmt::format("{} retained", format_bytes(r.retained_activation_bytes))
-                                         : outcome_text(r)));
+                                         : outcome_of(r)));
     }
     return false;
   }
@@ -514,8 +514,8 @@ void Search::raise_min_micro_batch(int64_t size, const ProbeReport& report) {
   result_.notes.push_back(
       fmt::format("micro-batch {} cannot run ({}), so the search uses micro-batches of {} or "
                   "more (min_micro_batch = {} in the job spec skips that probe)",
-                  size, outcome_text(report), job_.min_micro_batch, job_.min_micro_batch));
-  require_a_valid_micro_batch(fmt::format("micro-batch {} cannot run ({}), and ", size, outcome_text(report)));
+                  size, outcome_of(report), job_.min_micro_batch, job_.min_micro_batch));
+  require_a_valid_micro_batch(fmt::format("micro-batch {} cannot run ({}), and ", size, outcome_of(report)));
 }
 
 // The constraints (global batch, min/max micro-batch, remainder) leave at

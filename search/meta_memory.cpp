@@ -59,9 +59,8 @@ void Search::start_meta() {
   if (r->outcome != TrialOutcome::kOk) {
     if (options_.memory_only)
       throw InputError(fmt::format("{}: the plain configuration does not run on the meta device: {}", job_.model_path,
-                                   outcome_text(*r)));
-    result_.notes.push_back(
-        fmt::format("memory from the probes' lines, not from the meta device: {}", outcome_text(*r)));
+                                   outcome_of(*r)));
+    result_.notes.push_back(fmt::format("memory from the probes' lines, not from the meta device: {}", outcome_of(*r)));
     return;
   }
   meta_ = true;
@@ -78,8 +77,7 @@ const ProbeReport* Search::meta_run(const TrainingConfig& c) {
     if (!r) return nullptr;
     ++result_.meta_trials;
     progress_(fmt::format("meta   {:<60} {}", describe(c),
-                          r->outcome == TrialOutcome::kOk ? "peak " + format_bytes(r->peak_bytes)
-                                                          : without_model_path(outcome_text(*r))));
+                          r->outcome == TrialOutcome::kOk ? "peak " + format_bytes(r->peak_bytes) : outcome_of(*r)));
     run = meta_runs_.emplace(key, std::move(*r)).first;
   }
   return &run->second;
@@ -243,7 +241,7 @@ void Search::note_meta_failures() {
   std::vector<std::string> failed;
   for (const auto& [config, r] : meta_runs_)
     if (r.outcome != TrialOutcome::kOk && nodes.count(memory_key(parse_config_overrides(config, TrainingConfig{}))))
-      failed.push_back(fmt::format("{} ({})", config, outcome_text(r)));
+      failed.push_back(fmt::format("{} ({})", config, outcome_of(r)));
   if (!failed.empty())
     result_.notes.push_back(
         fmt::format("meta: {} configuration{} did not run on the meta device, so {} predicted "

@@ -52,7 +52,7 @@ ProbeReport Search::probe(TrainingConfig config, int64_t micro_batch) {
   config.accumulation_steps = 1;
   ProbeReport r = runner_.probe(config);
   progress_(fmt::format("probe  {:<60} {}", describe(config),
-                        r.outcome != TrialOutcome::kOk ? without_model_path(outcome_text(r))
+                        r.outcome != TrialOutcome::kOk ? outcome_of(r)
                         // A meta trial has no step time (StepTiming::measured): none is printed.
                         : r.timing.measured ? fmt::format("peak {}, {:.4f} s/step", format_bytes(r.peak_bytes),
                                                           r.timing.steady_step_seconds)

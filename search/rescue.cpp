@@ -102,7 +102,7 @@ void Search::add_rescue_alternative(StrategySet strategies, const ProbeReport& a
   const std::string base = rescue_label(rescue_strategies_);
   if (at_smallest.outcome != TrialOutcome::kOk) {
     result_.notes.push_back(fmt::format("{} (without {}): not available (micro-batch {}: {})", rescue_label(strategies),
-                                        base, smallest, outcome_text(at_smallest)));
+                                        base, smallest, outcome_of(at_smallest)));
     return;
   }
   RescueAlternative alternative{rescue_label(strategies), rescue_config(strategies), {at_smallest}};
@@ -112,7 +112,7 @@ void Search::add_rescue_alternative(StrategySet strategies, const ProbeReport& a
     if (r.outcome == TrialOutcome::kOk)
       alternative.probes.push_back(std::move(r));
     else
-      second = fmt::format("; micro-batch {}: {}", 2 * smallest, outcome_text(r));
+      second = fmt::format("; micro-batch {}: {}", 2 * smallest, outcome_of(r));
   }
   const bool one = alternative.probes.size() == 1;
   result_.notes.push_back(fmt::format(
@@ -201,7 +201,8 @@ std::optional<Search::PlainProbes> Search::rescue(const std::vector<int64_t>& si
     return probes;
   }
   throw InputError(fmt::format("{}: no configuration could run at micro-batch {}: plain: {}; {}: {}", job_.model_path,
-                               smallest, plain_failure.message, rescue_label(least), outcome_text(least_report)));
+                               smallest, without_model_path(plain_failure.message), rescue_label(least),
+                               outcome_of(least_report)));
 }
 
 }  // namespace oomtune::search_detail

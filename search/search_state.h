@@ -104,6 +104,8 @@ class Search {
   // `text` without its first "MODEL: ": a trial's error names the model's
   // path, which the run's first line and every report already name.
   std::string without_model_path(std::string text) const;
+  // outcome_text(r) (probes/probe_report.h) without the model's path.
+  std::string outcome_of(const ProbeReport& r) const { return without_model_path(outcome_text(r)); }
   ParametersFit check_parameters(const PlainProbes& plain);
   void store_bf16_parameters(const std::vector<int64_t>& sizes, PlainProbes& plain);
   StrategyEffect probe_effect(const std::string& name, const TrainingConfig& config, const std::vector<int64_t>& sizes,

@@ -320,6 +320,13 @@ TEST(MetaMemory, AFirstMetaRunThatFailsLeavesTheLinesInCharge) {
     EXPECT_FALSE(r.trail[i].meta_peak_bytes.has_value());
   }
   EXPECT_EQ(refusing.probes, lines.probes);
+  // A trial's error names the model's path, which the report names already:
+  // the note gives the error without it (Search::outcome_of).
+  FakeRunner no_kernel;
+  no_kernel.meta = true;
+  no_kernel.meta_error = "fake.pt: aten::_unique2 has no meta kernel";
+  EXPECT_TRUE(has_note(run_search(no_kernel, job, from_meta()),
+                       "not from the meta device: error during forward: aten::_unique2 has no meta kernel"));
 
   FakeRunner without;  // a runner with no meta device at all
   const SearchResult none = run_search(without, job, from_meta());
