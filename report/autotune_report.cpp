@@ -37,13 +37,16 @@ std::string offload_copies_text(int64_t gradient_bytes) {
       format_bytes(copied), format_seconds(static_cast<double>(copied) / kPcie5x16BytesPerSecond));
 }
 
+// How far `predicted` lies from `measured`, percent of `measured`.
+double percent_off(double predicted, int64_t measured) { return 100 * (predicted / static_cast<double>(measured) - 1); }
+
 // The chosen configuration's meta peak against its verification's:
 // "+1.23 % from the measured one"; where that would print 0.00 %, the
 // bytes themselves ("48 B under the measured one": a model's tensor
 // constants, in host memory on meta, are device memory on the CPU).
 std::string meta_against_measured(int64_t meta, int64_t measured) {
   if (meta == measured) return "the same bytes as the measured one";
-  const double percent = 100 * (static_cast<double>(meta) / static_cast<double>(measured) - 1);
+  const double percent = percent_off(static_cast<double>(meta), measured);
   if (std::fabs(percent) >= 0.005) return fmt::format("{:+.2f} % from the measured one", percent);
   return fmt::format("{} {} the measured one", format_bytes(std::abs(meta - measured)),
                      meta < measured ? "under" : "over");
@@ -386,14 +389,14 @@ std::string render_autotune_text(const AutotuneReport& report) {
     line(fmt::format("          measured peak {} over {} steps in a fresh process; margin {} to the usable budget",
                      budgeted_peak_text(v, s.budget_on_reserved), v.steps_run,
                      format_bytes(s.usable_budget_bytes - budgeted)));
-    const auto off_by = [](double predicted, int64_t measured) { return 100 * (predicted / measured - 1); };
     if (budgeted != v.peak_bytes && best.meta_tensor_peak_bytes && best.meta_reserved_bytes && v.peak_bytes > 0)
       line(fmt::format(
           "          meta run of the same configuration: {} of tensors and cuBLAS workspaces, {:+.2f} % from "
           "the measured ones; {} reserved (predicted), {:+.2f} %",
           format_bytes(*best.meta_tensor_peak_bytes),
-          off_by(static_cast<double>(*best.meta_tensor_peak_bytes), v.peak_bytes),
-          format_bytes(*best.meta_reserved_bytes), off_by(static_cast<double>(*best.meta_reserved_bytes), budgeted)));
+          percent_off(static_cast<double>(*best.meta_tensor_peak_bytes), v.peak_bytes),
+          format_bytes(*best.meta_reserved_bytes),
+          percent_off(static_cast<double>(*best.meta_reserved_bytes), budgeted)));
     else if (best.meta_peak_bytes && v.peak_bytes > 0)
       line(fmt::format("          meta peak {} of the same configuration, {}",
                        format_bytes(static_cast<int64_t>(*best.meta_peak_bytes)),
