@@ -29,8 +29,10 @@
 #include <unordered_map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join
 
 #include "common/byte_size.h"
+#include "common/error.h"
 #include "diagnose/diagnosis.h"
 #include "diagnose/replay.h"
 #include "diagnose/setting_replay.h"
@@ -65,22 +67,56 @@ ar::AllocatorConfig config_of(const AllocatorSettings& s) {
   return c;
 }
 
-int choose_device(const Snapshot& snapshot) {
-  int best = 0;
-  size_t best_len = 0;
+/// Every device the snapshot holds trace events or segments of, by index.
+std::vector<DeviceContent> device_contents(const Snapshot& snapshot) {
+  std::map<int, DeviceContent> by_device;
   for (size_t d = 0; d < snapshot.device_traces.size(); ++d) {
-    const auto& t = snapshot.device_traces[d];
-    for (const auto& e : t) {
-      if (e.action == TraceAction::kOom) return static_cast<int>(d);
-    }
-    if (t.size() > best_len) {
-      best_len = t.size();
-      best = static_cast<int>(d);
-    }
+    const auto& trace = snapshot.device_traces[d];
+    if (trace.empty()) continue;
+    DeviceContent& c = by_device[static_cast<int>(d)];
+    c.events = static_cast<int64_t>(trace.size());
+    c.ooms =
+        std::count_if(trace.begin(), trace.end(), [](const TraceEvent& e) { return e.action == TraceAction::kOom; });
   }
-  if (snapshot.device_traces.empty() && !snapshot.segments.empty())
-    return static_cast<int>(snapshot.segments[0].device);
-  return best;
+  for (const Segment& s : snapshot.segments) {
+    DeviceContent& c = by_device[static_cast<int>(s.device)];
+    c.reserved_bytes += s.total_size;
+    c.allocated_bytes += s.allocated_size;
+  }
+  std::vector<DeviceContent> contents;
+  for (auto& [device, c] : by_device) {
+    c.device = device;
+    contents.push_back(c);
+  }
+  return contents;
+}
+
+/// The device a diagnosis is about: the one asked for, else the first that
+/// ran out of memory, else the one with the most trace events, else the one
+/// with the most reserved bytes (a snapshot dumped without a trace).
+int choose_device(const std::vector<DeviceContent>& contents, int asked, const std::string& file) {
+  if (asked >= 0) {
+    const bool held =
+        std::any_of(contents.begin(), contents.end(), [&](const DeviceContent& c) { return c.device == asked; });
+    if (held || contents.empty()) return asked;
+    std::vector<std::string> names;
+    for (const DeviceContent& c : contents) names.push_back(std::to_string(c.device));
+    throw SnapshotError(
+        fmt::format("{}: device {} has no trace events and no segments in this snapshot; it holds "
+                    "device{} {}",
+                    file, asked, names.size() == 1 ? "" : "s", fmt::join(names, ", ")));
+  }
+  for (const DeviceContent& c : contents) {
+    if (c.ooms > 0) return c.device;
+  }
+  const DeviceContent* best = nullptr;
+  for (const DeviceContent& c : contents) {
+    // Strictly greater: of equals, the lowest index.
+    if (best == nullptr ||
+        std::make_pair(c.events, c.reserved_bytes) > std::make_pair(best->events, best->reserved_bytes))
+      best = &c;
+  }
+  return best == nullptr ? 0 : best->device;
 }
 
 /// Site table: one entry per (layer, call site) pair seen, plus placeholders.
@@ -488,7 +524,11 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   d.allocator_settings = snapshot.allocator_settings;
   const int top = std::max(options.top, 0);
 
-  const int device = choose_device(snapshot);
+  const std::vector<DeviceContent> contents = device_contents(snapshot);
+  const int device = choose_device(contents, options.device, file);
+  for (const DeviceContent& c : contents) {
+    if (c.device != device) d.other_devices.push_back(c);
+  }
   static const std::vector<TraceEvent> kNoEvents;
   const auto& trace = static_cast<size_t>(device) < snapshot.device_traces.size()
                           ? snapshot.device_traces[static_cast<size_t>(device)]

@@ -61,6 +61,8 @@ int64_t largest_free_block(const std::vector<SegmentView>& segments) {
 CompareSide side_of(const Diagnosis& d, const std::vector<SiteBytes>** sites) {
   CompareSide s;
   s.file = d.file;
+  s.device = d.trace.device;
+  s.other_devices = static_cast<int64_t>(d.other_devices.size());
   s.ooms = static_cast<int64_t>(d.ooms.size());
   if (!d.ooms.empty()) {
     const OomReport& o = d.ooms.back();

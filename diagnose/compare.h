@@ -40,7 +40,9 @@ namespace oomtune::diagnose {
 /// One side of a comparison at its moment.
 struct CompareSide {
   std::string file;
-  std::string moment;  ///< "at the last out-of-memory" / "at the peak"
+  int device = 0;             ///< the CUDA device diagnosed (TraceSummary::device)
+  int64_t other_devices = 0;  ///< COUNT: the snapshot's devices not compared
+  std::string moment;         ///< "at the last out-of-memory" / "at the peak"
   int64_t allocated_bytes = 0;
   int64_t reserved_bytes = 0;
   int64_t reserved_free_bytes = 0;       ///< reserved - allocated

@@ -103,9 +103,21 @@ struct LeakSuspect {
   int64_t last_live_bytes = 0;
 };
 
+/// What one CUDA device of a snapshot holds. A process that drives several
+/// GPUs (Accelerate's device_map="auto", DataParallel, pipeline stages)
+/// dumps one trace per device (torch/cuda/memory.py, _snapshot); one is
+/// diagnosed, the others are named with these counts.
+struct DeviceContent {
+  int device = 0;
+  int64_t events = 0;           ///< trace events recorded on it
+  int64_t ooms = 0;             ///< out-of-memory events among them
+  int64_t reserved_bytes = 0;   ///< its segments' bytes as dumped
+  int64_t allocated_bytes = 0;  ///< of those, in allocated blocks as dumped
+};
+
 /// What the trace covers and how far it can be trusted.
 struct TraceSummary {
-  int device = 0;
+  int device = 0;  ///< the CUDA device diagnosed (DiagnoseOptions::device)
   int64_t events = 0;
   int64_t duration_us = 0;
   int64_t iterations = 0;            ///< iteration starts seen
@@ -215,6 +227,8 @@ struct Diagnosis {
   std::string layout;
   AllocatorSettings allocator_settings;
   TraceSummary trace;
+  /// The snapshot's other devices with trace events or segments, by index.
+  std::vector<DeviceContent> other_devices;
   std::vector<OomReport> ooms;
   Peak peak;
   std::vector<SiteBytes> oom_sites;  ///< alive at the last oom, biggest first (at most --top)
@@ -238,9 +252,16 @@ struct Diagnosis {
 struct DiagnoseOptions {
   int top = 10;                        ///< sites listed
   GroupBy group_by = GroupBy::kLayer;  ///< how sites are grouped
+  /// The CUDA device to diagnose; -1: the first whose trace ran out of
+  /// memory, else the one with the most trace events, else the one with the
+  /// most reserved bytes. A device the snapshot holds nothing of (no trace
+  /// event, no segment) is a SnapshotError.
+  int device = -1;
 };
 
 /// Runs every analysis on one snapshot (see analysis.cpp for the rules).
+/// Throws SnapshotError when options.device names a device the snapshot
+/// holds nothing of.
 Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const DiagnoseOptions& options);
 
 /// Fills diagnosis.recommendations from the rest (recommendations.cpp).

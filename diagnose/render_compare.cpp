@@ -25,6 +25,8 @@ std::string signed_bytes(int64_t bytes) {
 
 json side_json(const CompareSide& s) {
   return {{"file", s.file},
+          {"device", s.device},
+          {"other_devices", s.other_devices},
           {"moment", s.moment},
           {"allocated_bytes", s.allocated_bytes},
           {"reserved_bytes", s.reserved_bytes},
@@ -65,7 +67,13 @@ std::string left_label(const std::string& label, int y, const char* attributes =
 std::string render_compare_text(const Comparison& c) {
   std::string out = "oomtune diagnose --compare\n";
   for (const auto& [tag, side] : {std::pair{"A", &c.before}, std::pair{"B", &c.after}}) {
-    out += fmt::format("  {}: {} ({}; {} out-of-memory event{})\n", tag, side->file, side->moment, side->ooms,
+    // The device where it is not the only one or not device 0 (two ranks' snapshots).
+    const std::string device =
+        side->device != 0 || side->other_devices > 0
+            ? fmt::format("device {}{}, ", side->device,
+                          side->other_devices > 0 ? fmt::format(" of {} in the snapshot", side->other_devices + 1) : "")
+            : "";
+    out += fmt::format("  {}: {} ({}{}; {} out-of-memory event{})\n", tag, side->file, device, side->moment, side->ooms,
                        side->ooms == 1 ? "" : "s");
   }
   out += "\nVerdict (A -> B)\n";

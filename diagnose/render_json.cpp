@@ -64,6 +64,15 @@ std::string render_json(const Diagnosis& d) {
                 {"dumped_allocated_bytes", t.dumped_allocated_bytes},
                 {"dumped_reserved_bytes", t.dumped_reserved_bytes},
                 {"frames_note", t.frames_note}};
+  json others = json::array();
+  for (const DeviceContent& c : d.other_devices) {
+    others.push_back({{"device", c.device},
+                      {"events", c.events},
+                      {"ooms", c.ooms},
+                      {"reserved_bytes", c.reserved_bytes},
+                      {"allocated_bytes", c.allocated_bytes}});
+  }
+  j["other_devices"] = others;
   json verdicts = json::array();
   for (const auto& v : d.verdicts) {
     verdicts.push_back({{"id", verdict_name(v.id)}, {"title", verdict_kind(v.id).title}, {"evidence", v.evidence}});

@@ -1,4 +1,8 @@
+#include <string>
+#include <vector>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join
 
 #include "common/byte_size.h"
 #include "diagnose/render.h"
@@ -15,6 +19,21 @@ std::string categories_line(const CategoryBytes& c) {
     out += fmt::format("{} {}", category_name(static_cast<Category>(i)), format_bytes(b));
   }
   return out.empty() ? "nothing" : out;
+}
+
+// "other devices in the snapshot: device 1 (381 trace events, 1 out-of-memory,
+// 7.90 GiB reserved); --device N diagnoses one"
+std::string other_devices_line(const std::vector<DeviceContent>& others) {
+  std::string list;
+  for (const DeviceContent& c : others) {
+    std::vector<std::string> parts;
+    if (c.events > 0) parts.push_back(fmt::format("{} trace event{}", c.events, c.events == 1 ? "" : "s"));
+    if (c.ooms > 0) parts.push_back(fmt::format("{} out-of-memory", c.ooms));
+    if (c.reserved_bytes > 0) parts.push_back(fmt::format("{} reserved", format_bytes(c.reserved_bytes)));
+    list += fmt::format("{}device {} ({})", list.empty() ? "" : ", ", c.device, fmt::join(parts, ", "));
+  }
+  return fmt::format("other device{} in the snapshot: {}; --device N diagnoses one", others.size() == 1 ? "" : "s",
+                     list);
 }
 
 void sites_table(std::string& out, const std::vector<SiteBytes>& sites, GroupBy group_by) {
@@ -38,6 +57,7 @@ std::string render_text(const Diagnosis& d) {
   out += fmt::format("  snapshot layout: {}; device {}; {} trace events", d.layout, d.trace.device, d.trace.events);
   if (d.trace.duration_us > 0) out += fmt::format(" over {:.1f} ms", static_cast<double>(d.trace.duration_us) / 1000.0);
   out += "\n";
+  if (!d.other_devices.empty()) out += fmt::format("  {}\n", other_devices_line(d.other_devices));
   if (d.allocator_settings.present) {
     out += fmt::format("  PYTORCH_CUDA_ALLOC_CONF: \"{}\" (expandable_segments {}, max_split_size {})\n",
                        d.allocator_settings.conf, d.allocator_settings.expandable_segments ? "on" : "off",
@@ -46,7 +66,15 @@ std::string render_text(const Diagnosis& d) {
   }
 
   out += "\nVerdict\n";
-  if (d.verdicts.empty()) out += "  No out-of-memory and no leak found.\n";
+  if (d.verdicts.empty() && d.trace.events == 0) {
+    out += fmt::format(
+        "  No trace events on device {}: the snapshot was dumped without torch.cuda.memory._record_memory_history "
+        "(or it recorded nothing there), so no out-of-memory or leak can be seen; below is what was alive when it "
+        "was dumped.\n",
+        d.trace.device);
+  } else if (d.verdicts.empty()) {
+    out += "  No out-of-memory and no leak found.\n";
+  }
   for (size_t i = 0; i < d.verdicts.size(); ++i) {
     const VerdictKind& kind = verdict_kind(d.verdicts[i].id);
     out += fmt::format("  {}. {} [{}]\n     {}\n", i + 1, kind.title, kind.name, d.verdicts[i].evidence);
@@ -89,8 +117,12 @@ std::string render_text(const Diagnosis& d) {
   }
 
   out += "\nTimeline\n";
-  out += fmt::format("  peak allocated {} (reserved {}) at event {} in {}\n", format_bytes(d.peak.allocated_bytes),
-                     format_bytes(d.peak.reserved_bytes), d.peak.event_index, phase_prose(d.peak.phase));
+  out += fmt::format("  peak allocated {} (reserved {}) {}\n", format_bytes(d.peak.allocated_bytes),
+                     format_bytes(d.peak.reserved_bytes),
+                     d.peak.event_index >= 0
+                         ? fmt::format("at event {} in {}", d.peak.event_index, phase_prose(d.peak.phase))
+                     : d.trace.events == 0 ? std::string("when the snapshot was dumped (no trace events)")
+                                           : std::string("before the first trace event"));
   out += fmt::format("    alive: {}\n", categories_line(d.peak.by_category));
   if (!d.peak.sites.empty()) {
     out += fmt::format("  alive at the peak, by {}:\n", d.group_by == GroupBy::kLayer ? "layer" : "call site");

@@ -73,6 +73,8 @@ Files written (each < 200 KB):
                         phases marked (external_annotations "oomtune:<phase>"),
                         out of memory in the first AdamW step;
                         oomtune_trial_oom_unmarked.pickle the same without marks
+  two_devices.pickle    one process on two GPUs: leak.pickle's run on device 0,
+                        optimizer_oom.pickle's on device 1
   malicious_global.pickle   GLOBAL os.system + REDUCE (must be refused)
   malicious_reduce.pickle   REDUCE alone
   bad_truncated.pickle, bad_memo.pickle, bad_length.pickle, bad_nesting.pickle,
@@ -736,6 +738,25 @@ def oomtune_trial_oom(marked=True):
     return sim
 
 
+def two_devices(on_0, on_1):
+    """One process that drives two GPUs (Accelerate's device_map="auto",
+    pipeline stages): _snapshot() gives every device's segments in one list,
+    each marked with its device, and one trace per device
+    (torch/csrc/cuda/memory_snapshot.cpp). Device 0 leaks, device 1 runs out
+    of memory in the optimizer step: each diagnosed alone must read as its
+    own single-device file."""
+    out = on_0.dump("v2_11")
+    second = on_1.dump("v2_11")
+    for seg in second["segments"]:
+        seg["device"] = 1
+    for a in second["external_annotations"]:
+        a["device"] = 1
+    out["segments"] += second["segments"]
+    out["device_traces"] = [out["device_traces"][0], second["device_traces"][0]]
+    out["external_annotations"] += second["external_annotations"]
+    return out
+
+
 def write(path, obj, protocol):
     with open(path, "wb") as f:
         pickle.dump(obj, f, protocol=protocol)
@@ -772,6 +793,7 @@ def main():
     write(os.path.join(out, "compare_after_step.pickle"), first_step(True).dump("v2_11"), 4)
     write(os.path.join(out, "oomtune_trial_oom.pickle"), oomtune_trial_oom().dump("v2_11"), 4)
     write(os.path.join(out, "oomtune_trial_oom_unmarked.pickle"), oomtune_trial_oom(False).dump("v2_11"), 4)
+    write(os.path.join(out, "two_devices.pickle"), two_devices(leak(), optimizer_oom()), 4)
 
     # Hostile and broken inputs (hand-written opcodes, CPython Lib/pickletools.py).
     marker = b"/tmp/oomtune_fixture_pwned"

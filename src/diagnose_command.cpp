@@ -1,12 +1,15 @@
-// `oomtune diagnose SNAPSHOT.pickle [--compare B.pickle] [--json] [--svg FILE] [--top N] [--group-by layer|call]`:
+// `oomtune diagnose SNAPSHOT.pickle [--compare B.pickle] [--json] [--svg FILE] [--top N] [--group-by layer|call]
+// [--device N]`:
 // reads a PyTorch memory snapshot, explains the out-of-memory and what to
 // change; with --compare, what changed from SNAPSHOT to B and why.
 // Thin: the analysis is diagnose/ (a library), the output its renderers.
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -35,7 +38,18 @@ struct DiagnoseArgs {
   int top = 10;
   std::string group_by = "layer";
   std::string compare;  // B.pickle: compare SNAPSHOT (A, before) with it (B, after)
+  std::string device;   // "N" or "cuda:N"; empty: DiagnoseOptions::device's choice
 };
+
+// "1" or "cuda:1" -> 1; "" -> -1 (diagnose chooses); anything else "".
+std::optional<int> device_index(const std::string& text) {
+  if (text.empty()) return -1;
+  const std::string_view digits = std::string_view(text).substr(text.rfind("cuda:", 0) == 0 ? 5 : 0);
+  int index = -1;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+  if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty() || index < 0) return std::nullopt;
+  return index;
+}
 
 // A job spec or a plan given where a snapshot belongs: named for what it is,
 // with the commands that read it, as probe and emit name theirs (a TOML
@@ -108,6 +122,7 @@ int run_diagnose(const DiagnoseArgs& args) {
   diagnose::DiagnoseOptions options;
   options.top = args.top;
   options.group_by = args.group_by == "call" ? diagnose::GroupBy::kCall : diagnose::GroupBy::kLayer;
+  options.device = *device_index(args.device);  // checked by the option's validator
   if (!args.svg.empty()) require_writable_output("--svg", args.svg, {args.snapshot, args.compare});
   if (!args.compare.empty()) return run_compare(args, options);
   const diagnose::Snapshot snapshot = load(args.snapshot);
@@ -145,6 +160,14 @@ void add_diagnose_command(CLI::App& app, const Command& self, int* exit_code) {
   sub->add_option("--group-by", args->group_by,
                   "Group sites by 'layer' (innermost model-code frame, default) or 'call' (the training script's line)")
       ->check(CLI::IsMember({"layer", "call"}));
+  sub->add_option("--device", args->device,
+                  "CUDA device of the snapshot to diagnose, N or cuda:N (default: the one that ran out of memory, "
+                  "else the one with the most trace events); with --compare, in both snapshots")
+      ->check(CLI::Validator(
+          [](const std::string& value) {
+            return device_index(value) ? std::string() : "expected a device index such as 1 or cuda:1, got " + value;
+          },
+          "N"));
   sub->callback([args, exit_code]() { *exit_code = run_diagnose(*args); });
 }
 

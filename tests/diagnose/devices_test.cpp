@@ -1,0 +1,180 @@
+// A snapshot of one process that drove two GPUs (two_devices.pickle:
+// leak.pickle's run on device 0, optimizer_oom.pickle's on device 1, by
+// construction in scripts/make_snapshot_fixtures.py): each device is
+// diagnosed as its own single-device file reads, the others are named, and
+// --device picks one.
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/byte_size.h"
+#include "common/error.h"
+#include "diagnose/diagnosis.h"
+#include "diagnose/render.h"
+#include "support/run_oomtune.h"
+#include "test_support.h"
+
+namespace oomtune::diagnose {
+namespace {
+
+using oomtune::testing::run_oomtune;
+
+// The diagnosis as JSON without what names the file and the device.
+nlohmann::json without_file_and_device(const Diagnosis& d) {
+  nlohmann::json j = nlohmann::json::parse(render_json(d));
+  j.erase("file");
+  j.erase("file_bytes");
+  j.erase("other_devices");
+  j["trace"].erase("device");
+  return j;
+}
+
+DiagnoseOptions on_device(int device) {
+  DiagnoseOptions options;
+  options.device = device;
+  return options;
+}
+
+// What a single-device file holds, counted from the file itself.
+DeviceContent content_of(const std::string& path, int device) {
+  const Snapshot s = load_snapshot(path);
+  DeviceContent c;
+  c.device = device;
+  c.events = static_cast<int64_t>(s.device_traces.at(0).size());
+  c.ooms = std::count_if(s.device_traces[0].begin(), s.device_traces[0].end(),
+                         [](const TraceEvent& e) { return e.action == TraceAction::kOom; });
+  for (const Segment& g : s.segments) c.reserved_bytes += g.total_size;
+  return c;
+}
+
+void expect_content(const DeviceContent& got, const DeviceContent& want) {
+  EXPECT_EQ(got.device, want.device);
+  EXPECT_EQ(got.events, want.events);
+  EXPECT_EQ(got.ooms, want.ooms);
+  EXPECT_EQ(got.reserved_bytes, want.reserved_bytes);
+}
+
+TEST(DiagnoseDevices, EachDeviceReadsAsItsOwnSingleDeviceFile) {
+  const std::string both = testing::synthetic_fixture("two_devices.pickle");
+  const std::string leak = testing::synthetic_fixture("leak.pickle");
+  const std::string oom = testing::synthetic_fixture("optimizer_oom.pickle");
+  SKIP_IF_MISSING(both);
+
+  // By default the device that ran out of memory, though device 0 has more events.
+  const Diagnosis chosen = testing::diagnose_file(both);
+  EXPECT_EQ(chosen.trace.device, 1);
+  EXPECT_EQ(without_file_and_device(chosen), without_file_and_device(testing::diagnose_file(oom)));
+  ASSERT_EQ(chosen.other_devices.size(), 1u);
+  const DeviceContent leak_content = content_of(leak, 0);
+  EXPECT_GT(leak_content.events, chosen.trace.events);
+  EXPECT_EQ(leak_content.ooms, 0);
+  expect_content(chosen.other_devices[0], leak_content);
+
+  const Diagnosis first = testing::diagnose_file(both, on_device(0));
+  EXPECT_EQ(first.trace.device, 0);
+  EXPECT_EQ(without_file_and_device(first), without_file_and_device(testing::diagnose_file(leak)));
+  ASSERT_EQ(first.other_devices.size(), 1u);
+  const DeviceContent oom_content = content_of(oom, 1);
+  EXPECT_EQ(oom_content.ooms, 1);
+  expect_content(first.other_devices[0], oom_content);
+  EXPECT_NE(render_text(first).find(fmt::format("  other device in the snapshot: device 1 ({} trace events, 1 "
+                                                "out-of-memory, {} reserved); --device N diagnoses one\n",
+                                                oom_content.events, format_bytes(oom_content.reserved_bytes))),
+            std::string::npos)
+      << render_text(first);
+
+  // A single-device file names no other device.
+  EXPECT_TRUE(testing::diagnose_file(oom).other_devices.empty());
+  EXPECT_EQ(render_text(testing::diagnose_file(oom)).find("other device"), std::string::npos);
+}
+
+TEST(DiagnoseDevices, ADeviceTheSnapshotDoesNotHoldIsAnError) {
+  const std::string both = testing::synthetic_fixture("two_devices.pickle");
+  SKIP_IF_MISSING(both);
+  try {
+    testing::diagnose_file(both, on_device(3));
+    FAIL() << "device 3 was diagnosed";
+  } catch (const SnapshotError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              both + ": device 3 has no trace events and no segments in this snapshot; it holds devices 0, 1");
+  }
+}
+
+// Dumped without _record_memory_history: the device with the most reserved
+// bytes, what was alive at the dump, and no claim that nothing went wrong.
+TEST(DiagnoseDevices, ASnapshotWithoutATraceShowsTheDumpedState) {
+  const std::string both = testing::synthetic_fixture("two_devices.pickle");
+  SKIP_IF_MISSING(both);
+  Snapshot s = load_snapshot(both);
+  for (auto& trace : s.device_traces) trace.clear();
+  const Diagnosis d = diagnose(s, both, {});
+  const DeviceContent leak_content = content_of(testing::synthetic_fixture("leak.pickle"), 0);
+  const DeviceContent oom_content = content_of(testing::synthetic_fixture("optimizer_oom.pickle"), 1);
+  ASSERT_GT(leak_content.reserved_bytes, oom_content.reserved_bytes);
+  EXPECT_EQ(d.trace.device, 0);
+  EXPECT_EQ(d.trace.events, 0);
+  EXPECT_TRUE(d.verdicts.empty());
+  EXPECT_EQ(d.peak.reserved_bytes, leak_content.reserved_bytes);
+  const std::string text = render_text(d);
+  EXPECT_NE(text.find("  No trace events on device 0: the snapshot was dumped without "
+                      "torch.cuda.memory._record_memory_history"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("No out-of-memory and no leak found"), std::string::npos) << text;
+  EXPECT_NE(text.find(") when the snapshot was dumped (no trace events)\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("at event -1"), std::string::npos) << text;
+}
+
+TEST(DiagnoseDevices, TheCommandLineTakesNOrCudaN) {
+  const std::string both = testing::synthetic_fixture("two_devices.pickle");
+  SKIP_IF_MISSING(both);
+  const auto as_cuda = run_oomtune("diagnose " + both + " --device cuda:0");
+  ASSERT_EQ(as_cuda.exit_code, 0) << as_cuda.err;
+  EXPECT_NE(as_cuda.out.find("; device 0; "), std::string::npos) << as_cuda.out;
+  EXPECT_NE(as_cuda.out.find("Memory leak across iterations [leak]"), std::string::npos) << as_cuda.out;
+  const auto as_index = run_oomtune("diagnose " + both + " --device 1 --json");
+  ASSERT_EQ(as_index.exit_code, 0) << as_index.err;
+  const auto j = nlohmann::json::parse(as_index.out);
+  EXPECT_EQ(j["trace"]["device"], 1);
+  ASSERT_EQ(j["other_devices"].size(), 1u);
+  EXPECT_EQ(j["other_devices"][0]["device"], 0);
+  EXPECT_EQ(j["other_devices"][0]["ooms"], 0);
+
+  const auto missing = run_oomtune("diagnose " + both + " --device 3");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_EQ(missing.out, "");
+  EXPECT_EQ(
+      missing.err,
+      "oomtune: " + both + ": device 3 has no trace events and no segments in this snapshot; it holds devices 0, 1\n");
+  for (const std::string bad : {"gpu1", "-1", "cuda:", "1.5"}) {
+    const auto r = run_oomtune("diagnose " + both + " --device " + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_EQ(r.err, "oomtune diagnose: --device: expected a device index such as 1 or cuda:1, got " + bad +
+                         "; see 'oomtune diagnose --help'\n");
+  }
+}
+
+// Two ranks' snapshots, or two devices of one: each side says its device.
+TEST(DiagnoseDevices, AComparisonNamesEachSidesDevice) {
+  const std::string both = testing::synthetic_fixture("two_devices.pickle");
+  const std::string oom = testing::synthetic_fixture("optimizer_oom.pickle");
+  SKIP_IF_MISSING(both);
+  const auto r = run_oomtune("diagnose " + both + " --compare " + oom);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("  A: " + both +
+                       " (device 1 of 2 in the snapshot, at the last out-of-memory; 1 "
+                       "out-of-memory event)\n  B: " +
+                       oom + " (at the last out-of-memory; 1 out-of-memory event)\n"),
+            std::string::npos)
+      << r.out;
+  // The same run on both sides: nothing grew.
+  EXPECT_NE(r.out.find("allocated                 204.00 MiB    204.00 MiB           0 B"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace oomtune::diagnose
