@@ -185,7 +185,7 @@ std::string Search::nothing_ran_message(const PlainProbes& plain) const {
   const ProbeReport& first = plain.first_failure();
   std::vector<std::string> sizes;
   for (const auto& [s, r] : plain.failed)
-    if (r.outcome == first.outcome && r.message == first.message) sizes.push_back(std::to_string(s));
+    if (same_failure(r, first)) sizes.push_back(std::to_string(s));
   const std::string list = sizes.size() == 1
                                ? sizes.front()
                                : fmt::format("{} or {}", fmt::join(sizes.begin(), sizes.end() - 1, ", "), sizes.back());

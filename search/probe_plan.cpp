@@ -4,6 +4,7 @@
 #include "search/search_state.h"
 
 #include <algorithm>
+#include <regex>
 #include <set>
 
 #include <fmt/format.h>
@@ -24,6 +25,21 @@ std::vector<int64_t> probe_sizes(const JobSpec& job) {
   for (int64_t s : {g / 8, g / 4, g / 2}) sizes.insert(std::clamp<int64_t>(s, bottom, top));
   if (sizes.size() < 2 && top > bottom) sizes.insert(std::min<int64_t>(bottom + 1, top));
   return {sizes.begin(), sizes.end()};
+}
+
+namespace {
+
+// `message` with the argument list of "forward(...) failed: " emptied: the
+// inputs' shapes, which name the micro-batch (ModelSession::forward).
+std::string without_forward_arguments(const std::string& message) {
+  static const std::regex kArguments(R"(forward\([^()]*\) failed: )");
+  return std::regex_replace(message, kArguments, "forward() failed: ", std::regex_constants::format_first_only);
+}
+
+}  // namespace
+
+bool same_failure(const ProbeReport& a, const ProbeReport& b) {
+  return a.outcome == b.outcome && without_forward_arguments(a.message) == without_forward_arguments(b.message);
 }
 
 // Weights that ran out of memory while loading: no micro-batch can help.
@@ -111,7 +127,11 @@ bool Search::plain_verified_at_global_batch() const {
 // user's input (`output` names no key of the model's dict; a loss that
 // does not fit the output), the error does not depend on the micro-batch:
 // the message names no shape that grows with it. The walk stops there
-// rather than repeat the same error at every larger size.
+// rather than repeat the same error at every larger size. The shapes of
+// forward's arguments, which a forward's error begins with, are left out of
+// the comparison ("forward(input_ids: Long 2x200) failed: index out of
+// range in self" at 1 and 2: a sequence past the model's positions); what
+// the cause itself says about shapes still counts.
 Search::PlainProbes Search::probe_plain(const std::vector<int64_t>& sizes, PlainProbes p) {
   auto probe_at = [&](int64_t s) {
     if (const auto known = p.ran.find(s); known != p.ran.end()) return known->second.outcome;
@@ -132,7 +152,7 @@ Search::PlainProbes Search::probe_plain(const std::vector<int64_t>& sizes, Plain
       // Note [An error that does not depend on the micro-batch]
       const ProbeReport& error = p.failed.at(s);
       if (p.ran.empty() && last_error && error.input_error && last_error->input_error &&
-          error.message == last_error->message)
+          same_failure(error, *last_error))
         return p;
       last_error = &error;
     }

@@ -51,6 +51,12 @@ std::vector<int64_t> probe_sizes(const JobSpec& job);
 /// Weights that ran out of memory while loading: no micro-batch can help.
 bool ran_out_loading(const ProbeReport& r);
 
+/// Two trials that failed the same way, whatever their micro-batch: the
+/// same outcome and message, apart from the shapes of forward's arguments
+/// that a forward's error begins with (Note [An error that does not depend
+/// on the micro-batch], probe_plan.cpp).
+bool same_failure(const ProbeReport& a, const ProbeReport& b);
+
 /// A failure every larger micro-batch would repeat: out of memory, or past
 /// the trial timeout.
 bool fails_larger_too(TrialOutcome outcome);

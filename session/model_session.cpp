@@ -23,6 +23,7 @@
 #include "common/error.h"
 #include "compat/torch_compat.h"
 #include "session/device_constants.h"
+#include "session/embedding_tables.h"
 #include "session/model_file.h"
 
 namespace oomtune {
@@ -453,8 +454,9 @@ c10::IValue ModelSession::forward(const Batch& batch) {
     // Out of memory is a trial result, not a model error.
     if (is_out_of_memory(e)) throw;
     const std::string cause = one_line(error_text(e));
-    throw ModelError(fmt::format("{}: forward({}) failed: {}{}", job_.model_path, describe(batch, which), cause,
-                                 frozen_bf16_hint(job_, cause)));
+    throw ModelError(fmt::format("{}: forward({}) failed: {}{}{}", job_.model_path, describe(batch, which), cause,
+                                 frozen_bf16_hint(job_, cause),
+                                 embedding_hint(embedding_tables(module_), job_, batch, which, cause)));
   }
 }
 

@@ -1113,6 +1113,26 @@ TEST(DecisionTree, TheSameInputErrorAtTwoSizesEndsTheProbes) {
               "the model");
   }
 
+  // A forward's error names its inputs' shapes, the micro-batch among them;
+  // the cause after them is what must be the same.
+  FakeRunner past_positions;
+  past_positions.loss_input_error =
+      "fake.pt: forward(input_ids: Long {micro_batch}x200) failed: index out of range in self";
+  try {
+    run_search(past_positions, job_with_budget(plain_peak(32) + kMiB));
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "fake.pt: the plain configuration could not run at micro-batch 4 or 8: forward(input_ids: Long 4x200) "
+              "failed: index out of range in self");
+  }
+  EXPECT_EQ(past_positions.probes, 2);
+  // A cause that names the micro-batch differs from size to size: the walk goes on.
+  FakeRunner shaped;
+  shaped.loss_input_error = "fake.pt: forward(x: Float {micro_batch}x8) failed: shape '[{micro_batch}, 3]' is invalid";
+  EXPECT_THROW(run_search(shaped, job_with_budget(plain_peak(32) + kMiB)), InputError);
+  EXPECT_GT(shaped.probes, 2);
+
   // An error that is not about the input (a libtorch failure in forward) at
   // two sizes goes on up: it may be the size's.
   FakeRunner batch_norm;

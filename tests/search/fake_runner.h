@@ -73,7 +73,8 @@ class FakeRunner : public TrialRunner {
   int64_t fails_at_or_below = 0;        // micro-batches this small raise an error (BatchNorm at 1)
   // When set, every run fails in the loss with this error about the
   // user's input, the same at every micro-batch (`output` unset for a
-  // model that returns a dict).
+  // model that returns a dict). "{micro_batch}" in it is replaced by the
+  // run's micro-batch, as a forward's error names its inputs' shapes.
   std::string loss_input_error;
   // The classes of blocks.0 .. blocks.3; a checkpointed block of
   // `refusing_class` modifies its input in place, which the recompute
@@ -266,6 +267,9 @@ class FakeRunner : public TrialRunner {
       r.input_error = true;
       r.phase_at_failure = Phase::kLoss;
       r.message = loss_input_error;
+      static const std::string kMicroBatch = "{micro_batch}";
+      for (auto at = r.message.find(kMicroBatch); at != std::string::npos; at = r.message.find(kMicroBatch, at))
+        r.message.replace(at, kMicroBatch.size(), std::to_string(c.micro_batch));
       return r;
     }
     if (c.micro_batch <= fails_at_or_below) {
