@@ -99,14 +99,17 @@ Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& fr
     // frameless events.
     Phase p = frames.phase(e.frames);
     const bool alloc = e.action == TraceAction::kAlloc;
-    if (alloc && e.frames == 0) {
+    // No Python frames, none of the autograd engine's either (stack 0, or
+    // C++ frames alone that frames.h gives no phase).
+    const bool frameless = p == Phase::kUnknown && !frames.has_python_frames(e.frames);
+    if (alloc && frameless) {
       ++out.alloc_events_without_frames;
       out.bytes_without_frames += e.size;
     }
     if (const PhaseSpan* span = marked_span(e)) {
       p = span->phase;
       if (alloc) ++out.alloc_events_in_marked_phases;
-    } else if (e.frames == 0) {
+    } else if (frameless) {
       if (last_framed == Phase::kOptimizer) {
         p = Phase::kOptimizer;
       } else if (seen_forward) {

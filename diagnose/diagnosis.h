@@ -117,7 +117,8 @@ struct DeviceContent {
 
 /// What the trace covers and how far it can be trusted.
 struct TraceSummary {
-  int device = 0;  ///< the CUDA device diagnosed (DiagnoseOptions::device)
+  int device = 0;                 ///< the CUDA device diagnosed (DiagnoseOptions::device)
+  bool layout_has_traces = true;  ///< false: PyTorch 1.13's memory_snapshot(), segments only
   int64_t events = 0;
   int64_t duration_us = 0;
   int64_t iterations = 0;            ///< iteration starts seen
@@ -130,6 +131,7 @@ struct TraceSummary {
   int64_t bytes_without_frames = 0;
   int64_t frameless_inferred_backward = 0;
   int64_t alloc_events_in_marked_phases = 0;  ///< COUNT: allocs placed by oomtune's phase marks
+  bool cpp_frames = false;                    ///< C++ frames in the stacks (stacks="all"): skipped
   int64_t inconsistencies = 0;                ///< events that did not fit the replayed state
   bool replay_matches_dump = true;            ///< replayed allocated at the end == dumped
   int64_t dumped_allocated_bytes = 0;

@@ -92,6 +92,9 @@ std::string_view library_path(std::string_view file) {
   return best == std::string_view::npos ? file : file.substr(best);
 }
 
+/// Not Python source: a C/C++ frame of a stacks="all" snapshot (rules in frames.h).
+bool is_native(std::string_view file) { return !ends_with(file, ".py") && !starts_with(file, "<"); }
+
 /// A library file that defines a model's layers (see the rules in frames.h):
 /// transformers/models/bert/modeling_bert.py, timm/models/vision_transformer.py,
 /// timm/layers/mlp.py, torchvision/models/resnet.py, diffusers/models/... (not
@@ -107,6 +110,7 @@ struct FrameClass {
 };
 
 Phase phase_of_frame(const Frame& f, const FrameClass& c) {
+  if (c.origin == Origin::kNative) return has(f.name, "torch::autograd::Engine::") ? Phase::kBackward : Phase::kUnknown;
   const std::string_view p = c.path;
   const bool torch = c.origin == Origin::kTorch;
   // User and library files: the path (inside site-packages for a library) names an optimizer.
@@ -177,6 +181,8 @@ const char* origin_name(Origin origin) {
       return "torch";
     case Origin::kStdlib:
       return "stdlib";
+    case Origin::kNative:
+      return "native";
   }
   return "user";
 }
@@ -211,7 +217,10 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
         c.path = file.substr(root.size());
       }
     }
-    if (torch) {
+    if (is_native(file)) {
+      c.origin = Origin::kNative;
+      has_cpp_ = has_cpp_ || has(frames[i].name, "::");
+    } else if (torch) {
       c.origin = Origin::kTorch;
     } else if (is_stdlib(file)) {
       c.origin = Origin::kStdlib;
@@ -231,24 +240,27 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   stack_call_.assign(n, -1);
   stack_model_forward_.assign(n, -1);
   stack_params_.assign(n, 0);
+  stack_python_.assign(n, 0);
   auto outside_torch = [&](uint32_t f) {
     return frame_origin_[f] == Origin::kUser || frame_origin_[f] == Origin::kLibrary;
   };
   for (size_t s = 1; s < n; ++s) {
     const auto& stack = snapshot.stacks[s];
     if (stack.empty()) continue;
-    Phase best = Phase::kOther;
+    Phase best = Phase::kUnknown;
     size_t outermost_forward = SIZE_MAX;  // position in the stack
     for (size_t k = 0; k < stack.size(); ++k) {
       const uint32_t f = stack[k];
       const Phase p = frame_phase[f];
-      // Priority: optimizer > backward > forward > other.
+      if (frame_origin_[f] != Origin::kNative) stack_python_[s] = 1;
+      // Priority: optimizer > backward > forward > other > unknown.
       if (p == Phase::kOptimizer || (p == Phase::kBackward && best != Phase::kOptimizer) ||
-          (p == Phase::kForward && best == Phase::kOther)) {
+          (p == Phase::kForward && (best == Phase::kOther || best == Phase::kUnknown)) ||
+          (p == Phase::kOther && best == Phase::kUnknown)) {
         best = p;
       }
       if (params[f]) stack_params_[s] = 1;
-      if (frames[f].name == "forward") {
+      if (frames[f].name == "forward" && frame_origin_[f] != Origin::kNative) {
         outermost_forward = k;
         if (model_code[f]) stack_model_forward_[s] = f;
       }

@@ -16,6 +16,13 @@
 //       stdlib:  "<frozen ...>", "<string>", or under ".../lib/pythonX.Y/"
 //                but not in its site-packages/dist-packages;
 //       library: any other file under site-packages/ or dist-packages/;
+//       native:  a frame that is not Python source: its file neither ends
+//                in ".py" nor starts with "<". These are the C/C++ frames
+//                that stacks="all", _record_memory_history's default,
+//                records beside the Python ones (addr2line's "??", "",
+//                "python_engine.cpp", "./csu/../csu/libc-start.c";
+//                torch/csrc/profiler/unwind/unwind.cpp, Symbolizer). They
+//                name no layer and no call site;
 //       user:    everything else (the user's scripts and modules, and
 //                libraries installed from a source checkout).
 //   - *Model code* is a user frame, or a library frame in a model file:
@@ -38,8 +45,12 @@
 //                  or torch/utils/checkpoint.py (recomputation in backward);
 //       forward:   a frame in torch/nn/modules/ or torch/nn/functional.py, or
 //                  a frame named "forward";
-//       other:     frames, but none of the above (data loading, setup);
-//       unknown:   no frames at all.
+//       (native frames count only as backward, where one is a function of
+//        torch::autograd::Engine: the autograd engine's thread; a stack of
+//        other native frames alone is as a stack without frames)
+//       other:     Python frames, but none of the above (data loading, setup);
+//       unknown:   no Python frames (none at all: stacks="python" records
+//                  none for the autograd engine's C++ thread).
 //   - Parameters: a frame named "__init__" or "reset_parameters" under
 //     torch/nn/modules/, or "_apply" / "to" / "cuda" in torch/nn/modules/module.py
 //     (Module.to(device) copies the weights), or torch/nn/parameter.py. Such a
@@ -68,9 +79,9 @@ const char* phase_name(Phase phase);
 const char* phase_prose(Phase phase);
 
 /// Which package a frame's file belongs to (rules above).
-enum class Origin : uint8_t { kUser, kLibrary, kTorch, kStdlib };
+enum class Origin : uint8_t { kUser, kLibrary, kTorch, kStdlib, kNative };
 
-/// "user", "library", "torch", "stdlib".
+/// "user", "library", "torch", "stdlib", "native".
 const char* origin_name(Origin origin);
 
 /// Classifies frames once per distinct frame and stack (snapshots share stacks).
@@ -78,8 +89,11 @@ class FrameIndex {
  public:
   explicit FrameIndex(const Snapshot& snapshot);
 
-  /// Phase from the frames alone (kUnknown for an empty stack).
+  /// Phase from the frames alone (kUnknown for a stack without Python
+  /// frames, unless an autograd engine frame makes it kBackward).
   Phase phase(StackId stack) const { return stack_phase_[stack]; }
+  /// Whether the stack has a Python frame (not only native ones).
+  bool has_python_frames(StackId stack) const { return stack_python_[stack] != 0; }
   /// The layer: innermost model-code frame, index into Snapshot::frames, or -1.
   int64_t layer_frame(StackId stack) const { return stack_layer_[stack]; }
   /// The call site: innermost user frame outside the model's forward, or -1.
@@ -91,6 +105,10 @@ class FrameIndex {
 
   /// Where frame `frame` (index into Snapshot::frames) lives.
   Origin origin(int64_t frame) const { return frame_origin_[static_cast<size_t>(frame)]; }
+  /// Whether any native frame names a C++ function ("::" in its name): a
+  /// stacks="all" snapshot. TorchScript's builtins are native frames too
+  /// ("??", "dropout"), which stacks="python" records for a scripted model.
+  bool has_cpp_frames() const { return has_cpp_; }
   /// The torch package roots found ("/venv/lib/python3.12/site-packages/torch/"), in order found.
   const std::vector<std::string>& torch_roots() const { return torch_roots_; }
 
@@ -106,6 +124,8 @@ class FrameIndex {
   std::vector<int64_t> stack_call_;
   std::vector<int64_t> stack_model_forward_;
   std::vector<uint8_t> stack_params_;
+  std::vector<uint8_t> stack_python_;
+  bool has_cpp_ = false;
 };
 
 }  // namespace oomtune::diagnose

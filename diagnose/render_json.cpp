@@ -47,6 +47,7 @@ std::string render_json(const Diagnosis& d) {
                              {"expandable_segments", s.expandable_segments}};
   const TraceSummary& t = d.trace;
   j["trace"] = {{"device", t.device},
+                {"layout_has_traces", t.layout_has_traces},
                 {"events", t.events},
                 {"duration_us", t.duration_us},
                 {"iterations", t.iterations},
@@ -59,6 +60,7 @@ std::string render_json(const Diagnosis& d) {
                 {"bytes_without_frames", t.bytes_without_frames},
                 {"frameless_inferred_backward", t.frameless_inferred_backward},
                 {"alloc_events_in_marked_phases", t.alloc_events_in_marked_phases},
+                {"cpp_frames", t.cpp_frames},
                 {"inconsistencies", t.inconsistencies},
                 {"replay_matches_dump", t.replay_matches_dump},
                 {"dumped_allocated_bytes", t.dumped_allocated_bytes},

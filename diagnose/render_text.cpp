@@ -68,10 +68,12 @@ std::string render_text(const Diagnosis& d) {
   out += "\nVerdict\n";
   if (d.verdicts.empty() && d.trace.events == 0) {
     out += fmt::format(
-        "  No trace events on device {}: the snapshot was dumped without torch.cuda.memory._record_memory_history "
-        "(or it recorded nothing there), so no out-of-memory or leak can be seen; below is what was alive when it "
-        "was dumped.\n",
-        d.trace.device);
+        "  No trace events on device {}: {}, so no out-of-memory or leak can be seen; below is what was alive when "
+        "it was dumped.\n",
+        d.trace.device,
+        d.trace.layout_has_traces
+            ? "the snapshot was dumped without torch.cuda.memory._record_memory_history (or it recorded nothing there)"
+            : "PyTorch 1.13's memory_snapshot() holds segments only");
   } else if (d.verdicts.empty()) {
     out += "  No out-of-memory and no leak found.\n";
   }

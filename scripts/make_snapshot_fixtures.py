@@ -75,12 +75,16 @@ Files written (each < 200 KB):
                         oomtune_trial_oom_unmarked.pickle the same without marks
   two_devices.pickle    one process on two GPUs: leak.pickle's run on device 0,
                         optimizer_oom.pickle's on device 1
+  backward_peak_stacks_all.pickle, hf_bert_forward_oom_stacks_all.pickle  those
+                        runs recorded with stacks="all": C++ frames around the
+                        Python ones, the autograd engine's where there were none
   malicious_global.pickle   GLOBAL os.system + REDUCE (must be refused)
   malicious_reduce.pickle   REDUCE alone
   bad_truncated.pickle, bad_memo.pickle, bad_length.pickle, bad_nesting.pickle,
   bad_type.pickle (segments[1].blocks[0].size is a str)
 """
 
+import copy
 import os
 import pickle
 import sys
@@ -757,6 +761,68 @@ def two_devices(on_0, on_1):
     return out
 
 
+# C/C++ frames as stacks="all" (_record_memory_history's default) records
+# them beside the Python ones: addr2line's function name, its file "??" or
+# "" where the library has no line table (torch/csrc/profiler/unwind/
+# unwind.cpp, Symbolizer), innermost first. Taken from a PyTorch 2.11
+# wheel's CapturedTraceback (torch._C._profiler.gather_traceback(True, True,
+# True)), with the allocator's own frames that _memory_viz.py omits
+# (unwind::unwind, CapturedTraceback::gather, gather_with_cpp).
+def native(name, filename="??", line=0):
+    return {"filename": filename, "name": name, "line": line}
+
+
+CPP_ALLOC = [native("torch::unwind::unwind()"), native("torch::CapturedTraceback::gather(bool, bool, bool)"),
+             native("torch::cuda::(anonymous namespace)::gather_with_cpp()", ""),
+             native("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, "
+                    "unsigned long, CUstream_st*)"),
+             native("c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::allocate(unsigned long)"),
+             native("at::detail::empty_cuda(c10::ArrayRef<long>, c10::ScalarType, std::optional<c10::Device>, "
+                    "std::optional<c10::MemoryFormat>)"),
+             native("at::_ops::addmm::call(at::Tensor const&, at::Tensor const&, at::Tensor const&, "
+                    "c10::Scalar const&, c10::Scalar const&)")]
+CPP_BINDING = native("torch::autograd::THPVariable_linear(_object*, _object*, _object*)", "python_nn_functions.cpp")
+CPP_EVAL = native("_PyEval_EvalFrameDefault")
+CPP_MAIN = [native("Py_RunMain"), native("Py_BytesMain"),
+            native("__libc_start_call_main", "./csu/../sysdeps/x86/libc-start.c", 58),
+            native("__libc_start_main_impl", "./csu/../csu/libc-start.c", 360), native("_start")]
+# The autograd engine's device thread: no Python frame at all.
+CPP_ENGINE = [native("torch::autograd::Engine::evaluate_function(std::shared_ptr<torch::autograd::GraphTask>&, "
+                     "torch::autograd::Node*, torch::autograd::InputBuffer&, "
+                     "std::shared_ptr<torch::autograd::ReadyQueue> const&)"),
+              native("torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)"),
+              native("torch::autograd::Engine::thread_init(int, std::shared_ptr<torch::autograd::ReadyQueue> "
+                     "const&, bool)"),
+              native("torch::autograd::python::PythonEngine::thread_init(int, "
+                     "std::shared_ptr<torch::autograd::ReadyQueue> const&, bool)", ""),
+              native("start_thread", "./nptl/pthread_create.c", 442),
+              native("clone3", "../sysdeps/unix/sysv/linux/x86_64/clone3.S", 81)]
+
+
+def stacks_all(dump):
+    """The same run recorded with stacks="all": C++ frames around every
+    Python stack (each Python frame followed by the interpreter's), and the
+    autograd engine's frames where stacks="python" recorded none. Its
+    diagnosis must be the Python-stack one's."""
+    def with_cpp(frames):
+        if not frames:
+            return CPP_ALLOC + CPP_ENGINE
+        out = CPP_ALLOC + [CPP_BINDING]
+        for f in frames:
+            out += [f, CPP_EVAL]
+        return out + CPP_MAIN
+
+    dump = copy.deepcopy(dump)
+    for seg in dump["segments"]:
+        seg["frames"] = with_cpp(seg["frames"])
+        for b in seg["blocks"]:
+            if b["state"] == "active_allocated":
+                b["frames"] = with_cpp(b["frames"])
+    for e in dump["device_traces"][0]:
+        e["frames"] = with_cpp(e["frames"])
+    return dump
+
+
 def write(path, obj, protocol):
     with open(path, "wb") as f:
         pickle.dump(obj, f, protocol=protocol)
@@ -794,6 +860,9 @@ def main():
     write(os.path.join(out, "oomtune_trial_oom.pickle"), oomtune_trial_oom().dump("v2_11"), 4)
     write(os.path.join(out, "oomtune_trial_oom_unmarked.pickle"), oomtune_trial_oom(False).dump("v2_11"), 4)
     write(os.path.join(out, "two_devices.pickle"), two_devices(leak(), optimizer_oom()), 4)
+    write(os.path.join(out, "backward_peak_stacks_all.pickle"), stacks_all(backward_peak().dump("v2_11")), 4)
+    write(os.path.join(out, "hf_bert_forward_oom_stacks_all.pickle"), stacks_all(hf_bert_forward_oom().dump("v2_11")),
+          4)
 
     # Hostile and broken inputs (hand-written opcodes, CPython Lib/pickletools.py).
     marker = b"/tmp/oomtune_fixture_pwned"
