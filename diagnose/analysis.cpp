@@ -177,7 +177,7 @@ class Sites {
         s.site = "(no Python frames: autograd engine, C++, during backward)";
         return s;
       case kNoUserFrame:
-        s.site = "(only torch/stdlib frames)";
+        s.site = "(no user frame: torch, the standard library or generated code)";
         return s;
       case kNoFrames:
         s.site = "(no Python frames)";
@@ -311,6 +311,13 @@ std::string frames_note(const TraceSummary& t) {
         "The stacks hold C++ frames (stacks=\"all\", _record_memory_history's default): layers, call sites and "
         "phases come from the Python frames, and the autograd engine's C++ frames mark backward. "
         "stacks=\"python\" gives the same report, and its dumps are ~100x faster (torchtitan PR #3628).";
+  }
+  if (t.generated_frames) {
+    if (!note.empty()) note += " ";
+    note +=
+        "Code torch.compile generated (inductor's output code, FX's <eval_with_key>) names no layer: a compiled "
+        "region's allocations go to the frame that called it, the compiled module's forward or the script's "
+        "backward line (TORCH_LOGS=output_code maps the generated lines back to the model's).";
   }
   if (t.allocated_before_recording_bytes > 0) {
     if (!note.empty()) note += " ";
@@ -593,6 +600,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   t.frameless_inferred_backward = attr.frameless_inferred_backward;
   t.alloc_events_in_marked_phases = attr.alloc_events_in_marked_phases;
   t.cpp_frames = frames.has_cpp_frames();
+  t.generated_frames = frames.has_generated_frames();
   if (!trace.empty() && trace.back().time_us > 0 && trace.front().time_us > 0) {
     t.duration_us = trace.back().time_us - trace.front().time_us;
   }

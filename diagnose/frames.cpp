@@ -92,6 +92,14 @@ std::string_view library_path(std::string_view file) {
   return best == std::string_view::npos ? file : file.substr(best);
 }
 
+/// Code torch.compile generated: inductor's output code in its cache
+/// directory ("/tmp/torchinductor_USER/dc/cdcf....py", torch/_inductor/
+/// runtime/cache_dir_utils.py) or an FX GraphModule's ("<eval_with_key>.5",
+/// torch/fx/graph_module.py).
+bool is_generated(std::string_view file) {
+  return starts_with(file, "<eval_with_key>") || starts_with(file, "torchinductor_") || has(file, "/torchinductor_");
+}
+
 /// Not Python source: a C/C++ frame of a stacks="all" snapshot (rules in frames.h).
 bool is_native(std::string_view file) { return !ends_with(file, ".py") && !starts_with(file, "<"); }
 
@@ -120,7 +128,10 @@ Phase phase_of_frame(const Frame& f, const FrameClass& c) {
     return Phase::kOptimizer;
   }
   if (torch &&
-      (starts_with(p, "autograd/") || (p == "_tensor.py" && f.name == "backward") || p == "utils/checkpoint.py")) {
+      ((p == "_tensor.py" && f.name == "backward") ||
+       (p == "autograd/__init__.py" && (f.name == "backward" || f.name == "grad")) ||
+       (p == "autograd/graph.py" && f.name == "_engine_run_backward") ||
+       (p == "utils/checkpoint.py" && (f.name == "backward" || f.name == "unpack_hook" || f.name == "recompute_fn")))) {
     return Phase::kBackward;
   }
   if ((torch && (starts_with(p, "nn/modules/") || p == "nn/functional.py")) || f.name == "forward") {
@@ -183,6 +194,8 @@ const char* origin_name(Origin origin) {
       return "stdlib";
     case Origin::kNative:
       return "native";
+    case Origin::kGenerated:
+      return "generated";
   }
   return "user";
 }
@@ -217,7 +230,10 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
         c.path = file.substr(root.size());
       }
     }
-    if (is_native(file)) {
+    if (is_generated(file)) {
+      c.origin = Origin::kGenerated;
+      has_generated_ = true;
+    } else if (is_native(file)) {
       c.origin = Origin::kNative;
       has_cpp_ = has_cpp_ || has(frames[i].name, "::");
     } else if (torch) {
@@ -264,6 +280,17 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
         outermost_forward = k;
         if (model_code[f]) stack_model_forward_[s] = f;
       }
+    }
+    // The engine calls a custom Function's backward (BackwardCFunction.apply
+    // in torch/autograd/function.py) from C++: on its device thread that is
+    // the outermost Python frame. Function.apply in a forward has callers.
+    for (size_t k = stack.size(); k-- > 0;) {
+      const uint32_t f = stack[k];
+      if (frame_origin_[f] == Origin::kNative) continue;
+      if (frame_origin_[f] == Origin::kTorch && cls[f].path == "autograd/function.py" && frames[f].name == "apply" &&
+          best != Phase::kOptimizer)
+        best = Phase::kBackward;
+      break;
     }
     // Moving or creating weights (Module.to, a layer's __init__) is loading, not the forward pass.
     stack_phase_[s] = stack_params_[s] && best == Phase::kForward ? Phase::kOther : best;

@@ -23,6 +23,12 @@
 //                "python_engine.cpp", "./csu/../csu/libc-start.c";
 //                torch/csrc/profiler/unwind/unwind.cpp, Symbolizer). They
 //                name no layer and no call site;
+//       generated: code torch.compile generated, inductor's output code
+//                in its cache ("/tmp/torchinductor_USER/dc/cdcf...py") or an
+//                FX GraphModule's ("<eval_with_key>.5"). It names no layer
+//                and no call site: a compiled region's allocations go to
+//                the frame that called it (the compiled module's forward,
+//                the script's backward line);
 //       user:    everything else (the user's scripts and modules, and
 //                libraries installed from a source checkout).
 //   - *Model code* is a user frame, or a library frame in a model file:
@@ -41,8 +47,18 @@
 //       optimizer: a frame in torch/optim/ or bitsandbytes/optim/, or a frame
 //                  named "step" or "zero_grad" in a user or library file whose
 //                  path (inside site-packages for a library) has "optim";
-//       backward:  a frame in torch/autograd/, or torch/_tensor.py "backward",
-//                  or torch/utils/checkpoint.py (recomputation in backward);
+//       backward:  torch/_tensor.py "backward", torch/autograd/__init__.py
+//                  "backward" or "grad", torch/autograd/graph.py
+//                  "_engine_run_backward" (backward called on this thread);
+//                  torch/utils/checkpoint.py "backward", "unpack_hook" or
+//                  "recompute_fn" (recomputation in backward; its
+//                  "checkpoint" and "forward" run in forward); or
+//                  torch/autograd/function.py "apply" as the stack's
+//                  outermost Python frame (the engine's thread calling a
+//                  custom Function's backward; Function.apply in a forward
+//                  has Python callers). Other torch/autograd/ frames
+//                  (grad_mode's decorators, Function.apply of flash-attn,
+//                  bitsandbytes or checkpointing in forward) say nothing;
 //       forward:   a frame in torch/nn/modules/ or torch/nn/functional.py, or
 //                  a frame named "forward";
 //       (native frames count only as backward, where one is a function of
@@ -79,9 +95,9 @@ const char* phase_name(Phase phase);
 const char* phase_prose(Phase phase);
 
 /// Which package a frame's file belongs to (rules above).
-enum class Origin : uint8_t { kUser, kLibrary, kTorch, kStdlib, kNative };
+enum class Origin : uint8_t { kUser, kLibrary, kTorch, kStdlib, kNative, kGenerated };
 
-/// "user", "library", "torch", "stdlib", "native".
+/// "user", "library", "torch", "stdlib", "native", "generated".
 const char* origin_name(Origin origin);
 
 /// Classifies frames once per distinct frame and stack (snapshots share stacks).
@@ -109,6 +125,8 @@ class FrameIndex {
   /// stacks="all" snapshot. TorchScript's builtins are native frames too
   /// ("??", "dropout"), which stacks="python" records for a scripted model.
   bool has_cpp_frames() const { return has_cpp_; }
+  /// Whether any frame is code torch.compile generated (rules above).
+  bool has_generated_frames() const { return has_generated_; }
   /// The torch package roots found ("/venv/lib/python3.12/site-packages/torch/"), in order found.
   const std::vector<std::string>& torch_roots() const { return torch_roots_; }
 
@@ -126,6 +144,7 @@ class FrameIndex {
   std::vector<uint8_t> stack_params_;
   std::vector<uint8_t> stack_python_;
   bool has_cpp_ = false;
+  bool has_generated_ = false;
 };
 
 }  // namespace oomtune::diagnose

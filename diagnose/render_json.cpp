@@ -61,6 +61,7 @@ std::string render_json(const Diagnosis& d) {
                 {"frameless_inferred_backward", t.frameless_inferred_backward},
                 {"alloc_events_in_marked_phases", t.alloc_events_in_marked_phases},
                 {"cpp_frames", t.cpp_frames},
+                {"generated_frames", t.generated_frames},
                 {"inconsistencies", t.inconsistencies},
                 {"replay_matches_dump", t.replay_matches_dump},
                 {"dumped_allocated_bytes", t.dumped_allocated_bytes},

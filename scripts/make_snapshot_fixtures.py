@@ -75,6 +75,10 @@ Files written (each < 200 KB):
                         oomtune_trial_oom_unmarked.pickle the same without marks
   two_devices.pickle    one process on two GPUs: leak.pickle's run on device 0,
                         optimizer_oom.pickle's on device 1
+  hf_bert_checkpointed_flash_oom.pickle  hf_bert_forward_oom's run with gradient
+                        checkpointing and flash-attn's Function in forward
+  compiled_step_oom.pickle  a torch.compile'd model (inductor's generated code)
+                        out of memory in its second forward
   backward_peak_stacks_all.pickle, hf_bert_forward_oom_stacks_all.pickle  those
                         runs recorded with stacks="all": C++ frames around the
                         Python ones, the autograd engine's where there were none
@@ -761,6 +765,110 @@ def two_devices(on_0, on_1):
     return out
 
 
+# Gradient checkpointing and a custom autograd.Function in forward, as
+# PyTorch 2.11 records their frames (sys.setprofile on the CPU): transformers'
+# GradientCheckpointingLayer.__call__ (modeling_layers.py) calls
+# torch.utils.checkpoint.checkpoint (behind dynamo's disable wrapper), which
+# calls the layer; flash-attn's flash_attn_func calls FlashAttnFunc.apply
+# (torch/autograd/function.py Function.apply). Both run in forward.
+CHECKPOINT_FWD = [frame(f"{HF_TORCH}/utils/checkpoint.py", "checkpoint", 512),
+                  frame(f"{HF_TORCH}/_dynamo/eval_frame.py", "_fn", 1263),
+                  frame(f"{HF_TORCH}/_compile.py", "inner", 54)]
+FLASH = f"{HF_VENV}/flash_attn/flash_attn_interface.py"
+FLASH_FWD = [frame(FLASH, "_flash_attn_forward", 91), frame(FLASH, "forward", 839),
+             frame(f"{HF_TORCH}/autograd/function.py", "apply", 596), frame(FLASH, "flash_attn_func", 1201)]
+
+
+def checkpointed_flash(dump):
+    """hf_bert_forward_oom's run with gradient checkpointing on every layer
+    and the attention's softmax replaced by flash-attn's Function: the same
+    allocations in forward, framed through checkpoint() and Function.apply.
+    Its diagnosis must be hf_bert_forward_oom's."""
+    def wrap(frames):
+        out = []
+        for f in frames:
+            if f["filename"].endswith("transformers/modeling_layers.py"):
+                out += CHECKPOINT_FWD
+            if f["filename"] == f"{HF_TORCH}/nn/functional.py" and f["name"] == "softmax":
+                out += FLASH_FWD
+                continue
+            out.append(f)
+        return out
+
+    dump = copy.deepcopy(dump)
+    for seg in dump["segments"]:
+        seg["frames"] = wrap(seg["frames"])
+        for b in seg["blocks"]:
+            b["frames"] = wrap(b["frames"])
+    for e in dump["device_traces"][0]:
+        e["frames"] = wrap(e["frames"])
+    return dump
+
+
+# torch.compile's frames as PyTorch 2.11 records them (sys.setprofile at
+# inductor's empty_strided calls on the CPU): the generated wrapper's `call`
+# in inductor's cache, AOTAutograd's runtime wrappers (a Function.apply in
+# forward), dynamo's frame, then the compiled module's own forward frame.
+# Backward runs the generated backward from the engine's thread: its
+# outermost Python frame is BackwardCFunction.apply.
+INDUCTOR = "/tmp/torchinductor_user"
+AOT = f"{TORCH}/_functorch/_aot_autograd"
+
+
+def compiled_fwd(line):
+    return [frame(f"{INDUCTOR}/dc/cdcfaxosx55gpcyisnoztxhiq7rl3to54rvduz7cnc2nxcx6lezd.py", "call", line),
+            frame(f"{TORCH}/_inductor/output_code.py", "__call__", 656),
+            frame(f"{AOT}/runtime_wrappers.py", "inner_fn", 1011),
+            frame(f"{AOT}/utils.py", "call_func_at_runtime_with_args", 138),
+            frame(f"{AOT}/runtime_wrappers.py", "forward", 2503),
+            frame(f"{TORCH}/autograd/function.py", "apply", 596),
+            frame(f"{AOT}/runtime_wrappers.py", "runtime_wrapper", 566),
+            frame(f"{TORCH}/_functorch/aot_autograd.py", "forward", 1200),
+            frame(f"{TORCH}/_dynamo/eval_frame.py", "_fn", 1263),
+            frame(USER, "forward", 13),
+            frame(f"{TORCH}/nn/modules/module.py", "_call_impl", 1790),
+            frame(f"{TORCH}/_dynamo/eval_frame.py", "compile_wrapper", 1024),
+            frame(f"{TORCH}/nn/modules/module.py", "_call_impl", 1790),
+            frame(f"{TORCH}/_dynamo/eval_frame.py", "__call__", 472),
+            frame(USER, "train_step", 40),
+            frame(USER, "main", 90)]
+
+
+def compiled_bwd(line):
+    return [frame(f"{INDUCTOR}/w2/cw24ufrn2zpkjofer7ozp6fvkw7e74ge66sv3pxsxmrimiznpjto.py", "call", line),
+            frame(f"{TORCH}/_inductor/output_code.py", "__call__", 656),
+            frame(f"{TORCH}/_dynamo/eval_frame.py", "_fn", 1263),
+            frame(f"{AOT}/utils.py", "call_func_at_runtime_with_args", 138),
+            frame(f"{AOT}/runtime_wrappers.py", "_backward_impl", 2918),
+            frame(f"{AOT}/runtime_wrappers.py", "impl_fn", 2734),
+            frame(f"{AOT}/runtime_wrappers.py", "backward", 2748),
+            frame(f"{TORCH}/autograd/function.py", "apply", 317)]
+
+
+def compiled_step_oom():
+    """A torch.compile'd model: 4 parameters of 8 MiB; each forward keeps 4 x
+    16 MiB (the generated call's lines 133-136) and frees a 4 MiB scratch;
+    backward (generated, on the engine's thread) makes the gradients once
+    and frees the activations; the second iteration's forward runs out of
+    memory asking for its fourth 16 MiB under a 128 MiB cap (its segment
+    past the cap)."""
+    sim = Sim(cap=128 * MIB)
+    params = [sim.malloc(8 * MIB, param_frames()) for _ in range(4)]
+    grads = []
+    try:
+        for _ in range(2):
+            acts = [sim.malloc(16 * MIB, compiled_fwd(133 + k)) for k in range(4)]
+            tmp = sim.malloc(4 * MIB, compiled_fwd(140))
+            sim.free(tmp, compiled_fwd(140))
+            for a in reversed(acts):
+                if len(grads) < len(params):
+                    grads.append(sim.malloc(8 * MIB, compiled_bwd(210)))
+                sim.free(a, compiled_bwd(215))
+    except OutOfMemory:
+        pass
+    return sim
+
+
 # C/C++ frames as stacks="all" (_record_memory_history's default) records
 # them beside the Python ones: addr2line's function name, its file "??" or
 # "" where the library has no line table (torch/csrc/profiler/unwind/
@@ -860,6 +968,9 @@ def main():
     write(os.path.join(out, "oomtune_trial_oom.pickle"), oomtune_trial_oom().dump("v2_11"), 4)
     write(os.path.join(out, "oomtune_trial_oom_unmarked.pickle"), oomtune_trial_oom(False).dump("v2_11"), 4)
     write(os.path.join(out, "two_devices.pickle"), two_devices(leak(), optimizer_oom()), 4)
+    write(os.path.join(out, "hf_bert_checkpointed_flash_oom.pickle"),
+          checkpointed_flash(hf_bert_forward_oom().dump("v2_11")), 4)
+    write(os.path.join(out, "compiled_step_oom.pickle"), compiled_step_oom().dump("v2_11"), 4)
     write(os.path.join(out, "backward_peak_stacks_all.pickle"), stacks_all(backward_peak().dump("v2_11")), 4)
     write(os.path.join(out, "hf_bert_forward_oom_stacks_all.pickle"), stacks_all(hf_bert_forward_oom().dump("v2_11")),
           4)

@@ -26,9 +26,7 @@ using oomtune::testing::run_oomtune;
 
 // The diagnosis as JSON without what names the file and the device.
 nlohmann::json without_file_and_device(const Diagnosis& d) {
-  nlohmann::json j = nlohmann::json::parse(render_json(d));
-  j.erase("file");
-  j.erase("file_bytes");
+  nlohmann::json j = testing::json_without_file(d);
   j.erase("other_devices");
   j["trace"].erase("device");
   return j;

@@ -79,17 +79,10 @@ TEST(StacksAll, CppFramesNameNoLayerAndTheAutogradEngineMarksBackward) {
   EXPECT_FALSE(FrameIndex(one_stack_each({scripted})).has_cpp_frames());  // "dropout" names no C++ function
 }
 
-nlohmann::json json_of(const std::string& name) {
-  nlohmann::json j = nlohmann::json::parse(render_json(testing::diagnose_file(testing::synthetic_fixture(name))));
-  j.erase("file");
-  j.erase("file_bytes");
-  return j;
-}
-
 TEST(StacksAll, AForwardOomReadsAsWithPythonStacks) {
   SKIP_IF_MISSING(testing::synthetic_fixture("hf_bert_forward_oom_stacks_all.pickle"));
-  nlohmann::json all = json_of("hf_bert_forward_oom_stacks_all.pickle");
-  nlohmann::json python = json_of("hf_bert_forward_oom.pickle");
+  nlohmann::json all = testing::fixture_json("hf_bert_forward_oom_stacks_all.pickle");
+  nlohmann::json python = testing::fixture_json("hf_bert_forward_oom.pickle");
   EXPECT_EQ(all["trace"]["cpp_frames"], true);
   EXPECT_EQ(python["trace"]["cpp_frames"], false);
   EXPECT_NE(all["trace"]["frames_note"].get<std::string>().find("stacks=\"all\""), std::string::npos);
@@ -105,8 +98,8 @@ TEST(StacksAll, AForwardOomReadsAsWithPythonStacks) {
 // stacks="python" has none: backward by their frames, not by trace order.
 TEST(StacksAll, ABackwardOomReadsAsWithPythonStacks) {
   SKIP_IF_MISSING(testing::synthetic_fixture("backward_peak_stacks_all.pickle"));
-  nlohmann::json all = json_of("backward_peak_stacks_all.pickle");
-  nlohmann::json python = json_of("backward_peak.pickle");
+  nlohmann::json all = testing::fixture_json("backward_peak_stacks_all.pickle");
+  nlohmann::json python = testing::fixture_json("backward_peak.pickle");
   EXPECT_EQ(python["trace"]["alloc_events_without_frames"], 3);
   EXPECT_EQ(python["trace"]["frameless_inferred_backward"], 3);
   EXPECT_EQ(all["trace"]["alloc_events_without_frames"], 0);

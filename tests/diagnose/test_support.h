@@ -7,8 +7,10 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "diagnose/diagnosis.h"
+#include "diagnose/render.h"
 #include "diagnose/snapshot.h"
 #include "support/require_file.h"
 
@@ -29,6 +31,20 @@ inline std::string synthetic_fixture(const std::string& name) {
 /// load_snapshot() does.
 inline Diagnosis diagnose_file(const std::string& path, const DiagnoseOptions& options = {}) {
   return diagnose(load_snapshot(path), path, options);
+}
+
+/// The diagnosis's JSON without the file's name and size: two files whose
+/// diagnoses must agree compare equal.
+inline nlohmann::json json_without_file(const Diagnosis& d) {
+  nlohmann::json j = nlohmann::json::parse(render_json(d));
+  j.erase("file");
+  j.erase("file_bytes");
+  return j;
+}
+
+/// json_without_file of the synthetic fixture `name`.
+inline nlohmann::json fixture_json(const std::string& name) {
+  return json_without_file(diagnose_file(synthetic_fixture(name)));
 }
 
 /// Expects the fragmentation verdict and the phase's verdict `phase` as

@@ -1,0 +1,137 @@
+// Frames that run in forward although they lie in torch/autograd/ or
+// torch/utils/checkpoint.py (checkpoint(), a custom Function's apply:
+// flash-attn, bitsandbytes, AOTAutograd), and code torch.compile generated
+// (frames.h). The stacks are those PyTorch 2.11 records (sys.setprofile on
+// the CPU); the fixtures are scripts/make_snapshot_fixtures.py's.
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/byte_size.h"
+#include "diagnose/diagnosis.h"
+#include "diagnose/frames.h"
+#include "diagnose/render.h"
+#include "test_support.h"
+
+namespace oomtune::diagnose {
+namespace {
+
+const std::string kTorch = "/venv/lib/python3.11/site-packages/torch";
+
+Frame torch_frame(const std::string& path, const std::string& name, int64_t line) {
+  return {kTorch + "/" + path, name, line};
+}
+
+// One stack, innermost first, and its phase.
+Phase phase_of(const std::vector<Frame>& stack) {
+  Snapshot s;
+  s.stacks.push_back({});
+  std::vector<uint32_t> ids;
+  for (const Frame& f : stack) {
+    ids.push_back(static_cast<uint32_t>(s.frames.size()));
+    s.frames.push_back(f);
+  }
+  s.stacks.push_back(ids);
+  return FrameIndex(s).phase(1);
+}
+
+TEST(ForwardFrames, CheckpointAndFunctionApplyAreForwardWhereTheyRunInForward) {
+  const Frame layer{"/home/me/model.py", "forward", 15};
+  const Frame model{"/home/me/model.py", "forward", 20};
+  const Frame script{"/home/me/train.py", "<module>", 33};
+  const Frame user_backward{"/home/me/model.py", "backward", 10};
+  const std::vector<Frame> call = {torch_frame("nn/modules/module.py", "_call_impl", 1790),
+                                   torch_frame("nn/modules/module.py", "_wrapped_call_impl", 1779)};
+  auto join = [](std::vector<std::vector<Frame>> parts) {
+    std::vector<Frame> out;
+    for (auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+    return out;
+  };
+  // checkpoint(use_reentrant=False) in forward.
+  EXPECT_EQ(phase_of(join(
+                {{layer},
+                 call,
+                 {torch_frame("utils/checkpoint.py", "checkpoint", 512),
+                  torch_frame("_dynamo/eval_frame.py", "_fn", 1263), torch_frame("_compile.py", "inner", 54), model},
+                 call,
+                 {script}})),
+            Phase::kForward);
+  // checkpoint(use_reentrant=True) in forward: CheckpointFunction.apply.
+  EXPECT_EQ(phase_of(join(
+                {{layer},
+                 call,
+                 {torch_frame("utils/checkpoint.py", "forward", 268), torch_frame("autograd/function.py", "apply", 596),
+                  torch_frame("utils/checkpoint.py", "checkpoint", 505), model},
+                 call,
+                 {script}})),
+            Phase::kForward);
+  // A @torch.no_grad() helper in forward.
+  EXPECT_EQ(phase_of({{"/home/me/model.py", "rotary", 5},
+                      torch_frame("autograd/grad_mode.py", "decorate_context", 116),
+                      layer,
+                      script}),
+            Phase::kForward);
+
+  // Recomputation in backward, called from the engine's thread (its
+  // outermost Python frame is the unpack hook).
+  EXPECT_EQ(phase_of(join({{layer},
+                           call,
+                           {torch_frame("utils/checkpoint.py", "recompute_fn", 1607),
+                            torch_frame("utils/checkpoint.py", "_run_fn_with_dynamo_disabled", 1139),
+                            torch_frame("_dynamo/eval_frame.py", "_fn", 1263), torch_frame("_compile.py", "inner", 54),
+                            torch_frame("utils/checkpoint.py", "unpack_hook", 1173)}})),
+            Phase::kBackward);
+  // A custom Function's backward on the engine's thread: BackwardCFunction.apply outermost.
+  EXPECT_EQ(phase_of({user_backward, torch_frame("autograd/function.py", "apply", 317)}), Phase::kBackward);
+  // The same on the calling thread (CPU): loss.backward() below it.
+  EXPECT_EQ(phase_of({user_backward, torch_frame("autograd/function.py", "apply", 317),
+                      torch_frame("autograd/graph.py", "_engine_run_backward", 869),
+                      torch_frame("autograd/__init__.py", "backward", 381), torch_frame("_tensor.py", "backward", 631),
+                      script}),
+            Phase::kBackward);
+  // Reentrant checkpoint's backward.
+  EXPECT_EQ(phase_of(join({{layer},
+                           call,
+                           {torch_frame("utils/checkpoint.py", "backward", 308),
+                            torch_frame("autograd/function.py", "apply", 317)}})),
+            Phase::kBackward);
+}
+
+// Before: the out-of-memory in forward read as "Peak in the backward pass",
+// its activations as gradients.
+TEST(ForwardFrames, ACheckpointedFlashAttentionForwardReadsAsWithout) {
+  SKIP_IF_MISSING(testing::synthetic_fixture("hf_bert_checkpointed_flash_oom.pickle"));
+  const nlohmann::json wrapped = testing::fixture_json("hf_bert_checkpointed_flash_oom.pickle");
+  EXPECT_EQ(wrapped["ooms"][0]["phase"], "forward");
+  EXPECT_EQ(wrapped, testing::fixture_json("hf_bert_forward_oom.pickle"));
+}
+
+// Before: "Peak in the backward pass at cdcfax...py:136 in call".
+TEST(ForwardFrames, ACompiledModelsForwardIsItsModulesForward) {
+  const std::string path = testing::synthetic_fixture("compiled_step_oom.pickle");
+  SKIP_IF_MISSING(path);
+  const Diagnosis d = testing::diagnose_file(path);
+  ASSERT_EQ(d.ooms.size(), 1u);
+  const OomReport& o = d.ooms[0];
+  EXPECT_EQ(o.phase, Phase::kForward);
+  EXPECT_EQ(o.requested_bytes, 16 * kMiB);
+  EXPECT_EQ(o.layer, "train.py:13 in forward");
+  EXPECT_EQ(o.call_site, "train.py:40 in train_step");
+  // Three of the second forward's four 16 MiB kept; the first backward's four 8 MiB gradients.
+  EXPECT_EQ(o.live_by_category[static_cast<size_t>(Category::kActivations)], 48 * kMiB);
+  EXPECT_EQ(o.live_by_category[static_cast<size_t>(Category::kGradients)], 32 * kMiB);
+  EXPECT_EQ(d.verdicts.front().id, VerdictId::kActivationsInForward);
+  for (const SiteBytes& s : d.oom_sites) {
+    EXPECT_EQ(s.site.find(" in call"), std::string::npos) << s.site;
+    EXPECT_EQ(s.filename.find("torchinductor_"), std::string::npos) << s.filename;
+  }
+  EXPECT_TRUE(d.trace.generated_frames);
+  EXPECT_NE(d.trace.frames_note.find("torch.compile"), std::string::npos) << d.trace.frames_note;
+  EXPECT_EQ(d.trace.iterations, 2);
+}
+
+}  // namespace
+}  // namespace oomtune::diagnose
