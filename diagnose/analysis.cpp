@@ -601,6 +601,8 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   t.alloc_events_in_marked_phases = attr.alloc_events_in_marked_phases;
   t.cpp_frames = frames.has_cpp_frames();
   t.generated_frames = frames.has_generated_frames();
+  t.forward_alloc_events = attr.forward_alloc_events;
+  t.checkpointed_forward_allocs = attr.checkpointed_forward_allocs;
   if (!trace.empty() && trace.back().time_us > 0 && trace.front().time_us > 0) {
     t.duration_us = trace.back().time_us - trace.front().time_us;
   }

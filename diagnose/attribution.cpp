@@ -123,6 +123,10 @@ Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& fr
       last_framed = p;
     }
     if (alloc) ++out.alloc_events;
+    if (alloc && p == Phase::kForward) {
+      ++out.forward_alloc_events;
+      if (frames.checkpointed(e.frames)) ++out.checkpointed_forward_allocs;
+    }
     if (p == Phase::kForward) {
       if (!seen_forward || seen_after_forward) out.iteration_starts.push_back(i);
       seen_forward = true;

@@ -49,6 +49,8 @@ struct Attribution {
   int64_t frameless_inferred_backward = 0;  ///< COUNT: frameless allocs placed in backward
   int64_t frameless_inferred_optimizer = 0;
   int64_t alloc_events_in_marked_phases = 0;  ///< COUNT: allocs whose phase an oomtune mark gave
+  int64_t forward_alloc_events = 0;           ///< COUNT: allocs in the forward phase
+  int64_t checkpointed_forward_allocs = 0;    ///< COUNT: of those, inside torch.utils.checkpoint
 };
 
 /// Attributes every event of `trace`. An event inside one of `marked`

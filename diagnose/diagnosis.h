@@ -133,6 +133,8 @@ struct TraceSummary {
   int64_t alloc_events_in_marked_phases = 0;  ///< COUNT: allocs placed by oomtune's phase marks
   bool cpp_frames = false;                    ///< C++ frames in the stacks (stacks="all"): skipped
   bool generated_frames = false;              ///< torch.compile's generated code in the stacks: skipped
+  int64_t forward_alloc_events = 0;           ///< COUNT: allocations in the forward phase
+  int64_t checkpointed_forward_allocs = 0;    ///< COUNT: of those, inside torch.utils.checkpoint
   int64_t inconsistencies = 0;                ///< events that did not fit the replayed state
   bool replay_matches_dump = true;            ///< replayed allocated at the end == dumped
   int64_t dumped_allocated_bytes = 0;

@@ -21,6 +21,7 @@ constexpr FixKind kFixes[kNumFixes] = {
     {FixId::kMemoryCap, "memory_cap", "a larger memory cap", FixTarget::kNone, 9},
     {FixId::kConflict, "conflict", "no max_split_size_mb", FixTarget::kNone, 10},
     {FixId::kRecordMore, "record_more", "a better snapshot", FixTarget::kNone, 11},
+    {FixId::kCheckpointingOn, "activation_checkpointing_on", "activation checkpointing (on)", FixTarget::kNone, 12},
 };
 
 // The rows follow the enum, so a kind is found by its value.

@@ -27,12 +27,13 @@ enum class FixId : uint8_t {
   kMicroBatch,
   kActivationCheckpointing,
   kOptimizerOffload,
-  kCombined,    ///< several of the above together
-  kMemoryCap,   ///< raise the process's cap: frees nothing, the budget grows
-  kConflict,    ///< remove max_split_size_mb beside expandable_segments
-  kRecordMore,  ///< a better snapshot next time
+  kCombined,         ///< several of the above together
+  kMemoryCap,        ///< raise the process's cap: frees nothing, the budget grows
+  kConflict,         ///< remove max_split_size_mb beside expandable_segments
+  kRecordMore,       ///< a better snapshot next time
+  kCheckpointingOn,  ///< activation checkpointing is already on: nothing to turn on
 };
-constexpr int kNumFixes = 12;
+constexpr int kNumFixes = 13;
 
 /// What a fix reduces; fixes of one target are alternatives, not added up.
 enum class FixTarget : uint8_t { kLeak, kFragmentation, kActivations, kOptimizerState, kNone };

@@ -257,6 +257,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   stack_model_forward_.assign(n, -1);
   stack_params_.assign(n, 0);
   stack_python_.assign(n, 0);
+  stack_checkpointed_.assign(n, 0);
   auto outside_torch = [&](uint32_t f) {
     return frame_origin_[f] == Origin::kUser || frame_origin_[f] == Origin::kLibrary;
   };
@@ -269,6 +270,8 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
       const uint32_t f = stack[k];
       const Phase p = frame_phase[f];
       if (frame_origin_[f] != Origin::kNative) stack_python_[s] = 1;
+      if (frame_origin_[f] == Origin::kTorch && cls[f].path == "utils/checkpoint.py" && frames[f].name == "checkpoint")
+        stack_checkpointed_[s] = 1;
       // Priority: optimizer > backward > forward > other > unknown.
       if (p == Phase::kOptimizer || (p == Phase::kBackward && best != Phase::kOptimizer) ||
           (p == Phase::kForward && (best == Phase::kOther || best == Phase::kUnknown)) ||

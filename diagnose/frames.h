@@ -116,6 +116,10 @@ class FrameIndex {
   int64_t call_frame(StackId stack) const { return stack_call_[stack]; }
   /// The outermost model-code frame named "forward" (the model's forward), or -1.
   int64_t model_forward_frame(StackId stack) const { return stack_model_forward_[stack]; }
+  /// True when the stack runs inside torch.utils.checkpoint's checkpoint()
+  /// (a frame of torch/utils/checkpoint.py named "checkpoint": the forward
+  /// of a checkpointed block, reentrant or not).
+  bool checkpointed(StackId stack) const { return stack_checkpointed_[stack] != 0; }
   /// True when the stack allocates parameters (see the rules above).
   bool allocates_parameters(StackId stack) const { return stack_params_[stack] != 0; }
 
@@ -143,6 +147,7 @@ class FrameIndex {
   std::vector<int64_t> stack_model_forward_;
   std::vector<uint8_t> stack_params_;
   std::vector<uint8_t> stack_python_;
+  std::vector<uint8_t> stack_checkpointed_;
   bool has_cpp_ = false;
   bool has_generated_ = false;
 };

@@ -376,17 +376,34 @@ void recommend(Diagnosis& d) {
   const int64_t act_to_come = need.known && need.phase == Phase::kForward ? need.still_needed_bytes : 0;
   const std::string act_basis =
       act_to_come > 0 ? fmt::format(" + the {} the forward still needed", format_bytes(act_to_come)) : "";
+  const TraceSummary& trace = d.trace;
+  const bool checkpointing_on = trace.checkpointed_forward_allocs > 0;
   if (act > 0 && (has_verdict(VerdictId::kActivationsInForward) || has_verdict(VerdictId::kBackwardPeak) ||
                   static_cast<double>(act) >= kMajorShare * static_cast<double>(allocated))) {
-    out.push_back(Recommendation{
-        FixId::kActivationCheckpointing, "Activation checkpointing on the model's repeated blocks",
-        fmt::format("{} of activations were alive{}; recomputing them in backward keeps only block inputs "
-                    "(oomtune autotune applies it; +24% to +48% step time on the nine models measured in "
-                    "docs/checkpointing.md).",
-                    format_bytes(act), oom ? " at the out-of-memory" : " at the peak"),
-        static_cast<int64_t>(std::llround(kCheckpointingSaving * static_cast<double>(act + act_to_come))),
-        "83% of activations" + act_basis + ", as measured on a 4-block GPT (docs/architecture.md)"});
-    if (act_to_come > 0) out.back().need_share = kCheckpointingSaving;
+    if (checkpointing_on) {
+      // Note [Checkpointing already on]
+      // Forward allocations inside torch.utils.checkpoint (FrameIndex::
+      // checkpointed) mean the job checkpoints: what stays of its forward
+      // is the checkpointed blocks' inputs, and turning it on frees nothing
+      // more. Say so, rather than recommend it (docs/diagnose.md).
+      no_effect.push_back(Recommendation{
+          FixId::kCheckpointingOn, "Activation checkpointing is already on",
+          fmt::format("{} of the {} allocations in forward ran inside torch.utils.checkpoint, which keeps only "
+                      "each checkpointed block's inputs for backward and recomputes the rest there. Checkpoint "
+                      "any repeated block still outside it, or apply the changes above.",
+                      trace.checkpointed_forward_allocs, trace.forward_alloc_events),
+          0, "no memory effect; already applied", Sufficiency::kNoMemoryEffect});
+    } else {
+      out.push_back(Recommendation{
+          FixId::kActivationCheckpointing, "Activation checkpointing on the model's repeated blocks",
+          fmt::format("{} of activations were alive{}; recomputing them in backward keeps only block inputs "
+                      "(oomtune autotune applies it; +24% to +48% step time on the nine models measured in "
+                      "docs/checkpointing.md).",
+                      format_bytes(act), oom ? " at the out-of-memory" : " at the peak"),
+          static_cast<int64_t>(std::llround(kCheckpointingSaving * static_cast<double>(act + act_to_come))),
+          "83% of activations" + act_basis + ", as measured on a 4-block GPT (docs/architecture.md)"});
+      if (act_to_come > 0) out.back().need_share = kCheckpointingSaving;
+    }
     out.push_back(Recommendation{
         FixId::kMicroBatch, "Halve the micro-batch and double gradient accumulation steps",
         "Activations and temporaries scale with the micro-batch; the global batch (micro-batch x accumulation "
@@ -434,7 +451,7 @@ void recommend(Diagnosis& d) {
         Sufficiency::kNoMemoryEffect});
   }
 
-  const TraceSummary& t = d.trace;
+  const TraceSummary& t = trace;
   const bool no_frames = t.alloc_events > 0 && t.alloc_events_without_frames == t.alloc_events;
   if (t.truncated || t.iterations < 2 || no_frames) {
     const int64_t per_iteration = std::max<int64_t>(t.events_per_iteration, 1);

@@ -62,6 +62,8 @@ std::string render_json(const Diagnosis& d) {
                 {"alloc_events_in_marked_phases", t.alloc_events_in_marked_phases},
                 {"cpp_frames", t.cpp_frames},
                 {"generated_frames", t.generated_frames},
+                {"forward_alloc_events", t.forward_alloc_events},
+                {"checkpointed_forward_allocs", t.checkpointed_forward_allocs},
                 {"inconsistencies", t.inconsistencies},
                 {"replay_matches_dump", t.replay_matches_dump},
                 {"dumped_allocated_bytes", t.dumped_allocated_bytes},

@@ -4,6 +4,7 @@
 // (frames.h). The stacks are those PyTorch 2.11 records (sys.setprofile on
 // the CPU); the fixtures are scripts/make_snapshot_fixtures.py's.
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -101,12 +102,33 @@ TEST(ForwardFrames, CheckpointAndFunctionApplyAreForwardWhereTheyRunInForward) {
 }
 
 // Before: the out-of-memory in forward read as "Peak in the backward pass",
-// its activations as gradients.
+// its activations as gradients. The same diagnosis as without checkpointing
+// and flash-attn but for the trace's counts and checkpointing, which is
+// already on (Note [Checkpointing already on], recommendations.cpp).
 TEST(ForwardFrames, ACheckpointedFlashAttentionForwardReadsAsWithout) {
   SKIP_IF_MISSING(testing::synthetic_fixture("hf_bert_checkpointed_flash_oom.pickle"));
-  const nlohmann::json wrapped = testing::fixture_json("hf_bert_checkpointed_flash_oom.pickle");
+  nlohmann::json wrapped = testing::fixture_json("hf_bert_checkpointed_flash_oom.pickle");
+  nlohmann::json plain = testing::fixture_json("hf_bert_forward_oom.pickle");
   EXPECT_EQ(wrapped["ooms"][0]["phase"], "forward");
-  EXPECT_EQ(wrapped, testing::fixture_json("hf_bert_forward_oom.pickle"));
+  // The 10 forward allocations (4 weights were loaded before) all ran in checkpoint().
+  EXPECT_EQ(wrapped["trace"]["forward_alloc_events"], 10);
+  EXPECT_EQ(wrapped["trace"]["checkpointed_forward_allocs"], 10);
+  EXPECT_EQ(plain["trace"]["checkpointed_forward_allocs"], 0);
+  std::vector<std::string> with, without;
+  for (const auto& r : wrapped["recommendations"]) with.push_back(r["id"]);
+  for (const auto& r : plain["recommendations"]) without.push_back(r["id"]);
+  auto has = [](const std::vector<std::string>& ids, const std::string& id) {
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+  };
+  EXPECT_TRUE(has(without, "activation_checkpointing"));
+  EXPECT_FALSE(has(with, "activation_checkpointing"));
+  EXPECT_TRUE(has(with, "activation_checkpointing_on"));
+  EXPECT_TRUE(has(with, "micro_batch"));
+  for (const char* key : {"trace", "recommendations"}) {
+    wrapped.erase(key);
+    plain.erase(key);
+  }
+  EXPECT_EQ(wrapped, plain);
 }
 
 // Before: "Peak in the backward pass at cdcfax...py:136 in call".
