@@ -123,8 +123,13 @@ Phase phase_of_frame(const Frame& f, const FrameClass& c) {
   const bool torch = c.origin == Origin::kTorch;
   // User and library files: the path (inside site-packages for a library) names an optimizer.
   const bool optim_named = !torch && has(p, "optim");
+  // DeepSpeed's engine.step and its optimizers (deepspeed/ops/adam/,
+  // runtime/zero/) and torch.amp's GradScaler.step name no "optim".
+  const bool optimizer_step = (c.origin == Origin::kLibrary && starts_with(p, "deepspeed/") &&
+                               (f.name == "step" || f.name == "_take_model_step")) ||
+                              (torch && p == "amp/grad_scaler.py" && f.name == "step");
   if ((torch && starts_with(p, "optim/")) || (c.origin == Origin::kLibrary && starts_with(p, "bitsandbytes/optim/")) ||
-      ((f.name == "step" || f.name == "zero_grad") && optim_named)) {
+      ((f.name == "step" || f.name == "zero_grad") && optim_named) || optimizer_step) {
     return Phase::kOptimizer;
   }
   if (torch &&

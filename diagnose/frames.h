@@ -46,7 +46,10 @@
 //     torch package root):
 //       optimizer: a frame in torch/optim/ or bitsandbytes/optim/, or a frame
 //                  named "step" or "zero_grad" in a user or library file whose
-//                  path (inside site-packages for a library) has "optim";
+//                  path (inside site-packages for a library) has "optim",
+//                  or "step"/"_take_model_step" under deepspeed/ (its engine,
+//                  ZeRO optimizers and FusedAdam), or torch/amp/grad_scaler.py
+//                  "step";
 //       backward:  torch/_tensor.py "backward", torch/autograd/__init__.py
 //                  "backward" or "grad", torch/autograd/graph.py
 //                  "_engine_run_backward" (backward called on this thread);

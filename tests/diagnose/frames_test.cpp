@@ -95,6 +95,27 @@ TEST(FrameIndex, LayerIsInnermostModelCodeAndCallSiteIsTheScriptLine) {
   EXPECT_EQ(index.phase(2), Phase::kOptimizer);
 }
 
+// Optimizer steps whose files do not say "optim": DeepSpeed's engine
+// (engine.step -> _take_model_step -> the ZeRO optimizer's step -> FusedAdam
+// in deepspeed/ops/adam/) and torch.amp's GradScaler.step; a diffusers
+// scheduler's step stays what its other frames say.
+TEST(FrameIndex, DeepSpeedAndGradScalerStepsAreTheOptimizer) {
+  const std::string venv = "/opt/venv/lib/python3.11/site-packages";
+  const Snapshot s = with_stacks({
+      {{venv + "/deepspeed/ops/adam/fused_adam.py", "step", 191},
+       {venv + "/deepspeed/runtime/zero/stage_1_and_2.py", "step", 1985},
+       {venv + "/deepspeed/runtime/engine.py", "_take_model_step", 2213},
+       {venv + "/deepspeed/runtime/engine.py", "step", 2319},
+       {"/home/u/train.py", "main", 80}},
+      {{venv + "/torch/amp/grad_scaler.py", "step", 457}, {"/home/u/train.py", "main", 81}},
+      {{venv + "/diffusers/schedulers/scheduling_ddpm.py", "step", 440}, {"/home/u/sample.py", "main", 30}},
+  });
+  const FrameIndex index(s);
+  EXPECT_EQ(index.phase(1), Phase::kOptimizer);
+  EXPECT_EQ(index.phase(2), Phase::kOptimizer);
+  EXPECT_EQ(index.phase(3), Phase::kOther);
+}
+
 // A stack with a layer but no user frame (a library calling the model) groups
 // by call site under "(no call site)", never with the placeholders.
 TEST(FrameIndex, NoCallSiteIsItsOwnGroup) {
