@@ -270,6 +270,14 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     const auto& stack = snapshot.stacks[s];
     if (stack.empty()) continue;
     Phase best = Phase::kUnknown;
+    // Note [A closure inside the optimizer step]
+    // Lightning's automatic optimization, LBFGS and SAM run forward and
+    // backward in the closure the optimizer's step calls (torch.optim's
+    // AdamW.step: `loss = closure()`), so torch/optim/ frames lie outer to
+    // them. Backward or forward frames inner to the innermost optimizer
+    // frame are the closure's phase; otherwise the optimizer wins.
+    Phase inner_to_optimizer = Phase::kUnknown;  // the best phase met before any optimizer frame
+    bool optimizer_seen = false;
     size_t outermost_forward = SIZE_MAX;  // position in the stack
     for (size_t k = 0; k < stack.size(); ++k) {
       const uint32_t f = stack[k];
@@ -283,12 +291,24 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
           (p == Phase::kOther && best == Phase::kUnknown)) {
         best = p;
       }
+      if (!optimizer_seen) {  // frames come innermost first
+        if (p == Phase::kOptimizer)
+          optimizer_seen = true;
+        else if (p == Phase::kBackward)
+          inner_to_optimizer = p;
+        // A module's call, not torch.nn.functional, which optimizers call too.
+        else if (p == Phase::kForward && inner_to_optimizer != Phase::kBackward &&
+                 !(frame_origin_[f] == Origin::kTorch && cls[f].path == "nn/functional.py"))
+          inner_to_optimizer = p;
+      }
       if (params[f]) stack_params_[s] = 1;
       if (frames[f].name == "forward" && frame_origin_[f] != Origin::kNative) {
         outermost_forward = k;
         if (model_code[f]) stack_model_forward_[s] = f;
       }
     }
+    if (optimizer_seen && (inner_to_optimizer == Phase::kForward || inner_to_optimizer == Phase::kBackward))
+      best = inner_to_optimizer;  // Note [A closure inside the optimizer step]
     // The engine calls a custom Function's backward (BackwardCFunction.apply
     // in torch/autograd/function.py) from C++: on its device thread that is
     // the outermost Python frame. Function.apply in a forward has callers.

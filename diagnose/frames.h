@@ -67,6 +67,9 @@
 //       (native frames count only as backward, where one is a function of
 //        torch::autograd::Engine: the autograd engine's thread; a stack of
 //        other native frames alone is as a stack without frames)
+//       (a backward frame, or a module's call, inner to the innermost
+//        optimizer frame is a closure the step runs: Lightning, LBFGS, SAM;
+//        Note [A closure inside the optimizer step], frames.cpp)
 //       other:     Python frames, but none of the above (data loading, setup);
 //       unknown:   no Python frames (none at all: stacks="python" records
 //                  none for the autograd engine's C++ thread).

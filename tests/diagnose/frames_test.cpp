@@ -57,17 +57,21 @@ TEST(FrameIndex, TorchRootIsFoundFromTheFramesNotFromASubstring) {
 }
 
 TEST(FrameIndex, ASourceCheckoutIsTorchWhenItsOwnFilesShow) {
-  const Snapshot s = with_stacks({{
-      {"/src/pytorch/torch/nn/modules/module.py", "_call_impl", 1784},  // PyTorch's own file: a checkout
-      {"/src/pytorch/torch/cuda/memory.py", "_snapshot", 900},          // then all of that root is torch
-      {"/work/torch/optim/my_sgd.py", "step", 10},                      // torch/optim/ outside packages, no own file
-  }});
+  // PyTorch's own file: a checkout; then all of that root is torch. The
+  // user's torch/optim/ lies outside packages and holds no own file.
+  const Frame own{"/src/pytorch/torch/nn/modules/module.py", "_call_impl", 1784};
+  const Frame memory{"/src/pytorch/torch/cuda/memory.py", "_snapshot", 900};
+  const Frame user_step{"/work/torch/optim/my_sgd.py", "step", 10};
+  const Snapshot s = with_stacks({{own, memory, user_step}, {user_step}});
   const FrameIndex index(s);
   ASSERT_EQ(index.torch_roots(), std::vector<std::string>{"/src/pytorch/torch/"});
   EXPECT_EQ(index.origin(0), Origin::kTorch);
   EXPECT_EQ(index.origin(1), Origin::kTorch);
   EXPECT_EQ(index.origin(2), Origin::kUser);
-  EXPECT_EQ(index.phase(1), Phase::kOptimizer);  // a step in the user's optimizer file
+  EXPECT_EQ(index.phase(2), Phase::kOptimizer);  // a step in the user's optimizer file
+  // A module called inside that step: a closure's forward (Note [A closure
+  // inside the optimizer step], frames.cpp).
+  EXPECT_EQ(index.phase(1), Phase::kForward);
 }
 
 TEST(FrameIndex, LayerIsInnermostModelCodeAndCallSiteIsTheScriptLine) {
@@ -114,6 +118,46 @@ TEST(FrameIndex, DeepSpeedAndGradScalerStepsAreTheOptimizer) {
   EXPECT_EQ(index.phase(1), Phase::kOptimizer);
   EXPECT_EQ(index.phase(2), Phase::kOptimizer);
   EXPECT_EQ(index.phase(3), Phase::kOther);
+}
+
+// Lightning's automatic optimization runs training_step and backward in the
+// closure AdamW.step calls (`loss = closure()`): torch/optim/ frames outer to
+// them do not make them the optimizer's (Note [A closure inside the
+// optimizer step], frames.cpp). The optimizer's own allocations stay its.
+TEST(FrameIndex, AClosureInsideTheOptimizerStepKeepsItsPhase) {
+  const std::string venv = "/opt/venv/lib/python3.11/site-packages";
+  const std::vector<Frame> step = {
+      {venv + "/torch/optim/adamw.py", "step", 227},
+      {venv + "/torch/optim/optimizer.py", "wrapper", 485},
+      {venv + "/lightning/pytorch/core/optimizer.py", "step", 154},
+      {venv + "/lightning/pytorch/loops/optimization/automatic.py", "_optimizer_step", 270},
+      {"/home/u/train.py", "main", 50}};
+  const std::vector<Frame> closure = {{venv + "/lightning/pytorch/loops/optimization/automatic.py", "closure", 146},
+                                      {venv + "/lightning/pytorch/loops/optimization/automatic.py", "__call__", 132}};
+  auto join = [](std::vector<std::vector<Frame>> parts) {
+    std::vector<Frame> out;
+    for (auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+    return out;
+  };
+  const Snapshot s = with_stacks({
+      join({{{venv + "/torch/nn/modules/linear.py", "forward", 125},
+             {venv + "/torch/nn/modules/module.py", "_call_impl", 1784},
+             {"/home/u/model.py", "forward", 30},
+             {"/home/u/model.py", "training_step", 44}},
+            closure,
+            step}),
+      join({{{venv + "/torch/autograd/graph.py", "_engine_run_backward", 869},
+             {venv + "/torch/autograd/__init__.py", "backward", 381},
+             {venv + "/torch/_tensor.py", "backward", 631},
+             {venv + "/lightning/pytorch/core/module.py", "backward", 1089}},
+            closure,
+            step}),
+      join({{{venv + "/torch/optim/adamw.py", "_init_group", 160}}, step}),
+  });
+  const FrameIndex index(s);
+  EXPECT_EQ(index.phase(1), Phase::kForward);
+  EXPECT_EQ(index.phase(2), Phase::kBackward);
+  EXPECT_EQ(index.phase(3), Phase::kOptimizer);
 }
 
 // A stack with a layer but no user frame (a library calling the model) groups
