@@ -765,6 +765,21 @@ def two_devices(on_0, on_1):
     return out
 
 
+def with_frames_mapped(dump, fn, allocated_blocks_only=False):
+    """A copy of a v2_11 dump with every frames list (segments', blocks',
+    trace events') replaced by fn(frames): the same run, recorded with
+    other stacks. Free blocks keep theirs where allocated_blocks_only."""
+    dump = copy.deepcopy(dump)
+    for seg in dump["segments"]:
+        seg["frames"] = fn(seg["frames"])
+        for b in seg["blocks"]:
+            if b["state"] == "active_allocated" or not allocated_blocks_only:
+                b["frames"] = fn(b["frames"])
+    for e in dump["device_traces"][0]:
+        e["frames"] = fn(e["frames"])
+    return dump
+
+
 # Gradient checkpointing and a custom autograd.Function in forward, as
 # PyTorch 2.11 records their frames (sys.setprofile on the CPU): transformers'
 # GradientCheckpointingLayer.__call__ (modeling_layers.py) calls
@@ -795,14 +810,7 @@ def checkpointed_flash(dump):
             out.append(f)
         return out
 
-    dump = copy.deepcopy(dump)
-    for seg in dump["segments"]:
-        seg["frames"] = wrap(seg["frames"])
-        for b in seg["blocks"]:
-            b["frames"] = wrap(b["frames"])
-    for e in dump["device_traces"][0]:
-        e["frames"] = wrap(e["frames"])
-    return dump
+    return with_frames_mapped(dump, wrap)
 
 
 # torch.compile's frames as PyTorch 2.11 records them (sys.setprofile at
@@ -920,15 +928,7 @@ def stacks_all(dump):
             out += [f, CPP_EVAL]
         return out + CPP_MAIN
 
-    dump = copy.deepcopy(dump)
-    for seg in dump["segments"]:
-        seg["frames"] = with_cpp(seg["frames"])
-        for b in seg["blocks"]:
-            if b["state"] == "active_allocated":
-                b["frames"] = with_cpp(b["frames"])
-    for e in dump["device_traces"][0]:
-        e["frames"] = with_cpp(e["frames"])
-    return dump
+    return with_frames_mapped(dump, with_cpp, allocated_blocks_only=True)
 
 
 def write(path, obj, protocol):

@@ -28,14 +28,7 @@ Frame torch_frame(const std::string& path, const std::string& name, int64_t line
 
 // One stack, innermost first, and its phase.
 Phase phase_of(const std::vector<Frame>& stack) {
-  Snapshot s;
-  s.stacks.push_back({});
-  std::vector<uint32_t> ids;
-  for (const Frame& f : stack) {
-    ids.push_back(static_cast<uint32_t>(s.frames.size()));
-    s.frames.push_back(f);
-  }
-  s.stacks.push_back(ids);
+  const Snapshot s = testing::with_stacks({stack});
   return FrameIndex(s).phase(1);
 }
 
@@ -46,13 +39,8 @@ TEST(ForwardFrames, CheckpointAndFunctionApplyAreForwardWhereTheyRunInForward) {
   const Frame user_backward{"/home/me/model.py", "backward", 10};
   const std::vector<Frame> call = {torch_frame("nn/modules/module.py", "_call_impl", 1790),
                                    torch_frame("nn/modules/module.py", "_wrapped_call_impl", 1779)};
-  auto join = [](std::vector<std::vector<Frame>> parts) {
-    std::vector<Frame> out;
-    for (auto& p : parts) out.insert(out.end(), p.begin(), p.end());
-    return out;
-  };
   // checkpoint(use_reentrant=False) in forward.
-  EXPECT_EQ(phase_of(join(
+  EXPECT_EQ(phase_of(testing::join_frames(
                 {{layer},
                  call,
                  {torch_frame("utils/checkpoint.py", "checkpoint", 512),
@@ -61,7 +49,7 @@ TEST(ForwardFrames, CheckpointAndFunctionApplyAreForwardWhereTheyRunInForward) {
                  {script}})),
             Phase::kForward);
   // checkpoint(use_reentrant=True) in forward: CheckpointFunction.apply.
-  EXPECT_EQ(phase_of(join(
+  EXPECT_EQ(phase_of(testing::join_frames(
                 {{layer},
                  call,
                  {torch_frame("utils/checkpoint.py", "forward", 268), torch_frame("autograd/function.py", "apply", 596),
@@ -78,12 +66,13 @@ TEST(ForwardFrames, CheckpointAndFunctionApplyAreForwardWhereTheyRunInForward) {
 
   // Recomputation in backward, called from the engine's thread (its
   // outermost Python frame is the unpack hook).
-  EXPECT_EQ(phase_of(join({{layer},
-                           call,
-                           {torch_frame("utils/checkpoint.py", "recompute_fn", 1607),
-                            torch_frame("utils/checkpoint.py", "_run_fn_with_dynamo_disabled", 1139),
-                            torch_frame("_dynamo/eval_frame.py", "_fn", 1263), torch_frame("_compile.py", "inner", 54),
-                            torch_frame("utils/checkpoint.py", "unpack_hook", 1173)}})),
+  EXPECT_EQ(phase_of(testing::join_frames(
+                {{layer},
+                 call,
+                 {torch_frame("utils/checkpoint.py", "recompute_fn", 1607),
+                  torch_frame("utils/checkpoint.py", "_run_fn_with_dynamo_disabled", 1139),
+                  torch_frame("_dynamo/eval_frame.py", "_fn", 1263), torch_frame("_compile.py", "inner", 54),
+                  torch_frame("utils/checkpoint.py", "unpack_hook", 1173)}})),
             Phase::kBackward);
   // A custom Function's backward on the engine's thread: BackwardCFunction.apply outermost.
   EXPECT_EQ(phase_of({user_backward, torch_frame("autograd/function.py", "apply", 317)}), Phase::kBackward);
@@ -94,10 +83,10 @@ TEST(ForwardFrames, CheckpointAndFunctionApplyAreForwardWhereTheyRunInForward) {
                       script}),
             Phase::kBackward);
   // Reentrant checkpoint's backward.
-  EXPECT_EQ(phase_of(join({{layer},
-                           call,
-                           {torch_frame("utils/checkpoint.py", "backward", 308),
-                            torch_frame("autograd/function.py", "apply", 317)}})),
+  EXPECT_EQ(phase_of(testing::join_frames({{layer},
+                                           call,
+                                           {torch_frame("utils/checkpoint.py", "backward", 308),
+                                            torch_frame("autograd/function.py", "apply", 317)}})),
             Phase::kBackward);
 }
 

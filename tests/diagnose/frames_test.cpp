@@ -19,24 +19,9 @@
 namespace oomtune::diagnose {
 namespace {
 
-/// A snapshot holding only frames and one stack per listed stack (innermost first).
-Snapshot with_stacks(const std::vector<std::vector<Frame>>& stacks) {
-  Snapshot s;
-  s.stacks.push_back({});
-  for (const auto& stack : stacks) {
-    std::vector<uint32_t> ids;
-    for (const Frame& f : stack) {
-      ids.push_back(static_cast<uint32_t>(s.frames.size()));
-      s.frames.push_back(f);
-    }
-    s.stacks.push_back(ids);
-  }
-  return s;
-}
-
 TEST(FrameIndex, TorchRootIsFoundFromTheFramesNotFromASubstring) {
   const std::string venv = "/home/me/torch/.venv/lib/python3.12/site-packages";
-  const Snapshot s = with_stacks({{
+  const Snapshot s = testing::with_stacks({{
       {venv + "/torch/nn/modules/linear.py", "forward", 125},  // 0 torch
       {"/home/me/torch/model.py", "forward", 30},              // 1 user, in a folder named torch
       {"/home/me/torch/utils/data.py", "load", 12},            // 2 user: torch/utils/ but not PyTorch's
@@ -62,7 +47,7 @@ TEST(FrameIndex, ASourceCheckoutIsTorchWhenItsOwnFilesShow) {
   const Frame own{"/src/pytorch/torch/nn/modules/module.py", "_call_impl", 1784};
   const Frame memory{"/src/pytorch/torch/cuda/memory.py", "_snapshot", 900};
   const Frame user_step{"/work/torch/optim/my_sgd.py", "step", 10};
-  const Snapshot s = with_stacks({{own, memory, user_step}, {user_step}});
+  const Snapshot s = testing::with_stacks({{own, memory, user_step}, {user_step}});
   const FrameIndex index(s);
   ASSERT_EQ(index.torch_roots(), std::vector<std::string>{"/src/pytorch/torch/"});
   EXPECT_EQ(index.origin(0), Origin::kTorch);
@@ -76,7 +61,7 @@ TEST(FrameIndex, ASourceCheckoutIsTorchWhenItsOwnFilesShow) {
 
 TEST(FrameIndex, LayerIsInnermostModelCodeAndCallSiteIsTheScriptLine) {
   const std::string venv = "/opt/venv/lib/python3.11/site-packages";
-  const Snapshot s = with_stacks({
+  const Snapshot s = testing::with_stacks({
       {{venv + "/torch/nn/modules/linear.py", "forward", 125},
        {venv + "/torch/nn/modules/module.py", "_call_impl", 1784},
        {venv + "/timm/layers/mlp.py", "forward", 44},  // timm's layer: model code
@@ -105,7 +90,7 @@ TEST(FrameIndex, LayerIsInnermostModelCodeAndCallSiteIsTheScriptLine) {
 // scheduler's step stays what its other frames say.
 TEST(FrameIndex, DeepSpeedAndGradScalerStepsAreTheOptimizer) {
   const std::string venv = "/opt/venv/lib/python3.11/site-packages";
-  const Snapshot s = with_stacks({
+  const Snapshot s = testing::with_stacks({
       {{venv + "/deepspeed/ops/adam/fused_adam.py", "step", 191},
        {venv + "/deepspeed/runtime/zero/stage_1_and_2.py", "step", 1985},
        {venv + "/deepspeed/runtime/engine.py", "_take_model_step", 2213},
@@ -134,25 +119,20 @@ TEST(FrameIndex, AClosureInsideTheOptimizerStepKeepsItsPhase) {
       {"/home/u/train.py", "main", 50}};
   const std::vector<Frame> closure = {{venv + "/lightning/pytorch/loops/optimization/automatic.py", "closure", 146},
                                       {venv + "/lightning/pytorch/loops/optimization/automatic.py", "__call__", 132}};
-  auto join = [](std::vector<std::vector<Frame>> parts) {
-    std::vector<Frame> out;
-    for (auto& p : parts) out.insert(out.end(), p.begin(), p.end());
-    return out;
-  };
-  const Snapshot s = with_stacks({
-      join({{{venv + "/torch/nn/modules/linear.py", "forward", 125},
-             {venv + "/torch/nn/modules/module.py", "_call_impl", 1784},
-             {"/home/u/model.py", "forward", 30},
-             {"/home/u/model.py", "training_step", 44}},
-            closure,
-            step}),
-      join({{{venv + "/torch/autograd/graph.py", "_engine_run_backward", 869},
-             {venv + "/torch/autograd/__init__.py", "backward", 381},
-             {venv + "/torch/_tensor.py", "backward", 631},
-             {venv + "/lightning/pytorch/core/module.py", "backward", 1089}},
-            closure,
-            step}),
-      join({{{venv + "/torch/optim/adamw.py", "_init_group", 160}}, step}),
+  const Snapshot s = testing::with_stacks({
+      testing::join_frames({{{venv + "/torch/nn/modules/linear.py", "forward", 125},
+                             {venv + "/torch/nn/modules/module.py", "_call_impl", 1784},
+                             {"/home/u/model.py", "forward", 30},
+                             {"/home/u/model.py", "training_step", 44}},
+                            closure,
+                            step}),
+      testing::join_frames({{{venv + "/torch/autograd/graph.py", "_engine_run_backward", 869},
+                             {venv + "/torch/autograd/__init__.py", "backward", 381},
+                             {venv + "/torch/_tensor.py", "backward", 631},
+                             {venv + "/lightning/pytorch/core/module.py", "backward", 1089}},
+                            closure,
+                            step}),
+      testing::join_frames({{{venv + "/torch/optim/adamw.py", "_init_group", 160}}, step}),
   });
   const FrameIndex index(s);
   EXPECT_EQ(index.phase(1), Phase::kForward);
@@ -164,9 +144,9 @@ TEST(FrameIndex, AClosureInsideTheOptimizerStepKeepsItsPhase) {
 // by call site under "(no call site)", never with the placeholders.
 TEST(FrameIndex, NoCallSiteIsItsOwnGroup) {
   const std::string venv = "/opt/venv/lib/python3.11/site-packages";
-  Snapshot s = with_stacks({{{venv + "/torch/nn/modules/linear.py", "forward", 125},
-                             {venv + "/timm/models/resnet.py", "forward", 90},
-                             {venv + "/lightning/pytorch/loops/fit_loop.py", "run", 200}}});
+  Snapshot s = testing::with_stacks({{{venv + "/torch/nn/modules/linear.py", "forward", 125},
+                                      {venv + "/timm/models/resnet.py", "forward", 90},
+                                      {venv + "/lightning/pytorch/loops/fit_loop.py", "run", 200}}});
   Segment seg;
   seg.address = 1 << 20;
   seg.total_size = 2 << 20;

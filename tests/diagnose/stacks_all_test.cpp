@@ -18,20 +18,6 @@
 namespace oomtune::diagnose {
 namespace {
 
-Snapshot one_stack_each(const std::vector<std::vector<Frame>>& stacks) {
-  Snapshot s;
-  s.stacks.push_back({});
-  for (const auto& stack : stacks) {
-    std::vector<uint32_t> ids;
-    for (const Frame& f : stack) {
-      ids.push_back(static_cast<uint32_t>(s.frames.size()));
-      s.frames.push_back(f);
-    }
-    s.stacks.push_back(ids);
-  }
-  return s;
-}
-
 // Frames as a PyTorch 2.11 wheel's CapturedTraceback symbolizes them.
 const Frame kUnwind{"??", "torch::unwind::unwind()", 0};
 const Frame kGather{"", "torch::cuda::(anonymous namespace)::gather_with_cpp()", 0};
@@ -43,7 +29,7 @@ const Frame kEngine{"??", "torch::autograd::Engine::thread_main(std::shared_ptr<
 TEST(StacksAll, CppFramesNameNoLayerAndTheAutogradEngineMarksBackward) {
   const Frame model{"/home/me/model.py", "forward", 30};
   const Frame script{"/home/me/train.py", "main", 44};
-  const Snapshot s = one_stack_each({
+  const Snapshot s = testing::with_stacks({
       {kUnwind, kGather, model, kEngineBinding, script, kLibc},  // 1: a forward allocation
       {kUnwind, kGather, kEngine},                               // 2: the engine's device thread
       {kUnwind, kGather, kLibc},                                 // 3: C++ alone, no engine
@@ -76,7 +62,7 @@ TEST(StacksAll, CppFramesNameNoLayerAndTheAutogradEngineMarksBackward) {
   EXPECT_EQ(index.layer_frame(4), code);
   EXPECT_TRUE(index.has_cpp_frames());
   const std::vector<Frame> scripted(s.frames.begin() + builtin, s.frames.begin() + builtin + 3);
-  EXPECT_FALSE(FrameIndex(one_stack_each({scripted})).has_cpp_frames());  // "dropout" names no C++ function
+  EXPECT_FALSE(FrameIndex(testing::with_stacks({scripted})).has_cpp_frames());  // "dropout" names no C++ function
 }
 
 TEST(StacksAll, AForwardOomReadsAsWithPythonStacks) {

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -31,6 +32,29 @@ inline std::string synthetic_fixture(const std::string& name) {
 /// load_snapshot() does.
 inline Diagnosis diagnose_file(const std::string& path, const DiagnoseOptions& options = {}) {
   return diagnose(load_snapshot(path), path, options);
+}
+
+/// A snapshot holding only frames and one stack per listed stack (innermost
+/// first); stack i + 1 is stacks[i] (stack 0 is the empty one).
+inline Snapshot with_stacks(const std::vector<std::vector<Frame>>& stacks) {
+  Snapshot s;
+  s.stacks.push_back({});
+  for (const auto& stack : stacks) {
+    std::vector<uint32_t> ids;
+    for (const Frame& f : stack) {
+      ids.push_back(static_cast<uint32_t>(s.frames.size()));
+      s.frames.push_back(f);
+    }
+    s.stacks.push_back(ids);
+  }
+  return s;
+}
+
+/// The parts one after the other: a stack made of pieces, innermost first.
+inline std::vector<Frame> join_frames(const std::vector<std::vector<Frame>>& parts) {
+  std::vector<Frame> out;
+  for (const auto& part : parts) out.insert(out.end(), part.begin(), part.end());
+  return out;
 }
 
 /// The diagnosis's JSON without the file's name and size: two files whose
