@@ -100,8 +100,20 @@ bool is_generated(std::string_view file) {
   return starts_with(file, "<eval_with_key>") || starts_with(file, "torchinductor_") || has(file, "/torchinductor_");
 }
 
-/// Not Python source: a C/C++ frame of a stacks="all" snapshot (rules in frames.h).
-bool is_native(std::string_view file) { return !ends_with(file, ".py") && !starts_with(file, "<"); }
+/// A C/C++ frame of a stacks="all" snapshot (rules in frames.h): addr2line
+/// names no file ("??", or "" in a library without a line table), or a
+/// C/C++/CUDA/assembly source or header, or (addr2line off) the shared
+/// library itself. Not by "does not end in .py": a script run without its
+/// extension is Python.
+bool is_native(std::string_view file) {
+  if (file.empty() || file == "??" || has(file, ".so.")) return true;
+  static constexpr std::string_view kNativeSuffixes[] = {".c",  ".cc",  ".cpp", ".cxx", ".c++", ".h",
+                                                         ".hh", ".hpp", ".hxx", ".cu",  ".cuh", ".S",
+                                                         ".s",  ".asm", ".tcc", ".inl", ".ipp", ".so"};
+  for (std::string_view suffix : kNativeSuffixes)
+    if (ends_with(file, suffix)) return true;
+  return false;
+}
 
 /// A library file that defines a model's layers (see the rules in frames.h):
 /// transformers/models/bert/modeling_bert.py, timm/models/vision_transformer.py,

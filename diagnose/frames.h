@@ -16,13 +16,14 @@
 //       stdlib:  "<frozen ...>", "<string>", or under ".../lib/pythonX.Y/"
 //                but not in its site-packages/dist-packages;
 //       library: any other file under site-packages/ or dist-packages/;
-//       native:  a frame that is not Python source: its file neither ends
-//                in ".py" nor starts with "<". These are the C/C++ frames
-//                that stacks="all", _record_memory_history's default,
-//                records beside the Python ones (addr2line's "??", "",
-//                "python_engine.cpp", "./csu/../csu/libc-start.c";
-//                torch/csrc/profiler/unwind/unwind.cpp, Symbolizer). They
-//                name no layer and no call site;
+//       native:  a C/C++ frame, which stacks="all", _record_memory_history's
+//                default, records beside the Python ones: addr2line names
+//                no file ("??", or "" in a library without a line table),
+//                or a C/C++/CUDA/assembly source or header
+//                ("python_engine.cpp", "./csu/../csu/libc-start.c"), or the
+//                shared library (addr2line off); torch/csrc/profiler/unwind/
+//                unwind.cpp, Symbolizer. TorchScript's builtins are "??"
+//                too. They name no layer and no call site;
 //       generated: code torch.compile generated, inductor's output code
 //                in its cache ("/tmp/torchinductor_USER/dc/cdcf...py") or an
 //                FX GraphModule's ("<eval_with_key>.5"). It names no layer

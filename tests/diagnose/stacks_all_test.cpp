@@ -53,6 +53,19 @@ TEST(StacksAll, CppFramesNameNoLayerAndTheAutogradEngineMarksBackward) {
   EXPECT_EQ(index.phase(3), Phase::kUnknown);  // as a stack without frames
   EXPECT_FALSE(index.has_python_frames(3));
 
+  // A script run without its extension, a header, a shared library (addr2line off).
+  const Snapshot more =
+      testing::with_stacks({{{"/usr/include/c++/12/bits/shared_ptr_base.h", "f", 1},
+                             {"/venv/lib/python3.11/site-packages/torch/lib/libtorch_cuda.so", "g", 0},
+                             {"/lib/x86_64-linux-gnu/libc.so.6", "h", 0},
+                             {"/home/me/bin/train", "main", 12}}});
+  const FrameIndex more_index(more);
+  EXPECT_EQ(more_index.origin(0), Origin::kNative);
+  EXPECT_EQ(more_index.origin(1), Origin::kNative);
+  EXPECT_EQ(more_index.origin(2), Origin::kNative);
+  EXPECT_EQ(more_index.origin(3), Origin::kUser);
+  EXPECT_EQ(more_index.layer_frame(1), 3);
+
   // A scripted model's frames (stacks="python"): TorchScript's builtin is
   // native, its serialized code and the frozen module are Python.
   const uint32_t builtin = s.stacks[4][0], code = s.stacks[4][1], frozen = s.stacks[4][2];
