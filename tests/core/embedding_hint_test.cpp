@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "quick_trial.h"
+#include "strategies/job_config.h"
 #include "support/require_file.h"
 #include "test_jobs.h"
 #include "trial/trial_runner.h"
