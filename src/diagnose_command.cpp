@@ -41,7 +41,7 @@ struct DiagnoseArgs {
   std::string device;   // "N" or "cuda:N"; empty: DiagnoseOptions::device's choice
 };
 
-// "1" or "cuda:1" -> 1; "" -> -1 (diagnose chooses); anything else "".
+// "1" or "cuda:1" -> 1; "" -> -1 (diagnose chooses); anything else: nullopt.
 std::optional<int> device_index(const std::string& text) {
   if (text.empty()) return -1;
   const std::string_view digits = std::string_view(text).substr(text.rfind("cuda:", 0) == 0 ? 5 : 0);
