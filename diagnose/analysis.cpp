@@ -316,8 +316,9 @@ std::string frames_note(const TraceSummary& t) {
     if (!note.empty()) note += " ";
     note +=
         "Code torch.compile generated (inductor's output code, FX's <eval_with_key>) names no layer: a compiled "
-        "region's allocations go to the frame that called it, the compiled module's forward or the script's "
-        "backward line (TORCH_LOGS=output_code maps the generated lines back to the model's).";
+        "region's allocations go to the frame that called it, the compiled module's forward, or in backward the "
+        "script's backward line where the engine ran on its thread (TORCH_LOGS=output_code maps the generated "
+        "lines back to the model's).";
   }
   if (t.allocated_before_recording_bytes > 0) {
     if (!note.empty()) note += " ";
