@@ -99,9 +99,9 @@ Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& fr
     // frameless events.
     Phase p = frames.phase(e.frames);
     const bool alloc = e.action == TraceAction::kAlloc;
-    // No Python frames, none of the autograd engine's either (stack 0, or
-    // C++ frames alone that frames.h gives no phase).
-    const bool frameless = p == Phase::kUnknown && !frames.has_python_frames(e.frames);
+    // No Python frames, none of the autograd engine's either: stack 0, or
+    // C++ frames alone (any Python frame gives a phase, frames.h).
+    const bool frameless = p == Phase::kUnknown;
     if (alloc && frameless) {
       ++out.alloc_events_without_frames;
       out.bytes_without_frames += e.size;

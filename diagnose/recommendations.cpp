@@ -376,8 +376,8 @@ void recommend(Diagnosis& d) {
   const int64_t act_to_come = need.known && need.phase == Phase::kForward ? need.still_needed_bytes : 0;
   const std::string act_basis =
       act_to_come > 0 ? fmt::format(" + the {} the forward still needed", format_bytes(act_to_come)) : "";
-  const TraceSummary& trace = d.trace;
-  const bool checkpointing_on = trace.checkpointed_forward_allocs > 0;
+  const TraceSummary& t = d.trace;
+  const bool checkpointing_on = t.checkpointed_forward_allocs > 0;
   if (act > 0 && (has_verdict(VerdictId::kActivationsInForward) || has_verdict(VerdictId::kBackwardPeak) ||
                   static_cast<double>(act) >= kMajorShare * static_cast<double>(allocated))) {
     if (checkpointing_on) {
@@ -391,7 +391,7 @@ void recommend(Diagnosis& d) {
           fmt::format("{} of the {} allocations in forward ran inside torch.utils.checkpoint, which keeps only "
                       "each checkpointed block's inputs for backward and recomputes the rest there. Checkpoint "
                       "any repeated block still outside it, or apply the changes above.",
-                      trace.checkpointed_forward_allocs, trace.forward_alloc_events),
+                      t.checkpointed_forward_allocs, t.forward_alloc_events),
           0, "no memory effect; already applied", Sufficiency::kNoMemoryEffect});
     } else {
       out.push_back(Recommendation{
@@ -451,7 +451,6 @@ void recommend(Diagnosis& d) {
         Sufficiency::kNoMemoryEffect});
   }
 
-  const TraceSummary& t = trace;
   const bool no_frames = t.alloc_events > 0 && t.alloc_events_without_frames == t.alloc_events;
   if (t.truncated || t.iterations < 2 || no_frames) {
     const int64_t per_iteration = std::max<int64_t>(t.events_per_iteration, 1);
