@@ -129,12 +129,10 @@ class Sites {
   Sites(const Snapshot& snapshot, const FrameIndex& index, GroupBy group_by)
       : snapshot_(snapshot), index_(index), group_by_(group_by) {
     of_stack_.assign(snapshot.stacks.size(), kNoFrames);
-    python_.assign(snapshot.stacks.size(), 0);
     for (size_t s = 1; s < snapshot.stacks.size(); ++s) {
       const auto stack = static_cast<StackId>(s);
       // C++ frames alone (stacks="all") name no site: as a stack without frames.
       if (!index.has_python_frames(stack)) continue;
-      python_[s] = 1;
       const std::pair<int64_t, int64_t> pair{index.layer_frame(stack), index.call_frame(stack)};
       if (pair.first < 0 && pair.second < 0) {
         of_stack_[s] = kNoUserFrame;
@@ -147,7 +145,7 @@ class Sites {
   }
   int size() const { return static_cast<int>(kNumPlaceholders + pairs_.size()); }
   int32_t of(StackId stack, bool before_recording, Phase phase) const {
-    if (python_[stack] == 0) {
+    if (!index_.has_python_frames(stack)) {
       if (before_recording) return kBeforeRecording;
       return phase == Phase::kBackward ? kBackwardCpp : kNoFrames;
     }
@@ -206,7 +204,6 @@ class Sites {
   const FrameIndex& index_;
   GroupBy group_by_;
   std::vector<int32_t> of_stack_;
-  std::vector<uint8_t> python_;  // 1: the stack has a Python frame
   std::map<std::pair<int64_t, int64_t>, int32_t> of_pair_;
   std::vector<std::pair<int64_t, int64_t>> pairs_;  // (layer frame, call frame)
 };
