@@ -84,9 +84,10 @@ constexpr const char* kDefaultCudaTargetName = "sm90";
 
 /// A whole job: model, inputs, loss, batch, optimizer, device and budget.
 struct JobSpec {
-  std::string spec_path;          // the TOML file ("" when built in code)
-  std::string model_path;         // absolute or relative to the cwd (resolved from the TOML's folder)
-  std::vector<InputSpec> inputs;  // forward's arguments, by name or in order (model_session.cpp); and the loss target
+  std::string spec_path;   // the TOML file ("" when built in code)
+  std::string model_path;  // absolute or relative to the cwd (resolved from the TOML's folder)
+  std::vector<InputSpec>
+      inputs;  // forward's arguments (Note [Forward arguments], session/forward_arguments.cpp); and the loss target
   OutputSelector output;
   LossSpec loss;
   int64_t global_batch = 1;  // COUNT: samples per optimizer step

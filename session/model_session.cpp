@@ -19,11 +19,11 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <cstdio>
 
-#include "common/closest_name.h"
 #include "common/error.h"
 #include "compat/torch_compat.h"
 #include "session/device_constants.h"
 #include "session/embedding_tables.h"
+#include "session/forward_arguments.h"
 #include "session/model_file.h"
 
 namespace oomtune {
@@ -52,16 +52,6 @@ void throw_if_not_torchscript(const std::string& path) {
   }
   throw_if_not_torchscript(path);
   throw ModelError(fmt::format("{}: cannot load the TorchScript model: {}", path, one_line(message)));
-}
-
-std::string describe(const Batch& batch, const std::vector<std::size_t>& which) {
-  std::vector<std::string> parts;
-  for (std::size_t i : which) {
-    const at::Tensor& t = batch.tensors[i];
-    parts.push_back(
-        fmt::format("{}: {} {}", batch.names[i], c10::toString(t.scalar_type()), fmt::join(t.sizes(), "x")));
-  }
-  return fmt::format("{}", fmt::join(parts, ", "));
 }
 
 bool full_errors() {
@@ -269,7 +259,8 @@ ModelSession::ModelSession(const JobSpec& job) : job_(job), device_(torch_device
     }
   }
   module_.train(true);
-  bind_forward_arguments();
+  binding_ = bind_forward_arguments(module_.get_method("forward").function().getSchema(), job_,
+                                    job_.spec_path.empty() ? job_.model_path : job_.spec_path);
   freeze_parameters();
   if (device_.is_cuda()) {
     // A file traced on the CPU: its constant devices go where the eager
@@ -375,88 +366,17 @@ Batch ModelSession::to_device(const Batch& batch) const {
   return out;
 }
 
-// Note [Forward arguments]
-// Scripted and traced modules keep forward's Python parameter names in its
-// schema ("forward(self, Tensor input_ids, Tensor attention_mask)"). When
-// every input the job passes (all but the loss target) names one of them,
-// they are passed by name: their order in the job spec does not matter and
-// arguments with defaults may be left out. When none does ("x" for a
-// ResNet's input, whatever its name), they are passed in order. A mix is
-// almost always a misspelt name, so it is an error that names it, as is a
-// count forward cannot take or a required argument no input gives.
-void ModelSession::bind_forward_arguments() {
-  const std::vector<c10::Argument>& arguments = module_.get_method("forward").function().getSchema().arguments();
-  std::vector<std::string> names;  // forward's arguments after self
-  std::size_t required = 0;        // arguments up to the last one without a default
-  for (std::size_t i = 1; i < arguments.size(); ++i) {
-    names.push_back(arguments[i].name());
-    if (!arguments[i].default_value()) required = names.size();
-  }
-  std::vector<std::string> given, unknown;
-  for (const InputSpec& input : job_.inputs) {
-    if (input.name == job_.loss.target) continue;
-    given.push_back(input.name);
-    if (std::find(names.begin(), names.end(), input.name) == names.end()) unknown.push_back(input.name);
-  }
-  const std::string where = job_.spec_path.empty() ? job_.model_path : job_.spec_path;
-  const std::string signature = fmt::format("forward({}) in {}", fmt::join(names, ", "), job_.model_path);
-  if (unknown.empty()) {
-    for (std::size_t i = 0; i < names.size(); ++i) {
-      if (arguments[i + 1].default_value() || std::find(given.begin(), given.end(), names[i]) != given.end()) continue;
-      if (names[i] == job_.loss.target) {
-        throw ModelError(
-            fmt::format("{}: {} takes '{}', the loss target, which is not passed to forward; for a model "
-                        "that computes its own loss set [loss] kind = \"model_returns_loss\"",
-                        where, signature, names[i]));
-      }
-      throw ModelError(fmt::format("{}: {} needs '{}', which no input gives (inputs passed by name: {})", where,
-                                   signature, names[i], fmt::join(given, ", ")));
-    }
-    by_name_ = true;
-    return;
-  }
-  if (unknown.size() < given.size()) {
-    std::vector<std::string> free_names;  // not taken by another input
-    for (const std::string& name : names)
-      if (std::find(given.begin(), given.end(), name) == given.end()) free_names.push_back(name);
-    const std::string hint = free_names.empty()
-                                 ? "every argument is already given"
-                                 : fmt::format("did you mean '{}'?", closest_name(unknown.front(), free_names));
-    throw ModelError(
-        fmt::format("{}: input '{}' is not an argument of {} ({}): inputs named as forward's arguments "
-                    "are passed by name, inputs named otherwise in order, not a mix",
-                    where, unknown.front(), signature, hint));
-  }
-  if (given.size() < required || given.size() > names.size()) {
-    throw ModelError(
-        fmt::format("{}: {} takes {}{} inputs, the job passes {} ({}){}", where, signature,
-                    required == names.size() ? "" : fmt::format("{} to ", required), names.size(), given.size(),
-                    fmt::join(given, ", "),
-                    job_.loss.target.empty() ? "" : fmt::format(" besides the loss target '{}'", job_.loss.target)));
-  }
-}
-
 c10::IValue ModelSession::forward(const Batch& batch) {
-  std::vector<c10::IValue> args;
-  torch::jit::Kwargs kwargs;
-  std::vector<std::size_t> which;
-  for (std::size_t i = 0; i < batch.names.size(); ++i) {
-    if (batch.names[i] == job_.loss.target) continue;
-    if (by_name_)
-      kwargs.emplace(batch.names[i], batch.tensors[i]);
-    else
-      args.emplace_back(batch.tensors[i]);
-    which.push_back(i);
-  }
+  ForwardCall call = make_forward_call(binding_, batch, job_.loss.target);
   try {
-    return module_.get_method("forward")(std::move(args), kwargs);
+    return module_.get_method("forward")(std::move(call.args), call.kwargs);
   } catch (const std::exception& e) {
     // Out of memory is a trial result, not a model error.
     if (is_out_of_memory(e)) throw;
     const std::string cause = one_line(error_text(e));
-    throw ModelError(fmt::format("{}: forward({}) failed: {}{}{}", job_.model_path, describe(batch, which), cause,
-                                 frozen_bf16_hint(job_, cause),
-                                 embedding_hint(embedding_tables(module_), job_, batch, which, cause)));
+    throw ModelError(fmt::format("{}: forward({}) failed: {}{}{}", job_.model_path,
+                                 describe_forward_call(binding_, batch, call), cause, frozen_bf16_hint(job_, cause),
+                                 embedding_hint(embedding_tables(module_), job_, batch, call.inputs, cause)));
   }
 }
 

@@ -23,6 +23,7 @@
 
 #include "job/job_spec.h"
 #include "session/batch.h"
+#include "session/forward_arguments.h"
 
 namespace oomtune {
 
@@ -65,7 +66,8 @@ class ModelSession {
 
   /// Runs forward on the batch's model inputs (all but the loss target) and
   /// returns the raw output: by name when the inputs are named as forward's
-  /// arguments, else in order (Note [Forward arguments]). Throws ModelError
+  /// arguments, else in order, or packed into forward's one dict, tuple or
+  /// list argument (Note [Forward arguments]). Throws ModelError
   /// when the model rejects the inputs (dtype, shape), naming the inputs given.
   c10::IValue forward(const Batch& batch);
 
@@ -73,9 +75,6 @@ class ModelSession {
   Batch to_device(const Batch& batch) const;
 
  private:
-  /// Checks the job's inputs against forward's schema and chooses how they
-  /// are passed (sets by_name_).
-  void bind_forward_arguments();
   /// Turns requires_grad off on the parameters the job freezes (and casts
   /// them to bf16 under frozen_dtype = "bf16"); Note [Frozen parameters].
   void freeze_parameters();
@@ -83,7 +82,7 @@ class ModelSession {
   JobSpec job_;
   torch::jit::Module module_;
   at::Device device_;
-  bool by_name_ = false;  // inputs passed as keyword arguments
+  ForwardBinding binding_;  // how forward takes the inputs (Note [Forward arguments])
 };
 
 /// Sets TorchScript graph-executor optimization (process-wide). The probe

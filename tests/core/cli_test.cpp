@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -443,6 +444,77 @@ TEST(Cli, InputsNamedAsForwardsArgumentsArePassedByName) {
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_EQ(last_line(r.err), "oomtune: " + job + expected);
   }
+}
+
+// Note [Forward arguments]: a forward that takes its batch as one dict,
+// tuple or list of tensors gets every input packed into it. dict_in and
+// tuple_in are two_inputs' computation behind a Dict[str, Tensor] (scripted)
+// and a tuple (traced) argument: each phase peaks at two_inputs' bytes (a
+// container allocates nothing on the device), the dict takes its keys from
+// the inputs' names (either order runs), the tuple its order from the file's
+// (swapped, the int64 ids reach the float multiply's place and the model
+// fails, its error showing the tuple as forward received it).
+TEST(Cli, InputsArePackedIntoForwardsOneContainerArgument) {
+  for (const char* name : {"two_inputs", "dict_in", "tuple_in", "list_in", "int_arg"})
+    OOMTUNE_REQUIRE_FILE(testing::test_model(name));
+  const auto input = [](const std::string& name, const char* dtype_and_range) {
+    return "[[inputs]]\nname = \"" + name + "\"\nshape = [\"batch\", 16]\n" + dtype_and_range + "\n\n";
+  };
+  const auto ids = [&](const std::string& name) { return input(name, "dtype = \"int64\"\nrange = [0, 100]"); };
+  const auto floats = [&](const std::string& name) { return input(name, "range = [0.0, 1.0]"); };
+  const std::string labels =
+      "[[inputs]]\nname = \"labels\"\nshape = [\"batch\"]\ndtype = \"int64\"\nrange = [0, 10]\n\n"
+      "[loss]\nkind = \"cross_entropy\"\ntarget = \"labels\"\n";
+  const auto probe = [&](const std::string& model_name, const std::string& inputs) {
+    const std::string job =
+        testing::write_temp_file(model_name + ".toml", "model = \"" + testing::test_model(model_name) +
+                                                           "\"\nglobal_batch = 4\n\n" + inputs + labels);
+    return std::pair{job, run_oomtune("probe " + job + " --no-fit --json")};
+  };
+  const auto phase_peaks = [](const RunResult& r) {
+    std::map<std::string, int64_t> peaks;
+    const nlohmann::json phases = nlohmann::json::parse(r.out).at("report").at("phases");
+    for (auto it = phases.begin(); it != phases.end(); ++it) peaks[it.key()] = it->at("peak_bytes").get<int64_t>();
+    return peaks;
+  };
+  const auto [plain_job, plain] = probe("two_inputs", ids("input_ids") + floats("attention_mask"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const std::map<std::string, int64_t> expected = phase_peaks(plain);
+  ASSERT_GT(expected.at("backward"), 0) << plain.out;
+  for (const auto& [model_name, inputs] :
+       std::vector<std::pair<std::string, std::string>>{{"dict_in", ids("input_ids") + floats("attention_mask")},
+                                                        {"dict_in", floats("attention_mask") + ids("input_ids")},
+                                                        {"tuple_in", ids("ids") + floats("mask")}}) {
+    const auto [job, r] = probe(model_name, inputs);
+    ASSERT_EQ(r.exit_code, 0) << model_name << "\n" << inputs << r.err;
+    EXPECT_EQ(phase_peaks(r), expected) << model_name << "\n" << inputs;
+  }
+  for (const std::string& inputs : {floats("a"), floats("a") + floats("b") + floats("c")}) {
+    const auto [job, r] = probe("list_in", inputs);
+    EXPECT_EQ(r.exit_code, 0) << inputs << r.err;
+  }
+
+  const auto fails = [&](const std::string& model_name, const std::string& inputs, const std::string& expected_text) {
+    const auto [job, r] = probe(model_name, inputs);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    const std::string line = last_line(r.err);
+    EXPECT_NE(line.find(fmt::format(fmt::runtime(expected_text), fmt::arg("job", job),
+                                    fmt::arg("model", testing::test_model(model_name)))),
+              std::string::npos)
+        << line;
+  };
+  fails("tuple_in", floats("mask") + ids("ids"), "{model}: forward(inputs=(mask: Float 4x16, ids: Long 4x16)) failed");
+  fails("dict_in", ids("input_ids"), "{model}: forward(batch={{input_ids: Long 4x16}}) failed");  // a key it reads
+  fails("tuple_in", ids("ids") + floats("mask") + floats("bias"),
+        "oomtune: {job}: forward(inputs) in {model} takes its inputs packed in 'inputs', a tuple of 2 tensors; the "
+        "job passes 3 (ids, mask, bias) besides the loss target 'labels'");
+  const std::string not_a_tensor =
+      "oomtune: {job}: forward(x, repeats) in {model} takes 'repeats' as int, not a tensor: oomtune passes each "
+      "input as one tensor, or packs all of them into forward's first argument when it is the only required one and "
+      "a Dict[str, Tensor], a tuple or a list of tensors";
+  fails("int_arg", floats("x") + floats("repeats"), not_a_tensor);  // by name
+  fails("int_arg", floats("a") + floats("b"), not_a_tensor);        // in order
+  fails("int_arg", floats("x"), not_a_tensor);                      // by name, the int not given
 }
 
 TEST(Cli, AnOutOfRangeTargetNamesTheClassCount) {

@@ -11,6 +11,14 @@ Writes into the folder given as the first argument:
   returns_loss.pt returns {"loss": scalar, "logits": [B, 10]} given (x, labels)
   two_inputs.pt  forward(input_ids [B, 16] int64, attention_mask [B, 16] float,
                  bias: Optional = None) -> [B, 10]; swapping the two fails
+  dict_in.pt     two_inputs' layers and computation, taking
+                 forward(batch: Dict[str, Tensor]) with the keys input_ids
+                 and attention_mask (scripted)
+  tuple_in.pt    the same taking forward(inputs: (ids, mask)), traced with
+                 a tuple example input (the schema keeps the tuple type)
+  list_in.pt     forward(xs: List[Tensor]): one Linear 16 -> 10 applied to
+                 the sum of any number of [B, 16] float tensors
+  int_arg.pt     forward(x [B, 16], repeats: int): an argument no input fits
   encoder_decoder.pt an `encoder` ModuleList of two Residual blocks and a
                  `decoder` ModuleList of two Halving blocks, which scale their
                  input in place (x.mul_(0.5)) first: their graph shows it, so
@@ -56,7 +64,7 @@ import sys
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 
 class MLP(nn.Module):
@@ -198,6 +206,35 @@ class TwoInputs(nn.Module):
         return self.out(h.mean(1))
 
 
+class DictIn(TwoInputs):
+    def forward(self, batch: Dict[str, torch.Tensor]) -> torch.Tensor:
+        h = self.emb(batch["input_ids"]) * batch["attention_mask"].unsqueeze(-1)
+        return self.out(h.mean(1))
+
+
+class TupleIn(TwoInputs):
+    def forward(self, inputs: Tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        h = self.emb(inputs[0]) * inputs[1].unsqueeze(-1)
+        return self.out(h.mean(1))
+
+
+class ListIn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.out = nn.Linear(16, 10)
+
+    def forward(self, xs: List[torch.Tensor]) -> torch.Tensor:
+        total = xs[0]
+        for x in xs[1:]:
+            total = total + x
+        return self.out(total)
+
+
+class IntArg(ListIn):
+    def forward(self, x: torch.Tensor, repeats: int) -> torch.Tensor:
+        return self.out(x * repeats)
+
+
 class Residual(nn.Module):
     def __init__(self):
         super().__init__()
@@ -334,6 +371,11 @@ def main() -> int:
     torch.jit.trace(made, torch.zeros(2, 8)).save(os.path.join(out, "arange_trace.pt"))
     torch.jit.script(made).save(os.path.join(out, "arange_script.pt"))
     write_not_torchscript(os.path.join(out, "not_torchscript"))
+    # Made last, so that the models above keep their weights.
+    for name, model in [("dict_in", DictIn()), ("list_in", ListIn()), ("int_arg", IntArg())]:
+        torch.jit.script(model).save(os.path.join(out, f"{name}.pt"))
+    example = (torch.randint(0, 100, (2, 16)), torch.ones(2, 16))
+    torch.jit.trace(TupleIn(), (example,)).save(os.path.join(out, "tuple_in.pt"))
     return 0
 
 
