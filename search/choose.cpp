@@ -45,10 +45,12 @@ SearchResult Search::run() {
   if (fit_models()) {
     walk_tree();
     note_meta_failures();
-    if (options_.memory_only)
+    if (options_.memory_only) {
       choose_by_memory();
-    else
+    } else {
       verify_candidates();
+      note_remainder();
+    }
   }
   return std::move(result_);
 }

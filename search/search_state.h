@@ -153,6 +153,7 @@ class Search {
   static std::string memory_key(TrainingConfig c);
   int64_t smallest_out_of_memory(const TrainingConfig& c) const;
   CheckpointPlan first_blocks(int64_t n) const;
+  void note_remainder();
 
   // choose.cpp
   bool fits_budget(const ProbeReport& r) const;

@@ -10,8 +10,10 @@
 #include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 
 #include "common/byte_size.h"
+#include "common/seconds_text.h"
 #include "search/sentences.h"
 #include "strategies/accumulation.h"
+#include "strategies/job_config.h"
 
 namespace oomtune::search_detail {
 
@@ -242,6 +244,86 @@ void Search::walk_tree() {
     result_.smallest_meta_configuration = set.any() ? strategies_label(set, strategies) : std::string("plain");
     result_.smallest_meta_configuration += fmt::format(", micro-batch {} x {}", c.micro_batch, c.accumulation_steps);
   }
+}
+
+// Note [Divisors only]
+// With remainder = "error" (the default) a micro-batch must divide the
+// global batch, so a global batch with few divisors leaves the walk few
+// sizes: 31 allows 1 and 31, and a node that fits at 7 runs at 1, with 31
+// micro-batches where 5 would do. The search keeps to the job's rule, but
+// says what the rule costs when it costs speed: the node predicted fastest
+// at the largest size its lines fit, when that needs fewer micro-batches
+// than the node's own configuration and is no divisor, and is predicted
+// faster than the chosen one (beyond the timing tie). The way out the note
+// gives first is a global batch that size divides: every framework takes
+// equal micro-batches, and `oomtune emit` refuses a plan with a smaller
+// last one (docs/recipes.md), which remainder = "last_smaller" would give.
+void Search::note_remainder() {
+  if (job_.allow_remainder || !result_.chosen) return;
+  const TrailNode& chosen = result_.trail[*result_.chosen];
+  const int64_t g = job_.global_batch;
+  const int64_t top = largest_micro_batch(job_);
+  const auto budget = static_cast<double>(result_.usable_budget_bytes);
+  struct Candidate {
+    double seconds;
+    const TrailNode* node;
+    TrainingConfig config;
+  };
+  std::vector<Candidate> faster;  // than the chosen one, beyond the tie
+  for (const TrailNode& node : result_.trail) {
+    const bool rescue_alternative =
+        std::any_of(rescue_alternatives_.begin(), rescue_alternatives_.end(),
+                    [&](const RescueAlternative& a) { return a.name == node.node; });  // not models_' lines
+    if (rescue_alternative || node.config.micro_batch >= top) continue;
+    const auto fits = [&](int64_t b) {
+      return b < smallest_out_of_memory(node.config) &&
+             predict(models_, with_micro_batch(node.config, b, g), g).peak_bytes <= budget;
+    };
+    // Bisection for the largest size that fits: the peak grows with the
+    // micro-batch. The node's own size fits when the node does.
+    int64_t low = std::max(job_.min_micro_batch, node.config.micro_batch), high = top + 1;
+    if (!fits(low)) continue;
+    while (high - low > 1) {
+      const int64_t mid = low + (high - low) / 2;
+      (fits(mid) ? low : high) = mid;
+    }
+    const int64_t steps = micro_batch_count(g, low);
+    const int64_t balanced = (g + steps - 1) / steps;  // the smallest size with that many micro-batches
+    if (steps >= node.config.accumulation_steps || g % balanced == 0) continue;
+    const TrainingConfig config = with_micro_batch(node.config, balanced, g);
+    const double seconds = predict(models_, config, g).seconds_per_global_batch;
+    if (seconds < kTimingTieRatio * chosen.predicted_seconds) faster.push_back({seconds, &node, config});
+  }
+  std::stable_sort(faster.begin(), faster.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.seconds < b.seconds; });
+  // Where the nodes' memory came from meta, the lines' answer must fit there too.
+  const auto on_meta_too = [&](const Candidate& c) {
+    const std::optional<double> peak = meta_peak(c.config);
+    return !peak || *peak <= budget;
+  };
+  const auto found = std::find_if(faster.begin(), faster.end(), on_meta_too);
+  if (found == faster.end()) return;
+  const TrailNode* best = found->node;
+  const TrainingConfig& best_config = found->config;
+  const double best_seconds = found->seconds;
+  const std::vector<int64_t> valid = valid_micro_batches(job_);
+  const int64_t m = best_config.micro_batch;
+  const int64_t last = g - (best_config.accumulation_steps - 1) * m;
+  std::vector<int64_t> multiples;  // the global batches next to g that m divides
+  if (g / m >= 1) multiples.push_back(g / m * m);
+  multiples.push_back(best_config.accumulation_steps * m);
+  const auto samples_per_second = [&](double seconds) { return static_cast<double>(g) / seconds; };
+  result_.notes.push_back(fmt::format(
+      "remainder: a micro-batch must divide the global batch {}, which leaves micro-batches {}; {} is predicted to fit "
+      "at "
+      "micro-batch {}, at {:.1f} samples/s against the chosen configuration's predicted {:.1f}. A global batch "
+      "that {} divides ({}) lets the search try it with equal micro-batches, as every framework takes them; "
+      "remainder = \"last_smaller\" runs {} as {} x {} + {}, which oomtune emit cannot write",
+      g,
+      valid.size() <= 8 ? fmt::format("{}", fmt::join(valid, ", "))
+                        : fmt::format("{}, ..., {}", fmt::join(valid.begin(), valid.begin() + 4, ", "), valid.back()),
+      best->node, m, samples_per_second(best_seconds), samples_per_second(chosen.predicted_seconds), m,
+      fmt::join(multiples, " or "), g, m, best_config.accumulation_steps - 1, last));
 }
 
 }  // namespace oomtune::search_detail

@@ -112,6 +112,59 @@ TEST(DecisionTree, AccumulationRunsTheBalancedSplitOfTheLargestFit) {
   EXPECT_EQ(chosen(r).config.micro_batch, 11);
 }
 
+// Note [Divisors only]. Global batch 31 (divisors 1 and 31), budget 79 MiB:
+// plain with accumulation fits up to 7 (18 + 8 x 7 + 4 = 78 MiB), so its
+// node runs 1 x 31: 31 x (0.01 + 0.002) = 0.372 s. Checkpointing at 31
+// needs 18 + 2 x 31 = 80 MiB; 8-bit AdamW with it 74 MiB, chosen at
+// 1.1 x 1.6 x (0.01 + 0.062) = 0.12672 s (244.6 samples/s). Plain at 7
+// would take 5 micro-batches (7 x 4 + 3): 4 x (0.01 + 0.014) + 0.01 +
+// 0.006 = 0.112 s, 276.8 samples/s, faster beyond the 3 % tie; every other node's largest
+// fit is slower (checkpointing 2 x 1.6 x 0.042 = 0.1344 s at 16, offload
+// 1.5 x 4 x 0.026 = 0.156 s at 8). With remainder = "last_smaller" the
+// search then chooses the configuration the note named, and says nothing.
+TEST(DecisionTree, ANoteSaysWhatADivisorPoorGlobalBatchCosts) {
+  FakeRunner fake;
+  fake.global_batch = 31;
+  JobSpec job = job_with_budget(79 * kMiB);
+  job.global_batch = 31;
+  const SearchResult r = run_search(fake, job);
+  const TrailNode& best = chosen(r);
+  EXPECT_EQ(best.config.micro_batch, 31);
+  EXPECT_EQ(best.config.optimizer, OptimizerKind::kAdamW8bit);
+  EXPECT_TRUE(best.config.checkpoint.enabled());
+  const std::string note =
+      "remainder: a micro-batch must divide the global batch 31, which leaves micro-batches 1, 31; "
+      "micro-batch + accumulation is predicted to fit at micro-batch 7, at 276.8 samples/s against the chosen "
+      "configuration's predicted 244.6. A global batch that 7 divides (28 or 35) lets the search try it with "
+      "equal micro-batches, as every framework takes them; remainder = \"last_smaller\" runs 31 as 7 x 4 + 3, "
+      "which oomtune emit cannot write";
+  EXPECT_EQ(std::count(r.notes.begin(), r.notes.end(), note), 1) << ::testing::PrintToString(r.notes);
+  {  // Memory from meta, which agrees with the fake's lines: the same note.
+    FakeRunner on_meta = fake;
+    on_meta.meta = true;
+    SearchOptions options;
+    options.memory_from = MemorySource::kMeta;
+    const SearchResult m = run_search(on_meta, job, options);
+    EXPECT_EQ(m.memory_from, MemorySource::kMeta);
+    EXPECT_EQ(std::count(m.notes.begin(), m.notes.end(), note), 1) << ::testing::PrintToString(m.notes);
+  }
+
+  job.allow_remainder = true;
+  const SearchResult with_remainder = run_search(fake, job);
+  const TrailNode& taken = chosen(with_remainder);
+  EXPECT_EQ(taken.node, "micro-batch + accumulation");
+  EXPECT_EQ(taken.config.micro_batch, 7);
+  EXPECT_EQ(taken.config.accumulation_steps, 5);
+  EXPECT_FALSE(has_note(with_remainder, "remainder:"));
+
+  // A global batch 7 divides: the search runs it, and there is nothing to say.
+  fake.global_batch = job.global_batch = 35;
+  job.allow_remainder = false;
+  const SearchResult divisible = run_search(fake, job);
+  EXPECT_EQ(chosen(divisible).config.micro_batch, 7);
+  EXPECT_FALSE(has_note(divisible, "remainder:"));
+}
+
 TEST(DecisionTree, AVerifiedTieGoesToTheConfigurationWithFewerStrategies) {
   // Plain 32 x 1 and 8-bit AdamW 32 x 1 both fit. 8-bit AdamW 1 % faster is
   // a tie (within kTimingTieRatio): plain wins, 8-bit AdamW says why. 10 %
