@@ -30,9 +30,10 @@ std::vector<int64_t> probe_sizes(const JobSpec& job) {
 namespace {
 
 // `message` with the argument list of "forward(...) failed: " emptied: the
-// inputs' shapes, which name the micro-batch (ModelSession::forward).
+// inputs' shapes, which name the micro-batch (ModelSession::forward). A
+// tuple argument nests one level: "forward(inputs=(ids: Long 4x16)) failed".
 std::string without_forward_arguments(const std::string& message) {
-  static const std::regex kArguments(R"(forward\([^()]*\) failed: )");
+  static const std::regex kArguments(R"(forward\((?:[^()]|\([^()]*\))*\) failed: )");
   return std::regex_replace(message, kArguments, "forward() failed: ", std::regex_constants::format_first_only);
 }
 

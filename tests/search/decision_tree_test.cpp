@@ -1180,6 +1180,14 @@ TEST(DecisionTree, TheSameInputErrorAtTwoSizesEndsTheProbes) {
               "failed: index out of range in self");
   }
   EXPECT_EQ(past_positions.probes, 2);
+  // Inputs packed into one tuple argument (Note [Forward arguments]) nest
+  // their shapes in parentheses: they are left out the same.
+  FakeRunner packed;
+  packed.loss_input_error =
+      "fake.pt: forward(inputs=(ids: Long {micro_batch}x200, mask: Float {micro_batch}x200)) failed: index out of "
+      "range in self";
+  EXPECT_THROW(run_search(packed, job_with_budget(plain_peak(32) + kMiB)), InputError);
+  EXPECT_EQ(packed.probes, 2);
   // A cause that names the micro-batch differs from size to size: the walk goes on.
   FakeRunner shaped;
   shaped.loss_input_error = "fake.pt: forward(x: Float {micro_batch}x8) failed: shape '[{micro_batch}, 3]' is invalid";
