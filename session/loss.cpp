@@ -1,5 +1,9 @@
 #include "session/loss.h"
 
+#include <optional>
+#include <string>
+#include <vector>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 
@@ -9,10 +13,35 @@
 namespace oomtune {
 namespace {
 
+/// "Float scalar", "Float 3-d", or the kind of a value that is no tensor.
+/// No sizes: they change with the micro-batch, and the search compares the
+/// errors of two sizes (search::same_failure).
+std::string describe_value(const c10::IValue& value) {
+  if (!value.isTensor()) return value.tagKind();
+  const at::Tensor& t = value.toTensor();
+  return fmt::format("{} {}", c10::toString(t.scalar_type()),
+                     t.dim() == 0 ? std::string("scalar") : fmt::format("{}-d", t.dim()));
+}
+
+/// "logits: Float 3-d, hidden: Float 3-d": what each key holds.
 std::string dict_keys(const c10::impl::GenericDict& dict) {
   std::vector<std::string> keys;
-  for (const auto& entry : dict) keys.push_back(entry.key().isString() ? entry.key().toStringRef() : "?");
+  for (const auto& entry : dict)
+    keys.push_back(
+        fmt::format("{}: {}", entry.key().isString() ? entry.key().toStringRef() : "?", describe_value(entry.value())));
   return fmt::format("{}", fmt::join(keys, ", "));
+}
+
+/// The index of the only 0-d tensor among `items`, the loss of a model
+/// that returns (loss, logits, ...) as Hugging Face's do given labels.
+std::optional<std::size_t> only_scalar(const std::vector<c10::IValue>& items) {
+  std::optional<std::size_t> found;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].isTensor() || items[i].toTensor().dim() != 0) continue;
+    if (found) return std::nullopt;
+    found = i;
+  }
+  return found;
 }
 
 at::Tensor expect_tensor(const c10::IValue& value, const std::string& what, const std::string& model_path) {
@@ -58,9 +87,16 @@ at::Tensor select_output(const c10::IValue& output, const OutputSelector& select
     const std::vector<c10::IValue> items =
         output.isTuple() ? output.toTupleRef().elements().vec() : output.toList().vec();
     const auto* index = std::get_if<int64_t>(&selector);
-    if (!index)
-      throw ModelError(fmt::format("{}: the model returns a tuple of {}; set output = INDEX (0..{}) in the job spec",
-                                   model_path, items.size(), items.size() - 1));
+    if (!index) {
+      std::vector<std::string> described;
+      for (std::size_t i = 0; i < items.size(); ++i)
+        described.push_back(fmt::format("{}: {}", i, describe_value(items[i])));
+      const std::optional<std::size_t> loss = want_loss ? only_scalar(items) : std::nullopt;
+      throw ModelError(fmt::format("{}: the model returns a tuple of {} ({}); set output = {} in the job spec{}",
+                                   model_path, items.size(), fmt::join(described, ", "),
+                                   loss ? std::to_string(*loss) : fmt::format("INDEX (0..{})", items.size() - 1),
+                                   loss ? fmt::format(" (element {} is its only scalar: the loss)", *loss) : ""));
+    }
     if (*index >= static_cast<int64_t>(items.size()))
       throw ModelError(
           fmt::format("{}: output = {} but the model returns a tuple of {}", model_path, *index, items.size()));

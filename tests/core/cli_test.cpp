@@ -634,17 +634,41 @@ TEST(Cli, OutputSelectionErrorsListWhatTheModelReturns) {
   };
   RunResult r = run_oomtune("probe " + job(testing::test_model("dict_out"), "") + " --no-fit");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(
-      last_line(r.err).find("the model returns a dict; set output = \"KEY\" in the job spec (keys: logits, hidden)"),
-      std::string::npos)
+  EXPECT_NE(last_line(r.err).find("the model returns a dict; set output = \"KEY\" in the job spec (keys: logits: Float "
+                                  "2-d, hidden: Float 2-d)"),
+            std::string::npos)
       << r.err;
   r = run_oomtune("probe " + job(testing::test_model("dict_out"), "output = \"logit\"") + " --no-fit");
-  EXPECT_NE(last_line(r.err).find("has no key 'logit' (keys: logits, hidden)"), std::string::npos) << r.err;
+  EXPECT_NE(last_line(r.err).find("has no key 'logit' (keys: logits: Float 2-d, hidden: Float 2-d)"), std::string::npos)
+      << r.err;
   r = run_oomtune("probe " + job(testing::test_model("tuple_out"), "") + " --no-fit");
-  EXPECT_NE(last_line(r.err).find("returns a tuple of 2; set output = INDEX (0..1)"), std::string::npos) << r.err;
+  EXPECT_NE(last_line(r.err).find("returns a tuple of 2 (0: Float 2-d, 1: Float 2-d); set output = INDEX (0..1) in "
+                                  "the job spec"),
+            std::string::npos)
+      << r.err;
   r = run_oomtune("probe " + job(testing::test_model("tuple_out"), "output = 0") + " --no-fit");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   r = run_oomtune("probe " + job(testing::test_model("dict_out"), "output = \"logits\"") + " --no-fit");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+
+  // A (loss, logits) tuple under model_returns_loss: the error names the scalar.
+  const std::string returns_loss_tuple = testing::test_model("returns_loss_tuple");
+  OOMTUNE_REQUIRE_FILE(returns_loss_tuple);
+  const std::string inputs =
+      "[[inputs]]\nname = \"x\"\nshape = [\"batch\", 16]\n\n"
+      "[[inputs]]\nname = \"labels\"\nshape = [\"batch\"]\ndtype = \"int64\"\nrange = [0, 10]\n\n"
+      "[loss]\nkind = \"model_returns_loss\"\n";
+  const auto loss_job = [&](const std::string& output) {
+    return testing::write_temp_file(
+        "loss_tuple.toml", "model = \"" + returns_loss_tuple + "\"\nglobal_batch = 4\n" + output + "\n" + inputs);
+  };
+  r = run_oomtune("probe " + loss_job("") + " --no-fit");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(last_line(r.err).find("returns a tuple of 2 (0: Float scalar, 1: Float 2-d); set output = 0 in the job "
+                                  "spec (element 0 is its only scalar: the loss)"),
+            std::string::npos)
+      << r.err;
+  r = run_oomtune("probe " + loss_job("output = 0") + " --no-fit");
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 

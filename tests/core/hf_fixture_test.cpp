@@ -95,9 +95,9 @@ TEST(HuggingFaceFixture, EagerGpt2NeedsAnOutputKey) {
     run_trial(job, baseline_config(job), testing::one_timed_step());
     FAIL();
   } catch (const ModelError& e) {
-    EXPECT_NE(
-        std::string(e.what()).find("the model returns a dict; set output = \"KEY\" in the job spec (keys: logits)"),
-        std::string::npos)
+    EXPECT_NE(std::string(e.what()).find(
+                  "the model returns a dict; set output = \"KEY\" in the job spec (keys: logits: Float 3-d)"),
+              std::string::npos)
         << e.what();
   }
 }

@@ -9,6 +9,8 @@ Writes into the folder given as the first argument:
   dict_out.pt    returns {"logits": [B, 10], "hidden": [B, 32]}
   tuple_out.pt   returns (logits [B, 10], hidden [B, 32])
   returns_loss.pt returns {"loss": scalar, "logits": [B, 10]} given (x, labels)
+  returns_loss_tuple.pt returns (loss, logits) given (x, labels), as Hugging
+                 Face models traced with torchscript=True do
   two_inputs.pt  forward(input_ids [B, 16] int64, attention_mask [B, 16] float,
                  bias: Optional = None) -> [B, 10]; swapping the two fails
   dict_in.pt     two_inputs' layers and computation, taking
@@ -192,6 +194,12 @@ class ReturnsLoss(DictOut):
         return {"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}
 
 
+class ReturnsLossTuple(DictOut):
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        logits = self.head(self.body(x))
+        return nn.functional.cross_entropy(logits, labels), logits
+
+
 class TwoInputs(nn.Module):
     def __init__(self):
         super().__init__()
@@ -372,7 +380,8 @@ def main() -> int:
     torch.jit.script(made).save(os.path.join(out, "arange_script.pt"))
     write_not_torchscript(os.path.join(out, "not_torchscript"))
     # Made last, so that the models above keep their weights.
-    for name, model in [("dict_in", DictIn()), ("list_in", ListIn()), ("int_arg", IntArg())]:
+    for name, model in [("dict_in", DictIn()), ("list_in", ListIn()), ("int_arg", IntArg()),
+                        ("returns_loss_tuple", ReturnsLossTuple())]:
         torch.jit.script(model).save(os.path.join(out, f"{name}.pt"))
     example = (torch.randint(0, 100, (2, 16)), torch.ones(2, 16))
     torch.jit.trace(TupleIn(), (example,)).save(os.path.join(out, "tuple_in.pt"))
