@@ -397,6 +397,17 @@ TEST(Cli, ModelFilesThatAreNotTorchScriptSayWhatTheyAre) {
   EXPECT_EQ(probes, 1u) << r.err;
 }
 
+// An [[inputs]] table of shape [batch, 16], and the int64 labels with the
+// cross-entropy loss that read them: the forward-argument tests' job specs.
+std::string spec_input(const std::string& name, const char* dtype_and_range) {
+  return "[[inputs]]\nname = \"" + name + "\"\nshape = [\"batch\", 16]\n" + dtype_and_range + "\n\n";
+}
+std::string spec_ids(const std::string& name) { return spec_input(name, "dtype = \"int64\"\nrange = [0, 100]"); }
+std::string spec_floats(const std::string& name) { return spec_input(name, "range = [0.0, 1.0]"); }
+constexpr const char* kSpecLabels =
+    "[[inputs]]\nname = \"labels\"\nshape = [\"batch\"]\ndtype = \"int64\"\nrange = [0, 10]\n\n"
+    "[loss]\nkind = \"cross_entropy\"\ntarget = \"labels\"\n";
+
 // Note [Forward arguments]: inputs named as forward's arguments go by name
 // (two_inputs fails when its int64 ids and float mask are swapped), others
 // in order; a mix, a missing required argument or a count forward cannot
@@ -404,40 +415,33 @@ TEST(Cli, ModelFilesThatAreNotTorchScriptSayWhatTheyAre) {
 TEST(Cli, InputsNamedAsForwardsArgumentsArePassedByName) {
   const std::string model = testing::test_model("two_inputs");
   OOMTUNE_REQUIRE_FILE(model);
-  const auto input = [](const std::string& name, const char* dtype_and_range) {
-    return "[[inputs]]\nname = \"" + name + "\"\nshape = [\"batch\", 16]\n" + dtype_and_range + "\n\n";
-  };
-  const auto ids = [&](const std::string& name) { return input(name, "dtype = \"int64\"\nrange = [0, 100]"); };
-  const auto mask = [&](const std::string& name) { return input(name, "range = [0.0, 1.0]"); };
-  const std::string labels =
-      "[[inputs]]\nname = \"labels\"\nshape = [\"batch\"]\ndtype = \"int64\"\nrange = [0, 10]\n\n"
-      "[loss]\nkind = \"cross_entropy\"\ntarget = \"labels\"\n";
   const auto probe = [&](const std::string& inputs) {
     const std::string job = testing::write_temp_file(
-        "two_inputs.toml", "model = \"" + model + "\"\nglobal_batch = 4\n\n" + inputs + labels);
+        "two_inputs.toml", "model = \"" + model + "\"\nglobal_batch = 4\n\n" + inputs + kSpecLabels);
     return std::pair{job, run_oomtune("probe " + job + " --no-fit")};
   };
-  for (const std::string& inputs : {ids("input_ids") + mask("attention_mask"),  // in order, by name
-                                    mask("attention_mask") + ids("input_ids"),  // swapped, by name
-                                    ids("ids") + mask("mask")}) {               // in order, by position
+  for (const std::string& inputs : {spec_ids("input_ids") + spec_floats("attention_mask"),  // in order, by name
+                                    spec_floats("attention_mask") + spec_ids("input_ids"),  // swapped, by name
+                                    spec_ids("ids") + spec_floats("mask")}) {               // in order, by position
     const auto [job, r] = probe(inputs);
     EXPECT_EQ(r.exit_code, 0) << inputs << r.err;
   }
   {
-    const auto [job, r] = probe(mask("mask") + ids("ids"));  // swapped, by position: the model's own error
+    const auto [job, r] = probe(spec_floats("mask") + spec_ids("ids"));  // swapped, by position: the model's own error
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_NE(last_line(r.err).find("forward(mask: Float 4x16, ids: Long 4x16) failed"), std::string::npos) << r.err;
   }
   const std::string signature = "forward(input_ids, attention_mask, bias) in " + model;
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {ids("input_ids") + mask("mask"),
+      {spec_ids("input_ids") + spec_floats("mask"),
        ": input 'mask' is not an argument of " + signature +
            " (did you mean 'attention_mask'?): inputs named as "
            "forward's arguments are passed by name, inputs named otherwise in order, not a mix"},
-      {ids("input_ids"), ": " + signature +
-                             " needs 'attention_mask', which no input gives (inputs passed by name: "
-                             "input_ids)"},
-      {ids("ids"), ": " + signature + " takes 2 to 3 inputs, the job passes 1 (ids) besides the loss target 'labels'"},
+      {spec_ids("input_ids"), ": " + signature +
+                                  " needs 'attention_mask', which no input gives (inputs passed by name: "
+                                  "input_ids)"},
+      {spec_ids("ids"),
+       ": " + signature + " takes 2 to 3 inputs, the job passes 1 (ids) besides the loss target 'labels'"},
   };
   for (const auto& [inputs, expected] : bad) {
     const auto [job, r] = probe(inputs);
@@ -457,18 +461,10 @@ TEST(Cli, InputsNamedAsForwardsArgumentsArePassedByName) {
 TEST(Cli, InputsArePackedIntoForwardsOneContainerArgument) {
   for (const char* name : {"two_inputs", "dict_in", "tuple_in", "list_in", "int_arg"})
     OOMTUNE_REQUIRE_FILE(testing::test_model(name));
-  const auto input = [](const std::string& name, const char* dtype_and_range) {
-    return "[[inputs]]\nname = \"" + name + "\"\nshape = [\"batch\", 16]\n" + dtype_and_range + "\n\n";
-  };
-  const auto ids = [&](const std::string& name) { return input(name, "dtype = \"int64\"\nrange = [0, 100]"); };
-  const auto floats = [&](const std::string& name) { return input(name, "range = [0.0, 1.0]"); };
-  const std::string labels =
-      "[[inputs]]\nname = \"labels\"\nshape = [\"batch\"]\ndtype = \"int64\"\nrange = [0, 10]\n\n"
-      "[loss]\nkind = \"cross_entropy\"\ntarget = \"labels\"\n";
   const auto probe = [&](const std::string& model_name, const std::string& inputs) {
     const std::string job =
         testing::write_temp_file(model_name + ".toml", "model = \"" + testing::test_model(model_name) +
-                                                           "\"\nglobal_batch = 4\n\n" + inputs + labels);
+                                                           "\"\nglobal_batch = 4\n\n" + inputs + kSpecLabels);
     return std::pair{job, run_oomtune("probe " + job + " --no-fit --json")};
   };
   const auto phase_peaks = [](const RunResult& r) {
@@ -477,19 +473,19 @@ TEST(Cli, InputsArePackedIntoForwardsOneContainerArgument) {
     for (auto it = phases.begin(); it != phases.end(); ++it) peaks[it.key()] = it->at("peak_bytes").get<int64_t>();
     return peaks;
   };
-  const auto [plain_job, plain] = probe("two_inputs", ids("input_ids") + floats("attention_mask"));
+  const auto [plain_job, plain] = probe("two_inputs", spec_ids("input_ids") + spec_floats("attention_mask"));
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   const std::map<std::string, int64_t> expected = phase_peaks(plain);
   ASSERT_GT(expected.at("backward"), 0) << plain.out;
-  for (const auto& [model_name, inputs] :
-       std::vector<std::pair<std::string, std::string>>{{"dict_in", ids("input_ids") + floats("attention_mask")},
-                                                        {"dict_in", floats("attention_mask") + ids("input_ids")},
-                                                        {"tuple_in", ids("ids") + floats("mask")}}) {
+  for (const auto& [model_name, inputs] : std::vector<std::pair<std::string, std::string>>{
+           {"dict_in", spec_ids("input_ids") + spec_floats("attention_mask")},
+           {"dict_in", spec_floats("attention_mask") + spec_ids("input_ids")},
+           {"tuple_in", spec_ids("ids") + spec_floats("mask")}}) {
     const auto [job, r] = probe(model_name, inputs);
     ASSERT_EQ(r.exit_code, 0) << model_name << "\n" << inputs << r.err;
     EXPECT_EQ(phase_peaks(r), expected) << model_name << "\n" << inputs;
   }
-  for (const std::string& inputs : {floats("a"), floats("a") + floats("b") + floats("c")}) {
+  for (const std::string& inputs : {spec_floats("a"), spec_floats("a") + spec_floats("b") + spec_floats("c")}) {
     const auto [job, r] = probe("list_in", inputs);
     EXPECT_EQ(r.exit_code, 0) << inputs << r.err;
   }
@@ -503,18 +499,19 @@ TEST(Cli, InputsArePackedIntoForwardsOneContainerArgument) {
               std::string::npos)
         << line;
   };
-  fails("tuple_in", floats("mask") + ids("ids"), "{model}: forward(inputs=(mask: Float 4x16, ids: Long 4x16)) failed");
-  fails("dict_in", ids("input_ids"), "{model}: forward(batch={{input_ids: Long 4x16}}) failed");  // a key it reads
-  fails("tuple_in", ids("ids") + floats("mask") + floats("bias"),
+  fails("tuple_in", spec_floats("mask") + spec_ids("ids"),
+        "{model}: forward(inputs=(mask: Float 4x16, ids: Long 4x16)) failed");
+  fails("dict_in", spec_ids("input_ids"), "{model}: forward(batch={{input_ids: Long 4x16}}) failed");  // a key it reads
+  fails("tuple_in", spec_ids("ids") + spec_floats("mask") + spec_floats("bias"),
         "oomtune: {job}: forward(inputs) in {model} takes its inputs packed in 'inputs', a tuple of 2 tensors; the "
         "job passes 3 (ids, mask, bias) besides the loss target 'labels'");
   const std::string not_a_tensor =
       "oomtune: {job}: forward(x, repeats) in {model} takes 'repeats' as int, not a tensor: oomtune passes each "
       "input as one tensor, or packs all of them into forward's first argument when it is the only required one and "
       "a Dict[str, Tensor], a tuple or a list of tensors";
-  fails("int_arg", floats("x") + floats("repeats"), not_a_tensor);  // by name
-  fails("int_arg", floats("a") + floats("b"), not_a_tensor);        // in order
-  fails("int_arg", floats("x"), not_a_tensor);                      // by name, the int not given
+  fails("int_arg", spec_floats("x") + spec_floats("repeats"), not_a_tensor);  // by name
+  fails("int_arg", spec_floats("a") + spec_floats("b"), not_a_tensor);        // in order
+  fails("int_arg", spec_floats("x"), not_a_tensor);                           // by name, the int not given
 }
 
 TEST(Cli, AnOutOfRangeTargetNamesTheClassCount) {
