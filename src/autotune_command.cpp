@@ -1,6 +1,7 @@
 // `oomtune autotune JOB.toml`: find the fastest training configuration that
 // fits the memory budget, verified by real runs in fresh processes.
 
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -186,6 +187,23 @@ struct AutotuneFlags {
   SnapshotFlags snapshots;
 };
 
+// The chosen configuration of a job with remainder = "last_smaller" may run
+// the global batch with a smaller last micro-batch (31 as 8 x 3 + 7). No
+// framework config expresses one (docs/recipes.md), nor does the plan, so
+// --emit writes nothing and says which global batches would do.
+void require_equal_micro_batches(const AutotuneReport& report, const std::string& emit_dir) {
+  const TrainingConfig& c = report.search.trail[*report.search.chosen].config;
+  const int64_t g = report.job.global_batch;
+  if (c.micro_batch * c.accumulation_steps == g) return;
+  const int64_t last = g - (c.accumulation_steps - 1) * c.micro_batch;
+  throw InputError(fmt::format(
+      "--emit {}: nothing written: the chosen configuration runs the global batch {} as {} x {} + {} (remainder = "
+      "\"last_smaller\"), and every framework config (and plan.toml) takes equal micro-batches; a global batch that "
+      "{} divides ({} or {}) gives one",
+      emit_dir, g, c.micro_batch, c.accumulation_steps - 1, last, c.micro_batch, g / c.micro_batch * c.micro_batch,
+      c.accumulation_steps * c.micro_batch));
+}
+
 Plan plan_from(const AutotuneReport& report) {
   const TrailNode& best = report.search.trail[*report.search.chosen];
   const JobSpec& job = report.job;
@@ -286,6 +304,11 @@ int run_autotune(const AutotuneFlags& flags) {
       !std::filesystem::is_directory(flags.emit_dir))
     throw InputError(fmt::format("--emit {}: exists and is not a folder", flags.emit_dir));
   if (!flags.emit_dir.empty()) require_emit_folder(flags.emit_dir);  // now, not after the search
+  if (!flags.emit_dir.empty() && report.job.allow_remainder && report.job.global_batch > 1)
+    fmt::print(stderr,
+               "autotune: note: remainder = \"last_smaller\": --emit writes the configs only if the chosen "
+               "micro-batch divides the global batch {} (frameworks take equal micro-batches)\n",
+               report.job.global_batch);
   fmt::print(stderr, "autotune: {} under {} on {}\n", report.job.model_path, format_bytes(*report.job.budget_bytes),
              device_name(report.job.device));
   ChildTrialRunner runner(report.job, flags.snapshots);
@@ -314,13 +337,14 @@ int run_autotune(const AutotuneFlags& flags) {
   // No candidate chosen: "nothing fits" only when none ended its
   // verification for a reason other than memory (a timeout proves nothing).
   const bool unverified = !report.search.chosen && !unverified_candidates(report.search).empty();
-  std::optional<OutputError> emit_failed;  // said after the report, which is not lost with it
+  std::exception_ptr emit_failed;  // said after the report, which is not lost with it
   if (report.search.chosen && !flags.emit_dir.empty()) {
     try {
+      require_equal_micro_batches(report, flags.emit_dir);
       for (const EmittedFile& file : emit_all(plan_from(report), flags.emit_dir))
         report.emitted_files.push_back(file.path);
-    } catch (const OutputError& e) {
-      emit_failed = e;
+    } catch (const Error&) {
+      emit_failed = std::current_exception();
     }
   } else if (!report.search.chosen && !unverified &&
              report.search.parameter_count + report.search.frozen_parameter_count > 0) {
@@ -332,7 +356,7 @@ int run_autotune(const AutotuneFlags& flags) {
     fmt::print("{}\n", json_text(autotune_json(report), 2));
   else
     fmt::print("{}", render_autotune_text(report));
-  if (emit_failed) throw *emit_failed;
+  if (emit_failed) std::rethrow_exception(emit_failed);
   if (report.search.chosen) return kExitOk;
   return unverified ? kExitUnverified : kExitNothingFits;
 }

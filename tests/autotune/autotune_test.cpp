@@ -712,6 +712,39 @@ TEST(AutotuneInputs, MicroBatchThatDoesNotDivideTheGlobalBatch) {
   EXPECT_TRUE(contains(line, "remainder = \"last_smaller\"")) << line;
 }
 
+// remainder = "last_smaller" with --emit: global batch 15, micro-batches up
+// to 4, a budget every node fits at 4, so the chosen configuration runs
+// 4 x 3 + 3. No framework config (nor plan.toml) takes a smaller last
+// micro-batch: the report is printed whole, nothing is written, and the
+// error after it says which global batches would do (exit 2). Before, the
+// plan's validation threw before the report: a whole search lost.
+TEST(AutotuneInputs, ARemainderPlanIsReportedButNotEmitted) {
+  OOMTUNE_REQUIRE_FILE(model("gpt_small"));
+  const TestDir dir;
+  const fs::path emit = dir / "configs";
+  const RunResult r = run_oomtune(
+      kAutotune + gpt_job(dir, kSmall, 15, "remainder = \"last_smaller\"\nmax_micro_batch = 4\nbudget = \"256MiB\"") +
+      " --json --emit " + emit.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  const json report = parse_json(r);
+  ASSERT_TRUE(report.contains("chosen")) << r.out;
+  const json& chosen = report.at("chosen");
+  ASSERT_FALSE(chosen.is_null()) << dump_trail(report);
+  EXPECT_EQ(chosen.at("micro_batch"), 4) << dump_trail(report);
+  EXPECT_EQ(chosen.at("accumulation_steps"), 4);
+  EXPECT_EQ(chosen.at("verification").at("outcome"), "ok");
+  EXPECT_TRUE(report.at("emitted_files").empty());
+  EXPECT_TRUE(!fs::exists(emit) || fs::is_empty(emit));
+  EXPECT_TRUE(contains(r.err,
+                       "autotune: note: remainder = \"last_smaller\": --emit writes the configs only if the "
+                       "chosen micro-batch divides the global batch 15"))
+      << r.err;
+  EXPECT_EQ(last_line(r.err), "oomtune: --emit " + emit.string() +
+                                  ": nothing written: the chosen configuration runs the global batch 15 as 4 x 3 + 3 "
+                                  "(remainder = \"last_smaller\"), and every framework config (and plan.toml) takes "
+                                  "equal micro-batches; a global batch that 4 divides (12 or 16) gives one");
+}
+
 TEST(AutotuneInputs, UnknownStrategyNamesTheClosestValidOne) {
   OOMTUNE_REQUIRE_FILE(model("gpt_small"));
   const TestDir dir;
