@@ -309,9 +309,6 @@ void Search::note_remainder() {
   const std::vector<int64_t> valid = valid_micro_batches(job_);
   const int64_t m = best_config.micro_batch;
   const int64_t last = g - (best_config.accumulation_steps - 1) * m;
-  std::vector<int64_t> multiples;  // the global batches next to g that m divides
-  if (g / m >= 1) multiples.push_back(g / m * m);
-  multiples.push_back(best_config.accumulation_steps * m);
   const auto samples_per_second = [&](double seconds) { return static_cast<double>(g) / seconds; };
   result_.notes.push_back(fmt::format(
       "remainder: a micro-batch must divide the global batch {}, which leaves micro-batches {}; {} is predicted to fit "
@@ -323,7 +320,7 @@ void Search::note_remainder() {
       valid.size() <= 8 ? fmt::format("{}", fmt::join(valid, ", "))
                         : fmt::format("{}, ..., {}", fmt::join(valid.begin(), valid.begin() + 4, ", "), valid.back()),
       best->node, m, samples_per_second(best_seconds), samples_per_second(chosen.predicted_seconds), m,
-      fmt::join(multiples, " or "), g, m, best_config.accumulation_steps - 1, last));
+      divisible_global_batches(g, m), g, m, best_config.accumulation_steps - 1, last));
 }
 
 }  // namespace oomtune::search_detail

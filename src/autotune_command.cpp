@@ -22,6 +22,7 @@
 #include "search/model_fit.h"
 #include "search/search.h"
 #include "snapshot_paths.h"
+#include "strategies/accumulation.h"
 #include "trial/child_trial.h"
 
 namespace oomtune {
@@ -199,9 +200,9 @@ void require_equal_micro_batches(const AutotuneReport& report, const std::string
   throw InputError(fmt::format(
       "--emit {}: nothing written: the chosen configuration runs the global batch {} as {} x {} + {} (remainder = "
       "\"last_smaller\"), and every framework config (and plan.toml) takes equal micro-batches; a global batch that "
-      "{} divides ({} or {}) gives one",
-      emit_dir, g, c.micro_batch, c.accumulation_steps - 1, last, c.micro_batch, g / c.micro_batch * c.micro_batch,
-      c.accumulation_steps * c.micro_batch));
+      "{} divides ({}) gives one",
+      emit_dir, g, c.micro_batch, c.accumulation_steps - 1, last, c.micro_batch,
+      divisible_global_batches(g, c.micro_batch)));
 }
 
 Plan plan_from(const AutotuneReport& report) {

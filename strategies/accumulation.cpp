@@ -26,4 +26,10 @@ int64_t micro_batch_count(int64_t global_batch, int64_t micro_batch) {
   return global_batch / micro_batch + (global_batch % micro_batch != 0);
 }
 
+std::string divisible_global_batches(int64_t global_batch, int64_t micro_batch) {
+  const int64_t below = global_batch / micro_batch * micro_batch;
+  const int64_t above = micro_batch_count(global_batch, micro_batch) * micro_batch;
+  return below == above ? std::to_string(below) : std::to_string(below) + " or " + std::to_string(above);
+}
+
 }  // namespace oomtune

@@ -10,6 +10,7 @@
 //   micro-batch holds the rest and every loss is weighted by its share.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace oomtune {
@@ -32,5 +33,11 @@ std::vector<MicroBatchSlice> split_global_batch(int64_t global_batch, int64_t mi
 /// split_global_batch with allow_remainder). Requires micro_batch >= 1;
 /// no overflow near INT64_MAX.
 int64_t micro_batch_count(int64_t global_batch, int64_t micro_batch);
+
+/// The global batches next to `global_batch` that `micro_batch` divides, as
+/// a clause: "24 or 32" for 31 and 8 (the multiple below, then the one
+/// above; just one when micro_batch divides global_batch). Requires
+/// 1 <= micro_batch <= global_batch.
+std::string divisible_global_batches(int64_t global_batch, int64_t micro_batch);
 
 }  // namespace oomtune

@@ -128,6 +128,14 @@ TEST(MicroBatchCount, DoesNotOverflowNearInt64Max) {
   EXPECT_EQ(micro_batch_count(kMax, kMax), 1);
 }
 
+TEST(DivisibleGlobalBatches, AreTheMultiplesBelowAndAboveOrTheGlobalBatchItself) {
+  EXPECT_EQ(divisible_global_batches(31, 8), "24 or 32");
+  EXPECT_EQ(divisible_global_batches(31, 7), "28 or 35");
+  EXPECT_EQ(divisible_global_batches(32, 8), "32");
+  EXPECT_EQ(divisible_global_batches(15, 15), "15");
+  EXPECT_EQ(divisible_global_batches(15, 4), "12 or 16");
+}
+
 TEST(FitPhaseLines, TwoProbesGiveEachPhaseItsOwnLine) {
   // Probes at 4 and 8: forward 1400 -> 1800 (1000 + 100 b), backward
   // 1500 -> 2100 (900 + 150 b), loss 1400 -> 1600, optimizer 2000 twice.
