@@ -46,8 +46,11 @@ void Search::add_node(const std::string& tree_name, const TrainingConfig& config
   if (valid.empty()) return;
   if (exact && std::find(valid.begin(), valid.end(), largest) == valid.end()) return;
   if (valid.front() > largest) {  // e.g. accumulation when only the global batch itself is a valid micro-batch
-    result_.notes.push_back(fmt::format("{}: not possible (no valid micro-batch is {} or less; valid: {})", name,
-                                        largest, fmt::join(valid, ", ")));
+    result_.notes.push_back(
+        largest < 1 ? fmt::format("{}: not possible (the global batch is {} sample: no smaller micro-batch)", name,
+                                  job_.global_batch)
+                    : fmt::format("{}: not possible (no valid micro-batch is {} or less; valid: {})", name, largest,
+                                  fmt::join(valid, ", ")));
     return;
   }
   const auto budget = static_cast<double>(result_.usable_budget_bytes);

@@ -1318,6 +1318,17 @@ TEST(DecisionTree, NoAccumulationNodeWhenOnlyTheGlobalBatchIsAValidMicroBatch) {
     noted |= note == "micro-batch + accumulation: not possible (no valid micro-batch is 2 or less; valid: 3)";
   EXPECT_TRUE(noted) << ::testing::PrintToString(r.notes);
   EXPECT_EQ(chosen(r).node, "plain");
+
+  // A global batch of one sample: nothing to split, and the note says that
+  // (it said "no valid micro-batch is 0 or less; valid: 1").
+  fake.global_batch = job.global_batch = 1;
+  job.min_micro_batch = 1;
+  const SearchResult one = run_search(fake, job);
+  EXPECT_TRUE(has_note(one,
+                       "micro-batch + accumulation: not possible (the global batch is 1 sample: no smaller "
+                       "micro-batch)"))
+      << ::testing::PrintToString(one.notes);
+  EXPECT_EQ(chosen(one).config.micro_batch, 1);
 }
 
 TEST(DecisionTree, ConstraintsThatLeaveNoMicroBatchAreInputErrors) {
