@@ -522,6 +522,11 @@ void Search::raise_min_micro_batch(int64_t size, const ProbeReport& report) {
 // least one micro-batch, else no configuration exists: a bad input.
 void Search::require_a_valid_micro_batch(const std::string& cause) const {
   if (!valid_micro_batches(job_).empty()) return;
+  const int64_t top = largest_micro_batch(job_);
+  if (job_.min_micro_batch > top)  // no size at all: a remainder would not help
+    throw InputError(fmt::format("{}: {}no micro-batch is left: min_micro_batch {} is above the {} {}",
+                                 job_.spec_path.empty() ? job_.model_path : job_.spec_path, cause, job_.min_micro_batch,
+                                 top == job_.global_batch ? "global batch" : "max_micro_batch", top));
   throw InputError(
       fmt::format("{}: {}no micro-batch from {} to {} divides the global batch {} (change "
                   "min_micro_batch / max_micro_batch, or set remainder = \"last_smaller\")",

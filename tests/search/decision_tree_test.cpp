@@ -1360,6 +1360,17 @@ TEST(DecisionTree, ConstraintsThatLeaveNoMicroBatchAreInputErrors) {
             "job.toml: micro-batch 1 cannot run (error during forward: Expected more than 1 value "
             "per channel when training), and no micro-batch from 2 to 2 divides the global batch "
             "3 (change min_micro_batch / max_micro_batch, or set remainder = \"last_smaller\")");
+  // Bounds that leave no size at all: no remainder can help, and the error
+  // does not suggest one.
+  job.min_micro_batch = 4;
+  job.max_micro_batch.reset();
+  FakeRunner above;
+  above.global_batch = 3;
+  EXPECT_EQ(message(above, job), "job.toml: no micro-batch is left: min_micro_batch 4 is above the global batch 3");
+  job.min_micro_batch = 3;
+  job.max_micro_batch = 2;
+  EXPECT_EQ(message(above, job), "job.toml: no micro-batch is left: min_micro_batch 3 is above the max_micro_batch 2");
+  EXPECT_EQ(above.probes, 0);
 }
 
 TEST(DecisionTree, NoBudgetIsAnInputError) {
