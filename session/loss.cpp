@@ -33,7 +33,8 @@ std::string dict_keys(const c10::impl::GenericDict& dict) {
 }
 
 /// The index of the only 0-d tensor among `items`, the loss of a model
-/// that returns (loss, logits, ...) as Hugging Face's do given labels.
+/// that returns (loss, logits, ...): a Hugging Face model given labels and
+/// return_dict=False (transformers 5.17, checked).
 std::optional<std::size_t> only_scalar(const std::vector<c10::IValue>& items) {
   std::optional<std::size_t> found;
   for (std::size_t i = 0; i < items.size(); ++i) {

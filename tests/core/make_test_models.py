@@ -10,7 +10,7 @@ Writes into the folder given as the first argument:
   tuple_out.pt   returns (logits [B, 10], hidden [B, 32])
   returns_loss.pt returns {"loss": scalar, "logits": [B, 10]} given (x, labels)
   returns_loss_tuple.pt returns (loss, logits) given (x, labels), as Hugging
-                 Face models traced with torchscript=True do
+                 Face models do given labels and return_dict=False
   two_inputs.pt  forward(input_ids [B, 16] int64, attention_mask [B, 16] float,
                  bias: Optional = None) -> [B, 10]; swapping the two fails
   dict_in.pt     two_inputs' layers and computation, taking
