@@ -478,13 +478,16 @@ void add_verdicts(Diagnosis& d) {
                     format_bytes(act), format_bytes(allocated),
                     oom ? fmt::format(", and the failing request was {}", format_bytes(oom->requested_bytes)) : "")});
   } else if (phase == Phase::kBackward) {
-    main.push_back(
-        Verdict{VerdictId::kBackwardPeak,
-                fmt::format("{} happened in the backward pass{}: gradients {} and activations still alive {} of {} "
-                            "allocated.",
-                            where == "the peak" ? "The peak" : "The out-of-memory", oom_place(oom),
-                            format_bytes(cats[static_cast<size_t>(Category::kGradients)]), format_bytes(act),
-                            format_bytes(allocated))});
+    const bool recomputing = oom && oom->recomputing;
+    main.push_back(Verdict{
+        VerdictId::kBackwardPeak,
+        fmt::format("{} happened in the backward pass{}{}: gradients {} and activations still alive{} {} of "
+                    "{} allocated.",
+                    where == "the peak" ? "The peak" : "The out-of-memory",
+                    recomputing ? ", while torch.utils.checkpoint recomputed a checkpointed block's forward," : "",
+                    oom_place(oom), format_bytes(cats[static_cast<size_t>(Category::kGradients)]),
+                    recomputing ? " (the checkpointed blocks' inputs and the recomputed block)" : "", format_bytes(act),
+                    format_bytes(allocated))});
   } else if (phase == Phase::kOptimizer) {
     main.push_back(Verdict{
         VerdictId::kOptimizerStateAllocation,
@@ -601,6 +604,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   t.generated_frames = frames.has_generated_frames();
   t.forward_alloc_events = attr.forward_alloc_events;
   t.checkpointed_forward_allocs = attr.checkpointed_forward_allocs;
+  t.recomputed_backward_allocs = attr.recomputed_backward_allocs;
   if (!trace.empty() && trace.back().time_us > 0 && trace.front().time_us > 0) {
     t.duration_us = trace.back().time_us - trace.front().time_us;
   }
@@ -658,6 +662,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       if (frames.call_frame(e.frames) >= 0) o.call_site = frames.describe(frames.call_frame(e.frames));
       const int64_t mf = frames.model_forward_frame(e.frames);
       if (mf >= 0) o.model_forward = frames.describe(mf);
+      o.recomputing = o.phase == Phase::kBackward && frames.recomputes(e.frames);
       for (int c = 0; c < kNumCategories; ++c) {
         o.live_by_category[static_cast<size_t>(c)] = replay.allocated_by_category()[static_cast<size_t>(c)];
       }

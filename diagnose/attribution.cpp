@@ -34,7 +34,7 @@ Category category_before_recording(StackId frames, const FrameIndex& index) {
     case Phase::kOptimizer:
       return Category::kOptimizerState;
     case Phase::kBackward:
-      return Category::kGradients;
+      return index.recomputes(frames) ? Category::kActivations : Category::kGradients;
     case Phase::kForward:
       return Category::kActivations;
     default:
@@ -75,7 +75,7 @@ Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& fr
           c = Category::kOptimizerState;
           break;
         case Phase::kBackward:
-          c = Category::kGradients;
+          c = frames.recomputes(trace[i].frames) ? Category::kActivations : Category::kGradients;
           break;
         case Phase::kForward:
           c = Category::kActivations;
@@ -127,6 +127,7 @@ Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& fr
       ++out.forward_alloc_events;
       if (frames.checkpointed(e.frames)) ++out.checkpointed_forward_allocs;
     }
+    if (alloc && p == Phase::kBackward && frames.recomputes(e.frames)) ++out.recomputed_backward_allocs;
     if (p == Phase::kForward) {
       if (!seen_forward || seen_after_forward) out.iteration_starts.push_back(i);
       seen_forward = true;

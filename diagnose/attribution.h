@@ -15,7 +15,9 @@
 //       parameters:      frames allocate parameters (frames.h);
 //       optimizer state: optimizer phase, retained;
 //       gradients:       backward phase, retained;
-//       activations:     forward phase, retained (saved for backward);
+//       activations:     forward phase, retained (saved for backward), or
+//                        backward phase recomputing a checkpointed block
+//                        (FrameIndex::recomputes), retained;
 //       temporaries:     freed before its phase ends, any phase;
 //       unattributed:    allocated before recording began without frames, or
 //                        retained outside forward/backward/optimizer.
@@ -51,6 +53,7 @@ struct Attribution {
   int64_t alloc_events_in_marked_phases = 0;  ///< COUNT: allocs whose phase an oomtune mark gave
   int64_t forward_alloc_events = 0;           ///< COUNT: allocs in the forward phase
   int64_t checkpointed_forward_allocs = 0;    ///< COUNT: of those, inside torch.utils.checkpoint
+  int64_t recomputed_backward_allocs = 0;     ///< COUNT: allocs in backward recomputing a checkpointed block
 };
 
 /// Attributes every event of `trace`. An event inside one of `marked`

@@ -71,6 +71,9 @@ struct OomReport {
   std::string layer;          ///< innermost model-code frame of the failing call ("" if none)
   std::string call_site;      ///< its call site ("" if none; frames.h)
   std::string model_forward;  ///< outermost model-code "forward" frame, if any
+  /// The failing call reran a checkpointed block's forward in backward
+  /// (FrameIndex::recomputes): torch.utils.checkpoint's recomputation.
+  bool recomputing = false;
   CategoryBytes live_by_category{};
 };
 
@@ -135,6 +138,7 @@ struct TraceSummary {
   bool generated_frames = false;              ///< torch.compile's generated code in the stacks: skipped
   int64_t forward_alloc_events = 0;           ///< COUNT: allocations in the forward phase
   int64_t checkpointed_forward_allocs = 0;    ///< COUNT: of those, inside torch.utils.checkpoint
+  int64_t recomputed_backward_allocs = 0;     ///< COUNT: allocs in backward recomputing a checkpointed block
   int64_t inconsistencies = 0;                ///< events that did not fit the replayed state
   bool replay_matches_dump = true;            ///< replayed allocated at the end == dumped
   int64_t dumped_allocated_bytes = 0;

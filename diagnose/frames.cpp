@@ -275,6 +275,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   stack_params_.assign(n, 0);
   stack_python_.assign(n, 0);
   stack_checkpointed_.assign(n, 0);
+  stack_recomputes_.assign(n, 0);
   auto outside_torch = [&](uint32_t f) {
     return frame_origin_[f] == Origin::kUser || frame_origin_[f] == Origin::kLibrary;
   };
@@ -291,12 +292,18 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     Phase inner_to_optimizer = Phase::kUnknown;  // the best phase met before any optimizer frame
     bool optimizer_seen = false;
     size_t outermost_forward = SIZE_MAX;  // position in the stack
+    bool forward_inner = false;           // a forward frame met so far (inner to frame k)
     for (size_t k = 0; k < stack.size(); ++k) {
       const uint32_t f = stack[k];
       const Phase p = frame_phase[f];
       if (frame_origin_[f] != Origin::kNative) stack_python_[s] = 1;
-      if (frame_origin_[f] == Origin::kTorch && cls[f].path == "utils/checkpoint.py" && frames[f].name == "checkpoint")
-        stack_checkpointed_[s] = 1;
+      if (frame_origin_[f] == Origin::kTorch && cls[f].path == "utils/checkpoint.py") {
+        const std::string_view name = frames[f].name;
+        if (name == "checkpoint") stack_checkpointed_[s] = 1;
+        if (forward_inner && (name == "recompute_fn" || name == "unpack_hook" || name == "backward"))
+          stack_recomputes_[s] = 1;
+      }
+      forward_inner = forward_inner || p == Phase::kForward;
       // Priority: optimizer > backward > forward > other > unknown.
       if (p == Phase::kOptimizer || (p == Phase::kBackward && best != Phase::kOptimizer) ||
           (p == Phase::kForward && (best == Phase::kOther || best == Phase::kUnknown)) ||

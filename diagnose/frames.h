@@ -56,7 +56,9 @@
 //                  "_engine_run_backward" (backward called on this thread);
 //                  torch/utils/checkpoint.py "backward", "unpack_hook" or
 //                  "recompute_fn" (recomputation in backward; its
-//                  "checkpoint" and "forward" run in forward); or
+//                  "checkpoint" and "forward" run in forward: a
+//                  recomputation's allocations are activations, see
+//                  FrameIndex::recomputes); or
 //                  torch/autograd/function.py "apply" as the stack's
 //                  outermost Python frame (the engine's thread calling a
 //                  custom Function's backward; Function.apply in a forward
@@ -127,6 +129,14 @@ class FrameIndex {
   /// (a frame of torch/utils/checkpoint.py named "checkpoint": the forward
   /// of a checkpointed block, reentrant or not).
   bool checkpointed(StackId stack) const { return stack_checkpointed_[stack] != 0; }
+  /// True when the stack reruns a checkpointed block's forward in backward:
+  /// a forward frame (rules above) inner to a torch/utils/checkpoint.py
+  /// frame named "recompute_fn" or "unpack_hook" (use_reentrant=False) or
+  /// "backward" (use_reentrant=True, CheckpointFunction.backward). Its phase
+  /// is backward; what it allocates is the block's activations again, not
+  /// gradients (the nested backward of a reentrant block has no forward
+  /// frame inner to checkpoint.py's).
+  bool recomputes(StackId stack) const { return stack_recomputes_[stack] != 0; }
   /// True when the stack allocates parameters (see the rules above).
   bool allocates_parameters(StackId stack) const { return stack_params_[stack] != 0; }
 
@@ -155,6 +165,7 @@ class FrameIndex {
   std::vector<uint8_t> stack_params_;
   std::vector<uint8_t> stack_python_;
   std::vector<uint8_t> stack_checkpointed_;
+  std::vector<uint8_t> stack_recomputes_;
   bool has_cpp_ = false;
   bool has_generated_ = false;
 };

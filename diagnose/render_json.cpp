@@ -64,6 +64,7 @@ std::string render_json(const Diagnosis& d) {
                 {"generated_frames", t.generated_frames},
                 {"forward_alloc_events", t.forward_alloc_events},
                 {"checkpointed_forward_allocs", t.checkpointed_forward_allocs},
+                {"recomputed_backward_allocs", t.recomputed_backward_allocs},
                 {"inconsistencies", t.inconsistencies},
                 {"replay_matches_dump", t.replay_matches_dump},
                 {"dumped_allocated_bytes", t.dumped_allocated_bytes},
@@ -104,6 +105,7 @@ std::string render_json(const Diagnosis& d) {
                     {"layer", o.layer},
                     {"call_site", o.call_site},
                     {"model_forward", o.model_forward},
+                    {"recomputing", o.recomputing},
                     {"alive", categories(o.live_by_category)}});
   }
   j["ooms"] = ooms;

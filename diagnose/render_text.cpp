@@ -85,10 +85,11 @@ std::string render_text(const Diagnosis& d) {
   if (!d.ooms.empty()) {
     out += fmt::format("\nOut-of-memory event{} ({})\n", d.ooms.size() == 1 ? "" : "s", d.ooms.size());
     for (const OomReport& o : d.ooms) {
-      out +=
-          fmt::format("  event {}: requested {} (rounded {}, {} pool, needs a {} segment) in {}{}\n", o.event_index,
-                      format_bytes(o.requested_bytes), format_bytes(o.rounded_bytes), o.large_pool ? "large" : "small",
-                      format_bytes(o.segment_bytes), phase_prose(o.phase), o.layer.empty() ? "" : " at " + o.layer);
+      out += fmt::format("  event {}: requested {} (rounded {}, {} pool, needs a {} segment) in {}{}{}\n",
+                         o.event_index, format_bytes(o.requested_bytes), format_bytes(o.rounded_bytes),
+                         o.large_pool ? "large" : "small", format_bytes(o.segment_bytes), phase_prose(o.phase),
+                         o.recomputing ? ", recomputing a checkpointed block's forward," : "",
+                         o.layer.empty() ? "" : " at " + o.layer);
       if (!o.call_site.empty() && o.call_site != o.layer) out += fmt::format("    called from {}\n", o.call_site);
       out +=
           fmt::format("    allocated {}, reserved {}, reserved but unallocated {}\n", format_bytes(o.allocated_bytes),

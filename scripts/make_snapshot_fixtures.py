@@ -77,6 +77,8 @@ Files written (each < 200 KB):
                         optimizer_oom.pickle's on device 1
   hf_bert_checkpointed_flash_oom.pickle  hf_bert_forward_oom's run with gradient
                         checkpointing and flash-attn's Function in forward
+  hf_bert_checkpointed_recompute_oom.pickle  the same fine-tuning checkpointed,
+                        out of memory in backward recomputing the last layer
   compiled_step_oom.pickle  a torch.compile'd model (inductor's generated code)
                         out of memory in its second forward
   backward_peak_stacks_all.pickle, hf_bert_forward_oom_stacks_all.pickle  those
@@ -181,6 +183,14 @@ def hf_op(torch_file, torch_fn, torch_line, bert_line, via_layer=None):
     return inner + hf_outer()
 
 
+# model.to("cuda") in finetune.py:48: the 4 layers' 24 MiB of weights each.
+HF_LOAD = [frame(f"{HF_TORCH}/nn/modules/module.py", "_apply", 1355),
+           frame(f"{HF_TORCH}/nn/modules/module.py", "to", 1369),
+           frame(f"{HF_VENV}/transformers/modeling_utils.py", "to", 4343),
+           frame(HF_USER, "main", 48),
+           frame(HF_USER, "<module>", 66)]
+
+
 def hf_bert_forward_oom():
     """BERT-like fine-tuning (4 layers of 24 MiB weights, moved to the GPU by
     finetune.py:48), out of memory in the forward of the second layer's
@@ -190,12 +200,7 @@ def hf_bert_forward_oom():
     for backward; under the 300 MiB cap, 272 MiB are reserved when the second
     intermediate asks for its 32 MiB segment."""
     sim = Sim(cap=300 * MIB)
-    load = [frame(f"{HF_TORCH}/nn/modules/module.py", "_apply", 1355),
-            frame(f"{HF_TORCH}/nn/modules/module.py", "to", 1369),
-            frame(f"{HF_VENV}/transformers/modeling_utils.py", "to", 4343),
-            frame(HF_USER, "main", 48),
-            frame(HF_USER, "<module>", 66)]
-    [sim.malloc(24 * MIB, load) for _ in range(4)]
+    [sim.malloc(24 * MIB, HF_LOAD) for _ in range(4)]
     try:
         for _ in range(4):
             for line in (329, 330, 331):  # query, key, value (BertSelfAttention)
@@ -813,6 +818,92 @@ def checkpointed_flash(dump):
     return with_frames_mapped(dump, wrap)
 
 
+# Recomputation in backward, as PyTorch 2.11 records it on CUDA: the autograd
+# engine's device thread unpacks a saved tensor of a checkpoint(use_reentrant=
+# False) block, whose unpack hook reruns the block (recompute_fn calls the
+# BertLayer through Module.__call__). No user frame: the thread starts in C++.
+RECOMPUTE = [frame(f"{HF_TORCH}/utils/checkpoint.py", "recompute_fn", 1607),
+             frame(f"{HF_TORCH}/utils/checkpoint.py", "_run_fn_with_dynamo_disabled", 1139),
+             frame(f"{HF_TORCH}/_dynamo/eval_frame.py", "_fn", 1263),
+             frame(f"{HF_TORCH}/_compile.py", "inner", 54),
+             frame(f"{HF_TORCH}/utils/checkpoint.py", "unpack_hook", 1173)]
+# A BertLayer's allocations: (bytes, torch file, function, line, modeling_bert.py line, BertLayer line).
+BERT_LAYER = [(8 * MIB, "nn/modules/linear.py", "forward", 134, 329, 598),  # query
+              (8 * MIB, "nn/modules/linear.py", "forward", 134, 330, 598),  # key
+              (8 * MIB, "nn/modules/linear.py", "forward", 134, 331, 598),  # value
+              (32 * MIB, "nn/functional.py", "softmax", 2140, 360, 598),   # attention probabilities
+              (32 * MIB, "nn/modules/linear.py", "forward", 134, 466, 630),  # intermediate
+              (8 * MIB, "nn/modules/linear.py", "forward", 134, 480, 630)]  # output
+
+
+def checkpointed_recompute_oom(cap=256 * MIB):
+    """hf_bert_forward_oom's fine-tuning with gradient checkpointing on every
+    BertLayer (non-reentrant), out of memory in backward while recomputing
+    the last layer's forward. Forward: the embeddings' 8 MiB output, then
+    each layer allocates its 96 MiB inside checkpoint() and keeps only its
+    8 MiB output (the next layer's input). Backward, from the engine's
+    thread: the head's 8 MiB gradient, then the unpack hook recomputes the
+    last layer. Under the 256 MiB cap its intermediate (modeling_bert.py:466,
+    32 MiB) fails: alive are the 96 MiB of weights, 40 MiB of checkpoint
+    inputs (the embeddings' output and 4 layer outputs), the head's gradient
+    and the recomputed q, k, v and probabilities (56 MiB): 200 MiB allocated,
+    240 MiB reserved; the recomputation would reach 240 MiB allocated, 16 MiB
+    more than the forward's peak (224 MiB). Activation
+    checkpointing is already on, so turning it on frees nothing; the
+    recomputed block and the checkpoint inputs scale with the micro-batch.
+    (Past the cap, each layer's backward runs as below: caps from 272 MiB
+    fail in a gradient instead.)"""
+    sim = Sim(cap=cap)
+    [sim.malloc(24 * MIB, HF_LOAD) for _ in range(4)]
+
+    def in_checkpoint(frames):
+        i = next(i for i, f in enumerate(frames) if f["filename"].endswith("transformers/modeling_layers.py"))
+        return frames[:i] + CHECKPOINT_FWD + frames[i:]
+
+    def recomputed(frames):
+        # The layer's frames up to BertLayer.forward and its Module.__call__, then the hook.
+        i = next(i for i, f in enumerate(frames) if f["filename"].endswith("transformers/modeling_layers.py"))
+        return frames[:i] + RECOMPUTE
+
+    # BertEmbeddings' output (modeling_bert.py:120), called by BertModel.forward
+    # at :1000; from BertModel's caller on, the frames of hf_outer().
+    outer = hf_outer()
+    above_model = outer[outer.index(frame(HF_BERT, "forward", 1008)) + 1:]
+    hidden = [sim.malloc(8 * MIB, [frame(f"{HF_TORCH}/nn/modules/sparse.py", "forward", 192)] + hf_call() +
+                         [frame(HF_BERT, "forward", 120)] + hf_call() + [frame(HF_BERT, "forward", 1000)] +
+                         above_model)]
+    for _ in range(4):
+        made = [sim.malloc(size, in_checkpoint(hf_op(f, fn, line, bert, via_layer=layer)))
+                for size, f, fn, line, bert, layer in BERT_LAYER]
+        for a in made[:-1]:  # freed as BertLayer.forward returns (saved tensors are recomputed instead)
+            sim.free(a, in_checkpoint([frame(HF_BERT, "forward", 630)] + hf_outer()))
+        hidden.append(made[-1])
+    grad_out = sim.malloc(8 * MIB, [])  # the gradient of the last hidden state, from the head
+    try:
+        for _ in range(4):  # last layer first, each op's backward in reverse order (no frames)
+            q, k, v, probs, inter, out = [sim.malloc(size, recomputed(hf_op(f, fn, line, bert, via_layer=layer)))
+                                          for size, f, fn, line, bert, layer in BERT_LAYER]
+            # BertOutput's dense: its weight's gradient and the intermediate's.
+            sim.malloc(8 * MIB, [])
+            grad_inter = sim.malloc(32 * MIB, [])
+            sim.free(out, [])
+            # BertIntermediate's dense: its weight's gradient and the attention output's.
+            sim.malloc(8 * MIB, [])
+            grad_attention = sim.malloc(8 * MIB, [])
+            sim.free(inter, [])
+            sim.free(grad_inter, [])
+            # Self-attention: the probabilities' gradient, then q, k, v's weights' gradient.
+            grad_probs = sim.malloc(32 * MIB, [])
+            sim.free(probs, [])
+            sim.malloc(8 * MIB, [])
+            for a in (q, k, v, grad_probs, grad_out, hidden.pop()):
+                sim.free(a, [])
+            grad_out = grad_attention
+    except OutOfMemory:
+        pass
+    return sim
+
+
 # torch.compile's frames as PyTorch 2.11 records them (sys.setprofile at
 # inductor's empty_strided calls on the CPU): the generated wrapper's `call`
 # in inductor's cache, AOTAutograd's runtime wrappers (a Function.apply in
@@ -970,6 +1061,7 @@ def main():
     write(os.path.join(out, "two_devices.pickle"), two_devices(leak(), optimizer_oom()), 4)
     write(os.path.join(out, "hf_bert_checkpointed_flash_oom.pickle"),
           checkpointed_flash(hf_bert_forward_oom().dump("v2_11")), 4)
+    write(os.path.join(out, "hf_bert_checkpointed_recompute_oom.pickle"), checkpointed_recompute_oom().dump("v2_11"), 4)
     write(os.path.join(out, "compiled_step_oom.pickle"), compiled_step_oom().dump("v2_11"), 4)
     write(os.path.join(out, "backward_peak_stacks_all.pickle"), stacks_all(backward_peak().dump("v2_11")), 4)
     write(os.path.join(out, "hf_bert_forward_oom_stacks_all.pickle"), stacks_all(hf_bert_forward_oom().dump("v2_11")),

@@ -90,6 +90,34 @@ TEST(ForwardFrames, CheckpointAndFunctionApplyAreForwardWhereTheyRunInForward) {
             Phase::kBackward);
 }
 
+// What a stack says about recomputation: only a forward frame inner to
+// checkpoint.py's backward-time frames reruns a block (FrameIndex::recomputes).
+TEST(ForwardFrames, OnlyAForwardRerunInsideCheckpointsBackwardRecomputes) {
+  const Frame layer{"/home/me/model.py", "forward", 15};
+  const Frame op = torch_frame("nn/modules/linear.py", "forward", 125);
+  auto recomputes = [](const std::vector<Frame>& stack) {
+    const Snapshot s = testing::with_stacks({stack});
+    return FrameIndex(s).recomputes(1);
+  };
+  // use_reentrant=False: the unpack hook on the engine's thread reruns the layer.
+  EXPECT_TRUE(recomputes({op, layer, torch_frame("utils/checkpoint.py", "recompute_fn", 1607),
+                          torch_frame("utils/checkpoint.py", "unpack_hook", 1173)}));
+  // use_reentrant=True: CheckpointFunction.backward reruns it ...
+  EXPECT_TRUE(recomputes({op, layer, torch_frame("utils/checkpoint.py", "backward", 308),
+                          torch_frame("autograd/function.py", "apply", 317)}));
+  // ... then runs a nested backward through it: gradients, no forward frame inside.
+  EXPECT_FALSE(recomputes({torch_frame("autograd/graph.py", "_engine_run_backward", 869),
+                           torch_frame("autograd/__init__.py", "backward", 381),
+                           torch_frame("utils/checkpoint.py", "backward", 320),
+                           torch_frame("autograd/function.py", "apply", 317)}));
+  // The first forward, inside checkpoint(): checkpointed, not recomputed.
+  EXPECT_FALSE(recomputes(
+      {op, layer, torch_frame("utils/checkpoint.py", "checkpoint", 512), {"/home/me/train.py", "<module>", 33}}));
+  // A plain forward, and a custom Function's backward.
+  EXPECT_FALSE(recomputes({op, layer, {"/home/me/train.py", "<module>", 33}}));
+  EXPECT_FALSE(recomputes({{"/home/me/model.py", "backward", 10}, torch_frame("autograd/function.py", "apply", 317)}));
+}
+
 // Before: the out-of-memory in forward read as "Peak in the backward pass",
 // its activations as gradients. The same diagnosis as without checkpointing
 // and flash-attn but for the trace's counts and checkpointing, which is
@@ -142,6 +170,48 @@ TEST(ForwardFrames, ACompiledModelsForwardIsItsModulesForward) {
   EXPECT_TRUE(d.trace.generated_frames);
   EXPECT_NE(d.trace.frames_note.find("torch.compile"), std::string::npos) << d.trace.frames_note;
   EXPECT_EQ(d.trace.iterations, 2);
+}
+
+// A checkpointed run out of memory in backward, recomputing the last layer
+// (scripts/make_snapshot_fixtures.py, checkpointed_recompute_oom). Before,
+// the recomputed tensors counted as gradients (64 MiB "gradients", 40 MiB
+// activations), so halving the micro-batch read "not enough alone (frees
+// 20.00 MiB, needs 32.00 MiB)".
+TEST(ForwardFrames, ARecomputationInBackwardAllocatesActivationsNotGradients) {
+  const std::string path = testing::synthetic_fixture("hf_bert_checkpointed_recompute_oom.pickle");
+  SKIP_IF_MISSING(path);
+  const Diagnosis d = testing::diagnose_file(path);
+  ASSERT_EQ(d.ooms.size(), 1u);
+  const OomReport& o = d.ooms[0];
+  EXPECT_EQ(o.phase, Phase::kBackward);
+  EXPECT_TRUE(o.recomputing);
+  EXPECT_EQ(o.requested_bytes, 32 * kMiB);
+  EXPECT_EQ(o.layer, "modeling_bert.py:466 in forward");
+  auto alive = [&](Category c) { return o.live_by_category[static_cast<size_t>(c)]; };
+  EXPECT_EQ(alive(Category::kParameters), 96 * kMiB);
+  // The embeddings' output and 4 layer outputs (the checkpoints' inputs),
+  // and the recomputed q, k, v (8 MiB each) and probabilities (32 MiB).
+  EXPECT_EQ(alive(Category::kActivations), 40 * kMiB + 56 * kMiB);
+  EXPECT_EQ(alive(Category::kGradients), 8 * kMiB);  // the head's gradient
+  EXPECT_EQ(o.allocated_bytes, 200 * kMiB);
+  EXPECT_EQ(d.trace.checkpointed_forward_allocs, 24);  // 4 layers x 6 tensors
+  EXPECT_EQ(d.trace.recomputed_backward_allocs, 4);    // q, k, v, probabilities; the intermediate failed
+  EXPECT_EQ(d.trace.iterations, 1);
+  EXPECT_TRUE(d.leaks.empty());
+  ASSERT_FALSE(d.verdicts.empty());
+  EXPECT_EQ(d.verdicts.front().id, VerdictId::kBackwardPeak);
+  EXPECT_NE(d.verdicts.front().evidence.find("recomputed a checkpointed block's forward"), std::string::npos)
+      << d.verdicts.front().evidence;
+  const auto find = [&](FixId id) {
+    return std::find_if(d.recommendations.begin(), d.recommendations.end(),
+                        [&](const Recommendation& r) { return r.id == id; });
+  };
+  EXPECT_EQ(find(FixId::kActivationCheckpointing), d.recommendations.end());
+  EXPECT_NE(find(FixId::kCheckpointingOn), d.recommendations.end());
+  const auto micro_batch = find(FixId::kMicroBatch);
+  ASSERT_NE(micro_batch, d.recommendations.end());
+  EXPECT_EQ(micro_batch->frees_bytes, 48 * kMiB);  // half of the 96 MiB of activations
+  EXPECT_NE(micro_batch->sufficiency, Sufficiency::kNotEnough);
 }
 
 }  // namespace
