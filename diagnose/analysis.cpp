@@ -393,6 +393,7 @@ std::string defragmenting_evidence(const Diagnosis& d, const OomReport& oom) {
 FixTarget phase_fix_target(VerdictId id) {
   switch (id) {
     case VerdictId::kActivationsInForward:
+    case VerdictId::kInferenceForward:
     case VerdictId::kBackwardPeak:
       return FixTarget::kActivations;
     case VerdictId::kOptimizerStateAllocation:
@@ -467,7 +468,16 @@ void add_verdicts(Diagnosis& d) {
     // Note [Phase need]: defragmenting must satisfy the failing phase, not only its request, to come first.
     main.back().evidence += defragmenting_evidence(d, *oom);
   }
-  if (phase == Phase::kForward) {
+  if (phase == Phase::kForward && oom && oom->inference) {
+    main.push_back(Verdict{
+        VerdictId::kInferenceForward,
+        fmt::format("The out-of-memory happened in a forward without autograd (torch.no_grad or inference_mode, "
+                    "Hugging Face's generate()){}: nothing is kept for backward. What the forward kept alive (a KV "
+                    "cache, outputs) held {} of {} allocated, and the failing request was {}. Activation "
+                    "checkpointing and the optimizer's settings do not apply; the batch, the sequence length and "
+                    "the model's dtype do.",
+                    oom_place(oom), format_bytes(act), format_bytes(allocated), format_bytes(oom->requested_bytes))});
+  } else if (phase == Phase::kForward) {
     main.push_back(Verdict{
         VerdictId::kActivationsInForward,
         fmt::format("{} happened in the forward pass{}{}: activations kept for backward held {} of {} allocated{}.",
@@ -663,10 +673,11 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       const int64_t mf = frames.model_forward_frame(e.frames);
       if (mf >= 0) o.model_forward = frames.describe(mf);
       o.recomputing = o.phase == Phase::kBackward && frames.recomputes(e.frames);
+      o.inference = o.phase == Phase::kForward && frames.inference(e.frames);
       for (int c = 0; c < kNumCategories; ++c) {
         o.live_by_category[static_cast<size_t>(c)] = replay.allocated_by_category()[static_cast<size_t>(c)];
       }
-      need_query = NeedQuery{i, o.phase, o.rounded_bytes, o.allocated_bytes, o.live_by_category};
+      need_query = NeedQuery{i, o.phase, o.rounded_bytes, o.allocated_bytes, o.live_by_category, o.inference};
       most_reserved_at_judged_oom = std::max(most_reserved, o.reserved_bytes);
       d.ooms.push_back(o);
       d.timeline.push_back(point_now(replay, static_cast<int64_t>(i), e.time_us));

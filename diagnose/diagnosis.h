@@ -74,6 +74,10 @@ struct OomReport {
   /// The failing call reran a checkpointed block's forward in backward
   /// (FrameIndex::recomputes): torch.utils.checkpoint's recomputation.
   bool recomputing = false;
+  /// The failing call ran in a forward without autograd: under a
+  /// torch.no_grad()/inference_mode() decorator or Hugging Face's
+  /// generate() (FrameIndex::inference). Nothing is kept for backward.
+  bool inference = false;
   CategoryBytes live_by_category{};
 };
 

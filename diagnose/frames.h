@@ -137,6 +137,16 @@ class FrameIndex {
   /// gradients (the nested backward of a reentrant block has no forward
   /// frame inner to checkpoint.py's).
   bool recomputes(StackId stack) const { return stack_recomputes_[stack] != 0; }
+  /// True when the stack runs without autograd, as inference does: a frame
+  /// of torch.no_grad()/torch.inference_mode() used as a decorator
+  /// ("decorate_context" in torch/utils/_contextlib.py, 2.x, or
+  /// torch/autograd/grad_mode.py, 1.13) or of Hugging Face's generation
+  /// code (a file under transformers/generation/: `generate` is such a
+  /// decorated function) outer to the model's outermost "forward" frame
+  /// (anywhere, when there is none). A decorated helper inside a forward
+  /// (rotary embeddings) does not count. A `with torch.no_grad():` block
+  /// leaves no frame, so it is not seen.
+  bool inference(StackId stack) const { return stack_inference_[stack] != 0; }
   /// True when the stack allocates parameters (see the rules above).
   bool allocates_parameters(StackId stack) const { return stack_params_[stack] != 0; }
 
@@ -166,6 +176,7 @@ class FrameIndex {
   std::vector<uint8_t> stack_python_;
   std::vector<uint8_t> stack_checkpointed_;
   std::vector<uint8_t> stack_recomputes_;
+  std::vector<uint8_t> stack_inference_;
   bool has_cpp_ = false;
   bool has_generated_ = false;
 };

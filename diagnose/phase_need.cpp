@@ -250,7 +250,8 @@ PhaseNeed estimate_need(const NeedQuery& q, const std::vector<PhaseRun>& runs, c
   }
 
   // 3. the forward's block pattern.
-  if (q.phase == Phase::kForward) forward_blocks(q, *run, trace, attr, frames, parameter_blocks(trace, attr), need);
+  if (q.phase == Phase::kForward && !q.inference)
+    forward_blocks(q, *run, trace, attr, frames, parameter_blocks(trace, attr), need);
   return need;
 }
 

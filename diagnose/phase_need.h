@@ -30,7 +30,9 @@
 //      (Note [Blocks from the parameters], phase_need.cpp): then the blocks
 //      after the current one are counted too; the head after them (a
 //      language model's logits) and the loss are not, so it stays a lower
-//      bound.
+//      bound. Not for a forward without autograd (generate(), evaluation):
+//      it keeps a KV cache and frees each block's output after the next
+//      block, so what stays per block is no block's whole pattern.
 //   4. request: only the failing request is known.
 // Never below the rounded request.
 // Limitations: the estimate compares bytes, not free blocks; temporaries
@@ -88,6 +90,7 @@ struct NeedQuery {
   int64_t rounded_bytes = 0;                   ///< the failing request, rounded
   int64_t allocated_bytes = 0;                 ///< at the oom
   std::array<int64_t, kNumCategories> live{};  ///< bytes alive at the oom, by Category
+  bool inference = false;                      ///< a forward without autograd (OomReport::inference)
 };
 
 /// What the failing phase still needed (Note [Phase need]).

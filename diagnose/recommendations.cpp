@@ -378,9 +378,15 @@ void recommend(Diagnosis& d) {
       act_to_come > 0 ? fmt::format(" + the {} the forward still needed", format_bytes(act_to_come)) : "";
   const TraceSummary& t = d.trace;
   const bool checkpointing_on = t.checkpointed_forward_allocs > 0;
-  if (act > 0 && (has_verdict(VerdictId::kActivationsInForward) || has_verdict(VerdictId::kBackwardPeak) ||
+  // A forward without autograd (generate(), an evaluation under no_grad)
+  // keeps nothing for backward: checkpointing has nothing to drop, and the
+  // batch is not a micro-batch of a training step.
+  const bool inference = has_verdict(VerdictId::kInferenceForward);
+  if (act > 0 && (has_verdict(VerdictId::kActivationsInForward) || has_verdict(VerdictId::kBackwardPeak) || inference ||
                   static_cast<double>(act) >= kMajorShare * static_cast<double>(allocated))) {
-    if (checkpointing_on) {
+    if (inference) {
+      // Nothing to recompute: the verdict says why no checkpointing.
+    } else if (checkpointing_on) {
       // Note [Checkpointing already on]
       // Forward allocations inside torch.utils.checkpoint (FrameIndex::
       // checkpointed) mean the job checkpoints: what stays of its forward
@@ -404,11 +410,18 @@ void recommend(Diagnosis& d) {
           "83% of activations" + act_basis + ", as measured on a 4-block GPT (docs/architecture.md)"});
       if (act_to_come > 0) out.back().need_share = kCheckpointingSaving;
     }
-    out.push_back(Recommendation{
-        FixId::kMicroBatch, "Halve the micro-batch and double gradient accumulation steps",
-        "Activations and temporaries scale with the micro-batch; the global batch (micro-batch x accumulation "
-        "steps) stays the same.",
-        (act + temp + act_to_come) / 2, "half of activations + temporaries alive then" + act_basis});
+    out.push_back(
+        inference
+            ? Recommendation{FixId::kMicroBatch, "Halve the batch (generate or evaluate in smaller batches)",
+                             "What a forward without autograd keeps (a KV cache, outputs) and its temporaries scale "
+                             "with the batch, as they do with the sequence length.",
+                             (act + temp + act_to_come) / 2,
+                             "half of what the forward kept + temporaries alive then" + act_basis}
+            : Recommendation{FixId::kMicroBatch, "Halve the micro-batch and double gradient accumulation steps",
+                             "Activations and temporaries scale with the micro-batch; the global batch (micro-batch "
+                             "x accumulation steps) stays the same.",
+                             (act + temp + act_to_come) / 2,
+                             "half of activations + temporaries alive then" + act_basis});
     if (act_to_come > 0) out.back().need_share = 0.5;
   }
 

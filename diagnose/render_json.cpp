@@ -106,6 +106,7 @@ std::string render_json(const Diagnosis& d) {
                     {"call_site", o.call_site},
                     {"model_forward", o.model_forward},
                     {"recomputing", o.recomputing},
+                    {"inference", o.inference},
                     {"alive", categories(o.live_by_category)}});
   }
   j["ooms"] = ooms;

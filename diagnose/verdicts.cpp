@@ -16,6 +16,7 @@ constexpr VerdictKind kVerdicts[kNumVerdicts] = {
     {VerdictId::kLeak, "leak", "Memory leak across iterations"},
     {VerdictId::kCapacity, "capacity", "The request did not fit"},
     {VerdictId::kMemoryCap, "memory_cap", "The process's memory cap was the limit, not the device"},
+    {VerdictId::kInferenceForward, "inference_forward", "Out of memory in inference (a forward without autograd)"},
 };
 
 // The rows follow the enum, so a kind is found by its value.

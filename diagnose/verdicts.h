@@ -17,8 +17,9 @@ enum class VerdictId : uint8_t {
   kLeak,                      ///< a site keeps what it allocates, iteration after iteration
   kCapacity,                  ///< an oom in no recognised phase, not fragmentation
   kMemoryCap,                 ///< CUDA had room: the process's own cap refused the segment
+  kInferenceForward,          ///< the failing call is in a forward without autograd (FrameIndex::inference)
 };
-constexpr int kNumVerdicts = 7;
+constexpr int kNumVerdicts = 8;
 
 /// A row of the verdict table.
 struct VerdictKind {

@@ -79,6 +79,9 @@ Files written (each < 200 KB):
                         checkpointing and flash-attn's Function in forward
   hf_bert_checkpointed_recompute_oom.pickle  the same fine-tuning checkpointed,
                         out of memory in backward recomputing the last layer
+  hf_llama_generate_oom.pickle  Hugging Face generate() (torch.no_grad) out of
+                        memory in a Llama's prefill: the KV cache and an eager
+                        attention's probabilities
   compiled_step_oom.pickle  a torch.compile'd model (inductor's generated code)
                         out of memory in its second forward
   backward_peak_stacks_all.pickle, hf_bert_forward_oom_stacks_all.pickle  those
@@ -904,6 +907,85 @@ def checkpointed_recompute_oom(cap=256 * MIB):
     return sim
 
 
+# Hugging Face generate() on a Llama, as PyTorch 2.11 records it with
+# transformers 5.24 (a TorchDispatchMode's traceback at each op, on the CPU,
+# 2026-12-03): generate() is decorated with torch.no_grad()
+# (torch/utils/_contextlib.py decorate_context), and the prefill calls
+# LlamaForCausalLM, LlamaModel, each LlamaDecoderLayer and its attention.
+HF_GEN = f"{HF_VENV}/transformers/generation/utils.py"
+HF_LLAMA = f"{HF_VENV}/transformers/models/llama/modeling_llama.py"
+HF_GEN_USER = "/home/user/torch/generate.py"
+HF_DEPRECATION = frame(f"{HF_VENV}/transformers/utils/deprecation.py", "wrapped_func", 173)
+
+
+def llama_generate_call():
+    """torch's Module.__call__ as transformers 5.24 sees it."""
+    return [frame(f"{HF_TORCH}/nn/modules/module.py", "_call_impl", 1790),
+            frame(f"{HF_TORCH}/nn/modules/module.py", "_wrapped_call_impl", 1779)]
+
+
+def llama_generate_frames(inner, where):
+    """`inner` (innermost first) inside the prefill of generate.py:20's
+    model.generate(): where = "attention:LINE" (LlamaAttention.forward at
+    LINE), "model" (LlamaModel.forward's loop) or "head" (LlamaForCausalLM)."""
+    head = [frame(f"{HF_VENV}/transformers/utils/generic.py", "wrapper", 1036), HF_DEPRECATION] + \
+        llama_generate_call() + \
+        [frame(HF_GEN, "_prefill", 4333), frame(HF_GEN, "_sample", 3208), frame(HF_GEN, "generate", 3008),
+         frame(f"{HF_TORCH}/utils/_contextlib.py", "decorate_context", 124), HF_DEPRECATION, HF_DEPRECATION,
+         frame(HF_GEN_USER, "<module>", 20)]
+    model = [frame(HF_LLAMA, "forward", 394), frame(f"{HF_VENV}/transformers/utils/output_capturing.py", "wrapper", 361),
+             frame(f"{HF_VENV}/transformers/utils/generic.py", "wrapper", 1182), HF_DEPRECATION] + \
+        llama_generate_call() + [frame(HF_LLAMA, "forward", 459)] + head
+    if where == "head":
+        return inner + [frame(HF_LLAMA, "forward", 471)] + head
+    if where == "model":
+        return inner + model
+    line = int(where.split(":")[1])
+    layer = [frame(HF_LLAMA, "forward", 299), HF_DEPRECATION,
+             frame(f"{HF_VENV}/transformers/modeling_layers.py", "forward_with_checkpointing", 124)] + \
+        llama_generate_call()
+    return inner + [frame(HF_LLAMA, "forward", line), HF_DEPRECATION] + llama_generate_call() + layer + model
+
+
+def llama_generate_oom(cap=384 * MIB):
+    """Hugging Face generate() on a 4-layer Llama-like model, out of memory in
+    its prefill: the eager attention's probabilities of the last layer
+    (modeling_llama.py:197, softmax, 64 MiB) do not fit. Weights: 4 layers
+    of 32 MiB and 64 MiB of embeddings (192 MiB, loaded by generate.py:12).
+    The prefill keeps each layer's keys and values in the KV cache
+    (cache_utils.py:136, 2 x 16 MiB a layer) and the 16 MiB hidden state
+    between layers; each layer's attention probabilities are freed when its
+    attention returns. Under the 384 MiB cap: 192 MiB weights, 96 MiB of
+    KV cache (3 layers) + 32 MiB (the 4th layer's keys and values, cached
+    before its attention) and the 16 MiB hidden state: 336 MiB allocated
+    (368 MiB reserved) when the 64 MiB request fails. No autograd: nothing is kept for
+    backward, so activation checkpointing does not apply; half the batch
+    halves the cache, the hidden state and the probabilities."""
+    sim = Sim(cap=cap)
+    load = [frame(f"{HF_TORCH}/nn/modules/module.py", "_apply", 1355),
+            frame(f"{HF_TORCH}/nn/modules/module.py", "to", 1369),
+            frame(f"{HF_VENV}/transformers/modeling_utils.py", "to", 4343),
+            frame(HF_GEN_USER, "<module>", 12)]
+    [sim.malloc(32 * MIB, load) for _ in range(6)]
+    embed = [frame(f"{HF_TORCH}/nn/modules/sparse.py", "forward", 192)] + llama_generate_call()
+    hidden = sim.malloc(16 * MIB, llama_generate_frames(embed + [frame(HF_LLAMA, "forward", 372)], "model"))
+    kv = [frame(f"{HF_VENV}/transformers/cache_utils.py", "update", 136),
+          frame(f"{HF_VENV}/transformers/cache_utils.py", "update", 1620)]
+    softmax = [frame(f"{HF_TORCH}/nn/functional.py", "softmax", 2161), frame(HF_LLAMA, "eager_attention_forward", 197)]
+    try:
+        for _ in range(4):
+            sim.malloc(16 * MIB, llama_generate_frames(kv, "attention:252"))  # keys
+            sim.malloc(16 * MIB, llama_generate_frames(kv, "attention:252"))  # values
+            probs = sim.malloc(64 * MIB, llama_generate_frames(softmax, "attention:258"))
+            sim.free(probs, llama_generate_frames([], "attention:258"))
+            out = sim.malloc(16 * MIB, llama_generate_frames([], "model"))  # the layer's output
+            sim.free(hidden, llama_generate_frames([], "model"))
+            hidden = out
+    except OutOfMemory:
+        pass
+    return sim
+
+
 # torch.compile's frames as PyTorch 2.11 records them (sys.setprofile at
 # inductor's empty_strided calls on the CPU): the generated wrapper's `call`
 # in inductor's cache, AOTAutograd's runtime wrappers (a Function.apply in
@@ -1062,6 +1144,7 @@ def main():
     write(os.path.join(out, "hf_bert_checkpointed_flash_oom.pickle"),
           checkpointed_flash(hf_bert_forward_oom().dump("v2_11")), 4)
     write(os.path.join(out, "hf_bert_checkpointed_recompute_oom.pickle"), checkpointed_recompute_oom().dump("v2_11"), 4)
+    write(os.path.join(out, "hf_llama_generate_oom.pickle"), llama_generate_oom().dump("v2_11"), 4)
     write(os.path.join(out, "compiled_step_oom.pickle"), compiled_step_oom().dump("v2_11"), 4)
     write(os.path.join(out, "backward_peak_stacks_all.pickle"), stacks_all(backward_peak().dump("v2_11")), 4)
     write(os.path.join(out, "hf_bert_forward_oom_stacks_all.pickle"), stacks_all(hf_bert_forward_oom().dump("v2_11")),

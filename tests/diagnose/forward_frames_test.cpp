@@ -214,5 +214,68 @@ TEST(ForwardFrames, ARecomputationInBackwardAllocatesActivationsNotGradients) {
   EXPECT_NE(micro_batch->sufficiency, Sufficiency::kNotEnough);
 }
 
+// A forward without autograd: a no_grad/inference_mode decorator or Hugging
+// Face's generation code outer to the model's forward (FrameIndex::inference).
+TEST(ForwardFrames, ANoGradDecoratorOrGenerateAroundTheModelIsInference) {
+  const std::string hf = "/venv/lib/python3.11/site-packages/transformers";
+  const Frame op = torch_frame("nn/modules/linear.py", "forward", 134);
+  const Frame layer{hf + "/models/llama/modeling_llama.py", "forward", 252};
+  const Frame generate{hf + "/generation/utils.py", "generate", 3008};
+  const Frame decorator = torch_frame("utils/_contextlib.py", "decorate_context", 124);
+  const Frame script{"/home/me/generate.py", "<module>", 20};
+  auto inference = [](const std::vector<Frame>& stack) {
+    const Snapshot s = testing::with_stacks({stack});
+    return FrameIndex(s).inference(1);
+  };
+  EXPECT_TRUE(inference({op, layer, {hf + "/generation/utils.py", "_sample", 3208}, generate, decorator, script}));
+  // generate()'s own tensors (the float32 logits it copies) have no forward frame.
+  EXPECT_TRUE(inference({{hf + "/generation/utils.py", "_sample", 3248}, generate, decorator, script}));
+  // An evaluation function decorated with @torch.no_grad(), on torch 1.13.
+  EXPECT_TRUE(inference({op,
+                         {"/home/me/model.py", "forward", 20},
+                         {"/usr/lib/python3/dist-packages/torch/autograd/grad_mode.py", "decorate_context", 27},
+                         {"/home/me/train.py", "evaluate", 60},
+                         script}));
+  // A @torch.no_grad() helper inside a training forward is not inference.
+  EXPECT_FALSE(
+      inference({{"/home/me/model.py", "rotary", 5}, decorator, {"/home/me/model.py", "forward", 15}, script}));
+  EXPECT_FALSE(inference({op, {"/home/me/model.py", "forward", 15}, script}));
+}
+
+// Hugging Face generate() out of memory in a Llama's prefill
+// (make_snapshot_fixtures.py, llama_generate_oom). Before: "Activations in
+// the forward pass: activations kept for backward held 144.00 MiB", and
+// activation checkpointing recommended, which a forward under no_grad
+// cannot use.
+TEST(ForwardFrames, AGenerateOutOfMemoryIsInferenceAndGetsNoTrainingFixes) {
+  const std::string path = testing::synthetic_fixture("hf_llama_generate_oom.pickle");
+  SKIP_IF_MISSING(path);
+  const Diagnosis d = testing::diagnose_file(path);
+  ASSERT_EQ(d.ooms.size(), 1u);
+  const OomReport& o = d.ooms[0];
+  EXPECT_EQ(o.phase, Phase::kForward);
+  EXPECT_TRUE(o.inference);
+  EXPECT_EQ(o.requested_bytes, 64 * kMiB);
+  EXPECT_EQ(o.layer, "modeling_llama.py:197 in eager_attention_forward");
+  EXPECT_EQ(o.live_by_category[static_cast<size_t>(Category::kParameters)], 192 * kMiB);
+  // The KV cache (4 layers x 2 x 16 MiB) and the 16 MiB hidden state.
+  EXPECT_EQ(o.live_by_category[static_cast<size_t>(Category::kActivations)], 128 * kMiB + 16 * kMiB);
+  ASSERT_FALSE(d.verdicts.empty());
+  EXPECT_EQ(d.verdicts.front().id, VerdictId::kInferenceForward);
+  for (const Verdict& v : d.verdicts) EXPECT_NE(v.id, VerdictId::kActivationsInForward);
+  // The forward-blocks rule reads training forwards; here only the request is known.
+  EXPECT_EQ(d.need.method, NeedMethod::kRequest);
+  for (const Recommendation& r : d.recommendations) {
+    EXPECT_NE(r.id, FixId::kActivationCheckpointing);
+    EXPECT_NE(r.id, FixId::kCheckpointingOn);
+  }
+  ASSERT_FALSE(d.recommendations.empty());
+  const Recommendation& first = d.recommendations.front();
+  EXPECT_EQ(first.id, FixId::kMicroBatch);
+  EXPECT_EQ(first.change.find("accumulation"), std::string::npos) << first.change;
+  EXPECT_EQ(first.frees_bytes, (144 * kMiB + 64 * kMiB) / 2);  // half the kept tensors and the request
+  EXPECT_EQ(first.sufficiency, Sufficiency::kEnoughForRequest);
+}
+
 }  // namespace
 }  // namespace oomtune::diagnose
