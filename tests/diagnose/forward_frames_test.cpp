@@ -160,8 +160,8 @@ TEST(ForwardFrames, ACompiledModelsForwardIsItsModulesForward) {
   EXPECT_EQ(o.layer, "train.py:13 in forward");
   EXPECT_EQ(o.call_site, "train.py:40 in train_step");
   // Three of the second forward's four 16 MiB kept; the first backward's four 8 MiB gradients.
-  EXPECT_EQ(o.live_by_category[static_cast<size_t>(Category::kActivations)], 48 * kMiB);
-  EXPECT_EQ(o.live_by_category[static_cast<size_t>(Category::kGradients)], 32 * kMiB);
+  EXPECT_EQ(testing::alive_bytes(o, Category::kActivations), 48 * kMiB);
+  EXPECT_EQ(testing::alive_bytes(o, Category::kGradients), 32 * kMiB);
   EXPECT_EQ(d.verdicts.front().id, VerdictId::kActivationsInForward);
   for (const SiteBytes& s : d.oom_sites) {
     EXPECT_EQ(s.site.find(" in call"), std::string::npos) << s.site;
@@ -187,12 +187,11 @@ TEST(ForwardFrames, ARecomputationInBackwardAllocatesActivationsNotGradients) {
   EXPECT_TRUE(o.recomputing);
   EXPECT_EQ(o.requested_bytes, 32 * kMiB);
   EXPECT_EQ(o.layer, "modeling_bert.py:466 in forward");
-  auto alive = [&](Category c) { return o.live_by_category[static_cast<size_t>(c)]; };
-  EXPECT_EQ(alive(Category::kParameters), 96 * kMiB);
+  EXPECT_EQ(testing::alive_bytes(o, Category::kParameters), 96 * kMiB);
   // The embeddings' output and 4 layer outputs (the checkpoints' inputs),
   // and the recomputed q, k, v (8 MiB each) and probabilities (32 MiB).
-  EXPECT_EQ(alive(Category::kActivations), 40 * kMiB + 56 * kMiB);
-  EXPECT_EQ(alive(Category::kGradients), 8 * kMiB);  // the head's gradient
+  EXPECT_EQ(testing::alive_bytes(o, Category::kActivations), 40 * kMiB + 56 * kMiB);
+  EXPECT_EQ(testing::alive_bytes(o, Category::kGradients), 8 * kMiB);  // the head's gradient
   EXPECT_EQ(o.allocated_bytes, 200 * kMiB);
   EXPECT_EQ(d.trace.checkpointed_forward_allocs, 24);  // 4 layers x 6 tensors
   EXPECT_EQ(d.trace.recomputed_backward_allocs, 4);    // q, k, v, probabilities; the intermediate failed
@@ -257,9 +256,9 @@ TEST(ForwardFrames, AGenerateOutOfMemoryIsInferenceAndGetsNoTrainingFixes) {
   EXPECT_TRUE(o.inference);
   EXPECT_EQ(o.requested_bytes, 64 * kMiB);
   EXPECT_EQ(o.layer, "modeling_llama.py:197 in eager_attention_forward");
-  EXPECT_EQ(o.live_by_category[static_cast<size_t>(Category::kParameters)], 192 * kMiB);
+  EXPECT_EQ(testing::alive_bytes(o, Category::kParameters), 192 * kMiB);
   // The KV cache (4 layers x 2 x 16 MiB) and the 16 MiB hidden state.
-  EXPECT_EQ(o.live_by_category[static_cast<size_t>(Category::kActivations)], 128 * kMiB + 16 * kMiB);
+  EXPECT_EQ(testing::alive_bytes(o, Category::kActivations), 128 * kMiB + 16 * kMiB);
   ASSERT_FALSE(d.verdicts.empty());
   EXPECT_EQ(d.verdicts.front().id, VerdictId::kInferenceForward);
   for (const Verdict& v : d.verdicts) EXPECT_NE(v.id, VerdictId::kActivationsInForward);

@@ -309,8 +309,7 @@ TEST(Sufficiency, RealGptForwardNeedFromItsBlocks) {
   // blocks, 6 + 1 + 5 = 12 in all. Checkpointing frees 0.83 (A + N): N <=
   // 0.83 A / 0.17, k <= 31.34, 38 in all. Enough for more blocks comes first.
   const OomReport& o = d.ooms.back();
-  EXPECT_EQ(o.live_by_category[static_cast<size_t>(Category::kActivations)] +
-                o.live_by_category[static_cast<size_t>(Category::kTemporaries)],
+  EXPECT_EQ(testing::alive_bytes(o, Category::kActivations) + testing::alive_bytes(o, Category::kTemporaries),
             7902994432);
   ASSERT_GE(d.recommendations.size(), 2u);
   EXPECT_EQ(d.recommendations[0].id, FixId::kActivationCheckpointing);

@@ -27,6 +27,9 @@ inline std::string synthetic_fixture(const std::string& name) {
   return std::string(OOMTUNE_SOURCE_DIR) + "/tests/fixtures/snapshots/" + name;
 }
 
+/// The bytes of category `c` alive at out-of-memory `o`.
+inline int64_t alive_bytes(const OomReport& o, Category c) { return o.live_by_category[static_cast<size_t>(c)]; }
+
 /// What `oomtune diagnose PATH` analyses: the snapshot file at `path`, with
 /// `options` (the defaults: top 10 sites, grouped by layer). Throws as
 /// load_snapshot() does.
