@@ -236,7 +236,8 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   std::vector<uint8_t> model_code(frames.size());
   std::vector<Phase> frame_phase(frames.size());
   std::vector<uint8_t> params(frames.size());
-  std::vector<uint8_t> no_grad(frames.size());  // a no_grad/inference_mode decorator or HF generation code
+  std::vector<uint8_t> grad_decorator(frames.size());  // torch's grad-mode decorator (no_grad, inference_mode)
+  std::vector<uint8_t> generation(frames.size());      // Hugging Face's generation code
   for (size_t i = 0; i < frames.size(); ++i) {
     const std::string_view file = frames[i].filename;
     FrameClass& c = cls[i];
@@ -266,9 +267,9 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     model_code[i] = c.origin == Origin::kUser || (c.origin == Origin::kLibrary && is_model_file(c.path));
     frame_phase[i] = phase_of_frame(frames[i], c);
     params[i] = frame_allocates_parameters(frames[i], c);
-    no_grad[i] = (c.origin == Origin::kTorch && frames[i].name == "decorate_context" &&
-                  (c.path == "utils/_contextlib.py" || c.path == "autograd/grad_mode.py")) ||
-                 (c.origin == Origin::kLibrary && starts_with(c.path, "transformers/generation/"));
+    grad_decorator[i] = c.origin == Origin::kTorch && frames[i].name == "decorate_context" &&
+                        (c.path == "utils/_contextlib.py" || c.path == "autograd/grad_mode.py");
+    generation[i] = c.origin == Origin::kLibrary && starts_with(c.path, "transformers/generation/");
   }
 
   const size_t n = snapshot.stacks.size();
@@ -364,7 +365,11 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
         break;
       }
     }
-    for (size_t k = from; k < stack.size() && !stack_inference_[s]; ++k) stack_inference_[s] = no_grad[stack[k]];
+    // The decorator is enable_grad's too: LBFGS's step (decorated with
+    // no_grad) runs its closure through torch.enable_grad()(closure), so a
+    // stack with an optimizer frame is a training step's.
+    for (size_t k = from; k < stack.size() && !stack_inference_[s]; ++k)
+      stack_inference_[s] = generation[stack[k]] || (grad_decorator[stack[k]] && !optimizer_seen);
     for (size_t k = stack.size(); k-- > 0 && stack_call_[s] < 0;) {
       if (frame_origin_[stack[k]] == Origin::kUser) stack_call_[s] = stack[k];
     }

@@ -144,8 +144,11 @@ class FrameIndex {
   /// code (a file under transformers/generation/: `generate` is such a
   /// decorated function) outer to the model's outermost "forward" frame
   /// (anywhere, when there is none). A decorated helper inside a forward
-  /// (rotary embeddings) does not count. A `with torch.no_grad():` block
-  /// leaves no frame, so it is not seen.
+  /// (rotary embeddings) does not count, nor a stack with an optimizer
+  /// frame (LBFGS runs its closure through torch.enable_grad()(closure),
+  /// whose decorator frame is the same). A `with torch.no_grad():` block
+  /// leaves no frame, so it is not seen; a training step decorated with
+  /// @torch.enable_grad() would read as inference.
   bool inference(StackId stack) const { return stack_inference_[stack] != 0; }
   /// True when the stack allocates parameters (see the rules above).
   bool allocates_parameters(StackId stack) const { return stack_params_[stack] != 0; }

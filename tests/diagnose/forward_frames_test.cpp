@@ -239,6 +239,15 @@ TEST(ForwardFrames, ANoGradDecoratorOrGenerateAroundTheModelIsInference) {
   EXPECT_FALSE(
       inference({{"/home/me/model.py", "rotary", 5}, decorator, {"/home/me/model.py", "forward", 15}, script}));
   EXPECT_FALSE(inference({op, {"/home/me/model.py", "forward", 15}, script}));
+  // LBFGS.step (decorated with no_grad) runs the closure through
+  // torch.enable_grad()(closure): the same decorator frame, in a training step.
+  EXPECT_FALSE(inference({op,
+                          {"/home/me/model.py", "forward", 15},
+                          {"/home/me/train.py", "closure", 40},
+                          decorator,
+                          torch_frame("optim/lbfgs.py", "step", 330),
+                          decorator,
+                          script}));
 }
 
 // Hugging Face generate() out of memory in a Llama's prefill
