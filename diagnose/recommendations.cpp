@@ -385,7 +385,7 @@ void recommend(Diagnosis& d) {
   if (act > 0 && (has_verdict(VerdictId::kActivationsInForward) || has_verdict(VerdictId::kBackwardPeak) || inference ||
                   static_cast<double>(act) >= kMajorShare * static_cast<double>(allocated))) {
     if (inference) {
-      // Nothing to recompute: the verdict says why no checkpointing.
+      // No checkpointing fix: nothing is saved for backward (the verdict says so).
     } else if (checkpointing_on) {
       // Note [Checkpointing already on]
       // Forward allocations inside torch.utils.checkpoint (FrameIndex::
@@ -410,18 +410,17 @@ void recommend(Diagnosis& d) {
           "83% of activations" + act_basis + ", as measured on a 4-block GPT (docs/architecture.md)"});
       if (act_to_come > 0) out.back().need_share = kCheckpointingSaving;
     }
-    out.push_back(
-        inference
-            ? Recommendation{FixId::kMicroBatch, "Halve the batch (generate or evaluate in smaller batches)",
-                             "What a forward without autograd keeps (a KV cache, outputs) and its temporaries scale "
-                             "with the batch, as they do with the sequence length.",
-                             (act + temp + act_to_come) / 2,
-                             "half of what the forward kept + temporaries alive then" + act_basis}
-            : Recommendation{FixId::kMicroBatch, "Halve the micro-batch and double gradient accumulation steps",
-                             "Activations and temporaries scale with the micro-batch; the global batch (micro-batch "
-                             "x accumulation steps) stays the same.",
-                             (act + temp + act_to_come) / 2,
-                             "half of activations + temporaries alive then" + act_basis});
+    out.push_back(Recommendation{
+        FixId::kMicroBatch,
+        inference ? "Halve the batch (generate or evaluate in smaller batches)"
+                  : "Halve the micro-batch and double gradient accumulation steps",
+        inference ? "What a forward without autograd keeps (a KV cache, outputs) and its temporaries scale with the "
+                    "batch, as they do with the sequence length."
+                  : "Activations and temporaries scale with the micro-batch; the global batch (micro-batch x "
+                    "accumulation steps) stays the same.",
+        (act + temp + act_to_come) / 2,
+        std::string(inference ? "half of what the forward kept" : "half of activations") + " + temporaries alive then" +
+            act_basis});
     if (act_to_come > 0) out.back().need_share = 0.5;
   }
 
