@@ -398,6 +398,8 @@ FixTarget phase_fix_target(VerdictId id) {
       return FixTarget::kActivations;
     case VerdictId::kOptimizerStateAllocation:
       return FixTarget::kOptimizerState;
+    case VerdictId::kEvalOutputsAccumulated:
+      return FixTarget::kEvalOutputs;
     default:
       return FixTarget::kNone;
   }
@@ -468,6 +470,27 @@ void add_verdicts(Diagnosis& d) {
     // Note [Phase need]: defragmenting must satisfy the failing phase, not only its request, to come first.
     main.back().evidence += defragmenting_evidence(d, *oom);
   }
+  // Note [Evaluation outputs]: the concatenation failed, or what it kept
+  // could alone have served the failing request.
+  const bool eval_outputs = oom && (oom->eval_outputs.at_concat ||
+                                    (oom->eval_outputs.bytes > 0 && oom->eval_outputs.bytes >= oom->rounded_bytes));
+  if (eval_outputs) {
+    const EvalOutputs& e = oom->eval_outputs;
+    main.push_back(Verdict{
+        VerdictId::kEvalOutputsAccumulated,
+        fmt::format("Hugging Face Trainer's evaluation keeps every step's predictions, labels and losses on the "
+                    "device, concatenating each step's onto those before it (trainer_pt_utils.py nested_concat): "
+                    "at the out-of-memory they held {} of {} allocated{}{}. Halving the batch does not shrink them "
+                    "(the same samples are kept); moving them to the CPU every few steps does.",
+                    format_bytes(e.bytes), format_bytes(oom->allocated_bytes),
+                    e.at_concat ? fmt::format(", and the failing {} request was their next concatenation",
+                                              format_bytes(oom->requested_bytes))
+                                : "",
+                    e.steps > 0
+                        ? fmt::format("{} {} steps of {}", e.at_concat ? "," : "; the largest concatenation held",
+                                      e.steps, format_bytes(e.step_bytes))
+                        : "")});
+  }
   if (phase == Phase::kForward && oom && oom->inference) {
     main.push_back(Verdict{
         VerdictId::kInferenceForward,
@@ -507,7 +530,7 @@ void add_verdicts(Diagnosis& d) {
                     format_bytes(cats[static_cast<size_t>(Category::kOptimizerState)]),
                     format_bytes(cats[static_cast<size_t>(Category::kParameters)]),
                     format_bytes(cats[static_cast<size_t>(Category::kGradients)]), format_bytes(allocated))});
-  } else if (oom && !oom->fragmentation) {
+  } else if (oom && !oom->fragmentation && !eval_outputs) {
     main.push_back(Verdict{
         VerdictId::kCapacity,
         fmt::format("A {} request failed with {} allocated and {} reserved; only {} of reserved memory was free, "
@@ -638,7 +661,8 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   int64_t peak_index = -1;
   size_t next_sample = 0;
   PhaseRunTracker runs;
-  NeedQuery need_query;  // the last oom reported
+  EvalOutputTracker eval_outputs(frames);  // Note [Evaluation outputs]
+  NeedQuery need_query;                    // the last oom reported
   int64_t most_reserved = replay.reserved_bytes();
   int64_t most_reserved_at_judged_oom = 0;  // the cap's lower bound (Note [Allocator settings replayed])
   for (size_t i = 0; i < trace.size(); ++i) {
@@ -674,6 +698,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       if (mf >= 0) o.model_forward = frames.describe(mf);
       o.recomputing = o.phase == Phase::kBackward && frames.recomputes(e.frames);
       o.inference = o.phase == Phase::kForward && frames.inference(e.frames);
+      o.eval_outputs = eval_outputs.at_oom(e, replay);
       for (int c = 0; c < kNumCategories; ++c) {
         o.live_by_category[static_cast<size_t>(c)] = replay.allocated_by_category()[static_cast<size_t>(c)];
       }
@@ -688,6 +713,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       d.map_moment = "at the last out-of-memory";
     }
     runs.before_event(i, attr.event_phase[i], e.action == TraceAction::kOom, replay.allocated_bytes());
+    eval_outputs.observe(e);
     replay.apply(i);
     runs.after_event(replay.allocated_bytes());
     most_reserved = std::max(most_reserved, replay.reserved_bytes());

@@ -23,6 +23,8 @@ const char* category_name(Category category) {
       return "temporaries";
     case Category::kUnattributed:
       return "unattributed";
+    case Category::kEvalOutputs:
+      return "eval_outputs";
   }
   return "unattributed";
 }
@@ -30,6 +32,7 @@ const char* category_name(Category category) {
 Category category_before_recording(StackId frames, const FrameIndex& index) {
   if (frames == 0) return Category::kUnattributed;
   if (index.allocates_parameters(frames)) return Category::kParameters;
+  if (index.concatenates_eval_outputs(frames)) return Category::kEvalOutputs;
   switch (index.phase(frames)) {
     case Phase::kOptimizer:
       return Category::kOptimizerState;
@@ -69,6 +72,8 @@ Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& fr
     const PhaseSpan* span = retained ? marked_span(trace[i]) : nullptr;
     if (frames.allocates_parameters(trace[i].frames) || (span && span->load)) {
       c = Category::kParameters;
+    } else if (frames.concatenates_eval_outputs(trace[i].frames)) {
+      c = Category::kEvalOutputs;
     } else if (retained) {
       switch (out.event_phase[i]) {
         case Phase::kOptimizer:

@@ -19,6 +19,9 @@
 //                        backward phase recomputing a checkpointed block
 //                        (FrameIndex::recomputes), retained;
 //       temporaries:     freed before its phase ends, any phase;
+//       eval outputs:    Hugging Face Trainer's concatenation of evaluation
+//                        outputs (FrameIndex::concatenates_eval_outputs),
+//                        retained or not: Note [Evaluation outputs];
 //       unattributed:    allocated before recording began without frames, or
 //                        retained outside forward/backward/optimizer.
 //   - An iteration starts at the first forward event after a backward or
@@ -34,10 +37,18 @@
 namespace oomtune::diagnose {
 
 /// What an allocation holds.
-enum class Category : uint8_t { kParameters, kGradients, kOptimizerState, kActivations, kTemporaries, kUnattributed };
-constexpr int kNumCategories = 6;
+enum class Category : uint8_t {
+  kParameters,
+  kGradients,
+  kOptimizerState,
+  kActivations,
+  kTemporaries,
+  kUnattributed,
+  kEvalOutputs,
+};
+constexpr int kNumCategories = 7;
 
-/// "parameters", "gradients", "optimizer_state", "activations", "temporaries", "unattributed".
+/// "parameters", "gradients", "optimizer_state", "activations", "temporaries", "unattributed", "eval_outputs".
 const char* category_name(Category category);
 
 /// Per-event results for one device's trace.

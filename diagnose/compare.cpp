@@ -37,6 +37,7 @@ constexpr CompareVerdictKind kCompareVerdicts[] = {
     {CompareVerdictId::kReservedFreeShrank, "reserved_free_shrank"},
     {CompareVerdictId::kTemporariesChanged, "temporaries_changed"},
     {CompareVerdictId::kUnattributedChanged, "unattributed_changed"},
+    {CompareVerdictId::kEvalOutputsChanged, "eval_outputs_changed"},
     {CompareVerdictId::kNoChange, "no_change"},
 };
 
@@ -221,6 +222,15 @@ Comparison compare(const Diagnosis& before, const Diagnosis& after, int top) {
         fmt::format("bytes outside forward, backward and the optimizer (allocated before recording began, or kept "
                     "by the script) {} {}",
                     other > 0 ? "grew" : "shrank", format_bytes(std::abs(other))));
+  }
+  const int64_t eval = row_change(static_cast<int>(Category::kEvalOutputs));
+  if (significant(eval)) {
+    add(CompareVerdictId::kEvalOutputsChanged, eval,
+        fmt::format("evaluation outputs kept on the device (Hugging Face Trainer's, before they go to the CPU) {} "
+                    "{}: {}",
+                    eval > 0 ? "grew" : "shrank", format_bytes(std::abs(eval)),
+                    eval > 0 ? "more evaluation steps accumulated, or larger outputs a step"
+                             : "fewer evaluation steps accumulated (eval_accumulation_steps), or smaller outputs"));
   }
   std::stable_sort(c.verdicts.begin(), c.verdicts.end(), [](const CompareVerdict& a, const CompareVerdict& b) {
     return std::abs(a.change_bytes) > std::abs(b.change_bytes);

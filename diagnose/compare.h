@@ -81,6 +81,7 @@ enum class CompareVerdictId : uint8_t {
   kReservedFreeShrank,
   kTemporariesChanged,
   kUnattributedChanged,
+  kEvalOutputsChanged,
   kNoChange,
 };
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "diagnose/attribution.h"
+#include "diagnose/eval_outputs.h"
 #include "diagnose/fixes.h"
 #include "diagnose/frames.h"
 #include "diagnose/phase_need.h"
@@ -75,9 +76,11 @@ struct OomReport {
   /// (FrameIndex::recomputes): torch.utils.checkpoint's recomputation.
   bool recomputing = false;
   /// The failing call ran in a forward without autograd: under a
-  /// torch.no_grad()/inference_mode() decorator or Hugging Face's
-  /// generate() (FrameIndex::inference). Nothing is kept for backward.
+  /// torch.no_grad()/inference_mode() decorator, Hugging Face's generate()
+  /// or a framework's evaluation loop (FrameIndex::inference). Nothing is
+  /// kept for backward.
   bool inference = false;
+  EvalOutputs eval_outputs;  ///< all zero outside Hugging Face Trainer's evaluation
   CategoryBytes live_by_category{};
 };
 

@@ -3,7 +3,9 @@
 // on, and its cost rank. recommendations.cpp estimates what each frees and
 // ranks those that are enough by this cost, least first.
 //
-// Cost ranks (why, in order): fixing a leak costs nothing at run time; the
+// Cost ranks (why, in order): fixing a leak costs nothing at run time, nor
+// does moving evaluation outputs to the host every few steps, much (one
+// copy of outputs the evaluation moves there at its end anyway); the
 // allocator settings cost nothing (expandable_segments) or little
 // (garbage_collection_threshold returns segments, max_split_size_mb can
 // slow allocation, pytorch PR #113481); 8-bit AdamW costs a little
@@ -27,16 +29,17 @@ enum class FixId : uint8_t {
   kMicroBatch,
   kActivationCheckpointing,
   kOptimizerOffload,
-  kCombined,         ///< several of the above together
-  kMemoryCap,        ///< raise the process's cap: frees nothing, the budget grows
-  kConflict,         ///< remove max_split_size_mb beside expandable_segments
-  kRecordMore,       ///< a better snapshot next time
-  kCheckpointingOn,  ///< activation checkpointing is already on: nothing to turn on
+  kCombined,          ///< several of the above together
+  kMemoryCap,         ///< raise the process's cap: frees nothing, the budget grows
+  kConflict,          ///< remove max_split_size_mb beside expandable_segments
+  kRecordMore,        ///< a better snapshot next time
+  kCheckpointingOn,   ///< activation checkpointing is already on: nothing to turn on
+  kEvalAccumulation,  ///< Hugging Face eval_accumulation_steps: evaluation outputs to the CPU every K steps
 };
-constexpr int kNumFixes = 13;
+constexpr int kNumFixes = 14;
 
 /// What a fix reduces; fixes of one target are alternatives, not added up.
-enum class FixTarget : uint8_t { kLeak, kFragmentation, kActivations, kOptimizerState, kNone };
+enum class FixTarget : uint8_t { kLeak, kFragmentation, kActivations, kOptimizerState, kEvalOutputs, kNone };
 
 /// A row of the fix table.
 struct FixKind {

@@ -157,6 +157,34 @@ Phase phase_of_frame(const Frame& f, const FrameClass& c) {
   return Phase::kOther;
 }
 
+/// A training framework's evaluation or prediction loop, which runs the
+/// model without autograd: Hugging Face Trainer's evaluation_loop,
+/// prediction_loop and prediction_step (transformers/trainer.py and
+/// trainer_seq2seq.py; prediction_step runs the forward under
+/// `with torch.no_grad():`, which leaves no frame) and Lightning's
+/// evaluation and prediction loops (lightning/pytorch/loops/evaluation_loop.py,
+/// prediction_loop.py in 2.x; pytorch_lightning/loops/epoch/evaluation_epoch_loop.py
+/// and the like in 1.x), which run under loops/utilities.py _no_grad_context.
+/// Checked against the stacks of transformers 5.24's Trainer.evaluate() and
+/// Lightning 2.6's validation inside fit(), recorded on the CPU.
+bool is_evaluation_loop(const Frame& f, const FrameClass& c) {
+  if (c.origin != Origin::kLibrary) return false;
+  const std::string_view p = c.path;
+  if (p == "transformers/trainer.py" || p == "transformers/trainer_seq2seq.py")
+    return f.name == "evaluation_loop" || f.name == "prediction_loop" || f.name == "prediction_step";
+  if (!starts_with(p, "lightning/pytorch/loops/") && !starts_with(p, "pytorch_lightning/loops/")) return false;
+  const std::string_view file = basename(p);
+  return starts_with(file, "evaluation") || starts_with(file, "prediction");
+}
+
+/// Hugging Face Trainer's concatenation of each evaluation step's outputs
+/// onto those of the steps before (transformers/trainer_pt_utils.py
+/// nested_concat, called by EvalLoopContainer.add in evaluation_loop, or by
+/// evaluation_loop itself before transformers 4.40).
+bool frame_concatenates_eval_outputs(const Frame& f, const FrameClass& c) {
+  return c.origin == Origin::kLibrary && c.path == "transformers/trainer_pt_utils.py" && f.name == "nested_concat";
+}
+
 bool frame_allocates_parameters(const Frame& f, const FrameClass& c) {
   if (c.origin != Origin::kTorch) return false;
   const std::string_view p = c.path;
@@ -238,6 +266,8 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   std::vector<uint8_t> params(frames.size());
   std::vector<uint8_t> grad_decorator(frames.size());  // torch's grad-mode decorator (no_grad, inference_mode)
   std::vector<uint8_t> generation(frames.size());      // Hugging Face's generation code
+  std::vector<uint8_t> evaluation(frames.size());      // an evaluation loop (is_evaluation_loop)
+  std::vector<uint8_t> eval_outputs(frames.size());    // concatenates_eval_outputs
   for (size_t i = 0; i < frames.size(); ++i) {
     const std::string_view file = frames[i].filename;
     FrameClass& c = cls[i];
@@ -270,6 +300,8 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     grad_decorator[i] = c.origin == Origin::kTorch && frames[i].name == "decorate_context" &&
                         (c.path == "utils/_contextlib.py" || c.path == "autograd/grad_mode.py");
     generation[i] = c.origin == Origin::kLibrary && starts_with(c.path, "transformers/generation/");
+    evaluation[i] = is_evaluation_loop(frames[i], c);
+    eval_outputs[i] = frame_concatenates_eval_outputs(frames[i], c);
   }
 
   const size_t n = snapshot.stacks.size();
@@ -282,6 +314,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   stack_checkpointed_.assign(n, 0);
   stack_recomputes_.assign(n, 0);
   stack_inference_.assign(n, 0);
+  stack_eval_outputs_.assign(n, 0);
   auto outside_torch = [&](uint32_t f) {
     return frame_origin_[f] == Origin::kUser || frame_origin_[f] == Origin::kLibrary;
   };
@@ -327,6 +360,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
           inner_to_optimizer = p;
       }
       if (params[f]) stack_params_[s] = 1;
+      if (eval_outputs[f]) stack_eval_outputs_[s] = 1;
       if (frames[f].name == "forward" && frame_origin_[f] != Origin::kNative) {
         outermost_forward = k;
         if (model_code[f]) stack_model_forward_[s] = f;
@@ -369,7 +403,8 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     // no_grad) runs its closure through torch.enable_grad()(closure), so a
     // stack with an optimizer frame is a training step's.
     for (size_t k = from; k < stack.size() && !stack_inference_[s]; ++k)
-      stack_inference_[s] = generation[stack[k]] || (grad_decorator[stack[k]] && !optimizer_seen);
+      stack_inference_[s] =
+          generation[stack[k]] || evaluation[stack[k]] || (grad_decorator[stack[k]] && !optimizer_seen);
     for (size_t k = stack.size(); k-- > 0 && stack_call_[s] < 0;) {
       if (frame_origin_[stack[k]] == Origin::kUser) stack_call_[s] = stack[k];
     }

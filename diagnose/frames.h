@@ -146,10 +146,21 @@ class FrameIndex {
   /// (anywhere, when there is none). A decorated helper inside a forward
   /// (rotary embeddings) does not count, nor a stack with an optimizer
   /// frame (LBFGS runs its closure through torch.enable_grad()(closure),
-  /// whose decorator frame is the same). A `with torch.no_grad():` block
-  /// leaves no frame, so it is not seen; a training step decorated with
+  /// whose decorator frame is the same). Also a frame of a training
+  /// framework's evaluation or prediction loop, which runs the model under
+  /// no_grad: Hugging Face Trainer's evaluation_loop, prediction_loop or
+  /// prediction_step (transformers/trainer.py, trainer_seq2seq.py), a file
+  /// of Lightning's loops/ named evaluation* or prediction* (validation
+  /// inside fit() too). Elsewhere a `with torch.no_grad():` block leaves no
+  /// frame, so it is not seen; a training step decorated with
   /// @torch.enable_grad() would read as inference.
   bool inference(StackId stack) const { return stack_inference_[stack] != 0; }
+  /// True when the stack concatenates an evaluation step's outputs onto
+  /// those of the steps before it: Hugging Face Trainer keeps every step's
+  /// predictions, labels and losses on the device until the loop ends,
+  /// or until eval_accumulation_steps moves them to the CPU (a frame of
+  /// transformers/trainer_pt_utils.py named "nested_concat").
+  bool concatenates_eval_outputs(StackId stack) const { return stack_eval_outputs_[stack] != 0; }
   /// True when the stack allocates parameters (see the rules above).
   bool allocates_parameters(StackId stack) const { return stack_params_[stack] != 0; }
 
@@ -180,6 +191,7 @@ class FrameIndex {
   std::vector<uint8_t> stack_checkpointed_;
   std::vector<uint8_t> stack_recomputes_;
   std::vector<uint8_t> stack_inference_;
+  std::vector<uint8_t> stack_eval_outputs_;
   bool has_cpp_ = false;
   bool has_generated_ = false;
 };

@@ -325,6 +325,31 @@ void recommend(Diagnosis& d) {
         growth, "growth of the leaking sites over the trace; it would keep growing with more iterations"});
   }
 
+  if (oom && has_verdict(VerdictId::kEvalOutputsAccumulated)) {
+    // Note [Evaluation outputs]: the largest K that frees what is needed.
+    const EvalOutputs& e = oom->eval_outputs;
+    const EvalAccumulation k = eval_accumulation(e, need.known ? need.still_needed_bytes : oom->rounded_bytes);
+    const auto steps = [](int64_t n) { return fmt::format("{} step{}", n, n == 1 ? "" : "s"); };
+    std::string basis = "the outputs alive";
+    if (e.step_bytes > 0 && k.steps > 1) basis += fmt::format(" beyond {}", steps(k.steps - 1));
+    if (e.at_concat)
+      basis += k.steps == 1 ? " + the failing concatenation (none at 1 step)"
+                            : fmt::format(" + the failing concatenation beyond {}", steps(k.steps));
+    if (e.step_bytes > 0) basis += fmt::format(", at {} a step", format_bytes(e.step_bytes));
+    out.push_back(Recommendation{
+        FixId::kEvalAccumulation, fmt::format("TrainingArguments(eval_accumulation_steps={})", k.steps),
+        fmt::format("The evaluation then moves its outputs to the CPU every {} (to_cpu_and_numpy), so no "
+                    "concatenation holds more than {}. If the metrics need no logits, prediction_loss_only=True keeps "
+                    "none; if they need only the predicted ids, return logits.argmax(-1) from "
+                    "preprocess_logits_for_metrics, which keeps one id per token instead of a score per "
+                    "vocabulary entry.",
+                    k.steps == 1 ? "step" : steps(k.steps),
+                    e.step_bytes > 0
+                        ? fmt::format("{}' outputs ({})", steps(k.steps), format_bytes(k.steps * e.step_bytes))
+                        : "one step's outputs"),
+        k.frees_bytes, basis});
+  }
+
   if (oom && oom->fragmentation && !s.expandable_segments) {
     Recommendation expandable{
         FixId::kExpandableSegments, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -46,8 +47,9 @@ constexpr int kBarHeight = 28;
 constexpr int kLayerRowHeight = 18;
 constexpr size_t kMaxLayerRows = 20;
 // Category colours as in the diagnose SVG (Category order), then reserved-but-free.
-constexpr const char* kRowColors[kNumCompareRows] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
-                                                     "#edc948", "#b07aa1", "#d3d3d3"};
+constexpr const char* kRowColors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
+                                      "#edc948", "#b07aa1", "#9c755f", "#d3d3d3"};
+static_assert(std::size(kRowColors) == kNumCompareRows, "kRowColors: one colour per category, then reserved-but-free");
 
 // `label` as one SVG text right-aligned at kCompareLeft: cut in the middle to
 // kLabelChars where longer (a call site's file and its function both
@@ -170,7 +172,7 @@ std::string render_compare_svg(const Comparison& c) {
                        format_bytes(side->reserved_bytes));
     y += kBarHeight + 22;
   }
-  int lx = kCompareLeft;
+  int lx = 10;  // eight entries: from the left edge, they end before the width
   for (int r = 0; r < kNumCompareRows; ++r) {
     out += fmt::format(
         "<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}"

@@ -107,6 +107,11 @@ std::string render_json(const Diagnosis& d) {
                     {"model_forward", o.model_forward},
                     {"recomputing", o.recomputing},
                     {"inference", o.inference},
+                    {"eval_outputs",
+                     {{"bytes", o.eval_outputs.bytes},
+                      {"at_concat", o.eval_outputs.at_concat},
+                      {"step_bytes", o.eval_outputs.step_bytes},
+                      {"steps", o.eval_outputs.steps}}},
                     {"alive", categories(o.live_by_category)}});
   }
   j["ooms"] = ooms;

@@ -2,6 +2,7 @@
 // on hover without running anything.
 
 #include <algorithm>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -21,7 +22,8 @@ constexpr int kMapRowHeight = 14;
 constexpr int kMaxMapRows = 200;  // segments drawn; the rest are summarised
 
 // Category colours (Category order).
-constexpr const char* kColors[kNumCategories] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#edc948", "#b07aa1"};
+constexpr const char* kColors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f"};
+static_assert(std::size(kColors) == kNumCategories, "kColors: one colour per Category");
 
 }  // namespace
 

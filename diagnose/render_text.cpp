@@ -88,9 +88,10 @@ std::string render_text(const Diagnosis& d) {
       out += fmt::format("  event {}: requested {} (rounded {}, {} pool, needs a {} segment) in {}{}{}\n",
                          o.event_index, format_bytes(o.requested_bytes), format_bytes(o.rounded_bytes),
                          o.large_pool ? "large" : "small", format_bytes(o.segment_bytes), phase_prose(o.phase),
-                         o.recomputing ? ", recomputing a checkpointed block's forward,"
-                         : o.inference ? " without autograd (inference),"
-                                       : "",
+                         o.recomputing              ? ", recomputing a checkpointed block's forward,"
+                         : o.inference              ? " without autograd (inference),"
+                         : o.eval_outputs.at_concat ? ", concatenating evaluation outputs,"
+                                                    : "",
                          o.layer.empty() ? "" : " at " + o.layer);
       if (!o.call_site.empty() && o.call_site != o.layer) out += fmt::format("    called from {}\n", o.call_site);
       out +=

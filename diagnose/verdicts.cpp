@@ -17,6 +17,8 @@ constexpr VerdictKind kVerdicts[kNumVerdicts] = {
     {VerdictId::kCapacity, "capacity", "The request did not fit"},
     {VerdictId::kMemoryCap, "memory_cap", "The process's memory cap was the limit, not the device"},
     {VerdictId::kInferenceForward, "inference_forward", "Out of memory in inference (a forward without autograd)"},
+    {VerdictId::kEvalOutputsAccumulated, "eval_outputs_accumulated",
+     "Evaluation outputs of every step kept on the device"},
 };
 
 // The rows follow the enum, so a kind is found by its value.

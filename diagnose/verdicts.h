@@ -18,8 +18,9 @@ enum class VerdictId : uint8_t {
   kCapacity,                  ///< an oom in no recognised phase, not fragmentation
   kMemoryCap,                 ///< CUDA had room: the process's own cap refused the segment
   kInferenceForward,          ///< the failing call is in a forward without autograd (FrameIndex::inference)
+  kEvalOutputsAccumulated,    ///< Hugging Face Trainer kept every evaluation step's outputs on the device
 };
-constexpr int kNumVerdicts = 8;
+constexpr int kNumVerdicts = 9;
 
 /// A row of the verdict table.
 struct VerdictKind {

@@ -82,6 +82,9 @@ Files written (each < 200 KB):
   hf_llama_generate_oom.pickle  Hugging Face generate() (torch.no_grad) out of
                         memory in a Llama's prefill: the KV cache and an eager
                         attention's probabilities
+  hf_gpt2_eval_outputs_oom.pickle  Hugging Face Trainer.evaluate() out of memory
+                        concatenating a language model's logits of every step
+                        on the device (no eval_accumulation_steps)
   compiled_step_oom.pickle  a torch.compile'd model (inductor's generated code)
                         out of memory in its second forward
   backward_peak_stacks_all.pickle, hf_bert_forward_oom_stacks_all.pickle  those
@@ -101,6 +104,7 @@ import sys
 from caching_allocator_rules import (K_LARGE_BUFFER, K_MIN_BLOCK, K_SMALL_BUFFER, K_SMALL_SIZE,
                                      allocation_size, round_size)
 
+KIB = 1 << 10
 MIB = 1 << 20
 
 TORCH = "/usr/lib/python3/dist-packages/torch"
@@ -986,6 +990,114 @@ def llama_generate_oom(cap=384 * MIB):
     return sim
 
 
+# Hugging Face Trainer.evaluate() on a GPT-2 language model, as PyTorch 2.11
+# records it with transformers 5.24 (a TorchDispatchMode's traceback at each
+# op, on the CPU, 2026-12-03): evaluation_loop calls prediction_step, whose
+# forward runs under `with torch.no_grad():` (no frame), then concatenates
+# the step's losses (line 3008), logits (3023) and labels (3027) onto the
+# steps before (EvalLoopContainer.add -> trainer_pt_utils.py nested_concat
+# -> torch_pad_and_concatenate -> torch.cat).
+HF_GPT2 = f"{HF_VENV}/transformers/models/gpt2/modeling_gpt2.py"
+HF_EVAL_USER = "/home/user/torch/evaluate.py"
+
+
+def gpt2_eval_frames(inner, where):
+    """`inner` (innermost first) in evaluate.py:31's trainer.evaluate():
+    where = "mlp:LINE" (GPT2MLP.forward at LINE, in a block), "model"
+    (GPT2Model.forward's loop), "head:LINE" (GPT2LMHeadModel.forward) or
+    "concat:LINE" (evaluation_loop's add at LINE)."""
+    loop = [frame(HF_TRAINER, "evaluate", 2871), frame(HF_EVAL_USER, "<module>", 31)]
+    if where.startswith("concat:"):
+        return inner + [frame(f"{HF_VENV}/transformers/trainer_pt_utils.py", "torch_pad_and_concatenate", 86),
+                        frame(f"{HF_VENV}/transformers/trainer_pt_utils.py", "nested_concat", 128),
+                        frame(f"{HF_VENV}/transformers/trainer_pt_utils.py", "add", 376),
+                        frame(HF_TRAINER, "evaluation_loop", int(where.split(":")[1]))] + loop
+    step = llama_generate_call() + [frame(HF_TRAINER, "compute_loss", 2172), frame(HF_TRAINER, "prediction_step", 3275),
+                                    frame(HF_TRAINER, "evaluation_loop", 2996)] + loop
+    head = [frame(f"{HF_VENV}/transformers/utils/generic.py", "wrapper", 1036)] + step
+    if where.startswith("head:"):
+        return inner + [frame(HF_GPT2, "forward", int(where.split(":")[1])), HF_DEPRECATION] + head
+    model = [frame(HF_GPT2, "forward", 608), HF_DEPRECATION,
+             frame(f"{HF_VENV}/transformers/utils/output_capturing.py", "wrapper", 361),
+             frame(f"{HF_VENV}/transformers/utils/generic.py", "wrapper", 1182)] + \
+        llama_generate_call() + [frame(HF_GPT2, "forward", 683), HF_DEPRECATION] + head
+    if where == "model":
+        return inner + model
+    block = [frame(HF_GPT2, "forward", 308), HF_DEPRECATION,
+             frame(f"{HF_VENV}/transformers/modeling_layers.py", "forward_with_checkpointing", 124)] + \
+        llama_generate_call()
+    return inner + [frame(HF_GPT2, "forward", int(where.split(":")[1]))] + llama_generate_call() + block + model
+
+
+def gpt2_eval_outputs_oom(cap=512 * MIB):
+    """Hugging Face Trainer.evaluate() of a 2-block GPT-2-like language model
+    with compute_metrics and no eval_accumulation_steps: every step's logits
+    (32 MiB: batch x sequence x vocabulary floats, lm_head at
+    modeling_gpt2.py:698) are concatenated onto the steps before on the
+    device, beside the labels (32 KiB a step) and losses (512 bytes a step).
+    Weights: 96 MiB (3 x 32 MiB, moved by evaluate.py:12). Each step's
+    forward frees its hidden states, MLP temporaries (16 MiB) and
+    cross-entropy's log-probabilities (32 MiB) as it goes (no autograd).
+    Under the 512 MiB cap the 6th step's concatenation of logits asks for
+    192 MiB (6 steps) while 96 MiB of weights, 160 MiB of outputs (5 steps
+    of logits, labels and losses) and the 6th step's 32 MiB of logits are
+    allocated (288 MiB; 386 MiB reserved: an earlier concatenation's 128 MiB
+    segment holds the logits beside a 96 MiB free block). Halving the batch
+    halves each step, not the samples kept; eval_accumulation_steps=3 keeps
+    at most 3 steps (96 MiB) in a concatenation."""
+    sim = Sim(cap=cap)
+    load = [frame(f"{HF_TORCH}/nn/modules/module.py", "_apply", 1355),
+            frame(f"{HF_TORCH}/nn/modules/module.py", "to", 1369),
+            frame(f"{HF_VENV}/transformers/modeling_utils.py", "to", 4343),
+            frame(HF_EVAL_USER, "<module>", 12)]
+    [sim.malloc(32 * MIB, load) for _ in range(3)]
+    inputs = [frame(HF_TRAINER, "_prepare_input", 2384), frame(HF_TRAINER, "<dictcomp>", 2374),
+              frame(HF_TRAINER, "_prepare_input", 2374), frame(HF_TRAINER, "_prepare_inputs", 2392),
+              frame(HF_TRAINER, "prediction_step", 3232), frame(HF_TRAINER, "evaluation_loop", 2996),
+              frame(HF_TRAINER, "evaluate", 2871), frame(HF_EVAL_USER, "<module>", 31)]
+    linear = [frame(f"{HF_VENV}/transformers/pytorch_utils.py", "forward", 119)] + llama_generate_call()
+    gelu = [frame(f"{HF_VENV}/transformers/activations.py", "forward", 66)] + llama_generate_call()
+    embed = [frame(f"{HF_TORCH}/nn/functional.py", "embedding", 2567),
+             frame(f"{HF_TORCH}/nn/modules/sparse.py", "forward", 189)] + llama_generate_call()
+    lm_head = [frame(f"{HF_TORCH}/nn/modules/linear.py", "forward", 134)] + llama_generate_call()
+    loss = [frame(f"{HF_TORCH}/nn/functional.py", "cross_entropy", 3504),
+            frame(f"{HF_VENV}/transformers/loss/loss_utils.py", "fixed_cross_entropy", 42),
+            frame(f"{HF_VENV}/transformers/loss/loss_utils.py", "ForCausalLMLoss", 72)]
+    outputs = {3008: None, 3023: None, 3027: None}  # losses, logits, labels on the device
+    try:
+        for step in range(16):
+            ids = sim.malloc(32 * KIB, inputs)
+            labels = sim.malloc(32 * KIB, inputs)
+            hidden = sim.malloc(4 * MIB, gpt2_eval_frames(embed, "model"))
+            for _ in range(2):
+                up = sim.malloc(16 * MIB, gpt2_eval_frames(linear, "mlp:241"))
+                act = sim.malloc(16 * MIB, gpt2_eval_frames(gelu, "mlp:242"))
+                sim.free(up, gpt2_eval_frames([], "mlp:242"))
+                out = sim.malloc(4 * MIB, gpt2_eval_frames(linear, "mlp:243"))
+                sim.free(act, gpt2_eval_frames([], "mlp:243"))
+                sim.free(hidden, gpt2_eval_frames([], "model"))
+                hidden = out
+            logits = sim.malloc(32 * MIB, gpt2_eval_frames(lm_head, "head:698"))
+            sim.free(hidden, gpt2_eval_frames([], "head:698"))
+            log_probs = sim.malloc(32 * MIB, gpt2_eval_frames(loss, "head:703"))
+            step_loss = sim.malloc(512, gpt2_eval_frames(loss, "head:703"))
+            sim.free(log_probs, gpt2_eval_frames([], "head:703"))
+            sim.free(ids, [])
+            losses = sim.malloc(512, [frame(HF_TRAINER, "evaluation_loop", 3007)] + inputs[-2:])
+            sim.free(step_loss, [])
+            for line, tensor, size in ((3008, losses, 512), (3023, logits, 32 * MIB), (3027, labels, 32 * KIB)):
+                if outputs[line] is None:
+                    outputs[line] = tensor  # EvalLoopContainer.add keeps the first step's tensor itself
+                    continue
+                joined = sim.malloc(size * (step + 1), gpt2_eval_frames([], f"concat:{line}"))
+                sim.free(outputs[line], [])
+                sim.free(tensor, [])
+                outputs[line] = joined
+    except OutOfMemory:
+        pass
+    return sim
+
+
 # torch.compile's frames as PyTorch 2.11 records them (sys.setprofile at
 # inductor's empty_strided calls on the CPU): the generated wrapper's `call`
 # in inductor's cache, AOTAutograd's runtime wrappers (a Function.apply in
@@ -1145,6 +1257,7 @@ def main():
           checkpointed_flash(hf_bert_forward_oom().dump("v2_11")), 4)
     write(os.path.join(out, "hf_bert_checkpointed_recompute_oom.pickle"), checkpointed_recompute_oom().dump("v2_11"), 4)
     write(os.path.join(out, "hf_llama_generate_oom.pickle"), llama_generate_oom().dump("v2_11"), 4)
+    write(os.path.join(out, "hf_gpt2_eval_outputs_oom.pickle"), gpt2_eval_outputs_oom().dump("v2_11"), 4)
     write(os.path.join(out, "compiled_step_oom.pickle"), compiled_step_oom().dump("v2_11"), 4)
     write(os.path.join(out, "backward_peak_stacks_all.pickle"), stacks_all(backward_peak().dump("v2_11")), 4)
     write(os.path.join(out, "hf_bert_forward_oom_stacks_all.pickle"), stacks_all(hf_bert_forward_oom().dump("v2_11")),
