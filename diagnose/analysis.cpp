@@ -436,6 +436,22 @@ void order_fragmentation_verdict(Diagnosis& d) {
   if (!defragmenting_is_enough(d, d.ooms.back()) || !fix_leads) std::iter_swap(frag, std::next(frag));
 }
 
+/// What ran the forward without autograd, for the verdict.
+const char* inference_prose(InferenceKind kind) {
+  switch (kind) {
+    case InferenceKind::kGenerate:
+      return "Hugging Face's generate(), decorated with torch.no_grad()";
+    case InferenceKind::kTrainerEvaluation:
+      return "Hugging Face Trainer's evaluation: prediction_step runs the model under torch.no_grad()";
+    case InferenceKind::kLightningEvaluation:
+      return "Lightning's evaluation or prediction loop, under torch.no_grad() or inference_mode()";
+    case InferenceKind::kNoGrad:
+    case InferenceKind::kNone:
+      break;
+  }
+  return "a function decorated with torch.no_grad() or torch.inference_mode()";
+}
+
 void add_verdicts(Diagnosis& d) {
   const OomReport* oom = d.ooms.empty() ? nullptr : &d.ooms.back();
   std::vector<Verdict> leak_verdicts;
@@ -494,12 +510,12 @@ void add_verdicts(Diagnosis& d) {
   if (phase == Phase::kForward && oom && oom->inference) {
     main.push_back(Verdict{
         VerdictId::kInferenceForward,
-        fmt::format("The out-of-memory happened in a forward without autograd (torch.no_grad or inference_mode, "
-                    "Hugging Face's generate()){}: nothing is kept for backward. What the forward kept alive (a KV "
-                    "cache, outputs) held {} of {} allocated, and the failing request was {}. Activation "
-                    "checkpointing and the optimizer's settings do not apply; the batch, the sequence length and "
-                    "the model's dtype do.",
-                    oom_place(oom), format_bytes(act), format_bytes(allocated), format_bytes(oom->requested_bytes))});
+        fmt::format("The out-of-memory happened in a forward without autograd ({}){}: nothing is kept for "
+                    "backward. What the forward kept alive (a KV cache, outputs) held {} of {} allocated, and the "
+                    "failing request was {}. Activation checkpointing and the optimizer's settings do not apply; "
+                    "the batch, the sequence length and the model's dtype do.",
+                    inference_prose(oom->inference_kind), oom_place(oom), format_bytes(act), format_bytes(allocated),
+                    format_bytes(oom->requested_bytes))});
   } else if (phase == Phase::kForward) {
     main.push_back(Verdict{
         VerdictId::kActivationsInForward,
@@ -698,6 +714,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       if (mf >= 0) o.model_forward = frames.describe(mf);
       o.recomputing = o.phase == Phase::kBackward && frames.recomputes(e.frames);
       o.inference = o.phase == Phase::kForward && frames.inference(e.frames);
+      if (o.inference) o.inference_kind = frames.inference_kind(e.frames);
       o.eval_outputs = eval_outputs.at_oom(e, replay);
       for (int c = 0; c < kNumCategories; ++c) {
         o.live_by_category[static_cast<size_t>(c)] = replay.allocated_by_category()[static_cast<size_t>(c)];

@@ -80,7 +80,8 @@ struct OomReport {
   /// or a framework's evaluation loop (FrameIndex::inference). Nothing is
   /// kept for backward.
   bool inference = false;
-  EvalOutputs eval_outputs;  ///< all zero outside Hugging Face Trainer's evaluation
+  InferenceKind inference_kind = InferenceKind::kNone;  ///< which code ran it (kNone unless `inference`)
+  EvalOutputs eval_outputs;                             ///< all zero outside Hugging Face Trainer's evaluation
   CategoryBytes live_by_category{};
 };
 

@@ -167,14 +167,18 @@ Phase phase_of_frame(const Frame& f, const FrameClass& c) {
 /// and the like in 1.x), which run under loops/utilities.py _no_grad_context.
 /// Checked against the stacks of transformers 5.24's Trainer.evaluate() and
 /// Lightning 2.6's validation inside fit(), recorded on the CPU.
-bool is_evaluation_loop(const Frame& f, const FrameClass& c) {
-  if (c.origin != Origin::kLibrary) return false;
+InferenceKind evaluation_loop(const Frame& f, const FrameClass& c) {
+  if (c.origin != Origin::kLibrary) return InferenceKind::kNone;
   const std::string_view p = c.path;
   if (p == "transformers/trainer.py" || p == "transformers/trainer_seq2seq.py")
-    return f.name == "evaluation_loop" || f.name == "prediction_loop" || f.name == "prediction_step";
-  if (!starts_with(p, "lightning/pytorch/loops/") && !starts_with(p, "pytorch_lightning/loops/")) return false;
+    return f.name == "evaluation_loop" || f.name == "prediction_loop" || f.name == "prediction_step"
+               ? InferenceKind::kTrainerEvaluation
+               : InferenceKind::kNone;
+  if (!starts_with(p, "lightning/pytorch/loops/") && !starts_with(p, "pytorch_lightning/loops/"))
+    return InferenceKind::kNone;
   const std::string_view file = basename(p);
-  return starts_with(file, "evaluation") || starts_with(file, "prediction");
+  return starts_with(file, "evaluation") || starts_with(file, "prediction") ? InferenceKind::kLightningEvaluation
+                                                                            : InferenceKind::kNone;
 }
 
 /// Hugging Face Trainer's concatenation of each evaluation step's outputs
@@ -227,6 +231,22 @@ const char* phase_prose(Phase phase) {
   return "code of no known phase";
 }
 
+const char* inference_kind_name(InferenceKind kind) {
+  switch (kind) {
+    case InferenceKind::kNone:
+      return "none";
+    case InferenceKind::kNoGrad:
+      return "no_grad";
+    case InferenceKind::kGenerate:
+      return "generate";
+    case InferenceKind::kTrainerEvaluation:
+      return "trainer_evaluation";
+    case InferenceKind::kLightningEvaluation:
+      return "lightning_evaluation";
+  }
+  return "none";
+}
+
 const char* origin_name(Origin origin) {
   switch (origin) {
     case Origin::kUser:
@@ -264,10 +284,10 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   std::vector<uint8_t> model_code(frames.size());
   std::vector<Phase> frame_phase(frames.size());
   std::vector<uint8_t> params(frames.size());
-  std::vector<uint8_t> grad_decorator(frames.size());  // torch's grad-mode decorator (no_grad, inference_mode)
-  std::vector<uint8_t> generation(frames.size());      // Hugging Face's generation code
-  std::vector<uint8_t> evaluation(frames.size());      // an evaluation loop (is_evaluation_loop)
-  std::vector<uint8_t> eval_outputs(frames.size());    // concatenates_eval_outputs
+  std::vector<uint8_t> grad_decorator(frames.size());    // torch's grad-mode decorator (no_grad, inference_mode)
+  std::vector<uint8_t> generation(frames.size());        // Hugging Face's generation code
+  std::vector<InferenceKind> evaluation(frames.size());  // an evaluation loop's kind, or kNone
+  std::vector<uint8_t> eval_outputs(frames.size());      // concatenates_eval_outputs
   for (size_t i = 0; i < frames.size(); ++i) {
     const std::string_view file = frames[i].filename;
     FrameClass& c = cls[i];
@@ -300,7 +320,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     grad_decorator[i] = c.origin == Origin::kTorch && frames[i].name == "decorate_context" &&
                         (c.path == "utils/_contextlib.py" || c.path == "autograd/grad_mode.py");
     generation[i] = c.origin == Origin::kLibrary && starts_with(c.path, "transformers/generation/");
-    evaluation[i] = is_evaluation_loop(frames[i], c);
+    evaluation[i] = evaluation_loop(frames[i], c);
     eval_outputs[i] = frame_concatenates_eval_outputs(frames[i], c);
   }
 
@@ -313,7 +333,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   stack_python_.assign(n, 0);
   stack_checkpointed_.assign(n, 0);
   stack_recomputes_.assign(n, 0);
-  stack_inference_.assign(n, 0);
+  stack_inference_.assign(n, InferenceKind::kNone);
   stack_eval_outputs_.assign(n, 0);
   auto outside_torch = [&](uint32_t f) {
     return frame_origin_[f] == Origin::kUser || frame_origin_[f] == Origin::kLibrary;
@@ -402,9 +422,13 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     // The decorator is enable_grad's too: LBFGS's step (decorated with
     // no_grad) runs its closure through torch.enable_grad()(closure), so a
     // stack with an optimizer frame is a training step's.
-    for (size_t k = from; k < stack.size() && !stack_inference_[s]; ++k)
-      stack_inference_[s] =
-          generation[stack[k]] || evaluation[stack[k]] || (grad_decorator[stack[k]] && !optimizer_seen);
+    for (size_t k = from; k < stack.size() && stack_inference_[s] == InferenceKind::kNone; ++k) {
+      const uint32_t f = stack[k];
+      stack_inference_[s] = generation[f]                           ? InferenceKind::kGenerate
+                            : evaluation[f] != InferenceKind::kNone ? evaluation[f]
+                            : grad_decorator[f] && !optimizer_seen  ? InferenceKind::kNoGrad
+                                                                    : InferenceKind::kNone;
+    }
     for (size_t k = stack.size(); k-- > 0 && stack_call_[s] < 0;) {
       if (frame_origin_[stack[k]] == Origin::kUser) stack_call_[s] = stack[k];
     }

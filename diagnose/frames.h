@@ -103,6 +103,19 @@ const char* phase_name(Phase phase);
 /// (kUnknown: no Python frames). Never "the other phase".
 const char* phase_prose(Phase phase);
 
+/// What runs a forward without autograd (FrameIndex::inference_kind): the
+/// frame that says so, innermost first outside the model's forward.
+enum class InferenceKind : uint8_t {
+  kNone,
+  kNoGrad,               ///< a torch.no_grad()/inference_mode() decorator
+  kGenerate,             ///< Hugging Face's generation code (generate())
+  kTrainerEvaluation,    ///< Hugging Face Trainer's evaluation or prediction loop
+  kLightningEvaluation,  ///< Lightning's evaluation or prediction loop
+};
+
+/// "none", "no_grad", "generate", "trainer_evaluation", "lightning_evaluation" (JSON).
+const char* inference_kind_name(InferenceKind kind);
+
 /// Which package a frame's file belongs to (rules above).
 enum class Origin : uint8_t { kUser, kLibrary, kTorch, kStdlib, kNative, kGenerated };
 
@@ -154,7 +167,10 @@ class FrameIndex {
   /// inside fit() too). Elsewhere a `with torch.no_grad():` block leaves no
   /// frame, so it is not seen; a training step decorated with
   /// @torch.enable_grad() would read as inference.
-  bool inference(StackId stack) const { return stack_inference_[stack] != 0; }
+  bool inference(StackId stack) const { return stack_inference_[stack] != InferenceKind::kNone; }
+  /// Which of those: the innermost such frame outside the model's forward
+  /// (generate() is itself a no_grad-decorated function: kGenerate).
+  InferenceKind inference_kind(StackId stack) const { return stack_inference_[stack]; }
   /// True when the stack concatenates an evaluation step's outputs onto
   /// those of the steps before it: Hugging Face Trainer keeps every step's
   /// predictions, labels and losses on the device until the loop ends,
@@ -190,7 +206,7 @@ class FrameIndex {
   std::vector<uint8_t> stack_python_;
   std::vector<uint8_t> stack_checkpointed_;
   std::vector<uint8_t> stack_recomputes_;
-  std::vector<uint8_t> stack_inference_;
+  std::vector<InferenceKind> stack_inference_;
   std::vector<uint8_t> stack_eval_outputs_;
   bool has_cpp_ = false;
   bool has_generated_ = false;

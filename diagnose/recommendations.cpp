@@ -69,6 +69,25 @@ constexpr int64_t kSmallestMaxSplitMb = 21;  // PyTorch: max_split_size_mb > 20
 
 int64_t cat(const CategoryBytes& c, Category k) { return c[static_cast<size_t>(k)]; }
 
+/// The batch setting of the code that ran the forward without autograd
+/// (TrainingArguments.per_device_eval_batch_size: transformers
+/// training_args.py; Lightning takes its evaluation batches from the
+/// DataLoaders its hooks return).
+std::string halve_inference_batch(InferenceKind kind) {
+  switch (kind) {
+    case InferenceKind::kGenerate:
+      return "Halve the batch passed to generate()";
+    case InferenceKind::kTrainerEvaluation:
+      return "Halve TrainingArguments(per_device_eval_batch_size=...)";
+    case InferenceKind::kLightningEvaluation:
+      return "Halve the batch_size of the val/test/predict DataLoader";
+    case InferenceKind::kNoGrad:
+    case InferenceKind::kNone:
+      break;
+  }
+  return "Halve the batch (evaluate in smaller batches)";
+}
+
 bool conf_has(const std::string& conf, const char* key) { return conf.find(key) != std::string::npos; }
 
 }  // namespace
@@ -437,7 +456,7 @@ void recommend(Diagnosis& d) {
     }
     out.push_back(Recommendation{
         FixId::kMicroBatch,
-        inference ? "Halve the batch (generate or evaluate in smaller batches)"
+        inference ? halve_inference_batch(oom->inference_kind)
                   : "Halve the micro-batch and double gradient accumulation steps",
         inference ? "What a forward without autograd keeps (a KV cache, outputs) and its temporaries scale with the "
                     "batch, as they do with the sequence length."

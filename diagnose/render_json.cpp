@@ -107,6 +107,7 @@ std::string render_json(const Diagnosis& d) {
                     {"model_forward", o.model_forward},
                     {"recomputing", o.recomputing},
                     {"inference", o.inference},
+                    {"inference_kind", inference_kind_name(o.inference_kind)},
                     {"eval_outputs",
                      {{"bytes", o.eval_outputs.bytes},
                       {"at_concat", o.eval_outputs.at_concat},

@@ -85,6 +85,8 @@ Files written (each < 200 KB):
   hf_gpt2_eval_outputs_oom.pickle  Hugging Face Trainer.evaluate() out of memory
                         concatenating a language model's logits of every step
                         on the device (no eval_accumulation_steps)
+  hf_gpt2_eval_forward_oom.pickle  the same evaluation under a 160 MiB cap: out
+                        of memory in the first step's cross-entropy
   compiled_step_oom.pickle  a torch.compile'd model (inductor's generated code)
                         out of memory in its second forward
   backward_peak_stacks_all.pickle, hf_bert_forward_oom_stacks_all.pickle  those
@@ -1029,7 +1031,7 @@ def gpt2_eval_frames(inner, where):
     return inner + [frame(HF_GPT2, "forward", int(where.split(":")[1]))] + llama_generate_call() + block + model
 
 
-def gpt2_eval_outputs_oom(cap=512 * MIB):
+def gpt2_eval_outputs_oom(cap=512 * MIB, accumulation_steps=None):
     """Hugging Face Trainer.evaluate() of a 2-block GPT-2-like language model
     with compute_metrics and no eval_accumulation_steps: every step's logits
     (32 MiB: batch x sequence x vocabulary floats, lm_head at
@@ -1044,7 +1046,10 @@ def gpt2_eval_outputs_oom(cap=512 * MIB):
     allocated (288 MiB; 386 MiB reserved: an earlier concatenation's 128 MiB
     segment holds the logits beside a 96 MiB free block). Halving the batch
     halves each step, not the samples kept; eval_accumulation_steps=3 keeps
-    at most 3 steps (96 MiB) in a concatenation."""
+    at most 3 steps (96 MiB) in a concatenation.
+    With `accumulation_steps` K, the outputs go to the CPU after every K
+    steps (to_cpu_and_numpy frees them on the device), as with
+    TrainingArguments(eval_accumulation_steps=K)."""
     sim = Sim(cap=cap)
     load = [frame(f"{HF_TORCH}/nn/modules/module.py", "_apply", 1355),
             frame(f"{HF_TORCH}/nn/modules/module.py", "to", 1369),
@@ -1089,10 +1094,17 @@ def gpt2_eval_outputs_oom(cap=512 * MIB):
                 if outputs[line] is None:
                     outputs[line] = tensor  # EvalLoopContainer.add keeps the first step's tensor itself
                     continue
-                joined = sim.malloc(size * (step + 1), gpt2_eval_frames([], f"concat:{line}"))
+                kept = step % accumulation_steps if accumulation_steps else step
+                joined = sim.malloc(size * (kept + 1), gpt2_eval_frames([], f"concat:{line}"))
                 sim.free(outputs[line], [])
                 sim.free(tensor, [])
                 outputs[line] = joined
+            if accumulation_steps and (step + 1) % accumulation_steps == 0:
+                to_cpu = [frame(f"{HF_VENV}/transformers/trainer_pt_utils.py", "to_cpu_and_numpy", 387),
+                          frame(HF_TRAINER, "evaluation_loop", 3048)] + inputs[-2:]
+                for line in outputs:
+                    sim.free(outputs[line], to_cpu)
+                    outputs[line] = None
     except OutOfMemory:
         pass
     return sim
@@ -1258,6 +1270,7 @@ def main():
     write(os.path.join(out, "hf_bert_checkpointed_recompute_oom.pickle"), checkpointed_recompute_oom().dump("v2_11"), 4)
     write(os.path.join(out, "hf_llama_generate_oom.pickle"), llama_generate_oom().dump("v2_11"), 4)
     write(os.path.join(out, "hf_gpt2_eval_outputs_oom.pickle"), gpt2_eval_outputs_oom().dump("v2_11"), 4)
+    write(os.path.join(out, "hf_gpt2_eval_forward_oom.pickle"), gpt2_eval_outputs_oom(160 * MIB).dump("v2_11"), 4)
     write(os.path.join(out, "compiled_step_oom.pickle"), compiled_step_oom().dump("v2_11"), 4)
     write(os.path.join(out, "backward_peak_stacks_all.pickle"), stacks_all(backward_peak().dump("v2_11")), 4)
     write(os.path.join(out, "hf_bert_forward_oom_stacks_all.pickle"), stacks_all(hf_bert_forward_oom().dump("v2_11")),

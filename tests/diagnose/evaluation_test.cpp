@@ -36,13 +36,14 @@ const Frame kGpt2{kPackages + "/transformers/models/gpt2/modeling_gpt2.py", "for
 struct Classified {
   Phase phase;
   bool inference;
+  InferenceKind kind;
   bool eval_outputs;
 };
 
 Classified classify(const std::vector<Frame>& stack) {
   const Snapshot s = testing::with_stacks({stack});
   const FrameIndex index(s);
-  return {index.phase(1), index.inference(1), index.concatenates_eval_outputs(1)};
+  return {index.phase(1), index.inference(1), index.inference_kind(1), index.concatenates_eval_outputs(1)};
 }
 
 TEST(Evaluation, TrainerAndLightningEvaluationLoopsAreInference) {
@@ -59,6 +60,7 @@ TEST(Evaluation, TrainerAndLightningEvaluationLoopsAreInference) {
                                     script});
   EXPECT_EQ(eval.phase, Phase::kForward);
   EXPECT_TRUE(eval.inference);
+  EXPECT_EQ(eval.kind, InferenceKind::kTrainerEvaluation);
   EXPECT_FALSE(eval.eval_outputs);
   // Trainer.train()'s step: the same forward through compute_loss, with autograd.
   const Classified train = classify({kOp,
@@ -72,6 +74,7 @@ TEST(Evaluation, TrainerAndLightningEvaluationLoopsAreInference) {
                                      script});
   EXPECT_EQ(train.phase, Phase::kForward);
   EXPECT_FALSE(train.inference);
+  EXPECT_EQ(train.kind, InferenceKind::kNone);
   // Lightning's validation inside fit(): the evaluation loop is inner to the fit loop.
   const std::vector<Frame> fit = {{kLoops + "/training_epoch_loop.py", "on_advance_end", 406},
                                   {kLoops + "/training_epoch_loop.py", "run", 154},
@@ -87,7 +90,7 @@ TEST(Evaluation, TrainerAndLightningEvaluationLoopsAreInference) {
                                               {kLoops + "/evaluation_loop.py", "run", 146},
                                               {kLoops + "/utilities.py", "_decorator", 179}},
                                              fit}))
-                  .inference);
+                  .kind == InferenceKind::kLightningEvaluation);
   // Lightning 1.x's epoch loop file.
   EXPECT_TRUE(classify({kOp,
                         kCall,
@@ -104,6 +107,38 @@ TEST(Evaluation, TrainerAndLightningEvaluationLoopsAreInference) {
                                                {kPackages + "/torch/optim/adam.py", "step", 227}},
                                               fit}))
                    .inference);
+}
+
+// Before 2026-12-03 an out-of-memory in Trainer.evaluate()'s forward read
+// "Activations in the forward pass" with activation checkpointing first; its
+// batch is TrainingArguments' per_device_eval_batch_size.
+TEST(Evaluation, AnEvaluationForwardOutOfMemoryHalvesTheEvalBatch) {
+  const std::string path = testing::synthetic_fixture("hf_gpt2_eval_forward_oom.pickle");
+  SKIP_IF_MISSING(path);
+  const Diagnosis d = testing::diagnose_file(path);
+  ASSERT_EQ(d.ooms.size(), 1u);
+  const OomReport& o = d.ooms[0];
+  EXPECT_EQ(o.phase, Phase::kForward);
+  EXPECT_TRUE(o.inference);
+  EXPECT_EQ(o.inference_kind, InferenceKind::kTrainerEvaluation);
+  EXPECT_EQ(o.requested_bytes, 32 * kMiB);  // cross-entropy's log-probabilities
+  EXPECT_EQ(o.layer, "modeling_gpt2.py:703 in forward");
+  EXPECT_EQ(testing::alive_bytes(o, Category::kEvalOutputs), 0);  // the first step: nothing kept yet
+  EXPECT_FALSE(o.eval_outputs.at_concat);
+  ASSERT_FALSE(d.verdicts.empty());
+  EXPECT_EQ(d.verdicts.front().id, VerdictId::kInferenceForward);
+  EXPECT_NE(d.verdicts.front().evidence.find("Hugging Face Trainer's evaluation"), std::string::npos)
+      << d.verdicts.front().evidence;
+  for (const Verdict& v : d.verdicts) EXPECT_NE(v.id, VerdictId::kEvalOutputsAccumulated);
+  const auto micro_batch = std::find_if(d.recommendations.begin(), d.recommendations.end(),
+                                        [](const Recommendation& r) { return r.id == FixId::kMicroBatch; });
+  ASSERT_NE(micro_batch, d.recommendations.end());
+  EXPECT_EQ(micro_batch->change, "Halve TrainingArguments(per_device_eval_batch_size=...)");
+  for (const Recommendation& r : d.recommendations) {
+    EXPECT_NE(r.id, FixId::kActivationCheckpointing);
+    EXPECT_NE(r.id, FixId::kEvalAccumulation);
+  }
+  EXPECT_EQ(nlohmann::json::parse(render_json(d))["ooms"][0]["inference_kind"], "trainer_evaluation");
 }
 
 TEST(Evaluation, OnlyTrainersNestedConcatConcatenatesEvaluationOutputs) {
