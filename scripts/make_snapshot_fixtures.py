@@ -924,6 +924,14 @@ HF_GEN_USER = "/home/user/torch/generate.py"
 HF_DEPRECATION = frame(f"{HF_VENV}/transformers/utils/deprecation.py", "wrapped_func", 173)
 
 
+def hf_model_to(script):
+    """A Hugging Face model's weights moved to the GPU by `model.to("cuda")` at script:12."""
+    return [frame(f"{HF_TORCH}/nn/modules/module.py", "_apply", 1355),
+            frame(f"{HF_TORCH}/nn/modules/module.py", "to", 1369),
+            frame(f"{HF_VENV}/transformers/modeling_utils.py", "to", 4343),
+            frame(script, "<module>", 12)]
+
+
 def llama_generate_call():
     """torch's Module.__call__ as transformers 5.24 sees it."""
     return [frame(f"{HF_TORCH}/nn/modules/module.py", "_call_impl", 1790),
@@ -968,10 +976,7 @@ def llama_generate_oom(cap=384 * MIB):
     backward, so activation checkpointing does not apply; half the batch
     halves the cache, the hidden state and the probabilities."""
     sim = Sim(cap=cap)
-    load = [frame(f"{HF_TORCH}/nn/modules/module.py", "_apply", 1355),
-            frame(f"{HF_TORCH}/nn/modules/module.py", "to", 1369),
-            frame(f"{HF_VENV}/transformers/modeling_utils.py", "to", 4343),
-            frame(HF_GEN_USER, "<module>", 12)]
+    load = hf_model_to(HF_GEN_USER)
     [sim.malloc(32 * MIB, load) for _ in range(6)]
     embed = [frame(f"{HF_TORCH}/nn/modules/sparse.py", "forward", 192)] + llama_generate_call()
     hidden = sim.malloc(16 * MIB, llama_generate_frames(embed + [frame(HF_LLAMA, "forward", 372)], "model"))
@@ -1051,10 +1056,7 @@ def gpt2_eval_outputs_oom(cap=512 * MIB, accumulation_steps=None):
     steps (to_cpu_and_numpy frees them on the device), as with
     TrainingArguments(eval_accumulation_steps=K)."""
     sim = Sim(cap=cap)
-    load = [frame(f"{HF_TORCH}/nn/modules/module.py", "_apply", 1355),
-            frame(f"{HF_TORCH}/nn/modules/module.py", "to", 1369),
-            frame(f"{HF_VENV}/transformers/modeling_utils.py", "to", 4343),
-            frame(HF_EVAL_USER, "<module>", 12)]
+    load = hf_model_to(HF_EVAL_USER)
     [sim.malloc(32 * MIB, load) for _ in range(3)]
     inputs = [frame(HF_TRAINER, "_prepare_input", 2384), frame(HF_TRAINER, "<dictcomp>", 2374),
               frame(HF_TRAINER, "_prepare_input", 2374), frame(HF_TRAINER, "_prepare_inputs", 2392),
