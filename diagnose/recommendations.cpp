@@ -508,7 +508,10 @@ void recommend(Diagnosis& d) {
   }
 
   const bool no_frames = t.alloc_events > 0 && t.alloc_events_without_frames == t.alloc_events;
-  if (t.truncated || t.iterations < 2 || no_frames) {
+  // Iterations are training steps (forward, then backward); an inference or
+  // evaluation out-of-memory has none to cover.
+  const bool few_steps = t.iterations < 2 && !inference && !has_verdict(VerdictId::kEvalOutputsAccumulated);
+  if (t.truncated || few_steps || no_frames) {
     const int64_t per_iteration = std::max<int64_t>(t.events_per_iteration, 1);
     int64_t entries = 3 * per_iteration;
     entries = (entries + kMaxEntriesQuantum - 1) / kMaxEntriesQuantum * kMaxEntriesQuantum;
@@ -516,7 +519,7 @@ void recommend(Diagnosis& d) {
     std::string why;
     if (t.truncated)
       why = "the trace starts mid-run (it frees blocks it never saw allocated)";
-    else if (t.iterations < 2)
+    else if (few_steps)
       why = fmt::format("the trace covers {} iteration{}", t.iterations, t.iterations == 1 ? "" : "s");
     if (no_frames) why += std::string(why.empty() ? "" : "; ") + "no allocation has frames";
     no_effect.push_back(Recommendation{

@@ -51,7 +51,13 @@
 #   scripts/device_check.sh --snapshots  issues #48 and #44: a Hugging Face
 #                                        GPT-2's out-of-memory snapshot
 #                                        (scripts/record_hf_snapshot.py) and an
-#                                        oomtune trial's, each diagnosed
+#                                        oomtune trial's, each diagnosed; then
+#                                        GPT-2's Trainer.evaluate() out of
+#                                        memory by keeping every step's logits
+#                                        (--evaluate), diagnosed, and the same
+#                                        evaluation rerun with the
+#                                        eval_accumulation_steps diagnose
+#                                        recommends: it must run to its end
 #   scripts/device_check.sh --checkpointing
 #                                        the two open questions of checkpointed
 #                                        runs on CUDA (docs/validation.md), both
@@ -278,6 +284,31 @@ snapshots() {
   tar -czf "$out/snapshots.tar.gz" -C /tmp oomtune_snapshots
 }
 
+# eval_snapshots (--snapshots only): Trainer.evaluate() of GPT-2 small keeps
+# every step's logits on the device (8 x 1024 x 50257 fp32, 1.6 GB a step)
+# and runs out of memory concatenating them under 16 GiB; diagnose must say
+# eval_outputs_accumulated and recommend an eval_accumulation_steps, with
+# which the same evaluation must run to its end (record_hf_snapshot.py exit 1).
+eval_snapshots() {
+  local work=/tmp/oomtune_snapshots k
+  local run=(scripts/record_hf_snapshot.py --evaluate --steps 8 --budget $((16 << 30)))
+  mkdir -p "$work"
+  step "Trainer.evaluate() out of memory (scripts/record_hf_snapshot.py --evaluate)" hf_eval_snapshot.json \
+    timeout "$(budget 120)" "$python" "${run[@]}" --out "$work/hf_gpt2_eval_oom.pickle"
+  step "oomtune diagnose on it" hf_eval_diagnose.txt timeout "$(budget 60)" "$build/oomtune" diagnose \
+    "$work/hf_gpt2_eval_oom.pickle"
+  k="$(grep -o 'eval_accumulation_steps=[0-9]*' "$out/hf_eval_diagnose.txt" | head -n 1 | cut -d= -f2)"
+  if [ -n "$k" ]; then
+    step "The same evaluation with eval_accumulation_steps=$k (exit 1: it ran to its end)" hf_eval_rerun.json \
+      timeout "$(budget 120)" "$python" "${run[@]}" --eval-accumulation-steps "$k" --out "$work/hf_gpt2_eval_rerun.pickle"
+  else
+    say "diagnose recommended no eval_accumulation_steps"
+  fi
+  mv "$out"/hf_eval_snapshot.json "$out"/hf_eval_diagnose.txt "$out"/hf_eval_rerun.json "$work"/ 2> /dev/null
+  gzip -f "$work"/*.pickle 2> /dev/null
+  tar -czf "$out/snapshots.tar.gz" -C /tmp oomtune_snapshots
+}
+
 # probe_job NAME FILE DEVICE [ARGS...]: the probe's table in the summary,
 # its JSON (no fits) as probe_<DEVICE>_<NAME>.json in probes.tar.gz.
 probes=/tmp/oomtune_probes
@@ -419,7 +450,7 @@ cudnn_workspaces() {
 
 case "$mode" in
   --validate) validate; exit 0 ;;
-  --snapshots) snapshots; exit 0 ;;
+  --snapshots) snapshots; eval_snapshots; exit 0 ;;
   --checkpointing) checkpointing; exit 0 ;;
   --autotune) autotune_compare "$(budget 540)" "$@"
     exit 0 ;;

@@ -1003,7 +1003,7 @@ def llama_generate_oom(cap=384 * MIB):
 # forward runs under `with torch.no_grad():` (no frame), then concatenates
 # the step's losses (line 3008), logits (3023) and labels (3027) onto the
 # steps before (EvalLoopContainer.add -> trainer_pt_utils.py nested_concat
-# -> torch_pad_and_concatenate -> torch.cat).
+# -> torch_pad_and_concatenate -> torch.cat); frees record frames too.
 HF_GPT2 = f"{HF_VENV}/transformers/models/gpt2/modeling_gpt2.py"
 HF_EVAL_USER = "/home/user/torch/evaluate.py"
 
@@ -1089,17 +1089,20 @@ def gpt2_eval_outputs_oom(cap=512 * MIB, accumulation_steps=None):
             log_probs = sim.malloc(32 * MIB, gpt2_eval_frames(loss, "head:703"))
             step_loss = sim.malloc(512, gpt2_eval_frames(loss, "head:703"))
             sim.free(log_probs, gpt2_eval_frames([], "head:703"))
-            sim.free(ids, [])
-            losses = sim.malloc(512, [frame(HF_TRAINER, "evaluation_loop", 3007)] + inputs[-2:])
-            sim.free(step_loss, [])
+            # The step's inputs and loss are dropped in evaluation_loop (frees record frames
+            # too: _record_memory_history's default context="all").
+            loop = [frame(HF_TRAINER, "evaluation_loop", 3007)] + inputs[-2:]
+            sim.free(ids, loop)
+            losses = sim.malloc(512, loop)
+            sim.free(step_loss, loop)
             for line, tensor, size in ((3008, losses, 512), (3023, logits, 32 * MIB), (3027, labels, 32 * KIB)):
                 if outputs[line] is None:
                     outputs[line] = tensor  # EvalLoopContainer.add keeps the first step's tensor itself
                     continue
                 kept = step % accumulation_steps if accumulation_steps else step
                 joined = sim.malloc(size * (kept + 1), gpt2_eval_frames([], f"concat:{line}"))
-                sim.free(outputs[line], [])
-                sim.free(tensor, [])
+                sim.free(outputs[line], gpt2_eval_frames([], f"concat:{line}")[2:])  # EvalLoopContainer.add
+                sim.free(tensor, loop)
                 outputs[line] = joined
             if accumulation_steps and (step + 1) % accumulation_steps == 0:
                 to_cpu = [frame(f"{HF_VENV}/transformers/trainer_pt_utils.py", "to_cpu_and_numpy", 387),

@@ -7,6 +7,7 @@ scripts/device_check.sh --snapshots.
     record_hf_snapshot.py --out FILE.pickle [--layers 12] [--micro-batch 8]
                           [--seq 1024] [--budget BYTES] [--steps 3]
                           [--stacks python|all] [--max-entries 100000]
+                          [--evaluate [--eval-accumulation-steps K]]
 
 Trains transformers' GPT2LMHeadModel built from GPT-2 small's config
 (n_embd 768, 12 heads, vocabulary 50257; random weights, nothing
@@ -19,6 +20,16 @@ At the first torch.cuda.OutOfMemoryError it writes the snapshot
 step and phase that ran out, the message, the file's size. Exit 0 when the
 snapshot was written, 1 if training never ran out of memory (raise
 --micro-batch or lower --budget), 2 on bad arguments.
+
+With --evaluate it runs transformers' Trainer.evaluate() instead, on --steps
+batches of --micro-batch sequences (per_device_eval_batch_size), with a
+compute_metrics that needs the logits (token accuracy), so Trainer keeps
+every step's logits on the device and concatenates them
+(trainer_pt_utils.py nested_concat) unless --eval-accumulation-steps K moves
+them to the CPU every K steps (TrainingArguments.eval_accumulation_steps):
+docs/diagnose.md, "Evaluation outputs kept on the device". Exit 1 then means
+the evaluation ran to its end, as the eval_accumulation_steps that
+`oomtune diagnose` recommends for the first snapshot should make it.
 """
 
 import argparse
@@ -39,7 +50,12 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--stacks", choices=["python", "all"], default="python")
     parser.add_argument("--max-entries", type=int, default=100000)
+    parser.add_argument("--evaluate", action="store_true", help="Trainer.evaluate() instead of training")
+    parser.add_argument("--eval-accumulation-steps", type=int, default=None)
     args = parser.parse_args()
+    if args.eval_accumulation_steps is not None and (not args.evaluate or args.eval_accumulation_steps < 1):
+        print("record_hf_snapshot: --eval-accumulation-steps needs --evaluate and a value >= 1", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("record_hf_snapshot: no CUDA device (the allocator's history exists on CUDA only)", file=sys.stderr)
         return 2
@@ -55,11 +71,13 @@ def main():
     config = transformers.GPT2Config(n_layer=args.layers, n_positions=max(1024, args.seq), use_cache=False)
     torch.cuda.memory._record_memory_history(max_entries=args.max_entries, stacks=args.stacks)
     model = transformers.GPT2LMHeadModel(config).to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    phase = "load"
     result = {"torch": torch.__version__, "transformers": transformers.__version__,
               "parameters": sum(p.numel() for p in model.parameters()), "micro_batch": args.micro_batch,
               "seq": args.seq, "budget_bytes": args.budget, "stacks": args.stacks}
+    if args.evaluate:
+        return evaluate(args, transformers, model, config, result)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    phase = "load"
     try:
         for step in range(args.steps):
             result["step"] = step
@@ -83,6 +101,45 @@ def main():
     print(json.dumps(result, indent=1))
     print("record_hf_snapshot: training did not run out of memory; raise --micro-batch or lower --budget",
           file=sys.stderr)
+    return 1
+
+
+def evaluate(args, transformers, model, config, result):
+    """Trainer.evaluate() of `model` until the end or the first out-of-memory (see the module's docstring)."""
+    import tempfile
+
+    class Batches(torch.utils.data.Dataset):
+        def __len__(self):
+            return args.steps * args.micro_batch
+
+        def __getitem__(self, i):
+            ids = torch.randint(0, config.vocab_size, (args.seq,), generator=torch.Generator().manual_seed(i))
+            return {"input_ids": ids, "labels": ids}
+
+    def accuracy(prediction):  # needs every step's logits: Trainer keeps them
+        predicted = prediction.predictions.argmax(-1)[:, :-1]
+        return {"token_accuracy": float((predicted == prediction.label_ids[:, 1:]).mean())}
+
+    result.update(mode="evaluate", eval_accumulation_steps=args.eval_accumulation_steps)
+    with tempfile.TemporaryDirectory() as output_dir:
+        trainer = transformers.Trainer(
+            model=model,
+            args=transformers.TrainingArguments(output_dir=output_dir, per_device_eval_batch_size=args.micro_batch,
+                                                eval_accumulation_steps=args.eval_accumulation_steps,
+                                                report_to=[], dataloader_num_workers=0),
+            eval_dataset=Batches(), compute_metrics=accuracy)
+        try:
+            result["metrics"] = trainer.evaluate()
+        except torch.cuda.OutOfMemoryError as e:
+            result.update(phase="evaluate", message=str(e).splitlines()[0])
+            torch.cuda.memory._dump_snapshot(args.out)
+            torch.cuda.memory._record_memory_history(enabled=None)
+            result["snapshot_bytes"] = os.path.getsize(args.out)
+            print(json.dumps(result, indent=1))
+            return 0
+    result["phase"] = None
+    print(json.dumps(result, indent=1))
+    print(f"record_hf_snapshot: the evaluation of {args.steps} steps ran to its end", file=sys.stderr)
     return 1
 
 

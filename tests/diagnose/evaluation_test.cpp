@@ -221,10 +221,12 @@ TEST(Evaluation, KeptOutputsAreTheVerdictAndEvalAccumulationStepsTheFix) {
   EXPECT_EQ(first.change, "TrainingArguments(eval_accumulation_steps=3)");
   EXPECT_EQ(first.frees_bytes, (kept - 2 * 32 * kMiB) + (192 - 3 * 32) * kMiB);
   EXPECT_NE(first.sufficiency, Sufficiency::kNotEnough);
-  // Halving the batch keeps the same samples; nothing here is a training step's.
+  // Halving the batch keeps the same samples; nothing here is a training
+  // step's, nor are there training iterations to record more of.
   for (const Recommendation& r : d.recommendations) {
     EXPECT_NE(r.id, FixId::kMicroBatch);
     EXPECT_NE(r.id, FixId::kActivationCheckpointing);
+    EXPECT_NE(r.id, FixId::kRecordMore);
   }
 
   const nlohmann::json j = nlohmann::json::parse(render_json(d));
