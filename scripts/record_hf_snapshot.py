@@ -91,17 +91,24 @@ def main():
             optimizer.zero_grad(set_to_none=True)
             del loss
     except torch.cuda.OutOfMemoryError as e:
-        result.update(phase=phase, message=str(e).splitlines()[0])
+        return report(args, result, phase, e)
+    return report(args, result, None, None,
+                  "training did not run out of memory; raise --micro-batch or lower --budget")
+
+
+def report(args, result, phase, error, why=""):
+    """Writes the snapshot at an out-of-memory `error` and prints `result` as
+    JSON: exit 0 with a snapshot, else 1 with `why` on stderr."""
+    result["phase"] = phase
+    if error is not None:
+        result["message"] = str(error).splitlines()[0]
         torch.cuda.memory._dump_snapshot(args.out)
         torch.cuda.memory._record_memory_history(enabled=None)
         result["snapshot_bytes"] = os.path.getsize(args.out)
-        print(json.dumps(result, indent=1))
-        return 0
-    result["phase"] = None
     print(json.dumps(result, indent=1))
-    print("record_hf_snapshot: training did not run out of memory; raise --micro-batch or lower --budget",
-          file=sys.stderr)
-    return 1
+    if error is None:
+        print(f"record_hf_snapshot: {why}", file=sys.stderr)
+    return 0 if error is not None else 1
 
 
 def evaluate(args, transformers, model, config, result):
@@ -131,16 +138,8 @@ def evaluate(args, transformers, model, config, result):
         try:
             result["metrics"] = trainer.evaluate()
         except torch.cuda.OutOfMemoryError as e:
-            result.update(phase="evaluate", message=str(e).splitlines()[0])
-            torch.cuda.memory._dump_snapshot(args.out)
-            torch.cuda.memory._record_memory_history(enabled=None)
-            result["snapshot_bytes"] = os.path.getsize(args.out)
-            print(json.dumps(result, indent=1))
-            return 0
-    result["phase"] = None
-    print(json.dumps(result, indent=1))
-    print(f"record_hf_snapshot: the evaluation of {args.steps} steps ran to its end", file=sys.stderr)
-    return 1
+            return report(args, result, "evaluate", e)
+    return report(args, result, None, None, f"the evaluation of {args.steps} steps ran to its end")
 
 
 if __name__ == "__main__":
