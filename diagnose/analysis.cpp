@@ -507,7 +507,7 @@ void add_verdicts(Diagnosis& d) {
                                       e.steps, format_bytes(e.step_bytes))
                         : "")});
   }
-  if (phase == Phase::kForward && oom && oom->inference) {
+  if (phase == Phase::kForward && oom && oom->inference()) {
     main.push_back(Verdict{
         VerdictId::kInferenceForward,
         fmt::format("The out-of-memory happened in a forward without autograd ({}){}: nothing is kept for "
@@ -713,13 +713,12 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       const int64_t mf = frames.model_forward_frame(e.frames);
       if (mf >= 0) o.model_forward = frames.describe(mf);
       o.recomputing = o.phase == Phase::kBackward && frames.recomputes(e.frames);
-      o.inference = o.phase == Phase::kForward && frames.inference(e.frames);
-      if (o.inference) o.inference_kind = frames.inference_kind(e.frames);
-      o.eval_outputs = eval_outputs.at_oom(e, replay);
+      if (o.phase == Phase::kForward) o.inference_kind = frames.inference_kind(e.frames);
       for (int c = 0; c < kNumCategories; ++c) {
         o.live_by_category[static_cast<size_t>(c)] = replay.allocated_by_category()[static_cast<size_t>(c)];
       }
-      need_query = NeedQuery{i, o.phase, o.rounded_bytes, o.allocated_bytes, o.live_by_category, o.inference};
+      o.eval_outputs = eval_outputs.at_oom(e, o.live_by_category[static_cast<size_t>(Category::kEvalOutputs)]);
+      need_query = NeedQuery{i, o.phase, o.rounded_bytes, o.allocated_bytes, o.live_by_category, o.inference()};
       most_reserved_at_judged_oom = std::max(most_reserved, o.reserved_bytes);
       d.ooms.push_back(o);
       d.timeline.push_back(point_now(replay, static_cast<int64_t>(i), e.time_us));

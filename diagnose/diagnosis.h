@@ -75,13 +75,14 @@ struct OomReport {
   /// The failing call reran a checkpointed block's forward in backward
   /// (FrameIndex::recomputes): torch.utils.checkpoint's recomputation.
   bool recomputing = false;
-  /// The failing call ran in a forward without autograd: under a
+  /// What ran the failing call in a forward without autograd: a
   /// torch.no_grad()/inference_mode() decorator, Hugging Face's generate()
-  /// or a framework's evaluation loop (FrameIndex::inference). Nothing is
-  /// kept for backward.
-  bool inference = false;
-  InferenceKind inference_kind = InferenceKind::kNone;  ///< which code ran it (kNone unless `inference`)
-  EvalOutputs eval_outputs;                             ///< all zero outside Hugging Face Trainer's evaluation
+  /// or a framework's evaluation loop (FrameIndex::inference_kind); kNone
+  /// outside such a forward. Nothing is kept for backward.
+  InferenceKind inference_kind = InferenceKind::kNone;
+  /// The failing call ran in a forward without autograd (inference_kind).
+  bool inference() const { return inference_kind != InferenceKind::kNone; }
+  EvalOutputs eval_outputs;  ///< all zero outside Hugging Face Trainer's evaluation
   CategoryBytes live_by_category{};
 };
 

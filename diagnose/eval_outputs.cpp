@@ -2,36 +2,35 @@
 
 #include <algorithm>
 
-#include "diagnose/replay.h"
-
 namespace oomtune::diagnose {
+namespace {
 
-void EvalOutputTracker::observe(const TraceEvent& e) {
-  if (e.action != TraceAction::kAlloc || !frames_.concatenates_eval_outputs(e.frames)) return;
-  if (e.size > largest_) {
-    second_ = largest_;
-    largest_ = e.size;
-  } else if (e.size < largest_ && e.size > second_) {
-    second_ = e.size;
+/// Keeps the largest and the largest smaller size seen.
+void note_size(int64_t size, int64_t& largest, int64_t& second) {
+  if (size > largest) {
+    second = largest;
+    largest = size;
+  } else if (size < largest && size > second) {
+    second = size;
   }
 }
 
-EvalOutputs EvalOutputTracker::at_oom(const TraceEvent& oom, const Replay& replay) const {
+}  // namespace
+
+void EvalOutputTracker::observe(const TraceEvent& e) {
+  if (e.action == TraceAction::kAlloc && frames_.concatenates_eval_outputs(e.frames))
+    note_size(e.size, largest_, second_);
+}
+
+EvalOutputs EvalOutputTracker::at_oom(const TraceEvent& oom, int64_t alive_bytes) const {
   EvalOutputs o;
-  for (const auto& [address, block] : replay.live()) {
-    if (block.allocated && frames_.concatenates_eval_outputs(block.frames)) o.bytes += block.size;
-  }
+  o.bytes = alive_bytes;
   o.at_concat = frames_.concatenates_eval_outputs(oom.frames);
   int64_t largest = largest_;
   int64_t second = second_;
   if (o.at_concat) {
     o.request_bytes = oom.size;
-    if (oom.size > largest) {
-      second = largest;
-      largest = oom.size;
-    } else if (oom.size < largest && oom.size > second) {
-      second = oom.size;
-    }
+    note_size(oom.size, largest, second);
   }
   if (second > 0) {
     o.step_bytes = largest - second;

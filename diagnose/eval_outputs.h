@@ -36,12 +36,10 @@
 
 namespace oomtune::diagnose {
 
-class Replay;
-
 /// Hugging Face Trainer's evaluation outputs at an out-of-memory
 /// (Note [Evaluation outputs]). All zero outside its evaluation.
 struct EvalOutputs {
-  int64_t bytes = 0;  ///< alive at the oom in blocks nested_concat allocated
+  int64_t bytes = 0;  ///< alive at the oom in blocks nested_concat allocated (Category::kEvalOutputs)
   /// the failing request is the next concatenation (its result: the
   /// outputs of every step so far plus this one)
   bool at_concat = false;
@@ -59,8 +57,9 @@ class EvalOutputTracker {
   explicit EvalOutputTracker(const FrameIndex& frames) : frames_(frames) {}
   /// Each trace event, in order, before it is applied to the replay.
   void observe(const TraceEvent& e);
-  /// The outputs at the oom event `oom`; `replay` has applied every event before it.
-  EvalOutputs at_oom(const TraceEvent& oom, const Replay& replay) const;
+  /// The outputs at the oom event `oom`, with `alive_bytes` of them
+  /// allocated then (Category::kEvalOutputs, replay.h).
+  EvalOutputs at_oom(const TraceEvent& oom, int64_t alive_bytes) const;
 
  private:
   const FrameIndex& frames_;

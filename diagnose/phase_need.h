@@ -90,7 +90,7 @@ struct NeedQuery {
   int64_t rounded_bytes = 0;                   ///< the failing request, rounded
   int64_t allocated_bytes = 0;                 ///< at the oom
   std::array<int64_t, kNumCategories> live{};  ///< bytes alive at the oom, by Category
-  bool inference = false;                      ///< a forward without autograd (OomReport::inference)
+  bool inference = false;                      ///< a forward without autograd (OomReport::inference())
 };
 
 /// What the failing phase still needed (Note [Phase need]).

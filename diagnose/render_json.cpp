@@ -106,7 +106,7 @@ std::string render_json(const Diagnosis& d) {
                     {"call_site", o.call_site},
                     {"model_forward", o.model_forward},
                     {"recomputing", o.recomputing},
-                    {"inference", o.inference},
+                    {"inference", o.inference()},
                     {"inference_kind", inference_kind_name(o.inference_kind)},
                     {"eval_outputs",
                      {{"bytes", o.eval_outputs.bytes},

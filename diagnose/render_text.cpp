@@ -89,7 +89,7 @@ std::string render_text(const Diagnosis& d) {
                          o.event_index, format_bytes(o.requested_bytes), format_bytes(o.rounded_bytes),
                          o.large_pool ? "large" : "small", format_bytes(o.segment_bytes), phase_prose(o.phase),
                          o.recomputing              ? ", recomputing a checkpointed block's forward,"
-                         : o.inference              ? " without autograd (inference),"
+                         : o.inference()            ? " without autograd (inference),"
                          : o.eval_outputs.at_concat ? ", concatenating evaluation outputs,"
                                                     : "",
                          o.layer.empty() ? "" : " at " + o.layer);

@@ -119,7 +119,7 @@ TEST(Evaluation, AnEvaluationForwardOutOfMemoryHalvesTheEvalBatch) {
   ASSERT_EQ(d.ooms.size(), 1u);
   const OomReport& o = d.ooms[0];
   EXPECT_EQ(o.phase, Phase::kForward);
-  EXPECT_TRUE(o.inference);
+  EXPECT_TRUE(o.inference());
   EXPECT_EQ(o.inference_kind, InferenceKind::kTrainerEvaluation);
   EXPECT_EQ(o.requested_bytes, 32 * kMiB);  // cross-entropy's log-probabilities
   EXPECT_EQ(o.layer, "modeling_gpt2.py:703 in forward");

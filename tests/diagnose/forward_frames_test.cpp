@@ -269,7 +269,7 @@ TEST(ForwardFrames, AGenerateOutOfMemoryIsInferenceAndGetsNoTrainingFixes) {
   ASSERT_EQ(d.ooms.size(), 1u);
   const OomReport& o = d.ooms[0];
   EXPECT_EQ(o.phase, Phase::kForward);
-  EXPECT_TRUE(o.inference);
+  EXPECT_TRUE(o.inference());
   EXPECT_EQ(o.requested_bytes, 64 * kMiB);
   EXPECT_EQ(o.layer, "modeling_llama.py:197 in eager_attention_forward");
   EXPECT_EQ(testing::alive_bytes(o, Category::kParameters), 192 * kMiB);
