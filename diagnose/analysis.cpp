@@ -357,8 +357,10 @@ std::string defragmenting_evidence(const Diagnosis& d, const OomReport& oom) {
                                  : fmt::format("{}{} that {} still needed", format_bytes(d.need.still_needed_bytes),
                                                d.need.lower_bound ? " (at least)" : "", phase_prose(oom.phase));
   const std::string served = request_only ? "the request" : "the request and the " + needed;
-  const char* rest = request_only              ? "; what the rest of the phase needs is not in the snapshot"
-                     : !d.need.lower_bound     ? ""
+  const char* rest = request_only          ? "; what the rest of the phase needs is not in the snapshot"
+                     : !d.need.lower_bound ? ""
+                     : d.need.method == NeedMethod::kRecomputedBlock
+                         ? "; the block's backward after its recomputation is not counted"
                      : d.need.model_blocks > 0 ? "; what follows the model's blocks is not in the snapshot"
                                                : "; the blocks after the current one are not in the snapshot";
   if (!r.replayed) {

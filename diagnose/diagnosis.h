@@ -180,6 +180,10 @@ enum class Sufficiency : uint8_t {
   /// frees at least that, and what the rest of the phase needs is not in
   /// the snapshot (Note [Enough for the request only], recommendations.cpp).
   kEnoughForRequest,
+  /// The need is the rest of a checkpointed block's recomputation in
+  /// backward (phase_need.h, rule 4), a lower bound: the fix frees at least
+  /// that; the block's backward after it is not counted.
+  kEnoughForRecomputation,
 };
 
 /// One change to make, what it would free, and whether that is enough.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -156,6 +157,101 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   return false;
 }
 
+// Note [Recomputed block]
+// Rationale: with activation checkpointing, backward reruns each block's
+// forward (torch/utils/checkpoint.py: recompute_fn, or unpack_hook, for
+// use_reentrant=False; CheckpointFunction.backward for use_reentrant=True).
+// An out-of-memory there fails one allocation of a block that had already
+// run once, in forward; a fix judged against the request alone fails at the
+// recomputation's next allocation.
+// Approach: the recomputation so far (its allocations since the last
+// backward allocation that is not a recomputation's) and the failing
+// request, each as its layer frame and requested bytes, are looked up in
+// forward's allocations: the last place where they appear in a row
+// (backward recomputes the last block first: the latest such run is that
+// block, or one of the same shapes). From the failing request's
+// counterpart on, the forward's growth is replayed: allocations add; frees
+// of what the matched run allocated subtract; it ends with forward, at an
+// allocation outside checkpoint(), or where the next block starts (the
+// recomputation's first allocation, by layer and bytes, again). Its peak is
+// what the rest of the recomputation allocated at least: a recomputation
+// keeps the tensors saved for backward on top of what the forward kept
+// (non-reentrant: _checkpoint_hook stores them until backward unpacks
+// them; reentrant: the rerun forward's graph holds them), so it grows at
+// least as far.
+// Limitations: a lower bound; the block's own backward, after its
+// recomputation, is not counted. A recomputation whose shapes differ from
+// its forward (a random choice inside the block) matches nothing: then the
+// request alone.
+bool recomputed_block(const NeedQuery& q, const PhaseRun& run, const std::vector<TraceEvent>& trace,
+                      const Attribution& attr, const FrameIndex& frames, PhaseNeed& need) {
+  const TraceEvent& oom = trace[q.oom_event];
+  if (q.phase != Phase::kBackward || !frames.recomputes(oom.frames)) return false;
+  struct Key {
+    int64_t layer = -1;
+    int64_t bytes = 0;
+    bool operator==(const Key& o) const { return layer == o.layer && bytes == o.bytes; }
+  };
+  auto key_of = [&](const TraceEvent& e) { return Key{frames.layer_frame(e.frames), e.size}; };
+  // The recomputation so far, last allocation first, then reversed.
+  std::vector<Key> recomputed{key_of(oom)};
+  for (size_t i = q.oom_event; i-- > run.first_event;) {
+    if (trace[i].action != TraceAction::kAlloc) continue;
+    if (!frames.recomputes(trace[i].frames)) break;
+    recomputed.push_back(key_of(trace[i]));
+  }
+  std::reverse(recomputed.begin(), recomputed.end());
+  std::vector<size_t> forward;  // forward's allocation events, in trace order
+  for (size_t i = 0; i < run.first_event; ++i) {
+    if (trace[i].action == TraceAction::kAlloc && attr.event_phase[i] == Phase::kForward) forward.push_back(i);
+  }
+  const size_t k = recomputed.size();
+  if (forward.size() < k) return false;
+  size_t match = forward.size() - k + 1;  // the first of the latest run of k matching allocations
+  while (match-- > 0) {
+    size_t j = k;
+    while (j > 0 && key_of(trace[forward[match + j - 1]]) == recomputed[j - 1]) --j;
+    if (j == 0) break;
+  }
+  if (match == static_cast<size_t>(-1)) return false;
+
+  // Replay the rest of the block in forward, from the failing request's counterpart.
+  const size_t first = forward[match + k - 1];
+  std::unordered_map<int64_t, int64_t> block;  // address -> bytes, allocated since forward[match]
+  for (size_t j = match; j + 1 < match + k; ++j) block[trace[forward[j]].addr] = trace[forward[j]].size;
+  int64_t grown = 0, peak = 0;
+  size_t last = first;
+  for (size_t i = first; i < run.first_event; ++i) {
+    const TraceEvent& e = trace[i];
+    if (e.action == TraceAction::kAlloc) {
+      if (attr.event_phase[i] != Phase::kForward) break;
+      if (i != first && (!frames.checkpointed(e.frames) || key_of(e) == recomputed.front())) break;
+      block[e.addr] = e.size;
+      grown += e.size;
+      peak = std::max(peak, grown);
+      last = i;
+    } else if (e.action == TraceAction::kFreeRequested) {
+      const auto it = block.find(e.addr);
+      if (it == block.end()) continue;
+      grown -= it->second;
+      block.erase(it);
+      last = i;
+    }
+  }
+  need.method = NeedMethod::kRecomputedBlock;
+  need.lower_bound = true;
+  need.recomputed_allocs = static_cast<int64_t>(k);
+  need.forward_first_event = static_cast<int64_t>(first);
+  need.forward_last_event = static_cast<int64_t>(last);
+  need.still_needed_bytes = std::max(q.rounded_bytes, peak);
+  need.estimate = fmt::format(
+      "recomputed block: the recomputation's {} allocation{} so far, the failing one included, match forward's "
+      "from event {} on; from the failing one's counterpart to the block's end (events {} to {}) forward grew by up "
+      "to {}; the block's backward after its recomputation is not counted",
+      k, k == 1 ? "" : "s", forward[match], first, last, format_bytes(peak));
+  return true;
+}
+
 }  // namespace
 
 const char* need_method_name(NeedMethod method) {
@@ -166,6 +262,8 @@ const char* need_method_name(NeedMethod method) {
       return "adam_first_step";
     case NeedMethod::kForwardBlocks:
       return "forward_blocks";
+    case NeedMethod::kRecomputedBlock:
+      return "recomputed_block";
     case NeedMethod::kRequest:
       return "request";
   }
@@ -252,6 +350,8 @@ PhaseNeed estimate_need(const NeedQuery& q, const std::vector<PhaseRun>& runs, c
   // 3. the forward's block pattern.
   if (q.phase == Phase::kForward && !q.inference)
     forward_blocks(q, *run, trace, attr, frames, parameter_blocks(trace, attr), need);
+  // 4. a checkpointed block recomputed in backward.
+  recomputed_block(q, *run, trace, attr, frames, need);
   return need;
 }
 

@@ -33,7 +33,12 @@
 //      bound. Not for a forward without autograd (generate(), evaluation):
 //      it keeps a KV cache and frees each block's output after the next
 //      block, so what stays per block is no block's whole pattern.
-//   4. request: only the failing request is known.
+//   4. recomputed block: the failing request was part of a checkpointed
+//      block's recomputation in backward (FrameIndex::recomputes); the rest
+//      of it is read from the block's first run, in forward (Note
+//      [Recomputed block], phase_need.cpp). A lower bound: the block's
+//      backward, after its recomputation, is not counted.
+//   5. request: only the failing request is known.
 // Never below the rounded request.
 // Limitations: the estimate compares bytes, not free blocks; temporaries
 // of the remaining phase beyond its peak growth (trace) or beyond the
@@ -51,9 +56,9 @@
 namespace oomtune::diagnose {
 
 /// Which rule of Note [Phase need] gave the estimate.
-enum class NeedMethod : uint8_t { kTrace, kAdamFirstStep, kForwardBlocks, kRequest };
+enum class NeedMethod : uint8_t { kTrace, kAdamFirstStep, kForwardBlocks, kRecomputedBlock, kRequest };
 
-/// "trace", "adam_first_step", "forward_blocks", "request".
+/// "trace", "adam_first_step", "forward_blocks", "recomputed_block", "request".
 const char* need_method_name(NeedMethod method);
 
 /// A run of consecutive events of one training phase (other/unknown events
@@ -100,7 +105,8 @@ struct PhaseNeed {
   NeedMethod method = NeedMethod::kRequest;
   int64_t still_needed_bytes = 0;  ///< beyond what was allocated at the oom; >= the rounded request
   /// forward blocks: not counted are the blocks after the current one (or,
-  /// with model_blocks, what follows the model's blocks)
+  /// with model_blocks, what follows the model's blocks); recomputed block:
+  /// the block's backward
   bool lower_bound = false;
   std::string estimate;              ///< how it was estimated, one sentence
   int64_t grown_bytes = 0;           ///< trace: what this phase had allocated since its start
@@ -115,6 +121,14 @@ struct PhaseNeed {
   /// forward blocks: complete blocks after the current one that the need
   /// counts (model_blocks - blocks_done - 1); 0 when model_blocks is not known.
   int64_t blocks_after = 0;
+  /// recomputed block: the allocations of the recomputation, the failing
+  /// request included, found in a row in forward
+  int64_t recomputed_allocs = 0;
+  /// recomputed block: the forward events that ran the rest of the block,
+  /// from the failing request's counterpart to the block's end; -1 when
+  /// not found
+  int64_t forward_first_event = -1;
+  int64_t forward_last_event = -1;
 };
 
 /// Estimates what the phase of `query` still needed. `runs` from

@@ -133,6 +133,11 @@ std::string sufficiency_text(const Recommendation& r) {
     case Sufficiency::kEnoughForRequest:
       return fmt::format("enough{} for the failing request; what the rest of the phase needs is not in the snapshot",
                          combined ? " together" : "");
+    case Sufficiency::kEnoughForRecomputation:
+      return fmt::format(
+          "enough{} for the rest of the block's recomputation (needs at least {}); the block's "
+          "backward after it is not counted",
+          combined ? " together" : "", format_bytes(r.needs_bytes));
     case Sufficiency::kUnknown:
     case Sufficiency::kNoMemoryEffect:
       break;
@@ -181,8 +186,9 @@ void judge(const PhaseNeed& need, Recommendation& r) {
   const int64_t needs = need.still_needed_bytes;
   r.needs_bytes = needs;
   // Note [Enough for the request only]
-  const Sufficiency enough =
-      need.method == NeedMethod::kRequest ? Sufficiency::kEnoughForRequest : Sufficiency::kEnough;
+  const Sufficiency enough = need.method == NeedMethod::kRequest           ? Sufficiency::kEnoughForRequest
+                             : need.method == NeedMethod::kRecomputedBlock ? Sufficiency::kEnoughForRecomputation
+                                                                           : Sufficiency::kEnough;
   if (r.replayed) {
     r.sufficiency = r.replay_fits && r.most_blocks > 0 ? Sufficiency::kEnoughUpToBlocks
                     : r.replay_fits                    ? enough
@@ -220,11 +226,12 @@ void judge_by_replay(const Diagnosis& d, const OomReport& oom, const std::string
   rec.smallest_cap_bytes = r.smallest_cap_bytes;
   if (r.fits) {
     rec.frees_bytes = std::max(d.need.still_needed_bytes, oom.rounded_bytes);
-    rec.estimate = fmt::format("the trace replayed with {}: {}", setting,
-                               d.need.method == NeedMethod::kRequest
-                                   ? "the request fits (the rest of the phase's need is not in the snapshot)"
-                               : d.need.lower_bound ? "the request and the rest of the current block fit"
-                                                    : "the request and the rest of the phase's need fit");
+    rec.estimate = fmt::format(
+        "the trace replayed with {}: {}", setting,
+        d.need.method == NeedMethod::kRequest ? "the request fits (the rest of the phase's need is not in the snapshot)"
+        : d.need.method == NeedMethod::kRecomputedBlock ? "the request and the rest of the block's recomputation fit"
+        : d.need.lower_bound                            ? "the request and the rest of the current block fit"
+                                                        : "the request and the rest of the phase's need fit");
     // A lower-bound need (Note [Enough for how many blocks]): the blocks
     // after the current one fit in what the cap leaves.
     if (d.need.lower_bound && d.need.block_bytes > 0) {
@@ -416,10 +423,15 @@ void recommend(Diagnosis& d) {
 
   const int64_t act = cat(cats, Category::kActivations);
   const int64_t temp = cat(cats, Category::kTemporaries);
-  // A forward oom: the activations still to come shrink too (Note [Phase need]).
-  const int64_t act_to_come = need.known && need.phase == Phase::kForward ? need.still_needed_bytes : 0;
-  const std::string act_basis =
-      act_to_come > 0 ? fmt::format(" + the {} the forward still needed", format_bytes(act_to_come)) : "";
+  // A forward oom, or one recomputing a checkpointed block: the activations
+  // still to come shrink too (Note [Phase need]).
+  const bool recomputing = need.known && need.method == NeedMethod::kRecomputedBlock;
+  const int64_t act_to_come =
+      need.known && (need.phase == Phase::kForward || recomputing) ? need.still_needed_bytes : 0;
+  const std::string act_basis = act_to_come > 0
+                                    ? fmt::format(" + the {} the {} still needed", format_bytes(act_to_come),
+                                                  recomputing ? "recomputation" : "forward")
+                                    : "";
   const TraceSummary& t = d.trace;
   const bool checkpointing_on = t.checkpointed_forward_allocs > 0;
   // A forward without autograd (generate(), an evaluation under no_grad)

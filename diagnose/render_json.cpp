@@ -147,7 +147,10 @@ std::string render_json(const Diagnosis& d) {
                {"block_bytes", n.block_bytes},
                {"block_so_far_bytes", n.block_so_far_bytes},
                {"model_blocks", n.model_blocks},
-               {"blocks_after", n.blocks_after}};
+               {"blocks_after", n.blocks_after},
+               {"recomputed_allocs", n.recomputed_allocs},
+               {"forward_first_event", n.forward_first_event},
+               {"forward_last_event", n.forward_last_event}};
   json recs = json::array();
   for (const Recommendation& r : d.recommendations) {
     static constexpr const char* kSufficiency[] = {"unknown",
@@ -156,7 +159,8 @@ std::string render_json(const Diagnosis& d) {
                                                    "no_memory_effect",
                                                    "enough_up_to_blocks",
                                                    "enough_if_cap_at_least",
-                                                   "enough_for_request"};
+                                                   "enough_for_request",
+                                                   "enough_for_recomputation"};
     json parts = json::array();
     for (size_t i = 0; i < r.parts.size(); ++i) {
       parts.push_back({{"id", fix_name(r.parts[i])}, {"frees_bytes", r.part_frees_bytes[i]}});

@@ -154,8 +154,9 @@ std::string render_text(const Diagnosis& d) {
     }
   }
 
-  out += !d.need.known        ? "\nRecommendations (in the order to try them)\n"
-         : d.need.lower_bound ? "\nRecommendations (enough ones first, those enough for the most blocks first)\n"
+  out += !d.need.known ? "\nRecommendations (in the order to try them)\n"
+         : d.need.lower_bound && d.need.block_bytes > 0
+             ? "\nRecommendations (enough ones first, those enough for the most blocks first)\n"
          : d.need.method == NeedMethod::kRequest
              ? "\nRecommendations (only the failing request is known of the phase's need: those that free the most "
                "first)\n"

@@ -79,6 +79,9 @@ Files written (each < 200 KB):
                         checkpointing and flash-attn's Function in forward
   hf_bert_checkpointed_recompute_oom.pickle  the same fine-tuning checkpointed,
                         out of memory in backward recomputing the last layer
+  hf_bert_checkpointed_recompute_tied_oom.pickle  the same with a masked-LM
+                        head's tied embedding gradient: out of memory earlier in
+                        the recomputation, with most of the block still to come
   hf_llama_generate_oom.pickle  Hugging Face generate() (torch.no_grad) out of
                         memory in a Llama's prefill: the KV cache and an eager
                         attention's probabilities
@@ -845,7 +848,7 @@ BERT_LAYER = [(8 * MIB, "nn/modules/linear.py", "forward", 134, 329, 598),  # qu
               (8 * MIB, "nn/modules/linear.py", "forward", 134, 480, 630)]  # output
 
 
-def checkpointed_recompute_oom(cap=256 * MIB):
+def checkpointed_recompute_oom(cap=256 * MIB, embedding_grad=0, micro_batch_divisor=1):
     """hf_bert_forward_oom's fine-tuning with gradient checkpointing on every
     BertLayer (non-reentrant), out of memory in backward while recomputing
     the last layer's forward. Forward: the embeddings' 8 MiB output, then
@@ -861,7 +864,26 @@ def checkpointed_recompute_oom(cap=256 * MIB):
     checkpointing is already on, so turning it on frees nothing; the
     recomputed block and the checkpoint inputs scale with the micro-batch.
     (Past the cap, each layer's backward runs as below: caps from 272 MiB
-    fail in a gradient instead.)"""
+    fail in a gradient instead.)
+
+    With `embedding_grad`, a masked-LM head's backward also makes the gradient
+    of the word embeddings tied to its decoder (no frames, on the engine's
+    thread), alive through the layers' backward. With 32 MiB of it the
+    probabilities (modeling_bert.py:360) fail instead: 200 MiB allocated, of
+    which the checkpoint inputs and the recomputed q, k, v are 64 MiB of
+    activations; the block's forward went on from there to 72 MiB more
+    (probabilities 32, intermediate 32, output 8 MiB), which halving the
+    micro-batch does not cover ((64 + 72) / 2 = 68 MiB freed).
+
+    `micro_batch_divisor` divides what scales with the micro-batch (the
+    activations and their gradients; not the weights or their gradients).
+    Halved, the tied run still fails, in the third layer's backward
+    (tests/scripts/recompute_fixture_test.py). Its recomputation of the last
+    layer fits: diagnose's need counts bytes beyond those allocated at the
+    out-of-memory, not the room left under a cap it knows only to lie
+    between 240 and 272 MiB, and a gradient of an activation (the head's) as
+    a gradient, which halving does not shrink: conservative."""
+    b = micro_batch_divisor
     sim = Sim(cap=cap)
     [sim.malloc(24 * MIB, HF_LOAD) for _ in range(4)]
 
@@ -878,31 +900,33 @@ def checkpointed_recompute_oom(cap=256 * MIB):
     # at :1000; from BertModel's caller on, the frames of hf_outer().
     outer = hf_outer()
     above_model = outer[outer.index(frame(HF_BERT, "forward", 1008)) + 1:]
-    hidden = [sim.malloc(8 * MIB, [frame(f"{HF_TORCH}/nn/modules/sparse.py", "forward", 192)] + hf_call() +
+    hidden = [sim.malloc(8 * MIB // b, [frame(f"{HF_TORCH}/nn/modules/sparse.py", "forward", 192)] + hf_call() +
                          [frame(HF_BERT, "forward", 120)] + hf_call() + [frame(HF_BERT, "forward", 1000)] +
                          above_model)]
     for _ in range(4):
-        made = [sim.malloc(size, in_checkpoint(hf_op(f, fn, line, bert, via_layer=layer)))
+        made = [sim.malloc(size // b, in_checkpoint(hf_op(f, fn, line, bert, via_layer=layer)))
                 for size, f, fn, line, bert, layer in BERT_LAYER]
         for a in made[:-1]:  # freed as BertLayer.forward returns (saved tensors are recomputed instead)
             sim.free(a, in_checkpoint([frame(HF_BERT, "forward", 630)] + hf_outer()))
         hidden.append(made[-1])
-    grad_out = sim.malloc(8 * MIB, [])  # the gradient of the last hidden state, from the head
+    grad_out = sim.malloc(8 * MIB // b, [])  # the gradient of the last hidden state, from the head
+    if embedding_grad:
+        sim.malloc(embedding_grad, [])
     try:
         for _ in range(4):  # last layer first, each op's backward in reverse order (no frames)
-            q, k, v, probs, inter, out = [sim.malloc(size, recomputed(hf_op(f, fn, line, bert, via_layer=layer)))
+            q, k, v, probs, inter, out = [sim.malloc(size // b, recomputed(hf_op(f, fn, line, bert, via_layer=layer)))
                                           for size, f, fn, line, bert, layer in BERT_LAYER]
             # BertOutput's dense: its weight's gradient and the intermediate's.
             sim.malloc(8 * MIB, [])
-            grad_inter = sim.malloc(32 * MIB, [])
+            grad_inter = sim.malloc(32 * MIB // b, [])
             sim.free(out, [])
             # BertIntermediate's dense: its weight's gradient and the attention output's.
             sim.malloc(8 * MIB, [])
-            grad_attention = sim.malloc(8 * MIB, [])
+            grad_attention = sim.malloc(8 * MIB // b, [])
             sim.free(inter, [])
             sim.free(grad_inter, [])
             # Self-attention: the probabilities' gradient, then q, k, v's weights' gradient.
-            grad_probs = sim.malloc(32 * MIB, [])
+            grad_probs = sim.malloc(32 * MIB // b, [])
             sim.free(probs, [])
             sim.malloc(8 * MIB, [])
             for a in (q, k, v, grad_probs, grad_out, hidden.pop()):
@@ -1273,6 +1297,8 @@ def main():
     write(os.path.join(out, "hf_bert_checkpointed_flash_oom.pickle"),
           checkpointed_flash(hf_bert_forward_oom().dump("v2_11")), 4)
     write(os.path.join(out, "hf_bert_checkpointed_recompute_oom.pickle"), checkpointed_recompute_oom().dump("v2_11"), 4)
+    write(os.path.join(out, "hf_bert_checkpointed_recompute_tied_oom.pickle"),
+          checkpointed_recompute_oom(embedding_grad=32 * MIB).dump("v2_11"), 4)
     write(os.path.join(out, "hf_llama_generate_oom.pickle"), llama_generate_oom().dump("v2_11"), 4)
     write(os.path.join(out, "hf_gpt2_eval_outputs_oom.pickle"), gpt2_eval_outputs_oom().dump("v2_11"), 4)
     write(os.path.join(out, "hf_gpt2_eval_forward_oom.pickle"), gpt2_eval_outputs_oom(160 * MIB).dump("v2_11"), 4)
