@@ -9,17 +9,7 @@ not (it compares bytes, not free blocks).
 Usage: eval_accumulation_fixture_test.py SOURCE_DIR
 """
 
-import os
-import pickle
-import sys
-
-source = sys.argv[1]
-sys.path.insert(0, os.path.join(source, "scripts"))
-import make_snapshot_fixtures as fixtures  # noqa: E402
-
-
-def ooms(sim):
-    return [e for e in sim.trace if e.get("action") == "oom"]
+from generator_check import MIB, check_committed, finish, fixtures, ooms
 
 
 def steps_run(sim):
@@ -30,7 +20,7 @@ def steps_run(sim):
 
 failures = []
 without = fixtures.gpt2_eval_outputs_oom()
-if len(ooms(without)) != 1 or ooms(without)[0]["size"] != 192 * fixtures.MIB:
+if len(ooms(without)) != 1 or ooms(without)[0]["size"] != 192 * MIB:
     failures.append(f"without eval_accumulation_steps: expected one 192 MiB out-of-memory, got {ooms(without)}")
 for k, fits in ((3, True), (4, True), (5, False)):
     sim = fixtures.gpt2_eval_outputs_oom(accumulation_steps=k)
@@ -39,11 +29,5 @@ for k, fits in ((3, True), (4, True), (5, False)):
     if not fits and not ooms(sim):
         failures.append(f"eval_accumulation_steps={k}: expected an out-of-memory, ran {steps_run(sim)} steps")
 
-committed = os.path.join(source, "tests", "fixtures", "snapshots", "hf_gpt2_eval_outputs_oom.pickle")
-with open(committed, "rb") as f:
-    if f.read() != pickle.dumps(without.dump("v2_11"), protocol=4):
-        failures.append(f"{committed}: not what scripts/make_snapshot_fixtures.py writes (regenerate it)")
-
-for failure in failures:
-    print("FAIL:", failure)
-sys.exit(1 if failures else 0)
+check_committed("hf_gpt2_eval_outputs_oom.pickle", without, failures)
+finish(failures)

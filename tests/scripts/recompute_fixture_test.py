@@ -10,20 +10,9 @@ is what the generator writes.
 Usage: recompute_fixture_test.py SOURCE_DIR
 """
 
-import os
-import pickle
-import sys
+from generator_check import MIB, check_committed, finish, fixtures, ooms
 
-source = sys.argv[1]
-sys.path.insert(0, os.path.join(source, "scripts"))
-import make_snapshot_fixtures as fixtures  # noqa: E402
-
-MIB = fixtures.MIB
 TIED = 32 * MIB  # the word embeddings' gradient of the committed fixture
-
-
-def ooms(sim):
-    return [i for i, e in enumerate(sim.trace) if e.get("action") == "oom"]
 
 
 def recomputed_allocs(sim):
@@ -37,7 +26,7 @@ tied = fixtures.checkpointed_recompute_oom(embedding_grad=TIED)
 if len(ooms(tied)) != 1:
     failures.append(f"tied: expected one out-of-memory, got {len(ooms(tied))}")
 else:
-    e = tied.trace[ooms(tied)[0]]
+    e = ooms(tied)[0]
     lines = [f["line"] for f in e["frames"] if f["filename"].endswith("modeling_bert.py")]
     if e["size"] != 32 * MIB or lines[:1] != [360] or recomputed_allocs(tied) != 3:
         failures.append(f"tied: expected the probabilities (32 MiB, modeling_bert.py:360) to fail after q, k, v; "
@@ -53,11 +42,5 @@ roomy = fixtures.checkpointed_recompute_oom(cap=(256 + 72) * MIB, embedding_grad
 if recomputed_allocs(roomy) < 6:
     failures.append(f"tied, 72 MiB more cap: the last layer's recomputation made {recomputed_allocs(roomy)} of 6")
 
-committed = os.path.join(source, "tests", "fixtures", "snapshots", "hf_bert_checkpointed_recompute_tied_oom.pickle")
-with open(committed, "rb") as f:
-    if f.read() != pickle.dumps(tied.dump("v2_11"), protocol=4):
-        failures.append(f"{committed}: not what scripts/make_snapshot_fixtures.py writes (regenerate it)")
-
-for failure in failures:
-    print("FAIL:", failure)
-sys.exit(1 if failures else 0)
+check_committed("hf_bert_checkpointed_recompute_tied_oom.pickle", tied, failures)
+finish(failures)
