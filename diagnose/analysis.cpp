@@ -361,6 +361,8 @@ std::string defragmenting_evidence(const Diagnosis& d, const OomReport& oom) {
                      : !d.need.lower_bound ? ""
                      : d.need.method == NeedMethod::kRecomputedBlock
                          ? "; the block's backward after its recomputation is not counted"
+                     : d.need.method == NeedMethod::kBackwardBlocks
+                         ? "; what backward allocates after the checkpointed blocks is not counted"
                      : d.need.model_blocks > 0 ? "; what follows the model's blocks is not in the snapshot"
                                                : "; the blocks after the current one are not in the snapshot";
   if (!r.replayed) {
@@ -411,7 +413,7 @@ FixTarget phase_fix_target(VerdictId id) {
 /// Rationale: issue #48 asks that fragmentation be the first verdict only
 /// when defragmenting would have satisfied the failing phase, not only its
 /// request. Where the need is the request alone or a lower bound (phase_need.h
-/// rules 3 and 4), "satisfied" is not known; the recommendations then rank the
+/// rules 3 to 6), "satisfied" is not known; the recommendations then rank the
 /// fixes by what they are enough for (blocks, bytes freed). A real Hugging
 /// Face GPT-2 out of memory in its first forward (72.97 MiB reserved but free,
 /// 7.46 GiB of activations) read "Fragmentation" first while its first fix

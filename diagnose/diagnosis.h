@@ -176,14 +176,18 @@ enum class Sufficiency : uint8_t {
   /// is at least Recommendation::smallest_cap_bytes (Note [Allocator
   /// settings replayed]).
   kEnoughIfCapAtLeast,
-  /// The need is the failing request alone (phase_need.h, rule 4): the fix
+  /// The need is the failing request alone (phase_need.h, rule 6): the fix
   /// frees at least that, and what the rest of the phase needs is not in
   /// the snapshot (Note [Enough for the request only], recommendations.cpp).
   kEnoughForRequest,
   /// The need is the rest of a checkpointed block's recomputation in
-  /// backward (phase_need.h, rule 4), a lower bound: the fix frees at least
+  /// backward (phase_need.h, rule 5), a lower bound: the fix frees at least
   /// that; the block's backward after it is not counted.
   kEnoughForRecomputation,
+  /// The need is the rest of a checkpointed model's blocks in backward
+  /// (phase_need.h, rule 4), a lower bound: the fix frees at least that;
+  /// what backward allocates after the blocks is not counted.
+  kEnoughForBackwardBlocks,
 };
 
 /// One change to make, what it would free, and whether that is enough.

@@ -157,6 +157,29 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   return false;
 }
 
+/// An allocation as a recomputation repeats it: its layer frame
+/// (FrameIndex::layer_frame) and requested bytes.
+struct AllocKey {
+  int64_t layer = -1;
+  int64_t bytes = 0;
+  bool operator==(const AllocKey& o) const { return layer == o.layer && bytes == o.bytes; }
+};
+
+AllocKey alloc_key(const FrameIndex& frames, const TraceEvent& e) { return {frames.layer_frame(e.frames), e.size}; }
+
+/// The keys of the allocations of events [first, end) that recompute a
+/// checkpointed block, up to the first allocation that does not.
+std::vector<AllocKey> recomputation_keys(const std::vector<TraceEvent>& trace, const FrameIndex& frames, size_t first,
+                                         size_t end) {
+  std::vector<AllocKey> keys;
+  for (size_t i = first; i < end; ++i) {
+    if (trace[i].action != TraceAction::kAlloc && trace[i].action != TraceAction::kOom) continue;
+    if (!frames.recomputes(trace[i].frames)) break;
+    keys.push_back(alloc_key(frames, trace[i]));
+  }
+  return keys;
+}
+
 // Note [Recomputed block]
 // Rationale: with activation checkpointing, backward reruns each block's
 // forward (torch/utils/checkpoint.py: recompute_fn, or unpack_hook, for
@@ -187,14 +210,9 @@ bool recomputed_block(const NeedQuery& q, const PhaseRun& run, const std::vector
                       const Attribution& attr, const FrameIndex& frames, PhaseNeed& need) {
   const TraceEvent& oom = trace[q.oom_event];
   if (q.phase != Phase::kBackward || !frames.recomputes(oom.frames)) return false;
-  struct Key {
-    int64_t layer = -1;
-    int64_t bytes = 0;
-    bool operator==(const Key& o) const { return layer == o.layer && bytes == o.bytes; }
-  };
-  auto key_of = [&](const TraceEvent& e) { return Key{frames.layer_frame(e.frames), e.size}; };
+  auto key_of = [&](const TraceEvent& e) { return alloc_key(frames, e); };
   // The recomputation so far, last allocation first, then reversed.
-  std::vector<Key> recomputed{key_of(oom)};
+  std::vector<AllocKey> recomputed{key_of(oom)};
   for (size_t i = q.oom_event; i-- > run.first_event;) {
     if (trace[i].action != TraceAction::kAlloc) continue;
     if (!frames.recomputes(trace[i].frames)) break;
@@ -252,6 +270,96 @@ bool recomputed_block(const NeedQuery& q, const PhaseRun& run, const std::vector
   return true;
 }
 
+// Note [Checkpointed blocks in backward]
+// Rationale: with activation checkpointing, backward runs block after block
+// (last first): a block's recomputation, then its backward, which keeps its
+// weights' gradients and frees its recomputed tensors and its checkpointed
+// input. Past the first block, the trace holds a whole such cycle of a block
+// of the same shapes; rule 5 (Note [Recomputed block]) reads only the rest
+// of the recomputation, and an out-of-memory in a block's backward (frames
+// of the autograd engine, no recomputation) had only the request.
+// Approach: a cycle starts at an allocation that recomputes after one that
+// does not (FrameIndex::recomputes). Where the current cycle's recomputation
+// so far (the failing request included, when it recomputes) is the previous
+// cycle's, or the start of it, by layer and bytes, the previous cycle says
+// how far the block grows: its peak growth P from its start and its net
+// growth N at its end (allocations add, freed tensors subtract, whoever
+// allocated them). This cycle has grown by S: the block still needs P - S.
+// The blocks after it are the block's runs in this iteration's forward
+// (the previous cycle's recomputed allocations, by layer and bytes, in a
+// row among forward's inside checkpoint()) less the cycles begun; each
+// starts N higher (the gradients it keeps): P - S + after x max(N, 0).
+// Limitations: a lower bound: what backward allocates after the
+// checkpointed blocks (the embeddings, the layers outside checkpoint()) is
+// not counted. Blocks of other shapes (an encoder-decoder's two stacks)
+// are taken to grow as this one.
+bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<TraceEvent>& trace,
+                     const Attribution& attr, const FrameIndex& frames, PhaseNeed& need) {
+  if (q.phase != Phase::kBackward) return false;
+  std::vector<size_t> starts;  // the cycles' first recomputed allocations
+  bool recomputing = false;
+  for (size_t i = run.first_event; i <= q.oom_event; ++i) {
+    if (trace[i].action != TraceAction::kAlloc && trace[i].action != TraceAction::kOom) continue;
+    const bool r = frames.recomputes(trace[i].frames);
+    if (r && !recomputing) starts.push_back(i);
+    recomputing = r;
+  }
+  if (starts.size() < 2) return false;
+  const size_t previous = starts[starts.size() - 2];
+  const size_t current = starts.back();
+  const std::vector<AllocKey> done = recomputation_keys(trace, frames, previous, current);
+  const std::vector<AllocKey> now = recomputation_keys(trace, frames, current, q.oom_event + 1);
+  const bool oom_recomputes = frames.recomputes(trace[q.oom_event].frames);
+  if (now.size() > done.size() || (!oom_recomputes && now.size() != done.size()) ||
+      !std::equal(now.begin(), now.end(), done.begin())) {
+    return false;
+  }
+
+  // Allocated bytes over [first, end), from 0: allocations add, freed tensors subtract.
+  auto growth = [&](size_t first, size_t end, int64_t* peak) {
+    int64_t grown = 0;
+    for (size_t i = first; i < end; ++i) {
+      if (trace[i].action == TraceAction::kAlloc) grown += trace[i].size;
+      if (trace[i].action == TraceAction::kFreeRequested) grown -= trace[i].size;
+      if (peak) *peak = std::max(*peak, grown);
+    }
+    return grown;
+  };
+  int64_t peak = 0;
+  const int64_t net = growth(previous, current, &peak);
+  const int64_t so_far = growth(current, q.oom_event, nullptr);
+
+  // The block's runs in this iteration's forward: its recomputation's
+  // allocations in a row among forward's inside checkpoint(), last first.
+  std::vector<AllocKey> forward;
+  for (size_t i = run.first_event; i-- > 0;) {
+    const Phase p = attr.event_phase[i];
+    if (p == Phase::kBackward || p == Phase::kOptimizer) break;
+    if (p == Phase::kForward && trace[i].action == TraceAction::kAlloc && frames.checkpointed(trace[i].frames))
+      forward.push_back(alloc_key(frames, trace[i]));
+  }
+  int64_t blocks = 0;
+  for (size_t j = 0; j + done.size() <= forward.size(); ++j) {
+    if (std::equal(done.rbegin(), done.rend(), forward.begin() + static_cast<std::ptrdiff_t>(j))) ++blocks;
+  }
+  const auto begun = static_cast<int64_t>(starts.size());
+  need.method = NeedMethod::kBackwardBlocks;
+  need.lower_bound = true;
+  need.blocks_done = begun - 1;
+  need.model_blocks = blocks;
+  need.blocks_after = std::max<int64_t>(0, blocks - begun);
+  need.block_peak_bytes = peak;
+  need.block_net_bytes = net;
+  need.block_so_far_bytes = so_far;
+  need.still_needed_bytes = std::max(q.rounded_bytes, peak - so_far + need.blocks_after * std::max<int64_t>(0, net));
+  need.estimate = fmt::format(
+      "checkpointed blocks in backward: the previous block's recomputation and backward (events {} to {}) grew by up "
+      "to {} and kept {}; this one had grown by {}; {} of the {} checkpointed blocks of forward still to come after "
+      "it, each starting that much higher; what backward allocates after the blocks is not counted",
+      previous, current - 1, format_bytes(peak), format_bytes(net), format_bytes(so_far), need.blocks_after, blocks);
+  return true;
+}
+
 }  // namespace
 
 const char* need_method_name(NeedMethod method) {
@@ -262,6 +370,8 @@ const char* need_method_name(NeedMethod method) {
       return "adam_first_step";
     case NeedMethod::kForwardBlocks:
       return "forward_blocks";
+    case NeedMethod::kBackwardBlocks:
+      return "backward_blocks";
     case NeedMethod::kRecomputedBlock:
       return "recomputed_block";
     case NeedMethod::kRequest:
@@ -350,7 +460,9 @@ PhaseNeed estimate_need(const NeedQuery& q, const std::vector<PhaseRun>& runs, c
   // 3. the forward's block pattern.
   if (q.phase == Phase::kForward && !q.inference)
     forward_blocks(q, *run, trace, attr, frames, parameter_blocks(trace, attr), need);
-  // 4. a checkpointed block recomputed in backward.
+  // 4. a checkpointed block's recomputation and backward, as the previous block ran them.
+  if (backward_blocks(q, *run, trace, attr, frames, need)) return need;
+  // 5. a checkpointed block recomputed in backward, as it ran in forward.
   recomputed_block(q, *run, trace, attr, frames, need);
   return need;
 }

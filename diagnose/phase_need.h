@@ -33,12 +33,18 @@
 //      bound. Not for a forward without autograd (generate(), evaluation):
 //      it keeps a KV cache and frees each block's output after the next
 //      block, so what stays per block is no block's whole pattern.
-//   4. recomputed block: the failing request was part of a checkpointed
+//   4. backward blocks: a checkpointed model's backward, past its first
+//      block: the previous block's recomputation and backward, of the same
+//      shapes, say how far this one grows and how much higher each block
+//      after it starts (Note [Checkpointed blocks in backward],
+//      phase_need.cpp). A lower bound: what backward allocates after the
+//      checkpointed blocks is not counted.
+//   5. recomputed block: the failing request was part of a checkpointed
 //      block's recomputation in backward (FrameIndex::recomputes); the rest
 //      of it is read from the block's first run, in forward (Note
 //      [Recomputed block], phase_need.cpp). A lower bound: the block's
 //      backward, after its recomputation, is not counted.
-//   5. request: only the failing request is known.
+//   6. request: only the failing request is known.
 // Never below the rounded request.
 // Limitations: the estimate compares bytes, not free blocks; temporaries
 // of the remaining phase beyond its peak growth (trace) or beyond the
@@ -56,9 +62,10 @@
 namespace oomtune::diagnose {
 
 /// Which rule of Note [Phase need] gave the estimate.
-enum class NeedMethod : uint8_t { kTrace, kAdamFirstStep, kForwardBlocks, kRecomputedBlock, kRequest };
+enum class NeedMethod : uint8_t { kTrace, kAdamFirstStep, kForwardBlocks, kBackwardBlocks, kRecomputedBlock, kRequest };
 
-/// "trace", "adam_first_step", "forward_blocks", "recomputed_block", "request".
+/// "trace", "adam_first_step", "forward_blocks", "backward_blocks",
+/// "recomputed_block", "request".
 const char* need_method_name(NeedMethod method);
 
 /// A run of consecutive events of one training phase (other/unknown events
@@ -105,22 +112,33 @@ struct PhaseNeed {
   NeedMethod method = NeedMethod::kRequest;
   int64_t still_needed_bytes = 0;  ///< beyond what was allocated at the oom; >= the rounded request
   /// forward blocks: not counted are the blocks after the current one (or,
-  /// with model_blocks, what follows the model's blocks); recomputed block:
-  /// the block's backward
+  /// with model_blocks, what follows the model's blocks); backward blocks:
+  /// what backward allocates after the checkpointed blocks; recomputed
+  /// block: the block's backward
   bool lower_bound = false;
   std::string estimate;              ///< how it was estimated, one sentence
   int64_t grown_bytes = 0;           ///< trace: what this phase had allocated since its start
   int64_t earlier_growth_bytes = 0;  ///< trace: what the earlier run grew by
   int64_t state_total_bytes = 0;     ///< adam: 2 x gradients (or parameters)
-  int64_t blocks_done = 0;           ///< forward blocks: complete blocks before the oom
-  int64_t block_bytes = 0;           ///< forward blocks: activations kept per complete block
-  int64_t block_so_far_bytes = 0;    ///< forward blocks: of the current block
+  /// forward blocks: complete blocks before the oom; backward blocks: the
+  /// blocks whose recomputation and backward ran before the current one's
+  int64_t blocks_done = 0;
+  int64_t block_bytes = 0;  ///< forward blocks: activations kept per complete block
+  /// forward blocks: of the current block; backward blocks: what the
+  /// current block's recomputation and backward had grown by
+  int64_t block_so_far_bytes = 0;
   /// forward blocks: the model's blocks, counted from its parameters'
-  /// allocations (Note [Blocks from the parameters]); 0 when not known.
+  /// allocations (Note [Blocks from the parameters]); backward blocks: the
+  /// checkpointed block's runs in forward; 0 when not known.
   int64_t model_blocks = 0;
   /// forward blocks: complete blocks after the current one that the need
-  /// counts (model_blocks - blocks_done - 1); 0 when model_blocks is not known.
+  /// counts (model_blocks - blocks_done - 1); backward blocks: blocks whose
+  /// recomputation and backward are still to come after the current one.
   int64_t blocks_after = 0;
+  /// backward blocks: the previous block's peak growth from its first
+  /// recomputed allocation, and its growth at its end (what it kept)
+  int64_t block_peak_bytes = 0;
+  int64_t block_net_bytes = 0;
   /// recomputed block: the allocations of the recomputation, the failing
   /// request included, found in a row in forward
   int64_t recomputed_allocs = 0;

@@ -138,6 +138,11 @@ std::string sufficiency_text(const Recommendation& r) {
           "enough{} for the rest of the block's recomputation (needs at least {}); the block's "
           "backward after it is not counted",
           combined ? " together" : "", format_bytes(r.needs_bytes));
+    case Sufficiency::kEnoughForBackwardBlocks:
+      return fmt::format(
+          "enough{} for the rest of backward's checkpointed blocks (needs at least {}); what backward allocates "
+          "after them is not counted",
+          combined ? " together" : "", format_bytes(r.needs_bytes));
     case Sufficiency::kUnknown:
     case Sufficiency::kNoMemoryEffect:
       break;
@@ -167,7 +172,7 @@ namespace {
 
 // Note [Enough for the request only]
 // Rationale: when nothing in the trace says what the failing phase still
-// needed (phase_need.h, rule 4), the need is the request alone, and a fix
+// needed (phase_need.h, rule 6), the need is the request alone, and a fix
 // that frees it read "enough". On a real Hugging Face GPT-2 out of memory
 // in its first forward (an H200, 2026-11-29, under an 8 GiB cap), the
 // replay with expandable_segments:True served the 24 MiB request and was
@@ -188,6 +193,7 @@ void judge(const PhaseNeed& need, Recommendation& r) {
   // Note [Enough for the request only]
   const Sufficiency enough = need.method == NeedMethod::kRequest           ? Sufficiency::kEnoughForRequest
                              : need.method == NeedMethod::kRecomputedBlock ? Sufficiency::kEnoughForRecomputation
+                             : need.method == NeedMethod::kBackwardBlocks  ? Sufficiency::kEnoughForBackwardBlocks
                                                                            : Sufficiency::kEnough;
   if (r.replayed) {
     r.sufficiency = r.replay_fits && r.most_blocks > 0 ? Sufficiency::kEnoughUpToBlocks
@@ -230,8 +236,10 @@ void judge_by_replay(const Diagnosis& d, const OomReport& oom, const std::string
         "the trace replayed with {}: {}", setting,
         d.need.method == NeedMethod::kRequest ? "the request fits (the rest of the phase's need is not in the snapshot)"
         : d.need.method == NeedMethod::kRecomputedBlock ? "the request and the rest of the block's recomputation fit"
-        : d.need.lower_bound                            ? "the request and the rest of the current block fit"
-                                                        : "the request and the rest of the phase's need fit");
+        : d.need.method == NeedMethod::kBackwardBlocks
+            ? "the request and the rest of backward's checkpointed blocks fit"
+        : d.need.lower_bound ? "the request and the rest of the current block fit"
+                             : "the request and the rest of the phase's need fit");
     // A lower-bound need (Note [Enough for how many blocks]): the blocks
     // after the current one fit in what the cap leaves.
     if (d.need.lower_bound && d.need.block_bytes > 0) {

@@ -148,6 +148,8 @@ std::string render_json(const Diagnosis& d) {
                {"block_so_far_bytes", n.block_so_far_bytes},
                {"model_blocks", n.model_blocks},
                {"blocks_after", n.blocks_after},
+               {"block_peak_bytes", n.block_peak_bytes},
+               {"block_net_bytes", n.block_net_bytes},
                {"recomputed_allocs", n.recomputed_allocs},
                {"forward_first_event", n.forward_first_event},
                {"forward_last_event", n.forward_last_event}};
@@ -160,7 +162,8 @@ std::string render_json(const Diagnosis& d) {
                                                    "enough_up_to_blocks",
                                                    "enough_if_cap_at_least",
                                                    "enough_for_request",
-                                                   "enough_for_recomputation"};
+                                                   "enough_for_recomputation",
+                                                   "enough_for_backward_blocks"};
     json parts = json::array();
     for (size_t i = 0; i < r.parts.size(); ++i) {
       parts.push_back({{"id", fix_name(r.parts[i])}, {"frees_bytes", r.part_frees_bytes[i]}});

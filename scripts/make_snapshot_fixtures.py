@@ -82,6 +82,9 @@ Files written (each < 200 KB):
   hf_bert_checkpointed_recompute_tied_oom.pickle  the same with a masked-LM
                         head's tied embedding gradient: out of memory earlier in
                         the recomputation, with most of the block still to come
+  hf_bert_checkpointed_backward_oom.pickle  that run with half the micro-batch:
+                        out of memory in the third layer's backward, after two
+                        layers' recomputation and backward
   hf_llama_generate_oom.pickle  Hugging Face generate() (torch.no_grad) out of
                         memory in a Llama's prefill: the KV cache and an eager
                         attention's probabilities
@@ -878,7 +881,7 @@ def checkpointed_recompute_oom(cap=256 * MIB, embedding_grad=0, micro_batch_divi
     `micro_batch_divisor` divides what scales with the micro-batch (the
     activations and their gradients; not the weights or their gradients).
     Halved, the tied run still fails, in the third layer's backward
-    (tests/scripts/recompute_fixture_test.py). Its recomputation of the last
+    (hf_bert_checkpointed_backward_oom.pickle; tests/scripts/recompute_fixture_test.py). Its recomputation of the last
     layer fits: diagnose's need counts bytes beyond those allocated at the
     out-of-memory, not the room left under a cap it knows only to lie
     between 240 and 272 MiB, and a gradient of an activation (the head's) as
@@ -1299,6 +1302,8 @@ def main():
     write(os.path.join(out, "hf_bert_checkpointed_recompute_oom.pickle"), checkpointed_recompute_oom().dump("v2_11"), 4)
     write(os.path.join(out, "hf_bert_checkpointed_recompute_tied_oom.pickle"),
           checkpointed_recompute_oom(embedding_grad=32 * MIB).dump("v2_11"), 4)
+    write(os.path.join(out, "hf_bert_checkpointed_backward_oom.pickle"),
+          checkpointed_recompute_oom(embedding_grad=32 * MIB, micro_batch_divisor=2).dump("v2_11"), 4)
     write(os.path.join(out, "hf_llama_generate_oom.pickle"), llama_generate_oom().dump("v2_11"), 4)
     write(os.path.join(out, "hf_gpt2_eval_outputs_oom.pickle"), gpt2_eval_outputs_oom().dump("v2_11"), 4)
     write(os.path.join(out, "hf_gpt2_eval_forward_oom.pickle"), gpt2_eval_outputs_oom(160 * MIB).dump("v2_11"), 4)
