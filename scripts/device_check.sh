@@ -57,7 +57,11 @@
 #                                        (--evaluate), diagnosed, and the same
 #                                        evaluation rerun with the
 #                                        eval_accumulation_steps diagnose
-#                                        recommends: it must run to its end
+#                                        recommends: it must run to its end;
+#                                        then a checkpointed GPT-2 out of
+#                                        memory while backward recomputes a
+#                                        block (--checkpointing), diagnosed:
+#                                        its need must be read from the block
 #   scripts/device_check.sh --checkpointing
 #                                        the two open questions of checkpointed
 #                                        runs on CUDA (docs/validation.md), both
@@ -284,6 +288,33 @@ snapshots() {
   tar -czf "$out/snapshots.tar.gz" -C /tmp oomtune_snapshots
 }
 
+# checkpointed_snapshots (--snapshots only): GPT-2 small with every block
+# checkpointed and eager attention, at 2 x 4096 tokens (the probabilities,
+# 2 x 12 x 4096^2 fp32, 1.6 GB each, outgrow the head's 1.6 GB logits, so a
+# block's recomputation and backward are the step's peak), under the first
+# cap at which it runs out of memory while recomputing a block
+# (record_hf_snapshot.py searches it); diagnose must read the need from the
+# block (Note [Recomputed block] or [Checkpointed blocks in backward]), not
+# the request alone.
+checkpointed_snapshots() {
+  local work=/tmp/oomtune_snapshots
+  mkdir -p "$work"
+  step "A checkpointed GPT-2 out of memory in backward (scripts/record_hf_snapshot.py --checkpointing)" \
+    hf_checkpointed_snapshot.json timeout "$(budget 150)" "$python" scripts/record_hf_snapshot.py --checkpointing \
+    --micro-batch 2 --seq 4096 --out "$work/hf_gpt2_checkpointed_oom.pickle"
+  step "oomtune diagnose on it" hf_checkpointed_diagnose.txt timeout "$(budget 60)" "$build/oomtune" diagnose \
+    "$work/hf_gpt2_checkpointed_oom.pickle"
+  timeout "$(budget 60)" "$build/oomtune" diagnose "$work/hf_gpt2_checkpointed_oom.pickle" --json \
+    > "$work/hf_gpt2_checkpointed_oom.json" 2> /dev/null
+  say ""
+  say "need (backward_blocks or recomputed_block, not request): $("$python" -c \
+    'import json, sys; n = json.load(open(sys.argv[1]))["need"]; print(n["method"], n["still_needed_bytes"])' \
+    "$work/hf_gpt2_checkpointed_oom.json" 2>&1 | tail -n 1)"
+  mv "$out"/hf_checkpointed_snapshot.json "$out"/hf_checkpointed_diagnose.txt "$work"/ 2> /dev/null
+  gzip -f "$work"/*.pickle 2> /dev/null
+  tar -czf "$out/snapshots.tar.gz" -C /tmp oomtune_snapshots
+}
+
 # eval_snapshots (--snapshots only): Trainer.evaluate() of GPT-2 small keeps
 # every step's logits on the device (8 x 1024 x 50257 fp32, 1.6 GB a step)
 # and runs out of memory concatenating them under 16 GiB; diagnose must say
@@ -450,7 +481,7 @@ cudnn_workspaces() {
 
 case "$mode" in
   --validate) validate; exit 0 ;;
-  --snapshots) snapshots; eval_snapshots; exit 0 ;;
+  --snapshots) snapshots; eval_snapshots; checkpointed_snapshots; exit 0 ;;
   --checkpointing) checkpointing; exit 0 ;;
   --autotune) autotune_compare "$(budget 540)" "$@"
     exit 0 ;;

@@ -8,6 +8,7 @@ scripts/device_check.sh --snapshots.
                           [--seq 1024] [--budget BYTES] [--steps 3]
                           [--stacks python|all] [--max-entries 100000]
                           [--evaluate [--eval-accumulation-steps K]]
+                          [--checkpointing]
 
 Trains transformers' GPT2LMHeadModel built from GPT-2 small's config
 (n_embd 768, 12 heads, vocabulary 50257; random weights, nothing
@@ -30,11 +31,25 @@ them to the CPU every K steps (TrainingArguments.eval_accumulation_steps):
 docs/diagnose.md, "Evaluation outputs kept on the device". Exit 1 then means
 the evaluation ran to its end, as the eval_accumulation_steps that
 `oomtune diagnose` recommends for the first snapshot should make it.
+
+With --checkpointing every GPT2Block is checkpointed
+(gradient_checkpointing_enable, use_reentrant=False) and attention is eager
+(its probabilities materialized, as in the synthetic BERT fixtures); two
+uncapped steps make the optimizer state and give the step's peak reserved
+bytes, then caps from that peak down to what the step starts with are
+tried, one step each with a fresh history (clear_history), until one runs
+out of memory while backward recomputes a block (Note [Recomputed block],
+diagnose/phase_need.cpp) or, failing that, later in a checkpointed
+backward (Note [Checkpointed blocks in backward]): the snapshot of the
+first such cap, highest first. `oom_kind` in the JSON says which; exit 1
+if no cap gave either. --budget is not used.
 """
 
 import argparse
+import gc
 import json
 import os
+import pickle
 import sys
 
 import torch
@@ -52,7 +67,12 @@ def main():
     parser.add_argument("--max-entries", type=int, default=100000)
     parser.add_argument("--evaluate", action="store_true", help="Trainer.evaluate() instead of training")
     parser.add_argument("--eval-accumulation-steps", type=int, default=None)
+    parser.add_argument("--checkpointing", action="store_true",
+                        help="checkpointed training; the cap is searched (see above)")
     args = parser.parse_args()
+    if args.checkpointing and args.evaluate:
+        print("record_hf_snapshot: --checkpointing trains; it does not go with --evaluate", file=sys.stderr)
+        return 2
     if args.eval_accumulation_steps is not None and (not args.evaluate or args.eval_accumulation_steps < 1):
         print("record_hf_snapshot: --eval-accumulation-steps needs --evaluate and a value >= 1", file=sys.stderr)
         return 2
@@ -68,7 +88,8 @@ def main():
         return 2
     torch.cuda.set_per_process_memory_fraction(args.budget / total, device)
     torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=args.layers, n_positions=max(1024, args.seq), use_cache=False)
+    config = transformers.GPT2Config(n_layer=args.layers, n_positions=max(1024, args.seq), use_cache=False,
+                                     **({"attn_implementation": "eager"} if args.checkpointing else {}))
     torch.cuda.memory._record_memory_history(max_entries=args.max_entries, stacks=args.stacks)
     model = transformers.GPT2LMHeadModel(config).to(device).train()
     result = {"torch": torch.__version__, "transformers": transformers.__version__,
@@ -76,6 +97,8 @@ def main():
               "seq": args.seq, "budget_bytes": args.budget, "stacks": args.stacks}
     if args.evaluate:
         return evaluate(args, transformers, model, config, result)
+    if args.checkpointing:
+        return checkpointed(args, model, config, result, device, total)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     phase = "load"
     try:
@@ -94,6 +117,90 @@ def main():
         return report(args, result, phase, e)
     return report(args, result, None, None,
                   "training did not run out of memory; raise --micro-batch or lower --budget")
+
+
+RECOMPUTING = ("unpack_hook", "recompute_fn")  # torch/utils/checkpoint.py, use_reentrant=False
+
+
+def oom_kind(trace):
+    """What a device trace's last out-of-memory hit: "recomputing" when its
+    frames (the allocator records the failing request's) run inside a
+    checkpointed block's recomputation, "after_recomputation" when a
+    recomputation ran earlier in the trace, else "other"; None without one.
+    `trace`: a list of torch.cuda.memory._snapshot()'s trace entries."""
+    ooms = [i for i, e in enumerate(trace) if e.get("action") == "oom"]
+    if not ooms:
+        return None
+
+    def recomputes(e):
+        return any(f.get("name") in RECOMPUTING and f.get("filename", "").endswith("utils/checkpoint.py")
+                   for f in e.get("frames", []))
+
+    oom = ooms[-1]
+    if recomputes(trace[oom]):
+        return "recomputing"
+    if any(e.get("action") == "alloc" and recomputes(e) for e in trace[:oom]):
+        return "after_recomputation"
+    return "other"
+
+
+def checkpointed(args, model, config, result, device, total):
+    """Checkpointed training under caps searched for an out-of-memory in a
+    recomputation (see the module's docstring)."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        ids = torch.randint(0, config.vocab_size, (args.micro_batch, args.seq), device=device)
+        model(ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    torch.cuda.memory._record_memory_history(enabled=None)
+    torch.cuda.set_per_process_memory_fraction(1.0, device)
+    for _ in range(2):
+        step()
+    start = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    step()
+    peak = torch.cuda.max_memory_reserved(device)
+    result.update(mode="checkpointing", step_start_bytes=start, step_peak_reserved_bytes=peak, caps_tried=[])
+    fallback = None
+    for i in range(1, 20):
+        cap = peak - (peak - start) * i // 20
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(cap / total, device)
+        torch.cuda.memory._record_memory_history(max_entries=args.max_entries, stacks=args.stacks, clear_history=True)
+        result["caps_tried"].append(cap)
+        message, snapshot = None, None
+        try:
+            step()
+        except torch.cuda.OutOfMemoryError as e:  # the step's tensors still alive, as a user's handler sees them
+            message, snapshot = str(e).splitlines()[0], torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        optimizer.zero_grad(set_to_none=True)
+        if snapshot is None:
+            continue
+        kind = oom_kind(snapshot["device_traces"][device.index])
+        if kind == "recomputing":
+            return write_checkpointed(args, result, snapshot, kind, cap, message)
+        if kind == "after_recomputation" and fallback is None:
+            fallback = (snapshot, kind, cap, message)
+    if fallback is not None:
+        return write_checkpointed(args, result, *fallback)
+    return report(args, result, None, None, "no cap ran out of memory in a checkpointed backward")
+
+
+def write_checkpointed(args, result, snapshot, kind, cap, message):
+    """Writes `snapshot` as torch.cuda.memory._dump_snapshot does (a pickle)
+    and prints `result` with the cap and the out-of-memory's kind; exit 0."""
+    with open(args.out, "wb") as f:
+        pickle.dump(snapshot, f)
+    result.update(phase="backward", oom_kind=kind, budget_bytes=cap, message=message,
+                  snapshot_bytes=os.path.getsize(args.out))
+    print(json.dumps(result, indent=1))
+    return 0
 
 
 def report(args, result, phase, error, why=""):
