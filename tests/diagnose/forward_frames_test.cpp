@@ -255,6 +255,18 @@ TEST(ForwardFrames, ARecomputationNeedsTheRestOfItsBlockAsItRanInForward) {
   EXPECT_EQ(micro_batch->sufficiency, Sufficiency::kNotEnough);
 }
 
+// The index of the n-th allocation before the trace's first out-of-memory
+// (n = 1: the last one); the trace's size when there is none.
+size_t alloc_before_oom(const std::vector<TraceEvent>& trace, size_t n) {
+  const auto oom =
+      std::find_if(trace.begin(), trace.end(), [](const TraceEvent& e) { return e.action == TraceAction::kOom; });
+  size_t seen = 0;
+  for (auto i = static_cast<size_t>(oom - trace.begin()); i-- > 0;) {
+    if (trace[i].action == TraceAction::kAlloc && ++seen == n) return i;
+  }
+  return trace.size();
+}
+
 // A recomputation whose allocations forward never made in a row (shapes
 // that differ between the runs) falls back to the request.
 TEST(ForwardFrames, ARecomputationUnlikeItsForwardNeedsOnlyTheRequest) {
@@ -262,14 +274,10 @@ TEST(ForwardFrames, ARecomputationUnlikeItsForwardNeedsOnlyTheRequest) {
   SKIP_IF_MISSING(path);
   Snapshot s = load_snapshot(path);
   std::vector<TraceEvent>& trace = s.device_traces[0];
-  const auto oom =
-      std::find_if(trace.begin(), trace.end(), [](const TraceEvent& e) { return e.action == TraceAction::kOom; });
-  ASSERT_NE(oom, trace.end());
   // The recomputed value (8 MiB, modeling_bert.py:331, the allocation before the failing one) 1 KiB larger.
-  auto last_recomputed_v = std::find_if(std::make_reverse_iterator(oom), trace.rend(),
-                                        [](const TraceEvent& e) { return e.action == TraceAction::kAlloc; });
-  ASSERT_NE(last_recomputed_v, trace.rend());
-  last_recomputed_v->size += 1024;
+  const size_t recomputed_v = alloc_before_oom(trace, 1);
+  ASSERT_LT(recomputed_v, trace.size());
+  trace[recomputed_v].size += 1024;
   const Diagnosis d = diagnose(s, path, {});
   ASSERT_EQ(d.ooms.size(), 1u);
   EXPECT_TRUE(d.ooms[0].recomputing);
@@ -332,21 +340,14 @@ TEST(ForwardFrames, ARecomputationPastTheFirstBlockCountsTheBlocksBackward) {
   SKIP_IF_MISSING(path);
   Snapshot s = load_snapshot(path);
   std::vector<TraceEvent>& trace = s.device_traces[0];
-  const auto oom =
-      std::find_if(trace.begin(), trace.end(), [](const TraceEvent& e) { return e.action == TraceAction::kOom; });
-  ASSERT_NE(oom, trace.end());
   // Back from the out-of-memory: the weight gradient (8 MiB), the output
   // (4), the intermediate (16), the probabilities (16).
-  std::vector<size_t> allocs;
-  for (size_t i = static_cast<size_t>(oom - trace.begin()); i-- > 0 && allocs.size() < 4;) {
-    if (trace[i].action == TraceAction::kAlloc) allocs.push_back(i);
-  }
-  ASSERT_EQ(allocs.size(), 4u);
-  TraceEvent& probabilities = trace[allocs[3]];
-  ASSERT_EQ(probabilities.size, 16 * kMiB);
-  probabilities.action = TraceAction::kOom;
-  probabilities.addr = 70 * kGiB;  // device_free
-  trace.resize(allocs[3] + 1);
+  const size_t probabilities = alloc_before_oom(trace, 4);
+  ASSERT_LT(probabilities, trace.size());
+  ASSERT_EQ(trace[probabilities].size, 16 * kMiB);
+  trace[probabilities].action = TraceAction::kOom;
+  trace[probabilities].addr = 70 * kGiB;  // device_free
+  trace.resize(probabilities + 1);
   const Diagnosis d = diagnose(s, path, {});
   ASSERT_EQ(d.ooms.size(), 1u);
   EXPECT_TRUE(d.ooms[0].recomputing);
@@ -363,16 +364,11 @@ TEST(ForwardFrames, ABlockUnlikeThePreviousInBackwardNeedsOnlyTheRequest) {
   SKIP_IF_MISSING(path);
   Snapshot s = load_snapshot(path);
   std::vector<TraceEvent>& trace = s.device_traces[0];
-  const auto oom =
-      std::find_if(trace.begin(), trace.end(), [](const TraceEvent& e) { return e.action == TraceAction::kOom; });
-  ASSERT_NE(oom, trace.end());
   // The third block's recomputed output (4 MiB, the allocation before its weight gradient) 1 KiB larger.
-  size_t allocs = 0;
-  auto output = std::find_if(std::make_reverse_iterator(oom), trace.rend(),
-                             [&](const TraceEvent& e) { return e.action == TraceAction::kAlloc && ++allocs == 2; });
-  ASSERT_NE(output, trace.rend());
-  ASSERT_EQ(output->size, 4 * kMiB);
-  output->size += 1024;
+  const size_t output = alloc_before_oom(trace, 2);
+  ASSERT_LT(output, trace.size());
+  ASSERT_EQ(trace[output].size, 4 * kMiB);
+  trace[output].size += 1024;
   const Diagnosis d = diagnose(s, path, {});
   ASSERT_EQ(d.ooms.size(), 1u);
   EXPECT_EQ(d.need.method, NeedMethod::kRequest) << d.need.estimate;
