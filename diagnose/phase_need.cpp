@@ -203,9 +203,13 @@ std::vector<AllocKey> recomputation_keys(const std::vector<TraceEvent>& trace, c
 // them; reentrant: the rerun forward's graph holds them), so it grows at
 // least as far.
 // Limitations: a lower bound; the block's own backward, after its
-// recomputation, is not counted. A recomputation whose shapes differ from
-// its forward (a random choice inside the block) matches nothing: then the
-// request alone.
+// recomputation, is not counted. Non-reentrant checkpointing stops a
+// recomputation early by default (torch/utils/checkpoint.py,
+// set_checkpoint_early_stop: once backward's last saved tensor is
+// recomputed), so forward's last allocations (the block's output) may not
+// be repeated; the block's backward, uncounted, then allocates at least
+// their gradients. A recomputation whose shapes differ from its forward (a
+// random choice inside the block) matches nothing: then the request alone.
 bool recomputed_block(const NeedQuery& q, const PhaseRun& run, const std::vector<TraceEvent>& trace,
                       const Attribution& attr, const FrameIndex& frames, PhaseNeed& need) {
   const TraceEvent& oom = trace[q.oom_event];
