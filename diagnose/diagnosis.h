@@ -184,9 +184,9 @@ enum class Sufficiency : uint8_t {
   /// backward (phase_need.h, rule 5), a lower bound: the fix frees at least
   /// that; the block's backward after it is not counted.
   kEnoughForRecomputation,
-  /// The need is the rest of a checkpointed model's blocks in backward
-  /// (phase_need.h, rule 4), a lower bound: the fix frees at least that;
-  /// what backward allocates after the blocks is not counted.
+  /// The need is the rest of the model's blocks in backward (phase_need.h,
+  /// rule 4), a lower bound: the fix frees at least that; what backward
+  /// allocates after the blocks is not counted.
   kEnoughForBackwardBlocks,
 };
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
+#include <functional>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -165,6 +167,12 @@ struct AllocKey {
   bool operator==(const AllocKey& o) const { return layer == o.layer && bytes == o.bytes; }
 };
 
+struct AllocKeyHash {
+  size_t operator()(const AllocKey& k) const {
+    return std::hash<int64_t>()(k.layer) ^ (std::hash<int64_t>()(k.bytes) * 0x9E3779B97F4A7C15ULL);
+  }
+};
+
 AllocKey alloc_key(const FrameIndex& frames, const TraceEvent& e) { return {frames.layer_frame(e.frames), e.size}; }
 
 /// The keys of the allocations of events [first, end) that recompute a
@@ -274,93 +282,159 @@ bool recomputed_block(const NeedQuery& q, const PhaseRun& run, const std::vector
   return true;
 }
 
-// Note [Checkpointed blocks in backward]
-// Rationale: with activation checkpointing, backward runs block after block
-// (last first): a block's recomputation, then its backward, which keeps its
-// weights' gradients and frees its recomputed tensors and its checkpointed
-// input. Past the first block, the trace holds a whole such cycle of a block
-// of the same shapes; rule 5 (Note [Recomputed block]) reads only the rest
-// of the recomputation, and an out-of-memory in a block's backward (frames
-// of the autograd engine, no recomputation) had only the request.
-// Approach: a cycle starts at an allocation that recomputes after one that
-// does not (FrameIndex::recomputes). Where the current cycle's recomputation
-// so far (the failing request included, when it recomputes) is the previous
-// cycle's, or the start of it, by layer and bytes, the previous cycle says
-// how far the block grows: its peak growth P from its start and its net
-// growth N at its end (allocations add, freed tensors subtract, whoever
-// allocated them). This cycle has grown by S: the block still needs P - S.
-// The blocks after it are the block's runs in this iteration's forward
-// (the previous cycle's recomputed allocations, by layer and bytes, in a
-// row among forward's inside checkpoint()) less the cycles begun; each
-// starts N higher (the gradients it keeps): P - S + after x max(N, 0).
-// Limitations: a lower bound: what backward allocates after the
-// checkpointed blocks (the embeddings, the layers outside checkpoint()) is
-// not counted. Blocks of other shapes (an encoder-decoder's two stacks)
-// are taken to grow as this one.
+// Note [Blocks in backward]
+// Rationale: backward runs the model's blocks one after another, the last
+// first. With activation checkpointing a block's turn is its recomputation,
+// then its backward; without, its backward alone, which frees what its
+// forward saved as it goes. Each keeps its weights' gradients. Past the
+// first block, the trace holds a whole turn of a block of the same shapes;
+// before this rule an out-of-memory in a block's backward (the autograd
+// engine's frameless allocations) had only its request as need.
+// Approach: a turn begins with a marker: with checkpointing, an allocation
+// that recomputes after one that does not (FrameIndex::recomputes);
+// without, the free of a tensor this iteration's forward allocated, with
+// the first such (layer frame, bytes) that backward frees again (the
+// head's tensors, freed first, do not repeat). Where the current turn so far
+// is the previous one's, or the start of it (its recomputed allocations,
+// else its freed forward tensors, by layer and bytes), the previous turn
+// gives its peak growth P from its marker, its peak L up to its last free
+// of a forward tensor (what a last block grows by, with no next block's
+// gradients after it) and its growth N at its end (allocations add, freed
+// tensors subtract, whoever allocated them); this turn has grown by S. The
+// blocks after it: with checkpointing, the block's runs in this iteration's
+// forward (its recomputed allocations in a row among forward's inside
+// checkpoint()) less the turns begun; without, the tensors forward made
+// with the marker's key still alive (one per block not yet reached). Block
+// j after this one starts j x N - S above now; the need is the largest
+// peak: P - S for this turn (L - S when it is the last), j x N - S + P for
+// block j (+ L for the last).
+// Limitations: a lower bound: what backward allocates after the blocks (the
+// embeddings, layers outside checkpoint()) is not counted. Blocks of other
+// shapes (an encoder-decoder's two stacks) are taken to grow as this one.
 bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<TraceEvent>& trace,
                      const Attribution& attr, const FrameIndex& frames, PhaseNeed& need) {
   if (q.phase != Phase::kBackward) return false;
-  std::vector<size_t> starts;  // the cycles' first recomputed allocations
+  // This iteration's forward: its allocations still alive when backward began, by address.
+  size_t forward_begin = run.first_event;
+  while (forward_begin > 0 && attr.event_phase[forward_begin - 1] != Phase::kBackward &&
+         attr.event_phase[forward_begin - 1] != Phase::kOptimizer) {
+    --forward_begin;
+  }
+  std::unordered_map<int64_t, AllocKey> forward_alive;
+  for (size_t i = forward_begin; i < run.first_event; ++i) {
+    if (trace[i].action == TraceAction::kAlloc && attr.event_phase[i] == Phase::kForward)
+      forward_alive[trace[i].addr] = alloc_key(frames, trace[i]);
+    else if (trace[i].action == TraceAction::kFreeRequested)
+      forward_alive.erase(trace[i].addr);
+  }
+  // Backward's frees of them, in order, and the recomputation markers.
+  std::vector<std::pair<size_t, AllocKey>> freed;
+  std::vector<size_t> recomputation_starts;
   bool recomputing = false;
   for (size_t i = run.first_event; i <= q.oom_event; ++i) {
-    if (trace[i].action != TraceAction::kAlloc && trace[i].action != TraceAction::kOom) continue;
-    const bool r = frames.recomputes(trace[i].frames);
-    if (r && !recomputing) starts.push_back(i);
-    recomputing = r;
+    const TraceEvent& e = trace[i];
+    if (e.action == TraceAction::kFreeRequested && i < q.oom_event) {
+      const auto it = forward_alive.find(e.addr);
+      if (it == forward_alive.end()) continue;
+      freed.emplace_back(i, it->second);
+      forward_alive.erase(it);
+    } else if (e.action == TraceAction::kAlloc || e.action == TraceAction::kOom) {
+      const bool r = frames.recomputes(e.frames);
+      if (r && !recomputing) recomputation_starts.push_back(i);
+      recomputing = r;
+    }
+  }
+  const bool checkpointed = !recomputation_starts.empty();
+  std::vector<size_t> starts = recomputation_starts;
+  AllocKey marker;
+  if (!checkpointed) {
+    std::unordered_map<AllocKey, int, AllocKeyHash> times_freed;
+    for (const auto& [i, key] : freed) ++times_freed[key];
+    const auto first_again =
+        std::find_if(freed.begin(), freed.end(), [&](const auto& f) { return times_freed[f.second] >= 2; });
+    if (first_again != freed.end()) {
+      marker = first_again->second;
+      for (const auto& [i, key] : freed) {
+        if (key == marker) starts.push_back(i);
+      }
+    }
   }
   if (starts.size() < 2) return false;
   const size_t previous = starts[starts.size() - 2];
   const size_t current = starts.back();
-  const std::vector<AllocKey> done = recomputation_keys(trace, frames, previous, current);
-  const std::vector<AllocKey> now = recomputation_keys(trace, frames, current, q.oom_event + 1);
-  const bool oom_recomputes = frames.recomputes(trace[q.oom_event].frames);
-  if (now.size() > done.size() || (!oom_recomputes && now.size() != done.size()) ||
-      !std::equal(now.begin(), now.end(), done.begin())) {
-    return false;
-  }
+
+  // The same block: its recomputed allocations, else its freed forward tensors, so far.
+  auto freed_keys = [&](size_t first, size_t end) {
+    std::vector<AllocKey> keys;
+    for (const auto& [i, key] : freed) {
+      if (first <= i && i < end) keys.push_back(key);
+    }
+    return keys;
+  };
+  const std::vector<AllocKey> done =
+      checkpointed ? recomputation_keys(trace, frames, previous, current) : freed_keys(previous, current);
+  const std::vector<AllocKey> now =
+      checkpointed ? recomputation_keys(trace, frames, current, q.oom_event + 1) : freed_keys(current, q.oom_event);
+  if (now.size() > done.size() || !std::equal(now.begin(), now.end(), done.begin())) return false;
+  if (checkpointed && !frames.recomputes(trace[q.oom_event].frames) && now.size() != done.size()) return false;
 
   // Allocated bytes over [first, end), from 0: allocations add, freed tensors subtract.
-  auto growth = [&](size_t first, size_t end, int64_t* peak) {
-    int64_t grown = 0;
-    for (size_t i = first; i < end; ++i) {
-      if (trace[i].action == TraceAction::kAlloc) grown += trace[i].size;
-      if (trace[i].action == TraceAction::kFreeRequested) grown -= trace[i].size;
-      if (peak) *peak = std::max(*peak, grown);
-    }
-    return grown;
-  };
-  int64_t peak = 0;
-  const int64_t net = growth(previous, current, &peak);
-  const int64_t so_far = growth(current, q.oom_event, nullptr);
+  size_t last_free = previous;  // the previous turn's last free of a forward tensor
+  for (const auto& [i, key] : freed) {
+    if (previous <= i && i < current) last_free = i;
+  }
+  int64_t grown = 0, peak = 0, last_peak = 0;
+  for (size_t i = previous; i < current; ++i) {
+    if (trace[i].action == TraceAction::kAlloc) grown += trace[i].size;
+    if (trace[i].action == TraceAction::kFreeRequested) grown -= trace[i].size;
+    peak = std::max(peak, grown);
+    if (i <= last_free) last_peak = peak;
+  }
+  const int64_t net = grown;
+  int64_t so_far = 0;
+  for (size_t i = current; i < q.oom_event; ++i) {
+    if (trace[i].action == TraceAction::kAlloc) so_far += trace[i].size;
+    if (trace[i].action == TraceAction::kFreeRequested) so_far -= trace[i].size;
+  }
 
-  // The block's runs in this iteration's forward: its recomputation's
-  // allocations in a row among forward's inside checkpoint(), last first.
-  std::vector<AllocKey> forward;
-  for (size_t i = run.first_event; i-- > 0;) {
-    const Phase p = attr.event_phase[i];
-    if (p == Phase::kBackward || p == Phase::kOptimizer) break;
-    if (p == Phase::kForward && trace[i].action == TraceAction::kAlloc && frames.checkpointed(trace[i].frames))
-      forward.push_back(alloc_key(frames, trace[i]));
+  int64_t blocks = 0, after = 0;
+  if (checkpointed) {
+    // The block's runs in this iteration's forward: its recomputation's
+    // allocations in a row among forward's inside checkpoint(), last first.
+    std::vector<AllocKey> forward;
+    for (size_t i = run.first_event; i-- > forward_begin;) {
+      if (attr.event_phase[i] == Phase::kForward && trace[i].action == TraceAction::kAlloc &&
+          frames.checkpointed(trace[i].frames))
+        forward.push_back(alloc_key(frames, trace[i]));
+    }
+    for (size_t j = 0; j + done.size() <= forward.size(); ++j) {
+      if (std::equal(done.rbegin(), done.rend(), forward.begin() + static_cast<std::ptrdiff_t>(j))) ++blocks;
+    }
+    after = std::max<int64_t>(0, blocks - static_cast<int64_t>(starts.size()));
+  } else {
+    for (const auto& [addr, key] : forward_alive) after += key == marker ? 1 : 0;
+    blocks = static_cast<int64_t>(starts.size()) + after;
   }
-  int64_t blocks = 0;
-  for (size_t j = 0; j + done.size() <= forward.size(); ++j) {
-    if (std::equal(done.rbegin(), done.rend(), forward.begin() + static_cast<std::ptrdiff_t>(j))) ++blocks;
-  }
-  const auto begun = static_cast<int64_t>(starts.size());
+  int64_t needed = (after == 0 ? last_peak : peak) - so_far;
+  for (int64_t j = 1; j <= after; ++j) needed = std::max(needed, j * net - so_far + (j == after ? last_peak : peak));
+
   need.method = NeedMethod::kBackwardBlocks;
   need.lower_bound = true;
-  need.blocks_done = begun - 1;
+  need.blocks_done = static_cast<int64_t>(starts.size()) - 1;
   need.model_blocks = blocks;
-  need.blocks_after = std::max<int64_t>(0, blocks - begun);
+  need.blocks_after = after;
   need.block_peak_bytes = peak;
+  need.last_block_peak_bytes = last_peak;
   need.block_net_bytes = net;
   need.block_so_far_bytes = so_far;
-  need.still_needed_bytes = std::max(q.rounded_bytes, peak - so_far + need.blocks_after * std::max<int64_t>(0, net));
+  need.still_needed_bytes = std::max(q.rounded_bytes, needed);
   need.estimate = fmt::format(
-      "checkpointed blocks in backward: the previous block's recomputation and backward (events {} to {}) grew by up "
-      "to {} and kept {}; this one had grown by {}; {} of the {} checkpointed blocks of forward still to come after "
-      "it, each starting that much higher; what backward allocates after the blocks is not counted",
-      previous, current - 1, format_bytes(peak), format_bytes(net), format_bytes(so_far), need.blocks_after, blocks);
+      "blocks in backward{}: the previous block's {}backward (events {} to {}) grew by up to {} ({} to its last "
+      "freed activation) and kept {}; this one had {} {}; {} of the {} blocks still to come after it, each "
+      "starting that much higher; what backward allocates after the blocks is not counted",
+      checkpointed ? " (checkpointed)" : "", checkpointed ? "recomputation and " : "", previous, current - 1,
+      format_bytes(peak), format_bytes(last_peak), format_bytes(net), so_far < 0 ? "freed" : "grown by",
+      format_bytes(std::abs(so_far)), after, blocks);
   return true;
 }
 

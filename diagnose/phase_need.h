@@ -33,12 +33,12 @@
 //      bound. Not for a forward without autograd (generate(), evaluation):
 //      it keeps a KV cache and frees each block's output after the next
 //      block, so what stays per block is no block's whole pattern.
-//   4. backward blocks: a checkpointed model's backward, past its first
-//      block: the previous block's recomputation and backward, of the same
-//      shapes, say how far this one grows and how much higher each block
-//      after it starts (Note [Checkpointed blocks in backward],
+//   4. backward blocks: backward past its first block: the previous
+//      block's turn (its recomputation, with checkpointing, and its
+//      backward), of the same shapes, says how far this one grows and how
+//      much higher each block after it starts (Note [Blocks in backward],
 //      phase_need.cpp). A lower bound: what backward allocates after the
-//      checkpointed blocks is not counted.
+//      blocks is not counted.
 //   5. recomputed block: the failing request was part of a checkpointed
 //      block's recomputation in backward (FrameIndex::recomputes); the rest
 //      of it is read from the block's first run, in forward (Note
@@ -113,31 +113,34 @@ struct PhaseNeed {
   int64_t still_needed_bytes = 0;  ///< beyond what was allocated at the oom; >= the rounded request
   /// forward blocks: not counted are the blocks after the current one (or,
   /// with model_blocks, what follows the model's blocks); backward blocks:
-  /// what backward allocates after the checkpointed blocks; recomputed
-  /// block: the block's backward
+  /// what backward allocates after the blocks; recomputed block: the
+  /// block's backward
   bool lower_bound = false;
   std::string estimate;              ///< how it was estimated, one sentence
   int64_t grown_bytes = 0;           ///< trace: what this phase had allocated since its start
   int64_t earlier_growth_bytes = 0;  ///< trace: what the earlier run grew by
   int64_t state_total_bytes = 0;     ///< adam: 2 x gradients (or parameters)
   /// forward blocks: complete blocks before the oom; backward blocks: the
-  /// blocks whose recomputation and backward ran before the current one's
+  /// blocks whose backward ran before the current one's
   int64_t blocks_done = 0;
   int64_t block_bytes = 0;  ///< forward blocks: activations kept per complete block
   /// forward blocks: of the current block; backward blocks: what the
-  /// current block's recomputation and backward had grown by
+  /// current block's turn had grown by
   int64_t block_so_far_bytes = 0;
   /// forward blocks: the model's blocks, counted from its parameters'
   /// allocations (Note [Blocks from the parameters]); backward blocks: the
-  /// checkpointed block's runs in forward; 0 when not known.
+  /// blocks of this backward (done, current and after); 0 when not known.
   int64_t model_blocks = 0;
   /// forward blocks: complete blocks after the current one that the need
   /// counts (model_blocks - blocks_done - 1); backward blocks: blocks whose
-  /// recomputation and backward are still to come after the current one.
+  /// backward is still to come after the current one.
   int64_t blocks_after = 0;
-  /// backward blocks: the previous block's peak growth from its first
-  /// recomputed allocation, and its growth at its end (what it kept)
+  /// backward blocks: the previous block's peak growth from its marker (its
+  /// first recomputed allocation, or its first freed forward tensor), its
+  /// peak up to its last freed forward tensor (what a last block grows
+  /// by), and its growth at its end (what it kept)
   int64_t block_peak_bytes = 0;
+  int64_t last_block_peak_bytes = 0;
   int64_t block_net_bytes = 0;
   /// recomputed block: the allocations of the recomputation, the failing
   /// request included, found in a row in forward

@@ -140,8 +140,8 @@ std::string sufficiency_text(const Recommendation& r) {
           combined ? " together" : "", format_bytes(r.needs_bytes));
     case Sufficiency::kEnoughForBackwardBlocks:
       return fmt::format(
-          "enough{} for the rest of backward's checkpointed blocks (needs at least {}); what backward allocates "
-          "after them is not counted",
+          "enough{} for the rest of backward's blocks (needs at least {}); what backward allocates after them is "
+          "not counted",
           combined ? " together" : "", format_bytes(r.needs_bytes));
     case Sufficiency::kUnknown:
     case Sufficiency::kNoMemoryEffect:
@@ -236,10 +236,9 @@ void judge_by_replay(const Diagnosis& d, const OomReport& oom, const std::string
         "the trace replayed with {}: {}", setting,
         d.need.method == NeedMethod::kRequest ? "the request fits (the rest of the phase's need is not in the snapshot)"
         : d.need.method == NeedMethod::kRecomputedBlock ? "the request and the rest of the block's recomputation fit"
-        : d.need.method == NeedMethod::kBackwardBlocks
-            ? "the request and the rest of backward's checkpointed blocks fit"
-        : d.need.lower_bound ? "the request and the rest of the current block fit"
-                             : "the request and the rest of the phase's need fit");
+        : d.need.method == NeedMethod::kBackwardBlocks  ? "the request and the rest of backward's blocks fit"
+        : d.need.lower_bound                            ? "the request and the rest of the current block fit"
+                                                        : "the request and the rest of the phase's need fit");
     // A lower-bound need (Note [Enough for how many blocks]): the blocks
     // after the current one fit in what the cap leaves.
     if (d.need.lower_bound && d.need.block_bytes > 0) {

@@ -149,6 +149,7 @@ std::string render_json(const Diagnosis& d) {
                {"model_blocks", n.model_blocks},
                {"blocks_after", n.blocks_after},
                {"block_peak_bytes", n.block_peak_bytes},
+               {"last_block_peak_bytes", n.last_block_peak_bytes},
                {"block_net_bytes", n.block_net_bytes},
                {"recomputed_allocs", n.recomputed_allocs},
                {"forward_first_event", n.forward_first_event},

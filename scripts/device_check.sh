@@ -294,7 +294,7 @@ snapshots() {
 # block's recomputation and backward are the step's peak), under the first
 # cap at which it runs out of memory while recomputing a block
 # (record_hf_snapshot.py searches it); diagnose must read the need from the
-# block (Note [Recomputed block] or [Checkpointed blocks in backward]), not
+# block (Note [Recomputed block] or [Blocks in backward]), not
 # the request alone.
 checkpointed_snapshots() {
   local work=/tmp/oomtune_snapshots

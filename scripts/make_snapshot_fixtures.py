@@ -85,6 +85,10 @@ Files written (each < 200 KB):
   hf_bert_checkpointed_backward_oom.pickle  that run with half the micro-batch:
                         out of memory in the third layer's backward, after two
                         layers' recomputation and backward
+  hf_bert_backward_oom.pickle  the same fine-tuning without checkpointing, at
+                        an eighth of the micro-batch (its weights' gradients
+                        outgrow the activations each layer's backward frees):
+                        out of memory at the first layer's backward
   hf_llama_generate_oom.pickle  Hugging Face generate() (torch.no_grad) out of
                         memory in a Llama's prefill: the KV cache and an eager
                         attention's probabilities
@@ -851,7 +855,7 @@ BERT_LAYER = [(8 * MIB, "nn/modules/linear.py", "forward", 134, 329, 598),  # qu
               (8 * MIB, "nn/modules/linear.py", "forward", 134, 480, 630)]  # output
 
 
-def checkpointed_recompute_oom(cap=256 * MIB, embedding_grad=0, micro_batch_divisor=1):
+def bert_backward_oom(cap=256 * MIB, embedding_grad=0, micro_batch_divisor=1, checkpointing=True):
     """hf_bert_forward_oom's fine-tuning with gradient checkpointing on every
     BertLayer (non-reentrant), out of memory in backward while recomputing
     the last layer's forward. Forward: the embeddings' 8 MiB output, then
@@ -881,11 +885,20 @@ def checkpointed_recompute_oom(cap=256 * MIB, embedding_grad=0, micro_batch_divi
     `micro_batch_divisor` divides what scales with the micro-batch (the
     activations and their gradients; not the weights or their gradients).
     Halved, the tied run still fails, in the third layer's backward
-    (hf_bert_checkpointed_backward_oom.pickle; tests/scripts/recompute_fixture_test.py). Its recomputation of the last
+    (hf_bert_checkpointed_backward_oom.pickle; tests/scripts/recompute_fixture_test.py).
+    Its recomputation of the last
     layer fits: diagnose's need counts bytes beyond those allocated at the
     out-of-memory, not the room left under a cap it knows only to lie
     between 240 and 272 MiB, and a gradient of an activation (the head's) as
-    a gradient, which halving does not shrink: conservative."""
+    a gradient, which halving does not shrink: conservative.
+
+    Without `checkpointing`, forward keeps each layer's q, k, v,
+    probabilities and intermediate for backward (frames without
+    checkpoint()), and backward frees them where the checkpointed run frees
+    their recomputed copies: a layer's backward then keeps 24 MiB of weight
+    gradients and frees 96 MiB / micro_batch_divisor of activations, so
+    from a divisor of 8 on each layer's backward starts higher than the one
+    before (hf_bert_backward_oom.pickle)."""
     b = micro_batch_divisor
     sim = Sim(cap=cap)
     [sim.malloc(24 * MIB, HF_LOAD) for _ in range(4)]
@@ -906,23 +919,33 @@ def checkpointed_recompute_oom(cap=256 * MIB, embedding_grad=0, micro_batch_divi
     hidden = [sim.malloc(8 * MIB // b, [frame(f"{HF_TORCH}/nn/modules/sparse.py", "forward", 192)] + hf_call() +
                          [frame(HF_BERT, "forward", 120)] + hf_call() + [frame(HF_BERT, "forward", 1000)] +
                          above_model)]
+    wrap = in_checkpoint if checkpointing else (lambda frames: frames)
+    saved = []  # without checkpointing: each layer's tensors saved for backward
     for _ in range(4):
-        made = [sim.malloc(size // b, in_checkpoint(hf_op(f, fn, line, bert, via_layer=layer)))
+        made = [sim.malloc(size // b, wrap(hf_op(f, fn, line, bert, via_layer=layer)))
                 for size, f, fn, line, bert, layer in BERT_LAYER]
-        for a in made[:-1]:  # freed as BertLayer.forward returns (saved tensors are recomputed instead)
-            sim.free(a, in_checkpoint([frame(HF_BERT, "forward", 630)] + hf_outer()))
+        if checkpointing:
+            for a in made[:-1]:  # freed as BertLayer.forward returns (saved tensors are recomputed instead)
+                sim.free(a, in_checkpoint([frame(HF_BERT, "forward", 630)] + hf_outer()))
+        else:
+            saved.append(made[:-1])
         hidden.append(made[-1])
     grad_out = sim.malloc(8 * MIB // b, [])  # the gradient of the last hidden state, from the head
     if embedding_grad:
         sim.malloc(embedding_grad, [])
     try:
         for _ in range(4):  # last layer first, each op's backward in reverse order (no frames)
-            q, k, v, probs, inter, out = [sim.malloc(size // b, recomputed(hf_op(f, fn, line, bert, via_layer=layer)))
-                                          for size, f, fn, line, bert, layer in BERT_LAYER]
+            if checkpointing:
+                q, k, v, probs, inter, out = [
+                    sim.malloc(size // b, recomputed(hf_op(f, fn, line, bert, via_layer=layer)))
+                    for size, f, fn, line, bert, layer in BERT_LAYER]
+            else:  # the layer's output is the next layer's input, freed by its backward
+                (q, k, v, probs, inter), out = saved.pop(), None
             # BertOutput's dense: its weight's gradient and the intermediate's.
             sim.malloc(8 * MIB, [])
             grad_inter = sim.malloc(32 * MIB // b, [])
-            sim.free(out, [])
+            if out:
+                sim.free(out, [])
             # BertIntermediate's dense: its weight's gradient and the attention output's.
             sim.malloc(8 * MIB, [])
             grad_attention = sim.malloc(8 * MIB // b, [])
@@ -1299,11 +1322,13 @@ def main():
     write(os.path.join(out, "two_devices.pickle"), two_devices(leak(), optimizer_oom()), 4)
     write(os.path.join(out, "hf_bert_checkpointed_flash_oom.pickle"),
           checkpointed_flash(hf_bert_forward_oom().dump("v2_11")), 4)
-    write(os.path.join(out, "hf_bert_checkpointed_recompute_oom.pickle"), checkpointed_recompute_oom().dump("v2_11"), 4)
+    write(os.path.join(out, "hf_bert_checkpointed_recompute_oom.pickle"), bert_backward_oom().dump("v2_11"), 4)
     write(os.path.join(out, "hf_bert_checkpointed_recompute_tied_oom.pickle"),
-          checkpointed_recompute_oom(embedding_grad=32 * MIB).dump("v2_11"), 4)
+          bert_backward_oom(embedding_grad=32 * MIB).dump("v2_11"), 4)
     write(os.path.join(out, "hf_bert_checkpointed_backward_oom.pickle"),
-          checkpointed_recompute_oom(embedding_grad=32 * MIB, micro_batch_divisor=2).dump("v2_11"), 4)
+          bert_backward_oom(embedding_grad=32 * MIB, micro_batch_divisor=2).dump("v2_11"), 4)
+    write(os.path.join(out, "hf_bert_backward_oom.pickle"),
+          bert_backward_oom(208 * MIB, micro_batch_divisor=8, checkpointing=False).dump("v2_11"), 4)
     write(os.path.join(out, "hf_llama_generate_oom.pickle"), llama_generate_oom().dump("v2_11"), 4)
     write(os.path.join(out, "hf_gpt2_eval_outputs_oom.pickle"), gpt2_eval_outputs_oom().dump("v2_11"), 4)
     write(os.path.join(out, "hf_gpt2_eval_forward_oom.pickle"), gpt2_eval_outputs_oom(160 * MIB).dump("v2_11"), 4)

@@ -40,7 +40,7 @@ bytes, then caps from that peak down to what the step starts with are
 tried, one step each with a fresh history (clear_history), until one runs
 out of memory while backward recomputes a block (Note [Recomputed block],
 diagnose/phase_need.cpp) or, failing that, later in a checkpointed
-backward (Note [Checkpointed blocks in backward]): the snapshot of the
+backward (Note [Blocks in backward]): the snapshot of the
 first such cap, highest first. `oom_kind` in the JSON says which; exit 1
 if no cap gave either. --budget is not used.
 """

@@ -173,7 +173,7 @@ TEST(ForwardFrames, ACompiledModelsForwardIsItsModulesForward) {
 }
 
 // A checkpointed run out of memory in backward, recomputing the last layer
-// (scripts/make_snapshot_fixtures.py, checkpointed_recompute_oom). Before,
+// (scripts/make_snapshot_fixtures.py, bert_backward_oom). Before,
 // the recomputed tensors counted as gradients (64 MiB "gradients", 40 MiB
 // activations), so halving the micro-batch read "not enough alone (frees
 // 20.00 MiB, needs 32.00 MiB)".
@@ -224,7 +224,7 @@ TEST(ForwardFrames, ARecomputationInBackwardAllocatesActivationsNotGradients) {
 // The same run with a masked-LM head whose tied embedding gradient stays
 // alive through backward: the recomputation fails at its probabilities, with
 // most of the block still to come. The bytes are the generator's
-// (make_snapshot_fixtures.py, checkpointed_recompute_oom); that halving the
+// (make_snapshot_fixtures.py, bert_backward_oom); that halving the
 // micro-batch does not save it, tests/scripts/recompute_fixture_test.py.
 TEST(ForwardFrames, ARecomputationNeedsTheRestOfItsBlockAsItRanInForward) {
   const std::string path = testing::synthetic_fixture("hf_bert_checkpointed_recompute_tied_oom.pickle");
@@ -286,7 +286,7 @@ TEST(ForwardFrames, ARecomputationUnlikeItsForwardNeedsOnlyTheRequest) {
 }
 
 // The tied run with half the micro-batch (make_snapshot_fixtures.py,
-// checkpointed_recompute_oom(embedding_grad, micro_batch_divisor=2)): out of
+// bert_backward_oom(embedding_grad, micro_batch_divisor=2)): out of
 // memory in the third block's backward, at the intermediate's gradient
 // (16 MiB, no frames), after the recomputation and backward of two blocks.
 // A block's cycle, in MiB: it recomputes q, k, v (4 each), the probabilities
@@ -329,6 +329,45 @@ TEST(ForwardFrames, ABlockInBackwardNeedsWhatThePreviousBlockGrewByAndKept) {
   const nlohmann::json j = nlohmann::json::parse(render_json(d));
   EXPECT_EQ(j["need"]["method"], "backward_blocks");
   EXPECT_EQ(j["need"]["block_peak_bytes"], 80 * kMiB);
+}
+
+// The same fine-tuning without checkpointing, at an eighth of the
+// micro-batch (make_snapshot_fixtures.py, bert_backward_oom(208 MiB,
+// micro_batch_divisor=8, checkpointing=False)): out of memory at the first
+// layer's first weight gradient (8 MiB), after the backward of three. A
+// block's turn starts where backward frees its intermediate (4 MiB,
+// modeling_bert.py:466, the first tensor of forward's that backward frees
+// again), in MiB: frees it and its gradient (-8), the probabilities'
+// gradient (+4), frees the probabilities (-4), a weight gradient (+8): 0;
+// frees q, k, v, the probabilities' gradient, the incoming gradient and the
+// layer's input (-9), the last of forward's tensors it frees: up to there it
+// peaked at its start, 0; then the next layer's gradients begin, 8 + 4 + 8
+// + 1: it ends 12 higher, its peak. This turn (layer 2's) had reached -9:
+// 21 MiB more to its end; layer 1's turn, the last, starts there and peaks
+// at its start (its frees come first): at least 21 MiB, what the same run
+// without the cap allocates beyond the 182 MiB at the out-of-memory
+// (tests/scripts/recompute_fixture_test.py).
+TEST(ForwardFrames, ABlockInAPlainBackwardNeedsWhatThePreviousBlockGrewBy) {
+  const std::string path = testing::synthetic_fixture("hf_bert_backward_oom.pickle");
+  SKIP_IF_MISSING(path);
+  const Diagnosis d = testing::diagnose_file(path);
+  ASSERT_EQ(d.ooms.size(), 1u);
+  const OomReport& o = d.ooms[0];
+  EXPECT_EQ(o.phase, Phase::kBackward);
+  EXPECT_FALSE(o.recomputing);
+  EXPECT_EQ(o.requested_bytes, 8 * kMiB);
+  EXPECT_EQ(o.allocated_bytes, 182 * kMiB);
+  EXPECT_EQ(d.trace.recomputed_backward_allocs, 0);
+  EXPECT_EQ(d.need.method, NeedMethod::kBackwardBlocks) << d.need.estimate;
+  EXPECT_TRUE(d.need.lower_bound);
+  EXPECT_EQ(d.need.block_peak_bytes, 12 * kMiB);
+  EXPECT_EQ(d.need.last_block_peak_bytes, 0);
+  EXPECT_EQ(d.need.block_net_bytes, 12 * kMiB);
+  EXPECT_EQ(d.need.block_so_far_bytes, -9 * kMiB);
+  EXPECT_EQ(d.need.blocks_done, 2);
+  EXPECT_EQ(d.need.blocks_after, 1);
+  EXPECT_EQ(d.need.model_blocks, 4);
+  EXPECT_EQ(d.need.still_needed_bytes, 21 * kMiB);
 }
 
 // The same run cut at its third block's recomputation of the probabilities

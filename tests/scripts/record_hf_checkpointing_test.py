@@ -2,7 +2,7 @@
 a GPU (the search itself runs in scripts/device_check.sh --snapshots):
 oom_kind, which picks the snapshot, read on the synthetic checkpointed
 fixtures whose out-of-memory is known by construction
-(scripts/make_snapshot_fixtures.py, checkpointed_recompute_oom), and the
+(scripts/make_snapshot_fixtures.py, bert_backward_oom), and the
 refused combination of arguments.
 
 Usage: record_hf_checkpointing_test.py SOURCE_DIR
@@ -24,6 +24,7 @@ expected = {
     "hf_bert_checkpointed_recompute_tied_oom.pickle": "recomputing",  # its probabilities
     "hf_bert_checkpointed_backward_oom.pickle": "after_recomputation",  # a gradient in the third layer's backward
     "hf_bert_forward_oom.pickle": "other",  # not checkpointed, in forward
+    "hf_bert_backward_oom.pickle": "other",  # not checkpointed, in the first layer's backward
     "leak.pickle": None,  # no out-of-memory
 }
 for name, kind in expected.items():
