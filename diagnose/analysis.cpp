@@ -357,13 +357,8 @@ std::string defragmenting_evidence(const Diagnosis& d, const OomReport& oom) {
                                  : fmt::format("{}{} that {} still needed", format_bytes(d.need.still_needed_bytes),
                                                d.need.lower_bound ? " (at least)" : "", phase_prose(oom.phase));
   const std::string served = request_only ? "the request" : "the request and the " + needed;
-  const char* rest =
-      request_only                                    ? "; what the rest of the phase needs is not in the snapshot"
-      : !d.need.lower_bound                           ? ""
-      : d.need.method == NeedMethod::kRecomputedBlock ? "; the block's backward after its recomputation is not counted"
-      : d.need.method == NeedMethod::kBackwardBlocks  ? "; what backward allocates after the blocks is not counted"
-      : d.need.model_blocks > 0                       ? "; what follows the model's blocks is not in the snapshot"
-                                                      : "; the blocks after the current one are not in the snapshot";
+  const std::string left_out = need_leaves_out(d.need);
+  const std::string rest = left_out.empty() ? "" : "; " + left_out;
   if (!r.replayed) {
     return fmt::format(" Defragmenting would make those {} usable: {} for the {}{}.",
                        format_bytes(oom.reserved_free_bytes), defragmenting_is_enough(d, oom) ? "enough" : "not enough",

@@ -458,6 +458,41 @@ const char* need_method_name(NeedMethod method) {
   return "request";
 }
 
+const char* need_covers(const PhaseNeed& need) {
+  switch (need.method) {
+    case NeedMethod::kRecomputedBlock:
+      return "the rest of the block's recomputation";
+    case NeedMethod::kBackwardBlocks:
+      return "the rest of backward's blocks";
+    case NeedMethod::kForwardBlocks:
+      return "the rest of the current block";
+    case NeedMethod::kTrace:
+    case NeedMethod::kAdamFirstStep:
+      return "the rest of the phase's need";
+    case NeedMethod::kRequest:
+      break;
+  }
+  return "";
+}
+
+const char* need_leaves_out(const PhaseNeed& need) {
+  switch (need.method) {
+    case NeedMethod::kRequest:
+      return "what the rest of the phase needs is not in the snapshot";
+    case NeedMethod::kRecomputedBlock:
+      return "the block's backward after its recomputation is not counted";
+    case NeedMethod::kBackwardBlocks:
+      return "what backward allocates after the blocks is not counted";
+    case NeedMethod::kForwardBlocks:
+      return need.model_blocks > 0 ? "what follows the model's blocks is not in the snapshot"
+                                   : "the blocks after the current one are not in the snapshot";
+    case NeedMethod::kTrace:
+    case NeedMethod::kAdamFirstStep:
+      break;
+  }
+  return "";
+}
+
 void PhaseRunTracker::before_event(size_t index, Phase phase, bool oom, int64_t allocated_bytes) {
   if (is_training_phase(phase) && (!open_ || runs_.back().phase != phase)) {
     runs_.push_back(PhaseRun{phase, index, index, allocated_bytes, allocated_bytes, false});

@@ -68,6 +68,19 @@ enum class NeedMethod : uint8_t { kTrace, kAdamFirstStep, kForwardBlocks, kBackw
 /// "recomputed_block", "request".
 const char* need_method_name(NeedMethod method);
 
+struct PhaseNeed;
+
+/// What the need counts beyond the request, for a sentence: "the rest of
+/// the block's recomputation", "the rest of backward's blocks", "the rest
+/// of the current block" (forward blocks), "the rest of the phase's need"
+/// (trace, first Adam step); "" for the request alone.
+const char* need_covers(const PhaseNeed& need);
+
+/// What a lower-bound or request-only need leaves out, for a sentence
+/// ("what backward allocates after the blocks is not counted"); "" for a
+/// need that leaves nothing out (trace, first Adam step).
+const char* need_leaves_out(const PhaseNeed& need);
+
 /// A run of consecutive events of one training phase (other/unknown events
 /// do not end a run; an oom does).
 struct PhaseRun {

@@ -232,13 +232,10 @@ void judge_by_replay(const Diagnosis& d, const OomReport& oom, const std::string
   rec.smallest_cap_bytes = r.smallest_cap_bytes;
   if (r.fits) {
     rec.frees_bytes = std::max(d.need.still_needed_bytes, oom.rounded_bytes);
-    rec.estimate = fmt::format(
-        "the trace replayed with {}: {}", setting,
-        d.need.method == NeedMethod::kRequest ? "the request fits (the rest of the phase's need is not in the snapshot)"
-        : d.need.method == NeedMethod::kRecomputedBlock ? "the request and the rest of the block's recomputation fit"
-        : d.need.method == NeedMethod::kBackwardBlocks  ? "the request and the rest of backward's blocks fit"
-        : d.need.lower_bound                            ? "the request and the rest of the current block fit"
-                                                        : "the request and the rest of the phase's need fit");
+    rec.estimate = fmt::format("the trace replayed with {}: {}", setting,
+                               d.need.method == NeedMethod::kRequest
+                                   ? "the request fits (the rest of the phase's need is not in the snapshot)"
+                                   : fmt::format("the request and {} fit", need_covers(d.need)));
     // A lower-bound need (Note [Enough for how many blocks]): the blocks
     // after the current one fit in what the cap leaves.
     if (d.need.lower_bound && d.need.block_bytes > 0) {
