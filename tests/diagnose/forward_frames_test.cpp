@@ -289,7 +289,7 @@ TEST(ForwardFrames, ARecomputationUnlikeItsForwardNeedsOnlyTheRequest) {
 // bert_backward_oom(embedding_grad, micro_batch_divisor=2)): out of
 // memory in the third block's backward, at the intermediate's gradient
 // (16 MiB, no frames), after the recomputation and backward of two blocks.
-// A block's cycle, in MiB: it recomputes q, k, v (4 each), the probabilities
+// A block's turn, in MiB: it recomputes q, k, v (4 each), the probabilities
 // (16), the intermediate (16) and the output (4): 48; then BertOutput's
 // weight gradient (8): 56 (where this block failed); the intermediate's
 // gradient (16): 72; frees the output: 68; BertIntermediate's weight
@@ -371,7 +371,7 @@ TEST(ForwardFrames, ABlockInAPlainBackwardNeedsWhatThePreviousBlockGrewBy) {
 }
 
 // The same run cut at its third block's recomputation of the probabilities
-// (16 MiB), made the out-of-memory: the previous block's cycle counts the
+// (16 MiB), made the out-of-memory: the previous block's turn counts the
 // block's backward too: 80 - 12 (q, k, v) + 20 (the block after) = 88 MiB,
 // where the forward's run alone (rule 5) gives 36.
 TEST(ForwardFrames, ARecomputationPastTheFirstBlockCountsTheBlocksBackward) {
@@ -397,7 +397,7 @@ TEST(ForwardFrames, ARecomputationPastTheFirstBlockCountsTheBlocksBackward) {
 }
 
 // A block whose recomputation differs from the previous block's (other
-// shapes) says nothing of its own cycle: the request alone.
+// shapes) says nothing of its own turn: the request alone.
 TEST(ForwardFrames, ABlockUnlikeThePreviousInBackwardNeedsOnlyTheRequest) {
   const std::string path = testing::synthetic_fixture("hf_bert_checkpointed_backward_oom.pickle");
   SKIP_IF_MISSING(path);
