@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <functional>
 #include <unordered_map>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -345,7 +346,7 @@ bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<
     }
   }
   const bool checkpointed = !recomputation_starts.empty();
-  std::vector<size_t> starts = recomputation_starts;
+  std::vector<size_t> starts = std::move(recomputation_starts);
   AllocKey marker;
   if (!checkpointed) {
     std::unordered_map<AllocKey, int, AllocKeyHash> times_freed;
@@ -378,7 +379,9 @@ bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<
   if (now.size() > done.size() || !std::equal(now.begin(), now.end(), done.begin())) return false;
   if (checkpointed && !frames.recomputes(trace[q.oom_event].frames) && now.size() != done.size()) return false;
 
-  // Allocated bytes over [first, end), from 0: allocations add, freed tensors subtract.
+  // The previous turn's growth from its marker (allocations add, freed
+  // tensors subtract): its peak, its peak up to its last freed forward
+  // tensor, its end; and this turn's so far.
   size_t last_free = previous;  // the previous turn's last free of a forward tensor
   for (const auto& [i, key] : freed) {
     if (previous <= i && i < current) last_free = i;
@@ -573,7 +576,7 @@ PhaseNeed estimate_need(const NeedQuery& q, const std::vector<PhaseRun>& runs, c
   // 3. the forward's block pattern.
   if (q.phase == Phase::kForward && !q.inference)
     forward_blocks(q, *run, trace, attr, frames, parameter_blocks(trace, attr), need);
-  // 4. a checkpointed block's recomputation and backward, as the previous block ran them.
+  // 4. a block's turn in backward, as the previous block's ran.
   if (backward_blocks(q, *run, trace, attr, frames, need)) return need;
   // 5. a checkpointed block recomputed in backward, as it ran in forward.
   recomputed_block(q, *run, trace, attr, frames, need);
