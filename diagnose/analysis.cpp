@@ -443,11 +443,24 @@ const char* inference_prose(InferenceKind kind) {
       return "Hugging Face Trainer's evaluation: prediction_step runs the model under torch.no_grad()";
     case InferenceKind::kLightningEvaluation:
       return "Lightning's evaluation or prediction loop, under torch.no_grad() or inference_mode()";
+    case InferenceKind::kNothingSaved:
+      return "no frame names it: `with torch.no_grad():` and `with torch.inference_mode():` leave none";
     case InferenceKind::kNoGrad:
     case InferenceKind::kNone:
       break;
   }
   return "a function decorated with torch.no_grad() or torch.inference_mode()";
+}
+
+/// Note [Blocks that kept nothing]'s evidence, a sentence; "" for another kind.
+std::string nothing_saved_evidence(const OomReport& oom) {
+  if (oom.inference_kind != InferenceKind::kNothingSaved) return "";
+  const NothingSaved& n = oom.nothing_saved;
+  return fmt::format(
+      " The trace shows it: the model's blocks before the last complete one (of {} allocations each) freed all "
+      "{} allocations they made ({}), KV cache entries aside, where autograd keeps what each operator saves for "
+      "backward (blocks whose parameters are all frozen keep nothing either).",
+      n.block_allocations, n.freed_allocations, format_bytes(n.freed_bytes));
 }
 
 void add_verdicts(Diagnosis& d) {
@@ -509,11 +522,11 @@ void add_verdicts(Diagnosis& d) {
     main.push_back(Verdict{
         VerdictId::kInferenceForward,
         fmt::format("The out-of-memory happened in a forward without autograd ({}){}: nothing is kept for "
-                    "backward. What the forward kept alive (a KV cache, outputs) held {} of {} allocated, and the "
+                    "backward.{} What the forward kept alive (a KV cache, outputs) held {} of {} allocated, and the "
                     "failing request was {}. Activation checkpointing and the optimizer's settings do not apply; "
                     "the batch, the sequence length and the model's dtype do.",
-                    inference_prose(oom->inference_kind), oom_place(oom), format_bytes(act), format_bytes(allocated),
-                    format_bytes(oom->requested_bytes))});
+                    inference_prose(oom->inference_kind), oom_place(oom), nothing_saved_evidence(*oom),
+                    format_bytes(act), format_bytes(allocated), format_bytes(oom->requested_bytes))});
   } else if (phase == Phase::kForward) {
     main.push_back(Verdict{
         VerdictId::kActivationsInForward,
@@ -746,7 +759,16 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   }
   std::sort(d.timeline.begin(), d.timeline.end(),
             [](const TimelinePoint& a, const TimelinePoint& b) { return a.event_index < b.event_index; });
-  if (!d.ooms.empty()) d.need = estimate_need(need_query, runs.finish(trace.size()), trace, attr, frames);
+  // Note [Blocks that kept nothing]: a forward without autograd that no frame names.
+  for (OomReport& o : d.ooms) {
+    if (o.phase != Phase::kForward || o.inference()) continue;
+    o.nothing_saved = blocks_kept_nothing(trace, attr, frames, static_cast<size_t>(o.event_index));
+    if (o.nothing_saved.found()) o.inference_kind = InferenceKind::kNothingSaved;
+  }
+  if (!d.ooms.empty()) {
+    need_query.inference = d.ooms.back().inference();
+    d.need = estimate_need(need_query, runs.finish(trace.size()), trace, attr, frames);
+  }
   t.inconsistencies = replay.inconsistencies();
   for (const Segment& s : snapshot.segments) {
     if (s.device != device && snapshot.device_traces.size() > 1) continue;

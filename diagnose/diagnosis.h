@@ -12,6 +12,7 @@
 #include "diagnose/eval_outputs.h"
 #include "diagnose/fixes.h"
 #include "diagnose/frames.h"
+#include "diagnose/nothing_saved.h"
 #include "diagnose/phase_need.h"
 #include "diagnose/setting_replay.h"
 #include "diagnose/snapshot.h"
@@ -82,6 +83,9 @@ struct OomReport {
   InferenceKind inference_kind = InferenceKind::kNone;
   /// The failing call ran in a forward without autograd (inference_kind).
   bool inference() const { return inference_kind != InferenceKind::kNone; }
+  /// Why inference_kind is kNothingSaved (Note [Blocks that kept nothing]);
+  /// all zero otherwise.
+  NothingSaved nothing_saved;
   EvalOutputs eval_outputs;  ///< all zero outside Hugging Face Trainer's evaluation
   CategoryBytes live_by_category{};
 };

@@ -243,6 +243,8 @@ const char* inference_kind_name(InferenceKind kind) {
       return "trainer_evaluation";
     case InferenceKind::kLightningEvaluation:
       return "lightning_evaluation";
+    case InferenceKind::kNothingSaved:
+      return "nothing_saved";
   }
   return "none";
 }
@@ -288,6 +290,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   std::vector<uint8_t> generation(frames.size());        // Hugging Face's generation code
   std::vector<InferenceKind> evaluation(frames.size());  // an evaluation loop's kind, or kNone
   std::vector<uint8_t> eval_outputs(frames.size());      // concatenates_eval_outputs
+  std::vector<uint8_t> kv_cache(frames.size());          // stores_kv_cache
   for (size_t i = 0; i < frames.size(); ++i) {
     const std::string_view file = frames[i].filename;
     FrameClass& c = cls[i];
@@ -322,6 +325,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     generation[i] = c.origin == Origin::kLibrary && starts_with(c.path, "transformers/generation/");
     evaluation[i] = evaluation_loop(frames[i], c);
     eval_outputs[i] = frame_concatenates_eval_outputs(frames[i], c);
+    kv_cache[i] = c.origin == Origin::kLibrary && c.path == "transformers/cache_utils.py";
   }
 
   const size_t n = snapshot.stacks.size();
@@ -335,6 +339,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   stack_recomputes_.assign(n, 0);
   stack_inference_.assign(n, InferenceKind::kNone);
   stack_eval_outputs_.assign(n, 0);
+  stack_kv_cache_.assign(n, 0);
   auto outside_torch = [&](uint32_t f) {
     return frame_origin_[f] == Origin::kUser || frame_origin_[f] == Origin::kLibrary;
   };
@@ -381,6 +386,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
       }
       if (params[f]) stack_params_[s] = 1;
       if (eval_outputs[f]) stack_eval_outputs_[s] = 1;
+      if (kv_cache[f]) stack_kv_cache_[s] = 1;
       if (frames[f].name == "forward" && frame_origin_[f] != Origin::kNative) {
         outermost_forward = k;
         if (model_code[f]) stack_model_forward_[s] = f;

@@ -111,9 +111,11 @@ enum class InferenceKind : uint8_t {
   kGenerate,             ///< Hugging Face's generation code (generate())
   kTrainerEvaluation,    ///< Hugging Face Trainer's evaluation or prediction loop
   kLightningEvaluation,  ///< Lightning's evaluation or prediction loop
+  kNothingSaved,         ///< no frame: the trace shows the blocks kept nothing (nothing_saved.h)
 };
 
-/// "none", "no_grad", "generate", "trainer_evaluation", "lightning_evaluation" (JSON).
+/// "none", "no_grad", "generate", "trainer_evaluation", "lightning_evaluation",
+/// "nothing_saved" (JSON).
 const char* inference_kind_name(InferenceKind kind);
 
 /// Which package a frame's file belongs to (rules above).
@@ -177,6 +179,11 @@ class FrameIndex {
   /// or until eval_accumulation_steps moves them to the CPU (a frame of
   /// transformers/trainer_pt_utils.py named "nested_concat").
   bool concatenates_eval_outputs(StackId stack) const { return stack_eval_outputs_[stack] != 0; }
+  /// True when the stack stores keys and values in Hugging Face's KV cache
+  /// (a frame of transformers/cache_utils.py: DynamicLayer.update's
+  /// torch.cat in transformers 5.x), which keeps them across blocks with
+  /// or without autograd.
+  bool stores_kv_cache(StackId stack) const { return stack_kv_cache_[stack] != 0; }
   /// True when the stack allocates parameters (see the rules above).
   bool allocates_parameters(StackId stack) const { return stack_params_[stack] != 0; }
 
@@ -208,6 +215,7 @@ class FrameIndex {
   std::vector<uint8_t> stack_recomputes_;
   std::vector<InferenceKind> stack_inference_;
   std::vector<uint8_t> stack_eval_outputs_;
+  std::vector<uint8_t> stack_kv_cache_;
   bool has_cpp_ = false;
   bool has_generated_ = false;
 };

@@ -81,6 +81,8 @@ std::string halve_inference_batch(InferenceKind kind) {
       return "Halve TrainingArguments(per_device_eval_batch_size=...)";
     case InferenceKind::kLightningEvaluation:
       return "Halve the batch_size of the val/test/predict DataLoader";
+    case InferenceKind::kNothingSaved:
+      return "Halve the batch passed to the model";
     case InferenceKind::kNoGrad:
     case InferenceKind::kNone:
       break;

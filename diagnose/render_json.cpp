@@ -113,6 +113,12 @@ std::string render_json(const Diagnosis& d) {
                       {"at_concat", o.eval_outputs.at_concat},
                       {"step_bytes", o.eval_outputs.step_bytes},
                       {"steps", o.eval_outputs.steps}}},
+                    {"nothing_saved",
+                     {{"block_allocations", o.nothing_saved.block_allocations},
+                      {"freed_allocations", o.nothing_saved.freed_allocations},
+                      {"freed_bytes", o.nothing_saved.freed_bytes},
+                      {"first_event", o.nothing_saved.first_event},
+                      {"last_event", o.nothing_saved.last_event}}},
                     {"alive", categories(o.live_by_category)}});
   }
   j["ooms"] = ooms;

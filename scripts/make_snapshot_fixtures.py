@@ -92,6 +92,8 @@ Files written (each < 200 KB):
   hf_llama_generate_oom.pickle  Hugging Face generate() (torch.no_grad) out of
                         memory in a Llama's prefill: the KV cache and an eager
                         attention's probabilities
+  hf_llama_no_grad_oom.pickle  the same forward called by a script in a
+                        `with torch.no_grad():` block (no frame says so)
   hf_gpt2_eval_outputs_oom.pickle  Hugging Face Trainer.evaluate() out of memory
                         concatenating a language model's logits of every step
                         on the device (no eval_accumulation_steps)
@@ -971,6 +973,7 @@ def bert_backward_oom(cap=256 * MIB, embedding_grad=0, micro_batch_divisor=1, ch
 HF_GEN = f"{HF_VENV}/transformers/generation/utils.py"
 HF_LLAMA = f"{HF_VENV}/transformers/models/llama/modeling_llama.py"
 HF_GEN_USER = "/home/user/torch/generate.py"
+HF_NO_GRAD_USER = "/home/user/torch/infer.py"
 HF_DEPRECATION = frame(f"{HF_VENV}/transformers/utils/deprecation.py", "wrapped_func", 173)
 
 
@@ -988,15 +991,17 @@ def llama_generate_call():
             frame(f"{HF_TORCH}/nn/modules/module.py", "_wrapped_call_impl", 1779)]
 
 
-def llama_generate_frames(inner, where):
+def llama_frames(inner, where, generate=True):
     """`inner` (innermost first) inside the prefill of generate.py:20's
     model.generate(): where = "attention:LINE" (LlamaAttention.forward at
-    LINE), "model" (LlamaModel.forward's loop) or "head" (LlamaForCausalLM)."""
+    LINE), "model" (LlamaModel.forward's loop) or "head" (LlamaForCausalLM).
+    Without `generate`, inside infer.py:20's `logits = model(ids).logits`
+    in a `with torch.no_grad():` block, which leaves no frame."""
+    caller = [frame(HF_GEN, "_prefill", 4333), frame(HF_GEN, "_sample", 3208), frame(HF_GEN, "generate", 3008),
+              frame(f"{HF_TORCH}/utils/_contextlib.py", "decorate_context", 124), HF_DEPRECATION, HF_DEPRECATION,
+              frame(HF_GEN_USER, "<module>", 20)] if generate else [frame(HF_NO_GRAD_USER, "<module>", 20)]
     head = [frame(f"{HF_VENV}/transformers/utils/generic.py", "wrapper", 1036), HF_DEPRECATION] + \
-        llama_generate_call() + \
-        [frame(HF_GEN, "_prefill", 4333), frame(HF_GEN, "_sample", 3208), frame(HF_GEN, "generate", 3008),
-         frame(f"{HF_TORCH}/utils/_contextlib.py", "decorate_context", 124), HF_DEPRECATION, HF_DEPRECATION,
-         frame(HF_GEN_USER, "<module>", 20)]
+        llama_generate_call() + caller
     model = [frame(HF_LLAMA, "forward", 394), frame(f"{HF_VENV}/transformers/utils/output_capturing.py", "wrapper", 361),
              frame(f"{HF_VENV}/transformers/utils/generic.py", "wrapper", 1182), HF_DEPRECATION] + \
         llama_generate_call() + [frame(HF_LLAMA, "forward", 459)] + head
@@ -1011,7 +1016,7 @@ def llama_generate_frames(inner, where):
     return inner + [frame(HF_LLAMA, "forward", line), HF_DEPRECATION] + llama_generate_call() + layer + model
 
 
-def llama_generate_oom(cap=384 * MIB):
+def llama_generate_oom(cap=384 * MIB, generate=True):
     """Hugging Face generate() on a 4-layer Llama-like model, out of memory in
     its prefill: the eager attention's probabilities of the last layer
     (modeling_llama.py:197, softmax, 64 MiB) do not fit. Weights: 4 layers
@@ -1024,23 +1029,33 @@ def llama_generate_oom(cap=384 * MIB):
     before its attention) and the 16 MiB hidden state: 336 MiB allocated
     (368 MiB reserved) when the 64 MiB request fails. No autograd: nothing is kept for
     backward, so activation checkpointing does not apply; half the batch
-    halves the cache, the hidden state and the probabilities."""
+    halves the cache, the hidden state and the probabilities.
+
+    Without `generate`: the same forward called by infer.py:20 inside
+    `with torch.no_grad():` (no frame says so): the blocks before the last
+    complete one (the first layer) freed their probabilities and output (2
+    allocations, 80 MiB) before the out-of-memory, their keys and values
+    aside (Note [Blocks that kept nothing], diagnose/nothing_saved.h)."""
     sim = Sim(cap=cap)
-    load = hf_model_to(HF_GEN_USER)
+    load = hf_model_to(HF_GEN_USER if generate else HF_NO_GRAD_USER)
     [sim.malloc(32 * MIB, load) for _ in range(6)]
+
+    def at(inner, where):  # the frames of this run
+        return llama_frames(inner, where, generate)
+
     embed = [frame(f"{HF_TORCH}/nn/modules/sparse.py", "forward", 192)] + llama_generate_call()
-    hidden = sim.malloc(16 * MIB, llama_generate_frames(embed + [frame(HF_LLAMA, "forward", 372)], "model"))
+    hidden = sim.malloc(16 * MIB, at(embed + [frame(HF_LLAMA, "forward", 372)], "model"))
     kv = [frame(f"{HF_VENV}/transformers/cache_utils.py", "update", 136),
           frame(f"{HF_VENV}/transformers/cache_utils.py", "update", 1620)]
     softmax = [frame(f"{HF_TORCH}/nn/functional.py", "softmax", 2161), frame(HF_LLAMA, "eager_attention_forward", 197)]
     try:
         for _ in range(4):
-            sim.malloc(16 * MIB, llama_generate_frames(kv, "attention:252"))  # keys
-            sim.malloc(16 * MIB, llama_generate_frames(kv, "attention:252"))  # values
-            probs = sim.malloc(64 * MIB, llama_generate_frames(softmax, "attention:258"))
-            sim.free(probs, llama_generate_frames([], "attention:258"))
-            out = sim.malloc(16 * MIB, llama_generate_frames([], "model"))  # the layer's output
-            sim.free(hidden, llama_generate_frames([], "model"))
+            sim.malloc(16 * MIB, at(kv, "attention:252"))  # keys
+            sim.malloc(16 * MIB, at(kv, "attention:252"))  # values
+            probs = sim.malloc(64 * MIB, at(softmax, "attention:258"))
+            sim.free(probs, at([], "attention:258"))
+            out = sim.malloc(16 * MIB, at([], "model"))  # the layer's output
+            sim.free(hidden, at([], "model"))
             hidden = out
     except OutOfMemory:
         pass
@@ -1330,6 +1345,7 @@ def main():
     write(os.path.join(out, "hf_bert_backward_oom.pickle"),
           bert_backward_oom(208 * MIB, micro_batch_divisor=8, checkpointing=False).dump("v2_11"), 4)
     write(os.path.join(out, "hf_llama_generate_oom.pickle"), llama_generate_oom().dump("v2_11"), 4)
+    write(os.path.join(out, "hf_llama_no_grad_oom.pickle"), llama_generate_oom(generate=False).dump("v2_11"), 4)
     write(os.path.join(out, "hf_gpt2_eval_outputs_oom.pickle"), gpt2_eval_outputs_oom().dump("v2_11"), 4)
     write(os.path.join(out, "hf_gpt2_eval_forward_oom.pickle"), gpt2_eval_outputs_oom(160 * MIB).dump("v2_11"), 4)
     write(os.path.join(out, "compiled_step_oom.pickle"), compiled_step_oom().dump("v2_11"), 4)
