@@ -291,6 +291,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   std::vector<InferenceKind> evaluation(frames.size());  // an evaluation loop's kind, or kNone
   std::vector<uint8_t> eval_outputs(frames.size());      // concatenates_eval_outputs
   std::vector<uint8_t> kv_cache(frames.size());          // stores_kv_cache
+  std::vector<uint8_t> model_init(frames.size());        // a library model's __init__ (frames.h, Parameters)
   for (size_t i = 0; i < frames.size(); ++i) {
     const std::string_view file = frames[i].filename;
     FrameClass& c = cls[i];
@@ -326,6 +327,8 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     evaluation[i] = evaluation_loop(frames[i], c);
     eval_outputs[i] = frame_concatenates_eval_outputs(frames[i], c);
     kv_cache[i] = c.origin == Origin::kLibrary && c.path == "transformers/cache_utils.py";
+    model_init[i] = c.origin == Origin::kLibrary && frames[i].name == "__init__" &&
+                    (is_model_file(c.path) || c.path == "transformers/pytorch_utils.py");
   }
 
   const size_t n = snapshot.stacks.size();
@@ -357,6 +360,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     bool optimizer_seen = false;
     size_t outermost_forward = SIZE_MAX;  // position in the stack
     bool forward_inner = false;           // a forward frame met so far (inner to frame k)
+    bool builds_model = false;            // a library model's __init__ frame
     for (size_t k = 0; k < stack.size(); ++k) {
       const uint32_t f = stack[k];
       const Phase p = frame_phase[f];
@@ -385,6 +389,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
           inner_to_optimizer = p;
       }
       if (params[f]) stack_params_[s] = 1;
+      builds_model = builds_model || model_init[f];
       if (eval_outputs[f]) stack_eval_outputs_[s] = 1;
       if (kv_cache[f]) stack_kv_cache_[s] = 1;
       if (frames[f].name == "forward" && frame_origin_[f] != Origin::kNative) {
@@ -394,6 +399,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     }
     if (optimizer_seen && (inner_to_optimizer == Phase::kForward || inner_to_optimizer == Phase::kBackward))
       best = inner_to_optimizer;  // Note [A closure inside the optimizer step]
+    if (builds_model && outermost_forward == SIZE_MAX) stack_params_[s] = 1;
     // The engine calls a custom Function's backward (BackwardCFunction.apply
     // in torch/autograd/function.py) from C++: on its device thread that is
     // the outermost Python frame. Function.apply in a forward has callers.

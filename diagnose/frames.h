@@ -80,7 +80,13 @@
 //     torch/nn/modules/, or "_apply" / "to" / "cuda" in torch/nn/modules/module.py
 //     (Module.to(device) copies the weights), or torch/nn/parameter.py. Such a
 //     stack's phase is "other" where it would be "forward" (its torch/nn/modules/
-//     frames load the model; they do not run it).
+//     frames load the model; they do not run it). Also a frame named
+//     "__init__" in a library's model file or transformers/pytorch_utils.py
+//     in a stack with no frame named "forward": a model built on the device
+//     (`with torch.device("cuda"):`) makes its own weights there, as
+//     transformers' Conv1D (GPT-2's linear layers) does with
+//     `nn.Parameter(torch.empty(nx, nf))`, the tensor made before
+//     nn/parameter.py is called (recorded with scripts/record_cpu_snapshot.py).
 
 #include <cstdint>
 #include <string>

@@ -23,7 +23,8 @@ memory cap at what it holds then): the first later allocation that needs a
 new segment runs out of memory and ends the trace, as in a real capped run.
 
 Prints JSON: the allocations recorded, whether and where it ran out of
-memory (the allocation's index). Exit 0, 77 without transformers, 2 on bad
+memory (the allocation's index), the bytes of the model's parameters and
+buffers (each storage once). Exit 0, 77 without transformers, 2 on bad
 arguments. Used by tests/scripts/no_grad_snapshot_test.py (Note [Blocks
 that kept nothing], diagnose/nothing_saved.h).
 """
@@ -92,8 +93,11 @@ def record(mode, layers):
         else:
             model.train()
             logits = model(ids, labels=ids).logits
+        # The model's weights and buffers, each storage once (GPT-2 ties its head to the embeddings).
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                    for t in list(model.parameters()) + list(model.buffers())}
         del logits, model
-    return allocations(prof)
+    return allocations(prof), sum(storages.values())
 
 
 def replay(events, oom_after, roots):
@@ -140,14 +144,14 @@ def main():
     except ImportError as e:
         print(f"skipped: {e}")
         return 77
-    events = record(args.mode, args.layers)
+    events, parameter_bytes = record(args.mode, args.layers)
     sim, failed_at = replay(events, args.oom_after, [p for p in sys.path if os.path.isdir(p)])
     tmp = args.out + ".tmp"
     with open(tmp, "wb") as f:
         pickle.dump(sim.dump("v2_11"), f, protocol=4)
     os.replace(tmp, args.out)
     print(json.dumps({"allocations": sum(1 for _, size, _ in events if size > 0), "oom_at": failed_at,
-                      "out": args.out}))
+                      "parameter_bytes": parameter_bytes, "out": args.out}))
     return 0
 
 

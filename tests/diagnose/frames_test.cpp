@@ -105,6 +105,35 @@ TEST(FrameIndex, DeepSpeedAndGradScalerStepsAreTheOptimizer) {
   EXPECT_EQ(index.phase(3), Phase::kOther);
 }
 
+// A model built on the device makes its weights in its own __init__:
+// transformers' Conv1D (GPT-2) calls torch.empty before nn.Parameter, so no
+// torch/nn/ frame says so (the stacks transformers 5.24 records, with
+// scripts/record_cpu_snapshot.py). An object a forward builds is not the model.
+TEST(FrameIndex, ALibraryModelsInitAllocatesItsParameters) {
+  const std::string venv = "/opt/venv/lib/python3.11/site-packages";
+  const Frame gpt2_mlp{venv + "/transformers/models/gpt2/modeling_gpt2.py", "__init__", 235};
+  const Frame script{"/home/u/train.py", "<module>", 12};
+  const Snapshot s = testing::with_stacks({
+      {{venv + "/transformers/pytorch_utils.py", "__init__", 110},
+       gpt2_mlp,
+       {venv + "/transformers/models/gpt2/modeling_gpt2.py", "__init__", 262},
+       {venv + "/torch/nn/modules/module.py", "__call__", 1779},
+       script},
+      {gpt2_mlp, script},
+      {gpt2_mlp, {venv + "/transformers/models/gpt2/modeling_gpt2.py", "forward", 300}, script},
+      {{venv + "/transformers/cache_utils.py", "__init__", 1200}, script},
+      {{"/home/u/model.py", "__init__", 20}, script},
+  });
+  const FrameIndex index(s);
+  EXPECT_TRUE(index.allocates_parameters(1));
+  EXPECT_EQ(index.phase(1), Phase::kOther);
+  EXPECT_TRUE(index.allocates_parameters(2));
+  EXPECT_FALSE(index.allocates_parameters(3));  // inside a forward
+  EXPECT_EQ(index.phase(3), Phase::kForward);
+  EXPECT_FALSE(index.allocates_parameters(4));  // not a model file
+  EXPECT_FALSE(index.allocates_parameters(5));  // the user's own __init__ may be anything's
+}
+
 // Lightning's automatic optimization runs training_step and backward in the
 // closure AdamW.step calls (`loss = closure()`): torch/optim/ frames outer to
 // them do not make them the optimizer's (Note [A closure inside the

@@ -4,7 +4,8 @@ frames) under `with torch.no_grad():`, which leaves no frame, reads as
 inference from its blocks (Note [Blocks that kept nothing],
 diagnose/nothing_saved.h) and gets no activation checkpointing; the same
 forward with autograd, at the same share of its allocations, reads as
-training. Exit 77 (skipped) without transformers.
+training. The model's weights, made in its own __init__ on the device, are
+its parameters. Exit 77 (skipped) without transformers.
 
 Usage: no_grad_snapshot_test.py SOURCE_DIR OOMTUNE
 """
@@ -44,6 +45,11 @@ with tempfile.TemporaryDirectory() as tmp:
         got = (oom["phase"], oom["inference_kind"], d["verdicts"][0]["id"])
         if got != ("forward", kind, verdict):
             failures.append(f"{mode}: expected (forward, {kind}, {verdict}), got {got}; {d['verdicts'][0]}")
+        # The model is built inside the recording, on the "device": its weights are parameters
+        # (transformers' Conv1D makes them in its own __init__, frames.h).
+        if oom["alive"]["parameters_bytes"] != recorded["parameter_bytes"]:
+            failures.append(f"{mode}: expected the model's {recorded['parameter_bytes']} bytes of parameters alive, "
+                            f"got {oom['alive']}")
         if not os.path.basename(oom["layer"]).startswith("modeling_gpt2.py:"):
             failures.append(f"{mode}: expected the layer in modeling_gpt2.py, got {oom['layer']!r}")
         checkpointing = any(f.startswith("Activation checkpointing") for f in fixes)
