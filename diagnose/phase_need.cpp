@@ -16,6 +16,7 @@ namespace {
 
 constexpr int kPeriodMatchPercent = 90;  // a block pattern: >= 90% of the kept allocations repeat with it
 constexpr size_t kMinPeriodChecks = 2;   // ... over at least two comparisons (one block and two allocations)
+constexpr size_t kMaxTurnFrees = 4096;   // backward's latest frees of forward tensors read for its turns
 
 bool is_training_phase(Phase p) { return p == Phase::kForward || p == Phase::kBackward || p == Phase::kOptimizer; }
 
@@ -293,9 +294,13 @@ bool recomputed_block(const NeedQuery& q, const PhaseRun& run, const std::vector
 // engine's frameless allocations) had only its request as need.
 // Approach: a turn begins with a marker: with checkpointing, an allocation
 // that recomputes after one that does not (FrameIndex::recomputes);
-// without, the free of a tensor this iteration's forward allocated, with
-// the first such (layer frame, bytes) that backward frees again (the
-// head's tensors, freed first, do not repeat). Where the current turn so far
+// without, backward's frees of tensors this iteration's forward allocated,
+// keyed by (layer frame, bytes), repeat block by block: the period p whose
+// run of key[j] == key[j - p] ending at the last free is the longest
+// gives the turns, one at the run's first free and every p frees after it
+// (the head's frees come before the run; a block may free two tensors of
+// one key, as a real GPT-2's does at modeling_gpt2.py:264, recorded with
+// scripts/record_cpu_snapshot.py). Where the current turn so far
 // is the previous one's, or the start of it (its recomputed allocations,
 // else its freed forward tensors, by layer and bytes), the previous turn
 // gives its peak growth P from its marker, its peak L up to its last free
@@ -305,7 +310,8 @@ bool recomputed_block(const NeedQuery& q, const PhaseRun& run, const std::vector
 // blocks after it: with checkpointing, the block's runs in this iteration's
 // forward (its recomputed allocations in a row among forward's inside
 // checkpoint()) less the turns begun; without, the tensors forward made
-// with the marker's key still alive (one per block not yet reached). Block
+// with the first free's key still alive, over that key's frees in a turn
+// (one turn per block not yet reached). Block
 // j after this one starts j x N - S above now; the need is the largest
 // peak: P - S for this turn (L - S when it is the last), j x N - S + P for
 // block j (+ L for the last).
@@ -348,16 +354,30 @@ bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<
   const bool checkpointed = !recomputation_starts.empty();
   std::vector<size_t> starts = std::move(recomputation_starts);
   AllocKey marker;
+  int64_t markers_per_turn = 1;  // the marker's key among one turn's frees
   if (!checkpointed) {
-    std::unordered_map<AllocKey, int, AllocKeyHash> times_freed;
-    for (const auto& [i, key] : freed) ++times_freed[key];
-    const auto first_again =
-        std::find_if(freed.begin(), freed.end(), [&](const auto& f) { return times_freed[f.second] >= 2; });
-    if (first_again != freed.end()) {
-      marker = first_again->second;
-      for (const auto& [i, key] : freed) {
-        if (key == marker) starts.push_back(i);
+    // The period of backward's frees up to the out-of-memory: the p whose
+    // run of key[j] == key[j - p] ending at the last free is the longest
+    // (the smallest p on a tie), so a whole turn and the current one so far
+    // repeat. A turn begins at the run's first free and every p after it.
+    const size_t first = freed.size() > kMaxTurnFrees ? freed.size() - kMaxTurnFrees : 0;
+    const size_t n = freed.size();
+    size_t period = 0, begin = n, most = 0;
+    for (size_t p = 1; first + 2 * p <= n; ++p) {
+      size_t j = n;  // [j, n): each equal to the one p before
+      while (j - p > first && freed[j - 1].second == freed[j - 1 - p].second) --j;
+      if (n - j > most) {
+        most = n - j;
+        period = p;
+        begin = j - p;
       }
+    }
+    if (period > 0) {
+      marker = freed[begin].second;
+      for (size_t k = begin; k < n; k += period) starts.push_back(freed[k].first);
+      markers_per_turn = std::count_if(freed.begin() + static_cast<std::ptrdiff_t>(begin),
+                                       freed.begin() + static_cast<std::ptrdiff_t>(begin + period),
+                                       [&](const auto& f) { return f.second == marker; });
     }
   }
   if (starts.size() < 2) return false;
@@ -416,6 +436,7 @@ bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<
     after = std::max<int64_t>(0, blocks - static_cast<int64_t>(starts.size()));
   } else {
     for (const auto& [addr, key] : forward_alive) after += key == marker ? 1 : 0;
+    after /= markers_per_turn;
     blocks = static_cast<int64_t>(starts.size()) + after;
   }
   int64_t needed = (after == 0 ? last_peak : peak) - so_far;

@@ -1,0 +1,103 @@
+"""scripts/record_cpu_snapshot.py on the CPU, then `oomtune diagnose`, on
+a real transformers GPT-2 (PyTorch's own allocations, lifetimes and
+frames; backward's stacks as CUDA's allocator records them on the engine's
+device thread):
+
+- its forward under `with torch.no_grad():`, which leaves no frame, reads
+  as inference from its blocks (Note [Blocks that kept nothing],
+  diagnose/nothing_saved.h) and gets no activation checkpointing; the same
+  forward with autograd, at the same share of its allocations, reads as
+  training. The model's weights, made in its own __init__ on the device,
+  are its parameters;
+- an out-of-memory in backward past its first block, plain and with
+  activation checkpointing: what the rest of backward's blocks need (Note
+  [Blocks in backward], diagnose/phase_need.cpp) is more than the request
+  and at most what the same run without the cap allocates from there (a
+  lower bound: what backward allocates after the blocks is not counted),
+  within a tenth of it with checkpointing.
+
+Exit 77 (skipped) without transformers.
+
+Usage: cpu_snapshot_test.py SOURCE_DIR OOMTUNE
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+source, oomtune = sys.argv[1], sys.argv[2]
+recorder = os.path.join(source, "scripts", "record_cpu_snapshot.py")
+failures = []
+
+
+def record_and_diagnose(name, args, tmp):
+    """(what the recorder printed, oomtune diagnose --json), or None after a failure."""
+    out = os.path.join(tmp, f"{name}.pickle")
+    run = subprocess.run([sys.executable, recorder, "--out", out] + args, capture_output=True, text=True)
+    if run.returncode == 77:
+        print(run.stdout.strip())
+        sys.exit(77)
+    if run.returncode != 0:
+        failures.append(f"{name}: record_cpu_snapshot.py exited {run.returncode}: {run.stderr[-2000:]}")
+        return None
+    recorded = json.loads(run.stdout.strip().splitlines()[-1])
+    if recorded["oom_at"] is None:
+        failures.append(f"{name}: the recording did not run out of memory: {recorded}")
+        return None
+    diagnosis = subprocess.run([oomtune, "diagnose", out, "--json"], capture_output=True, text=True)
+    if diagnosis.returncode != 0:
+        failures.append(f"{name}: oomtune diagnose exited {diagnosis.returncode}: {diagnosis.stderr}")
+        return None
+    return recorded, json.loads(diagnosis.stdout)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    for mode, kind, verdict in (("no_grad", "nothing_saved", "inference_forward"),
+                                ("train", "none", "activations_in_forward")):
+        result = record_and_diagnose(mode, ["--mode", mode, "--oom-after", "0.7"], tmp)
+        if result is None:
+            continue
+        recorded, d = result
+        oom = d["ooms"][-1]
+        fixes = [r["change"] for r in d["recommendations"]]
+        got = (oom["phase"], oom["inference_kind"], d["verdicts"][0]["id"])
+        if got != ("forward", kind, verdict):
+            failures.append(f"{mode}: expected (forward, {kind}, {verdict}), got {got}; {d['verdicts'][0]}")
+        # The model is built inside the recording, on the "device": its weights are parameters
+        # (transformers' Conv1D makes them in its own __init__, frames.h).
+        if oom["alive"]["parameters_bytes"] != recorded["parameter_bytes"]:
+            failures.append(f"{mode}: expected the model's {recorded['parameter_bytes']} bytes of parameters alive, "
+                            f"got {oom['alive']}")
+        if not os.path.basename(oom["layer"]).startswith("modeling_gpt2.py:"):
+            failures.append(f"{mode}: expected the layer in modeling_gpt2.py, got {oom['layer']!r}")
+        checkpointing = any(f.startswith("Activation checkpointing") for f in fixes)
+        if checkpointing != (mode == "train"):
+            failures.append(f"{mode}: activation checkpointing {'missing from' if mode == 'train' else 'in'} "
+                            f"the recommendations: {fixes}")
+        if mode == "no_grad" and oom["nothing_saved"]["freed_allocations"] < oom["nothing_saved"]["block_allocations"]:
+            failures.append(f"{mode}: expected at least a block's allocations freed, got {oom['nothing_saved']}")
+
+    # Backward: weights' gradients outgrow the activations each block frees
+    # at one sequence of 32 tokens, so backward grows block by block.
+    for name, args, within in (("plain backward", ["--batch", "1", "--seq", "32", "--in-backward", "0.8"], None),
+                               ("checkpointed backward", ["--checkpointing", "--eager-attention",
+                                                          "--in-backward", "0.5"], 0.1)):
+        result = record_and_diagnose(name.replace(" ", "_"), ["--mode", "step"] + args, tmp)
+        if result is None:
+            continue
+        recorded, d = result
+        need, oom, growth = d["need"], d["ooms"][-1], recorded["uncapped_growth_bytes"]
+        if oom["phase"] != "backward" or need["method"] != "backward_blocks" or need["blocks_done"] < 1:
+            failures.append(f"{name}: expected a backward out-of-memory past the first block, read by the "
+                            f"backward_blocks rule; got {oom['phase']}, {need['method']}: {need['estimate']}")
+            continue
+        still = need["still_needed_bytes"]
+        if not oom["rounded_bytes"] < still <= growth or (within and still < (1 - within) * growth):
+            failures.append(f"{name}: expected the need above the {oom['rounded_bytes']} B request and at most the "
+                            f"{growth} B the uncapped run allocates from there"
+                            f"{f' (within {within:.0%})' if within else ''}; got {still} B: {need['estimate']}")
+for failure in failures:
+    print("FAIL:", failure)
+sys.exit(1 if failures else 0)
