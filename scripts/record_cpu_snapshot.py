@@ -4,7 +4,8 @@
     record_cpu_snapshot.py --out FILE.pickle [--mode no_grad|train|step]
                            [--layers 4] [--batch 4] [--seq 256]
                            [--checkpointing] [--eager-attention]
-                           [--oom-after FRACTION | --in-backward [SHARE]]
+                           [--oom-after FRACTION | --in-backward [SHARE]
+                                                  [--recomputing]]
 
 Runs a Hugging Face GPT2LMHeadModel (random weights from a small config:
 n_embd 256, 4 heads, vocabulary 1000, --batch sequences of --seq tokens;
@@ -35,7 +36,8 @@ what it holds then): the first later allocation that needs a new segment
 fails and ends the trace, as in a capped run. With --in-backward [SHARE]
 (--mode step): the highest cap, in 2 MiB steps below the run's peak
 reserved, under which it fails in backward within the first SHARE of
-backward's allocations.
+backward's allocations (with --recomputing, of the allocations backward
+makes recomputing a checkpointed block, one of which fails).
 
 Prints JSON: the allocations recorded, the failing allocation's index
 (oom_at; null if none), the requested bytes the same run without the cap
@@ -186,20 +188,26 @@ def replay(events, roots, oom_after=None, cap=1 << 60):
     return sim, None
 
 
-def cap_in_backward(events, roots, share):
+def recomputes(stack):
+    """A checkpointed block's forward rerun in backward (use_reentrant=False)."""
+    return any(name in ("unpack_hook", "recompute_fn") for _, _, name in stack)
+
+
+def cap_in_backward(events, roots, share, recomputing=False):
     """The highest cap, in 2 MiB steps below the uncapped run's peak
-    reserved, under which the run runs out of memory in backward, within
-    its first `share` of backward's allocations: (sim, index of the failing
+    reserved, under which the run runs out of memory in backward (while it
+    recomputes a checkpointed block, with `recomputing`), within its first
+    `share` of backward's allocations: (sim, index of the failing
     allocation), or (None, None)."""
     allocs = [e for e in events if e[1] > 0]
-    backward = [i for i, e in enumerate(allocs) if e[3]]
+    backward = [i for i, e in enumerate(allocs) if e[3] and (recomputes(e[2]) or not recomputing)]
     if not backward:
         return None, None
     last = backward[max(0, int(len(backward) * share) - 1)]
     peak = replay(events, roots)[0].reserved()
     for cap in range(peak - (2 << 20), 0, -(2 << 20)):
         sim, failed_at = replay(events, roots, cap=cap)
-        if failed_at is not None and allocs[failed_at][3] and failed_at <= last:
+        if failed_at is not None and failed_at in backward and failed_at <= last:
             return sim, failed_at
     return None, None
 
@@ -233,6 +241,8 @@ def main():
     parser.add_argument("--in-backward", type=float, nargs="?", const=1.0, default=None, metavar="SHARE",
                         help="instead of --oom-after: the highest cap that runs out of memory in backward, "
                              "within its first SHARE of allocations (default 1)")
+    parser.add_argument("--recomputing", action="store_true",
+                        help="with --in-backward: out of memory while backward recomputes a checkpointed block")
     parser.add_argument("--checkpointing", action="store_true")
     parser.add_argument("--eager-attention", action="store_true")
     parser.add_argument("--batch", type=int, default=4)
@@ -249,11 +259,13 @@ def main():
     if args.in_backward is not None and (args.mode != "step" or args.oom_after is not None or
                                          not 0 < args.in_backward <= 1):
         parser.error("--in-backward needs --mode step, no --oom-after and a share in (0, 1]")
+    if args.recomputing and (args.in_backward is None or not args.checkpointing):
+        parser.error("--recomputing needs --in-backward and --checkpointing")
     events, parameter_bytes = record(args.mode, args.layers, args.checkpointing, args.eager_attention, args.batch,
                                      args.seq)
     roots = [p for p in sys.path if os.path.isdir(p)]
     if args.in_backward is not None:
-        sim, failed_at = cap_in_backward(events, roots, args.in_backward)
+        sim, failed_at = cap_in_backward(events, roots, args.in_backward, args.recomputing)
         if sim is None:
             print(json.dumps({"error": "no cap runs out of memory in backward"}))
             return 1

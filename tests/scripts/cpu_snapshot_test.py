@@ -14,7 +14,9 @@ device thread):
   [Blocks in backward], diagnose/phase_need.cpp) is more than the request
   and at most what the same run without the cap allocates from there (a
   lower bound: what backward allocates after the blocks is not counted),
-  within a tenth of it with checkpointing.
+  within a tenth of it with checkpointing; one while backward recomputes a
+  checkpointed block: what the rest of the recomputation needs (Note
+  [Recomputed block]), likewise more than the request and at most that.
 
 Exit 77 (skipped) without transformers.
 
@@ -81,17 +83,21 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # Backward: weights' gradients outgrow the activations each block frees
     # at one sequence of 32 tokens, so backward grows block by block.
-    for name, args, within in (("plain backward", ["--batch", "1", "--seq", "32", "--in-backward", "0.8"], None),
-                               ("checkpointed backward", ["--checkpointing", "--eager-attention",
-                                                          "--in-backward", "0.5"], 0.1)):
+    for name, args, method, within in (
+            ("plain backward", ["--batch", "1", "--seq", "32", "--in-backward", "0.8"], "backward_blocks", None),
+            ("checkpointed backward", ["--checkpointing", "--eager-attention", "--in-backward", "0.5"],
+             "backward_blocks", 0.1),
+            ("recomputation", ["--checkpointing", "--eager-attention", "--in-backward", "--recomputing"],
+             "recomputed_block", None)):
         result = record_and_diagnose(name.replace(" ", "_"), ["--mode", "step"] + args, tmp)
         if result is None:
             continue
         recorded, d = result
         need, oom, growth = d["need"], d["ooms"][-1], recorded["uncapped_growth_bytes"]
-        if oom["phase"] != "backward" or need["method"] != "backward_blocks" or need["blocks_done"] < 1:
-            failures.append(f"{name}: expected a backward out-of-memory past the first block, read by the "
-                            f"backward_blocks rule; got {oom['phase']}, {need['method']}: {need['estimate']}")
+        if oom["phase"] != "backward" or need["method"] != method or oom["recomputing"] != (method ==
+                                                                                          "recomputed_block"):
+            failures.append(f"{name}: expected a backward out-of-memory read by the {method} rule; got "
+                            f"{oom['phase']}, recomputing {oom['recomputing']}, {need['method']}: {need['estimate']}")
             continue
         still = need["still_needed_bytes"]
         if not oom["rounded_bytes"] < still <= growth or (within and still < (1 - within) * growth):
