@@ -91,33 +91,13 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
     size.push_back(trace[i].size);
   }
   const size_t n = key.size();
-  for (size_t p = 1; p + kMinPeriodChecks <= n; ++p) {
-    const size_t checks = n - p;
-    size_t matches = 0;
-    // The longest run of positions j with key[j] == key[j - p] (the later
-    // among equals) is where the blocks are regular. It need not reach the
-    // end: the current block may still hold temporaries it frees before it
-    // ends (a real GPT-2's MLP, issue #48), which earlier blocks freed.
-    size_t run_begin = p, best_begin = p, best_end = p;
-    for (size_t j = p; j < n; ++j) {
-      if (key[j] != key[j - p]) {
-        run_begin = j + 1;
-        continue;
-      }
-      ++matches;
-      if (j + 1 - run_begin >= best_end - best_begin) {
-        best_begin = run_begin;
-        best_end = j + 1;
-      }
-    }
-    if (checks < kMinPeriodChecks || matches * 100 < checks * kPeriodMatchPercent) continue;
-    // The pattern holds on [periodic, regular_end). A block begins as the
-    // first block did: with a run of the layer that made the first
-    // allocation of one of the pattern's layers (the first block may keep
-    // more, e.g. a causal mask made once; the model's stem, e.g. embeddings,
-    // comes before it).
-    const size_t periodic = best_begin - p;
-    const size_t regular_end = best_end;
+  // The pattern of period p holds on [periodic, regular_end): the blocks,
+  // the current one and the need. False where no block starts inside it.
+  auto read_blocks = [&](size_t p, size_t periodic, size_t regular_end) {
+    // A block begins as the first block did: with a run of the layer that
+    // made the first allocation of one of the pattern's layers (the first
+    // block may keep more, e.g. a causal mask made once; the model's stem,
+    // e.g. embeddings, comes before it).
     const std::vector<int64_t> layers(key.begin() + static_cast<std::ptrdiff_t>(periodic),
                                       key.begin() + static_cast<std::ptrdiff_t>(periodic + p));
     size_t first_block = 0;
@@ -125,7 +105,7 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
     auto begins_block = [&](size_t j) { return key[j] == key[first_block] && (j == 0 || key[j - 1] != key[j]); };
     size_t start = std::max(periodic, first_block);
     while (start < n && !begins_block(start)) ++start;
-    if (start + p > regular_end) continue;
+    if (start + p > regular_end) return false;
     size_t irregular = 0;  // blocks before the regular ones
     for (size_t j = first_block; j < start; ++j) irregular += begins_block(j) ? 1 : 0;
     // Complete blocks lie inside the regular run; the current one starts after them.
@@ -157,12 +137,51 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
                           "what follows the blocks is not in the snapshot)",
                           need.blocks_after, need.blocks_after == 1 ? "" : "s", need.model_blocks));
     return true;
+  };
+  // Where no period repeats over 90% of the kept allocations (a model that
+  // failed in its third block: the stem and the current block's
+  // temporaries weigh more), the period with the longest regular run
+  // covering a whole block again (the smallest such on a tie), whose
+  // block runs two layers or more (frameless allocations repeat anything).
+  auto runs_layers = [&](size_t begin, size_t p) {
+    std::vector<int64_t> layers;
+    for (size_t j = begin; j < begin + p; ++j) {
+      if (key[j] >= 0 && std::find(layers.begin(), layers.end(), key[j]) == layers.end()) layers.push_back(key[j]);
+    }
+    return layers.size() >= 2;
+  };
+  size_t fallback_p = 0, fallback_begin = 0, fallback_end = 0;
+  for (size_t p = 1; p + kMinPeriodChecks <= n; ++p) {
+    const size_t checks = n - p;
+    size_t matches = 0;
+    // The longest run of positions j with key[j] == key[j - p] (the later
+    // among equals) is where the blocks are regular. It need not reach the
+    // end: the current block may still hold temporaries it frees before it
+    // ends (a real GPT-2's MLP, issue #48), which earlier blocks freed.
+    size_t run_begin = p, best_begin = p, best_end = p;
+    for (size_t j = p; j < n; ++j) {
+      if (key[j] != key[j - p]) {
+        run_begin = j + 1;
+        continue;
+      }
+      ++matches;
+      if (j + 1 - run_begin >= best_end - best_begin) {
+        best_begin = run_begin;
+        best_end = j + 1;
+      }
+    }
+    if (best_end - best_begin >= std::max(p, kMinPeriodChecks) &&
+        best_end - best_begin > fallback_end - fallback_begin && runs_layers(best_begin - p, p)) {
+      fallback_p = p;
+      fallback_begin = best_begin;
+      fallback_end = best_end;
+    }
+    if (checks < kMinPeriodChecks || matches * 100 < checks * kPeriodMatchPercent) continue;
+    if (read_blocks(p, best_begin - p, best_end)) return true;
   }
-  return false;
+  return fallback_p > 0 && read_blocks(fallback_p, fallback_begin - fallback_p, fallback_end);
 }
 
-/// An allocation as a recomputation repeats it: its layer frame
-/// (FrameIndex::layer_frame) and requested bytes.
 struct AllocKey {
   int64_t layer = -1;
   int64_t bytes = 0;

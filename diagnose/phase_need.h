@@ -21,7 +21,9 @@
 //      gradients alive (else the parameters) less the optimizer state that
 //      already exists.
 //   3. forward blocks: the activations the forward kept, by layer, repeat
-//      with a period (one block of the model) over the longest regular run;
+//      with a period (one block of the model) over the longest regular run
+//      (the smallest period over 90% of them; else the longest run of a
+//      whole block again, over two layers or more);
 //      the rest of the current block is (bytes per complete block) - (bytes
 //      of the current block so far, with the temporaries it has not freed
 //      yet: a real GPT-2's MLP, issue #48). How many blocks remain is not

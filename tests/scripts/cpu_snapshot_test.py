@@ -7,8 +7,11 @@ device thread):
   as inference from its blocks (Note [Blocks that kept nothing],
   diagnose/nothing_saved.h) and gets no activation checkpointing; the same
   forward with autograd, at the same share of its allocations, reads as
-  training. The model's weights, made in its own __init__ on the device,
-  are its parameters;
+  training, where the rest of its blocks is what it still needed (Note
+  [Phase need] rule 3), within 15% below what the run without the cap
+  allocates from there (the head and the loss are not counted). The
+  model's weights, made in its own __init__ on the device, are its
+  parameters;
 - an out-of-memory in backward past its first block, plain and with
   activation checkpointing: what the rest of backward's blocks need (Note
   [Blocks in backward], diagnose/phase_need.cpp) is more than the request
@@ -80,6 +83,15 @@ with tempfile.TemporaryDirectory() as tmp:
                             f"the recommendations: {fixes}")
         if mode == "no_grad" and oom["nothing_saved"]["freed_allocations"] < oom["nothing_saved"]["block_allocations"]:
             failures.append(f"{mode}: expected at least a block's allocations freed, got {oom['nothing_saved']}")
+        # Training: the rest of the forward's blocks (Note [Phase need] rule 3), a lower bound of what the
+        # run without the cap allocates from there (the head and the loss after the blocks are not counted).
+        need, growth = d["need"], recorded["uncapped_growth_bytes"]
+        if mode == "train" and (need["method"] != "forward_blocks" or
+                                not oom["rounded_bytes"] < need["still_needed_bytes"] <= growth or
+                                need["still_needed_bytes"] < 0.85 * growth):
+            failures.append(f"{mode}: expected the forward blocks' need within 15% below the {growth} B the "
+                            f"uncapped run allocates from there; got {need['method']}, {need['still_needed_bytes']} "
+                            f"B: {need['estimate']}")
 
     # Backward: weights' gradients outgrow the activations each block frees
     # at one sequence of 32 tokens, so backward grows block by block.

@@ -1,0 +1,111 @@
+// Snapshots of a real transformers GPT-2 (PyTorch 2.11, transformers 5.24;
+// 4 blocks, n_embd 256, vocabulary 1000; built inside the recording) that
+// scripts/record_cpu_snapshot.py recorded on the CPU: PyTorch's own
+// allocations, lifetimes and Python frames, backward's cut to what CUDA's
+// allocator records on the autograd engine's device thread, replayed through
+// the fixture generator's caching-allocator model. Made once with:
+//   cpu_gpt2_no_grad_oom.pickle    --mode no_grad --oom-after 0.7
+//   cpu_gpt2_forward_oom.pickle    --mode train --oom-after 0.7
+//   cpu_gpt2_backward_oom.pickle   --mode step --batch 1 --seq 32 --in-backward 0.8
+//   cpu_gpt2_checkpointed_backward_oom.pickle
+//                                  --mode step --checkpointing --eager-attention --in-backward 0.5
+// The recorder's own figures (independent of diagnose): the model's
+// parameters and buffers, 13924352 bytes (PyTorch's storages); what the same
+// run without the cap allocates from the failing allocation on
+// (uncapped_growth_bytes): 75079768, 6037224 and 12600384 bytes for the
+// last three. tests/scripts/cpu_snapshot_test.py records them afresh where
+// transformers is installed.
+
+#include <algorithm>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "common/byte_size.h"
+#include "diagnose/diagnosis.h"
+#include "test_support.h"
+
+namespace oomtune::diagnose {
+namespace {
+
+constexpr int64_t kParameterBytes = 13924352;
+
+bool recommends(const Diagnosis& d, FixId id) {
+  return std::any_of(d.recommendations.begin(), d.recommendations.end(),
+                     [&](const Recommendation& r) { return r.id == id; });
+}
+
+// `with torch.no_grad():` leaves no frame; its blocks keep nothing (Note
+// [Blocks that kept nothing]). The KV cache (transformers 5.x cache_utils)
+// keeps keys and values.
+TEST(RecordedOnCpu, ANoGradForwardReadsAsInference) {
+  const std::string path = testing::synthetic_fixture("cpu_gpt2_no_grad_oom.pickle");
+  SKIP_IF_MISSING(path);
+  const Diagnosis d = testing::diagnose_file(path);
+  ASSERT_EQ(d.ooms.size(), 1u);
+  const OomReport& o = d.ooms[0];
+  EXPECT_EQ(o.phase, Phase::kForward);
+  EXPECT_EQ(o.inference_kind, InferenceKind::kNothingSaved);
+  EXPECT_GE(o.nothing_saved.freed_allocations, o.nothing_saved.block_allocations);
+  EXPECT_EQ(testing::alive_bytes(o, Category::kParameters), kParameterBytes);
+  ASSERT_FALSE(d.verdicts.empty());
+  EXPECT_EQ(d.verdicts.front().id, VerdictId::kInferenceForward);
+  EXPECT_FALSE(recommends(d, FixId::kActivationCheckpointing));
+}
+
+// The same forward with autograd keeps its blocks' saved tensors: rule 3
+// reads 2 complete blocks before the failure and the 4 blocks of the
+// parameters (Conv1D's weights, made in GPT-2's own __init__, are
+// parameters: frames.h). Its need leaves out the head and the loss: below
+// the uncapped run's 75079768 bytes.
+TEST(RecordedOnCpu, ATrainingForwardNeedsTheRestOfItsBlocks) {
+  const std::string path = testing::synthetic_fixture("cpu_gpt2_forward_oom.pickle");
+  SKIP_IF_MISSING(path);
+  const Diagnosis d = testing::diagnose_file(path);
+  ASSERT_EQ(d.ooms.size(), 1u);
+  const OomReport& o = d.ooms[0];
+  EXPECT_EQ(o.inference_kind, InferenceKind::kNone);
+  EXPECT_EQ(testing::alive_bytes(o, Category::kParameters), kParameterBytes);
+  EXPECT_EQ(testing::alive_bytes(o, Category::kUnattributed), 0);
+  ASSERT_FALSE(d.verdicts.empty());
+  EXPECT_EQ(d.verdicts.front().id, VerdictId::kActivationsInForward);
+  EXPECT_EQ(d.need.method, NeedMethod::kForwardBlocks) << d.need.estimate;
+  EXPECT_EQ(d.need.blocks_done, 2);
+  EXPECT_EQ(d.need.model_blocks, 4);
+  EXPECT_EQ(d.need.blocks_after, 1);
+  EXPECT_EQ(d.need.still_needed_bytes, 67125296);  // 2 x 43.02 MiB - 22.02 MiB so far, reviewed
+  EXPECT_LE(d.need.still_needed_bytes, 75079768);
+  EXPECT_TRUE(recommends(d, FixId::kActivationCheckpointing));
+}
+
+// A plain backward past its first block: a GPT-2 block frees two tensors
+// of one (layer, bytes) key, so the turns come from the period of
+// backward's frees (Note [Blocks in backward]). The need falls short of the
+// uncapped run's 6037224 bytes by what backward allocates after the
+// blocks (the embeddings' gradients), 2049536 bytes.
+TEST(RecordedOnCpu, APlainBackwardNeedsTheRestOfItsBlocks) {
+  const std::string path = testing::synthetic_fixture("cpu_gpt2_backward_oom.pickle");
+  SKIP_IF_MISSING(path);
+  const Diagnosis d = testing::diagnose_file(path);
+  ASSERT_EQ(d.ooms.size(), 1u);
+  EXPECT_EQ(d.ooms[0].phase, Phase::kBackward);
+  EXPECT_EQ(d.need.method, NeedMethod::kBackwardBlocks) << d.need.estimate;
+  EXPECT_GE(d.need.blocks_done, 1);
+  EXPECT_EQ(d.need.still_needed_bytes, 6037224 - 2049536);
+}
+
+// Checkpointed: each turn recomputes its block, then runs its backward; the
+// need is the uncapped run's growth to the byte.
+TEST(RecordedOnCpu, ACheckpointedBackwardNeedsWhatTheRunWithoutTheCapAllocated) {
+  const std::string path = testing::synthetic_fixture("cpu_gpt2_checkpointed_backward_oom.pickle");
+  SKIP_IF_MISSING(path);
+  const Diagnosis d = testing::diagnose_file(path);
+  ASSERT_EQ(d.ooms.size(), 1u);
+  EXPECT_EQ(d.ooms[0].phase, Phase::kBackward);
+  EXPECT_FALSE(d.ooms[0].recomputing);
+  EXPECT_EQ(d.need.method, NeedMethod::kBackwardBlocks) << d.need.estimate;
+  EXPECT_EQ(d.need.still_needed_bytes, 12600384);
+}
+
+}  // namespace
+}  // namespace oomtune::diagnose
