@@ -382,7 +382,7 @@ bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<
     const size_t first = freed.size() > kMaxTurnFrees ? freed.size() - kMaxTurnFrees : 0;
     const size_t n = freed.size();
     size_t period = 0, begin = n, most = 0;
-    for (size_t p = 1; first + 2 * p <= n; ++p) {
+    for (size_t p = 1; first + p < n; ++p) {
       size_t j = n;  // [j, n): each equal to the one p before
       while (j - p > first && freed[j - 1].second == freed[j - 1 - p].second) --j;
       if (n - j > most) {

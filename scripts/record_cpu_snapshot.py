@@ -4,16 +4,19 @@
     record_cpu_snapshot.py --out FILE.pickle [--mode no_grad|train|step]
                            [--layers 4] [--batch 4] [--seq 256]
                            [--checkpointing] [--eager-attention]
-                           [--oom-after FRACTION | --in-backward [SHARE]
-                                                  [--recomputing]]
+                           [--steps 1] [--optimizer]
+                           [--oom-after FRACTION |
+                            --oom-in forward|backward|recomputation|optimizer
+                                     [--share 1] [--oom-step K]]
 
 Runs a Hugging Face GPT2LMHeadModel (random weights from a small config:
 n_embd 256, 4 heads, vocabulary 1000, --batch sequences of --seq tokens;
 built inside the recording, so its parameters are allocated there) under
 `with torch.no_grad():` (--mode no_grad, model.eval(): what an inference
-script does), forward with autograd (--mode train, model.train()) or a
-training step's forward and backward (--mode step; no optimizer step:
-CPU's AdamW is not CUDA's), with --checkpointing every block checkpointed
+script does), forward with autograd (--mode train, model.train()) or
+--steps training steps (--mode step: forward, backward and, with
+--optimizer, an AdamW step with foreach=True, CUDA's default
+implementation), with --checkpointing every block checkpointed
 (gradient_checkpointing_enable, use_reentrant=False) and with
 --eager-attention the attention's probabilities materialized. It records
 every CPU allocation and free with the Python stack that made it:
@@ -33,18 +36,18 @@ states a checkpointed block saves, scalars).
 Where it runs out of memory: with --oom-after F, once F of the run's
 allocations are made the allocator may reserve no more (a memory cap at
 what it holds then): the first later allocation that needs a new segment
-fails and ends the trace, as in a capped run. With --in-backward [SHARE]
+fails and ends the trace, as in a capped run. With --oom-in PHASE
 (--mode step): the highest cap, in 2 MiB steps below the run's peak
-reserved, under which it fails in backward within the first SHARE of
-backward's allocations (with --recomputing, of the allocations backward
-makes recomputing a checkpointed block, one of which fails).
+reserved, under which it fails in that phase of step --oom-step (default
+the last), within the first --share of that phase's allocations there
+("backward" includes a checkpointed block's recomputation).
 
 Prints JSON: the allocations recorded, the failing allocation's index
 (oom_at; null if none), the requested bytes the same run without the cap
 allocates beyond what is alive there (uncapped_growth_bytes: the rest of
 the run's need, to hold diagnose's estimate against), the bytes of the
 model's parameters and buffers (each storage once). Exit 0, 1 when no cap
-fails in backward, 77 without transformers, 2 on bad arguments. Used by
+fails there, 77 without transformers, 2 on bad arguments. Used by
 tests/scripts/cpu_snapshot_test.py (Note [Blocks that kept nothing],
 diagnose/nothing_saved.h; Note [Blocks in backward], diagnose/phase_need.cpp).
 """
@@ -69,9 +72,13 @@ def frame_of(state):
         return None
 
 
+STEP = "oomtune_step_"  # record_function's name around each training step
+
+
 def allocations(prof):
-    """(address, bytes, frames) per allocation (bytes > 0) and free (bytes
-    < 0), in the order they happened; frames innermost first. Each call
+    """(address, bytes, frames, step) per allocation (bytes > 0) and free
+    (bytes < 0), in the order they happened; frames innermost first; step:
+    the training step (record_function STEP + its index) or -1. Each call
     node (PyCall, PyCCall) gives its caller's frame, at the line of the
     call; where the innermost is a Python function's call (PyCall), its own
     frame comes first too, at its `def` line: an operator it runs by syntax
@@ -79,11 +86,15 @@ def allocations(prof):
     from torch._C._profiler import _EventType
     out = []
 
+    steps = []  # (start ns, end ns, index): record_function's ranges, which the tree does not nest under
+
     def walk(node, stack, callee):
         if node.tag in (_EventType.PyCall, _EventType.PyCCall):
             caller = frame_of(node.extra_fields.caller)
             stack = stack + [caller] if caller else stack
             callee = frame_of(node.extra_fields.callsite) if node.tag == _EventType.PyCall else None
+        elif node.tag == _EventType.TorchOp and node.name.startswith(STEP):
+            steps.append((node.start_time_ns, node.end_time_ns, int(node.name[len(STEP):])))
         if node.tag == _EventType.Allocation and node.extra_fields.alloc_size != 0:
             frames = stack + [callee] if callee else stack
             out.append((node.start_time_ns, len(out), node.extra_fields.ptr, node.extra_fields.alloc_size,
@@ -94,7 +105,7 @@ def allocations(prof):
     for root in prof.profiler.kineto_results.experimental_event_tree():
         walk(root, [], None)
     out.sort(key=lambda e: (e[0], e[1]))
-    return [(ptr, size, stack) for _, _, ptr, size, stack in out]
+    return [e[2:] + (next((k for start, end, k in steps if start <= e[0] <= end), -1),) for e in out]
 
 
 def full_path(name, roots):
@@ -111,25 +122,41 @@ def full_path(name, roots):
 ENGINE = "_engine_run_backward"  # torch/autograd/graph.py: Python's call into the autograd engine
 
 
-def device_thread(stack):
+class Event:
+    """One allocation (bytes > 0) or free (bytes < 0) as the device records
+    it: backward's stack cut to the engine's device thread (device_thread),
+    its phase ("backward", "recomputation", "optimizer" or "": the forward
+    and the loss) and step."""
+    __slots__ = ("ptr", "size", "stack", "phase", "step")
+
+    def __init__(self, ptr, size, stack, step):
+        names = [name for _, _, name in stack]
+        backward = ENGINE in names
+        self.ptr, self.size, self.step = ptr, size, step
+        self.stack = device_thread(stack, names) if backward else stack
+        self.phase = ("recomputation" if recomputes(self.stack) else "backward") if backward else \
+            "optimizer" if any("torch/optim/" in f for f, _, _ in stack) else ""
+
+
+def device_thread(stack, names):
     """The frames CUDA's allocator records for an allocation the autograd
     engine makes: backward runs on the engine's device thread, where the
     only Python frames are those the engine calls back into (a checkpointed
     block's recomputation, a custom Function's backward). On the CPU the
     engine runs on the calling thread, below loss.backward()'s frames."""
-    names = [name for _, _, name in stack]
-    if ENGINE not in names:
-        return stack, False
-    return stack[:names.index(ENGINE)], True
+    return stack[:names.index(ENGINE)]
 
 
-def record(mode, layers, checkpointing=False, eager=False, batch=4, seq=256):
-    """The allocations of one run (allocations() with each stack as the
-    device records it, and whether backward made it) and the model's
-    parameter and buffer bytes."""
+def recomputes(stack):
+    """A checkpointed block's forward rerun in backward (use_reentrant=False)."""
+    return any(name in ("unpack_hook", "recompute_fn") for _, _, name in stack)
+
+
+def record(mode, layers, checkpointing=False, eager=False, batch=4, seq=256, steps=1, optimizer=False):
+    """The Events of one run and the model's parameter and buffer bytes."""
     import torch
     import transformers
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, record_function
     torch.manual_seed(0)
     torch.set_num_threads(1)  # one thread's allocations: the same on every machine
     config = transformers.GPT2Config(n_layer=layers, n_embd=256, n_head=4, n_positions=256, vocab_size=1000)
@@ -140,21 +167,33 @@ def record(mode, layers, checkpointing=False, eager=False, batch=4, seq=256):
         model = transformers.GPT2LMHeadModel(config)
         if checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        out = None
         if mode == "no_grad":
             model.eval()
             with torch.no_grad():
                 out = model(ids)
-        else:
+        elif mode == "train":
             model.train()
             out = model(ids, labels=ids)
-            if mode == "step":
-                out.loss.backward()
+        else:
+            model.train()
+            # foreach=True: CUDA's default implementation (torch/optim/optimizer.py
+            # _default_to_fused_or_foreach), its whole-list temporaries too.
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True) if optimizer else None
+            for step in range(steps):
+                with record_function(f"{STEP}{step}"):
+                    loss = model(ids, labels=ids).loss
+                    loss.backward()
+                    del loss
+                    if opt:
+                        opt.step()
+                        opt.zero_grad(set_to_none=True)
+            del opt
         # The model's weights and buffers, each storage once (GPT-2 ties its head to the embeddings).
         storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
                     for t in list(model.parameters()) + list(model.buffers())}
         del out, model
-    events = [(ptr, size) + device_thread(stack) for ptr, size, stack in allocations(prof)]
-    return events, sum(storages.values())
+    return [Event(*e) for e in allocations(prof)], sum(storages.values())
 
 
 def replay(events, roots, oom_after=None, cap=1 << 60):
@@ -170,10 +209,11 @@ def replay(events, roots, oom_after=None, cap=1 << 60):
             stacks[key] = [fixtures.frame(full_path(f, roots), name, line) for f, line, name in stack]
         return stacks[key]
 
-    freeze_at = None if oom_after is None else int(sum(1 for e in events if e[1] > 0) * oom_after)
+    freeze_at = None if oom_after is None else int(sum(1 for e in events if e.size > 0) * oom_after)
     address = {}  # the CPU storage's address -> the model's
     made = 0
-    for ptr, size, stack, _ in events:
+    for e in events:
+        ptr, size, stack = e.ptr, e.size, e.stack
         if size < 0:
             if ptr in address:
                 sim.free(address.pop(ptr), frames_of(stack))
@@ -188,26 +228,24 @@ def replay(events, roots, oom_after=None, cap=1 << 60):
     return sim, None
 
 
-def recomputes(stack):
-    """A checkpointed block's forward rerun in backward (use_reentrant=False)."""
-    return any(name in ("unpack_hook", "recompute_fn") for _, _, name in stack)
-
-
-def cap_in_backward(events, roots, share, recomputing=False):
+def cap_in_phase(events, roots, phase, share=1.0, step=None):
     """The highest cap, in 2 MiB steps below the uncapped run's peak
-    reserved, under which the run runs out of memory in backward (while it
-    recomputes a checkpointed block, with `recomputing`), within its first
-    `share` of backward's allocations: (sim, index of the failing
-    allocation), or (None, None)."""
-    allocs = [e for e in events if e[1] > 0]
-    backward = [i for i, e in enumerate(allocs) if e[3] and (recomputes(e[2]) or not recomputing)]
-    if not backward:
+    reserved, under which the run runs out of memory in `phase` (of step
+    `step`, default the last), within its first `share` of that phase's
+    allocations there; "backward" counts the recomputation's too: (sim,
+    index of the failing allocation), or (None, None)."""
+    allocs = [e for e in events if e.size > 0]
+    step = max(e.step for e in allocs) if step is None else step
+    inside = [i for i, e in enumerate(allocs) if e.step == step and
+              (e.phase == ("" if phase == "forward" else phase) or (phase == "backward" and e.phase == "recomputation"))]
+    if not inside:
         return None, None
-    last = backward[max(0, int(len(backward) * share) - 1)]
+    last = inside[max(0, int(len(inside) * share) - 1)]
+    inside = set(inside)
     peak = replay(events, roots)[0].reserved()
     for cap in range(peak - (2 << 20), 0, -(2 << 20)):
         sim, failed_at = replay(events, roots, cap=cap)
-        if failed_at is not None and failed_at in backward and failed_at <= last:
+        if failed_at is not None and failed_at in inside and failed_at <= last:
             return sim, failed_at
     return None, None
 
@@ -219,7 +257,8 @@ def uncapped_growth(events, failed_at):
     live = peak = made = 0
     alive = {}
     base = None
-    for ptr, size, _, _ in events:
+    for e in events:
+        ptr, size = e.ptr, e.size
         if size < 0:
             live -= alive.pop(ptr, 0)
             continue
@@ -238,11 +277,13 @@ def main():
     parser.add_argument("--mode", choices=["no_grad", "train", "step"], default="no_grad")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--oom-after", type=float, default=None)
-    parser.add_argument("--in-backward", type=float, nargs="?", const=1.0, default=None, metavar="SHARE",
-                        help="instead of --oom-after: the highest cap that runs out of memory in backward, "
-                             "within its first SHARE of allocations (default 1)")
-    parser.add_argument("--recomputing", action="store_true",
-                        help="with --in-backward: out of memory while backward recomputes a checkpointed block")
+    parser.add_argument("--oom-in", choices=["forward", "backward", "recomputation", "optimizer"],
+                        help="instead of --oom-after (--mode step): the highest cap that runs out of memory there")
+    parser.add_argument("--share", type=float, default=1.0,
+                        help="with --oom-in: within this first share of that phase's allocations")
+    parser.add_argument("--oom-step", type=int, default=None, help="with --oom-in: in this step (default the last)")
+    parser.add_argument("--steps", type=int, default=1, help="--mode step: training steps")
+    parser.add_argument("--optimizer", action="store_true", help="--mode step: an AdamW (foreach) step in each")
     parser.add_argument("--checkpointing", action="store_true")
     parser.add_argument("--eager-attention", action="store_true")
     parser.add_argument("--batch", type=int, default=4)
@@ -251,23 +292,25 @@ def main():
     if min(args.layers, args.batch, args.seq) < 1 or args.seq > 256 or \
             (args.oom_after is not None and not 0 <= args.oom_after < 1):
         parser.error("--layers, --batch and --seq must be >= 1 (--seq <= 256) and --oom-after in [0, 1)")
+    if args.oom_in and (args.mode != "step" or args.oom_after is not None or not 0 < args.share <= 1 or
+                        (args.oom_in == "recomputation" and not args.checkpointing) or
+                        (args.oom_in == "optimizer" and not args.optimizer)):
+        parser.error("--oom-in needs --mode step, no --oom-after, a --share in (0, 1], --checkpointing to "
+                     "recompute and --optimizer for the optimizer")
+    if args.steps < 1 or (args.oom_step is not None and not 0 <= args.oom_step < args.steps):
+        parser.error("--steps must be >= 1 and --oom-step one of them")
     try:
         import transformers  # noqa: F401
     except ImportError as e:
         print(f"skipped: {e}")
         return 77
-    if args.in_backward is not None and (args.mode != "step" or args.oom_after is not None or
-                                         not 0 < args.in_backward <= 1):
-        parser.error("--in-backward needs --mode step, no --oom-after and a share in (0, 1]")
-    if args.recomputing and (args.in_backward is None or not args.checkpointing):
-        parser.error("--recomputing needs --in-backward and --checkpointing")
     events, parameter_bytes = record(args.mode, args.layers, args.checkpointing, args.eager_attention, args.batch,
-                                     args.seq)
+                                     args.seq, args.steps, args.optimizer)
     roots = [p for p in sys.path if os.path.isdir(p)]
-    if args.in_backward is not None:
-        sim, failed_at = cap_in_backward(events, roots, args.in_backward, args.recomputing)
+    if args.oom_in:
+        sim, failed_at = cap_in_phase(events, roots, args.oom_in, args.share, args.oom_step)
         if sim is None:
-            print(json.dumps({"error": "no cap runs out of memory in backward"}))
+            print(json.dumps({"error": f"no cap runs out of memory in {args.oom_in}"}))
             return 1
     else:
         sim, failed_at = replay(events, roots, oom_after=args.oom_after)
@@ -275,7 +318,7 @@ def main():
     with open(tmp, "wb") as f:
         pickle.dump(sim.dump("v2_11"), f, protocol=4)
     os.replace(tmp, args.out)
-    print(json.dumps({"allocations": sum(1 for e in events if e[1] > 0), "oom_at": failed_at,
+    print(json.dumps({"allocations": sum(1 for e in events if e.size > 0), "oom_at": failed_at,
                       "uncapped_growth_bytes": None if failed_at is None else uncapped_growth(events, failed_at),
                       "parameter_bytes": parameter_bytes, "out": args.out}))
     return 0

@@ -6,13 +6,13 @@
 // the fixture generator's caching-allocator model. Made once with:
 //   cpu_gpt2_no_grad_oom.pickle    --mode no_grad --oom-after 0.7
 //   cpu_gpt2_forward_oom.pickle    --mode train --oom-after 0.7
-//   cpu_gpt2_backward_oom.pickle   --mode step --batch 1 --seq 32 --in-backward 0.8
+//   cpu_gpt2_backward_oom.pickle   --mode step --batch 1 --seq 32 --oom-in backward --share 0.8
 //   cpu_gpt2_checkpointed_backward_oom.pickle
-//                                  --mode step --checkpointing --eager-attention --in-backward 0.5
+//                                  --mode step --checkpointing --eager-attention --oom-in backward --share 0.5
 // The recorder's own figures (independent of diagnose): the model's
 // parameters and buffers, 13924352 bytes (PyTorch's storages); what the same
 // run without the cap allocates from the failing allocation on
-// (uncapped_growth_bytes): 75079768, 6037224 and 12600384 bytes for the
+// (uncapped_growth_bytes): 75079768, 4239592 and 8405056 bytes for the
 // last three. tests/scripts/cpu_snapshot_test.py records them afresh where
 // transformers is installed.
 
@@ -81,7 +81,7 @@ TEST(RecordedOnCpu, ATrainingForwardNeedsTheRestOfItsBlocks) {
 // A plain backward past its first block: a GPT-2 block frees two tensors
 // of one (layer, bytes) key, so the turns come from the period of
 // backward's frees (Note [Blocks in backward]). The need falls short of the
-// uncapped run's 6037224 bytes by what backward allocates after the
+// uncapped run's 4239592 bytes by what backward allocates after the
 // blocks (the embeddings' gradients), 2049536 bytes.
 TEST(RecordedOnCpu, APlainBackwardNeedsTheRestOfItsBlocks) {
   const std::string path = testing::synthetic_fixture("cpu_gpt2_backward_oom.pickle");
@@ -91,7 +91,7 @@ TEST(RecordedOnCpu, APlainBackwardNeedsTheRestOfItsBlocks) {
   EXPECT_EQ(d.ooms[0].phase, Phase::kBackward);
   EXPECT_EQ(d.need.method, NeedMethod::kBackwardBlocks) << d.need.estimate;
   EXPECT_GE(d.need.blocks_done, 1);
-  EXPECT_EQ(d.need.still_needed_bytes, 6037224 - 2049536);
+  EXPECT_EQ(d.need.still_needed_bytes, 4239592 - 2049536);
 }
 
 // Checkpointed: each turn recomputes its block, then runs its backward; the
@@ -104,7 +104,7 @@ TEST(RecordedOnCpu, ACheckpointedBackwardNeedsWhatTheRunWithoutTheCapAllocated) 
   EXPECT_EQ(d.ooms[0].phase, Phase::kBackward);
   EXPECT_FALSE(d.ooms[0].recomputing);
   EXPECT_EQ(d.need.method, NeedMethod::kBackwardBlocks) << d.need.estimate;
-  EXPECT_EQ(d.need.still_needed_bytes, 12600384);
+  EXPECT_EQ(d.need.still_needed_bytes, 8405056);
 }
 
 }  // namespace

@@ -12,6 +12,8 @@ device thread):
   allocates from there (the head and the loss are not counted). The
   model's weights, made in its own __init__ on the device, are its
   parameters;
+- the second training step's forward: the first step's says what it still
+  needed (Note [Phase need] rule 1), within 5% of the uncapped run;
 - an out-of-memory in backward past its first block, plain and with
   activation checkpointing: what the rest of backward's blocks need (Note
   [Blocks in backward], diagnose/phase_need.cpp) is more than the request
@@ -93,13 +95,27 @@ with tempfile.TemporaryDirectory() as tmp:
                             f"uncapped run allocates from there; got {need['method']}, {need['still_needed_bytes']} "
                             f"B: {need['estimate']}")
 
+    # The second training step's forward (AdamW's states alive): the first step's forward says what it
+    # still needed (Note [Phase need] rule 1), within 5% of what the run without the cap allocates from
+    # there (the first forward makes a few tensors once).
+    result = record_and_diagnose("second_step", ["--mode", "step", "--steps", "2", "--optimizer",
+                                                 "--oom-in", "forward"], tmp)
+    if result is not None:
+        recorded, d = result
+        need, growth = d["need"], recorded["uncapped_growth_bytes"]
+        if need["method"] != "trace" or abs(need["still_needed_bytes"] - growth) > 0.05 * growth:
+            failures.append(f"second step: expected the trace rule within 5% of the {growth} B the uncapped run "
+                            f"allocates from there; got {need['method']}, {need['still_needed_bytes']} B: "
+                            f"{need['estimate']}")
+
     # Backward: weights' gradients outgrow the activations each block frees
     # at one sequence of 32 tokens, so backward grows block by block.
     for name, args, method, within in (
-            ("plain backward", ["--batch", "1", "--seq", "32", "--in-backward", "0.8"], "backward_blocks", None),
-            ("checkpointed backward", ["--checkpointing", "--eager-attention", "--in-backward", "0.5"],
-             "backward_blocks", 0.1),
-            ("recomputation", ["--checkpointing", "--eager-attention", "--in-backward", "--recomputing"],
+            ("plain backward", ["--batch", "1", "--seq", "32", "--oom-in", "backward", "--share", "0.8"],
+             "backward_blocks", None),
+            ("checkpointed backward", ["--checkpointing", "--eager-attention", "--oom-in", "backward",
+                                       "--share", "0.5"], "backward_blocks", 0.1),
+            ("recomputation", ["--checkpointing", "--eager-attention", "--oom-in", "recomputation"],
              "recomputed_block", None)):
         result = record_and_diagnose(name.replace(" ", "_"), ["--mode", "step"] + args, tmp)
         if result is None:
