@@ -30,6 +30,9 @@ namespace {
 
 constexpr int64_t kParameterBytes = 13924352;
 
+// The diagnosis of the recorded fixture `name`; a missing file throws, failing the test.
+Diagnosis recorded(const std::string& name) { return testing::diagnose_file(testing::synthetic_fixture(name)); }
+
 bool recommends(const Diagnosis& d, FixId id) {
   return std::any_of(d.recommendations.begin(), d.recommendations.end(),
                      [&](const Recommendation& r) { return r.id == id; });
@@ -39,9 +42,7 @@ bool recommends(const Diagnosis& d, FixId id) {
 // [Blocks that kept nothing]). The KV cache (transformers 5.x cache_utils)
 // keeps keys and values.
 TEST(RecordedOnCpu, ANoGradForwardReadsAsInference) {
-  const std::string path = testing::synthetic_fixture("cpu_gpt2_no_grad_oom.pickle");
-  SKIP_IF_MISSING(path);
-  const Diagnosis d = testing::diagnose_file(path);
+  const Diagnosis d = recorded("cpu_gpt2_no_grad_oom.pickle");
   ASSERT_EQ(d.ooms.size(), 1u);
   const OomReport& o = d.ooms[0];
   EXPECT_EQ(o.phase, Phase::kForward);
@@ -59,9 +60,7 @@ TEST(RecordedOnCpu, ANoGradForwardReadsAsInference) {
 // parameters: frames.h). Its need leaves out the head and the loss: below
 // the uncapped run's 75079768 bytes.
 TEST(RecordedOnCpu, ATrainingForwardNeedsTheRestOfItsBlocks) {
-  const std::string path = testing::synthetic_fixture("cpu_gpt2_forward_oom.pickle");
-  SKIP_IF_MISSING(path);
-  const Diagnosis d = testing::diagnose_file(path);
+  const Diagnosis d = recorded("cpu_gpt2_forward_oom.pickle");
   ASSERT_EQ(d.ooms.size(), 1u);
   const OomReport& o = d.ooms[0];
   EXPECT_EQ(o.inference_kind, InferenceKind::kNone);
@@ -84,9 +83,7 @@ TEST(RecordedOnCpu, ATrainingForwardNeedsTheRestOfItsBlocks) {
 // uncapped run's 4239592 bytes by what backward allocates after the
 // blocks (the embeddings' gradients), 2049536 bytes.
 TEST(RecordedOnCpu, APlainBackwardNeedsTheRestOfItsBlocks) {
-  const std::string path = testing::synthetic_fixture("cpu_gpt2_backward_oom.pickle");
-  SKIP_IF_MISSING(path);
-  const Diagnosis d = testing::diagnose_file(path);
+  const Diagnosis d = recorded("cpu_gpt2_backward_oom.pickle");
   ASSERT_EQ(d.ooms.size(), 1u);
   EXPECT_EQ(d.ooms[0].phase, Phase::kBackward);
   EXPECT_EQ(d.need.method, NeedMethod::kBackwardBlocks) << d.need.estimate;
@@ -97,9 +94,7 @@ TEST(RecordedOnCpu, APlainBackwardNeedsTheRestOfItsBlocks) {
 // Checkpointed: each turn recomputes its block, then runs its backward; the
 // need is the uncapped run's growth to the byte.
 TEST(RecordedOnCpu, ACheckpointedBackwardNeedsWhatTheRunWithoutTheCapAllocated) {
-  const std::string path = testing::synthetic_fixture("cpu_gpt2_checkpointed_backward_oom.pickle");
-  SKIP_IF_MISSING(path);
-  const Diagnosis d = testing::diagnose_file(path);
+  const Diagnosis d = recorded("cpu_gpt2_checkpointed_backward_oom.pickle");
   ASSERT_EQ(d.ooms.size(), 1u);
   EXPECT_EQ(d.ooms[0].phase, Phase::kBackward);
   EXPECT_FALSE(d.ooms[0].recomputing);
