@@ -13,7 +13,8 @@
 //   - Category of an allocation (its block survives past the phase boundary
 //     after it, or is never freed in the trace = "retained"):
 //       parameters:      frames allocate parameters (frames.h);
-//       optimizer state: optimizer phase, retained;
+//       optimizer state: optimizer phase, retained, outside Adam's arithmetic
+//                        (FrameIndex::runs_adam_math: its temporaries);
 //       gradients:       backward phase, retained;
 //       activations:     forward phase, retained (saved for backward), or
 //                        backward phase recomputing a checkpointed block

@@ -292,6 +292,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   std::vector<uint8_t> eval_outputs(frames.size());      // concatenates_eval_outputs
   std::vector<uint8_t> kv_cache(frames.size());          // stores_kv_cache
   std::vector<uint8_t> model_init(frames.size());        // a library model's __init__ (frames.h, Parameters)
+  std::vector<uint8_t> adam_math(frames.size());         // runs_adam_math
   for (size_t i = 0; i < frames.size(); ++i) {
     const std::string_view file = frames[i].filename;
     FrameClass& c = cls[i];
@@ -329,6 +330,10 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     kv_cache[i] = c.origin == Origin::kLibrary && c.path == "transformers/cache_utils.py";
     model_init[i] = c.origin == Origin::kLibrary && frames[i].name == "__init__" &&
                     (is_model_file(c.path) || c.path == "transformers/pytorch_utils.py");
+    adam_math[i] = c.origin == Origin::kTorch && (c.path == "optim/adam.py" || c.path == "optim/adamw.py") &&
+                   frames[i].name.rfind("_adam") != std::string::npos &&
+                   (starts_with(frames[i].name, "_single_tensor_") || starts_with(frames[i].name, "_multi_tensor_") ||
+                    starts_with(frames[i].name, "_fused_"));
   }
 
   const size_t n = snapshot.stacks.size();
@@ -343,6 +348,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   stack_inference_.assign(n, InferenceKind::kNone);
   stack_eval_outputs_.assign(n, 0);
   stack_kv_cache_.assign(n, 0);
+  stack_adam_math_.assign(n, 0);
   auto outside_torch = [&](uint32_t f) {
     return frame_origin_[f] == Origin::kUser || frame_origin_[f] == Origin::kLibrary;
   };
@@ -392,6 +398,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
       builds_model = builds_model || model_init[f];
       if (eval_outputs[f]) stack_eval_outputs_[s] = 1;
       if (kv_cache[f]) stack_kv_cache_[s] = 1;
+      if (adam_math[f]) stack_adam_math_[s] = 1;
       if (frames[f].name == "forward" && frame_origin_[f] != Origin::kNative) {
         outermost_forward = k;
         if (model_code[f]) stack_model_forward_[s] = f;

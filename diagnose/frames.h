@@ -190,6 +190,12 @@ class FrameIndex {
   /// torch.cat in transformers 5.x), which keeps them across blocks with
   /// or without autograd.
   bool stores_kv_cache(StackId stack) const { return stack_kv_cache_[stack] != 0; }
+  /// True when the stack runs Adam's or AdamW's arithmetic: a frame of
+  /// torch/optim/adam.py or adamw.py named _single_tensor_adam(w),
+  /// _multi_tensor_adam(w) or _fused_adam(w). Their allocations are the
+  /// step's temporaries (the foreach implementation, CUDA's default, makes
+  /// whole-list ones); Adam's states are made in _init_group (torch 2.x).
+  bool runs_adam_math(StackId stack) const { return stack_adam_math_[stack] != 0; }
   /// True when the stack allocates parameters (see the rules above).
   bool allocates_parameters(StackId stack) const { return stack_params_[stack] != 0; }
 
@@ -222,6 +228,7 @@ class FrameIndex {
   std::vector<InferenceKind> stack_inference_;
   std::vector<uint8_t> stack_eval_outputs_;
   std::vector<uint8_t> stack_kv_cache_;
+  std::vector<uint8_t> stack_adam_math_;
   bool has_cpp_ = false;
   bool has_generated_ = false;
 };

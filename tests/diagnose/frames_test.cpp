@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/byte_size.h"
+#include "diagnose/attribution.h"
 #include "diagnose/diagnosis.h"
 #include "diagnose/render.h"
 #include "test_support.h"
@@ -132,6 +133,29 @@ TEST(FrameIndex, ALibraryModelsInitAllocatesItsParameters) {
   EXPECT_EQ(index.phase(3), Phase::kForward);
   EXPECT_FALSE(index.allocates_parameters(4));  // not a model file
   EXPECT_FALSE(index.allocates_parameters(5));  // the user's own __init__ may be anything's
+}
+
+// Adam's arithmetic (the foreach implementation, CUDA's default, in
+// torch 2.11's adam.py; adamw.py's own before 2.2) makes temporaries only;
+// its states come from _init_group.
+TEST(FrameIndex, AdamsArithmeticIsNotItsState) {
+  const std::string torch = "/opt/venv/lib/python3.11/site-packages/torch";
+  const Frame step{torch + "/optim/adam.py", "step", 247};
+  const Frame script{"/home/u/train.py", "main", 80};
+  const Snapshot s = testing::with_stacks({
+      {{torch + "/optim/adam.py", "_multi_tensor_adam", 640}, {torch + "/optim/adam.py", "adam", 960}, step, script},
+      {{torch + "/optim/adamw.py", "_single_tensor_adamw", 390}, step, script},
+      {{torch + "/optim/adam.py", "_init_group", 180}, step, script},
+      {{torch + "/optim/sgd.py", "_multi_tensor_sgd", 400}, {torch + "/optim/sgd.py", "step", 120}, script},
+  });
+  const FrameIndex index(s);
+  EXPECT_TRUE(index.runs_adam_math(1));
+  EXPECT_TRUE(index.runs_adam_math(2));
+  EXPECT_FALSE(index.runs_adam_math(3));  // the states
+  EXPECT_FALSE(index.runs_adam_math(4));  // SGD makes its momentum buffers in its arithmetic
+  for (StackId id = 1; id <= 4; ++id) EXPECT_EQ(index.phase(id), Phase::kOptimizer);
+  EXPECT_EQ(category_before_recording(1, index), Category::kTemporaries);
+  EXPECT_EQ(category_before_recording(3, index), Category::kOptimizerState);
 }
 
 // Lightning's automatic optimization runs training_step and backward in the

@@ -14,6 +14,8 @@ device thread):
   parameters;
 - the second training step's forward: the first step's says what it still
   needed (Note [Phase need] rule 1), within 5% of the uncapped run;
+- a first AdamW step (foreach): its states are two per parameter, the
+  foreach temporaries alive at the out-of-memory are temporaries;
 - an out-of-memory in backward past its first block, plain and with
   activation checkpointing: what the rest of backward's blocks need (Note
   [Blocks in backward], diagnose/phase_need.cpp) is more than the request
@@ -107,6 +109,21 @@ with tempfile.TemporaryDirectory() as tmp:
             failures.append(f"second step: expected the trace rule within 5% of the {growth} B the uncapped run "
                             f"allocates from there; got {need['method']}, {need['still_needed_bytes']} B: "
                             f"{need['estimate']}")
+
+    # A first AdamW step (foreach, as on CUDA) out of memory after its states were made: the states alive
+    # are two per parameter (and Adam's one-element `step` counters, host tensors on CUDA); the foreach
+    # temporaries alive then are temporaries (FrameIndex::runs_adam_math).
+    result = record_and_diagnose("first_adamw_step", ["--mode", "step", "--batch", "1", "--seq", "32",
+                                                      "--optimizer", "--oom-in", "optimizer"], tmp)
+    if result is not None:
+        recorded, d = result
+        oom, need, params = d["ooms"][-1], d["need"], recorded["parameter_bytes"]
+        state, temporaries = oom["alive"]["optimizer_state_bytes"], oom["alive"]["temporaries_bytes"]
+        if oom["phase"] != "optimizer" or need["method"] != "adam_first_step" or \
+                not 2 * params <= state < 2 * params + (1 << 20) or temporaries <= 0:
+            failures.append(f"first AdamW step: expected 2 x {params} B of state (+ the step counters), the "
+                            f"foreach temporaries apart, read by adam_first_step; got {oom['phase']}, "
+                            f"{need['method']}, {oom['alive']}")
 
     # Backward: weights' gradients outgrow the activations each block frees
     # at one sequence of 32 tokens, so backward grows block by block.
