@@ -182,6 +182,8 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   return fallback_p > 0 && read_blocks(fallback_p, fallback_begin - fallback_p, fallback_end);
 }
 
+/// An allocation as a recomputation repeats it: its layer frame
+/// (FrameIndex::layer_frame) and requested bytes.
 struct AllocKey {
   int64_t layer = -1;
   int64_t bytes = 0;
