@@ -5,6 +5,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "diagnose/period_runs.h"
+
 namespace oomtune::diagnose {
 namespace {
 
@@ -40,17 +42,16 @@ NothingSaved blocks_kept_nothing(const std::vector<TraceEvent>& trace, const Att
   // The period whose stretch covers the most allocations.
   size_t best_p = 0, best_begin = 0, best_end = 0;  // the stretch [best_begin, best_end)
   for (size_t p = 2; kMinPeriods * p <= n; ++p) {
-    size_t begin = 0;  // the current stretch starts here: run[j] == run[j - p] for j in [begin + p, ...)
-    for (size_t j = p; j <= n; ++j) {
-      if (j < n && run[j] == run[j - p]) continue;
-      // The stretch [begin, j) ends here.
-      if (j - begin >= kMinPeriods * p && j - begin > best_end - best_begin) {
-        best_p = p;
-        best_begin = begin;
-        best_end = j;
-      }
-      begin = j + 1 - p;
-    }
+    for_each_period_run(
+        0, n, p, [&](size_t a, size_t b) { return run[a] == run[b]; },
+        [&](PeriodRun r) {
+          const size_t begin = r.begin - p;  // the stretch [begin, r.end)
+          if (r.end - begin >= kMinPeriods * p && r.end - begin > best_end - best_begin) {
+            best_p = p;
+            best_begin = begin;
+            best_end = r.end;
+          }
+        });
   }
   if (best_p == 0) return none;
 

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "common/byte_size.h"
+#include "diagnose/period_runs.h"
 
 namespace oomtune::diagnose {
 namespace {
@@ -62,20 +63,19 @@ int64_t parameter_blocks(const std::vector<TraceEvent>& trace, const Attribution
   }
   const size_t n = sizes.size();
   if (n > kMaxParameterAllocations) return 0;
-  size_t best_length = 0, best_period = 0;
+  size_t best_length = 0, best_period = 0;  // the sizes that repeat, their period
   for (size_t p = 2; 2 * p <= n; ++p) {
-    size_t matched = 0;  // sizes equal to the one p before, in a row, ending at j
-    for (size_t j = p; j < n; ++j) {
-      matched = sizes[j] == sizes[j - p] ? matched + 1 : 0;
-      const size_t length = matched + p;  // the run [j + 1 - length, j]
-      if (matched == 0 || length < 2 * p || length <= best_length) continue;
-      const auto period = sizes.begin() + static_cast<std::ptrdiff_t>(j + 1 - length);
-      if (std::all_of(period, period + static_cast<std::ptrdiff_t>(p), [&](int64_t s) { return s == *period; })) {
-        continue;
-      }
-      best_length = length;
-      best_period = p;
-    }
+    for_each_period_run(
+        0, n, p, [&](size_t a, size_t b) { return sizes[a] == sizes[b]; },
+        [&](PeriodRun r) {
+          const size_t length = r.matched() + p;
+          if (length < 2 * p || length <= best_length) return;
+          const auto period = sizes.begin() + static_cast<std::ptrdiff_t>(r.begin - p);
+          const auto end = period + static_cast<std::ptrdiff_t>(p);
+          if (std::all_of(period, end, [&](int64_t s) { return s == *period; })) return;
+          best_length = length;
+          best_period = p;
+        });
   }
   return best_period == 0 ? 0 : static_cast<int64_t>(best_length / best_period);
 }
@@ -150,7 +150,8 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
     }
     return layers.size() >= 2;
   };
-  size_t fallback_p = 0, fallback_begin = 0, fallback_end = 0;
+  size_t fallback_p = 0;
+  PeriodRun fallback;
   for (size_t p = 1; p + kMinPeriodChecks <= n; ++p) {
     const size_t checks = n - p;
     size_t matches = 0;
@@ -158,28 +159,22 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
     // among equals) is where the blocks are regular. It need not reach the
     // end: the current block may still hold temporaries it frees before it
     // ends (a real GPT-2's MLP, issue #48), which earlier blocks freed.
-    size_t run_begin = p, best_begin = p, best_end = p;
-    for (size_t j = p; j < n; ++j) {
-      if (key[j] != key[j - p]) {
-        run_begin = j + 1;
-        continue;
-      }
-      ++matches;
-      if (j + 1 - run_begin >= best_end - best_begin) {
-        best_begin = run_begin;
-        best_end = j + 1;
-      }
-    }
-    if (best_end - best_begin >= std::max(p, kMinPeriodChecks) &&
-        best_end - best_begin > fallback_end - fallback_begin && runs_layers(best_begin - p, p)) {
+    PeriodRun best{p, p};
+    for_each_period_run(
+        0, n, p, [&](size_t a, size_t b) { return key[a] == key[b]; },
+        [&](PeriodRun r) {
+          matches += r.matched();
+          if (r.matched() >= best.matched()) best = r;
+        });
+    if (best.matched() >= std::max(p, kMinPeriodChecks) && best.matched() > fallback.matched() &&
+        runs_layers(best.begin - p, p)) {
       fallback_p = p;
-      fallback_begin = best_begin;
-      fallback_end = best_end;
+      fallback = best;
     }
     if (checks < kMinPeriodChecks || matches * 100 < checks * kPeriodMatchPercent) continue;
-    if (read_blocks(p, best_begin - p, best_end)) return true;
+    if (read_blocks(p, best.begin - p, best.end)) return true;
   }
-  return fallback_p > 0 && read_blocks(fallback_p, fallback_begin - fallback_p, fallback_end);
+  return fallback_p > 0 && read_blocks(fallback_p, fallback.begin - fallback_p, fallback.end);
 }
 
 /// An allocation as a recomputation repeats it: its layer frame
@@ -385,12 +380,12 @@ bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<
     const size_t n = freed.size();
     size_t period = 0, begin = n, most = 0;
     for (size_t p = 1; first + p < n; ++p) {
-      size_t j = n;  // [j, n): each equal to the one p before
-      while (j - p > first && freed[j - 1].second == freed[j - 1 - p].second) --j;
-      if (n - j > most) {
-        most = n - j;
+      const PeriodRun r =
+          period_run_ending_at(first, n, p, [&](size_t a, size_t b) { return freed[a].second == freed[b].second; });
+      if (r.matched() > most) {
+        most = r.matched();
         period = p;
-        begin = j - p;
+        begin = r.begin - p;
       }
     }
     if (period > 0) {
