@@ -281,6 +281,24 @@ TimelinePoint point_now(const Replay& replay, int64_t index, int64_t time_us) {
   return p;
 }
 
+/// The torch.optim optimizer of the latest trace event before `end` whose
+/// stack names one (FrameIndex::optimizer); where none does, that of a
+/// block of `device` alive when the snapshot was taken (state made before
+/// recording began); nullptr when nothing names one.
+const OptimizerKind* optimizer_named(const Snapshot& snapshot, int device, const std::vector<TraceEvent>& trace,
+                                     const FrameIndex& frames, size_t end) {
+  for (size_t i = end; i-- > 0;) {
+    if (const OptimizerKind* kind = frames.optimizer(trace[i].frames)) return kind;
+  }
+  for (const Segment& s : snapshot.segments) {
+    if (s.device != device) continue;
+    for (const Block& b : s.blocks) {
+      if (const OptimizerKind* kind = frames.optimizer(b.frames)) return kind;
+    }
+  }
+  return nullptr;
+}
+
 std::string frames_note(const TraceSummary& t) {
   std::string note;
   if (t.alloc_events_in_marked_phases > 0) {
@@ -435,6 +453,18 @@ void order_fragmentation_verdict(Diagnosis& d) {
 }
 
 /// What ran the forward without autograd, for the verdict.
+/// What the optimizer's first step allocates, one sentence.
+std::string first_step_prose(const OptimizerKind* optimizer) {
+  if (!optimizer) return "The first step of Adam/AdamW allocates two fp32 buffers per parameter.";
+  const OptimizerKind& k = *optimizer;
+  const std::string options = k.options.empty() ? "" : fmt::format(" ({})", k.options);
+  if (k.states_per_parameter == 0)
+    return fmt::format("{} (torch.optim) keeps {}{}: its first step allocates no state of the parameters' size.",
+                       k.name, k.states, options);
+  return fmt::format("The first step of {} (torch.optim) allocates {} of each parameter's size, {}{}.", k.name,
+                     count_states(k.states_per_parameter), k.states, options);
+}
+
 const char* inference_prose(InferenceKind kind) {
   switch (kind) {
     case InferenceKind::kGenerate:
@@ -552,11 +582,12 @@ void add_verdicts(Diagnosis& d) {
     main.push_back(Verdict{
         VerdictId::kOptimizerStateAllocation,
         fmt::format("{} happened in the optimizer step{}: optimizer state alive {}, parameters {}, gradients {} "
-                    "of {} allocated. The first step of Adam/AdamW allocates two fp32 buffers per parameter.",
+                    "of {} allocated. {}",
                     where == "the peak" ? "The peak" : "The out-of-memory", oom_place(oom),
                     format_bytes(cats[static_cast<size_t>(Category::kOptimizerState)]),
                     format_bytes(cats[static_cast<size_t>(Category::kParameters)]),
-                    format_bytes(cats[static_cast<size_t>(Category::kGradients)]), format_bytes(allocated))});
+                    format_bytes(cats[static_cast<size_t>(Category::kGradients)]), format_bytes(allocated),
+                    first_step_prose(d.optimizer))});
   } else if (oom && !oom->fragmentation && !eval_outputs) {
     main.push_back(Verdict{
         VerdictId::kCapacity,
@@ -679,6 +710,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   for (size_t i = 0; i < trace.size(); ++i) {
     if (trace[i].action == TraceAction::kOom) last_oom = i;
   }
+  d.optimizer = optimizer_named(snapshot, device, trace, frames, std::min(last_oom, trace.size()));
 
   const size_t bucket = std::max<size_t>(1, (trace.size() + kTimelineBuckets - 1) / kTimelineBuckets);
   d.timeline.push_back(point_now(replay, -1, trace.empty() ? 0 : trace.front().time_us));
@@ -729,7 +761,8 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
         o.live_by_category[static_cast<size_t>(c)] = replay.allocated_by_category()[static_cast<size_t>(c)];
       }
       o.eval_outputs = eval_outputs.at_oom(e, o.live_by_category[static_cast<size_t>(Category::kEvalOutputs)]);
-      need_query = NeedQuery{i, o.phase, o.rounded_bytes, o.allocated_bytes, o.live_by_category, o.inference()};
+      need_query =
+          NeedQuery{i, o.phase, o.rounded_bytes, o.allocated_bytes, o.live_by_category, o.inference(), d.optimizer};
       most_reserved_at_judged_oom = std::max(most_reserved, o.reserved_bytes);
       d.ooms.push_back(o);
       d.timeline.push_back(point_now(replay, static_cast<int64_t>(i), e.time_us));

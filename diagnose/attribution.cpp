@@ -35,7 +35,7 @@ Category category_before_recording(StackId frames, const FrameIndex& index) {
   if (index.concatenates_eval_outputs(frames)) return Category::kEvalOutputs;
   switch (index.phase(frames)) {
     case Phase::kOptimizer:
-      return index.runs_adam_math(frames) ? Category::kTemporaries : Category::kOptimizerState;
+      return index.runs_optimizer_math(frames) ? Category::kTemporaries : Category::kOptimizerState;
     case Phase::kBackward:
       return index.recomputes(frames) ? Category::kActivations : Category::kGradients;
     case Phase::kForward:
@@ -77,8 +77,8 @@ Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& fr
     } else if (retained) {
       switch (out.event_phase[i]) {
         case Phase::kOptimizer:
-          // Adam's arithmetic makes temporaries only, alive at an out-of-memory or not.
-          c = frames.runs_adam_math(trace[i].frames) ? Category::kTemporaries : Category::kOptimizerState;
+          // An optimizer's arithmetic makes temporaries only, alive at an out-of-memory or not.
+          c = frames.runs_optimizer_math(trace[i].frames) ? Category::kTemporaries : Category::kOptimizerState;
           break;
         case Phase::kBackward:
           c = frames.recomputes(trace[i].frames) ? Category::kActivations : Category::kGradients;

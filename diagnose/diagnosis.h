@@ -207,7 +207,9 @@ struct Recommendation {
         sufficiency(judged) {}
 
   FixId id = FixId::kRecordMore;  ///< the kind (fixes.h)
-  std::string change;             ///< the concrete change, e.g. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  /// Short, for combinations ("8-bit RMSprop"); empty: the kind's label.
+  std::string label;
+  std::string change;  ///< the concrete change, e.g. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   std::string reason;
   int64_t frees_bytes = 0;  ///< estimated from the snapshot; 0 when it frees nothing itself
   std::string estimate;     ///< how frees_bytes was estimated
@@ -265,6 +267,9 @@ struct Diagnosis {
   std::vector<TimelinePoint> timeline;
   std::vector<LeakSuspect> leaks;
   PhaseNeed need;  ///< what the phase of the last oom still needed
+  /// The torch.optim optimizer the trace names at or before the last oom
+  /// (the latest such event; else a block alive names it), nullptr: none.
+  const OptimizerKind* optimizer = nullptr;
   /// A fragmentation oom replayed under the allocator settings that could
   /// fix it (Note [Allocator settings replayed]); replayed = false: not
   /// tried (no fragmentation, the setting already on) or not replayable.

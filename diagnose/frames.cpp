@@ -286,13 +286,14 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   std::vector<uint8_t> model_code(frames.size());
   std::vector<Phase> frame_phase(frames.size());
   std::vector<uint8_t> params(frames.size());
-  std::vector<uint8_t> grad_decorator(frames.size());    // torch's grad-mode decorator (no_grad, inference_mode)
-  std::vector<uint8_t> generation(frames.size());        // Hugging Face's generation code
-  std::vector<InferenceKind> evaluation(frames.size());  // an evaluation loop's kind, or kNone
-  std::vector<uint8_t> eval_outputs(frames.size());      // concatenates_eval_outputs
-  std::vector<uint8_t> kv_cache(frames.size());          // stores_kv_cache
-  std::vector<uint8_t> model_init(frames.size());        // a library model's __init__ (frames.h, Parameters)
-  std::vector<uint8_t> adam_math(frames.size());         // runs_adam_math
+  std::vector<uint8_t> grad_decorator(frames.size());          // torch's grad-mode decorator (no_grad, inference_mode)
+  std::vector<uint8_t> generation(frames.size());              // Hugging Face's generation code
+  std::vector<InferenceKind> evaluation(frames.size());        // an evaluation loop's kind, or kNone
+  std::vector<uint8_t> eval_outputs(frames.size());            // concatenates_eval_outputs
+  std::vector<uint8_t> kv_cache(frames.size());                // stores_kv_cache
+  std::vector<uint8_t> model_init(frames.size());              // a library model's __init__ (frames.h, Parameters)
+  std::vector<uint8_t> optimizer_math(frames.size());          // runs_optimizer_math
+  std::vector<const OptimizerKind*> optimizer(frames.size());  // optimizer
   for (size_t i = 0; i < frames.size(); ++i) {
     const std::string_view file = frames[i].filename;
     FrameClass& c = cls[i];
@@ -330,10 +331,10 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     kv_cache[i] = c.origin == Origin::kLibrary && c.path == "transformers/cache_utils.py";
     model_init[i] = c.origin == Origin::kLibrary && frames[i].name == "__init__" &&
                     (is_model_file(c.path) || c.path == "transformers/pytorch_utils.py");
-    adam_math[i] = c.origin == Origin::kTorch && (c.path == "optim/adam.py" || c.path == "optim/adamw.py") &&
-                   frames[i].name.rfind("_adam") != std::string::npos &&
-                   (starts_with(frames[i].name, "_single_tensor_") || starts_with(frames[i].name, "_multi_tensor_") ||
-                    starts_with(frames[i].name, "_fused_"));
+    optimizer_math[i] = c.origin == Origin::kTorch && starts_with(c.path, "optim/") && c.path != "optim/sgd.py" &&
+                        (starts_with(frames[i].name, "_single_tensor_") ||
+                         starts_with(frames[i].name, "_multi_tensor_") || starts_with(frames[i].name, "_fused_"));
+    optimizer[i] = c.origin == Origin::kTorch ? torch_optimizer(c.path) : nullptr;
   }
 
   const size_t n = snapshot.stacks.size();
@@ -348,7 +349,8 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   stack_inference_.assign(n, InferenceKind::kNone);
   stack_eval_outputs_.assign(n, 0);
   stack_kv_cache_.assign(n, 0);
-  stack_adam_math_.assign(n, 0);
+  stack_optimizer_math_.assign(n, 0);
+  stack_optimizer_.assign(n, nullptr);
   auto outside_torch = [&](uint32_t f) {
     return frame_origin_[f] == Origin::kUser || frame_origin_[f] == Origin::kLibrary;
   };
@@ -398,7 +400,8 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
       builds_model = builds_model || model_init[f];
       if (eval_outputs[f]) stack_eval_outputs_[s] = 1;
       if (kv_cache[f]) stack_kv_cache_[s] = 1;
-      if (adam_math[f]) stack_adam_math_[s] = 1;
+      if (optimizer_math[f]) stack_optimizer_math_[s] = 1;
+      if (optimizer[f] && !stack_optimizer_[s]) stack_optimizer_[s] = optimizer[f];  // the innermost
       if (frames[f].name == "forward" && frame_origin_[f] != Origin::kNative) {
         outermost_forward = k;
         if (model_code[f]) stack_model_forward_[s] = f;

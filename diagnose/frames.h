@@ -92,6 +92,7 @@
 #include <string>
 #include <vector>
 
+#include "diagnose/optimizer_kind.h"
 #include "diagnose/snapshot.h"
 
 namespace oomtune::diagnose {
@@ -190,12 +191,19 @@ class FrameIndex {
   /// torch.cat in transformers 5.x), which keeps them across blocks with
   /// or without autograd.
   bool stores_kv_cache(StackId stack) const { return stack_kv_cache_[stack] != 0; }
-  /// True when the stack runs Adam's or AdamW's arithmetic: a frame of
-  /// torch/optim/adam.py or adamw.py named _single_tensor_adam(w),
-  /// _multi_tensor_adam(w) or _fused_adam(w). Their allocations are the
-  /// step's temporaries (the foreach implementation, CUDA's default, makes
-  /// whole-list ones); Adam's states are made in _init_group (torch 2.x).
-  bool runs_adam_math(StackId stack) const { return stack_adam_math_[stack] != 0; }
+  /// True when the stack runs a torch.optim optimizer's arithmetic: a frame
+  /// of torch/optim/ but sgd.py named _single_tensor_*, _multi_tensor_* or
+  /// _fused_* (_multi_tensor_adam, _single_tensor_rmsprop, ...). Their
+  /// allocations are the step's temporaries (the foreach implementation,
+  /// CUDA's default, makes whole-list ones): every torch 2.x optimizer but
+  /// SGD makes its state in _init_group (torch 2.11's torch/optim/*.py);
+  /// SGD makes its momentum buffers in _single_tensor_sgd and
+  /// _multi_tensor_sgd, so its arithmetic stays its state.
+  bool runs_optimizer_math(StackId stack) const { return stack_optimizer_math_[stack] != 0; }
+  /// The torch.optim optimizer whose file (torch/optim/rmsprop.py, ...)
+  /// the stack's innermost such frame is in; nullptr for none (a stack
+  /// outside torch.optim, an optimizer of another package).
+  const OptimizerKind* optimizer(StackId stack) const { return stack_optimizer_[stack]; }
   /// True when the stack allocates parameters (see the rules above).
   bool allocates_parameters(StackId stack) const { return stack_params_[stack] != 0; }
 
@@ -228,7 +236,8 @@ class FrameIndex {
   std::vector<InferenceKind> stack_inference_;
   std::vector<uint8_t> stack_eval_outputs_;
   std::vector<uint8_t> stack_kv_cache_;
-  std::vector<uint8_t> stack_adam_math_;
+  std::vector<uint8_t> stack_optimizer_math_;
+  std::vector<const OptimizerKind*> stack_optimizer_;
   bool has_cpp_ = false;
   bool has_generated_ = false;
 };

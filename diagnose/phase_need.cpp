@@ -484,8 +484,8 @@ const char* need_method_name(NeedMethod method) {
   switch (method) {
     case NeedMethod::kTrace:
       return "trace";
-    case NeedMethod::kAdamFirstStep:
-      return "adam_first_step";
+    case NeedMethod::kOptimizerFirstStep:
+      return "optimizer_first_step";
     case NeedMethod::kForwardBlocks:
       return "forward_blocks";
     case NeedMethod::kBackwardBlocks:
@@ -507,7 +507,7 @@ const char* need_covers(const PhaseNeed& need) {
     case NeedMethod::kForwardBlocks:
       return "the rest of the current block";
     case NeedMethod::kTrace:
-    case NeedMethod::kAdamFirstStep:
+    case NeedMethod::kOptimizerFirstStep:
       return "the rest of the phase's need";
     case NeedMethod::kRequest:
       break;
@@ -527,7 +527,7 @@ const char* need_leaves_out(const PhaseNeed& need) {
       return need.model_blocks > 0 ? "what follows the model's blocks is not in the snapshot"
                                    : "the blocks after the current one are not in the snapshot";
     case NeedMethod::kTrace:
-    case NeedMethod::kAdamFirstStep:
+    case NeedMethod::kOptimizerFirstStep:
       break;
   }
   return "";
@@ -594,18 +594,26 @@ PhaseNeed estimate_need(const NeedQuery& q, const std::vector<PhaseRun>& runs, c
     return need;
   }
 
-  // 2. the first Adam/AdamW step.
-  if (first_step) {
+  // 2. the optimizer's first step: its states per parameter (Adam's two where no frame names it).
+  const int states = q.optimizer ? q.optimizer->states_per_parameter : 2;
+  if (first_step && states > 0) {
     const int64_t grads = q.live[static_cast<size_t>(Category::kGradients)];
     const int64_t params = q.live[static_cast<size_t>(Category::kParameters)];
     const int64_t base = grads > 0 ? grads : params;
     if (base > 0) {
-      need.method = NeedMethod::kAdamFirstStep;
-      need.state_total_bytes = 2 * base;
+      need.method = NeedMethod::kOptimizerFirstStep;
+      need.states_per_parameter = states;
+      need.state_total_bytes = states * base;
       need.still_needed_bytes = std::max(q.rounded_bytes, need.state_total_bytes - state_alive);
-      need.estimate = fmt::format(
-          "first Adam/AdamW step: two states per parameter, 2 x {} of {} = {}, of which {} existed", format_bytes(base),
-          grads > 0 ? "gradients" : "parameters", format_bytes(need.state_total_bytes), format_bytes(state_alive));
+      const std::string per_parameter =
+          q.optimizer ? fmt::format("first {} step: {} per parameter ({})", q.optimizer->name, count_states(states),
+                                    q.optimizer->states)
+                      : std::string(
+                            "first optimizer step, no torch.optim frame names it: Adam's and AdamW's two "
+                            "states per parameter assumed");
+      need.estimate = fmt::format("{}, {} x {} of {} = {}, of which {} existed", per_parameter, states,
+                                  format_bytes(base), grads > 0 ? "gradients" : "parameters",
+                                  format_bytes(need.state_total_bytes), format_bytes(state_alive));
       return need;
     }
   }

@@ -15,11 +15,13 @@
 //      no new state, when this one is not a first step either): it grew by
 //      G = its peak - its start; this one had grown by S = allocated at the
 //      oom - allocated at its start; still needed = G - S.
-//   2. first Adam/AdamW step: two states per parameter with a gradient
-//      (torch/optim/adamw.py _init_group: exp_avg and exp_avg_sq are
-//      zeros_like(p) for every p whose grad is not None): 2 x the
-//      gradients alive (else the parameters) less the optimizer state that
-//      already exists.
+//   2. optimizer first step: the optimizer's states per parameter with a
+//      gradient (OptimizerKind, named by the trace's torch/optim/ frames:
+//      AdamW's _init_group makes exp_avg and exp_avg_sq as zeros_like(p)
+//      for every p whose grad is not None, RMSprop's square_avg; Adam's
+//      two where no frame names the optimizer; not for one whose first
+//      step makes none, Adagrad): states x the gradients alive (else the
+//      parameters) less the optimizer state that already exists.
 //   3. forward blocks: the activations the forward kept, by layer, repeat
 //      with a period (one block of the model) over the longest regular run
 //      (the smallest period over 90% of them; else the longest run of a
@@ -50,7 +52,7 @@
 // Never below the rounded request.
 // Limitations: the estimate compares bytes, not free blocks; temporaries
 // of the remaining phase beyond its peak growth (trace) or beyond the
-// states (Adam) are not counted.
+// states (optimizer first step) are not counted.
 
 #include <array>
 #include <cstdint>
@@ -64,9 +66,16 @@
 namespace oomtune::diagnose {
 
 /// Which rule of Note [Phase need] gave the estimate.
-enum class NeedMethod : uint8_t { kTrace, kAdamFirstStep, kForwardBlocks, kBackwardBlocks, kRecomputedBlock, kRequest };
+enum class NeedMethod : uint8_t {
+  kTrace,
+  kOptimizerFirstStep,
+  kForwardBlocks,
+  kBackwardBlocks,
+  kRecomputedBlock,
+  kRequest
+};
 
-/// "trace", "adam_first_step", "forward_blocks", "backward_blocks",
+/// "trace", "optimizer_first_step", "forward_blocks", "backward_blocks",
 /// "recomputed_block", "request".
 const char* need_method_name(NeedMethod method);
 
@@ -75,12 +84,12 @@ struct PhaseNeed;
 /// What the need counts beyond the request, for a sentence: "the rest of
 /// the block's recomputation", "the rest of backward's blocks", "the rest
 /// of the current block" (forward blocks), "the rest of the phase's need"
-/// (trace, first Adam step); "" for the request alone.
+/// (trace, optimizer first step); "" for the request alone.
 const char* need_covers(const PhaseNeed& need);
 
 /// What a lower-bound or request-only need leaves out, for a sentence
 /// ("what backward allocates after the blocks is not counted"); "" for a
-/// need that leaves nothing out (trace, first Adam step).
+/// need that leaves nothing out (trace, optimizer first step).
 const char* need_leaves_out(const PhaseNeed& need);
 
 /// A run of consecutive events of one training phase (other/unknown events
@@ -118,6 +127,9 @@ struct NeedQuery {
   int64_t allocated_bytes = 0;                 ///< at the oom
   std::array<int64_t, kNumCategories> live{};  ///< bytes alive at the oom, by Category
   bool inference = false;                      ///< a forward without autograd (OomReport::inference())
+  /// The optimizer the trace names (Diagnosis::optimizer); nullptr: none,
+  /// then Adam's two states per parameter are assumed.
+  const OptimizerKind* optimizer = nullptr;
 };
 
 /// What the failing phase still needed (Note [Phase need]).
@@ -134,7 +146,10 @@ struct PhaseNeed {
   std::string estimate;              ///< how it was estimated, one sentence
   int64_t grown_bytes = 0;           ///< trace: what this phase had allocated since its start
   int64_t earlier_growth_bytes = 0;  ///< trace: what the earlier run grew by
-  int64_t state_total_bytes = 0;     ///< adam: 2 x gradients (or parameters)
+  /// optimizer first step: the states it allocates per parameter
+  /// (OptimizerKind::states_per_parameter; 2 where no frame names it)
+  int states_per_parameter = 0;
+  int64_t state_total_bytes = 0;  ///< optimizer first step: states_per_parameter x gradients (or parameters)
   /// forward blocks: complete blocks before the oom; backward blocks: the
   /// blocks whose backward ran before the current one's
   int64_t blocks_done = 0;

@@ -38,10 +38,14 @@
 //     oom both also shrink the activations the forward still needed, so
 //     they apply to the activations alive plus that need.
 //   - Optimizer state (optimizer verdict, or optimizer state >= 25%): 8-bit
-//     AdamW keeps 2 bytes per parameter instead of 8 (frees 75% of the
-//     state: of the whole 2 x gradients the first step allocates when the
-//     need is that estimate, else of the state alive, else of 2 x the
-//     parameters); CPU offload frees all of it at the cost of host transfers.
+//     states keep 1 byte per state and parameter instead of 4 (frees 75%
+//     of the state: of the whole states x gradients the first step
+//     allocates when the need is that estimate, else of the state alive,
+//     else of states x the parameters), offered as the bitsandbytes class
+//     of the optimizer the trace names (AdamW8bit, RMSprop8bit, ...; 8-bit
+//     AdamW where none is named; not offered for an optimizer bitsandbytes
+//     has no 8-bit class of, OptimizerKind); CPU offload frees all of it
+//     at the cost of host transfers.
 //   - Trace: when it starts mid-run, covers fewer than 2 iterations or has
 //     no frames, record with stacks="python" and max_entries = 3 x the
 //     events of one iteration (>= 2 steps with margin; torchtitan PR #3628:
@@ -310,7 +314,7 @@ void rank(Diagnosis& d, std::vector<Recommendation> fixes, std::vector<Recommend
       c.part_frees_bytes.push_back(r->frees_bytes);
       c.frees_bytes += r->frees_bytes;
       c.need_share += r->need_share;
-      changes += std::string(changes.empty() ? "" : " + ") + fix_kind(r->id).label;
+      changes += std::string(changes.empty() ? "" : " + ") + (r->label.empty() ? fix_kind(r->id).label : r->label);
       frees += std::string(frees.empty() ? "" : " + ") + format_bytes(r->frees_bytes);
       reasons += std::string(reasons.empty() ? "" : "; ") + r->change;
     }
@@ -490,18 +494,33 @@ void recommend(Diagnosis& d) {
   const int64_t params = cat(cats, Category::kParameters);
   if (has_verdict(VerdictId::kOptimizerStateAllocation) ||
       static_cast<double>(state) >= kMajorShare * static_cast<double>(allocated)) {
-    // The whole state the step keeps: the first step's estimate, else what is alive, else 2 x parameters.
-    const bool first_step = need.known && need.method == NeedMethod::kAdamFirstStep;
-    const int64_t base = first_step ? need.state_total_bytes : state > 0 ? state : 2 * params;
+    // The whole state the step keeps: the first step's estimate, else what
+    // is alive, else the optimizer's states (Adam's two) x parameters.
+    const OptimizerKind* optimizer = d.optimizer;
+    const int states = optimizer ? optimizer->states_per_parameter : 2;
+    const bool first_step = need.known && need.method == NeedMethod::kOptimizerFirstStep;
+    const int64_t base = first_step ? need.state_total_bytes : state > 0 ? state : states * params;
     const std::string what = first_step  ? "the first step allocates in all"
                              : state > 0 ? "alive"
-                                         : "about to be allocated (2 x parameters)";
-    out.push_back(Recommendation{
-        FixId::kAdamW8bit, "8-bit AdamW (blockwise-quantized states)",
-        fmt::format("Adam/AdamW keeps two fp32 states per parameter ({} {}); 8-bit states need a quarter.",
-                    format_bytes(base), what),
-        static_cast<int64_t>(std::llround(kEightBitSaving * static_cast<double>(base))),
-        fmt::format("75% of the optimizer state ({} {})", format_bytes(base), what)});
+                                         : fmt::format("about to be allocated ({} x parameters)", states);
+    const int64_t eight_bit_frees = std::llround(kEightBitSaving * static_cast<double>(base));
+    const std::string eight_bit_estimate = fmt::format("75% of the optimizer state ({} {})", format_bytes(base), what);
+    if (!optimizer) {
+      out.push_back(Recommendation{FixId::kAdamW8bit, "8-bit AdamW (blockwise-quantized states)",
+                                   fmt::format("Adam/AdamW keeps two fp32 states per parameter ({} {}); 8-bit "
+                                               "states need a quarter.",
+                                               format_bytes(base), what),
+                                   eight_bit_frees, eight_bit_estimate});
+    } else if (!optimizer->eight_bit.empty()) {
+      // bitsandbytes' class of the same optimizer; none for NAdam, RAdam, ...: a change of optimizer is not offered.
+      out.push_back(Recommendation{
+          FixId::kAdamW8bit,
+          fmt::format("8-bit {} ({}: blockwise-quantized states)", optimizer->name, optimizer->eight_bit),
+          fmt::format("{} keeps {} in fp32 ({} {}); 8-bit states need a quarter.", optimizer->name, optimizer->states,
+                      format_bytes(base), what),
+          eight_bit_frees, eight_bit_estimate});
+      out.back().label = fmt::format("8-bit {}", optimizer->name);
+    }
     out.push_back(
         Recommendation{FixId::kOptimizerOffload, "Offload optimizer states to host memory",
                        "The optimizer step then runs on the CPU copy; GPU memory keeps only parameters and gradients.",

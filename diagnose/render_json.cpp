@@ -139,6 +139,14 @@ std::string render_json(const Diagnosis& d) {
                      {"last_live_bytes", l.last_live_bytes}});
   }
   j["leaks"] = leaks;
+  j["optimizer"] = nullptr;
+  if (d.optimizer) {
+    j["optimizer"] = {{"name", d.optimizer->name},
+                      {"states_per_parameter", d.optimizer->states_per_parameter},
+                      {"states", d.optimizer->states},
+                      {"options", d.optimizer->options},
+                      {"eight_bit", d.optimizer->eight_bit}};
+  }
   const PhaseNeed& n = d.need;
   j["need"] = {{"known", n.known},
                {"phase", phase_name(n.phase)},
@@ -148,6 +156,7 @@ std::string render_json(const Diagnosis& d) {
                {"estimate", n.estimate},
                {"grown_bytes", n.grown_bytes},
                {"earlier_growth_bytes", n.earlier_growth_bytes},
+               {"states_per_parameter", n.states_per_parameter},
                {"state_total_bytes", n.state_total_bytes},
                {"blocks_done", n.blocks_done},
                {"block_bytes", n.block_bytes},

@@ -188,7 +188,7 @@ TEST(DiagnoseSynthetic, OptimizerStepOom) {
   EXPECT_EQ(cat(o.live_by_category, Category::kOptimizerState), 60 * kMiB);
   EXPECT_EQ(o.phase, Phase::kOptimizer);
   // The first step's two states per parameter: 2 x 72 MiB of gradients, less the 60 MiB made.
-  EXPECT_EQ(d.need.method, NeedMethod::kAdamFirstStep);
+  EXPECT_EQ(d.need.method, NeedMethod::kOptimizerFirstStep);
   EXPECT_EQ(d.need.still_needed_bytes, 84 * kMiB);
   EXPECT_EQ(name(d.recommendations.front().id), "adamw_8bit");
   EXPECT_EQ(d.recommendations.front().frees_bytes, 108 * kMiB);  // 75% of 144 MiB

@@ -135,27 +135,50 @@ TEST(FrameIndex, ALibraryModelsInitAllocatesItsParameters) {
   EXPECT_FALSE(index.allocates_parameters(5));  // the user's own __init__ may be anything's
 }
 
-// Adam's arithmetic (the foreach implementation, CUDA's default, in
-// torch 2.11's adam.py; adamw.py's own before 2.2) makes temporaries only;
-// its states come from _init_group.
-TEST(FrameIndex, AdamsArithmeticIsNotItsState) {
+// An optimizer's arithmetic (the foreach implementation, CUDA's default, in
+// torch 2.11's adam.py and rmsprop.py; adamw.py's own before 2.2) makes
+// temporaries only; its states come from _init_group. SGD's arithmetic makes
+// its momentum buffers. The optimizer is named by its file.
+TEST(FrameIndex, AnOptimizersArithmeticIsNotItsState) {
   const std::string torch = "/opt/venv/lib/python3.11/site-packages/torch";
   const Frame step{torch + "/optim/adam.py", "step", 247};
   const Frame script{"/home/u/train.py", "main", 80};
+  const Frame wrapper{torch + "/optim/optimizer.py", "wrapper", 485};
   const Snapshot s = testing::with_stacks({
       {{torch + "/optim/adam.py", "_multi_tensor_adam", 640}, {torch + "/optim/adam.py", "adam", 960}, step, script},
       {{torch + "/optim/adamw.py", "_single_tensor_adamw", 390}, step, script},
       {{torch + "/optim/adam.py", "_init_group", 180}, step, script},
       {{torch + "/optim/sgd.py", "_multi_tensor_sgd", 400}, {torch + "/optim/sgd.py", "step", 120}, script},
+      {{torch + "/optim/rmsprop.py", "_multi_tensor_rmsprop", 400},
+       {torch + "/optim/rmsprop.py", "step", 160},
+       wrapper,
+       script},
+      {{torch + "/optim/rmsprop.py", "_init_group", 123}, {torch + "/optim/rmsprop.py", "step", 160}, wrapper, script},
+      {wrapper, script},
   });
   const FrameIndex index(s);
-  EXPECT_TRUE(index.runs_adam_math(1));
-  EXPECT_TRUE(index.runs_adam_math(2));
-  EXPECT_FALSE(index.runs_adam_math(3));  // the states
-  EXPECT_FALSE(index.runs_adam_math(4));  // SGD makes its momentum buffers in its arithmetic
-  for (StackId id = 1; id <= 4; ++id) EXPECT_EQ(index.phase(id), Phase::kOptimizer);
+  EXPECT_TRUE(index.runs_optimizer_math(1));
+  EXPECT_TRUE(index.runs_optimizer_math(2));
+  EXPECT_FALSE(index.runs_optimizer_math(3));  // the states
+  EXPECT_FALSE(index.runs_optimizer_math(4));  // SGD makes its momentum buffers in its arithmetic
+  EXPECT_TRUE(index.runs_optimizer_math(5));
+  EXPECT_FALSE(index.runs_optimizer_math(6));
+  for (StackId id = 1; id <= 7; ++id) EXPECT_EQ(index.phase(id), Phase::kOptimizer);
   EXPECT_EQ(category_before_recording(1, index), Category::kTemporaries);
   EXPECT_EQ(category_before_recording(3, index), Category::kOptimizerState);
+  EXPECT_EQ(category_before_recording(5, index), Category::kTemporaries);
+  EXPECT_EQ(category_before_recording(6, index), Category::kOptimizerState);
+
+  // The optimizer: the innermost torch/optim/ file that defines one (not optimizer.py).
+  ASSERT_NE(index.optimizer(1), nullptr);
+  EXPECT_EQ(index.optimizer(1)->name, "Adam/AdamW");  // AdamW's step runs in adam.py in recent torch
+  EXPECT_EQ(index.optimizer(2)->name, "AdamW");
+  EXPECT_EQ(index.optimizer(2)->states_per_parameter, 2);
+  EXPECT_EQ(index.optimizer(4)->name, "SGD");
+  EXPECT_EQ(index.optimizer(6)->name, "RMSprop");
+  EXPECT_EQ(index.optimizer(6)->states_per_parameter, 1);
+  EXPECT_EQ(index.optimizer(6)->eight_bit, "bitsandbytes.optim.RMSprop8bit");
+  EXPECT_EQ(index.optimizer(7), nullptr);
 }
 
 // Lightning's automatic optimization runs training_step and backward in the

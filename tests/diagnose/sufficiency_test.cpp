@@ -47,7 +47,7 @@ TEST(Sufficiency, FirstAdamWStepRanksEightBitFirstAndDefragmentingNotEnough) {
   ASSERT_EQ(d.ooms.size(), 1u);
   EXPECT_EQ(d.ooms[0].reserved_free_bytes, 42 * kMiB);
   EXPECT_TRUE(d.ooms[0].fragmentation);
-  EXPECT_EQ(d.need.method, NeedMethod::kAdamFirstStep);
+  EXPECT_EQ(d.need.method, NeedMethod::kOptimizerFirstStep);
   EXPECT_EQ(d.need.state_total_bytes, 512 * kMiB);   // 2 x 8 gradients of 32 MiB
   EXPECT_EQ(d.need.still_needed_bytes, 320 * kMiB);  // less the 6 states made
   EXPECT_FALSE(d.need.lower_bound);
@@ -82,8 +82,11 @@ TEST(Sufficiency, FirstAdamWStepRanksEightBitFirstAndDefragmentingNotEnough) {
   EXPECT_EQ(find(d, FixId::kMaxSplitSize), nullptr);  // no free byte in the large pool: it would free nothing
   EXPECT_EQ(find(d, FixId::kCombined), nullptr);      // one fix is enough alone
   const std::string text = render_text(d);
-  EXPECT_NE(text.find("1. 8-bit AdamW (blockwise-quantized states): enough\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("the optimizer phase still needed 320.00 MiB (first Adam/AdamW step"), std::string::npos);
+  EXPECT_NE(text.find("1. 8-bit AdamW (bitsandbytes.optim.AdamW8bit: blockwise-quantized states): enough\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("the optimizer phase still needed 320.00 MiB (first AdamW step: two states per parameter"),
+            std::string::npos);
 }
 
 // Second iteration's forward out of memory among 14 holes of 10.5 MiB: the

@@ -110,20 +110,29 @@ with tempfile.TemporaryDirectory() as tmp:
                             f"allocates from there; got {need['method']}, {need['still_needed_bytes']} B: "
                             f"{need['estimate']}")
 
-    # A first AdamW step (foreach, as on CUDA) out of memory after its states were made: the states alive
-    # are two per parameter (and Adam's one-element `step` counters, host tensors on CUDA); the foreach
-    # temporaries alive then are temporaries (FrameIndex::runs_adam_math).
-    result = record_and_diagnose("first_adamw_step", ["--mode", "step", "--batch", "1", "--seq", "32",
-                                                      "--optimizer", "--oom-in", "optimizer"], tmp)
-    if result is not None:
+    # A first optimizer step (foreach, as on CUDA) out of memory after its states were made: the states
+    # alive are the optimizer's per parameter (and its one-element `step` counters, host tensors on CUDA):
+    # AdamW two, RMSprop one (square_avg); the foreach temporaries alive then are temporaries
+    # (FrameIndex::runs_optimizer_math); the optimizer is named from its frames (OptimizerKind), and so is
+    # the 8-bit class recommended.
+    # torch 2.11's AdamW runs Adam's step (adam.py), which names both.
+    for kind, name, eight_bit_class, states in (("adamw", "Adam/AdamW", "Adam8bit or AdamW8bit", 2),
+                                                ("rmsprop", "RMSprop", "RMSprop8bit", 1)):
+        result = record_and_diagnose(f"first_{kind}_step", ["--mode", "step", "--batch", "1", "--seq", "32",
+                                                            "--optimizer", kind, "--oom-in", "optimizer"], tmp)
+        if result is None:
+            continue
         recorded, d = result
         oom, need, params = d["ooms"][-1], d["need"], recorded["parameter_bytes"]
         state, temporaries = oom["alive"]["optimizer_state_bytes"], oom["alive"]["temporaries_bytes"]
-        if oom["phase"] != "optimizer" or need["method"] != "adam_first_step" or \
-                not 2 * params <= state < 2 * params + (1 << 20) or temporaries <= 0:
-            failures.append(f"first AdamW step: expected 2 x {params} B of state (+ the step counters), the "
-                            f"foreach temporaries apart, read by adam_first_step; got {oom['phase']}, "
-                            f"{need['method']}, {oom['alive']}")
+        eight_bit = [r["change"] for r in d["recommendations"] if r["id"] == "adamw_8bit"]
+        if oom["phase"] != "optimizer" or need["method"] != "optimizer_first_step" or \
+                need["states_per_parameter"] != states or (d["optimizer"] or {}).get("name") != name or \
+                not states * params <= state < states * params + (1 << 20) or temporaries <= 0 or \
+                eight_bit != [f"8-bit {name} (bitsandbytes.optim.{eight_bit_class}: blockwise-quantized states)"]:
+            failures.append(f"first {name} step: expected {states} x {params} B of state (+ the step counters), "
+                            f"the foreach temporaries apart, read by optimizer_first_step, and 8-bit {name}; got "
+                            f"{oom['phase']}, {need['method']}, {d['optimizer']}, {oom['alive']}, {eight_bit}")
 
     # Backward: weights' gradients outgrow the activations each block frees
     # at one sequence of 32 tokens, so backward grows block by block.

@@ -1,0 +1,56 @@
+#include "diagnose/optimizer_kind.h"
+
+#include <iterator>
+
+namespace oomtune::diagnose {
+namespace {
+
+struct OptimizerFile {
+  std::string_view path;  // inside the torch package
+  OptimizerKind kind;
+};
+
+// torch 2.11, torch/optim/ (see optimizer_kind.h).
+constexpr OptimizerFile kOptimizers[] = {
+    // AdamW is a subclass of Adam in recent torch (2.11's adamw.py holds its
+    // __init__ only): its steps run in adam.py, which then names either.
+    {"optim/adam.py",
+     {"Adam/AdamW", 2, "exp_avg and exp_avg_sq", "max_exp_avg_sq too with amsgrad=True",
+      "bitsandbytes.optim.Adam8bit or AdamW8bit"}},
+    // Older torch: AdamW's own step and arithmetic.
+    {"optim/adamw.py",
+     {"AdamW", 2, "exp_avg and exp_avg_sq", "max_exp_avg_sq too with amsgrad=True", "bitsandbytes.optim.AdamW8bit"}},
+    {"optim/nadam.py", {"NAdam", 2, "exp_avg and exp_avg_sq", "", ""}},
+    {"optim/radam.py", {"RAdam", 2, "exp_avg and exp_avg_sq", "", ""}},
+    {"optim/adamax.py", {"Adamax", 2, "exp_avg and exp_inf", "", ""}},
+    {"optim/adadelta.py", {"Adadelta", 2, "square_avg and acc_delta", "", ""}},
+    {"optim/rprop.py", {"Rprop", 2, "prev and step_size", "", ""}},
+    {"optim/sparse_adam.py", {"SparseAdam", 2, "exp_avg and exp_avg_sq", "", ""}},
+    {"optim/rmsprop.py",
+     {"RMSprop", 1, "square_avg", "momentum_buffer too with momentum > 0, grad_avg with centered=True",
+      "bitsandbytes.optim.RMSprop8bit"}},
+    {"optim/sgd.py", {"SGD", 1, "momentum_buffer", "only with momentum > 0", "bitsandbytes.optim.SGD8bit"}},
+    {"optim/asgd.py", {"ASGD", 1, "ax", "", ""}},
+    {"optim/_muon.py", {"Muon", 1, "momentum_buffer", "", ""}},
+    {"optim/adagrad.py", {"Adagrad", 0, "sum", "made when the optimizer is built", "bitsandbytes.optim.Adagrad8bit"}},
+    {"optim/_adafactor.py",
+     {"Adafactor", 0, "row_var and col_var, or variance", "factored: a row and a column vector per matrix", ""}},
+    {"optim/lbfgs.py", {"LBFGS", 0, "a history of history_size steps", "", ""}},
+};
+
+}  // namespace
+
+std::string count_states(int states) {
+  static constexpr const char* kWords[] = {"no", "one", "two", "three"};
+  const std::string count = states >= 0 && states <= 3 ? kWords[states] : std::to_string(states);
+  return count + (states == 1 ? " state" : " states");
+}
+
+const OptimizerKind* torch_optimizer(std::string_view path) {
+  for (const OptimizerFile& f : kOptimizers) {
+    if (f.path == path) return &f.kind;
+  }
+  return nullptr;
+}
+
+}  // namespace oomtune::diagnose

@@ -1,0 +1,49 @@
+#pragma once
+// Which torch.optim optimizer a snapshot's optimizer step ran, and what its
+// first step allocates: diagnose's optimizer verdict, the first-step need
+// (Note [Phase need] rule 2) and the 8-bit recommendation said "Adam/AdamW"
+// of every optimizer, so an RMSprop step (one state per parameter) was
+// judged against two states per parameter. The optimizer is named by the
+// file of its torch/optim/ frames (FrameIndex::optimizer).
+//
+// The table is read from torch 2.11's torch/optim/*.py: the tensors each
+// optimizer's `_init_group` (SGD: its arithmetic, `_single_tensor_sgd` and
+// `_multi_tensor_sgd`) makes with `zeros_like`/`full_like`/`clone` per
+// parameter on its first step, with default options; one-element states
+// (`step`, ASGD's `eta` and `mu`, NAdam's `mu_product`) are not counted.
+// The 8-bit classes are bitsandbytes' (bitsandbytes/optim/__init__.py,
+// 0.45: Adam8bit, AdamW8bit, Adagrad8bit, RMSprop8bit, SGD8bit, ...).
+
+#include <string>
+#include <string_view>
+
+namespace oomtune::diagnose {
+
+/// One torch.optim optimizer.
+struct OptimizerKind {
+  std::string_view name;  ///< the class: "RMSprop", ...; "Adam/AdamW" for adam.py, which runs both
+  /// Full-size states its first step allocates per parameter with default
+  /// options (each the parameter's bytes); 0 where the first step makes
+  /// none of that size (Adagrad makes its `sum` when the optimizer is built;
+  /// Adafactor's factored states; LBFGS keeps a history instead).
+  int states_per_parameter;
+  /// Those states, for a sentence: "exp_avg and exp_avg_sq".
+  std::string_view states;
+  /// What options change, for a sentence: "max_exp_avg_sq too with
+  /// amsgrad=True"; empty when nothing to say.
+  std::string_view options;
+  /// The bitsandbytes class with the same update and 8-bit states,
+  /// "bitsandbytes.optim.RMSprop8bit" ("... Adam8bit or AdamW8bit" for
+  /// adam.py); empty where it has none.
+  std::string_view eight_bit;
+};
+
+/// "one state", "two states", ..., for a sentence.
+std::string count_states(int states);
+
+/// The optimizer defined in `path`, a file inside the torch package
+/// ("optim/rmsprop.py"); nullptr for any other file (optimizer.py,
+/// lr_scheduler.py, ...).
+const OptimizerKind* torch_optimizer(std::string_view path);
+
+}  // namespace oomtune::diagnose

@@ -1,0 +1,144 @@
+// The optimizer a trace names decides what its first step still needed and
+// which 8-bit class is offered (diagnose/optimizer_kind.h): one built trace,
+// its optimizer frames in AdamW's, RMSprop's, Adagrad's or no file. Four
+// parameters of 16 MiB, their gradients, then the first step's states: two
+// made when the third fails.
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/byte_size.h"
+#include "diagnose/diagnosis.h"
+#include "diagnose/render.h"
+#include "test_support.h"
+
+namespace oomtune::diagnose {
+namespace {
+
+constexpr int64_t kStateBytes = 16 * kMiB;
+constexpr int kStateParameters = 4;
+
+// `optimizer_file`: the torch/optim/ file of the step's frames ("" for a
+// step whose frames name no torch.optim optimizer: a user's own optim.py).
+Diagnosis first_step_oom(const std::string& optimizer_file) {
+  const std::string torch = "/venv/lib/python3.12/site-packages/torch";
+  const Frame script{"/home/u/train.py", "main", 30};
+  const Frame step = optimizer_file.empty() ? Frame{"/home/u/optim.py", "step", 12}
+                                            : Frame{torch + "/optim/" + optimizer_file, "step", 160};
+  const Frame init_group = optimizer_file.empty() ? Frame{"/home/u/optim.py", "init_state", 20}
+                                                  : Frame{torch + "/optim/" + optimizer_file, "_init_group", 123};
+  Snapshot s = testing::with_stacks({
+      {{torch + "/nn/modules/module.py", "_apply", 900}, script},                   // 1: parameters
+      {{torch + "/_tensor.py", "backward", 620}, script},                           // 2: gradients
+      {init_group, step, {torch + "/optim/optimizer.py", "wrapper", 485}, script},  // 3: states
+  });
+  std::vector<TraceEvent>& trace = s.device_traces.emplace_back();
+  int64_t addr = 1 << 30;
+  auto alloc = [&](StackId stack) {
+    TraceEvent e;
+    e.action = TraceAction::kAlloc;
+    e.addr = addr;
+    e.size = kStateBytes;
+    e.frames = stack;
+    trace.push_back(e);
+    addr += kStateBytes;
+  };
+  for (int i = 0; i < kStateParameters; ++i) alloc(1);
+  for (int i = 0; i < kStateParameters; ++i) alloc(2);
+  alloc(3);
+  alloc(3);
+  TraceEvent oom;
+  oom.action = TraceAction::kOom;
+  oom.size = kStateBytes;
+  oom.frames = 3;
+  trace.push_back(oom);
+  return diagnose(s, "first_step.pickle", DiagnoseOptions{});
+}
+
+const Recommendation* eight_bit(const Diagnosis& d) {
+  for (const Recommendation& r : d.recommendations) {
+    if (r.id == FixId::kAdamW8bit) return &r;
+  }
+  return nullptr;
+}
+
+TEST(OptimizerKind, RmspropsFirstStepNeedsOneStateAParameter) {
+  const Diagnosis d = first_step_oom("rmsprop.py");
+  ASSERT_NE(d.optimizer, nullptr);
+  EXPECT_EQ(d.optimizer->name, "RMSprop");
+  EXPECT_EQ(d.need.method, NeedMethod::kOptimizerFirstStep);
+  EXPECT_EQ(d.need.states_per_parameter, 1);
+  EXPECT_EQ(d.need.state_total_bytes, kStateParameters * kStateBytes);
+  EXPECT_EQ(d.need.still_needed_bytes, (kStateParameters - 2) * kStateBytes);  // two square_avg made
+  const Recommendation* r = eight_bit(d);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->change, "8-bit RMSprop (bitsandbytes.optim.RMSprop8bit: blockwise-quantized states)");
+  EXPECT_EQ(r->frees_bytes, 3 * kStateParameters * kStateBytes / 4);
+  EXPECT_NE(d.verdicts.front().evidence.find("The first step of RMSprop (torch.optim) allocates one state"),
+            std::string::npos)
+      << d.verdicts.front().evidence;
+}
+
+TEST(OptimizerKind, AdamwsFirstStepNeedsTwo) {
+  const Diagnosis d = first_step_oom("adamw.py");
+  ASSERT_NE(d.optimizer, nullptr);
+  EXPECT_EQ(d.optimizer->name, "AdamW");
+  EXPECT_EQ(d.need.states_per_parameter, 2);
+  EXPECT_EQ(d.need.still_needed_bytes, (2 * kStateParameters - 2) * kStateBytes);
+  const Recommendation* r = eight_bit(d);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->change, "8-bit AdamW (bitsandbytes.optim.AdamW8bit: blockwise-quantized states)");
+  EXPECT_EQ(r->frees_bytes, 3 * 2 * kStateParameters * kStateBytes / 4);
+  EXPECT_NE(render_text(d).find("(first AdamW step: two states per parameter (exp_avg and exp_avg_sq), 2 x 64.00 MiB "
+                                "of gradients = 128.00 MiB, of which 32.00 MiB existed)"),
+            std::string::npos)
+      << render_text(d);
+}
+
+// Adagrad makes its `sum` when it is built: its first step makes no state
+// of the parameters' size, so the need is the request alone.
+TEST(OptimizerKind, AdagradsFirstStepMakesNoState) {
+  const Diagnosis d = first_step_oom("adagrad.py");
+  ASSERT_NE(d.optimizer, nullptr);
+  EXPECT_EQ(d.optimizer->name, "Adagrad");
+  EXPECT_EQ(d.need.method, NeedMethod::kRequest);
+  EXPECT_EQ(d.need.still_needed_bytes, kStateBytes);
+}
+
+// NAdam has no bitsandbytes 8-bit class: none is offered (a change of
+// optimizer is the user's call); offloading still is.
+TEST(OptimizerKind, NoEightBitClassNoEightBitFix) {
+  const Diagnosis d = first_step_oom("nadam.py");
+  ASSERT_NE(d.optimizer, nullptr);
+  EXPECT_EQ(d.optimizer->name, "NAdam");
+  EXPECT_EQ(d.need.states_per_parameter, 2);
+  EXPECT_EQ(eight_bit(d), nullptr);
+  bool offload = false;
+  for (const Recommendation& r : d.recommendations) offload = offload || r.id == FixId::kOptimizerOffload;
+  EXPECT_TRUE(offload);
+}
+
+// No torch.optim frame: Adam's two states assumed, and said.
+TEST(OptimizerKind, UnnamedOptimizerIsAssumedAdam) {
+  const Diagnosis d = first_step_oom("");
+  EXPECT_EQ(d.optimizer, nullptr);
+  EXPECT_EQ(d.need.states_per_parameter, 2);
+  EXPECT_EQ(d.need.still_needed_bytes, (2 * kStateParameters - 2) * kStateBytes);
+  EXPECT_NE(d.need.estimate.find("no torch.optim frame names it"), std::string::npos) << d.need.estimate;
+  const Recommendation* r = eight_bit(d);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->change, "8-bit AdamW (blockwise-quantized states)");
+}
+
+TEST(OptimizerKind, StatesCountedInWords) {
+  EXPECT_EQ(count_states(1), "one state");
+  EXPECT_EQ(count_states(2), "two states");
+  EXPECT_EQ(count_states(7), "7 states");
+  EXPECT_EQ(torch_optimizer("optim/optimizer.py"), nullptr);
+  EXPECT_EQ(torch_optimizer("optim/sgd.py")->name, "SGD");
+}
+
+}  // namespace
+}  // namespace oomtune::diagnose
