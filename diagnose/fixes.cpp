@@ -23,6 +23,7 @@ constexpr FixKind kFixes[kNumFixes] = {
     {FixId::kRecordMore, "record_more", "a better snapshot", FixTarget::kNone, 11},
     {FixId::kCheckpointingOn, "activation_checkpointing_on", "activation checkpointing (on)", FixTarget::kNone, 12},
     {FixId::kEvalAccumulation, "eval_accumulation_steps", "eval_accumulation_steps", FixTarget::kEvalOutputs, 0},
+    {FixId::kFusedOptimizer, "fused_optimizer", "fused=True", FixTarget::kOptimizerState, 1},
 };
 
 // The rows follow the enum, so a kind is found by its value.

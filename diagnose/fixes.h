@@ -6,7 +6,9 @@
 // Cost ranks (why, in order): fixing a leak costs nothing at run time, nor
 // does moving evaluation outputs to the host every few steps, much (one
 // copy of outputs the evaluation moves there at its end anyway); the
-// allocator settings cost nothing (expandable_segments) or little
+// allocator settings cost nothing (expandable_segments), as does a fused
+// optimizer (fused=True: one kernel, no foreach temporaries, usually
+// faster), or little
 // (garbage_collection_threshold returns segments, max_split_size_mb can
 // slow allocation, pytorch PR #113481); 8-bit AdamW costs a little
 // precision of the optimizer state; half the micro-batch with twice the
@@ -35,8 +37,9 @@ enum class FixId : uint8_t {
   kRecordMore,        ///< a better snapshot next time
   kCheckpointingOn,   ///< activation checkpointing is already on: nothing to turn on
   kEvalAccumulation,  ///< Hugging Face eval_accumulation_steps: evaluation outputs to the CPU every K steps
+  kFusedOptimizer,    ///< fused=True: the optimizer's arithmetic without the foreach implementation's temporaries
 };
-constexpr int kNumFixes = 14;
+constexpr int kNumFixes = 15;
 
 /// What a fix reduces; fixes of one target are alternatives, not added up.
 enum class FixTarget : uint8_t { kLeak, kFragmentation, kActivations, kOptimizerState, kEvalOutputs, kNone };

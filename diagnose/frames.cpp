@@ -294,6 +294,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   std::vector<uint8_t> model_init(frames.size());              // a library model's __init__ (frames.h, Parameters)
   std::vector<uint8_t> optimizer_math(frames.size());          // runs_optimizer_math
   std::vector<const OptimizerKind*> optimizer(frames.size());  // optimizer
+  std::vector<OptimizerImplementation> implementation(frames.size());  // optimizer_implementation
   for (size_t i = 0; i < frames.size(); ++i) {
     const std::string_view file = frames[i].filename;
     FrameClass& c = cls[i];
@@ -331,9 +332,14 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     kv_cache[i] = c.origin == Origin::kLibrary && c.path == "transformers/cache_utils.py";
     model_init[i] = c.origin == Origin::kLibrary && frames[i].name == "__init__" &&
                     (is_model_file(c.path) || c.path == "transformers/pytorch_utils.py");
-    optimizer_math[i] = c.origin == Origin::kTorch && starts_with(c.path, "optim/") && c.path != "optim/sgd.py" &&
-                        (starts_with(frames[i].name, "_single_tensor_") ||
-                         starts_with(frames[i].name, "_multi_tensor_") || starts_with(frames[i].name, "_fused_"));
+    if (c.origin == Origin::kTorch && starts_with(c.path, "optim/")) {
+      const std::string_view name = frames[i].name;
+      implementation[i] = starts_with(name, "_multi_tensor_")    ? OptimizerImplementation::kForeach
+                          : starts_with(name, "_single_tensor_") ? OptimizerImplementation::kSingleTensor
+                          : starts_with(name, "_fused_")         ? OptimizerImplementation::kFused
+                                                                 : OptimizerImplementation::kUnknown;
+    }
+    optimizer_math[i] = implementation[i] != OptimizerImplementation::kUnknown && c.path != "optim/sgd.py";
     optimizer[i] = c.origin == Origin::kTorch ? torch_optimizer(c.path) : nullptr;
   }
 
@@ -351,6 +357,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   stack_kv_cache_.assign(n, 0);
   stack_optimizer_math_.assign(n, 0);
   stack_optimizer_.assign(n, nullptr);
+  stack_implementation_.assign(n, OptimizerImplementation::kUnknown);
   auto outside_torch = [&](uint32_t f) {
     return frame_origin_[f] == Origin::kUser || frame_origin_[f] == Origin::kLibrary;
   };
@@ -402,6 +409,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
       if (kv_cache[f]) stack_kv_cache_[s] = 1;
       if (optimizer_math[f]) stack_optimizer_math_[s] = 1;
       if (optimizer[f] && !stack_optimizer_[s]) stack_optimizer_[s] = optimizer[f];  // the innermost
+      if (implementation[f] != OptimizerImplementation::kUnknown) stack_implementation_[s] = implementation[f];
       if (frames[f].name == "forward" && frame_origin_[f] != Origin::kNative) {
         outermost_forward = k;
         if (model_code[f]) stack_model_forward_[s] = f;

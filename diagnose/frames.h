@@ -204,6 +204,10 @@ class FrameIndex {
   /// the stack's innermost such frame is in; nullptr for none (a stack
   /// outside torch.optim, an optimizer of another package).
   const OptimizerKind* optimizer(StackId stack) const { return stack_optimizer_[stack]; }
+  /// How the stack runs a torch.optim optimizer's arithmetic (a frame of
+  /// torch/optim/ named _multi_tensor_*, _single_tensor_* or _fused_*,
+  /// SGD's too); kUnknown outside it.
+  OptimizerImplementation optimizer_implementation(StackId stack) const { return stack_implementation_[stack]; }
   /// True when the stack allocates parameters (see the rules above).
   bool allocates_parameters(StackId stack) const { return stack_params_[stack] != 0; }
 
@@ -238,6 +242,7 @@ class FrameIndex {
   std::vector<uint8_t> stack_kv_cache_;
   std::vector<uint8_t> stack_optimizer_math_;
   std::vector<const OptimizerKind*> stack_optimizer_;
+  std::vector<OptimizerImplementation> stack_implementation_;
   bool has_cpp_ = false;
   bool has_generated_ = false;
 };

@@ -16,29 +16,46 @@ constexpr OptimizerFile kOptimizers[] = {
     // __init__ only): its steps run in adam.py, which then names either.
     {"optim/adam.py",
      {"Adam/AdamW", 2, "exp_avg and exp_avg_sq", "max_exp_avg_sq too with amsgrad=True",
-      "bitsandbytes.optim.Adam8bit or AdamW8bit"}},
+      "bitsandbytes.optim.Adam8bit or AdamW8bit", 1, 2, true}},
     // Older torch: AdamW's own step and arithmetic.
     {"optim/adamw.py",
-     {"AdamW", 2, "exp_avg and exp_avg_sq", "max_exp_avg_sq too with amsgrad=True", "bitsandbytes.optim.AdamW8bit"}},
-    {"optim/nadam.py", {"NAdam", 2, "exp_avg and exp_avg_sq", "", ""}},
-    {"optim/radam.py", {"RAdam", 2, "exp_avg and exp_avg_sq", "", ""}},
-    {"optim/adamax.py", {"Adamax", 2, "exp_avg and exp_inf", "", ""}},
-    {"optim/adadelta.py", {"Adadelta", 2, "square_avg and acc_delta", "", ""}},
-    {"optim/rprop.py", {"Rprop", 2, "prev and step_size", "", ""}},
-    {"optim/sparse_adam.py", {"SparseAdam", 2, "exp_avg and exp_avg_sq", "", ""}},
+     {"AdamW", 2, "exp_avg and exp_avg_sq", "max_exp_avg_sq too with amsgrad=True", "bitsandbytes.optim.AdamW8bit", 1,
+      2, true}},
+    {"optim/nadam.py", {"NAdam", 2, "exp_avg and exp_avg_sq", "", "", 1, 2, false}},
+    {"optim/radam.py", {"RAdam", 2, "exp_avg and exp_avg_sq", "", "", 1, 2, false}},
+    {"optim/adamax.py", {"Adamax", 2, "exp_avg and exp_inf", "", "", 1, 1, false}},
+    {"optim/adadelta.py", {"Adadelta", 2, "square_avg and acc_delta", "", "", 2, 2, false}},
+    {"optim/rprop.py", {"Rprop", 2, "prev and step_size", "", "", -1, 3, false}},
+    {"optim/sparse_adam.py", {"SparseAdam", 2, "exp_avg and exp_avg_sq", "", "", -1, -1, false}},
     {"optim/rmsprop.py",
      {"RMSprop", 1, "square_avg", "momentum_buffer too with momentum > 0, grad_avg with centered=True",
-      "bitsandbytes.optim.RMSprop8bit"}},
-    {"optim/sgd.py", {"SGD", 1, "momentum_buffer", "only with momentum > 0", "bitsandbytes.optim.SGD8bit"}},
-    {"optim/asgd.py", {"ASGD", 1, "ax", "", ""}},
-    {"optim/_muon.py", {"Muon", 1, "momentum_buffer", "", ""}},
-    {"optim/adagrad.py", {"Adagrad", 0, "sum", "made when the optimizer is built", "bitsandbytes.optim.Adagrad8bit"}},
+      "bitsandbytes.optim.RMSprop8bit", 1, 1, false}},
+    {"optim/sgd.py", {"SGD", 1, "momentum_buffer", "only with momentum > 0", "bitsandbytes.optim.SGD8bit", 0, 0, true}},
+    {"optim/asgd.py", {"ASGD", 1, "ax", "", "", 1, 0, false}},
+    {"optim/_muon.py", {"Muon", 1, "momentum_buffer", "", "", -1, -1, false}},
+    {"optim/adagrad.py",
+     {"Adagrad", 0, "sum", "made when the optimizer is built", "bitsandbytes.optim.Adagrad8bit", 2, 1, false}},
     {"optim/_adafactor.py",
-     {"Adafactor", 0, "row_var and col_var, or variance", "factored: a row and a column vector per matrix", ""}},
-    {"optim/lbfgs.py", {"LBFGS", 0, "a history of history_size steps", "", ""}},
+     {"Adafactor", 0, "row_var and col_var, or variance", "factored: a row and a column vector per matrix", "", -1, -1,
+      false}},
+    {"optim/lbfgs.py", {"LBFGS", 0, "a history of history_size steps", "", "", -1, -1, false}},
 };
 
 }  // namespace
+
+const char* implementation_name(OptimizerImplementation implementation) {
+  switch (implementation) {
+    case OptimizerImplementation::kForeach:
+      return "foreach";
+    case OptimizerImplementation::kSingleTensor:
+      return "single_tensor";
+    case OptimizerImplementation::kFused:
+      return "fused";
+    case OptimizerImplementation::kUnknown:
+      break;
+  }
+  return "unknown";
+}
 
 std::string count_states(int states) {
   static constexpr const char* kWords[] = {"no", "one", "two", "three"};

@@ -13,11 +13,27 @@
 // (`step`, ASGD's `eta` and `mu`, NAdam's `mu_product`) are not counted.
 // The 8-bit classes are bitsandbytes' (bitsandbytes/optim/__init__.py,
 // 0.45: Adam8bit, AdamW8bit, Adagrad8bit, RMSprop8bit, SGD8bit, ...).
+// The temporaries of each implementation were measured on torch 2.11 by
+// scripts/measure_optimizer_temporaries.py (one first step, default
+// options, two sets of parameter shapes): the foreach arithmetic holds
+// whole-list temporaries (Adam's `_foreach_sqrt` of every exp_avg_sq, one
+// parameter list's bytes), the single-tensor one a parameter's (Adam's
+// sqrt and quotient of the largest), the fused kernel none.
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 namespace oomtune::diagnose {
+
+/// How torch.optim runs an optimizer's arithmetic: its frames' function
+/// names (_multi_tensor_adam, _single_tensor_adam, _fused_adam). PyTorch's
+/// default on CUDA is foreach, unless fused=True is asked for
+/// (torch/optim/optimizer.py _default_to_fused_or_foreach).
+enum class OptimizerImplementation : uint8_t { kUnknown, kForeach, kSingleTensor, kFused };
+
+/// "foreach", "single_tensor", "fused"; "unknown".
+const char* implementation_name(OptimizerImplementation implementation);
 
 /// One torch.optim optimizer.
 struct OptimizerKind {
@@ -36,6 +52,16 @@ struct OptimizerKind {
   /// "bitsandbytes.optim.RMSprop8bit" ("... Adam8bit or AdamW8bit" for
   /// adam.py); empty where it has none.
   std::string_view eight_bit;
+  /// Temporaries the foreach arithmetic holds above the states at its peak,
+  /// in the parameters' bytes (Adam: 1, the square root of every
+  /// exp_avg_sq); -1 where not modelled (Rprop's depend on the data).
+  int foreach_temporaries;
+  /// The same for foreach=False, in the largest parameter's bytes (Adam:
+  /// 2, its sqrt and quotient); -1 where not modelled.
+  int single_tensor_temporaries;
+  /// fused=True runs on CUDA (torch 2.11: Adam, AdamW, SGD; Adagrad's
+  /// fused kernel is the CPU's only).
+  bool fused_on_cuda;
 };
 
 /// "one state", "two states", ..., for a sentence.

@@ -32,6 +32,63 @@ int64_t new_state_bytes(const std::vector<TraceEvent>& trace, const Attribution&
   return bytes;
 }
 
+/// How the optimizer runs its arithmetic: that of the latest event at or
+/// before `oom_event` whose stack shows it; kUnknown where none does.
+OptimizerImplementation implementation_seen(const std::vector<TraceEvent>& trace, const FrameIndex& frames,
+                                            size_t oom_event) {
+  for (size_t i = std::min(oom_event + 1, trace.size()); i-- > 0;) {
+    const OptimizerImplementation implementation = frames.optimizer_implementation(trace[i].frames);
+    if (implementation != OptimizerImplementation::kUnknown) return implementation;
+  }
+  return OptimizerImplementation::kUnknown;
+}
+
+/// The temporaries `implementation` holds at its peak, in gradients' bytes
+/// (foreach) or the largest parameter's (single tensor); -1: not modelled.
+/// Adam's figures where no frame names the optimizer.
+int optimizer_temporaries(const OptimizerKind* optimizer, OptimizerImplementation implementation) {
+  switch (implementation) {
+    case OptimizerImplementation::kForeach:
+      return optimizer ? optimizer->foreach_temporaries : 1;
+    case OptimizerImplementation::kSingleTensor:
+      return optimizer ? optimizer->single_tensor_temporaries : 2;
+    case OptimizerImplementation::kFused:
+      return 0;
+    case OptimizerImplementation::kUnknown:
+      break;
+  }
+  return -1;
+}
+
+/// The largest parameter's bytes: the largest allocation of parameters in
+/// the trace, else of gradients (parameters made before recording); 0.
+int64_t largest_parameter_bytes(const std::vector<TraceEvent>& trace, const Attribution& attr) {
+  int64_t parameters = 0, gradients = 0;
+  for (size_t i = 0; i < trace.size(); ++i) {
+    if (trace[i].action != TraceAction::kAlloc) continue;
+    if (attr.event_category[i] == Category::kParameters) parameters = std::max(parameters, trace[i].size);
+    if (attr.event_category[i] == Category::kGradients) gradients = std::max(gradients, trace[i].size);
+  }
+  return parameters > 0 ? parameters : gradients;
+}
+
+/// Bytes the optimizer's arithmetic (FrameIndex::runs_optimizer_math)
+/// allocated in events [first, end) and had not freed by `end`.
+int64_t arithmetic_bytes_alive(const std::vector<TraceEvent>& trace, const FrameIndex& frames, size_t first,
+                               size_t end) {
+  std::unordered_map<int64_t, int64_t> alive;  // addr -> bytes
+  for (size_t i = first; i < end && i < trace.size(); ++i) {
+    const TraceEvent& e = trace[i];
+    if (e.action == TraceAction::kAlloc && frames.runs_optimizer_math(e.frames))
+      alive[e.addr] = e.size;
+    else if (e.action == TraceAction::kFreeRequested)
+      alive.erase(e.addr);
+  }
+  int64_t bytes = 0;
+  for (const auto& [addr, size] : alive) bytes += size;
+  return bytes;
+}
+
 // Note [Blocks from the parameters]
 // Rationale: rule 3 sees the blocks a forward ran before it failed, not how
 // many it had still to run; a real GPT-2 failed in its 11th block of 12, and
@@ -594,7 +651,8 @@ PhaseNeed estimate_need(const NeedQuery& q, const std::vector<PhaseRun>& runs, c
     return need;
   }
 
-  // 2. the optimizer's first step: its states per parameter (Adam's two where no frame names it).
+  // 2. the optimizer's first step: its states per parameter (Adam's two
+  // where no frame names it), then its arithmetic's temporaries.
   const int states = q.optimizer ? q.optimizer->states_per_parameter : 2;
   if (first_step && states > 0) {
     const int64_t grads = q.live[static_cast<size_t>(Category::kGradients)];
@@ -604,16 +662,43 @@ PhaseNeed estimate_need(const NeedQuery& q, const std::vector<PhaseRun>& runs, c
       need.method = NeedMethod::kOptimizerFirstStep;
       need.states_per_parameter = states;
       need.state_total_bytes = states * base;
-      need.still_needed_bytes = std::max(q.rounded_bytes, need.state_total_bytes - state_alive);
+      const OptimizerImplementation seen = implementation_seen(trace, frames, q.oom_event);
+      need.implementation = seen == OptimizerImplementation::kUnknown ? OptimizerImplementation::kForeach : seen;
+      need.implementation_assumed = seen == OptimizerImplementation::kUnknown;
+      const int per = optimizer_temporaries(q.optimizer, need.implementation);
+      const int64_t unit =
+          need.implementation == OptimizerImplementation::kSingleTensor ? largest_parameter_bytes(trace, attr) : base;
+      need.temporaries_modelled = per >= 0;
+      need.temporaries_total_bytes = std::max(per, 0) * unit;
+      const int64_t math_alive = arithmetic_bytes_alive(trace, frames, run->first_event, q.oom_event);
+      need.temporaries_left_bytes = std::max<int64_t>(0, need.temporaries_total_bytes - math_alive);
+      need.still_needed_bytes = std::max(
+          q.rounded_bytes, std::max<int64_t>(0, need.state_total_bytes - state_alive) + need.temporaries_left_bytes);
       const std::string per_parameter =
           q.optimizer ? fmt::format("first {} step: {} per parameter ({})", q.optimizer->name, count_states(states),
                                     q.optimizer->states)
                       : std::string(
                             "first optimizer step, no torch.optim frame names it: Adam's and AdamW's two "
                             "states per parameter assumed");
-      need.estimate = fmt::format("{}, {} x {} of {} = {}, of which {} existed", per_parameter, states,
+      const std::string how = need.implementation_assumed
+                                  ? "foreach, PyTorch's default on CUDA, assumed: no frame shows the implementation"
+                                  : implementation_name(need.implementation);
+      std::string temporaries;
+      if (!need.temporaries_modelled) {
+        temporaries = fmt::format("; its arithmetic's temporaries ({}) are not counted", how);
+      } else if (need.implementation == OptimizerImplementation::kFused) {
+        temporaries = "; its arithmetic (fused) makes no temporaries of the parameters' size";
+      } else {
+        temporaries = fmt::format(
+            "; then its arithmetic's temporaries ({}): {} x {} of {} = {} at their peak, of which {} alive", how, per,
+            format_bytes(unit),
+            need.implementation == OptimizerImplementation::kSingleTensor ? "the largest parameter" : "gradients",
+            format_bytes(need.temporaries_total_bytes),
+            format_bytes(need.temporaries_total_bytes - need.temporaries_left_bytes));
+      }
+      need.estimate = fmt::format("{}, {} x {} of {} = {}, of which {} existed{}", per_parameter, states,
                                   format_bytes(base), grads > 0 ? "gradients" : "parameters",
-                                  format_bytes(need.state_total_bytes), format_bytes(state_alive));
+                                  format_bytes(need.state_total_bytes), format_bytes(state_alive), temporaries);
       return need;
     }
   }

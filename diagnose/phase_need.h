@@ -21,7 +21,14 @@
 //      for every p whose grad is not None, RMSprop's square_avg; Adam's
 //      two where no frame names the optimizer; not for one whose first
 //      step makes none, Adagrad): states x the gradients alive (else the
-//      parameters) less the optimizer state that already exists.
+//      parameters) less the optimizer state that already exists; plus the
+//      temporaries its arithmetic then holds at its peak (foreach, CUDA's
+//      default where no frame of the step shows the implementation:
+//      Adam's _foreach_sqrt of every exp_avg_sq, 1 x the gradients) less
+//      those of them alive. One parameter group is assumed: with several
+//      (Hugging Face's decay and no-decay groups), each group's arithmetic
+//      runs after its own states, so the temporaries are the largest
+//      group's, fewer than counted.
 //   3. forward blocks: the activations the forward kept, by layer, repeat
 //      with a period (one block of the model) over the longest regular run
 //      (the smallest period over 90% of them; else the longest run of a
@@ -51,8 +58,7 @@
 //   6. request: only the failing request is known.
 // Never below the rounded request.
 // Limitations: the estimate compares bytes, not free blocks; temporaries
-// of the remaining phase beyond its peak growth (trace) or beyond the
-// states (optimizer first step) are not counted.
+// of the remaining phase beyond its peak growth (trace) are not counted.
 
 #include <array>
 #include <cstdint>
@@ -150,6 +156,15 @@ struct PhaseNeed {
   /// (OptimizerKind::states_per_parameter; 2 where no frame names it)
   int states_per_parameter = 0;
   int64_t state_total_bytes = 0;  ///< optimizer first step: states_per_parameter x gradients (or parameters)
+  /// optimizer first step: how its arithmetic runs (the step's frames, else
+  /// foreach, CUDA's default: implementation_assumed), the temporaries it
+  /// holds at its peak (OptimizerKind; temporaries_modelled false where the
+  /// table has no figure) and those of them still to come at the oom
+  OptimizerImplementation implementation = OptimizerImplementation::kUnknown;
+  bool implementation_assumed = false;
+  bool temporaries_modelled = false;
+  int64_t temporaries_total_bytes = 0;
+  int64_t temporaries_left_bytes = 0;
   /// forward blocks: complete blocks before the oom; backward blocks: the
   /// blocks whose backward ran before the current one's
   int64_t blocks_done = 0;

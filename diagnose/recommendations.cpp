@@ -503,8 +503,17 @@ void recommend(Diagnosis& d) {
     const std::string what = first_step  ? "the first step allocates in all"
                              : state > 0 ? "alive"
                                          : fmt::format("about to be allocated ({} x parameters)", states);
-    const int64_t eight_bit_frees = std::llround(kEightBitSaving * static_cast<double>(base));
-    const std::string eight_bit_estimate = fmt::format("75% of the optimizer state ({} {})", format_bytes(base), what);
+    // The temporaries of its arithmetic still to come (a first step's need):
+    // bitsandbytes' 8-bit step updates each parameter in place and an
+    // offloaded step runs on the host, so neither makes them on the device.
+    const int64_t temporaries = first_step ? need.temporaries_left_bytes : 0;
+    const std::string and_temporaries =
+        temporaries > 0 ? fmt::format(" + the {} temporaries of its arithmetic still to come, which it does not make",
+                                      format_bytes(temporaries))
+                        : "";
+    const int64_t eight_bit_frees = std::llround(kEightBitSaving * static_cast<double>(base)) + temporaries;
+    const std::string eight_bit_estimate =
+        fmt::format("75% of the optimizer state ({} {}){}", format_bytes(base), what, and_temporaries);
     if (!optimizer) {
       out.push_back(Recommendation{FixId::kAdamW8bit, "8-bit AdamW (blockwise-quantized states)",
                                    fmt::format("Adam/AdamW keeps two fp32 states per parameter ({} {}); 8-bit "
@@ -521,10 +530,25 @@ void recommend(Diagnosis& d) {
           eight_bit_frees, eight_bit_estimate});
       out.back().label = fmt::format("8-bit {}", optimizer->name);
     }
-    out.push_back(
-        Recommendation{FixId::kOptimizerOffload, "Offload optimizer states to host memory",
-                       "The optimizer step then runs on the CPU copy; GPU memory keeps only parameters and gradients.",
-                       base, fmt::format("all optimizer state ({} {})", format_bytes(base), what)});
+    // fused=True: the same update in one kernel, without the foreach
+    // implementation's whole-list temporaries (torch 2.11: Adam, AdamW and
+    // SGD on CUDA).
+    if (temporaries > 0 && need.implementation == OptimizerImplementation::kForeach &&
+        (!optimizer || optimizer->fused_on_cuda)) {
+      const std::string name = optimizer ? std::string(optimizer->name) : std::string("Adam/AdamW");
+      out.push_back(Recommendation{
+          FixId::kFusedOptimizer, fmt::format("torch.optim.{}(..., fused=True)", name),
+          fmt::format("The foreach implementation{} holds temporaries of the whole parameter list ({} at its peak); "
+                      "the fused kernel updates each parameter in place, with the same result and usually faster.",
+                      need.implementation_assumed ? ", PyTorch's default on CUDA (assumed: no frame shows it),"
+                                                  : " (the step's frames)",
+                      format_bytes(need.temporaries_total_bytes)),
+          temporaries, fmt::format("the {} of foreach temporaries still to come", format_bytes(temporaries))});
+    }
+    out.push_back(Recommendation{
+        FixId::kOptimizerOffload, "Offload optimizer states to host memory",
+        "The optimizer step then runs on the CPU copy; GPU memory keeps only parameters and gradients.",
+        base + temporaries, fmt::format("all optimizer state ({} {}){}", format_bytes(base), what, and_temporaries)});
   }
 
   if (oom && oom->memory_cap) {

@@ -1,8 +1,9 @@
 // The optimizer a trace names decides what its first step still needed and
-// which 8-bit class is offered (diagnose/optimizer_kind.h): one built trace,
-// its optimizer frames in AdamW's, RMSprop's, Adagrad's or no file. Four
-// parameters of 16 MiB, their gradients, then the first step's states: two
-// made when the third fails.
+// which 8-bit class and fused kernel are offered (diagnose/optimizer_kind.h):
+// one built trace, its optimizer frames in AdamW's, RMSprop's, Adagrad's,
+// NAdam's or no file. Four parameters of 16 MiB, their gradients, then the
+// first step's states: two made when the third fails, or the step's
+// arithmetic failing after one temporary.
 
 #include <string>
 #include <vector>
@@ -22,17 +23,21 @@ constexpr int kStateParameters = 4;
 
 // `optimizer_file`: the torch/optim/ file of the step's frames ("" for a
 // step whose frames name no torch.optim optimizer: a user's own optim.py).
-Diagnosis first_step_oom(const std::string& optimizer_file) {
+// `arithmetic`: where given (_multi_tensor_adam, ...), the step's
+// arithmetic allocates one 16 MiB temporary before the out-of-memory, there.
+Diagnosis first_step_oom(const std::string& optimizer_file, const std::string& arithmetic = "") {
   const std::string torch = "/venv/lib/python3.12/site-packages/torch";
   const Frame script{"/home/u/train.py", "main", 30};
   const Frame step = optimizer_file.empty() ? Frame{"/home/u/optim.py", "step", 12}
                                             : Frame{torch + "/optim/" + optimizer_file, "step", 160};
   const Frame init_group = optimizer_file.empty() ? Frame{"/home/u/optim.py", "init_state", 20}
                                                   : Frame{torch + "/optim/" + optimizer_file, "_init_group", 123};
+  const Frame wrapper{torch + "/optim/optimizer.py", "wrapper", 485};
   Snapshot s = testing::with_stacks({
-      {{torch + "/nn/modules/module.py", "_apply", 900}, script},                   // 1: parameters
-      {{torch + "/_tensor.py", "backward", 620}, script},                           // 2: gradients
-      {init_group, step, {torch + "/optim/optimizer.py", "wrapper", 485}, script},  // 3: states
+      {{torch + "/nn/modules/module.py", "_apply", 900}, script},                      // 1: parameters
+      {{torch + "/_tensor.py", "backward", 620}, script},                              // 2: gradients
+      {init_group, step, wrapper, script},                                             // 3: states
+      {{torch + "/optim/" + optimizer_file, arithmetic, 600}, step, wrapper, script},  // 4: the arithmetic
   });
   std::vector<TraceEvent>& trace = s.device_traces.emplace_back();
   int64_t addr = 1 << 30;
@@ -49,21 +54,27 @@ Diagnosis first_step_oom(const std::string& optimizer_file) {
   for (int i = 0; i < kStateParameters; ++i) alloc(2);
   alloc(3);
   alloc(3);
+  if (!arithmetic.empty()) alloc(4);
   TraceEvent oom;
   oom.action = TraceAction::kOom;
   oom.size = kStateBytes;
-  oom.frames = 3;
+  oom.frames = arithmetic.empty() ? 3 : 4;
   trace.push_back(oom);
   return diagnose(s, "first_step.pickle", DiagnoseOptions{});
 }
 
-const Recommendation* eight_bit(const Diagnosis& d) {
+const Recommendation* find_fix(const Diagnosis& d, FixId id) {
   for (const Recommendation& r : d.recommendations) {
-    if (r.id == FixId::kAdamW8bit) return &r;
+    if (r.id == id) return &r;
   }
   return nullptr;
 }
 
+const Recommendation* eight_bit(const Diagnosis& d) { return find_fix(d, FixId::kAdamW8bit); }
+
+// The step failed in _init_group: its arithmetic, foreach as PyTorch runs
+// it on CUDA by default, is still to come with its temporaries: one
+// parameter list's bytes for RMSprop and Adam (_foreach_sqrt).
 TEST(OptimizerKind, RmspropsFirstStepNeedsOneStateAParameter) {
   const Diagnosis d = first_step_oom("rmsprop.py");
   ASSERT_NE(d.optimizer, nullptr);
@@ -71,11 +82,16 @@ TEST(OptimizerKind, RmspropsFirstStepNeedsOneStateAParameter) {
   EXPECT_EQ(d.need.method, NeedMethod::kOptimizerFirstStep);
   EXPECT_EQ(d.need.states_per_parameter, 1);
   EXPECT_EQ(d.need.state_total_bytes, kStateParameters * kStateBytes);
-  EXPECT_EQ(d.need.still_needed_bytes, (kStateParameters - 2) * kStateBytes);  // two square_avg made
+  EXPECT_EQ(d.need.implementation, OptimizerImplementation::kForeach);
+  EXPECT_TRUE(d.need.implementation_assumed);
+  EXPECT_EQ(d.need.temporaries_total_bytes, kStateParameters * kStateBytes);
+  // Two square_avg made, two to come, then the temporaries.
+  EXPECT_EQ(d.need.still_needed_bytes, (kStateParameters - 2 + kStateParameters) * kStateBytes);
   const Recommendation* r = eight_bit(d);
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->change, "8-bit RMSprop (bitsandbytes.optim.RMSprop8bit: blockwise-quantized states)");
-  EXPECT_EQ(r->frees_bytes, 3 * kStateParameters * kStateBytes / 4);
+  EXPECT_EQ(r->frees_bytes, 3 * kStateParameters * kStateBytes / 4 + kStateParameters * kStateBytes);
+  EXPECT_EQ(find_fix(d, FixId::kFusedOptimizer), nullptr);  // RMSprop has no fused kernel
   EXPECT_NE(d.verdicts.front().evidence.find("The first step of RMSprop (torch.optim) allocates one state"),
             std::string::npos)
       << d.verdicts.front().evidence;
@@ -86,15 +102,54 @@ TEST(OptimizerKind, AdamwsFirstStepNeedsTwo) {
   ASSERT_NE(d.optimizer, nullptr);
   EXPECT_EQ(d.optimizer->name, "AdamW");
   EXPECT_EQ(d.need.states_per_parameter, 2);
-  EXPECT_EQ(d.need.still_needed_bytes, (2 * kStateParameters - 2) * kStateBytes);
+  EXPECT_EQ(d.need.still_needed_bytes, (2 * kStateParameters - 2 + kStateParameters) * kStateBytes);
   const Recommendation* r = eight_bit(d);
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->change, "8-bit AdamW (bitsandbytes.optim.AdamW8bit: blockwise-quantized states)");
-  EXPECT_EQ(r->frees_bytes, 3 * 2 * kStateParameters * kStateBytes / 4);
+  EXPECT_EQ(r->frees_bytes, 3 * 2 * kStateParameters * kStateBytes / 4 + kStateParameters * kStateBytes);
+  EXPECT_EQ(r->sufficiency, Sufficiency::kEnough);
+  const Recommendation* fused = find_fix(d, FixId::kFusedOptimizer);
+  ASSERT_NE(fused, nullptr);
+  EXPECT_EQ(fused->change, "torch.optim.AdamW(..., fused=True)");
+  EXPECT_EQ(fused->frees_bytes, kStateParameters * kStateBytes);
+  EXPECT_EQ(fused->sufficiency, Sufficiency::kNotEnough);
   EXPECT_NE(render_text(d).find("(first AdamW step: two states per parameter (exp_avg and exp_avg_sq), 2 x 64.00 MiB "
-                                "of gradients = 128.00 MiB, of which 32.00 MiB existed)"),
+                                "of gradients = 128.00 MiB, of which 32.00 MiB existed; then its arithmetic's "
+                                "temporaries (foreach, PyTorch's default on CUDA, assumed: no frame shows the "
+                                "implementation): 1 x 64.00 MiB of gradients = 64.00 MiB at their peak, of which 0 B "
+                                "alive)"),
             std::string::npos)
       << render_text(d);
+}
+
+// The step's own frames say how its arithmetic runs; what it has made of
+// its temporaries is alive (16 MiB here).
+TEST(OptimizerKind, TheStepsFramesShowItsImplementation) {
+  {
+    const Diagnosis d = first_step_oom("adamw.py", "_multi_tensor_adamw");
+    EXPECT_EQ(d.need.implementation, OptimizerImplementation::kForeach);
+    EXPECT_FALSE(d.need.implementation_assumed);
+    EXPECT_EQ(d.need.temporaries_left_bytes, (kStateParameters - 1) * kStateBytes);
+    EXPECT_EQ(d.need.still_needed_bytes, (2 * kStateParameters - 2 + kStateParameters - 1) * kStateBytes);
+    const Recommendation* fused = find_fix(d, FixId::kFusedOptimizer);
+    ASSERT_NE(fused, nullptr);
+    EXPECT_EQ(fused->frees_bytes, (kStateParameters - 1) * kStateBytes);
+  }
+  {
+    // One parameter at a time: sqrt and quotient of the largest (16 MiB), one of them made.
+    const Diagnosis d = first_step_oom("adamw.py", "_single_tensor_adamw");
+    EXPECT_EQ(d.need.implementation, OptimizerImplementation::kSingleTensor);
+    EXPECT_EQ(d.need.temporaries_total_bytes, 2 * kStateBytes);
+    EXPECT_EQ(d.need.still_needed_bytes, (2 * kStateParameters - 2 + 1) * kStateBytes);
+    EXPECT_EQ(find_fix(d, FixId::kFusedOptimizer), nullptr);
+  }
+  {
+    const Diagnosis d = first_step_oom("adamw.py", "_fused_adamw");
+    EXPECT_EQ(d.need.implementation, OptimizerImplementation::kFused);
+    EXPECT_EQ(d.need.temporaries_total_bytes, 0);
+    EXPECT_EQ(d.need.still_needed_bytes, (2 * kStateParameters - 2) * kStateBytes);
+    EXPECT_EQ(find_fix(d, FixId::kFusedOptimizer), nullptr);
+  }
 }
 
 // Adagrad makes its `sum` when it is built: its first step makes no state
@@ -115,6 +170,7 @@ TEST(OptimizerKind, NoEightBitClassNoEightBitFix) {
   EXPECT_EQ(d.optimizer->name, "NAdam");
   EXPECT_EQ(d.need.states_per_parameter, 2);
   EXPECT_EQ(eight_bit(d), nullptr);
+  EXPECT_EQ(find_fix(d, FixId::kFusedOptimizer), nullptr);
   bool offload = false;
   for (const Recommendation& r : d.recommendations) offload = offload || r.id == FixId::kOptimizerOffload;
   EXPECT_TRUE(offload);
@@ -125,11 +181,14 @@ TEST(OptimizerKind, UnnamedOptimizerIsAssumedAdam) {
   const Diagnosis d = first_step_oom("");
   EXPECT_EQ(d.optimizer, nullptr);
   EXPECT_EQ(d.need.states_per_parameter, 2);
-  EXPECT_EQ(d.need.still_needed_bytes, (2 * kStateParameters - 2) * kStateBytes);
+  EXPECT_EQ(d.need.still_needed_bytes, (2 * kStateParameters - 2 + kStateParameters) * kStateBytes);
   EXPECT_NE(d.need.estimate.find("no torch.optim frame names it"), std::string::npos) << d.need.estimate;
   const Recommendation* r = eight_bit(d);
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->change, "8-bit AdamW (blockwise-quantized states)");
+  const Recommendation* fused = find_fix(d, FixId::kFusedOptimizer);
+  ASSERT_NE(fused, nullptr);
+  EXPECT_EQ(fused->change, "torch.optim.Adam/AdamW(..., fused=True)");
 }
 
 TEST(OptimizerKind, StatesCountedInWords) {

@@ -39,7 +39,8 @@ TEST(FixTables, EveryIdHasItsRow) {
 }
 
 // The case: 42 MiB free in small blocks, the first AdamW step with
-// 320 MiB of state still to allocate. 8-bit AdamW first, not expandable_segments.
+// 320 MiB of state still to allocate and 256 MiB of foreach temporaries
+// after them. 8-bit AdamW first, not expandable_segments.
 TEST(Sufficiency, FirstAdamWStepRanksEightBitFirstAndDefragmentingNotEnough) {
   const std::string path = testing::synthetic_fixture("adamw_first_step_oom.pickle");
   SKIP_IF_MISSING(path);
@@ -48,10 +49,12 @@ TEST(Sufficiency, FirstAdamWStepRanksEightBitFirstAndDefragmentingNotEnough) {
   EXPECT_EQ(d.ooms[0].reserved_free_bytes, 42 * kMiB);
   EXPECT_TRUE(d.ooms[0].fragmentation);
   EXPECT_EQ(d.need.method, NeedMethod::kOptimizerFirstStep);
-  EXPECT_EQ(d.need.state_total_bytes, 512 * kMiB);   // 2 x 8 gradients of 32 MiB
-  EXPECT_EQ(d.need.still_needed_bytes, 320 * kMiB);  // less the 6 states made
+  EXPECT_EQ(d.need.state_total_bytes, 512 * kMiB);  // 2 x 8 gradients of 32 MiB
+  // less the 6 states made, and foreach's temporaries after them (1 x 256 MiB, assumed: no frame shows it)
+  EXPECT_EQ(d.need.temporaries_total_bytes, 256 * kMiB);
+  EXPECT_EQ(d.need.still_needed_bytes, (320 + 256) * kMiB);
   EXPECT_FALSE(d.need.lower_bound);
-  // Defragmenting frees 42 MiB of 320: the optimizer verdict comes first.
+  // Defragmenting frees 42 MiB of 576: the optimizer verdict comes first.
   ASSERT_GE(d.verdicts.size(), 2u);
   EXPECT_EQ(d.verdicts[0].id, VerdictId::kOptimizerStateAllocation);
   EXPECT_EQ(d.verdicts[1].id, VerdictId::kFragmentation);
@@ -70,22 +73,25 @@ TEST(Sufficiency, FirstAdamWStepRanksEightBitFirstAndDefragmentingNotEnough) {
             std::string::npos)
       << d.verdicts[1].evidence;
 
-  ASSERT_GE(d.recommendations.size(), 3u);
+  ASSERT_GE(d.recommendations.size(), 4u);
   EXPECT_EQ(d.recommendations[0].id, FixId::kAdamW8bit);
-  EXPECT_EQ(d.recommendations[0].frees_bytes, 384 * kMiB);  // 75% of 512 MiB
+  EXPECT_EQ(d.recommendations[0].frees_bytes, (384 + 256) * kMiB);  // 75% of 512 MiB, and no foreach temporaries
   EXPECT_EQ(sufficiency_text(d.recommendations[0]), "enough");
   EXPECT_EQ(d.recommendations[1].id, FixId::kOptimizerOffload);
-  EXPECT_EQ(d.recommendations[1].frees_bytes, 512 * kMiB);
+  EXPECT_EQ(d.recommendations[1].frees_bytes, (512 + 256) * kMiB);
   EXPECT_EQ(d.recommendations[1].sufficiency, Sufficiency::kEnough);
-  EXPECT_EQ(d.recommendations[2].id, FixId::kExpandableSegments);
-  EXPECT_EQ(sufficiency_text(d.recommendations[2]), "not enough alone (frees 24.00 MiB, needs 320.00 MiB)");
+  // fused=True frees the foreach temporaries alone: not enough either.
+  EXPECT_EQ(d.recommendations[2].id, FixId::kFusedOptimizer);
+  EXPECT_EQ(sufficiency_text(d.recommendations[2]), "not enough alone (frees 256.00 MiB, needs 576.00 MiB)");
+  EXPECT_EQ(d.recommendations[3].id, FixId::kExpandableSegments);
+  EXPECT_EQ(sufficiency_text(d.recommendations[3]), "not enough alone (frees 24.00 MiB, needs 576.00 MiB)");
   EXPECT_EQ(find(d, FixId::kMaxSplitSize), nullptr);  // no free byte in the large pool: it would free nothing
   EXPECT_EQ(find(d, FixId::kCombined), nullptr);      // one fix is enough alone
   const std::string text = render_text(d);
   EXPECT_NE(text.find("1. 8-bit AdamW (bitsandbytes.optim.AdamW8bit: blockwise-quantized states): enough\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("the optimizer phase still needed 320.00 MiB (first AdamW step: two states per parameter"),
+  EXPECT_NE(text.find("the optimizer phase still needed 576.00 MiB (first AdamW step: two states per parameter"),
             std::string::npos);
 }
 
