@@ -465,6 +465,14 @@ std::string first_step_prose(const OptimizerKind* optimizer) {
                      count_states(k.states_per_parameter), k.states, options);
 }
 
+/// An optimizer step after its first (Note [Phase need] rule 2), one sentence.
+std::string later_step_prose(const PhaseNeed& need) {
+  return fmt::format(
+      "Its states were made by an earlier step; this step's arithmetic ({}{}) holds {} of temporaries at its peak.",
+      implementation_name(need.implementation), need.implementation_assumed ? ", assumed" : "",
+      format_bytes(need.temporaries_total_bytes));
+}
+
 const char* inference_prose(InferenceKind kind) {
   switch (kind) {
     case InferenceKind::kGenerate:
@@ -581,13 +589,14 @@ void add_verdicts(Diagnosis& d) {
   } else if (phase == Phase::kOptimizer) {
     main.push_back(Verdict{
         VerdictId::kOptimizerStateAllocation,
-        fmt::format("{} happened in the optimizer step{}: optimizer state alive {}, parameters {}, gradients {} "
-                    "of {} allocated. {}",
-                    where == "the peak" ? "The peak" : "The out-of-memory", oom_place(oom),
-                    format_bytes(cats[static_cast<size_t>(Category::kOptimizerState)]),
-                    format_bytes(cats[static_cast<size_t>(Category::kParameters)]),
-                    format_bytes(cats[static_cast<size_t>(Category::kGradients)]), format_bytes(allocated),
-                    first_step_prose(d.optimizer))});
+        fmt::format(
+            "{} happened in the optimizer step{}: optimizer state alive {}, parameters {}, gradients {} "
+            "of {} allocated. {}",
+            where == "the peak" ? "The peak" : "The out-of-memory", oom_place(oom),
+            format_bytes(cats[static_cast<size_t>(Category::kOptimizerState)]),
+            format_bytes(cats[static_cast<size_t>(Category::kParameters)]),
+            format_bytes(cats[static_cast<size_t>(Category::kGradients)]), format_bytes(allocated),
+            d.need.method == NeedMethod::kOptimizerStep ? later_step_prose(d.need) : first_step_prose(d.optimizer))});
   } else if (oom && !oom->fragmentation && !eval_outputs) {
     main.push_back(Verdict{
         VerdictId::kCapacity,

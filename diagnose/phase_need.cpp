@@ -89,6 +89,72 @@ int64_t arithmetic_bytes_alive(const std::vector<TraceEvent>& trace, const Frame
   return bytes;
 }
 
+/// Note [Phase need] rule 2: a first step's states still to make (where
+/// the optimizer makes any), then the temporaries its arithmetic holds at
+/// its peak less those alive; a later step's temporaries alone. False
+/// where neither is known (no gradients or parameters alive; an optimizer
+/// whose first step makes no state, or whose temporaries are not modelled,
+/// for a later step).
+bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<TraceEvent>& trace,
+                    const Attribution& attr, const FrameIndex& frames, bool first_step, PhaseNeed& need) {
+  const int states = q.optimizer ? q.optimizer->states_per_parameter : 2;
+  const int64_t grads = q.live[static_cast<size_t>(Category::kGradients)];
+  const int64_t params = q.live[static_cast<size_t>(Category::kParameters)];
+  const int64_t base = grads > 0 ? grads : params;
+  const int64_t state_alive = q.live[static_cast<size_t>(Category::kOptimizerState)];
+  const OptimizerImplementation seen = implementation_seen(trace, frames, q.oom_event);
+  const OptimizerImplementation implementation =
+      seen == OptimizerImplementation::kUnknown ? OptimizerImplementation::kForeach : seen;
+  const int per = optimizer_temporaries(q.optimizer, implementation);
+  if (base <= 0 || (first_step ? states <= 0 : per < 0)) return false;
+
+  need.method = first_step ? NeedMethod::kOptimizerFirstStep : NeedMethod::kOptimizerStep;
+  need.states_per_parameter = first_step ? states : 0;
+  need.state_total_bytes = first_step ? states * base : 0;
+  need.implementation = implementation;
+  need.implementation_assumed = seen == OptimizerImplementation::kUnknown;
+  const int64_t unit =
+      implementation == OptimizerImplementation::kSingleTensor ? largest_parameter_bytes(trace, attr) : base;
+  need.temporaries_modelled = per >= 0;
+  need.temporaries_total_bytes = std::max(per, 0) * unit;
+  const int64_t math_alive = arithmetic_bytes_alive(trace, frames, run.first_event, q.oom_event);
+  need.temporaries_left_bytes = std::max<int64_t>(0, need.temporaries_total_bytes - math_alive);
+  const int64_t states_left = first_step ? std::max<int64_t>(0, need.state_total_bytes - state_alive) : 0;
+  need.still_needed_bytes = std::max(q.rounded_bytes, states_left + need.temporaries_left_bytes);
+
+  const std::string how = need.implementation_assumed
+                              ? "foreach, PyTorch's default on CUDA, assumed: no frame shows the implementation"
+                              : implementation_name(implementation);
+  std::string temporaries;
+  if (!need.temporaries_modelled) {
+    temporaries = fmt::format("its arithmetic's temporaries ({}) are not counted", how);
+  } else if (implementation == OptimizerImplementation::kFused) {
+    temporaries = "its arithmetic (fused) makes no temporaries of the parameters' size";
+  } else {
+    temporaries =
+        fmt::format("{}its arithmetic's temporaries ({}): {} x {} of {} = {} at their peak, of which {} alive",
+                    first_step ? "then " : "", how, per, format_bytes(unit),
+                    implementation == OptimizerImplementation::kSingleTensor ? "the largest parameter" : "gradients",
+                    format_bytes(need.temporaries_total_bytes),
+                    format_bytes(need.temporaries_total_bytes - need.temporaries_left_bytes));
+  }
+  const std::string name = q.optimizer ? std::string(q.optimizer->name) : std::string();
+  if (!first_step) {
+    need.estimate = fmt::format("{} step after its first (its states exist: {}): {}", q.optimizer ? name : "optimizer",
+                                format_bytes(state_alive), temporaries);
+    return true;
+  }
+  const std::string per_parameter =
+      q.optimizer ? fmt::format("first {} step: {} per parameter ({})", name, count_states(states), q.optimizer->states)
+                  : std::string(
+                        "first optimizer step, no torch.optim frame names it: Adam's and AdamW's two states per "
+                        "parameter assumed");
+  need.estimate = fmt::format("{}, {} x {} of {} = {}, of which {} existed; {}", per_parameter, states,
+                              format_bytes(base), grads > 0 ? "gradients" : "parameters",
+                              format_bytes(need.state_total_bytes), format_bytes(state_alive), temporaries);
+  return true;
+}
+
 // Note [Blocks from the parameters]
 // Rationale: rule 3 sees the blocks a forward ran before it failed, not how
 // many it had still to run; a real GPT-2 failed in its 11th block of 12, and
@@ -543,6 +609,8 @@ const char* need_method_name(NeedMethod method) {
       return "trace";
     case NeedMethod::kOptimizerFirstStep:
       return "optimizer_first_step";
+    case NeedMethod::kOptimizerStep:
+      return "optimizer_step";
     case NeedMethod::kForwardBlocks:
       return "forward_blocks";
     case NeedMethod::kBackwardBlocks:
@@ -565,6 +633,7 @@ const char* need_covers(const PhaseNeed& need) {
       return "the rest of the current block";
     case NeedMethod::kTrace:
     case NeedMethod::kOptimizerFirstStep:
+    case NeedMethod::kOptimizerStep:
       return "the rest of the phase's need";
     case NeedMethod::kRequest:
       break;
@@ -585,6 +654,7 @@ const char* need_leaves_out(const PhaseNeed& need) {
                                    : "the blocks after the current one are not in the snapshot";
     case NeedMethod::kTrace:
     case NeedMethod::kOptimizerFirstStep:
+    case NeedMethod::kOptimizerStep:
       break;
   }
   return "";
@@ -651,57 +721,8 @@ PhaseNeed estimate_need(const NeedQuery& q, const std::vector<PhaseRun>& runs, c
     return need;
   }
 
-  // 2. the optimizer's first step: its states per parameter (Adam's two
-  // where no frame names it), then its arithmetic's temporaries.
-  const int states = q.optimizer ? q.optimizer->states_per_parameter : 2;
-  if (first_step && states > 0) {
-    const int64_t grads = q.live[static_cast<size_t>(Category::kGradients)];
-    const int64_t params = q.live[static_cast<size_t>(Category::kParameters)];
-    const int64_t base = grads > 0 ? grads : params;
-    if (base > 0) {
-      need.method = NeedMethod::kOptimizerFirstStep;
-      need.states_per_parameter = states;
-      need.state_total_bytes = states * base;
-      const OptimizerImplementation seen = implementation_seen(trace, frames, q.oom_event);
-      need.implementation = seen == OptimizerImplementation::kUnknown ? OptimizerImplementation::kForeach : seen;
-      need.implementation_assumed = seen == OptimizerImplementation::kUnknown;
-      const int per = optimizer_temporaries(q.optimizer, need.implementation);
-      const int64_t unit =
-          need.implementation == OptimizerImplementation::kSingleTensor ? largest_parameter_bytes(trace, attr) : base;
-      need.temporaries_modelled = per >= 0;
-      need.temporaries_total_bytes = std::max(per, 0) * unit;
-      const int64_t math_alive = arithmetic_bytes_alive(trace, frames, run->first_event, q.oom_event);
-      need.temporaries_left_bytes = std::max<int64_t>(0, need.temporaries_total_bytes - math_alive);
-      need.still_needed_bytes = std::max(
-          q.rounded_bytes, std::max<int64_t>(0, need.state_total_bytes - state_alive) + need.temporaries_left_bytes);
-      const std::string per_parameter =
-          q.optimizer ? fmt::format("first {} step: {} per parameter ({})", q.optimizer->name, count_states(states),
-                                    q.optimizer->states)
-                      : std::string(
-                            "first optimizer step, no torch.optim frame names it: Adam's and AdamW's two "
-                            "states per parameter assumed");
-      const std::string how = need.implementation_assumed
-                                  ? "foreach, PyTorch's default on CUDA, assumed: no frame shows the implementation"
-                                  : implementation_name(need.implementation);
-      std::string temporaries;
-      if (!need.temporaries_modelled) {
-        temporaries = fmt::format("; its arithmetic's temporaries ({}) are not counted", how);
-      } else if (need.implementation == OptimizerImplementation::kFused) {
-        temporaries = "; its arithmetic (fused) makes no temporaries of the parameters' size";
-      } else {
-        temporaries = fmt::format(
-            "; then its arithmetic's temporaries ({}): {} x {} of {} = {} at their peak, of which {} alive", how, per,
-            format_bytes(unit),
-            need.implementation == OptimizerImplementation::kSingleTensor ? "the largest parameter" : "gradients",
-            format_bytes(need.temporaries_total_bytes),
-            format_bytes(need.temporaries_total_bytes - need.temporaries_left_bytes));
-      }
-      need.estimate = fmt::format("{}, {} x {} of {} = {}, of which {} existed{}", per_parameter, states,
-                                  format_bytes(base), grads > 0 ? "gradients" : "parameters",
-                                  format_bytes(need.state_total_bytes), format_bytes(state_alive), temporaries);
-      return need;
-    }
-  }
+  // 2. the optimizer step's known shape: a first step's states, then its arithmetic's temporaries.
+  if (q.phase == Phase::kOptimizer && optimizer_step(q, *run, trace, attr, frames, first_step, need)) return need;
 
   // 3. the forward's block pattern.
   if (q.phase == Phase::kForward && !q.inference)

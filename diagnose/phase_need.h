@@ -25,7 +25,9 @@
 //      temporaries its arithmetic then holds at its peak (foreach, CUDA's
 //      default where no frame of the step shows the implementation:
 //      Adam's _foreach_sqrt of every exp_avg_sq, 1 x the gradients) less
-//      those of them alive. One parameter group is assumed: with several
+//      those of them alive. A later step whose trace holds no earlier
+//      one (optimizer_step: recording began in the step before): those
+//      temporaries alone. One parameter group is assumed: with several
 //      (Hugging Face's decay and no-decay groups), each group's arithmetic
 //      runs after its own states, so the temporaries are the largest
 //      group's, fewer than counted.
@@ -75,13 +77,14 @@ namespace oomtune::diagnose {
 enum class NeedMethod : uint8_t {
   kTrace,
   kOptimizerFirstStep,
+  kOptimizerStep,
   kForwardBlocks,
   kBackwardBlocks,
   kRecomputedBlock,
   kRequest
 };
 
-/// "trace", "optimizer_first_step", "forward_blocks", "backward_blocks",
+/// "trace", "optimizer_first_step", "optimizer_step", "forward_blocks", "backward_blocks",
 /// "recomputed_block", "request".
 const char* need_method_name(NeedMethod method);
 

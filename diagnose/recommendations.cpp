@@ -506,7 +506,8 @@ void recommend(Diagnosis& d) {
     // The temporaries of its arithmetic still to come (a first step's need):
     // bitsandbytes' 8-bit step updates each parameter in place and an
     // offloaded step runs on the host, so neither makes them on the device.
-    const int64_t temporaries = first_step ? need.temporaries_left_bytes : 0;
+    const bool step_need = first_step || (need.known && need.method == NeedMethod::kOptimizerStep);
+    const int64_t temporaries = step_need ? need.temporaries_left_bytes : 0;
     const std::string and_temporaries =
         temporaries > 0 ? fmt::format(" + the {} temporaries of its arithmetic still to come, which it does not make",
                                       format_bytes(temporaries))

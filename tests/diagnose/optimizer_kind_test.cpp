@@ -152,6 +152,64 @@ TEST(OptimizerKind, TheStepsFramesShowItsImplementation) {
   }
 }
 
+// A later step whose trace holds no step without new states to compare
+// with (the first step made them): its foreach temporaries to come alone.
+TEST(OptimizerKind, ALaterStepNeedsItsTemporaries) {
+  const std::string torch = "/venv/lib/python3.12/site-packages/torch";
+  const Frame script{"/home/u/train.py", "main", 30};
+  const Frame step{torch + "/optim/adam.py", "step", 230};
+  Snapshot s = testing::with_stacks({
+      {{torch + "/nn/modules/module.py", "_apply", 900}, script},             // 1: parameters
+      {{torch + "/_tensor.py", "backward", 620}, script},                     // 2: gradients
+      {{torch + "/optim/adam.py", "_init_group", 180}, step, script},         // 3: states
+      {{torch + "/optim/adam.py", "_multi_tensor_adam", 640}, step, script},  // 4: the arithmetic
+  });
+  std::vector<TraceEvent>& trace = s.device_traces.emplace_back();
+  int64_t next = 1 << 30;
+  auto event = [&](TraceAction action, StackId stack, int64_t addr) {
+    TraceEvent e;
+    e.action = action;
+    e.addr = addr;
+    e.size = kStateBytes;
+    e.frames = stack;
+    trace.push_back(e);
+    return addr;
+  };
+  auto alloc = [&](StackId stack) {
+    next += kStateBytes;
+    return event(TraceAction::kAlloc, stack, next);
+  };
+  for (int i = 0; i < kStateParameters; ++i) alloc(1);
+  for (int i = 0; i < kStateParameters; ++i) alloc(2);
+  // The first step: its states, its arithmetic's temporaries, freed.
+  for (int i = 0; i < 2 * kStateParameters; ++i) alloc(3);
+  std::vector<int64_t> temporaries;
+  for (int i = 0; i < kStateParameters; ++i) temporaries.push_back(alloc(4));
+  for (int64_t addr : temporaries) event(TraceAction::kFreeRequested, 4, addr);
+  // Backward between the steps, then the second step's arithmetic fails at its second temporary.
+  event(TraceAction::kFreeRequested, 2, alloc(2));
+  alloc(4);
+  TraceEvent oom;
+  oom.action = TraceAction::kOom;
+  oom.size = kStateBytes;
+  oom.frames = 4;
+  trace.push_back(oom);
+  const Diagnosis d = diagnose(s, "later_step.pickle", DiagnoseOptions{});
+  EXPECT_EQ(d.need.method, NeedMethod::kOptimizerStep);
+  EXPECT_EQ(d.need.implementation, OptimizerImplementation::kForeach);
+  EXPECT_FALSE(d.need.implementation_assumed);
+  EXPECT_EQ(d.need.temporaries_total_bytes, kStateParameters * kStateBytes);
+  EXPECT_EQ(d.need.still_needed_bytes, (kStateParameters - 1) * kStateBytes);
+  const Recommendation* fused = find_fix(d, FixId::kFusedOptimizer);
+  ASSERT_NE(fused, nullptr);
+  EXPECT_EQ(fused->change, "torch.optim.Adam/AdamW(..., fused=True)");
+  EXPECT_EQ(fused->sufficiency, Sufficiency::kEnough);
+  EXPECT_NE(d.verdicts.front().evidence.find("Its states were made by an earlier step; this step's arithmetic "
+                                             "(foreach) holds 64.00 MiB of temporaries at its peak."),
+            std::string::npos)
+      << d.verdicts.front().evidence;
+}
+
 // Adagrad makes its `sum` when it is built: its first step makes no state
 // of the parameters' size, so the need is the request alone.
 TEST(OptimizerKind, AdagradsFirstStepMakesNoState) {
