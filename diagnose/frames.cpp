@@ -291,6 +291,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   std::vector<InferenceKind> evaluation(frames.size());        // an evaluation loop's kind, or kNone
   std::vector<uint8_t> eval_outputs(frames.size());            // concatenates_eval_outputs
   std::vector<uint8_t> kv_cache(frames.size());                // stores_kv_cache
+  std::vector<uint8_t> hf_trainer(frames.size());              // runs_hf_trainer
   std::vector<uint8_t> model_init(frames.size());              // a library model's __init__ (frames.h, Parameters)
   std::vector<uint8_t> optimizer_math(frames.size());          // runs_optimizer_math
   std::vector<const OptimizerKind*> optimizer(frames.size());  // optimizer
@@ -330,6 +331,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     evaluation[i] = evaluation_loop(frames[i], c);
     eval_outputs[i] = frame_concatenates_eval_outputs(frames[i], c);
     kv_cache[i] = c.origin == Origin::kLibrary && c.path == "transformers/cache_utils.py";
+    hf_trainer[i] = c.origin == Origin::kLibrary && c.path == "transformers/trainer.py";
     model_init[i] = c.origin == Origin::kLibrary && frames[i].name == "__init__" &&
                     (is_model_file(c.path) || c.path == "transformers/pytorch_utils.py");
     if (c.origin == Origin::kTorch && starts_with(c.path, "optim/")) {
@@ -355,6 +357,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   stack_inference_.assign(n, InferenceKind::kNone);
   stack_eval_outputs_.assign(n, 0);
   stack_kv_cache_.assign(n, 0);
+  stack_hf_trainer_.assign(n, 0);
   stack_optimizer_math_.assign(n, 0);
   stack_optimizer_.assign(n, nullptr);
   stack_implementation_.assign(n, OptimizerImplementation::kUnknown);
@@ -407,6 +410,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
       builds_model = builds_model || model_init[f];
       if (eval_outputs[f]) stack_eval_outputs_[s] = 1;
       if (kv_cache[f]) stack_kv_cache_[s] = 1;
+      if (hf_trainer[f]) stack_hf_trainer_[s] = 1;
       if (optimizer_math[f]) stack_optimizer_math_[s] = 1;
       if (optimizer[f] && !stack_optimizer_[s]) stack_optimizer_[s] = optimizer[f];  // the innermost
       if (implementation[f] != OptimizerImplementation::kUnknown) stack_implementation_[s] = implementation[f];

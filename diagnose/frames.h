@@ -191,6 +191,11 @@ class FrameIndex {
   /// torch.cat in transformers 5.x), which keeps them across blocks with
   /// or without autograd.
   bool stores_kv_cache(StackId stack) const { return stack_kv_cache_[stack] != 0; }
+  /// True when Hugging Face's Trainer runs the stack (a frame of
+  /// transformers/trainer.py): its default optimizer is torch's fused
+  /// AdamW (optim="adamw_torch_fused" with torch 2.8 or later,
+  /// transformers 5.x training_args.py).
+  bool runs_hf_trainer(StackId stack) const { return stack_hf_trainer_[stack] != 0; }
   /// True when the stack runs a torch.optim optimizer's arithmetic: a frame
   /// of torch/optim/ but sgd.py named _single_tensor_*, _multi_tensor_* or
   /// _fused_* (_multi_tensor_adam, _single_tensor_rmsprop, ...). Their
@@ -240,6 +245,7 @@ class FrameIndex {
   std::vector<InferenceKind> stack_inference_;
   std::vector<uint8_t> stack_eval_outputs_;
   std::vector<uint8_t> stack_kv_cache_;
+  std::vector<uint8_t> stack_hf_trainer_;
   std::vector<uint8_t> stack_optimizer_math_;
   std::vector<const OptimizerKind*> stack_optimizer_;
   std::vector<OptimizerImplementation> stack_implementation_;

@@ -103,8 +103,12 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   const int64_t base = grads > 0 ? grads : params;
   const int64_t state_alive = q.live[static_cast<size_t>(Category::kOptimizerState)];
   const OptimizerImplementation seen = implementation_seen(trace, frames, q.oom_event);
-  const OptimizerImplementation implementation =
-      seen == OptimizerImplementation::kUnknown ? OptimizerImplementation::kForeach : seen;
+  // Where no frame shows it: Hugging Face Trainer's default, fused AdamW,
+  // under the Trainer; PyTorch's default on CUDA, foreach, elsewhere.
+  const bool trainer = q.oom_event < trace.size() && frames.runs_hf_trainer(trace[q.oom_event].frames);
+  const OptimizerImplementation implementation = seen != OptimizerImplementation::kUnknown ? seen
+                                                 : trainer ? OptimizerImplementation::kFused
+                                                           : OptimizerImplementation::kForeach;
   const int per = optimizer_temporaries(q.optimizer, implementation);
   if (base <= 0 || (first_step ? states <= 0 : per < 0)) return false;
 
@@ -122,14 +126,18 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   const int64_t states_left = first_step ? std::max<int64_t>(0, need.state_total_bytes - state_alive) : 0;
   need.still_needed_bytes = std::max(q.rounded_bytes, states_left + need.temporaries_left_bytes);
 
-  const std::string how = need.implementation_assumed
-                              ? "foreach, PyTorch's default on CUDA, assumed: no frame shows the implementation"
-                              : implementation_name(implementation);
+  const std::string how =
+      !need.implementation_assumed ? std::string(implementation_name(implementation))
+      : trainer                    ? std::string(
+                                         "fused, Hugging Face Trainer's default optim adamw_torch_fused with torch 2.8 or later, "
+                                                            "assumed: no frame shows the implementation")
+                : std::string("foreach, PyTorch's default on CUDA, assumed: no frame shows the implementation");
   std::string temporaries;
   if (!need.temporaries_modelled) {
     temporaries = fmt::format("its arithmetic's temporaries ({}) are not counted", how);
   } else if (implementation == OptimizerImplementation::kFused) {
-    temporaries = "its arithmetic (fused) makes no temporaries of the parameters' size";
+    temporaries = fmt::format("{}its arithmetic ({}) makes no temporaries of the parameters' size",
+                              first_step ? "then " : "", how);
   } else {
     temporaries =
         fmt::format("{}its arithmetic's temporaries ({}): {} x {} of {} = {} at their peak, of which {} alive",

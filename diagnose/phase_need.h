@@ -22,8 +22,9 @@
 //      two where no frame names the optimizer; not for one whose first
 //      step makes none, Adagrad): states x the gradients alive (else the
 //      parameters) less the optimizer state that already exists; plus the
-//      temporaries its arithmetic then holds at its peak (foreach, CUDA's
-//      default where no frame of the step shows the implementation:
+//      temporaries its arithmetic then holds at its peak (where no frame
+//      of the step shows the implementation: fused under Hugging Face's
+//      Trainer, its default; else foreach, CUDA's default:
 //      Adam's _foreach_sqrt of every exp_avg_sq, 1 x the gradients) less
 //      those of them alive. A later step whose trace holds no earlier
 //      one (optimizer_step: recording began in the step before): those
@@ -160,7 +161,8 @@ struct PhaseNeed {
   int states_per_parameter = 0;
   int64_t state_total_bytes = 0;  ///< optimizer first step: states_per_parameter x gradients (or parameters)
   /// optimizer first step: how its arithmetic runs (the step's frames, else
-  /// foreach, CUDA's default: implementation_assumed), the temporaries it
+  /// fused under Hugging Face's Trainer and foreach, CUDA's default,
+  /// elsewhere: implementation_assumed), the temporaries it
   /// holds at its peak (OptimizerKind; temporaries_modelled false where the
   /// table has no figure) and those of them still to come at the oom
   OptimizerImplementation implementation = OptimizerImplementation::kUnknown;

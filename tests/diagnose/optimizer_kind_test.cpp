@@ -25,9 +25,12 @@ constexpr int kStateParameters = 4;
 // step whose frames name no torch.optim optimizer: a user's own optim.py).
 // `arithmetic`: where given (_multi_tensor_adam, ...), the step's
 // arithmetic allocates one 16 MiB temporary before the out-of-memory, there.
-Diagnosis first_step_oom(const std::string& optimizer_file, const std::string& arithmetic = "") {
+Diagnosis first_step_oom(const std::string& optimizer_file, const std::string& arithmetic = "", bool trainer = false) {
   const std::string torch = "/venv/lib/python3.12/site-packages/torch";
-  const Frame script{"/home/u/train.py", "main", 30};
+  // Under Hugging Face's Trainer, its frame is the optimizer step's caller.
+  const Frame script =
+      trainer ? Frame{"/venv/lib/python3.12/site-packages/transformers/trainer.py", "_inner_training_loop", 2720}
+              : Frame{"/home/u/train.py", "main", 30};
   const Frame step = optimizer_file.empty() ? Frame{"/home/u/optim.py", "step", 12}
                                             : Frame{torch + "/optim/" + optimizer_file, "step", 160};
   const Frame init_group = optimizer_file.empty() ? Frame{"/home/u/optim.py", "init_state", 20}
@@ -208,6 +211,20 @@ TEST(OptimizerKind, ALaterStepNeedsItsTemporaries) {
                                              "(foreach) holds 64.00 MiB of temporaries at its peak."),
             std::string::npos)
       << d.verdicts.front().evidence;
+}
+
+// Under Hugging Face's Trainer, whose default optimizer is torch's fused
+// AdamW (optim="adamw_torch_fused" with torch 2.8 or later), a step that
+// failed in _init_group is assumed fused: no temporaries to come.
+TEST(OptimizerKind, UnderTheTrainerFusedIsAssumed) {
+  const Diagnosis d = first_step_oom("adam.py", "", /*trainer=*/true);
+  EXPECT_EQ(d.need.implementation, OptimizerImplementation::kFused);
+  EXPECT_TRUE(d.need.implementation_assumed);
+  EXPECT_EQ(d.need.temporaries_total_bytes, 0);
+  EXPECT_EQ(d.need.still_needed_bytes, (2 * kStateParameters - 2) * kStateBytes);
+  EXPECT_NE(d.need.estimate.find("fused, Hugging Face Trainer's default optim adamw_torch_fused"), std::string::npos)
+      << d.need.estimate;
+  EXPECT_EQ(find_fix(d, FixId::kFusedOptimizer), nullptr);
 }
 
 // Adagrad makes its `sum` when it is built: its first step makes no state
