@@ -45,7 +45,8 @@ OptimizerImplementation implementation_seen(const std::vector<TraceEvent>& trace
 
 /// The temporaries `implementation` holds at its peak, in gradients' bytes
 /// (foreach) or the largest parameter's (single tensor); -1: not modelled.
-/// Adam's figures where no frame names the optimizer.
+/// Adam's figures where no table row names the optimizer but its
+/// torch/optim/ frames show the implementation.
 int optimizer_temporaries(const OptimizerKind* optimizer, OptimizerImplementation implementation) {
   switch (implementation) {
     case OptimizerImplementation::kForeach:
@@ -103,12 +104,16 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   const int64_t base = grads > 0 ? grads : params;
   const int64_t state_alive = q.live[static_cast<size_t>(Category::kOptimizerState)];
   const OptimizerImplementation seen = implementation_seen(trace, frames, q.oom_event);
-  // Where no frame shows it: Hugging Face Trainer's default, fused AdamW,
-  // under the Trainer; PyTorch's default on CUDA, foreach, elsewhere.
+  // Where no frame shows it, for a torch.optim optimizer: Hugging Face
+  // Trainer's default, fused AdamW, under the Trainer; PyTorch's default on
+  // CUDA, foreach, elsewhere. An optimizer no torch.optim frame names
+  // (bitsandbytes', DeepSpeed's, a custom one) runs arithmetic of its own:
+  // not modelled.
   const bool trainer = q.oom_event < trace.size() && frames.runs_hf_trainer(trace[q.oom_event].frames);
   const OptimizerImplementation implementation = seen != OptimizerImplementation::kUnknown ? seen
-                                                 : trainer ? OptimizerImplementation::kFused
-                                                           : OptimizerImplementation::kForeach;
+                                                 : !q.optimizer ? OptimizerImplementation::kUnknown
+                                                 : trainer      ? OptimizerImplementation::kFused
+                                                                : OptimizerImplementation::kForeach;
   const int per = optimizer_temporaries(q.optimizer, implementation);
   if (base <= 0 || (first_step ? states <= 0 : per < 0)) return false;
 
@@ -116,7 +121,8 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   need.states_per_parameter = first_step ? states : 0;
   need.state_total_bytes = first_step ? states * base : 0;
   need.implementation = implementation;
-  need.implementation_assumed = seen == OptimizerImplementation::kUnknown;
+  need.implementation_assumed =
+      seen == OptimizerImplementation::kUnknown && implementation != OptimizerImplementation::kUnknown;
   const int64_t unit =
       implementation == OptimizerImplementation::kSingleTensor ? largest_parameter_bytes(trace, attr) : base;
   need.temporaries_modelled = per >= 0;
@@ -127,10 +133,12 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   need.still_needed_bytes = std::max(q.rounded_bytes, states_left + need.temporaries_left_bytes);
 
   const std::string how =
-      !need.implementation_assumed ? std::string(implementation_name(implementation))
-      : trainer                    ? std::string(
-                                         "fused, Hugging Face Trainer's default optim adamw_torch_fused with torch 2.8 or later, "
-                                                            "assumed: no frame shows the implementation")
+      implementation == OptimizerImplementation::kUnknown
+          ? std::string("no torch.optim frame names the optimizer or shows how it runs")
+      : !need.implementation_assumed ? std::string(implementation_name(implementation))
+      : trainer                      ? std::string(
+                                           "fused, Hugging Face Trainer's default optim adamw_torch_fused with torch 2.8 or later, "
+                                                                "assumed: no frame shows the implementation")
                 : std::string("foreach, PyTorch's default on CUDA, assumed: no frame shows the implementation");
   std::string temporaries;
   if (!need.temporaries_modelled) {

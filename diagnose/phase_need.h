@@ -19,7 +19,9 @@
 //      gradient (OptimizerKind, named by the trace's torch/optim/ frames:
 //      AdamW's _init_group makes exp_avg and exp_avg_sq as zeros_like(p)
 //      for every p whose grad is not None, RMSprop's square_avg; Adam's
-//      two where no frame names the optimizer; not for one whose first
+//      two where no frame names the optimizer, whose temporaries are then
+//      not counted (bitsandbytes', DeepSpeed's: their own arithmetic);
+//      not for one whose first
 //      step makes none, Adagrad): states x the gradients alive (else the
 //      parameters) less the optimizer state that already exists; plus the
 //      temporaries its arithmetic then holds at its peak (where no frame
