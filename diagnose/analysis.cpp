@@ -458,6 +458,8 @@ std::string first_step_prose(const OptimizerKind* optimizer) {
   if (!optimizer) return "The first step of Adam/AdamW allocates two fp32 buffers per parameter.";
   const OptimizerKind& k = *optimizer;
   const std::string options = k.options.empty() ? "" : fmt::format(" ({})", k.options);
+  if (!is_torch_optim(k))
+    return fmt::format("The step runs {} ({}): its states are not estimated from the parameters.", k.name, k.states);
   if (k.states_per_parameter == 0)
     return fmt::format("{} (torch.optim) keeps {}{}: its first step allocates no state of the parameters' size.",
                        k.name, k.states, options);

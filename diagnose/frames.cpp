@@ -342,7 +342,9 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
                                                                  : OptimizerImplementation::kUnknown;
     }
     optimizer_math[i] = implementation[i] != OptimizerImplementation::kUnknown && c.path != "optim/sgd.py";
-    optimizer[i] = c.origin == Origin::kTorch ? torch_optimizer(c.path) : nullptr;
+    optimizer[i] = c.origin == Origin::kTorch     ? torch_optimizer(c.path)
+                   : c.origin == Origin::kLibrary ? library_optimizer(c.path)
+                                                  : nullptr;
   }
 
   const size_t n = snapshot.stacks.size();

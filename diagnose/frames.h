@@ -205,9 +205,10 @@ class FrameIndex {
   /// SGD makes its momentum buffers in _single_tensor_sgd and
   /// _multi_tensor_sgd, so its arithmetic stays its state.
   bool runs_optimizer_math(StackId stack) const { return stack_optimizer_math_[stack] != 0; }
-  /// The torch.optim optimizer whose file (torch/optim/rmsprop.py, ...)
-  /// the stack's innermost such frame is in; nullptr for none (a stack
-  /// outside torch.optim, an optimizer of another package).
+  /// The optimizer whose file (torch/optim/rmsprop.py, ...; one kind for
+  /// bitsandbytes/optim/, library_optimizer) the stack's innermost such
+  /// frame is in; nullptr for none (a stack outside them, an optimizer of
+  /// another package).
   const OptimizerKind* optimizer(StackId stack) const { return stack_optimizer_[stack]; }
   /// How the stack runs a torch.optim optimizer's arithmetic (a frame of
   /// torch/optim/ named _multi_tensor_*, _single_tensor_* or _fused_*,

@@ -63,6 +63,17 @@ std::string count_states(int states) {
   return count + (states == 1 ? " state" : " states");
 }
 
+constexpr OptimizerKind kBitsAndBytes = {
+    "bitsandbytes' optimizer", 0, "8-bit or 32-bit states, by its class", "", "", -1, -1, false};
+
+const OptimizerKind* library_optimizer(std::string_view path) {
+  return path.substr(0, 19) == "bitsandbytes/optim/" ? &kBitsAndBytes : nullptr;
+}
+
+bool is_torch_optim(const OptimizerKind& kind) {
+  return &kind >= &kOptimizers[0].kind && &kind <= &kOptimizers[std::size(kOptimizers) - 1].kind;
+}
+
 const OptimizerKind* torch_optimizer(std::string_view path) {
   for (const OptimizerFile& f : kOptimizers) {
     if (f.path == path) return &f.kind;

@@ -72,4 +72,16 @@ std::string count_states(int states);
 /// lr_scheduler.py, ...).
 const OptimizerKind* torch_optimizer(std::string_view path);
 
+/// bitsandbytes' optimizers, for a file under bitsandbytes/optim/ (`path`
+/// inside site-packages); nullptr for any other. One kind for all: the
+/// frames (optimizer.py's init_state and update_step) do not tell an 8-bit
+/// class from a 32-bit one, so no first-step states are estimated, its
+/// arithmetic (in-place kernels) makes no temporaries counted, and no 8-bit
+/// class is offered: the job runs bitsandbytes already.
+const OptimizerKind* library_optimizer(std::string_view path);
+
+/// True for the kinds of torch.optim (torch_optimizer), false for a
+/// library's (library_optimizer).
+bool is_torch_optim(const OptimizerKind& kind);
+
 }  // namespace oomtune::diagnose

@@ -546,10 +546,11 @@ void recommend(Diagnosis& d) {
                       format_bytes(need.temporaries_total_bytes)),
           temporaries, fmt::format("the {} of foreach temporaries still to come", format_bytes(temporaries))});
     }
-    out.push_back(Recommendation{
-        FixId::kOptimizerOffload, "Offload optimizer states to host memory",
-        "The optimizer step then runs on the CPU copy; GPU memory keeps only parameters and gradients.",
-        base + temporaries, fmt::format("all optimizer state ({} {}){}", format_bytes(base), what, and_temporaries)});
+    if (base + temporaries > 0)
+      out.push_back(Recommendation{
+          FixId::kOptimizerOffload, "Offload optimizer states to host memory",
+          "The optimizer step then runs on the CPU copy; GPU memory keeps only parameters and gradients.",
+          base + temporaries, fmt::format("all optimizer state ({} {}){}", format_bytes(base), what, and_temporaries)});
   }
 
   if (oom && oom->memory_cap) {

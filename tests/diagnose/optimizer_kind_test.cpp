@@ -25,22 +25,25 @@ constexpr int kStateParameters = 4;
 // step whose frames name no torch.optim optimizer: a user's own optim.py).
 // `arithmetic`: where given (_multi_tensor_adam, ...), the step's
 // arithmetic allocates one 16 MiB temporary before the out-of-memory, there.
-Diagnosis first_step_oom(const std::string& optimizer_file, const std::string& arithmetic = "", bool trainer = false) {
+// `optimizer_dir`: where the optimizer's file is (torch/optim/ by default).
+Diagnosis first_step_oom(const std::string& optimizer_file, const std::string& arithmetic = "", bool trainer = false,
+                         std::string optimizer_dir = "") {
   const std::string torch = "/venv/lib/python3.12/site-packages/torch";
+  if (optimizer_dir.empty()) optimizer_dir = torch + "/optim/";
   // Under Hugging Face's Trainer, its frame is the optimizer step's caller.
   const Frame script =
       trainer ? Frame{"/venv/lib/python3.12/site-packages/transformers/trainer.py", "_inner_training_loop", 2720}
               : Frame{"/home/u/train.py", "main", 30};
   const Frame step = optimizer_file.empty() ? Frame{"/home/u/optim.py", "step", 12}
-                                            : Frame{torch + "/optim/" + optimizer_file, "step", 160};
+                                            : Frame{optimizer_dir + optimizer_file, "step", 160};
   const Frame init_group = optimizer_file.empty() ? Frame{"/home/u/optim.py", "init_state", 20}
-                                                  : Frame{torch + "/optim/" + optimizer_file, "_init_group", 123};
+                                                  : Frame{optimizer_dir + optimizer_file, "_init_group", 123};
   const Frame wrapper{torch + "/optim/optimizer.py", "wrapper", 485};
   Snapshot s = testing::with_stacks({
-      {{torch + "/nn/modules/module.py", "_apply", 900}, script},                      // 1: parameters
-      {{torch + "/_tensor.py", "backward", 620}, script},                              // 2: gradients
-      {init_group, step, wrapper, script},                                             // 3: states
-      {{torch + "/optim/" + optimizer_file, arithmetic, 600}, step, wrapper, script},  // 4: the arithmetic
+      {{torch + "/nn/modules/module.py", "_apply", 900}, script},                  // 1: parameters
+      {{torch + "/_tensor.py", "backward", 620}, script},                          // 2: gradients
+      {init_group, step, wrapper, script},                                         // 3: states
+      {{optimizer_dir + optimizer_file, arithmetic, 600}, step, wrapper, script},  // 4: the arithmetic
   });
   std::vector<TraceEvent>& trace = s.device_traces.emplace_back();
   int64_t addr = 1 << 30;
@@ -225,6 +228,23 @@ TEST(OptimizerKind, UnderTheTrainerFusedIsAssumed) {
   EXPECT_NE(d.need.estimate.find("fused, Hugging Face Trainer's default optim adamw_torch_fused"), std::string::npos)
       << d.need.estimate;
   EXPECT_EQ(find_fix(d, FixId::kFusedOptimizer), nullptr);
+}
+
+// bitsandbytes' optimizers: the job runs 8-bit states already, or 32-bit
+// ones; the frames do not say which. No first-step states are estimated,
+// no 8-bit class offered, and no temporaries counted.
+TEST(OptimizerKind, BitsandbytesIsNotOfferedEightBit) {
+  const Diagnosis d =
+      first_step_oom("optimizer.py", "", false, "/venv/lib/python3.12/site-packages/bitsandbytes/optim/");
+  ASSERT_NE(d.optimizer, nullptr);
+  EXPECT_EQ(d.optimizer->name, "bitsandbytes' optimizer");
+  EXPECT_FALSE(is_torch_optim(*d.optimizer));
+  EXPECT_TRUE(is_torch_optim(*torch_optimizer("optim/adam.py")));
+  EXPECT_EQ(d.need.method, NeedMethod::kRequest);
+  EXPECT_EQ(eight_bit(d), nullptr);
+  EXPECT_EQ(find_fix(d, FixId::kFusedOptimizer), nullptr);
+  EXPECT_NE(d.verdicts.front().evidence.find("The step runs bitsandbytes' optimizer"), std::string::npos)
+      << d.verdicts.front().evidence;
 }
 
 // Adagrad makes its `sum` when it is built: its first step makes no state
