@@ -160,8 +160,17 @@ Comparison compare(const Diagnosis& before, const Diagnosis& after, int top) {
     std::string name = category_name(p.category);
     std::replace(name.begin(), name.end(), '_', ' ');
     if (significant(b) && a * kAppearedRatio < b) {
+      // The optimizer the frames name, and its states against the parameters (AdamW's fp32 states: 2.00 x).
+      const OptimizerKind* optimizer = after.optimizer;
+      const int64_t params_after = row(c.after_rows, Category::kParameters);
+      const std::string kind = p.category != Category::kOptimizerState || !optimizer ||
+                                       optimizer->states_per_parameter == 0 || params_after <= 0
+                                   ? ""
+                                   : fmt::format(" ({} keeps {} per parameter; here {:.2f} x the parameters' bytes)",
+                                                 optimizer->name, count_states(optimizer->states_per_parameter),
+                                                 static_cast<double>(b) / static_cast<double>(params_after));
       add(p.appeared, b - a,
-          fmt::format("{} appeared ({}): this snapshot is after {}", name, format_bytes(b), p.after_what));
+          fmt::format("{} appeared ({}): this snapshot is after {}{}", name, format_bytes(b), p.after_what, kind));
     } else if (significant(a) && b * kAppearedRatio < a) {
       add(p.gone, b - a,
           fmt::format("{} is gone ({} before): this snapshot is before {}, or it was freed", name, format_bytes(a),

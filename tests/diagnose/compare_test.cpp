@@ -64,8 +64,10 @@ TEST(Compare, OptimizerStateAppearsAfterTheFirstStep) {
   EXPECT_EQ(c.after.allocated_bytes - c.before.allocated_bytes, 64 * kMiB);
   ASSERT_FALSE(c.verdicts.empty());
   EXPECT_EQ(c.verdicts[0].id, CompareVerdictId::kOptimizerStateAppeared);
+  // AdamW's frames name it: two fp32 states per parameter, 64 MiB over 32 MiB of parameters.
   EXPECT_EQ(c.verdicts[0].sentence,
-            "optimizer state appeared (64.00 MiB): this snapshot is after the first optimizer step");
+            "optimizer state appeared (64.00 MiB): this snapshot is after the first optimizer step (AdamW keeps two "
+            "states per parameter; here 2.00 x the parameters' bytes)");
   // The states' new segments: reserved but free 8 -> 16 MiB, largest free block 4 -> 8 MiB.
   ASSERT_GE(c.verdicts.size(), 2u);
   EXPECT_EQ(c.verdicts[1].id, CompareVerdictId::kReservedFreeGrew);
@@ -193,7 +195,8 @@ TEST(Compare, CliTextJsonAndSvg) {
   const auto text = oomtune::testing::run_oomtune("diagnose " + a + " --compare " + b);
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("  1. optimizer state appeared (64.00 MiB): this snapshot is after the first optimizer "
-                          "step [optimizer_state_appeared]\n"),
+                          "step (AdamW keeps two states per parameter; here 2.00 x the parameters' bytes) "
+                          "[optimizer_state_appeared]\n"),
             std::string::npos)
       << text.out;
   EXPECT_NE(text.out.find("  optimizer_state                  0 B     64.00 MiB    +64.00 MiB\n"), std::string::npos)
