@@ -11,8 +11,11 @@
 // `_multi_tensor_sgd`) makes with `zeros_like`/`full_like`/`clone` per
 // parameter on its first step, with default options; one-element states
 // (`step`, ASGD's `eta` and `mu`, NAdam's `mu_product`) are not counted.
-// The 8-bit classes are bitsandbytes' (bitsandbytes/optim/__init__.py,
-// 0.45: Adam8bit, AdamW8bit, Adagrad8bit, RMSprop8bit, SGD8bit, ...).
+// The 8-bit classes are bitsandbytes' (bitsandbytes/optim/__init__.py:
+// Adam8bit, AdamW8bit, Adagrad8bit, RMSprop8bit, SGD8bit, ...); their
+// update_step runs optimizer_update_8bit_blockwise on the parameter and
+// its 8-bit states in place (bitsandbytes/optim/optimizer.py), with no
+// temporaries of the parameters' size.
 // The temporaries of each implementation were measured on torch 2.11 by
 // scripts/measure_optimizer_temporaries.py (one first step, default
 // options, two sets of parameter shapes): the foreach arithmetic holds
