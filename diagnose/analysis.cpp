@@ -281,8 +281,9 @@ TimelinePoint point_now(const Replay& replay, int64_t index, int64_t time_us) {
   return p;
 }
 
-/// The torch.optim optimizer of the latest trace event before `end` whose
-/// stack names one (FrameIndex::optimizer); where none does, that of a
+/// The optimizer (FrameIndex::optimizer: torch.optim's, bitsandbytes') of
+/// the latest trace event before `end` whose stack names one; where none
+/// does, that of a
 /// block of `device` alive when the snapshot was taken (state made before
 /// recording began); nullptr when nothing names one.
 const OptimizerKind* optimizer_named(const Snapshot& snapshot, int device, const std::vector<TraceEvent>& trace,

@@ -267,7 +267,7 @@ struct Diagnosis {
   std::vector<TimelinePoint> timeline;
   std::vector<LeakSuspect> leaks;
   PhaseNeed need;  ///< what the phase of the last oom still needed
-  /// The torch.optim optimizer the trace names at or before the last oom
+  /// The optimizer (torch.optim's, bitsandbytes') the trace names at or before the last oom
   /// (the latest such event; else a block alive names it), nullptr: none.
   const OptimizerKind* optimizer = nullptr;
   /// A fragmentation oom replayed under the allocator settings that could

@@ -1,5 +1,6 @@
 #include "diagnose/optimizer_kind.h"
 
+#include <algorithm>
 #include <iterator>
 
 namespace oomtune::diagnose {
@@ -67,11 +68,14 @@ constexpr OptimizerKind kBitsAndBytes = {
     "bitsandbytes' optimizer", 0, "8-bit or 32-bit states, by its class", "", "", -1, -1, false};
 
 const OptimizerKind* library_optimizer(std::string_view path) {
-  return path.substr(0, 19) == "bitsandbytes/optim/" ? &kBitsAndBytes : nullptr;
+  constexpr std::string_view kDir = "bitsandbytes/optim/";
+  return path.substr(0, kDir.size()) == kDir ? &kBitsAndBytes : nullptr;
 }
 
 bool is_torch_optim(const OptimizerKind& kind) {
-  return &kind >= &kOptimizers[0].kind && &kind <= &kOptimizers[std::size(kOptimizers) - 1].kind;
+  // By address: equality is defined between any two objects, order only inside one array.
+  return std::any_of(std::begin(kOptimizers), std::end(kOptimizers),
+                     [&](const OptimizerFile& f) { return &f.kind == &kind; });
 }
 
 const OptimizerKind* torch_optimizer(std::string_view path) {

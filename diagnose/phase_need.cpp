@@ -132,14 +132,15 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   const int64_t states_left = first_step ? std::max<int64_t>(0, need.state_total_bytes - state_alive) : 0;
   need.still_needed_bytes = std::max(q.rounded_bytes, states_left + need.temporaries_left_bytes);
 
-  const std::string how =
-      implementation == OptimizerImplementation::kUnknown
-          ? std::string("no torch.optim frame names the optimizer or shows how it runs")
-      : !need.implementation_assumed ? std::string(implementation_name(implementation))
-      : trainer                      ? std::string(
-                                           "fused, Hugging Face Trainer's default optim adamw_torch_fused with torch 2.8 or later, "
-                                                                "assumed: no frame shows the implementation")
-                : std::string("foreach, PyTorch's default on CUDA, assumed: no frame shows the implementation");
+  std::string how = implementation_name(implementation);
+  if (implementation == OptimizerImplementation::kUnknown)
+    how = "no torch.optim frame names the optimizer or shows how it runs";
+  else if (need.implementation_assumed && trainer)
+    how =
+        "fused, Hugging Face Trainer's default optim adamw_torch_fused with torch 2.8 or later, assumed: no frame "
+        "shows the implementation";
+  else if (need.implementation_assumed)
+    how = "foreach, PyTorch's default on CUDA, assumed: no frame shows the implementation";
   std::string temporaries;
   if (!need.temporaries_modelled) {
     temporaries = fmt::format("its arithmetic's temporaries ({}) are not counted", how);

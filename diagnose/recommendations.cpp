@@ -503,7 +503,7 @@ void recommend(Diagnosis& d) {
     const std::string what = first_step  ? "the first step allocates in all"
                              : state > 0 ? "alive"
                                          : fmt::format("about to be allocated ({} x parameters)", states);
-    // The temporaries of its arithmetic still to come (a first step's need):
+    // The temporaries of its arithmetic still to come (an optimizer step's need):
     // bitsandbytes' 8-bit step updates each parameter in place and an
     // offloaded step runs on the host, so neither makes them on the device.
     const bool step_need = first_step || (need.known && need.method == NeedMethod::kOptimizerStep);
@@ -534,11 +534,10 @@ void recommend(Diagnosis& d) {
     // fused=True: the same update in one kernel, without the foreach
     // implementation's whole-list temporaries (torch 2.11: Adam, AdamW and
     // SGD on CUDA).
-    if (temporaries > 0 && need.implementation == OptimizerImplementation::kForeach &&
-        (!optimizer || optimizer->fused_on_cuda)) {
-      const std::string name = optimizer ? std::string(optimizer->name) : std::string("Adam/AdamW");
+    if (temporaries > 0 && need.implementation == OptimizerImplementation::kForeach && optimizer &&
+        optimizer->fused_on_cuda) {
       out.push_back(Recommendation{
-          FixId::kFusedOptimizer, fmt::format("torch.optim.{}(..., fused=True)", name),
+          FixId::kFusedOptimizer, fmt::format("torch.optim.{}(..., fused=True)", optimizer->name),
           fmt::format("The foreach implementation{} holds temporaries of the whole parameter list ({} at its peak); "
                       "the fused kernel updates each parameter in place, with the same result and usually faster.",
                       need.implementation_assumed ? ", PyTorch's default on CUDA (assumed: no frame shows it),"
