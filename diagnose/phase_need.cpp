@@ -144,7 +144,7 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   std::string temporaries;
   if (!need.temporaries_modelled) {
     temporaries = fmt::format("its arithmetic's temporaries ({}) are not counted", how);
-  } else if (implementation == OptimizerImplementation::kFused) {
+  } else if (per == 0) {
     temporaries = fmt::format("{}its arithmetic ({}) makes no temporaries of the parameters' size",
                               first_step ? "then " : "", how);
   } else {

@@ -4,7 +4,7 @@
     record_cpu_snapshot.py --out FILE.pickle [--mode no_grad|train|step]
                            [--layers 4] [--batch 4] [--seq 256]
                            [--checkpointing] [--eager-attention]
-                           [--steps 1] [--optimizer [adamw|rmsprop]]
+                           [--steps 1] [--optimizer [adamw|rmsprop|sgd]]
                            [--oom-after FRACTION |
                             --oom-in forward|backward|recomputation|optimizer
                                      [--share 1] [--oom-step K]]
@@ -15,8 +15,9 @@ built inside the recording, so its parameters are allocated there) under
 `with torch.no_grad():` (--mode no_grad, model.eval(): what an inference
 script does), forward with autograd (--mode train, model.train()) or
 --steps training steps (--mode step: forward, backward and, with
---optimizer, an AdamW step, or RMSprop's with --optimizer rmsprop, with
-foreach=True, CUDA's default implementation), with --checkpointing every block checkpointed
+--optimizer, an AdamW step, or RMSprop's or SGD's with momentum 0.9 with
+--optimizer rmsprop|sgd, with foreach=True, CUDA's default
+implementation), with --checkpointing every block checkpointed
 (gradient_checkpointing_enable, use_reentrant=False) and with
 --eager-attention the attention's probabilities materialized. It records
 every CPU allocation and free with the Python stack that made it:
@@ -179,7 +180,8 @@ def record(mode, layers, checkpointing=False, eager=False, batch=4, seq=256, ste
             model.train()
             # foreach=True: CUDA's default implementation (torch/optim/optimizer.py
             # _default_to_fused_or_foreach), its whole-list temporaries too.
-            kinds = {"adamw": torch.optim.AdamW, "rmsprop": torch.optim.RMSprop}
+            kinds = {"adamw": torch.optim.AdamW, "rmsprop": torch.optim.RMSprop,
+                     "sgd": lambda p, **kw: torch.optim.SGD(p, momentum=0.9, **kw)}
             opt = kinds[optimizer](model.parameters(), lr=1e-4, foreach=True) if optimizer else None
             for step in range(steps):
                 with record_function(f"{STEP}{step}"):
@@ -284,7 +286,7 @@ def main():
                         help="with --oom-in: within this first share of that phase's allocations")
     parser.add_argument("--oom-step", type=int, default=None, help="with --oom-in: in this step (default the last)")
     parser.add_argument("--steps", type=int, default=1, help="--mode step: training steps")
-    parser.add_argument("--optimizer", nargs="?", const="adamw", choices=["adamw", "rmsprop"],
+    parser.add_argument("--optimizer", nargs="?", const="adamw", choices=["adamw", "rmsprop", "sgd"],
                         help="--mode step: an optimizer step (foreach) in each, AdamW's by default")
     parser.add_argument("--checkpointing", action="store_true")
     parser.add_argument("--eager-attention", action="store_true")

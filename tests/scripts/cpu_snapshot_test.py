@@ -112,7 +112,8 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # A first optimizer step (foreach, as on CUDA) out of memory after its states were made: the states
     # alive are the optimizer's per parameter (and its one-element `step` counters, host tensors on CUDA):
-    # AdamW two, RMSprop one (square_avg); the foreach temporaries alive then are temporaries
+    # AdamW two, RMSprop one (square_avg), SGD with momentum one (momentum_buffer, made by its foreach
+    # arithmetic, which makes no other temporaries); the foreach temporaries alive then are temporaries
     # (FrameIndex::runs_optimizer_math); the optimizer is named from its frames (OptimizerKind), and so is
     # the 8-bit class recommended. The need (the states still to make, then the arithmetic's temporaries
     # less those alive) is within 5% of what the uncapped run allocates from there; at --share 0.2 the
@@ -120,7 +121,8 @@ with tempfile.TemporaryDirectory() as tmp:
     # torch 2.11's AdamW runs Adam's step (adam.py), which names both.
     for kind, share, name, eight_bit_class, states in (("adamw", "1", "Adam/AdamW", "Adam8bit or AdamW8bit", 2),
                                                        ("adamw", "0.2", "Adam/AdamW", "Adam8bit or AdamW8bit", 2),
-                                                       ("rmsprop", "1", "RMSprop", "RMSprop8bit", 1)):
+                                                       ("rmsprop", "1", "RMSprop", "RMSprop8bit", 1),
+                                                       ("sgd", "0.5", "SGD", "SGD8bit", 1)):
         result = record_and_diagnose(f"first_{kind}_step_{share}",
                                      ["--mode", "step", "--batch", "1", "--seq", "32", "--optimizer", kind,
                                       "--oom-in", "optimizer", "--share", share], tmp)
