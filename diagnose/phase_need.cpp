@@ -155,10 +155,10 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
                     format_bytes(need.temporaries_total_bytes),
                     format_bytes(need.temporaries_total_bytes - need.temporaries_left_bytes));
   }
-  const std::string name = q.optimizer ? std::string(q.optimizer->name) : std::string();
+  const std::string name = q.optimizer ? std::string(q.optimizer->name) : std::string("optimizer");
   if (!first_step) {
-    need.estimate = fmt::format("{} step after its first (its states exist: {}): {}", q.optimizer ? name : "optimizer",
-                                format_bytes(state_alive), temporaries);
+    need.estimate =
+        fmt::format("{} step after its first (its states exist: {}): {}", name, format_bytes(state_alive), temporaries);
     return true;
   }
   const std::string per_parameter =

@@ -19,7 +19,10 @@ outputs as CUDA's (one tensor per input).
 """
 import argparse
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # record_cpu_snapshot
 
 SHAPES = ([(256, 1024), (1024,), (512, 512), (64,)], [(300, 700), (4096,), (128, 128), (7,)])
 
@@ -27,8 +30,9 @@ SHAPES = ([(256, 1024), (1024,), (512, 512), (64,)], [(300, 700), (4096,), (128,
 def step_bytes(cls, implementation, shapes, options):
     """(P, L, states, peak) in bytes for one first step; None where the implementation is refused."""
     import torch
-    from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
+
+    from record_cpu_snapshot import allocations  # the profiler's allocations and frees, in order
     torch.manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(*s)) for s in shapes]
     for p in params:
@@ -44,18 +48,8 @@ def step_bytes(cls, implementation, shapes, options):
             opt.step()
     except (RuntimeError, TypeError, ValueError):
         return None
-    events = []
-
-    def walk(node):
-        if node.tag == _EventType.Allocation and node.extra_fields.alloc_size != 0:
-            events.append((node.start_time_ns, len(events), node.extra_fields.alloc_size))
-        for child in node.children:
-            walk(child)
-
-    for root in prof.profiler.kineto_results.experimental_event_tree():
-        walk(root)
     live = peak = 0
-    for _, _, size in sorted(events):
+    for _, size, _, _ in allocations(prof):
         live += size
         peak = max(peak, live)
     sizes = [p.numel() * p.element_size() for p in params]
