@@ -471,6 +471,16 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   }
 }
 
+int64_t FrameIndex::optimizer_init_frame(StackId stack) const {
+  for (uint32_t f : snapshot_.stack(stack)) {
+    if (frame_origin_[f] == Origin::kTorch && snapshot_.frames[f].name == "_init_group" &&
+        snapshot_.frames[f].filename.find("/optim/") != std::string::npos) {
+      return f;
+    }
+  }
+  return -1;
+}
+
 std::string FrameIndex::describe(int64_t frame) const {
   if (frame < 0) return "(no user frame)";
   const Frame& f = snapshot_.frames[static_cast<size_t>(frame)];

@@ -214,6 +214,11 @@ class FrameIndex {
   /// torch/optim/ named _multi_tensor_*, _single_tensor_* or _fused_*,
   /// SGD's too); kUnknown outside it.
   OptimizerImplementation optimizer_implementation(StackId stack) const { return stack_implementation_[stack]; }
+  /// The innermost frame (index into Snapshot::frames) of a torch.optim
+  /// optimizer's lazy state initialisation, a frame of torch/optim/ named
+  /// "_init_group" (torch 2.x), or -1. Each source line of it makes one
+  /// kind of state for every parameter. Read from the stack on each call.
+  int64_t optimizer_init_frame(StackId stack) const;
   /// True when the stack allocates parameters (see the rules above).
   bool allocates_parameters(StackId stack) const { return stack_params_[stack] != 0; }
 

@@ -43,6 +43,39 @@ OptimizerImplementation implementation_seen(const std::vector<TraceEvent>& trace
   return OptimizerImplementation::kUnknown;
 }
 
+// Note [Step counters on the device]
+// Rationale: an optimizer's first step that fails among its states has run
+// no arithmetic yet, so no frame shows its implementation; assuming
+// foreach, CUDA's default, counts the whole-list temporaries fused=True
+// never makes (a fused AdamW failing among its states was estimated to
+// need 32.87 MB where it needed 18.95 MB, record_cpu_snapshot.py --fused).
+// Approach: torch 2.11's fused (and capturable) Adam, AdamW and Adagrad
+// make each parameter's `step` counter on the device before its states,
+// torch.zeros((), device=p.device); foreach and single-tensor ones make it
+// on the host, torch.tensor(0.0) (adam.py: "special device hosting for
+// step"), out of the device's sight. The counters show in _init_group as a
+// source line whose every allocation is 0-dim (at most 8 bytes) beside a
+// line whose allocations are larger (the states of the parameters' size):
+// then fused is assumed for an optimizer with a fused kernel.
+// Limitations: capturable (for CUDA graphs) runs foreach with counters on
+// the device and reads as fused; a model whose parameters are all 0-dim
+// shows no larger line.
+constexpr int64_t kStepCounterBytes = 8;  // a 0-dim float32 or float64 tensor
+
+/// Whether the optimizer's _init_group made step counters on the device in
+/// events [first, end) (Note [Step counters on the device]).
+bool step_counters_on_device(const std::vector<TraceEvent>& trace, const FrameIndex& frames, size_t first, size_t end) {
+  std::unordered_map<int64_t, int64_t> largest;  // _init_group's frame (its line) -> its largest allocation
+  for (size_t i = first; i < end && i < trace.size(); ++i) {
+    if (trace[i].action != TraceAction::kAlloc) continue;
+    const int64_t line = frames.optimizer_init_frame(trace[i].frames);
+    if (line >= 0) largest[line] = std::max(largest[line], trace[i].size);
+  }
+  bool counters = false, states = false;
+  for (const auto& [line, bytes] : largest) (bytes <= kStepCounterBytes ? counters : states) = true;
+  return counters && states;
+}
+
 /// The temporaries `implementation` holds at its peak, in gradients' bytes
 /// (foreach) or the largest parameter's (single tensor); -1: not modelled.
 /// Adam's figures where no table row names the optimizer but its
@@ -110,10 +143,18 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   // (bitsandbytes', DeepSpeed's, a custom one) runs arithmetic of its own:
   // not modelled.
   const bool trainer = q.oom_event < trace.size() && frames.runs_hf_trainer(trace[q.oom_event].frames);
-  const OptimizerImplementation implementation = seen != OptimizerImplementation::kUnknown ? seen
-                                                 : !q.optimizer ? OptimizerImplementation::kUnknown
-                                                 : trainer      ? OptimizerImplementation::kFused
-                                                                : OptimizerImplementation::kForeach;
+  const ImplementationBasis basis =
+      seen != OptimizerImplementation::kUnknown ? ImplementationBasis::kFrames
+      : !q.optimizer                            ? ImplementationBasis::kNone
+      : q.optimizer->fused_on_cuda && step_counters_on_device(trace, frames, run.first_event, q.oom_event)
+          ? ImplementationBasis::kStepCounters
+      : trainer ? ImplementationBasis::kHfTrainer
+                : ImplementationBasis::kDefault;
+  const OptimizerImplementation implementation =
+      basis == ImplementationBasis::kFrames    ? seen
+      : basis == ImplementationBasis::kNone    ? OptimizerImplementation::kUnknown
+      : basis == ImplementationBasis::kDefault ? OptimizerImplementation::kForeach
+                                               : OptimizerImplementation::kFused;
   const int per = optimizer_temporaries(q.optimizer, implementation);
   if (base <= 0 || (first_step ? states <= 0 : per < 0)) return false;
 
@@ -121,8 +162,8 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   need.states_per_parameter = first_step ? states : 0;
   need.state_total_bytes = first_step ? states * base : 0;
   need.implementation = implementation;
-  need.implementation_assumed =
-      seen == OptimizerImplementation::kUnknown && implementation != OptimizerImplementation::kUnknown;
+  need.implementation_basis = basis;
+  need.implementation_assumed = basis != ImplementationBasis::kFrames && basis != ImplementationBasis::kNone;
   const int64_t unit =
       implementation == OptimizerImplementation::kSingleTensor ? largest_parameter_bytes(trace, attr) : base;
   need.temporaries_modelled = per >= 0;
@@ -135,11 +176,15 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   std::string how = implementation_name(implementation);
   if (implementation == OptimizerImplementation::kUnknown)
     how = "no torch.optim frame names the optimizer or shows how it runs";
-  else if (need.implementation_assumed && trainer)
+  else if (basis == ImplementationBasis::kStepCounters)
+    how =
+        "fused, assumed: its step counters are on the device, where fused (or capturable) optimizers make them; "
+        "no frame shows the implementation yet";
+  else if (basis == ImplementationBasis::kHfTrainer)
     how =
         "fused, Hugging Face Trainer's default optim adamw_torch_fused with torch 2.8 or later, assumed: no frame "
         "shows the implementation";
-  else if (need.implementation_assumed)
+  else if (basis == ImplementationBasis::kDefault)
     how = "foreach, PyTorch's default on CUDA, assumed: no frame shows the implementation";
   std::string temporaries;
   if (!need.temporaries_modelled) {
@@ -619,6 +664,22 @@ bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<
 }
 
 }  // namespace
+
+const char* implementation_basis_name(ImplementationBasis basis) {
+  switch (basis) {
+    case ImplementationBasis::kNone:
+      return "none";
+    case ImplementationBasis::kFrames:
+      return "frames";
+    case ImplementationBasis::kStepCounters:
+      return "step_counters";
+    case ImplementationBasis::kHfTrainer:
+      return "hf_trainer";
+    case ImplementationBasis::kDefault:
+      return "default";
+  }
+  return "none";
+}
 
 const char* need_method_name(NeedMethod method) {
   switch (method) {

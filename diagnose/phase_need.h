@@ -25,8 +25,9 @@
 //      step makes none, Adagrad): states x the gradients alive (else the
 //      parameters) less the optimizer state that already exists; plus the
 //      temporaries its arithmetic then holds at its peak (where no frame
-//      of the step shows the implementation: fused under Hugging Face's
-//      Trainer, its default; else foreach, CUDA's default:
+//      of the step shows the implementation: fused where its step counters
+//      are on the device, Note [Step counters on the device], or under
+//      Hugging Face's Trainer, its default; else foreach, CUDA's default:
 //      Adam's _foreach_sqrt of every exp_avg_sq, 1 x the gradients) less
 //      those of them alive. A later step whose trace holds no earlier
 //      one (optimizer_step: recording began in the step before): those
@@ -144,6 +145,18 @@ struct NeedQuery {
   const OptimizerKind* optimizer = nullptr;
 };
 
+/// What told the optimizer's implementation (Note [Phase need] rule 2).
+enum class ImplementationBasis : uint8_t {
+  kNone,          ///< nothing: no torch.optim frame names the optimizer
+  kFrames,        ///< a frame of its arithmetic (_multi_tensor_adam, ...)
+  kStepCounters,  ///< fused: its step counters on the device (Note [Step counters on the device])
+  kHfTrainer,     ///< fused: Hugging Face Trainer's default optimizer
+  kDefault,       ///< foreach: PyTorch's default on CUDA
+};
+
+/// "none", "frames", "step_counters", "hf_trainer", "default" (JSON).
+const char* implementation_basis_name(ImplementationBasis basis);
+
 /// What the failing phase still needed (Note [Phase need]).
 struct PhaseNeed {
   bool known = false;  ///< false without an oom
@@ -162,12 +175,13 @@ struct PhaseNeed {
   /// (OptimizerKind::states_per_parameter; 2 where no frame names it)
   int states_per_parameter = 0;
   int64_t state_total_bytes = 0;  ///< optimizer first step: states_per_parameter x gradients (or parameters)
-  /// optimizer first step: how its arithmetic runs (the step's frames, else
-  /// fused under Hugging Face's Trainer and foreach, CUDA's default,
-  /// elsewhere: implementation_assumed), the temporaries it
-  /// holds at its peak (OptimizerKind; temporaries_modelled false where the
-  /// table has no figure) and those of them still to come at the oom
+  /// optimizer first step: how its arithmetic runs, and what says so
+  /// (implementation_basis; implementation_assumed where no frame of the
+  /// arithmetic does), the temporaries it holds at its peak
+  /// (OptimizerKind; temporaries_modelled false where the table has no
+  /// figure) and those of them still to come at the oom
   OptimizerImplementation implementation = OptimizerImplementation::kUnknown;
+  ImplementationBasis implementation_basis = ImplementationBasis::kNone;
   bool implementation_assumed = false;
   bool temporaries_modelled = false;
   int64_t temporaries_total_bytes = 0;

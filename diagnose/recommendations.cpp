@@ -53,6 +53,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -63,6 +65,19 @@
 
 namespace oomtune::diagnose {
 namespace {
+
+/// The constructor call with fused=True for each class the name covers:
+/// "torch.optim.Adam(..., fused=True) or torch.optim.AdamW(..., fused=True)"
+/// for "Adam/AdamW" (OptimizerKind: torch 2.11's AdamW runs Adam's step).
+std::string fused_call(std::string_view name) {
+  std::string out;
+  for (size_t begin = 0; begin <= name.size();) {
+    const size_t end = std::min(name.find('/', begin), name.size());
+    out += fmt::format("{}torch.optim.{}(..., fused=True)", out.empty() ? "" : " or ", name.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return out;
+}
 
 constexpr double kCheckpointingSaving = 0.83;  // docs/architecture.md (from DESIGN.md): 85.9 MB -> 14.5 MB
 constexpr double kEightBitSaving = 0.75;       // 8 -> 2 bytes of Adam state per parameter
@@ -537,7 +552,7 @@ void recommend(Diagnosis& d) {
     if (temporaries > 0 && need.implementation == OptimizerImplementation::kForeach && optimizer &&
         optimizer->fused_on_cuda) {
       out.push_back(Recommendation{
-          FixId::kFusedOptimizer, fmt::format("torch.optim.{}(..., fused=True)", optimizer->name),
+          FixId::kFusedOptimizer, fused_call(optimizer->name),
           fmt::format("The foreach implementation{} holds temporaries of the whole parameter list ({} at its peak); "
                       "the fused kernel updates each parameter in place, with the same result and usually faster.",
                       need.implementation_assumed ? ", PyTorch's default on CUDA (assumed: no frame shows it),"

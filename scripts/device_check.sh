@@ -87,6 +87,16 @@
 #                                        60 s); about 360 s after the build
 #                                        (OOMTUNE_DEVICE_SECONDS=480 with the
 #                                        tool's timeout_s 520)
+#   scripts/device_check.sh --recorded   issue #48: the GPT-2 runs the CPU
+#                                        recorder diagnoses in CI
+#                                        (tests/scripts/cpu_snapshot_test.py),
+#                                        recorded by CUDA's own allocator under
+#                                        real caps (scripts/
+#                                        record_cuda_snapshot.py) and
+#                                        diagnosed with the same expectations:
+#                                        verdicts, need methods, needs within
+#                                        5 % of the uncapped CUDA run's growth
+#                                        (docs/gpu_machine.md items 8 and 9)
 #   scripts/device_check.sh --suite      the whole test suite there (the GPU
 #                                        tests among them), the probes of the
 #                                        first call on the CPU too
@@ -97,7 +107,7 @@
 # steps.log (every step's stderr), setup.log, and the modes' own: cuda_tests.xml,
 # probes.tar.gz, validation.tar.gz (results.json and every run's output),
 # snapshots.tar.gz (the snapshots and their diagnoses); autotune.tar.gz;
-# checkpointing.tar.gz (the error and the probes' JSON);
+# checkpointing.tar.gz (the error and the probes' JSON); recorded.tar.gz;
 # ctest.log. The build goes to /tmp/oomtune_build (OOMTUNE_BUILD_DIR) and is
 # reused while the machine stays warm; only --suite builds every target.
 #
@@ -128,8 +138,8 @@ if [ "$mode" = --pack ]; then
   exit 0
 fi
 case "$mode" in
-  ""|--validate|--autotune|--snapshots|--checkpointing|--suite) ;;
-  *) echo "usage: scripts/device_check.sh [--pack|--validate|--autotune [CASE ...]|--snapshots|--checkpointing|--suite]" >&2
+  ""|--validate|--autotune|--snapshots|--checkpointing|--recorded|--suite) ;;
+  *) echo "usage: scripts/device_check.sh [--pack|--validate|--autotune [CASE ...]|--snapshots|--checkpointing|--recorded|--suite]" >&2
      exit 2 ;;
 esac
 
@@ -340,6 +350,25 @@ eval_snapshots() {
   tar -czf "$out/snapshots.tar.gz" -C /tmp oomtune_snapshots
 }
 
+# recorded (--recorded): docs/gpu_machine.md items 8 and 9: the GPT-2 runs
+# of tests/scripts/cpu_snapshot_test.py (no_grad and training forwards, a
+# second step's forward, first AdamW (foreach at two shares, fused),
+# RMSprop and SGD steps, backward plain, checkpointed and recomputing)
+# recorded by CUDA's allocator under a real cap (scripts/
+# record_cuda_snapshot.py) and diagnosed, against the expectations the CPU
+# recordings meet; a line per case (need against the uncapped CUDA run) in
+# the summary, the snapshots and diagnoses in recorded.tar.gz.
+recorded() {
+  local work=/tmp/oomtune_recorded
+  rm -rf "$work" && mkdir -p "$work"
+  step "The CPU recorder's GPT-2 runs on CUDA, diagnosed (tests/scripts/cpu_snapshot_test.py with scripts/record_cuda_snapshot.py)" \
+    recorded.txt env OOMTUNE_RECORDED_DIR="$work" timeout "$(budget 400)" "$python" tests/scripts/cpu_snapshot_test.py \
+    "$root" "$build/oomtune" scripts/record_cuda_snapshot.py
+  mv "$out/recorded.txt" "$work/"
+  gzip -f "$work"/*.pickle 2> /dev/null
+  tar -czf "$out/recorded.tar.gz" -C /tmp oomtune_recorded
+}
+
 # probe_job NAME FILE DEVICE [ARGS...]: the probe's table in the summary,
 # its JSON (no fits) as probe_<DEVICE>_<NAME>.json in probes.tar.gz.
 probes=/tmp/oomtune_probes
@@ -483,6 +512,7 @@ case "$mode" in
   --validate) validate; exit 0 ;;
   --snapshots) snapshots; eval_snapshots; checkpointed_snapshots; exit 0 ;;
   --checkpointing) checkpointing; exit 0 ;;
+  --recorded) recorded; exit 0 ;;
   --autotune) autotune_compare "$(budget 540)" "$@"
     exit 0 ;;
 esac

@@ -4,7 +4,7 @@
     record_cpu_snapshot.py --out FILE.pickle [--mode no_grad|train|step]
                            [--layers 4] [--batch 4] [--seq 256]
                            [--checkpointing] [--eager-attention]
-                           [--steps 1] [--optimizer [adamw|rmsprop|sgd]]
+                           [--steps 1] [--optimizer [adamw|rmsprop|sgd] [--fused]]
                            [--oom-after FRACTION |
                             --oom-in forward|backward|recomputation|optimizer
                                      [--share 1] [--oom-step K]]
@@ -17,7 +17,7 @@ script does), forward with autograd (--mode train, model.train()) or
 --steps training steps (--mode step: forward, backward and, with
 --optimizer, an AdamW step, or RMSprop's or SGD's with momentum 0.9 with
 --optimizer rmsprop|sgd, with foreach=True, CUDA's default
-implementation), with --checkpointing every block checkpointed
+implementation, or with --fused fused=True), with --checkpointing every block checkpointed
 (gradient_checkpointing_enable, use_reentrant=False) and with
 --eager-attention the attention's probabilities materialized. It records
 every CPU allocation and free with the Python stack that made it:
@@ -31,8 +31,10 @@ recomputation), none for its own operators. The allocations are replayed
 through the caching-allocator model of make_snapshot_fixtures.py (Sim) and
 written as torch.cuda.memory._dump_snapshot writes a 2.11 snapshot: the
 order, sizes, lifetimes and frames are PyTorch's own, the segments are the
-model's (a CPU run also allocates what CUDA keeps on the host: the RNG
-states a checkpointed block saves, scalars).
+model's. What torch.tensor(...) makes without a device (the foreach
+optimizers' step counters) is left out, a host tensor on CUDA
+(host_tensor); the rest of what CUDA keeps on the host is not (the RNG
+states a checkpointed block saves, other scalars).
 
 Where it runs out of memory: with --oom-after F, once F of the run's
 allocations are made the allocator may reserve no more (a memory cap at
@@ -54,7 +56,10 @@ diagnose/nothing_saved.h; Note [Blocks in backward], diagnose/phase_need.cpp).
 """
 
 import argparse
+import contextlib
+import functools
 import json
+import linecache
 import os
 import pickle
 import sys
@@ -153,50 +158,104 @@ def recomputes(stack):
     return any(name in ("unpack_hook", "recompute_fn") for _, _, name in stack)
 
 
-def record(mode, layers, checkpointing=False, eager=False, batch=4, seq=256, steps=1, optimizer=None):
-    """The Events of one run and the model's parameter and buffer bytes."""
+def train(args, ids, step_scope=contextlib.nullcontext, mark=lambda phase, step: None):
+    """Builds the GPT-2 on the default device (parameters made there, in its
+    own __init__) and runs it on `ids` (--batch x --seq token ids) as
+    `args` (this script's options) say; step_scope(k) encloses training
+    step k, mark(phase, k) is called as "forward", "backward" and
+    "optimizer" of step k begin (--mode no_grad and train: one "forward"
+    of step 0) and mark("end", steps) after. Returns the model's
+    parameter and buffer bytes, each storage once (GPT-2 ties its head to
+    the embeddings)."""
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=args.layers, n_embd=256, n_head=4, n_positions=256, vocab_size=1000)
+    if args.eager_attention:
+        config._attn_implementation = "eager"  # the probabilities materialized, as record_hf_snapshot.py runs it
+    model = transformers.GPT2LMHeadModel(config)
+    if args.checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    out = opt = None
+    if args.mode == "no_grad":
+        model.eval()
+        mark("forward", 0)
+        with torch.no_grad():
+            out = model(ids)
+    elif args.mode == "train":
+        model.train()
+        mark("forward", 0)
+        out = model(ids, labels=ids)
+    else:
+        model.train()
+        # foreach=True: CUDA's default implementation (torch/optim/optimizer.py
+        # _default_to_fused_or_foreach), its whole-list temporaries too;
+        # fused=True: the one kernel for the list, no temporaries.
+        kinds = {"adamw": torch.optim.AdamW, "rmsprop": torch.optim.RMSprop,
+                 "sgd": lambda p, **kw: torch.optim.SGD(p, momentum=0.9, **kw)}
+        if args.optimizer:
+            opt = kinds[args.optimizer](model.parameters(), lr=1e-4, **{args.implementation: True})
+        for step in range(args.steps):
+            with step_scope(step):
+                mark("forward", step)
+                loss = model(ids, labels=ids).loss
+                mark("backward", step)
+                loss.backward()
+                del loss
+                if opt:
+                    mark("optimizer", step)
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+    mark("end", args.steps if args.mode == "step" else 1)
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in list(model.parameters()) + list(model.buffers())}
+    del out, opt, model
+    return sum(storages.values())
+
+
+def host_tensor(stack, roots):
+    """Whether an allocation is one a CUDA run makes on the host, outside the
+    device's allocator: its innermost frame's call is torch.tensor(...)
+    with no device (a CPU tensor wherever the model runs; torch 2.11's
+    foreach and single-tensor optimizers host their step counters so:
+    adam.py's "special device hosting for step", where fused and
+    capturable ones make them on the device with torch.zeros)."""
+    return bool(stack) and calls_host_factory(stack[0][0], stack[0][1], tuple(roots))
+
+
+@functools.lru_cache(maxsize=None)
+def calls_host_factory(file, line, roots):
+    """Whether line `line` of `file` calls torch.tensor( with no device (host_tensor)."""
+    path = full_path(file, roots)
+    text = ""
+    for k in range(line, line + 5):  # the call's lines, to its closing parenthesis
+        text += linecache.getline(path, k)
+        if "torch.tensor(" not in text or text.count("(") <= text.count(")"):
+            break
+    return "torch.tensor(" in text and "device" not in text
+
+
+def search_roots():
+    """The folders the profiler's relative file names are relative to."""
+    return [p for p in sys.path if os.path.isdir(p)]
+
+
+def record(args):
+    """The Events of one run on the CPU, less those CUDA makes on the host
+    (host_tensor), and the model's parameter and buffer bytes."""
     import torch
     import transformers
     from torch.profiler import ProfilerActivity, profile, record_function
-    torch.manual_seed(0)
     torch.set_num_threads(1)  # one thread's allocations: the same on every machine
-    config = transformers.GPT2Config(n_layer=layers, n_embd=256, n_head=4, n_positions=256, vocab_size=1000)
-    if eager:
-        config._attn_implementation = "eager"  # the probabilities materialized, as record_hf_snapshot.py runs it
-    ids = torch.randint(0, 1000, (batch, seq))
+    ids = torch.randint(0, 1000, (args.batch, args.seq))
+    # transformers imports its modules lazily: imported under the profiler
+    # with stacks, they took 14 s more (one GPT-2 config built here).
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=8, n_head=1, vocab_size=8))
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=True) as prof:
-        model = transformers.GPT2LMHeadModel(config)
-        if checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        out = None
-        if mode == "no_grad":
-            model.eval()
-            with torch.no_grad():
-                out = model(ids)
-        elif mode == "train":
-            model.train()
-            out = model(ids, labels=ids)
-        else:
-            model.train()
-            # foreach=True: CUDA's default implementation (torch/optim/optimizer.py
-            # _default_to_fused_or_foreach), its whole-list temporaries too.
-            kinds = {"adamw": torch.optim.AdamW, "rmsprop": torch.optim.RMSprop,
-                     "sgd": lambda p, **kw: torch.optim.SGD(p, momentum=0.9, **kw)}
-            opt = kinds[optimizer](model.parameters(), lr=1e-4, foreach=True) if optimizer else None
-            for step in range(steps):
-                with record_function(f"{STEP}{step}"):
-                    loss = model(ids, labels=ids).loss
-                    loss.backward()
-                    del loss
-                    if opt:
-                        opt.step()
-                        opt.zero_grad(set_to_none=True)
-            del opt
-        # The model's weights and buffers, each storage once (GPT-2 ties its head to the embeddings).
-        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
-                    for t in list(model.parameters()) + list(model.buffers())}
-        del out, model
-    return [Event(*e) for e in allocations(prof)], sum(storages.values())
+        parameter_bytes = train(args, ids, step_scope=lambda step: record_function(f"{STEP}{step}"))
+    roots = search_roots()
+    events = [Event(*e) for e in allocations(prof)]
+    return [e for e in events if e.size < 0 or not host_tensor(e.stack, roots)], parameter_bytes
 
 
 def replay(events, roots, oom_after=None, cap=1 << 60):
@@ -274,8 +333,10 @@ def uncapped_growth(events, failed_at):
     return None if base is None else peak - base
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(description):
+    """This script's options, checked (shared with record_cuda_snapshot.py,
+    whose docstring is `description`); exits 2 on bad ones."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--mode", choices=["no_grad", "train", "step"], default="no_grad")
     parser.add_argument("--layers", type=int, default=4)
@@ -288,6 +349,8 @@ def main():
     parser.add_argument("--steps", type=int, default=1, help="--mode step: training steps")
     parser.add_argument("--optimizer", nargs="?", const="adamw", choices=["adamw", "rmsprop", "sgd"],
                         help="--mode step: an optimizer step (foreach) in each, AdamW's by default")
+    parser.add_argument("--fused", dest="implementation", action="store_const", const="fused", default="foreach",
+                        help="with --optimizer adamw or sgd: fused=True instead of foreach=True")
     parser.add_argument("--checkpointing", action="store_true")
     parser.add_argument("--eager-attention", action="store_true")
     parser.add_argument("--batch", type=int, default=4)
@@ -303,14 +366,20 @@ def main():
                      "recompute and --optimizer for the optimizer")
     if args.steps < 1 or (args.oom_step is not None and not 0 <= args.oom_step < args.steps):
         parser.error("--steps must be >= 1 and --oom-step one of them")
+    if args.implementation == "fused" and args.optimizer not in ("adamw", "sgd"):
+        parser.error("--fused needs --optimizer adamw or sgd (RMSprop has no fused kernel)")
+    return args
+
+
+def main():
+    args = parse_args(__doc__)
     try:
         import transformers  # noqa: F401
     except ImportError as e:
         print(f"skipped: {e}")
         return 77
-    events, parameter_bytes = record(args.mode, args.layers, args.checkpointing, args.eager_attention, args.batch,
-                                     args.seq, args.steps, args.optimizer)
-    roots = [p for p in sys.path if os.path.isdir(p)]
+    events, parameter_bytes = record(args)
+    roots = search_roots()
     if args.oom_in:
         sim, failed_at = cap_in_phase(events, roots, args.oom_in, args.share, args.oom_step)
         if sim is None:

@@ -5,6 +5,8 @@
 // first step's states: two made when the third fails, or the step's
 // arithmetic failing after one temporary.
 
+#include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -26,8 +28,12 @@ constexpr int kStateParameters = 4;
 // `arithmetic`: where given (_multi_tensor_adam, ...), the step's
 // arithmetic allocates one 16 MiB temporary before the out-of-memory, there.
 // `optimizer_dir`: where the optimizer's file is (torch/optim/ by default).
+// `scalars`: 0-dim (4-byte) allocations in _init_group, as fused
+// optimizers' step counters on a line of their own before each
+// parameter's states, or as a 0-dim parameter's states on the states' line.
+enum class Scalars { kNone, kStepCounters, kScalarParameter };
 Diagnosis first_step_oom(const std::string& optimizer_file, const std::string& arithmetic = "", bool trainer = false,
-                         std::string optimizer_dir = "") {
+                         std::string optimizer_dir = "", Scalars scalars = Scalars::kNone) {
   const std::string torch = "/venv/lib/python3.12/site-packages/torch";
   if (optimizer_dir.empty()) optimizer_dir = torch + "/optim/";
   // Under Hugging Face's Trainer, its frame is the optimizer step's caller.
@@ -44,22 +50,29 @@ Diagnosis first_step_oom(const std::string& optimizer_file, const std::string& a
       {{torch + "/_tensor.py", "backward", 620}, script},                          // 2: gradients
       {init_group, step, wrapper, script},                                         // 3: states
       {{optimizer_dir + optimizer_file, arithmetic, 600}, step, wrapper, script},  // 4: the arithmetic
+      {{init_group.filename, init_group.name, 118}, step, wrapper, script},        // 5: step counters
   });
   std::vector<TraceEvent>& trace = s.device_traces.emplace_back();
   int64_t addr = 1 << 30;
-  auto alloc = [&](StackId stack) {
+  auto alloc = [&](StackId stack, int64_t bytes = kStateBytes) {
     TraceEvent e;
     e.action = TraceAction::kAlloc;
     e.addr = addr;
-    e.size = kStateBytes;
+    e.size = bytes;
     e.frames = stack;
     trace.push_back(e);
-    addr += kStateBytes;
+    addr += std::max<int64_t>(bytes, 512);
   };
   for (int i = 0; i < kStateParameters; ++i) alloc(1);
   for (int i = 0; i < kStateParameters; ++i) alloc(2);
+  if (scalars == Scalars::kScalarParameter) {
+    alloc(3, 4);
+    alloc(3, 4);
+  }
+  if (scalars == Scalars::kStepCounters) alloc(5, 4);
   alloc(3);
   alloc(3);
+  if (scalars == Scalars::kStepCounters) alloc(5, 4);
   if (!arithmetic.empty()) alloc(4);
   TraceEvent oom;
   oom.action = TraceAction::kOom;
@@ -208,7 +221,7 @@ TEST(OptimizerKind, ALaterStepNeedsItsTemporaries) {
   EXPECT_EQ(d.need.still_needed_bytes, (kStateParameters - 1) * kStateBytes);
   const Recommendation* fused = find_fix(d, FixId::kFusedOptimizer);
   ASSERT_NE(fused, nullptr);
-  EXPECT_EQ(fused->change, "torch.optim.Adam/AdamW(..., fused=True)");
+  EXPECT_EQ(fused->change, "torch.optim.Adam(..., fused=True) or torch.optim.AdamW(..., fused=True)");
   EXPECT_EQ(fused->sufficiency, Sufficiency::kEnough);
   EXPECT_NE(d.verdicts.front().evidence.find("Its states were made by an earlier step; this step's arithmetic "
                                              "(foreach) holds 64.00 MiB of temporaries at its peak."),
@@ -295,6 +308,39 @@ TEST(OptimizerKind, StatesCountedInWords) {
   EXPECT_EQ(count_states(7), "7 states");
   EXPECT_EQ(torch_optimizer("optim/optimizer.py"), nullptr);
   EXPECT_EQ(torch_optimizer("optim/sgd.py")->name, "SGD");
+}
+
+// Note [Step counters on the device]: a fused AdamW's first step failing
+// among its states shows no arithmetic frame, but its step counters, made
+// on the device on a line of their own: fused, no temporaries to come.
+TEST(OptimizerKind, StepCountersOnTheDeviceSayFused) {
+  const Diagnosis d = first_step_oom("adamw.py", "", false, "", Scalars::kStepCounters);
+  EXPECT_EQ(d.need.implementation, OptimizerImplementation::kFused);
+  EXPECT_EQ(d.need.implementation_basis, ImplementationBasis::kStepCounters);
+  EXPECT_TRUE(d.need.implementation_assumed);
+  EXPECT_EQ(d.need.temporaries_total_bytes, 0);
+  // Two of eight 16 MiB states made, and two 4-byte counters (state too).
+  EXPECT_LE(std::abs(d.need.still_needed_bytes - 6 * kStateBytes), 1024) << d.need.estimate;
+  EXPECT_EQ(find_fix(d, FixId::kFusedOptimizer), nullptr);
+  EXPECT_NE(d.need.estimate.find("fused, assumed: its step counters are on the device"), std::string::npos)
+      << d.need.estimate;
+}
+
+// Without the counters' line the default stays foreach: a 0-dim
+// parameter's 4-byte states share the states' line; RMSprop, which has no
+// fused kernel, keeps counters on the device only when capturable.
+TEST(OptimizerKind, ScalarStatesOrNoFusedKernelStayForeach) {
+  const Diagnosis scalar = first_step_oom("adamw.py", "", false, "", Scalars::kScalarParameter);
+  EXPECT_EQ(scalar.need.implementation, OptimizerImplementation::kForeach);
+  EXPECT_EQ(scalar.need.implementation_basis, ImplementationBasis::kDefault);
+  EXPECT_EQ(scalar.need.temporaries_total_bytes, kStateParameters * kStateBytes);
+  const Diagnosis rmsprop = first_step_oom("rmsprop.py", "", false, "", Scalars::kStepCounters);
+  EXPECT_EQ(rmsprop.need.implementation, OptimizerImplementation::kForeach);
+  EXPECT_EQ(rmsprop.need.implementation_basis, ImplementationBasis::kDefault);
+  // The arithmetic's frame, where there is one, outranks the counters.
+  const Diagnosis seen = first_step_oom("adamw.py", "_multi_tensor_adam", false, "", Scalars::kStepCounters);
+  EXPECT_EQ(seen.need.implementation, OptimizerImplementation::kForeach);
+  EXPECT_EQ(seen.need.implementation_basis, ImplementationBasis::kFrames);
 }
 
 }  // namespace

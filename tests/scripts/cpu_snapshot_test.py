@@ -14,8 +14,11 @@ device thread):
   parameters;
 - the second training step's forward: the first step's says what it still
   needed (Note [Phase need] rule 1), within 5% of the uncapped run;
-- a first AdamW step (foreach): its states are two per parameter, the
-  foreach temporaries alive at the out-of-memory are temporaries;
+- a first optimizer step: AdamW's states are two per parameter, the
+  foreach temporaries alive at the out-of-memory are temporaries, the need
+  within 5% of the uncapped run's; a fused AdamW failing among its states
+  reads as fused from its step counters (Note [Step counters on the
+  device]); RMSprop's and SGD's one state;
 - an out-of-memory in backward past its first block, plain and with
   activation checkpointing: what the rest of backward's blocks need (Note
   [Blocks in backward], diagnose/phase_need.cpp) is more than the request
@@ -27,9 +30,19 @@ device thread):
 
 Exit 77 (skipped) without transformers.
 
-Usage: cpu_snapshot_test.py SOURCE_DIR OOMTUNE
+Usage: cpu_snapshot_test.py SOURCE_DIR OOMTUNE [RECORDER]
+
+Prints a line per case (phase, need, the uncapped run's growth, the first
+verdict); with OOMTUNE_RECORDED_DIR set, the snapshots and their diagnoses
+(--json) stay in that folder.
+
+RECORDER (default SOURCE_DIR/scripts/record_cpu_snapshot.py): another
+recorder taking the same options and printing the same JSON; on the GPU
+machine scripts/record_cuda_snapshot.py, whose snapshots are CUDA's own
+(docs/gpu_machine.md): the same expectations hold there.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -37,19 +50,21 @@ import sys
 import tempfile
 
 source, oomtune = sys.argv[1], sys.argv[2]
-recorder = os.path.join(source, "scripts", "record_cpu_snapshot.py")
+recorder = sys.argv[3] if len(sys.argv) > 3 else os.path.join(source, "scripts", "record_cpu_snapshot.py")
 failures = []
 
 
 def record_and_diagnose(name, args, tmp):
-    """(what the recorder printed, oomtune diagnose --json), or None after a failure."""
+    """(what the recorder printed, oomtune diagnose --json), or None after a
+    failure; prints a line of each: the need against the uncapped run's
+    growth."""
     out = os.path.join(tmp, f"{name}.pickle")
     run = subprocess.run([sys.executable, recorder, "--out", out] + args, capture_output=True, text=True)
     if run.returncode == 77:
         print(run.stdout.strip())
         sys.exit(77)
     if run.returncode != 0:
-        failures.append(f"{name}: record_cpu_snapshot.py exited {run.returncode}: {run.stderr[-2000:]}")
+        failures.append(f"{name}: {os.path.basename(recorder)} exited {run.returncode}: {run.stderr[-2000:]}")
         return None
     recorded = json.loads(run.stdout.strip().splitlines()[-1])
     if recorded["oom_at"] is None:
@@ -59,10 +74,19 @@ def record_and_diagnose(name, args, tmp):
     if diagnosis.returncode != 0:
         failures.append(f"{name}: oomtune diagnose exited {diagnosis.returncode}: {diagnosis.stderr}")
         return None
-    return recorded, json.loads(diagnosis.stdout)
+    with open(os.path.join(tmp, f"{name}.json"), "w") as f:
+        f.write(diagnosis.stdout)
+    d = json.loads(diagnosis.stdout)
+    need, growth = d["need"], recorded["uncapped_growth_bytes"]
+    print(f"{name}: {d['ooms'][-1]['phase']}, need {need['method']} {need['still_needed_bytes']} B, the uncapped "
+          f"run {growth} B ({need['still_needed_bytes'] / max(growth, 1):.3f}), verdict {d['verdicts'][0]['id']}", flush=True)
+    return recorded, d
 
 
-with tempfile.TemporaryDirectory() as tmp:
+keep = os.environ.get("OOMTUNE_RECORDED_DIR")  # the snapshots and diagnoses kept there (device_check.sh)
+if keep:
+    os.makedirs(keep, exist_ok=True)
+with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep) as tmp:
     for mode, kind, verdict in (("no_grad", "nothing_saved", "inference_forward"),
                                 ("train", "none", "activations_in_forward")):
         result = record_and_diagnose(mode, ["--mode", mode, "--oom-after", "0.7"], tmp)
@@ -119,13 +143,18 @@ with tempfile.TemporaryDirectory() as tmp:
     # less those alive) is within 5% of what the uncapped run allocates from there; at --share 0.2 the
     # step fails among its states, before any frame shows the implementation (foreach assumed).
     # torch 2.11's AdamW runs Adam's step (adam.py), which names both.
-    for kind, share, name, eight_bit_class, states in (("adamw", "1", "Adam/AdamW", "Adam8bit or AdamW8bit", 2),
-                                                       ("adamw", "0.2", "Adam/AdamW", "Adam8bit or AdamW8bit", 2),
-                                                       ("rmsprop", "1", "RMSprop", "RMSprop8bit", 1),
-                                                       ("sgd", "0.5", "SGD", "SGD8bit", 1)):
-        result = record_and_diagnose(f"first_{kind}_step_{share}",
+    # fused=True (--fused, at --share 0.5: among its states): no frame of its arithmetic yet, but its step
+    # counters on the device (Note [Step counters on the device]): fused, no temporaries to come.
+    for kind, share, name, eight_bit_class, states, fused in (
+            ("adamw", "1", "Adam/AdamW", "Adam8bit or AdamW8bit", 2, False),
+            ("adamw", "0.2", "Adam/AdamW", "Adam8bit or AdamW8bit", 2, False),
+            ("adamw", "0.5", "Adam/AdamW", "Adam8bit or AdamW8bit", 2, True),
+            ("rmsprop", "1", "RMSprop", "RMSprop8bit", 1, False),
+            ("sgd", "0.5", "SGD", "SGD8bit", 1, False)):
+        result = record_and_diagnose(f"first_{kind}_step_{share}{'_fused' if fused else ''}",
                                      ["--mode", "step", "--batch", "1", "--seq", "32", "--optimizer", kind,
-                                      "--oom-in", "optimizer", "--share", share], tmp)
+                                      "--oom-in", "optimizer", "--share", share] + (["--fused"] if fused else []),
+                                     tmp)
         if result is None:
             continue
         recorded, d = result
@@ -137,7 +166,8 @@ with tempfile.TemporaryDirectory() as tmp:
         if oom["phase"] != "optimizer" or need["method"] != "optimizer_first_step" or \
                 need["states_per_parameter"] != states or (d["optimizer"] or {}).get("name") != name or \
                 (states_made and not (states * params <= state < states * params + (1 << 20) and temporaries > 0)) or \
-                need["optimizer_implementation"] != "foreach" or \
+                (need["optimizer_implementation"], need["optimizer_implementation_basis"]) != \
+                (("fused", "step_counters") if fused else ("foreach", need["optimizer_implementation_basis"])) or \
                 abs(need["still_needed_bytes"] - growth) > 0.05 * growth or \
                 eight_bit != [f"8-bit {name} (bitsandbytes.optim.{eight_bit_class}: blockwise-quantized states)"]:
             failures.append(f"first {name} step (share {share}): expected {states} x {params} B of state "
