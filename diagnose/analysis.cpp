@@ -455,7 +455,7 @@ void order_fragmentation_verdict(Diagnosis& d) {
 
 /// What ran the forward without autograd, for the verdict.
 /// What the optimizer's first step allocates, one sentence.
-std::string first_step_prose(const OptimizerKind* optimizer) {
+std::string first_step_prose(const OptimizerKind* optimizer, const PhaseNeed& need) {
   if (!optimizer) return "The first step of Adam/AdamW allocates two fp32 buffers per parameter.";
   const OptimizerKind& k = *optimizer;
   const std::string options = k.options.empty() ? "" : fmt::format(" ({})", k.options);
@@ -464,6 +464,11 @@ std::string first_step_prose(const OptimizerKind* optimizer) {
   if (k.states_per_parameter == 0)
     return fmt::format("{} (torch.optim) keeps {}{}: its first step allocates no state of the parameters' size.",
                        k.name, k.states, options);
+  if (need.states_added_by_options > 0)  // Note [States an option adds]
+    return fmt::format(
+        "The first step of {} (torch.optim) allocates {} of each parameter's size here: {}, and {} more that an "
+        "option adds{}.",
+        k.name, count_states(need.states_per_parameter), k.states, count_word(need.states_added_by_options), options);
   return fmt::format("The first step of {} (torch.optim) allocates {} of each parameter's size, {}{}.", k.name,
                      count_states(k.states_per_parameter), k.states, options);
 }
@@ -592,14 +597,14 @@ void add_verdicts(Diagnosis& d) {
   } else if (phase == Phase::kOptimizer) {
     main.push_back(Verdict{
         VerdictId::kOptimizerStateAllocation,
-        fmt::format(
-            "{} happened in the optimizer step{}: optimizer state alive {}, parameters {}, gradients {} "
-            "of {} allocated. {}",
-            where == "the peak" ? "The peak" : "The out-of-memory", oom_place(oom),
-            format_bytes(cats[static_cast<size_t>(Category::kOptimizerState)]),
-            format_bytes(cats[static_cast<size_t>(Category::kParameters)]),
-            format_bytes(cats[static_cast<size_t>(Category::kGradients)]), format_bytes(allocated),
-            d.need.method == NeedMethod::kOptimizerStep ? later_step_prose(d.need) : first_step_prose(d.optimizer))});
+        fmt::format("{} happened in the optimizer step{}: optimizer state alive {}, parameters {}, gradients {} "
+                    "of {} allocated. {}",
+                    where == "the peak" ? "The peak" : "The out-of-memory", oom_place(oom),
+                    format_bytes(cats[static_cast<size_t>(Category::kOptimizerState)]),
+                    format_bytes(cats[static_cast<size_t>(Category::kParameters)]),
+                    format_bytes(cats[static_cast<size_t>(Category::kGradients)]), format_bytes(allocated),
+                    d.need.method == NeedMethod::kOptimizerStep ? later_step_prose(d.need)
+                                                                : first_step_prose(d.optimizer, d.need))});
   } else if (oom && !oom->fragmentation && !eval_outputs) {
     main.push_back(Verdict{
         VerdictId::kCapacity,

@@ -58,11 +58,12 @@ const char* implementation_name(OptimizerImplementation implementation) {
   return "unknown";
 }
 
-std::string count_states(int states) {
+std::string count_word(int count) {
   static constexpr const char* kWords[] = {"no", "one", "two", "three"};
-  const std::string count = states >= 0 && states <= 3 ? kWords[states] : std::to_string(states);
-  return count + (states == 1 ? " state" : " states");
+  return count >= 0 && count <= 3 ? kWords[count] : std::to_string(count);
 }
+
+std::string count_states(int states) { return count_word(states) + (states == 1 ? " state" : " states"); }
 
 constexpr OptimizerKind kBitsAndBytes = {
     "bitsandbytes' optimizer", 0, "8-bit or 32-bit states, by its class", "", "", -1, -1, false};

@@ -67,6 +67,9 @@ struct OptimizerKind {
   bool fused_on_cuda;
 };
 
+/// "no", "one", "two", "three", then digits ("4"), for a sentence.
+std::string count_word(int count);
+
 /// "one state", "two states", ..., for a sentence.
 std::string count_states(int states);
 

@@ -60,20 +60,49 @@ OptimizerImplementation implementation_seen(const std::vector<TraceEvent>& trace
 // Limitations: capturable (for CUDA graphs) runs foreach with counters on
 // the device and reads as fused; a model whose parameters are all 0-dim
 // shows no larger line.
+//
+// Note [States an option adds]
+// Rationale: the table's states per parameter are those of the default
+// options; amsgrad=True adds Adam's max_exp_avg_sq, RMSprop's momentum > 0
+// and centered=True its momentum_buffer and grad_avg: a third more state
+// to come than counted, and a fix judged enough that is not.
+// Approach: _init_group makes each kind of state on a source line of its
+// own, for every parameter in turn; the lines whose allocations are larger
+// than a step counter, where more than the table's count, are the states
+// per parameter. Only for an optimizer whose states are of the
+// parameters' size (not Adafactor's factored ones).
+// Limitations: a step that failed before its first parameter's states were
+// all made shows fewer lines: the table's count stands.
 constexpr int64_t kStepCounterBytes = 8;  // a 0-dim float32 or float64 tensor
 
-/// Whether the optimizer's _init_group made step counters on the device in
-/// events [first, end) (Note [Step counters on the device]).
-bool step_counters_on_device(const std::vector<TraceEvent>& trace, const FrameIndex& frames, size_t first, size_t end) {
+/// The source lines of the optimizer's _init_group that allocated in
+/// events [first, end): those of 0-dim tensors only (step counters, Note
+/// [Step counters on the device]) and the others (kinds of state, Note
+/// [States an option adds]).
+struct InitGroupLines {
+  int counters = 0;
+  int states = 0;
+};
+
+InitGroupLines init_group_lines(const std::vector<TraceEvent>& trace, const FrameIndex& frames, size_t first,
+                                size_t end) {
   std::unordered_map<int64_t, int64_t> largest;  // _init_group's frame (its line) -> its largest allocation
   for (size_t i = first; i < end && i < trace.size(); ++i) {
     if (trace[i].action != TraceAction::kAlloc) continue;
     const int64_t line = frames.optimizer_init_frame(trace[i].frames);
     if (line >= 0) largest[line] = std::max(largest[line], trace[i].size);
   }
-  bool counters = false, states = false;
-  for (const auto& [line, bytes] : largest) (bytes <= kStepCounterBytes ? counters : states) = true;
-  return counters && states;
+  InitGroupLines lines;
+  for (const auto& [line, bytes] : largest) ++(bytes <= kStepCounterBytes ? lines.counters : lines.states);
+  return lines;
+}
+
+/// ", and one more its _init_group made (max_exp_avg_sq too with
+/// amsgrad=True)" for states an option adds; "" for none.
+std::string added_states(const OptimizerKind& optimizer, int added) {
+  if (added <= 0) return "";
+  return fmt::format(", and {} more its _init_group made{}", count_word(added),
+                     optimizer.options.empty() ? "" : fmt::format(" ({})", optimizer.options));
 }
 
 /// The temporaries `implementation` holds at its peak, in gradients' bytes
@@ -131,7 +160,9 @@ int64_t arithmetic_bytes_alive(const std::vector<TraceEvent>& trace, const Frame
 /// for a later step).
 bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<TraceEvent>& trace,
                     const Attribution& attr, const FrameIndex& frames, bool first_step, PhaseNeed& need) {
-  const int states = q.optimizer ? q.optimizer->states_per_parameter : 2;
+  const InitGroupLines lines = init_group_lines(trace, frames, run.first_event, q.oom_event);
+  const int table_states = q.optimizer ? q.optimizer->states_per_parameter : 2;
+  const int states = table_states > 0 && q.optimizer ? std::max(table_states, lines.states) : table_states;
   const int64_t grads = q.live[static_cast<size_t>(Category::kGradients)];
   const int64_t params = q.live[static_cast<size_t>(Category::kParameters)];
   const int64_t base = grads > 0 ? grads : params;
@@ -143,13 +174,12 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   // (bitsandbytes', DeepSpeed's, a custom one) runs arithmetic of its own:
   // not modelled.
   const bool trainer = q.oom_event < trace.size() && frames.runs_hf_trainer(trace[q.oom_event].frames);
-  const ImplementationBasis basis =
-      seen != OptimizerImplementation::kUnknown ? ImplementationBasis::kFrames
-      : !q.optimizer                            ? ImplementationBasis::kNone
-      : q.optimizer->fused_on_cuda && step_counters_on_device(trace, frames, run.first_event, q.oom_event)
-          ? ImplementationBasis::kStepCounters
-      : trainer ? ImplementationBasis::kHfTrainer
-                : ImplementationBasis::kDefault;
+  const ImplementationBasis basis = seen != OptimizerImplementation::kUnknown ? ImplementationBasis::kFrames
+                                    : !q.optimizer                            ? ImplementationBasis::kNone
+                                    : q.optimizer->fused_on_cuda && lines.counters > 0 && lines.states > 0
+                                        ? ImplementationBasis::kStepCounters
+                                    : trainer ? ImplementationBasis::kHfTrainer
+                                              : ImplementationBasis::kDefault;
   const OptimizerImplementation implementation =
       basis == ImplementationBasis::kFrames    ? seen
       : basis == ImplementationBasis::kNone    ? OptimizerImplementation::kUnknown
@@ -160,6 +190,7 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
 
   need.method = first_step ? NeedMethod::kOptimizerFirstStep : NeedMethod::kOptimizerStep;
   need.states_per_parameter = first_step ? states : 0;
+  need.states_added_by_options = first_step ? states - table_states : 0;
   need.state_total_bytes = first_step ? states * base : 0;
   need.implementation = implementation;
   need.implementation_basis = basis;
@@ -207,7 +238,8 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
     return true;
   }
   const std::string per_parameter =
-      q.optimizer ? fmt::format("first {} step: {} per parameter ({})", name, count_states(states), q.optimizer->states)
+      q.optimizer ? fmt::format("first {} step: {} per parameter ({}{})", name, count_states(states),
+                                q.optimizer->states, added_states(*q.optimizer, need.states_added_by_options))
                   : std::string(
                         "first optimizer step, no torch.optim frame names it: Adam's and AdamW's two states per "
                         "parameter assumed");

@@ -18,8 +18,9 @@
 //   2. optimizer first step: the optimizer's states per parameter with a
 //      gradient (OptimizerKind, named by the trace's torch/optim/ frames:
 //      AdamW's _init_group makes exp_avg and exp_avg_sq as zeros_like(p)
-//      for every p whose grad is not None, RMSprop's square_avg; Adam's
-//      two where no frame names the optimizer, whose temporaries are then
+//      for every p whose grad is not None, RMSprop's square_avg; more
+//      where _init_group's lines show states an option adds, Note [States
+//      an option adds]; Adam's two where no frame names the optimizer, whose temporaries are then
 //      not counted (bitsandbytes', DeepSpeed's: their own arithmetic);
 //      not for one whose first
 //      step makes none, Adagrad): states x the gradients alive (else the
@@ -172,8 +173,13 @@ struct PhaseNeed {
   int64_t grown_bytes = 0;           ///< trace: what this phase had allocated since its start
   int64_t earlier_growth_bytes = 0;  ///< trace: what the earlier run grew by
   /// optimizer first step: the states it allocates per parameter
-  /// (OptimizerKind::states_per_parameter; 2 where no frame names it)
+  /// (OptimizerKind::states_per_parameter, or more where its _init_group
+  /// made more; 2 where no frame names it)
   int states_per_parameter = 0;
+  /// optimizer first step: of those, the states the table's default options
+  /// do not make but its _init_group did (Note [States an option adds]:
+  /// amsgrad's max_exp_avg_sq, ...)
+  int states_added_by_options = 0;
   int64_t state_total_bytes = 0;  ///< optimizer first step: states_per_parameter x gradients (or parameters)
   /// optimizer first step: how its arithmetic runs, and what says so
   /// (implementation_basis; implementation_assumed where no frame of the

@@ -157,6 +157,7 @@ std::string render_json(const Diagnosis& d) {
                {"grown_bytes", n.grown_bytes},
                {"earlier_growth_bytes", n.earlier_growth_bytes},
                {"states_per_parameter", n.states_per_parameter},
+               {"states_added_by_options", n.states_added_by_options},
                {"state_total_bytes", n.state_total_bytes},
                {"optimizer_implementation", implementation_name(n.implementation)},
                {"optimizer_implementation_assumed", n.implementation_assumed},

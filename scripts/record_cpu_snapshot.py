@@ -4,7 +4,8 @@
     record_cpu_snapshot.py --out FILE.pickle [--mode no_grad|train|step]
                            [--layers 4] [--batch 4] [--seq 256]
                            [--checkpointing] [--eager-attention]
-                           [--steps 1] [--optimizer [adamw|rmsprop|sgd] [--fused]]
+                           [--steps 1] [--optimizer [adamw|rmsprop|sgd] [--fused]
+                                        [--optimizer-option NAME=VALUE ...]]
                            [--oom-after FRACTION |
                             --oom-in forward|backward|recomputation|optimizer
                                      [--share 1] [--oom-step K]]
@@ -17,7 +18,8 @@ script does), forward with autograd (--mode train, model.train()) or
 --steps training steps (--mode step: forward, backward and, with
 --optimizer, an AdamW step, or RMSprop's or SGD's with momentum 0.9 with
 --optimizer rmsprop|sgd, with foreach=True, CUDA's default
-implementation, or with --fused fused=True), with --checkpointing every block checkpointed
+implementation, or with --fused fused=True; --optimizer-option adds
+keyword arguments: amsgrad=True, centered=True), with --checkpointing every block checkpointed
 (gradient_checkpointing_enable, use_reentrant=False) and with
 --eager-attention the attention's probabilities materialized. It records
 every CPU allocation and free with the Python stack that made it:
@@ -56,6 +58,7 @@ diagnose/nothing_saved.h; Note [Blocks in backward], diagnose/phase_need.cpp).
 """
 
 import argparse
+import ast
 import contextlib
 import functools
 import json
@@ -194,7 +197,8 @@ def train(args, ids, step_scope=contextlib.nullcontext, mark=lambda phase, step:
         kinds = {"adamw": torch.optim.AdamW, "rmsprop": torch.optim.RMSprop,
                  "sgd": lambda p, **kw: torch.optim.SGD(p, momentum=0.9, **kw)}
         if args.optimizer:
-            opt = kinds[args.optimizer](model.parameters(), lr=1e-4, **{args.implementation: True})
+            opt = kinds[args.optimizer](model.parameters(), lr=1e-4, **{args.implementation: True},
+                                        **args.optimizer_options)
         for step in range(args.steps):
             with step_scope(step):
                 mark("forward", step)
@@ -351,6 +355,9 @@ def parse_args(description):
                         help="--mode step: an optimizer step (foreach) in each, AdamW's by default")
     parser.add_argument("--fused", dest="implementation", action="store_const", const="fused", default="foreach",
                         help="with --optimizer adamw or sgd: fused=True instead of foreach=True")
+    parser.add_argument("--optimizer-option", action="append", default=[], metavar="NAME=VALUE",
+                        help="with --optimizer: one more keyword argument of the optimizer, VALUE a Python literal "
+                             "(amsgrad=True, momentum=0.9); repeatable")
     parser.add_argument("--checkpointing", action="store_true")
     parser.add_argument("--eager-attention", action="store_true")
     parser.add_argument("--batch", type=int, default=4)
@@ -368,6 +375,16 @@ def parse_args(description):
         parser.error("--steps must be >= 1 and --oom-step one of them")
     if args.implementation == "fused" and args.optimizer not in ("adamw", "sgd"):
         parser.error("--fused needs --optimizer adamw or sgd (RMSprop has no fused kernel)")
+    options = {}
+    for option in args.optimizer_option:
+        name, _, value = option.partition("=")
+        try:
+            options[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            parser.error(f"--optimizer-option {option!r}: expected NAME=VALUE with VALUE a Python literal")
+    if options and not args.optimizer:
+        parser.error("--optimizer-option needs --optimizer")
+    args.optimizer_options = options
     return args
 
 

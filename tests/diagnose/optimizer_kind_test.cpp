@@ -28,10 +28,13 @@ constexpr int kStateParameters = 4;
 // `arithmetic`: where given (_multi_tensor_adam, ...), the step's
 // arithmetic allocates one 16 MiB temporary before the out-of-memory, there.
 // `optimizer_dir`: where the optimizer's file is (torch/optim/ by default).
-// `scalars`: 0-dim (4-byte) allocations in _init_group, as fused
-// optimizers' step counters on a line of their own before each
-// parameter's states, or as a 0-dim parameter's states on the states' line.
-enum class Scalars { kNone, kStepCounters, kScalarParameter };
+// `init`: how _init_group's lines allocate: every state on one line;
+// with 0-dim (4-byte) allocations, as fused optimizers' step counters on a
+// line of their own before each parameter's states, or as a 0-dim
+// parameter's states on the states' line; or the three states of one
+// parameter on three lines, as amsgrad=True makes them (Note [States an
+// option adds]).
+enum class Scalars { kNone, kStepCounters, kScalarParameter, kThreeStateLines };
 Diagnosis first_step_oom(const std::string& optimizer_file, const std::string& arithmetic = "", bool trainer = false,
                          std::string optimizer_dir = "", Scalars scalars = Scalars::kNone) {
   const std::string torch = "/venv/lib/python3.12/site-packages/torch";
@@ -51,6 +54,8 @@ Diagnosis first_step_oom(const std::string& optimizer_file, const std::string& a
       {init_group, step, wrapper, script},                                         // 3: states
       {{optimizer_dir + optimizer_file, arithmetic, 600}, step, wrapper, script},  // 4: the arithmetic
       {{init_group.filename, init_group.name, 118}, step, wrapper, script},        // 5: step counters
+      {{init_group.filename, init_group.name, 127}, step, wrapper, script},        // 6: a second state
+      {{init_group.filename, init_group.name, 131}, step, wrapper, script},        // 7: a third state
   });
   std::vector<TraceEvent>& trace = s.device_traces.emplace_back();
   int64_t addr = 1 << 30;
@@ -71,7 +76,8 @@ Diagnosis first_step_oom(const std::string& optimizer_file, const std::string& a
   }
   if (scalars == Scalars::kStepCounters) alloc(5, 4);
   alloc(3);
-  alloc(3);
+  alloc(scalars == Scalars::kThreeStateLines ? 6 : 3);
+  if (scalars == Scalars::kThreeStateLines) alloc(7);
   if (scalars == Scalars::kStepCounters) alloc(5, 4);
   if (!arithmetic.empty()) alloc(4);
   TraceEvent oom;
@@ -341,6 +347,30 @@ TEST(OptimizerKind, ScalarStatesOrNoFusedKernelStayForeach) {
   const Diagnosis seen = first_step_oom("adamw.py", "_multi_tensor_adam", false, "", Scalars::kStepCounters);
   EXPECT_EQ(seen.need.implementation, OptimizerImplementation::kForeach);
   EXPECT_EQ(seen.need.implementation_basis, ImplementationBasis::kFrames);
+}
+
+// Note [States an option adds]: AdamW's _init_group made three kinds of
+// state (amsgrad=True's max_exp_avg_sq): three per parameter, not the
+// table's two; the sentences say one more an option adds.
+TEST(OptimizerKind, StatesAnOptionAddsAreCounted) {
+  const Diagnosis d = first_step_oom("adamw.py", "", false, "", Scalars::kThreeStateLines);
+  EXPECT_EQ(d.need.states_per_parameter, 3);
+  EXPECT_EQ(d.need.states_added_by_options, 1);
+  EXPECT_EQ(d.need.state_total_bytes, 3 * kStateParameters * kStateBytes);
+  // Three of twelve states made; foreach's temporaries (one list) to come.
+  EXPECT_EQ(d.need.still_needed_bytes, (3 * kStateParameters - 3 + kStateParameters) * kStateBytes);
+  EXPECT_NE(d.need.estimate.find("three states per parameter (exp_avg and exp_avg_sq, and one more its _init_group "
+                                 "made (max_exp_avg_sq too with amsgrad=True))"),
+            std::string::npos)
+      << d.need.estimate;
+  EXPECT_NE(d.verdicts.front().evidence.find("allocates three states of each parameter's size here: exp_avg and "
+                                             "exp_avg_sq, and one more that an option adds"),
+            std::string::npos)
+      << d.verdicts.front().evidence;
+  // Fewer lines than the table's states (one line, or an optimizer whose
+  // first step makes none of the parameters' size) leave the table's count.
+  EXPECT_EQ(first_step_oom("adamw.py").need.states_per_parameter, 2);
+  EXPECT_EQ(first_step_oom("adagrad.py", "", false, "", Scalars::kThreeStateLines).need.states_per_parameter, 0);
 }
 
 }  // namespace

@@ -144,17 +144,25 @@ with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep)
     # step fails among its states, before any frame shows the implementation (foreach assumed).
     # torch 2.11's AdamW runs Adam's step (adam.py), which names both.
     # fused=True (--fused, at --share 0.5: among its states): no frame of its arithmetic yet, but its step
-    # counters on the device (Note [Step counters on the device]): fused, no temporaries to come.
-    for kind, share, name, eight_bit_class, states, fused in (
-            ("adamw", "1", "Adam/AdamW", "Adam8bit or AdamW8bit", 2, False),
-            ("adamw", "0.2", "Adam/AdamW", "Adam8bit or AdamW8bit", 2, False),
-            ("adamw", "0.5", "Adam/AdamW", "Adam8bit or AdamW8bit", 2, True),
-            ("rmsprop", "1", "RMSprop", "RMSprop8bit", 1, False),
-            ("sgd", "0.5", "SGD", "SGD8bit", 1, False)):
-        result = record_and_diagnose(f"first_{kind}_step_{share}{'_fused' if fused else ''}",
+    # counters on the device (Note [Step counters on the device]): fused, no temporaries to come. Options
+    # that add states (AdamW's amsgrad, RMSprop's momentum and centered; at --share 0.2, among them): the
+    # states its _init_group's lines make, three (Note [States an option adds]).
+    fused = ["--fused"]
+    amsgrad = ["--optimizer-option", "amsgrad=True"]
+    rmsprop_options = ["--optimizer-option", "momentum=0.9", "--optimizer-option", "centered=True"]
+    for kind, share, name, eight_bit_class, states, options in (
+            ("adamw", "1", "Adam/AdamW", "Adam8bit or AdamW8bit", 2, []),
+            ("adamw", "0.2", "Adam/AdamW", "Adam8bit or AdamW8bit", 2, []),
+            ("adamw", "0.5", "Adam/AdamW", "Adam8bit or AdamW8bit", 2, fused),
+            ("adamw", "0.2", "Adam/AdamW", "Adam8bit or AdamW8bit", 3, amsgrad),
+            ("rmsprop", "1", "RMSprop", "RMSprop8bit", 1, []),
+            ("rmsprop", "0.2", "RMSprop", "RMSprop8bit", 3, rmsprop_options),
+            ("sgd", "0.5", "SGD", "SGD8bit", 1, [])):
+        fused_step = options == fused
+        result = record_and_diagnose(f"first_{kind}_step_{share}{'_fused' if fused_step else ''}"
+                                     f"{'_options' if options and not fused_step else ''}",
                                      ["--mode", "step", "--batch", "1", "--seq", "32", "--optimizer", kind,
-                                      "--oom-in", "optimizer", "--share", share] + (["--fused"] if fused else []),
-                                     tmp)
+                                      "--oom-in", "optimizer", "--share", share] + options, tmp)
         if result is None:
             continue
         recorded, d = result
@@ -167,7 +175,7 @@ with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep)
                 need["states_per_parameter"] != states or (d["optimizer"] or {}).get("name") != name or \
                 (states_made and not (states * params <= state < states * params + (1 << 20) and temporaries > 0)) or \
                 (need["optimizer_implementation"], need["optimizer_implementation_basis"]) != \
-                (("fused", "step_counters") if fused else ("foreach", need["optimizer_implementation_basis"])) or \
+                (("fused", "step_counters") if fused_step else ("foreach", need["optimizer_implementation_basis"])) or \
                 abs(need["still_needed_bytes"] - growth) > 0.05 * growth or \
                 eight_bit != [f"8-bit {name} (bitsandbytes.optim.{eight_bit_class}: blockwise-quantized states)"]:
             failures.append(f"first {name} step (share {share}): expected {states} x {params} B of state "
