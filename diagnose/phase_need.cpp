@@ -269,9 +269,15 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
 // give none. Above kMaxParameterAllocations the search (quadratic) is skipped.
 constexpr size_t kMaxParameterAllocations = 4096;
 
-/// The model's blocks from its parameters' allocations (Note [Blocks from
-/// the parameters]); 0 when they show none.
-int64_t parameter_blocks(const std::vector<TraceEvent>& trace, const Attribution& attr) {
+/// How the model's parameters lie, from their allocations (Note [Blocks
+/// from the parameters]): its blocks (0 when they show none) and the bytes
+/// of the parameters before the first block (its stem: embeddings).
+struct ParameterLayout {
+  int64_t blocks = 0;
+  int64_t stem_bytes = 0;
+};
+
+ParameterLayout parameter_layout(const std::vector<TraceEvent>& trace, const Attribution& attr) {
   std::vector<int64_t> sizes;
   for (size_t i = 0; i < trace.size(); ++i) {
     if (trace[i].action == TraceAction::kAlloc && attr.event_category[i] == Category::kParameters) {
@@ -279,8 +285,8 @@ int64_t parameter_blocks(const std::vector<TraceEvent>& trace, const Attribution
     }
   }
   const size_t n = sizes.size();
-  if (n > kMaxParameterAllocations) return 0;
-  size_t best_length = 0, best_period = 0;  // the sizes that repeat, their period
+  if (n > kMaxParameterAllocations) return {};
+  size_t best_length = 0, best_period = 0, best_begin = 0;  // the sizes that repeat, their period, where
   for (size_t p = 2; 2 * p <= n; ++p) {
     for_each_period_run(
         0, n, p, [&](size_t a, size_t b) { return sizes[a] == sizes[b]; },
@@ -292,13 +298,18 @@ int64_t parameter_blocks(const std::vector<TraceEvent>& trace, const Attribution
           if (std::all_of(period, end, [&](int64_t s) { return s == *period; })) return;
           best_length = length;
           best_period = p;
+          best_begin = r.begin - p;
         });
   }
-  return best_period == 0 ? 0 : static_cast<int64_t>(best_length / best_period);
+  if (best_period == 0) return {};
+  ParameterLayout layout;
+  layout.blocks = static_cast<int64_t>(best_length / best_period);
+  for (size_t i = 0; i < best_begin; ++i) layout.stem_bytes += sizes[i];
+  return layout;
 }
 
 /// Note [Phase need] rule 3: the block pattern of the activations kept so
-/// far; `model_blocks` from parameter_blocks (0: not known).
+/// far; `model_blocks` from parameter_layout (0: not known).
 bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<TraceEvent>& trace,
                     const Attribution& attr, const FrameIndex& frames, int64_t model_blocks, PhaseNeed& need) {
   std::vector<int64_t> key, size;  // per kept allocation: its layer frame, its requested bytes
@@ -548,11 +559,22 @@ bool recomputed_block(const NeedQuery& q, const PhaseRun& run, const std::vector
 // j after this one starts j x N - S above now; the need is the largest
 // peak: P - S for this turn (L - S when it is the last), j x N - S + P for
 // block j (+ L for the last).
-// Limitations: a lower bound: what backward allocates after the blocks (the
-// embeddings, layers outside checkpoint()) is not counted. Blocks of other
+// After the blocks, backward reaches the layers before them (the stem:
+// embeddings), each making a gradient of its parameters' size (or, for a
+// weight tied to the head whose gradient exists, a dense one to add into
+// it: GPT-2's token embedding): where the parameters' allocations show the
+// stem and as many blocks as backward counts (Note [Blocks from the
+// parameters]), the last block's end, (after + 1) x N - S, plus the stem's
+// bytes is a peak too.
+// Limitations: a lower bound: the stem's temporaries (embedding backward's
+// sort and counts) and layers outside the blocks the parameters do not
+// show are not counted; nor the stem where parameters were made before
+// recording or the blocks the parameters show are not backward's (a first
+// block of other shapes: T5's relative attention bias). Blocks of other
 // shapes (an encoder-decoder's two stacks) are taken to grow as this one.
 bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<TraceEvent>& trace,
-                     const Attribution& attr, const FrameIndex& frames, PhaseNeed& need) {
+                     const Attribution& attr, const FrameIndex& frames, const ParameterLayout& layout,
+                     PhaseNeed& need) {
   if (q.phase != Phase::kBackward) return false;
   // This iteration's forward: its allocations still alive when backward began, by address.
   size_t forward_begin = run.first_event;
@@ -674,6 +696,8 @@ bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<
   }
   int64_t needed = (after == 0 ? last_peak : peak) - so_far;
   for (int64_t j = 1; j <= after; ++j) needed = std::max(needed, j * net - so_far + (j == after ? last_peak : peak));
+  const int64_t stem = layout.blocks == blocks ? layout.stem_bytes : 0;
+  if (stem > 0) needed = std::max(needed, (after + 1) * net - so_far + stem);
 
   need.method = NeedMethod::kBackwardBlocks;
   need.lower_bound = true;
@@ -684,14 +708,19 @@ bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<
   need.last_block_peak_bytes = last_peak;
   need.block_net_bytes = net;
   need.block_so_far_bytes = so_far;
+  need.stem_gradient_bytes = stem;
   need.still_needed_bytes = std::max(q.rounded_bytes, needed);
   need.estimate = fmt::format(
       "blocks in backward{}: the previous block's {}backward (events {} to {}) grew by up to {} ({} to its last "
       "freed activation) and kept {}; this one had {} {}; {} of the {} blocks still to come after it, each "
-      "starting that much higher; what backward allocates after the blocks is not counted",
+      "starting that much higher; {}",
       checkpointed ? " (checkpointed)" : "", checkpointed ? "recomputation and " : "", previous, current - 1,
       format_bytes(peak), format_bytes(last_peak), format_bytes(net), so_far < 0 ? "freed" : "grown by",
-      format_bytes(std::abs(so_far)), after, blocks);
+      format_bytes(std::abs(so_far)), after, blocks,
+      stem > 0 ? fmt::format("then the {} of parameters before the blocks (embeddings) get their gradients; their "
+                             "temporaries are not counted",
+                             format_bytes(stem))
+               : "what backward allocates after the blocks is not counted");
   return true;
 }
 
@@ -836,9 +865,9 @@ PhaseNeed estimate_need(const NeedQuery& q, const std::vector<PhaseRun>& runs, c
 
   // 3. the forward's block pattern.
   if (q.phase == Phase::kForward && !q.inference)
-    forward_blocks(q, *run, trace, attr, frames, parameter_blocks(trace, attr), need);
+    forward_blocks(q, *run, trace, attr, frames, parameter_layout(trace, attr).blocks, need);
   // 4. a block's turn in backward, as the previous block's ran.
-  if (backward_blocks(q, *run, trace, attr, frames, need)) return need;
+  if (backward_blocks(q, *run, trace, attr, frames, parameter_layout(trace, attr), need)) return need;
   // 5. a checkpointed block recomputed in backward, as it ran in forward.
   recomputed_block(q, *run, trace, attr, frames, need);
   return need;

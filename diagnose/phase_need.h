@@ -55,8 +55,9 @@
 //      block's turn (its recomputation, with checkpointing, and its
 //      backward), of the same shapes, says how far this one grows and how
 //      much higher each block after it starts (Note [Blocks in backward],
-//      phase_need.cpp). A lower bound: what backward allocates after the
-//      blocks is not counted.
+//      phase_need.cpp), then the gradients of the parameters before the
+//      blocks (embeddings). A lower bound: their temporaries are not
+//      counted.
 //   5. recomputed block: the failing request was part of a checkpointed
 //      block's recomputation in backward (FrameIndex::recomputes); the rest
 //      of it is read from the block's first run, in forward (Note
@@ -199,6 +200,10 @@ struct PhaseNeed {
   /// forward blocks: of the current block; backward blocks: what the
   /// current block's turn had grown by
   int64_t block_so_far_bytes = 0;
+  /// backward blocks: the bytes of the parameters before the blocks (the
+  /// stem: embeddings), whose gradients backward makes after them; 0 when
+  /// the parameters' allocations do not show it (Note [Blocks in backward])
+  int64_t stem_gradient_bytes = 0;
   /// forward blocks: the model's blocks, counted from its parameters'
   /// allocations (Note [Blocks from the parameters]); backward blocks: the
   /// blocks of this backward (done, current and after); 0 when not known.

@@ -21,10 +21,11 @@ device thread):
   device]); RMSprop's and SGD's one state;
 - an out-of-memory in backward past its first block, plain and with
   activation checkpointing: what the rest of backward's blocks need (Note
-  [Blocks in backward], diagnose/phase_need.cpp) is more than the request
-  and at most what the same run without the cap allocates from there (a
-  lower bound: what backward allocates after the blocks is not counted),
-  within a tenth of it with checkpointing; one while backward recomputes a
+  [Blocks in backward], diagnose/phase_need.cpp), then the embeddings'
+  gradients, is more than the request and at most what the same run
+  without the cap allocates from there (a lower bound: the embeddings'
+  temporaries are not counted), within a quarter of it plain and a tenth
+  with checkpointing; one while backward recomputes a
   checkpointed block: what the rest of the recomputation needs (Note
   [Recomputed block]), likewise more than the request and at most that.
 
@@ -188,7 +189,7 @@ with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep)
     # at one sequence of 32 tokens, so backward grows block by block.
     for name, args, method, within in (
             ("plain backward", ["--batch", "1", "--seq", "32", "--oom-in", "backward", "--share", "0.8"],
-             "backward_blocks", None),
+             "backward_blocks", 0.25),
             ("checkpointed backward", ["--checkpointing", "--eager-attention", "--oom-in", "backward",
                                        "--share", "0.5"], "backward_blocks", 0.1),
             ("recomputation", ["--checkpointing", "--eager-attention", "--oom-in", "recomputation"],
