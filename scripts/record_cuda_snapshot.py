@@ -165,6 +165,9 @@ def main():
     run(args, torch, device, ids, history=False)  # the workspaces cuBLAS keeps, made once
     parameter_bytes, marks, uncapped, peak = run(args, torch, device, ids)
     trace = uncapped["device_traces"][device.index]
+    if parameter_bytes is None:
+        print(json.dumps({"error": "the run without a cap ran out of memory: lower --batch or --seq"}))
+        return 1
     events = trace_events(trace)
     allocations = sum(1 for e in events if e.size > 0)
     accept = wanted(args, phase_ranges(marks), allocations)
