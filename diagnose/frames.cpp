@@ -341,10 +341,11 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
                           : starts_with(name, "_fused_")         ? OptimizerImplementation::kFused
                                                                  : OptimizerImplementation::kUnknown;
     }
-    optimizer_math[i] = implementation[i] != OptimizerImplementation::kUnknown && c.path != "optim/sgd.py";
     optimizer[i] = c.origin == Origin::kTorch     ? torch_optimizer(c.path)
                    : c.origin == Origin::kLibrary ? library_optimizer(c.path)
                                                   : nullptr;
+    optimizer_math[i] =
+        implementation[i] != OptimizerImplementation::kUnknown && !(optimizer[i] && optimizer[i]->states_in_arithmetic);
   }
 
   const size_t n = snapshot.stacks.size();

@@ -197,13 +197,13 @@ class FrameIndex {
   /// transformers 5.x training_args.py).
   bool runs_hf_trainer(StackId stack) const { return stack_hf_trainer_[stack] != 0; }
   /// True when the stack runs a torch.optim optimizer's arithmetic: a frame
-  /// of torch/optim/ but sgd.py named _single_tensor_*, _multi_tensor_* or
-  /// _fused_* (_multi_tensor_adam, _single_tensor_rmsprop, ...). Their
-  /// allocations are the step's temporaries (the foreach implementation,
-  /// CUDA's default, makes whole-list ones): every torch 2.x optimizer but
-  /// SGD makes its state in _init_group (torch 2.11's torch/optim/*.py);
-  /// SGD makes its momentum buffers in _single_tensor_sgd and
-  /// _multi_tensor_sgd, so its arithmetic stays its state.
+  /// of torch/optim/ named _single_tensor_*, _multi_tensor_* or _fused_*
+  /// (_multi_tensor_adam, _single_tensor_rmsprop, ...) of an optimizer
+  /// whose states _init_group makes. Their allocations are the step's
+  /// temporaries (the foreach implementation, CUDA's default, makes
+  /// whole-list ones); SGD makes its momentum buffers in _single_tensor_sgd
+  /// and _multi_tensor_sgd (OptimizerKind::states_in_arithmetic), so its
+  /// arithmetic stays its state.
   bool runs_optimizer_math(StackId stack) const { return stack_optimizer_math_[stack] != 0; }
   /// The optimizer whose file (torch/optim/rmsprop.py, ...; one kind for
   /// bitsandbytes/optim/, library_optimizer) the stack's innermost such

@@ -17,29 +17,30 @@ constexpr OptimizerFile kOptimizers[] = {
     // __init__ only): its steps run in adam.py, which then names either.
     {"optim/adam.py",
      {"Adam/AdamW", 2, "exp_avg and exp_avg_sq", "max_exp_avg_sq too with amsgrad=True",
-      "bitsandbytes.optim.Adam8bit or AdamW8bit", 1, 2, true}},
+      "bitsandbytes.optim.Adam8bit or AdamW8bit", 1, 2, true, false}},
     // Older torch: AdamW's own step and arithmetic.
     {"optim/adamw.py",
      {"AdamW", 2, "exp_avg and exp_avg_sq", "max_exp_avg_sq too with amsgrad=True", "bitsandbytes.optim.AdamW8bit", 1,
-      2, true}},
-    {"optim/nadam.py", {"NAdam", 2, "exp_avg and exp_avg_sq", "", "", 1, 2, false}},
-    {"optim/radam.py", {"RAdam", 2, "exp_avg and exp_avg_sq", "", "", 1, 2, false}},
-    {"optim/adamax.py", {"Adamax", 2, "exp_avg and exp_inf", "", "", 1, 1, false}},
-    {"optim/adadelta.py", {"Adadelta", 2, "square_avg and acc_delta", "", "", 2, 2, false}},
-    {"optim/rprop.py", {"Rprop", 2, "prev and step_size", "", "", -1, 3, false}},
-    {"optim/sparse_adam.py", {"SparseAdam", 2, "exp_avg and exp_avg_sq", "", "", -1, -1, false}},
+      2, true, false}},
+    {"optim/nadam.py", {"NAdam", 2, "exp_avg and exp_avg_sq", "", "", 1, 2, false, false}},
+    {"optim/radam.py", {"RAdam", 2, "exp_avg and exp_avg_sq", "", "", 1, 2, false, false}},
+    {"optim/adamax.py", {"Adamax", 2, "exp_avg and exp_inf", "", "", 1, 1, false, false}},
+    {"optim/adadelta.py", {"Adadelta", 2, "square_avg and acc_delta", "", "", 2, 2, false, false}},
+    {"optim/rprop.py", {"Rprop", 2, "prev and step_size", "", "", -1, 3, false, false}},
+    {"optim/sparse_adam.py", {"SparseAdam", 2, "exp_avg and exp_avg_sq", "", "", -1, -1, false, false}},
     {"optim/rmsprop.py",
      {"RMSprop", 1, "square_avg", "momentum_buffer too with momentum > 0, grad_avg with centered=True",
-      "bitsandbytes.optim.RMSprop8bit", 1, 1, false}},
-    {"optim/sgd.py", {"SGD", 1, "momentum_buffer", "only with momentum > 0", "bitsandbytes.optim.SGD8bit", 0, 0, true}},
-    {"optim/asgd.py", {"ASGD", 1, "ax", "", "", 1, 0, false}},
-    {"optim/_muon.py", {"Muon", 1, "momentum_buffer", "", "", -1, -1, false}},
+      "bitsandbytes.optim.RMSprop8bit", 1, 1, false, false}},
+    {"optim/sgd.py",
+     {"SGD", 1, "momentum_buffer", "only with momentum > 0", "bitsandbytes.optim.SGD8bit", 0, 0, true, true}},
+    {"optim/asgd.py", {"ASGD", 1, "ax", "", "", 1, 0, false, false}},
+    {"optim/_muon.py", {"Muon", 1, "momentum_buffer", "", "", -1, -1, false, false}},
     {"optim/adagrad.py",
-     {"Adagrad", 0, "sum", "made when the optimizer is built", "bitsandbytes.optim.Adagrad8bit", 2, 1, false}},
+     {"Adagrad", 0, "sum", "made when the optimizer is built", "bitsandbytes.optim.Adagrad8bit", 2, 1, false, false}},
     {"optim/_adafactor.py",
      {"Adafactor", 0, "row_var and col_var, or variance", "factored: a row and a column vector per matrix", "", -1, -1,
-      false}},
-    {"optim/lbfgs.py", {"LBFGS", 0, "a history of history_size steps", "", "", -1, -1, false}},
+      false, false}},
+    {"optim/lbfgs.py", {"LBFGS", 0, "a history of history_size steps", "", "", -1, -1, false, false}},
 };
 
 }  // namespace
@@ -66,7 +67,7 @@ std::string count_word(int count) {
 std::string count_states(int states) { return count_word(states) + (states == 1 ? " state" : " states"); }
 
 constexpr OptimizerKind kBitsAndBytes = {
-    "bitsandbytes' optimizer", 0, "8-bit or 32-bit states, by its class", "", "", -1, -1, false};
+    "bitsandbytes' optimizer", 0, "8-bit or 32-bit states, by its class", "", "", -1, -1, false, false};
 
 const OptimizerKind* library_optimizer(std::string_view path) {
   constexpr std::string_view kDir = "bitsandbytes/optim/";

@@ -65,6 +65,11 @@ struct OptimizerKind {
   /// fused=True runs on CUDA (torch 2.11: Adam, AdamW, SGD; Adagrad's
   /// fused kernel is the CPU's only).
   bool fused_on_cuda;
+  /// Its arithmetic (_single_tensor_*, _multi_tensor_*) makes its states,
+  /// not _init_group: SGD's momentum buffers (torch 2.11's sgd.py). Its
+  /// allocations there are then state, not temporaries
+  /// (FrameIndex::runs_optimizer_math).
+  bool states_in_arithmetic;
 };
 
 /// "no", "one", "two", "three", then digits ("4"), for a sentence.

@@ -25,11 +25,11 @@ if run.returncode != 0:
     sys.exit(1)
 measured = json.loads(run.stdout)
 
-# Rows: {"optim/FILE.py", {"NAME", STATES, "...", "...", "...", FOREACH, SINGLE, FUSED}}
+# Rows: {"optim/FILE.py", {"NAME", STATES, "...", "...", "...", FOREACH, SINGLE, FUSED, STATES_IN_ARITHMETIC}}
 text = re.sub(r"//[^\n]*", "", open(table_file).read())
 text = re.sub(r"\s+", " ", text)
 rows = re.findall(r'\{"optim/(\w+)\.py", \{"([\w/]+)", (-?\d+), "[^"]*", "[^"]*", "[^"]*", (-?\d+), (-?\d+), '
-                  r'(true|false)\}\}', text)
+                  r'(true|false), (?:true|false)\}\}', text)
 if len(rows) < 10:
     print(f"FAIL: read {len(rows)} rows of the table in {table_file}")
     sys.exit(1)
