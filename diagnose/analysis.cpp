@@ -453,7 +453,6 @@ void order_fragmentation_verdict(Diagnosis& d) {
   if (!defragmenting_is_enough(d, d.ooms.back()) || !fix_leads) std::iter_swap(frag, std::next(frag));
 }
 
-/// What ran the forward without autograd, for the verdict.
 /// What the optimizer's first step allocates, one sentence.
 std::string first_step_prose(const OptimizerKind* optimizer, const PhaseNeed& need) {
   if (!optimizer) return "The first step of Adam/AdamW allocates two fp32 buffers per parameter.";
@@ -477,10 +476,11 @@ std::string first_step_prose(const OptimizerKind* optimizer, const PhaseNeed& ne
 std::string later_step_prose(const PhaseNeed& need) {
   return fmt::format(
       "Its states were made by an earlier step; this step's arithmetic ({}{}) holds {} of temporaries at its peak.",
-      implementation_name(need.implementation), need.implementation_assumed ? ", assumed" : "",
+      implementation_name(need.implementation), need.implementation_assumed() ? ", assumed" : "",
       format_bytes(need.temporaries_total_bytes));
 }
 
+/// What ran the forward without autograd, for the verdict.
 const char* inference_prose(InferenceKind kind) {
   switch (kind) {
     case InferenceKind::kGenerate:

@@ -194,7 +194,6 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   need.state_total_bytes = first_step ? states * base : 0;
   need.implementation = implementation;
   need.implementation_basis = basis;
-  need.implementation_assumed = basis != ImplementationBasis::kFrames && basis != ImplementationBasis::kNone;
   const int64_t unit =
       implementation == OptimizerImplementation::kSingleTensor ? largest_parameter_bytes(trace, attr) : base;
   need.temporaries_modelled = per >= 0;
@@ -863,11 +862,12 @@ PhaseNeed estimate_need(const NeedQuery& q, const std::vector<PhaseRun>& runs, c
   // 2. the optimizer step's known shape: a first step's states, then its arithmetic's temporaries.
   if (q.phase == Phase::kOptimizer && optimizer_step(q, *run, trace, attr, frames, first_step, need)) return need;
 
+  const ParameterLayout layout =
+      q.phase == Phase::kForward || q.phase == Phase::kBackward ? parameter_layout(trace, attr) : ParameterLayout{};
   // 3. the forward's block pattern.
-  if (q.phase == Phase::kForward && !q.inference)
-    forward_blocks(q, *run, trace, attr, frames, parameter_layout(trace, attr).blocks, need);
+  if (q.phase == Phase::kForward && !q.inference) forward_blocks(q, *run, trace, attr, frames, layout.blocks, need);
   // 4. a block's turn in backward, as the previous block's ran.
-  if (backward_blocks(q, *run, trace, attr, frames, parameter_layout(trace, attr), need)) return need;
+  if (backward_blocks(q, *run, trace, attr, frames, layout, need)) return need;
   // 5. a checkpointed block recomputed in backward, as it ran in forward.
   recomputed_block(q, *run, trace, attr, frames, need);
   return need;

@@ -20,10 +20,10 @@
 //      AdamW's _init_group makes exp_avg and exp_avg_sq as zeros_like(p)
 //      for every p whose grad is not None, RMSprop's square_avg; more
 //      where _init_group's lines show states an option adds, Note [States
-//      an option adds]; Adam's two where no frame names the optimizer, whose temporaries are then
-//      not counted (bitsandbytes', DeepSpeed's: their own arithmetic);
-//      not for one whose first
-//      step makes none, Adagrad): states x the gradients alive (else the
+//      an option adds]; Adam's two where no frame names the optimizer,
+//      whose temporaries are then not counted (bitsandbytes', DeepSpeed's:
+//      their own arithmetic); not for one whose first step makes none,
+//      Adagrad): states x the gradients alive (else the
 //      parameters) less the optimizer state that already exists; plus the
 //      temporaries its arithmetic then holds at its peak (where no frame
 //      of the step shows the implementation: fused where its step counters
@@ -183,13 +183,15 @@ struct PhaseNeed {
   int states_added_by_options = 0;
   int64_t state_total_bytes = 0;  ///< optimizer first step: states_per_parameter x gradients (or parameters)
   /// optimizer first step: how its arithmetic runs, and what says so
-  /// (implementation_basis; implementation_assumed where no frame of the
-  /// arithmetic does), the temporaries it holds at its peak
+  /// (implementation_basis), the temporaries it holds at its peak
   /// (OptimizerKind; temporaries_modelled false where the table has no
   /// figure) and those of them still to come at the oom
   OptimizerImplementation implementation = OptimizerImplementation::kUnknown;
   ImplementationBasis implementation_basis = ImplementationBasis::kNone;
-  bool implementation_assumed = false;
+  /// The implementation is assumed: known, but from no frame of its arithmetic.
+  bool implementation_assumed() const {
+    return implementation_basis != ImplementationBasis::kFrames && implementation_basis != ImplementationBasis::kNone;
+  }
   bool temporaries_modelled = false;
   int64_t temporaries_total_bytes = 0;
   int64_t temporaries_left_bytes = 0;

@@ -160,7 +160,7 @@ std::string render_json(const Diagnosis& d) {
                {"states_added_by_options", n.states_added_by_options},
                {"state_total_bytes", n.state_total_bytes},
                {"optimizer_implementation", implementation_name(n.implementation)},
-               {"optimizer_implementation_assumed", n.implementation_assumed},
+               {"optimizer_implementation_assumed", n.implementation_assumed()},
                {"optimizer_implementation_basis", implementation_basis_name(n.implementation_basis)},
                {"temporaries_modelled", n.temporaries_modelled},
                {"temporaries_total_bytes", n.temporaries_total_bytes},

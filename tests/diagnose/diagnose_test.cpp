@@ -192,7 +192,7 @@ TEST(DiagnoseSynthetic, OptimizerStepOom) {
   // _init_group), 1 x 72 MiB.
   EXPECT_EQ(d.need.method, NeedMethod::kOptimizerFirstStep);
   EXPECT_EQ(d.need.still_needed_bytes, (84 + 72) * kMiB);
-  EXPECT_TRUE(d.need.implementation_assumed);
+  EXPECT_TRUE(d.need.implementation_assumed());
   EXPECT_EQ(name(d.recommendations.front().id), "adamw_8bit");
   EXPECT_EQ(d.recommendations.front().frees_bytes, (108 + 72) * kMiB);  // 75% of 144 MiB, and no foreach temporaries
   EXPECT_EQ(d.recommendations.front().sufficiency, Sufficiency::kEnough);

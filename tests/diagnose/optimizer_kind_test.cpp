@@ -108,7 +108,7 @@ TEST(OptimizerKind, RmspropsFirstStepNeedsOneStateAParameter) {
   EXPECT_EQ(d.need.states_per_parameter, 1);
   EXPECT_EQ(d.need.state_total_bytes, kStateParameters * kStateBytes);
   EXPECT_EQ(d.need.implementation, OptimizerImplementation::kForeach);
-  EXPECT_TRUE(d.need.implementation_assumed);
+  EXPECT_TRUE(d.need.implementation_assumed());
   EXPECT_EQ(d.need.temporaries_total_bytes, kStateParameters * kStateBytes);
   // Two square_avg made, two to come, then the temporaries.
   EXPECT_EQ(d.need.still_needed_bytes, (kStateParameters - 2 + kStateParameters) * kStateBytes);
@@ -153,7 +153,7 @@ TEST(OptimizerKind, TheStepsFramesShowItsImplementation) {
   {
     const Diagnosis d = first_step_oom("adamw.py", "_multi_tensor_adamw");
     EXPECT_EQ(d.need.implementation, OptimizerImplementation::kForeach);
-    EXPECT_FALSE(d.need.implementation_assumed);
+    EXPECT_FALSE(d.need.implementation_assumed());
     EXPECT_EQ(d.need.temporaries_left_bytes, (kStateParameters - 1) * kStateBytes);
     EXPECT_EQ(d.need.still_needed_bytes, (2 * kStateParameters - 2 + kStateParameters - 1) * kStateBytes);
     const Recommendation* fused = find_fix(d, FixId::kFusedOptimizer);
@@ -222,7 +222,7 @@ TEST(OptimizerKind, ALaterStepNeedsItsTemporaries) {
   const Diagnosis d = diagnose(s, "later_step.pickle", DiagnoseOptions{});
   EXPECT_EQ(d.need.method, NeedMethod::kOptimizerStep);
   EXPECT_EQ(d.need.implementation, OptimizerImplementation::kForeach);
-  EXPECT_FALSE(d.need.implementation_assumed);
+  EXPECT_FALSE(d.need.implementation_assumed());
   EXPECT_EQ(d.need.temporaries_total_bytes, kStateParameters * kStateBytes);
   EXPECT_EQ(d.need.still_needed_bytes, (kStateParameters - 1) * kStateBytes);
   const Recommendation* fused = find_fix(d, FixId::kFusedOptimizer);
@@ -241,7 +241,7 @@ TEST(OptimizerKind, ALaterStepNeedsItsTemporaries) {
 TEST(OptimizerKind, UnderTheTrainerFusedIsAssumed) {
   const Diagnosis d = first_step_oom("adam.py", "", /*trainer=*/true);
   EXPECT_EQ(d.need.implementation, OptimizerImplementation::kFused);
-  EXPECT_TRUE(d.need.implementation_assumed);
+  EXPECT_TRUE(d.need.implementation_assumed());
   EXPECT_EQ(d.need.temporaries_total_bytes, 0);
   EXPECT_EQ(d.need.still_needed_bytes, (2 * kStateParameters - 2) * kStateBytes);
   EXPECT_NE(d.need.estimate.find("fused, Hugging Face Trainer's default optim adamw_torch_fused"), std::string::npos)
@@ -323,7 +323,7 @@ TEST(OptimizerKind, StepCountersOnTheDeviceSayFused) {
   const Diagnosis d = first_step_oom("adamw.py", "", false, "", Scalars::kStepCounters);
   EXPECT_EQ(d.need.implementation, OptimizerImplementation::kFused);
   EXPECT_EQ(d.need.implementation_basis, ImplementationBasis::kStepCounters);
-  EXPECT_TRUE(d.need.implementation_assumed);
+  EXPECT_TRUE(d.need.implementation_assumed());
   EXPECT_EQ(d.need.temporaries_total_bytes, 0);
   // Two of eight 16 MiB states made, and two 4-byte counters (state too).
   EXPECT_LE(std::abs(d.need.still_needed_bytes - 6 * kStateBytes), 1024) << d.need.estimate;
