@@ -352,8 +352,9 @@ eval_snapshots() {
 
 # recorded (--recorded): docs/gpu_machine.md items 8 and 9: the GPT-2 runs
 # of tests/scripts/cpu_snapshot_test.py (no_grad and training forwards, a
-# second step's forward, first AdamW (foreach at two shares, fused),
-# RMSprop and SGD steps, backward plain, checkpointed and recomputing)
+# second step's forward, first AdamW (foreach at two shares, fused,
+# amsgrad), RMSprop (plain, with momentum and centered) and SGD steps,
+# backward plain, checkpointed and recomputing)
 # recorded by CUDA's allocator under a real cap (scripts/
 # record_cuda_snapshot.py) and diagnosed, against the expectations the CPU
 # recordings meet; a line per case (need against the uncapped CUDA run) in

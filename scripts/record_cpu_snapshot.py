@@ -19,8 +19,9 @@ script does), forward with autograd (--mode train, model.train()) or
 --optimizer, an AdamW step, or RMSprop's or SGD's with momentum 0.9 with
 --optimizer rmsprop|sgd, with foreach=True, CUDA's default
 implementation, or with --fused fused=True; --optimizer-option adds
-keyword arguments: amsgrad=True, centered=True), with --checkpointing every block checkpointed
-(gradient_checkpointing_enable, use_reentrant=False) and with
+keyword arguments: amsgrad=True, centered=True), with --checkpointing
+every block checkpointed (gradient_checkpointing_enable,
+use_reentrant=False) and with
 --eager-attention the attention's probabilities materialized. It records
 every CPU allocation and free with the Python stack that made it:
 torch.profiler with profile_memory=True and with_stack=True, whose
@@ -252,8 +253,8 @@ def record(args):
     from torch.profiler import ProfilerActivity, profile, record_function
     torch.set_num_threads(1)  # one thread's allocations: the same on every machine
     ids = torch.randint(0, 1000, (args.batch, args.seq))
-    # transformers imports its modules lazily: imported under the profiler
-    # with stacks, they took 14 s more (one GPT-2 config built here).
+    # transformers imports its modules lazily; imported under the profiler
+    # with stacks they took 14 s more: a tiny GPT-2 built here imports them.
     transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=8, n_head=1, vocab_size=8))
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=True) as prof:
         parameter_bytes = train(args, ids, step_scope=lambda step: record_function(f"{STEP}{step}"))

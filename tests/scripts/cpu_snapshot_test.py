@@ -18,7 +18,9 @@ device thread):
   foreach temporaries alive at the out-of-memory are temporaries, the need
   within 5% of the uncapped run's; a fused AdamW failing among its states
   reads as fused from its step counters (Note [Step counters on the
-  device]); RMSprop's and SGD's one state;
+  device]); RMSprop's and SGD's one state; options that add states
+  (amsgrad=True; RMSprop's momentum and centered=True) three, from
+  _init_group's lines (Note [States an option adds]);
 - an out-of-memory in backward past its first block, plain and with
   activation checkpointing: what the rest of backward's blocks need (Note
   [Blocks in backward], diagnose/phase_need.cpp), then the embeddings'
