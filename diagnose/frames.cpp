@@ -482,6 +482,17 @@ int64_t FrameIndex::optimizer_init_frame(StackId stack) const {
   return -1;
 }
 
+bool FrameIndex::runs_embedding(StackId stack) const {
+  for (uint32_t f : snapshot_.stack(stack)) {
+    const Frame& frame = snapshot_.frames[f];
+    if (frame_origin_[f] == Origin::kTorch && frame.name == "embedding" &&
+        ends_with(frame.filename, "/nn/functional.py")) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string FrameIndex::describe(int64_t frame) const {
   if (frame < 0) return "(no user frame)";
   const Frame& f = snapshot_.frames[static_cast<size_t>(frame)];

@@ -219,6 +219,10 @@ class FrameIndex {
   /// "_init_group" (torch 2.x), or -1. Each source line of it makes one
   /// kind of state for every parameter. Read from the stack on each call.
   int64_t optimizer_init_frame(StackId stack) const;
+  /// True when the stack runs torch.nn.functional.embedding (a frame of
+  /// torch/nn/functional.py named "embedding"): what it allocates is an
+  /// embedding's output. Read from the stack on each call.
+  bool runs_embedding(StackId stack) const;
   /// True when the stack allocates parameters (see the rules above).
   bool allocates_parameters(StackId stack) const { return stack_params_[stack] != 0; }
 

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <unordered_map>
 #include <utility>
 
@@ -269,11 +270,19 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
 constexpr size_t kMaxParameterAllocations = 4096;
 
 /// How the model's parameters lie, from their allocations (Note [Blocks
-/// from the parameters]): its blocks (0 when they show none) and the bytes
-/// of the parameters before the first block (its stem: embeddings).
+/// from the parameters]): its blocks (0 when they show none), the bytes of
+/// the parameters before the first block (its stem: embeddings) and, for
+/// Note [A language model's head], the stem's largest parameter (the token
+/// embedding, vocabulary x d), the most common size among one block's
+/// parameters (the smaller on a tie: d, its norms' weights and biases) and
+/// whether a parameter after the blocks has the embedding's size (a head
+/// of vocabulary x d, its own or tied to the embedding).
 struct ParameterLayout {
   int64_t blocks = 0;
   int64_t stem_bytes = 0;
+  int64_t embedding_bytes = 0;
+  int64_t feature_bytes = 0;
+  bool vocabulary_head = false;
 };
 
 ParameterLayout parameter_layout(const std::vector<TraceEvent>& trace, const Attribution& attr) {
@@ -303,14 +312,71 @@ ParameterLayout parameter_layout(const std::vector<TraceEvent>& trace, const Att
   if (best_period == 0) return {};
   ParameterLayout layout;
   layout.blocks = static_cast<int64_t>(best_length / best_period);
-  for (size_t i = 0; i < best_begin; ++i) layout.stem_bytes += sizes[i];
+  for (size_t i = 0; i < best_begin; ++i) {
+    layout.stem_bytes += sizes[i];
+    layout.embedding_bytes = std::max(layout.embedding_bytes, sizes[i]);
+  }
+  std::map<int64_t, int> counts;  // one block's parameter sizes, ascending
+  for (size_t i = best_begin; i < best_begin + best_period; ++i) ++counts[sizes[i]];
+  int most = 0;
+  for (const auto& [bytes, count] : counts) {
+    if (count > most) {
+      most = count;
+      layout.feature_bytes = bytes;
+    }
+  }
+  const size_t blocks_end = best_begin + static_cast<size_t>(layout.blocks) * best_period;
+  layout.vocabulary_head =
+      layout.embedding_bytes > 0 && std::find(sizes.begin() + static_cast<std::ptrdiff_t>(blocks_end), sizes.end(),
+                                              layout.embedding_bytes) != sizes.end();
   return layout;
 }
 
+// Note [A language model's head]
+// Rationale: after its blocks a language model computes logits, tokens x
+// vocabulary, its largest tensor: a real GPT-2 small at 8 x 1024 tokens
+// makes 1.53 GiB of them (50257 entries each) after blocks of 684.50 MiB,
+// and a forward judged on its blocks alone needed a fraction of that.
+// Approach: where the parameters show the blocks (Note [Blocks from the
+// parameters]), a stem and, after the blocks, a parameter of the stem's
+// largest one's size (a head of vocabulary x d, or the weight allocated
+// before it was tied to the embedding), the head is a vocabulary head:
+// d x its element size is the most common size among one block's
+// parameters (its norms' weights and biases), the vocabulary is the
+// embedding's bytes over that, and the tokens are the largest output of
+// torch.nn.functional.embedding in this forward over that. The logits are
+// counted at 4 bytes an entry: fp32 logits, or bf16 ones with the fp32
+// copy Hugging Face's loss makes (ForCausalLMLoss: logits.float()).
+// Limitations: a lower bound: the loss after the logits (log_softmax's
+// output, as large again in fp32) is not counted; a model that computes
+// the logits in chunks or for some positions only needs less than counted;
+// a block whose most common parameter is not d wide gives a wrong d.
+constexpr int64_t kLogitBytes = 4;
+
+/// The bytes of the logits a language model's head makes after its blocks
+/// (Note [A language model's head]); 0 where the parameters show no
+/// vocabulary head or this forward [first, end) no embedding output.
+int64_t vocabulary_logits_bytes(const ParameterLayout& layout, const std::vector<TraceEvent>& trace,
+                                const FrameIndex& frames, size_t first, size_t end, int64_t& tokens,
+                                int64_t& vocabulary) {
+  if (!layout.vocabulary_head || layout.feature_bytes <= 0 || layout.embedding_bytes % layout.feature_bytes != 0)
+    return 0;
+  int64_t embedded = 0;  // the largest embedding output: tokens x d x its element size
+  for (size_t i = first; i < end && i < trace.size(); ++i) {
+    if (trace[i].action == TraceAction::kAlloc && frames.runs_embedding(trace[i].frames))
+      embedded = std::max(embedded, trace[i].size);
+  }
+  if (embedded <= 0 || embedded % layout.feature_bytes != 0) return 0;
+  tokens = embedded / layout.feature_bytes;
+  vocabulary = layout.embedding_bytes / layout.feature_bytes;
+  return tokens * vocabulary * kLogitBytes;
+}
+
 /// Note [Phase need] rule 3: the block pattern of the activations kept so
-/// far; `model_blocks` from parameter_layout (0: not known).
+/// far; the model's blocks and head from `layout` (parameter_layout).
 bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<TraceEvent>& trace,
-                    const Attribution& attr, const FrameIndex& frames, int64_t model_blocks, PhaseNeed& need) {
+                    const Attribution& attr, const FrameIndex& frames, const ParameterLayout& layout, PhaseNeed& need) {
+  const int64_t model_blocks = layout.blocks;
   std::vector<int64_t> key, size;  // per kept allocation: its layer frame, its requested bytes
   for (size_t i = run.first_event; i < q.oom_event; ++i) {
     if (trace[i].action != TraceAction::kAlloc || attr.event_category[i] != Category::kActivations) continue;
@@ -346,23 +412,32 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
     need.block_bytes = whole / static_cast<int64_t>(blocks);
     need.block_so_far_bytes = partial;
     // Note [Blocks from the parameters]: the blocks after the current one, where the model says how many.
+    int64_t tokens = 0, vocabulary = 0;
     if (model_blocks > need.blocks_done) {
       need.model_blocks = model_blocks;
       need.blocks_after = model_blocks - need.blocks_done - 1;
+      // Note [A language model's head]: its logits after the blocks.
+      need.head_bytes =
+          vocabulary_logits_bytes(layout, trace, frames, run.first_event, q.oom_event, tokens, vocabulary);
     }
     need.still_needed_bytes =
-        std::max(q.rounded_bytes, need.block_bytes - partial) + need.blocks_after * need.block_bytes;
+        std::max(q.rounded_bytes, need.block_bytes - partial) + need.blocks_after * need.block_bytes + need.head_bytes;
     need.estimate = fmt::format(
         "forward blocks: the activations kept repeat every {} allocation{} (one block of the model); {} complete "
         "block{} (of {}{}) before the failure and {} of the current one{}: at least {}",
         p, p == 1 ? "" : "s", need.blocks_done, need.blocks_done == 1 ? "" : "s", format_bytes(need.block_bytes),
         need.blocks_done == 1 ? "" : " each", format_bytes(partial),
         regular_end < n ? ", temporaries it had not freed yet included" : "",
-        need.model_blocks == 0
-            ? std::string("the rest of this block (the blocks after it are not in the snapshot)")
-            : fmt::format("the rest of this block and {} more block{} (the model's parameters repeat in {} blocks; "
+        need.model_blocks == 0 ? std::string("the rest of this block (the blocks after it are not in the snapshot)")
+        : need.head_bytes == 0
+            ? fmt::format("the rest of this block and {} more block{} (the model's parameters repeat in {} blocks; "
                           "what follows the blocks is not in the snapshot)",
-                          need.blocks_after, need.blocks_after == 1 ? "" : "s", need.model_blocks));
+                          need.blocks_after, need.blocks_after == 1 ? "" : "s", need.model_blocks)
+            : fmt::format("the rest of this block, {} more block{} (the model's parameters repeat in {} blocks), "
+                          "then the head's logits, {} tokens x {} entries x 4 B = {} (the embedding's output and "
+                          "its weight over a block's most common parameter, d; the loss after them is not counted)",
+                          need.blocks_after, need.blocks_after == 1 ? "" : "s", need.model_blocks, tokens, vocabulary,
+                          format_bytes(need.head_bytes)));
     return true;
   };
   // Where no period repeats over 90% of the kept allocations (a model that
@@ -786,10 +861,12 @@ const char* need_leaves_out(const PhaseNeed& need) {
     case NeedMethod::kRecomputedBlock:
       return "the block's backward after its recomputation is not counted";
     case NeedMethod::kBackwardBlocks:
-      return "what backward allocates after the blocks is not counted";
+      return need.stem_gradient_bytes > 0 ? "the temporaries of backward through the embeddings are not counted"
+                                          : "what backward allocates after the blocks is not counted";
     case NeedMethod::kForwardBlocks:
-      return need.model_blocks > 0 ? "what follows the model's blocks is not in the snapshot"
-                                   : "the blocks after the current one are not in the snapshot";
+      return need.head_bytes > 0     ? "the loss after the head's logits is not counted"
+             : need.model_blocks > 0 ? "what follows the model's blocks is not in the snapshot"
+                                     : "the blocks after the current one are not in the snapshot";
     case NeedMethod::kTrace:
     case NeedMethod::kOptimizerFirstStep:
     case NeedMethod::kOptimizerStep:
@@ -865,7 +942,7 @@ PhaseNeed estimate_need(const NeedQuery& q, const std::vector<PhaseRun>& runs, c
   const ParameterLayout layout =
       q.phase == Phase::kForward || q.phase == Phase::kBackward ? parameter_layout(trace, attr) : ParameterLayout{};
   // 3. the forward's block pattern.
-  if (q.phase == Phase::kForward && !q.inference) forward_blocks(q, *run, trace, attr, frames, layout.blocks, need);
+  if (q.phase == Phase::kForward && !q.inference) forward_blocks(q, *run, trace, attr, frames, layout, need);
   // 4. a block's turn in backward, as the previous block's ran.
   if (backward_blocks(q, *run, trace, attr, frames, layout, need)) return need;
   // 5. a checkpointed block recomputed in backward, as it ran in forward.

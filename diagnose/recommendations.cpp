@@ -481,14 +481,19 @@ void recommend(Diagnosis& d) {
                       t.checkpointed_forward_allocs, t.forward_alloc_events),
           0, "no memory effect; already applied", Sufficiency::kNoMemoryEffect});
     } else {
+      // The head's logits (Note [A language model's head]) come after the
+      // checkpointed blocks: checkpointing keeps them all.
+      const int64_t head = act_to_come > 0 ? std::min(need.head_bytes, act_to_come) : 0;
       out.push_back(Recommendation{
           FixId::kActivationCheckpointing, "Activation checkpointing on the model's repeated blocks",
           fmt::format("{} of activations were alive{}; recomputing them in backward keeps only block inputs "
                       "(oomtune autotune applies it; +24% to +48% step time on the nine models measured in "
                       "docs/checkpointing.md).",
                       format_bytes(act), oom ? " at the out-of-memory" : " at the peak"),
-          static_cast<int64_t>(std::llround(kCheckpointingSaving * static_cast<double>(act + act_to_come))),
-          "83% of activations" + act_basis + ", as measured on a 4-block GPT (docs/architecture.md)"});
+          static_cast<int64_t>(std::llround(kCheckpointingSaving * static_cast<double>(act + act_to_come - head))),
+          "83% of activations" + act_basis +
+              (head > 0 ? fmt::format(" but the head's {} of logits, outside the blocks", format_bytes(head)) : "") +
+              ", as measured on a 4-block GPT (docs/architecture.md)"});
       if (act_to_come > 0) out.back().need_share = kCheckpointingSaving;
     }
     out.push_back(Recommendation{

@@ -174,6 +174,7 @@ std::string render_json(const Diagnosis& d) {
                {"last_block_peak_bytes", n.last_block_peak_bytes},
                {"block_net_bytes", n.block_net_bytes},
                {"stem_gradient_bytes", n.stem_gradient_bytes},
+               {"head_bytes", n.head_bytes},
                {"recomputed_allocs", n.recomputed_allocs},
                {"forward_first_event", n.forward_first_event},
                {"forward_last_event", n.forward_last_event}};

@@ -59,8 +59,9 @@ TEST(RecordedOnCpu, ANoGradForwardReadsAsInference) {
 // The same forward with autograd keeps its blocks' saved tensors: rule 3
 // reads 2 complete blocks before the failure and the 4 blocks of the
 // parameters (Conv1D's weights, made in GPT-2's own __init__, are
-// parameters: frames.h). Its need leaves out the head and the loss: below
-// the uncapped run's 75079768 bytes.
+// parameters: frames.h), then the head's logits (Note [A language model's
+// head]): 4 x 256 tokens x 1000 entries x 4 bytes. Its need leaves out the
+// loss: below the uncapped run's 75079768 bytes.
 TEST(RecordedOnCpu, ATrainingForwardNeedsTheRestOfItsBlocks) {
   const Diagnosis d = recorded("cpu_gpt2_forward_oom.pickle");
   ASSERT_EQ(d.ooms.size(), 1u);
@@ -74,9 +75,31 @@ TEST(RecordedOnCpu, ATrainingForwardNeedsTheRestOfItsBlocks) {
   EXPECT_EQ(d.need.blocks_done, 2);
   EXPECT_EQ(d.need.model_blocks, 4);
   EXPECT_EQ(d.need.blocks_after, 1);
-  EXPECT_EQ(d.need.still_needed_bytes, 67125296);  // 2 x 43.02 MiB - 22.02 MiB so far, reviewed
+  EXPECT_EQ(d.need.head_bytes, 4 * 256 * 1000 * 4);
+  // 2 x 43.02 MiB - 22.02 MiB so far, reviewed; then the logits.
+  EXPECT_EQ(d.need.still_needed_bytes, 67125296 + 4 * 256 * 1000 * 4);
   EXPECT_LE(d.need.still_needed_bytes, 75079768);
   EXPECT_TRUE(recommends(d, FixId::kActivationCheckpointing));
+}
+
+// Without a parameter of the embedding's size after the blocks (the head's
+// weight GPT-2 allocates before tying it to the embedding; a tied model
+// moved with .to() has none) the head is not known: no logits counted.
+TEST(RecordedOnCpu, NoVocabularyHeadInTheParametersNoLogits) {
+  const std::string path = testing::synthetic_fixture("cpu_gpt2_forward_oom.pickle");
+  Snapshot s = load_snapshot(path);
+  std::vector<TraceEvent>& trace = s.device_traces[0];
+  std::vector<size_t> embedding_sized;  // wte, then the head's weight after the blocks
+  for (size_t i = 0; i < trace.size(); ++i) {
+    if (trace[i].action == TraceAction::kAlloc && trace[i].size == 1000 * 256 * 4) embedding_sized.push_back(i);
+  }
+  ASSERT_GE(embedding_sized.size(), 2u);
+  trace[embedding_sized[1]].size -= 512;  // no longer the embedding's size
+  const Diagnosis d = diagnose(s, path, {});
+  EXPECT_EQ(d.need.method, NeedMethod::kForwardBlocks) << d.need.estimate;
+  EXPECT_EQ(d.need.model_blocks, 4);
+  EXPECT_EQ(d.need.head_bytes, 0);
+  EXPECT_EQ(d.need.still_needed_bytes, 67125296);
 }
 
 // A plain backward past its first block: a GPT-2 block frees two tensors

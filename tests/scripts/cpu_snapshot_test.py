@@ -7,9 +7,10 @@ device thread):
   as inference from its blocks (Note [Blocks that kept nothing],
   diagnose/nothing_saved.h) and gets no activation checkpointing; the same
   forward with autograd, at the same share of its allocations, reads as
-  training, where the rest of its blocks is what it still needed (Note
-  [Phase need] rule 3), within 15% below what the run without the cap
-  allocates from there (the head and the loss are not counted). The
+  training, where the rest of its blocks and the head's logits are what it
+  still needed (Note [Phase need] rule 3, Note [A language model's head]),
+  within 10% below what the run without the cap allocates from there (the
+  loss is not counted). The
   model's weights, made in its own __init__ on the device, are its
   parameters;
 - the second training step's forward: the first step's says what it still
@@ -114,13 +115,13 @@ with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep)
                             f"the recommendations: {fixes}")
         if mode == "no_grad" and oom["nothing_saved"]["freed_allocations"] < oom["nothing_saved"]["block_allocations"]:
             failures.append(f"{mode}: expected at least a block's allocations freed, got {oom['nothing_saved']}")
-        # Training: the rest of the forward's blocks (Note [Phase need] rule 3), a lower bound of what the
-        # run without the cap allocates from there (the head and the loss after the blocks are not counted).
+        # Training: the rest of the forward's blocks (Note [Phase need] rule 3) and the head's logits, a
+        # lower bound of what the run without the cap allocates from there (the loss is not counted).
         need, growth = d["need"], recorded["uncapped_growth_bytes"]
         if mode == "train" and (need["method"] != "forward_blocks" or
                                 not oom["rounded_bytes"] < need["still_needed_bytes"] <= growth or
-                                need["still_needed_bytes"] < 0.85 * growth):
-            failures.append(f"{mode}: expected the forward blocks' need within 15% below the {growth} B the "
+                                need["still_needed_bytes"] < 0.9 * growth):
+            failures.append(f"{mode}: expected the forward blocks' need within 10% below the {growth} B the "
                             f"uncapped run allocates from there; got {need['method']}, {need['still_needed_bytes']} "
                             f"B: {need['estimate']}")
 
