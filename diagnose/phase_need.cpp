@@ -335,8 +335,8 @@ ParameterLayout parameter_layout(const std::vector<TraceEvent>& trace, const Att
 // Note [A language model's head]
 // Rationale: after its blocks a language model computes logits, tokens x
 // vocabulary, its largest tensor: a real GPT-2 small at 8 x 1024 tokens
-// makes 1.53 GiB of them (50257 entries each) after blocks of 684.50 MiB,
-// and a forward judged on its blocks alone needed a fraction of that.
+// makes 1.53 GiB of them (50257 entries each) after blocks of 684.50 MiB
+// (gpu_hf_gpt2_oom.pickle), which a need of the blocks alone leaves out.
 // Approach: where the parameters show the blocks (Note [Blocks from the
 // parameters]), a stem and, after the blocks, a parameter of the stem's
 // largest one's size (a head of vocabulary x d, or the weight allocated
@@ -350,7 +350,10 @@ ParameterLayout parameter_layout(const std::vector<TraceEvent>& trace, const Att
 // Limitations: a lower bound: the loss after the logits (log_softmax's
 // output, as large again in fp32) is not counted; a model that computes
 // the logits in chunks or for some positions only needs less than counted;
-// a block whose most common parameter is not d wide gives a wrong d.
+// a block whose most common parameter is not d wide gives a wrong d; a
+// head tied to the embedding and moved with .to() (that GPT-2, built on
+// the CPU) has no allocation of its own, so no head is counted; an
+// encoder-decoder's tokens are its longer input's.
 constexpr int64_t kLogitBytes = 4;
 
 /// The bytes of the logits a language model's head makes after its blocks
