@@ -57,7 +57,10 @@ OptimizerImplementation implementation_seen(const std::vector<TraceEvent>& trace
 // step"), out of the device's sight. The counters show in _init_group as a
 // source line whose every allocation is 0-dim (at most 8 bytes) beside a
 // line whose allocations are larger (the states of the parameters' size):
-// then fused is assumed for an optimizer with a fused kernel.
+// then fused is assumed for an optimizer with a fused kernel. States made
+// with no such line are an implementation's that hosts them: foreach is
+// assumed, even under Hugging Face's Trainer (optim="adamw_torch"), whose
+// default, fused, holds only where no state was made yet.
 // Limitations: capturable (for CUDA graphs) runs foreach with counters on
 // the device and reads as fused; a model whose parameters are all 0-dim
 // shows no larger line.
@@ -175,17 +178,19 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   // (bitsandbytes', DeepSpeed's, a custom one) runs arithmetic of its own:
   // not modelled.
   const bool trainer = q.oom_event < trace.size() && frames.runs_hf_trainer(trace[q.oom_event].frames);
+  const bool counters_seen = q.optimizer && q.optimizer->fused_on_cuda && lines.states > 0;
   const ImplementationBasis basis = seen != OptimizerImplementation::kUnknown ? ImplementationBasis::kFrames
                                     : !q.optimizer                            ? ImplementationBasis::kNone
-                                    : q.optimizer->fused_on_cuda && lines.counters > 0 && lines.states > 0
-                                        ? ImplementationBasis::kStepCounters
-                                    : trainer ? ImplementationBasis::kHfTrainer
-                                              : ImplementationBasis::kDefault;
+                                    : counters_seen ? (lines.counters > 0 ? ImplementationBasis::kStepCounters
+                                                                          : ImplementationBasis::kHostStepCounters)
+                                    : trainer       ? ImplementationBasis::kHfTrainer
+                                                    : ImplementationBasis::kDefault;
   const OptimizerImplementation implementation =
-      basis == ImplementationBasis::kFrames    ? seen
-      : basis == ImplementationBasis::kNone    ? OptimizerImplementation::kUnknown
-      : basis == ImplementationBasis::kDefault ? OptimizerImplementation::kForeach
-                                               : OptimizerImplementation::kFused;
+      basis == ImplementationBasis::kFrames ? seen
+      : basis == ImplementationBasis::kNone ? OptimizerImplementation::kUnknown
+      : basis == ImplementationBasis::kDefault || basis == ImplementationBasis::kHostStepCounters
+          ? OptimizerImplementation::kForeach
+          : OptimizerImplementation::kFused;
   const int per = optimizer_temporaries(q.optimizer, implementation);
   if (base <= 0 || (first_step ? states <= 0 : per < 0)) return false;
 
@@ -211,6 +216,10 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
     how =
         "fused, assumed: its step counters are on the device, where fused (or capturable) optimizers make them; "
         "no frame shows the implementation yet";
+  else if (basis == ImplementationBasis::kHostStepCounters)
+    how =
+        "foreach, PyTorch's default on CUDA, assumed: its states were made with no step counter on the device, "
+        "so not fused; no frame shows the implementation yet";
   else if (basis == ImplementationBasis::kHfTrainer)
     how =
         "fused, Hugging Face Trainer's default optim adamw_torch_fused with torch 2.8 or later, assumed: no frame "
@@ -811,6 +820,8 @@ const char* implementation_basis_name(ImplementationBasis basis) {
       return "frames";
     case ImplementationBasis::kStepCounters:
       return "step_counters";
+    case ImplementationBasis::kHostStepCounters:
+      return "host_step_counters";
     case ImplementationBasis::kHfTrainer:
       return "hf_trainer";
     case ImplementationBasis::kDefault:

@@ -34,7 +34,9 @@ constexpr int kStateParameters = 4;
 // parameter's states on the states' line; or the three states of one
 // parameter on three lines, as amsgrad=True makes them (Note [States an
 // option adds]).
-enum class Scalars { kNone, kStepCounters, kScalarParameter, kThreeStateLines };
+// kCounterOnly: a fused step that failed at its first state, after its
+// first counter.
+enum class Scalars { kNone, kStepCounters, kScalarParameter, kThreeStateLines, kCounterOnly };
 Diagnosis first_step_oom(const std::string& optimizer_file, const std::string& arithmetic = "", bool trainer = false,
                          std::string optimizer_dir = "", Scalars scalars = Scalars::kNone) {
   const std::string torch = "/venv/lib/python3.12/site-packages/torch";
@@ -74,9 +76,11 @@ Diagnosis first_step_oom(const std::string& optimizer_file, const std::string& a
     alloc(3, 4);
     alloc(3, 4);
   }
-  if (scalars == Scalars::kStepCounters) alloc(5, 4);
-  alloc(3);
-  alloc(scalars == Scalars::kThreeStateLines ? 6 : 3);
+  if (scalars == Scalars::kStepCounters || scalars == Scalars::kCounterOnly) alloc(5, 4);
+  if (scalars != Scalars::kCounterOnly) {
+    alloc(3);
+    alloc(scalars == Scalars::kThreeStateLines ? 6 : 3);
+  }
   if (scalars == Scalars::kThreeStateLines) alloc(7);
   if (scalars == Scalars::kStepCounters) alloc(5, 4);
   if (!arithmetic.empty()) alloc(4);
@@ -140,9 +144,9 @@ TEST(OptimizerKind, AdamwsFirstStepNeedsTwo) {
   EXPECT_EQ(fused->sufficiency, Sufficiency::kNotEnough);
   EXPECT_NE(render_text(d).find("(first AdamW step: two states per parameter (exp_avg and exp_avg_sq), 2 x 64.00 MiB "
                                 "of gradients = 128.00 MiB, of which 32.00 MiB existed; then its arithmetic's "
-                                "temporaries (foreach, PyTorch's default on CUDA, assumed: no frame shows the "
-                                "implementation): 1 x 64.00 MiB of gradients = 64.00 MiB at their peak, of which 0 B "
-                                "alive)"),
+                                "temporaries (foreach, PyTorch's default on CUDA, assumed: its states were made with "
+                                "no step counter on the device, so not fused; no frame shows the implementation yet): "
+                                "1 x 64.00 MiB of gradients = 64.00 MiB at their peak, of which 0 B alive)"),
             std::string::npos)
       << render_text(d);
 }
@@ -237,16 +241,34 @@ TEST(OptimizerKind, ALaterStepNeedsItsTemporaries) {
 
 // Under Hugging Face's Trainer, whose default optimizer is torch's fused
 // AdamW (optim="adamw_torch_fused" with torch 2.8 or later), a step that
-// failed in _init_group is assumed fused: no temporaries to come.
+// failed in _init_group before any state is assumed fused: no temporaries
+// to come. Once states were made, the step counters say which (Note [Step
+// counters on the device]): none on the device is optim="adamw_torch",
+// foreach, whatever the Trainer's default.
 TEST(OptimizerKind, UnderTheTrainerFusedIsAssumed) {
-  const Diagnosis d = first_step_oom("adam.py", "", /*trainer=*/true);
+  const Diagnosis d = first_step_oom("adam.py", "", /*trainer=*/true, "", Scalars::kCounterOnly);
   EXPECT_EQ(d.need.implementation, OptimizerImplementation::kFused);
+  EXPECT_EQ(d.need.implementation_basis, ImplementationBasis::kHfTrainer);
   EXPECT_TRUE(d.need.implementation_assumed());
   EXPECT_EQ(d.need.temporaries_total_bytes, 0);
-  EXPECT_EQ(d.need.still_needed_bytes, (2 * kStateParameters - 2) * kStateBytes);
+  // All eight 16 MiB states to come, beside the one 4-byte counter made.
+  EXPECT_LE(std::abs(d.need.still_needed_bytes - 2 * kStateParameters * kStateBytes), 1024) << d.need.estimate;
   EXPECT_NE(d.need.estimate.find("fused, Hugging Face Trainer's default optim adamw_torch_fused"), std::string::npos)
       << d.need.estimate;
   EXPECT_EQ(find_fix(d, FixId::kFusedOptimizer), nullptr);
+
+  const Diagnosis counters = first_step_oom("adam.py", "", /*trainer=*/true, "", Scalars::kStepCounters);
+  EXPECT_EQ(counters.need.implementation, OptimizerImplementation::kFused);
+  EXPECT_EQ(counters.need.implementation_basis, ImplementationBasis::kStepCounters);
+
+  const Diagnosis host = first_step_oom("adam.py", "", /*trainer=*/true);
+  EXPECT_EQ(host.need.implementation, OptimizerImplementation::kForeach);
+  EXPECT_EQ(host.need.implementation_basis, ImplementationBasis::kHostStepCounters);
+  EXPECT_EQ(host.need.temporaries_total_bytes, kStateParameters * kStateBytes);
+  EXPECT_EQ(host.need.still_needed_bytes, (2 * kStateParameters - 2 + kStateParameters) * kStateBytes);
+  EXPECT_NE(host.need.estimate.find("with no step counter on the device, so not fused"), std::string::npos)
+      << host.need.estimate;
+  EXPECT_NE(find_fix(host, FixId::kFusedOptimizer), nullptr);
 }
 
 // bitsandbytes' optimizers: the job runs 8-bit states already, or 32-bit
@@ -332,13 +354,14 @@ TEST(OptimizerKind, StepCountersOnTheDeviceSayFused) {
       << d.need.estimate;
 }
 
-// Without the counters' line the default stays foreach: a 0-dim
-// parameter's 4-byte states share the states' line; RMSprop, which has no
-// fused kernel, keeps counters on the device only when capturable.
+// Without the counters' line the states say foreach: a 0-dim parameter's
+// 4-byte states share the states' line; RMSprop, which has no fused
+// kernel, keeps counters on the device only when capturable: PyTorch's
+// default, foreach.
 TEST(OptimizerKind, ScalarStatesOrNoFusedKernelStayForeach) {
   const Diagnosis scalar = first_step_oom("adamw.py", "", false, "", Scalars::kScalarParameter);
   EXPECT_EQ(scalar.need.implementation, OptimizerImplementation::kForeach);
-  EXPECT_EQ(scalar.need.implementation_basis, ImplementationBasis::kDefault);
+  EXPECT_EQ(scalar.need.implementation_basis, ImplementationBasis::kHostStepCounters);
   EXPECT_EQ(scalar.need.temporaries_total_bytes, kStateParameters * kStateBytes);
   const Diagnosis rmsprop = first_step_oom("rmsprop.py", "", false, "", Scalars::kStepCounters);
   EXPECT_EQ(rmsprop.need.implementation, OptimizerImplementation::kForeach);
