@@ -286,12 +286,14 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   std::vector<uint8_t> model_code(frames.size());
   std::vector<Phase> frame_phase(frames.size());
   std::vector<uint8_t> params(frames.size());
-  std::vector<uint8_t> grad_decorator(frames.size());          // torch's grad-mode decorator (no_grad, inference_mode)
-  std::vector<uint8_t> generation(frames.size());              // Hugging Face's generation code
-  std::vector<InferenceKind> evaluation(frames.size());        // an evaluation loop's kind, or kNone
-  std::vector<uint8_t> eval_outputs(frames.size());            // concatenates_eval_outputs
-  std::vector<uint8_t> kv_cache(frames.size());                // stores_kv_cache
-  std::vector<uint8_t> hf_trainer(frames.size());              // runs_hf_trainer
+  std::vector<uint8_t> grad_decorator(frames.size());    // torch's grad-mode decorator (no_grad, inference_mode)
+  std::vector<uint8_t> generation(frames.size());        // Hugging Face's generation code
+  std::vector<InferenceKind> evaluation(frames.size());  // an evaluation loop's kind, or kNone
+  std::vector<uint8_t> eval_outputs(frames.size());      // concatenates_eval_outputs
+  std::vector<uint8_t> kv_cache(frames.size());          // stores_kv_cache
+  std::vector<uint8_t> hf_trainer(frames.size());        // runs_hf_trainer
+  std::vector<uint8_t> embedding(frames.size());         // runs_embedding
+  frame_init_group_.assign(frames.size(), 0);
   std::vector<uint8_t> model_init(frames.size());              // a library model's __init__ (frames.h, Parameters)
   std::vector<uint8_t> optimizer_math(frames.size());          // runs_optimizer_math
   std::vector<const OptimizerKind*> optimizer(frames.size());  // optimizer
@@ -332,10 +334,12 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     eval_outputs[i] = frame_concatenates_eval_outputs(frames[i], c);
     kv_cache[i] = c.origin == Origin::kLibrary && c.path == "transformers/cache_utils.py";
     hf_trainer[i] = c.origin == Origin::kLibrary && c.path == "transformers/trainer.py";
+    embedding[i] = c.origin == Origin::kTorch && c.path == "nn/functional.py" && frames[i].name == "embedding";
     model_init[i] = c.origin == Origin::kLibrary && frames[i].name == "__init__" &&
                     (is_model_file(c.path) || c.path == "transformers/pytorch_utils.py");
     if (c.origin == Origin::kTorch && starts_with(c.path, "optim/")) {
       const std::string_view name = frames[i].name;
+      frame_init_group_[i] = name == "_init_group";
       implementation[i] = starts_with(name, "_multi_tensor_")    ? OptimizerImplementation::kForeach
                           : starts_with(name, "_single_tensor_") ? OptimizerImplementation::kSingleTensor
                           : starts_with(name, "_fused_")         ? OptimizerImplementation::kFused
@@ -361,6 +365,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   stack_eval_outputs_.assign(n, 0);
   stack_kv_cache_.assign(n, 0);
   stack_hf_trainer_.assign(n, 0);
+  stack_embedding_.assign(n, 0);
   stack_optimizer_math_.assign(n, 0);
   stack_optimizer_.assign(n, nullptr);
   stack_implementation_.assign(n, OptimizerImplementation::kUnknown);
@@ -414,6 +419,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
       if (eval_outputs[f]) stack_eval_outputs_[s] = 1;
       if (kv_cache[f]) stack_kv_cache_[s] = 1;
       if (hf_trainer[f]) stack_hf_trainer_[s] = 1;
+      if (embedding[f]) stack_embedding_[s] = 1;
       if (optimizer_math[f]) stack_optimizer_math_[s] = 1;
       if (optimizer[f] && !stack_optimizer_[s]) stack_optimizer_[s] = optimizer[f];  // the innermost
       if (implementation[f] != OptimizerImplementation::kUnknown) stack_implementation_[s] = implementation[f];
@@ -474,23 +480,9 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
 
 int64_t FrameIndex::optimizer_init_frame(StackId stack) const {
   for (uint32_t f : snapshot_.stack(stack)) {
-    if (frame_origin_[f] == Origin::kTorch && snapshot_.frames[f].name == "_init_group" &&
-        snapshot_.frames[f].filename.find("/optim/") != std::string::npos) {
-      return f;
-    }
+    if (frame_init_group_[f]) return f;
   }
   return -1;
-}
-
-bool FrameIndex::runs_embedding(StackId stack) const {
-  for (uint32_t f : snapshot_.stack(stack)) {
-    const Frame& frame = snapshot_.frames[f];
-    if (frame_origin_[f] == Origin::kTorch && frame.name == "embedding" &&
-        ends_with(frame.filename, "/nn/functional.py")) {
-      return true;
-    }
-  }
-  return false;
 }
 
 std::string FrameIndex::describe(int64_t frame) const {

@@ -217,12 +217,12 @@ class FrameIndex {
   /// The innermost frame (index into Snapshot::frames) of a torch.optim
   /// optimizer's lazy state initialisation, a frame of torch/optim/ named
   /// "_init_group" (torch 2.x), or -1. Each source line of it makes one
-  /// kind of state for every parameter. Read from the stack on each call.
+  /// kind of state for every parameter. Walks the stack on each call.
   int64_t optimizer_init_frame(StackId stack) const;
   /// True when the stack runs torch.nn.functional.embedding (a frame of
   /// torch/nn/functional.py named "embedding"): what it allocates is an
-  /// embedding's output. Read from the stack on each call.
-  bool runs_embedding(StackId stack) const;
+  /// embedding's output.
+  bool runs_embedding(StackId stack) const { return stack_embedding_[stack] != 0; }
   /// True when the stack allocates parameters (see the rules above).
   bool allocates_parameters(StackId stack) const { return stack_params_[stack] != 0; }
 
@@ -244,6 +244,7 @@ class FrameIndex {
   const Snapshot& snapshot_;
   std::vector<std::string> torch_roots_;
   std::vector<Origin> frame_origin_;
+  std::vector<uint8_t> frame_init_group_;  // a torch/optim/ frame named _init_group
   std::vector<Phase> stack_phase_;
   std::vector<int64_t> stack_layer_;
   std::vector<int64_t> stack_call_;
@@ -256,6 +257,7 @@ class FrameIndex {
   std::vector<uint8_t> stack_eval_outputs_;
   std::vector<uint8_t> stack_kv_cache_;
   std::vector<uint8_t> stack_hf_trainer_;
+  std::vector<uint8_t> stack_embedding_;
   std::vector<uint8_t> stack_optimizer_math_;
   std::vector<const OptimizerKind*> stack_optimizer_;
   std::vector<OptimizerImplementation> stack_implementation_;

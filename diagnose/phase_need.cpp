@@ -178,13 +178,14 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   // (bitsandbytes', DeepSpeed's, a custom one) runs arithmetic of its own:
   // not modelled.
   const bool trainer = q.oom_event < trace.size() && frames.runs_hf_trainer(trace[q.oom_event].frames);
-  const bool counters_seen = q.optimizer && q.optimizer->fused_on_cuda && lines.states > 0;
-  const ImplementationBasis basis = seen != OptimizerImplementation::kUnknown ? ImplementationBasis::kFrames
-                                    : !q.optimizer                            ? ImplementationBasis::kNone
-                                    : counters_seen ? (lines.counters > 0 ? ImplementationBasis::kStepCounters
-                                                                          : ImplementationBasis::kHostStepCounters)
-                                    : trainer       ? ImplementationBasis::kHfTrainer
-                                                    : ImplementationBasis::kDefault;
+  // Note [Step counters on the device]: once states are made, the counters say where they are.
+  const bool states_made = q.optimizer && q.optimizer->fused_on_cuda && lines.states > 0;
+  const ImplementationBasis basis =
+      seen != OptimizerImplementation::kUnknown ? ImplementationBasis::kFrames
+      : !q.optimizer                            ? ImplementationBasis::kNone
+      : states_made ? (lines.counters > 0 ? ImplementationBasis::kStepCounters : ImplementationBasis::kHostStepCounters)
+      : trainer     ? ImplementationBasis::kHfTrainer
+                    : ImplementationBasis::kDefault;
   const OptimizerImplementation implementation =
       basis == ImplementationBasis::kFrames ? seen
       : basis == ImplementationBasis::kNone ? OptimizerImplementation::kUnknown
