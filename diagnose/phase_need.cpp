@@ -347,6 +347,12 @@ ParameterLayout parameter_layout(const std::vector<TraceEvent>& trace, const Att
 // vocabulary, its largest tensor: a real GPT-2 small at 8 x 1024 tokens
 // makes 1.53 GiB of them (50257 entries each) after blocks of 684.50 MiB
 // (gpu_hf_gpt2_oom.pickle), which a need of the blocks alone leaves out.
+// Training then computes its loss over them: cross_entropy's log_softmax
+// makes as many fp32 entries again, which autograd keeps for backward
+// (torch/nn/functional.py cross_entropy; transformers' ForCausalLMLoss,
+// loss/loss_utils.py, calls it on logits.float()). On a recorded GPT-2
+// forward (cpu_gpt2_forward_oom.pickle) the uncapped run grew by the
+// blocks, the logits and that log_softmax: 75079768 B from the failure.
 // Approach: where the parameters show the blocks (Note [Blocks from the
 // parameters]), a stem and, after the blocks, a parameter of the stem's
 // largest one's size (a head of vocabulary x d, or the weight allocated
@@ -355,15 +361,18 @@ ParameterLayout parameter_layout(const std::vector<TraceEvent>& trace, const Att
 // parameters (its norms' weights and biases), the vocabulary is the
 // embedding's bytes over that, and the tokens are the largest output of
 // torch.nn.functional.embedding in this forward over that. The logits are
-// counted at 4 bytes an entry: fp32 logits, or bf16 ones with the fp32
-// copy Hugging Face's loss makes (ForCausalLMLoss: logits.float()).
-// Limitations: a lower bound: the loss after the logits (log_softmax's
-// output, as large again in fp32) is not counted; a model that computes
-// the logits in chunks or for some positions only needs less than counted;
-// a block whose most common parameter is not d wide gives a wrong d; a
-// head tied to the embedding and moved with .to() (that GPT-2, built on
-// the CPU) has no allocation of its own, so no head is counted; an
-// encoder-decoder's tokens are its longer input's.
+// counted at 4 bytes an entry (fp32 logits, or bf16 ones with the fp32
+// copy the loss makes), and the loss's log_softmax at 4 bytes an entry:
+// rule 3 reads a forward that keeps activations, which is training, and
+// training has a loss.
+// Limitations: a lower bound for bf16 logits (2 bytes an entry more) and
+// for a loss that copies them again (transformers before 4.46 shifted the
+// logits with .contiguous()); a model that computes the logits in chunks
+// or for some positions only, or a fused linear-cross-entropy loss,
+// needs less than counted; a block whose most common parameter is not d
+// wide gives a wrong d; a head tied to the embedding and moved with .to()
+// (that GPT-2, built on the CPU) has no allocation of its own, so no head
+// is counted; an encoder-decoder's tokens are its longer input's.
 constexpr int64_t kLogitBytes = 4;
 
 /// The bytes of the logits a language model's head makes after its blocks
@@ -429,12 +438,13 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
     if (model_blocks > need.blocks_done) {
       need.model_blocks = model_blocks;
       need.blocks_after = model_blocks - need.blocks_done - 1;
-      // Note [A language model's head]: its logits after the blocks.
+      // Note [A language model's head]: its logits after the blocks, then the loss's log_softmax.
       need.head_bytes =
           vocabulary_logits_bytes(layout, trace, frames, run.first_event, q.oom_event, tokens, vocabulary);
+      need.loss_bytes = need.head_bytes;
     }
-    need.still_needed_bytes =
-        std::max(q.rounded_bytes, need.block_bytes - partial) + need.blocks_after * need.block_bytes + need.head_bytes;
+    need.still_needed_bytes = std::max(q.rounded_bytes, need.block_bytes - partial) +
+                              need.blocks_after * need.block_bytes + need.head_bytes + need.loss_bytes;
     need.estimate = fmt::format(
         "forward blocks: the activations kept repeat every {} allocation{} (one block of the model); {} complete "
         "block{} (of {}{}) before the failure and {} of the current one{}: at least {}",
@@ -448,9 +458,10 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
                           need.blocks_after, need.blocks_after == 1 ? "" : "s", need.model_blocks)
             : fmt::format("the rest of this block, {} more block{} (the model's parameters repeat in {} blocks), "
                           "then the head's logits, {} tokens x {} entries x 4 B = {} (the embedding's output and "
-                          "its weight over a block's most common parameter, d; the loss after them is not counted)",
+                          "its weight over a block's most common parameter, d), and the loss's log_softmax over "
+                          "them, {} more (fp32, kept for backward)",
                           need.blocks_after, need.blocks_after == 1 ? "" : "s", need.model_blocks, tokens, vocabulary,
-                          format_bytes(need.head_bytes)));
+                          format_bytes(need.head_bytes), format_bytes(need.loss_bytes)));
     return true;
   };
   // Where no period repeats over 90% of the kept allocations (a model that
@@ -879,7 +890,7 @@ const char* need_leaves_out(const PhaseNeed& need) {
       return need.stem_gradient_bytes > 0 ? "the temporaries of backward through the embeddings are not counted"
                                           : "what backward allocates after the blocks is not counted";
     case NeedMethod::kForwardBlocks:
-      return need.head_bytes > 0     ? "the loss after the head's logits is not counted"
+      return need.head_bytes > 0     ? "bf16 logits' own 2 bytes an entry and any further copy of them are not counted"
              : need.model_blocks > 0 ? "what follows the model's blocks is not in the snapshot"
                                      : "the blocks after the current one are not in the snapshot";
     case NeedMethod::kTrace:

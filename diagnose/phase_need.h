@@ -207,6 +207,9 @@ struct PhaseNeed {
   /// forward blocks: the logits a language model's head makes after the
   /// blocks (Note [A language model's head]); 0 when not known
   int64_t head_bytes = 0;
+  /// forward blocks: the loss's log_softmax over those logits, fp32 (Note
+  /// [A language model's head]); 0 when no head is known
+  int64_t loss_bytes = 0;
   /// backward blocks: the bytes of the parameters before the blocks (the
   /// stem: embeddings), whose gradients backward makes after them; 0 when
   /// the parameters' allocations do not show it (Note [Blocks in backward])

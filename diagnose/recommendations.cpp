@@ -481,9 +481,10 @@ void recommend(Diagnosis& d) {
                       t.checkpointed_forward_allocs, t.forward_alloc_events),
           0, "no memory effect; already applied", Sufficiency::kNoMemoryEffect});
     } else {
-      // The head's logits (Note [A language model's head]) come after the
-      // checkpointed blocks: checkpointing keeps them all.
-      const int64_t head = act_to_come > 0 ? std::min(need.head_bytes, act_to_come) : 0;
+      // The head's logits and the loss's log_softmax (Note [A language
+      // model's head]) come after the checkpointed blocks: checkpointing
+      // keeps them all.
+      const int64_t head = act_to_come > 0 ? std::min(need.head_bytes + need.loss_bytes, act_to_come) : 0;
       out.push_back(Recommendation{
           FixId::kActivationCheckpointing, "Activation checkpointing on the model's repeated blocks",
           fmt::format("{} of activations were alive{}; recomputing them in backward keeps only block inputs "
@@ -492,7 +493,9 @@ void recommend(Diagnosis& d) {
                       format_bytes(act), oom ? " at the out-of-memory" : " at the peak"),
           static_cast<int64_t>(std::llround(kCheckpointingSaving * static_cast<double>(act + act_to_come - head))),
           "83% of activations" + act_basis +
-              (head > 0 ? fmt::format(" but the head's {} of logits, outside the blocks", format_bytes(head)) : "") +
+              (head > 0 ? fmt::format(" but the head's logits and the loss's log_softmax ({}), outside the blocks",
+                                      format_bytes(head))
+                        : "") +
               ", as measured on a 4-block GPT (docs/architecture.md)"});
       if (act_to_come > 0) out.back().need_share = kCheckpointingSaving;
     }

@@ -175,6 +175,7 @@ std::string render_json(const Diagnosis& d) {
                {"block_net_bytes", n.block_net_bytes},
                {"stem_gradient_bytes", n.stem_gradient_bytes},
                {"head_bytes", n.head_bytes},
+               {"loss_bytes", n.loss_bytes},
                {"recomputed_allocs", n.recomputed_allocs},
                {"forward_first_event", n.forward_first_event},
                {"forward_last_event", n.forward_last_event}};
