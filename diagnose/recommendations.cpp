@@ -563,8 +563,10 @@ void recommend(Diagnosis& d) {
           FixId::kFusedOptimizer, fused_call(optimizer->name),
           fmt::format("The foreach implementation{} holds temporaries of the whole parameter list ({} at its peak); "
                       "the fused kernel updates each parameter in place, with the same result and usually faster.",
-                      need.implementation_assumed() ? ", PyTorch's default on CUDA (assumed: no frame shows it),"
-                                                    : " (the step's frames)",
+                      need.implementation_basis == ImplementationBasis::kHostStepCounters
+                          ? ", PyTorch's default on CUDA (assumed: its step counters are on the host, so not fused),"
+                      : need.implementation_assumed() ? ", PyTorch's default on CUDA (assumed: no frame shows it),"
+                                                      : " (the step's frames)",
                       format_bytes(need.temporaries_total_bytes)),
           temporaries, fmt::format("the {} of foreach temporaries still to come", format_bytes(temporaries))});
     }

@@ -268,7 +268,9 @@ TEST(OptimizerKind, UnderTheTrainerFusedIsAssumed) {
   EXPECT_EQ(host.need.still_needed_bytes, (2 * kStateParameters - 2 + kStateParameters) * kStateBytes);
   EXPECT_NE(host.need.estimate.find("with no step counter on the device, so not fused"), std::string::npos)
       << host.need.estimate;
-  EXPECT_NE(find_fix(host, FixId::kFusedOptimizer), nullptr);
+  const Recommendation* fused = find_fix(host, FixId::kFusedOptimizer);
+  ASSERT_NE(fused, nullptr);
+  EXPECT_NE(fused->reason.find("its step counters are on the host, so not fused"), std::string::npos) << fused->reason;
 }
 
 // bitsandbytes' optimizers: the job runs 8-bit states already, or 32-bit
