@@ -294,6 +294,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   std::vector<uint8_t> hf_trainer(frames.size());        // runs_hf_trainer
   std::vector<uint8_t> embedding(frames.size());         // runs_embedding
   frame_init_group_.assign(frames.size(), 0);
+  frame_module_apply_.assign(frames.size(), 0);
   std::vector<uint8_t> model_init(frames.size());              // a library model's __init__ (frames.h, Parameters)
   std::vector<uint8_t> optimizer_math(frames.size());          // runs_optimizer_math
   std::vector<const OptimizerKind*> optimizer(frames.size());  // optimizer
@@ -327,6 +328,8 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     model_code[i] = c.origin == Origin::kUser || (c.origin == Origin::kLibrary && is_model_file(c.path));
     frame_phase[i] = phase_of_frame(frames[i], c);
     params[i] = frame_allocates_parameters(frames[i], c);
+    frame_module_apply_[i] =
+        c.origin == Origin::kTorch && c.path == "nn/modules/module.py" && frames[i].name == "_apply";
     grad_decorator[i] = c.origin == Origin::kTorch && frames[i].name == "decorate_context" &&
                         (c.path == "utils/_contextlib.py" || c.path == "autograd/grad_mode.py");
     generation[i] = c.origin == Origin::kLibrary && starts_with(c.path, "transformers/generation/");
@@ -483,6 +486,12 @@ int64_t FrameIndex::optimizer_init_frame(StackId stack) const {
     if (frame_init_group_[f]) return f;
   }
   return -1;
+}
+
+int FrameIndex::module_apply_depth(StackId stack) const {
+  int depth = 0;
+  for (uint32_t f : snapshot_.stack(stack)) depth += frame_module_apply_[f];
+  return depth;
 }
 
 std::string FrameIndex::describe(int64_t frame) const {

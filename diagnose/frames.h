@@ -223,6 +223,12 @@ class FrameIndex {
   /// torch/nn/functional.py named "embedding"): what it allocates is an
   /// embedding's output.
   bool runs_embedding(StackId stack) const { return stack_embedding_[stack] != 0; }
+  /// How many frames of torch's Module._apply (torch/nn/modules/module.py,
+  /// "_apply") the stack holds: for a parameter moved with .to() or
+  /// .cuda(), one per module from the one moved down to the parameter's
+  /// own (_apply recurses into the children), so the parameter's depth in
+  /// the model; 0 for one made where it lives. Walks the stack on each call.
+  int module_apply_depth(StackId stack) const;
   /// True when the stack allocates parameters (see the rules above).
   bool allocates_parameters(StackId stack) const { return stack_params_[stack] != 0; }
 
@@ -244,7 +250,8 @@ class FrameIndex {
   const Snapshot& snapshot_;
   std::vector<std::string> torch_roots_;
   std::vector<Origin> frame_origin_;
-  std::vector<uint8_t> frame_init_group_;  // a torch/optim/ frame named _init_group
+  std::vector<uint8_t> frame_init_group_;    // a torch/optim/ frame named _init_group
+  std::vector<uint8_t> frame_module_apply_;  // torch/nn/modules/module.py's _apply
   std::vector<Phase> stack_phase_;
   std::vector<int64_t> stack_layer_;
   std::vector<int64_t> stack_call_;

@@ -7,6 +7,7 @@
 #include <map>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -283,22 +284,28 @@ constexpr size_t kMaxParameterAllocations = 4096;
 /// from the parameters]): its blocks (0 when they show none), the bytes of
 /// the parameters before the first block (its stem: embeddings) and, for
 /// Note [A language model's head], the stem's largest parameter (the token
-/// embedding, vocabulary x d), the most common size among one block's
-/// parameters (the smaller on a tie: d, its norms' weights and biases) and
-/// whether a parameter after the blocks has the embedding's size (a head
-/// of vocabulary x d, its own or tied to the embedding).
+/// embedding, vocabulary x d) and its depth in the model where it was
+/// moved with .to() (FrameIndex::module_apply_depth; 0 where made on the
+/// device), one block's parameter sizes, the most common first (the
+/// smaller on a tie), and the parameters after the blocks (the final norm,
+/// a head), in allocation order: their sizes and depths.
 struct ParameterLayout {
   int64_t blocks = 0;
   int64_t stem_bytes = 0;
   int64_t embedding_bytes = 0;
-  int64_t feature_bytes = 0;
-  bool vocabulary_head = false;
+  int embedding_depth = 0;
+  std::vector<int64_t> block_sizes_by_count;
+  std::vector<int64_t> tail_sizes;
+  std::vector<int> tail_depths;
 };
 
-ParameterLayout parameter_layout(const std::vector<TraceEvent>& trace, const Attribution& attr) {
+ParameterLayout parameter_layout(const std::vector<TraceEvent>& trace, const Attribution& attr,
+                                 const FrameIndex& frames) {
+  std::vector<size_t> events;  // the parameters' allocations
   std::vector<int64_t> sizes;
   for (size_t i = 0; i < trace.size(); ++i) {
     if (trace[i].action == TraceAction::kAlloc && attr.event_category[i] == Category::kParameters) {
+      events.push_back(i);
       sizes.push_back(trace[i].size);
     }
   }
@@ -324,21 +331,21 @@ ParameterLayout parameter_layout(const std::vector<TraceEvent>& trace, const Att
   layout.blocks = static_cast<int64_t>(best_length / best_period);
   for (size_t i = 0; i < best_begin; ++i) {
     layout.stem_bytes += sizes[i];
-    layout.embedding_bytes = std::max(layout.embedding_bytes, sizes[i]);
+    if (sizes[i] <= layout.embedding_bytes) continue;
+    layout.embedding_bytes = sizes[i];
+    layout.embedding_depth = frames.module_apply_depth(trace[events[i]].frames);
   }
-  std::map<int64_t, int> counts;  // one block's parameter sizes, ascending
+  std::map<int64_t, int> counts;  // one block's parameter sizes
   for (size_t i = best_begin; i < best_begin + best_period; ++i) ++counts[sizes[i]];
-  int most = 0;
-  for (const auto& [bytes, count] : counts) {
-    if (count > most) {
-      most = count;
-      layout.feature_bytes = bytes;
-    }
-  }
+  std::vector<std::pair<int, int64_t>> ranked;  // (-count, size): the most common first, the smaller on a tie
+  for (const auto& [bytes, count] : counts) ranked.emplace_back(-count, bytes);
+  std::sort(ranked.begin(), ranked.end());
+  for (const auto& [count, bytes] : ranked) layout.block_sizes_by_count.push_back(bytes);
   const size_t blocks_end = best_begin + static_cast<size_t>(layout.blocks) * best_period;
-  layout.vocabulary_head =
-      layout.embedding_bytes > 0 && std::find(sizes.begin() + static_cast<std::ptrdiff_t>(blocks_end), sizes.end(),
-                                              layout.embedding_bytes) != sizes.end();
+  for (size_t i = blocks_end; i < n; ++i) {
+    layout.tail_sizes.push_back(sizes[i]);
+    layout.tail_depths.push_back(frames.module_apply_depth(trace[events[i]].frames));
+  }
   return layout;
 }
 
@@ -354,44 +361,73 @@ ParameterLayout parameter_layout(const std::vector<TraceEvent>& trace, const Att
 // forward (cpu_gpt2_forward_oom.pickle) the uncapped run grew by the
 // blocks, the logits and that log_softmax: 75079768 B from the failure.
 // Approach: where the parameters show the blocks (Note [Blocks from the
-// parameters]), a stem and, after the blocks, a parameter of the stem's
-// largest one's size (a head of vocabulary x d, or the weight allocated
-// before it was tied to the embedding), the head is a vocabulary head:
-// d x its element size is the most common size among one block's
-// parameters (its norms' weights and biases), the vocabulary is the
-// embedding's bytes over that, and the tokens are the largest output of
-// torch.nn.functional.embedding in this forward over that. The logits are
-// counted at 4 bytes an entry (fp32 logits, or bf16 ones with the fp32
-// copy the loss makes), and the loss's log_softmax at 4 bytes an entry:
-// rule 3 reads a forward that keeps activations, which is training, and
-// training has a loss.
+// parameters]) and a stem, d x its element size is the most common size
+// among one block's parameters (its norms' weights and biases; the
+// smaller on a tie) that divides both the stem's largest parameter (the
+// token embedding, vocabulary x d) and the largest output of
+// torch.nn.functional.embedding in this forward (tokens x d): a Llama
+// block's three MLP matrices, d x ff each, outnumber its two norms but
+// divide neither. The model has a vocabulary head where, after the
+// blocks, a parameter has the embedding's size (a head of its own, or the
+// weight allocated before it was tied to the embedding: a model built on
+// the device), or, for a model moved with .to(), which allocates a shared
+// parameter once, every parameter there lies as deep in the model as the
+// embedding (Module._apply's frames, one per module: GPT-2's ln_f and wte
+// 3 deep, in transformer): the base model ends in its final norm and the
+// task model adds no head of its own, so the head is the embedding's
+// weight, tied (GPT-2 built on the CPU and moved, as
+// gpu_hf_gpt2_oom.pickle). A head of another size, shallower (a reward
+// model's score, 2 deep), says the model is no language model. The
+// logits are counted at 4 bytes an entry
+// (fp32 logits, or bf16 ones with the fp32 copy the loss makes), and the
+// loss's log_softmax at 4 bytes an entry: rule 3 reads a forward that
+// keeps activations, which is training, and training has a loss.
 // Limitations: a lower bound for bf16 logits (2 bytes an entry more) and
 // for a loss that copies them again (transformers before 4.46 shifted the
 // logits with .contiguous()); a model that computes the logits in chunks
-// or for some positions only, or a fused linear-cross-entropy loss,
-// needs less than counted; a block whose most common parameter is not d
-// wide gives a wrong d; a head tied to the embedding and moved with .to()
-// (that GPT-2, built on the CPU) has no allocation of its own, so no head
-// is counted; an encoder-decoder's tokens are its longer input's.
+// or for some positions only, or a fused linear-cross-entropy loss, needs
+// less than counted, and so does a base model ending in its norm trained
+// without a vocabulary head (a custom loss on its hidden states); an
+// encoder-decoder's tokens are its longer input's.
 constexpr int64_t kLogitBytes = 4;
 
-/// The bytes of the logits a language model's head makes after its blocks
-/// (Note [A language model's head]); 0 where the parameters show no
-/// vocabulary head or this forward [first, end) no embedding output.
-int64_t vocabulary_logits_bytes(const ParameterLayout& layout, const std::vector<TraceEvent>& trace,
-                                const FrameIndex& frames, size_t first, size_t end, int64_t& tokens,
-                                int64_t& vocabulary) {
-  if (!layout.vocabulary_head || layout.feature_bytes <= 0 || layout.embedding_bytes % layout.feature_bytes != 0)
-    return 0;
+/// A language model's head as the parameters and a forward show it (Note
+/// [A language model's head]): its logits' bytes (0 where there is none),
+/// tokens and vocabulary, and whether its weight is the embedding's,
+/// moved with .to() (no parameter of its own after the blocks).
+struct VocabularyHead {
+  int64_t logits_bytes = 0;
+  int64_t tokens = 0;
+  int64_t vocabulary = 0;
+  bool tied_and_moved = false;
+};
+
+/// The head of Note [A language model's head], for the forward [first, end).
+VocabularyHead vocabulary_head(const ParameterLayout& layout, const std::vector<TraceEvent>& trace,
+                               const FrameIndex& frames, size_t first, size_t end) {
+  if (layout.embedding_bytes <= 0 || layout.tail_sizes.empty()) return {};
   int64_t embedded = 0;  // the largest embedding output: tokens x d x its element size
   for (size_t i = first; i < end && i < trace.size(); ++i) {
     if (trace[i].action == TraceAction::kAlloc && frames.runs_embedding(trace[i].frames))
       embedded = std::max(embedded, trace[i].size);
   }
-  if (embedded <= 0 || embedded % layout.feature_bytes != 0) return 0;
-  tokens = embedded / layout.feature_bytes;
-  vocabulary = layout.embedding_bytes / layout.feature_bytes;
-  return tokens * vocabulary * kLogitBytes;
+  const auto d =
+      std::find_if(layout.block_sizes_by_count.begin(), layout.block_sizes_by_count.end(), [&](int64_t bytes) {
+        return bytes > 0 && layout.embedding_bytes % bytes == 0 && embedded > 0 && embedded % bytes == 0;
+      });
+  if (d == layout.block_sizes_by_count.end()) return {};
+  const auto& tail = layout.tail_sizes;
+  const bool own_weight = std::find(tail.begin(), tail.end(), layout.embedding_bytes) != tail.end();
+  const bool tied_and_moved =
+      layout.embedding_depth > 0 && std::all_of(layout.tail_depths.begin(), layout.tail_depths.end(),
+                                                [&](int depth) { return depth >= layout.embedding_depth; });
+  if (!own_weight && !tied_and_moved) return {};
+  VocabularyHead head;
+  head.tokens = embedded / *d;
+  head.vocabulary = layout.embedding_bytes / *d;
+  head.logits_bytes = head.tokens * head.vocabulary * kLogitBytes;
+  head.tied_and_moved = !own_weight;
+  return head;
 }
 
 /// Note [Phase need] rule 3: the block pattern of the activations kept so
@@ -434,14 +470,14 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
     need.block_bytes = whole / static_cast<int64_t>(blocks);
     need.block_so_far_bytes = partial;
     // Note [Blocks from the parameters]: the blocks after the current one, where the model says how many.
-    int64_t tokens = 0, vocabulary = 0;
+    VocabularyHead head;
     if (model_blocks > need.blocks_done) {
       need.model_blocks = model_blocks;
       need.blocks_after = model_blocks - need.blocks_done - 1;
       // Note [A language model's head]: its logits after the blocks, then the loss's log_softmax.
-      need.head_bytes =
-          vocabulary_logits_bytes(layout, trace, frames, run.first_event, q.oom_event, tokens, vocabulary);
-      need.loss_bytes = need.head_bytes;
+      head = vocabulary_head(layout, trace, frames, run.first_event, q.oom_event);
+      need.head_bytes = head.logits_bytes;
+      need.loss_bytes = head.logits_bytes;
     }
     need.still_needed_bytes = std::max(q.rounded_bytes, need.block_bytes - partial) +
                               need.blocks_after * need.block_bytes + need.head_bytes + need.loss_bytes;
@@ -458,10 +494,15 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
                           need.blocks_after, need.blocks_after == 1 ? "" : "s", need.model_blocks)
             : fmt::format("the rest of this block, {} more block{} (the model's parameters repeat in {} blocks), "
                           "then the head's logits, {} tokens x {} entries x 4 B = {} (the embedding's output and "
-                          "its weight over a block's most common parameter, d), and the loss's log_softmax over "
+                          "its weight over d, a block's most common parameter size that divides both{}), and the "
+                          "loss's log_softmax over "
                           "them, {} more (fp32, kept for backward)",
-                          need.blocks_after, need.blocks_after == 1 ? "" : "s", need.model_blocks, tokens, vocabulary,
-                          format_bytes(need.head_bytes), format_bytes(need.loss_bytes)));
+                          need.blocks_after, need.blocks_after == 1 ? "" : "s", need.model_blocks, head.tokens,
+                          head.vocabulary, format_bytes(need.head_bytes),
+                          head.tied_and_moved ? "; the head is the embedding's weight, tied: the model was moved "
+                                                "with .to() and adds no head of its own after the blocks"
+                                              : "",
+                          format_bytes(need.loss_bytes)));
     return true;
   };
   // Where no period repeats over 90% of the kept allocations (a model that
@@ -890,7 +931,8 @@ const char* need_leaves_out(const PhaseNeed& need) {
       return need.stem_gradient_bytes > 0 ? "the temporaries of backward through the embeddings are not counted"
                                           : "what backward allocates after the blocks is not counted";
     case NeedMethod::kForwardBlocks:
-      return need.head_bytes > 0     ? "bf16 logits' own 2 bytes an entry and any further copy of them are not counted"
+      return need.head_bytes > 0
+                 ? "further copies of the logits (bf16 logits' fp32 copy, a shifted copy) are not counted"
              : need.model_blocks > 0 ? "what follows the model's blocks is not in the snapshot"
                                      : "the blocks after the current one are not in the snapshot";
     case NeedMethod::kTrace:
@@ -965,8 +1007,9 @@ PhaseNeed estimate_need(const NeedQuery& q, const std::vector<PhaseRun>& runs, c
   // 2. the optimizer step's known shape: a first step's states, then its arithmetic's temporaries.
   if (q.phase == Phase::kOptimizer && optimizer_step(q, *run, trace, attr, frames, first_step, need)) return need;
 
-  const ParameterLayout layout =
-      q.phase == Phase::kForward || q.phase == Phase::kBackward ? parameter_layout(trace, attr) : ParameterLayout{};
+  const ParameterLayout layout = q.phase == Phase::kForward || q.phase == Phase::kBackward
+                                     ? parameter_layout(trace, attr, frames)
+                                     : ParameterLayout{};
   // 3. the forward's block pattern.
   if (q.phase == Phase::kForward && !q.inference) forward_blocks(q, *run, trace, attr, frames, layout, need);
   // 4. a block's turn in backward, as the previous block's ran.

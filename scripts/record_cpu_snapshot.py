@@ -2,7 +2,7 @@
 """A memory snapshot of a real PyTorch run, recorded on the CPU: no GPU needed.
 
     record_cpu_snapshot.py --out FILE.pickle [--mode no_grad|train|step]
-                           [--layers 4] [--batch 4] [--seq 256]
+                           [--model gpt2|llama] [--layers 4] [--batch 4] [--seq 256]
                            [--checkpointing] [--eager-attention]
                            [--steps 1] [--optimizer [adamw|rmsprop|sgd] [--fused]
                                         [--optimizer-option NAME=VALUE ...]]
@@ -12,7 +12,10 @@
 
 Runs a Hugging Face GPT2LMHeadModel (random weights from a small config:
 n_embd 256, 4 heads, vocabulary 1000, --batch sequences of --seq tokens;
-built inside the recording, so its parameters are allocated there) under
+built inside the recording, so its parameters are allocated there), or
+with --model llama a LlamaForCausalLM of the same width (hidden 256, MLP
+688, 4 heads, 2 of keys and values, vocabulary 1000, its head its own:
+tie_word_embeddings=False, as Llama 2 and 3 8B), under
 `with torch.no_grad():` (--mode no_grad, model.eval(): what an inference
 script does), forward with autograd (--mode train, model.train()) or
 --steps training steps (--mode step: forward, backward and, with
@@ -163,7 +166,7 @@ def recomputes(stack):
 
 
 def train(args, ids, step_scope=contextlib.nullcontext, mark=lambda phase, step: None):
-    """Builds the GPT-2 on the default device (parameters made there, in its
+    """Builds the GPT-2 (or --model llama) on the default device (parameters made there, in its
     own __init__) and runs it on `ids` (--batch x --seq token ids) as
     `args` (this script's options) say; step_scope(k) encloses training
     step k, mark(phase, k) is called as "forward", "backward" and
@@ -174,10 +177,16 @@ def train(args, ids, step_scope=contextlib.nullcontext, mark=lambda phase, step:
     import torch
     import transformers
     torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=args.layers, n_embd=256, n_head=4, n_positions=256, vocab_size=1000)
+    if args.model == "llama":
+        config = transformers.LlamaConfig(num_hidden_layers=args.layers, hidden_size=256, intermediate_size=688,
+                                          num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
+                                          max_position_embeddings=256, tie_word_embeddings=False)
+    else:
+        config = transformers.GPT2Config(n_layer=args.layers, n_embd=256, n_head=4, n_positions=256,
+                                         vocab_size=1000)
     if args.eager_attention:
         config._attn_implementation = "eager"  # the probabilities materialized, as record_hf_snapshot.py runs it
-    model = transformers.GPT2LMHeadModel(config)
+    model = (transformers.LlamaForCausalLM if args.model == "llama" else transformers.GPT2LMHeadModel)(config)
     if args.checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     out = opt = None
@@ -344,6 +353,7 @@ def parse_args(description):
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--mode", choices=["no_grad", "train", "step"], default="no_grad")
+    parser.add_argument("--model", choices=["gpt2", "llama"], default="gpt2")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--oom-after", type=float, default=None)
     parser.add_argument("--oom-in", choices=["forward", "backward", "recomputation", "optimizer"],

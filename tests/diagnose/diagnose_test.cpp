@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -271,8 +272,11 @@ TEST(DiagnoseGpu, AnOomtuneTrialsSnapshotNamesItsPhasesAndTheCap) {
 // the request itself. The model's 148 parameter tensors were moved to the
 // GPU in the trace (wte, wpe, 12 blocks of 12 from ln_1's weight to the
 // MLP's c_proj bias, ln_f's 2): 12 blocks (Note [Blocks from the
-// parameters]), so the 12th counts too: 24 + 684.5 MiB at least. Not
-// counted: the 1.5 GiB of fp32 logits (8 x 1024 x 50257 x 4 B) and the loss.
+// parameters]), so the 12th counts too: 24 + 684.5 MiB. After the blocks
+// only ln_f's weight and bias, moved by Module._apply 3 deep as wte was:
+// the head is wte's weight, tied (Note [A language model's head]), so its
+// fp32 logits, 8 x 1024 x 50257 x 4 B, and the loss's log_softmax as large
+// again come after them: 24 + 684.5 MiB + 2 x 1.53 GiB at least.
 TEST(DiagnoseGpu, ARealHuggingFaceOomInItsFirstForwardIsJudgedByBlocks) {
   const std::string path = testing::synthetic_fixture("gpu_hf_gpt2_oom.pickle");
   SKIP_IF_MISSING(path);
@@ -287,13 +291,21 @@ TEST(DiagnoseGpu, ARealHuggingFaceOomInItsFirstForwardIsJudgedByBlocks) {
   EXPECT_EQ(d.need.block_bytes, 684 * kMiB + 512 * 1024);
   EXPECT_EQ(d.need.model_blocks, 12);
   EXPECT_EQ(d.need.blocks_after, 1);
-  EXPECT_EQ(d.need.still_needed_bytes, 24 * kMiB + 684 * kMiB + 512 * 1024);
+  constexpr int64_t kLogits = int64_t{8} * 1024 * 50257 * 4;
+  EXPECT_EQ(d.need.head_bytes, kLogits);
+  EXPECT_EQ(d.need.loss_bytes, kLogits);
+  EXPECT_EQ(d.need.still_needed_bytes, 24 * kMiB + 684 * kMiB + 512 * 1024 + 2 * kLogits);
   const nlohmann::json j = nlohmann::json::parse(render_json(d));
   EXPECT_EQ(j["need"]["model_blocks"], 12);
   EXPECT_EQ(j["need"]["blocks_after"], 1);
+  EXPECT_EQ(j["need"]["head_bytes"], kLogits);
   EXPECT_NE(d.need.estimate.find("temporaries it had not freed yet included"), std::string::npos) << d.need.estimate;
-  EXPECT_NE(d.need.estimate.find("the rest of this block and 1 more block (the model's parameters repeat in 12 "
-                                 "blocks; what follows the blocks is not in the snapshot)"),
+  EXPECT_NE(d.need.estimate.find("the rest of this block, 1 more block (the model's parameters repeat in 12 "
+                                 "blocks), then the head's logits, 8192 tokens x 50257 entries x 4 B = 1.53 GiB"),
+            std::string::npos)
+      << d.need.estimate;
+  EXPECT_NE(d.need.estimate.find("the head is the embedding's weight, tied: the model was moved with .to() and adds "
+                                 "no head of its own after the blocks"),
             std::string::npos)
       << d.need.estimate;
   for (const Recommendation& r : d.recommendations) {
@@ -302,7 +314,7 @@ TEST(DiagnoseGpu, ARealHuggingFaceOomInItsFirstForwardIsJudgedByBlocks) {
   // Checkpointing and half the micro-batch leave room for more blocks than
   // the model has (counted after its 12); expandable segments, with the
   // 72.97 MiB reserved but free packed, serve the 24 MiB request and two
-  // more 24 MiB of the need, not a fourth: 72 MiB of the 708.5 MiB.
+  // more 24 MiB of the need, not a fourth: 72 MiB of the 3.76 GiB.
   ASSERT_GE(d.recommendations.size(), 3u);
   EXPECT_EQ(name(d.recommendations[0].id), "activation_checkpointing");
   EXPECT_EQ(name(d.recommendations[1].id), "micro_batch");
@@ -314,7 +326,7 @@ TEST(DiagnoseGpu, ARealHuggingFaceOomInItsFirstForwardIsJudgedByBlocks) {
   EXPECT_EQ(expandable->sufficiency, Sufficiency::kNotEnough);
   EXPECT_EQ(d.expandable_replay.served_bytes, 72 * kMiB);
   EXPECT_EQ(expandable->frees_bytes, 72 * kMiB);  // it held more reserved than the real run then, not less
-  EXPECT_EQ(sufficiency_text(*expandable), "not enough alone (frees 72.00 MiB, needs 708.50 MiB)");
+  EXPECT_EQ(sufficiency_text(*expandable), "not enough alone (frees 72.00 MiB, needs 3.76 GiB)");
   EXPECT_NE(expandable->estimate.find("it serves the request and 48.00 MiB more of the need; then the rest of the "
                                       "phase's need (a 24.00 MiB request after it) still fails"),
             std::string::npos)
@@ -322,9 +334,41 @@ TEST(DiagnoseGpu, ARealHuggingFaceOomInItsFirstForwardIsJudgedByBlocks) {
   // The verdicts follow the same evidence (Note [Fragmentation first]):
   // 72.97 MiB reserved but free against 7.46 GiB of activations.
   testing::expect_fragmentation_order(d, VerdictId::kActivationsInForward, false,
-                                      "defragmented, the 72.97 MiB reserved but free are still less than the 708.50 "
-                                      "MiB (at least) that the forward phase still needed; what follows the "
-                                      "model's blocks is not in the snapshot.");
+                                      "defragmented, the 72.97 MiB reserved but free are still less than the 3.76 "
+                                      "GiB (at least) that the forward phase still needed; further copies of the "
+                                      "logits (bf16 logits' fp32 copy, a shifted copy) are not counted.");
+}
+
+// The same snapshot with its last parameter, ln_f's bias, moved one
+// module shallower than wte (Module._apply's frames): a head of the task
+// model's own, as a reward model's score (GPT2ForSequenceClassification,
+// num_labels=1: d wide, 2 deep). The model is then no language model
+// whose head is the embedding: no logits counted (Note [A language
+// model's head]).
+TEST(DiagnoseGpu, AHeadOfItsOwnAfterTheBlocksIsNoTiedVocabularyHead) {
+  const std::string path = testing::synthetic_fixture("gpu_hf_gpt2_oom.pickle");
+  SKIP_IF_MISSING(path);
+  Snapshot s = load_snapshot(path);
+  std::vector<TraceEvent>& trace = s.device_traces[0];
+  auto moved = [&](const TraceEvent& e) {
+    const std::vector<uint32_t>& stack = s.stack(e.frames);
+    return std::any_of(stack.begin(), stack.end(), [&](uint32_t f) { return s.frames[f].name == "_apply"; });
+  };
+  const auto last = std::find_if(trace.rbegin(), trace.rend(),
+                                 [&](const TraceEvent& e) { return e.action == TraceAction::kAlloc && moved(e); });
+  ASSERT_NE(last, trace.rend());
+  EXPECT_EQ(last->size, 768 * 4);
+  std::vector<uint32_t> shallower = s.stack(last->frames);
+  shallower.erase(
+      std::find_if(shallower.begin(), shallower.end(), [&](uint32_t f) { return s.frames[f].name == "_apply"; }));
+  s.stacks.push_back(shallower);
+  last->frames = static_cast<StackId>(s.stacks.size() - 1);
+  const Diagnosis d = diagnose(s, path, {});
+  EXPECT_EQ(d.need.method, NeedMethod::kForwardBlocks) << d.need.estimate;
+  EXPECT_EQ(d.need.model_blocks, 12);
+  EXPECT_EQ(d.need.head_bytes, 0);
+  EXPECT_EQ(d.need.loss_bytes, 0);
+  EXPECT_EQ(d.need.still_needed_bytes, 24 * kMiB + 684 * kMiB + 512 * 1024);
 }
 
 TEST(DiagnoseSynthetic, BackwardPeakWithFramelessAllocations) {

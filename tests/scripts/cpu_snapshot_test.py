@@ -12,7 +12,8 @@ device thread):
   3, Note [A language model's head]), within 5% of what the run without
   the cap allocates from there. The
   model's weights, made in its own __init__ on the device, are its
-  parameters;
+  parameters; a Llama's training forward (--model llama) likewise, its d
+  from its norms' size where its MLP's matrices are the most common;
 - the second training step's forward: the first step's says what it still
   needed (Note [Phase need] rule 1), within 5% of the uncapped run;
 - a first optimizer step: AdamW's states are two per parameter, the
@@ -125,6 +126,20 @@ with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep)
             failures.append(f"{mode}: expected the forward blocks' need, logits and loss, within 5% of the {growth} "
                             f"B the uncapped run allocates from there; got {need['method']}, "
                             f"{need['still_needed_bytes']} B: {need['estimate']}")
+
+    # A Llama's forward: its blocks' most common parameter size is the MLP's (d x ff, three of them), which
+    # divides neither its embedding nor the embedding's output; d is its norms' (Note [A language model's
+    # head]): the logits of 4 x 256 tokens x 1000 entries and the loss's log_softmax, within 10% of the run
+    # without the cap.
+    result = record_and_diagnose("llama_train", ["--mode", "train", "--model", "llama", "--oom-after", "0.7"], tmp)
+    if result is not None:
+        recorded, d = result
+        need, growth = d["need"], recorded["uncapped_growth_bytes"]
+        if (need["method"] != "forward_blocks" or need["head_bytes"] != 4 * 256 * 1000 * 4 or
+                need["loss_bytes"] != need["head_bytes"] or abs(need["still_needed_bytes"] - growth) > 0.1 * growth):
+            failures.append(f"llama train: expected the forward blocks' need with the logits of 1024 tokens x 1000 "
+                            f"entries and the loss, within 10% of the {growth} B the uncapped run allocates from "
+                            f"there; got {need['method']}, {need['still_needed_bytes']} B: {need['estimate']}")
 
     # The second training step's forward (AdamW's states alive): the first step's forward says what it
     # still needed (Note [Phase need] rule 1), within 5% of what the run without the cap allocates from
