@@ -374,7 +374,7 @@ std::string defragmenting_evidence(const Diagnosis& d, const OomReport& oom) {
   const std::string needed = request_only
                                  ? fmt::format("{} request", format_bytes(d.need.still_needed_bytes))
                                  : fmt::format("{}{} that {} still needed", format_bytes(d.need.still_needed_bytes),
-                                               d.need.lower_bound ? " (at least)" : "", phase_prose(oom.phase));
+                                               d.need.lower_bound ? " (at least)" : "", need_prose(d.need));
   const std::string served = request_only ? "the request" : "the request and the " + needed;
   const std::string left_out = need_leaves_out(d.need);
   const std::string rest = left_out.empty() ? "" : "; " + left_out;

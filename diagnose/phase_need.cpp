@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -694,7 +695,9 @@ bool recomputed_block(const NeedQuery& q, const PhaseRun& run, const std::vector
 // forward (its recomputed allocations in a row among forward's inside
 // checkpoint()) less the turns begun; without, the tensors forward made
 // with the first free's key still alive, over that key's frees in a turn
-// (one turn per block not yet reached). Block
+// (one turn per block not yet reached); either at most the blocks the
+// parameters show (Note [Blocks from the parameters]) where those are no
+// fewer than the turns begun. Block
 // j after this one starts j x N - S above now; the need is the largest
 // peak: P - S for this turn (L - S when it is the last), j x N - S + P for
 // block j (+ L for the last).
@@ -833,6 +836,14 @@ bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<
     after /= markers_per_turn;
     blocks = static_cast<int64_t>(starts.size()) + after;
   }
+  // No more blocks than the parameters show, where they show those begun
+  // (a Llama's forward leaves a tensor of the marker's key alive beyond
+  // its blocks').
+  const int64_t begun = static_cast<int64_t>(starts.size());
+  if (layout.blocks >= begun && blocks > layout.blocks) {
+    after = std::max<int64_t>(0, layout.blocks - begun);
+    blocks = layout.blocks;
+  }
   int64_t needed = (after == 0 ? last_peak : peak) - so_far;
   for (int64_t j = 1; j <= after; ++j) needed = std::max(needed, j * net - so_far + (j == after ? last_peak : peak));
   const int64_t stem = layout.blocks == blocks ? layout.stem_bytes : 0;
@@ -912,6 +923,7 @@ const char* need_covers(const PhaseNeed& need) {
     case NeedMethod::kForwardBlocks:
       return "the rest of the current block";
     case NeedMethod::kTrace:
+      return need.later_peak_bytes > 0 ? "the rest of the iteration's need" : "the rest of the phase's need";
     case NeedMethod::kOptimizerFirstStep:
     case NeedMethod::kOptimizerStep:
       return "the rest of the phase's need";
@@ -969,6 +981,87 @@ std::vector<PhaseRun> PhaseRunTracker::finish(size_t events) {
   return std::move(runs_);
 }
 
+namespace {
+
+// Note [The rest of the iteration]
+// Rationale: a fix judged against the failing phase alone can leave the
+// step still failing in a phase after it. A recorded Llama (transformers'
+// LlamaForCausalLM, hidden 256, scripts/record_cpu_snapshot.py --model
+// llama --steps 2 --optimizer adamw --oom-in forward) peaks in backward,
+// 98504712 B above where its forward began, against 94425128 B of
+// forward: its untied head's gradient and the logits' come on top of what
+// the forward kept. Its second forward's need by the first forward alone
+// was 0.717 of what the run without the cap allocated from the failure.
+// Approach: where rule 1 reads the same phase of an earlier iteration, the
+// phases after that one in the same iteration (backward after forward, an
+// optimizer step after either; until the next forward) are read too: the
+// highest any of them rose above where the earlier phase began, when
+// above that phase's own growth, is what this iteration still rises to.
+// An optimizer step that made states (a first step) is left out: the
+// step of this iteration makes none. Likewise a backward's gradients, up
+// to those alive at the out-of-memory: kept from the step before
+// (zero_grad(set_to_none=False), gradient accumulation), backward adds
+// into them (compiled_step_oom.pickle: its first backward made 4 x 8 MiB
+// of them and rose to 72 MiB above its forward's start; the second, with
+// them alive, 40 MiB). A later phase that ran out of memory ends the
+// reading.
+// Limitations: the iteration is taken to run as the earlier one did (the
+// same shapes; a different batch or sequence misleads rule 1 too).
+
+/// The highest allocated bytes of run `run` up to the first event of code
+/// outside it (a phase tracker's run takes the script's events between
+/// phases too: what it allocates between iterations is alive now, not to
+/// come), had it made none of the first `kept` bytes of gradients it made:
+/// those this iteration holds already, which backward adds into
+/// (AccumulateGrad's in-place add, where zero_grad(set_to_none=False) or
+/// gradient accumulation keeps them).
+int64_t later_run_peak(const std::vector<TraceEvent>& trace, const Attribution& attr, const PhaseRun& run,
+                       int64_t kept) {
+  std::unordered_set<int64_t> left_out;  // addresses of the gradients not made again
+  int64_t allocated = run.start_allocated_bytes, peak = allocated;
+  for (size_t i = run.first_event; i < run.end_event && i < trace.size(); ++i) {
+    const Phase phase = attr.event_phase[i];
+    if (phase == Phase::kOther || (is_training_phase(phase) && phase != run.phase)) break;
+    const TraceEvent& e = trace[i];
+    if (e.action == TraceAction::kAlloc) {
+      if (attr.event_category[i] == Category::kGradients && 0 < e.size && e.size <= kept) {
+        kept -= e.size;
+        left_out.insert(e.addr);
+        continue;
+      }
+      allocated += e.size;
+      peak = std::max(peak, allocated);
+    } else if (e.action == TraceAction::kFreeRequested && left_out.erase(e.addr) == 0) {
+      allocated -= e.size;
+    }
+  }
+  return peak;
+}
+
+/// The order of a phase in an iteration: forward, backward, optimizer; -1
+/// for the others.
+int iteration_order(Phase phase) {
+  switch (phase) {
+    case Phase::kForward:
+      return 0;
+    case Phase::kBackward:
+      return 1;
+    case Phase::kOptimizer:
+      return 2;
+    case Phase::kUnknown:
+    case Phase::kOther:
+      break;
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::string need_prose(const PhaseNeed& need) {
+  if (need.later_peak_bytes <= 0) return phase_prose(need.phase);
+  return fmt::format("{} and {} after it", phase_prose(need.phase), phase_prose(need.later_peak_phase));
+}
+
 PhaseNeed estimate_need(const NeedQuery& q, const std::vector<PhaseRun>& runs, const std::vector<TraceEvent>& trace,
                         const Attribution& attr, const FrameIndex& frames) {
   PhaseNeed need;
@@ -996,11 +1089,30 @@ PhaseNeed estimate_need(const NeedQuery& q, const std::vector<PhaseRun>& runs, c
     need.method = NeedMethod::kTrace;
     need.grown_bytes = grown;
     need.earlier_growth_bytes = earlier->peak_allocated_bytes - earlier->start_allocated_bytes;
-    need.still_needed_bytes = std::max(q.rounded_bytes, need.earlier_growth_bytes - grown);
+    // Note [The rest of the iteration]
+    for (auto later = earlier.base(); later != runs.end() && iteration_order(later->phase) > iteration_order(q.phase);
+         ++later) {
+      if (later->ended_by_oom) break;
+      if (later->phase == Phase::kOptimizer && new_state_bytes(trace, attr, later->first_event, later->end_event) > 0)
+        continue;
+      const int64_t kept = later->phase == Phase::kBackward ? q.live[static_cast<size_t>(Category::kGradients)] : 0;
+      const int64_t peak = later_run_peak(trace, attr, *later, kept);
+      const int64_t rise = peak - earlier->start_allocated_bytes;
+      if (rise > std::max(need.earlier_growth_bytes, need.later_peak_bytes)) {
+        need.later_peak_bytes = rise;
+        need.later_peak_phase = later->phase;
+      }
+    }
+    need.still_needed_bytes =
+        std::max(q.rounded_bytes, std::max(need.earlier_growth_bytes, need.later_peak_bytes) - grown);
     need.estimate = fmt::format(
-        "trace: the same phase of an earlier iteration (events {} to {}) grew by {}; this one had grown by {} when "
+        "trace: the same phase of an earlier iteration (events {} to {}) grew by {}{}; this one had grown by {} when "
         "it failed",
-        earlier->first_event, earlier->end_event - 1, format_bytes(need.earlier_growth_bytes), format_bytes(grown));
+        earlier->first_event, earlier->end_event - 1, format_bytes(need.earlier_growth_bytes),
+        need.later_peak_bytes > 0 ? fmt::format(", and {} after it rose to {} above where it began",
+                                                phase_prose(need.later_peak_phase), format_bytes(need.later_peak_bytes))
+                                  : "",
+        format_bytes(grown));
     return need;
   }
 

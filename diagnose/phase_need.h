@@ -14,7 +14,9 @@
 //      did not run out of memory (for the optimizer, a step that allocated
 //      no new state, when this one is not a first step either): it grew by
 //      G = its peak - its start; this one had grown by S = allocated at the
-//      oom - allocated at its start; still needed = G - S.
+//      oom - allocated at its start; still needed = G - S, or L - S where
+//      a later phase of that iteration rose L > G above that start (Note
+//      [The rest of the iteration], phase_need.cpp).
 //   2. optimizer first step: the optimizer's states per parameter with a
 //      gradient (OptimizerKind, named by the trace's torch/optim/ frames:
 //      AdamW's _init_group makes exp_avg and exp_avg_sq as zeros_like(p)
@@ -46,9 +48,11 @@
 //      in the snapshot, so this is a lower bound (`lower_bound`), unless
 //      the parameters' allocations show how many blocks the model has
 //      (Note [Blocks from the parameters], phase_need.cpp): then the blocks
-//      after the current one are counted too; the head after them (a
-//      language model's logits) and the loss are not, so it stays a lower
-//      bound. Not for a forward without autograd (generate(), evaluation):
+//      after the current one are counted too, and a language model's
+//      logits and its loss's log_softmax after them (Note [A language
+//      model's head]); it stays a lower bound (a head of another kind, the
+//      backward after the forward, are not counted). Not for a forward
+//      without autograd (generate(), evaluation):
 //      it keeps a KV cache and frees each block's output after the next
 //      block, so what stays per block is no block's whole pattern.
 //   4. backward blocks: backward past its first block: the previous
@@ -101,6 +105,11 @@ struct PhaseNeed;
 /// of the current block" (forward blocks), "the rest of the phase's need"
 /// (trace, optimizer first step); "" for the request alone.
 const char* need_covers(const PhaseNeed& need);
+
+/// The phase the need is for, for a sentence: "the forward phase", or
+/// "the forward phase and the backward phase after it" where a later
+/// phase of the iteration sets it (Note [The rest of the iteration]).
+std::string need_prose(const PhaseNeed& need);
 
 /// What a lower-bound or request-only need leaves out, for a sentence
 /// ("what backward allocates after the blocks is not counted"); "" for a
@@ -175,6 +184,11 @@ struct PhaseNeed {
   std::string estimate;              ///< how it was estimated, one sentence
   int64_t grown_bytes = 0;           ///< trace: what this phase had allocated since its start
   int64_t earlier_growth_bytes = 0;  ///< trace: what the earlier run grew by
+  /// trace: the highest a later phase of the earlier run's iteration rose
+  /// above where the earlier run began, where above its own growth (Note
+  /// [The rest of the iteration], phase_need.cpp); 0 and kUnknown otherwise
+  int64_t later_peak_bytes = 0;
+  Phase later_peak_phase = Phase::kUnknown;
   /// optimizer first step: the states it allocates per parameter
   /// (OptimizerKind::states_per_parameter, or more where its _init_group
   /// made more; 2 where no frame names it)

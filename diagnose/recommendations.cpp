@@ -336,7 +336,7 @@ void rank(Diagnosis& d, std::vector<Recommendation> fixes, std::vector<Recommend
     if (c.parts.size() >= 2) {
       c.change = changes;
       c.reason = fmt::format("No single change frees the {} that {} still needed; together: {}.", format_bytes(needs),
-                             phase_prose(d.need.phase), reasons);
+                             need_prose(d.need), reasons);
       c.estimate = frees;
       judge(d.need, c);
       combined.push_back(std::move(c));
@@ -589,7 +589,7 @@ void recommend(Diagnosis& d) {
         fmt::format("no memory effect; a larger budget, up to {} more (CUDA's free bytes then){}",
                     format_bytes(oom->device_free_bytes),
                     need.known ? fmt::format(", against the {} that {} still needed",
-                                             format_bytes(need.still_needed_bytes), phase_prose(need.phase))
+                                             format_bytes(need.still_needed_bytes), need_prose(need))
                                : ""),
         Sufficiency::kNoMemoryEffect});
   }

@@ -156,6 +156,8 @@ std::string render_json(const Diagnosis& d) {
                {"estimate", n.estimate},
                {"grown_bytes", n.grown_bytes},
                {"earlier_growth_bytes", n.earlier_growth_bytes},
+               {"later_peak_bytes", n.later_peak_bytes},
+               {"later_peak_phase", n.later_peak_bytes > 0 ? json(phase_name(n.later_peak_phase)) : json(nullptr)},
                {"states_per_parameter", n.states_per_parameter},
                {"states_added_by_options", n.states_added_by_options},
                {"state_total_bytes", n.state_total_bytes},

@@ -111,9 +111,8 @@ std::string render_text(const Diagnosis& d) {
       out += fmt::format("    alive: {}\n", categories_line(o.live_by_category));
     }
     if (d.need.known) {
-      out +=
-          fmt::format("  {} still needed {}{} ({})\n", phase_prose(d.need.phase), d.need.lower_bound ? "at least " : "",
-                      format_bytes(d.need.still_needed_bytes), d.need.estimate);
+      out += fmt::format("  {} still needed {}{} ({})\n", need_prose(d.need), d.need.lower_bound ? "at least " : "",
+                         format_bytes(d.need.still_needed_bytes), d.need.estimate);
     }
     if (!d.oom_sites.empty()) {
       out += fmt::format("  alive at the last out-of-memory, by {}:\n",

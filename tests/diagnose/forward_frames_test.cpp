@@ -170,6 +170,14 @@ TEST(ForwardFrames, ACompiledModelsForwardIsItsModulesForward) {
   EXPECT_TRUE(d.trace.generated_frames);
   EXPECT_NE(d.trace.frames_note.find("torch.compile"), std::string::npos) << d.trace.frames_note;
   EXPECT_EQ(d.trace.iterations, 2);
+  // The first forward grew by 4 x 16 + 4 MiB: 20 MiB still to come. Its
+  // backward rose to 72 MiB above where that forward began, making the
+  // gradients, which this iteration holds: adding into them, its backward
+  // rises to 40 MiB, below the forward (Note [The rest of the iteration]).
+  EXPECT_EQ(d.need.method, NeedMethod::kTrace);
+  EXPECT_EQ(d.need.earlier_growth_bytes, 68 * kMiB);
+  EXPECT_EQ(d.need.later_peak_bytes, 0);
+  EXPECT_EQ(d.need.still_needed_bytes, 20 * kMiB);
 }
 
 // A checkpointed run out of memory in backward, recomputing the last layer

@@ -9,6 +9,15 @@
 //   cpu_gpt2_backward_oom.pickle   --mode step --batch 1 --seq 32 --oom-in backward --share 0.8
 //   cpu_gpt2_checkpointed_backward_oom.pickle
 //                                  --mode step --checkpointing --eager-attention --oom-in backward --share 0.5
+// A Llama of the same width (transformers' LlamaForCausalLM, hidden 256,
+// MLP 688, 2 of 4 heads for keys and values, its head its own), with
+// --model llama:
+//   cpu_llama_forward_oom.pickle   --mode train --oom-after 0.7
+//   cpu_llama_backward_oom.pickle  --mode step --batch 1 --seq 32 --oom-in backward --share 0.8
+//   cpu_llama_second_forward_oom.pickle
+//                                  --mode step --steps 2 --optimizer adamw --oom-in forward
+// its parameters and buffers 13657344 bytes; uncapped_growth_bytes
+// 32090152, 2645248 and 14387208.
 // The recorder's own figures (independent of diagnose): the model's
 // parameters and buffers, 13924352 bytes (PyTorch's storages); what the same
 // run without the cap allocates from the failing allocation on
@@ -25,6 +34,7 @@
 
 #include "common/byte_size.h"
 #include "diagnose/diagnosis.h"
+#include "diagnose/render.h"
 #include "test_support.h"
 
 namespace oomtune::diagnose {
@@ -103,6 +113,61 @@ TEST(RecordedOnCpu, NoVocabularyHeadInTheParametersNoLogits) {
   EXPECT_EQ(d.need.head_bytes, 0);
   EXPECT_EQ(d.need.loss_bytes, 0);
   EXPECT_EQ(d.need.still_needed_bytes, 67125296);
+}
+
+// A Llama block's most common parameter size is its MLP's d x ff (gate,
+// up and down), which divides neither the embedding (1000 x 256 x 4 B)
+// nor its output; its norms' 256 x 4 B does (Note [A language model's
+// head]): the head's logits of 4 x 256 tokens x 1000 entries and the
+// loss's log_softmax count, within 10% below the uncapped run's 32090152
+// bytes (the MLP's temporaries aside). Read as d x ff, no head was found
+// (0.679 of it).
+TEST(RecordedOnCpu, ALlamasDIsItsNormsNotItsMlp) {
+  const Diagnosis d = recorded("cpu_llama_forward_oom.pickle");
+  ASSERT_EQ(d.ooms.size(), 1u);
+  EXPECT_EQ(d.need.method, NeedMethod::kForwardBlocks) << d.need.estimate;
+  EXPECT_EQ(d.need.model_blocks, 4);
+  EXPECT_EQ(d.need.head_bytes, 4 * 256 * 1000 * 4);
+  EXPECT_EQ(d.need.loss_bytes, d.need.head_bytes);
+  EXPECT_LE(d.need.still_needed_bytes, 32090152);
+  EXPECT_GE(d.need.still_needed_bytes, 0.9 * 32090152);
+}
+
+// A Llama's forward leaves one more tensor of its backward turns' marker
+// alive than it has blocks: counted, a fifth block came after the first
+// (3670272 bytes, 1.39 of the uncapped run's 2645248). The parameters show
+// 4 blocks (Note [Blocks in backward]): none after the current one, then
+// the embedding's gradient, 1000 x 256 x 4 bytes; within 10% of the
+// uncapped run (above it: the first block's turn keeps less than the one
+// before).
+TEST(RecordedOnCpu, ALlamasBackwardHasNoMoreBlocksThanItsParameters) {
+  const Diagnosis d = recorded("cpu_llama_backward_oom.pickle");
+  ASSERT_EQ(d.ooms.size(), 1u);
+  EXPECT_EQ(d.ooms[0].phase, Phase::kBackward);
+  EXPECT_EQ(d.need.method, NeedMethod::kBackwardBlocks) << d.need.estimate;
+  EXPECT_EQ(d.need.blocks_done, 3);
+  EXPECT_EQ(d.need.model_blocks, 4);
+  EXPECT_EQ(d.need.blocks_after, 0);
+  EXPECT_EQ(d.need.stem_gradient_bytes, 1000 * 256 * 4);
+  EXPECT_NEAR(d.need.still_needed_bytes, 2645248, 0.1 * 2645248);
+}
+
+// Llama's second forward: the first grew by 94426624 bytes, its backward
+// (the untied head's gradient and the logits' on top of what forward
+// kept) rose to 98505728 above where that forward began (Note [The rest
+// of the iteration]): the rest of the iteration needs what the uncapped
+// run allocated, to 0.01%; by the forward alone, 0.717 of it.
+TEST(RecordedOnCpu, ALlamasSecondForwardNeedsItsBackwardsPeakToo) {
+  const Diagnosis d = recorded("cpu_llama_second_forward_oom.pickle");
+  ASSERT_EQ(d.ooms.size(), 1u);
+  EXPECT_EQ(d.ooms[0].phase, Phase::kForward);
+  EXPECT_EQ(d.need.method, NeedMethod::kTrace) << d.need.estimate;
+  EXPECT_EQ(d.need.later_peak_phase, Phase::kBackward);
+  EXPECT_GT(d.need.later_peak_bytes, d.need.earlier_growth_bytes);
+  EXPECT_NEAR(d.need.still_needed_bytes, 14387208, 0.001 * 14387208);
+  EXPECT_EQ(need_prose(d.need), "the forward phase and the backward phase after it");
+  EXPECT_NE(render_text(d).find("the forward phase and the backward phase after it still needed 13.72 MiB"),
+            std::string::npos);
 }
 
 // A plain backward past its first block: a GPT-2 block frees two tensors

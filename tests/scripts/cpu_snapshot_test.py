@@ -15,7 +15,9 @@ device thread):
   parameters; a Llama's training forward (--model llama) likewise, its d
   from its norms' size where its MLP's matrices are the most common;
 - the second training step's forward: the first step's says what it still
-  needed (Note [Phase need] rule 1), within 5% of the uncapped run;
+  needed (Note [Phase need] rule 1), within 5% of the uncapped run; a
+  Llama's, whose backward rises above its forward, with the first step's
+  backward (Note [The rest of the iteration]);
 - a first optimizer step: AdamW's states are two per parameter, the
   foreach temporaries alive at the out-of-memory are temporaries, the need
   within 5% of the uncapped run's; a fused AdamW failing among its states
@@ -29,7 +31,9 @@ device thread):
   gradients, is more than the request and at most what the same run
   without the cap allocates from there (a lower bound: the embeddings'
   temporaries are not counted), within a quarter of it plain and a tenth
-  with checkpointing; one while backward recomputes a
+  with checkpointing (a Llama's plain backward within a tenth either
+  side: no more blocks than its parameters show); one while backward
+  recomputes a
   checkpointed block: what the rest of the recomputation needs (Note
   [Recomputed block]), likewise more than the request and at most that.
 
@@ -143,16 +147,20 @@ with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep)
 
     # The second training step's forward (AdamW's states alive): the first step's forward says what it
     # still needed (Note [Phase need] rule 1), within 5% of what the run without the cap allocates from
-    # there (the first forward makes a few tensors once).
-    result = record_and_diagnose("second_step", ["--mode", "step", "--steps", "2", "--optimizer",
-                                                 "--oom-in", "forward"], tmp)
-    if result is not None:
+    # there (the first forward makes a few tensors once). A Llama's backward rises above its forward
+    # (its untied head's gradient): the first step's backward says so (Note [The rest of the iteration]).
+    for name, model, later in (("second step", "gpt2", None), ("llama second step", "llama", "backward")):
+        result = record_and_diagnose(name.replace(" ", "_"), ["--mode", "step", "--model", model, "--steps", "2",
+                                                              "--optimizer", "--oom-in", "forward"], tmp)
+        if result is None:
+            continue
         recorded, d = result
         need, growth = d["need"], recorded["uncapped_growth_bytes"]
-        if need["method"] != "trace" or abs(need["still_needed_bytes"] - growth) > 0.05 * growth:
-            failures.append(f"second step: expected the trace rule within 5% of the {growth} B the uncapped run "
-                            f"allocates from there; got {need['method']}, {need['still_needed_bytes']} B: "
-                            f"{need['estimate']}")
+        if need["method"] != "trace" or need["later_peak_phase"] != later or \
+                abs(need["still_needed_bytes"] - growth) > 0.05 * growth:
+            failures.append(f"{name}: expected the trace rule (a later peak in {later}) within 5% of the {growth} "
+                            f"B the uncapped run allocates from there; got {need['method']}, "
+                            f"{need['still_needed_bytes']} B: {need['estimate']}")
 
     # A first optimizer step (foreach, as on CUDA) out of memory after its states were made: the states
     # alive are the optimizer's per parameter (and its one-element `step` counters, host tensors on CUDA):
@@ -212,7 +220,11 @@ with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep)
             ("checkpointed backward", ["--checkpointing", "--eager-attention", "--oom-in", "backward",
                                        "--share", "0.5"], "backward_blocks", 0.1),
             ("recomputation", ["--checkpointing", "--eager-attention", "--oom-in", "recomputation"],
-             "recomputed_block", None)):
+             "recomputed_block", None),
+            # A Llama: no more blocks than its parameters show (Note [Blocks in backward]); its first block's
+            # turn keeps less than the one before, so the need may pass the uncapped run's, by up to a tenth.
+            ("llama plain backward", ["--model", "llama", "--batch", "1", "--seq", "32", "--oom-in", "backward",
+                                      "--share", "0.8"], "backward_blocks", 0.1)):
         result = record_and_diagnose(name.replace(" ", "_"), ["--mode", "step"] + args, tmp)
         if result is None:
             continue
@@ -224,9 +236,10 @@ with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep)
                             f"{oom['phase']}, recomputing {oom['recomputing']}, {need['method']}: {need['estimate']}")
             continue
         still = need["still_needed_bytes"]
-        if not oom["rounded_bytes"] < still <= growth or (within and still < (1 - within) * growth):
-            failures.append(f"{name}: expected the need above the {oom['rounded_bytes']} B request and at most the "
-                            f"{growth} B the uncapped run allocates from there"
+        ceiling = growth * (1.1 if name.startswith("llama") else 1)
+        if not oom["rounded_bytes"] < still <= ceiling or (within and still < (1 - within) * growth):
+            failures.append(f"{name}: expected the need above the {oom['rounded_bytes']} B request and at most "
+                            f"{ceiling:.0f} B (the uncapped run allocates {growth} B from there)"
                             f"{f' (within {within:.0%})' if within else ''}; got {still} B: {need['estimate']}")
 for failure in failures:
     print("FAIL:", failure)
