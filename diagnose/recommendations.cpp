@@ -455,7 +455,9 @@ void recommend(Diagnosis& d) {
       need.known && (need.phase == Phase::kForward || recomputing) ? need.still_needed_bytes : 0;
   const std::string act_basis = act_to_come > 0
                                     ? fmt::format(" + the {} the {} still needed", format_bytes(act_to_come),
-                                                  recomputing ? "recomputation" : "forward")
+                                                  recomputing                 ? "recomputation"
+                                                  : need.later_peak_bytes > 0 ? "forward and the backward after it"
+                                                                              : "forward")
                                     : "";
   const TraceSummary& t = d.trace;
   const bool checkpointing_on = t.checkpointed_forward_allocs > 0;
