@@ -298,6 +298,22 @@ struct ParameterLayout {
   std::vector<int64_t> block_sizes_by_count;
   std::vector<int64_t> tail_sizes;
   std::vector<int> tail_depths;
+  /// A parameter after the blocks of the embedding's size was freed: the
+  /// head's weight, replaced by the embedding's when tied to it.
+  bool head_weight_freed = false;
+
+  /// A head of the embedding's size of its own after the blocks.
+  bool has_head_weight() const {
+    return embedding_bytes > 0 && std::find(tail_sizes.begin(), tail_sizes.end(), embedding_bytes) != tail_sizes.end();
+  }
+  /// Moved with .to() and nothing after the blocks shallower than the
+  /// embedding: no head of its own (Note [A language model's head]).
+  bool moved_without_head() const {
+    return embedding_depth > 0 && !tail_depths.empty() && !has_head_weight() &&
+           std::all_of(tail_depths.begin(), tail_depths.end(), [&](int depth) { return depth >= embedding_depth; });
+  }
+  /// The head's weight is the embedding's (Note [Blocks in backward]).
+  bool head_tied() const { return head_weight_freed || moved_without_head(); }
 };
 
 ParameterLayout parameter_layout(const std::vector<TraceEvent>& trace, const Attribution& attr,
@@ -346,6 +362,12 @@ ParameterLayout parameter_layout(const std::vector<TraceEvent>& trace, const Att
   for (size_t i = blocks_end; i < n; ++i) {
     layout.tail_sizes.push_back(sizes[i]);
     layout.tail_depths.push_back(frames.module_apply_depth(trace[events[i]].frames));
+    if (sizes[i] != layout.embedding_bytes || layout.head_weight_freed) continue;
+    for (size_t j = events[i] + 1; j < trace.size(); ++j) {
+      if (trace[j].addr != trace[events[i]].addr) continue;
+      layout.head_weight_freed = trace[j].action == TraceAction::kFreeRequested;
+      if (trace[j].action == TraceAction::kFreeRequested || trace[j].action == TraceAction::kAlloc) break;
+    }
   }
   return layout;
 }
@@ -417,11 +439,8 @@ VocabularyHead vocabulary_head(const ParameterLayout& layout, const std::vector<
         return bytes > 0 && layout.embedding_bytes % bytes == 0 && embedded > 0 && embedded % bytes == 0;
       });
   if (d == layout.block_sizes_by_count.end()) return {};
-  const auto& tail = layout.tail_sizes;
-  const bool own_weight = std::find(tail.begin(), tail.end(), layout.embedding_bytes) != tail.end();
-  const bool tied_and_moved =
-      layout.embedding_depth > 0 && std::all_of(layout.tail_depths.begin(), layout.tail_depths.end(),
-                                                [&](int depth) { return depth >= layout.embedding_depth; });
+  const bool own_weight = layout.has_head_weight();
+  const bool tied_and_moved = layout.moved_without_head();
   if (!own_weight && !tied_and_moved) return {};
   VocabularyHead head;
   head.tokens = embedded / *d;
@@ -702,12 +721,24 @@ bool recomputed_block(const NeedQuery& q, const PhaseRun& run, const std::vector
 // peak: P - S for this turn (L - S when it is the last), j x N - S + P for
 // block j (+ L for the last).
 // After the blocks, backward reaches the layers before them (the stem:
-// embeddings), each making a gradient of its parameters' size (or, for a
-// weight tied to the head whose gradient exists, a dense one to add into
-// it: GPT-2's token embedding): where the parameters' allocations show the
-// stem and as many blocks as backward counts (Note [Blocks from the
-// parameters]), the last block's end, (after + 1) x N - S, plus the stem's
-// bytes is a peak too.
+// embeddings), each making a gradient of its parameters' size: where the
+// parameters' allocations show the stem and as many blocks as backward
+// counts (Note [Blocks from the parameters]), the last block's end plus
+// the stem's bytes is a peak too. The last block's turn ends at its last
+// freed forward tensor, E above its marker in the previous turn (a turn
+// ends with the next block's first gradients, which the last has none
+// of): after x N + E - S. A token embedding tied to the head (the head's
+// weight allocated after the blocks and freed, replaced by the
+// embedding's; or a model moved with .to() and no head of its own, Note
+// [A language model's head]) has a gradient from the head waiting in
+// autograd's input buffer since backward began; the embedding's is added
+// to it out of place (torch/csrc/autograd/input_buffer.cpp accumulate): a
+// third tensor of the embedding's size. Recorded on the CPU (--model
+// gpt2, qwen2, gemma, bert's MLM and opt, tied, and llama, neox, phi3,
+// untied; --batch 1 --seq 32 --oom-in backward --share 0.8), the need
+// was 0.74 to 0.82 of the uncapped run's for every tied one and 1.03 to
+// 1.34 for the untied, with (after + 1) x N and no sum; with both, 0.87
+// to 1.02.
 // Limitations: a lower bound: the stem's temporaries (embedding backward's
 // sort and counts) and layers outside the blocks the parameters do not
 // show are not counted; nor the stem where parameters were made before
@@ -803,12 +834,15 @@ bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<
   for (const auto& [i, key] : freed) {
     if (previous <= i && i < current) last_free = i;
   }
-  int64_t grown = 0, peak = 0, last_peak = 0;
+  int64_t grown = 0, peak = 0, last_peak = 0, last_end = 0;
   for (size_t i = previous; i < current; ++i) {
     if (trace[i].action == TraceAction::kAlloc) grown += trace[i].size;
     if (trace[i].action == TraceAction::kFreeRequested) grown -= trace[i].size;
     peak = std::max(peak, grown);
-    if (i <= last_free) last_peak = peak;
+    if (i <= last_free) {
+      last_peak = peak;
+      last_end = grown;
+    }
   }
   const int64_t net = grown;
   int64_t so_far = 0;
@@ -847,7 +881,8 @@ bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<
   int64_t needed = (after == 0 ? last_peak : peak) - so_far;
   for (int64_t j = 1; j <= after; ++j) needed = std::max(needed, j * net - so_far + (j == after ? last_peak : peak));
   const int64_t stem = layout.blocks == blocks ? layout.stem_bytes : 0;
-  if (stem > 0) needed = std::max(needed, (after + 1) * net - so_far + stem);
+  const int64_t tied_sum = stem > 0 && layout.head_tied() ? layout.embedding_bytes : 0;
+  if (stem > 0) needed = std::max(needed, after * net + last_end - so_far + stem + tied_sum);
 
   need.method = NeedMethod::kBackwardBlocks;
   need.lower_bound = true;
@@ -859,6 +894,7 @@ bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<
   need.block_net_bytes = net;
   need.block_so_far_bytes = so_far;
   need.stem_gradient_bytes = stem;
+  need.tied_gradient_sum_bytes = tied_sum;
   need.still_needed_bytes = std::max(q.rounded_bytes, needed);
   need.estimate = fmt::format(
       "blocks in backward{}: the previous block's {}backward (events {} to {}) grew by up to {} ({} to its last "
@@ -867,9 +903,13 @@ bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<
       checkpointed ? " (checkpointed)" : "", checkpointed ? "recomputation and " : "", previous, current - 1,
       format_bytes(peak), format_bytes(last_peak), format_bytes(net), so_far < 0 ? "freed" : "grown by",
       format_bytes(std::abs(so_far)), after, blocks,
-      stem > 0 ? fmt::format("then the {} of parameters before the blocks (embeddings) get their gradients; their "
+      stem > 0 ? fmt::format("then the {} of parameters before the blocks (embeddings) get their gradients{}; their "
                              "temporaries are not counted",
-                             format_bytes(stem))
+                             format_bytes(stem),
+                             tied_sum > 0 ? fmt::format(", the token embedding's added to the tied head's into a "
+                                                        "new {}",
+                                                        format_bytes(tied_sum))
+                                          : "")
                : "what backward allocates after the blocks is not counted");
   return true;
 }

@@ -228,6 +228,10 @@ struct PhaseNeed {
   /// stem: embeddings), whose gradients backward makes after them; 0 when
   /// the parameters' allocations do not show it (Note [Blocks in backward])
   int64_t stem_gradient_bytes = 0;
+  /// backward blocks: where the head is tied to the token embedding, the
+  /// sum of the head's gradient and the embedding's, a new tensor of the
+  /// embedding's size (Note [Blocks in backward]); 0 otherwise
+  int64_t tied_gradient_sum_bytes = 0;
   /// forward blocks: the model's blocks, counted from its parameters'
   /// allocations (Note [Blocks from the parameters]); backward blocks: the
   /// blocks of this backward (done, current and after); 0 when not known.

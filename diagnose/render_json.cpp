@@ -176,6 +176,7 @@ std::string render_json(const Diagnosis& d) {
                {"last_block_peak_bytes", n.last_block_peak_bytes},
                {"block_net_bytes", n.block_net_bytes},
                {"stem_gradient_bytes", n.stem_gradient_bytes},
+               {"tied_gradient_sum_bytes", n.tied_gradient_sum_bytes},
                {"head_bytes", n.head_bytes},
                {"loss_bytes", n.loss_bytes},
                {"recomputed_allocs", n.recomputed_allocs},

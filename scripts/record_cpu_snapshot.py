@@ -2,7 +2,8 @@
 """A memory snapshot of a real PyTorch run, recorded on the CPU: no GPU needed.
 
     record_cpu_snapshot.py --out FILE.pickle [--mode no_grad|train|step]
-                           [--model gpt2|llama] [--layers 4] [--batch 4] [--seq 256]
+                           [--model gpt2|llama|qwen2|gemma|bert|opt|neox|phi3]
+                           [--layers 4] [--batch 4] [--seq 256]
                            [--checkpointing] [--eager-attention]
                            [--steps 1] [--optimizer [adamw|rmsprop|sgd] [--fused]
                                         [--optimizer-option NAME=VALUE ...]]
@@ -13,9 +14,10 @@
 Runs a Hugging Face GPT2LMHeadModel (random weights from a small config:
 n_embd 256, 4 heads, vocabulary 1000, --batch sequences of --seq tokens;
 built inside the recording, so its parameters are allocated there), or
-with --model llama a LlamaForCausalLM of the same width (hidden 256, MLP
-688, 4 heads, 2 of keys and values, vocabulary 1000, its head its own:
-tie_word_embeddings=False, as Llama 2 and 3 8B), under
+with --model another family's language model of the same width and
+vocabulary (MODELS: Llama, hidden 256, MLP 688, 2 of 4 heads for keys
+and values, its head its own as Llama 2 and 3 8B; Qwen2, Gemma, BERT's
+masked LM, OPT, GPT-NeoX, Phi-3), under
 `with torch.no_grad():` (--mode no_grad, model.eval(): what an inference
 script does), forward with autograd (--mode train, model.train()) or
 --steps training steps (--mode step: forward, backward and, with
@@ -165,8 +167,44 @@ def recomputes(stack):
     return any(name in ("unpack_hook", "recompute_fn") for _, _, name in stack)
 
 
+# --model: (config class, its keyword arguments, model class), all 256 wide
+# with a vocabulary of 1000; a head tied to the embedding where the
+# family's default ties it (GPT-2, Qwen2 here, Gemma, BERT's MLM, OPT), its
+# own in Llama (as Llama 2 and 3 8B), GPT-NeoX and Phi-3.
+MODELS = {
+    "gpt2": ("GPT2Config", dict(n_embd=256, n_head=4, n_positions=256), "GPT2LMHeadModel"),
+    "llama": ("LlamaConfig", dict(hidden_size=256, intermediate_size=688, num_attention_heads=4,
+                                  num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False),
+              "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", dict(hidden_size=256, intermediate_size=688, num_attention_heads=4,
+                                  num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True),
+              "Qwen2ForCausalLM"),
+    "gemma": ("GemmaConfig", dict(hidden_size=256, intermediate_size=688, num_attention_heads=4,
+                                  num_key_value_heads=1, head_dim=64, max_position_embeddings=256),
+              "GemmaForCausalLM"),
+    "bert": ("BertConfig", dict(hidden_size=256, intermediate_size=1024, num_attention_heads=4,
+                                max_position_embeddings=256), "BertForMaskedLM"),
+    "opt": ("OPTConfig", dict(hidden_size=256, ffn_dim=1024, num_attention_heads=4, max_position_embeddings=256,
+                              word_embed_proj_dim=256), "OPTForCausalLM"),
+    "neox": ("GPTNeoXConfig", dict(hidden_size=256, intermediate_size=1024, num_attention_heads=4,
+                                   max_position_embeddings=256), "GPTNeoXForCausalLM"),
+    "phi3": ("Phi3Config", dict(hidden_size=256, intermediate_size=688, num_attention_heads=4,
+                                num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0),
+             "Phi3ForCausalLM"),
+}
+
+
+def model_config(name, layers):
+    """(config, model class) of --model `name` with `layers` blocks (MODELS)."""
+    import transformers
+    config_class, kwargs, model_class = MODELS[name]
+    layer_key = "n_layer" if name == "gpt2" else "num_hidden_layers"
+    config = getattr(transformers, config_class)(vocab_size=1000, **{layer_key: layers}, **kwargs)
+    return config, getattr(transformers, model_class)
+
+
 def train(args, ids, step_scope=contextlib.nullcontext, mark=lambda phase, step: None):
-    """Builds the GPT-2 (or --model llama) on the default device (parameters made there, in its
+    """Builds the model (--model) on the default device (parameters made there, in its
     own __init__) and runs it on `ids` (--batch x --seq token ids) as
     `args` (this script's options) say; step_scope(k) encloses training
     step k, mark(phase, k) is called as "forward", "backward" and
@@ -177,16 +215,10 @@ def train(args, ids, step_scope=contextlib.nullcontext, mark=lambda phase, step:
     import torch
     import transformers
     torch.manual_seed(0)
-    if args.model == "llama":
-        config = transformers.LlamaConfig(num_hidden_layers=args.layers, hidden_size=256, intermediate_size=688,
-                                          num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
-                                          max_position_embeddings=256, tie_word_embeddings=False)
-    else:
-        config = transformers.GPT2Config(n_layer=args.layers, n_embd=256, n_head=4, n_positions=256,
-                                         vocab_size=1000)
+    config, model_class = model_config(args.model, args.layers)
     if args.eager_attention:
         config._attn_implementation = "eager"  # the probabilities materialized, as record_hf_snapshot.py runs it
-    model = (transformers.LlamaForCausalLM if args.model == "llama" else transformers.GPT2LMHeadModel)(config)
+    model = model_class(config)
     if args.checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     out = opt = None
@@ -353,7 +385,7 @@ def parse_args(description):
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--mode", choices=["no_grad", "train", "step"], default="no_grad")
-    parser.add_argument("--model", choices=["gpt2", "llama"], default="gpt2")
+    parser.add_argument("--model", choices=sorted(MODELS), default="gpt2")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--oom-after", type=float, default=None)
     parser.add_argument("--oom-in", choices=["forward", "backward", "recomputation", "optimizer"],

@@ -28,11 +28,11 @@ device thread):
 - an out-of-memory in backward past its first block, plain and with
   activation checkpointing: what the rest of backward's blocks need (Note
   [Blocks in backward], diagnose/phase_need.cpp), then the embeddings'
-  gradients, is more than the request and at most what the same run
-  without the cap allocates from there (a lower bound: the embeddings'
-  temporaries are not counted), within a quarter of it plain and a tenth
-  with checkpointing (a Llama's plain backward within a tenth either
-  side: no more blocks than its parameters show); one while backward
+  gradients (and a tied head's sum with the embedding's), is more than
+  the request and at most 5% above what the same run without the cap
+  allocates from there, within a quarter of it below plain and a tenth
+  with checkpointing (a Llama's plain backward, its head untied, within
+  15%: no more blocks than its parameters show); one while backward
   recomputes a
   checkpointed block: what the rest of the recomputation needs (Note
   [Recomputed block]), likewise more than the request and at most that.
@@ -221,10 +221,9 @@ with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep)
                                        "--share", "0.5"], "backward_blocks", 0.1),
             ("recomputation", ["--checkpointing", "--eager-attention", "--oom-in", "recomputation"],
              "recomputed_block", None),
-            # A Llama: no more blocks than its parameters show (Note [Blocks in backward]); its first block's
-            # turn keeps less than the one before, so the need may pass the uncapped run's, by up to a tenth.
+            # A Llama: no more blocks than its parameters show (Note [Blocks in backward]), its head untied.
             ("llama plain backward", ["--model", "llama", "--batch", "1", "--seq", "32", "--oom-in", "backward",
-                                      "--share", "0.8"], "backward_blocks", 0.1)):
+                                      "--share", "0.8"], "backward_blocks", 0.15)):
         result = record_and_diagnose(name.replace(" ", "_"), ["--mode", "step"] + args, tmp)
         if result is None:
             continue
@@ -236,7 +235,7 @@ with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep)
                             f"{oom['phase']}, recomputing {oom['recomputing']}, {need['method']}: {need['estimate']}")
             continue
         still = need["still_needed_bytes"]
-        ceiling = growth * (1.1 if name.startswith("llama") else 1)
+        ceiling = growth * (1.05 if method == "backward_blocks" else 1)
         if not oom["rounded_bytes"] < still <= ceiling or (within and still < (1 - within) * growth):
             failures.append(f"{name}: expected the need above the {oom['rounded_bytes']} B request and at most "
                             f"{ceiling:.0f} B (the uncapped run allocates {growth} B from there)"
