@@ -65,8 +65,11 @@
 //   5. recomputed block: the failing request was part of a checkpointed
 //      block's recomputation in backward (FrameIndex::recomputes); the rest
 //      of it is read from the block's first run, in forward (Note
-//      [Recomputed block], phase_need.cpp). A lower bound: the block's
-//      backward, after its recomputation, is not counted.
+//      [Recomputed block], phase_need.cpp), and, in backward's first
+//      recomputation of a model whose layers after the blocks train, the
+//      turns of the blocks after it from their parameters (Note [The turns
+//      after a recomputed block]). A lower bound: each block's backward,
+//      after its recomputation, is not counted.
 //   6. request: only the failing request is known.
 // Never below the rounded request.
 // Limitations: the estimate compares bytes, not free blocks; temporaries

@@ -9,6 +9,8 @@
 //   cpu_gpt2_backward_oom.pickle   --mode step --batch 1 --seq 32 --oom-in backward --share 0.8
 //   cpu_gpt2_checkpointed_backward_oom.pickle
 //                                  --mode step --checkpointing --eager-attention --oom-in backward --share 0.5
+//   cpu_gpt2_recomputation_oom.pickle
+//                                  --mode step --checkpointing --eager-attention --oom-in recomputation
 // A Llama of the same width (transformers' LlamaForCausalLM, hidden 256,
 // MLP 688, 2 of 4 heads for keys and values, its head its own), with
 // --model llama:
@@ -21,8 +23,8 @@
 // The recorder's own figures (independent of diagnose): the model's
 // parameters and buffers, 13924352 bytes (PyTorch's storages); what the same
 // run without the cap allocates from the failing allocation on
-// (uncapped_growth_bytes): 75079768, 4239592 and 8405056 bytes for the
-// last three. tests/scripts/cpu_snapshot_test.py records them afresh where
+// (uncapped_growth_bytes): 75079768, 4239592, 8405056 and 13652096 bytes
+// for the last four. tests/scripts/cpu_snapshot_test.py records them afresh where
 // transformers is installed.
 
 #include <algorithm>
@@ -234,6 +236,67 @@ TEST(RecordedOnCpu, ACheckpointedBackwardNeedsWhatTheRunWithoutTheCapAllocated) 
   EXPECT_FALSE(d.ooms[0].recomputing);
   EXPECT_EQ(d.need.method, NeedMethod::kBackwardBlocks) << d.need.estimate;
   EXPECT_EQ(d.need.still_needed_bytes, 8405056);
+}
+
+// Backward's first recomputation (the last block's) has no turn before it
+// (Note [The turns after a recomputed block]): the rest of the
+// recomputation, 2 MiB, then three more turns, each keeping a block's
+// parameters' gradients (GPT-2's 12 tensors of a 256-wide block, 789760
+// fp32 values) and freeing a checkpointed input (4 x 256 tokens x 256 x 4
+// bytes): the last turn's recomputation rises 3 x (3159040 - 1048576) + 2
+// MiB above now. 0.616 of the uncapped run's 13652096 bytes (the blocks'
+// backward beyond their recomputation is not counted); 0.154 before.
+TEST(RecordedOnCpu, TheFirstRecomputationCountsTheTurnsAfterIt) {
+  const Diagnosis d = recorded("cpu_gpt2_recomputation_oom.pickle");
+  ASSERT_EQ(d.ooms.size(), 1u);
+  EXPECT_TRUE(d.ooms[0].recomputing);
+  EXPECT_EQ(d.need.method, NeedMethod::kRecomputedBlock) << d.need.estimate;
+  EXPECT_EQ(d.need.model_blocks, 4);
+  EXPECT_EQ(d.need.blocks_after, 3);
+  // The inputs kept inside checkpoint() are the blocks' outputs and the CPU RNG states checkpoint saves
+  // (5056 bytes each, host memory on CUDA).
+  EXPECT_NEAR(d.need.block_net_bytes, 789760 * 4 - 4 * 256 * 256 * 4, 8192);
+  EXPECT_EQ(d.need.still_needed_bytes, 3 * d.need.block_net_bytes + 2 * kMiB);
+  EXPECT_LE(d.need.still_needed_bytes, 13652096);
+}
+
+// The same snapshot without the gradients backward had made before the
+// recomputation (the engine's frameless allocations still alive at the
+// out-of-memory: the head's and the final norm's): nothing says the
+// layers train (LoRA
+// leaves them frozen), so the turns after are not counted: the rest of
+// the recomputation alone.
+TEST(RecordedOnCpu, NoGradientYetNoTurnsAfterTheFirstRecomputation) {
+  const std::string path = testing::synthetic_fixture("cpu_gpt2_recomputation_oom.pickle");
+  Snapshot s = load_snapshot(path);
+  std::vector<TraceEvent>& trace = s.device_traces[0];
+  const Diagnosis before = diagnose(s, path, {});
+  ASSERT_GT(testing::alive_bytes(before.ooms.at(0), Category::kGradients), 0);
+  const size_t oom = static_cast<size_t>(before.ooms[0].event_index);
+  std::vector<bool> erase(trace.size());  // frameless allocations (backward's engine) alive at the oom, their frees
+  for (size_t i = 0; i < oom; ++i) {
+    if (trace[i].action != TraceAction::kAlloc || trace[i].frames != 0) continue;
+    size_t j = i + 1;
+    while (j < oom && !(trace[j].addr == trace[i].addr && trace[j].action == TraceAction::kFreeRequested)) ++j;
+    if (j < oom) continue;
+    for (size_t k = i; k < trace.size(); ++k) {
+      if (trace[k].addr == trace[i].addr && (k == i || trace[k].action != TraceAction::kAlloc)) erase[k] = true;
+      if (k > i && trace[k].addr == trace[i].addr && trace[k].action == TraceAction::kAlloc) break;
+    }
+  }
+  ASSERT_NE(std::find(erase.begin(), erase.end(), true), erase.end());
+  std::vector<TraceEvent> kept;
+  for (size_t i = 0; i < trace.size(); ++i) {
+    if (!erase[i]) kept.push_back(trace[i]);
+  }
+  trace = kept;
+  const Diagnosis d = diagnose(s, path, {});
+  ASSERT_EQ(d.ooms.size(), 1u);
+  // What stays counted as gradients: checkpoint's saved RNG state and loss.backward()'s seed, 5632 bytes.
+  EXPECT_LT(testing::alive_bytes(d.ooms[0], Category::kGradients), 8192);
+  EXPECT_EQ(d.need.method, NeedMethod::kRecomputedBlock) << d.need.estimate;
+  EXPECT_EQ(d.need.blocks_after, 0);
+  EXPECT_EQ(d.need.still_needed_bytes, 2 * kMiB);
 }
 
 }  // namespace
