@@ -597,12 +597,15 @@ std::vector<AllocKey> recomputation_keys(const std::vector<TraceEvent>& trace, c
   return keys;
 }
 
-/// The event of the `k`-th allocation counting back from `oom_event`, the
-/// out-of-memory itself the first (an out-of-memory event is no kAlloc).
-size_t kth_allocation_back(const std::vector<TraceEvent>& trace, size_t oom_event, size_t k) {
-  size_t i = oom_event;
-  for (size_t seen = 1; seen < k && i > 0;) seen += trace[--i].action == TraceAction::kAlloc ? 1 : 0;
-  return i;
+/// Where the forward of backward run `run`'s iteration begins: after the
+/// last backward or optimizer event before it.
+size_t iteration_forward_begin(const Attribution& attr, const PhaseRun& run) {
+  size_t begin = run.first_event;
+  while (begin > 0 && attr.event_phase[begin - 1] != Phase::kBackward &&
+         attr.event_phase[begin - 1] != Phase::kOptimizer) {
+    --begin;
+  }
+  return begin;
 }
 
 // Note [The turns after a recomputed block]
@@ -651,11 +654,7 @@ bool turns_after_first_recomputation(const NeedQuery& q, const PhaseRun& run, co
     if (trace[i].action == TraceAction::kAlloc && frames.recomputes(trace[i].frames)) return false;  // not the first
   }
   // This iteration's forward inside checkpoint(): its allocations, and those still alive now.
-  size_t forward_begin = run.first_event;
-  while (forward_begin > 0 && attr.event_phase[forward_begin - 1] != Phase::kBackward &&
-         attr.event_phase[forward_begin - 1] != Phase::kOptimizer) {
-    --forward_begin;
-  }
+  const size_t forward_begin = iteration_forward_begin(attr, run);
   std::vector<AllocKey> forward;
   std::unordered_map<int64_t, int64_t> kept;  // address -> bytes
   for (size_t i = forward_begin; i < q.oom_event; ++i) {
@@ -751,10 +750,12 @@ bool recomputed_block(const NeedQuery& q, const PhaseRun& run, const std::vector
   auto key_of = [&](const TraceEvent& e) { return alloc_key(frames, e); };
   // The recomputation so far, last allocation first, then reversed.
   std::vector<AllocKey> recomputed{key_of(oom)};
+  size_t recomputation_start = q.oom_event;  // its first allocation
   for (size_t i = q.oom_event; i-- > run.first_event;) {
     if (trace[i].action != TraceAction::kAlloc) continue;
     if (!frames.recomputes(trace[i].frames)) break;
     recomputed.push_back(key_of(trace[i]));
+    recomputation_start = i;
   }
   std::reverse(recomputed.begin(), recomputed.end());
   std::vector<size_t> forward;  // forward's allocation events, in trace order
@@ -805,7 +806,6 @@ bool recomputed_block(const NeedQuery& q, const PhaseRun& run, const std::vector
       "from event {} on; from the failing one's counterpart to the block's end (events {} to {}) forward grew by up "
       "to {}",
       k, k == 1 ? "" : "s", forward[match], first, last, format_bytes(peak));
-  const size_t recomputation_start = kth_allocation_back(trace, q.oom_event, k);
   if (!turns_after_first_recomputation(q, run, trace, attr, frames, layout, recomputed, recomputation_start, peak,
                                        need))
     need.estimate += "; the block's backward after its recomputation is not counted";
@@ -875,11 +875,7 @@ bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<
                      PhaseNeed& need) {
   if (q.phase != Phase::kBackward) return false;
   // This iteration's forward: its allocations still alive when backward began, by address.
-  size_t forward_begin = run.first_event;
-  while (forward_begin > 0 && attr.event_phase[forward_begin - 1] != Phase::kBackward &&
-         attr.event_phase[forward_begin - 1] != Phase::kOptimizer) {
-    --forward_begin;
-  }
+  const size_t forward_begin = iteration_forward_begin(attr, run);
   std::unordered_map<int64_t, AllocKey> forward_alive;
   for (size_t i = forward_begin; i < run.first_event; ++i) {
     if (trace[i].action == TraceAction::kAlloc && attr.event_phase[i] == Phase::kForward)
