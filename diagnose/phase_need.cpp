@@ -366,10 +366,15 @@ ParameterLayout parameter_layout(const std::vector<TraceEvent>& trace, const Att
   for (size_t i = blocks_end; i < n; ++i) {
     layout.tail_sizes.push_back(sizes[i]);
     layout.tail_depths.push_back(frames.module_apply_depth(trace[events[i]].frames));
-    if (sizes[i] != layout.embedding_bytes || layout.head_weight_freed) continue;
-    for (size_t j = events[i] + 1; j < trace.size(); ++j) {
-      if (trace[j].addr != trace[events[i]].addr) continue;
-      layout.head_weight_freed = trace[j].action == TraceAction::kFreeRequested;
+  }
+  // Whether the first parameter after the blocks of the embedding's size is freed (one scan of the trace).
+  const auto head =
+      std::find(sizes.begin() + static_cast<std::ptrdiff_t>(blocks_end), sizes.end(), layout.embedding_bytes);
+  if (layout.embedding_bytes > 0 && head != sizes.end()) {
+    const size_t at = events[static_cast<size_t>(head - sizes.begin())];
+    for (size_t j = at + 1; j < trace.size(); ++j) {
+      if (trace[j].addr != trace[at].addr) continue;
+      if (trace[j].action == TraceAction::kFreeRequested) layout.head_weight_freed = true;
       if (trace[j].action == TraceAction::kFreeRequested || trace[j].action == TraceAction::kAlloc) break;
     }
   }
