@@ -7,7 +7,11 @@ over what the same run without the cap allocates from the failing
 allocation on (uncapped_growth_bytes): 1.000 is exact, below 1 an
 underestimate (a fix judged enough may not be).
 
-    needs.py OOMTUNE [MODEL ...]        (default: every model)
+    needs.py OOMTUNE [--recorder R] [MODEL ...]        (default: every model)
+
+R (default scripts/record_cpu_snapshot.py) is another recorder taking the
+same options and printing the same JSON: on the GPU machine
+scripts/record_cuda_snapshot.py, whose snapshots are CUDA's own.
 
 Cases (record_cpu_snapshot.py options):
   forward        --mode train --oom-after 0.7                       rule 3
@@ -53,16 +57,16 @@ def models():
     return sorted(record_cpu_snapshot.MODELS)
 
 
-def ratio(oomtune, model, args, tmp):
+def ratio(oomtune, recorder, model, args, tmp):
     """(need / uncapped growth, the need's rule), or raises RuntimeError."""
     out = os.path.join(tmp, "snapshot.pickle")
-    run = subprocess.run([sys.executable, RECORDER, "--out", out, "--model", model] + args,
+    run = subprocess.run([sys.executable, recorder, "--out", out, "--model", model] + args,
                          capture_output=True, text=True)
     if run.returncode == 77:
         print(run.stdout.strip())
         sys.exit(77)
     if run.returncode != 0:
-        raise RuntimeError(f"record_cpu_snapshot.py --model {model} {' '.join(args)}: exit {run.returncode}: "
+        raise RuntimeError(f"{os.path.basename(recorder)} --model {model} {' '.join(args)}: exit {run.returncode}: "
                            f"{(run.stdout + run.stderr).strip().splitlines()[-1:]}")
     recorded = json.loads(run.stdout.strip().splitlines()[-1])
     diagnosis = subprocess.run([oomtune, "diagnose", out, "--json"], capture_output=True, text=True)
@@ -76,13 +80,16 @@ def main():
     if len(sys.argv) < 2:
         print(__doc__)
         return 2
-    oomtune = sys.argv[1]
+    oomtune, rest = sys.argv[1], sys.argv[2:]
+    recorder = RECORDER
+    if rest[:1] == ["--recorder"] and len(rest) >= 2:
+        recorder, rest = rest[1], rest[2:]
     try:
         import transformers  # noqa: F401
     except ImportError as e:
         print(f"skipped: {e} (OOMTUNE_TORCH=pypi ./setup.sh makes .venv-pypi with it)")
         return 77
-    chosen = sys.argv[2:] or models()
+    chosen = rest or models()
     print("need / what the run without the cap allocated from the failure (1.000 exact)")
     print(f"{'model':<8}" + "".join(f"{name:>22}" for name, _, _ in CASES))
     failed = False
@@ -92,7 +99,7 @@ def main():
             cells = []
             for name, rule, args in CASES:
                 try:
-                    value, method = ratio(oomtune, model, args, tmp)
+                    value, method = ratio(oomtune, recorder, model, args, tmp)
                     cells.append(f"{value:.3f}" + ("" if method == rule else "*"))
                     if method != rule:
                         notes.append(f"* {model} {name}: read by the {method} rule, not {rule}")
