@@ -192,6 +192,11 @@ enum class Sufficiency : uint8_t {
   /// rule 4), a lower bound: the fix frees at least that; what backward
   /// allocates after the blocks is not counted.
   kEnoughForBackwardBlocks,
+  /// The need is the rest of a checkpointed block's recomputation and the
+  /// recomputations of the blocks after it (phase_need.h, rule 5; Note [The
+  /// turns after a recomputed block]), a lower bound: each block's backward
+  /// beyond its recomputation is not counted.
+  kEnoughForRecomputedBlocks,
 };
 
 /// One change to make, what it would free, and whether that is enough.

@@ -1083,7 +1083,8 @@ const char* need_method_name(NeedMethod method) {
 const char* need_covers(const PhaseNeed& need) {
   switch (need.method) {
     case NeedMethod::kRecomputedBlock:
-      return "the rest of the block's recomputation";
+      return need.blocks_after > 0 ? "the recomputations of the blocks still to come"
+                                   : "the rest of the block's recomputation";
     case NeedMethod::kBackwardBlocks:
       return "the rest of backward's blocks";
     case NeedMethod::kForwardBlocks:

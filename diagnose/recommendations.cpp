@@ -159,6 +159,11 @@ std::string sufficiency_text(const Recommendation& r) {
           "enough{} for the rest of the block's recomputation (needs at least {}); the block's "
           "backward after it is not counted",
           combined ? " together" : "", format_bytes(r.needs_bytes));
+    case Sufficiency::kEnoughForRecomputedBlocks:
+      return fmt::format(
+          "enough{} for the recomputations of the blocks still to come (needs at least {}); each block's backward "
+          "beyond its recomputation is not counted",
+          combined ? " together" : "", format_bytes(r.needs_bytes));
     case Sufficiency::kEnoughForBackwardBlocks:
       return fmt::format(
           "enough{} for the rest of backward's blocks (needs at least {}); what backward allocates after them is "
@@ -212,10 +217,12 @@ void judge(const PhaseNeed& need, Recommendation& r) {
   const int64_t needs = need.still_needed_bytes;
   r.needs_bytes = needs;
   // Note [Enough for the request only]
-  const Sufficiency enough = need.method == NeedMethod::kRequest           ? Sufficiency::kEnoughForRequest
-                             : need.method == NeedMethod::kRecomputedBlock ? Sufficiency::kEnoughForRecomputation
-                             : need.method == NeedMethod::kBackwardBlocks  ? Sufficiency::kEnoughForBackwardBlocks
-                                                                           : Sufficiency::kEnough;
+  const Sufficiency enough =
+      need.method == NeedMethod::kRequest ? Sufficiency::kEnoughForRequest
+      : need.method == NeedMethod::kRecomputedBlock
+          ? (need.blocks_after > 0 ? Sufficiency::kEnoughForRecomputedBlocks : Sufficiency::kEnoughForRecomputation)
+      : need.method == NeedMethod::kBackwardBlocks ? Sufficiency::kEnoughForBackwardBlocks
+                                                   : Sufficiency::kEnough;
   if (r.replayed) {
     r.sufficiency = r.replay_fits && r.most_blocks > 0 ? Sufficiency::kEnoughUpToBlocks
                     : r.replay_fits                    ? enough
@@ -453,12 +460,12 @@ void recommend(Diagnosis& d) {
   const bool recomputing = need.known && need.method == NeedMethod::kRecomputedBlock;
   const int64_t act_to_come =
       need.known && (need.phase == Phase::kForward || recomputing) ? need.still_needed_bytes : 0;
-  const std::string act_basis = act_to_come > 0
-                                    ? fmt::format(" + the {} the {} still needed", format_bytes(act_to_come),
-                                                  recomputing                 ? "recomputation"
-                                                  : need.later_peak_bytes > 0 ? "forward and the backward after it"
-                                                                              : "forward")
-                                    : "";
+  const std::string act_basis =
+      act_to_come > 0 ? fmt::format(" + the {} the {} still needed", format_bytes(act_to_come),
+                                    recomputing ? (need.blocks_after > 0 ? "recomputations" : "recomputation")
+                                    : need.later_peak_bytes > 0 ? "forward and the backward after it"
+                                                                : "forward")
+                      : "";
   const TraceSummary& t = d.trace;
   const bool checkpointing_on = t.checkpointed_forward_allocs > 0;
   // A forward without autograd (generate(), an evaluation under no_grad)

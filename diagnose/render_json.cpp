@@ -192,7 +192,8 @@ std::string render_json(const Diagnosis& d) {
                                                    "enough_if_cap_at_least",
                                                    "enough_for_request",
                                                    "enough_for_recomputation",
-                                                   "enough_for_backward_blocks"};
+                                                   "enough_for_backward_blocks",
+                                                   "enough_for_recomputed_blocks"};
     json parts = json::array();
     for (size_t i = 0; i < r.parts.size(); ++i) {
       parts.push_back({{"id", fix_name(r.parts[i])}, {"frees_bytes", r.part_frees_bytes[i]}});

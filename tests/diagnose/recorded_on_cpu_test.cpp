@@ -263,6 +263,14 @@ TEST(RecordedOnCpu, TheFirstRecomputationCountsTheTurnsAfterIt) {
   EXPECT_NEAR(d.need.block_net_bytes, 789760 * 4 - 4 * 256 * 256 * 4, 8192);
   EXPECT_EQ(d.need.still_needed_bytes, 3 * d.need.block_net_bytes + 2 * kMiB);
   expect_need_within(d, 13652096, 0.6, 1);
+  // Half the micro-batch frees more than that: enough for what the need covers, and says which.
+  const auto half = std::find_if(d.recommendations.begin(), d.recommendations.end(),
+                                 [](const Recommendation& r) { return r.id == FixId::kMicroBatch; });
+  ASSERT_NE(half, d.recommendations.end());
+  EXPECT_EQ(half->sufficiency, Sufficiency::kEnoughForRecomputedBlocks);
+  EXPECT_EQ(sufficiency_text(*half),
+            "enough for the recomputations of the blocks still to come (needs at least 8.02 MiB); each block's "
+            "backward beyond its recomputation is not counted");
 }
 
 // The same snapshot without the gradients backward had made before the
@@ -302,6 +310,7 @@ TEST(RecordedOnCpu, NoGradientYetNoTurnsAfterTheFirstRecomputation) {
   EXPECT_EQ(d.need.method, NeedMethod::kRecomputedBlock) << d.need.estimate;
   EXPECT_EQ(d.need.blocks_after, 0);
   EXPECT_EQ(d.need.still_needed_bytes, 2 * kMiB);
+  for (const Recommendation& r : d.recommendations) EXPECT_NE(r.sufficiency, Sufficiency::kEnoughForRecomputedBlocks);
 }
 
 }  // namespace
