@@ -8,7 +8,7 @@ scripts/device_check.sh --snapshots.
                           [--seq 1024] [--budget BYTES] [--steps 3]
                           [--stacks python|all] [--max-entries 100000]
                           [--evaluate [--eval-accumulation-steps K]]
-                          [--checkpointing]
+                          [--checkpointing] [--pretrained]
 
 Trains transformers' GPT2LMHeadModel built from GPT-2 small's config
 (n_embd 768, 12 heads, vocabulary 50257; random weights, nothing
@@ -32,6 +32,13 @@ docs/diagnose.md, "Evaluation outputs kept on the device". Exit 1 then means
 the evaluation ran to its end, as the eval_accumulation_steps that
 `oomtune diagnose` recommends for the first snapshot should make it.
 
+With --pretrained the model (the same random weights) is saved with
+save_pretrained to a temporary folder before recording and loaded from it
+with from_pretrained(..., device_map=) onto the GPU while recording, as
+users load a checkpoint: its weights come to the device through
+transformers' loading code (5.x: core_model_loading.py), not Module.to()
+(docs/gpu_machine.md, item 10).
+
 With --checkpointing every GPT2Block is checkpointed
 (gradient_checkpointing_enable, use_reentrant=False) and attention is eager
 (its probabilities materialized, as in the synthetic BERT fixtures); two
@@ -51,6 +58,7 @@ import json
 import os
 import pickle
 import sys
+import tempfile
 
 import torch
 
@@ -69,6 +77,8 @@ def main():
     parser.add_argument("--eval-accumulation-steps", type=int, default=None)
     parser.add_argument("--checkpointing", action="store_true",
                         help="checkpointed training; the cap is searched (see above)")
+    parser.add_argument("--pretrained", action="store_true",
+                        help="load the model with from_pretrained(device_map=) while recording (see above)")
     args = parser.parse_args()
     if args.checkpointing and args.evaluate:
         print("record_hf_snapshot: --checkpointing trains; it does not go with --evaluate", file=sys.stderr)
@@ -90,8 +100,14 @@ def main():
     torch.manual_seed(0)
     config = transformers.GPT2Config(n_layer=args.layers, n_positions=max(1024, args.seq), use_cache=False,
                                      **({"attn_implementation": "eager"} if args.checkpointing else {}))
-    torch.cuda.memory._record_memory_history(max_entries=args.max_entries, stacks=args.stacks)
-    model = transformers.GPT2LMHeadModel(config).to(device).train()
+    if args.pretrained:
+        folder = tempfile.mkdtemp(prefix="record_hf_snapshot_")
+        transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+        torch.cuda.memory._record_memory_history(max_entries=args.max_entries, stacks=args.stacks)
+        model = transformers.GPT2LMHeadModel.from_pretrained(folder, device_map={"": device.index}).train()
+    else:
+        torch.cuda.memory._record_memory_history(max_entries=args.max_entries, stacks=args.stacks)
+        model = transformers.GPT2LMHeadModel(config).to(device).train()
     result = {"torch": torch.__version__, "transformers": transformers.__version__,
               "parameters": sum(p.numel() for p in model.parameters()), "micro_batch": args.micro_batch,
               "seq": args.seq, "budget_bytes": args.budget, "stacks": args.stacks}
