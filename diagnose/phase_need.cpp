@@ -141,14 +141,14 @@ int64_t largest_parameter_bytes(const std::vector<TraceEvent>& trace, const Attr
   return parameters > 0 ? parameters : gradients;
 }
 
-/// Bytes the optimizer's arithmetic (FrameIndex::runs_optimizer_math)
-/// allocated in events [first, end) and had not freed by `end`.
-int64_t arithmetic_bytes_alive(const std::vector<TraceEvent>& trace, const FrameIndex& frames, size_t first,
-                               size_t end) {
+/// Bytes of the allocations in events [first, end) that `counted(i)`
+/// selects and that were not freed by `end`.
+template <typename Counted>
+int64_t bytes_alive(const std::vector<TraceEvent>& trace, size_t first, size_t end, Counted counted) {
   std::unordered_map<int64_t, int64_t> alive;  // addr -> bytes
   for (size_t i = first; i < end && i < trace.size(); ++i) {
     const TraceEvent& e = trace[i];
-    if (e.action == TraceAction::kAlloc && frames.runs_optimizer_math(e.frames))
+    if (e.action == TraceAction::kAlloc && counted(i))
       alive[e.addr] = e.size;
     else if (e.action == TraceAction::kFreeRequested)
       alive.erase(e.addr);
@@ -156,6 +156,13 @@ int64_t arithmetic_bytes_alive(const std::vector<TraceEvent>& trace, const Frame
   int64_t bytes = 0;
   for (const auto& [addr, size] : alive) bytes += size;
   return bytes;
+}
+
+/// Bytes the optimizer's arithmetic (FrameIndex::runs_optimizer_math)
+/// allocated in events [first, end) and had not freed by `end`.
+int64_t arithmetic_bytes_alive(const std::vector<TraceEvent>& trace, const FrameIndex& frames, size_t first,
+                               size_t end) {
+  return bytes_alive(trace, first, end, [&](size_t i) { return frames.runs_optimizer_math(trace[i].frames); });
 }
 
 /// Note [Phase need] rule 2: a first step's states still to make (where
@@ -602,6 +609,28 @@ std::vector<AllocKey> recomputation_keys(const std::vector<TraceEvent>& trace, c
   return keys;
 }
 
+/// The allocations of forward in events [begin, end) inside checkpoint()
+/// (FrameIndex::checkpointed), as (layer, bytes), in trace order.
+std::vector<AllocKey> checkpointed_forward_keys(const std::vector<TraceEvent>& trace, const Attribution& attr,
+                                                const FrameIndex& frames, size_t begin, size_t end) {
+  std::vector<AllocKey> keys;
+  for (size_t i = begin; i < end; ++i) {
+    if (trace[i].action == TraceAction::kAlloc && attr.event_phase[i] == Phase::kForward &&
+        frames.checkpointed(trace[i].frames))
+      keys.push_back(alloc_key(frames, trace[i]));
+  }
+  return keys;
+}
+
+/// How often `run` lies in a row in `keys` (a block's runs in forward).
+int64_t occurrences(const std::vector<AllocKey>& keys, const std::vector<AllocKey>& run) {
+  int64_t count = 0;
+  for (size_t j = 0; j + run.size() <= keys.size(); ++j) {
+    if (std::equal(run.begin(), run.end(), keys.begin() + static_cast<std::ptrdiff_t>(j))) ++count;
+  }
+  return count;
+}
+
 /// Where the forward of backward run `run`'s iteration begins: after the
 /// last backward or optimizer event before it.
 size_t iteration_forward_begin(const Attribution& attr, const PhaseRun& run) {
@@ -660,35 +689,17 @@ bool turns_after_first_recomputation(const NeedQuery& q, const PhaseRun& run, co
   }
   // This iteration's forward inside checkpoint(): its allocations, and those still alive now.
   const size_t forward_begin = iteration_forward_begin(attr, run);
-  std::vector<AllocKey> forward;
-  std::unordered_map<int64_t, int64_t> kept;  // address -> bytes
-  for (size_t i = forward_begin; i < q.oom_event; ++i) {
-    const TraceEvent& e = trace[i];
-    if (e.action == TraceAction::kAlloc && i < run.first_event && attr.event_phase[i] == Phase::kForward &&
-        frames.checkpointed(e.frames)) {
-      forward.push_back(alloc_key(frames, e));
-      kept[e.addr] = e.size;
-    } else if (e.action == TraceAction::kFreeRequested) {
-      kept.erase(e.addr);
-    }
-  }
-  int64_t turns = 0;
-  for (size_t j = 0; j + recomputed.size() <= forward.size(); ++j) {
-    if (std::equal(recomputed.begin(), recomputed.end(), forward.begin() + static_cast<std::ptrdiff_t>(j))) ++turns;
-  }
+  const int64_t turns =
+      occurrences(checkpointed_forward_keys(trace, attr, frames, forward_begin, run.first_event), recomputed);
   if (turns != layout.blocks) return false;
-  int64_t inputs = 0;
-  for (const auto& [addr, bytes] : kept) inputs += bytes;
+  const int64_t inputs = bytes_alive(trace, forward_begin, q.oom_event, [&](size_t i) {
+    return i < run.first_event && attr.event_phase[i] == Phase::kForward && frames.checkpointed(trace[i].frames);
+  });
   const int64_t input = inputs / (turns - 1);
   const int64_t net = layout.block_bytes - input;
   if (net <= 0) return false;
-  std::unordered_map<int64_t, int64_t> held;  // this recomputation's allocations alive now
-  for (size_t i = recomputation_start; i < q.oom_event; ++i) {
-    if (trace[i].action == TraceAction::kAlloc) held[trace[i].addr] = trace[i].size;
-    if (trace[i].action == TraceAction::kFreeRequested) held.erase(trace[i].addr);
-  }
-  int64_t holds = 0;
-  for (const auto& [addr, bytes] : held) holds += bytes;
+  // What this recomputation holds now.
+  const int64_t holds = bytes_alive(trace, recomputation_start, q.oom_event, [](size_t) { return true; });
   const int64_t tied_sum = layout.head_tied() ? layout.embedding_bytes : 0;
   const int64_t later = (turns - 1) * net + rest;
   const int64_t end = turns * net - holds + layout.stem_bytes + tied_sum;
@@ -980,16 +991,8 @@ bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<
   int64_t blocks = 0, after = 0;
   if (checkpointed) {
     // The block's runs in this iteration's forward: its recomputation's
-    // allocations in a row among forward's inside checkpoint(), last first.
-    std::vector<AllocKey> forward;
-    for (size_t i = run.first_event; i-- > forward_begin;) {
-      if (attr.event_phase[i] == Phase::kForward && trace[i].action == TraceAction::kAlloc &&
-          frames.checkpointed(trace[i].frames))
-        forward.push_back(alloc_key(frames, trace[i]));
-    }
-    for (size_t j = 0; j + done.size() <= forward.size(); ++j) {
-      if (std::equal(done.rbegin(), done.rend(), forward.begin() + static_cast<std::ptrdiff_t>(j))) ++blocks;
-    }
+    // allocations in a row among forward's inside checkpoint().
+    blocks = occurrences(checkpointed_forward_keys(trace, attr, frames, forward_begin, run.first_event), done);
     after = std::max<int64_t>(0, blocks - static_cast<int64_t>(starts.size()));
   } else {
     for (const auto& [addr, key] : forward_alive) after += key == marker ? 1 : 0;
