@@ -189,9 +189,18 @@ bool frame_concatenates_eval_outputs(const Frame& f, const FrameClass& c) {
   return c.origin == Origin::kLibrary && c.path == "transformers/trainer_pt_utils.py" && f.name == "nested_concat";
 }
 
+/// Hugging Face's from_pretrained loading a checkpoint's weights onto the
+/// device (frames.h, Parameters).
+bool frame_loads_weights(const Frame& f, const FrameClass& c) {
+  return c.origin == Origin::kLibrary &&
+         (c.path == "transformers/core_model_loading.py" ||
+          (c.path == "transformers/modeling_utils.py" && f.name == "_load_state_dict_into_meta_model"));
+}
+
 bool frame_allocates_parameters(const Frame& f, const FrameClass& c) {
-  if (c.origin != Origin::kTorch) return false;
+  if (frame_loads_weights(f, c)) return true;
   const std::string_view p = c.path;
+  if (c.origin != Origin::kTorch) return false;
   if (p == "nn/parameter.py") return true;
   if (starts_with(p, "nn/modules/") && (f.name == "__init__" || f.name == "reset_parameters")) return true;
   return p == "nn/modules/module.py" && (f.name == "_apply" || f.name == "to" || f.name == "cuda");
@@ -295,6 +304,8 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   std::vector<uint8_t> embedding(frames.size());         // runs_embedding
   frame_init_group_.assign(frames.size(), 0);
   frame_module_apply_.assign(frames.size(), 0);
+  frame_default_device_.assign(frames.size(), 0);
+  frame_loads_weights_.assign(frames.size(), 0);
   std::vector<uint8_t> model_init(frames.size());              // a library model's __init__ (frames.h, Parameters)
   std::vector<uint8_t> optimizer_math(frames.size());          // runs_optimizer_math
   std::vector<const OptimizerKind*> optimizer(frames.size());  // optimizer
@@ -330,6 +341,9 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     params[i] = frame_allocates_parameters(frames[i], c);
     frame_module_apply_[i] =
         c.origin == Origin::kTorch && c.path == "nn/modules/module.py" && frames[i].name == "_apply";
+    frame_loads_weights_[i] = frame_loads_weights(frames[i], c);
+    frame_default_device_[i] =
+        c.origin == Origin::kTorch && c.path == "utils/_device.py" && frames[i].name == "__torch_function__";
     grad_decorator[i] = c.origin == Origin::kTorch && frames[i].name == "decorate_context" &&
                         (c.path == "utils/_contextlib.py" || c.path == "autograd/grad_mode.py");
     generation[i] = c.origin == Origin::kLibrary && starts_with(c.path, "transformers/generation/");
@@ -486,6 +500,20 @@ int64_t FrameIndex::optimizer_init_frame(StackId stack) const {
     if (frame_init_group_[f]) return f;
   }
   return -1;
+}
+
+bool FrameIndex::loads_weights(StackId stack) const {
+  for (uint32_t f : snapshot_.stack(stack)) {
+    if (frame_loads_weights_[f]) return true;
+  }
+  return false;
+}
+
+bool FrameIndex::under_default_device(StackId stack) const {
+  for (uint32_t f : snapshot_.stack(stack)) {
+    if (frame_default_device_[f]) return true;
+  }
+  return false;
 }
 
 int FrameIndex::module_apply_depth(StackId stack) const {

@@ -87,6 +87,15 @@
 //     transformers' Conv1D (GPT-2's linear layers) does with
 //     `nn.Parameter(torch.empty(nx, nf))`, the tensor made before
 //     nn/parameter.py is called (recorded with scripts/record_cpu_snapshot.py).
+//     And a model loaded with from_pretrained(..., device_map=...): any frame
+//     of transformers/core_model_loading.py (5.x materializes each weight on
+//     the device there, `_materialize_copy`, in a thread pool of its own:
+//     GPT-2 small's 148 tensors on an H200, 2026-12-04,
+//     scripts/record_hf_snapshot.py --pretrained), or 4.x's
+//     `_load_state_dict_into_meta_model` in transformers/modeling_utils.py
+//     (from its source, not recorded). The pool's threads interleave the
+//     weights: their order is not the modules' (Note [Blocks from the
+//     parameters] reads sizes, not order, within a block).
 
 #include <cstdint>
 #include <string>
@@ -223,6 +232,15 @@ class FrameIndex {
   /// torch/nn/functional.py named "embedding"): what it allocates is an
   /// embedding's output.
   bool runs_embedding(StackId stack) const { return stack_embedding_[stack] != 0; }
+  /// True when the stack loads a checkpoint's weight onto the device:
+  /// from_pretrained's loading frames (the rules above, Parameters).
+  bool loads_weights(StackId stack) const;
+  /// True when the stack made its tensor under a default device: a frame
+  /// of torch/utils/_device.py named "__torch_function__" (the
+  /// DeviceContext mode of `with torch.device(...)` and
+  /// torch.set_default_device), which puts a tensor made without a device
+  /// argument, torch.tensor(0.0) too, on that device.
+  bool under_default_device(StackId stack) const;
   /// How many frames of torch's Module._apply (torch/nn/modules/module.py,
   /// "_apply") the stack holds: for a parameter moved with .to() or
   /// .cuda(), one per module from the one moved down to the parameter's
@@ -250,8 +268,10 @@ class FrameIndex {
   const Snapshot& snapshot_;
   std::vector<std::string> torch_roots_;
   std::vector<Origin> frame_origin_;
-  std::vector<uint8_t> frame_init_group_;    // a torch/optim/ frame named _init_group
-  std::vector<uint8_t> frame_module_apply_;  // torch/nn/modules/module.py's _apply
+  std::vector<uint8_t> frame_init_group_;      // a torch/optim/ frame named _init_group
+  std::vector<uint8_t> frame_module_apply_;    // torch/nn/modules/module.py's _apply
+  std::vector<uint8_t> frame_default_device_;  // torch/utils/_device.py's __torch_function__
+  std::vector<uint8_t> frame_loads_weights_;   // from_pretrained's loading (rules above)
   std::vector<Phase> stack_phase_;
   std::vector<int64_t> stack_layer_;
   std::vector<int64_t> stack_call_;

@@ -11,8 +11,10 @@ namespace oomtune::diagnose {
 namespace {
 
 constexpr size_t kMaxAllocations = 4096;  // the forward's latest allocations examined
-constexpr size_t kMinPeriods = 3;         // earlier blocks, the last complete one, the current one
-constexpr size_t kMinLayers = 2;          // a block runs more than one layer
+// Half periods a stretch covers at least: half a block's allocations or more
+// of earlier blocks, the last complete one, the current one.
+constexpr size_t kMinHalfPeriods = 5;
+constexpr size_t kMinLayers = 2;  // a block runs more than one layer
 
 struct Allocation {
   size_t event;
@@ -41,12 +43,12 @@ NothingSaved blocks_kept_nothing(const std::vector<TraceEvent>& trace, const Att
 
   // The period whose stretch covers the most allocations.
   size_t best_p = 0, best_begin = 0, best_end = 0;  // the stretch [best_begin, best_end)
-  for (size_t p = 2; kMinPeriods * p <= n; ++p) {
+  for (size_t p = 2; kMinHalfPeriods * p <= 2 * n; ++p) {
     for_each_period_run(
         0, n, p, [&](size_t a, size_t b) { return run[a] == run[b]; },
         [&](PeriodRun r) {
           const size_t begin = r.begin - p;  // the stretch [begin, r.end)
-          if (r.end - begin >= kMinPeriods * p && r.end - begin > best_end - best_begin) {
+          if (2 * (r.end - begin) >= kMinHalfPeriods * p && r.end - begin > best_end - best_begin) {
             best_p = p;
             best_begin = begin;
             best_end = r.end;

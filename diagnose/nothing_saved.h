@@ -13,15 +13,18 @@
 // run's allocations (the last kMaxAllocations before the out-of-memory,
 // each keyed by its layer frame and requested bytes), the period p >= 2
 // whose longest stretch of key[j] == key[j - p] covers the most
-// allocations, at least three periods, is the model's block (the smallest
-// such p on a tie). The stretch's allocations but its last two periods
-// (the last complete block, whose output the current block reads, and the
-// current one) are the earlier blocks'. When they span two layer frames or
-// more and every one of them outside a KV cache was freed before the
-// out-of-memory, the blocks kept nothing for backward.
-// Limitations: it needs three blocks' worth of allocations before the
-// failure (an out-of-memory in the first two blocks keeps the training
-// reading); a block that keeps a tensor of its own without autograd (a KV
+// allocations, at least two and a half periods, is the model's block (the
+// smallest such p on a tie). The stretch's allocations but its last two
+// periods (the last complete block, whose output the current block reads,
+// and the current one) are the earlier blocks'. When they span two layer
+// frames or more and every one of them outside a KV cache was freed before
+// the out-of-memory, the blocks kept nothing for backward. Half a block is
+// enough of the earliest: GPT-2's no_grad forward recorded on an H200 ran
+// out of memory 21 of 23 allocations into its third block, where the CPU's
+// recording of it had reached the fourth (2026-12-04).
+// Limitations: it needs two and a half blocks' worth of allocations before
+// the failure (an out-of-memory earlier keeps the training reading); a
+// block that keeps a tensor of its own without autograd (a KV
 // cache the model builds itself, as transformers before 5.0 did with the
 // key and value it computed; `output_hidden_states=True`; a skip
 // connection to a later block) shows no evidence. Blocks whose parameters

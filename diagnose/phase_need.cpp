@@ -63,9 +63,15 @@ OptimizerImplementation implementation_seen(const std::vector<TraceEvent>& trace
 // with no such line are an implementation's that hosts them: foreach is
 // assumed, even under Hugging Face's Trainer (optim="adamw_torch"), whose
 // default, fused, holds only where no state was made yet.
+// Under a default device (`with torch.device("cuda"):` around the step,
+// torch.set_default_device), foreach's torch.tensor(0.0) lands on the device
+// too: counters made through torch/utils/_device.py's mode tell nothing, and
+// foreach, the default, is assumed (an H200's foreach AdamW, recorded so,
+// read as fused: 21.05 MB needed where it needed 34.98 MB, 2026-12-04).
 // Limitations: capturable (for CUDA graphs) runs foreach with counters on
-// the device and reads as fused; a model whose parameters are all 0-dim
-// shows no larger line.
+// the device and reads as fused; a fused optimizer stepped under a default
+// device reads as foreach (its temporaries counted, the need too high); a
+// model whose parameters are all 0-dim shows no larger line.
 //
 // Note [States an option adds]
 // Rationale: the table's states per parameter are those of the default
@@ -88,17 +94,21 @@ constexpr int64_t kStepCounterBytes = 8;  // a 0-dim float32 or float64 tensor
 struct InitGroupLines {
   int counters = 0;
   int states = 0;
+  bool counters_under_default_device = false;  ///< FrameIndex::under_default_device
 };
 
 InitGroupLines init_group_lines(const std::vector<TraceEvent>& trace, const FrameIndex& frames, size_t first,
                                 size_t end) {
   std::unordered_map<int64_t, int64_t> largest;  // _init_group's frame (its line) -> its largest allocation
+  InitGroupLines lines;
   for (size_t i = first; i < end && i < trace.size(); ++i) {
     if (trace[i].action != TraceAction::kAlloc) continue;
     const int64_t line = frames.optimizer_init_frame(trace[i].frames);
-    if (line >= 0) largest[line] = std::max(largest[line], trace[i].size);
+    if (line < 0) continue;
+    largest[line] = std::max(largest[line], trace[i].size);
+    if (trace[i].size <= kStepCounterBytes && frames.under_default_device(trace[i].frames))
+      lines.counters_under_default_device = true;
   }
-  InitGroupLines lines;
   for (const auto& [line, bytes] : largest) ++(bytes <= kStepCounterBytes ? lines.counters : lines.states);
   return lines;
 }
@@ -189,16 +199,19 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   const bool trainer = q.oom_event < trace.size() && frames.runs_hf_trainer(trace[q.oom_event].frames);
   // Note [Step counters on the device]: once states are made, the counters say where they are.
   const bool states_made = q.optimizer && q.optimizer->fused_on_cuda && lines.states > 0;
-  const ImplementationBasis basis =
-      seen != OptimizerImplementation::kUnknown ? ImplementationBasis::kFrames
-      : !q.optimizer                            ? ImplementationBasis::kNone
-      : states_made ? (lines.counters > 0 ? ImplementationBasis::kStepCounters : ImplementationBasis::kHostStepCounters)
-      : trainer     ? ImplementationBasis::kHfTrainer
-                    : ImplementationBasis::kDefault;
+  const ImplementationBasis basis = seen != OptimizerImplementation::kUnknown ? ImplementationBasis::kFrames
+                                    : !q.optimizer                            ? ImplementationBasis::kNone
+                                    : states_made
+                                        ? (lines.counters == 0 ? ImplementationBasis::kHostStepCounters
+                                           : lines.counters_under_default_device ? ImplementationBasis::kDefaultDevice
+                                                                                 : ImplementationBasis::kStepCounters)
+                                    : trainer ? ImplementationBasis::kHfTrainer
+                                              : ImplementationBasis::kDefault;
   const OptimizerImplementation implementation =
       basis == ImplementationBasis::kFrames ? seen
       : basis == ImplementationBasis::kNone ? OptimizerImplementation::kUnknown
-      : basis == ImplementationBasis::kDefault || basis == ImplementationBasis::kHostStepCounters
+      : basis == ImplementationBasis::kDefault || basis == ImplementationBasis::kHostStepCounters ||
+              basis == ImplementationBasis::kDefaultDevice
           ? OptimizerImplementation::kForeach
           : OptimizerImplementation::kFused;
   const int per = optimizer_temporaries(q.optimizer, implementation);
@@ -230,6 +243,11 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
     how =
         "foreach, PyTorch's default on CUDA, assumed: its states were made with no step counter on the device, "
         "so not fused; no frame shows the implementation yet";
+  else if (basis == ImplementationBasis::kDefaultDevice)
+    how =
+        "foreach, PyTorch's default on CUDA, assumed: its step counters are on the device, but they were made under "
+        "a default device (torch.device as a context, torch.set_default_device), which puts foreach's there too; no "
+        "frame shows the implementation yet";
   else if (basis == ImplementationBasis::kHfTrainer)
     how =
         "fused, Hugging Face Trainer's default optim adamw_torch_fused with torch 2.8 or later, assumed: no frame "
@@ -285,8 +303,30 @@ bool optimizer_step(const NeedQuery& q, const PhaseRun& run, const std::vector<T
 // allocation in the trace: then nothing is counted.
 // Limitations: blocks of unlike shapes (an encoder-decoder's two stacks)
 // give the longest stack's count; parameters allocated out of module order
-// give none. Above kMaxParameterAllocations the search (quadratic) is skipped.
+// give none, but those of Note [Blocks from loaded weights]. Above
+// kMaxParameterAllocations the search (quadratic) is skipped.
 constexpr size_t kMaxParameterAllocations = 4096;
+
+// Note [Blocks from loaded weights]
+// Rationale: from_pretrained(..., device_map=) in transformers 5.x loads the
+// weights in a thread pool (core_model_loading.py, frames.h): GPT-2 small's
+// 148 tensors came to an H200 interleaved, the embeddings last, and no
+// period of sizes repeats (gpu_hf_gpt2_pretrained_oom.pickle).
+// Approach: where the parameters were loaded so (FrameIndex::loads_weights),
+// their sizes are counted instead of read in order (short spurious periods
+// show in the interleaving: two sizes repeating over five tensors): a model of
+// N blocks holds each block parameter size k times N, and a few more
+// (stem, final norm, head). The largest N >= 2 for which the sizes' counts
+// divided by N leave a block of two sizes or more and no more tensors
+// outside it than in it is the blocks (GPT-2 small: 12; 74 tensors of 3072
+// B, six a block and the final norm's two). Their order unknown, the
+// largest tensor outside the blocks is the embedding, taken as the stem;
+// the others are the tail, where a second of the embedding's size is a head
+// of its own (an untied language model's).
+// Limitations: a head tied to the embedding makes no tensor of its own:
+// its logits are not counted (a loaded model does not show whether it is a
+// language model); the stem's other tensors (position embeddings) are
+// counted after the blocks.
 
 /// How the model's parameters lie, from their allocations (Note [Blocks
 /// from the parameters]): its blocks (0 when they show none), the bytes of
@@ -298,6 +338,7 @@ constexpr size_t kMaxParameterAllocations = 4096;
 /// smaller on a tie), and the parameters after the blocks (the final norm,
 /// a head), in allocation order: their sizes and depths.
 struct ParameterLayout {
+  bool loaded = false;  ///< Note [Blocks from loaded weights]: from the sizes' counts, not their order
   int64_t blocks = 0;
   int64_t block_bytes = 0;  ///< one block's parameters
   int64_t stem_bytes = 0;
@@ -324,17 +365,58 @@ struct ParameterLayout {
   bool head_tied() const { return head_weight_freed || moved_without_head(); }
 };
 
+/// Note [Blocks from loaded weights]: the layout of parameters of `sizes`
+/// (bytes, in any order) from how often each size comes; none without N.
+ParameterLayout layout_from_counts(const std::vector<int64_t>& sizes) {
+  std::map<int64_t, int64_t> counts;
+  for (const int64_t bytes : sizes) ++counts[bytes];
+  int64_t most = 0;
+  for (const auto& [bytes, count] : counts) most = std::max(most, count);
+  ParameterLayout layout;
+  for (int64_t n = most; n >= 2 && layout.blocks == 0; --n) {
+    int64_t in_block = 0, outside = 0, kinds = 0;
+    for (const auto& [bytes, count] : counts) {
+      in_block += count / n;
+      outside += count % n;
+      kinds += count >= n ? 1 : 0;
+    }
+    if (kinds >= 2 && outside <= in_block) layout.blocks = n;
+  }
+  if (layout.blocks == 0) return {};
+  layout.loaded = true;
+  std::vector<std::pair<int64_t, int64_t>> ranked;  // (-per block, size): the most common first, the smaller on a tie
+  std::vector<int64_t> outside;                     // the tensors outside the blocks, largest first
+  for (const auto& [bytes, count] : counts) {
+    const int64_t per_block = count / layout.blocks;
+    if (per_block > 0) ranked.emplace_back(-per_block, bytes);
+    layout.block_bytes += per_block * bytes;
+    outside.insert(outside.end(), static_cast<size_t>(count % layout.blocks), bytes);
+  }
+  std::sort(ranked.begin(), ranked.end());
+  for (const auto& [per_block, bytes] : ranked) layout.block_sizes_by_count.push_back(bytes);
+  std::sort(outside.rbegin(), outside.rend());
+  if (!outside.empty()) {
+    layout.embedding_bytes = layout.stem_bytes = outside.front();
+    layout.tail_sizes.assign(outside.begin() + 1, outside.end());
+    layout.tail_depths.assign(layout.tail_sizes.size(), 0);
+  }
+  return layout;
+}
+
 ParameterLayout parameter_layout(const std::vector<TraceEvent>& trace, const Attribution& attr,
                                  const FrameIndex& frames) {
   std::vector<size_t> events;  // the parameters' allocations
   std::vector<int64_t> sizes;
+  bool loaded = true;  // every one by from_pretrained's loading
   for (size_t i = 0; i < trace.size(); ++i) {
     if (trace[i].action == TraceAction::kAlloc && attr.event_category[i] == Category::kParameters) {
       events.push_back(i);
       sizes.push_back(trace[i].size);
+      loaded = loaded && frames.loads_weights(trace[i].frames);
     }
   }
   const size_t n = sizes.size();
+  if (loaded && n > 0) return layout_from_counts(sizes);
   if (n > kMaxParameterAllocations) return {};
   size_t best_length = 0, best_period = 0, best_begin = 0;  // the sizes that repeat, their period, where
   for (size_t p = 2; 2 * p <= n; ++p) {
@@ -525,9 +607,14 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
         regular_end < n ? ", temporaries it had not freed yet included" : "",
         need.model_blocks == 0 ? std::string("the rest of this block (the blocks after it are not in the snapshot)")
         : need.head_bytes == 0
-            ? fmt::format("the rest of this block and {} more block{} (the model's parameters repeat in {} blocks; "
-                          "what follows the blocks is not in the snapshot)",
-                          need.blocks_after, need.blocks_after == 1 ? "" : "s", need.model_blocks)
+            ? fmt::format("the rest of this block and {} more block{} (the model's parameters {} {} blocks; "
+                          "what follows the blocks is not in the snapshot{})",
+                          need.blocks_after, need.blocks_after == 1 ? "" : "s",
+                          layout.loaded ? "loaded by from_pretrained count" : "repeat in", need.model_blocks,
+                          layout.loaded && !layout.has_head_weight()
+                              ? ": no head weight of their own among them, so the logits of a language model's "
+                                "head tied to the embedding are not counted"
+                              : "")
             : fmt::format("the rest of this block, {} more block{} (the model's parameters repeat in {} blocks), "
                           "then the head's logits, {} tokens x {} entries x 4 B = {} (the embedding's output and "
                           "its weight over d, a block's most common parameter size that divides both{}), and the "
@@ -1055,6 +1142,8 @@ const char* implementation_basis_name(ImplementationBasis basis) {
       return "step_counters";
     case ImplementationBasis::kHostStepCounters:
       return "host_step_counters";
+    case ImplementationBasis::kDefaultDevice:
+      return "default_device";
     case ImplementationBasis::kHfTrainer:
       return "hf_trainer";
     case ImplementationBasis::kDefault:

@@ -165,12 +165,13 @@ enum class ImplementationBasis : uint8_t {
   kFrames,            ///< a frame of its arithmetic (_multi_tensor_adam, ...)
   kStepCounters,      ///< fused: its step counters on the device (Note [Step counters on the device])
   kHostStepCounters,  ///< foreach: states made without step counters on the device (the same Note)
+  kDefaultDevice,     ///< foreach: step counters on the device, made under a default device (the same Note)
   kHfTrainer,         ///< fused: Hugging Face Trainer's default optimizer
   kDefault,           ///< foreach: PyTorch's default on CUDA
 };
 
-/// "none", "frames", "step_counters", "host_step_counters", "hf_trainer",
-/// "default" (JSON).
+/// "none", "frames", "step_counters", "host_step_counters",
+/// "default_device", "hf_trainer", "default" (JSON).
 const char* implementation_basis_name(ImplementationBasis basis);
 
 /// What the failing phase still needed (Note [Phase need]).

@@ -574,6 +574,9 @@ void recommend(Diagnosis& d) {
                       "the fused kernel updates each parameter in place, with the same result and usually faster.",
                       need.implementation_basis == ImplementationBasis::kHostStepCounters
                           ? ", PyTorch's default on CUDA (assumed: its step counters are on the host, so not fused),"
+                      : need.implementation_basis == ImplementationBasis::kDefaultDevice
+                          ? ", PyTorch's default on CUDA (assumed: its step counters, made under a default device, "
+                            "do not tell),"
                       : need.implementation_assumed() ? ", PyTorch's default on CUDA (assumed: no frame shows it),"
                                                       : " (the step's frames)",
                       format_bytes(need.temporaries_total_bytes)),

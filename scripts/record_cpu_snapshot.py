@@ -203,22 +203,24 @@ def model_config(name, layers):
     return config, getattr(transformers, model_class)
 
 
-def train(args, ids, step_scope=contextlib.nullcontext, mark=lambda phase, step: None):
-    """Builds the model (--model) on the default device (parameters made there, in its
-    own __init__) and runs it on `ids` (--batch x --seq token ids) as
-    `args` (this script's options) say; step_scope(k) encloses training
-    step k, mark(phase, k) is called as "forward", "backward" and
-    "optimizer" of step k begin (--mode no_grad and train: one "forward"
-    of step 0) and mark("end", steps) after. Returns the model's
-    parameter and buffer bytes, each storage once (GPT-2 ties its head to
-    the embeddings)."""
+def train(args, ids, step_scope=contextlib.nullcontext, mark=lambda phase, step: None,
+          build_scope=contextlib.nullcontext):
+    """Builds the model (--model) inside build_scope() (parameters made on
+    its default device, in the model's own __init__) and runs it outside,
+    on `ids` (--batch x --seq token ids), as `args` (this script's options)
+    say; step_scope(k) encloses training step k, mark(phase, k) is called
+    as "forward", "backward" and "optimizer" of step k begin (--mode
+    no_grad and train: one "forward" of step 0) and mark("end", steps)
+    after. Returns the model's parameter and buffer bytes, each storage
+    once (GPT-2 ties its head to the embeddings)."""
     import torch
     import transformers
     torch.manual_seed(0)
     config, model_class = model_config(args.model, args.layers)
     if args.eager_attention:
         config._attn_implementation = "eager"  # the probabilities materialized, as record_hf_snapshot.py runs it
-    model = model_class(config)
+    with build_scope():
+        model = model_class(config)
     if args.checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     out = opt = None

@@ -136,8 +136,14 @@ def run(args, torch, device, ids, cap=None, history=True):
         torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python", clear_history=True)
     parameter_bytes = snapshot = None
     try:
-        with torch.device(device):  # the model's parameters made on the device, in its own __init__
-            parameter_bytes = cpu.train(args, ids, mark=mark)
+        # The parameters made on the device in the model's own __init__, as
+        # on the CPU; the step runs outside torch.device(device), whose mode
+        # would put every tensor made without a device there too (a foreach
+        # optimizer's step counters, Note [Step counters on the device]) and
+        # turned an out-of-memory in backward's recomputation of a
+        # checkpointed block into "SystemError: ... returned NULL without
+        # setting an exception" (torch 2.11, H200, 2026-12-04).
+        parameter_bytes = cpu.train(args, ids, mark=mark, build_scope=lambda: torch.device(device))
         if history:
             snapshot = torch.cuda.memory._snapshot()
     except torch.cuda.OutOfMemoryError:  # the step's tensors still alive, as a user's handler sees them

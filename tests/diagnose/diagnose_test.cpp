@@ -371,6 +371,60 @@ TEST(DiagnoseGpu, AHeadOfItsOwnAfterTheBlocksIsNoTiedVocabularyHead) {
   EXPECT_EQ(d.need.still_needed_bytes, 24 * kMiB + 684 * kMiB + 512 * 1024);
 }
 
+// GPT-2 small loaded with from_pretrained(..., device_map=) on an H200 and
+// run out of memory in its first forward under 8 GiB (scripts/
+// record_hf_snapshot.py --pretrained, transformers 5.17, 2026-12-04):
+// transformers' loader made its 148 tensors in a thread pool
+// (core_model_loading.py), interleaved, the embeddings last. They are the
+// model's parameters, 124439808 x 4 B (frames.h), and their sizes' counts
+// give its 12 blocks (Note [Blocks from loaded weights]): the 12th after
+// the 11 the forward ran. No head weight of its own among them: the tied
+// head's logits are not counted, and the estimate says so.
+TEST(DiagnoseGpu, WeightsLoadedByFromPretrainedAreParametersInBlocks) {
+  const std::string path = testing::synthetic_fixture("gpu_hf_gpt2_pretrained_oom.pickle");
+  SKIP_IF_MISSING(path);
+  const Diagnosis d = testing::diagnose_file(path);
+  ASSERT_EQ(d.ooms.size(), 1u);
+  EXPECT_EQ(d.ooms[0].phase, Phase::kForward);
+  EXPECT_EQ(testing::alive_bytes(d.ooms[0], Category::kParameters), int64_t{124439808} * 4);
+  EXPECT_EQ(d.need.method, NeedMethod::kForwardBlocks) << d.need.estimate;
+  EXPECT_EQ(d.need.blocks_done, 11);
+  EXPECT_EQ(d.need.model_blocks, 12);
+  EXPECT_EQ(d.need.blocks_after, 0);
+  EXPECT_EQ(d.need.head_bytes, 0);
+  EXPECT_NE(d.need.estimate.find("the model's parameters loaded by from_pretrained count 12 blocks"), std::string::npos)
+      << d.need.estimate;
+  EXPECT_NE(d.need.estimate.find("the logits of a language model's head tied to the embedding are not counted"),
+            std::string::npos)
+      << d.need.estimate;
+}
+
+// The same snapshot with a second tensor of the token embedding's size
+// loaded after it, as an untied language model's head (Llama 3 8B's
+// lm_head): a head of its own, so its fp32 logits, 8 x 1024 tokens x 50257
+// entries x 4 B, and the loss's log_softmax as large come after the blocks
+// (Note [A language model's head]; d = 768 x 4 B, ln's size, the blocks'
+// most common, divides the embedding and its output).
+TEST(DiagnoseGpu, ALoadedHeadOfItsOwnCountsItsLogits) {
+  const std::string path = testing::synthetic_fixture("gpu_hf_gpt2_pretrained_oom.pickle");
+  SKIP_IF_MISSING(path);
+  Snapshot s = load_snapshot(path);
+  std::vector<TraceEvent>& trace = s.device_traces[0];
+  constexpr int64_t kEmbedding = int64_t{50257} * 768 * 4;
+  const auto wte = std::find_if(trace.begin(), trace.end(), [](const TraceEvent& e) {
+    return e.action == TraceAction::kAlloc && e.size == kEmbedding;
+  });
+  ASSERT_NE(wte, trace.end());
+  TraceEvent head = *wte;
+  head.addr = int64_t{1} << 46;  // no block of the trace lies there
+  trace.insert(wte + 1, head);
+  const Diagnosis d = diagnose(s, path, {});
+  EXPECT_EQ(d.need.model_blocks, 12) << d.need.estimate;
+  constexpr int64_t kLogits = int64_t{8} * 1024 * 50257 * 4;
+  EXPECT_EQ(d.need.head_bytes, kLogits) << d.need.estimate;
+  EXPECT_EQ(d.need.loss_bytes, kLogits);
+}
+
 TEST(DiagnoseSynthetic, BackwardPeakWithFramelessAllocations) {
   const std::string path = testing::synthetic_fixture("backward_peak.pickle");
   SKIP_IF_MISSING(path);

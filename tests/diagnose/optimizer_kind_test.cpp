@@ -35,8 +35,9 @@ constexpr int kStateParameters = 4;
 // parameter on three lines, as amsgrad=True makes them (Note [States an
 // option adds]).
 // kCounterOnly: a fused step that failed at its first state, after its
-// first counter.
-enum class Scalars { kNone, kStepCounters, kScalarParameter, kThreeStateLines, kCounterOnly };
+// first counter. kDefaultDeviceCounters: kStepCounters made through
+// torch.utils._device's mode (`with torch.device("cuda"):` around the step).
+enum class Scalars { kNone, kStepCounters, kScalarParameter, kThreeStateLines, kCounterOnly, kDefaultDeviceCounters };
 Diagnosis first_step_oom(const std::string& optimizer_file, const std::string& arithmetic = "", bool trainer = false,
                          std::string optimizer_dir = "", Scalars scalars = Scalars::kNone) {
   const std::string torch = "/venv/lib/python3.12/site-packages/torch";
@@ -58,6 +59,11 @@ Diagnosis first_step_oom(const std::string& optimizer_file, const std::string& a
       {{init_group.filename, init_group.name, 118}, step, wrapper, script},        // 5: step counters
       {{init_group.filename, init_group.name, 127}, step, wrapper, script},        // 6: a second state
       {{init_group.filename, init_group.name, 131}, step, wrapper, script},        // 7: a third state
+      {{torch + "/utils/_device.py", "__torch_function__", 116},
+       {init_group.filename, init_group.name, 118},
+       step,
+       wrapper,
+       script},  // 8: step counters under a default device
   });
   std::vector<TraceEvent>& trace = s.device_traces.emplace_back();
   int64_t addr = 1 << 30;
@@ -76,13 +82,15 @@ Diagnosis first_step_oom(const std::string& optimizer_file, const std::string& a
     alloc(3, 4);
     alloc(3, 4);
   }
-  if (scalars == Scalars::kStepCounters || scalars == Scalars::kCounterOnly) alloc(5, 4);
+  const bool counters = scalars == Scalars::kStepCounters || scalars == Scalars::kDefaultDeviceCounters;
+  const StackId counter = scalars == Scalars::kDefaultDeviceCounters ? 8 : 5;
+  if (counters || scalars == Scalars::kCounterOnly) alloc(counter, 4);
   if (scalars != Scalars::kCounterOnly) {
     alloc(3);
     alloc(scalars == Scalars::kThreeStateLines ? 6 : 3);
   }
   if (scalars == Scalars::kThreeStateLines) alloc(7);
-  if (scalars == Scalars::kStepCounters) alloc(5, 4);
+  if (counters) alloc(counter, 4);
   if (!arithmetic.empty()) alloc(4);
   TraceEvent oom;
   oom.action = TraceAction::kOom;
@@ -354,6 +362,26 @@ TEST(OptimizerKind, StepCountersOnTheDeviceSayFused) {
   EXPECT_EQ(find_fix(d, FixId::kFusedOptimizer), nullptr);
   EXPECT_NE(d.need.estimate.find("fused, assumed: its step counters are on the device"), std::string::npos)
       << d.need.estimate;
+}
+
+// Under a default device (torch.device as a context around the step,
+// torch.set_default_device) foreach's host counters, torch.tensor(0.0), are
+// made on the device too: they tell nothing, foreach is assumed, with its
+// temporaries (an H200's foreach AdamW recorded so,
+// h200_recorded/first_adamw_step_0.2.pickle.gz, ctest
+// h200_snapshots_diagnosed).
+TEST(OptimizerKind, StepCountersUnderADefaultDeviceTellNothing) {
+  const Diagnosis d = first_step_oom("adamw.py", "", false, "", Scalars::kDefaultDeviceCounters);
+  EXPECT_EQ(d.need.implementation, OptimizerImplementation::kForeach);
+  EXPECT_EQ(d.need.implementation_basis, ImplementationBasis::kDefaultDevice);
+  EXPECT_TRUE(d.need.implementation_assumed());
+  EXPECT_EQ(d.need.temporaries_total_bytes, kStateParameters * kStateBytes);
+  // Six 16 MiB states to come, then the foreach temporaries of the four parameters.
+  EXPECT_LE(std::abs(d.need.still_needed_bytes - (6 + kStateParameters) * kStateBytes), 1024) << d.need.estimate;
+  EXPECT_NE(d.need.estimate.find("made under a default device"), std::string::npos) << d.need.estimate;
+  const Recommendation* fused = find_fix(d, FixId::kFusedOptimizer);
+  ASSERT_NE(fused, nullptr);
+  EXPECT_NE(fused->reason.find("made under a default device, do not tell"), std::string::npos) << fused->reason;
 }
 
 // Without the counters' line the states say foreach: a 0-dim parameter's

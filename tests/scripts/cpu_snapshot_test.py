@@ -39,16 +39,27 @@ device thread):
 
 Exit 77 (skipped) without transformers.
 
-Usage: cpu_snapshot_test.py SOURCE_DIR OOMTUNE [RECORDER]
+Usage: cpu_snapshot_test.py SOURCE_DIR OOMTUNE [RECORDER [RECORDER_ARGS...]]
 
 Prints a line per case (phase, need, the uncapped run's growth, the first
 verdict); with OOMTUNE_RECORDED_DIR set, the snapshots and their diagnoses
 (--json) stay in that folder.
 
 RECORDER (default SOURCE_DIR/scripts/record_cpu_snapshot.py): another
-recorder taking the same options and printing the same JSON; on the GPU
-machine scripts/record_cuda_snapshot.py, whose snapshots are CUDA's own
-(docs/gpu_machine.md): the same expectations hold there.
+recorder taking the same options (after RECORDER_ARGS) and printing the
+same JSON; on the GPU machine scripts/record_cuda_snapshot.py, whose
+snapshots are CUDA's own (docs/gpu_machine.md), and anywhere
+tests/scripts/replay_recorded.py with the folder of those recorded on an
+H200 (ctest h200_snapshots_diagnosed): the same expectations hold there,
+but two. Which phase of the first step peaks higher is CUDA's kernels'
+(GPT-2's backward rises above its forward on the H200, a Llama's does not),
+so the second step's later phase is held to the CPU's only there. Where the
+recorder says the whole run was under a default device ("default_device":
+`with torch.device("cuda"):`), foreach's step counters are on the device
+too and a fused AdamW failing among its states reads as foreach: its need
+then exceeds the uncapped run's by foreach's temporaries (1 x the
+parameters' bytes), within 5%. A case the recorder has no recording of
+(exit 78) is said and skipped.
 """
 
 import contextlib
@@ -60,6 +71,9 @@ import tempfile
 
 source, oomtune = sys.argv[1], sys.argv[2]
 recorder = sys.argv[3] if len(sys.argv) > 3 else os.path.join(source, "scripts", "record_cpu_snapshot.py")
+recorder_args = sys.argv[4:]
+on_cpu = os.path.basename(recorder) == "record_cpu_snapshot.py"
+NOT_RECORDED = 78  # replay_recorded.py: no recording of the case
 failures = []
 
 
@@ -68,10 +82,14 @@ def record_and_diagnose(name, args, tmp):
     failure; prints a line of each: the need against the uncapped run's
     growth."""
     out = os.path.join(tmp, f"{name}.pickle")
-    run = subprocess.run([sys.executable, recorder, "--out", out] + args, capture_output=True, text=True)
+    run = subprocess.run([sys.executable, recorder] + recorder_args + ["--out", out] + args, capture_output=True,
+                         text=True)
     if run.returncode == 77:
         print(run.stdout.strip())
         sys.exit(77)
+    if run.returncode == NOT_RECORDED:
+        print(run.stdout.strip(), flush=True)
+        return None
     if run.returncode != 0:
         failures.append(f"{name}: {os.path.basename(recorder)} exited {run.returncode}: {run.stderr[-2000:]}")
         return None
@@ -131,8 +149,10 @@ with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep)
         if checkpointing != (mode == "train"):
             failures.append(f"{mode}: activation checkpointing {'missing from' if mode == 'train' else 'in'} "
                             f"the recommendations: {fixes}")
-        if mode == "no_grad" and oom["nothing_saved"]["freed_allocations"] < oom["nothing_saved"]["block_allocations"]:
-            failures.append(f"{mode}: expected at least a block's allocations freed, got {oom['nothing_saved']}")
+        # Half a block's allocations of earlier blocks, at least (Note [Blocks that kept nothing]).
+        if mode == "no_grad" and \
+                2 * oom["nothing_saved"]["freed_allocations"] < oom["nothing_saved"]["block_allocations"]:
+            failures.append(f"{mode}: expected at least half a block's allocations freed, got {oom['nothing_saved']}")
         if mode == "train":
             check_training_forward(mode, recorded, d, 0.05)
 
@@ -155,7 +175,7 @@ with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep)
             continue
         recorded, d = result
         need, growth = d["need"], recorded["uncapped_growth_bytes"]
-        if need["method"] != "trace" or need["later_peak_phase"] != later or \
+        if need["method"] != "trace" or (on_cpu and need["later_peak_phase"] != later) or \
                 abs(need["still_needed_bytes"] - growth) > 0.05 * growth:
             failures.append(f"{name}: expected the trace rule (a later peak in {later}) within 5% of the {growth} "
                             f"B the uncapped run allocates from there; got {need['method']}, "
@@ -198,16 +218,22 @@ with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep)
         state, temporaries = oom["alive"]["optimizer_state_bytes"], oom["alive"]["temporaries_bytes"]
         eight_bit = [r["change"] for r in d["recommendations"] if r["id"] == "adamw_8bit"]
         states_made = share == "1"
+        # Under a default device the fused step reads as foreach: its whole-list temporaries, 1 x the
+        # parameters' bytes, come on top of what the run allocates.
+        read_as_foreach = fused_step and recorded.get("default_device", False)
+        implementation = ("foreach", "default_device") if read_as_foreach else \
+            ("fused", "step_counters") if fused_step else ("foreach", need["optimizer_implementation_basis"])
+        expected = growth + (params if read_as_foreach else 0)
         if oom["phase"] != "optimizer" or need["method"] != "optimizer_first_step" or \
                 need["states_per_parameter"] != states or (d["optimizer"] or {}).get("name") != name or \
                 (states_made and not (states * params <= state < states * params + (1 << 20) and temporaries > 0)) or \
-                (need["optimizer_implementation"], need["optimizer_implementation_basis"]) != \
-                (("fused", "step_counters") if fused_step else ("foreach", need["optimizer_implementation_basis"])) or \
-                abs(need["still_needed_bytes"] - growth) > 0.05 * growth or \
+                (need["optimizer_implementation"], need["optimizer_implementation_basis"]) != implementation or \
+                abs(need["still_needed_bytes"] - expected) > 0.05 * expected or \
                 eight_bit != [f"8-bit {name} (bitsandbytes.optim.{eight_bit_class}: blockwise-quantized states)"]:
             failures.append(f"first {name} step (share {share}): expected {states} x {params} B of state "
-                            f"(+ the step counters), the foreach temporaries apart, optimizer_first_step within 5% "
-                            f"of the {growth} B the uncapped run allocates, and 8-bit {name}; got {oom['phase']}, "
+                            f"(+ the step counters), the foreach temporaries apart, {implementation}, "
+                            f"optimizer_first_step within 5% of {expected} B (the uncapped run allocates {growth} B), "
+                            f"and 8-bit {name}; got {oom['phase']}, "
                             f"{need['method']}, {need['still_needed_bytes']} B ({need['estimate']}), "
                             f"{d['optimizer']}, {oom['alive']}, {eight_bit}")
 
