@@ -256,6 +256,18 @@ TEST(DiagnoseGpu, AnOomtuneTrialsSnapshotNamesItsPhasesAndTheCap) {
                                       "the request fits only under a cap of at least");
 }
 
+/// The diagnosis of the snapshot at `path`, expected to hold one
+/// out-of-memory, in forward, whose need is read from the blocks (rule 3).
+Diagnosis forward_blocks_diagnosis(const std::string& path) {
+  Diagnosis d = testing::diagnose_file(path);
+  EXPECT_EQ(d.ooms.size(), 1u);
+  if (!d.ooms.empty()) {
+    EXPECT_EQ(d.ooms[0].phase, Phase::kForward);
+  }
+  EXPECT_EQ(d.need.method, NeedMethod::kForwardBlocks) << d.need.estimate;
+  return d;
+}
+
 // Issue #48: a real Hugging Face GPT-2 small (transformers 5.17, 8 x 1024
 // tokens, fp32) out of memory in its first forward on an H200 under an 8 GiB
 // cap (scripts/record_hf_snapshot.py, 2026-11-29), in its 11th block: the
@@ -280,12 +292,10 @@ TEST(DiagnoseGpu, AnOomtuneTrialsSnapshotNamesItsPhasesAndTheCap) {
 TEST(DiagnoseGpu, ARealHuggingFaceOomInItsFirstForwardIsJudgedByBlocks) {
   const std::string path = testing::synthetic_fixture("gpu_hf_gpt2_oom.pickle");
   SKIP_IF_MISSING(path);
-  const Diagnosis d = testing::diagnose_file(path);
+  const Diagnosis d = forward_blocks_diagnosis(path);
   ASSERT_EQ(d.ooms.size(), 1u);
-  EXPECT_EQ(d.ooms[0].phase, Phase::kForward);
   EXPECT_EQ(d.ooms[0].requested_bytes, 24 * kMiB);
   EXPECT_NE(d.ooms[0].layer.find("modeling_gpt2.py"), std::string::npos) << d.ooms[0].layer;
-  EXPECT_EQ(d.need.method, NeedMethod::kForwardBlocks) << d.need.estimate;
   EXPECT_TRUE(d.need.lower_bound);
   EXPECT_EQ(d.need.blocks_done, 10);
   EXPECT_EQ(d.need.block_bytes, 684 * kMiB + 512 * 1024);
@@ -383,11 +393,9 @@ TEST(DiagnoseGpu, AHeadOfItsOwnAfterTheBlocksIsNoTiedVocabularyHead) {
 TEST(DiagnoseGpu, WeightsLoadedByFromPretrainedAreParametersInBlocks) {
   const std::string path = testing::synthetic_fixture("gpu_hf_gpt2_pretrained_oom.pickle");
   SKIP_IF_MISSING(path);
-  const Diagnosis d = testing::diagnose_file(path);
+  const Diagnosis d = forward_blocks_diagnosis(path);
   ASSERT_EQ(d.ooms.size(), 1u);
-  EXPECT_EQ(d.ooms[0].phase, Phase::kForward);
   EXPECT_EQ(testing::alive_bytes(d.ooms[0], Category::kParameters), int64_t{124439808} * 4);
-  EXPECT_EQ(d.need.method, NeedMethod::kForwardBlocks) << d.need.estimate;
   EXPECT_EQ(d.need.blocks_done, 11);
   EXPECT_EQ(d.need.model_blocks, 12);
   EXPECT_EQ(d.need.blocks_after, 0);
