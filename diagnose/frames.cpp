@@ -197,10 +197,10 @@ bool frame_loads_weights(const Frame& f, const FrameClass& c) {
           (c.path == "transformers/modeling_utils.py" && f.name == "_load_state_dict_into_meta_model"));
 }
 
+/// torch's own frames that allocate parameters (frames.h, Parameters).
 bool frame_allocates_parameters(const Frame& f, const FrameClass& c) {
-  if (frame_loads_weights(f, c)) return true;
-  const std::string_view p = c.path;
   if (c.origin != Origin::kTorch) return false;
+  const std::string_view p = c.path;
   if (p == "nn/parameter.py") return true;
   if (starts_with(p, "nn/modules/") && (f.name == "__init__" || f.name == "reset_parameters")) return true;
   return p == "nn/modules/module.py" && (f.name == "_apply" || f.name == "to" || f.name == "cuda");
@@ -338,10 +338,10 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     frame_origin_[i] = c.origin;
     model_code[i] = c.origin == Origin::kUser || (c.origin == Origin::kLibrary && is_model_file(c.path));
     frame_phase[i] = phase_of_frame(frames[i], c);
-    params[i] = frame_allocates_parameters(frames[i], c);
+    frame_loads_weights_[i] = frame_loads_weights(frames[i], c);
+    params[i] = frame_loads_weights_[i] || frame_allocates_parameters(frames[i], c);
     frame_module_apply_[i] =
         c.origin == Origin::kTorch && c.path == "nn/modules/module.py" && frames[i].name == "_apply";
-    frame_loads_weights_[i] = frame_loads_weights(frames[i], c);
     frame_default_device_[i] =
         c.origin == Origin::kTorch && c.path == "utils/_device.py" && frames[i].name == "__torch_function__";
     grad_decorator[i] = c.origin == Origin::kTorch && frames[i].name == "decorate_context" &&

@@ -94,8 +94,8 @@
 //     scripts/record_hf_snapshot.py --pretrained), or 4.x's
 //     `_load_state_dict_into_meta_model` in transformers/modeling_utils.py
 //     (from its source, not recorded). The pool's threads interleave the
-//     weights: their order is not the modules' (Note [Blocks from the
-//     parameters] reads sizes, not order, within a block).
+//     weights: their order is not the modules' (Note [Blocks from loaded
+//     weights] counts their sizes instead).
 
 #include <cstdint>
 #include <string>
