@@ -817,6 +817,8 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   }
   if (!d.ooms.empty()) {
     need_query.inference = d.ooms.back().inference();
+    need_query.generating = d.ooms.back().inference_kind == InferenceKind::kGenerate;
+    if (d.ooms.back().nothing_saved.found()) need_query.blocks = &d.ooms.back().nothing_saved;
     d.need = estimate_need(need_query, runs.finish(trace.size()), trace, attr, frames);
   }
   t.inconsistencies = replay.inconsistencies();

@@ -74,6 +74,8 @@ NothingSaved blocks_kept_nothing(const std::vector<TraceEvent>& trace, const Att
     found.last_event = static_cast<int64_t>(run[k].event);
   }
   if (layers.size() < kMinLayers || found.freed_bytes == 0) return none;
+  found.stretch_allocations = static_cast<int64_t>(best_end - best_begin);
+  for (size_t k = best_begin; k < best_end; k += best_p) found.block_first_events.push_back(run[k].event);
   // Each must be freed before the out-of-memory. An address handed out
   // again while one of them held it (a trace no allocator makes) keeps it.
   std::unordered_map<int64_t, bool> live;  // addr -> held by one of them

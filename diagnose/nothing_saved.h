@@ -50,6 +50,12 @@ struct NothingSaved {
   int64_t freed_bytes = 0;        ///< SUM: their requested bytes
   int64_t first_event = -1;       ///< trace index of the first of them
   int64_t last_event = -1;        ///< trace index of the last of them
+  /// Trace indices of the first allocation of each period of the stretch,
+  /// oldest first: the earlier blocks', the last complete one's and, where
+  /// the current block has allocated before the failure, the current one's
+  /// (then stretch_allocations is no multiple of block_allocations).
+  std::vector<int64_t> block_first_events;
+  int64_t stretch_allocations = 0;  ///< COUNT: allocations in the stretch of blocks
   bool found() const { return freed_allocations > 0; }
 };
 

@@ -667,6 +667,103 @@ bool forward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<T
   return fallback_p > 0 && read_blocks(fallback_p, fallback.begin - fallback_p, fallback.end);
 }
 
+// Note [Blocks without autograd]
+// Rationale: a forward without autograd keeps no activations (Note [Blocks
+// that kept nothing]): rule 3 has no pattern to read, and the need was the
+// request alone. GPT-2's no_grad forward recorded on an H200 failed in its
+// third block of four needing 14 times its 1 MiB request (14680064 B: the
+// fourth block's temporaries above the KV cache entries the third keeps).
+// Approach: each block starts where the one before ended and makes the same
+// allocations. Over the last complete block (the period of Note [Blocks
+// that kept nothing]), its rise above its start after each allocation, its
+// peak P and its end E (what a block leaves: its KV cache entries; its
+// output, less the input it frees). At the failure the current block is S
+// above its start and has made q allocations: the rest of it rises to the
+// complete block's highest after its q-th allocation. With A blocks after it
+// (the model's blocks, Note [Blocks from the parameters]), the last starts
+// A x E above the current one's start and peaks at A x E + P. A language
+// model's logits (Note [A language model's head], 4 B an entry) come after
+// the blocks, (A + 1) x E above it. The need is the highest of these less S,
+// at least the request.
+// Limitations: without the model's block count only the current block's
+// rest counts (a lower bound); bf16 logits are counted at 4 B; under
+// generate() no logits are counted (transformers 5.x keeps the last
+// token's, logits_to_keep).
+bool inference_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<TraceEvent>& trace,
+                      const Attribution& attr, const FrameIndex& frames, const ParameterLayout& layout,
+                      PhaseNeed& need) {
+  const NothingSaved blocks = q.blocks ? *q.blocks : blocks_kept_nothing(trace, attr, frames, q.oom_event);
+  const std::vector<int64_t>& starts = blocks.block_first_events;
+  const int64_t period = blocks.block_allocations;
+  if (!blocks.found() || period <= 0) return false;
+  const size_t complete = static_cast<size_t>(blocks.stretch_allocations / period);
+  if (complete == 0 || complete > starts.size()) return false;
+  const size_t current = complete < starts.size() ? static_cast<size_t>(starts[complete]) : q.oom_event;
+  // The last complete block's rise above its start after each of its allocations (its frees between them too).
+  std::vector<int64_t> rise;  // rise[k]: after its k-th allocation and the frees before the next
+  int64_t level = 0, peak = 0;
+  for (size_t i = static_cast<size_t>(starts[complete - 1]); i < current; ++i) {
+    if (trace[i].action == TraceAction::kAlloc) {
+      level += trace[i].size;
+      rise.push_back(level);
+    } else if (trace[i].action == TraceAction::kFreeRequested) {
+      level -= trace[i].size;
+      if (!rise.empty()) rise.back() = std::max(rise.back(), level);
+    }
+    peak = std::max(peak, level);
+  }
+  const int64_t end = level;
+  // The current block so far: its allocations and its rise above its start.
+  int64_t made = 0, so_far = 0;
+  for (size_t i = current; i < q.oom_event; ++i) {
+    if (trace[i].action == TraceAction::kAlloc) {
+      ++made;
+      so_far += trace[i].size;
+    } else if (trace[i].action == TraceAction::kFreeRequested) {
+      so_far -= trace[i].size;
+    }
+  }
+  int64_t rest_of_current = 0;  // the complete block's highest from the current one's position on
+  for (size_t k = static_cast<size_t>(made); k < rise.size(); ++k) rest_of_current = std::max(rest_of_current, rise[k]);
+  need.method = NeedMethod::kInferenceBlocks;
+  need.blocks_done = static_cast<int64_t>(complete);
+  need.block_bytes = end;
+  need.block_so_far_bytes = so_far;
+  int64_t highest = rest_of_current;
+  VocabularyHead head;
+  if (layout.blocks > need.blocks_done) {
+    need.model_blocks = layout.blocks;
+    need.blocks_after = layout.blocks - need.blocks_done - 1;
+    highest = std::max(highest, need.blocks_after * end + peak);
+    if (!q.generating) head = vocabulary_head(layout, trace, frames, run.first_event, q.oom_event);
+    need.head_bytes = head.logits_bytes;
+    if (head.logits_bytes > 0) highest = std::max(highest, (need.blocks_after + 1) * end + head.logits_bytes);
+  }
+  need.lower_bound = need.model_blocks == 0;
+  need.still_needed_bytes = std::max(q.rounded_bytes, highest - so_far);
+  need.estimate = fmt::format(
+      "blocks without autograd: each of {} allocation{} rises to {} above its start and ends {} above it (what it "
+      "keeps: KV cache entries; its output less its input); the current block, {} above its start after {} "
+      "allocation{}, rises to {} in the rest of it{}",
+      period, period == 1 ? "" : "s", format_bytes(peak), format_bytes(end), format_bytes(so_far), made,
+      made == 1 ? "" : "s", format_bytes(rest_of_current),
+      need.model_blocks == 0
+          ? " (the blocks after it are not in the snapshot)"
+          : fmt::format(
+                "; {} (the model's parameters {} {} blocks){}",
+                need.blocks_after == 0 ? std::string("it is the model's last block")
+                                       : fmt::format("the last of {} more block{} peaks {} x {} + {} above its start",
+                                                     need.blocks_after, need.blocks_after == 1 ? "" : "s",
+                                                     need.blocks_after, format_bytes(end), format_bytes(peak)),
+                layout.loaded ? "loaded by from_pretrained count" : "repeat in", need.model_blocks,
+                head.logits_bytes > 0 ? fmt::format(", then the head's logits, {} tokens x {} entries x 4 B = {}, made "
+                                                    "with the blocks' {} x {} left above its start",
+                                                    head.tokens, head.vocabulary, format_bytes(head.logits_bytes),
+                                                    need.blocks_after + 1, format_bytes(end))
+                                      : ""));
+  return true;
+}
+
 /// An allocation as a recomputation repeats it: its layer frame
 /// (FrameIndex::layer_frame) and requested bytes.
 struct AllocKey {
@@ -1162,6 +1259,8 @@ const char* need_method_name(NeedMethod method) {
       return "optimizer_step";
     case NeedMethod::kForwardBlocks:
       return "forward_blocks";
+    case NeedMethod::kInferenceBlocks:
+      return "inference_blocks";
     case NeedMethod::kBackwardBlocks:
       return "backward_blocks";
     case NeedMethod::kRecomputedBlock:
@@ -1181,6 +1280,8 @@ const char* need_covers(const PhaseNeed& need) {
       return "the rest of backward's blocks";
     case NeedMethod::kForwardBlocks:
       return "the rest of the current block";
+    case NeedMethod::kInferenceBlocks:
+      return need.blocks_after > 0 ? "the blocks still to run" : "the rest of the current block";
     case NeedMethod::kTrace:
       return need.later_peak_bytes > 0 ? "the rest of the iteration's need" : "the rest of the phase's need";
     case NeedMethod::kOptimizerFirstStep:
@@ -1202,6 +1303,9 @@ const char* need_leaves_out(const PhaseNeed& need) {
     case NeedMethod::kBackwardBlocks:
       return need.stem_gradient_bytes > 0 ? "the temporaries of backward through the embeddings are not counted"
                                           : "what backward allocates after the blocks is not counted";
+    case NeedMethod::kInferenceBlocks:
+      return need.model_blocks > 0 ? "what follows the model's blocks but the logits is not counted"
+                                   : "the blocks after the current one are not in the snapshot";
     case NeedMethod::kForwardBlocks:
       return need.head_bytes > 0
                  ? "further copies of the logits (bf16 logits' fp32 copy, a shifted copy) are not counted"
@@ -1384,6 +1488,7 @@ PhaseNeed estimate_need(const NeedQuery& q, const std::vector<PhaseRun>& runs, c
                                      : ParameterLayout{};
   // 3. the forward's block pattern.
   if (q.phase == Phase::kForward && !q.inference) forward_blocks(q, *run, trace, attr, frames, layout, need);
+  if (q.phase == Phase::kForward && q.inference) inference_blocks(q, *run, trace, attr, frames, layout, need);
   // 4. a block's turn in backward, as the previous block's ran.
   if (backward_blocks(q, *run, trace, attr, frames, layout, need)) return need;
   // 5. a checkpointed block recomputed in backward, as it ran in forward.

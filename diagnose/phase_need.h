@@ -54,7 +54,11 @@
 //      backward after the forward, are not counted). Not for a forward
 //      without autograd (generate(), evaluation):
 //      it keeps a KV cache and frees each block's output after the next
-//      block, so what stays per block is no block's whole pattern.
+//      block, so what stays per block is no block's whole pattern. Such a
+//      forward whose blocks show (Note [Blocks that kept nothing]): the
+//      last complete block's rise and end say what the rest of the current
+//      block and each block after it add, then a language model's logits
+//      (inference blocks, Note [Blocks without autograd], phase_need.cpp).
 //   4. backward blocks: backward past its first block: the previous
 //      block's turn (its recomputation, with checkpointing, and its
 //      backward), of the same shapes, says how far this one grows and how
@@ -82,6 +86,7 @@
 
 #include "diagnose/attribution.h"
 #include "diagnose/frames.h"
+#include "diagnose/nothing_saved.h"
 #include "diagnose/snapshot.h"
 
 namespace oomtune::diagnose {
@@ -92,13 +97,14 @@ enum class NeedMethod : uint8_t {
   kOptimizerFirstStep,
   kOptimizerStep,
   kForwardBlocks,
+  kInferenceBlocks,
   kBackwardBlocks,
   kRecomputedBlock,
   kRequest
 };
 
-/// "trace", "optimizer_first_step", "optimizer_step", "forward_blocks", "backward_blocks",
-/// "recomputed_block", "request".
+/// "trace", "optimizer_first_step", "optimizer_step", "forward_blocks", "inference_blocks",
+/// "backward_blocks", "recomputed_block", "request".
 const char* need_method_name(NeedMethod method);
 
 struct PhaseNeed;
@@ -157,6 +163,10 @@ struct NeedQuery {
   /// The optimizer the trace names (Diagnosis::optimizer); nullptr: none,
   /// then Adam's two states per parameter are assumed.
   const OptimizerKind* optimizer = nullptr;
+  bool generating = false;  ///< that forward is Hugging Face's generate() (InferenceKind::kGenerate)
+  /// Its blocks, where Note [Blocks that kept nothing] read them already
+  /// (OomReport::nothing_saved); nullptr: read them again.
+  const NothingSaved* blocks = nullptr;
 };
 
 /// What told the optimizer's implementation (Note [Phase need] rule 2).

@@ -487,8 +487,18 @@ TEST(ForwardFrames, AGenerateOutOfMemoryIsInferenceAndGetsNoTrainingFixes) {
   ASSERT_FALSE(d.verdicts.empty());
   EXPECT_EQ(d.verdicts.front().id, VerdictId::kInferenceForward);
   for (const Verdict& v : d.verdicts) EXPECT_NE(v.id, VerdictId::kActivationsInForward);
-  // The forward-blocks rule reads training forwards; here only the request is known.
-  EXPECT_EQ(d.need.method, NeedMethod::kRequest);
+  // Note [Blocks without autograd]: a layer makes its keys and values (2 x
+  // 16 MiB, kept), then its 64 MiB of probabilities (freed), then its 16 MiB
+  // output (the hidden state before it freed): 96 MiB above its start at its
+  // highest, 32 MiB at its end. The 4th layer had made its 32 MiB: the rest
+  // is the 64 MiB request. The six 32 MiB weights, all alike, show no
+  // blocks, so the layers after it are not counted: a lower bound.
+  EXPECT_EQ(d.need.method, NeedMethod::kInferenceBlocks) << d.need.estimate;
+  EXPECT_EQ(d.need.still_needed_bytes, 64 * kMiB);
+  EXPECT_TRUE(d.need.lower_bound);
+  EXPECT_EQ(d.need.blocks_done, 3);
+  EXPECT_EQ(d.need.block_bytes, 32 * kMiB);
+  EXPECT_EQ(d.need.block_so_far_bytes, 32 * kMiB);
   for (const Recommendation& r : d.recommendations) {
     EXPECT_NE(r.id, FixId::kActivationCheckpointing);
     EXPECT_NE(r.id, FixId::kCheckpointingOn);
@@ -498,7 +508,11 @@ TEST(ForwardFrames, AGenerateOutOfMemoryIsInferenceAndGetsNoTrainingFixes) {
   EXPECT_EQ(first.id, FixId::kMicroBatch);
   EXPECT_EQ(first.change, "Halve the batch passed to generate()");
   EXPECT_EQ(first.frees_bytes, (144 * kMiB + 64 * kMiB) / 2);  // half the kept tensors and the request
-  EXPECT_EQ(first.sufficiency, Sufficiency::kEnoughForRequest);
+  // Note [Enough for how many blocks]: 104 MiB freed, half of it the need's
+  // share: 104 - 32 = 72 MiB fixed covers a need of 144 MiB, 64 now and two
+  // more layers of 32 MiB: the current one's, none known after it, and 2.
+  EXPECT_EQ(first.sufficiency, Sufficiency::kEnoughUpToBlocks);
+  EXPECT_EQ(first.most_blocks, 3 + 1 + 2);
 }
 
 }  // namespace

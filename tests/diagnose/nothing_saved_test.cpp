@@ -131,6 +131,13 @@ TEST(NothingSaved, BlocksThatFreedAllTheyMadeKeptNothing) {
   EXPECT_EQ(n.freed_allocations, 7);
   EXPECT_EQ(n.freed_bytes, 9 * kMiB);
   EXPECT_LT(n.first_event, n.last_event);
+  // Blocks 0 to 3 and the 5th block's first allocation: 13 in the stretch,
+  // each period's first the block's first temporary.
+  EXPECT_EQ(n.stretch_allocations, 13);
+  ASSERT_EQ(n.block_first_events.size(), 5u);
+  EXPECT_EQ(n.block_first_events[0], n.first_event);
+  for (size_t k = 1; k < n.block_first_events.size(); ++k)
+    EXPECT_LT(n.block_first_events[k - 1], n.block_first_events[k]);
 }
 
 TEST(NothingSaved, BlocksThatKeepATensorForBackwardKeptSomething) {

@@ -74,6 +74,14 @@ TEST(RecordedOnCpu, ANoGradForwardReadsAsInference) {
   ASSERT_FALSE(d.verdicts.empty());
   EXPECT_EQ(d.verdicts.front().id, VerdictId::kInferenceForward);
   EXPECT_FALSE(recommends(d, FixId::kActivationCheckpointing));
+  // Note [Blocks without autograd]: the block after the current one peaks
+  // above the KV cache entries the current one keeps; the need is within 5%
+  // of what the uncapped run allocates from the failure on (14680076 B,
+  // tests/scripts/cpu_snapshot_test.py), 14 times the 1 MiB request.
+  EXPECT_EQ(d.need.method, NeedMethod::kInferenceBlocks) << d.need.estimate;
+  EXPECT_EQ(d.need.model_blocks, 4);
+  EXPECT_FALSE(d.need.lower_bound);
+  EXPECT_NEAR(static_cast<double>(d.need.still_needed_bytes), 14680076.0, 0.05 * 14680076) << d.need.estimate;
 }
 
 // The same forward with autograd keeps its blocks' saved tensors: rule 3

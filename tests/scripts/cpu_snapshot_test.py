@@ -5,7 +5,9 @@ device thread):
 
 - its forward under `with torch.no_grad():`, which leaves no frame, reads
   as inference from its blocks (Note [Blocks that kept nothing],
-  diagnose/nothing_saved.h) and gets no activation checkpointing; the same
+  diagnose/nothing_saved.h) and gets no activation checkpointing, its need
+  the blocks still to run (Note [Blocks without autograd]) within 5% of
+  the uncapped run's growth; the same
   forward with autograd, at the same share of its allocations, reads as
   training, where the rest of its blocks, the head's logits and the loss's
   log_softmax over them are what it still needed (Note [Phase need] rule
@@ -155,6 +157,14 @@ with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep)
             failures.append(f"{mode}: expected at least half a block's allocations freed, got {oom['nothing_saved']}")
         if mode == "train":
             check_training_forward(mode, recorded, d, 0.05)
+        # Without autograd: the blocks still to run, above the KV cache entries each keeps (Note [Blocks
+        # without autograd]), within 5% of the uncapped run's growth.
+        need, growth = d["need"], recorded["uncapped_growth_bytes"]
+        if mode == "no_grad" and (need["method"] != "inference_blocks" or
+                                  abs(need["still_needed_bytes"] - growth) > 0.05 * growth):
+            failures.append(f"{mode}: expected the inference blocks' need within 5% of the {growth} B the uncapped "
+                            f"run allocates from there; got {need['method']}, {need['still_needed_bytes']} B: "
+                            f"{need['estimate']}")
 
     # A Llama's forward: its blocks' most common parameter size is the MLP's (d x ff, three of them), which
     # divides neither its embedding nor the embedding's output; d is its norms' (Note [A language model's
