@@ -699,8 +699,8 @@ bool inference_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector
   const size_t complete = static_cast<size_t>(blocks.stretch_allocations / period);
   if (complete == 0 || complete > starts.size()) return false;
   const size_t current = complete < starts.size() ? static_cast<size_t>(starts[complete]) : q.oom_event;
-  // The last complete block's rise above its start after each of its allocations (its frees between them too).
-  std::vector<int64_t> rise;  // rise[k]: after its k-th allocation and the frees before the next
+  // The last complete block's rise above its start right after each of its allocations (frees only lower it).
+  std::vector<int64_t> rise;
   int64_t level = 0, peak = 0;
   for (size_t i = static_cast<size_t>(starts[complete - 1]); i < current; ++i) {
     if (trace[i].action == TraceAction::kAlloc) {
@@ -708,7 +708,6 @@ bool inference_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector
       rise.push_back(level);
     } else if (trace[i].action == TraceAction::kFreeRequested) {
       level -= trace[i].size;
-      if (!rise.empty()) rise.back() = std::max(rise.back(), level);
     }
     peak = std::max(peak, level);
   }
