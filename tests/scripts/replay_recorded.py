@@ -13,9 +13,10 @@ the failing allocation on) and parameter_bytes; "default_device" says the
 whole run was under `with torch.device("cuda"):`. The snapshot is written
 to --out as record_cuda_snapshot.py writes it, and the same JSON printed.
 
-Exit 0 with the snapshot; 78 where DIR holds no recording of NAME, or one
-made with other options (the reason printed: the test counts it as not
-recorded, not as a failure); 2 on bad arguments.
+Exit 0 with the snapshot; 78 where DIR holds no recording of NAME (the
+reason printed: the test counts it as not recorded, not as a failure); 1
+where it was recorded with other options than asked (a failure: the test's
+case changed, and the recording must be made again); 2 on bad arguments.
 """
 
 import gzip
@@ -37,9 +38,9 @@ def main():
     if case is None:
         print(f"{name}: not recorded: {manifest.get('not_recorded', {}).get(name, 'no such case in ' + folder)}")
         return 78
-    if case["args"] != options:
-        print(f"{name}: recorded with other options: {' '.join(case['args'])}")
-        return 78
+    if case["args"] != options:  # the test changed its case: its recording no longer stands for it
+        print(f"{name}: recorded with other options: {' '.join(case['args'])}", file=sys.stderr)
+        return 1
     tmp = out + ".tmp"
     with gzip.open(os.path.join(folder, name + ".pickle.gz"), "rb") as src, open(tmp, "wb") as dst:
         shutil.copyfileobj(src, dst)
