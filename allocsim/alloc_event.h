@@ -33,6 +33,10 @@ struct AllocEvent {
   Phase phase = Phase::kLoad;
   /// Operator that made the request ("aten::mm"), or empty when unknown.
   std::string op;
+  /// Which call of an operator made the request: equal for the allocations
+  /// of one kernel call, different for two calls (of one operator or two),
+  /// 0 when unknown. order_interchangeable_allocations reads it.
+  std::uint64_t call = 0;
 };
 
 /// An alloc event (convenience for tests and generators).

@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <unordered_map>
+#include <utility>
 
 namespace oomtune::allocsim {
 
@@ -28,10 +29,12 @@ void order_interchangeable_allocations(std::vector<AllocEvent>& events) {
     }
     std::size_t end = begin;
     while (end < events.size() && events[end].kind == AllocEventKind::kAlloc) ++end;
-    std::map<int64_t, std::vector<std::size_t>> places;  // bytes -> indices, in order
-    for (std::size_t i = begin; i < end; ++i) places[events[i].bytes].push_back(i);
+    // (bytes, call) -> indices, in order
+    std::map<std::pair<int64_t, std::uint64_t>, std::vector<std::size_t>> places;
+    for (std::size_t i = begin; i < end; ++i)
+      if (events[i].call != 0) places[{events[i].bytes, events[i].call}].push_back(i);
     run.assign(events.begin() + static_cast<std::ptrdiff_t>(begin), events.begin() + static_cast<std::ptrdiff_t>(end));
-    for (const auto& [bytes, at] : places) {
+    for (const auto& [size_and_call, at] : places) {
       if (at.size() < 2) continue;
       std::vector<std::size_t> by_free = at;
       std::stable_sort(by_free.begin(), by_free.end(),

@@ -1,17 +1,25 @@
 #pragma once
 // Allocations that no allocator can tell apart, put in one order.
 //
-// Consecutive requests of one size, with no free between them, ask the
-// caching allocator for the same thing whichever tensor each one becomes;
-// what tells them apart is which of them is freed first, and that follows
-// the order in which the kernel made them, a choice of the kernel's. CPU
-// kernels of the same operator differ there: native_batch_norm_backward's
-// makes grad_weight and grad_bias before grad_input (ATen's native kernel),
-// oneDNN's grad_input first, and a CUDA kernel has its own order. Replayed
-// as recorded, the same training step then left one 2 MiB segment more on
-// one CPU path than on another (ResNet-50, bf16, micro-batch 2: 43 vs 42
-// cudaMalloc calls). The replay takes such a group in the order its
-// members are freed instead: the same stream on every path.
+// Requests of one size that one kernel call makes, with no free between
+// them, ask the caching allocator for the same thing whichever output each
+// one becomes; what tells them apart is which of them is freed first, and
+// that follows the order in which the kernel made them, a choice of the
+// kernel's. CPU kernels of the same operator differ there:
+// native_batch_norm_backward's makes grad_weight and grad_bias before
+// grad_input (ATen's native kernel), oneDNN's grad_input first, and a CUDA
+// kernel has its own order. Replayed as recorded, the same training step
+// then left one 2 MiB segment more on one CPU path than on another
+// (ResNet-50, bf16, micro-batch 2: 43 vs 42 cudaMalloc calls). The replay
+// takes such a group in the order its members are freed instead: the same
+// stream on every path.
+//
+// Only within one call: the order of two calls is the program's, the same
+// on every device. Reordered across calls (an `aten::add` output and the
+// next `aten::mul`'s, both 2 MiB, in Hugging Face GPT-2's bf16 forward) the
+// replay of the H200's own allocator events reserved 142 MiB where the
+// allocator reserved 122 from the same requests in their real order
+// (docs/allocator_simulator.md, "Which allocations are interchangeable").
 
 #include <vector>
 
@@ -20,13 +28,14 @@
 namespace oomtune::allocsim {
 
 /// Reorders `events` in place: in each run of consecutive alloc events (no
-/// free between them), the allocations of one size take the places of that
-/// size in the order they are freed later in `events`, earliest first;
-/// those never freed there keep their relative order after the freed ones.
-/// The places, their `order` values and every free stay where they are, so
-/// each request asks for the same bytes at the same point. A free whose id
-/// no earlier alloc names (an allocation from before `events`) is left as
-/// it is.
+/// free between them), the allocations of one size and one kernel call
+/// (AllocEvent::call, not 0) take the places of that size and call in the
+/// order they are freed later in `events`, earliest first; those never freed
+/// there keep their relative order after the freed ones. Allocations with
+/// call 0 (unknown) stay where they are. The places, their `order` values
+/// and every free stay where they are, so each request asks for the same
+/// bytes at the same point. A free whose id no earlier alloc names (an
+/// allocation from before `events`) is left as it is.
 void order_interchangeable_allocations(std::vector<AllocEvent>& events);
 
 }  // namespace oomtune::allocsim

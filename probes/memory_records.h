@@ -183,6 +183,11 @@ struct TrackedEvent {
   // autograd node, an oomtune operator) made it; every run has its own
   // number. 0 = none, or a free.
   uint32_t frame_run = 0;
+  // Of an allocation: which call of the operator its label names (the
+  // outermost operator under that frame, or the frame itself) made it;
+  // allocations of one kernel call share it (allocsim::AllocEvent::call).
+  // 0 = none, or a free.
+  uint32_t op_call = 0;
 };
 
 }  // namespace oomtune

@@ -328,6 +328,13 @@ std::string op_label(std::size_t frame) {
 // The run of the enclosing frame t_ops[frame] (innermost_frame); 0 for none.
 uint32_t frame_run(std::size_t frame) { return frame < t_ops.size() ? t_ops[frame].run : 0; }
 
+// The run of the call op_label(frame) names: the outermost op under the
+// frame, else the frame itself; 0 outside every op.
+uint32_t op_call(std::size_t frame) {
+  const std::size_t first_op = frame < t_ops.size() ? frame + 1 : 0;
+  return first_op < t_ops.size() ? t_ops[first_op].run : frame_run(frame);
+}
+
 // A live block the tracker made.
 struct Block {
   int64_t bytes = 0;
@@ -627,7 +634,8 @@ void MemoryTracker::record(void* data, int64_t bytes, MemoryPool pool) const {
                              reinterpret_cast<uint64_t>(data),
                              bytes,
                              s.intern(op_label(frame)),
-                             frame_run(frame)};
+                             frame_run(frame),
+                             op_call(frame)};
     Block block{bytes, pool, 0, t_kernel_run, 0, ++s.blocks_counted};
     if (t_kernel_run != 0 && pool == MemoryPool::kDevice) t_kernel_bytes += bytes;
     if (!t_ops.empty()) {
@@ -837,7 +845,7 @@ void MemoryTracker::device_alloc(uint64_t address, int64_t bytes) {
   s.held_peak = std::max(s.held_peak, s.held[kDevice]);
   s.blocks[reinterpret_cast<const void*>(address)] = Block{bytes, MemoryPool::kDevice, 0, 0, 0, ++s.blocks_counted};
   s.count_alloc({TrackedEvent::Kind::kAlloc, MemoryPool::kDevice, s.phase, address, bytes, s.intern(op_label(frame)),
-                 frame_run(frame)});
+                 frame_run(frame), op_call(frame)});
 }
 
 void MemoryTracker::device_free(uint64_t address) {

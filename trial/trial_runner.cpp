@@ -178,6 +178,7 @@ std::vector<allocsim::AllocEvent> device_stream(const std::vector<TrackedEvent>&
     stream.push_back(e.kind == TrackedEvent::Kind::kAlloc ? allocsim::alloc_event(e.address, e.bytes, order, e.phase)
                                                           : allocsim::free_event(e.address, order, e.phase));
     if (op_names && e.op < op_names->size()) stream.back().op = (*op_names)[e.op];
+    stream.back().call = e.op_call;
     ++order;
   }
   return stream;
@@ -186,7 +187,10 @@ std::vector<allocsim::AllocEvent> device_stream(const std::vector<TrackedEvent>&
 // Replays the trial's device allocations events[0, end) through the CUDA
 // caching-allocator simulator: what a GPU would have reserved for the same
 // run, whichever order the CPU's kernels made equal-size blocks in
-// (allocsim/interchangeable_allocations.h). The step-events file and the
+// (allocsim/interchangeable_allocations.h). A CUDA trial's events are the
+// allocator's own (`device_order`): replayed as they came, its prediction
+// checks the simulator against the allocator's measured figures. The
+// step-events file and the
 // length model keep the recorded order: the model pairs the events of runs
 // at several lengths by position, and a reordering that depends on which
 // sizes happen to be equal at one length would break that pairing.
@@ -210,7 +214,7 @@ std::vector<allocsim::AllocEvent> device_stream(const std::vector<TrackedEvent>&
 ReservedPrediction predict_reserved(const std::vector<TrackedEvent>& events, std::size_t end,
                                     std::optional<int64_t> budget_bytes, const CublasCalls& workspaces,
                                     int64_t workspace_bytes, int64_t lt_workspace_bytes,
-                                    const std::vector<std::string>& op_names) {
+                                    const std::vector<std::string>& op_names, bool device_order) {
   // The workspaces' requests carry a name of their own: a capped replay
   // that fails at one says what asked for it, not "(unknown)".
   std::vector<std::string> names = op_names;
@@ -221,7 +225,7 @@ ReservedPrediction predict_reserved(const std::vector<TrackedEvent>& events, std
   const std::vector<TrackedEvent> with_workspaces =
       with_cublas_workspaces(events, workspaces, workspace_bytes, lt_workspace_bytes, workspace_op, end);
   std::vector<allocsim::AllocEvent> stream = device_stream(with_workspaces, 0, end, &names);
-  allocsim::order_interchangeable_allocations(stream);
+  if (!device_order) allocsim::order_interchangeable_allocations(stream);
   const allocsim::SimResult sim = allocsim::replay(stream, allocsim::SimOptions{});
   ReservedPrediction prediction;
   prediction.peak_reserved_bytes = sim.peak_reserved_bytes;
@@ -583,7 +587,8 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
       const std::vector<std::string> op_names = tracker.op_names();
       report.reserved =
           predict_reserved(events, replay_end, job.usable_budget_bytes(), cuda ? CublasCalls{} : tracker.cublas_calls(),
-                           cublas_workspace_bytes(cuda_target), cublaslt_workspace_bytes(cuda_target), op_names);
+                           cublas_workspace_bytes(cuda_target), cublaslt_workspace_bytes(cuda_target), op_names,
+                           /*device_order=*/cuda);
       if (variable) report.step_peak_bytes = step_device_peaks(events, step_events);
       if (!options.step_events_path.empty())
         write_step_events(options.step_events_path, events, measured_begin, measured_end, op_names);

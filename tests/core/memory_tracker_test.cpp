@@ -456,6 +456,42 @@ TEST(MemoryTracker, EventsNameTheRunOfTheirEnclosingFrame) {
   EXPECT_EQ(runs[3], runs[4]);
 }
 
+// Allocations name the call of the operator their label names: the outputs
+// of one call share it (aminmax: two outputs of one size), two calls differ
+// inside one frame and outside any (allocsim::order_interchangeable_allocations
+// reorders equal sizes within one call only).
+TEST(MemoryTracker, EventsNameTheCallOfTheirOperator) {
+  TrackerOptions options;
+  options.record_events = true;
+  MemoryTracker tracker(options);
+  const at::Tensor x = at::ones({64, 16}, at::kFloat);
+  const std::size_t before = tracker.event_count();
+  { auto [low, high] = at::aminmax(x, /*dim=*/1); }
+  {
+    at::Tensor a = at::zeros({16}, at::kFloat);
+    at::Tensor b = at::zeros({16}, at::kFloat);
+  }
+  {
+    RECORD_FUNCTION("oomtune::checkpoint", std::vector<c10::IValue>());
+    at::Tensor c = at::zeros({16}, at::kFloat);
+    at::Tensor d = at::zeros({16}, at::kFloat);
+  }
+  const std::vector<TrackedEvent> events = tracker.events();
+  std::vector<uint32_t> calls, runs;
+  for (std::size_t i = before; i < events.size(); ++i)
+    if (events[i].kind == TrackedEvent::Kind::kAlloc) {
+      calls.push_back(events[i].op_call);
+      runs.push_back(events[i].frame_run);
+    }
+  ASSERT_EQ(calls.size(), 6u);
+  for (uint32_t call : calls) EXPECT_NE(call, 0u);
+  EXPECT_EQ(calls[0], calls[1]);  // aminmax's min and max
+  EXPECT_NE(calls[2], calls[1]);
+  EXPECT_NE(calls[3], calls[2]);  // two zeros outside any frame
+  EXPECT_NE(calls[5], calls[4]);  // two zeros in one checkpoint frame...
+  EXPECT_EQ(runs[5], runs[4]);    // ...which is one run
+}
+
 // ---- Kernel scratch (Note [Kernel scratch] in probes/memory_tracker.cpp).
 
 // A tracker that records events, an input made before it resets its
