@@ -17,9 +17,10 @@
 // Only within one call: the order of two calls is the program's, the same
 // on every device. Reordered across calls (an `aten::add` output and the
 // next `aten::mul`'s, both 2 MiB, in Hugging Face GPT-2's bf16 forward) the
-// replay of the H200's own allocator events reserved 142 MiB where the
-// allocator reserved 122 from the same requests in their real order
-// (docs/allocator_simulator.md, "Which allocations are interchangeable").
+// H200 allocator's own events of one step replayed to 142 MiB reserved, in
+// their real order to 122, and the allocator reserved 124 over the whole
+// trial (docs/allocator_simulator.md, "Which allocations are
+// interchangeable").
 
 #include <vector>
 
