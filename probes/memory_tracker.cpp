@@ -313,13 +313,18 @@ std::string node_label(std::string_view node) {
   return node == "RecomputeFunction" ? "checkpoint recomputation" : std::string(node);
 }
 
+// Where the outermost aten op under the innermost enclosing frame,
+// t_ops[frame] (innermost_frame), stands on the stack; t_ops.size() or more
+// when there is none.
+std::size_t first_op_under(std::size_t frame) { return frame < t_ops.size() ? frame + 1 : 0; }
+
 // "aten::linear" in forward; "MmBackward0 > aten::mm" in backward;
 // "oomtune::checkpoint > aten::linear" in a checkpointed block, and
 // "checkpoint recomputation > aten::linear" in its backward: the outermost
-// aten op under the innermost enclosing frame, t_ops[frame] (innermost_frame).
+// aten op under the innermost enclosing frame (first_op_under).
 std::string op_label(std::size_t frame) {
   const char* node = frame < t_ops.size() ? t_ops[frame].name : nullptr;
-  const std::size_t first_op = node ? frame + 1 : 0;
+  const std::size_t first_op = first_op_under(frame);
   if (first_op >= t_ops.size()) return node ? node_label(node) : "(unknown)";
   const std::string op = operator_label(t_ops[first_op].name);
   return node ? fmt::format("{} > {}", node_label(node), op) : op;
@@ -331,7 +336,7 @@ uint32_t frame_run(std::size_t frame) { return frame < t_ops.size() ? t_ops[fram
 // The run of the call op_label(frame) names: the outermost op under the
 // frame, else the frame itself; 0 outside every op.
 uint32_t op_call(std::size_t frame) {
-  const std::size_t first_op = frame < t_ops.size() ? frame + 1 : 0;
+  const std::size_t first_op = first_op_under(frame);
   return first_op < t_ops.size() ? t_ops[first_op].run : frame_run(frame);
 }
 
