@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Convert a PyTorch CUDA memory snapshot pickle into an allocsim event file.
 
-Usage: snapshot_to_events.py SNAPSHOT.pickle OUT.json [--device N]
+Usage: snapshot_to_events.py SNAPSHOT.pickle[.gz] OUT.json [--device N]
 
 Reads the pickle written by torch.cuda.memory._dump_snapshot() with the
 standard `pickle` module (plain dicts, lists, strings, numbers: no torch
@@ -51,6 +51,7 @@ torch/cuda/memory.py _snapshot().
 """
 
 import argparse
+import gzip
 import json
 import os
 import pickle
@@ -222,6 +223,8 @@ def main(argv):
     parser.add_argument("--device", type=int, default=0)
     args = parser.parse_args(argv)
     with open(args.snapshot, "rb") as f:
+        gzipped = f.read(2) == b"\x1f\x8b"  # the fixtures of tests/fixtures/snapshots/h200_recorded/
+    with (gzip.open if gzipped else open)(args.snapshot, "rb") as f:
         snapshot = PlainUnpickler(f).load()
     if not isinstance(snapshot, dict) or "segments" not in snapshot:
         sys.exit(f"snapshot_to_events: {args.snapshot}: expected a dict with 'segments' "
