@@ -229,6 +229,13 @@ TEST(SnapshotReplay, GptActivationsFixtureMatchesFromReconstructedStart) {
 // segments made before recording).
 class H200Recorded : public ::testing::TestWithParam<const char*> {};
 
+/// A fixture's name as a test's ("first_adamw_step_0.2" -> "first_adamw_step_0_2").
+std::string test_name(const ::testing::TestParamInfo<const char*>& info) {
+  std::string name = info.param;
+  std::replace(name.begin(), name.end(), '.', '_');
+  return name;
+}
+
 std::optional<SnapshotTrace> load_h200_recorded(const std::string& name, std::string& why) {
   return load_trace(
       fs::path(OOMTUNE_SOURCE_DIR) / "tests" / "fixtures" / "snapshots" / "h200_recorded" / (name + ".pickle.gz"),
@@ -262,11 +269,7 @@ INSTANTIATE_TEST_SUITE_P(SnapshotReplay, H200Recorded,
                                            "first_adamw_step_0.2_options", "first_rmsprop_step_1",
                                            "first_rmsprop_step_0.2_options", "first_sgd_step_0.5", "plain_backward",
                                            "llama_plain_backward"),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '.', '_');
-                           return name;
-                         });
+                         test_name);
 
 // The fourteenth, a Llama's second step: exact with the segments' own
 // addresses. With synthetic ones the replay's segment events part from the
@@ -283,6 +286,29 @@ TEST(SnapshotReplay, H200LlamaSecondStepMatchesWithTheSegmentsOwnAddresses) {
   EXPECT_EQ(synthetic.real.oom_event_indices.size(), 1u);
   EXPECT_TRUE(synthetic.result.ooms.empty());
 }
+
+// Three more traces recorded on an H200 from the process's first
+// allocation (docs/gpu_machine.md): oomtune's own CUDA trial of the example
+// GPT under 96 MiB (gpu_trial_gpt_oom), GPT-2 small's first forward under
+// 8 GiB (gpu_hf_gpt2_oom) and the same after from_pretrained
+// (gpu_hf_gpt2_pretrained_oom: transformers makes the weights in a thread
+// pool). 14, 157 and 140 segment events: exact with synthetic addresses
+// too, as the two shared fixtures.
+class GpuFromTheStart : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GpuFromTheStart, ReplaysAsTheAllocatorRan) {
+  std::string why;
+  const std::string name = GetParam();
+  const auto trace =
+      load_trace(fs::path(OOMTUNE_SOURCE_DIR) / "tests" / "fixtures" / "snapshots" / (name + ".pickle"), name, why);
+  if (!trace) FAIL() << why;
+  EXPECT_TRUE(trace->initial_segments.empty());
+  check_fixture(*trace, trace->budget_lower_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(SnapshotReplay, GpuFromTheStart,
+                         ::testing::Values("gpu_trial_gpt_oom", "gpu_hf_gpt2_oom", "gpu_hf_gpt2_pretrained_oom"),
+                         test_name);
 
 TEST(SnapshotReplay, TraceFileErrorsNameTheFile) {
   const fs::path bad = fs::path(testing::kAllocsimWorkDir) / "not_a_trace.json";
