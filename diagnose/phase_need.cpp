@@ -151,6 +151,17 @@ int64_t largest_parameter_bytes(const std::vector<TraceEvent>& trace, const Attr
   return parameters > 0 ? parameters : gradients;
 }
 
+/// Bytes events [first, end) leave above where they began: allocations
+/// add their requested bytes, frees subtract theirs.
+int64_t net_growth(const std::vector<TraceEvent>& trace, size_t first, size_t end) {
+  int64_t grown = 0;
+  for (size_t i = first; i < end; ++i) {
+    if (trace[i].action == TraceAction::kAlloc) grown += trace[i].size;
+    if (trace[i].action == TraceAction::kFreeRequested) grown -= trace[i].size;
+  }
+  return grown;
+}
+
 /// Bytes of the allocations in events [first, end) that `counted(i)`
 /// selects and that were not freed by `end`.
 template <typename Counted>
@@ -713,15 +724,10 @@ bool inference_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector
   }
   const int64_t end = level;
   // The current block so far: its allocations and its rise above its start.
-  int64_t made = 0, so_far = 0;
-  for (size_t i = current; i < q.oom_event; ++i) {
-    if (trace[i].action == TraceAction::kAlloc) {
-      ++made;
-      so_far += trace[i].size;
-    } else if (trace[i].action == TraceAction::kFreeRequested) {
-      so_far -= trace[i].size;
-    }
-  }
+  const auto made = std::count_if(trace.begin() + static_cast<std::ptrdiff_t>(current),
+                                  trace.begin() + static_cast<std::ptrdiff_t>(q.oom_event),
+                                  [](const TraceEvent& e) { return e.action == TraceAction::kAlloc; });
+  const int64_t so_far = net_growth(trace, current, q.oom_event);
   int64_t rest_of_current = 0;  // the complete block's highest from the current one's position on
   for (size_t k = static_cast<size_t>(made); k < rise.size(); ++k) rest_of_current = std::max(rest_of_current, rise[k]);
   need.method = NeedMethod::kInferenceBlocks;
@@ -1165,11 +1171,7 @@ bool backward_blocks(const NeedQuery& q, const PhaseRun& run, const std::vector<
     }
   }
   const int64_t net = grown;
-  int64_t so_far = 0;
-  for (size_t i = current; i < q.oom_event; ++i) {
-    if (trace[i].action == TraceAction::kAlloc) so_far += trace[i].size;
-    if (trace[i].action == TraceAction::kFreeRequested) so_far -= trace[i].size;
-  }
+  const int64_t so_far = net_growth(trace, current, q.oom_event);
 
   int64_t blocks = 0, after = 0;
   if (checkpointed) {

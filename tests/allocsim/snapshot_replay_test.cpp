@@ -137,6 +137,15 @@ int64_t real_final_reserved(const SnapshotTrace& trace) {
   return reserved;
 }
 
+/// The trace replayed under a cap of `budget` bytes with its own allocator
+/// settings, new segments at the trace's addresses or synthetic ones.
+TraceReplay replay_under(const SnapshotTrace& trace, int64_t budget, bool real_addresses) {
+  SimOptions options;
+  options.config = trace.config;
+  options.budget_bytes = budget;
+  return replay_trace(trace, options, real_addresses);
+}
+
 /// Which addresses a replay gives new segments (Note [Synthetic addresses]).
 enum class Addresses { kSyntheticAndReal, kRealOnly };
 
@@ -154,10 +163,7 @@ void check_fixture(const SnapshotTrace& trace, int64_t recorded_cap,
     for (const bool real_addresses : {false, true}) {
       if (!real_addresses && addresses == Addresses::kRealOnly) continue;
       SCOPED_TRACE(fmt::format("budget {} bytes, {} addresses", budget, real_addresses ? "real" : "synthetic"));
-      SimOptions options;
-      options.config = trace.config;
-      options.budget_bytes = budget;
-      const TraceReplay replay = replay_trace(trace, options, real_addresses);
+      const TraceReplay replay = replay_under(trace, budget, real_addresses);
       expect_same_segments(replay, real_addresses);
       expect_same_ooms(replay);
       expect_same_final_state(replay, trace, real_addresses);
@@ -180,10 +186,7 @@ TEST(SnapshotReplay, FragmentationFixtureMatchesExactly) {
   EXPECT_EQ(trace->budget_lower_bytes, 204 * (int64_t{20} << 20));
   check_fixture(*trace, 4 * kGiB);
 
-  SimOptions options;
-  options.config = trace->config;
-  options.budget_bytes = 4 * kGiB;
-  const TraceReplay replay = replay_trace(*trace, options, true);
+  const TraceReplay replay = replay_under(*trace, 4 * kGiB, true);
   const SimResult& r = replay.result;
   EXPECT_EQ(r.num_device_alloc, 204);
   EXPECT_EQ(r.num_device_free, 1);
@@ -205,10 +208,7 @@ TEST(SnapshotReplay, GptActivationsFixtureMatchesFromReconstructedStart) {
   // README: capped at 8 GiB; the OOM asked for 288 MiB.
   check_fixture(*trace, 8 * kGiB);
 
-  SimOptions options;
-  options.config = trace->config;
-  options.budget_bytes = 8 * kGiB;
-  const TraceReplay replay = replay_trace(*trace, options, true);
+  const TraceReplay replay = replay_under(*trace, 8 * kGiB, true);
   ASSERT_EQ(replay.result.ooms.size(), 1u);
   EXPECT_EQ(replay.result.ooms[0].rounded_bytes, 288 * (int64_t{1} << 20));
 }
@@ -242,22 +242,13 @@ std::optional<SnapshotTrace> load_h200_recorded(const std::string& name, std::st
       "h200_" + name, why);
 }
 
-/// The trace replayed with synthetic addresses under the lowest cap it
-/// allows.
-TraceReplay synthetic_replay(const SnapshotTrace& trace) {
-  SimOptions options;
-  options.config = trace.config;
-  options.budget_bytes = trace.budget_lower_bytes;
-  return replay_trace(trace, options, false);
-}
-
 TEST_P(H200Recorded, ReplaysAsTheAllocatorRan) {
   std::string why;
   const auto trace = load_h200_recorded(GetParam(), why);
   if (!trace) FAIL() << why;
   EXPECT_FALSE(trace->initial_segments.empty());
   check_fixture(*trace, trace->budget_lower_bytes, Addresses::kRealOnly);
-  const TraceReplay synthetic = synthetic_replay(*trace);
+  const TraceReplay synthetic = replay_under(*trace, trace->budget_lower_bytes, false);
   expect_same_segments(synthetic, false);
   expect_same_ooms(synthetic);
   EXPECT_EQ(synthetic.result.peak_reserved_bytes, trace->budget_lower_bytes);
@@ -281,7 +272,7 @@ TEST(SnapshotReplay, H200LlamaSecondStepMatchesWithTheSegmentsOwnAddresses) {
   const auto trace = load_h200_recorded("llama_second_step", why);
   if (!trace) FAIL() << why;
   check_fixture(*trace, trace->budget_lower_bytes, Addresses::kRealOnly);
-  const TraceReplay synthetic = synthetic_replay(*trace);
+  const TraceReplay synthetic = replay_under(*trace, trace->budget_lower_bytes, false);
   EXPECT_EQ(synthetic.result.peak_reserved_bytes, trace->budget_lower_bytes);
   EXPECT_EQ(synthetic.real.oom_event_indices.size(), 1u);
   EXPECT_TRUE(synthetic.result.ooms.empty());
