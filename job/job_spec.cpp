@@ -259,7 +259,16 @@ void read_loss(const TableReader& top, JobSpec& spec) {
       loss.fail("target", fmt::format("cross_entropy takes class indices: input '{}' must have dtype int64 or "
                                       "int32, got {}",
                                       spec.loss.target, target->dtype));
-    if (spec.inputs.size() < 2) loss.fail("target", "the target is an input too: the model needs at least one more");
+    // A language model trained on its own tokens (labels = input_ids) is
+    // the case users write here: the target is not passed to forward, so
+    // the labels are a second input of the ids' shape, cross entropy over
+    // every position as transformers' ForCausalLMLoss takes it (labels
+    // shifted by padding, the logits not sliced: loss/loss_utils.py).
+    if (spec.inputs.size() < 2)
+      loss.fail("target", fmt::format("'{}' is the only input, and the target is not passed to forward: add the "
+                                      "model's input beside it (a language model trained on its own tokens: an "
+                                      "input of the same shape, as in examples/hf_gpt2.toml)",
+                                      spec.loss.target));
   } else if (loss.has("target")) {
     loss.fail("target", fmt::format("loss kind '{}' takes no target", kind));
   }

@@ -129,6 +129,15 @@ TEST(JobSpec, EachBadInputGetsItsExactError) {
                              "dtype = \"float32\"\nrange = [0, 1000]\n\n[loss]")),
             "job.toml:20:10: loss.target: cross_entropy takes class indices: input 'targets' must have dtype int64 or "
             "int32, got float32");
+  // A causal language model's labels are its input ids; as the target, they leave forward nothing.
+  EXPECT_EQ(error_of(replace(replace(kGood,
+                                     "[[inputs]]\nname = \"targets\"\nshape = [\"batch\", 64]\n"
+                                     "dtype = \"int64\"\nrange = [0, 1000]\n\n",
+                                     ""),
+                             "target = \"targets\"", "target = \"input_ids\"")),
+            "job.toml:14:10: loss.target: 'input_ids' is the only input, and the target is not passed to forward: "
+            "add the model's input beside it (a language model trained on its own tokens: an input of the same "
+            "shape, as in examples/hf_gpt2.toml)");
   EXPECT_EQ(error_of(replace(kGood, "kind = \"cross_entropy\"", "kind = \"crossentropy\"")),
             "job.toml:19:8: loss.kind: unknown value 'crossentropy' (did you mean 'cross_entropy'?; valid: "
             "cross_entropy, mse, mean, model_returns_loss)");
