@@ -15,8 +15,11 @@ only on the peak, so a predicted reserved figure can miss a measured one while
 the peaks agree; this says where the two streams part.
 
 It prints, as Markdown in MiB:
-  - per phase, the allocations (count, bytes) of each and the step's live
-    peak above what was alive before it;
+  - each file's live peak above what was alive before the step, and the
+    same without its transient requests (freed before the next request is
+    made: a kernel's workspace, which cuDNN takes on a GPU and a meta run
+    has not; the step's last request is not one);
+  - per phase, the allocations (count, bytes) of each;
   - the operators whose allocated bytes differ, largest difference first
     (with --ignore-ops: the request sizes whose counts differ);
   - the stretches where the two sequences differ, aligned by difflib on
@@ -86,10 +89,37 @@ class Stream:
                 self.tokens.append(token)
                 self.phases.append(phase)
         self.peak = peak
+        self.transients, self.peak_without_transients = without_transients(events)
 
     def sizes(self):
         """How many requests of each size the file holds."""
         return collections.Counter(size for kind, size, _ in self.tokens if kind == "alloc")
+
+
+def without_transients(events):
+    """(how many requests were freed before the next request, the live peak
+    without them): a request is transient when its free comes before any
+    later request; the last request is not, there being no next one."""
+    latest = None  # the id of the latest request while it is the latest
+    transient = set()  # indices of the transient requests
+    last_alloc = max((i for i, e in enumerate(events) if e[0] == "alloc"), default=-1)
+    index_of = {}
+    for i, (kind, ident, _, _, _) in enumerate(events):
+        if kind == "alloc":
+            latest, index_of[ident] = ident, i
+        elif ident == latest:
+            if index_of[ident] != last_alloc:
+                transient.add(index_of[ident])
+            latest = None
+    live, now, peak = {}, 0, 0
+    for i, (kind, ident, size, _, _) in enumerate(events):
+        if kind == "alloc":
+            live[ident] = 0 if i in transient else size
+            now += live[ident]
+            peak = max(peak, now)
+        else:
+            now -= live.pop(ident, 0)
+    return len(transient), peak
 
 
 def mib(value):
@@ -151,7 +181,8 @@ def main(argv):
     a, b = Stream(args.a, args.min_bytes), Stream(args.b, args.min_bytes)
     for name, stream in (("A", a), ("B", b)):
         print(f"{name}: {stream.path}: {stream.events} events, live peak {mib(stream.peak)} MiB above the "
-              "step's start")
+              f"step's start ({mib(stream.peak_without_transients)} MiB without its {stream.transients} "
+              "transient requests)")
     print()
     print("| phase | A allocations | A MiB | B allocations | B MiB | B - A MiB |")
     print("|---|---:|---:|---:|---:|---:|")

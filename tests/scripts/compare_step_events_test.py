@@ -59,6 +59,19 @@ out = compare(a, b)
 # freed, then the 2 MiB sum while both are live: 40 MiB.
 checks.expect_in("A's live peak", f"A: {a}: 7 events, live peak 38.00 MiB above the step's start", out)
 checks.expect_in("B's live peak", f"B: {b}: 9 events, live peak 40.00 MiB above the step's start", out)
+# A's 512 B request is freed before the 30 MiB one: transient; B's is not (the 30 MiB request comes
+# first), and neither's last request is.
+checks.expect_in("A without its transient requests", "(38.00 MiB without its 1 transient requests)", out)
+checks.expect_in("B without its transient requests", "(40.00 MiB without its 0 transient requests)", out)
+# A 16 MiB workspace between two tensors: the step peaks at 24 MiB with it, 12 without.
+workspace = write("workspace.json", [["alloc", 1, 8 * MIB, "forward", "aten::conv2d"],
+                                     ["alloc", 2, 16 * MIB, "forward", "aten::conv2d"],
+                                     ["free", 2, 0, "forward", ""],
+                                     ["alloc", 3, 4 * MIB, "forward", "aten::batch_norm"],
+                                     ["free", 3, 0, "backward", ""],
+                                     ["free", 1, 0, "backward", ""]])
+checks.expect_in("a workspace is transient", "live peak 24.00 MiB above the step's start (12.00 MiB without its 1 "
+                 "transient requests)", compare(workspace, a))
 checks.expect_in("a phase row", "| backward | 0 | 0.00 | 1 | 2.00 | +2.00 |", out)
 checks.expect_in("the operator that differs", "| MulBackward0 > gradient sum | 0.00 | 2.00 | +2.00 |", out)
 checks.expect_in("an operator alike in both is not listed", "False", str("| aten::mm |" in out))
