@@ -68,42 +68,49 @@ class Stream:
         self.allocations = collections.Counter()  # (phase) -> count
         self.by_op = collections.Counter()  # op -> bytes allocated
         self.op_of = {}  # request size -> the first operator that asked for it
-        live = {}  # id -> bytes: ids can be addresses, which the allocator hands out again
-        now = peak = 0
-        for kind, ident, size, phase, op in events:
+        transient = transient_requests(events)
+        self.transients = len(transient)
+        live = {}  # id -> (bytes, transient): ids can be addresses, which the allocator hands out again
+        now = peak = now_lasting = peak_lasting = 0  # "lasting": without the transient requests
+        for index, (kind, ident, size, phase, op) in enumerate(events):
             if kind == "alloc":
-                live[ident] = size
+                live[ident] = (size, index in transient)
                 now += size
                 peak = max(peak, now)
+                if index not in transient:
+                    now_lasting += size
+                    peak_lasting = max(peak_lasting, now_lasting)
                 self.allocated[phase] += size
                 self.allocations[phase] += 1
                 self.by_op[op] += size
                 self.op_of.setdefault(size, op)
                 token = ("alloc", size, op)
             else:
-                size = live.pop(ident, None)
+                size, was_transient = live.pop(ident, (None, False))
                 if size is not None:
                     now -= size
+                    if not was_transient:
+                        now_lasting -= size
                 token = ("free", "before the step" if size is None else size, op)
             if size is None or size >= min_bytes:
                 self.tokens.append(token)
                 self.phases.append(phase)
         self.peak = peak
-        self.transients, self.peak_without_transients = without_transients(events)
+        self.peak_without_transients = peak_lasting
 
     def sizes(self):
         """How many requests of each size the file holds."""
         return collections.Counter(size for kind, size, _ in self.tokens if kind == "alloc")
 
 
-def without_transients(events):
-    """(how many requests were freed before the next request, the live peak
-    without them): a request is transient when its free comes before any
-    later request; the last request is not, there being no next one."""
+def transient_requests(events):
+    """The indices of the requests freed before the next request is made
+    (a kernel's workspace); the last request is not one, there being no
+    next one."""
     latest = None  # the id of the latest request while it is the latest
-    transient = set()  # indices of the transient requests
+    index_of = {}  # id -> the index of its latest request
+    transient = set()
     last_alloc = max((i for i, e in enumerate(events) if e[0] == "alloc"), default=-1)
-    index_of = {}
     for i, (kind, ident, _, _, _) in enumerate(events):
         if kind == "alloc":
             latest, index_of[ident] = ident, i
@@ -111,15 +118,7 @@ def without_transients(events):
             if index_of[ident] != last_alloc:
                 transient.add(index_of[ident])
             latest = None
-    live, now, peak = {}, 0, 0
-    for i, (kind, ident, size, _, _) in enumerate(events):
-        if kind == "alloc":
-            live[ident] = 0 if i in transient else size
-            now += live[ident]
-            peak = max(peak, now)
-        else:
-            now -= live.pop(ident, 0)
-    return len(transient), peak
+    return transient
 
 
 def mib(value):
