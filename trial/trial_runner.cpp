@@ -190,10 +190,10 @@ std::vector<allocsim::AllocEvent> device_stream(const std::vector<TrackedEvent>&
 // (allocsim/interchangeable_allocations.h). A CUDA trial's events are the
 // allocator's own (`device_order`): replayed as they came, its prediction
 // checks the simulator against the allocator's measured figures. The
-// step-events file and the
-// length model keep the recorded order: the model pairs the events of runs
-// at several lengths by position, and a reordering that depends on which
-// sizes happen to be equal at one length would break that pairing.
+// step-events file and the length model keep the recorded order: the model
+// pairs the events of runs at several lengths by position, and a reordering
+// that depends on which sizes happen to be equal at one length would break
+// that pairing.
 // On the CPU and on meta, `workspaces` are the cuBLAS workspaces a CUDA
 // run would allocate beside the tensors (cublas_workspaces.h); a CUDA
 // trial's events hold them already.
