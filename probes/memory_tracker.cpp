@@ -232,18 +232,28 @@ bool calls_cublaslt(const at::RecordFunction& fn) {
 // Rationale: on CUDA, convolutions and fp32/fp16 batch norms run cuDNN's
 // kernels, which take a workspace from the caching allocator for the call
 // (and batch norm a reserve space it keeps for backward), sized by cuDNN's
-// choice of algorithm on that GPU at run time (aten/src/ATen/native/cudnn/
-// Conv_v8.cpp tries plans whose workspace it can allocate;
-// Normalization.cpp, _select_batch_norm_backend picks cuDNN for fp32 and
-// fp16 inputs). A CPU or meta probe cannot see those bytes; what the
-// operators return and what autograd saves it counts as CUDA does.
+// choice of algorithm on that GPU at run time (Normalization.cpp,
+// _select_batch_norm_backend picks cuDNN for fp32 and fp16 inputs). A CPU or
+// meta probe cannot see those bytes; what the operators return and what
+// autograd saves it counts as CUDA does. A convolution's workspace is not a
+// need: aten/src/ATen/native/cudnn/Conv_v8.cpp allocates it after the
+// output and, when the allocator raises OutOfMemoryError for it (after
+// freeing its cached blocks), tries the next engine the heuristics list, then
+// the fallback list (try_configs), and a cached engine's failure sends it
+// back to that list. Capped at its budget, a step whose tensors fit runs
+// with slower engines instead of running out of memory: simulated on the
+// H200's eager steps of ResNet-50 checkpointed (docs/validation.md, "cuDNN's
+// workspaces under a cap"), each ran capped at oomtune's predicted reserved
+// bytes although it reserved up to 19 % more without a cap.
 // Approach: the report names how many such calls the measured step made
-// (CudnnCalls), so that a convolutional model's figures say where they may
-// fall short of a GPU's, instead of guessing workspace sizes.
+// (CudnnCalls), and says that their workspaces are not counted and give way
+// under a cap, instead of guessing workspace sizes.
 // Limitations: the calls are counted by their ATen entry points
 // (aten::convolution, aten::convolution_backward, aten::batch_norm);
 // channels-last or depthwise paths that bypass cuDNN on CUDA are counted
-// too.
+// too. Batch norm's workspace and reserve space do not give way (at::empty,
+// BatchNorm.cpp); on the H200 each call's extra was at most 1.06 MiB
+// (scripts/conv_workspaces.py, 2026-12-04).
 
 // The CudnnCalls counter of `fn`'s operator; nullptr for any other.
 int64_t CudnnCalls::*cudnn_counter(const at::RecordFunction& fn) {

@@ -115,9 +115,14 @@ std::string cudnn_text(const CudnnCalls& c) {
     calls.push_back(fmt::format("{} convolution{} ({} backward)", c.convolutions, c.convolutions == 1 ? "" : "s",
                                 c.convolution_backwards));
   if (c.batch_norms > 0) calls.push_back(fmt::format("{} batch norm{}", c.batch_norms, c.batch_norms == 1 ? "" : "s"));
+  // A convolution's workspace gives way under a cap (Note [cuDNN calls]).
   return fmt::format(
-      "{} a step: on CUDA each call may take a workspace that cuDNN sizes at run time{}, not counted here",
-      fmt::join(calls, " and "), c.batch_norms > 0 ? " (batch norm a reserve space too)" : "");
+      "{} a step: on CUDA each call may take a workspace that cuDNN sizes at run time{}, not counted here{}",
+      fmt::join(calls, " and "), c.batch_norms > 0 ? " (batch norm a reserve space too)" : "",
+      c.convolutions + c.convolution_backwards > 0
+          ? "; a convolution's that does not fit makes cuDNN pick an engine that needs less (slower, not out of "
+            "memory)"
+          : "");
 }
 
 std::string cuda_budget_text(const ReservedPrediction& r) {

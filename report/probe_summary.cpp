@@ -160,15 +160,22 @@ std::string render_probe_text(const ProbeSummary& s) {
         r.reserved->segment_allocations));
   if (r.measured_reserved) {
     const MeasuredReserved& m = *r.measured_reserved;
+    // The step ran (a failed one's summary stops at its outcome), so its
+    // out-of-memory errors were caught inside it: cuDNN runs another engine
+    // when a convolution's workspace finds no room (Note [cuDNN calls],
+    // probes/memory_tracker.cpp).
     line(fmt::format(
-        "measured reserved    {} by the caching allocator{} ({} cudaMalloc calls, {} {}, {} OOMs)",
+        "measured reserved    {} by the caching allocator{} ({} cudaMalloc calls, {} {}, {} OOMs{})",
         format_bytes(m.peak_reserved_bytes),
         r.reserved && m.peak_reserved_bytes > 0
             ? fmt::format("; predicted {:+.1f} %", 100.0 * (static_cast<double>(r.reserved->peak_reserved_bytes) /
                                                                 static_cast<double>(m.peak_reserved_bytes) -
                                                             1.0))
             : std::string(),
-        m.segment_allocations, m.num_alloc_retries, m.num_alloc_retries == 1 ? "retry" : "retries", m.num_ooms));
+        m.segment_allocations, m.num_alloc_retries, m.num_alloc_retries == 1 ? "retry" : "retries", m.num_ooms,
+        m.num_ooms > 0 ? std::string(", caught inside the step: cuDNN, for one, runs another, slower engine when a "
+                                     "convolution's workspace finds no room")
+                       : std::string()));
   }
   if (r.allocatable) {
     const AllocatableRecord& a = *r.allocatable;

@@ -486,7 +486,36 @@ checkpointing() {
     examples/gpt.toml:32 examples/hf_gpt2.toml:32:bf16
   rm -f "$out/checkpointed_peaks.md"  # in the summary; the tables: compare_peaks.py --tables
   cudnn_workspaces "$work/cudnn"
+  capped_eager "$work/capped"
   tar -czf "$out/checkpointing.tar.gz" -C /tmp oomtune_checkpointing
+}
+
+# capped_eager DIR: eager PyTorch's ResNet-50 checkpointed, capped at the
+# reserved bytes oomtune's meta run predicts, 10 steps, then the same
+# without a cap: capped, each must end with 0, a convolution's cuDNN
+# workspace giving way where it finds no room (the allocator's num_ooms above
+# 0, caught by cuDNN), at the cost in step time the two runs' seconds say
+# (docs/validation.md, "cuDNN's workspaces under a cap": simulated on the
+# 2026-12-04 step events, each runs there). Each run's JSON in DIR.
+capped_eager() {
+  local dir=$1 case batch precision predicted name capped
+  mkdir -p "$dir"
+  for case in 32:fp32 16:fp32 8:fp32 16:bf16; do
+    batch=${case%%:*} precision=${case#*:} name="resnet50_${batch}_all_${case#*:}"
+    predicted=$("$build/oomtune" probe examples/resnet50.toml --device meta --no-fit --batch "$batch" \
+      --config "micro_batch=$batch,ckpt=all,precision=$precision" --budget 8GiB --json 2>> "$out/steps.log" |
+      "$python" -c 'import json, sys; print(json.load(sys.stdin)["report"]["reserved"]["peak_reserved_bytes"])')
+    [ -n "$predicted" ] || { say "capped_eager: $name: no predicted reserved bytes (steps.log)"; continue; }
+    for capped in "--budget $predicted" ""; do
+      # shellcheck disable=SC2086  # the budget's two words
+      timeout "$(budget 60)" "$python" scripts/eager_peaks.py examples/resnet50.toml --micro-batch "$batch" \
+        --ckpt all --precision "$precision" --steps 10 $capped --out "$dir/${name}${capped:+_capped}.json" \
+        > /dev/null 2>> "$out/steps.log"
+      echo "$? $predicted" > "$dir/${name}${capped:+_capped}.status"
+    done
+  done
+  step "Eager ResNet-50 checkpointed, capped at oomtune's predicted reserved bytes" capped_eager.md \
+    "$python" scripts/capped_eager_table.py "$dir"
 }
 
 # cudnn_workspaces DIR: what cuDNN holds beside each convolution's and batch

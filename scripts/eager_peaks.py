@@ -35,7 +35,10 @@ K micro-batches, from the first one's start to the last one's end.
 (torch.cuda.set_per_process_memory_fraction(BYTES / total)); a step that
 runs out of memory ends the run: "out_of_memory" names the step and phase
 and the exit status is 3 (a rerun of a chosen configuration, e.g. --steps
-100, must end with 0).
+100, must end with 0). On CUDA "allocator" gives the caching allocator's
+num_ooms and num_alloc_retries over the run: a run that ends with 0 and
+num_ooms above 0 had out-of-memory errors caught inside it (a convolution's
+cuDNN workspace that did not fit, run with another engine instead).
 
 Each step's phases (forward, loss, backward, optimizer; gradients set to None
 at the end of the optimizer phase) are measured on CUDA with
@@ -315,6 +318,17 @@ def cap_allocator(device, budget):
     torch.cuda.set_per_process_memory_fraction(budget / total, index)
 
 
+def allocator_counters(device):
+    """The caching allocator's out-of-memory errors (num_ooms: those cuDNN
+    caught to run another engine when a convolution's workspace did not fit,
+    aten/src/ATen/native/cudnn/Conv_v8.cpp try_configs, count too) and cache
+    flushes (num_alloc_retries) over the run; None off CUDA."""
+    if device.type != "cuda":
+        return None
+    stats = torch.cuda.memory_stats(device)
+    return {key: stats.get(key, 0) for key in ("num_ooms", "num_alloc_retries")}
+
+
 def read_job(path):
     """The job spec (TOML) and its model file's path."""
     try:
@@ -442,6 +456,8 @@ def main():
               "torch": torch.__version__, "micro_batch": args.micro_batch, "accum": args.accum, "ckpt": args.ckpt,
               "precision": args.precision, "budget_bytes": args.budget,
               "measured_step": measured_step, "steps": steps}
+    if (counters := allocator_counters(device)) is not None:
+        result["allocator"] = counters
     if out_of_memory is not None:
         result["out_of_memory"] = out_of_memory
     if step_events_error is not None:

@@ -42,7 +42,8 @@ TEST(ProbeReportJson, KernelScratchAndMeasuredReservedRoundTrip) {
 }
 
 // Note [cuDNN calls]: the counts come back whole, and the line names each
-// kind of call the step made.
+// kind of call the step made; a convolution's workspace gives way under a
+// cap, batch norm's does not.
 TEST(ProbeReportJson, TheCudnnCallsRoundTripAndNameWhatIsNotCounted) {
   ProbeReport r;
   r.cudnn = CudnnCalls{81, 80, 49};
@@ -54,10 +55,15 @@ TEST(ProbeReportJson, TheCudnnCallsRoundTripAndNameWhatIsNotCounted) {
   EXPECT_FALSE(probe_report_from_json(to_json(ProbeReport{})).cudnn.has_value());
   EXPECT_EQ(cudnn_text(*back.cudnn),
             "81 convolutions (80 backward) and 49 batch norms a step: on CUDA each call may take a workspace that "
-            "cuDNN sizes at run time (batch norm a reserve space too), not counted here");
+            "cuDNN sizes at run time (batch norm a reserve space too), not counted here; a convolution's that does "
+            "not fit makes cuDNN pick an engine that needs less (slower, not out of memory)");
   EXPECT_EQ(cudnn_text(CudnnCalls{1, 1, 0}),
             "1 convolution (1 backward) a step: on CUDA each call may take a workspace that cuDNN sizes at run time, "
-            "not counted here");
+            "not counted here; a convolution's that does not fit makes cuDNN pick an engine that needs less (slower, "
+            "not out of memory)");
+  EXPECT_EQ(cudnn_text(CudnnCalls{0, 0, 3}),
+            "3 batch norms a step: on CUDA each call may take a workspace that cuDNN sizes at run time (batch norm a "
+            "reserve space too), not counted here");
 }
 
 // The dropout record (probes/dropout_record.h) and whose autocast lists a

@@ -93,6 +93,12 @@ TEST(ProbeSummaryLines, MeasuredReservedAndLargestBlockLines) {
   EXPECT_EQ(line_starting(render_probe_text(s), "largest block"),
             "largest block        at least 242.00 MiB allocatable after the step (bisection up to the usable budget, "
             "1 try); device free 40.00 GiB of 80.00 GiB; the step's largest request 12.00 MiB");
+  // A step that ran caught its out-of-memory errors (Note [cuDNN calls]).
+  s.report.measured_reserved->num_ooms = 2;
+  EXPECT_EQ(line_starting(render_probe_text(s), "measured reserved"),
+            "measured reserved    60.00 MiB by the caching allocator; predicted +10.0 % (3 cudaMalloc calls, 1 "
+            "retry, 2 OOMs, caught inside the step: cuDNN, for one, runs another, slower engine when a convolution's "
+            "workspace finds no room)");
   EXPECT_EQ(render_probe_text(summary()).find("\nmeasured reserved"), std::string::npos);
   EXPECT_EQ(render_probe_text(summary()).find("\nlargest block"), std::string::npos);
 }

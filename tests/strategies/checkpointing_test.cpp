@@ -223,6 +223,7 @@ std::vector<c10::IValue> gpt_input(int64_t batch) { return {at::randint(0, kGptV
 // --- Counting CPU allocator (DESIGN.md "Counting CPU allocator") ---------
 
 std::atomic<int64_t> g_live_bytes{0};
+std::atomic<int64_t> g_peak_bytes{0};        // the most g_live_bytes reached since reset_peak()
 constexpr size_t kHeaderBytes = 64;          // keeps alloc_cpu's 64-byte alignment; holds the size
 constexpr uint8_t kAllocatorPriority = 255;  // c10::SetCPUAllocator compares with >=
 
@@ -240,7 +241,9 @@ class CountingAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t bytes) const {
     auto* base = static_cast<char*>(c10::alloc_cpu(bytes + kHeaderBytes));
     *reinterpret_cast<size_t*>(base) = bytes;
-    g_live_bytes += static_cast<int64_t>(bytes);
+    const int64_t live = g_live_bytes += static_cast<int64_t>(bytes);
+    for (int64_t peak = g_peak_bytes.load(); live > peak && !g_peak_bytes.compare_exchange_weak(peak, live);) {
+    }
     void* data = base + kHeaderBytes;
     return {data, data, &release, c10::Device(c10::kCPU)};
   }
@@ -248,6 +251,8 @@ class CountingAllocator final : public c10::Allocator {
   OOMTUNE_ALLOCATOR_COPY_DATA
 
   static int64_t live() { return g_live_bytes.load(); }
+  static int64_t peak() { return g_peak_bytes.load(); }
+  static void reset_peak() { g_peak_bytes = g_live_bytes.load(); }
 
  private:
   static void release(void* data) {
@@ -710,6 +715,40 @@ TEST(CheckpointMemory, DenseLayersKeepOnlyTheFeaturesBeforeThem) {
   // output (kept by Linear), 8, 12 and 16 features wide, and a dropout mask
   // of one byte or more per element of its 4 features.
   EXPECT_GE(plain_bytes, outside + 2 * kRow * (8 + 12 + 16) + 3 * kBatch * 4);
+}
+
+// The recomputed outputs are the graph's (Note [Recomputed outputs are the
+// graph's], strategies/recompute_op.cpp): two blocks of Linear(16, 16) and
+// exp, whose backward saves its result (the block's output), under
+// out.sum(), whose gradient is a view of the loss's (4 bytes). With N the
+// bytes of one activation [B, 16], above what backward starts with (the
+// second block's input, N, saved): the second block's backward recomputes
+// its output (N; the Linear's output, N, goes once exp has run), makes
+// ExpBackward0's gradient (N) and, once that node has run and freed the
+// output, the input's gradient (N) and the block's weight and bias
+// gradients: 2N and those. Held to the block's end, as before, the output
+// made it 3N. The first block then gets that gradient (N), its input is
+// freed (-N), and its recomputation holds its Linear's output and its own
+// (2N) and the CPU generator's state that it puts back afterwards (Note
+// [Recompute RNG]): 2N, the state and the second block's parameter
+// gradients, the step's peak, as PyTorch's checkpoint(use_reentrant=False)
+// frees each recomputed tensor once the node that saved it has run.
+TEST(CheckpointMemory, ARecomputedOutputGoesOnceTheNodeThatSavedItHasRun) {
+  OptimizeScope optimize(false);
+  LOAD_OR_SKIP(ckpt, test_model("saved_output.pt"));
+  apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
+  ckpt.train(true);
+  constexpr int64_t kBatch = 4096;
+  constexpr int64_t kActivation = kBatch * 16 * 4;             // N
+  constexpr int64_t kParameterGradients = (16 * 16 + 16) * 4;  // one block's weight and bias
+  CountingAllocator counter;
+  const std::vector<c10::IValue> inputs{at::randn({kBatch, 16})};
+  at::Tensor loss = ckpt.forward(inputs).toTensor().sum();
+  const int64_t start = CountingAllocator::live();
+  CountingAllocator::reset_peak();
+  loss.backward();
+  const int64_t rng_state = at::globalContext().defaultGenerator(c10::Device(c10::kCPU)).get_state().nbytes();
+  EXPECT_EQ(CountingAllocator::peak() - start, 2 * kActivation + rng_state + kParameterGradients + 4);
 }
 
 // --- Bad plans ------------------------------------------------------------

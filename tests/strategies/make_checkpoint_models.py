@@ -39,6 +39,9 @@ python3-torch); writes into the folder given as the first argument:
   pre_activation.pt two blocks that apply nn.ReLU(inplace=True) to their
                  input first (a pre-activation ResNet block's order); input
                  x [B, 16] -> [B, 16]
+  saved_output.pt two blocks of a Linear(16, 16) and exp, whose backward
+                 saves its result: each block's output is saved inside it;
+                 input x [B, 16] -> [B, 16]
   llama_trace.pt a Llama-style decoder as Hugging Face's LlamaForCausalLM lays
                  it out (embed_tokens, layers of RMSNorm, rotary attention
                  with dropout 0.1 and a SwiGLU MLP, norm, lm_head), *traced*
@@ -496,6 +499,25 @@ def traced_llama() -> torch.jit.ScriptModule:
     return torch.jit.trace(model, (torch.randint(0, 100, (2, 16)),), check_trace=False)
 
 
+class ExpBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.exp(self.lin(x))  # exp's backward saves its result: the block's output
+
+
+class ExpNet(TwoBlocks):
+    def __init__(self):
+        super().__init__(ExpBlock)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
 def encoder() -> nn.Module:
     layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.1, batch_first=True)
     return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
@@ -510,7 +532,8 @@ def main() -> int:
                         ("tuple_arg", TupleArgNet()), ("mixed", MixedNet()), ("dense", DenseNet()),
                         ("appending", AppendingNet()), ("dict_arg", DictArgNet()),
                         ("in_place", ScalingNet()), ("in_place_branch", BranchScalingNet()),
-                        ("appending_branch", BranchAppendingNet()), ("pre_activation", PreActivationNet())]:
+                        ("appending_branch", BranchAppendingNet()), ("pre_activation", PreActivationNet()),
+                        ("saved_output", ExpNet())]:
         path = os.path.join(out, f"{name}.pt")
         torch.jit.script(model).save(path + ".tmp")
         os.replace(path + ".tmp", path)
