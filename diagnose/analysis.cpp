@@ -5,6 +5,9 @@
 //   - Timeline: replay.h gives allocated and reserved after every event; the
 //     timeline keeps the highest point of each of ~800 equal event buckets,
 //     and every oom.
+//   - Caught: an oom event that a successful allocation follows is an error
+//     the program survived (caught_oom.h): listed, never judged. The rules
+//     below are about the oom events that ended the run.
 //   - OOM: the state just before the oom event. Rounded request and pool
 //     follow round_size() / get_pool() (allocsim/allocator_rules.h). Verdict
 //     *fragmentation* when reserved - allocated - pending frees >= the
@@ -33,6 +36,7 @@
 
 #include "common/byte_size.h"
 #include "common/error.h"
+#include "diagnose/caught_oom.h"
 #include "diagnose/diagnosis.h"
 #include "diagnose/replay.h"
 #include "diagnose/setting_replay.h"
@@ -723,9 +727,11 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
     t.events_per_iteration = t.events;
   }
 
+  // The oom events that ended the run come after its last allocation.
+  const size_t last_alloc = last_alloc_event(trace);
   size_t last_oom = SIZE_MAX;
   for (size_t i = 0; i < trace.size(); ++i) {
-    if (trace[i].action == TraceAction::kOom) last_oom = i;
+    if (trace[i].action == TraceAction::kOom && !oom_caught(i, last_alloc, trace.size())) last_oom = i;
   }
   d.optimizer = optimizer_named(snapshot, device, trace, frames, std::min(last_oom, trace.size()));
 
@@ -747,7 +753,23 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       samples.push_back(replay.allocated_by_site());
       ++next_sample;
     }
-    if (e.action == TraceAction::kOom && d.ooms.size() < kMaxOoms) {
+    const bool caught = e.action == TraceAction::kOom && oom_caught(i, last_alloc, trace.size());
+    if (caught && d.caught_ooms.size() < kMaxOoms) {
+      CaughtOom c;
+      c.event_index = static_cast<int64_t>(i);
+      c.time_us = e.time_us;
+      c.requested_bytes = e.size;
+      c.allocated_bytes = replay.allocated_bytes();
+      c.reserved_bytes = replay.reserved_bytes();
+      c.phase = attr.event_phase[i];
+      if (frames.layer_frame(e.frames) >= 0) c.layer = frames.describe(frames.layer_frame(e.frames));
+      if (frames.call_frame(e.frames) >= 0) c.call_site = frames.describe(frames.call_frame(e.frames));
+      c.in_convolution = frames.runs_convolution(e.frames);
+      c.batch_size_finder = frames.batch_size_finder(e.frames);
+      c.allocations_after = allocations_after(trace, i);
+      d.caught_ooms.push_back(std::move(c));
+    }
+    if (e.action == TraceAction::kOom && !caught && d.ooms.size() < kMaxOoms) {
       OomReport o;
       o.event_index = static_cast<int64_t>(i);
       o.time_us = e.time_us;
@@ -789,7 +811,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       d.segment_map = segment_map_now(replay);
       d.map_moment = "at the last out-of-memory";
     }
-    runs.before_event(i, attr.event_phase[i], e.action == TraceAction::kOom, replay.allocated_bytes());
+    runs.before_event(i, attr.event_phase[i], e.action == TraceAction::kOom && !caught, replay.allocated_bytes());
     eval_outputs.observe(e);
     replay.apply(i);
     runs.after_event(replay.allocated_bytes());

@@ -90,6 +90,26 @@ struct OomReport {
   CategoryBytes live_by_category{};
 };
 
+/// An out-of-memory error the run survived: the program went on allocating
+/// after it (caught_oom.h). It ended nothing, so no verdict is drawn from it.
+struct CaughtOom {
+  int64_t event_index = 0;
+  int64_t time_us = 0;          ///< 0 when the layout has no times
+  int64_t requested_bytes = 0;  ///< what the call asked for
+  int64_t allocated_bytes = 0;  ///< replayed, at the error
+  int64_t reserved_bytes = 0;   ///< replayed, at the error
+  Phase phase = Phase::kUnknown;
+  std::string layer;      ///< as OomReport's
+  std::string call_site;  ///< as OomReport's
+  /// A convolution made the request (FrameIndex::runs_convolution): on
+  /// CUDA, cuDNN catches the error of its workspace and runs another,
+  /// slower engine (aten/src/ATen/native/cudnn/Conv_v8.cpp, try_configs).
+  bool in_convolution = false;
+  /// The batch-size finder it ran under, which retries with a smaller batch.
+  BatchSizeFinder batch_size_finder = BatchSizeFinder::kNone;
+  int64_t allocations_after = 0;  ///< COUNT: alloc events after it, to the next oom or the trace's end
+};
+
 /// A moment of the timeline (downsampled: the highest point of each bucket).
 struct TimelinePoint {
   int64_t event_index = 0;
@@ -266,7 +286,10 @@ struct Diagnosis {
   TraceSummary trace;
   /// The snapshot's other devices with trace events or segments, by index.
   std::vector<DeviceContent> other_devices;
+  /// The out-of-memory errors that ended the run: the oom events after the
+  /// trace's last allocation (caught_oom.h); empty when none did.
   std::vector<OomReport> ooms;
+  std::vector<CaughtOom> caught_ooms;  ///< the others, in trace order (at most 64)
   Peak peak;
   std::vector<SiteBytes> oom_sites;  ///< alive at the last oom, biggest first (at most --top)
   std::vector<TimelinePoint> timeline;

@@ -197,6 +197,29 @@ bool frame_loads_weights(const Frame& f, const FrameClass& c) {
           (c.path == "transformers/modeling_utils.py" && f.name == "_load_state_dict_into_meta_model"));
 }
 
+/// A convolution's frame (FrameIndex::runs_convolution): torch's Conv*d
+/// modules, or cuDNN's convolution in a stacks="all" snapshot
+/// (aten/src/ATen/native/cudnn/Conv_v8.cpp: raw_cudnn_convolution_*,
+/// run_conv_plan).
+bool frame_runs_convolution(const Frame& f, const FrameClass& c) {
+  if (c.origin == Origin::kTorch) return c.path == "nn/modules/conv.py";
+  return c.origin == Origin::kNative && (has(f.name, "cudnn_convolution") || has(f.name, "run_conv_plan"));
+}
+
+/// A batch-size finder's frame: accelerate's find_executable_batch_size
+/// (accelerate/utils/memory.py, whose inner `decorator` catches the error
+/// and halves the batch) or Lightning's batch-size scaling
+/// (lightning/pytorch/tuner/batch_size_scaling.py, pytorch_lightning/ in
+/// 1.x).
+BatchSizeFinder frame_batch_size_finder(const FrameClass& c) {
+  if (c.origin != Origin::kLibrary) return BatchSizeFinder::kNone;
+  if (c.path == "accelerate/utils/memory.py") return BatchSizeFinder::kAccelerate;
+  if (c.path == "lightning/pytorch/tuner/batch_size_scaling.py" ||
+      c.path == "pytorch_lightning/tuner/batch_size_scaling.py")
+    return BatchSizeFinder::kLightning;
+  return BatchSizeFinder::kNone;
+}
+
 /// torch's own frames that allocate parameters (frames.h, Parameters).
 bool frame_allocates_parameters(const Frame& f, const FrameClass& c) {
   if (c.origin != Origin::kTorch) return false;
@@ -276,6 +299,18 @@ const char* origin_name(Origin origin) {
   return "user";
 }
 
+const char* batch_size_finder_name(BatchSizeFinder finder) {
+  switch (finder) {
+    case BatchSizeFinder::kNone:
+      return "none";
+    case BatchSizeFinder::kAccelerate:
+      return "accelerate";
+    case BatchSizeFinder::kLightning:
+      return "lightning";
+  }
+  return "none";
+}
+
 FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   const std::vector<Frame>& frames = snapshot.frames;
   // The torch package roots, from the frames themselves.
@@ -306,6 +341,8 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   frame_module_apply_.assign(frames.size(), 0);
   frame_default_device_.assign(frames.size(), 0);
   frame_loads_weights_.assign(frames.size(), 0);
+  frame_convolution_.assign(frames.size(), 0);
+  frame_batch_size_finder_.assign(frames.size(), BatchSizeFinder::kNone);
   std::vector<uint8_t> model_init(frames.size());              // a library model's __init__ (frames.h, Parameters)
   std::vector<uint8_t> optimizer_math(frames.size());          // runs_optimizer_math
   std::vector<const OptimizerKind*> optimizer(frames.size());  // optimizer
@@ -339,6 +376,8 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     model_code[i] = c.origin == Origin::kUser || (c.origin == Origin::kLibrary && is_model_file(c.path));
     frame_phase[i] = phase_of_frame(frames[i], c);
     frame_loads_weights_[i] = frame_loads_weights(frames[i], c);
+    frame_convolution_[i] = frame_runs_convolution(frames[i], c);
+    frame_batch_size_finder_[i] = frame_batch_size_finder(c);
     params[i] = frame_loads_weights_[i] || frame_allocates_parameters(frames[i], c);
     frame_module_apply_[i] =
         c.origin == Origin::kTorch && c.path == "nn/modules/module.py" && frames[i].name == "_apply";
@@ -507,6 +546,20 @@ bool FrameIndex::loads_weights(StackId stack) const {
     if (frame_loads_weights_[f]) return true;
   }
   return false;
+}
+
+bool FrameIndex::runs_convolution(StackId stack) const {
+  for (uint32_t f : snapshot_.stack(stack)) {
+    if (frame_convolution_[f]) return true;
+  }
+  return false;
+}
+
+BatchSizeFinder FrameIndex::batch_size_finder(StackId stack) const {
+  for (uint32_t f : snapshot_.stack(stack)) {
+    if (frame_batch_size_finder_[f] != BatchSizeFinder::kNone) return frame_batch_size_finder_[f];
+  }
+  return BatchSizeFinder::kNone;
 }
 
 bool FrameIndex::under_default_device(StackId stack) const {

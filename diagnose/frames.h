@@ -140,6 +140,17 @@ enum class Origin : uint8_t { kUser, kLibrary, kTorch, kStdlib, kNative, kGenera
 /// "user", "library", "torch", "stdlib", "native", "generated".
 const char* origin_name(Origin origin);
 
+/// What retries a function that ran out of memory with a smaller batch
+/// (FrameIndex::batch_size_finder; caught_oom.h).
+enum class BatchSizeFinder : uint8_t {
+  kNone,
+  kAccelerate,  ///< accelerate/utils/memory.py: find_executable_batch_size (Trainer's auto_find_batch_size)
+  kLightning,   ///< Lightning's tuner/batch_size_scaling.py (BatchSizeFinder, Tuner.scale_batch_size)
+};
+
+/// "none", "accelerate", "lightning" (JSON).
+const char* batch_size_finder_name(BatchSizeFinder finder);
+
 /// Classifies frames once per distinct frame and stack (snapshots share stacks).
 class FrameIndex {
  public:
@@ -247,6 +258,15 @@ class FrameIndex {
   /// own (_apply recurses into the children), so the parameter's depth in
   /// the model; 0 for one made where it lives. Walks the stack on each call.
   int module_apply_depth(StackId stack) const;
+  /// True when the stack runs a convolution: a frame of torch's
+  /// nn/modules/conv.py, or (stacks="all") a native frame of cuDNN's
+  /// convolution ("cudnn_convolution" or "run_conv_plan" in its name), where
+  /// a CUDA run allocates the output and then cuDNN's workspace
+  /// (caught_oom.h). Walks the stack on each call.
+  bool runs_convolution(StackId stack) const;
+  /// The batch-size finder the stack runs under, outermost frames too; kNone
+  /// for none. Walks the stack on each call.
+  BatchSizeFinder batch_size_finder(StackId stack) const;
   /// True when the stack allocates parameters (see the rules above).
   bool allocates_parameters(StackId stack) const { return stack_params_[stack] != 0; }
 
@@ -272,6 +292,8 @@ class FrameIndex {
   std::vector<uint8_t> frame_module_apply_;    // torch/nn/modules/module.py's _apply
   std::vector<uint8_t> frame_default_device_;  // torch/utils/_device.py's __torch_function__
   std::vector<uint8_t> frame_loads_weights_;   // from_pretrained's loading (rules above)
+  std::vector<uint8_t> frame_convolution_;     // runs_convolution
+  std::vector<BatchSizeFinder> frame_batch_size_finder_;
   std::vector<Phase> stack_phase_;
   std::vector<int64_t> stack_layer_;
   std::vector<int64_t> stack_call_;

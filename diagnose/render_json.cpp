@@ -122,6 +122,21 @@ std::string render_json(const Diagnosis& d) {
                     {"alive", categories(o.live_by_category)}});
   }
   j["ooms"] = ooms;
+  json caught = json::array();
+  for (const CaughtOom& c : d.caught_ooms) {
+    caught.push_back({{"event_index", c.event_index},
+                      {"time_us", c.time_us},
+                      {"requested_bytes", c.requested_bytes},
+                      {"allocated_bytes", c.allocated_bytes},
+                      {"reserved_bytes", c.reserved_bytes},
+                      {"phase", phase_name(c.phase)},
+                      {"layer", c.layer},
+                      {"call_site", c.call_site},
+                      {"in_convolution", c.in_convolution},
+                      {"batch_size_finder", batch_size_finder_name(c.batch_size_finder)},
+                      {"allocations_after", c.allocations_after}});
+  }
+  j["caught_ooms"] = caught;
   j["oom_sites"] = sites(d.oom_sites);
   j["peak"] = {{"event_index", d.peak.event_index},
                {"time_us", d.peak.time_us},

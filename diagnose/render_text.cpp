@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,35 @@ void sites_table(std::string& out, const std::vector<SiteBytes>& sites, GroupBy 
   }
 }
 
+// What may have caught an out-of-memory error the run survived; "" when its
+// frames name nothing that does.
+std::string catcher_text(const CaughtOom& c) {
+  std::vector<std::string> who;
+  if (c.in_convolution)
+    who.push_back(
+        "in a convolution: on CUDA, cuDNN catches the error of its workspace and runs another, slower engine "
+        "(aten/src/ATen/native/cudnn/Conv_v8.cpp)");
+  if (c.batch_size_finder == BatchSizeFinder::kAccelerate)
+    who.push_back("under accelerate's find_executable_batch_size, which retries with half the batch");
+  if (c.batch_size_finder == BatchSizeFinder::kLightning)
+    who.push_back("under Lightning's batch-size finder, which retries with a smaller batch");
+  return fmt::format("{}", fmt::join(who, "; "));
+}
+
+// The verdict's line about the errors the run survived.
+std::string caught_line(const Diagnosis& d) {
+  const size_t n = d.caught_ooms.size();
+  const bool convolutions =
+      std::all_of(d.caught_ooms.begin(), d.caught_ooms.end(), [](const CaughtOom& c) { return c.in_convolution; });
+  return fmt::format("  {}{} caught, and the program went on allocating after {} (below): {} ended nothing{}.\n",
+                     d.ooms.empty() ? "" : "Before the out-of-memory that ended the run, ",
+                     n == 1 ? std::string("1 out-of-memory error was") : fmt::format("{} out-of-memory errors were", n),
+                     n == 1 ? "it" : "each", n == 1 ? "it" : "they",
+                     !convolutions ? ""
+                     : n == 1      ? "; it came from a convolution, whose cuDNN workspace gives way to a slower engine"
+                              : "; each came from a convolution, whose cuDNN workspace gives way to a slower engine");
+}
+
 }  // namespace
 
 std::string render_text(const Diagnosis& d) {
@@ -75,8 +105,10 @@ std::string render_text(const Diagnosis& d) {
             ? "the snapshot was dumped without torch.cuda.memory._record_memory_history (or it recorded nothing there)"
             : "PyTorch 1.13's memory_snapshot() holds segments only");
   } else if (d.verdicts.empty()) {
-    out += "  No out-of-memory and no leak found.\n";
+    out += d.caught_ooms.empty() ? "  No out-of-memory and no leak found.\n"
+                                 : "  No out-of-memory ended the run, and no leak found.\n";
   }
+  if (!d.caught_ooms.empty()) out += caught_line(d);
   for (size_t i = 0; i < d.verdicts.size(); ++i) {
     const VerdictKind& kind = verdict_kind(d.verdicts[i].id);
     out += fmt::format("  {}. {} [{}]\n     {}\n", i + 1, kind.title, kind.name, d.verdicts[i].evidence);
@@ -118,6 +150,21 @@ std::string render_text(const Diagnosis& d) {
       out += fmt::format("  alive at the last out-of-memory, by {}:\n",
                          d.group_by == GroupBy::kLayer ? "layer" : "call site");
       sites_table(out, d.oom_sites, d.group_by);
+    }
+  }
+
+  if (!d.caught_ooms.empty()) {
+    out += fmt::format("\nOut-of-memory error{} caught ({}): the program went on allocating after {}\n",
+                       d.caught_ooms.size() == 1 ? "" : "s", d.caught_ooms.size(),
+                       d.caught_ooms.size() == 1 ? "it" : "each");
+    for (const CaughtOom& c : d.caught_ooms) {
+      out += fmt::format("  event {}: requested {} in {}{}; {} allocation{} followed\n", c.event_index,
+                         format_bytes(c.requested_bytes), phase_prose(c.phase), c.layer.empty() ? "" : " at " + c.layer,
+                         c.allocations_after, c.allocations_after == 1 ? "" : "s");
+      if (!c.call_site.empty() && c.call_site != c.layer) out += fmt::format("    called from {}\n", c.call_site);
+      out += fmt::format("    allocated {}, reserved {}\n", format_bytes(c.allocated_bytes),
+                         format_bytes(c.reserved_bytes));
+      if (const std::string who = catcher_text(c); !who.empty()) out += fmt::format("    {}\n", who);
     }
   }
 

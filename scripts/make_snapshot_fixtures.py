@@ -104,6 +104,12 @@ Files written (each < 200 KB):
   backward_peak_stacks_all.pickle, hf_bert_forward_oom_stacks_all.pickle  those
                         runs recorded with stacks="all": C++ frames around the
                         Python ones, the autograd engine's where there were none
+  cnn_caught_oom.pickle  a CNN's forward under a 256 MiB cap: a convolution's
+                        112 MiB cuDNN workspace finds no room, the out-of-memory
+                        error is caught (cuDNN runs an engine with a 2 MiB
+                        workspace) and the step runs to its end
+  cnn_caught_then_fatal_oom.pickle  the same forward, then a 64 MiB
+                        convolution output that does not fit ends the run
   malicious_global.pickle   GLOBAL os.system + REDUCE (must be refused)
   malicious_reduce.pickle   REDUCE alone
   bad_truncated.pickle, bad_memo.pickle, bad_length.pickle, bad_nesting.pickle,
@@ -791,6 +797,61 @@ def two_devices(on_0, on_1):
     return out
 
 
+def conv_frames(line):
+    """A convolution at train.py:line in the model's forward: torch's
+    Conv2d._conv_forward, where cuDNN allocates the output and then its
+    workspace (aten/src/ATen/native/cudnn/Conv_v8.cpp)."""
+    return [frame(f"{TORCH}/nn/modules/conv.py", "_conv_forward", 549),
+            frame(f"{TORCH}/nn/modules/conv.py", "forward", 554),
+            frame(f"{TORCH}/nn/modules/module.py", "_call_impl", 1501),
+            frame(USER, "forward", line),
+            frame(f"{TORCH}/nn/modules/module.py", "_call_impl", 1501),
+            frame(USER, "train_step", 40),
+            frame(USER, "main", 90)]
+
+
+def cnn_caught_oom(fatal):
+    """A CNN's forward under a 256 MiB cap (a capped process on an 80 GB GPU):
+    64 MiB of weights; six convolutions each allocate a 24 MiB output (kept
+    for backward) and then a cuDNN workspace freed before the next request.
+    The fourth's first engine wants 112 MiB: with 160 MiB allocated and the
+    cached 16 MiB workspace segment released, 272 MiB would pass the cap, so
+    the allocator raises out of memory; cuDNN catches it (Conv_v8.cpp
+    try_configs) and runs an engine with a 2 MiB workspace. Without `fatal`
+    the step then runs to its end: the loss, the backward (frameless, the
+    autograd engine's thread: each output freed as a 16 MiB weight gradient
+    is made) and the dump. With `fatal` a seventh convolution's 64 MiB output
+    does not fit (208 MiB allocated, 228 reserved: with the cached 20 MiB
+    workspace segment released, 272 MiB would pass the cap) and the error
+    ends the run, its outputs freed as it unwinds."""
+    sim = Sim(cap=256 * MIB)
+    weights = [sim.malloc(16 * MIB, param_frames()) for _ in range(4)]
+    outputs = []
+    for i in range(6):
+        at = conv_frames(20 + i)
+        outputs.append(sim.malloc(24 * MIB, at))
+        try:
+            workspace = sim.malloc((112 if i == 3 else 16) * MIB, at)
+        except OutOfMemory:
+            workspace = sim.malloc(2 * MIB, at)
+        sim.free(workspace, at)
+    if fatal:
+        try:
+            sim.malloc(64 * MIB, conv_frames(26))
+        except OutOfMemory:
+            for out in reversed(outputs):
+                sim.free(out, user_frames(95))
+        return sim
+    loss = sim.malloc(512, user_frames(41))
+    grads = []
+    for out in reversed(outputs):
+        if len(grads) < len(weights):
+            grads.append(sim.malloc(16 * MIB, []))
+        sim.free(out, [])
+    sim.free(loss, user_frames(42))
+    return sim
+
+
 def with_frames_mapped(dump, fn, allocated_blocks_only=False):
     """A copy of a v2_11 dump with every frames list (segments', blocks',
     trace events') replaced by fn(frames): the same run, recorded with
@@ -1352,6 +1413,9 @@ def main():
     write(os.path.join(out, "backward_peak_stacks_all.pickle"), stacks_all(backward_peak().dump("v2_11")), 4)
     write(os.path.join(out, "hf_bert_forward_oom_stacks_all.pickle"), stacks_all(hf_bert_forward_oom().dump("v2_11")),
           4)
+
+    write(os.path.join(out, "cnn_caught_oom.pickle"), cnn_caught_oom(False).dump("v2_11"), 4)
+    write(os.path.join(out, "cnn_caught_then_fatal_oom.pickle"), cnn_caught_oom(True).dump("v2_11"), 4)
 
     # Hostile and broken inputs (hand-written opcodes, CPython Lib/pickletools.py).
     marker = b"/tmp/oomtune_fixture_pwned"
