@@ -26,6 +26,7 @@
 #include <cmath>
 #include <future>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <set>
 #include <system_error>
@@ -747,6 +748,8 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   NeedQuery need_query;                    // the last oom reported
   int64_t most_reserved = replay.reserved_bytes();
   int64_t most_reserved_at_judged_oom = 0;  // the cap's lower bound (Note [Allocator settings replayed])
+  // The least reserved + segment that the cap refused so far: its upper bound.
+  int64_t cap_refused = std::numeric_limits<int64_t>::max();
   for (size_t i = 0; i < trace.size(); ++i) {
     const TraceEvent& e = trace[i];
     while (next_sample < sample_at.size() && sample_at[next_sample] == i) {
@@ -754,6 +757,13 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       ++next_sample;
     }
     const bool caught = e.action == TraceAction::kOom && oom_caught(i, last_alloc, trace.size());
+    // An oom's segment (the cudaMalloc it needed), and whether the cap refused
+    // it: device_free is read after the allocator has released its cached
+    // segments and retried, so without a cap it is below the segment.
+    const int64_t segment = e.action == TraceAction::kOom ? ar::segment_size_for(ar::round_size(e.size, config)) : 0;
+    const bool refused_by_cap = e.action == TraceAction::kOom && e.addr >= segment;
+    const int64_t cap_refused_before = cap_refused;
+    if (refused_by_cap) cap_refused = std::min(cap_refused, replay.reserved_bytes() + segment);
     if (caught && d.caught_ooms.size() < kMaxOoms) {
       CaughtOom c;
       c.event_index = static_cast<int64_t>(i);
@@ -776,7 +786,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       o.requested_bytes = e.size;
       o.rounded_bytes = ar::round_size(e.size, config);
       o.large_pool = ar::pool_of(e.size) == ar::Pool::kLarge;
-      o.segment_bytes = ar::segment_size_for(o.rounded_bytes);
+      o.segment_bytes = segment;
       o.device_free_bytes = e.addr;
       o.allocated_bytes = replay.allocated_bytes();
       o.reserved_bytes = replay.reserved_bytes();
@@ -786,9 +796,11 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       o.largest_free_block_bytes = replay.largest_free_block(pool);
       o.fully_free_segment_bytes = replay.fully_free_segment_bytes();
       o.fragmentation = o.reserved_free_bytes >= o.requested_bytes && o.largest_free_block_bytes < o.rounded_bytes;
-      // device_free is read after the allocator has released its cached
-      // segments and retried, so without a cap it is below the segment.
-      o.memory_cap = o.device_free_bytes >= o.segment_bytes;
+      o.memory_cap = refused_by_cap;
+      if (o.memory_cap) {
+        o.cap_low_bytes = std::max(most_reserved, o.reserved_bytes);
+        o.cap_high_bytes = std::min(cap_refused_before, o.reserved_bytes + o.segment_bytes);
+      }
       o.phase = attr.event_phase[i];
       if (frames.layer_frame(e.frames) >= 0) o.layer = frames.describe(frames.layer_frame(e.frames));
       if (frames.call_frame(e.frames) >= 0) o.call_site = frames.describe(frames.call_frame(e.frames));
@@ -917,6 +929,9 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
     in.cap_low_bytes = o.memory_cap               ? most_reserved_at_judged_oom
                        : o.device_free_bytes >= 0 ? o.reserved_bytes + o.device_free_bytes
                                                   : 0;
+    // Up to where the failing request is served whatever the setting: the
+    // smallest cap that serves it is sought below that, wherever the real
+    // cap lies (o.cap_high_bytes may be lower).
     in.cap_high_bytes = o.memory_cap ? o.reserved_bytes + o.segment_bytes : in.cap_low_bytes;
     if (in.cap_low_bytes > 0) {
       // The two replays share nothing but their input: the second runs on

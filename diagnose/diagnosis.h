@@ -67,8 +67,14 @@ struct OomReport {
   /// caching allocator's own cap refused it: set_per_process_memory_fraction
   /// makes alloc_block fail when reserved + segment > the cap, before any
   /// cudaMalloc (c10/cuda/CUDACachingAllocator.cpp, alloc_block). The cap is
-  /// then in [reserved_bytes, reserved_bytes + segment_bytes).
+  /// then in [cap_low_bytes, cap_high_bytes).
   bool memory_cap = false;
+  /// With memory_cap: the most the trace reserved up to this error (the
+  /// allocator never reserves past its cap), at least reserved_bytes.
+  int64_t cap_low_bytes = 0;
+  /// With memory_cap: the least reserved + segment of this error and of
+  /// every earlier one the cap refused, caught ones included (caught_oom.h).
+  int64_t cap_high_bytes = 0;
   Phase phase = Phase::kUnknown;
   std::string layer;          ///< innermost model-code frame of the failing call ("" if none)
   std::string call_site;      ///< its call site ("" if none; frames.h)
@@ -331,8 +337,10 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
 void recommend(Diagnosis& diagnosis);
 
 /// Where a memory cap that refused `oom` lies, as the trace bounds it:
-/// "between RESERVED and RESERVED + SEGMENT" (alloc_block refuses reserved
-/// plus the segment past the cap). recommendations.cpp.
+/// "between LOW and HIGH", OomReport::cap_low_bytes and cap_high_bytes
+/// (alloc_block refuses reserved plus the segment past the cap, and never
+/// reserves past it), each saying where it came from when not from this
+/// error alone. recommendations.cpp.
 std::string cap_bounds_text(const OomReport& oom);
 
 /// max_split_size_mb for a fragmentation oom: just above the 90th

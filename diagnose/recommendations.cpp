@@ -134,8 +134,11 @@ int64_t max_split_mb(const Diagnosis& d, const OomReport& oom) {
 }
 
 std::string cap_bounds_text(const OomReport& oom) {
-  return fmt::format("between {} and {}", format_bytes(oom.reserved_bytes),
-                     format_bytes(oom.reserved_bytes + oom.segment_bytes));
+  return fmt::format(
+      "between {}{} and {}{}", format_bytes(oom.cap_low_bytes),
+      oom.cap_low_bytes > oom.reserved_bytes ? " (the most the trace reserved before)" : "",
+      format_bytes(oom.cap_high_bytes),
+      oom.cap_high_bytes < oom.reserved_bytes + oom.segment_bytes ? " (an earlier error's segment)" : "");
 }
 
 std::string sufficiency_text(const Recommendation& r) {

@@ -101,6 +101,8 @@ std::string render_json(const Diagnosis& d) {
                     {"fully_free_segment_bytes", o.fully_free_segment_bytes},
                     {"fragmentation", o.fragmentation},
                     {"memory_cap", o.memory_cap},
+                    {"cap_low_bytes", o.cap_low_bytes},
+                    {"cap_high_bytes", o.cap_high_bytes},
                     {"phase", phase_name(o.phase)},
                     {"layer", o.layer},
                     {"call_site", o.call_site},

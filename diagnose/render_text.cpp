@@ -136,10 +136,8 @@ std::string render_text(const Diagnosis& d) {
                              ? fmt::format("; CUDA reported {} free on the device", format_bytes(o.device_free_bytes))
                              : "");
       if (o.memory_cap)
-        out += fmt::format(
-            "    the device had room for the segment: this process's memory cap was the limit "
-            "(between {} and {})\n",
-            format_bytes(o.reserved_bytes), format_bytes(o.reserved_bytes + o.segment_bytes));
+        out += fmt::format("    the device had room for the segment: this process's memory cap was the limit ({})\n",
+                           cap_bounds_text(o));
       out += fmt::format("    alive: {}\n", categories_line(o.live_by_category));
     }
     if (d.need.known) {

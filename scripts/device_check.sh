@@ -498,7 +498,7 @@ checkpointing() {
 # (docs/validation.md, "cuDNN's workspaces under a cap": simulated on the
 # 2026-12-04 step events, each runs there). Each run's JSON in DIR.
 capped_eager() {
-  local dir=$1 case batch precision predicted name capped
+  local dir=$1 case batch precision predicted name capped snapshot
   mkdir -p "$dir"
   for case in 32:fp32 16:fp32 8:fp32 16:bf16; do
     batch=${case%%:*} precision=${case#*:} name="resnet50_${batch}_all_${case#*:}"
@@ -507,15 +507,29 @@ capped_eager() {
       "$python" -c 'import json, sys; print(json.load(sys.stdin)["report"]["reserved"]["peak_reserved_bytes"])')
     [ -n "$predicted" ] || { say "capped_eager: $name: no predicted reserved bytes (steps.log)"; continue; }
     for capped in "--budget $predicted" ""; do
-      # shellcheck disable=SC2086  # the budget's two words
+      # The capped run at 32 keeps its allocator history: the errors cuDNN
+      # caught, for `oomtune diagnose` (below) and a test fixture.
+      snapshot=""
+      if [ -n "$capped" ] && [ "$case" = 32:fp32 ]; then snapshot="--snapshot $dir/${name}_capped.pickle"; fi
+      # shellcheck disable=SC2086  # the budget's and the snapshot's two words
       timeout "$(budget 60)" "$python" scripts/eager_peaks.py examples/resnet50.toml --micro-batch "$batch" \
-        --ckpt all --precision "$precision" --steps 10 $capped --out "$dir/${name}${capped:+_capped}.json" \
-        > /dev/null 2>> "$out/steps.log"
+        --ckpt all --precision "$precision" --steps 10 $capped $snapshot \
+        --out "$dir/${name}${capped:+_capped}.json" > /dev/null 2>> "$out/steps.log"
       echo "$? $predicted" > "$dir/${name}${capped:+_capped}.status"
     done
   done
   step "Eager ResNet-50 checkpointed, capped at oomtune's predicted reserved bytes" capped_eager.md \
     "$python" scripts/capped_eager_table.py "$dir"
+  # The capped run's snapshot diagnosed: its out-of-memory errors (num_ooms)
+  # must read as caught, in convolutions, and none as ending the run.
+  snapshot="$dir/resnet50_32_all_fp32_capped.pickle"
+  if [ -f "$snapshot" ]; then
+    step "oomtune diagnose of the capped ResNet-50 at 32's snapshot: the errors cuDNN caught" capped_diagnose.txt \
+      bash -c '"$0" diagnose "$1" --json > "$1.json"; "$0" diagnose "$1" | head -n 30' "$build/oomtune" "$snapshot"
+    gzip -9 "$snapshot"
+    # Kept (a fixture of caught errors) unless too big to bring back.
+    if [ "$(stat -c %s "$snapshot.gz")" -gt 8000000 ]; then rm -f "$snapshot.gz"; fi
+  fi
 }
 
 # cudnn_workspaces DIR: what cuDNN holds beside each convolution's and batch

@@ -6,7 +6,7 @@ validation; scripts/device_check.sh runs it there).
     eager_peaks.py JOB.toml --micro-batch N [--accum K] [--mode eager|script]
                    [--ckpt none|all] [--precision fp32|bf16]
                    [--device cuda|cpu] [--steps 3] [--budget BYTES]
-                   [--out FILE] [--step-events FILE]
+                   [--out FILE] [--step-events FILE | --snapshot FILE]
 
 The job spec is oomtune's (docs/job_spec.md): its inputs, output, loss and
 optimizer are used as oomtune uses them (integer inputs uniform in
@@ -56,6 +56,12 @@ writes its allocations in oomtune's step-events format
 (scripts/eager_step_events.py), for scripts/compare_step_events.py against
 an oomtune trial's `probe --step-events`; the phase ends then also read the
 trace, which adds to that step's seconds, not to its bytes.
+
+--snapshot FILE (CUDA) records the caching allocator's history over the
+whole run (Python frames) and dumps it at the end, or at the step that ran
+out of memory (torch.cuda.memory._dump_snapshot, the pickle `oomtune
+diagnose` reads): a capped CNN's run keeps the out-of-memory errors cuDNN
+caught for its convolutions' workspaces.
 """
 
 import argparse
@@ -417,12 +423,18 @@ def main():
     parser.add_argument("--out", help="write the JSON here too")
     parser.add_argument("--step-events", metavar="FILE", help="CUDA: the measured step's allocations, from the "
                         "allocator's trace, in oomtune's step-events format (scripts/eager_step_events.py)")
+    parser.add_argument("--snapshot", metavar="FILE", help="CUDA: the allocator's history over the whole run, "
+                        "dumped at its end (torch.cuda.memory._dump_snapshot)")
     args = parser.parse_args()
 
     job, path = read_job(args.job)
     device = torch.device(args.device)
     if args.step_events and device.type != "cuda":
         fail("--step-events records the CUDA caching allocator's trace: it needs --device cuda")
+    if args.snapshot and device.type != "cuda":
+        fail("--snapshot records the CUDA caching allocator's history: it needs --device cuda")
+    if args.snapshot and args.step_events:
+        fail("--snapshot and --step-events both record the allocator's history: give one")
     if args.budget is not None:
         cap_allocator(device, args.budget)
     if args.steps < 1:
@@ -430,6 +442,9 @@ def main():
     training = Training(job, path, args.mode, device, args.micro_batch, args.accum, args.ckpt, args.precision,
                         args.seed)
 
+    if args.snapshot:
+        torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
+                                                 max_entries=1_000_000)
     steps = []
     out_of_memory = step_events_error = None
     measured_step = 1 if args.steps > 1 else 0
@@ -452,9 +467,12 @@ def main():
             if recording.error:
                 step_events_error = recording.error
 
+    if args.snapshot:
+        torch.cuda.memory._dump_snapshot(args.snapshot)
+        torch.cuda.memory._record_memory_history(enabled=None)
     result = {"job": args.job, "model": path, "mode": args.mode, "device": str(device),
               "torch": torch.__version__, "micro_batch": args.micro_batch, "accum": args.accum, "ckpt": args.ckpt,
-              "precision": args.precision, "budget_bytes": args.budget,
+              "precision": args.precision, "budget_bytes": args.budget, "snapshot": args.snapshot,
               "measured_step": measured_step, "steps": steps}
     if (counters := allocator_counters(device)) is not None:
         result["allocator"] = counters

@@ -138,6 +138,15 @@ TEST(CaughtOom, TheErrorThatEndedTheRunIsJudgedAlone) {
   ASSERT_FALSE(d.verdicts.empty());
   EXPECT_EQ(verdict_name(d.verdicts.front().id), std::string("activations_in_forward"));
   EXPECT_EQ(d.need.still_needed_bytes, 64 * kMiB);
+  // The cap (256 MiB) refused both: 160 + 112 and 208 + 64 MiB would pass
+  // it; the trace had reserved 228 MiB before (the 20 MiB workspace segment
+  // beside the outputs), so it lies in [228, 272) MiB.
+  EXPECT_TRUE(d.ooms[0].memory_cap);
+  EXPECT_EQ(d.ooms[0].cap_low_bytes, 228 * kMiB);
+  EXPECT_EQ(d.ooms[0].cap_high_bytes, 272 * kMiB);
+  const nlohmann::json j = nlohmann::json::parse(render_json(d));
+  EXPECT_EQ(j.at("ooms")[0].at("cap_low_bytes"), 228 * kMiB);
+  EXPECT_EQ(j.at("ooms")[0].at("cap_high_bytes"), 272 * kMiB);
   EXPECT_NE(render_text(d).find("  Before the out-of-memory that ended the run, 1 out-of-memory error was caught"),
             std::string::npos);
 }

@@ -38,6 +38,12 @@ void expect_cap_within(const OomReport& o, int64_t cap) {
   EXPECT_TRUE(o.memory_cap) << "event " << o.event_index;
   EXPECT_LE(o.reserved_bytes, cap) << "event " << o.event_index;
   EXPECT_LT(cap, o.reserved_bytes + o.segment_bytes) << "event " << o.event_index;
+  // The bounds the trace gives (the most it reserved, the least segment a
+  // cap refused) hold the real cap too.
+  EXPECT_LE(o.cap_low_bytes, cap) << "event " << o.event_index;
+  EXPECT_LT(cap, o.cap_high_bytes) << "event " << o.event_index;
+  EXPECT_GE(o.cap_low_bytes, o.reserved_bytes) << "event " << o.event_index;
+  EXPECT_LE(o.cap_high_bytes, o.reserved_bytes + o.segment_bytes) << "event " << o.event_index;
 }
 
 TEST(BlockSplit, FollowsTheCachingAllocatorRules) {
@@ -93,7 +99,14 @@ TEST(DiagnoseReal, FragmentationFixture) {
   // README: "4.00 GiB allowed", on an 80 GB H100 that had 74.7 GiB free.
   for (const OomReport& oom : d.ooms) expect_cap_within(oom, int64_t{4} << 30);
   EXPECT_EQ(name(d.verdicts.back().id), "memory_cap");
-  EXPECT_NE(d.verdicts.back().evidence.find("between 3.96 GiB and 4.46 GiB"), std::string::npos)
+  // The first error came at 4080 MiB reserved (204 full 20 MiB segments),
+  // the cap refusing a 20 MiB segment: the cap lies in [4080, 4100) MiB,
+  // and the trace never reserved more than those 4080.
+  EXPECT_EQ(o.cap_low_bytes, 4080 * kMiB);
+  EXPECT_EQ(o.cap_high_bytes, 4100 * kMiB);
+  EXPECT_NE(d.verdicts.back().evidence.find("between 3.98 GiB (the most the trace reserved before) and 4.00 GiB (an "
+                                            "earlier error's segment)"),
+            std::string::npos)
       << d.verdicts.back().evidence;
   // The cap is said last among the changes: the fixes come first.
   ASSERT_GE(d.recommendations.size(), 3u);

@@ -102,6 +102,18 @@ else:
           file=sys.stderr)
     failures += 1
 
+# --snapshot records the CUDA allocator's history: refused on the CPU, with
+# one line and exit 2, before anything trains.
+refused = subprocess.run([sys.executable, f"{source}/scripts/eager_peaks.py", os.path.join(examples, "gpt.toml"),
+                          "--micro-batch", "2", "--device", "cpu", "--snapshot", os.path.join(examples, "x.pickle")],
+                         capture_output=True, text=True)
+if refused.returncode == 2 and refused.stderr.strip() == ("eager_peaks: --snapshot records the CUDA caching "
+                                                          "allocator's history: it needs --device cuda"):
+    print("ok   --snapshot refused on the CPU")
+else:
+    print(f"FAIL --snapshot on the CPU: exit {refused.returncode}, {refused.stderr!r}", file=sys.stderr)
+    failures += 1
+
 gpt_script = losses("gpt.toml", "--mode", "script")
 expect_equal("gpt", losses("gpt.toml", "--mode", "eager"), gpt_script)
 expect_equal("gpt ckpt=all", losses("gpt.toml", "--mode", "eager", "--ckpt", "all"), gpt_script)
