@@ -1,6 +1,5 @@
 #include "allocsim/capped_step_replay.h"
 
-#include <unordered_map>
 #include <unordered_set>
 
 #include "allocsim/caching_allocator_sim.h"
