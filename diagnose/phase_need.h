@@ -47,7 +47,7 @@
 //      yet: a real GPT-2's MLP, issue #48). How many blocks remain is not
 //      in the snapshot, so this is a lower bound (`lower_bound`), unless
 //      the parameters' allocations show how many blocks the model has
-//      (Note [Blocks from the parameters], phase_need.cpp): then the blocks
+//      (Note [Blocks from the parameters], parameter_layout.cpp): then the blocks
 //      after the current one are counted too, and a language model's
 //      logits and its loss's log_softmax after them (Note [A language
 //      model's head]); it stays a lower bound (a head of another kind, the
@@ -58,18 +58,18 @@
 //      forward whose blocks show (Note [Blocks that kept nothing]): the
 //      last complete block's rise and end say what the rest of the current
 //      block and each block after it add, then a language model's logits
-//      (inference blocks, Note [Blocks without autograd], phase_need.cpp).
+//      (inference blocks, Note [Blocks without autograd], forward_need.cpp).
 //   4. backward blocks: backward past its first block: the previous
 //      block's turn (its recomputation, with checkpointing, and its
 //      backward), of the same shapes, says how far this one grows and how
 //      much higher each block after it starts (Note [Blocks in backward],
-//      phase_need.cpp), then the gradients of the parameters before the
+//      backward_need.cpp), then the gradients of the parameters before the
 //      blocks (embeddings). A lower bound: their temporaries are not
 //      counted.
 //   5. recomputed block: the failing request was part of a checkpointed
 //      block's recomputation in backward (FrameIndex::recomputes); the rest
 //      of it is read from the block's first run, in forward (Note
-//      [Recomputed block], phase_need.cpp), and, in backward's first
+//      [Recomputed block], backward_need.cpp), and, in backward's first
 //      recomputation of a model whose layers after the blocks train, the
 //      turns of the blocks after it from their parameters (Note [The turns
 //      after a recomputed block]). A lower bound: each block's backward,

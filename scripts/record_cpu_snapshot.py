@@ -60,7 +60,7 @@ the run's need, to hold diagnose's estimate against), the bytes of the
 model's parameters and buffers (each storage once). Exit 0, 1 when no cap
 fails there, 77 without transformers, 2 on bad arguments. Used by
 tests/scripts/cpu_snapshot_test.py (Note [Blocks that kept nothing],
-diagnose/nothing_saved.h; Note [Blocks in backward], diagnose/phase_need.cpp).
+diagnose/nothing_saved.h; Note [Blocks in backward], diagnose/backward_need.cpp).
 """
 
 import argparse

@@ -46,7 +46,7 @@ uncapped steps make the optimizer state and give the step's peak reserved
 bytes, then caps from that peak down to what the step starts with are
 tried, one step each with a fresh history (clear_history), until one runs
 out of memory while backward recomputes a block (Note [Recomputed block],
-diagnose/phase_need.cpp) or, failing that, later in a checkpointed
+diagnose/backward_need.cpp) or, failing that, later in a checkpointed
 backward (Note [Blocks in backward]): the snapshot of the
 first such cap, highest first. `oom_kind` in the JSON says which; exit 1
 if no cap gave either. --budget is not used.

@@ -29,7 +29,7 @@ device thread):
   _init_group's lines (Note [States an option adds]);
 - an out-of-memory in backward past its first block, plain and with
   activation checkpointing: what the rest of backward's blocks need (Note
-  [Blocks in backward], diagnose/phase_need.cpp), then the embeddings'
+  [Blocks in backward], diagnose/backward_need.cpp), then the embeddings'
   gradients (and a tied head's sum with the embedding's), is more than
   the request and at most 5% above what the same run without the cap
   allocates from there, within a quarter of it below plain and a tenth

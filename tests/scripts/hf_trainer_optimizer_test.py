@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What diagnose assumes of Hugging Face's Trainer (Note [Phase need] rule 2,
-diagnose/phase_need.cpp): its default optimizer is torch's AdamW with
+diagnose/optimizer_need.cpp): its default optimizer is torch's AdamW with
 fused=True, and a transformers/trainer.py frame is on the stack of the
 optimizer's step, so an out-of-memory in that step's _init_group (before any
 frame shows the implementation) is read as fused. Runs one training step of
