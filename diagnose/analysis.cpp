@@ -747,7 +747,6 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   EvalOutputTracker eval_outputs(frames);  // Note [Evaluation outputs]
   NeedQuery need_query;                    // the last oom reported
   int64_t most_reserved = replay.reserved_bytes();
-  int64_t most_reserved_at_judged_oom = 0;  // the cap's lower bound (Note [Allocator settings replayed])
   // The least reserved + segment that the cap refused so far: its upper bound.
   int64_t cap_refused = std::numeric_limits<int64_t>::max();
   for (size_t i = 0; i < trace.size(); ++i) {
@@ -814,7 +813,6 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       o.eval_outputs = eval_outputs.at_oom(e, o.live_by_category[static_cast<size_t>(Category::kEvalOutputs)]);
       need_query =
           NeedQuery{i, o.phase, o.rounded_bytes, o.allocated_bytes, o.live_by_category, o.inference(), d.optimizer};
-      most_reserved_at_judged_oom = std::max(most_reserved, o.reserved_bytes);
       d.ooms.push_back(o);
       d.timeline.push_back(point_now(replay, static_cast<int64_t>(i), e.time_us));
     }
@@ -926,7 +924,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
     in.oom_index = static_cast<size_t>(o.event_index);
     in.still_needed_bytes = std::max(d.need.still_needed_bytes, o.rounded_bytes);
     in.cap_is_budget = o.memory_cap;
-    in.cap_low_bytes = o.memory_cap               ? most_reserved_at_judged_oom
+    in.cap_low_bytes = o.memory_cap               ? o.cap_low_bytes
                        : o.device_free_bytes >= 0 ? o.reserved_bytes + o.device_free_bytes
                                                   : 0;
     // Up to where the failing request is served whatever the setting: the
