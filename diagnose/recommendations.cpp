@@ -595,11 +595,11 @@ void recommend(Diagnosis& d) {
   if (oom && oom->memory_cap) {
     no_effect.push_back(Recommendation{
         FixId::kMemoryCap, "Raise or remove torch.cuda.set_per_process_memory_fraction, if the cap is not deliberate",
-        fmt::format("The device had {} free at the out-of-memory; the cap, below {}, refused the {} segment. "
+        // The cap's bounds as the memory_cap verdict and the event list give them.
+        fmt::format("The device had {} free at the out-of-memory; the cap, {}, refused the {} segment. "
                     "Keep it when it is there on purpose (a GPU shared with other jobs) and apply the changes "
                     "above instead.",
-                    format_bytes(oom->device_free_bytes), format_bytes(oom->reserved_bytes + oom->segment_bytes),
-                    format_bytes(oom->segment_bytes)),
+                    format_bytes(oom->device_free_bytes), cap_bounds_text(*oom), format_bytes(oom->segment_bytes)),
         0,
         fmt::format("no memory effect; a larger budget, up to {} more (CUDA's free bytes then){}",
                     format_bytes(oom->device_free_bytes),

@@ -112,6 +112,12 @@ TEST(DiagnoseReal, FragmentationFixture) {
   ASSERT_GE(d.recommendations.size(), 3u);
   EXPECT_EQ(name(d.recommendations[2].id), "memory_cap");
   EXPECT_EQ(d.recommendations[2].frees_bytes, 0);
+  // ... with the verdict's bounds, not reserved + segment (4.46 GiB), which
+  // the earlier error's 20 MiB segment already rules out.
+  EXPECT_NE(d.recommendations[2].reason.find("the cap, between 3.98 GiB (the most the trace reserved before) and "
+                                             "4.00 GiB (an earlier error's segment), refused the 512.00 MiB segment"),
+            std::string::npos)
+      << d.recommendations[2].reason;
   // The script's frames (gpu_truth.py in scenario_snap_fragmentation) are no
   // training phase: the sentences say so rather than "the other phase".
   EXPECT_EQ(o.phase, Phase::kOther);
