@@ -1,6 +1,6 @@
 #pragma once
 // The verdicts `diagnose` can reach, as one table (like src/commands.cpp's
-// subcommands): the id users and JSON see, and the title. analysis.cpp
+// subcommands): the id users and JSON see, and the title. verdict_rules.cpp
 // decides which apply and writes their evidence; recommendations.cpp asks
 // for them by VerdictId, never by string.
 
