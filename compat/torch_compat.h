@@ -78,6 +78,14 @@ constexpr bool cuda_compiled() {
 /// and newer; the meta trials are tested with 2.11.
 constexpr bool kMetaDeviceCounted = TORCH_VERSION_MAJOR >= 2;
 
+/// Whether a torch::autograd::Function's backward is handed the engine's own
+/// references to its incoming gradients, so that dropping them frees them:
+/// 2.11's CppNode_apply_functional moves them into the list it passes to
+/// T::backward (torch/csrc/autograd/custom_function.h); 1.13's
+/// CppNode<T>::apply copies them and its argument keeps them to the end of
+/// backward. Checked in those two versions.
+constexpr bool kCustomFunctionGetsItsGradients = TORCH_VERSION_MAJOR >= 2;
+
 /// Why device = "meta" cannot run with this libtorch, as the end of one line
 /// after the job's name; "" where it can.
 inline std::string meta_device_problem() {

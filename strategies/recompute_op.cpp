@@ -1,9 +1,11 @@
 #include "strategies/recompute_op.h"
 
 #include <algorithm>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
@@ -13,6 +15,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/library.h>
 
@@ -81,9 +84,29 @@
 // the CPU against PyTorch 2.11's checkpoint(use_reentrant=False), ResNet-50
 // at micro-batch 8 then peaks at 345.37 MiB of live bytes to eager's 345.31
 // (364.68 before; docs/validation.md).
-// Limitations: the incoming gradients stay until the block's backward ends:
-// the engine's root keeps its inputs for the whole call (engine.cpp
-// GraphRoot), as in PyTorch's reentrant checkpoint.
+// Limitations: the incoming gradients are released as Note [Incoming
+// gradients are the graph's] says.
+
+// Note [Incoming gradients are the graph's]
+// Rationale: the gradients that come into a block were held to the end of
+// its backward, by the list the engine's execute() reads them from (and, as
+// in PyTorch's reentrant checkpoint, by the backward's own argument); eager's
+// checkpoint(use_reentrant=False) frees each once the block's first node
+// that takes it has run, where that node makes a new gradient of it (a
+// ResNet bottleneck's last ReLU; a transformer block's residual add passes
+// it on, and eager keeps it too). So ResNet-50 checkpointed on meta held
+// 5.2, 11.3 and 6.3 MiB more live bytes at micro-batch 8, 16, 32 than eager
+// on an H200 less its transient requests; now none (docs/validation.md).
+// Approach: backward takes its gradients by reference, moving them out of
+// the list the Function's node passed (which in 2.11 holds the engine's own
+// references), and hands them to execute() in a shared list that a pre-hook
+// on each root's node empties when the engine calls it: by then its input
+// buffer holds them, and they go as that node's inputs go.
+// Limitations: with libtorch 1.13 the node's apply copies the gradients and
+// keeps its argument to the end of backward (compat::
+// kCustomFunctionGetsItsGradients), so the gradient stays held there, as
+// before. A node that the engine does not run keeps its gradient in the list
+// to the end of execute().
 
 // Note [Checkpoint anchor]
 // Rationale: a torch::autograd::Function whose tensor inputs all have
@@ -352,6 +375,38 @@ class AutocastFork {
   AutocastState inner_;
 };
 
+/// Drops, from `grads`, the gradients of the roots a node has been given, as
+/// that node is about to run (Note [Incoming gradients are the graph's]).
+class ReleaseRootGradients final : public torch::autograd::FunctionPreHook {
+ public:
+  ReleaseRootGradients(std::shared_ptr<variable_list> grads, std::vector<size_t> indices)
+      : grads_(std::move(grads)), indices_(std::move(indices)) {}
+  variable_list operator()(const variable_list& inputs) override {
+    for (size_t i : indices_) (*grads_)[i].reset();
+    return inputs;
+  }
+
+ private:
+  std::shared_ptr<variable_list> grads_;
+  std::vector<size_t> indices_;  // of the roots whose edge leads to the hooked node
+};
+
+/// Hooks each node among `roots` to drop its gradients from `grads` (one per
+/// root, in order) once the engine has handed them over to it.
+void release_root_gradients_on_arrival(const torch::autograd::edge_list& roots,
+                                       const std::shared_ptr<variable_list>& grads) {
+  std::vector<torch::autograd::Node*> hooked;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    torch::autograd::Node* node = roots[i].function.get();
+    if (std::find(hooked.begin(), hooked.end(), node) != hooked.end()) continue;
+    hooked.push_back(node);
+    std::vector<size_t> indices;
+    for (size_t j = i; j < roots.size(); ++j)
+      if (roots[j].function.get() == node) indices.push_back(j);
+    node->add_pre_hook(std::make_unique<ReleaseRootGradients>(grads, std::move(indices)));
+  }
+}
+
 /// Forward under no-grad keeping only the inputs; backward recomputes.
 struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
   // `method` names the forward (or an overload of it) that the call site
@@ -389,7 +444,10 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     return run_method(block.toObject(), method.toStringRef(), call.toListRef().vec());
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+  // `grad_outputs` by reference: the list the autograd Function's node
+  // passes holds the engine's own references (Note [Incoming gradients are
+  // the graph's]).
+  static variable_list backward(AutogradContext* ctx, variable_list& grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     const auto requires_grad = ctx->saved_data["requires_grad"].toBoolList();
     RngState rng;
@@ -423,17 +481,18 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
 
     // Note [Recomputed outputs are the graph's]
     torch::autograd::edge_list roots;
-    variable_list root_grads;
+    const auto root_grads = std::make_shared<variable_list>();
     for (size_t i = 0; i < outputs.size(); ++i) {
       if (outputs[i].requires_grad() && grad_outputs[i].defined()) {
         roots.push_back(torch::autograd::impl::gradient_edge(outputs[i]));
-        root_grads.push_back(std::move(grad_outputs[i]));
+        root_grads->push_back(std::move(grad_outputs[i]));
       }
     }
     outputs.clear();
     grad_outputs.clear();
     if (!roots.empty()) {
-      torch::autograd::Engine::get_default_engine().execute(roots, root_grads, /*keep_graph=*/false,
+      release_root_gradients_on_arrival(roots, root_grads);  // Note [Incoming gradients are the graph's]
+      torch::autograd::Engine::get_default_engine().execute(roots, *root_grads, /*keep_graph=*/false,
                                                             /*create_graph=*/false, /*accumulate_grad=*/true);
     }
 

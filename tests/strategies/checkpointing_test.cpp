@@ -502,6 +502,21 @@ TEST(CheckpointOp, TwoTensorInputsAndATupleOfTwoOutputs) {
   EXPECT_GT(actual.at("blocks.0.lin_a.weight").abs().sum().item<double>(), 0.0);
 }
 
+// Both outputs of one autograd node (chunk's halves): the recomputed roots
+// share a node, which hands both gradients over when it runs (Note
+// [Incoming gradients are the graph's]); gradients equal the plain run's.
+TEST(CheckpointOp, TwoOutputsOfOneNode) {
+  OptimizeScope optimize(false);
+  LOAD_OR_SKIP(plain, test_model("halves.pt"));
+  torch::jit::Module ckpt = torch::jit::load(plain_path);
+  const CheckpointReport report = apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
+  EXPECT_EQ(paths_of(report.checkpointed), (std::vector<std::string>{"blocks.0", "blocks.1", "blocks.2"}));
+  const auto input = [] { return std::vector<c10::IValue>{at::randn({8, 16})}; };
+  const Grads actual = train_steps(ckpt, input, 1);
+  expect_same_gradients(train_steps(plain, input, 1), actual);
+  EXPECT_GT(actual.at("blocks.0.lin.weight").abs().sum().item<double>(), 0.0);
+}
+
 class NonTensorArguments : public ::testing::TestWithParam<bool> {};
 
 // Arguments that are not Tensors pass through to the forward and to its
@@ -749,6 +764,44 @@ TEST(CheckpointMemory, ARecomputedOutputGoesOnceTheNodeThatSavedItHasRun) {
   loss.backward();
   const int64_t rng_state = at::globalContext().defaultGenerator(c10::Device(c10::kCPU)).get_state().nbytes();
   EXPECT_EQ(CountingAllocator::peak() - start, 2 * kActivation + rng_state + kParameterGradients + 4);
+}
+
+// The gradient that comes into a block goes once the block's first backward
+// node has run (Note [Incoming gradients are the graph's],
+// strategies/recompute_op.cpp): two blocks of Linear(16, 64), exp and
+// Linear(64, 16) under exp(out).sum(). With N the bytes of one activation
+// [B, 16] and W = 4 N those of one [B, 64], above what backward starts with
+// (the loss's gradient, 4 bytes, is held throughout): the head's ExpBackward0
+// makes the second block's incoming gradient G (N) and frees the head's
+// result (N); the recomputation holds up's output and exp's (2W) until exp
+// has run (its output alone is saved), and the block's output (N) not at
+// all; down's AddmmBackward0 makes exp's gradient (W) and down's weight and
+// bias gradients, and G is no longer needed; ExpBackward0 then makes up's
+// gradient (W) beside exp's output and gradient: 3W - N (the head's result
+// gone), the step's peak, with down's parameter gradients (the first
+// block's backward stays under it, the second block's input freed too).
+// With G held to the block's end it was 3W, and still is with libtorch
+// 1.13 (compat::kCustomFunctionGetsItsGradients). PyTorch 2.11's
+// checkpoint(use_reentrant=False) on the CPU frees G at the same point: after
+// down's AddmmBackward0, before ExpBackward0 (torch.profiler's allocations).
+TEST(CheckpointMemory, TheIncomingGradientGoesOnceTheBlocksFirstNodeHasRun) {
+  OptimizeScope optimize(false);
+  LOAD_OR_SKIP(ckpt, test_model("widening.pt"));
+  apply_checkpointing(ckpt, parse_checkpoint_plan("all"));
+  ckpt.train(true);
+  constexpr int64_t kBatch = 4096;
+  constexpr int64_t kActivation = kBatch * 16 * 4;        // N
+  constexpr int64_t kWide = kBatch * 64 * 4;              // W
+  constexpr int64_t kDownGradients = (64 * 16 + 16) * 4;  // down's weight and bias
+  CountingAllocator counter;
+  const std::vector<c10::IValue> inputs{at::randn({kBatch, 16})};
+  at::Tensor loss = at::exp(ckpt.forward(inputs).toTensor()).sum();
+  const int64_t start = CountingAllocator::live();
+  CountingAllocator::reset_peak();
+  loss.backward();
+  const int64_t held = compat::kCustomFunctionGetsItsGradients ? 0 : kActivation;  // G
+  EXPECT_EQ(CountingAllocator::peak() - start, 3 * kWide - kActivation + held + kDownGradients + 4)
+      << "N = " << kActivation;
 }
 
 // --- Bad plans ------------------------------------------------------------

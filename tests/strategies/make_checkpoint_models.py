@@ -42,6 +42,12 @@ python3-torch); writes into the folder given as the first argument:
   saved_output.pt two blocks of a Linear(16, 16) and exp, whose backward
                  saves its result: each block's output is saved inside it;
                  input x [B, 16] -> [B, 16]
+  halves.pt      three blocks that take (a, b) and return the two halves of
+                 one tanh (chunk: both outputs of one autograd node), input
+                 x [B, 16] -> [B, 4]
+  widening.pt    two blocks of Linear(16, 64), exp and Linear(64, 16): the
+                 gradient that comes into a block is needed by its first
+                 backward node only; input x [B, 16] -> [B, 16]
   llama_trace.pt a Llama-style decoder as Hugging Face's LlamaForCausalLM lays
                  it out (embed_tokens, layers of RMSNorm, rotary attention
                  with dropout 0.1 and a SwiGLU MLP, norm, lm_head), *traced*
@@ -518,6 +524,49 @@ class ExpNet(TwoBlocks):
         return x
 
 
+class HalvesBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        halves = torch.tanh(self.lin(torch.cat([a, b], dim=-1))).chunk(2, dim=-1)
+        return halves[0], halves[1]
+
+
+class HalvesNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([HalvesBlock() for _ in range(3)])
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = x.chunk(2, dim=-1)
+        for block in self.blocks:
+            a, b = block(a, b)
+        return self.head(a * b)
+
+
+class WideningBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(16, 64)
+        self.down = nn.Linear(64, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.exp(self.up(x)))
+
+
+class WideningNet(TwoBlocks):
+    def __init__(self):
+        super().__init__(WideningBlock)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
 def encoder() -> nn.Module:
     layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.1, batch_first=True)
     return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
@@ -533,7 +582,7 @@ def main() -> int:
                         ("appending", AppendingNet()), ("dict_arg", DictArgNet()),
                         ("in_place", ScalingNet()), ("in_place_branch", BranchScalingNet()),
                         ("appending_branch", BranchAppendingNet()), ("pre_activation", PreActivationNet()),
-                        ("saved_output", ExpNet())]:
+                        ("saved_output", ExpNet()), ("widening", WideningNet()), ("halves", HalvesNet())]:
         path = os.path.join(out, f"{name}.pt")
         torch.jit.script(model).save(path + ".tmp")
         os.replace(path + ".tmp", path)
