@@ -135,12 +135,18 @@ class NoBlocks(nn.Module):
 
 
 class TwoBlocks(nn.Module):
-    """Two instances of `block` in self.blocks; subclasses say, in forward,
-    how the blocks are called (the argument form each model tests)."""
+    """Two instances of `block` in self.blocks, each fed the one before's
+    output; subclasses whose blocks take other arguments say, in their own
+    forward, how the blocks are called (the argument form each model tests)."""
 
     def __init__(self, block):
         super().__init__()
         self.blocks = nn.ModuleList([block() for _ in range(2)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
 
 
 class IntArgBlock(nn.Module):
@@ -265,11 +271,6 @@ class ScalingNet(TwoBlocks):
     def __init__(self):
         super().__init__(ScalingBlock)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x)
-        return x
-
 
 class BranchAppendingBlock(AppendingBlock):
     def forward(self, xs: List[torch.Tensor]) -> torch.Tensor:
@@ -291,9 +292,9 @@ class BranchScalingBlock(ScalingBlock):
         return x + torch.tanh(self.lin(x))
 
 
-class BranchScalingNet(ScalingNet):
+class BranchScalingNet(TwoBlocks):
     def __init__(self):
-        TwoBlocks.__init__(self, BranchScalingBlock)
+        super().__init__(BranchScalingBlock)
 
 
 class PreActivationBlock(nn.Module):
@@ -307,9 +308,9 @@ class PreActivationBlock(nn.Module):
         return y + self.lin(y)
 
 
-class PreActivationNet(ScalingNet):
+class PreActivationNet(TwoBlocks):
     def __init__(self):
-        TwoBlocks.__init__(self, PreActivationBlock)
+        super().__init__(PreActivationBlock)
 
 
 class DenseLayer(nn.Module):
@@ -518,11 +519,6 @@ class ExpNet(TwoBlocks):
     def __init__(self):
         super().__init__(ExpBlock)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x)
-        return x
-
 
 class HalvesBlock(nn.Module):
     def __init__(self):
@@ -560,11 +556,6 @@ class WideningBlock(nn.Module):
 class WideningNet(TwoBlocks):
     def __init__(self):
         super().__init__(WideningBlock)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x)
-        return x
 
 
 def encoder() -> nn.Module:
