@@ -512,6 +512,15 @@ TEST(CheckpointOp, TwoOutputsOfOneNode) {
   });
 }
 
+// An output that is the block's own input, returned unchanged: recomputed,
+// it is the detached input itself, a leaf, whose root node is its
+// AccumulateGrad; gradients equal the plain run's.
+TEST(CheckpointOp, AnInputReturnedUnchanged) {
+  expect_all_blocks_train_like_plain("passthrough.pt", false, {"blocks.0", "blocks.1", "blocks.2"}, [] {
+    return std::vector<c10::IValue>{at::randn({8, 16})};
+  });
+}
+
 class NonTensorArguments : public ::testing::TestWithParam<bool> {};
 
 // Arguments that are not Tensors pass through to the forward and to its

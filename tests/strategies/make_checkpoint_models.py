@@ -45,6 +45,9 @@ python3-torch); writes into the folder given as the first argument:
   halves.pt      three blocks that take (a, b) and return the two halves of
                  one tanh (chunk: both outputs of one autograd node), input
                  x [B, 16] -> [B, 4]
+  passthrough.pt three blocks that take (a, b) and return b unchanged beside
+                 a new tensor (a recomputed output that is the block's own
+                 input: a leaf), input x [B, 16] -> [B, 4]
   widening.pt    two blocks of Linear(16, 64), exp and Linear(64, 16): the
                  gradient that comes into a block is needed by its first
                  backward node only; input x [B, 16] -> [B, 16]
@@ -530,10 +533,22 @@ class HalvesBlock(nn.Module):
         return halves[0], halves[1]
 
 
-class HalvesNet(nn.Module):
+class PassthroughBlock(nn.Module):
     def __init__(self):
         super().__init__()
-        self.blocks = nn.ModuleList([HalvesBlock() for _ in range(3)])
+        self.lin = nn.Linear(16, 8)
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return b, torch.tanh(self.lin(torch.cat([a, b], dim=-1)))
+
+
+class HalvesNet(nn.Module):
+    """Three `block`s fed the two halves of the input, each pair of outputs
+    the next block's inputs."""
+
+    def __init__(self, block=HalvesBlock):
+        super().__init__()
+        self.blocks = nn.ModuleList([block() for _ in range(3)])
         self.head = nn.Linear(8, 4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -573,7 +588,8 @@ def main() -> int:
                         ("appending", AppendingNet()), ("dict_arg", DictArgNet()),
                         ("in_place", ScalingNet()), ("in_place_branch", BranchScalingNet()),
                         ("appending_branch", BranchAppendingNet()), ("pre_activation", PreActivationNet()),
-                        ("saved_output", ExpNet()), ("widening", WideningNet()), ("halves", HalvesNet())]:
+                        ("saved_output", ExpNet()), ("widening", WideningNet()), ("halves", HalvesNet()),
+                        ("passthrough", HalvesNet(PassthroughBlock))]:
         path = os.path.join(out, f"{name}.pt")
         torch.jit.script(model).save(path + ".tmp")
         os.replace(path + ".tmp", path)
