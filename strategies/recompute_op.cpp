@@ -375,37 +375,22 @@ class AutocastFork {
   AutocastState inner_;
 };
 
-/// Drops, from `grads`, the gradients of the roots a node has been given, as
-/// that node is about to run (Note [Incoming gradients are the graph's]).
-class ReleaseRootGradients final : public torch::autograd::FunctionPreHook {
+/// Drops `grads`[index], a root's gradient, as the root's node is about to
+/// run: the engine has handed it over to that node's inputs by then (Note
+/// [Incoming gradients are the graph's]). Roots that share a node give it
+/// one hook each.
+class ReleaseRootGradient final : public torch::autograd::FunctionPreHook {
  public:
-  ReleaseRootGradients(std::shared_ptr<variable_list> grads, std::vector<size_t> indices)
-      : grads_(std::move(grads)), indices_(std::move(indices)) {}
+  ReleaseRootGradient(std::shared_ptr<variable_list> grads, size_t index) : grads_(std::move(grads)), index_(index) {}
   variable_list operator()(const variable_list& inputs) override {
-    for (size_t i : indices_) (*grads_)[i].reset();
+    (*grads_)[index_].reset();
     return inputs;
   }
 
  private:
   std::shared_ptr<variable_list> grads_;
-  std::vector<size_t> indices_;  // of the roots whose edge leads to the hooked node
+  size_t index_;
 };
-
-/// Hooks each node among `roots` to drop its gradients from `grads` (one per
-/// root, in order) once the engine has handed them over to it.
-void release_root_gradients_on_arrival(const torch::autograd::edge_list& roots,
-                                       const std::shared_ptr<variable_list>& grads) {
-  std::vector<torch::autograd::Node*> hooked;
-  for (size_t i = 0; i < roots.size(); ++i) {
-    torch::autograd::Node* node = roots[i].function.get();
-    if (std::find(hooked.begin(), hooked.end(), node) != hooked.end()) continue;
-    hooked.push_back(node);
-    std::vector<size_t> indices;
-    for (size_t j = i; j < roots.size(); ++j)
-      if (roots[j].function.get() == node) indices.push_back(j);
-    node->add_pre_hook(std::make_unique<ReleaseRootGradients>(grads, std::move(indices)));
-  }
-}
 
 /// Forward under no-grad keeping only the inputs; backward recomputes.
 struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
@@ -491,7 +476,8 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     outputs.clear();
     grad_outputs.clear();
     if (!roots.empty()) {
-      release_root_gradients_on_arrival(roots, root_grads);  // Note [Incoming gradients are the graph's]
+      for (size_t i = 0; i < roots.size(); ++i)  // Note [Incoming gradients are the graph's]
+        roots[i].function->add_pre_hook(std::make_unique<ReleaseRootGradient>(root_grads, i));
       torch::autograd::Engine::get_default_engine().execute(roots, *root_grads, /*keep_graph=*/false,
                                                             /*create_graph=*/false, /*accumulate_grad=*/true);
     }
