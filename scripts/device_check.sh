@@ -16,7 +16,8 @@
 #                                        --validate run beside them (the CUDA,
 #                                        eager and meta sides: the slow CPU side
 #                                        needs no GPU and is merged here later),
-#                                        the GPU tests (test_cuda), the example GPT
+#                                        the GPU tests (test_cuda,
+#                                        test_cuda_checkpointing), the example GPT
 #                                        and the SDPA fixture probed on CUDA, the
 #                                        budget on CUDA (#46 item 6), --snapshots'
 #                                        two snapshots and the example GPT's
@@ -63,7 +64,11 @@
 #                                        block (--checkpointing), diagnosed:
 #                                        its need must be read from the block
 #   scripts/device_check.sh --checkpointing
-#                                        the two open questions of checkpointed
+#                                        the checkpoint operator's GPU tests
+#                                        (ctest -R '^CudaCheckpointing':
+#                                        gradients, the incoming gradient's
+#                                        release on autograd's device thread),
+#                                        then the two open questions of checkpointed
 #                                        runs on CUDA (docs/validation.md), both
 #                                        likely fixed on 2026-12-02: GPT-2
 #                                        checkpointed in bf16 failed in backward
@@ -194,7 +199,8 @@ say '```'
 start=$SECONDS
 case "$mode" in
   --suite) targets="" ;;
-  "") targets="oomtune oomtune_trial_module test_cuda" ;;
+  "") targets="oomtune oomtune_trial_module test_cuda test_cuda_checkpointing" ;;
+  --checkpointing) targets="oomtune oomtune_trial_module test_cuda_checkpointing" ;;
   *) targets="oomtune oomtune_trial_module" ;;
 esac
 OOMTUNE_TORCH="$torch_source" OOMTUNE_PYTHON="$python" OOMTUNE_DEPS="$root/.device-deps/usr" \
@@ -441,8 +447,21 @@ autotune_compare() {
 # the checkpointed peaks' compositions on CUDA against meta (with the same
 # jobs unchecked as the control: there only cuDNN's workspaces may differ).
 checkpointing() {
-  local work=/tmp/oomtune_checkpointing job batch flags name device
+  local work=/tmp/oomtune_checkpointing job batch flags name device start status
   mkdir -p "$work"
+  # First the checkpoint operator's own tests on the GPU: gradients equal the
+  # plain run's (CUDA dropout masks, bf16 autocast, cuDNN), and the incoming
+  # gradient released on the autograd engine's device thread.
+  start=$SECONDS
+  timeout "$(budget 120)" ctest --test-dir "$build" -R '^CudaCheckpointing' --output-on-failure --timeout 100 \
+    --output-junit "$out/cuda_checkpointing_tests.xml" > "$work/cuda_checkpointing_tests.log" 2>&1
+  status=$?
+  say ""
+  say "## ctest -R '^CudaCheckpointing': exit $status in $((SECONDS - start)) s"
+  say '```'
+  grep -E '\*\*\*|tests passed|Failure|Expected|Which is|actual|N = ' "$work/cuda_checkpointing_tests.log" |
+    sed 's/ \.\.\.*/ /' | head -n 40 | tee -a "$summary"
+  say '```'
   # Both GPT-2 fixtures (eager attention, and SDPA: oomtune's attention
   # operator) tell whether the attention is where the dtypes meet. The
   # step's exit status is the probe's (its output cut to 120 lines).

@@ -1,8 +1,6 @@
-// Activation checkpointing on TorchScript models (strategies/activation_checkpointing.h).
-//
-// The reference for every gradient test is an unmodified copy of the same
-// model run with the same seed: checkpointing must not change a gradient
-// (fp32, dropout on, allclose at rtol = atol = 1e-5).
+// Activation checkpointing on TorchScript models (strategies/activation_checkpointing.h),
+// on the CPU; the same on a GPU: cuda_checkpointing_test.cpp. The gradient
+// tests' reference: checkpoint_test_support.h.
 
 #include <algorithm>
 #include <atomic>
@@ -10,13 +8,10 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
-#include <map>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -29,123 +24,32 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/jit/serialization/import.h>
 
+#include "checkpoint_test_support.h"
 #include "common/error.h"
-#include "common/remove_tree.h"
 #include "compat/torch_compat.h"
 #include "strategies/activation_checkpointing.h"
 #include "strategies/argument_writes.h"
 #include "strategies/recompute_op.h"
 #include "strategies/training_config.h"
 #include "support/require_file.h"
-#include "support/run_oomtune.h"
-#include "support/same_gradients.h"
 
 namespace oomtune {
 namespace {
 
-constexpr double kTolerance = 1e-5;  // rtol and atol of the gradient comparison
-constexpr int64_t kGptVocab = 1000;  // examples/export_models.py --gpt-vocab
-constexpr int64_t kGptSeq = 64;      // examples/export_models.py --gpt-seq
-constexpr uint64_t kSeed = 1234;
-
-std::string example_model(const std::string& name) { return std::string(OOMTUNE_EXAMPLES_DIR) + "/models/" + name; }
-
-/// The models of make_checkpoint_models.py, written once per test process
-/// into a folder removed when the process exits. A failed export fails the
-/// test that asked (with the script's output), never skips it: the suite
-/// needs OOMTUNE_PYTHON (tests/CMakeLists.txt) to have torch.
-std::string test_model(const std::string& name) {
-  struct ModelDir {
-    std::string path;    // empty when the export failed
-    std::string output;  // the script's stdout and stderr
-    ~ModelDir() {
-      if (!path.empty()) remove_tree(path);
-    }
-  };
-  static const ModelDir dir = [] {
-    const std::string out = ::testing::TempDir() + "oomtune_ckpt_models_" + std::to_string(::getpid());
-    const testing::RunResult r = testing::run_program(
-        std::string("'") + OOMTUNE_PYTHON + "'",
-        std::string("'") + OOMTUNE_SOURCE_DIR + "/tests/strategies/make_checkpoint_models.py' '" + out + "'");
-    return ModelDir{r.exit_code == 0 ? out : std::string(), r.out + r.err};
-  }();
-  if (dir.path.empty()) {
-    ADD_FAILURE() << "make_checkpoint_models.py failed under " << OOMTUNE_PYTHON << ":\n" << dir.output;
-    return std::string();
-  }
-  return dir.path + "/" + name;
-}
-
-#define LOAD_OR_SKIP(var, path)                                 \
-  const std::string var##_path = (path);                        \
-  if (var##_path.empty()) return; /* test_model recorded why */ \
-  OOMTUNE_REQUIRE_FILE(var##_path);                             \
-  torch::jit::Module var = torch::jit::load(var##_path)
-
-/// Sets the graph executor's optimization for the scope.
-class OptimizeScope {
- public:
-  explicit OptimizeScope(bool on) : previous_(torch::jit::getGraphExecutorOptimize()) {
-    torch::jit::setGraphExecutorOptimize(on);
-  }
-  ~OptimizeScope() { torch::jit::setGraphExecutorOptimize(previous_); }
-
- private:
-  bool previous_;
-};
-
-using Grads = testing::Gradients;
+using testing::example_model;
 using testing::expect_same_gradients;
-
-Grads gradients(const torch::jit::Module& module) {
-  Grads grads;
-  for (const auto& parameter : module.named_parameters(/*recurse=*/true)) {
-    grads[parameter.name] = parameter.value.grad().defined() ? parameter.value.grad().clone() : at::Tensor();
-  }
-  return grads;
-}
-
-void zero_grads(torch::jit::Module& module) {
-  for (const auto& parameter : module.parameters(/*recurse=*/true)) parameter.mutable_grad() = at::Tensor();
-}
-
-/// How train_steps runs a step beyond forward and backward.
-struct StepOptions {
-  // Forward under CPU bf16 autocast, as the training step runs
-  // precision=bf16: on for forward, then off, its cast cache dropped.
-  bool bf16_autocast = false;
-  // An SGD update with this learning rate after each step but the last, so
-  // a later step runs on new weights; 0: none.
-  double sgd_lr = 0.0;
-};
-
-/// `steps` training steps (forward, a fixed random projection of the output
-/// as loss, backward) with the CPU generator seeded before each; returns the
-/// last step's parameter gradients. The profiling executor (optimization on)
-/// runs its optimized plan from the second step.
-template <typename MakeInput>
-Grads train_steps(torch::jit::Module& module, MakeInput make_input, int steps, StepOptions options = {}) {
-  module.train(true);
-  for (int step = 0; step < steps; ++step) {
-    zero_grads(module);
-    at::manual_seed(kSeed + step);
-    std::vector<c10::IValue> inputs = make_input();
-    if (options.bf16_autocast) compat::set_cpu_autocast(true, at::kBFloat16);
-    at::Tensor out = module.forward(inputs).toTensor();
-    if (options.bf16_autocast) {
-      compat::set_cpu_autocast(false, at::kBFloat16);
-      compat::clear_autocast_cache();
-    }
-    at::Tensor probe = at::randn(out.sizes());
-    (out.to(at::kFloat) * probe).sum().backward();
-    if (options.sgd_lr == 0.0 || step + 1 == steps) continue;
-    at::NoGradGuard no_grad;
-    for (auto parameter : module.parameters(/*recurse=*/true)) {
-      if (parameter.grad().defined()) parameter.sub_(parameter.grad() * options.sgd_lr);
-    }
-  }
-  return gradients(module);
-}
+using testing::gpt_input;
+using testing::gradients;
+using testing::kGptSeq;
+using testing::kGptVocab;
+using testing::kSeed;
+using testing::kTolerance;
+using testing::OptimizeScope;
+using testing::StepOptions;
+using testing::test_model;
+using testing::train_steps;
+using testing::zero_grads;
+using Grads = testing::Gradients;
 
 int64_t count_checkpoint_nodes(const torch::jit::Module& module) {
   const auto symbol = c10::Symbol::fromQualString(kCheckpointOpName);
@@ -218,8 +122,6 @@ int64_t batches_tracked(const torch::jit::Module& module, const std::string& bn_
   ADD_FAILURE() << "no buffer " << bn_path << ".num_batches_tracked";
   return -1;
 }
-
-std::vector<c10::IValue> gpt_input(int64_t batch) { return {at::randint(0, kGptVocab, {batch, kGptSeq})}; }
 
 // --- Counting CPU allocator (DESIGN.md "Counting CPU allocator") ---------
 
