@@ -92,7 +92,10 @@ template <typename MakeInput>
 Gradients train_steps(torch::jit::Module& module, MakeInput make_input, int steps, StepOptions options = {}) {
   module.to(options.device);
   module.train(true);
-  const bool on_cuda = options.device.is_cuda();
+  const auto autocast = [&options](bool on) {
+    options.device.is_cuda() ? compat::set_cuda_autocast(on, at::kBFloat16)
+                             : compat::set_cpu_autocast(on, at::kBFloat16);
+  };
   for (int step = 0; step < steps; ++step) {
     zero_grads(module);
     at::manual_seed(kSeed + step);
@@ -100,20 +103,10 @@ Gradients train_steps(torch::jit::Module& module, MakeInput make_input, int step
     for (c10::IValue& input : inputs) {
       if (input.isTensor()) input = input.toTensor().to(options.device);
     }
-    if (options.bf16_autocast) {
-      if (on_cuda) {
-        compat::set_cuda_autocast(true, at::kBFloat16);
-      } else {
-        compat::set_cpu_autocast(true, at::kBFloat16);
-      }
-    }
+    if (options.bf16_autocast) autocast(true);
     at::Tensor out = module.forward(inputs).toTensor();
     if (options.bf16_autocast) {
-      if (on_cuda) {
-        compat::set_cuda_autocast(false, at::kBFloat16);
-      } else {
-        compat::set_cpu_autocast(false, at::kBFloat16);
-      }
+      autocast(false);
       compat::clear_autocast_cache();
     }
     at::Tensor probe = at::randn(out.sizes()).to(options.device);
