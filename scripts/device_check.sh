@@ -226,6 +226,24 @@ if [ "$mode" != --suite ]; then rm -f "$out/setup.log"; fi  # its warnings are i
 # step TITLE FILE COMMAND...: runs the command with its stdout in $out/FILE
 # and its stderr added to $out/steps.log, and says in the summary how it
 # ended and what it printed (Markdown; the last lines of its stderr).
+# gpu_tests NAME REGEX SECONDS: ctest -R REGEX (GPU tests; ctest makes the
+# test models they need first) within SECONDS, its JUnit in $out/NAME.xml
+# (the messages and the figures the tests record), its failures and
+# figures' lines in the summary.
+gpu_tests() {
+  local name=$1 regex=$2 seconds=$3 start=$SECONDS status
+  OMP_NUM_THREADS="${OOMTUNE_CTEST_THREADS:-1}" timeout "$seconds" ctest --test-dir "$build" -R "$regex" \
+    --output-on-failure -j4 --timeout 120 --output-junit "$out/$name.xml" > "$out/$name.log" 2>&1
+  status=$?
+  say ""
+  say "## GPU tests: ctest -R '$regex': exit $status in $((SECONDS - start)) s"
+  say '```'
+  grep -E '\*\*\*|tests passed|Total Test time|Failure|Expected|Which is|actual|N = ' "$out/$name.log" |
+    sed 's/ \.\.\.*/ /' | head -n 60 | tee -a "$summary"
+  say '```'
+  rm -f "$out/$name.log"
+}
+
 step() {
   local title=$1 file=$2 start=$SECONDS status
   shift 2
@@ -447,21 +465,12 @@ autotune_compare() {
 # the checkpointed peaks' compositions on CUDA against meta (with the same
 # jobs unchecked as the control: there only cuDNN's workspaces may differ).
 checkpointing() {
-  local work=/tmp/oomtune_checkpointing job batch flags name device start status
+  local work=/tmp/oomtune_checkpointing job batch flags name device
   mkdir -p "$work"
   # First the checkpoint operator's own tests on the GPU: gradients equal the
   # plain run's (CUDA dropout masks, bf16 autocast, cuDNN), and the incoming
   # gradient released on the autograd engine's device thread.
-  start=$SECONDS
-  timeout "$(budget 120)" ctest --test-dir "$build" -R '^CudaCheckpointing' --output-on-failure --timeout 100 \
-    --output-junit "$out/cuda_checkpointing_tests.xml" > "$work/cuda_checkpointing_tests.log" 2>&1
-  status=$?
-  say ""
-  say "## ctest -R '^CudaCheckpointing': exit $status in $((SECONDS - start)) s"
-  say '```'
-  grep -E '\*\*\*|tests passed|Failure|Expected|Which is|actual|N = ' "$work/cuda_checkpointing_tests.log" |
-    sed 's/ \.\.\.*/ /' | head -n 40 | tee -a "$summary"
-  say '```'
+  gpu_tests cuda_checkpointing_tests '^CudaCheckpointing' "$(budget 120)"
   # Both GPT-2 fixtures (eager attention, and SDPA: oomtune's attention
   # operator) tell whether the attention is where the dtypes meet. The
   # step's exit status is the probe's (its output cut to 120 lines).
@@ -599,19 +608,8 @@ if [ -z "$mode" ]; then
   summary="$out/validation_summary.md" validate "$validation_seconds" > /dev/null 2>&1 &
   validation=$!
 
-  # The GPU tests, the allocator's own figures against known bytes (ctest
-  # makes the test models they need first).
-  start=$SECONDS
-  OMP_NUM_THREADS="$test_threads" timeout "$(budget 150)" ctest --test-dir "$build" -R '^Cuda' \
-    --output-on-failure -j4 --timeout 120 --output-junit "$out/cuda_tests.xml" > "$out/cuda_tests.log" 2>&1
-  status=$?
-  say ""
-  say "## GPU tests: ctest -R '^Cuda': exit $status in $((SECONDS - start)) s"
-  say '```'
-  grep -E '\*\*\*|tests passed|Total Test time|Failure|Expected|Which is|actual' "$out/cuda_tests.log" |
-    sed 's/ \.\.\.*/ /' | head -n 60 | tee -a "$summary"
-  say '```'
-  rm -f "$out/cuda_tests.log"  # the XML holds the messages and the figures the tests record
+  # The GPU tests, the allocator's own figures against known bytes.
+  gpu_tests cuda_tests '^Cuda' "$(budget 150)"
 
   # #46 item 6: which library call allocates what beside the tensors.
   step "What the CUDA libraries allocate beside the tensors (scripts/workspace_probe.py)" workspace_probe.json \
