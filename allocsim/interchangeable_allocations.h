@@ -22,21 +22,29 @@
 // trial (docs/allocator_simulator.md, "Which allocations are
 // interchangeable").
 
+#include <cstddef>
 #include <vector>
 
 #include "allocsim/alloc_event.h"
 
 namespace oomtune::allocsim {
 
-/// Reorders `events` in place: in each run of consecutive alloc events (no
-/// free between them), the allocations of one size and one kernel call
-/// (AllocEvent::call, not 0) take the places of that size and call in the
-/// order they are freed later in `events`, earliest first; those never freed
-/// there keep their relative order after the freed ones. Allocations with
-/// call 0 (unknown) stay where they are. The places, their `order` values
-/// and every free stay where they are, so each request asks for the same
-/// bytes at the same point. A free whose id no earlier alloc names (an
-/// allocation from before `events`) is left as it is.
+/// The order of `events` with interchangeable allocations in the order of
+/// their frees, as indices: place i takes events[result[i]] (a permutation
+/// of 0..size-1). In each run of consecutive alloc events (no free between
+/// them), the allocations of one size and one kernel call (AllocEvent::call,
+/// not 0) take the places of that size and call in the order they are freed
+/// later in `events`, earliest first; those never freed there keep their
+/// relative order after the freed ones. Allocations with call 0 (unknown)
+/// and every free keep their places. A free whose id no earlier alloc names
+/// (an allocation from before `events`) is left as it is. Also read by
+/// find_backward_activation_peak (probes/backward_activation_peak.h), whose
+/// levels by gradients made would otherwise follow the kernel's order too.
+std::vector<std::size_t> interchangeable_order(const std::vector<AllocEvent>& events);
+
+/// Reorders `events` in place by interchangeable_order. The places keep
+/// their `order` values, so each request asks for the same bytes at the
+/// same point.
 void order_interchangeable_allocations(std::vector<AllocEvent>& events);
 
 }  // namespace oomtune::allocsim

@@ -25,6 +25,10 @@ namespace oomtune {
 /// ended, which the replay takes as the next allocation by another run.
 /// Also both between each two gradients made (by_gradients: one level
 /// before the first, then one per gradient). Host-pool events are skipped.
+/// Equal-size allocations of one kernel call (TrackedEvent::op_call) are
+/// taken in the order they are freed in `events`, as the allocator
+/// simulator takes them (allocsim/interchangeable_allocations.h), not in the
+/// order the kernel made them: the figures are the same whichever kernel ran.
 /// With an empty range both moments are the start: {live_at_begin, 0,
 /// live_at_begin}, one level {0, live_at_begin, live_at_begin}.
 /// Throws std::out_of_range when begin > end or end > events.size().

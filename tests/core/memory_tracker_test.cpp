@@ -433,6 +433,34 @@ TEST(BackwardActivationPeak, IsWhereLiveBytesLessNewGradientsAreHighest) {
   EXPECT_THROW(find_backward_activation_peak(events, 0, events.size() + 1, 0, gradients), std::out_of_range);
 }
 
+// native_batch_norm_backward as two CPU kernels run it (Note [Kernel output
+// order]): grad_input (address 1) before grad_weight and grad_bias (2, 3),
+// as oneDNN's bf16 kernel does on a CPU with AMX, or after them, as ATen's
+// does; 1000 bytes live before, then the next node's 2048 B, then
+// grad_input freed. Both read as grad_input first, the order of the frees,
+// worked out as (live, gradients, pending): grad_input (9192, 0, 0),
+// grad_weight (17384, 8192, 8192), grad_bias (25576, 16384, 16384), the
+// next node's output (27624, 16384, 0: another run).
+TEST(BackwardActivationPeak, EqualOutputsOfOneKernelCallReadAsInTheOrderOfTheirFrees) {
+  using K = TrackedEvent::Kind;
+  auto event = [](K kind, uint64_t address, int64_t bytes, uint32_t call) {
+    return TrackedEvent{kind, MemoryPool::kDevice, Phase::kBackward, address, bytes, 0, call, call};
+  };
+  const std::unordered_set<uint64_t> gradients = {2, 3};
+  for (const bool grad_input_first : {true, false}) {
+    SCOPED_TRACE(grad_input_first ? "grad_input first" : "grad_input last");
+    std::vector<TrackedEvent> events = {event(K::kAlloc, 2, 8192, 5), event(K::kAlloc, 3, 8192, 5)};
+    events.insert(grad_input_first ? events.begin() : events.end(), event(K::kAlloc, 1, 8192, 5));
+    events.push_back(event(K::kAlloc, 4, 2048, 6));
+    events.push_back(event(K::kFree, 1, 8192, 0));
+    const BackwardActivationPeak peak = find_backward_activation_peak(events, 0, events.size(), 1000, gradients);
+    EXPECT_EQ(peak.by_gradients,
+              (std::vector<GradientLevel>{{0, 9192, 9192}, {8192, 17384, 17384}, {16384, 27624, 25576}}));
+    EXPECT_EQ(std::make_tuple(peak.live_bytes, peak.gradient_bytes, peak.accumulating_bytes),
+              std::make_tuple(int64_t{27624}, int64_t{16384}, int64_t{25576}));
+  }
+}
+
 // Allocations name the run of their innermost enclosing frame: two calls of
 // the same operator are two runs, and an op outside any frame has none.
 TEST(MemoryTracker, EventsNameTheRunOfTheirEnclosingFrame) {
