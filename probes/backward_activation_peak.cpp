@@ -16,7 +16,7 @@ namespace {
 // kernel's choice. On a CPU with AMX, oneDNN's bf16 native_batch_norm_backward
 // makes grad_input before grad_weight and grad_bias; capped at AVX512_CORE,
 // ATen's kernel makes it after them. The level opened by grad_weight then
-// began with grad_input's 8,192 B live or without them, and ResNet-50's bf16
+// began with grad_input's 8,192 B live or without it, and ResNet-50's bf16
 // levels by gradients made differed by that much at nine levels between the
 // two (tests/autotune/machine_independence_test.cpp), every other figure
 // equal.
