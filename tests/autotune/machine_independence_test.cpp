@@ -44,8 +44,9 @@ struct Level {
 // control"); AVX512_CORE has neither AVX512_BF16 nor AMX, as the CPU of the
 // machine that failed CI; AVX512_CORE_BF16 has bf16 but no AMX, so on a CPU
 // with AMX (where batch norm's bf16 backward made its outputs in another
-// order: Note [Kernel output order]) three oneDNN paths run. ATEN_CPU_CAPABILITY picks ATen's vectorized
-// kernels (aten/src/ATen/native/DispatchStub.cpp). OOMTUNE_TEST_NO_ONEDNN
+// order: Note [Kernel output order]) three oneDNN paths run.
+// ATEN_CPU_CAPABILITY picks ATen's vectorized kernels
+// (aten/src/ATen/native/DispatchStub.cpp). OOMTUNE_TEST_NO_ONEDNN
 // takes the path of a CPU libtorch sends nothing to oneDNN on
 // (trial/serve_trial.cpp).
 const std::vector<Level> kLevels = {
