@@ -1,5 +1,6 @@
 #include "probes/memory_tracker.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/CPUAllocator.h>
@@ -71,23 +72,18 @@ static_assert(sizeof(BlockHeader) <= kHeaderBytes);
 // phases, the largest allocation and the event stream see tensors only,
 // exactly as they happened. Scratch counts apart (KernelScratch), and the
 // budget leaves it out too (Note [Budget and kernel scratch]).
-// Checked: every byte figure of the test GPT and ResNet-50 equal with
-// oneDNN as the CPU runs it, capped at AVX512_CORE or AVX2
+// The OpenMP workers of a kernel's parallel regions allocate for it too
+// (Note [OpenMP workers]).
+// Checked: every byte figure of the test GPT, ResNet-50 and (PyPI's
+// libtorch 2.11) the Hugging Face GPT-2 SDPA fixture equal with oneDNN as
+// the CPU runs it, capped at AVX512_CORE_BF16, AVX512_CORE or AVX2
 // (DNNL_MAX_CPU_ISA), without oneDNN, with ATen's default kernels
 // (ATEN_CPU_CAPABILITY) and with 1, 2 or 3 OpenMP threads
 // (tests/autotune/machine_independence_test.cpp).
-// Limitations: a thread other than the one that called the operator
-// (OpenMP workers) counts its allocations at once. raw_allocate outside any
-// operator cannot be told apart in time: KernelScratch::raw_bytes_counted
-// says how much there was. Both are 0 in the example models' trials, not in
-// the Hugging Face GPT-2 SDPA fixture's on libtorch 2.11 (bf16, micro-batch
-// 2, AMX CPU): oomtune's attention operator's backward runs ATen's CPU
-// attention backward, and 160 blocks of 22,272 or 26,240 B came with no
-// operator frame (8,320 or 4,224 B capped at DNNL_MAX_CPU_ISA=AVX512_CORE;
-// none on one OpenMP thread, so its workers'), counted as tensors: backward's allocated_bytes 27,816,240
-// B there, 26,218,800 B capped, 25,549,872 B on one thread, every peak and
-// the rest of the report equal (raw_bytes_counted 6,796,032 B, 2,003,712 B
-// and 0).
+// Limitations: raw_allocate outside any operator (and outside any kernel
+// call's parallel region) cannot be told apart in time:
+// KernelScratch::raw_bytes_counted says how much there was; 0 in the
+// example models' and the Hugging Face GPT-2 fixtures' trials.
 
 // Note [Budget and kernel scratch]
 // Rationale: the budget stands for a GPU's memory, which a CPU kernel's
@@ -109,8 +105,7 @@ static_assert(sizeof(BlockHeader) <= kHeaderBytes);
 // refused one allocation late, at the next one (possibly in the next
 // phase); one that is the step's last allocation is refused by none, and
 // the trial's peak says it is over (a verification compares its peak with
-// the budget too: search/choose.cpp). Blocks an OpenMP worker frees for a
-// kernel of another thread count as held until that kernel returns.
+// the budget too: search/choose.cpp).
 constexpr int64_t kKernelScratchAllowance = 2;  // a kernel call may hold this many budgets at once
 
 // The device whose kernels' scratch is found (Note [Kernel scratch]).
@@ -133,22 +128,9 @@ std::atomic<uint32_t> g_next_run{1};
 // The run of the outermost kernel call on this thread's stack (is_kernel);
 // 0 = none.
 thread_local uint32_t t_kernel_run = 0;
-// Device bytes alive that this thread's open kernel call made; 0 outside
-// kernel calls (Note [Budget and kernel scratch]).
-thread_local int64_t t_kernel_bytes = 0;
-
-// Opens kernel call `run` on this thread unless one is open (then the
-// enclosing call's rule applies); closes it when `run` is the open one.
-void open_kernel_call(uint32_t run) {
-  if (t_kernel_run != 0) return;
-  t_kernel_run = run;
-  t_kernel_bytes = 0;
-}
-void close_kernel_call(uint32_t run) {
-  if (t_kernel_run != run) return;
-  t_kernel_run = 0;
-  t_kernel_bytes = 0;
-}
+// The run of the kernel call of another thread that this OpenMP worker's
+// own operator calls run inside (Note [OpenMP workers]); 0 = none.
+thread_local uint32_t t_parent_run = 0;
 
 // classify(fn) for `fn`'s operator, worked out once per thread: cached by
 // the schema's name, which lives as long as the operator (each classify,
@@ -273,23 +255,6 @@ int64_t CudnnCalls::*cudnn_counter(const at::RecordFunction& fn) {
   });
 }
 
-std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
-  const uint32_t run = g_next_run++;
-  if (calls_cublas(fn)) note_cublas_call(calls_cublaslt(fn));
-  if (int64_t CudnnCalls::*counter = cudnn_counter(fn)) note_cudnn_call(counter);
-  t_ops.push_back({fn.name(), fn.scope() == at::RecordScope::BACKWARD_FUNCTION, run});
-  if (t_kernel_run == 0 && is_kernel(fn)) open_kernel_call(run);
-  return nullptr;
-}
-
-void on_op_exit(const at::RecordFunction&, at::ObserverContext*) {
-  if (t_ops.empty()) return;
-  const uint32_t run = t_ops.back().run;
-  t_ops.pop_back();
-  close_kernel_call(run);
-  if (t_ops.empty()) settle_outermost_call(run);
-}
-
 // A frame the model's own ops run inside: an autograd node in backward, or an
 // operator oomtune registers around a part of the model (the recompute
 // operator oomtune::checkpoint, strategies/recompute_op.h), which would
@@ -330,31 +295,152 @@ std::string node_label(std::string_view node) {
   return node == "RecomputeFunction" ? "checkpoint recomputation" : std::string(node);
 }
 
-// Where the outermost aten op under the innermost enclosing frame,
-// t_ops[frame] (innermost_frame), stands on the stack; t_ops.size() or more
-// when there is none.
-std::size_t first_op_under(std::size_t frame) { return frame < t_ops.size() ? frame + 1 : 0; }
+// Where on an operator stack an allocation is made: what its label and its
+// event's frame_run and op_call say.
+struct OpSite {
+  const char* node = nullptr;  // the innermost enclosing frame (innermost_frame); nullptr = none
+  const char* op = nullptr;    // the outermost aten op under it (or on the stack, without one); nullptr = none
+  uint32_t frame_run = 0;      // node's call; 0 = none
+  uint32_t op_call = 0;        // op's call, else node's; 0 outside every op
+};
+
+// This thread's OpSite now.
+OpSite op_site() {
+  const std::size_t frame = innermost_frame();
+  const std::size_t first_op = frame < t_ops.size() ? frame + 1 : 0;
+  OpSite site;
+  if (frame < t_ops.size()) {
+    site.node = t_ops[frame].name;
+    site.frame_run = t_ops[frame].run;
+  }
+  site.op_call = site.frame_run;
+  if (first_op < t_ops.size()) {
+    site.op = t_ops[first_op].name;
+    site.op_call = t_ops[first_op].run;
+  }
+  return site;
+}
 
 // "aten::linear" in forward; "MmBackward0 > aten::mm" in backward;
 // "oomtune::checkpoint > aten::linear" in a checkpointed block, and
 // "checkpoint recomputation > aten::linear" in its backward: the outermost
-// aten op under the innermost enclosing frame (first_op_under).
-std::string op_label(std::size_t frame) {
-  const char* node = frame < t_ops.size() ? t_ops[frame].name : nullptr;
-  const std::size_t first_op = first_op_under(frame);
-  if (first_op >= t_ops.size()) return node ? node_label(node) : "(unknown)";
-  const std::string op = operator_label(t_ops[first_op].name);
-  return node ? fmt::format("{} > {}", node_label(node), op) : op;
+// aten op under the innermost enclosing frame.
+std::string op_label(const OpSite& site) {
+  if (!site.op) return site.node ? node_label(site.node) : "(unknown)";
+  const std::string op = operator_label(site.op);
+  return site.node ? fmt::format("{} > {}", node_label(site.node), op) : op;
 }
 
-// The run of the enclosing frame t_ops[frame] (innermost_frame); 0 for none.
-uint32_t frame_run(std::size_t frame) { return frame < t_ops.size() ? t_ops[frame].run : 0; }
+// Note [OpenMP workers]
+// Rationale: a kernel's parallel regions (at::parallel_for) run on OpenMP's
+// worker threads too, whose operator stacks are empty: what a worker
+// allocated counted as a tensor at once, outside every kernel call, though
+// it is that kernel's scratch as much as what the calling thread allocates.
+// PyTorch 2.11's CPU attention backward (bf16, on a CPU with AMX) made
+// blocks of 4, 22,272 and 26,240 B on its workers and called aten::empty
+// there: probing examples/hf_gpt2.toml with the SDPA fixture at micro-batch
+// 2, backward's allocated_bytes was 27,816,240 B as the CPU ran,
+// 26,218,800 B at DNNL_MAX_CPU_ISA=AVX512_CORE and 25,549,872 B on one
+// OpenMP thread (raw_bytes_counted 6,796,032 B in one run and 11,326,720 B
+// in another as the CPU ran, 2,003,712 B capped, 0 on one thread), and a
+// worker's block at backward's peak would have moved the peak. Now all
+// three are 25,549,872 B, raw_bytes_counted 0.
+// Approach: each open kernel call is registered (KernelCall: its run, the
+// outermost call whose log its blocks wait in, its OpSite, its bytes). A
+// thread with no operator of its own open, inside a parallel region
+// (at::in_parallel_region()), while exactly one kernel call is open on
+// another thread, works for that call: its blocks are the call's, logged
+// and labelled as the calling thread's are and scratch when freed before
+// the call returns (on whichever thread), and its own operator calls run
+// inside the call (no kernel call, log, cuBLAS or cuDNN call of their own).
+// Limitations: with kernel calls open on two threads at once (none in a
+// trial: the step runs on one thread, and so does a CPU backward) a worker
+// cannot tell whose it is, and its blocks count at once, as before; so do
+// those of a parallel region opened outside every kernel call.
 
-// The run of the call op_label(frame) names: the outermost op under the
-// frame, else the frame itself; 0 outside every op.
-uint32_t op_call(std::size_t frame) {
-  const std::size_t first_op = first_op_under(frame);
-  return first_op < t_ops.size() ? t_ops[first_op].run : frame_run(frame);
+// A kernel call open on some thread (is_kernel, or a KernelScratchScope).
+struct KernelCall {
+  uint32_t run = 0;        // t_kernel_run on its thread
+  uint32_t outer_run = 0;  // the outermost call on its thread, whose log its blocks wait in
+  OpSite site;             // where it was called
+  int64_t bytes = 0;       // device bytes alive that it made (Note [Budget and kernel scratch])
+};
+std::vector<KernelCall> g_kernel_calls;  // guarded by g_mutex
+
+// The open kernel call `run`; nullptr when it is not open. Under g_mutex.
+KernelCall* find_kernel_call(uint32_t run) {
+  const auto it =
+      std::find_if(g_kernel_calls.begin(), g_kernel_calls.end(), [&](const KernelCall& c) { return c.run == run; });
+  return it == g_kernel_calls.end() ? nullptr : &*it;
+}
+
+// The kernel call of another thread that this one, an OpenMP worker with no
+// operator of its own open, works for (Note [OpenMP workers]); nullptr for
+// none. Under g_mutex.
+KernelCall* parent_kernel_call() {
+  if (t_parent_run != 0) return find_kernel_call(t_parent_run);
+  if (!t_ops.empty() || !at::in_parallel_region() || g_kernel_calls.size() != 1) return nullptr;
+  return &g_kernel_calls.front();  // not this thread's: its stack is empty
+}
+
+// Where this thread's allocations and frees go now.
+struct CallContext {
+  uint32_t outer_run = 0;         // the outermost call whose log they wait in; 0 = counted at once
+  KernelCall* kernel = nullptr;   // the kernel call they are made in; nullptr = none
+  bool for_other_thread = false;  // kernel is another thread's (Note [OpenMP workers])
+};
+
+// This thread's CallContext. Under g_mutex.
+CallContext call_context() {
+  if (KernelCall* parent = parent_kernel_call()) return {parent->outer_run, parent, true};
+  if (t_ops.empty()) return {};
+  return {t_ops.front().run, t_kernel_run != 0 ? find_kernel_call(t_kernel_run) : nullptr, false};
+}
+
+// Opens kernel call `run`, the top of this thread's stack, unless one is
+// open (then the enclosing call's rule applies); closes it when `run` is
+// the open one.
+void open_kernel_call(uint32_t run) {
+  if (t_kernel_run != 0) return;
+  t_kernel_run = run;
+  const KernelCall call{run, t_ops.front().run, op_site(), 0};
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_kernel_calls.push_back(call);
+}
+void close_kernel_call(uint32_t run) {
+  if (t_kernel_run != run) return;
+  t_kernel_run = 0;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_kernel_calls.erase(
+      std::remove_if(g_kernel_calls.begin(), g_kernel_calls.end(), [&](const KernelCall& c) { return c.run == run; }),
+      g_kernel_calls.end());
+}
+
+std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
+  const uint32_t run = g_next_run++;
+  if (t_ops.empty() && at::in_parallel_region()) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    const KernelCall* parent = parent_kernel_call();
+    t_parent_run = parent ? parent->run : 0;
+  }
+  t_ops.push_back({fn.name(), fn.scope() == at::RecordScope::BACKWARD_FUNCTION, run});
+  if (t_parent_run != 0) return nullptr;  // inside another thread's kernel call
+  if (calls_cublas(fn)) note_cublas_call(calls_cublaslt(fn));
+  if (int64_t CudnnCalls::*counter = cudnn_counter(fn)) note_cudnn_call(counter);
+  if (t_kernel_run == 0 && is_kernel(fn)) open_kernel_call(run);
+  return nullptr;
+}
+
+void on_op_exit(const at::RecordFunction&, at::ObserverContext*) {
+  if (t_ops.empty()) return;
+  const uint32_t run = t_ops.back().run;
+  t_ops.pop_back();
+  close_kernel_call(run);
+  if (!t_ops.empty()) return;
+  if (t_parent_run != 0)
+    t_parent_run = 0;  // what it did waits in the parent's log
+  else
+    settle_outermost_call(run);
 }
 
 // A live block the tracker made.
@@ -617,8 +703,9 @@ MemoryPool MemoryTracker::reserve(int64_t bytes, bool meta) const {
   // (Note [Budget and kernel scratch]).
   const bool over = [&] {
     if (pool != MemoryPool::kDevice || !s.budget) return false;
-    if (t_kernel_run == 0) return s.held[p] + bytes > *s.budget;
-    return s.held[p] - t_kernel_bytes > *s.budget || s.held[p] + bytes > kKernelScratchAllowance * *s.budget;
+    const KernelCall* kernel = call_context().kernel;
+    if (!kernel) return s.held[p] + bytes > *s.budget;
+    return s.held[p] - kernel->bytes > *s.budget || s.held[p] + bytes > kKernelScratchAllowance * *s.budget;
   }();
   if (over) {
     ++s.out_of_memory;
@@ -649,19 +736,15 @@ void MemoryTracker::record(void* data, int64_t bytes, MemoryPool pool) const {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     State& s = *state_;
-    const std::size_t frame = innermost_frame();  // one walk of the op stack for label and run
-    const TrackedEvent event{TrackedEvent::Kind::kAlloc,
-                             pool,
-                             s.phase,
-                             reinterpret_cast<uint64_t>(data),
-                             bytes,
-                             s.intern(op_label(frame)),
-                             frame_run(frame),
-                             op_call(frame)};
-    Block block{bytes, pool, 0, t_kernel_run, 0, ++s.blocks_counted};
-    if (t_kernel_run != 0 && pool == MemoryPool::kDevice) t_kernel_bytes += bytes;
-    if (!t_ops.empty()) {
-      block.outer_run = t_ops.front().run;
+    const CallContext here = call_context();
+    const OpSite site = here.for_other_thread ? here.kernel->site : op_site();
+    const TrackedEvent event{
+        TrackedEvent::Kind::kAlloc, pool,           s.phase,     reinterpret_cast<uint64_t>(data), bytes,
+        s.intern(op_label(site)),   site.frame_run, site.op_call};
+    Block block{bytes, pool, 0, here.kernel ? here.kernel->run : 0, 0, ++s.blocks_counted};
+    if (here.kernel && pool == MemoryPool::kDevice) here.kernel->bytes += bytes;
+    if (here.outer_run != 0) {
+      block.outer_run = here.outer_run;
       std::vector<PendingEvent>& log = s.pending[block.outer_run];
       block.entry = log.size();
       log.push_back({event});
@@ -698,10 +781,12 @@ void MemoryTracker::on_free(void* data, bool raw) {
   s.held[static_cast<std::size_t>(block.pool)] -= block.bytes;
   const TrackedEvent event{
       TrackedEvent::Kind::kFree, block.pool, s.phase, reinterpret_cast<uint64_t>(data), block.bytes, 0, 0};
-  // Scratch: not a tensor (raw), or freed inside the kernel call that made it.
-  const bool in_its_kernel = block.kernel_run != 0 && block.kernel_run == t_kernel_run;
+  // Scratch: not a tensor (raw), or freed inside the kernel call that made
+  // it (on whichever thread: Note [OpenMP workers]).
+  const CallContext here = call_context();
+  const bool in_its_kernel = here.kernel && block.kernel_run == here.kernel->run;
   const bool scratch = raw || in_its_kernel;
-  if (in_its_kernel && block.pool == MemoryPool::kDevice) t_kernel_bytes -= block.bytes;
+  if (in_its_kernel && block.pool == MemoryPool::kDevice) here.kernel->bytes -= block.bytes;
   if (block.outer_run != 0) {
     std::vector<PendingEvent>& log = s.pending.at(block.outer_run);
     log[block.entry].scratch = scratch;
@@ -709,8 +794,8 @@ void MemoryTracker::on_free(void* data, bool raw) {
     return;
   }
   if (raw) s.kernel_scratch.raw_bytes_counted += block.bytes;
-  if (!t_ops.empty())
-    s.pending[t_ops.front().run].push_back({event});  // counted in order with the call's own
+  if (here.outer_run != 0)
+    s.pending[here.outer_run].push_back({event});  // counted in order with the call's own
   else
     s.count_free(event);
 }
@@ -862,12 +947,12 @@ void MemoryTracker::device_alloc(uint64_t address, int64_t bytes) {
   std::lock_guard<std::mutex> lock(g_mutex);
   State& s = *state_;
   constexpr auto kDevice = static_cast<std::size_t>(MemoryPool::kDevice);
-  const std::size_t frame = innermost_frame();
+  const OpSite site = op_site();
   s.held[kDevice] += bytes;
   s.held_peak = std::max(s.held_peak, s.held[kDevice]);
   s.blocks[reinterpret_cast<const void*>(address)] = Block{bytes, MemoryPool::kDevice, 0, 0, 0, ++s.blocks_counted};
-  s.count_alloc({TrackedEvent::Kind::kAlloc, MemoryPool::kDevice, s.phase, address, bytes, s.intern(op_label(frame)),
-                 frame_run(frame), op_call(frame)});
+  s.count_alloc({TrackedEvent::Kind::kAlloc, MemoryPool::kDevice, s.phase, address, bytes, s.intern(op_label(site)),
+                 site.frame_run, site.op_call});
 }
 
 void MemoryTracker::device_free(uint64_t address) {

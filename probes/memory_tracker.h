@@ -220,9 +220,10 @@ MemoryPool current_memory_pool();
 /// The operator label of a KernelScratchScope's frame.
 constexpr const char* kKernelScratchScopeName = "oomtune.kernel_scratch";
 
-/// While alive, this thread's allocations are those of one kernel call
-/// (Note [Kernel scratch] in memory_tracker.cpp): a block made and freed
-/// inside is kernel scratch, in no peak, phase or event; a block that
+/// While alive, this thread's allocations, and those of the OpenMP workers
+/// of the parallel regions it opens, are those of one kernel call (Notes
+/// [Kernel scratch] and [OpenMP workers] in memory_tracker.cpp): a block
+/// made and freed inside is kernel scratch, in no peak, phase or event; a block that
 /// outlives the scope counts when it ends, as a kernel's output does. For
 /// code that computes values on the probe device that the CUDA target
 /// computes differently (strategies/attention_op.h: the CPU's attention),

@@ -1,11 +1,14 @@
 #include "probes/memory_tracker.h"
 
+#include <atomic>
+#include <optional>
 #include <stdexcept>
 #include <tuple>
 #include <unordered_set>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
 #include <c10/core/CPUAllocator.h>
@@ -604,6 +607,92 @@ TEST(MemoryTracker, RawAllocationsAreScratchInsideAnOperatorAndFlaggedOutside) {
   allocator->raw_deallocate(raw);
   EXPECT_EQ(tracker.peak_bytes() - base, 700) << "outside any operator, nothing tells it apart in time";
   EXPECT_EQ(tracker.kernel_scratch().raw_bytes_counted, 700);
+}
+
+// ---- OpenMP workers (Note [OpenMP workers] in probes/memory_tracker.cpp).
+
+// A CPU kernel whose parallel region runs one chunk per thread, each making
+// a temporary through an operator of its own (aten::empty), raw memory
+// (oneDNN's way) and two blocks that outlive the region: out[i] and
+// kept[i]. It returns out[1], which a worker made; out[0] and both kept
+// blocks are freed as it returns, on the calling thread.
+constexpr int64_t kChunks = 2, kRawBytes = 1000;
+std::atomic<bool> g_worker_ran{false};
+at::Tensor parallel_chunks(const at::Tensor& x) {
+  std::vector<at::Tensor> out(kChunks), kept(kChunks);
+  at::parallel_for(0, kChunks, 1, [&](int64_t begin, int64_t end) {
+    if (at::get_thread_num() != 0) g_worker_ran = true;
+    for (int64_t i = begin; i < end; ++i) {
+      at::Tensor temporary = at::empty({kScratchFloats}, x.options());
+      c10::Allocator* allocator = c10::GetCPUAllocator();
+      allocator->raw_deallocate(allocator->raw_allocate(kRawBytes));
+      out[i] = at::empty({kOutputFloats}, x.options());
+      kept[i] = at::empty({kScratchFloats}, x.options());
+    }
+  });
+  return out[1];
+}
+TORCH_LIBRARY_FRAGMENT(oomtune_test, m) { m.def("parallel_chunks(Tensor x) -> Tensor"); }
+TORCH_LIBRARY_IMPL(oomtune_test, CPU, m) { m.impl("parallel_chunks", parallel_chunks); }
+
+// Runs parallel_chunks on two OpenMP threads; nullopt when a worker ran no
+// chunk (libtorch without OpenMP).
+std::optional<at::Tensor> call_on_two_threads(const at::Tensor& x) {
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  g_worker_ran = false;
+  std::optional<at::Tensor> y;
+  try {
+    y = call("oomtune_test::parallel_chunks", x);
+  } catch (...) {
+    at::set_num_threads(threads);
+    throw;
+  }
+  at::set_num_threads(threads);
+  if (!g_worker_ran) return std::nullopt;
+  return y;
+}
+
+TEST_F(ScratchTest, AWorkersBlocksAreItsKernelCallsAndScratchWhenFreedInIt) {
+  tracker.begin_phase(Phase::kForward);
+  const std::optional<at::Tensor> y = call_on_two_threads(x);
+  tracker.end_phase();
+  if (!y) GTEST_SKIP() << "no OpenMP worker ran a chunk: this libtorch runs at::parallel_for on one thread";
+  EXPECT_EQ(tracker.live_bytes() - base, 4 * kOutputFloats) << "out[1], made on a worker";
+  EXPECT_EQ(tracker.peak_bytes() - base, 4 * kOutputFloats) << "no other block is in a peak";
+  const PhaseMemory forward = tracker.phase(Phase::kForward);
+  EXPECT_EQ(forward.allocations, 1);
+  EXPECT_EQ(forward.allocated_bytes, 4 * kOutputFloats);
+  const KernelScratch scratch = tracker.kernel_scratch();
+  EXPECT_EQ(scratch.raw_bytes_counted, 0);
+  // Per chunk: the temporary, the raw bytes, out[i] and kept[i]; less out[1].
+  EXPECT_EQ(scratch.allocations, 4 * kChunks - 1);
+  EXPECT_EQ(scratch.allocated_bytes,
+            kChunks * (4 * (2 * kScratchFloats + kOutputFloats) + kRawBytes) - 4 * kOutputFloats);
+  const std::vector<TrackedEvent> events = tracker.events();
+  ASSERT_EQ(events.size() - events_before, 1u) << "out[1]'s allocation only";
+  EXPECT_EQ(events.back().address, reinterpret_cast<uint64_t>(y->data_ptr()));
+  EXPECT_EQ(tracker.op_names().at(events.back().op), "oomtune_test::parallel_chunks") << "the calling thread's label";
+  EXPECT_NE(events.back().op_call, 0u);
+}
+
+// A worker's scratch is under the kernel call's allowance, as the calling
+// thread's is (Note [Budget and kernel scratch]): the input (kInputFloats)
+// and out[1] fill the budget; the call holds the two chunks' blocks besides,
+// under twice the budget.
+TEST(MemoryTracker, TheBudgetLeavesAWorkersScratchOut) {
+  constexpr int64_t kInputFloats = 16000;
+  static_assert(kInputFloats + kChunks * (2 * kScratchFloats + kOutputFloats) + kChunks * kRawBytes / 4 <=
+                2 * (kInputFloats + kOutputFloats));
+  TrackerOptions options;
+  options.budget_bytes = 4 * (kInputFloats + kOutputFloats);
+  MemoryTracker tracker(options);
+  const at::Tensor x = at::ones({kInputFloats});
+  std::optional<at::Tensor> y;
+  EXPECT_NO_THROW(y = call_on_two_threads(x));
+  if (!y) GTEST_SKIP() << "no OpenMP worker ran a chunk: this libtorch runs at::parallel_for on one thread";
+  EXPECT_EQ(tracker.live_bytes(), *options.budget_bytes);
+  EXPECT_EQ(tracker.out_of_memory_count(), 0);
 }
 
 // Note [Budget and kernel scratch]: a GPU never holds a CPU kernel's
