@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/optim/adamw.h>
 
@@ -177,6 +178,36 @@ TEST(AdamW8bit, FirstStepMatchesAdamWAndStoresQuantizedMoments) {
       EXPECT_LE(err, (map.max_error() + 8 * FLT_EPSILON) * absmax) << "block " << b;
     }
   }
+}
+
+// The step runs its blocks with at::parallel_for (strategies are compiled
+// with OpenMP, oomtune_openmp): each block is its own work, so the
+// parameters and both quantized moments are the same to the bit on one
+// thread and on two, after steps that move every block.
+TEST(AdamW8bit, StepsAreTheSameToTheBitOnOneThreadAndOnTwo) {
+  at::manual_seed(5);
+  const at::Tensor init = at::randn({3, 40000});  // 59 blocks: several per-thread tasks of kBlocksPerTask
+  std::vector<at::Tensor> grads;
+  for (int i = 0; i < 3; ++i) grads.push_back(at::randn({3, 40000}) * 0.1);
+  const int threads = at::get_num_threads();
+  const auto run = [&](int n) {
+    at::set_num_threads(n);
+    std::vector<at::Tensor> params = clone_leaves({init});
+    AdamW8bit opt(params, AdamW8bitOptions(1e-2));
+    for (const at::Tensor& g : grads) {
+      set_grad(params[0], g);
+      opt.step();
+    }
+    const AdamW8bitParamState& state = only_state(opt);
+    return std::vector<at::Tensor>{params[0].detach().clone(), state.exp_avg_q().codes.clone(),
+                                   state.exp_avg_q().absmax.clone(), state.exp_avg_sq_q().codes.clone(),
+                                   state.exp_avg_sq_q().absmax.clone()};
+  };
+  const std::vector<at::Tensor> one = run(1);
+  const std::vector<at::Tensor> two = run(2);
+  at::set_num_threads(threads);
+  ASSERT_EQ(one.size(), two.size());
+  for (std::size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(at::equal(one[i], two[i])) << "tensor " << i;
 }
 
 TEST(AdamW8bit, StateBytesFollowTheFormula) {
