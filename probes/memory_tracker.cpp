@@ -352,7 +352,8 @@ std::string op_label(const OpSite& site) {
 // another thread, works for that call: its blocks are the call's, logged
 // and labelled as the calling thread's are and scratch when freed before
 // the call returns (on whichever thread), and its own operator calls run
-// inside the call (no kernel call, log, cuBLAS or cuDNN call of their own).
+// inside the call (no kernel call, log, cuBLAS or cuDNN call of their own);
+// they go to the pool the calling thread allocates to (HostMemoryScope).
 // Limitations: with kernel calls open on two threads at once (none in a
 // trial: the step runs on one thread, and so does a CPU backward) a worker
 // cannot tell whose it is, and its blocks count at once, as before; so do
@@ -360,10 +361,11 @@ std::string op_label(const OpSite& site) {
 
 // A kernel call open on some thread (is_kernel, or a KernelScratchScope).
 struct KernelCall {
-  uint32_t run = 0;        // t_kernel_run on its thread
-  uint32_t outer_run = 0;  // the outermost call on its thread, whose log its blocks wait in
-  OpSite site;             // where it was called
-  int64_t bytes = 0;       // device bytes alive that it made (Note [Budget and kernel scratch])
+  uint32_t run = 0;                       // t_kernel_run on its thread
+  uint32_t outer_run = 0;                 // the outermost call on its thread, whose log its blocks wait in
+  OpSite site;                            // where it was called
+  MemoryPool pool = MemoryPool::kDevice;  // the pool its thread allocated to (HostMemoryScope)
+  int64_t bytes = 0;                      // device bytes alive that it made (Note [Budget and kernel scratch])
 };
 std::vector<KernelCall> g_kernel_calls;  // guarded by g_mutex
 
@@ -403,7 +405,7 @@ CallContext call_context() {
 void open_kernel_call(uint32_t run) {
   if (t_kernel_run != 0) return;
   t_kernel_run = run;
-  const KernelCall call{run, t_ops.front().run, op_site(), 0};
+  const KernelCall call{run, t_ops.front().run, op_site(), t_pool, 0};
   std::lock_guard<std::mutex> lock(g_mutex);
   g_kernel_calls.push_back(call);
 }
@@ -693,17 +695,21 @@ void MemoryTracker::uninstall() {
 }
 
 MemoryPool MemoryTracker::reserve(int64_t bytes, bool meta) const {
-  // Counting meta, the meta device is the device and the CPU is the host.
-  // Fed the device's blocks by its allocator, every CPU block is host.
-  const MemoryPool pool = (options_.count_meta && !meta) || options_.device_feed ? MemoryPool::kHost : t_pool;
-  const auto p = static_cast<std::size_t>(pool);
   std::lock_guard<std::mutex> lock(g_mutex);
   State& s = *state_;
+  const CallContext here = call_context();
+  // Counting meta, the meta device is the device and the CPU is the host.
+  // Fed the device's blocks by its allocator, every CPU block is host. A
+  // worker allocates to its kernel call's pool (Note [OpenMP workers]).
+  const MemoryPool pool = (options_.count_meta && !meta) || options_.device_feed ? MemoryPool::kHost
+                          : here.for_other_thread                                ? here.kernel->pool
+                                                                                 : t_pool;
+  const auto p = static_cast<std::size_t>(pool);
   // Inside a kernel call, only the tensors held before it count in full
   // (Note [Budget and kernel scratch]).
   const bool over = [&] {
     if (pool != MemoryPool::kDevice || !s.budget) return false;
-    const KernelCall* kernel = call_context().kernel;
+    const KernelCall* kernel = here.kernel;
     if (!kernel) return s.held[p] + bytes > *s.budget;
     return s.held[p] - kernel->bytes > *s.budget || s.held[p] + bytes > kKernelScratchAllowance * *s.budget;
   }();

@@ -53,14 +53,16 @@ inline std::string model(const std::string& name) { return std::string(kAutotune
 inline std::string resnet50() { return std::string(OOMTUNE_EXAMPLES_DIR) + "/models/resnet50.pt"; }
 inline bool exists(const std::string& path) { return fs::exists(path); }
 
-/// The GPT models of the autotune_models fixture (tests/autotune/CMakeLists.txt).
+/// The GPT models of the autotune_models fixture (tests/autotune/CMakeLists.txt),
+/// or another next-token model at `file`.
 struct Gpt {
   std::string name;
   int64_t seq = 0;
   int64_t vocab = 0;
+  std::string file;  // empty: model(name)
 };
-inline const Gpt kSmall{"gpt_small", 32, 512};  // 167,680 parameters; activations dominate
-inline const Gpt kWide{"gpt_wide", 16, 8192};   // 2,496,000 parameters; AdamW state dominates
+inline const Gpt kSmall{"gpt_small", 32, 512, ""};  // 167,680 parameters; activations dominate
+inline const Gpt kWide{"gpt_wide", 16, 8192, ""};   // 2,496,000 parameters; AdamW state dominates
 
 /// A next-token GPT job. `extra` lines go at the top level (budget, bounds).
 inline std::string gpt_job(const fs::path& dir, const Gpt& gpt, int64_t global_batch, const std::string& extra,
@@ -68,7 +70,8 @@ inline std::string gpt_job(const fs::path& dir, const Gpt& gpt, int64_t global_b
   const std::string tokens = "shape = [\"batch\", " + std::to_string(gpt.seq) + "]\ndtype = \"int64\"\nrange = [0, " +
                              std::to_string(gpt.vocab) + "]\n";
   const fs::path path = dir / (gpt.name + ".toml");
-  std::ofstream(path) << "model = \"" << model(gpt.name) << "\"\nglobal_batch = " << global_batch
+  std::ofstream(path) << "model = \"" << (gpt.file.empty() ? model(gpt.name) : gpt.file)
+                      << "\"\nglobal_batch = " << global_batch
                       << "\ndevice = \"cpu\"\nverify_steps = 3\ntrial_timeout = 120\n"
                       << extra << "\n\n[[inputs]]\nname = \"input_ids\"\n"
                       << tokens << "\n[[inputs]]\nname = \"targets\"\n"

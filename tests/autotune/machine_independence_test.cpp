@@ -8,8 +8,6 @@
 // run each case.
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -26,6 +24,7 @@ namespace {
 
 using nlohmann::json;
 using testing::exists;
+using testing::Gpt;
 using testing::gpt_job;
 using testing::kSmall;
 using testing::last_line;
@@ -78,39 +77,9 @@ struct Case {
 // probes/memory_tracker.cpp).
 std::string hf_gpt2_sdpa() { return std::string(OOMTUNE_SHARED_DIR) + "/fixtures/torchscript/hf_gpt2_sdpa_trace.pt"; }
 
-/// That model's job as examples/hf_gpt2.toml runs it, one micro-batch of 2
-/// per step.
-std::string hf_gpt2_sdpa_job(const std::filesystem::path& dir) {
-  const std::filesystem::path path = dir / "hf_gpt2_sdpa.toml";
-  std::ofstream(path) << "model = \"" << hf_gpt2_sdpa() << R"("
-output = "logits"
-global_batch = 2
-budget = "1GiB"
-device = "cpu"
-trial_timeout = 120
-
-[[inputs]]
-name = "input_ids"
-shape = ["batch", 64]
-dtype = "int64"
-range = [0, 1000]
-
-[[inputs]]
-name = "targets"
-shape = ["batch", 64]
-dtype = "int64"
-range = [0, 1000]
-
-[loss]
-kind = "cross_entropy"
-target = "targets"
-
-[optimizer]
-kind = "adamw"
-lr = 3e-4
-)";
-  return path.string();
-}
+/// That model as examples/hf_gpt2.toml runs it: 64 tokens of a 1,000-token
+/// vocabulary (the job's output = "logits").
+const Gpt kHfGpt2Sdpa{"hf_gpt2_sdpa", 64, 1000, hf_gpt2_sdpa()};
 
 std::string model_file(Model model) {
   switch (model) {
@@ -143,8 +112,9 @@ TEST_P(MachineIndependence, ByteFiguresAgreeAtEveryKernelLevelAndThreadCount) {
   // Global batch = micro-batch: one micro-batch per step, so backward's
   // activation peak is measured too.
   const std::string job = c.model == Model::kResNet50 ? resnet50_job(dir, 2, "budget = \"1GiB\"")
-                          : c.model == Model::kGpt    ? gpt_job(dir, kSmall, 8, "budget = \"64MiB\"")
-                                                      : hf_gpt2_sdpa_job(dir);
+                          : c.model == Model::kGpt
+                              ? gpt_job(dir, kSmall, 8, "budget = \"64MiB\"")
+                              : gpt_job(dir, kHfGpt2Sdpa, 2, "output = \"logits\"\nbudget = \"1GiB\"");
   const std::string args = "probe " + job + " --no-fit --json --config " + c.config;
   json reference;
   std::string reference_level;

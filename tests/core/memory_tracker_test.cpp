@@ -676,6 +676,22 @@ TEST_F(ScratchTest, AWorkersBlocksAreItsKernelCallsAndScratchWhenFreedInIt) {
   EXPECT_NE(events.back().op_call, 0u);
 }
 
+// A worker allocates to the pool of the thread whose kernel call it works
+// for: out[1] is host memory under a HostMemoryScope (an offloaded
+// optimizer's step).
+TEST_F(ScratchTest, AWorkerAllocatesToItsKernelCallsPool) {
+  const int64_t host_base = tracker.live_bytes(MemoryPool::kHost);
+  std::optional<at::Tensor> y;
+  {
+    HostMemoryScope host;
+    y = call_on_two_threads(x);
+  }
+  if (!y) GTEST_SKIP() << "no OpenMP worker ran a chunk: this libtorch runs at::parallel_for on one thread";
+  EXPECT_EQ(tracker.live_bytes(MemoryPool::kHost) - host_base, 4 * kOutputFloats);
+  EXPECT_EQ(tracker.live_bytes() - base, 0);
+  EXPECT_EQ(tracker.peak_bytes() - base, 0) << "nothing on the device";
+}
+
 // A worker's scratch is under the kernel call's allowance, as the calling
 // thread's is (Note [Budget and kernel scratch]): the input (kInputFloats)
 // and out[1] fill the budget; the call holds the two chunks' blocks besides,
