@@ -74,10 +74,10 @@ static_assert(sizeof(BlockHeader) <= kHeaderBytes);
 // budget leaves it out too (Note [Budget and kernel scratch]).
 // The OpenMP workers of a kernel's parallel regions allocate for it too
 // (Note [OpenMP workers]).
-// Checked: every byte figure of the test GPT, ResNet-50 and (PyPI's
-// libtorch 2.11) the Hugging Face GPT-2 SDPA fixture equal with oneDNN as
-// the CPU runs it, capped at AVX512_CORE_BF16, AVX512_CORE or AVX2
-// (DNNL_MAX_CPU_ISA), without oneDNN, with ATen's default kernels
+// Checked: every byte figure of the test GPT, ResNet-50 and the Hugging
+// Face GPT-2 fixtures (the SDPA one on PyPI's libtorch 2.11) equal with
+// oneDNN as the CPU runs it, capped at AVX512_CORE_BF16, AVX512_CORE or
+// AVX2 (DNNL_MAX_CPU_ISA), without oneDNN, with ATen's default kernels
 // (ATEN_CPU_CAPABILITY) and with 1, 2 or 3 OpenMP threads
 // (tests/autotune/machine_independence_test.cpp).
 // Limitations: raw_allocate outside any operator (and outside any kernel

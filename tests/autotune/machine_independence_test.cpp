@@ -62,7 +62,7 @@ const std::vector<Level> kLevels = {
     {"3 OpenMP threads", "OMP_NUM_THREADS=3"},
 };
 
-enum class Model { kGpt, kResNet50, kHfGpt2Sdpa };
+enum class Model { kGpt, kResNet50, kHfGpt2Eager, kHfGpt2Sdpa };
 
 /// One probe to repeat: a job and a configuration.
 struct Case {
@@ -71,15 +71,16 @@ struct Case {
   const char* config;
 };
 
-// The Hugging Face GPT-2 traced with SDPA attention by PyTorch 2.11
-// (../shared/fixtures/torchscript/README.md), whose CPU attention backward
-// allocates on OpenMP's workers (Note [OpenMP workers] in
-// probes/memory_tracker.cpp).
-std::string hf_gpt2_sdpa() { return std::string(OOMTUNE_SHARED_DIR) + "/fixtures/torchscript/hf_gpt2_sdpa_trace.pt"; }
-
-/// That model as examples/hf_gpt2.toml runs it: 64 tokens of a 1,000-token
-/// vocabulary (the job's output = "logits").
-const Gpt kHfGpt2Sdpa{"hf_gpt2_sdpa", 64, 1000, hf_gpt2_sdpa()};
+// The Hugging Face GPT-2 traces of PyTorch 2.11, users' files
+// (../shared/fixtures/torchscript/README.md), as examples/hf_gpt2.toml runs
+// them: 64 tokens of a 1,000-token vocabulary (the job's output =
+// "logits"). The SDPA trace's CPU attention backward allocates on OpenMP's
+// workers (Note [OpenMP workers] in probes/memory_tracker.cpp).
+Gpt hf_gpt2(const std::string& trace) {
+  return {trace, 64, 1000, std::string(OOMTUNE_SHARED_DIR) + "/fixtures/torchscript/" + trace + ".pt"};
+}
+const Gpt kHfGpt2Eager = hf_gpt2("hf_gpt2_eager_trace");
+const Gpt kHfGpt2Sdpa = hf_gpt2("hf_gpt2_sdpa_trace");
 
 std::string model_file(Model model) {
   switch (model) {
@@ -87,8 +88,26 @@ std::string model_file(Model model) {
       return testing::model(kSmall.name);
     case Model::kResNet50:
       return resnet50();
+    case Model::kHfGpt2Eager:
+      return kHfGpt2Eager.file;
     case Model::kHfGpt2Sdpa:
-      return hf_gpt2_sdpa();
+      return kHfGpt2Sdpa.file;
+  }
+  return {};
+}
+
+/// The case's job. Global batch = micro-batch: one micro-batch per step, so
+/// backward's activation peak is measured too.
+std::string job(const Case& c, const TestDir& dir) {
+  switch (c.model) {
+    case Model::kGpt:
+      return gpt_job(dir, kSmall, 8, "budget = \"64MiB\"");
+    case Model::kResNet50:
+      return resnet50_job(dir, 2, "budget = \"1GiB\"");
+    case Model::kHfGpt2Eager:
+      return gpt_job(dir, kHfGpt2Eager, 2, "output = \"logits\"\nbudget = \"1GiB\"");
+    case Model::kHfGpt2Sdpa:
+      return gpt_job(dir, kHfGpt2Sdpa, 2, "output = \"logits\"\nbudget = \"1GiB\"");
   }
   return {};
 }
@@ -109,13 +128,7 @@ TEST_P(MachineIndependence, ByteFiguresAgreeAtEveryKernelLevelAndThreadCount) {
   const Case& c = GetParam();
   OOMTUNE_REQUIRE_FILE(model_file(c.model));
   const TestDir dir;
-  // Global batch = micro-batch: one micro-batch per step, so backward's
-  // activation peak is measured too.
-  const std::string job = c.model == Model::kResNet50 ? resnet50_job(dir, 2, "budget = \"1GiB\"")
-                          : c.model == Model::kGpt
-                              ? gpt_job(dir, kSmall, 8, "budget = \"64MiB\"")
-                              : gpt_job(dir, kHfGpt2Sdpa, 2, "output = \"logits\"\nbudget = \"1GiB\"");
-  const std::string args = "probe " + job + " --no-fit --json --config " + c.config;
+  const std::string args = "probe " + job(c, dir) + " --no-fit --json --config " + c.config;
   json reference;
   std::string reference_level;
   int ran = 0;
@@ -162,6 +175,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"GptOffloadCheckpointingAccumulated", Model::kGpt, "micro_batch=4,ckpt=all,offload=on"},
                       Case{"ResNet50Sgd", Model::kResNet50, "micro_batch=2"},
                       Case{"ResNet50Bf16", Model::kResNet50, "micro_batch=2,precision=bf16"},
+                      Case{"HfGpt2EagerAdamW", Model::kHfGpt2Eager, "micro_batch=2"},
                       Case{"HfGpt2SdpaBf16", Model::kHfGpt2Sdpa, "micro_batch=2,precision=bf16"}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
