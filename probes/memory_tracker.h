@@ -64,7 +64,6 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_set>
@@ -93,7 +92,9 @@ struct TrackerOptions {
 /// a time per process (a second throws std::logic_error). With count_meta,
 /// throws std::logic_error when this libtorch makes a meta tensor without
 /// asking the registered meta allocator (libtorch 1.13; checked by making
-/// one). Thread-safe: intra-op threads allocate too.
+/// one). Thread-safe: intra-op threads allocate too, for the kernel call
+/// whose parallel region they run (Note [OpenMP workers] in
+/// memory_tracker.cpp).
 class MemoryTracker final : public c10::Allocator {
  public:
   explicit MemoryTracker(TrackerOptions options = {});
@@ -197,12 +198,12 @@ class MemoryTracker final : public c10::Allocator {
   c10::Allocator* previous_meta_ = nullptr;
   std::unique_ptr<MetaCounter> meta_;
   std::optional<at::CallbackHandle> callback_;
-  mutable std::mutex mutex_;
-  State* state_;  // guarded by mutex_
+  State* state_;  // guarded by g_mutex (memory_tracker.cpp), which the allocator's static deleters reach too
 };
 
-/// While alive, allocations on this thread count as host memory (the
-/// offloaded optimizer's state and update). Nests.
+/// While alive, allocations on this thread, and those of the OpenMP workers
+/// of its kernels' parallel regions, count as host memory (the offloaded
+/// optimizer's state and update). Nests.
 class HostMemoryScope {
  public:
   HostMemoryScope();
