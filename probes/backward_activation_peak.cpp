@@ -5,8 +5,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "allocsim/alloc_event.h"
 #include "allocsim/interchangeable_allocations.h"
+#include "probes/device_stream.h"
 
 namespace oomtune {
 namespace {
@@ -29,17 +29,10 @@ namespace {
 // For each position of `events`, the index of the event that takes it:
 // device events in allocsim::interchangeable_order, host events in place.
 std::vector<std::size_t> interchangeable_positions(const std::vector<TrackedEvent>& events) {
-  std::vector<std::size_t> device;  // the device events' positions
-  std::vector<allocsim::AllocEvent> stream;
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const TrackedEvent& e = events[i];
-    if (e.pool != MemoryPool::kDevice) continue;
-    device.push_back(i);
-    stream.push_back(e.kind == TrackedEvent::Kind::kAlloc ? allocsim::alloc_event(e.address, e.bytes)
-                                                          : allocsim::free_event(e.address));
-    stream.back().call = e.op_call;
-  }
-  const std::vector<std::size_t> order = allocsim::interchangeable_order(stream);
+  std::vector<std::size_t> device;  // the device events' positions, as device_stream takes them
+  for (std::size_t i = 0; i < events.size(); ++i)
+    if (events[i].pool == MemoryPool::kDevice) device.push_back(i);
+  const std::vector<std::size_t> order = allocsim::interchangeable_order(device_stream(events, 0, events.size()));
   std::vector<std::size_t> positions(events.size());
   std::iota(positions.begin(), positions.end(), std::size_t{0});
   for (std::size_t k = 0; k < device.size(); ++k) positions[device[k]] = device[order[k]];

@@ -19,6 +19,7 @@
 #include "job/length_distribution.h"
 #include "probes/backward_activation_peak.h"
 #include "probes/cuda_device.h"
+#include "probes/device_stream.h"
 #include "probes/memory_tracker.h"
 #include "probes/meta_kernels.h"
 #include "probes/peak_composition.h"
@@ -163,25 +164,6 @@ std::unordered_set<uint64_t> gradient_blocks(const ModelSession& session) {
   for (const at::Tensor& g : gradients(session))
     if (g.defined()) blocks.insert(reinterpret_cast<uint64_t>(g.storage().data()));
   return blocks;
-}
-
-// The device events among events[begin, end) as the simulator's records, in
-// order (host memory is not the device pool); with `op_names`, each names
-// its operator.
-std::vector<allocsim::AllocEvent> device_stream(const std::vector<TrackedEvent>& events, std::size_t begin,
-                                                std::size_t end, const std::vector<std::string>* op_names = nullptr) {
-  std::vector<allocsim::AllocEvent> stream;
-  int64_t order = 0;
-  for (std::size_t i = begin; i < end && i < events.size(); ++i) {
-    const TrackedEvent& e = events[i];
-    if (e.pool != MemoryPool::kDevice) continue;
-    stream.push_back(e.kind == TrackedEvent::Kind::kAlloc ? allocsim::alloc_event(e.address, e.bytes, order, e.phase)
-                                                          : allocsim::free_event(e.address, order, e.phase));
-    if (op_names && e.op < op_names->size()) stream.back().op = (*op_names)[e.op];
-    stream.back().call = e.op_call;
-    ++order;
-  }
-  return stream;
 }
 
 // Replays the trial's device allocations events[0, end) through the CUDA
