@@ -76,6 +76,36 @@
 // named in the workspaces line instead. A head dim that is not a multiple of
 // 8 makes flash pad q, k and v (copies): not modelled.
 
+// Note [Mask gradients]
+// Rationale: a float attn_mask that requires grad is a learned bias, as
+// T5's relative position bias, which transformers passes to SDPA since
+// huggingface/transformers#47014 (2026-07). Its parameters train only if the
+// kernel gives the mask a gradient, and on CUDA that gradient is made at the
+// mask's broadcast size.
+// Approach (PyTorch 2.11):
+// - efficient: scaled_dot_product_attention (transformers/attention.cpp,
+//   preprocess_mask) pads an unaligned mask's last dimension to a multiple
+//   of 16 and expands it to [B, H, T, S], under autograd. The backward
+//   allocates grad_bias [B, H, T, round16(S)] in the mask's dtype and returns
+//   its [..., :S] slice (_efficient_attention_backward in
+//   transformers/cuda/attention_backward.cu; the same in 2.11's meta
+//   registration of _scaled_dot_product_efficient_attention_backward,
+//   torch/_meta_registrations.py). Autograd then sums it to the mask's shape
+//   (expand's backward) and undoes the padding (slice_backward,
+//   constant_pad_nd_backward).
+// - math: ATen's autograd gives the mask the scores' gradient, as on CUDA.
+// - flash takes no mask. cuDNN has no gradient for it: its autograd formula
+//   names query, key and value only, and _scaled_dot_product_cudnn_attention
+//   given an attn_bias that requires grad raises "is not differentiable with
+//   respect to argument 'attn_bias'" (tried with PyTorch 2.11 on the meta
+//   device: the check is autograd's, the same code on every device), while
+//   can_use_cudnn_attention does not look at the mask's requires_grad. Where
+//   PyTorch prefers cuDNN (prefer_cudnn), a training run would stop there;
+//   oomtune counts the kernel that runs once cuDNN attention is disabled
+//   (torch.backends.cuda.enable_cudnn_sdp(False)) and the report says so.
+// Limitations: not yet run on a GPU; whether 2.11 on sm90 stops as read is
+// scripts/device_check.sh's to show.
+
 // Note [Library workspaces]
 // Rationale: a CUDA run holds bytes no tensor owns: each cuBLAS handle's
 // workspace, which PyTorch 2.x allocates through the caching allocator
@@ -137,6 +167,9 @@ bool can_use_cudnn(const AttentionCall& c, const CudaTarget& t) {
   if (c.dropout > 0 && c.query_length == 1) return false;
   return true;
 }
+
+// cuDNN's own checks, without the mask's gradient (Note [Mask gradients]).
+bool cudnn_checks_pass(const AttentionCall& c, const CudaTarget& t) { return prefer_cudnn(t) && can_use_cudnn(c, t); }
 
 bool can_use_flash(const AttentionCall& c, const CudaTarget& t) {
   if (c.has_mask) return false;
@@ -201,10 +234,15 @@ int64_t element_bytes(AttentionDtype dtype) {
 AttentionKernel select_attention_kernel(const AttentionCall& call, const CudaTarget& target) {
   if (!call.last_dim_contiguous) return AttentionKernel::kMath;
   if (call.query_length == 0 || call.key_length == 0) return AttentionKernel::kMath;
-  if (prefer_cudnn(target) && can_use_cudnn(call, target)) return AttentionKernel::kCudnn;
+  if (cudnn_checks_pass(call, target) && !call.mask_requires_grad) return AttentionKernel::kCudnn;
   if (can_use_flash(call, target)) return AttentionKernel::kFlash;
   if (can_use_efficient(call, target)) return AttentionKernel::kEfficient;
   return AttentionKernel::kMath;
+}
+
+bool cudnn_passed_over(const AttentionCall& call, const CudaTarget& target) {
+  return call.mask_requires_grad && call.last_dim_contiguous && call.query_length > 0 && call.key_length > 0 &&
+         cudnn_checks_pass(call, target);
 }
 
 AttentionBytes attention_bytes(const AttentionCall& c, AttentionKernel kernel) {
@@ -237,6 +275,9 @@ AttentionBytes attention_bytes(const AttentionCall& c, AttentionKernel kernel) {
         }
       }
       if (half(c.dtype) && Ev > 128) b.forward_transient_bytes += B * T * H * Ev * kFloat;
+      // The mask is a bias of the query's dtype by then (a float mask of
+      // another dtype is refused by the kernel).
+      if (c.mask_requires_grad && c.requires_grad) b.mask_gradient_bytes = B * H * T * round_up(S, 16) * e;
       break;
     }
     case AttentionKernel::kCudnn:
@@ -282,9 +323,23 @@ std::string attention_text(const AttentionRecord& r) {
     kernel_text = fmt::format("kernels {}", fmt::join(parts, ", "));
   }
   const int64_t calls = r.total_calls();
-  return fmt::format("{} call{}, {} for the CUDA target {}, kept {} (math path would keep {})", calls,
-                     calls == 1 ? "" : "s", kernel_text, r.target, format_bytes(r.kept_bytes),
-                     format_bytes(r.math_kept_bytes));
+  std::string text = fmt::format("{} call{}, {} for the CUDA target {}, kept {} (math path would keep {})", calls,
+                                 calls == 1 ? "" : "s", kernel_text, r.target, format_bytes(r.kept_bytes),
+                                 format_bytes(r.math_kept_bytes));
+  if (r.mask_gradient_calls > 0) {
+    text += fmt::format("; {} of them with a mask that requires grad (a learned bias)", r.mask_gradient_calls);
+    if (r.largest_mask_gradient_bytes > 0)
+      text += fmt::format(", whose gradient backward makes at [B, H, T, S]: {} at most",
+                          format_bytes(r.largest_mask_gradient_bytes));
+  }
+  if (r.cudnn_passed_over_calls > 0)
+    text += fmt::format(
+        "; cuDNN attention, which PyTorch 2.11 prefers on {}, has no gradient for a mask (torch raises \"not "
+        "differentiable with respect to argument 'attn_bias'\"), so {} call{} {} counted as PyTorch runs them "
+        "with torch.backends.cuda.enable_cudnn_sdp(False)",
+        r.target, r.cudnn_passed_over_calls, r.cudnn_passed_over_calls == 1 ? "" : "s",
+        r.cudnn_passed_over_calls == 1 ? "is" : "are");
+  return text;
 }
 
 int64_t cublas_workspace_bytes(const CudaTarget& target) {
@@ -333,6 +388,9 @@ nlohmann::json to_json(const AttentionRecord& r) {
           {"kept_bytes", r.kept_bytes},
           {"math_kept_bytes", r.math_kept_bytes},
           {"largest_backward_transient_bytes", r.largest_backward_transient_bytes},
+          {"mask_gradient_calls", r.mask_gradient_calls},
+          {"largest_mask_gradient_bytes", r.largest_mask_gradient_bytes},
+          {"cudnn_passed_over_calls", r.cudnn_passed_over_calls},
           {"target", r.target}};
 }
 
@@ -344,6 +402,10 @@ AttentionRecord attention_record_from_json(const nlohmann::json& j) {
     r.kept_bytes = j.at("kept_bytes").get<int64_t>();
     r.math_kept_bytes = j.at("math_kept_bytes").get<int64_t>();
     r.largest_backward_transient_bytes = j.at("largest_backward_transient_bytes").get<int64_t>();
+    // Absent before 2026-12-05.
+    r.mask_gradient_calls = j.value("mask_gradient_calls", int64_t{0});
+    r.largest_mask_gradient_bytes = j.value("largest_mask_gradient_bytes", int64_t{0});
+    r.cudnn_passed_over_calls = j.value("cudnn_passed_over_calls", int64_t{0});
     r.target = j.at("target").get<std::string>();
     return r;
   } catch (const nlohmann::json::exception& e) {

@@ -14,6 +14,8 @@
 //   (strategies/attention_op.h), so both probe devices count the GPU's bytes.
 // - Kernel choice: Note [SDPA kernel choice] in attention_model.cpp.
 // - Bytes: Note [SDPA kernel bytes] in attention_model.cpp.
+// - A mask that requires grad (a learned bias): Note [Mask gradients] in
+//   attention_model.cpp.
 // - Workspaces (cuBLAS, cuDNN) are reported apart and in no peak:
 //   Note [Library workspaces] in attention_model.cpp.
 
@@ -76,6 +78,7 @@ struct AttentionCall {
   int64_t mask_elements = 0;        // COUNT: elements of the mask as passed (before broadcasting)
   int64_t mask_last_dim = 0;        // COUNT: the mask's last dimension
   bool mask_is_bool = false;        // a boolean mask (converted to a float bias first)
+  bool mask_requires_grad = false;  // a float mask that requires grad (a learned bias, as T5's relative positions)
   double dropout = 0.0;             // dropout_p
   bool is_causal = false;           // is_causal
   bool requires_grad = true;        // any of query, key, value requires grad (training)
@@ -85,8 +88,15 @@ struct AttentionCall {
 /// The kernel PyTorch 2.11's select_sdp_backend
 /// (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp) picks for `call`
 /// on `target`, with every backend enabled and deterministic algorithms off
-/// (the defaults). Throws nothing.
+/// (the defaults), except for a mask that requires grad: see
+/// cudnn_passed_over(). Throws nothing.
 AttentionKernel select_attention_kernel(const AttentionCall& call, const CudaTarget& target);
+
+/// Whether PyTorch 2.11 would run `call` with the cuDNN kernel, which has no
+/// gradient for attn_mask, while the mask requires grad: oomtune then counts
+/// the kernel that runs with cuDNN attention disabled (Note [Mask
+/// gradients]). Throws nothing.
+bool cudnn_passed_over(const AttentionCall& call, const CudaTarget& target);
 
 /// What one call's kernel allocates on the GPU (Note [SDPA kernel bytes]).
 struct AttentionBytes {
@@ -96,6 +106,9 @@ struct AttentionBytes {
   int64_t mask_bytes = 0;       // SUM: the bias the kernel saves for backward (converted or padded mask), if new
   int64_t forward_transient_bytes = 0;   // SUM: freed before the forward kernel returns
   int64_t backward_transient_bytes = 0;  // SUM: freed before the backward kernel returns (not its gradients)
+  // SUM: the efficient kernel's gradient of a mask that requires grad, at
+  // the broadcast size [B, H, T, round16(S)] (Note [Mask gradients]).
+  int64_t mask_gradient_bytes = 0;
   // SUM: what the kernel makes and autograd keeps for backward (query, key
   // and value are the caller's): for flash, efficient and cuDNN the output,
   // logsumexp, RNG state and a new mask; for math its saved intermediates
@@ -118,13 +131,18 @@ struct AttentionRecord {
   int64_t kept_bytes = 0;                             // SUM: AttentionBytes::kept_bytes of every call
   int64_t math_kept_bytes = 0;                        // SUM: what the math path would have kept instead
   int64_t largest_backward_transient_bytes = 0;       // SUM: the largest one backward call held
+  int64_t mask_gradient_calls = 0;                    // COUNT: calls whose mask requires grad (a learned bias)
+  int64_t largest_mask_gradient_bytes = 0;            // SUM: the largest AttentionBytes::mask_gradient_bytes of a call
+  int64_t cudnn_passed_over_calls = 0;                // COUNT: calls cuDNN would run but for the mask's gradient
   std::string target;                                 // cuda_target_name(), "" when no call ran
   /// Every call, whatever its kernel.
   int64_t total_calls() const;
 };
 
 /// The attention line of the probe report: "2 calls, kernel flash for the
-/// CUDA target sm90, kept 1.00 MiB (math path would keep 9.00 MiB)".
+/// CUDA target sm90, kept 1.00 MiB (math path would keep 9.00 MiB)", and
+/// for masks that require grad how many calls pass one, the largest
+/// gradient a call's backward makes of it and whether cuDNN was passed over.
 std::string attention_text(const AttentionRecord& record);
 
 /// Library workspaces a CUDA run holds (Note [Library workspaces]).

@@ -251,6 +251,15 @@ void relu(const c10::OperatorHandle&, Stack* stack) {
   replace_arguments(stack, 1, {at::empty_like(self)});
 }
 
+// abs(self) -> like self, of the real dtype for a complex one (abs in
+// UnaryOps.cpp makes an empty result and fills it through abs.out, which has
+// its meta kernel in Python only). T5's relative position buckets
+// (transformers' T5Attention._relative_position_bucket).
+void abs(const c10::OperatorHandle&, Stack* stack) {
+  const at::Tensor self = torch::jit::last(*stack, 1)[0].toTensor();
+  replace_arguments(stack, 1, {at::empty_like(self, self.options().dtype(c10::toRealValueType(self.scalar_type())))});
+}
+
 // equal(self, other) -> false. Meta tensors have no values to compare;
 // the one caller that meets them is TorchScript's loader, whose constant
 // pooling merges tensor constants that compare equal (a traced model's
@@ -289,6 +298,7 @@ void install_meta_kernels() {
     library.impl("roll", torch::CppFunction::makeFromBoxedFunction<&roll>());
     library.impl("relu", torch::CppFunction::makeFromBoxedFunction<&relu>());
     library.impl("equal", torch::CppFunction::makeFromBoxedFunction<&equal>());
+    library.impl("abs", torch::CppFunction::makeFromBoxedFunction<&abs>());
     library.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&convolution_overrideable>());
     library.impl("convolution_backward_overrideable",
                  torch::CppFunction::makeFromBoxedFunction<&convolution_backward_overrideable>());

@@ -68,6 +68,8 @@
 #                                        (ctest -R '^CudaCheckpointing':
 #                                        gradients, the incoming gradient's
 #                                        release on autograd's device thread),
+#                                        SDPA with a learned bias (scripts/
+#                                        sdpa_mask_gradient.py, seconds),
 #                                        then the two open questions of checkpointed
 #                                        runs on CUDA (docs/validation.md), both
 #                                        likely fixed on 2026-12-02: GPT-2
@@ -471,6 +473,12 @@ checkpointing() {
   # plain run's (CUDA dropout masks, bf16 autocast, cuDNN), and the incoming
   # gradient released on the autograd engine's device thread.
   gpu_tests cuda_checkpointing_tests '^CudaCheckpointing' "$(budget 120)"
+  # A learned attention bias (T5's) through SDPA: which kernel, whether
+  # cuDNN raises, and the broadcast gradient oomtune counts (Note [Mask
+  # gradients] in probes/attention_model.cpp). Seconds.
+  step "SDPA with a mask that requires grad (scripts/sdpa_mask_gradient.py)" sdpa_mask_gradient.md \
+    timeout "$(budget 40)" "$python" scripts/sdpa_mask_gradient.py
+  rm -f "$out/sdpa_mask_gradient.md"  # in the summary
   # Both GPT-2 fixtures (eager attention, and SDPA: oomtune's attention
   # operator) tell whether the attention is where the dtypes meet. The
   # step's exit status is the probe's (its output cut to 120 lines).

@@ -30,13 +30,19 @@ CudaTarget current_target() {
   return g_target;
 }
 
-void count_call(AttentionKernel kernel, const AttentionBytes& bytes, const AttentionBytes& math) {
+void count_call(const AttentionCall& call, AttentionKernel kernel, const AttentionBytes& bytes,
+                const AttentionBytes& math) {
   std::lock_guard<std::mutex> lock(g_record_mutex);
   ++g_record.calls[static_cast<std::size_t>(kernel)];
   g_record.kept_bytes += bytes.kept_bytes;
   g_record.math_kept_bytes += math.kept_bytes;
   g_record.largest_backward_transient_bytes =
       std::max(g_record.largest_backward_transient_bytes, bytes.backward_transient_bytes);
+  if (call.mask_requires_grad) {
+    ++g_record.mask_gradient_calls;
+    g_record.largest_mask_gradient_bytes = std::max(g_record.largest_mask_gradient_bytes, bytes.mask_gradient_bytes);
+    if (cudnn_passed_over(call, g_target)) ++g_record.cudnn_passed_over_calls;
+  }
   g_record.target = cuda_target_name(g_target);
 }
 
@@ -74,6 +80,7 @@ AttentionCall describe(const at::Tensor& q, const at::Tensor& k, const at::Tenso
     c.mask_elements = mask.numel();
     c.mask_last_dim = mask.dim() > 0 ? mask.size(-1) : 1;
     c.mask_is_bool = mask.scalar_type() == at::kBool;
+    c.mask_requires_grad = at::GradMode::is_enabled() && mask.requires_grad();
   }
   c.dropout = dropout;
   c.is_causal = is_causal;
@@ -94,14 +101,18 @@ at::Tensor mask_bias(const at::Tensor& mask, const at::Tensor& query) {
                    at::scalar_tensor(0.0, options));
 }
 
-// The efficient kernel's bias: last dimension padded to a multiple of 16
-// (pad_bias in attention.cu), then sliced back to the mask's view.
-at::Tensor padded_bias(const at::Tensor& bias) {
-  constexpr int64_t kAlignment = 16;
+constexpr int64_t kBiasAlignment = 16;  // the efficient kernel's, elements of the bias's last dimension
+
+// The efficient kernel's bias (preprocess_mask in transformers/attention.cpp):
+// the last dimension padded to a multiple of 16 (pad_bias, a copy), sliced
+// back, expanded to [B, H, T, S]; under autograd, so that a mask that
+// requires grad gets its gradient through them (Note [Mask gradients]).
+at::Tensor efficient_bias(const at::Tensor& bias, const at::Tensor& q, const at::Tensor& k) {
   const int64_t last = bias.size(-1);
-  if (last % kAlignment == 0) return bias;
-  const int64_t pad = kAlignment - last % kAlignment;
-  return at::constant_pad_nd(bias, {0, pad}, 0).narrow(-1, 0, last);
+  at::Tensor aligned = bias;
+  if (last % kBiasAlignment != 0)
+    aligned = at::constant_pad_nd(bias, {0, kBiasAlignment - last % kBiasAlignment}, 0).narrow(-1, 0, last);
+  return aligned.expand({q.size(0), q.size(1), q.size(2), k.size(2)});
 }
 
 /// The flash, efficient and cuDNN kernels' memory on the probe device (see
@@ -119,9 +130,9 @@ class FusedAttention : public torch::autograd::Function<FusedAttention> {
     call.requires_grad = requires_grad;
     const AttentionBytes bytes = attention_bytes(call, kernel);
     const bool compute = !q.is_meta();
+    // The efficient kernel's mask comes as its bias already (efficient_bias).
     const at::Tensor bias = mask_bias(mask, q);
-    at::Tensor saved_bias = kernel == AttentionKernel::kFlash ? at::Tensor() : bias;
-    if (kernel == AttentionKernel::kEfficient && bias.defined()) saved_bias = padded_bias(bias);
+    const at::Tensor saved_bias = kernel == AttentionKernel::kFlash ? at::Tensor() : bias;
     at::Tensor rng_state;
     if (compute && dropout > 0) {
       HostMemoryScope host;
@@ -163,6 +174,8 @@ class FusedAttention : public torch::autograd::Function<FusedAttention> {
     }
     // The caller's mask is not kept (CUDA keeps only the kernel's bias); the
     // CPU's recomputation reads the bias, which masks the same entries.
+    // Saving the efficient kernel's bias keeps its padded storage, as CUDA's
+    // ScaledDotProductEfficientAttentionBackward0 does.
     ctx->save_for_backward({q, k, v, out, logsumexp, saved_bias, rng_state});
     ctx->saved_data["dropout"] = dropout;
     ctx->saved_data["is_causal"] = is_causal;
@@ -190,6 +203,16 @@ class FusedAttention : public torch::autograd::Function<FusedAttention> {
     const at::Tensor grad_out = grads[0];  // [B, T, H, Ev]
 
     at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+    // A mask that requires grad (the efficient kernel's; Note [Mask
+    // gradients]): grad_bias [B, H, T, round16(S)], returned as [..., :S].
+    const bool mask_gradient = mask.defined() && ctx->needs_input_grad(3);
+    at::Tensor dmask;
+    if (mask_gradient) {
+      std::vector<int64_t> sizes = mask.sizes().vec();
+      const int64_t last = sizes.back();
+      sizes.back() = (last + kBiasAlignment - 1) / kBiasAlignment * kBiasAlignment;
+      dmask = at::empty(sizes, mask.options()).narrow(-1, 0, last);
+    }
     std::vector<at::Tensor> transients;
     if (kernel == AttentionKernel::kFlash) {
       // mha_bwd (flash_attn/flash_api.cpp): softmax_d, dq_accum, and the
@@ -220,20 +243,23 @@ class FusedAttention : public torch::autograd::Function<FusedAttention> {
       const at::Tensor qd = q.detach().requires_grad_(true);
       const at::Tensor kd = k.detach().requires_grad_(true);
       const at::Tensor vd = v.detach().requires_grad_(true);
+      const at::Tensor md = mask_gradient ? mask.detach().requires_grad_(true) : mask;
       const at::Tensor values =
-          at::scaled_dot_product_attention(qd, kd, vd, optional(mask), dropout, is_causal, scale, enable_gqa);
-      const variable_list g = torch::autograd::grad({values}, {qd, kd, vd}, {grad_out.transpose(1, 2)});
+          at::scaled_dot_product_attention(qd, kd, vd, optional(md), dropout, is_causal, scale, enable_gqa);
+      variable_list inputs{qd, kd, vd};
+      if (mask_gradient) inputs.push_back(md);
+      const variable_list g = torch::autograd::grad({values}, inputs, {grad_out.transpose(1, 2)});
       dq.copy_(g[0]);
       dk.copy_(g[1]);
       dv.copy_(g[2]);
+      if (mask_gradient) dmask.copy_(g[3]);
       if (current_state.defined()) {
         std::lock_guard<std::mutex> lock(generator.mutex());
         generator.set_state(current_state);
       }
     }
     transients.clear();
-    return {dq,           dk,           dv,           at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dq, dk, dv, dmask, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 
  private:
@@ -277,11 +303,12 @@ at::Tensor attention(const at::Tensor& query, const at::Tensor& key, const at::T
   const AttentionCall call = describe(q, k, v, mask, dropout, is_causal);
   const AttentionKernel kernel = select_attention_kernel(call, current_target());
   const AttentionBytes bytes = attention_bytes(call, kernel);
-  count_call(kernel, bytes, attention_bytes(call, AttentionKernel::kMath));
+  count_call(call, kernel, bytes, attention_bytes(call, AttentionKernel::kMath));
   if (kernel == AttentionKernel::kMath)
     return std::get<0>(
         at::_scaled_dot_product_attention_math(q, k, v, mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt,
                                                dropout, is_causal, std::nullopt, scale, enable_gqa));
+  if (kernel == AttentionKernel::kEfficient && mask.defined()) mask = efficient_bias(mask_bias(mask, q), q, k);
   const std::optional<at::Tensor> passed_mask = mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt;
   return FusedAttention::apply(q, k, v, passed_mask, dropout, is_causal, scale, enable_gqa,
                                static_cast<int64_t>(kernel), call.requires_grad)

@@ -25,7 +25,11 @@
 // - math: at::_scaled_dot_product_attention_math with ATen's autograd, on
 //   either device (the CPU's and meta's math is CUDA's without its fp32
 //   upcast of fp16/bf16; the record's figures are CUDA's).
-// - A gradient for attn_mask is not computed (None).
+// - A mask that requires grad (a learned bias) gets its gradient: the
+//   efficient kernel's backward allocates it at [B, H, T, round16(S)] and
+//   autograd sums it to the mask's shape; on the math path ATen's autograd
+//   computes it; cuDNN, which has none, is not chosen for such a call (Note
+//   [Mask gradients] in probes/attention_model.cpp).
 // - Every call is counted in the attention record (calls per kernel, kept
 //   bytes, what math would keep), read with take_attention_record.
 

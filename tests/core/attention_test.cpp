@@ -26,10 +26,10 @@ namespace {
 
 constexpr int64_t kBatch = 2, kHeads = 2, kLength = 256, kHeadDim = 16, kChannels = 32;
 
-JobSpec attention_job(const std::string& model, Device device, const std::string& target) {
+JobSpec attention_job(const std::string& model, Device device, const std::string& target, int64_t length = kLength) {
   JobSpec job;
   job.model_path = std::string(testing::kTestModels) + "/" + model;
-  job.inputs = {InputSpec{"x", {kBatchDim, kLength, kChannels}, "float32", std::nullopt, std::nullopt}};
+  job.inputs = {InputSpec{"x", {kBatchDim, length, kChannels}, "float32", std::nullopt, std::nullopt}};
   job.loss.kind = LossSpec::Kind::kMean;
   job.global_batch = kBatch;
   job.device = device;
@@ -158,6 +158,106 @@ TEST(Attention, CpuValuesAndGradientsMatchAten) {
         for (std::size_t i = 0; i < 3; ++i)
           EXPECT_TRUE(at::allclose(ours_grads[i], their_grads[i], tolerance, tolerance))
               << name << " " << dtype << " " << masked << " gradient " << i;
+      }
+    }
+  }
+  take_attention_record();
+  set_attention_target(CudaTarget{});
+}
+
+// A learned bias as the mask (attention_sdpa_bias.pt: a parameter [H, 256,
+// 256] cut to [1, H, T, T], as T5's relative position bias reaches SDPA):
+// the bias parameter trains, so every parameter has its gradient and its
+// AdamW state (they were short of the bias's before, the mask's gradient
+// being None). On sm80 in fp32 the efficient kernel's backward makes the
+// gradient at [B, H, T, round16(T)]; T = 250 takes the padding path.
+constexpr int64_t kBiasLength = 250;
+
+TEST(Attention, ALearnedBiasGetsItsGradientAtTheBroadcastSize) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << compat::meta_device_problem();
+  const JobSpec job = attention_job("attention_sdpa_bias.pt", Device::kMeta, "sm80", kBiasLength);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  const ProbeReport r = probe(job);
+  ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
+  const int64_t bias_bytes = int64_t{kHeads} * 256 * 256 * 4;
+  const int64_t parameter_bytes =
+      (kChannels * 3 * kChannels + 3 * kChannels + kChannels * kChannels + kChannels) * 4 + bias_bytes;
+  EXPECT_EQ(r.static_memory.parameter_bytes, parameter_bytes);
+  EXPECT_EQ(r.static_memory.gradient_bytes, parameter_bytes);
+  EXPECT_EQ(r.static_memory.optimizer_state_bytes, 2 * parameter_bytes);
+  ASSERT_TRUE(r.attention);
+  EXPECT_EQ(r.attention->calls[static_cast<std::size_t>(AttentionKernel::kEfficient)], 1);
+  EXPECT_EQ(r.attention->mask_gradient_calls, 1);
+  EXPECT_EQ(r.attention->cudnn_passed_over_calls, 0);
+  const int64_t broadcast_gradient = kBatch * kHeads * kBiasLength * 256 * 4;  // round16(250) = 256
+  EXPECT_EQ(r.attention->largest_mask_gradient_bytes, broadcast_gradient);
+  // Nothing else in the step is as large (the bias parameter is 512 KiB).
+  EXPECT_EQ(r.largest.bytes, broadcast_gradient) << r.largest.op;
+}
+
+// The same on the CPU counts what meta counts; on sm90 in bf16, where
+// PyTorch would prefer cuDNN, the call is counted as the efficient kernel
+// and the record says cuDNN was passed over.
+TEST(Attention, ALearnedBiasOnTheCpuCountsWhatMetaCountsAndPassesOverCudnn) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << compat::meta_device_problem();
+  for (const char* precision : {"fp32", "bf16_params"}) {
+    const JobSpec job = attention_job("attention_sdpa_bias.pt", Device::kMeta, "sm90", kBiasLength);
+    OOMTUNE_REQUIRE_FILE(job.model_path);
+    const ProbeReport meta = probe(job, precision);
+    const ProbeReport cpu =
+        probe(attention_job("attention_sdpa_bias.pt", Device::kCpu, "sm90", kBiasLength), precision);
+    ASSERT_EQ(meta.outcome, TrialOutcome::kOk) << meta.message;
+    ASSERT_EQ(cpu.outcome, TrialOutcome::kOk) << cpu.message;
+    ASSERT_TRUE(cpu.attention && meta.attention);
+    EXPECT_EQ(cpu.attention->calls[static_cast<std::size_t>(AttentionKernel::kEfficient)], 1) << precision;
+    EXPECT_EQ(cpu.attention->cudnn_passed_over_calls, std::string(precision) == "fp32" ? 0 : 1) << precision;
+    EXPECT_EQ(cpu.attention->calls, meta.attention->calls);
+    EXPECT_EQ(cpu.attention->largest_mask_gradient_bytes, meta.attention->largest_mask_gradient_bytes);
+    EXPECT_EQ(cpu.static_memory.gradient_bytes, cpu.static_memory.parameter_bytes) << precision;
+    EXPECT_EQ(cpu.retained_activation_bytes, meta.retained_activation_bytes) << precision;
+    for (const Phase phase : {Phase::kForward, Phase::kBackward}) {
+      const PhaseMemory& c = cpu.phases[static_cast<std::size_t>(phase)];
+      const PhaseMemory& m = meta.phases[static_cast<std::size_t>(phase)];
+      EXPECT_EQ(c.peak_bytes - c.start_bytes, m.peak_bytes - m.start_bytes) << precision << " " << phase_name(phase);
+    }
+  }
+}
+
+// A learned bias through the operator, against ATen: values and the
+// gradients of query, key, value and the bias, with a key length (40) that
+// takes the efficient kernel's padding.
+TEST(Attention, CpuGradientOfALearnedBiasMatchesAten) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << compat::meta_device_problem();
+  ensure_attention_op_registered();
+  const auto op = c10::Dispatcher::singleton()
+                      .findSchemaOrThrow(kAttentionOpName, "")
+                      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                        const std::optional<at::Tensor>&, double, bool, std::optional<double>, bool)>();
+  for (const char* name : {"sm80", "sm90"}) {
+    set_attention_target(*cuda_target_from_name(name));
+    for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+      for (const double dropout : {0.0, 0.25}) {
+        at::manual_seed(0);
+        const auto options = at::TensorOptions().dtype(dtype);
+        const at::Tensor q = at::randn({2, 2, 64, 16}, options).requires_grad_();
+        const at::Tensor k = at::randn({2, 2, 40, 16}, options).requires_grad_();
+        const at::Tensor v = at::randn({2, 2, 40, 16}, options).requires_grad_();
+        const at::Tensor bias = at::randn({1, 2, 64, 40}, options).requires_grad_();
+        at::manual_seed(1);
+        const at::Tensor ours = op.call(q, k, v, bias, dropout, false, std::nullopt, false);
+        at::manual_seed(1);
+        const at::Tensor theirs = at::scaled_dot_product_attention(q, k, v, bias, dropout, false);
+        const at::Tensor g = at::randn_like(theirs);
+        const auto ours_grads = torch::autograd::grad({ours}, {q, k, v, bias}, {g});
+        const auto their_grads = torch::autograd::grad({theirs}, {q, k, v, bias}, {g});
+        const double tolerance = dtype == at::kFloat ? 1e-5 : 2e-2;
+        EXPECT_TRUE(at::allclose(ours, theirs, tolerance, tolerance)) << name << " " << dtype << " " << dropout;
+        for (std::size_t i = 0; i < 4; ++i) {
+          ASSERT_TRUE(ours_grads[i].defined()) << name << " " << dtype << " gradient " << i;
+          EXPECT_EQ(ours_grads[i].sizes(), their_grads[i].sizes());
+          EXPECT_TRUE(at::allclose(ours_grads[i], their_grads[i], tolerance, tolerance))
+              << name << " " << dtype << " " << dropout << " gradient " << i;
+        }
       }
     }
   }

@@ -12,6 +12,14 @@ masks, so jobs use global_batch = 1). forward(input_ids) -> {"logits"}.
   llama_tiny_meta.pt  built and traced on meta: shapes, no weights
   llama_tiny_cpu.pt   built and traced on the CPU: random weights
 
+and a tiny T5 (transformers.T5ForConditionalGeneration: d_model 64, 2
+layers each side, 4 heads of 16, feed-forward 128, vocabulary 256, 32
+relative position buckets, its default SDPA attention, which gets the
+relative position bias as attn_mask), traced on the CPU at batch 2 and 16
+tokens each side. forward(input_ids, decoder_input_ids) -> {"logits"}.
+
+  t5_tiny_cpu.pt
+
 Needs PyPI's transformers: run with the .venv-pypi python
 (OOMTUNE_HF_PYTHON). Usage: make_hf_meta_models.py OUT_DIR
 """
@@ -20,7 +28,12 @@ import os
 import sys
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
+
+
+def save(traced, path):
+    traced.save(path + ".tmp")
+    os.replace(path + ".tmp", path)
 
 
 def main():
@@ -36,9 +49,16 @@ def main():
         model.train()
         ids = torch.zeros(1, 16, dtype=torch.long, device=device)
         traced = torch.jit.trace(model, (ids,), strict=False, check_trace=False)
-        path = os.path.join(out, f"llama_tiny_{device}.pt")
-        traced.save(path + ".tmp")
-        os.replace(path + ".tmp", path)
+        save(traced, os.path.join(out, f"llama_tiny_{device}.pt"))
+    torch.manual_seed(0)
+    t5 = T5ForConditionalGeneration(T5Config(d_model=64, d_ff=128, d_kv=16, num_layers=2, num_heads=4,
+                                             vocab_size=256, relative_attention_num_buckets=32,
+                                             use_cache=False, torchscript=True))
+    t5.train()
+    ids = torch.zeros(2, 16, dtype=torch.long)
+    traced = torch.jit.trace(t5, example_kwarg_inputs={"input_ids": ids, "decoder_input_ids": ids}, strict=False,
+                             check_trace=False)
+    save(traced, os.path.join(out, "t5_tiny_cpu.pt"))
     return 0
 
 

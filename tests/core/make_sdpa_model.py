@@ -8,6 +8,9 @@ merged with transpose + reshape, an output projection.
 
   attention_sdpa.pt   x [B, T, C=32], 2 heads of head dim 16; causal, no mask
   attention_sdpa_mask.pt  the same with a boolean mask [T, T] argument
+  attention_sdpa_bias.pt  the same with a learned bias [1, H, T, T] as the
+                          mask (a parameter [H, 256, 256] cut to T; T5's
+                          relative position bias reaches SDPA so)
 
 Usage: make_sdpa_model.py OUT_DIR
 """
@@ -22,13 +25,18 @@ CHANNELS = 32
 HEADS = 2
 
 
+MAX_LENGTH = 256
+
+
 class Attention(torch.nn.Module):
-    def __init__(self, masked: bool):
+    def __init__(self, masked: bool, biased: bool = False):
         super().__init__()
         self.qkv = torch.nn.Linear(CHANNELS, 3 * CHANNELS)
         self.out = torch.nn.Linear(CHANNELS, CHANNELS)
         self.masked = masked
+        self.biased = biased
         self.heads = HEADS
+        self.bias = torch.nn.Parameter(0.02 * torch.randn(HEADS, MAX_LENGTH, MAX_LENGTH)) if biased else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
@@ -37,7 +45,10 @@ class Attention(torch.nn.Module):
         q = q.view(b, t, h, c // h).transpose(1, 2)
         k = k.view(b, t, h, c // h).transpose(1, 2)
         v = v.view(b, t, h, c // h).transpose(1, 2)
-        if self.masked:
+        bias = self.bias
+        if bias is not None:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias[:, :t, :t].unsqueeze(0))
+        elif self.masked:
             mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         else:
@@ -49,8 +60,12 @@ def main() -> None:
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
-    for name, masked in (("attention_sdpa.pt", False), ("attention_sdpa_mask.pt", True)):
-        torch.jit.script(Attention(masked)).save(os.path.join(out, name))
+    for name, masked, biased in (
+        ("attention_sdpa.pt", False, False),
+        ("attention_sdpa_mask.pt", True, False),
+        ("attention_sdpa_bias.pt", False, True),
+    ):
+        torch.jit.script(Attention(masked, biased)).save(os.path.join(out, name))
 
 
 if __name__ == "__main__":

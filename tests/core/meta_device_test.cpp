@@ -328,6 +328,10 @@ TEST(MetaKernels, OutputsAreTheCpuKernels) {
                   "hardtanh backward");
   expect_like_cpu(at::roll(meta(x), {1, -2}, {2, 3}), at::roll(x, {1, -2}, {2, 3}), "roll");
   expect_like_cpu(at::roll(meta(x), {3}, {1}), at::roll(x, {3}, {1}), "roll, one dimension");
+  expect_like_cpu(at::abs(meta(x)), at::abs(x), "abs");
+  expect_like_cpu(at::abs(meta(ids)), at::abs(ids), "abs of integers");
+  const at::Tensor complex = at::randn({3, 4}, at::kComplexFloat);
+  expect_like_cpu(at::abs(meta(complex)), at::abs(complex), "abs of complex numbers");
   EXPECT_FALSE(at::equal(meta(h), meta(h)));  // no values to compare (meta_kernels.cpp)
 }
 
@@ -481,6 +485,56 @@ TEST(MetaDevice, AHuggingFaceLlamaTracedOnMetaRunsThere) {
     SCOPED_TRACE(std::string(phase_name(phase)));
     const auto i = static_cast<std::size_t>(phase);
     EXPECT_EQ(meta.phases[i].peak_bytes, cpu_file.phases[i].peak_bytes);
+    EXPECT_EQ(meta.phases[i].peak_bytes + constants, cpu.phases[i].peak_bytes);
+  }
+  EXPECT_EQ(meta.retained_activation_bytes, cpu.retained_activation_bytes);
+}
+
+// make_hf_meta_models.py's tiny T5, traced on the CPU as users export it:
+// its SDPA calls get the relative position bias, a function of the
+// relative_attention_bias parameters, as attn_mask, so those train only
+// through the mask's gradient (Note [Mask gradients] in
+// probes/attention_model.cpp); its position buckets need aten::abs, whose
+// meta kernel is oomtune's. On meta and on the CPU every parameter has its
+// gradient and its AdamW state, and the phases peak alike.
+TEST(MetaDevice, AHuggingFaceT5TrainsItsRelativePositionBiasOnMetaAsOnTheCpu) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
+  JobSpec job;
+  job.model_path = test_model("t5_tiny_cpu");
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  job.inputs = {InputSpec{"input_ids", {kBatchDim, 16}, "int64", 0.0, 256.0},
+                InputSpec{"decoder_input_ids", {kBatchDim, 16}, "int64", 0.0, 256.0}};
+  job.output = std::string("logits");
+  job.loss.kind = LossSpec::Kind::kMean;
+  job.global_batch = 2;  // the trace's batch
+  job.device = Device::kMeta;
+  const TrainingConfig config = baseline_config(job);
+  const ProbeReport meta = run_trial(job, config, measured_step());
+  const ProbeReport cpu = run_trial(on(job, Device::kCpu), config, measured_step());
+  ASSERT_EQ(meta.outcome, TrialOutcome::kOk) << meta.message;
+  ASSERT_EQ(cpu.outcome, TrialOutcome::kOk) << cpu.message;
+  // P: the shared embedding 256 x 64 (the head is tied to it); an encoder
+  // block: attention 4 x 64 x 64, feed-forward 2 x 64 x 128, 2 layer norms
+  // of 64; a decoder block: a cross-attention and a layer norm more; each
+  // stack's first block a relative bias of 32 buckets x 4 heads, and a
+  // final layer norm.
+  constexpr int64_t attention = 4 * 64 * 64, feed_forward = 2 * 64 * 128, bias = 32 * 4;
+  constexpr int64_t p = 256 * 64 + 2 * (attention + feed_forward + 2 * 64) + bias + 64 +
+                        2 * (2 * attention + feed_forward + 3 * 64) + bias + 64;
+  for (const ProbeReport* r : {&meta, &cpu}) {
+    EXPECT_EQ(r->parameter_count, p);
+    EXPECT_EQ(r->static_memory.parameter_bytes, 4 * p);
+    EXPECT_EQ(r->static_memory.gradient_bytes, 4 * p);
+    EXPECT_EQ(r->static_memory.optimizer_state_bytes, 8 * p);
+    ASSERT_TRUE(r->attention);
+    // Self-attention, 2 blocks a side, with the bias; cross-attention without.
+    EXPECT_EQ(r->attention->total_calls(), 6);
+    EXPECT_EQ(r->attention->mask_gradient_calls, 4);
+  }
+  const int64_t constants = testing::archive_constant_bytes(job.model_path);
+  for (Phase phase : {Phase::kForward, Phase::kLoss, Phase::kBackward, Phase::kOptimizer}) {
+    SCOPED_TRACE(std::string(phase_name(phase)));
+    const auto i = static_cast<std::size_t>(phase);
     EXPECT_EQ(meta.phases[i].peak_bytes + constants, cpu.phases[i].peak_bytes);
   }
   EXPECT_EQ(meta.retained_activation_bytes, cpu.retained_activation_bytes);

@@ -96,6 +96,64 @@ TEST(AttentionModel, AttentionLineNamesKernelTargetAndBothFigures) {
   EXPECT_EQ(attention_record_from_json(to_json(r)).math_kept_bytes, r.math_kept_bytes);
 }
 
+// A learned bias (a float mask that requires grad; Note [Mask gradients]):
+// cuDNN, which has no gradient for it, is passed over where PyTorch would
+// prefer it; the efficient kernel's backward makes the gradient at the
+// broadcast size with the last dimension rounded up to 16.
+TEST(AttentionModel, AMaskThatRequiresGradPassesOverCudnnAndGetsABroadcastGradient) {
+  AttentionCall c = call(AttentionDtype::kBFloat16);
+  c.is_causal = false;
+  c.key_length = 1000;  // not a multiple of 16
+  c.has_mask = true;
+  c.mask_elements = 8 * 1024 * 1000;  // [1, H, T, S]
+  c.mask_last_dim = 1000;
+  EXPECT_EQ(select_attention_kernel(c, target("sm90")), AttentionKernel::kCudnn);
+  EXPECT_FALSE(cudnn_passed_over(c, target("sm90")));
+  EXPECT_EQ(attention_bytes(c, AttentionKernel::kEfficient).mask_gradient_bytes, 0);
+  c.mask_requires_grad = true;
+  EXPECT_EQ(select_attention_kernel(c, target("sm90")), AttentionKernel::kEfficient);
+  EXPECT_TRUE(cudnn_passed_over(c, target("sm90")));
+  // On sm80 PyTorch takes the efficient kernel anyway (flash takes no mask).
+  EXPECT_EQ(select_attention_kernel(c, target("sm80")), AttentionKernel::kEfficient);
+  EXPECT_FALSE(cudnn_passed_over(c, target("sm80")));
+  const AttentionBytes b = attention_bytes(c, AttentionKernel::kEfficient);
+  EXPECT_EQ(b.mask_gradient_bytes, int64_t{4} * 8 * 1024 * 1008 * 2);  // B, H, T, round16(S), bf16
+  // The padded copy of the mask [1, H, T, 1008] is kept for backward, as before.
+  EXPECT_EQ(b.mask_bytes, int64_t{8} * 1024 * 1008 * 2);
+  // Without training there is no gradient.
+  c.requires_grad = false;
+  EXPECT_EQ(attention_bytes(c, AttentionKernel::kEfficient).mask_gradient_bytes, 0);
+}
+
+TEST(AttentionModel, AttentionLineSaysWhichCallsTrainAMaskAndThatCudnnWasPassedOver) {
+  AttentionRecord r;
+  r.calls[static_cast<std::size_t>(AttentionKernel::kEfficient)] = 4;
+  r.calls[static_cast<std::size_t>(AttentionKernel::kCudnn)] = 2;
+  r.kept_bytes = 1 << 20;
+  r.math_kept_bytes = 8 << 20;
+  r.mask_gradient_calls = 4;
+  r.largest_mask_gradient_bytes = 128 << 10;
+  r.cudnn_passed_over_calls = 4;
+  r.target = "sm90";
+  EXPECT_EQ(attention_text(r),
+            "6 calls, kernels efficient x4, cudnn x2 for the CUDA target sm90, kept 1.00 MiB (math path would keep "
+            "8.00 MiB); 4 of them with a mask that requires grad (a learned bias), whose gradient backward makes at "
+            "[B, H, T, S]: 128.00 KiB at most; cuDNN attention, which PyTorch 2.11 prefers on sm90, has no gradient "
+            "for a mask (torch raises \"not differentiable with respect to argument 'attn_bias'\"), so 4 calls are "
+            "counted as PyTorch runs them with torch.backends.cuda.enable_cudnn_sdp(False)");
+  const AttentionRecord back = attention_record_from_json(to_json(r));
+  EXPECT_EQ(back.mask_gradient_calls, 4);
+  EXPECT_EQ(back.largest_mask_gradient_bytes, 128 << 10);
+  EXPECT_EQ(back.cudnn_passed_over_calls, 4);
+  // A report written before these fields reads as none.
+  nlohmann::json old = to_json(r);
+  old.erase("mask_gradient_calls");
+  old.erase("largest_mask_gradient_bytes");
+  old.erase("cudnn_passed_over_calls");
+  EXPECT_EQ(attention_record_from_json(old).mask_gradient_calls, 0);
+  EXPECT_EQ(attention_record_from_json(old).cudnn_passed_over_calls, 0);
+}
+
 // The threads that called cuBLAS: `handles` of them (training, then
 // autograd's); `lt` of them (the same order) through cuBLASLt.
 CublasCalls calls_on(int handles, int lt = 0) {
