@@ -18,8 +18,10 @@
 #include "common/error.h"
 #include "compat/torch_compat.h"
 #include "probes/meta_kernels.h"
+#include "session/model_session.h"
 #include "strategies/job_config.h"
 #include "strategies/training_config.h"
+#include "strategies/training_step.h"
 #include "support/archive_constants.h"
 #include "support/require_file.h"
 #include "test_jobs.h"
@@ -497,17 +499,22 @@ TEST(MetaDevice, AHuggingFaceLlamaTracedOnMetaRunsThere) {
 // probes/attention_model.cpp); its position buckets need aten::abs, whose
 // meta kernel is oomtune's. On meta and on the CPU every parameter has its
 // gradient and its AdamW state, and the phases peak alike.
-TEST(MetaDevice, AHuggingFaceT5TrainsItsRelativePositionBiasOnMetaAsOnTheCpu) {
-  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
+JobSpec tiny_t5_job() {
   JobSpec job;
   job.model_path = test_model("t5_tiny_cpu");
-  OOMTUNE_REQUIRE_FILE(job.model_path);
   job.inputs = {InputSpec{"input_ids", {kBatchDim, 16}, "int64", 0.0, 256.0},
                 InputSpec{"decoder_input_ids", {kBatchDim, 16}, "int64", 0.0, 256.0}};
   job.output = std::string("logits");
   job.loss.kind = LossSpec::Kind::kMean;
   job.global_batch = 2;  // the trace's batch
   job.device = Device::kMeta;
+  return job;
+}
+
+TEST(MetaDevice, AHuggingFaceT5TrainsItsRelativePositionBiasOnMetaAsOnTheCpu) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
+  const JobSpec job = tiny_t5_job();
+  OOMTUNE_REQUIRE_FILE(job.model_path);
   const TrainingConfig config = baseline_config(job);
   const ProbeReport meta = run_trial(job, config, measured_step());
   const ProbeReport cpu = run_trial(on(job, Device::kCpu), config, measured_step());
@@ -538,6 +545,41 @@ TEST(MetaDevice, AHuggingFaceT5TrainsItsRelativePositionBiasOnMetaAsOnTheCpu) {
     EXPECT_EQ(meta.phases[i].peak_bytes + constants, cpu.phases[i].peak_bytes);
   }
   EXPECT_EQ(meta.retained_activation_bytes, cpu.retained_activation_bytes);
+}
+
+// The T5's blocks checkpointed: each stack's first block hands the
+// relative position bias to the next as an argument, so the bias tables'
+// gradients come through the checkpoint operator's inputs. On the CPU, with
+// dropout on (the recomputation replays its masks), every gradient equals
+// the plain step's.
+TEST(MetaDevice, AHuggingFaceT5CheckpointedTrainsLikeThePlainRun) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
+  const JobSpec job = on(tiny_t5_job(), Device::kCpu);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  const Batch batch = make_batch(job, job.global_batch, 5);
+  const auto gradients = [&](const std::string& plan) {
+    ModelSession session(job);
+    TrainingConfig config = baseline_config(job);
+    config.checkpoint = parse_checkpoint_plan(plan);
+    TrainingStep step(session, config);
+    std::vector<std::string> checkpointed;
+    for (const auto& block : step.checkpointed_blocks()) checkpointed.push_back(block.path);
+    std::vector<at::Tensor> grads;
+    at::manual_seed(1234);  // dropout masks
+    step.run(batch, [&](Phase phase) {
+      if (phase != Phase::kOptimizer) return;
+      for (const at::Tensor& p : session.parameters()) grads.push_back(p.grad().clone());
+    });
+    return std::make_pair(checkpointed, grads);
+  };
+  const auto [none, plain] = gradients("none");
+  const auto [blocks, checkpointed] = gradients("all");
+  EXPECT_EQ(blocks,
+            (std::vector<std::string>{"encoder.block.0", "encoder.block.1", "decoder.block.0", "decoder.block.1"}));
+  ASSERT_EQ(plain.size(), checkpointed.size());
+  for (std::size_t i = 0; i < plain.size(); ++i)
+    EXPECT_TRUE(at::allclose(plain[i], checkpointed[i], 1e-5, 1e-5))
+        << "parameter " << i << ": max diff " << (plain[i] - checkpointed[i]).abs().max().item<double>();
 }
 #endif
 
