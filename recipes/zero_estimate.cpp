@@ -116,15 +116,16 @@ BytesPerParameter stored_bytes_per_parameter(const TrainingConfig& config, bool 
 
 bool ZeroMemory::operator==(const ZeroMemory& other) const {
   return weights == other.weights && gradients == other.gradients && optimizer_state == other.optimizer_state &&
-         activations == other.activations;
+         activations == other.activations && workspaces == other.workspaces;
 }
 
 ZeroMemory zero_per_gpu(const ZeroInputs& inputs, ShardingStrategy strategy, int64_t gpus) {
   if (gpus < 1) throw ConfigError(fmt::format("zero table: gpus must be >= 1, got {}", gpus));
-  if (inputs.parameters < 0 || inputs.frozen_parameters < 0 || inputs.activation_bytes < 0)
-    throw ConfigError(
-        fmt::format("zero table: parameters, frozen parameters and activation bytes must be >= 0, got {}, {} and {}",
-                    inputs.parameters, inputs.frozen_parameters, inputs.activation_bytes));
+  if (inputs.parameters < 0 || inputs.frozen_parameters < 0 || inputs.activation_bytes < 0 ||
+      inputs.workspace_bytes < 0)
+    throw ConfigError(fmt::format(
+        "zero table: parameters, frozen parameters, activation and workspace bytes must be >= 0, got {}, {}, {} and {}",
+        inputs.parameters, inputs.frozen_parameters, inputs.activation_bytes, inputs.workspace_bytes));
   const Sharding shard = sharding(strategy);
   ZeroMemory memory;
   memory.weights = bytes_of(inputs.parameters, inputs.bytes.weights, shard.weights, gpus) +
@@ -132,8 +133,22 @@ ZeroMemory zero_per_gpu(const ZeroInputs& inputs, ShardingStrategy strategy, int
   memory.gradients = bytes_of(inputs.parameters, inputs.bytes.gradients, shard.gradients, gpus);
   memory.optimizer_state = bytes_of(inputs.parameters, inputs.bytes.optimizer_state, shard.optimizer_state, gpus);
   memory.activations = inputs.activation_bytes;
+  memory.workspaces = inputs.workspace_bytes;
   return memory;
 }
+
+namespace {
+
+// The per-GPU bytes of `strategy` that more GPUs do not divide: its unsharded
+// states whole, activations and workspaces.
+int64_t unsharded_bytes(const ZeroInputs& inputs, ShardingStrategy strategy) {
+  const Sharding shard = sharding(strategy);
+  const ZeroMemory whole = zero_per_gpu(inputs, strategy, 1);
+  return (shard.weights ? 0 : whole.weights) + (shard.gradients ? 0 : whole.gradients) +
+         (shard.optimizer_state ? 0 : whole.optimizer_state) + whole.activations + whole.workspaces;
+}
+
+}  // namespace
 
 std::optional<int64_t> zero_min_gpus(const ZeroInputs& inputs, ShardingStrategy strategy, int64_t budget_bytes,
                                      int64_t max_gpus) {
@@ -151,7 +166,10 @@ ZeroTable zero_table(const ZeroInputs& inputs) {
     ZeroRow& row = table.rows[i];
     row.strategy = strategy;
     row.per_gpu = zero_per_gpu(inputs, strategy, inputs.gpus);
-    if (inputs.budget_bytes) row.min_gpus = zero_min_gpus(inputs, strategy, *inputs.budget_bytes);
+    if (inputs.budget_bytes) {
+      row.min_gpus = zero_min_gpus(inputs, strategy, *inputs.budget_bytes);
+      row.never_fits = !row.min_gpus && unsharded_bytes(inputs, strategy) > *inputs.budget_bytes;
+    }
   }
   return table;
 }
@@ -169,18 +187,26 @@ std::string render_zero_table(const ZeroTable& table) {
                                  ? ""
                                  : fmt::format(" trainable, {} frozen at {} bytes each (weights only)",
                                                in.frozen_parameters, in.bytes.frozen_weights);
+  const std::string workspaces =
+      in.workspace_bytes == 0
+          ? ""
+          : fmt::format("; in each total, the libraries' workspaces on every GPU: {} (cuBLAS, cuBLASLt)",
+                        format_bytes(in.workspace_bytes));
   std::string out = fmt::format(
       "Predicted per-GPU memory with sharding ({} parameters{}; bytes/param: weights {}, gradients {}, optimizer "
-      "state {}; activations at micro-batch 1: {}{})\n",
+      "state {}; activations at micro-batch 1: {}{}{})\n",
       in.parameters, frozen, in.bytes.weights, in.bytes.gradients, in.bytes.optimizer_state,
-      format_bytes(in.activation_bytes), in.activation_source.empty() ? "" : " " + in.activation_source);
+      format_bytes(in.activation_bytes), in.activation_source.empty() ? "" : " " + in.activation_source, workspaces);
   const std::string fits_header =
       in.budget_bytes ? fmt::format("GPUs to fit {}", format_bytes(*in.budget_bytes)) : std::string("GPUs to fit");
   out += fmt::format("{:<20} {:>12} {:>12} {:>12} {:>12} {:>12}  {}\n", "strategy", "weights", "gradients", "optimizer",
                      "activations", fmt::format("total @{}", in.gpus), fits_header);
   for (const ZeroRow& row : table.rows) {
     std::string fits = "-";
-    if (in.budget_bytes) fits = row.min_gpus ? fmt::format("{}", *row.min_gpus) : fmt::format("> {}", kZeroMaxGpus);
+    if (in.budget_bytes)
+      fits = row.min_gpus     ? fmt::format("{}", *row.min_gpus)
+             : row.never_fits ? std::string("never")
+                              : fmt::format("> {}", kZeroMaxGpus);
     out += fmt::format("{:<20} {:>12} {:>12} {:>12} {:>12} {:>12}  {}\n", to_string(row.strategy),
                        size_or_dash(row.per_gpu.weights), size_or_dash(row.per_gpu.gradients),
                        size_or_dash(row.per_gpu.optimizer_state), size_or_dash(row.per_gpu.activations),
@@ -216,9 +242,11 @@ nlohmann::json zero_table_json(const ZeroTable& table) {
            {"gradients", row.per_gpu.gradients},
            {"optimizer_state", row.per_gpu.optimizer_state},
            {"activations", row.per_gpu.activations},
+           {"workspaces", row.per_gpu.workspaces},
            {"total", row.per_gpu.total()}}},
          {"fits", in.budget_bytes ? nlohmann::json(row.per_gpu.total() <= *in.budget_bytes) : nlohmann::json(nullptr)},
-         {"min_gpus", row.min_gpus ? nlohmann::json(*row.min_gpus) : nlohmann::json(nullptr)}});
+         {"min_gpus", row.min_gpus ? nlohmann::json(*row.min_gpus) : nlohmann::json(nullptr)},
+         {"never_fits", row.never_fits}});
   }
   nlohmann::json json = {
       {"kind", "predicted"},
@@ -231,6 +259,7 @@ nlohmann::json zero_table_json(const ZeroTable& table) {
         {"gradients", in.bytes.gradients},
         {"optimizer_state", in.bytes.optimizer_state}}},
       {"activation_bytes", in.activation_bytes},
+      {"workspace_bytes", in.workspace_bytes},
       {"gpus", in.gpus},
       {"budget_bytes", in.budget_bytes ? nlohmann::json(*in.budget_bytes) : nlohmann::json(nullptr)},
       {"max_gpus", kZeroMaxGpus},

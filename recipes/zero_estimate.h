@@ -11,7 +11,10 @@
 //   ZeRO-2 (P_os+g):  Ψw + Ψ(g + K)/N
 //   ZeRO-3 (P_os+g+p): Ψ(w + g + K)/N
 // PyTorch FSDP SHARD_GRAD_OP shards like ZeRO-2 and FULL_SHARD like ZeRO-3.
-// Activations at micro-batch 1 are added unsharded on every GPU.
+// Activations at micro-batch 1 are added unsharded on every GPU, and so
+// are the libraries' workspaces where the budget is on the caching
+// allocator's reserved bytes (cuBLAS and cuBLASLt, probes/attention_model.h:
+// each GPU's process holds its own).
 // Frozen parameters (job/parameter_selection.h) hold their weights only:
 // Ψ counts the trainable parameters, and the Ψ_f frozen ones add Ψ_f·w_f
 // to the weights, sharded where the weights are (ZeRO-3 and FULL_SHARD
@@ -101,6 +104,9 @@ struct ZeroInputs {
   std::string activation_source;        // what activation_bytes are, e.g. "with activation checkpointing" ("": plain)
   int64_t gpus = 1;                     // COUNT: N for the per-GPU column (>= 1)
   std::optional<int64_t> budget_bytes;  // BYTES: usable per-GPU budget (after headroom); none: no fit column
+  // BYTES per GPU the caching allocator holds beside the tensors (cuBLAS and
+  // cuBLASLt workspaces), never sharded; 0 where the budget is on tensors.
+  int64_t workspace_bytes = 0;
 };
 
 /// Per-GPU bytes of one strategy on N GPUs, by kind. Fractions of a byte are
@@ -110,8 +116,9 @@ struct ZeroMemory {
   int64_t gradients = 0;        // BYTES per GPU
   int64_t optimizer_state = 0;  // BYTES per GPU (incl. the fp32 master copy)
   int64_t activations = 0;      // BYTES per GPU (never sharded)
-  /// BYTES per GPU of all four kinds.
-  int64_t total() const { return weights + gradients + optimizer_state + activations; }
+  int64_t workspaces = 0;       // BYTES per GPU (ZeroInputs::workspace_bytes, never sharded)
+  /// BYTES per GPU of all five kinds.
+  int64_t total() const { return weights + gradients + optimizer_state + activations + workspaces; }
   bool operator==(const ZeroMemory& other) const;
 };
 
@@ -128,6 +135,9 @@ struct ZeroRow {
   ShardingStrategy strategy = ShardingStrategy::kDdp;
   ZeroMemory per_gpu;               // at inputs.gpus
   std::optional<int64_t> min_gpus;  // COUNT: smallest fitting N (<= kZeroMaxGpus); none: no budget or never
+  // What no number of GPUs shards (activations, workspaces, the strategy's
+  // unsharded states) is over the budget: the row fits on no N at all.
+  bool never_fits = false;
 };
 
 /// The whole table: one row per strategy, in enum order.

@@ -280,6 +280,11 @@ NothingFits nothing_fits_table(const AutotuneReport& report) {
   }
   inputs.gpus = 8;
   inputs.budget_bytes = s.usable_budget_bytes;
+  // Where the budget is on reserved bytes (a CUDA or meta job), every GPU's
+  // allocator holds the libraries' workspaces too, as the probes saw them.
+  if (s.budget_on_reserved)
+    for (const ProbeReport& r : s.probes)
+      if (r.workspaces) inputs.workspace_bytes = std::max(inputs.workspace_bytes, r.workspaces->total_bytes());
   const ZeroTable table = zero_table(inputs);
   return {render_zero_table(table), zero_table_json(table)};
 }

@@ -142,7 +142,7 @@ TEST(ZeroEstimate, TableTextAndJson) {
             "optimizer state 12; activations at micro-batch 1: 0 B)\n"
             "strategy                  weights    gradients    optimizer  activations    total @64  GPUs to fit "
             "29.80 GiB\n"
-            "DDP (ZeRO-0)            13.97 GiB    13.97 GiB    83.82 GiB            -   111.76 GiB  > 1024\n"
+            "DDP (ZeRO-0)            13.97 GiB    13.97 GiB    83.82 GiB            -   111.76 GiB  never\n"
             "ZeRO-1                  13.97 GiB    13.97 GiB     1.31 GiB            -    29.25 GiB  45\n"
             "ZeRO-2                  13.97 GiB   223.52 MiB     1.31 GiB            -    15.50 GiB  7\n"
             "ZeRO-3                 223.52 MiB   223.52 MiB     1.31 GiB            -     1.75 GiB  4\n"
@@ -161,6 +161,8 @@ TEST(ZeroEstimate, TableTextAndJson) {
   EXPECT_EQ(json["rows"].size(), kNumShardingStrategies);
   EXPECT_EQ(json["rows"][0]["strategy"], "DDP (ZeRO-0)");
   EXPECT_TRUE(json["rows"][0]["min_gpus"].is_null());
+  EXPECT_EQ(json["rows"][0]["never_fits"], true);  // DDP shards nothing: 111.76 GiB on any N
+  EXPECT_EQ(json["rows"][3]["never_fits"], false);
   EXPECT_EQ(json["rows"][1]["per_gpu"]["total"], 31'406'250'000);
   EXPECT_EQ(json["rows"][1]["min_gpus"], 45);
   EXPECT_EQ(json["bytes_per_parameter"]["optimizer_state"], 12.0);
@@ -184,6 +186,45 @@ TEST(ZeroEstimate, TableTextAndJson) {
   EXPECT_NE(render_zero_table(none).find("Fit 953.67 MiB per GPU at 64 GPUs: none; none on up to 1024 GPUs\n"),
             std::string::npos)
       << render_zero_table(none);
+  for (const ZeroRow& row : none.rows) EXPECT_TRUE(row.never_fits) << to_string(row.strategy);
+  // Just above the activations ZeRO-3 would fit on 1200 GPUs: past the
+  // search, not never.
+  in.activation_bytes = 2'500'000'000;
+  in.budget_bytes = in.activation_bytes + kGB / 10;
+  const ZeroTable far = zero_table(in);
+  EXPECT_FALSE(far.rows[3].never_fits);
+  EXPECT_TRUE(far.rows[1].never_fits);  // ZeRO-1 keeps 30 GB of weights and gradients on each
+  EXPECT_NE(render_zero_table(far).find("ZeRO-3 "), std::string::npos);
+  EXPECT_NE(render_zero_table(far).find("> 1024\n"), std::string::npos) << render_zero_table(far);
+}
+
+// Where the budget is on reserved bytes every GPU holds the libraries'
+// workspaces beside its share of the states: in each total, never sharded.
+TEST(ZeroEstimate, WorkspacesAreOnEveryGpu) {
+  ZeroInputs in = paper_example();
+  in.gpus = 8;
+  in.budget_bytes = 32 * kGB;
+  const ZeroTable without = zero_table(in);
+  in.workspace_bytes = 65 * (int64_t{1} << 20);  // two cuBLAS workspaces of 32 MiB and cuBLASLt's 1 MiB
+  const ZeroTable with = zero_table(in);
+  for (std::size_t i = 0; i < kNumShardingStrategies; ++i) {
+    EXPECT_EQ(with.rows[i].per_gpu.workspaces, in.workspace_bytes);
+    EXPECT_EQ(with.rows[i].per_gpu.total(), without.rows[i].per_gpu.total() + in.workspace_bytes);
+  }
+  // ZeRO-3 at 4 GPUs: 30 GB a GPU + 65 MiB > 32 GB? 120 GB / 4 = 30 GB, under
+  // 32 GB by 2 GB: still 4. ZeRO-2: 15 GB + 105 GB / N + 65 MiB <= 32 GB
+  // needs N = 7 either way.
+  EXPECT_EQ(with.rows[3].min_gpus, 4);
+  EXPECT_EQ(with.rows[2].min_gpus, 7);
+  const std::string text = render_zero_table(with);
+  EXPECT_NE(text.find("; in each total, the libraries' workspaces on every GPU: 65.00 MiB (cuBLAS, cuBLASLt))\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(zero_table_json(with)["workspace_bytes"], in.workspace_bytes);
+  EXPECT_EQ(zero_table_json(with)["rows"][3]["per_gpu"]["workspaces"], in.workspace_bytes);
+  // A budget under the workspaces alone: no strategy fits on any N.
+  in.budget_bytes = 64 * (int64_t{1} << 20);
+  for (const ZeroRow& row : zero_table(in).rows) EXPECT_TRUE(row.never_fits) << to_string(row.strategy);
 }
 
 }  // namespace
