@@ -123,15 +123,22 @@ TEST(Attention, CpuProbeOfTheMaskedModelCountsWhatMetaCounts) {
   EXPECT_EQ(cpu.retained_activation_bytes, meta.retained_activation_bytes);
 }
 
+// oomtune::scaled_dot_product_attention, registered, as the dispatcher calls it.
+c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                    const std::optional<at::Tensor>&, double, bool, std::optional<double>, bool)>
+attention_operator() {
+  ensure_attention_op_registered();
+  return c10::Dispatcher::singleton()
+      .findSchemaOrThrow(kAttentionOpName, "")
+      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                        double, bool, std::optional<double>, bool)>();
+}
+
 // On the CPU the operator computes what ATen's SDPA computes, values and
 // gradients, for each kernel it stands in for, dropout included.
 TEST(Attention, CpuValuesAndGradientsMatchAten) {
   if (!compat::kMetaDeviceCounted) GTEST_SKIP() << compat::meta_device_problem();
-  ensure_attention_op_registered();
-  const auto op = c10::Dispatcher::singleton()
-                      .findSchemaOrThrow(kAttentionOpName, "")
-                      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                        const std::optional<at::Tensor>&, double, bool, std::optional<double>, bool)>();
+  const auto op = attention_operator();
   for (const char* name : {"sm80", "sm90"}) {
     set_attention_target(*cuda_target_from_name(name));
     for (const auto dtype : {at::kFloat, at::kBFloat16}) {
@@ -228,11 +235,7 @@ TEST(Attention, ALearnedBiasOnTheCpuCountsWhatMetaCountsAndPassesOverCudnn) {
 // takes the efficient kernel's padding.
 TEST(Attention, CpuGradientOfALearnedBiasMatchesAten) {
   if (!compat::kMetaDeviceCounted) GTEST_SKIP() << compat::meta_device_problem();
-  ensure_attention_op_registered();
-  const auto op = c10::Dispatcher::singleton()
-                      .findSchemaOrThrow(kAttentionOpName, "")
-                      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                        const std::optional<at::Tensor>&, double, bool, std::optional<double>, bool)>();
+  const auto op = attention_operator();
   for (const char* name : {"sm80", "sm90"}) {
     set_attention_target(*cuda_target_from_name(name));
     for (const auto dtype : {at::kFloat, at::kBFloat16}) {
