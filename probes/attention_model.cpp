@@ -335,10 +335,10 @@ std::string attention_text(const AttentionRecord& r) {
   if (r.cudnn_passed_over_calls > 0)
     text += fmt::format(
         "; cuDNN attention, which PyTorch 2.11 prefers on {}, has no gradient for a mask (torch raises \"not "
-        "differentiable with respect to argument 'attn_bias'\"), so {} call{} {} counted as PyTorch runs them "
+        "differentiable with respect to argument 'attn_bias'\"), so {} call{} {} counted as PyTorch runs {} "
         "with torch.backends.cuda.enable_cudnn_sdp(False)",
         r.target, r.cudnn_passed_over_calls, r.cudnn_passed_over_calls == 1 ? "" : "s",
-        r.cudnn_passed_over_calls == 1 ? "is" : "are");
+        r.cudnn_passed_over_calls == 1 ? "is" : "are", r.cudnn_passed_over_calls == 1 ? "it" : "them");
   return text;
 }
 

@@ -250,6 +250,23 @@ std::optional<int64_t> checkpointed_activations(const SearchResult& s, const Tra
   return least;
 }
 
+// A model that trains a learned attention bias where PyTorch would run cuDNN
+// attention, which cannot (Note [Mask gradients] in
+// probes/attention_model.cpp): the training script must turn cuDNN SDPA off
+// for the memory the search counted, and for the step to run at all.
+std::optional<std::string> learned_bias_note(const SearchResult& search) {
+  for (const ProbeReport& r : search.probes)
+    if (r.attention && r.attention->cudnn_passed_over_calls > 0)
+      return fmt::format(
+          "attention: the model passes a mask that requires grad (a learned bias) to scaled_dot_product_attention, "
+          "and cuDNN attention, which PyTorch 2.11 prefers on {} for these calls, has no gradient for it (torch "
+          "raises \"not differentiable with respect to argument 'attn_bias'\"); the memory above is the efficient "
+          "kernel's: train with torch.backends.cuda.enable_cudnn_sdp(False) (read from PyTorch's sources, not yet "
+          "seen on a GPU)",
+          r.attention->target);
+  return std::nullopt;
+}
+
 // Per-GPU memory under ZeRO / FSDP when nothing fits one device, from the
 // measured parameters and the activations at micro-batch 1: plain's, or
 // where the search measured checkpointing every block in the job's
@@ -335,6 +352,7 @@ int run_autotune(const AutotuneFlags& flags) {
   options.memory_only = memory_only;
   report.search =
       search(report.job, runner, options, [](const std::string& line) { fmt::print(stderr, "autotune: {}\n", line); });
+  if (std::optional<std::string> note = learned_bias_note(report.search)) report.search.notes.push_back(*note);
   if (report.job.has_seq()) {
     ChildTrialOptions child;
     child.timeout_seconds = report.job.trial_timeout_seconds;

@@ -146,6 +146,52 @@ TEST(Cli, ProbeOnMetaPrintsNoTimeAndAutotuneChoosesByMemory) {
       << emit.err;
 }
 
+#ifdef OOMTUNE_SDPA_MODELS
+// make_sdpa_model.py's learned bias in bf16 for the default target (sm90,
+// where PyTorch 2.11 prefers cuDNN attention, which has no gradient for a
+// mask): autotune says to train with cuDNN SDPA off, and the probe's
+// attention line that cuDNN was passed over (Note [Mask gradients]).
+TEST(Cli, AutotuneSaysToTurnCudnnAttentionOffForALearnedBias) {
+  if (run_oomtune("--version").out.find("libtorch 1.") != std::string::npos)
+    GTEST_SKIP() << "the model needs libtorch 2 (scaled_dot_product_attention)";
+  const std::string model = testing::test_model("attention_sdpa_bias");
+  OOMTUNE_REQUIRE_FILE(model);
+  const auto job_in = [&](const std::string& precision) {
+    return testing::write_temp_file("learned_bias_" + precision + ".toml",
+                                    "model = \"" + model + "\"\nprecision = \"" + precision + R"("
+global_batch = 2
+budget = "1GiB"
+device = "meta"
+
+[[inputs]]
+name = "x"
+shape = ["batch", 250, 32]
+
+[loss]
+kind = "mean"
+)");
+  };
+  const std::string job = job_in("bf16");
+  const RunResult probe = run_oomtune("probe " + job + " --no-fit");
+  ASSERT_EQ(probe.exit_code, 0) << probe.err;
+  EXPECT_NE(probe.out.find("1 call, kernel efficient for the CUDA target sm90"), std::string::npos) << probe.out;
+  EXPECT_NE(probe.out.find("so 1 call is counted as PyTorch runs it with torch.backends.cuda.enable_cudnn_sdp(False)"),
+            std::string::npos)
+      << probe.out;
+  const RunResult autotune = run_oomtune("autotune " + job);
+  ASSERT_EQ(autotune.exit_code, 0) << autotune.err;
+  EXPECT_NE(autotune.out.find("note: attention: the model passes a mask that requires grad (a learned bias)"),
+            std::string::npos)
+      << autotune.out;
+  EXPECT_NE(autotune.out.find("train with torch.backends.cuda.enable_cudnn_sdp(False)"), std::string::npos)
+      << autotune.out;
+  // The same model in fp32: no cuDNN to pass over, no note.
+  const RunResult fp32 = run_oomtune("autotune " + job_in("fp32"));
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
+  EXPECT_EQ(fp32.out.find("enable_cudnn_sdp"), std::string::npos) << fp32.out;
+}
+#endif
+
 TEST(Cli, ProbeJsonOnTheExampleGpt) {
   const std::string job = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
   OOMTUNE_REQUIRE_FILE(testing::example_model("gpt"));
