@@ -260,6 +260,21 @@ void abs(const c10::OperatorHandle&, Stack* stack) {
   replace_arguments(stack, 1, {at::empty_like(self, self.options().dtype(c10::toRealValueType(self.scalar_type())))});
 }
 
+// gather_backward(grad, self, dim, index, sparse_grad) -> zeros like self
+// of grad's options, filled in place (TensorAdvancedIndexing.cpp). The
+// composite kernel scatters out of place for meta tensors, which ATen counts
+// as "subclass-like" (ATen/TensorSubclassLikeUtils.h, MetaBit), so a meta
+// trial held a second self-sized tensor a CPU or CUDA run does not: this
+// kernel makes the one result. DeBERTa's disentangled attention gathers
+// [B, H, T, T] scores in every layer.
+void gather_backward(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 5);
+  const at::Tensor grad = args[0].toTensor();
+  const at::Tensor self = args[1].toTensor();
+  TORCH_CHECK_NOT_IMPLEMENTED(!args[4].toBool(), "aten::gather_backward with sparse_grad has no meta kernel");
+  replace_arguments(stack, 5, {at::empty(self.sizes(), grad.options())});
+}
+
 // equal(self, other) -> false. Meta tensors have no values to compare;
 // the one caller that meets them is TorchScript's loader, whose constant
 // pooling merges tensor constants that compare equal (a traced model's
@@ -299,6 +314,7 @@ void install_meta_kernels() {
     library.impl("relu", torch::CppFunction::makeFromBoxedFunction<&relu>());
     library.impl("equal", torch::CppFunction::makeFromBoxedFunction<&equal>());
     library.impl("abs", torch::CppFunction::makeFromBoxedFunction<&abs>());
+    library.impl("gather_backward", torch::CppFunction::makeFromBoxedFunction<&gather_backward>());
     library.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&convolution_overrideable>());
     library.impl("convolution_backward_overrideable",
                  torch::CppFunction::makeFromBoxedFunction<&convolution_backward_overrideable>());

@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "compat/torch_compat.h"
+#include "probes/memory_tracker.h"
 #include "probes/meta_kernels.h"
 #include "session/model_session.h"
 #include "strategies/job_config.h"
@@ -335,6 +336,30 @@ TEST(MetaKernels, OutputsAreTheCpuKernels) {
   const at::Tensor complex = at::randn({3, 4}, at::kComplexFloat);
   expect_like_cpu(at::abs(meta(complex)), at::abs(complex), "abs of complex numbers");
   EXPECT_FALSE(at::equal(meta(h), meta(h)));  // no values to compare (meta_kernels.cpp)
+}
+
+// gather's backward makes one self-sized result on meta as on the CPU (and
+// CUDA): the composite kernel took the out-of-place scatter for meta
+// tensors, two results' bytes at once (meta_kernels.cpp).
+TEST(MetaKernels, GatherBackwardHoldsOneResultAsOnTheCpu) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
+  install_meta_kernels();
+  constexpr int64_t kRows = 64, kColumns = 4096;
+  const at::Tensor grad = at::randn({kRows, 1});
+  const at::Tensor index = at::randint(0, kColumns, {kRows, 1});
+  for (const c10::DeviceType device : {c10::DeviceType::CPU, c10::DeviceType::Meta}) {
+    SCOPED_TRACE(c10::DeviceTypeName(device));
+    const at::Tensor g = grad.to(device), i = index.to(device);
+    const at::Tensor self = at::empty({kRows, kColumns}, at::TensorOptions().device(device));
+    TrackerOptions options;
+    options.count_meta = device == c10::DeviceType::Meta;
+    MemoryTracker tracker(options);
+    const int64_t base = tracker.live_bytes();
+    tracker.begin_phase(Phase::kBackward);
+    { const at::Tensor result = at::gather_backward(g, self, 1, i, false); }
+    tracker.end_phase();
+    EXPECT_EQ(tracker.phase(Phase::kBackward).peak_bytes - base, kRows * kColumns * 4);
+  }
 }
 
 TEST(MetaDevice, AnOperatorWithoutAMetaKernelIsNamed) {
