@@ -69,6 +69,23 @@ void native_layer_norm_backward(const c10::OperatorHandle&, Stack* stack) {
   replace_arguments(stack, 8, {dx, dgamma, dbeta});
 }
 
+// native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW,
+// group, output_mask) -> (grad_input in input's suggested memory format,
+// grad_weight and grad_bias like weight, contiguous; group_norm.cpp, both
+// from the weight, which a group norm without one does not ask for).
+// Wav2Vec2's and HuBERT's first feature-extractor convolution.
+void native_group_norm_backward(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 10);
+  const at::Tensor input = args[1].toTensor();
+  const at::Tensor weight = optional_tensor(args[4]);
+  const std::vector<bool> mask = bool_list(args[9]);
+  at::Tensor dx, dgamma, dbeta;
+  if (mask[0]) dx = at::empty_like(input, input.suggest_memory_format());
+  if (mask[1] && weight.defined()) dgamma = at::empty_like(weight, at::MemoryFormat::Contiguous);
+  if (mask[2] && weight.defined()) dbeta = at::empty_like(weight, at::MemoryFormat::Contiguous);
+  replace_arguments(stack, 10, {dx, dgamma, dbeta});
+}
+
 // index_select(self, dim, index) -> self's shape with index.numel() at dim
 // (index_select_out_cpu_, TensorAdvancedIndexing.cpp).
 void index_select(const c10::OperatorHandle&, Stack* stack) {
@@ -275,6 +292,30 @@ void gather_backward(const c10::OperatorHandle&, Stack* stack) {
   replace_arguments(stack, 5, {at::empty(self.sizes(), grad.options())});
 }
 
+// _weight_norm_interface(v, g, dim) -> (w like v, contiguous; norms of g's
+// sizes and strides, fp32 for a bf16 g), as weight_norm_cpu makes them
+// (WeightNorm.cpp); its backward (grad_w, saved_v, saved_g, saved_norms,
+// dim) -> (grad_v like v, grad_g like g), both contiguous
+// (weight_norm_backward_cpu). Wav2Vec2's and HuBERT's positional
+// convolution (nn.utils.weight_norm, kept by the trace).
+void weight_norm_interface(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 3);
+  const at::Tensor v = args[0].toTensor();
+  const at::Tensor g = args[1].toTensor();
+  const at::ScalarType norm_type = g.scalar_type() == at::kBFloat16 ? at::kFloat : g.scalar_type();
+  at::Tensor w = at::empty_like(v, at::MemoryFormat::Contiguous);
+  at::Tensor norms = at::empty_strided(g.sizes(), g.strides(), g.options().dtype(norm_type));
+  replace_arguments(stack, 3, {w, norms});
+}
+
+void weight_norm_interface_backward(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 5);
+  const at::Tensor v = args[1].toTensor();
+  const at::Tensor g = args[2].toTensor();
+  replace_arguments(stack, 5,
+                    {at::empty_like(v, at::MemoryFormat::Contiguous), at::empty_like(g, at::MemoryFormat::Contiguous)});
+}
+
 // equal(self, other) -> false. Meta tensors have no values to compare;
 // the one caller that meets them is TorchScript's loader, whose constant
 // pooling merges tensor constants that compare equal (a traced model's
@@ -297,6 +338,8 @@ void install_meta_kernels() {
     library.impl("embedding_dense_backward", torch::CppFunction::makeFromBoxedFunction<&embedding_dense_backward>());
     library.impl("native_layer_norm_backward",
                  torch::CppFunction::makeFromBoxedFunction<&native_layer_norm_backward>());
+    library.impl("native_group_norm_backward",
+                 torch::CppFunction::makeFromBoxedFunction<&native_group_norm_backward>());
     library.impl("index_select", torch::CppFunction::makeFromBoxedFunction<&index_select>());
     library.impl("native_batch_norm", torch::CppFunction::makeFromBoxedFunction<&native_batch_norm>());
     library.impl("native_batch_norm_backward",
@@ -315,6 +358,9 @@ void install_meta_kernels() {
     library.impl("equal", torch::CppFunction::makeFromBoxedFunction<&equal>());
     library.impl("abs", torch::CppFunction::makeFromBoxedFunction<&abs>());
     library.impl("gather_backward", torch::CppFunction::makeFromBoxedFunction<&gather_backward>());
+    library.impl("_weight_norm_interface", torch::CppFunction::makeFromBoxedFunction<&weight_norm_interface>());
+    library.impl("_weight_norm_interface_backward",
+                 torch::CppFunction::makeFromBoxedFunction<&weight_norm_interface_backward>());
     library.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&convolution_overrideable>());
     library.impl("convolution_backward_overrideable",
                  torch::CppFunction::makeFromBoxedFunction<&convolution_backward_overrideable>());

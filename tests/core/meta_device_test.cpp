@@ -315,6 +315,20 @@ TEST(MetaKernels, OutputsAreTheCpuKernels) {
   expect_like_cpu(std::get<0>(lnbm), std::get<0>(lnb), "layer norm grad_input");
   expect_like_cpu(std::get<1>(lnbm), std::get<1>(lnb), "layer norm grad_weight");
   expect_like_cpu(std::get<2>(lnbm), std::get<2>(lnb), "layer norm grad_bias");
+  // Group norm of [2, 6, 9] in 3 groups, with and without its affine weight.
+  const at::Tensor gx = at::randn({2, 6, 9}), gw = at::randn({6}), gb = at::randn({6});
+  for (const bool affine : {true, false}) {
+    const at::Tensor w = affine ? gw : at::Tensor(), b = affine ? gb : at::Tensor();
+    const auto gn = at::native_group_norm(gx, w, b, 2, 6, 9, 3, 1e-5);
+    const auto gnb =
+        at::native_group_norm_backward(gx, gx, std::get<1>(gn), std::get<2>(gn), w, 2, 6, 9, 3, {true, affine, affine});
+    const auto gnbm =
+        at::native_group_norm_backward(meta(gx), meta(gx), meta(std::get<1>(gn)), meta(std::get<2>(gn)),
+                                       affine ? meta(w) : at::Tensor(), 2, 6, 9, 3, {true, affine, affine});
+    expect_like_cpu(std::get<0>(gnbm), std::get<0>(gnb), "group norm grad_input");
+    expect_like_cpu(std::get<1>(gnbm), std::get<1>(gnb), "group norm grad_weight");
+    expect_like_cpu(std::get<2>(gnbm), std::get<2>(gnb), "group norm grad_bias");
+  }
   const at::Tensor ids = at::randint(0, 10, {2, 7});
   expect_like_cpu(at::embedding_dense_backward(meta(h), meta(ids), 10, -1, false),
                   at::embedding_dense_backward(h, ids, 10, -1, false), "embedding backward");
@@ -333,6 +347,20 @@ TEST(MetaKernels, OutputsAreTheCpuKernels) {
   expect_like_cpu(at::roll(meta(x), {3}, {1}), at::roll(x, {3}, {1}), "roll, one dimension");
   expect_like_cpu(at::abs(meta(x)), at::abs(x), "abs");
   expect_like_cpu(at::abs(meta(ids)), at::abs(ids), "abs of integers");
+  // Weight norm over dim 2 of a [C_out, C_in / groups, k] convolution weight
+  // (Wav2Vec2's positional convolution), in fp32 and in bf16 (fp32 norms).
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    const at::Tensor v = at::randn({16, 4, 5}, dtype), gt = at::randn({1, 1, 5}, dtype);
+    const auto wn = at::_weight_norm_interface(v, gt, 2);
+    const auto wnm = at::_weight_norm_interface(meta(v), meta(gt), 2);
+    expect_like_cpu(std::get<0>(wnm), std::get<0>(wn), "weight norm w");
+    expect_like_cpu(std::get<1>(wnm), std::get<1>(wn), "weight norm norms");
+    const auto wnb = at::_weight_norm_interface_backward(std::get<0>(wn), v, gt, std::get<1>(wn), 2);
+    const auto wnbm =
+        at::_weight_norm_interface_backward(meta(std::get<0>(wn)), meta(v), meta(gt), std::get<1>(wnm), 2);
+    expect_like_cpu(std::get<0>(wnbm), std::get<0>(wnb), "weight norm grad_v");
+    expect_like_cpu(std::get<1>(wnbm), std::get<1>(wnb), "weight norm grad_g");
+  }
   const at::Tensor complex = at::randn({3, 4}, at::kComplexFloat);
   expect_like_cpu(at::abs(meta(complex)), at::abs(complex), "abs of complex numbers");
   EXPECT_FALSE(at::equal(meta(h), meta(h)));  // no values to compare (meta_kernels.cpp)
