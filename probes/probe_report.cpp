@@ -199,7 +199,9 @@ nlohmann::json to_json(const ProbeReport& r) {
         {"gradient_bytes", r.static_memory.gradient_bytes},
         {"optimizer_state_bytes", r.static_memory.optimizer_state_bytes},
         {"optimizer_host_bytes", r.static_memory.optimizer_host_bytes},
-        {"frozen_parameter_bytes", r.static_memory.frozen_parameter_bytes}}},
+        {"frozen_parameter_bytes", r.static_memory.frozen_parameter_bytes},
+        {"without_gradient", r.static_memory.without_gradient},
+        {"without_gradient_count", r.static_memory.without_gradient_count}}},
       {"optimizer",
        {{"name", r.optimizer.name},
         {"implementation", r.optimizer.implementation},
@@ -316,9 +318,15 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     r.step_lengths = j.value("step_lengths", std::vector<int64_t>{});
     r.step_peak_bytes = j.value("step_peak_bytes", std::vector<int64_t>{});
     const auto& s = j.at("static");
-    r.static_memory = {s.at("parameter_bytes").get<int64_t>(),      s.at("buffer_bytes").get<int64_t>(),
-                       s.at("gradient_bytes").get<int64_t>(),       s.at("optimizer_state_bytes").get<int64_t>(),
-                       s.at("optimizer_host_bytes").get<int64_t>(), s.value("frozen_parameter_bytes", int64_t{0})};
+    r.static_memory.parameter_bytes = s.at("parameter_bytes").get<int64_t>();
+    r.static_memory.buffer_bytes = s.at("buffer_bytes").get<int64_t>();
+    r.static_memory.gradient_bytes = s.at("gradient_bytes").get<int64_t>();
+    r.static_memory.optimizer_state_bytes = s.at("optimizer_state_bytes").get<int64_t>();
+    r.static_memory.optimizer_host_bytes = s.at("optimizer_host_bytes").get<int64_t>();
+    r.static_memory.frozen_parameter_bytes = s.value("frozen_parameter_bytes", int64_t{0});
+    // Absent before 2026-12-06.
+    r.static_memory.without_gradient = s.value("without_gradient", std::vector<std::string>{});
+    r.static_memory.without_gradient_count = s.value("without_gradient_count", int64_t{0});
     // Absent from reports recorded before the optimizer line (issue #46): not recorded.
     if (const auto optimizer = j.find("optimizer"); optimizer != j.end())
       r.optimizer = {optimizer->at("name").get<std::string>(), optimizer->at("implementation").get<std::string>(),

@@ -75,6 +75,13 @@ struct StaticMemory {
   // job/parameter_selection.h): no gradient, no optimizer state; in no
   // field above.
   int64_t frozen_parameter_bytes = 0;
+  // Trainable parameters the step gave no gradient (their forward does not
+  // use them, as a ViT's mask token without a mask): their names, in module
+  // order, and their elements. They hold no gradient and, with AdamW, no
+  // state, as in eager PyTorch, so the analytic counts are above the
+  // measured ones by their bytes.
+  std::vector<std::string> without_gradient;
+  int64_t without_gradient_count = 0;  // COUNT: elements
 };
 
 /// Step timing of a trial.

@@ -29,6 +29,17 @@ std::string block_list(const std::vector<std::string>& paths) {
   return fmt::format("{}, {}, {}, ..., {} (--json lists all)", paths[0], paths[1], paths[2], paths.back());
 }
 
+// Under the gradients line: which trainable parameters got none, the
+// difference from the analytic counts.
+std::string without_gradient_text(const StaticMemory& m) {
+  const std::size_t n = m.without_gradient.size();
+  return fmt::format(
+      "{:<22} no gradient: {} ({} tensor{}, {} element{}; unused by the forward, as in eager PyTorch, so no "
+      "optimizer state either)",
+      "", block_list(m.without_gradient), n, n == 1 ? "" : "s", m.without_gradient_count,
+      m.without_gradient_count == 1 ? "" : "s");
+}
+
 // The step-time line of a trial at drawn lengths (trial/trial_runner.cpp,
 // Note [Variable-length steps]): the mean over steps 3.., the measured
 // step's own time at the longest beside it.
@@ -97,6 +108,7 @@ std::string render_probe_text(const ProbeSummary& s) {
                      percent_diff(m.frozen_parameter_bytes, s.analytic.frozen_parameter_bytes)));
   line(fmt::format("{:<22} {:>12} {:>12} {:>10}", "gradients", format_bytes(m.gradient_bytes),
                    format_bytes(s.analytic.gradient_bytes), percent_diff(m.gradient_bytes, s.analytic.gradient_bytes)));
+  if (!m.without_gradient.empty()) line(without_gradient_text(m));
   // Offloaded: the state is on the host, the device holds (almost) none of
   // it. Otherwise the few host bytes a step leaves (a CPU scalar, on a GPU)
   // are no optimizer state, and the device's bytes are compared alone.

@@ -158,6 +158,20 @@ std::vector<at::Tensor> gradients(const ModelSession& session) {
   return grads;
 }
 
+// The trainable parameters without a gradient after backward, by name (the
+// module's, first name of a tied tensor), and their elements.
+void record_parameters_without_gradient(const ModelSession& session, StaticMemory& memory) {
+  std::unordered_set<const c10::TensorImpl*> missing;
+  for (const at::Tensor& p : session.parameters())
+    if (!p.grad().defined()) missing.insert(p.unsafeGetTensorImpl());
+  if (missing.empty()) return;
+  for (const auto& named : session.module().named_parameters(/*recurse=*/true)) {
+    if (missing.erase(named.value.unsafeGetTensorImpl()) == 0) continue;
+    memory.without_gradient.push_back(named.name);
+    memory.without_gradient_count += named.value.numel();
+  }
+}
+
 // The addresses of the gradients' storages, as the tracker records blocks.
 std::unordered_set<uint64_t> gradient_blocks(const ModelSession& session) {
   std::unordered_set<uint64_t> blocks;
@@ -426,6 +440,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
       begin_phase(phase);
       if (phase == Phase::kOptimizer) {
         report.static_memory.gradient_bytes = storage_bytes(tracker, gradients(session));
+        record_parameters_without_gradient(session, report.static_memory);
         live_before_update = tracker.live_bytes() - report.static_memory.gradient_bytes - device_master_bytes;
       }
     };

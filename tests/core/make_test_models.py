@@ -34,6 +34,8 @@ Writes into the folder given as the first argument:
                  SwiGLU 11008, vocab 32000, untied head: 6,738,415,616
                  parameters; RMSNorm, rotary, causal attention over at most
                  2048 positions) built on the meta device: no weights, ~80 KB
+  unused_parameter.pt the MLP with one more parameter, `mask_token` [1, 256],
+                 that forward never uses (as a ViT's mask token without a mask)
   unique.pt      BigMatmul scaled by the count of x's distinct values
                  (torch.unique: aten::_unique2 has CPU and CUDA kernels and
                  no meta kernel, the meta device's refusal to test)
@@ -78,6 +80,12 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+class UnusedParameter(MLP):
+    def __init__(self):
+        super().__init__()
+        self.mask_token = nn.Parameter(torch.zeros(1, 256))
 
 
 class BigMatmul(nn.Module):
@@ -365,7 +373,7 @@ def main() -> int:
                         ("tuple_out", TupleOut()), ("returns_loss", ReturnsLoss()), ("two_inputs", TwoInputs()),
                         ("encoder_decoder", EncoderDecoder()),
                         ("encoder_decoder_branch", EncoderDecoder(BranchHalving)), ("unique", Unique()),
-                        ("token_mlp", TokenMLP()),
+                        ("token_mlp", TokenMLP()), ("unused_parameter", UnusedParameter()),
                         ("mlp_meta", MLP(device="meta")),
                         ("llama7b_meta", Llama(32000, 4096, 32, 32, 11008, 2048, device="meta"))]:
         torch.jit.script(model).save(os.path.join(out, f"{name}.pt"))

@@ -43,6 +43,30 @@ TEST(Trial, StaticMemoryEqualsTheAnalyticByteCounts) {
   EXPECT_EQ(r.static_memory.optimizer_host_bytes, 0);
 }
 
+// A trainable parameter the forward never uses (unused_parameter.pt: the
+// MLP and a mask_token [1, 256]) gets no gradient and no AdamW state, as in
+// eager PyTorch: the step's static memory is the MLP's, and the report
+// names the parameter the analytic counts hold beside it.
+TEST(Trial, AParameterTheForwardDoesNotUseIsNamedWithoutAGradient) {
+  JobSpec job = mlp_job(16);
+  job.model_path = testing::test_model("unused_parameter");
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  const ProbeReport r = run_trial(job, baseline_config(job), quick_trial());
+  ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
+  EXPECT_EQ(r.parameter_count, kMlpParameters + 256);
+  EXPECT_EQ(r.static_memory.parameter_bytes, 4 * (kMlpParameters + 256));
+  EXPECT_EQ(r.static_memory.gradient_bytes, 4 * kMlpParameters);
+  EXPECT_EQ(r.static_memory.optimizer_state_bytes, 8 * kMlpParameters);
+  EXPECT_EQ(r.static_memory.without_gradient, std::vector<std::string>{"mask_token"});
+  EXPECT_EQ(r.static_memory.without_gradient_count, 256);
+  const ProbeReport back = probe_report_from_json(to_json(r));
+  EXPECT_EQ(back.static_memory.without_gradient, r.static_memory.without_gradient);
+  EXPECT_EQ(back.static_memory.without_gradient_count, 256);
+  // Every parameter of the MLP has one.
+  const JobSpec mlp = mlp_job(16);
+  EXPECT_TRUE(run_trial(mlp, baseline_config(mlp), quick_trial()).static_memory.without_gradient.empty());
+}
+
 // Note [cuBLAS calls], Note [Library workspaces]: the MLP's forward and
 // backward multiply matrices, so a CUDA run on the default target (sm90)
 // holds two 32 MiB cuBLAS workspaces from the first step on, beside the

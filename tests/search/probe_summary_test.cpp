@@ -183,5 +183,27 @@ TEST(ProbeSummaryLines, ABudgetOffTheGpuGetsTheCudaVerdict) {
             "12.00 MiB)");
 }
 
+// Parameters without a gradient: named under the gradients line, after the
+// first three and the last past six.
+TEST(ProbeSummaryLines, ParametersWithoutAGradientAreNamedUnderTheGradients) {
+  ProbeSummary s = summary();
+  s.report.static_memory.without_gradient = {"embeddings.mask_token"};
+  s.report.static_memory.without_gradient_count = 64;
+  const std::string text = render_probe_text(s);
+  const std::size_t gradients = text.find("\ngradients ");
+  ASSERT_NE(gradients, std::string::npos) << text;
+  const std::size_t next = text.find('\n', gradients + 1);
+  EXPECT_EQ(text.substr(next + 1, text.find('\n', next + 1) - next - 1),
+            "                       no gradient: embeddings.mask_token (1 tensor, 64 elements; unused by the "
+            "forward, as in eager PyTorch, so no optimizer state either)");
+  s.report.static_memory.without_gradient = {"a", "b", "c", "d", "e", "f", "g"};
+  EXPECT_NE(render_probe_text(s).find("no gradient: a, b, c, ..., g (--json lists all) (7 tensors, 64 elements;"),
+            std::string::npos)
+      << render_probe_text(s);
+  // None: no line.
+  s.report.static_memory.without_gradient.clear();
+  EXPECT_EQ(render_probe_text(s).find("no gradient:"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace oomtune
