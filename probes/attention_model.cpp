@@ -168,9 +168,6 @@ bool can_use_cudnn(const AttentionCall& c, const CudaTarget& t) {
   return true;
 }
 
-// cuDNN's own checks, without the mask's gradient (Note [Mask gradients]).
-bool cudnn_checks_pass(const AttentionCall& c, const CudaTarget& t) { return prefer_cudnn(t) && can_use_cudnn(c, t); }
-
 bool can_use_flash(const AttentionCall& c, const CudaTarget& t) {
   if (c.has_mask) return false;
   if (c.head_dim != c.value_head_dim || c.head_dim > 256) return false;
@@ -234,15 +231,18 @@ int64_t element_bytes(AttentionDtype dtype) {
 AttentionKernel select_attention_kernel(const AttentionCall& call, const CudaTarget& target) {
   if (!call.last_dim_contiguous) return AttentionKernel::kMath;
   if (call.query_length == 0 || call.key_length == 0) return AttentionKernel::kMath;
-  if (cudnn_checks_pass(call, target) && !call.mask_requires_grad) return AttentionKernel::kCudnn;
+  // cuDNN has no gradient for a mask (Note [Mask gradients]).
+  if (prefer_cudnn(target) && can_use_cudnn(call, target) && !call.mask_requires_grad) return AttentionKernel::kCudnn;
   if (can_use_flash(call, target)) return AttentionKernel::kFlash;
   if (can_use_efficient(call, target)) return AttentionKernel::kEfficient;
   return AttentionKernel::kMath;
 }
 
 bool cudnn_passed_over(const AttentionCall& call, const CudaTarget& target) {
-  return call.mask_requires_grad && call.last_dim_contiguous && call.query_length > 0 && call.key_length > 0 &&
-         cudnn_checks_pass(call, target);
+  if (!call.mask_requires_grad) return false;
+  AttentionCall without_gradient = call;
+  without_gradient.mask_requires_grad = false;
+  return select_attention_kernel(without_gradient, target) == AttentionKernel::kCudnn;
 }
 
 AttentionBytes attention_bytes(const AttentionCall& c, AttentionKernel kernel) {
