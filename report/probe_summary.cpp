@@ -34,7 +34,7 @@ std::string block_list(const std::vector<std::string>& paths) {
 std::string without_gradient_text(const StaticMemory& m) {
   const std::size_t n = m.without_gradient.size();
   return fmt::format(
-      "{:<22} no gradient: {} ({} tensor{}, {} element{}; unused by the forward, as in eager PyTorch, so no "
+      "{:<22} no gradient: {} ({} tensor{}, {} element{}; the loss does not depend on them, so they get no "
       "optimizer state either)",
       "", block_list(m.without_gradient), n, n == 1 ? "" : "s", m.without_gradient_count,
       m.without_gradient_count == 1 ? "" : "s");

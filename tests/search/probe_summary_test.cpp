@@ -194,8 +194,8 @@ TEST(ProbeSummaryLines, ParametersWithoutAGradientAreNamedUnderTheGradients) {
   ASSERT_NE(gradients, std::string::npos) << text;
   const std::size_t next = text.find('\n', gradients + 1);
   EXPECT_EQ(text.substr(next + 1, text.find('\n', next + 1) - next - 1),
-            "                       no gradient: embeddings.mask_token (1 tensor, 64 elements; unused by the "
-            "forward, as in eager PyTorch, so no optimizer state either)");
+            "                       no gradient: embeddings.mask_token (1 tensor, 64 elements; the loss does not "
+            "depend on them, so they get no optimizer state either)");
   s.report.static_memory.without_gradient = {"a", "b", "c", "d", "e", "f", "g"};
   EXPECT_NE(render_probe_text(s).find("no gradient: a, b, c, ..., g (--json lists all) (7 tensors, 64 elements;"),
             std::string::npos)
