@@ -44,6 +44,14 @@
 #define OOMTUNE_TORCH_HAS_COPY_DATA 0
 #endif
 
+/// at::_grouped_mm (the grouped matmul of mixture-of-experts layers,
+/// transformers' default experts implementation) exists from PyTorch 2.8 on.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
+#define OOMTUNE_TORCH_HAS_GROUPED_MM 1
+#else
+#define OOMTUNE_TORCH_HAS_GROUPED_MM 0
+#endif
+
 #if OOMTUNE_TORCH_HAS_COPY_DATA
 /// Declares c10::Allocator::copy_data in a custom allocator (pure in 2.3+).
 #define OOMTUNE_ALLOCATOR_COPY_DATA \

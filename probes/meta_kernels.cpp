@@ -8,6 +8,8 @@
 #include <ATen/core/stack.h>
 #include <torch/library.h>
 
+#include "compat/torch_compat.h"
+
 namespace oomtune {
 namespace {
 
@@ -238,6 +240,31 @@ void binary_elementwise(const c10::OperatorHandle&, Stack* stack) {
                                a.options().dtype(at::result_type(a, b)).memory_format(a.suggest_memory_format()))});
 }
 
+// logical_and / logical_or / logical_xor(self, other) -> bool, the shapes
+// broadcast (comparison_op in BinaryOps.cpp: an empty bool tensor that the
+// .out kernel, registered for meta from Python only, resizes through
+// TensorIterator); the in-place forms write into self and allocate nothing.
+// clamp's backward masks its gradient with one ((self >= min).logical_and_(
+// self <= max), FunctionsManual.cpp clamp_backward): GPT-OSS's clamped
+// SwiGLU experts.
+void logical_binary(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 2);
+  const at::Tensor a = args[0].toTensor();
+  const at::Tensor b = args[1].toTensor();
+  replace_arguments(stack, 2,
+                    {at::empty(at::infer_size(a.sizes(), b.sizes()),
+                               a.options().dtype(at::kBool).memory_format(a.suggest_memory_format()))});
+}
+
+void logical_binary_(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 2);
+  at::Tensor self = args[0].toTensor();
+  const at::Tensor other = args[1].toTensor();
+  TORCH_CHECK(at::infer_size(self.sizes(), other.sizes()) == self.sizes(),
+              "the in-place logical op's result must have self's shape");
+  replace_arguments(stack, 2, {self});
+}
+
 // native_dropout(input, p, train) -> (output like input, bool mask like
 // input), the mask made first (native_dropout_cpu, Dropout.cpp; CUDA's
 // dropout_cuda, cuda/Dropout.cu, makes the same two in the same order). What
@@ -291,6 +318,54 @@ void gather_backward(const c10::OperatorHandle&, Stack* stack) {
   TORCH_CHECK_NOT_IMPLEMENTED(!args[4].toBool(), "aten::gather_backward with sparse_grad has no meta kernel");
   replace_arguments(stack, 5, {at::empty(self.sizes(), grad.options())});
 }
+
+// histc(self, bins, min, max) -> [bins] of self's dtype (histogram_histc_out
+// in Histogram.cpp; _histc_cuda in cuda/SummaryOps.cu makes the same). The
+// counts are values, which meta has none of: a caller that sizes a tensor
+// by them cannot run there, one that only passes them on (the offsets of
+// transformers' grouped-matmul experts, integrations/moe.py, whose output
+// rows do not depend on the routing) can. Mixtral's and Qwen2-MoE's experts.
+void histc(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 4);
+  const at::Tensor self = args[0].toTensor();
+  const int64_t bins = args[1].toInt();
+  replace_arguments(stack, 4, {at::empty({bins}, self.options())});
+}
+
+#if OOMTUNE_TORCH_HAS_GROUPED_MM
+// _grouped_mm(self, mat2, offs, bias, out_dtype) -> the output that
+// create_grouped_gemm_output_tensor makes for the CPU and CUDA kernels alike
+// (ATen/native/GroupedMMUtils.h): [S, N] for a 2-D self and 3-D mat2 (the
+// experts' case), [G, M, N] when both are 2-D or 3-D, its last dimension
+// padded to 16 bytes in the strides (TMA), so the storage is larger than the
+// sizes when N is not a multiple of 16 / itemsize. Its CPU path reads the
+// offsets' values to slice; the output's shape does not depend on them. The
+// backward (GroupedMmBackward0) calls _grouped_mm again.
+void grouped_mm(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 5);
+  const at::Tensor a = args[0].toTensor();
+  const at::Tensor b = args[1].toTensor();
+  const at::Tensor offs = optional_tensor(args[2]);
+  const at::ScalarType dtype = args[4].isNone() ? a.scalar_type() : args[4].toScalarType();
+  const bool a_2d = a.dim() == 2;
+  const bool b_2d = b.dim() == 2;
+  TORCH_CHECK(offs.defined() == (a_2d || b_2d), "_grouped_mm: offsets are needed exactly when a matrix is 2-D");
+  std::vector<int64_t> sizes;
+  if (a_2d && b_2d)
+    sizes = {offs.size(0), a.size(0), b.size(1)};
+  else if (a_2d)
+    sizes = {a.size(0), b.size(-1)};
+  else if (b_2d)
+    sizes = {a.size(1), b.size(1)};
+  else
+    sizes = {a.size(0), a.size(1), b.size(-1)};
+  const int64_t alignment = 16 / static_cast<int64_t>(c10::elementSize(dtype));
+  const int64_t padded = (sizes.back() + alignment - 1) / alignment * alignment;
+  const std::vector<int64_t> strides =
+      sizes.size() == 2 ? std::vector<int64_t>{padded, 1} : std::vector<int64_t>{sizes[1] * padded, padded, 1};
+  replace_arguments(stack, 5, {at::empty_strided(sizes, strides, a.options().dtype(dtype))});
+}
+#endif
 
 // _weight_norm_interface(v, g, dim) -> (w like v, contiguous; norms of g's
 // sizes and strides, fp32 for a bf16 g), as weight_norm_cpu makes them
@@ -358,6 +433,14 @@ void install_meta_kernels() {
     library.impl("equal", torch::CppFunction::makeFromBoxedFunction<&equal>());
     library.impl("abs", torch::CppFunction::makeFromBoxedFunction<&abs>());
     library.impl("gather_backward", torch::CppFunction::makeFromBoxedFunction<&gather_backward>());
+#if OOMTUNE_TORCH_HAS_GROUPED_MM
+    library.impl("_grouped_mm", torch::CppFunction::makeFromBoxedFunction<&grouped_mm>());
+#endif
+    for (const char* op : {"logical_and", "logical_or", "logical_xor"})
+      library.impl(op, torch::CppFunction::makeFromBoxedFunction<&logical_binary>());
+    for (const char* op : {"logical_and_", "logical_or_", "logical_xor_"})
+      library.impl(op, torch::CppFunction::makeFromBoxedFunction<&logical_binary_>());
+    library.impl("histc", torch::CppFunction::makeFromBoxedFunction<&histc>());
     library.impl("_weight_norm_interface", torch::CppFunction::makeFromBoxedFunction<&weight_norm_interface>());
     library.impl("_weight_norm_interface_backward",
                  torch::CppFunction::makeFromBoxedFunction<&weight_norm_interface_backward>());

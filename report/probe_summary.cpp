@@ -94,8 +94,10 @@ std::string render_probe_text(const ProbeSummary& s) {
   }
   line(fmt::format("{:<10} {:>12} {:>12}", "step", "", format_bytes(r.peak_bytes)));
   if (r.host_peak_bytes > 0)
-    line(fmt::format("{:<10} {:>12} {:>12}  (host memory: the global batch before it is copied, offloaded optimizer)",
-                     "host", "", format_bytes(r.host_peak_bytes)));
+    line(
+        fmt::format("{:<10} {:>12} {:>12}  (host memory: the global batch before it is copied, checkpointing's RNG "
+                    "states, an offloaded optimizer)",
+                    "host", "", format_bytes(r.host_peak_bytes)));
   line("");
   line(fmt::format("{:<22} {:>12} {:>12} {:>10}", "static memory", "measured", "analytic", "diff"));
   const StaticMemory& m = r.static_memory;

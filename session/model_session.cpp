@@ -148,35 +148,25 @@ std::string frozen_bf16_hint(const JobSpec& job, const std::string& cause) {
       compat::torch_version());
 }
 
-std::string one_line(const std::string& message) {
-  if (full_errors()) return message;
-  // The dispatcher's NotImplementedError for an operator without a meta
-  // kernel is one long paragraph listing every backend the operator has.
-  // PyTorch 2.11 words it "aten::OP: attempted to run this operator with
-  // Meta tensors, but there was no fake impl or Meta kernel registered".
-  static const std::regex kNoMetaKernel(
-      R"((?:Could not run '([A-Za-z0-9_:.]+)' with arguments from the 'Meta' backend)|)"
-      R"((?:([A-Za-z0-9_:.]+): attempted to run this operator with Meta tensors))");
-  std::smatch no_meta;
-  if (std::regex_search(message, no_meta, kNoMetaKernel))
-    return fmt::format(
-        "{} has no meta kernel in libtorch {} (nor among oomtune's, probes/meta_kernels.h), so this model cannot "
-        "run on the meta device; probe it on cpu",
-        no_meta[1].matched ? no_meta[1].str() : no_meta[2].str(), compat::torch_version());
-  static const std::string kInterpreter = "The following operation failed in the TorchScript interpreter.";
-  if (message.rfind(kInterpreter, 0) != 0) return first_line_of(message);
+namespace {
+
+// The innermost frame of the original code outside torch's own package in a
+// TorchScript interpreter error (Note [TorchScript errors]), as
+// "FILE:LINE in FUNCTION"; "" without one. `cause` gets the last
+// "SomethingError: " line's message.
+std::string model_frame(const std::string& message, std::string* cause) {
   static const std::regex kCause(R"(^[A-Za-z_][A-Za-z0-9_.]*(Error|Exception): (.*)$)");
   static const std::regex kScriptedFrame(R"re(^\s*File "([^"]+)", line (\d+), in (\S+))re");
   static const std::regex kTracedFrame(R"(^(\S+)\((\d+)\): (\S+)$)");
   std::istringstream lines(message);
-  std::string line, cause;
+  std::string line;
   std::deque<std::string> frames;  // original code, outermost first
   bool original = false;
   std::smatch match;
   while (std::getline(lines, line)) {
     if (line.rfind("Traceback of TorchScript", 0) == 0) original = line.find("original code") != std::string::npos;
     if (std::regex_search(line, match, kCause)) {
-      cause = match[2].str();
+      *cause = match[2].str();
       continue;
     }
     const bool scripted = std::regex_search(line, match, kScriptedFrame);
@@ -189,9 +179,58 @@ std::string one_line(const std::string& message) {
     else
       frames.push_front(std::move(frame));
   }
+  return frames.empty() ? "" : frames.back();
+}
+
+// Operators whose output's size is computed from the input's values
+// (native_functions.yaml: their meta functions are missing because no shape
+// function can give one), so a model that calls them cannot run on meta
+// whatever kernels oomtune adds. _local_scalar_dense is Tensor.item().
+bool data_dependent(const std::string& op) {
+  static const std::unordered_set<std::string> kOps = {"aten::nonzero",
+                                                       "aten::masked_select",
+                                                       "aten::_unique",
+                                                       "aten::_unique2",
+                                                       "aten::unique_dim",
+                                                       "aten::unique_consecutive",
+                                                       "aten::bincount",
+                                                       "aten::repeat_interleave.Tensor",
+                                                       "aten::_local_scalar_dense",
+                                                       "aten::argwhere"};
+  return kOps.count(op) > 0;
+}
+
+}  // namespace
+
+std::string one_line(const std::string& message) {
+  if (full_errors()) return message;
+  static const std::string kInterpreter = "The following operation failed in the TorchScript interpreter.";
+  std::string cause;
+  const std::string frame = message.rfind(kInterpreter, 0) == 0 ? model_frame(message, &cause) : "";
+  const std::string at = frame.empty() ? "" : fmt::format(" (at {})", frame);
+  // The dispatcher's NotImplementedError for an operator without a meta
+  // kernel is one long paragraph listing every backend the operator has.
+  // PyTorch 2.11 words it "aten::OP: attempted to run this operator with
+  // Meta tensors, but there was no fake impl or Meta kernel registered".
+  static const std::regex kNoMetaKernel(
+      R"((?:Could not run '([A-Za-z0-9_:.]+)' with arguments from the 'Meta' backend)|)"
+      R"((?:([A-Za-z0-9_:.]+): attempted to run this operator with Meta tensors))");
+  std::smatch no_meta;
+  if (std::regex_search(message, no_meta, kNoMetaKernel)) {
+    const std::string op = no_meta[1].matched ? no_meta[1].str() : no_meta[2].str();
+    if (data_dependent(op))
+      return fmt::format(
+          "{}{}: the size of its result depends on the tensor's values, which the meta device does not have, so "
+          "this model cannot run there; probe it on cpu",
+          op, at);
+    return fmt::format(
+        "{}{} has no meta kernel in libtorch {} (nor among oomtune's, probes/meta_kernels.h), so this model cannot "
+        "run on the meta device; probe it on cpu",
+        op, at, compat::torch_version());
+  }
   if (cause.empty()) return first_line_of(message);
-  if (frames.empty()) return first_line_of(cause);
-  return fmt::format("{} (at {})", first_line_of(cause), frames.back());
+  if (frame.empty()) return first_line_of(cause);
+  return fmt::format("{}{}", first_line_of(cause), at);
 }
 
 namespace {

@@ -21,6 +21,7 @@
 
 #include "common/class_name.h"
 #include "compat/torch_compat.h"
+#include "probes/memory_tracker.h"
 #include "session/cuda_autocast.h"
 #include "strategies/argument_writes.h"
 
@@ -274,6 +275,9 @@ std::vector<c10::DeviceIndex> cuda_devices(at::TensorList inputs) {
 }
 
 RngState capture_rng(const std::vector<c10::DeviceIndex>& devices) {
+  // The states are CPU tensors (5056 bytes for the CPU generator, 16 for a
+  // CUDA one): host memory under CUDA, so not the device's in a CPU trial.
+  HostMemoryScope host;
   RngState state;
   state.cpu = get_state(default_generator(c10::Device(c10::kCPU)));
   for (auto index : devices) {

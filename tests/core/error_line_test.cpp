@@ -5,8 +5,10 @@
 #include <cstdlib>
 
 #include <c10/util/Exception.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "compat/torch_compat.h"
 #include "session/model_session.h"
 
 namespace oomtune {
@@ -72,6 +74,46 @@ RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x256 and 16x32)
 TEST(ErrorLine, AnInterpreterMessageWithoutACauseLineKeepsItsFirstLine) {
   EXPECT_EQ(one_line("The following operation failed in the TorchScript interpreter.\nTraceback of TorchScript"),
             "The following operation failed in the TorchScript interpreter.");
+}
+
+// A traced Hugging Face Mixtral with experts_implementation="eager" on the
+// meta device (PyTorch 2.11's wording): its experts loop over the ones the
+// router picked, found by torch.nonzero.
+const char* kMixtralNonzeroOnMeta = R"(The following operation failed in the TorchScript interpreter.
+Traceback of TorchScript, serialized code (most recent call last):
+  File "code/__torch__/transformers/models/mixtral/modeling_mixtral.py", line 273, in forward
+    expert_idx, expert_idx0, expert_idx1, expert_idx2, = torch.unbind(torch.nonzero(_102))
+                                                                      ~~~~~~~~~~~~~ <--- HERE
+
+Traceback of TorchScript, original code (most recent call last):
+/venv/lib/python3.11/site-packages/transformers/models/mixtral/modeling_mixtral.py(79): forward
+/venv/lib/python3.11/site-packages/transformers/integrations/moe.py(634): forward
+/venv/lib/python3.11/site-packages/torch/nn/modules/module.py(1769): _slow_forward
+/venv/lib/python3.11/site-packages/transformers/models/mixtral/modeling_mixtral.py(128): forward
+/venv/lib/python3.11/site-packages/torch/jit/_trace.py(1022): trace
+/tmp/export.py(5): <module>
+RuntimeError: aten::nonzero: attempted to run this operator with Meta tensors, but there was no fake impl or Meta kernel registered. You may have run into this message while using an operator with PT2 compilation APIs (torch.compile/torch.export); in order to use this operator with those APIs you'll need to add a fake impl. Please see the following for next steps:  https://pytorch.org/tutorials/advanced/custom_ops_landing_page.html
+
+Exception raised from metaFallback at /pytorch/aten/src/ATen/core/MetaFallbackKernel.cpp:12 (most recent call first):
+)";
+
+TEST(ErrorLine, AnOperatorWhoseResultSizeDependsOnValuesIsNamedWithTheModelLineOnMeta) {
+  EXPECT_EQ(one_line(kMixtralNonzeroOnMeta),
+            "aten::nonzero (at modeling_mixtral.py:79 in forward): the size of its result depends on the tensor's "
+            "values, which the meta device does not have, so this model cannot run there; probe it on cpu");
+}
+
+TEST(ErrorLine, AnOperatorWithoutAMetaKernelIsNamedWithTheModelLine) {
+  std::string message = kMixtralNonzeroOnMeta;
+  message.replace(message.find("aten::nonzero:"), 13, "aten::histc");
+  EXPECT_EQ(one_line(message), fmt::format("aten::histc (at modeling_mixtral.py:79 in forward) has no meta kernel in "
+                                           "libtorch {} (nor among oomtune's, probes/meta_kernels.h), so this model "
+                                           "cannot run on the meta device; probe it on cpu",
+                                           compat::torch_version()));
+  // libtorch 1.13's wording, raised outside a TorchScript graph: no line.
+  EXPECT_EQ(one_line("Could not run 'aten::_unique2' with arguments from the 'Meta' backend. This could be because"),
+            "aten::_unique2: the size of its result depends on the tensor's values, which the meta device does not "
+            "have, so this model cannot run there; probe it on cpu");
 }
 
 // OOMTUNE_FULL_ERRORS keeps what libtorch said, for finding the kernel or

@@ -20,6 +20,15 @@ tokens each side. forward(input_ids, decoder_input_ids) -> {"logits"}.
 
   t5_tiny_cpu.pt
 
+and a tiny Mixtral (transformers.MixtralForCausalLM: hidden 64, 2 layers,
+4 heads and 2 key/value heads of 16, 4 experts of SwiGLU 128 with 2 per
+token, vocabulary 256), its experts in transformers' default
+implementation, grouped matmuls (torch._grouped_mm over every expert's
+weights, offsets from torch.histc), traced on the CPU at batch 2 and 16
+tokens. forward(input_ids) -> {"logits"}.
+
+  mixtral_tiny_cpu.pt
+
 Needs PyPI's transformers: run with the .venv-pypi python
 (OOMTUNE_HF_PYTHON). Usage: make_hf_meta_models.py OUT_DIR
 """
@@ -28,7 +37,8 @@ import os
 import sys
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
+from transformers import (LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM, T5Config,
+                          T5ForConditionalGeneration)
 
 
 def save(traced, path):
@@ -59,6 +69,15 @@ def main():
     traced = torch.jit.trace(t5, example_kwarg_inputs={"input_ids": ids, "decoder_input_ids": ids}, strict=False,
                              check_trace=False)
     save(traced, os.path.join(out, "t5_tiny_cpu.pt"))
+    torch.manual_seed(0)
+    mixtral = MixtralForCausalLM(MixtralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                               num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                               num_experts_per_tok=2, vocab_size=256, use_cache=False,
+                                               torchscript=True))
+    mixtral.train()
+    ids = torch.randint(0, 256, (2, 16))
+    traced = torch.jit.trace(mixtral, (ids,), strict=False, check_trace=False)
+    save(traced, os.path.join(out, "mixtral_tiny_cpu.pt"))
     return 0
 
 
