@@ -287,6 +287,15 @@ void roll(const c10::OperatorHandle&, Stack* stack) {
   replace_arguments(stack, 3, {at::empty_like(self, at::MemoryFormat::Contiguous)});
 }
 
+// mse_loss_backward(grad_output, self, target, reduction) -> zeros like
+// self, contiguous, filled through the .out kernel (Loss.cpp), which has its
+// meta kernel in Python only. oomtune's own mse loss (session/loss.cpp):
+// every job with [loss] kind = "mse" (a diffusion UNet's noise target).
+void mse_loss_backward(const c10::OperatorHandle&, Stack* stack) {
+  const at::Tensor self = torch::jit::last(*stack, 4)[1].toTensor();
+  replace_arguments(stack, 4, {at::empty_like(self, at::MemoryFormat::Contiguous)});
+}
+
 // relu(self) -> like self (clamp_min(self, 0) through TensorIterator on
 // the CPU, Activation.cpp; relu_ and threshold_backward have C++ meta
 // kernels of their own).
@@ -429,6 +438,7 @@ void install_meta_kernels() {
     library.impl("native_dropout", torch::CppFunction::makeFromBoxedFunction<&native_dropout>());
     library.impl("native_dropout_backward", torch::CppFunction::makeFromBoxedFunction<&binary_elementwise<3>>());
     library.impl("roll", torch::CppFunction::makeFromBoxedFunction<&roll>());
+    library.impl("mse_loss_backward", torch::CppFunction::makeFromBoxedFunction<&mse_loss_backward>());
     library.impl("relu", torch::CppFunction::makeFromBoxedFunction<&relu>());
     library.impl("equal", torch::CppFunction::makeFromBoxedFunction<&equal>());
     library.impl("abs", torch::CppFunction::makeFromBoxedFunction<&abs>());

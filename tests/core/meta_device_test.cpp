@@ -354,6 +354,10 @@ TEST(MetaKernels, OutputsAreTheCpuKernels) {
     expect_like_cpu(std::get<0>(wnbm), std::get<0>(wnb), "weight norm grad_v");
     expect_like_cpu(std::get<1>(wnbm), std::get<1>(wnb), "weight norm grad_g");
   }
+  const at::Tensor prediction = at::randn({2, 4, 3, 3}).contiguous(at::MemoryFormat::ChannelsLast);
+  const at::Tensor noise = at::randn({2, 4, 3, 3}), one = at::ones({});
+  expect_like_cpu(at::mse_loss_backward(meta(one), meta(prediction), meta(noise), at::Reduction::Mean),
+                  at::mse_loss_backward(one, prediction, noise, at::Reduction::Mean), "mse loss backward");
   const at::Tensor above = h > 0, below = at::randn({7, 1}) < 0.5;
   expect_like_cpu(at::logical_and(meta(above), meta(below)), at::logical_and(above, below), "logical_and");
   expect_like_cpu(at::logical_or(meta(below), meta(h)), at::logical_or(below, h), "logical_or of bool and float");
@@ -452,6 +456,31 @@ TEST(MetaDevice, AFileWithoutWeightsProbesOnMeta) {
   EXPECT_EQ(r.static_memory.gradient_bytes, 4 * kMlpParameters);
   EXPECT_EQ(r.static_memory.optimizer_state_bytes, 8 * kMlpParameters);
   EXPECT_EQ(r.static_memory.buffer_bytes, 0);
+}
+
+// [loss] kind = "mse" (session/loss.cpp): its backward's meta kernel is
+// oomtune's. The MLP's [batch, 10] output against a target of that shape,
+// on meta as on the CPU (mlp.pt is traced on the CPU: its constants are the
+// only difference).
+TEST(MetaDevice, AnMseLossTrainsOnMetaAsOnTheCpu) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
+  JobSpec job = on(testing::mlp_job(16), Device::kMeta);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  job.inputs[1] = InputSpec{"target", {kBatchDim, 10}, "float32", 0.0, 1.0};
+  job.loss.kind = LossSpec::Kind::kMse;
+  job.loss.target = "target";
+  const ProbeReport meta = run_trial(job, baseline_config(job), measured_step());
+  const ProbeReport cpu = run_trial(on(job, Device::kCpu), baseline_config(job), measured_step());
+  ASSERT_EQ(meta.outcome, TrialOutcome::kOk) << meta.message;
+  ASSERT_EQ(cpu.outcome, TrialOutcome::kOk) << cpu.message;
+  EXPECT_EQ(meta.static_memory.gradient_bytes, 4 * kMlpParameters);
+  const int64_t constants = testing::archive_constant_bytes(job.model_path);
+  for (Phase phase : {Phase::kForward, Phase::kLoss, Phase::kBackward, Phase::kOptimizer}) {
+    SCOPED_TRACE(std::string(phase_name(phase)));
+    const auto i = static_cast<std::size_t>(phase);
+    EXPECT_EQ(meta.phases[i].peak_bytes + constants, cpu.phases[i].peak_bytes);
+    EXPECT_EQ(meta.phases[i].allocated_bytes, cpu.phases[i].allocated_bytes);
+  }
 }
 
 TEST(MetaDevice, AFileWithoutWeightsIsRefusedOnCpu) {
