@@ -168,9 +168,25 @@ int64_t convolution_output_size(int64_t input, int64_t kernel, int64_t stride, i
 // dimension.
 int64_t nth(const std::vector<int64_t>& values, std::size_t i) { return values.size() == 1 ? values[0] : values[i]; }
 
+// The memory format a convolution's CPU and cuDNN kernels work in, and
+// return their outputs and gradients in: channels-last when the input or
+// the weight suggests it (mkldnn_conv_use_channels_last, ConvUtils.h;
+// cudnn_conv_suggest_memory_format the same for cuDNN), else contiguous.
+// An input a permute left channels-last (timm's LayerNorm2d) so gets a
+// channels-last weight gradient, which AccumulateGrad copies into the
+// parameter's strides (its layout contract) where they differ.
+at::MemoryFormat convolution_memory_format(const at::Tensor& input, const at::Tensor& weight) {
+  const at::MemoryFormat channels_last =
+      weight.dim() == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
+  if (weight.dim() < 4) return at::MemoryFormat::Contiguous;
+  return input.suggest_memory_format() == channels_last || weight.suggest_memory_format() == channels_last
+             ? channels_last
+             : at::MemoryFormat::Contiguous;
+}
+
 // convolution_overrideable(input, weight, bias, stride, padding, dilation,
-// transposed, output_padding, groups) -> [N, C_out, spatial...] in the
-// input's suggested memory format: where at::convolution sends a device
+// transposed, output_padding, groups) -> [N, C_out, spatial...] in
+// convolution_memory_format: where at::convolution sends a device
 // without a convolution of its own (ConvBackend::Overrideable,
 // Convolution.cpp), which meta is. The output the CPU's convolutions
 // (mkldnn_convolution, slow_conv2d) return; the bias is added into it.
@@ -189,13 +205,15 @@ void convolution_overrideable(const c10::OperatorHandle&, Stack* stack) {
                                             nth(dilation, i), output_padding.empty() ? 0 : nth(output_padding, i),
                                             transposed));
   }
-  replace_arguments(stack, 9, {at::empty(shape, input.options().memory_format(input.suggest_memory_format()))});
+  replace_arguments(stack, 9,
+                    {at::empty(shape, input.options().memory_format(convolution_memory_format(input, weight)))});
 }
 
 // convolution_backward_overrideable(grad_output, input, weight, stride,
 // padding, dilation, transposed, output_padding, groups, output_mask) ->
-// (grad_input like input, grad_weight like weight, grad_bias [C_out]), each
-// only when asked for: what convolution_backward returns on the CPU.
+// (grad_input like input, grad_weight like weight, both in
+// convolution_memory_format; grad_bias [C_out]), each only when asked for:
+// what convolution_backward returns on the CPU.
 void convolution_backward_overrideable(const c10::OperatorHandle&, Stack* stack) {
   const auto args = torch::jit::last(*stack, 10);
   const at::Tensor grad_output = args[0].toTensor();
@@ -203,8 +221,9 @@ void convolution_backward_overrideable(const c10::OperatorHandle&, Stack* stack)
   const at::Tensor weight = args[2].toTensor();
   const std::vector<bool> mask = bool_list(args[9]);
   at::Tensor grad_input, grad_weight, grad_bias;
-  if (mask[0]) grad_input = at::empty_like(input, input.suggest_memory_format());
-  if (mask[1]) grad_weight = at::empty_like(weight, weight.suggest_memory_format());
+  const at::MemoryFormat format = convolution_memory_format(input, weight);
+  if (mask[0]) grad_input = at::empty_like(input, format);
+  if (mask[1]) grad_weight = at::empty_like(weight, format);
   if (mask[2]) grad_bias = at::empty({grad_output.size(1)}, grad_output.options());
   replace_arguments(stack, 10, {grad_input, grad_weight, grad_bias});
 }

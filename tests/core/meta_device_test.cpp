@@ -249,13 +249,15 @@ TEST(MetaDevice, ReportsNoTiming) {
 }
 
 // oomtune's meta kernels (probes/meta_kernels.h) against the CPU kernels of
-// the same operators on the same shapes: sizes, dtype and storage bytes of
-// every output.
+// the same operators on the same shapes: sizes, strides (a gradient whose
+// strides differ from its parameter's is copied by AccumulateGrad), dtype
+// and storage bytes of every output.
 void expect_like_cpu(const at::Tensor& meta, const at::Tensor& cpu, const std::string& what) {
   ASSERT_EQ(meta.defined(), cpu.defined()) << what;
   if (!cpu.defined()) return;
   EXPECT_TRUE(meta.is_meta()) << what;
   EXPECT_EQ(meta.sizes(), cpu.sizes()) << what;
+  EXPECT_EQ(meta.strides(), cpu.strides()) << what;
   EXPECT_EQ(meta.scalar_type(), cpu.scalar_type()) << what;
   EXPECT_EQ(meta.storage().nbytes(), cpu.storage().nbytes()) << what;
 }
@@ -276,6 +278,21 @@ TEST(MetaKernels, OutputsAreTheCpuKernels) {
   expect_like_cpu(std::get<0>(gm), std::get<0>(g), "conv grad_input");
   expect_like_cpu(std::get<1>(gm), std::get<1>(g), "conv grad_weight");
   expect_like_cpu(std::get<2>(gm), std::get<2>(g), "conv grad_bias");
+  // A channels-last input (what a permute back from [N, H, W, C] leaves:
+  // timm's LayerNorm2d before ConvNeXt's downsampling) and a contiguous
+  // weight: the output and both gradients come channels-last.
+  const at::Tensor x_cl = at::randn({2, 9, 9, 3}).permute({0, 3, 1, 2});
+  const at::Tensor y_cl = at::convolution(x_cl, w, b, {2, 2}, {0, 0}, {1, 1}, false, {0, 0}, 1);
+  expect_like_cpu(at::convolution(meta(x_cl), meta(w), meta(b), {2, 2}, {0, 0}, {1, 1}, false, {0, 0}, 1), y_cl,
+                  "conv, channels-last input");
+  const auto g_cl = at::convolution_backward(y_cl, x_cl, w, std::vector<int64_t>{5}, {2, 2}, {0, 0}, {1, 1}, false,
+                                             {0, 0}, 1, {true, true, true});
+  const auto gm_cl = at::convolution_backward(meta(y_cl), meta(x_cl), meta(w), std::vector<int64_t>{5}, {2, 2}, {0, 0},
+                                              {1, 1}, false, {0, 0}, 1, {true, true, true});
+  expect_like_cpu(std::get<0>(gm_cl), std::get<0>(g_cl), "conv grad_input, channels-last input");
+  expect_like_cpu(std::get<1>(gm_cl), std::get<1>(g_cl), "conv grad_weight, channels-last input");
+  EXPECT_TRUE(std::get<1>(g_cl).is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_FALSE(std::get<1>(g_cl).is_contiguous());
   const at::Tensor mean = at::zeros({3}), var = at::ones({3}), gamma = at::ones({3}), beta = at::zeros({3});
   const auto bn = at::native_batch_norm(x, gamma, beta, mean.clone(), var.clone(), true, 0.1, 1e-5);
   const auto bnm = at::native_batch_norm(meta(x), meta(gamma), meta(beta), meta(mean), meta(var), true, 0.1, 1e-5);
