@@ -182,10 +182,11 @@ std::string model_frame(const std::string& message, std::string* cause) {
   return frames.empty() ? "" : frames.back();
 }
 
-// Operators whose output's size is computed from the input's values
-// (native_functions.yaml: their meta functions are missing because no shape
-// function can give one), so a model that calls them cannot run on meta
-// whatever kernels oomtune adds. _local_scalar_dense is Tensor.item().
+// Operators whose result's size is computed from the input's values, so no
+// meta kernel can make it: PyTorch's fake tensors give such a size as an
+// unbacked symbol (torch/_subclasses/fake_impls.py), which an eager meta
+// tensor cannot hold. A model that calls them cannot run on meta whatever
+// kernels oomtune adds. _local_scalar_dense is Tensor.item().
 bool data_dependent(const std::string& op) {
   static const std::unordered_set<std::string> kOps = {"aten::nonzero",
                                                        "aten::masked_select",

@@ -120,8 +120,12 @@ std::string error_text(const std::exception& e);
 /// TorchScript graph, the cause and the model's source line ("index out of
 /// range in self (at model.py:83 in forward)"; model_session.cpp, Note
 /// [TorchScript errors]); for an operator without a meta kernel, "aten::OP
-/// has no meta kernel in libtorch VERSION ...". Under OOMTUNE_FULL_ERRORS,
-/// `message` whole.
+/// (at modeling_x.py:NN in forward) has no meta kernel in libtorch VERSION
+/// ...", or, for one whose result's size depends on values (nonzero,
+/// unique, masked_select, bincount, repeat_interleave by a tensor, item),
+/// "aten::OP (at ...): the size of its result depends on the tensor's
+/// values, ..." (the model's line where the message has one). Under
+/// OOMTUNE_FULL_ERRORS, `message` whole.
 std::string one_line(const std::string& message);
 
 /// What to change when a forward or backward failed on a dtype mix that
