@@ -176,9 +176,9 @@ int64_t nth(const std::vector<int64_t>& values, std::size_t i) { return values.s
 // channels-last weight gradient, which AccumulateGrad copies into the
 // parameter's strides (its layout contract) where they differ.
 at::MemoryFormat convolution_memory_format(const at::Tensor& input, const at::Tensor& weight) {
+  if (weight.dim() < 4) return at::MemoryFormat::Contiguous;
   const at::MemoryFormat channels_last =
       weight.dim() == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
-  if (weight.dim() < 4) return at::MemoryFormat::Contiguous;
   return input.suggest_memory_format() == channels_last || weight.suggest_memory_format() == channels_last
              ? channels_last
              : at::MemoryFormat::Contiguous;
@@ -248,33 +248,27 @@ void where_self(const c10::OperatorHandle&, Stack* stack) {
 // grad_output, self), MobileNet-V3's activation; hardtanh_backward(
 // grad_output, self, min_val, max_val), ReLU6's (MobileNet-V2). PyTorch runs
 // the two backwards on meta through Python decompositions only
-// (torch/_decomp/decompositions.py).
-template <std::size_t kArguments>
+// (torch/_decomp/decompositions.py). With kBool, of dtype bool:
+// logical_and / _or / _xor(self, other), whose comparison_op (BinaryOps.cpp)
+// makes an empty bool tensor that the .out kernel, registered for meta from
+// Python only, resizes.
+template <std::size_t kArguments, bool kBool = false>
 void binary_elementwise(const c10::OperatorHandle&, Stack* stack) {
   const auto args = torch::jit::last(*stack, kArguments);
   const at::Tensor a = args[0].toTensor();
   const at::Tensor b = args[1].toTensor();
-  replace_arguments(stack, kArguments,
-                    {at::empty(at::infer_size(a.sizes(), b.sizes()),
-                               a.options().dtype(at::result_type(a, b)).memory_format(a.suggest_memory_format()))});
+  replace_arguments(
+      stack, kArguments,
+      {at::empty(
+          at::infer_size(a.sizes(), b.sizes()),
+          a.options().dtype(kBool ? at::kBool : at::result_type(a, b)).memory_format(a.suggest_memory_format()))});
 }
 
-// logical_and / logical_or / logical_xor(self, other) -> bool, the shapes
-// broadcast (comparison_op in BinaryOps.cpp: an empty bool tensor that the
-// .out kernel, registered for meta from Python only, resizes through
-// TensorIterator); the in-place forms write into self and allocate nothing.
-// clamp's backward masks its gradient with one ((self >= min).logical_and_(
-// self <= max), FunctionsManual.cpp clamp_backward): GPT-OSS's clamped
-// SwiGLU experts.
-void logical_binary(const c10::OperatorHandle&, Stack* stack) {
-  const auto args = torch::jit::last(*stack, 2);
-  const at::Tensor a = args[0].toTensor();
-  const at::Tensor b = args[1].toTensor();
-  replace_arguments(stack, 2,
-                    {at::empty(at::infer_size(a.sizes(), b.sizes()),
-                               a.options().dtype(at::kBool).memory_format(a.suggest_memory_format()))});
-}
-
+// The in-place logical_and_ / logical_or_ / logical_xor_(self, other)
+// write into self and allocate nothing (the out-of-place ones are
+// binary_elementwise<2, true>). clamp's backward masks its gradient with
+// one ((self >= min).logical_and_(self <= max), FunctionsManual.cpp
+// clamp_backward): GPT-OSS's clamped SwiGLU experts.
 void logical_binary_(const c10::OperatorHandle&, Stack* stack) {
   const auto args = torch::jit::last(*stack, 2);
   at::Tensor self = args[0].toTensor();
@@ -466,7 +460,7 @@ void install_meta_kernels() {
     library.impl("_grouped_mm", torch::CppFunction::makeFromBoxedFunction<&grouped_mm>());
 #endif
     for (const char* op : {"logical_and", "logical_or", "logical_xor"})
-      library.impl(op, torch::CppFunction::makeFromBoxedFunction<&logical_binary>());
+      library.impl(op, torch::CppFunction::makeFromBoxedFunction<&binary_elementwise<2, true>>());
     for (const char* op : {"logical_and_", "logical_or_", "logical_xor_"})
       library.impl(op, torch::CppFunction::makeFromBoxedFunction<&logical_binary_>());
     library.impl("histc", torch::CppFunction::makeFromBoxedFunction<&histc>());
