@@ -272,6 +272,9 @@ std::size_t innermost_frame() {
   return t_ops.size();
 }
 
+// The frame autograd's engine runs each node in, as "PREFIX NODE".
+constexpr std::string_view kEngine = "autograd::engine::evaluate_function: ";
+
 // An operator's name in a label. Autograd's engine runs each node inside
 // "autograd::engine::evaluate_function: NODE" and, after the node's own
 // frame has closed, adds its outputs into the next nodes' input buffers:
@@ -279,7 +282,6 @@ std::size_t innermost_frame() {
 // branch's and the block's) or cast to its input's dtype, named
 // "NODE > gradient sum".
 std::string operator_label(std::string_view op) {
-  constexpr std::string_view kEngine = "autograd::engine::evaluate_function: ";
   if (op.rfind(kEngine, 0) != 0) return std::string(op);
   return fmt::format("{} > gradient sum", op.substr(kEngine.size()));
 }
@@ -914,19 +916,19 @@ void MemoryTracker::set_budget(std::optional<int64_t> budget_bytes) {
   state_->budget = budget_bytes;
 }
 
-uint64_t MemoryTracker::blocks_counted() const {
+MemoryTracker::Mark MemoryTracker::mark() const {
   std::lock_guard<std::mutex> lock(g_mutex);
-  return state_->blocks_counted;
+  return {state_->blocks_counted, state_->events.size()};
 }
 
-int64_t MemoryTracker::forget_blocks_since(uint64_t mark, const std::unordered_set<const void*>& keep) {
+int64_t MemoryTracker::forget_blocks_since(const Mark& mark, const std::unordered_set<const void*>& keep) {
   std::lock_guard<std::mutex> lock(g_mutex);
   State& s = *state_;
   int64_t bytes = 0;
   std::unordered_set<uint64_t> forgotten;
   for (auto it = s.blocks.begin(); it != s.blocks.end();) {
     const Block& block = it->second;
-    if (block.serial <= mark || block.outer_run != 0 || keep.count(it->first) != 0) {
+    if (block.serial <= mark.blocks || block.outer_run != 0 || keep.count(it->first) != 0) {
       ++it;
       continue;
     }
@@ -937,12 +939,23 @@ int64_t MemoryTracker::forget_blocks_since(uint64_t mark, const std::unordered_s
     forgotten.insert(reinterpret_cast<uint64_t>(it->first));
     it = s.blocks.erase(it);
   }
-  // A forgotten block's allocation is the last one at its address (addresses are reused).
+  // Since the mark: a free closes the allocation open at its address
+  // (addresses are reused), and both go; what is open at the end is alive,
+  // and goes if it was forgotten. A free with nothing open since the mark
+  // is a block's from before it, which stays.
   std::vector<bool> drop(s.events.size(), false);
-  for (std::size_t i = s.events.size(); i-- > 0 && !forgotten.empty();) {
+  std::unordered_map<uint64_t, std::size_t> open;  // address -> its allocation's index
+  for (std::size_t i = std::min(mark.events, s.events.size()); i < s.events.size(); ++i) {
     const TrackedEvent& e = s.events[i];
-    if (e.kind == TrackedEvent::Kind::kAlloc && forgotten.erase(e.address) != 0) drop[i] = true;
+    if (e.kind == TrackedEvent::Kind::kAlloc) {
+      open[e.address] = i;
+    } else if (const auto found = open.find(e.address); found != open.end()) {
+      drop[found->second] = drop[i] = true;
+      open.erase(found);
+    }
   }
+  for (const auto& [address, index] : open)
+    if (forgotten.count(address) != 0) drop[index] = true;
   std::size_t kept = 0;
   for (std::size_t i = 0; i < s.events.size(); ++i)
     if (!drop[i]) s.events[kept++] = s.events[i];
@@ -977,6 +990,14 @@ HostMemoryScope::HostMemoryScope() : previous_(t_pool) { t_pool = MemoryPool::kH
 HostMemoryScope::~HostMemoryScope() { t_pool = previous_; }
 
 MemoryPool current_memory_pool() { return t_pool; }
+
+// The engine's frame, then the add's own: no node, no other operator
+// between them (a node's own adds run inside the node's frame).
+bool in_autograd_gradient_sum() {
+  const std::size_t n = t_ops.size();
+  return n >= 2 && std::string_view(t_ops[n - 1].name) == "aten::add" &&
+         std::string_view(t_ops[n - 2].name).rfind(kEngine, 0) == 0;
+}
 
 // The scope is a kernel call of its own (Note [Kernel scratch]): a frame on
 // this thread's operator stack, and the kernel run unless one is already

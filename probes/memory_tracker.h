@@ -149,17 +149,23 @@ class MemoryTracker final : public c10::Allocator {
   /// Changes the budget (nullopt removes it).
   void set_budget(std::optional<int64_t> budget_bytes);
 
-  /// How many blocks this tracker has counted so far (CPU, meta and fed
-  /// device blocks): a mark for forget_blocks_since().
-  uint64_t blocks_counted() const;
-  /// Stops counting the blocks counted after `mark` that are still alive
-  /// and whose address (a storage's data pointer) is not in `keep`: their
-  /// bytes leave the live counts, their allocation leaves the event stream,
-  /// and their free is ignored, as for a block made before the tracker.
-  /// For what loading a TorchScript file leaves that no tensor of the model
+  /// A point in this tracker's counting, for forget_blocks_since().
+  struct Mark {
+    uint64_t blocks = 0;     // COUNT: blocks counted before it (CPU, meta and fed device blocks)
+    std::size_t events = 0;  // COUNT: events recorded before it
+  };
+  /// Now, as a Mark.
+  Mark mark() const;
+  /// Forgets what was counted after `mark` but the blocks alive now whose
+  /// address (a storage's data pointer) is in `keep`: a block made since
+  /// and freed already leaves the event stream, allocation and free; one
+  /// still alive leaves the live counts and the event stream, and its free
+  /// is ignored, as for a block made before the tracker. Peaks stay. For
+  /// what loading a TorchScript file makes that no tensor of the model
   /// holds (Note [Loader records] in trial/trial_runner.cpp). Call between
-  /// operators (no call open on this thread). Returns the bytes forgotten.
-  int64_t forget_blocks_since(uint64_t mark, const std::unordered_set<const void*>& keep);
+  /// operators (no call open on this thread). Returns the bytes of the
+  /// alive blocks forgotten.
+  int64_t forget_blocks_since(const Mark& mark, const std::unordered_set<const void*>& keep);
 
   /// A device block the caching allocator handed out (its trace's ALLOC):
   /// `bytes` requested (before its 512-byte rounding) at `address`, counted
@@ -217,6 +223,15 @@ class HostMemoryScope {
 
 /// The pool that allocations on this thread go to now.
 MemoryPool current_memory_pool();
+
+/// Whether this thread is in autograd's sum of two gradients of one tensor:
+/// the aten::add that the engine calls itself, inside
+/// "autograd::engine::evaluate_function: NODE" once NODE has returned, to
+/// add NODE's output into the next node's input buffer
+/// (torch/csrc/autograd/input_buffer.cpp, accumulate). Known only while a
+/// MemoryTracker is alive (its RecordFunction callback keeps the operator
+/// stack): false otherwise. Throws nothing.
+bool in_autograd_gradient_sum();
 
 /// The operator label of a KernelScratchScope's frame.
 constexpr const char* kKernelScratchScopeName = "oomtune.kernel_scratch";

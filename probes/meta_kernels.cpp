@@ -6,9 +6,12 @@
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/stack.h>
+#include <ATen/ops/add_meta_dispatch.h>
+#include <c10/util/accumulate.h>
 #include <torch/library.h>
 
 #include "compat/torch_compat.h"
+#include "probes/memory_tracker.h"
 
 namespace oomtune {
 namespace {
@@ -52,6 +55,30 @@ void embedding_dense_backward(const c10::OperatorHandle&, Stack* stack) {
   const at::Tensor grad = args[0].toTensor();
   const int64_t num_weights = args[2].toInt();
   replace_arguments(stack, 5, {at::empty({num_weights, grad.size(-1)}, grad.options())});
+}
+
+// native_layer_norm(input, normalized_shape, weight, bias, eps) -> (Y like
+// input, contiguous; mean and rstd of [M] viewed as the input's leading
+// dimensions with a 1 for each normalized one), in that order (layer_norm_cpu,
+// layer_norm.cpp; layer_norm_cuda makes them in the same order). libtorch's
+// meta tensors take the composite math_native_layer_norm, which makes the
+// statistics first: the same bytes, but the caching allocator, fed the
+// blocks in another order, can place them elsewhere and the predicted
+// reserved bytes then differ from a CPU trial's.
+void native_layer_norm(const c10::OperatorHandle&, Stack* stack) {
+  const auto args = torch::jit::last(*stack, 5);
+  const at::Tensor input = args[0].toTensor();
+  const std::size_t normalized = args[1].toListRef().size();
+  const at::Tensor weight = optional_tensor(args[2]);
+  const auto axis = static_cast<std::size_t>(input.dim()) - normalized;
+  std::vector<int64_t> stat_shape(input.sizes().begin(), input.sizes().begin() + static_cast<std::ptrdiff_t>(axis));
+  const int64_t rows = c10::multiply_integers(stat_shape);
+  stat_shape.resize(static_cast<std::size_t>(input.dim()), 1);
+  const auto stats = input.options().dtype(parameter_dtype(input, weight));
+  at::Tensor y = at::empty_like(input, at::MemoryFormat::Contiguous);
+  at::Tensor mean = at::empty({rows}, stats);
+  at::Tensor rstd = at::empty({rows}, stats);
+  replace_arguments(stack, 5, {y, mean.view(stat_shape), rstd.view(stat_shape)});
 }
 
 // native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd,
@@ -116,21 +143,36 @@ void native_batch_norm(const c10::OperatorHandle&, Stack* stack) {
                      at::empty({channels}, stats)});
 }
 
+// Whether `t` is dense in one of the layouts batch norm's CPU kernels
+// handle directly (Normalization.cpp, is_contiguous).
+bool dense_in_a_memory_format(const at::Tensor& t) {
+  return t.is_contiguous() || t.is_contiguous(at::MemoryFormat::ChannelsLast) ||
+         t.is_contiguous(at::MemoryFormat::ChannelsLast3d);
+}
+
 // native_batch_norm_backward(grad_out, input, weight, running_mean,
 // running_var, save_mean, save_invstd, train, eps, output_mask) ->
 // (grad_input like input in its suggested memory format; grad_weight,
 // grad_bias of [C]), each only when asked for (batch_norm_backward_cpu,
-// Normalization.cpp).
+// Normalization.cpp). Made in the order a CPU trial counts them: where
+// input and grad_out are dense in one memory format, the CPU kernel makes
+// grad_input again after the parameters' gradients (its first one is
+// kernel scratch), so they come first; the order decides the live bytes at
+// each level of backward by gradients made (Note [Backward by gradients]).
 void native_batch_norm_backward(const c10::OperatorHandle&, Stack* stack) {
   const auto args = torch::jit::last(*stack, 10);
+  const at::Tensor grad_out = args[0].toTensor();
   const at::Tensor input = args[1].toTensor();
   const at::Tensor weight = optional_tensor(args[2]);
   const std::vector<bool> mask = bool_list(args[9]);
   const auto stats = input.options().dtype(parameter_dtype(input, weight));
+  const bool input_last = dense_in_a_memory_format(input) && dense_in_a_memory_format(grad_out) &&
+                          input.suggest_memory_format() == grad_out.suggest_memory_format();
   at::Tensor grad_input, grad_weight, grad_bias;
-  if (mask[0]) grad_input = at::empty_like(input, input.suggest_memory_format());
+  if (mask[0] && !input_last) grad_input = at::empty_like(input, input.suggest_memory_format());
   if (mask[1]) grad_weight = at::empty({input.size(1)}, stats);
   if (mask[2]) grad_bias = at::empty({input.size(1)}, stats);
+  if (mask[0] && input_last) grad_input = at::empty_like(input, input.suggest_memory_format());
   replace_arguments(stack, 10, {grad_input, grad_weight, grad_bias});
 }
 
@@ -424,6 +466,34 @@ void equal(const c10::OperatorHandle&, Stack* stack) {
   torch::jit::push(*stack, false);
 }
 
+// Whether the device would add `other` into `sum` in place: autograd sums
+// two gradients of one tensor in place into the first when it holds the
+// only reference to it and to its storage and its layout is dense; meta
+// tensors it never sums in place, taking them for tensor subclasses
+// (torch/csrc/autograd/input_buffer.cpp: accumulate, can_accumulate_inplace;
+// ATen/TensorSubclassLikeUtils.h counts the meta bit). The gradients of one
+// input buffer have one shape (the engine's validate_outputs reduces them
+// to the input's).
+bool device_sums_in_place(const at::Tensor& sum, const at::Tensor& other) {
+  return in_autograd_gradient_sum() && !at::GradMode::is_enabled() && sum.layout() == at::kStrided &&
+         other.layout() == at::kStrided && !sum._is_zerotensor() && !sum.is_nested() &&
+         sum.is_non_overlapping_and_dense() && sum.use_count() == 1 && sum.has_storage() &&
+         sum.storage().use_count() == 1 && sum.sizes().equals(other.sizes());
+}
+
+// add.Tensor(self, other, alpha): ATen's meta kernel (at::meta::add, which
+// this registration replaces in the dispatcher), but for a sum of two
+// gradients that the device adds in place: there `self` is the sum, as
+// `old_var.add_(var)` makes it on the CPU and CUDA, and nothing is
+// allocated. Out of place, every residual connection's gradient sum made a
+// meta trial's backward one gradient higher than the device's (ResNet-18's
+// peak by a [micro-batch, 256, 14, 14] fp32 gradient). Unboxed, so that
+// `self`'s use count is the caller's, as the engine's check reads it.
+at::Tensor add_tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  if (device_sums_in_place(self, other)) return self;
+  return at::meta::add(self, other, alpha);
+}
+
 }  // namespace
 
 void install_meta_kernels() {
@@ -433,6 +503,7 @@ void install_meta_kernels() {
     // their Library does.
     static torch::Library library(torch::Library::IMPL, "aten", c10::DispatchKey::Meta, __FILE__, __LINE__);
     library.impl("embedding_dense_backward", torch::CppFunction::makeFromBoxedFunction<&embedding_dense_backward>());
+    library.impl("native_layer_norm", torch::CppFunction::makeFromBoxedFunction<&native_layer_norm>());
     library.impl("native_layer_norm_backward",
                  torch::CppFunction::makeFromBoxedFunction<&native_layer_norm_backward>());
     library.impl("native_group_norm_backward",
@@ -455,6 +526,7 @@ void install_meta_kernels() {
     library.impl("relu", torch::CppFunction::makeFromBoxedFunction<&relu>());
     library.impl("equal", torch::CppFunction::makeFromBoxedFunction<&equal>());
     library.impl("abs", torch::CppFunction::makeFromBoxedFunction<&abs>());
+    library.impl("add.Tensor", TORCH_FN(add_tensor));
     library.impl("gather_backward", torch::CppFunction::makeFromBoxedFunction<&gather_backward>());
 #if OOMTUNE_TORCH_HAS_GROUPED_MM
     library.impl("_grouped_mm", torch::CppFunction::makeFromBoxedFunction<&grouped_mm>());

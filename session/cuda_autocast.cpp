@@ -35,7 +35,14 @@ struct CachedCast {
   c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> source;
   at::Tensor cast;
 };
-thread_local std::unordered_map<c10::TensorImpl*, CachedCast> tls_cache;
+// In the order they were made, which is the order the cache frees them in:
+// ATen's frees them in its hash map's order, which follows the weights'
+// addresses, so the caching allocator's blocks would come back in an order
+// that differs between a CPU and a meta trial of one configuration, and
+// between runs (the predicted reserved bytes with them: a 2 MiB segment
+// for the example GPT under bf16 autocast).
+thread_local std::vector<CachedCast> tls_casts;
+thread_local std::unordered_map<c10::TensorImpl*, std::size_t> tls_cast_index;  // into tls_casts
 
 // CUDA's is_eligible with the CPU and meta in CUDA's place.
 bool eligible(const at::Tensor& t) {
@@ -49,11 +56,11 @@ at::Tensor cast(at::ScalarType to, const at::Tensor& t) {
   const bool cacheable = to == tls_dtype && t.scalar_type() == at::kFloat && t.requires_grad() && t.is_leaf() &&
                          !t.is_view() && at::autocast::is_autocast_cache_enabled();
   if (!cacheable) return t.to(to);
-  const auto found = tls_cache.find(t.unsafeGetTensorImpl());
-  if (found != tls_cache.end()) return found->second.cast;
+  const auto found = tls_cast_index.find(t.unsafeGetTensorImpl());
+  if (found != tls_cast_index.end()) return tls_casts[found->second].cast;
   at::Tensor copy = t.to(to);
-  tls_cache.emplace(
-      t.unsafeGetTensorImpl(),
+  tls_cast_index.emplace(t.unsafeGetTensorImpl(), tls_casts.size());
+  tls_casts.push_back(
       CachedCast{c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(t.getIntrusivePtr()), copy});
   return copy;
 }
@@ -217,7 +224,11 @@ bool emulated_cuda_autocast_enabled() {
 
 at::ScalarType emulated_cuda_autocast_dtype() { return tls_dtype; }
 
-void clear_emulated_cuda_autocast_cache() { tls_cache.clear(); }
+void clear_emulated_cuda_autocast_cache() {
+  for (CachedCast& entry : tls_casts) entry.cast.reset();  // first made, first freed
+  tls_casts.clear();
+  tls_cast_index.clear();
+}
 #else
 bool cuda_autocast_available() { return false; }
 

@@ -56,7 +56,8 @@ bool emulated_cuda_autocast_enabled();
 at::ScalarType emulated_cuda_autocast_dtype();
 
 /// Drops this thread's cached weight casts (at::autocast::clear_cache's
-/// counterpart).
+/// counterpart), the first made first: an order of their own, since
+/// ATen's, its hash map's, follows the weights' addresses.
 void clear_emulated_cuda_autocast_cache();
 
 }  // namespace oomtune

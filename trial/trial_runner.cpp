@@ -146,10 +146,17 @@ int64_t storage_bytes(const MemoryTracker& tracker, const std::vector<at::Tensor
 // where the file was exported (the LoRA fixture's host line on meta: 192.96
 // KiB here, 200.22 KiB from a checkout at a longer path). After loading,
 // every block made since that backs no tensor the model holds is forgotten.
-void forget_loader_records(MemoryTracker& tracker, uint64_t blocks_before_load, const ModelSession& session) {
+// So are the records read and freed during the load: a GPU's caching
+// allocator never sees them (the loader reads into host memory and copies
+// the tensors to the device), and in the event stream that predicted
+// reserved bytes replay, they took the small pool's first segment (the
+// example GPT under bf16 autocast: 2 MiB more reserved on the CPU than on
+// meta, whose loader reads on the CPU, which a meta trial counts as host).
+void forget_loader_records(MemoryTracker& tracker, const MemoryTracker::Mark& before_load,
+                           const ModelSession& session) {
   std::unordered_set<const void*> held;
   for (const at::Tensor& t : session.held_tensors()) held.insert(t.storage().data());
-  tracker.forget_blocks_since(blocks_before_load, held);
+  tracker.forget_blocks_since(before_load, held);
 }
 
 std::vector<at::Tensor> gradients(const ModelSession& session) {
@@ -394,9 +401,9 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
     enter(Phase::kLoad);
     begin_phase(Phase::kLoad);
     const int64_t live_before_load = tracker.live_bytes();
-    const uint64_t blocks_before_load = tracker.blocks_counted();
+    const MemoryTracker::Mark before_load = tracker.mark();
     ModelSession session(job);
-    forget_loader_records(tracker, blocks_before_load, session);
+    forget_loader_records(tracker, before_load, session);
     report.parameter_count = session.parameter_count();
     report.frozen_parameter_count = session.frozen_parameter_count();
     report.static_memory.parameter_bytes = storage_bytes(tracker, session.parameters());
@@ -483,11 +490,14 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
       }
     };
     auto timing_hook = [&](Phase phase) { enter(phase); };
-    // On meta, the warm-up and the measured step: more would only repeat them.
-    const int64_t max_steps = meta ? 2 : options.total_steps > 0 ? options.total_steps : 2 + options.max_timed_steps;
     // Steps 3.. at drawn lengths, each step's events for its peak (Note
     // [Variable-length steps]).
     const bool variable = job.seq_lengths.has_value();
+    // On meta, the steps whose allocations a CPU trial's reserved bytes are
+    // predicted from (below): no time to wait for.
+    const int64_t max_steps = options.total_steps > 0 ? options.total_steps
+                              : meta && !variable     ? 2 + options.min_timed_steps
+                                                      : 2 + options.max_timed_steps;
     const std::vector<int64_t> drawn =
         variable ? draw_lengths(*job.seq_lengths, std::max<int64_t>(0, max_steps - 2), job.seed)
                  : std::vector<int64_t>{};
@@ -550,6 +560,8 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
           steady(report.timing.step_seconds, options.min_timed_steps, options.timing_tolerance))
         break;
     }
+    take_attention_record();  // the later steps' calls: no trial after this one meets them
+    take_dropout_record();
     // Peaks cover every step after the warm-up: a later step that grows
     // shows here (DESIGN.md: fitting two steps is not fitting).
     report.peak_bytes = tracker.peak_bytes();

@@ -305,28 +305,34 @@ TEST(MemoryTracker, CountsTheCallsCudaGivesToCudnn) {
 
 // Note [Loader records]: of the blocks made after a mark, those alive and
 // not kept leave the live bytes and the event stream, their later free is
-// not counted; a block from before the mark and a kept one stay.
+// not counted; those made and freed since leave the event stream; a block
+// from before the mark, its free after it, and a kept block stay.
 TEST(MemoryTracker, ForgetsTheBlocksSinceAMarkThatNothingKeeps) {
   TrackerOptions options;
   options.record_events = true;
   MemoryTracker tracker(options);
   at::Tensor before = at::empty({kFloats}, at::kFloat);
-  const uint64_t mark = tracker.blocks_counted();
+  at::Tensor freed_after_mark = at::empty({kFloats / 16}, at::kFloat);
+  const MemoryTracker::Mark mark = tracker.mark();
+  EXPECT_EQ(mark.events, 2u);
+  freed_after_mark = at::Tensor();
   at::Tensor kept = at::empty({kFloats / 2}, at::kFloat);
   at::Tensor record = at::empty({kFloats / 4}, at::kFloat);
   { at::Tensor gone = at::empty({kFloats / 8}, at::kFloat); }
   const int64_t live = tracker.live_bytes();
-  EXPECT_EQ(tracker.events().size(), 5u);
+  EXPECT_EQ(tracker.events().size(), 7u);
 
   EXPECT_EQ(tracker.forget_blocks_since(mark, {kept.data_ptr()}), kBytes / 4);
   EXPECT_EQ(tracker.live_bytes(), live - kBytes / 4);
   EXPECT_EQ(tracker.block_bytes(record.data_ptr()), 0);
   EXPECT_EQ(tracker.block_bytes(kept.data_ptr()), kBytes / 2);
   EXPECT_EQ(tracker.block_bytes(before.data_ptr()), kBytes);
-  std::vector<int64_t> allocated;
-  for (const TrackedEvent& e : tracker.events())
-    if (e.kind == TrackedEvent::Kind::kAlloc) allocated.push_back(e.bytes);
-  EXPECT_EQ(allocated, (std::vector<int64_t>{kBytes, kBytes / 2, kBytes / 8}));
+  std::vector<std::pair<TrackedEvent::Kind, int64_t>> stream;
+  for (const TrackedEvent& e : tracker.events()) stream.emplace_back(e.kind, e.bytes);
+  using K = TrackedEvent::Kind;
+  EXPECT_EQ(stream,
+            (std::vector<std::pair<K, int64_t>>{
+                {K::kAlloc, kBytes}, {K::kAlloc, kBytes / 16}, {K::kFree, kBytes / 16}, {K::kAlloc, kBytes / 2}}));
 
   record = at::Tensor();  // freed uncounted
   EXPECT_EQ(tracker.live_bytes(), live - kBytes / 4);
