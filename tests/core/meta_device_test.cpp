@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <string>
@@ -277,6 +278,33 @@ TEST(MetaKernels, OutputsAreTheCpuKernels) {
   expect_like_cpu(std::get<0>(lnbm), std::get<0>(lnb), "layer norm grad_input");
   expect_like_cpu(std::get<1>(lnbm), std::get<1>(lnb), "layer norm grad_weight");
   expect_like_cpu(std::get<2>(lnbm), std::get<2>(lnb), "layer norm grad_bias");
+  // Layer norm over the last one and the last two dimensions, with and
+  // without its affine parameters; in bf16 with fp32 parameters (mixed: fp32
+  // statistics, layer_norm_cpu's param_scalar_type) and with bf16 ones: Y,
+  // and mean and rstd viewed with a 1 for each normalized dimension.
+  const at::Tensor lx = at::randn({2, 7, 16});
+  for (const std::vector<int64_t>& normalized : {std::vector<int64_t>{16}, std::vector<int64_t>{7, 16}}) {
+    const at::Tensor weight = at::randn(normalized), bias = at::randn(normalized);
+    for (const at::ScalarType input_dtype : {at::kFloat, at::kBFloat16}) {
+      for (const at::ScalarType parameter_dtype : {at::kFloat, at::kBFloat16}) {
+        if (input_dtype == at::kFloat && parameter_dtype == at::kBFloat16) continue;  // the CPU refuses it
+        for (const bool affine : {true, false}) {
+          const std::string what =
+              fmt::format("layer norm over {} dimensions, {} input, {} parameters{}", normalized.size(),
+                          c10::toString(input_dtype), c10::toString(parameter_dtype), affine ? "" : ", none");
+          const at::Tensor in = lx.to(input_dtype);
+          const at::Tensor w = affine ? weight.to(parameter_dtype) : at::Tensor();
+          const at::Tensor b = affine ? bias.to(parameter_dtype) : at::Tensor();
+          const auto on_cpu = at::native_layer_norm(in, normalized, w, b, 1e-5);
+          const auto on_meta = at::native_layer_norm(meta(in), normalized, affine ? meta(w) : at::Tensor(),
+                                                     affine ? meta(b) : at::Tensor(), 1e-5);
+          expect_like_cpu(std::get<0>(on_meta), std::get<0>(on_cpu), what + ": output");
+          expect_like_cpu(std::get<1>(on_meta), std::get<1>(on_cpu), what + ": mean");
+          expect_like_cpu(std::get<2>(on_meta), std::get<2>(on_cpu), what + ": rstd");
+        }
+      }
+    }
+  }
   // Group norm of [2, 6, 9] in 3 groups, with and without its affine weight.
   const at::Tensor gx = at::randn({2, 6, 9}), gw = at::randn({6}), gb = at::randn({6});
   for (const bool affine : {true, false}) {
