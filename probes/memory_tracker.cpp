@@ -272,8 +272,7 @@ std::size_t innermost_frame() {
   return t_ops.size();
 }
 
-// The frame autograd's engine runs each node in, as "PREFIX NODE".
-constexpr std::string_view kEngine = "autograd::engine::evaluate_function: ";
+constexpr std::string_view kEngine = kAutogradEngineFrame;
 
 // An operator's name in a label. Autograd's engine runs each node inside
 // "autograd::engine::evaluate_function: NODE" and, after the node's own
@@ -991,12 +990,10 @@ HostMemoryScope::~HostMemoryScope() { t_pool = previous_; }
 
 MemoryPool current_memory_pool() { return t_pool; }
 
-// The engine's frame, then the add's own: no node, no other operator
-// between them (a node's own adds run inside the node's frame).
-bool in_autograd_gradient_sum() {
+bool innermost_call_is(std::string_view op, std::string_view caller) {
   const std::size_t n = t_ops.size();
-  return n >= 2 && std::string_view(t_ops[n - 1].name) == "aten::add" &&
-         std::string_view(t_ops[n - 2].name).rfind(kEngine, 0) == 0;
+  return n >= 2 && std::string_view(t_ops[n - 1].name) == op &&
+         std::string_view(t_ops[n - 2].name).rfind(caller, 0) == 0;
 }
 
 // The scope is a kernel call of its own (Note [Kernel scratch]): a frame on

@@ -66,6 +66,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
@@ -224,14 +225,20 @@ class HostMemoryScope {
 /// The pool that allocations on this thread go to now.
 MemoryPool current_memory_pool();
 
-/// Whether this thread is in autograd's sum of two gradients of one tensor:
-/// the aten::add that the engine calls itself, inside
-/// "autograd::engine::evaluate_function: NODE" once NODE has returned, to
-/// add NODE's output into the next node's input buffer
-/// (torch/csrc/autograd/input_buffer.cpp, accumulate). Known only while a
-/// MemoryTracker is alive (its RecordFunction callback keeps the operator
-/// stack): false otherwise. Throws nothing.
-bool in_autograd_gradient_sum();
+/// The RecordFunction frame autograd's engine runs each node in, and then
+/// adds the node's outputs into the next nodes' input buffers in, once the
+/// node's own frame has closed: this prefix and the node's name
+/// (torch/csrc/autograd/engine.cpp, thread_main; input_buffer.cpp).
+constexpr std::string_view kAutogradEngineFrame = "autograd::engine::evaluate_function: ";
+
+/// Whether this thread's innermost operator call is `op` (RecordFunction's
+/// name, "aten::add") made by the frame just outside it, whose name starts
+/// with `caller`: an autograd node's name ("IndexBackward0"), or
+/// kAutogradEngineFrame for the engine's own calls (autograd's sum of two
+/// gradients of one tensor, input_buffer.cpp accumulate). Known only while
+/// a MemoryTracker is alive (its RecordFunction callback keeps the
+/// operator stack): false otherwise. Throws nothing.
+bool innermost_call_is(std::string_view op, std::string_view caller);
 
 /// The operator label of a KernelScratchScope's frame.
 constexpr const char* kKernelScratchScopeName = "oomtune.kernel_scratch";

@@ -7,6 +7,7 @@
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/stack.h>
 #include <ATen/ops/add_meta_dispatch.h>
+#include <ATen/ops/index_put_native.h>
 #include <c10/util/accumulate.h>
 #include <torch/library.h>
 
@@ -475,8 +476,8 @@ void equal(const c10::OperatorHandle&, Stack* stack) {
 // input buffer have one shape (the engine's validate_outputs reduces them
 // to the input's).
 bool device_sums_in_place(const at::Tensor& sum, const at::Tensor& other) {
-  return in_autograd_gradient_sum() && !at::GradMode::is_enabled() && sum.layout() == at::kStrided &&
-         other.layout() == at::kStrided && !sum._is_zerotensor() && !sum.is_nested() &&
+  return innermost_call_is("aten::add", kAutogradEngineFrame) && !at::GradMode::is_enabled() &&
+         sum.layout() == at::kStrided && other.layout() == at::kStrided && !sum._is_zerotensor() && !sum.is_nested() &&
          sum.is_non_overlapping_and_dense() && sum.use_count() == 1 && sum.has_storage() &&
          sum.storage().use_count() == 1 && sum.sizes().equals(other.sizes());
 }
@@ -492,6 +493,20 @@ bool device_sums_in_place(const at::Tensor& sum, const at::Tensor& other) {
 at::Tensor add_tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
   if (device_sums_in_place(self, other)) return self;
   return at::meta::add(self, other, alpha);
+}
+
+// index_put(self, indices, values, accumulate): ATen's composite (a clone
+// of self, index_put_ into it), but where IndexBackward0 calls it: indexing's
+// backward (index_backward, FunctionsManual.cpp) puts the gradient into
+// fresh zeros in place (_index_put_impl_) on the CPU and CUDA, and through
+// this out-of-place form for "subclass-like" tensors, meta among them, which
+// held two [self] gradients at once where the device holds one (the router
+// of a tiny Mixtral: 0.09 MiB more allocated in backward). There the zeros
+// are the result here too.
+at::Tensor index_put(const at::Tensor& self, const c10::List<c10::optional<at::Tensor>>& indices,
+                     const at::Tensor& values, bool accumulate) {
+  if (innermost_call_is("aten::index_put", "IndexBackward0")) return self;
+  return at::native::index_put(self, indices, values, accumulate);
 }
 
 }  // namespace
@@ -527,6 +542,7 @@ void install_meta_kernels() {
     library.impl("equal", torch::CppFunction::makeFromBoxedFunction<&equal>());
     library.impl("abs", torch::CppFunction::makeFromBoxedFunction<&abs>());
     library.impl("add.Tensor", TORCH_FN(add_tensor));
+    library.impl("index_put", TORCH_FN(index_put));
     library.impl("gather_backward", torch::CppFunction::makeFromBoxedFunction<&gather_backward>());
 #if OOMTUNE_TORCH_HAS_GROUPED_MM
     library.impl("_grouped_mm", torch::CppFunction::makeFromBoxedFunction<&grouped_mm>());

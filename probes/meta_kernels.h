@@ -13,6 +13,14 @@
 // allocates what a CPU trial does (the outputs: what a CPU kernel makes and
 // frees before returning is kernel scratch, which the CPU trial does not
 // count either; probes/memory_tracker.cpp, Note [Kernel scratch]).
+//
+// Two replace ATen's own meta kernels where autograd calls them: `add`,
+// where the engine sums two gradients of one tensor, and `index_put`, in
+// indexing's backward. libtorch takes the out-of-place path there for
+// "subclass-like" tensors, meta among them, and the in-place one on the
+// CPU and CUDA; these make what the in-place path leaves (a meta run
+// needs a MemoryTracker alive to tell where it is: memory_tracker.h,
+// innermost_call_is; without one they are ATen's).
 
 namespace oomtune {
 

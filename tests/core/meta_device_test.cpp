@@ -461,6 +461,47 @@ TEST(MetaKernels, AutogradSumsTwoGradientsInPlaceWhereTheDeviceDoes) {
   }
 }
 
+// Indexing's backward puts the gradient into fresh zeros of the indexed
+// tensor's shape in place on the CPU and CUDA (index_backward,
+// FunctionsManual.cpp: _index_put_impl_), and through index_put, a clone,
+// for meta tensors, which then held two such tensors at once; oomtune's
+// meta index_put returns the zeros there (meta_kernels.cpp). Analytic,
+// with B the bytes of x, [kRows, kColumns] fp32, half of whose rows are
+// picked: backward holds x's gradient and the loss's 4-byte one, and
+// allocates nothing else. An index_put outside that backward still makes
+// its clone.
+TEST(MetaKernels, IndexingsBackwardPutsIntoItsZerosAsTheDeviceDoes) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
+  install_meta_kernels();
+  constexpr int64_t kRows = 64, kColumns = 1024, kBytes = kRows * kColumns * 4;
+  for (const c10::DeviceType device : {c10::DeviceType::CPU, c10::DeviceType::Meta}) {
+    SCOPED_TRACE(c10::DeviceTypeName(device));
+    TrackerOptions options;
+    options.count_meta = device == c10::DeviceType::Meta;
+    MemoryTracker tracker(options);
+    const auto on_device = at::TensorOptions().device(device);
+    const at::Tensor x = at::ones({kRows, kColumns}, on_device).requires_grad_();
+    const at::Tensor rows = at::arange(0, kRows, 2, on_device.dtype(at::kLong));
+    tracker.begin_phase(Phase::kForward);
+    at::Tensor loss = x.index({rows}).sum();
+    {
+      const at::NoGradGuard no_grad;
+      const int64_t before = tracker.live_bytes();
+      const at::Tensor put = at::index_put(x.detach(), {rows}, at::zeros({kRows / 2, kColumns}, on_device));
+      EXPECT_EQ(tracker.live_bytes() - before, kBytes);  // its own result (the values' zeros are freed)
+    }
+    tracker.end_phase();
+    const int64_t base = tracker.live_bytes();
+    tracker.begin_phase(Phase::kBackward);
+    loss.backward();
+    tracker.end_phase();
+    EXPECT_EQ(tracker.phase(Phase::kBackward).peak_bytes - base, kBytes + 4);
+    EXPECT_EQ(tracker.phase(Phase::kBackward).allocated_bytes, kBytes + 4);
+    ASSERT_TRUE(x.grad().defined());
+    EXPECT_EQ(x.grad().sizes(), x.sizes());
+  }
+}
+
 TEST(MetaDevice, AnOperatorWhoseResultSizeDependsOnValuesIsNamed) {
   if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
   // tests/core/make_test_models.py: torch.unique in forward, whose
