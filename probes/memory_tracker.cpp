@@ -272,8 +272,6 @@ std::size_t innermost_frame() {
   return t_ops.size();
 }
 
-constexpr std::string_view kEngine = kAutogradEngineFrame;
-
 // An operator's name in a label. Autograd's engine runs each node inside
 // "autograd::engine::evaluate_function: NODE" and, after the node's own
 // frame has closed, adds its outputs into the next nodes' input buffers:
@@ -281,8 +279,8 @@ constexpr std::string_view kEngine = kAutogradEngineFrame;
 // branch's and the block's) or cast to its input's dtype, named
 // "NODE > gradient sum".
 std::string operator_label(std::string_view op) {
-  if (op.rfind(kEngine, 0) != 0) return std::string(op);
-  return fmt::format("{} > gradient sum", op.substr(kEngine.size()));
+  if (op.rfind(kAutogradEngineFrame, 0) != 0) return std::string(op);
+  return fmt::format("{} > gradient sum", op.substr(kAutogradEngineFrame.size()));
 }
 
 // An autograd node's name in a label. oomtune's own autograd functions are
