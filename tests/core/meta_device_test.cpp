@@ -13,7 +13,9 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -395,28 +397,48 @@ TEST(MetaKernels, OutputsAreTheCpuKernels) {
   EXPECT_FALSE(at::equal(meta(h), meta(h)));  // no values to compare (meta_kernels.cpp)
 }
 
+// Runs `body` on the CPU and on meta, each time with a tracker of its own
+// counting that device's tensors (meta kernels installed), for analytic
+// expectations both must meet.
+void on_cpu_and_meta(const std::function<void(const at::TensorOptions&, MemoryTracker&)>& body) {
+  install_meta_kernels();
+  for (const c10::DeviceType device : {c10::DeviceType::CPU, c10::DeviceType::Meta}) {
+    SCOPED_TRACE(c10::DeviceTypeName(device));
+    TrackerOptions options;
+    options.count_meta = device == c10::DeviceType::Meta;
+    MemoryTracker tracker(options);
+    body(at::TensorOptions().device(device), tracker);
+  }
+}
+
+// `loss`'s backward as a phase of its own: its peak above what was live
+// before it and the bytes it allocated (SUM, SUM).
+std::pair<int64_t, int64_t> backward_bytes(MemoryTracker& tracker, const at::Tensor& loss) {
+  const int64_t base = tracker.live_bytes();
+  tracker.begin_phase(Phase::kBackward);
+  loss.backward();
+  tracker.end_phase();
+  const PhaseMemory& backward = tracker.phase(Phase::kBackward);
+  return {backward.peak_bytes - base, backward.allocated_bytes};
+}
+
 // gather's backward makes one self-sized result on meta as on the CPU (and
 // CUDA): the composite kernel took the out-of-place scatter for meta
 // tensors, two results' bytes at once (meta_kernels.cpp).
 TEST(MetaKernels, GatherBackwardHoldsOneResultAsOnTheCpu) {
   if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
-  install_meta_kernels();
   constexpr int64_t kRows = 64, kColumns = 4096;
   const at::Tensor grad = at::randn({kRows, 1});
   const at::Tensor index = at::randint(0, kColumns, {kRows, 1});
-  for (const c10::DeviceType device : {c10::DeviceType::CPU, c10::DeviceType::Meta}) {
-    SCOPED_TRACE(c10::DeviceTypeName(device));
-    const at::Tensor g = grad.to(device), i = index.to(device);
-    const at::Tensor self = at::empty({kRows, kColumns}, at::TensorOptions().device(device));
-    TrackerOptions options;
-    options.count_meta = device == c10::DeviceType::Meta;
-    MemoryTracker tracker(options);
+  on_cpu_and_meta([&](const at::TensorOptions& on_device, MemoryTracker& tracker) {
+    const at::Tensor g = grad.to(on_device.device()), i = index.to(on_device.device());
+    const at::Tensor self = at::empty({kRows, kColumns}, on_device);
     const int64_t base = tracker.live_bytes();
     tracker.begin_phase(Phase::kBackward);
     { const at::Tensor result = at::gather_backward(g, self, 1, i, false); }
     tracker.end_phase();
     EXPECT_EQ(tracker.phase(Phase::kBackward).peak_bytes - base, kRows * kColumns * 4);
-  }
+  });
 }
 
 // Autograd's sum of two gradients of one tensor (h below, used twice): the
@@ -431,14 +453,9 @@ TEST(MetaKernels, GatherBackwardHoldsOneResultAsOnTheCpu) {
 // makes its result.
 TEST(MetaKernels, AutogradSumsTwoGradientsInPlaceWhereTheDeviceDoes) {
   if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
-  install_meta_kernels();
   constexpr int64_t kRows = 64, kColumns = 1024, kBytes = kRows * kColumns * 4;
-  for (const c10::DeviceType device : {c10::DeviceType::CPU, c10::DeviceType::Meta}) {
-    SCOPED_TRACE(c10::DeviceTypeName(device));
-    TrackerOptions options;
-    options.count_meta = device == c10::DeviceType::Meta;
-    MemoryTracker tracker(options);
-    const at::Tensor x = at::ones({kRows, kColumns}, at::TensorOptions().device(device)).requires_grad_();
+  on_cpu_and_meta([&](const at::TensorOptions& on_device, MemoryTracker& tracker) {
+    const at::Tensor x = at::ones({kRows, kColumns}, on_device).requires_grad_();
     tracker.begin_phase(Phase::kForward);
     at::Tensor loss;
     {
@@ -450,15 +467,10 @@ TEST(MetaKernels, AutogradSumsTwoGradientsInPlaceWhereTheDeviceDoes) {
       loss = both.sum();
     }
     tracker.end_phase();
-    const int64_t base = tracker.live_bytes();
-    tracker.begin_phase(Phase::kBackward);
-    loss.backward();
-    tracker.end_phase();
-    EXPECT_EQ(tracker.phase(Phase::kBackward).peak_bytes - base, 2 * kBytes + 4);
-    EXPECT_EQ(tracker.phase(Phase::kBackward).allocated_bytes, 3 * kBytes + 4);
+    EXPECT_EQ(backward_bytes(tracker, loss), std::make_pair(2 * kBytes + 4, 3 * kBytes + 4));
     ASSERT_TRUE(x.grad().defined());
     EXPECT_EQ(x.grad().sizes(), x.sizes());
-  }
+  });
 }
 
 // Indexing's backward puts the gradient into fresh zeros of the indexed
@@ -472,18 +484,12 @@ TEST(MetaKernels, AutogradSumsTwoGradientsInPlaceWhereTheDeviceDoes) {
 // its clone.
 TEST(MetaKernels, IndexingsBackwardPutsIntoItsZerosAsTheDeviceDoes) {
   if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
-  install_meta_kernels();
   constexpr int64_t kRows = 64, kColumns = 1024, kBytes = kRows * kColumns * 4;
-  for (const c10::DeviceType device : {c10::DeviceType::CPU, c10::DeviceType::Meta}) {
-    SCOPED_TRACE(c10::DeviceTypeName(device));
-    TrackerOptions options;
-    options.count_meta = device == c10::DeviceType::Meta;
-    MemoryTracker tracker(options);
-    const auto on_device = at::TensorOptions().device(device);
+  on_cpu_and_meta([&](const at::TensorOptions& on_device, MemoryTracker& tracker) {
     const at::Tensor x = at::ones({kRows, kColumns}, on_device).requires_grad_();
     const at::Tensor rows = at::arange(0, kRows, 2, on_device.dtype(at::kLong));
     tracker.begin_phase(Phase::kForward);
-    at::Tensor loss = x.index({rows}).sum();
+    const at::Tensor loss = x.index({rows}).sum();
     {
       const at::NoGradGuard no_grad;
       const int64_t before = tracker.live_bytes();
@@ -491,15 +497,10 @@ TEST(MetaKernels, IndexingsBackwardPutsIntoItsZerosAsTheDeviceDoes) {
       EXPECT_EQ(tracker.live_bytes() - before, kBytes);  // its own result (the values' zeros are freed)
     }
     tracker.end_phase();
-    const int64_t base = tracker.live_bytes();
-    tracker.begin_phase(Phase::kBackward);
-    loss.backward();
-    tracker.end_phase();
-    EXPECT_EQ(tracker.phase(Phase::kBackward).peak_bytes - base, kBytes + 4);
-    EXPECT_EQ(tracker.phase(Phase::kBackward).allocated_bytes, kBytes + 4);
+    EXPECT_EQ(backward_bytes(tracker, loss), std::make_pair(kBytes + 4, kBytes + 4));
     ASSERT_TRUE(x.grad().defined());
     EXPECT_EQ(x.grad().sizes(), x.sizes());
-  }
+  });
 }
 
 TEST(MetaDevice, AnOperatorWhoseResultSizeDependsOnValuesIsNamed) {
