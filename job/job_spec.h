@@ -79,7 +79,7 @@ struct OptimizerSpec {
 };
 
 /// The cuda_target values a job accepts, and the default (an H100).
-inline const std::vector<std::string> kCudaTargetNames = {"sm80", "sm86", "sm89", "sm90", "sm100", "sm120"};
+inline const std::vector<std::string> kCudaTargetNames = {"sm75", "sm80", "sm86", "sm89", "sm90", "sm100", "sm120"};
 constexpr const char* kDefaultCudaTargetName = "sm90";
 
 /// A whole job: model, inputs, loss, batch, optimizer, device and budget.
@@ -123,7 +123,7 @@ struct JobSpec {
   bool optimizing_executor = false;        // TorchScript graph-executor optimization (off = eager-like)
   uint64_t seed = 0;
   // The GPU the answers are for (probes/attention_model.h, CudaTarget):
-  // TOML "sm80", "sm86", "sm89", "sm90", "sm100" or "sm120"; it picks the
+  // TOML "sm75", "sm80", "sm86", "sm89", "sm90", "sm100" or "sm120"; it picks the
   // attention kernel and the cuBLAS workspace size.
   std::string cuda_target = kDefaultCudaTargetName;
 

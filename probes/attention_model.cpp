@@ -37,8 +37,9 @@
 // - efficient (can_use_mem_efficient_attention): sm50..sm121; query and key
 //   head dims equal, query and value head dims multiples of the GEMM
 //   alignment (minimum_gemm_alignment: on sm80+ max(4, 128 / bits), so 8 for
-//   fp16/bf16 and 4 for fp32); fp16, fp32 or bf16 on sm80+; masks and
-//   dropout allowed.
+//   fp16/bf16 and 4 for fp32; on sm7x 8 for fp16, whose GEMMs use tensor
+//   cores there, and 1 for fp32); fp16, fp32 or bf16 on sm80+, fp16 or fp32
+//   below; masks and dropout allowed.
 // - math: always (the user has not disabled it).
 // Every kernel needs stride 1 in the last dimension (else math).
 // Limitations: nested tensors, user-disabled backends, deterministic mode,
@@ -142,11 +143,14 @@ struct TargetName {
   CudaTarget target;
 };
 
-// Multiprocessor counts: A100 SXM 108, A10 72 (sm86), L4 58 (sm89), H100
-// SXM 132, B200 148, RTX PRO 6000 188 (sm120).
+// Multiprocessor counts: T4 40 (sm75), A100 SXM 108, A10 72 (sm86), L4 58
+// (sm89), H100 SXM 132, B200 148, RTX PRO 6000 188 (sm120). sm75 is the
+// oldest architecture PyTorch 2.11+cu130 ships kernels for (CUDA 13 dropped
+// Volta): its libtorch_cuda.so names sm_75 beside sm_80 to sm_120.
 const TargetName kTargets[] = {
-    {"sm80", {8, 0, 91900, 108}}, {"sm86", {8, 6, 91900, 72}},    {"sm89", {8, 9, 91900, 58}},
-    {"sm90", {9, 0, 91900, 132}}, {"sm100", {10, 0, 91900, 148}}, {"sm120", {12, 0, 91900, 188}},
+    {"sm75", {7, 5, 91900, 40}},    {"sm80", {8, 0, 91900, 108}}, {"sm86", {8, 6, 91900, 72}},
+    {"sm89", {8, 9, 91900, 58}},    {"sm90", {9, 0, 91900, 132}}, {"sm100", {10, 0, 91900, 148}},
+    {"sm120", {12, 0, 91900, 188}},
 };
 
 int sm(const CudaTarget& t) { return t.sm_major * 10 + t.sm_minor; }
@@ -180,9 +184,17 @@ bool can_use_flash(const AttentionCall& c, const CudaTarget& t) {
   return half(c.dtype);
 }
 
+// minimum_gemm_alignment: 4 on sm80+, else 1; with tensor cores (sm80+,
+// or sm7x for fp16/bf16) at least 128 bits' worth of elements.
+int64_t gemm_alignment(const AttentionCall& c, const CudaTarget& t) {
+  const bool tensor_cores = t.sm_major >= 8 || (t.sm_major == 7 && half(c.dtype));
+  const int64_t alignment = t.sm_major >= 8 ? 4 : 1;
+  return tensor_cores ? std::max<int64_t>(alignment, 128 / (8 * element_bytes(c.dtype))) : alignment;
+}
+
 bool can_use_efficient(const AttentionCall& c, const CudaTarget& t) {
   if (!sm_in(t, 50, 121)) return false;
-  const int64_t alignment = t.sm_major >= 8 ? std::max<int64_t>(4, half(c.dtype) ? 8 : 4) : 1;
+  const int64_t alignment = gemm_alignment(c, t);
   if (c.head_dim % alignment != 0 || c.value_head_dim % alignment != 0) return false;
   if (c.dtype == AttentionDtype::kFloat64) return false;
   if (c.dtype == AttentionDtype::kBFloat16 && t.sm_major < 8) return false;

@@ -40,8 +40,8 @@ struct CudaTarget {
   int multiprocessor_count = 132;  // COUNT: SMs (H100 SXM); informational
 };
 
-/// The job spellings of the targets oomtune knows ("sm80" A100, "sm86",
-/// "sm89", "sm90" H100, "sm100" B200, "sm120"), default "sm90".
+/// The job spellings of the targets oomtune knows ("sm75" T4, "sm80" A100,
+/// "sm86", "sm89", "sm90" H100, "sm100" B200, "sm120"), default "sm90".
 constexpr const char* kDefaultCudaTarget = "sm90";
 /// The target for a spelling above; nullopt for anything else.
 std::optional<CudaTarget> cuda_target_from_name(const std::string& name);

@@ -509,6 +509,17 @@ at::Tensor index_put(const at::Tensor& self, const c10::List<c10::optional<at::T
   return at::native::index_put(self, indices, values, accumulate);
 }
 
+// _amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale):
+// GradScaler's unscale, in place; a meta gradient has no values to check or
+// divide, so only the checks of 2.11's Python meta registration remain.
+void amp_non_finite_check_and_unscale_(const c10::OperatorHandle&, Stack* stack) {
+  const at::Tensor found_inf = (*stack)[stack->size() - 2].toTensor();
+  const at::Tensor inv_scale = (*stack)[stack->size() - 1].toTensor();
+  TORCH_CHECK(found_inf.numel() == 1 && found_inf.is_floating_point(), "found_inf must be a 1-element float tensor");
+  TORCH_CHECK(inv_scale.numel() == 1 && inv_scale.is_floating_point(), "inv_scale must be a 1-element float tensor");
+  torch::jit::drop(*stack, 3);
+}
+
 }  // namespace
 
 void install_meta_kernels() {
@@ -544,6 +555,8 @@ void install_meta_kernels() {
     library.impl("add.Tensor", TORCH_FN(add_tensor));
     library.impl("index_put", TORCH_FN(index_put));
     library.impl("gather_backward", torch::CppFunction::makeFromBoxedFunction<&gather_backward>());
+    library.impl("_amp_foreach_non_finite_check_and_unscale_",
+                 torch::CppFunction::makeFromBoxedFunction<&amp_non_finite_check_and_unscale_>());
 #if OOMTUNE_TORCH_HAS_GROUPED_MM
     library.impl("_grouped_mm", torch::CppFunction::makeFromBoxedFunction<&grouped_mm>());
 #endif

@@ -32,7 +32,7 @@ with --ignore-ops: its requests are named by Python lines).
 can run on another machine than the GPU side: the CPU's figures do not
 depend on the CPU (docs/autotune.md, "What a CPU trial counts").
 
-CASE is JOB.toml:MICRO_BATCH[:ckpt][:bf16], e.g. examples/gpt.toml:32:ckpt.
+CASE is JOB.toml:MICRO_BATCH[:ckpt][:bf16|:fp16], e.g. examples/gpt.toml:32:ckpt.
 Errors are (oomtune - eager) / eager. Issue #44's target for the CUDA
 backend: within 2 % of eager. The CPU backend counts the bytes tensors ask
 for; PyTorch's allocated bytes are rounded up to 512-byte blocks
@@ -127,11 +127,12 @@ def from_eager(output):
 
 def parse_case(case):
     job, micro_batch, *flags = case.split(":")
-    unknown = set(flags) - {"ckpt", "bf16"}
-    if unknown or not micro_batch.isdigit():
-        raise SystemExit(f"compare_peaks.py: {case}: expected JOB.toml:MICRO_BATCH[:ckpt][:bf16]")
+    unknown = set(flags) - {"ckpt", "bf16", "fp16"}
+    if unknown or not micro_batch.isdigit() or {"bf16", "fp16"} <= set(flags):
+        raise SystemExit(f"compare_peaks.py: {case}: expected JOB.toml:MICRO_BATCH[:ckpt][:bf16|:fp16]")
+    precision = "bf16" if "bf16" in flags else "fp16" if "fp16" in flags else "fp32"
     return {"case": case, "job": job, "micro_batch": int(micro_batch), "ckpt": "all" if "ckpt" in flags else "none",
-            "precision": "bf16" if "bf16" in flags else "fp32"}
+            "precision": precision}
 
 
 SIDES = ("cuda", "eager", "meta", "cpu", "script")

@@ -288,6 +288,9 @@ validate() {
       for micro_batch in 8 16 32; do cases+=("$job:$micro_batch$flags"); done
     done
   done
+  # fp16 with GradScaler (2026-12-06): its scalars and no gradient-sized
+  # temporary; meta's peaks should be bf16's plus 8-12 bytes.
+  cases+=(examples/gpt.toml:32:fp16 examples/hf_gpt2.toml:16:fp16 examples/resnet50.toml:16:fp16)
   step "Peaks: oomtune against eager PyTorch (scripts/compare_peaks.py --sides ${OOMTUNE_VALIDATE_SIDES:-cuda,eager,meta})" \
     validation.md timeout "$seconds" "$python" scripts/compare_peaks.py --oomtune "$build/oomtune" \
     --python "$python" --out "$work" --sides "${OOMTUNE_VALIDATE_SIDES:-cuda,eager,meta}" --budget 8GiB --jobs 6 \

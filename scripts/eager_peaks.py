@@ -4,7 +4,7 @@ reference that oomtune's numbers are checked against on a GPU (issue #11,
 validation; scripts/device_check.sh runs it there).
 
     eager_peaks.py JOB.toml --micro-batch N [--accum K] [--mode eager|script]
-                   [--ckpt none|all] [--precision fp32|bf16]
+                   [--ckpt none|all] [--precision fp32|bf16|fp16]
                    [--device cuda|cpu] [--steps 3] [--budget BYTES]
                    [--out FILE] [--step-events FILE | --snapshot FILE]
 
@@ -367,8 +367,15 @@ class Training:
         self.job, self.device, self.micro_batch, self.accum, self.ckpt = job, device, micro_batch, accum, ckpt
         self.generator = torch.Generator().manual_seed(seed)
         self.meter = PhaseMeter(device)
-        self.autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if precision == "bf16" else (
-            contextlib.nullcontext)
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
+        # fp16: dynamic loss scaling, torch.amp's recipe (GradScaler: scale
+        # the loss for backward, unscale and step, update the scale).
+        self.scaler = None
+        if precision == "fp16":
+            if not hasattr(torch, "amp") or not hasattr(torch.amp, "GradScaler"):
+                fail(f"--precision fp16 needs torch.amp.GradScaler (PyTorch 2.3 or later; this is {torch.__version__})")
+            self.scaler = torch.amp.GradScaler(device.type)
 
     def step(self, record):
         """One optimizer step of `accum` micro-batches; record["at"] names the
@@ -398,12 +405,16 @@ class Training:
             del raw, output
             record["at"] = "backward"
             with meter.phase(record["backward"], "backward"):
-                loss.backward()
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
             record["loss_value"] = loss.item() * self.accum
             del loss
         record["at"] = "optimizer"
         with meter.phase(record["optimizer"], "optimizer"):
-            self.optimizer.step()
+            if self.scaler:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
         del record["at"]
 
@@ -415,7 +426,7 @@ def main():
     parser.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
     parser.add_argument("--mode", choices=["eager", "script"], default="eager")
     parser.add_argument("--ckpt", choices=["none", "all"], default="none")
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)

@@ -11,7 +11,7 @@
 
 namespace oomtune {
 
-double run_micro_batch(ModelSession& session, const Batch& batch, double loss_scale,
+double run_micro_batch(ModelSession& session, const Batch& batch, double loss_weight, const LossScaling& scale_loss,
                        std::optional<at::ScalarType> autocast_dtype, const PhaseHook& hook) {
   const JobSpec& job = session.job();
   at::Tensor loss;
@@ -29,7 +29,9 @@ double run_micro_batch(ModelSession& session, const Batch& batch, double loss_sc
   const double value = loss.is_meta() ? std::nan("") : loss.item<double>();
   hook(Phase::kBackward);
   try {
-    torch::autograd::backward({loss_scale == 1.0 ? loss : loss * loss_scale});
+    at::Tensor weighted = loss_weight == 1.0 ? loss : loss * loss_weight;
+    if (scale_loss) weighted = scale_loss(weighted);
+    torch::autograd::backward({weighted});
   } catch (const std::exception& e) {
     if (is_out_of_memory(e)) throw;
     const std::string cause = one_line(error_text(e));

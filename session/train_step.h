@@ -17,13 +17,19 @@ namespace oomtune {
 /// Called at each phase boundary with the phase that begins.
 using PhaseHook = std::function<void(Phase)>;
 
+/// What backward runs from, given the weighted loss: fp16's loss scaling
+/// (GradScaler.scale, strategies/mixed_precision.h), or none (empty).
+using LossScaling = std::function<at::Tensor(const at::Tensor& loss)>;
+
 /// Runs forward and loss (under autocast to `autocast_dtype` when given) and
-/// backward of loss * `loss_scale`, calling `hook` as each phase begins.
-/// Gradients accumulate into the parameters' .grad. Returns the unscaled
-/// loss value (NaN on the meta device, which has no values). Throws
-/// ModelError for model errors; out-of-memory errors pass
-/// through unchanged (the caller records them).
-double run_micro_batch(ModelSession& session, const Batch& batch, double loss_scale,
+/// backward of `scale_loss`(loss * `loss_weight`) (the multiplication only
+/// when the weight is not 1, as eager code divides by the accumulation
+/// steps), calling `hook` as each phase begins. Gradients accumulate into
+/// the parameters' .grad. Returns the loss value before weighting and
+/// scaling (NaN on the meta device, which has no values). Throws
+/// ModelError for model errors; out-of-memory errors pass through unchanged
+/// (the caller records them).
+double run_micro_batch(ModelSession& session, const Batch& batch, double loss_weight, const LossScaling& scale_loss,
                        std::optional<at::ScalarType> autocast_dtype, const PhaseHook& hook);
 
 /// Sets every parameter's gradient to undefined (PyTorch 2.x's

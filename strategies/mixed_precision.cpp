@@ -1,5 +1,8 @@
 #include "strategies/mixed_precision.h"
 
+#include <cmath>
+#include <map>
+#include <stdexcept>
 #include <unordered_set>
 
 #include <ATen/core/grad_mode.h>
@@ -63,26 +66,37 @@ Batch cast_model_inputs(const Batch& batch, const std::string& target, at::Scala
   return out;
 }
 
-bool DynamicLossScaler::unscale(const std::vector<at::Tensor>& params) const {
-  at::NoGradGuard no_grad;
-  bool finite = true;
-  for (const at::Tensor& p : params) {
-    if (!p.grad().defined()) continue;
-    at::Tensor grad = p.grad();
-    grad.div_(scale_);
-    if (finite && !at::isfinite(grad).all().item<bool>()) finite = false;
+at::Tensor DynamicLossScaler::scale(const at::Tensor& loss) {
+  if (!scale_.defined()) {  // GradScaler._lazy_init_scale_growth_tracker
+    scale_ = at::full({}, kInitScale, loss.options().dtype(at::kFloat));
+    growth_tracker_ = at::zeros({}, loss.options().dtype(at::kInt));
   }
-  return finite;
+  return loss * scale_;
 }
 
-void DynamicLossScaler::update(bool found_inf) {
-  if (found_inf) {
-    scale_ *= kBackoffFactor;
-    good_steps_ = 0;
-  } else if (++good_steps_ >= kGrowthInterval) {
-    scale_ *= kGrowthFactor;
-    good_steps_ = 0;
-  }
+bool DynamicLossScaler::unscale(const std::vector<at::Tensor>& params) {
+  if (!scale_.defined()) throw std::logic_error("DynamicLossScaler::unscale before scale");
+  at::NoGradGuard no_grad;
+  // The reciprocal in fp64, as GradScaler.unscale_ computes it.
+  const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
+  found_inf_ = at::zeros({}, scale_.options());
+  std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;  // _unscale_grads_: one call per dtype
+  for (const at::Tensor& p : params)
+    if (p.grad().defined()) by_dtype[p.grad().scalar_type()].push_back(p.grad());
+  for (const auto& [dtype, grads] : by_dtype)
+    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
+  return !found_inf_.is_meta() && found_inf_.item<float>() != 0.0f;
+}
+
+void DynamicLossScaler::update() {
+  if (!found_inf_.defined()) throw std::logic_error("DynamicLossScaler::update before unscale");
+  at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, kGrowthFactor, kBackoffFactor, kGrowthInterval);
+  found_inf_ = at::Tensor();
+}
+
+double DynamicLossScaler::scale_value() const {
+  if (!scale_.defined()) return kInitScale;
+  return scale_.is_meta() ? std::nan("") : scale_.item<double>();
 }
 
 }  // namespace oomtune

@@ -10,9 +10,10 @@
 //   fp32's exponent range). Saves: activations saved in bf16 (about half).
 //   Parameters, gradients and optimizer state stay fp32, as with
 //   torch.autocast in eager PyTorch.
-// - fp16: CUDA only, autocast to float16 plus dynamic loss scaling as
-//   torch.cuda.amp.GradScaler does (torch/amp/grad_scaler.py: init_scale
-//   2^16, growth_factor 2, backoff_factor 0.5, growth_interval 2000).
+// - fp16: CUDA and meta (GradScaler's operators have no CPU kernel in
+//   libtorch 1.13), autocast to float16 plus dynamic loss scaling as
+//   torch.amp.GradScaler does (DynamicLossScaler below: init_scale 2^16,
+//   growth_factor 2, backoff_factor 0.5, growth_interval 2000).
 //   Parameters, gradients and optimizer state stay fp32.
 // - bf16_params: no autocast; the model's parameters and floating-point
 //   buffers are cast to bfloat16 once, floating-point inputs are cast before
@@ -69,7 +70,19 @@ void cast_floating_point(torch::jit::Module& module, at::ScalarType dtype);
 /// own for the fp32 loss. Integer tensors (token ids, labels) are shared.
 Batch cast_model_inputs(const Batch& batch, const std::string& target, at::ScalarType dtype);
 
-/// GradScaler's dynamic loss scale for fp16.
+/// fp16's dynamic loss scale, as torch.amp.GradScaler keeps it in eager
+/// PyTorch 2.11 (torch/amp/grad_scaler.py), with its device tensors and
+/// operators, so that a trial allocates what GradScaler does and nothing
+/// else: the scale ([] fp32) and growth tracker ([] int32), made at the first
+/// scale(); per step the scaled loss, and in the optimizer phase unscale_'s
+/// inverse scale (the scale's reciprocal computed in fp64: 8 + 8 + 4 bytes)
+/// and found_inf ([] fp32, until update()). The gradients are unscaled in
+/// place (at::_amp_foreach_non_finite_check_and_unscale_), with no
+/// temporary of a gradient's size. fp16 runs on CUDA and on meta, where no
+/// gradient has values: a meta step is never skipped.
+/// Limitation: GradScaler hands a fused AdamW its scale instead of
+/// unscaling (_step_supports_amp_scaling: two other scalars, no sync);
+/// oomtune unscales for every implementation.
 class DynamicLossScaler {
  public:
   static constexpr double kInitScale = 65536.0;  // 2^16, GradScaler's init_scale
@@ -77,17 +90,33 @@ class DynamicLossScaler {
   static constexpr double kBackoffFactor = 0.5;
   static constexpr int64_t kGrowthInterval = 2000;  // good steps before the scale grows
 
-  /// The current loss scale (a power of two, starting at kInitScale).
-  double scale() const { return scale_; }
-  /// Divides the gradients of `params` by the scale; returns false if any is
-  /// inf or nan (then the step must be skipped).
-  bool unscale(const std::vector<at::Tensor>& params) const;
-  /// Updates the scale after a step that was (not) skipped.
-  void update(bool found_inf);
+  /// GradScaler.scale: `loss` times the scale, a new tensor like `loss`.
+  /// The first call makes the scale (kInitScale) and the growth tracker on
+  /// `loss`'s device.
+  at::Tensor scale(const at::Tensor& loss);
+
+  /// GradScaler.unscale_ and _maybe_opt_step's check: divides the defined
+  /// gradients of `params` by the scale in place, one call per gradient
+  /// dtype, and returns whether one held an inf or a NaN (the optimizer
+  /// step must then be skipped; reading it synchronizes, as GradScaler's
+  /// found_inf.item() does). False on meta. Throws std::logic_error before
+  /// scale().
+  bool unscale(const std::vector<at::Tensor>& params);
+
+  /// GradScaler.update: halves the scale after a skipped step, doubles it
+  /// after kGrowthInterval good ones in a row (at::_amp_update_scale_, in
+  /// place), and frees unscale's found_inf. Throws std::logic_error before
+  /// unscale().
+  void update();
+
+  /// The current scale (reads the device tensor); kInitScale before the
+  /// first scale(), NaN on meta.
+  double scale_value() const;
 
  private:
-  double scale_ = kInitScale;
-  int64_t good_steps_ = 0;
+  at::Tensor scale_;           // [] fp32
+  at::Tensor growth_tracker_;  // [] int32: good steps since the last change
+  at::Tensor found_inf_;       // [] fp32, from unscale() to update()
 };
 
 }  // namespace oomtune

@@ -113,23 +113,23 @@ StepResult TrainingStep::run(const Batch& global_batch, const PhaseHook& hook) {
   const auto slices = split_global_batch(global_batch.size, config_.micro_batch, job.allow_remainder);
   const auto dtype = autocast_dtype(config_.precision);
   const auto input_dtype = parameter_dtype(config_.precision);
-  const double scale = scaler_ ? scaler_->scale() : 1.0;
+  LossScaling scale_loss;
+  if (scaler_) scale_loss = [this](const at::Tensor& loss) { return scaler_->scale(loss); };
   StepResult result;
   for (const MicroBatchSlice& slice : slices) {
     held_ = session_.to_device(in_model_precision(global_batch.slice(slice.start, slice.length), job, input_dtype));
-    result.loss += slice.loss_weight * run_micro_batch(session_, held_, slice.loss_weight * scale, dtype, hook);
+    result.loss += slice.loss_weight * run_micro_batch(session_, held_, slice.loss_weight, scale_loss, dtype, hook);
     ++result.micro_batches;
   }
   hook(Phase::kOptimizer);
-  bool found_inf = false;
-  if (scaler_) found_inf = !scaler_->unscale(session_.parameters());
+  const bool found_inf = scaler_ && scaler_->unscale(session_.parameters());
   if (!found_inf) {
     if (master_)
       master_->step();
     else
       optimizer_->step();
   }
-  if (scaler_) scaler_->update(found_inf);
+  if (scaler_) scaler_->update();
   result.skipped = found_inf;
   clear_gradients(session_);
   return result;

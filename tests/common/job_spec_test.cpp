@@ -110,8 +110,8 @@ TEST(JobSpec, EachBadInputGetsItsExactError) {
       "min_micro_batch, max_micro_batch, verify_steps, trial_timeout, executor, seed, trainable, frozen, "
       "frozen_dtype, cuda_target, seq)");
   EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_batch = 32\ncuda_target = \"sm70\"")),
-            "job.toml:3:15: cuda_target: unknown value 'sm70' (did you mean 'sm80'?; valid: sm80, sm86, sm89, sm90, "
-            "sm100, sm120)");
+            "job.toml:3:15: cuda_target: unknown value 'sm70' (did you mean 'sm75'?; valid: sm75, sm80, sm86, sm89, "
+            "sm90, sm100, sm120)");
   EXPECT_EQ(error_of(replace(kGood, "budget = \"7.5 GB\"", "budget = \"7.5 GBs\"")),
             "job.toml:3:10: budget: expected a size such as \"8GiB\", \"7.5 GB\" or \"512MiB\", got '7.5 GBs'");
   EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_batch = 0")),

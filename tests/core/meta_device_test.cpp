@@ -171,6 +171,44 @@ INSTANTIATE_TEST_SUITE_P(
                       MetaCase{"resnet18_mb2", true, 2, "micro_batch=2"}),
     [](const ::testing::TestParamInfo<MetaCase>& info) { return std::string(info.param.name); });
 
+// fp16 on meta is bf16 autocast (CUDA's op lists take either dtype; 2 bytes
+// an element both) plus GradScaler's tensors (torch/amp/grad_scaler.py),
+// each counted here from that file: its scale ([] fp32) and growth tracker
+// ([] int32), alive from the first step's scale(); in backward the scaled
+// loss and, from autograd, the scale times the incoming gradient (4 bytes
+// each); in the optimizer phase unscale_'s inverse scale, the scale in fp64,
+// its reciprocal and the fp32 result (8 + 8 + 4), and found_inf (4), which
+// stays until update(). No gradient-sized temporary.
+TEST(MetaDevice, Fp16IsBf16PlusGradScalersScalars) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
+  const JobSpec job = on(gpt_job(2), Device::kMeta);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  const ProbeReport bf16 =
+      run_trial(job, parse_config_overrides("precision=bf16", baseline_config(job)), measured_step());
+  const ProbeReport fp16 =
+      run_trial(job, parse_config_overrides("precision=fp16", baseline_config(job)), measured_step());
+  ASSERT_EQ(bf16.outcome, TrialOutcome::kOk) << bf16.message;
+  ASSERT_EQ(fp16.outcome, TrialOutcome::kOk) << fp16.message;
+  constexpr int64_t kState = 4 + 4;  // scale and growth tracker
+  for (const Phase p : {Phase::kForward, Phase::kLoss, Phase::kBackward, Phase::kOptimizer}) {
+    SCOPED_TRACE(phase_name(p));
+    const PhaseMemory& a = bf16.phases[static_cast<std::size_t>(p)];
+    const PhaseMemory& b = fp16.phases[static_cast<std::size_t>(p)];
+    EXPECT_EQ(b.start_bytes, a.start_bytes + kState);
+    EXPECT_EQ(b.end_bytes, a.end_bytes + kState);
+    const int64_t allocated = p == Phase::kBackward ? 4 + 4 : p == Phase::kOptimizer ? 8 + 8 + 4 + 4 : 0;
+    EXPECT_EQ(b.allocated_bytes, a.allocated_bytes + allocated);
+    EXPECT_EQ(b.allocations, a.allocations + (p == Phase::kBackward ? 2 : p == Phase::kOptimizer ? 4 : 0));
+    // The peaks: the scaled loss lives through backward, found_inf through
+    // the optimizer's update.
+    const int64_t at_peak = p == Phase::kBackward || p == Phase::kOptimizer ? 4 : 0;
+    EXPECT_EQ(b.peak_bytes, a.peak_bytes + kState + at_peak);
+  }
+  EXPECT_EQ(fp16.largest.bytes, bf16.largest.bytes);
+  ASSERT_TRUE(fp16.reserved.has_value() && bf16.reserved.has_value());
+  EXPECT_EQ(fp16.reserved->peak_reserved_bytes, bf16.reserved->peak_reserved_bytes);
+}
+
 TEST(MetaDevice, StaticMemoryIsTheAnalyticByteCount) {
   if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
   const JobSpec job = on(gpt_job(1), Device::kMeta);

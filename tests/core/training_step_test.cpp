@@ -3,14 +3,17 @@
 #include "strategies/training_step.h"
 
 #include <cmath>
+#include <limits>
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <gtest/gtest.h>
 
 #include "common/error.h"
 #include "quick_trial.h"
 #include "session/model_session.h"
 #include "strategies/master_weights.h"
+#include "strategies/mixed_precision.h"
 #include "support/require_file.h"
 #include "test_jobs.h"
 #include "trial/trial_runner.h"
@@ -285,6 +288,55 @@ TEST(TrainingStep, Bf16ParamsWithOffloadUpdatesLikeDeviceMasters) {
     const at::Tensor d = device[i].to(at::kFloat), h = host[i].to(at::kFloat);
     EXPECT_TRUE(at::allclose(d, h, /*rtol=*/std::ldexp(1.0, -7), /*atol=*/0))
         << "parameter " << i << " differs by " << ((d - h).abs() / h.abs()).max().item<double>() << " relative";
+  }
+}
+
+// GradScaler's operators on the CPU: PyTorch 2.x has CPU kernels for them,
+// libtorch 1.13 CUDA ones only.
+bool grad_scaler_runs_on_cpu() {
+  for (const char* op : {"aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_"}) {
+    const auto handle = c10::Dispatcher::singleton().findOp({op, ""});
+    if (!handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::CPU)) return false;
+  }
+  return true;
+}
+
+// fp16's loss scaler against an unscaled backward and GradScaler's rules
+// (torch/amp/grad_scaler.py): the unscaled gradients are the unmodified
+// run's (a power-of-two scale is exact in fp32), an inf skips the step and
+// halves the scale, 2000 good steps in a row double it.
+TEST(DynamicLossScaler, UnscalesToTheUnscaledGradientsAndBacksOffOnInf) {
+  if (!grad_scaler_runs_on_cpu()) GTEST_SKIP() << "this libtorch has GradScaler's kernels for CUDA only";
+  at::manual_seed(3);
+  const at::Tensor w = at::randn({3, 4}).requires_grad_(true);
+  const at::Tensor x = at::randn({4});
+  at::matmul(w, x).pow(2).sum().backward();
+  const at::Tensor expected = w.grad().clone();
+  w.mutable_grad() = at::Tensor();
+
+  DynamicLossScaler scaler;
+  EXPECT_EQ(scaler.scale_value(), 65536.0);
+  const at::Tensor loss = at::matmul(w, x).pow(2).sum();
+  const at::Tensor scaled = scaler.scale(loss);
+  EXPECT_EQ(scaled.item<float>(), loss.item<float>() * 65536.0f);
+  scaled.backward();
+  EXPECT_FALSE(at::equal(w.grad(), expected));
+  EXPECT_FALSE(scaler.unscale({w}));
+  EXPECT_TRUE(at::equal(w.grad(), expected));
+  scaler.update();
+  EXPECT_EQ(scaler.scale_value(), 65536.0);
+
+  w.mutable_grad() = expected.clone();
+  w.mutable_grad()[1][2] = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(scaler.unscale({w}));
+  scaler.update();
+  EXPECT_EQ(scaler.scale_value(), 32768.0);
+
+  for (int64_t step = 1; step <= DynamicLossScaler::kGrowthInterval; ++step) {
+    w.mutable_grad() = expected.clone();
+    ASSERT_FALSE(scaler.unscale({w}));
+    scaler.update();
+    ASSERT_EQ(scaler.scale_value(), step < DynamicLossScaler::kGrowthInterval ? 32768.0 : 65536.0) << step;
   }
 }
 

@@ -69,6 +69,32 @@ TEST(AttentionModel, KernelChoiceTable) {
   EXPECT_EQ(select_attention_kernel(strided, target("sm80")), AttentionKernel::kMath);
 }
 
+// A T4 (sm75): no flash and no cuDNN attention below sm80, and the
+// efficient kernel takes fp16 and fp32 only there, with a GEMM alignment of
+// 8 for fp16 (tensor cores) and 1 for fp32 (none: minimum_gemm_alignment).
+TEST(AttentionModel, OnATuringGpuTheEfficientKernelOrMath) {
+  const AttentionDtype fp16 = AttentionDtype::kFloat16, bf16 = AttentionDtype::kBFloat16;
+  const AttentionDtype fp32 = AttentionDtype::kFloat32;
+  const CudaTarget t4 = target("sm75");
+  EXPECT_EQ(cuda_target_name(t4), "sm75");
+  EXPECT_EQ(select_attention_kernel(call(fp16), t4), AttentionKernel::kEfficient);
+  EXPECT_EQ(select_attention_kernel(call(fp32), t4), AttentionKernel::kEfficient);
+  EXPECT_EQ(select_attention_kernel(call(bf16), t4), AttentionKernel::kMath);
+  EXPECT_EQ(select_attention_kernel(call(fp16, 36), t4), AttentionKernel::kMath);
+  EXPECT_EQ(select_attention_kernel(call(fp32, 36), t4), AttentionKernel::kEfficient);
+  EXPECT_EQ(select_attention_kernel(call(fp32, 6), t4), AttentionKernel::kEfficient);
+  // A learned mask: efficient gives it its gradient on a T4, where cuDNN,
+  // which would refuse it on an H100, is never in the running.
+  AttentionCall learned = call(fp16);
+  learned.has_mask = true;
+  learned.mask_requires_grad = true;
+  EXPECT_EQ(select_attention_kernel(learned, t4), AttentionKernel::kEfficient);
+  EXPECT_FALSE(cudnn_passed_over(learned, t4));
+  EXPECT_TRUE(cudnn_passed_over(learned, target("sm90")));
+  // cuBLAS's default workspace below Hopper: ":4096:2:16:8".
+  EXPECT_EQ(cublas_workspace_bytes(t4), 2 * 4096 * 1024 + 8 * 16 * 1024);
+}
+
 TEST(AttentionModel, FlashKeepsOutputAndLogsumexpNotScores) {
   const AttentionCall c = call(AttentionDtype::kBFloat16);
   const int64_t B = 4, H = 8, T = 1024, E = 64;

@@ -6,7 +6,8 @@ bf16 autocast and with gradients accumulated over two micro-batches, and for
 a torchvision model scripted as NAME.pt (EfficientNet-B0); every phase must
 be reported. With --hf, the same for the Hugging Face GPT-2
 fixtures (examples/hf_gpt2.toml) rebuilt as transformers' GPT2LMHeadModel,
-both attentions, plain and checkpointed: a Python with transformers runs it.
+both attentions, plain and checkpointed, and the SDPA one under fp16 with
+GradScaler: a Python with transformers (and PyTorch 2) runs it.
 The byte counts need CUDA (scripts/device_check.sh --validate).
 
 Usage: eager_peaks_test.py SOURCE_DIR EXAMPLES_DIR [--hf]
@@ -59,6 +60,10 @@ if hugging_face:
         script = losses(job, "--mode", "script")
         expect_equal(name, losses(job, "--mode", "eager"), script)
         expect_equal(f"{name} ckpt=all", losses(job, "--mode", "eager", "--ckpt", "all"), script)
+    # fp16 with torch.amp.GradScaler (PyTorch 2.3+, as the Python with
+    # transformers has): the scaled backward, unscale, step and update.
+    expect_equal("hf_gpt2 sdpa fp16", losses(sdpa_job, "--mode", "eager", "--precision", "fp16"),
+                 losses(sdpa_job, "--mode", "script", "--precision", "fp16"))
     sys.exit(1 if failures else 0)
 
 # bf16: one autocast region over forward and loss, as oomtune's trials run
