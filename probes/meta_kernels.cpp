@@ -7,6 +7,7 @@
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/stack.h>
 #include <ATen/ops/add_meta_dispatch.h>
+#include <ATen/ops/fill_meta_dispatch.h>
 #include <ATen/ops/index_put_native.h>
 #include <c10/util/accumulate.h>
 #include <torch/library.h>
@@ -509,6 +510,43 @@ at::Tensor index_put(const at::Tensor& self, const c10::List<c10::optional<at::T
   return at::native::index_put(self, indices, values, accumulate);
 }
 
+// What the CPU and CUDA kernels check when they take `value` in a tensor's
+// dtype (c10::Scalar::to, checked_convert): that it fits, or "value cannot
+// be converted to type c10::BFloat16 without overflow". ATen's meta
+// kernels convert nothing, so a traced graph's fp32 constant (transformers'
+// masks fill with torch.finfo(dtype).min, which a trace records as fp32's)
+// passed on meta where the device refuses it under bf16 or fp16 autocast.
+void check_value_fits(const at::Scalar& value, at::ScalarType dtype) {
+  switch (dtype) {
+#define OOMTUNE_CHECK_FITS(type, name) \
+  case at::ScalarType::name:           \
+    (void)value.to<type>();            \
+    break;
+    AT_FORALL_SCALAR_TYPES_AND3(Bool, Half, BFloat16, OOMTUNE_CHECK_FITS)
+#undef OOMTUNE_CHECK_FITS
+    default:
+      break;
+  }
+}
+
+// masked_fill_.Scalar and fill_.Scalar (at::full fills too), which these
+// registrations replace: the checks of the CPU kernel (masked_fill_impl_cpu:
+// a boolean mask that expands to self) and the value's; nothing allocated.
+// fill_ is ATen's meta kernel after the value's check (masked_fill_'s is
+// not exported). Unboxed, as ATen's.
+at::Tensor& masked_fill_scalar_(at::Tensor& self, const at::Tensor& mask, const at::Scalar& value) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_fill_ only supports boolean masks, but got mask with dtype ",
+              mask.scalar_type());
+  (void)mask.expand(self.sizes());  // expand_inplace's check: a view, no storage
+  check_value_fits(value, self.scalar_type());
+  return self;
+}
+
+at::Tensor& fill_scalar_(at::Tensor& self, const at::Scalar& value) {
+  check_value_fits(value, self.scalar_type());
+  return at::meta::fill_(self, value);
+}
+
 // _amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale):
 // GradScaler's unscale, in place; a meta gradient has no values to check or
 // divide, so only the checks of 2.11's Python meta registration remain.
@@ -554,6 +592,8 @@ void install_meta_kernels() {
     library.impl("abs", torch::CppFunction::makeFromBoxedFunction<&abs>());
     library.impl("add.Tensor", TORCH_FN(add_tensor));
     library.impl("index_put", TORCH_FN(index_put));
+    library.impl("masked_fill_.Scalar", TORCH_FN(masked_fill_scalar_));
+    library.impl("fill_.Scalar", TORCH_FN(fill_scalar_));
     library.impl("gather_backward", torch::CppFunction::makeFromBoxedFunction<&gather_backward>());
     library.impl("_amp_foreach_non_finite_check_and_unscale_",
                  torch::CppFunction::makeFromBoxedFunction<&amp_non_finite_check_and_unscale_>());

@@ -20,7 +20,10 @@
 // "subclass-like" tensors, meta among them, and the in-place one on the
 // CPU and CUDA; these make what the in-place path leaves (a meta run
 // needs a MemoryTracker alive to tell where it is: memory_tracker.h,
-// innermost_call_is; without one they are ATen's).
+// innermost_call_is; without one they are ATen's). Two more replace
+// ATen's to refuse what the device refuses: `masked_fill_` and `fill_`
+// with a value that does not fit the tensor's dtype (a traced fp32 minimum
+// in a bf16 or fp16 mask), as the CPU and CUDA kernels do.
 
 namespace oomtune {
 

@@ -148,6 +148,21 @@ std::string frozen_bf16_hint(const JobSpec& job, const std::string& cause) {
       compat::torch_version());
 }
 
+std::string constant_overflow_hint(const std::string& cause) {
+  if (cause.find("cannot be converted to type") == std::string::npos ||
+      cause.find("without overflow") == std::string::npos)
+    return "";
+  return "; a value of the model's graph does not fit the activations' dtype, on a GPU either: torch.jit.trace "
+         "records what eager code computes from a tensor's dtype (transformers' masks fill with "
+         "torch.finfo(dtype).min) as a constant of the dtype it traced in; export the model "
+         "so that the value follows the dtype (torch.jit.script keeps torch.finfo(x.dtype) a computation), or train "
+         "in fp32";
+}
+
+std::string dtype_hints(const JobSpec& job, const std::string& cause) {
+  return frozen_bf16_hint(job, cause) + constant_overflow_hint(cause);
+}
+
 namespace {
 
 // The innermost frame of the original code outside torch's own package in a
@@ -415,7 +430,7 @@ c10::IValue ModelSession::forward(const Batch& batch) {
     if (is_out_of_memory(e)) throw;
     const std::string cause = one_line(error_text(e));
     throw ModelError(fmt::format("{}: forward({}) failed: {}{}{}", job_.model_path,
-                                 describe_forward_call(binding_, batch, call), cause, frozen_bf16_hint(job_, cause),
+                                 describe_forward_call(binding_, batch, call), cause, dtype_hints(job_, cause),
                                  embedding_hint(embedding_tables(module_), job_, batch, call.inputs, cause)));
   }
 }

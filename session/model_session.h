@@ -136,4 +136,16 @@ std::string one_line(const std::string& message);
 /// dtype") or the job keeps frozen parameters in fp32.
 std::string frozen_bf16_hint(const JobSpec& job, const std::string& cause);
 
+/// What to change when a value did not fit a tensor's dtype ("value cannot
+/// be converted to type c10::BFloat16 without overflow", from masked_fill_
+/// or fill_ on the CPU, CUDA and, since meta_kernels.h checks it too, meta):
+/// a constant recorded by torch.jit.trace in fp32 (transformers' masks fill
+/// with torch.finfo(dtype).min) met bf16 or fp16 activations, which eager
+/// code would have filled with their own dtype's minimum. Returns "; ..."
+/// to append to the error's one line, or "" for any other cause.
+std::string constant_overflow_hint(const std::string& cause);
+
+/// frozen_bf16_hint and constant_overflow_hint together.
+std::string dtype_hints(const JobSpec& job, const std::string& cause);
+
 }  // namespace oomtune

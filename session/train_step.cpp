@@ -35,7 +35,7 @@ double run_micro_batch(ModelSession& session, const Batch& batch, double loss_we
   } catch (const std::exception& e) {
     if (is_out_of_memory(e)) throw;
     const std::string cause = one_line(error_text(e));
-    throw ModelError(fmt::format("{}: backward failed: {}{}", job.model_path, cause, frozen_bf16_hint(job, cause)));
+    throw ModelError(fmt::format("{}: backward failed: {}{}", job.model_path, cause, dtype_hints(job, cause)));
   }
   return value;
 }

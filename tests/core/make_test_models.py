@@ -336,6 +336,24 @@ class MadeInForward(nn.Module):
         return x.float().unsqueeze(-1) + self.emb(positions)
 
 
+class MaskedScores(nn.Module):
+    """Attention scores masked as transformers masks them, with the minimum
+    of the scores' dtype: a trace records torch.finfo(scores.dtype).min as
+    an fp32 constant, which bf16 and fp16 scores cannot hold (on a GPU
+    either; libtorch 1.13 cannot script torch.finfo)."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.view(x.size(0), 4, 16)
+        scores = torch.matmul(self.q(h), h.transpose(1, 2))
+        mask = torch.ones(4, 4, dtype=torch.bool, device=x.device).triu(1)
+        scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)
+        return torch.matmul(torch.softmax(scores, dim=-1), h)
+
+
 def write_not_torchscript(out: str) -> None:
     """Files as torch.save, safetensors and torch.export write them. Debian's
     torch 1.13 has neither torch.export nor safetensors: those two are laid
@@ -386,6 +404,7 @@ def main() -> int:
     made = MadeInForward()
     torch.jit.trace(made, torch.zeros(2, 8)).save(os.path.join(out, "arange_trace.pt"))
     torch.jit.script(made).save(os.path.join(out, "arange_script.pt"))
+    torch.jit.trace(MaskedScores(), torch.zeros(2, 64)).save(os.path.join(out, "masked_scores_trace.pt"))
     write_not_torchscript(os.path.join(out, "not_torchscript"))
     # Made last, so that the models above keep their weights.
     for name, model in [("dict_in", DictIn()), ("list_in", ListIn()), ("int_arg", IntArg()),

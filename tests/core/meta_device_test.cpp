@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -540,6 +541,45 @@ TEST(MetaKernels, IndexingsBackwardPutsIntoItsZerosAsTheDeviceDoes) {
     ASSERT_TRUE(x.grad().defined());
     EXPECT_EQ(x.grad().sizes(), x.sizes());
   });
+}
+
+// masked_fill_ and fill_ (and at::full, which fills) refuse a value that
+// does not fit the tensor's dtype on meta exactly where the CPU kernels do.
+TEST(MetaKernels, FillsRefuseAValueTheDtypeCannotHoldAsTheCpuDoes) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
+  install_meta_kernels();
+  const double fp32_min = -3.4028234663852886e38;
+  const auto refused = [](const std::function<void()>& f) {
+    try {
+      f();
+      return false;
+    } catch (const std::exception&) {  // c10::Error, or report_overflow's std::runtime_error
+      return true;
+    }
+  };
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf, at::kChar, at::kBool}) {
+    for (const double value : {fp32_min, 1e5, 300.0, -1.0, -std::numeric_limits<double>::infinity()}) {
+      SCOPED_TRACE(fmt::format("{} {}", c10::toString(dtype), value));
+      bool on[2] = {};
+      for (const c10::DeviceType device : {c10::DeviceType::CPU, c10::DeviceType::Meta}) {
+        const at::TensorOptions options = at::TensorOptions().device(device);
+        const at::Tensor mask = at::ones({3, 4}, options.dtype(at::kBool));
+        const bool refused_here = refused([&] {
+          at::zeros({2, 3, 4}, options.dtype(dtype)).masked_fill_(mask, value);
+        });
+        EXPECT_EQ(refused([&] { at::empty({5}, options.dtype(dtype)).fill_(value); }), refused_here);
+        EXPECT_EQ(refused([&] { at::full({5}, value, options.dtype(dtype)); }), refused_here);
+        on[device == c10::DeviceType::Meta] = refused_here;
+      }
+      EXPECT_EQ(on[1], on[0]);
+    }
+  }
+  // The expectation's own check: fp32's minimum does not fit bf16.
+  EXPECT_TRUE(refused([&] { at::zeros({2}, at::kBFloat16).fill_(fp32_min); }));
+  // A mask that is not boolean, or does not expand to self, is refused too.
+  const at::Tensor meta = at::zeros({2, 3}, at::TensorOptions().device(c10::kMeta));
+  EXPECT_TRUE(refused([&] { meta.masked_fill_(at::ones({2, 3}, meta.options().dtype(at::kFloat)), 0.0); }));
+  EXPECT_TRUE(refused([&] { meta.masked_fill_(at::ones({4}, meta.options().dtype(at::kBool)), 0.0); }));
 }
 
 TEST(MetaDevice, AnOperatorWhoseResultSizeDependsOnValuesIsNamed) {

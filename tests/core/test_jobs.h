@@ -20,6 +20,9 @@ bool exists(const std::string& path);
 JobSpec mlp_job(int64_t global_batch, const std::string& optimizer = "adamw");
 /// bigmatmul.pt: x [batch, 256], loss = mean of the output.
 JobSpec bigmatmul_job(int64_t global_batch);
+/// masked_scores_trace.pt (attention scores masked with a traced fp32
+/// minimum): x [batch, 64], loss = mean of the output.
+JobSpec masked_scores_job(int64_t global_batch);
 /// arange_script.pt (an embedding of positions added to x: no matrix
 /// product): x [batch, 8], loss = mean of the output.
 JobSpec made_in_forward_job(int64_t global_batch);
