@@ -200,6 +200,18 @@ inline void foreach_lerp_(at::TensorList self, at::TensorList ends, double weigh
 #endif
 }
 
+/// Whether this libtorch has kernels of GradScaler's operators
+/// (aten::_amp_foreach_non_finite_check_and_unscale_, aten::_amp_update_scale_)
+/// for the CPU: PyTorch 2.x does; libtorch 1.13 has CUDA ones only, so fp16
+/// with dynamic loss scaling runs on the CPU with PyTorch 2 only.
+inline bool has_cpu_grad_scaler_kernels() {
+  for (const char* op : {"aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_"}) {
+    const auto handle = c10::Dispatcher::singleton().findSchema({op, ""});
+    if (!handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::CPU)) return false;
+  }
+  return true;
+}
+
 /// Whether this libtorch has a kernel of aten::_fused_adamw_ for tensors on
 /// `device` (2.x: CPU and CUDA; never on 1.13, which lacks the operator).
 inline bool has_fused_adamw_kernel(const c10::Device& device) {

@@ -193,6 +193,8 @@ nlohmann::json to_json(const ProbeReport& r) {
       {"peak_bytes", r.peak_bytes},
       {"host_peak_bytes", r.host_peak_bytes},
       {"steps_run", r.steps_run},
+      {"skipped_steps", r.skipped_steps},
+      {"measured_step_skipped", r.measured_step_skipped},
       {"static",
        {{"parameter_bytes", r.static_memory.parameter_bytes},
         {"buffer_bytes", r.static_memory.buffer_bytes},
@@ -314,6 +316,8 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     r.peak_bytes = j.at("peak_bytes").get<int64_t>();
     r.host_peak_bytes = j.at("host_peak_bytes").get<int64_t>();
     r.steps_run = j.at("steps_run").get<int64_t>();
+    r.skipped_steps = j.value("skipped_steps", int64_t{0});  // absent before 2026-12-06
+    r.measured_step_skipped = j.value("measured_step_skipped", false);
     // Only for a job with a length distribution (issue #47 item 2).
     r.step_lengths = j.value("step_lengths", std::vector<int64_t>{});
     r.step_peak_bytes = j.value("step_peak_bytes", std::vector<int64_t>{});

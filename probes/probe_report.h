@@ -181,6 +181,11 @@ struct ProbeReport {
   int64_t peak_bytes = 0;                        // SUM: device peak of the measured step
   int64_t host_peak_bytes = 0;                   // SUM: host-pool peak of the measured step
   int64_t steps_run = 0;                         // COUNT: optimizer steps completed
+  // COUNT: fp16 steps whose update GradScaler skipped for inf/NaN gradients,
+  // the warm-up's included (trial/trial_runner.cpp, Note [Skipped fp16
+  // steps]); 0 for every other precision and on meta.
+  int64_t skipped_steps = 0;
+  bool measured_step_skipped = false;  // fp16: the measured step made no update (its optimizer phase holds none)
   // COUNT: tokens, the "seq" length of each step begun, from the warm-up on
   // (step k at [k - 1]; one more than steps_run where a step failed), for a
   // job with a length distribution (JobSpec::seq_lengths): steps 1 and 2 at

@@ -149,6 +149,13 @@ std::string render_probe_text(const ProbeSummary& s) {
     line(
         "autocast             the CPU's op lists (this libtorch has no CUDA's): softmax and layer_norm stay in the "
         "autocast dtype where a GPU runs them in fp32, so the activations may fall short of a GPU's");
+  if (r.skipped_steps > 0)
+    line(fmt::format(
+        "loss scaling         fp16: GradScaler skipped {} of {} steps' updates for inf/NaN gradients, halving its "
+        "scale each time, as a GPU run's first steps do; {}",
+        r.skipped_steps, r.steps_run,
+        r.measured_step_skipped ? "the measured step was one of them: its optimizer phase holds no update"
+                                : "the measured step updated"));
   if (r.workspaces) {
     const WorkspaceRecord& w = *r.workspaces;
     line(fmt::format("workspaces           {}{}", workspace_text(w),

@@ -19,11 +19,6 @@ TrainingConfig baseline_config(const JobSpec& job) {
 }
 
 TrainingConfig normalize_config(TrainingConfig config, const JobSpec& job) {
-  if (config.precision == Precision::kFp16 && job.device == Device::kCpu)
-    throw ConfigError(
-        fmt::format("{}precision fp16 needs device = \"cuda\" or \"meta\" (dynamic loss scaling), the job has "
-                    "device = \"cpu\"; use --device meta, or bf16 on the CPU",
-                    job.spec_path.empty() ? "" : job.spec_path + ": "));
   if (config.optimizer == OptimizerKind::kAdafactor && config.offload_optimizer)
     throw ConfigError(kAdafactorOffloadProblem);
   if (config.optimizer == OptimizerKind::kSgd && job.optimizer.kind != "sgd")

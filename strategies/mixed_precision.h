@@ -10,8 +10,9 @@
 //   fp32's exponent range). Saves: activations saved in bf16 (about half).
 //   Parameters, gradients and optimizer state stay fp32, as with
 //   torch.autocast in eager PyTorch.
-// - fp16: CUDA and meta (GradScaler's operators have no CPU kernel in
-//   libtorch 1.13), autocast to float16 plus dynamic loss scaling as
+// - fp16: CUDA, meta, and the CPU with PyTorch 2 (GradScaler's operators
+//   have no CPU kernel in libtorch 1.13), autocast to float16 plus dynamic
+//   loss scaling as
 //   torch.amp.GradScaler does (DynamicLossScaler below: init_scale 2^16,
 //   growth_factor 2, backoff_factor 0.5, growth_interval 2000).
 //   Parameters, gradients and optimizer state stay fp32.
@@ -78,8 +79,8 @@ Batch cast_model_inputs(const Batch& batch, const std::string& target, at::Scala
 /// inverse scale (the scale's reciprocal computed in fp64: 8 + 8 + 4 bytes)
 /// and found_inf ([] fp32, until update()). The gradients are unscaled in
 /// place (at::_amp_foreach_non_finite_check_and_unscale_), with no
-/// temporary of a gradient's size. fp16 runs on CUDA and on meta, where no
-/// gradient has values: a meta step is never skipped.
+/// temporary of a gradient's size. On meta no gradient has values: a meta
+/// step is never skipped.
 /// Limitation: GradScaler hands a fused AdamW its scale instead of
 /// unscaling (_step_supports_amp_scaling: two other scalars, no sync);
 /// oomtune unscales for every implementation.

@@ -5,6 +5,7 @@
 #include <torch/optim/sgd.h>
 
 #include "common/error.h"
+#include "compat/torch_compat.h"
 #include "probes/memory_tracker.h"
 #include "strategies/accumulation.h"
 #include "strategies/activation_checkpointing.h"
@@ -70,6 +71,12 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind, cons
 
 TrainingStep::TrainingStep(ModelSession& session, const TrainingConfig& config)
     : session_(session), config_(normalize_config(config, session.job())) {
+  const JobSpec& job = session_.job();
+  if (config_.precision == Precision::kFp16 && job.device == Device::kCpu && !compat::has_cpu_grad_scaler_kernels())
+    throw ConfigError(fmt::format(
+        "{}precision fp16 on the CPU needs GradScaler's CPU kernels (dynamic loss scaling), which libtorch {} lacks "
+        "(PyTorch 2 has them): use the PyPI build, device = \"cuda\" or \"meta\", or bf16",
+        job.spec_path.empty() ? job.model_path + ": " : job.spec_path + ": ", compat::torch_version()));
   // The target is one of the job's validated names (job/job_spec.h).
   set_attention_target(cuda_target_from_name(session_.job().cuda_target).value_or(CudaTarget{}));
   kernel_sites_ = replace_device_kernels(session_.module());

@@ -134,6 +134,21 @@ int64_t storage_bytes(const MemoryTracker& tracker, const std::vector<at::Tensor
   return bytes;
 }
 
+// Note [Skipped fp16 steps]
+// Rationale: under fp16, GradScaler skips the update of a step whose scaled
+// gradients hold an inf or a NaN and halves its scale (2^16 at first), and
+// a run's first steps often overflow. A skipped step makes no optimizer
+// state (AdamW's comes with the first update) and no update temporaries: a
+// warm-up that skipped left the measured step to make the state, and a
+// measured step that skipped measured no update at all.
+// Approach: the warm-up repeats until a step updates, as a GPU run's first
+// steps do, and counts the skipped ones (ProbeReport::skipped_steps); after
+// kMaxSkippedWarmups in a row (the scale down to 2^-7) the model does not
+// train in fp16 and the trial says so. A later skipped step is counted, and
+// the measured step's is reported (ProbeReport::measured_step_skipped).
+// Meta has no values to overflow: it never skips.
+constexpr int64_t kMaxSkippedWarmups = 24;
+
 // Note [Loader records]
 // Loading a TorchScript file reads each record of its archive through the
 // CPU allocator (caffe2::serialize::PyTorchStreamReader::getRecord). A
@@ -451,13 +466,23 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
         live_before_update = tracker.live_bytes() - report.static_memory.gradient_bytes - device_master_bytes;
       }
     };
-    if (job.seq_lengths) report.step_lengths.push_back(*job.seq_len);  // Note [Variable-length steps]
+    // fp16: the warm-up runs until a step updates (Note [Skipped fp16 steps]).
     auto start = Clock::now();
-    step.run(batch, warmup_hook);
-    end_phase();
-    report.timing.warmup_steps = 1;
+    for (;;) {
+      if (job.seq_lengths) report.step_lengths.push_back(*job.seq_len);  // Note [Variable-length steps]
+      const bool skipped = step.run(batch, warmup_hook).skipped;
+      end_phase();
+      ++report.timing.warmup_steps;
+      report.steps_run = report.timing.warmup_steps;
+      if (!skipped) break;
+      if (++report.skipped_steps == kMaxSkippedWarmups)
+        throw ModelError(fmt::format(
+            "{}: fp16: the gradients of the first {} steps held an inf or a NaN at every loss scale GradScaler "
+            "tried, from {:g} down to 2^{}: no step updated the parameters; the model does not train in fp16 "
+            "(bf16 keeps fp32's range)",
+            job.model_path, kMaxSkippedWarmups, DynamicLossScaler::kInitScale, 16 - kMaxSkippedWarmups + 1));
+    }
     report.timing.warmup_seconds = seconds_since(start);
-    report.steps_run = 1;
     report.static_memory.optimizer_state_bytes = tracker.live_bytes() - live_before_update;
     report.static_memory.optimizer_host_bytes = host_bytes() - host_before_optimizer;
 
@@ -522,16 +547,18 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
         step_events.emplace_back(tracker.event_count(), 0);
       }
       start = Clock::now();
+      bool skipped = false;
       if (index == 2) {
         measured_begin = tracker.event_count();
-        step.run(batch, measured_hook);
+        skipped = report.measured_step_skipped = step.run(batch, measured_hook).skipped;
         measured_end = tracker.event_count();
       } else
-        step.run(batch, timing_hook);
+        skipped = step.run(batch, timing_hook).skipped;
+      report.skipped_steps += skipped ? 1 : 0;
       if (cuda) torch::cuda::synchronize();
       report.timing.optimizer_seconds.push_back(seconds_since(optimizer_start));
       report.timing.step_seconds.push_back(seconds_since(start));
-      report.steps_run = index;
+      report.steps_run = report.timing.warmup_steps + index - 1;
       if (index <= replayed_steps) replay_end = tracker.event_count();
       if (variable) step_events.back().second = tracker.event_count();
       if (index == 2) {

@@ -354,6 +354,20 @@ class MaskedScores(nn.Module):
         return torch.matmul(torch.softmax(scores, dim=-1), h)
 
 
+class Amplified(nn.Module):
+    """fc(x) * factor, for fp16's loss scaling: at 1e3 the scaled gradients
+    overflow fp16 at GradScaler's first scales (2^16 x 1e3 over 32 outputs
+    of a batch of 2), which then halve until they fit; at inf they never do."""
+
+    def __init__(self, factor: float):
+        super().__init__()
+        self.fc = nn.Linear(64, 16)
+        self.factor = factor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) * self.factor
+
+
 def write_not_torchscript(out: str) -> None:
     """Files as torch.save, safetensors and torch.export write them. Debian's
     torch 1.13 has neither torch.export nor safetensors: those two are laid
@@ -405,6 +419,8 @@ def main() -> int:
     torch.jit.trace(made, torch.zeros(2, 8)).save(os.path.join(out, "arange_trace.pt"))
     torch.jit.script(made).save(os.path.join(out, "arange_script.pt"))
     torch.jit.trace(MaskedScores(), torch.zeros(2, 64)).save(os.path.join(out, "masked_scores_trace.pt"))
+    for name, factor in [("amplified_1e3", 1e3), ("amplified_inf", float("inf"))]:
+        torch.jit.script(Amplified(factor)).save(os.path.join(out, f"{name}.pt"))
     write_not_torchscript(os.path.join(out, "not_torchscript"))
     # Made last, so that the models above keep their weights.
     for name, model in [("dict_in", DictIn()), ("list_in", ListIn()), ("int_arg", IntArg()),

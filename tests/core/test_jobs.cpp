@@ -55,6 +55,8 @@ JobSpec mlp_job(int64_t global_batch, const std::string& optimizer) {
 
 JobSpec bigmatmul_job(int64_t global_batch) { return mean_loss_job("bigmatmul", 256, global_batch); }
 
+JobSpec amplified_job(const std::string& model, int64_t global_batch) { return mean_loss_job(model, 64, global_batch); }
+
 JobSpec masked_scores_job(int64_t global_batch) { return mean_loss_job("masked_scores_trace", 64, global_batch); }
 
 JobSpec made_in_forward_job(int64_t global_batch) { return mean_loss_job("arange_script", 8, global_batch); }

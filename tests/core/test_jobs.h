@@ -20,6 +20,9 @@ bool exists(const std::string& path);
 JobSpec mlp_job(int64_t global_batch, const std::string& optimizer = "adamw");
 /// bigmatmul.pt: x [batch, 256], loss = mean of the output.
 JobSpec bigmatmul_job(int64_t global_batch);
+/// amplified_1e3.pt or amplified_inf.pt (fc(x) times a factor, for fp16's
+/// loss scaling): x [batch, 64], loss = mean of the output.
+JobSpec amplified_job(const std::string& model, int64_t global_batch);
 /// masked_scores_trace.pt (attention scores masked with a traced fp32
 /// minimum): x [batch, 64], loss = mean of the output.
 JobSpec masked_scores_job(int64_t global_batch);

@@ -6,10 +6,10 @@
 #include <limits>
 
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "compat/torch_compat.h"
 #include "quick_trial.h"
 #include "session/model_session.h"
 #include "strategies/master_weights.h"
@@ -291,22 +291,12 @@ TEST(TrainingStep, Bf16ParamsWithOffloadUpdatesLikeDeviceMasters) {
   }
 }
 
-// GradScaler's operators on the CPU: PyTorch 2.x has CPU kernels for them,
-// libtorch 1.13 CUDA ones only.
-bool grad_scaler_runs_on_cpu() {
-  for (const char* op : {"aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_"}) {
-    const auto handle = c10::Dispatcher::singleton().findOp({op, ""});
-    if (!handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::CPU)) return false;
-  }
-  return true;
-}
-
 // fp16's loss scaler against an unscaled backward and GradScaler's rules
 // (torch/amp/grad_scaler.py): the unscaled gradients are the unmodified
 // run's (a power-of-two scale is exact in fp32), an inf skips the step and
 // halves the scale, 2000 good steps in a row double it.
 TEST(DynamicLossScaler, UnscalesToTheUnscaledGradientsAndBacksOffOnInf) {
-  if (!grad_scaler_runs_on_cpu()) GTEST_SKIP() << "this libtorch has GradScaler's kernels for CUDA only";
+  if (!compat::has_cpu_grad_scaler_kernels()) GTEST_SKIP() << "this libtorch has GradScaler's kernels for CUDA only";
   at::manual_seed(3);
   const at::Tensor w = at::randn({3, 4}).requires_grad_(true);
   const at::Tensor x = at::randn({4});
@@ -345,11 +335,19 @@ TEST(TrainingStep, BadCombinationsGetClearErrors) {
   OOMTUNE_REQUIRE_FILE(job.model_path);
   TrainingConfig fp16 = baseline_config(job);
   fp16.precision = Precision::kFp16;
-  try {
-    normalize_config(fp16, job);
-    FAIL();
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("precision fp16 needs device = \"cuda\""), std::string::npos) << e.what();
+  if (compat::has_cpu_grad_scaler_kernels()) {
+    ModelSession session(job);
+    EXPECT_EQ(TrainingStep(session, fp16).config().precision, Precision::kFp16);
+  } else {
+    try {
+      ModelSession session(job);
+      TrainingStep step(session, fp16);
+      FAIL();
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("precision fp16 on the CPU needs GradScaler's CPU kernels"),
+                std::string::npos)
+          << e.what();
+    }
   }
   TrainingConfig ckpt = baseline_config(job);
   ckpt.checkpoint.mode = CheckpointPlan::Mode::kAll;
