@@ -200,31 +200,28 @@ inline void foreach_lerp_(at::TensorList self, at::TensorList ends, double weigh
 #endif
 }
 
+/// Whether this libtorch registers operator `op` ("aten::NAME", overload
+/// "") with a kernel for `key`; false for an operator it lacks.
+inline bool has_kernel(const char* op, c10::DispatchKey key) {
+  const auto handle = c10::Dispatcher::singleton().findSchema({op, ""});
+  return handle && handle->hasKernelForDispatchKey(key);
+}
+
 /// Whether this libtorch has kernels of GradScaler's operators
 /// (aten::_amp_foreach_non_finite_check_and_unscale_, aten::_amp_update_scale_)
 /// for the CPU: PyTorch 2.x does; libtorch 1.13 has CUDA ones only, so fp16
 /// with dynamic loss scaling runs on the CPU with PyTorch 2 only.
 inline bool has_cpu_grad_scaler_kernels() {
-  for (const char* op : {"aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_"}) {
-    const auto handle = c10::Dispatcher::singleton().findSchema({op, ""});
-    if (!handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::CPU)) return false;
-  }
-  return true;
+  return has_kernel("aten::_amp_foreach_non_finite_check_and_unscale_", c10::DispatchKey::CPU) &&
+         has_kernel("aten::_amp_update_scale_", c10::DispatchKey::CPU);
 }
 
 /// Whether this libtorch has a kernel of aten::_fused_adamw_ for tensors on
 /// `device` (2.x: CPU and CUDA; never on 1.13, which lacks the operator).
 inline bool has_fused_adamw_kernel(const c10::Device& device) {
-#if TORCH_VERSION_MAJOR >= 2
-  const auto op = c10::Dispatcher::singleton().findSchema({"aten::_fused_adamw_", ""});
-  if (!op) return false;
-  if (device.is_cpu()) return op->hasKernelForDispatchKey(c10::DispatchKey::CPU);
-  if (device.is_cuda()) return op->hasKernelForDispatchKey(c10::DispatchKey::CUDA);
+  if (device.is_cpu()) return has_kernel("aten::_fused_adamw_", c10::DispatchKey::CPU);
+  if (device.is_cuda()) return has_kernel("aten::_fused_adamw_", c10::DispatchKey::CUDA);
   return false;
-#else
-  (void)device;
-  return false;
-#endif
 }
 
 /// Runs at::_fused_adamw_ (AdamW, not amsgrad, not maximize) over one
