@@ -33,6 +33,10 @@ TEST(SkippedSteps, TheWarmUpRunsUntilAStepUpdatesAndMakesTheOptimizerState) {
   const ProbeReport r = fp16_trial(job, Device::kCpu);
   ASSERT_EQ(r.outcome, TrialOutcome::kOk) << r.message;
   // 2^16 x 1e3 / 32 overflows fp16's 65504 in the first steps' gradients.
+  // The mean's gradient is the same for every output, so fc's gradients
+  // depend on the batch and the scale, not on the weights: once a scale
+  // fits, every later step (the same batch) fits too, on any CPU. How many
+  // scales were tried depends on the inputs' rounding and is not asserted.
   EXPECT_GE(r.skipped_steps, 1);
   EXPECT_EQ(r.timing.warmup_steps, r.skipped_steps + 1);
   EXPECT_FALSE(r.measured_step_skipped);
