@@ -26,6 +26,7 @@
 //   kernels and none for meta (ATen/ops/_fused_adamw_*_dispatch.h, 2.11).
 
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -226,18 +227,23 @@ inline bool has_fused_adamw_kernel(const c10::Device& device) {
 
 /// Runs at::_fused_adamw_ (AdamW, not amsgrad, not maximize) over one
 /// device's and dtype's lists: every tensor updated in place, `steps` the
-/// one-element float32 step counts after their increment. Call only where
+/// one-element float32 step counts after their increment. With
+/// `grad_scale` defined the kernel divides each gradient by it and writes
+/// it back unscaled; with `found_inf` set it updates nothing (GradScaler's
+/// fused path, strategies/optimizer_step.h AmpScaledStep). Call only where
 /// has_fused_adamw_kernel(device) is true; on 1.13 it throws
 /// std::logic_error.
 inline void fused_adamw_(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                          at::TensorList exp_avg_sqs, at::TensorList steps, double lr, double beta1, double beta2,
-                         double weight_decay, double eps) {
+                         double weight_decay, double eps, const at::Tensor& grad_scale = {},
+                         const at::Tensor& found_inf = {}) {
 #if TORCH_VERSION_MAJOR >= 2
+  const auto optional = [](const at::Tensor& t) { return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt; };
   at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr, beta1, beta2, weight_decay, eps,
-                    /*amsgrad=*/false, /*maximize=*/false);
+                    /*amsgrad=*/false, /*maximize=*/false, optional(grad_scale), optional(found_inf));
 #else
   (void)params, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)steps, (void)lr, (void)beta1, (void)beta2,
-      (void)weight_decay, (void)eps;
+      (void)weight_decay, (void)eps, (void)grad_scale, (void)found_inf;
   throw std::logic_error("aten::_fused_adamw_ needs libtorch 2");
 #endif
 }

@@ -276,6 +276,17 @@ for name in sys.argv[2:]:
   done
 }
 
+# fused_gpt: the example GPT's job with AdamW's fused implementation (to
+# which GradScaler hands its scale instead of unscaling), beside the
+# examples' models; prints its path.
+fused_gpt() {
+  local dir=/tmp/oomtune_fused
+  mkdir -p "$dir"
+  sed -e "s#^model = \"#model = \"$PWD/examples/#" -e '/^weight_decay = /a implementation = "fused"' \
+    examples/gpt.toml > "$dir/gpt_fused.toml"
+  echo "$dir/gpt_fused.toml"
+}
+
 # validate [SECONDS]: compare_peaks.py's cases, the unseen CNNs first, then
 # each flag set over the three jobs and micro-batches, so that a deadline
 # leaves out the least telling ones; "not run" in the tables where it does.
@@ -290,7 +301,10 @@ validate() {
   done
   # fp16 with GradScaler (2026-12-06): its scalars and no gradient-sized
   # temporary; meta's peaks should be bf16's plus 8-12 bytes.
-  cases+=(examples/gpt.toml:32:fp16 examples/hf_gpt2.toml:16:fp16 examples/resnet50.toml:16:fp16)
+  # fp16 with a fused AdamW (2026-12-07): GradScaler's check, then the
+  # scale handed to the kernel; meta's optimizer peak bf16's plus 20 bytes.
+  cases+=(examples/gpt.toml:32:fp16 examples/hf_gpt2.toml:16:fp16 examples/resnet50.toml:16:fp16
+    "$(fused_gpt):32:fp16")
   step "Peaks: oomtune against eager PyTorch (scripts/compare_peaks.py --sides ${OOMTUNE_VALIDATE_SIDES:-cuda,eager,meta})" \
     validation.md timeout "$seconds" "$python" scripts/compare_peaks.py --oomtune "$build/oomtune" \
     --python "$python" --out "$work" --sides "${OOMTUNE_VALIDATE_SIDES:-cuda,eager,meta}" --budget 8GiB --jobs 6 \

@@ -1,6 +1,7 @@
 #include "strategies/eager_adamw.h"
 
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -64,27 +65,32 @@ void multi_tensor_adamw(AdamLists& g, const Hyper& h) {
 
 // torch/optim/adam.py, _fused_adam with decoupled weight decay, one device
 // and dtype group: aten::_fused_adamw_ where the libtorch has its kernel,
-// else the same arithmetic in place (Note [Eager AdamW]).
-void fused_adamw(AdamLists& g, const Hyper& h) {
-  for (EagerAdamWParamState* state : g.states) state->step(state->step() + 1);
+// else the same arithmetic in place (Note [Eager AdamW]). With GradScaler's
+// found_inf the step counts go back down after the kernel (_foreach_sub_);
+// `skipped` is found_inf's value, read once by the caller.
+void fused_adamw(AdamLists& g, const Hyper& h, const AmpScaling& amp, bool skipped) {
   at::_foreach_add_(g.steps, 1);
   if (compat::has_fused_adamw_kernel(g.params.front().device())) {
     compat::fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, g.steps, h.lr, h.beta1, h.beta2, h.weight_decay,
-                         h.eps);
-    return;
+                         h.eps, amp.grad_scale, amp.found_inf);
+  } else if (!skipped) {
+    for (std::size_t i = 0; i < g.params.size(); ++i) {
+      at::Tensor& param = g.params[i];
+      at::Tensor& grad = g.grads[i];
+      if (amp.grad_scale.defined()) grad.div_(amp.grad_scale);  // the kernel stores the unscaled gradient
+      const auto step = static_cast<double>(g.states[i]->step() + 1);
+      param.mul_(1 - h.lr * h.weight_decay);
+      g.exp_avgs[i].lerp_(grad, 1 - h.beta1);
+      g.exp_avg_sqs[i].mul_(h.beta2).addcmul_(grad, grad, 1 - h.beta2);
+      // The denominator in the gradient's storage: the kernel holds it in registers.
+      at::sqrt_out(grad, g.exp_avg_sqs[i]);
+      grad.div_(std::pow(1 - std::pow(h.beta2, step), 0.5)).add_(h.eps);
+      param.addcdiv_(g.exp_avgs[i], grad, -(h.lr / (1 - std::pow(h.beta1, step))));
+    }
   }
-  for (std::size_t i = 0; i < g.params.size(); ++i) {
-    at::Tensor& param = g.params[i];
-    at::Tensor& grad = g.grads[i];
-    const auto step = static_cast<double>(g.states[i]->step());
-    param.mul_(1 - h.lr * h.weight_decay);
-    g.exp_avgs[i].lerp_(grad, 1 - h.beta1);
-    g.exp_avg_sqs[i].mul_(h.beta2).addcmul_(grad, grad, 1 - h.beta2);
-    // The denominator in the gradient's storage: the kernel holds it in registers.
-    at::sqrt_out(grad, g.exp_avg_sqs[i]);
-    grad.div_(std::pow(1 - std::pow(h.beta2, step), 0.5)).add_(h.eps);
-    param.addcdiv_(g.exp_avgs[i], grad, -(h.lr / (1 - std::pow(h.beta1, step))));
-  }
+  if (amp.found_inf.defined()) at::_foreach_sub_(g.steps, std::vector<at::Tensor>(g.steps.size(), amp.found_inf));
+  if (!skipped)
+    for (EagerAdamWParamState* state : g.states) state->step(state->step() + 1);
 }
 
 // torch/optim/adam.py, _single_tensor_adam (capturable=False,
@@ -125,6 +131,7 @@ at::Tensor EagerAdamW::step(LossClosure closure) {
   at::Tensor loss = run_closure(closure);
   c10::NoGradGuard no_grad;
   const bool fused = implementation_ == OptimizerImplementation::kFused;
+  const bool skipped = fused && amp_step_skipped(amp_scaling_.found_inf);
   for (auto& group : param_groups_) {
     const torch::optim::AdamWOptions& options = adamw_options_of(group);
     validate(options);
@@ -167,12 +174,18 @@ at::Tensor EagerAdamW::step(LossClosure closure) {
         part.states.push_back(lists.states[i]);
       }
       if (fused)
-        fused_adamw(part, hyper);
+        fused_adamw(part, hyper, amp_scaling_, skipped);
       else
         multi_tensor_adamw(part, hyper);
     }
   }
   return loss;
+}
+
+void EagerAdamW::set_amp_scaling(AmpScaling scaling) {
+  if (!supports_amp_scaling() && (scaling.grad_scale.defined() || scaling.found_inf.defined()))
+    throw std::logic_error("EagerAdamW: only fused takes GradScaler's scale");
+  amp_scaling_ = std::move(scaling);
 }
 
 }  // namespace oomtune

@@ -19,6 +19,10 @@
 //   keeps them as one-element float32 tensors on the parameter's device (4
 //   bytes each, device memory); foreach and single_tensor keep one-element
 //   CPU tensors, host memory on a GPU machine, held here as plain counts.
+// - fp16: fused takes GradScaler's scale and found_inf (AmpScaledStep in
+//   strategies/optimizer_step.h) and unscales in the kernel; a step with
+//   found_inf set changes no parameter or moment and leaves the step
+//   counts as they were, but a first step has made the state before it.
 // - Cannot apply: amsgrad (not offered; ConfigError), sparse gradients
 //   (ConfigError).
 //
@@ -48,6 +52,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "job/optimizer_implementation.h"
+#include "strategies/optimizer_step.h"
 
 namespace oomtune {
 
@@ -62,7 +67,7 @@ struct EagerAdamWParamState : public torch::optim::OptimizerCloneableParamState<
 };
 
 /// torch.optim.AdamW in one of its implementations. See Note [Eager AdamW].
-class EagerAdamW : public torch::optim::Optimizer {
+class EagerAdamW : public torch::optim::Optimizer, public AmpScaledStep {
  public:
   /// Takes libtorch's AdamWOptions (lr, betas, eps, weight_decay).
   /// Throws ConfigError for amsgrad, for options outside the ranges
@@ -75,14 +80,23 @@ class EagerAdamW : public torch::optim::Optimizer {
   /// on a parameter's first step. Runs `closure` (with grad enabled) first
   /// when given and returns its loss. Throws ConfigError for a sparse
   /// gradient. With fused and no kernel for the device, overwrites each
-  /// gradient (Note [Eager AdamW]).
+  /// gradient (Note [Eager AdamW]). With fused and an AmpScaling set,
+  /// unscales each gradient in place first and, when its found_inf is set,
+  /// updates nothing (reads found_inf once: a device sync on CUDA).
   at::Tensor step(LossClosure closure = nullptr) override;
+
+  /// True for fused, as torch.optim.AdamW(fused=True) says.
+  bool supports_amp_scaling() const override { return implementation_ == OptimizerImplementation::kFused; }
+  /// The scaling of the next steps (fused only). Throws std::logic_error for
+  /// another implementation, which GradScaler unscales for.
+  void set_amp_scaling(AmpScaling scaling) override;
 
   /// The implementation this optimizer runs.
   OptimizerImplementation implementation() const { return implementation_; }
 
  private:
   OptimizerImplementation implementation_;
+  AmpScaling amp_scaling_;
 };
 
 }  // namespace oomtune

@@ -1,6 +1,7 @@
 #include "strategies/eager_sgd.h"
 
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -74,16 +75,20 @@ void multi_tensor_sgd(SgdLists& g, const torch::optim::SGDOptions& o) {
 
 // torch/optim/sgd.py, _fused_sgd over one param group: the kernel's
 // arithmetic in place (Note [Eager SGD]); the first step makes every
-// momentum buffer with empty_like before the update.
-void fused_sgd(SgdLists& g, const torch::optim::SGDOptions& o) {
+// momentum buffer with empty_like before the update. With GradScaler's
+// scale the kernel unscales each gradient and stores it back; `skipped`
+// (found_inf's value, read by the caller) returns before any update.
+void fused_sgd(SgdLists& g, const torch::optim::SGDOptions& o, const AmpScaling& amp, bool skipped) {
   const double lr = o.lr(), wd = o.weight_decay(), momentum = o.momentum(), dampening = o.dampening();
   bool is_first_step = momentum != 0;
   for (const EagerSgdParamState* state : g.states) is_first_step = is_first_step && !state->momentum_buffer().defined();
   if (is_first_step)
     for (std::size_t i = 0; i < g.states.size(); ++i) g.states[i]->momentum_buffer(at::empty_like(g.grads[i]));
+  if (skipped) return;
   for (std::size_t i = 0; i < g.params.size(); ++i) {
     at::Tensor& param = g.params[i];
-    const at::Tensor& grad = g.grads[i];
+    at::Tensor& grad = g.grads[i];
+    if (amp.grad_scale.defined()) grad.div_(amp.grad_scale);
     if (momentum == 0) {
       if (wd != 0) param.mul_(1 - lr * wd);
       param.add_(grad, -lr);
@@ -143,6 +148,7 @@ EagerSgd::EagerSgd(std::vector<at::Tensor> params, torch::optim::SGDOptions defa
 at::Tensor EagerSgd::step(LossClosure closure) {
   at::Tensor loss = run_closure(closure);
   c10::NoGradGuard no_grad;
+  const bool skipped = implementation_ == OptimizerImplementation::kFused && amp_step_skipped(amp_scaling_.found_inf);
   for (auto& group : param_groups_) {
     const torch::optim::SGDOptions& options = sgd_options_of(group);
     validate(options);
@@ -161,7 +167,7 @@ at::Tensor EagerSgd::step(LossClosure closure) {
     if (implementation_ == OptimizerImplementation::kSingleTensor) {
       single_tensor_sgd(lists, options);
     } else if (implementation_ == OptimizerImplementation::kFused) {
-      fused_sgd(lists, options);
+      fused_sgd(lists, options, amp_scaling_, skipped);
     } else {
       for (const std::vector<std::size_t>& indices : group_by_device_and_dtype(lists.params)) {
         SgdLists part;
@@ -175,6 +181,12 @@ at::Tensor EagerSgd::step(LossClosure closure) {
     }
   }
   return loss;
+}
+
+void EagerSgd::set_amp_scaling(AmpScaling scaling) {
+  if (!supports_amp_scaling() && (scaling.grad_scale.defined() || scaling.found_inf.defined()))
+    throw std::logic_error("EagerSgd: only fused takes GradScaler's scale");
+  amp_scaling_ = std::move(scaling);
 }
 
 }  // namespace oomtune

@@ -17,6 +17,10 @@
 // - State: one momentum buffer per parameter when momentum != 0, created on
 //   the first step (foreach and single_tensor: a clone of the (decayed)
 //   gradient; fused: empty_like, then written by the kernel).
+// - fp16: fused takes GradScaler's scale and found_inf (AmpScaledStep in
+//   strategies/optimizer_step.h) and unscales in place; a step with
+//   found_inf set updates nothing, but a first step has made the momentum
+//   buffers (empty_like: uninitialised, as PyTorch's kernel leaves them).
 // - Cannot apply: sparse gradients (ConfigError).
 //
 // Note [Eager SGD]
@@ -34,6 +38,7 @@
 #include <torch/optim/sgd.h>
 
 #include "job/optimizer_implementation.h"
+#include "strategies/optimizer_step.h"
 
 namespace oomtune {
 
@@ -43,7 +48,7 @@ struct EagerSgdParamState : public torch::optim::OptimizerCloneableParamState<Ea
 };
 
 /// torch.optim.SGD in one of its implementations. See Note [Eager SGD].
-class EagerSgd : public torch::optim::Optimizer {
+class EagerSgd : public torch::optim::Optimizer, public AmpScaledStep {
  public:
   /// Takes libtorch's SGDOptions (lr, momentum, dampening, weight_decay,
   /// nesterov). Throws ConfigError for options torch.optim.SGD refuses (lr,
@@ -55,14 +60,23 @@ class EagerSgd : public torch::optim::Optimizer {
   /// (with grad enabled) first when given and returns its loss. Throws
   /// ConfigError for a sparse gradient. foreach with Nesterov momentum and
   /// no weight decay adds the momentum into the gradients in place, as
-  /// PyTorch does.
+  /// PyTorch does. With fused and an AmpScaling set, unscales each gradient
+  /// in place first and, when its found_inf is set, updates nothing (reads
+  /// found_inf once: a device sync on CUDA).
   at::Tensor step(LossClosure closure = nullptr) override;
+
+  /// True for fused, as torch.optim.SGD(fused=True) says.
+  bool supports_amp_scaling() const override { return implementation_ == OptimizerImplementation::kFused; }
+  /// The scaling of the next steps (fused only). Throws std::logic_error for
+  /// another implementation, which GradScaler unscales for.
+  void set_amp_scaling(AmpScaling scaling) override;
 
   /// The implementation this optimizer runs.
   OptimizerImplementation implementation() const { return implementation_; }
 
  private:
   OptimizerImplementation implementation_;
+  AmpScaling amp_scaling_;
 };
 
 }  // namespace oomtune

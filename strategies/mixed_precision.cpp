@@ -74,18 +74,58 @@ at::Tensor DynamicLossScaler::scale(const at::Tensor& loss) {
   return loss * scale_;
 }
 
+namespace {
+// _MultiDeviceReplicator.get: `master.to(device, non_blocking=True,
+// copy=True)`, a copy also on the master's own device.
+at::Tensor replicate(const at::Tensor& master) {
+  return master.to(master.device(), master.scalar_type(), /*non_blocking=*/true, /*copy=*/true);
+}
+}  // namespace
+
+void DynamicLossScaler::unscale_grads(const std::vector<at::Tensor>& params, const at::Tensor& inv_scale,
+                                      const at::Tensor& found_inf) {
+  std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
+  for (const at::Tensor& p : params)
+    if (p.grad().defined()) by_dtype[p.grad().scalar_type()].push_back(p.grad());
+  if (by_dtype.empty()) {  // GradScaler would find no inf check to read
+    found_inf_ = found_inf;
+    return;
+  }
+  // The call's arguments in Python's order: found_inf's copy, then inv_scale's.
+  found_inf_ = replicate(found_inf);
+  const at::Tensor device_inv_scale = replicate(inv_scale);
+  for (const auto& [dtype, grads] : by_dtype)
+    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, device_inv_scale);
+}
+
 bool DynamicLossScaler::unscale(const std::vector<at::Tensor>& params) {
   if (!scale_.defined()) throw std::logic_error("DynamicLossScaler::unscale before scale");
   at::NoGradGuard no_grad;
   // The reciprocal in fp64, as GradScaler.unscale_ computes it.
   const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
-  found_inf_ = at::zeros({}, scale_.options());
-  std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;  // _unscale_grads_: one call per dtype
-  for (const at::Tensor& p : params)
-    if (p.grad().defined()) by_dtype[p.grad().scalar_type()].push_back(p.grad());
-  for (const auto& [dtype, grads] : by_dtype)
-    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
-  return !found_inf_.is_meta() && found_inf_.item<float>() != 0.0f;
+  unscale_grads(params, inv_scale, at::zeros({}, scale_.options()));
+  return amp_step_skipped(found_inf_);
+}
+
+bool DynamicLossScaler::step(const std::vector<at::Tensor>& params, AmpScaledStep* fused,
+                             const std::function<void()>& optimizer_step) {
+  if (fused == nullptr || !fused->supports_amp_scaling()) {
+    if (unscale(params)) return true;
+    optimizer_step();
+    return false;
+  }
+  if (!scale_.defined()) throw std::logic_error("DynamicLossScaler::step before scale");
+  at::NoGradGuard no_grad;
+  {  // _check_inf_per_device: the check alone, with an inverse scale of 1
+    const at::Tensor dummy_inv_scale = at::full({}, 1.0, scale_.options());
+    unscale_grads(params, dummy_inv_scale, at::zeros({}, scale_.options()));
+  }
+  // Python's sum() of the per-device found_infs starts at 0: a new tensor.
+  const at::Tensor found_inf = found_inf_ + 0;
+  fused->set_amp_scaling({scale_ * 1, found_inf});  // scaler * getattr(optimizer, "grad_scale", 1)
+  optimizer_step();
+  fused->set_amp_scaling({});  // del optimizer.grad_scale, optimizer.found_inf
+  return amp_step_skipped(found_inf);
 }
 
 void DynamicLossScaler::update() {

@@ -33,6 +33,7 @@
 //   dtype.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +43,7 @@
 
 #include "probes/probe_report.h"
 #include "session/batch.h"
+#include "strategies/optimizer_step.h"
 #include "strategies/training_config.h"
 
 namespace oomtune {
@@ -75,15 +77,20 @@ Batch cast_model_inputs(const Batch& batch, const std::string& target, at::Scala
 /// PyTorch 2.11 (torch/amp/grad_scaler.py), with its device tensors and
 /// operators, so that a trial allocates what GradScaler does and nothing
 /// else: the scale ([] fp32) and growth tracker ([] int32), made at the first
-/// scale(); per step the scaled loss, and in the optimizer phase unscale_'s
-/// inverse scale (the scale's reciprocal computed in fp64: 8 + 8 + 4 bytes)
-/// and found_inf ([] fp32, until update()). The gradients are unscaled in
-/// place (at::_amp_foreach_non_finite_check_and_unscale_), with no
-/// temporary of a gradient's size. On meta no gradient has values: a meta
-/// step is never skipped.
-/// Limitation: GradScaler hands a fused AdamW its scale instead of
-/// unscaling (_step_supports_amp_scaling: two other scalars, no sync);
-/// oomtune unscales for every implementation.
+/// scale(); per step the scaled loss; in the optimizer phase the inverse
+/// scale and found_inf ([] fp32) with a copy of each for the kernel
+/// (_MultiDeviceReplicator), found_inf's copy kept until update(). The
+/// inverse scale is unscale_'s reciprocal of the scale computed in fp64
+/// (8 + 8 + 4 bytes) or, for an optimizer that unscales in its kernel
+/// (fused AdamW and SGD: AmpScaledStep), _check_inf_per_device's 1 (4
+/// bytes); GradScaler.step hands the latter two more scalars for the
+/// duration of its step (4 + 4). The gradients are unscaled in place
+/// (at::_amp_foreach_non_finite_check_and_unscale_ or the fused kernel),
+/// with no temporary of a gradient's size. On meta no gradient has values:
+/// a meta step is never skipped.
+/// Checked against eager PyTorch 2.11's CPU allocations (profiler memory
+/// events, bench/optimizers/grad_scaler_reference.py; Python's numbers
+/// wrapped as CPU tensors, host memory on a GPU, aside).
 class DynamicLossScaler {
  public:
   static constexpr double kInitScale = 65536.0;  // 2^16, GradScaler's init_scale
@@ -104,6 +111,15 @@ class DynamicLossScaler {
   /// scale().
   bool unscale(const std::vector<at::Tensor>& params);
 
+  /// GradScaler.step: unscale() and `optimizer_step` unless a gradient held
+  /// an inf or a NaN; or, where `fused` (the optimizer `optimizer_step`
+  /// steps) supports amp scaling, the non-finite check alone, then
+  /// `optimizer_step` always, with the scale and found_inf set on `fused`
+  /// for its duration (_step_supports_amp_scaling: no found_inf.item() before
+  /// the step). Returns whether the step was skipped (the fused branch reads
+  /// found_inf after the step). Throws std::logic_error before scale().
+  bool step(const std::vector<at::Tensor>& params, AmpScaledStep* fused, const std::function<void()>& optimizer_step);
+
   /// GradScaler.update: halves the scale after a skipped step, doubles it
   /// after kGrowthInterval good ones in a row (at::_amp_update_scale_, in
   /// place), and frees unscale's found_inf. Throws std::logic_error before
@@ -115,6 +131,14 @@ class DynamicLossScaler {
   double scale_value() const;
 
  private:
+  /// _unscale_grads_: multiplies the defined gradients of `params` by
+  /// `inv_scale`, one call per gradient dtype, and keeps in found_inf_ a
+  /// copy of `found_inf`, set where a gradient is not finite. GradScaler's
+  /// _MultiDeviceReplicator serves the kernel copies of both scalars (4 + 4
+  /// bytes), and the copy of found_inf is the one it keeps until update();
+  /// `found_inf` and `inv_scale` go with the caller.
+  void unscale_grads(const std::vector<at::Tensor>& params, const at::Tensor& inv_scale, const at::Tensor& found_inf);
+
   at::Tensor scale_;           // [] fp32
   at::Tensor growth_tracker_;  // [] int32: good steps since the last change
   at::Tensor found_inf_;       // [] fp32, from unscale() to update()

@@ -2,8 +2,9 @@
 // What oomtune's own torch::optim optimizers (AdamW8bit, Adafactor,
 // EagerAdamW, EagerSgd) share with libtorch's: running the closure before
 // the update and reading a group's options as their own type
-// (torch/csrc/api/src/optim/adamw.cpp does both inline); and the grouping of
-// torch.optim's foreach and fused implementations.
+// (torch/csrc/api/src/optim/adamw.cpp does both inline); the grouping of
+// torch.optim's foreach and fused implementations; and the fused
+// implementations' contract with GradScaler (AmpScaledStep).
 
 #include <sstream>
 #include <string>
@@ -53,6 +54,42 @@ inline std::vector<std::vector<std::size_t>> group_by_device_and_dtype(const std
   std::vector<std::vector<std::size_t>> indices;
   for (auto& group : groups) indices.push_back(std::move(group.second));
   return indices;
+}
+
+/// GradScaler's scale and found_inf, handed to an optimizer step that
+/// unscales inside its kernel (AmpScaledStep). Both [] float32 on the
+/// gradients' device; both undefined when the step is not scaled.
+struct AmpScaling {
+  at::Tensor grad_scale;  ///< the gradients are this many times too large
+  at::Tensor found_inf;   ///< nonzero: a gradient held an inf or a NaN, update nothing
+};
+
+/// An optimizer whose step can unscale the gradients itself: torch.optim's
+/// `_step_supports_amp_scaling`, true for Adam, AdamW and SGD with
+/// fused=True (torch/optim/adam.py, sgd.py, PyTorch 2.11). GradScaler.step
+/// then skips unscale_ and its found_inf.item() sync: it sets the
+/// optimizer's attributes `grad_scale` and `found_inf` for one step() and
+/// deletes them after it (torch/amp/grad_scaler.py). The fused kernels
+/// divide each gradient by grad_scale, write the unscaled gradient back,
+/// and change nothing where found_inf is set, although Adam._init_group has
+/// already made a first step's state (aten/src/ATen/native/cuda/
+/// fused_adam_utils.cuh, FusedSgdKernel.cu).
+class AmpScaledStep {
+ public:
+  virtual ~AmpScaledStep() = default;
+  /// Whether step() honours set_amp_scaling (the fused implementation).
+  virtual bool supports_amp_scaling() const = 0;
+  /// The scaling the next step() applies: GradScaler's assignment of the
+  /// two attributes; an empty AmpScaling is their deletion (it releases the
+  /// tensors).
+  virtual void set_amp_scaling(AmpScaling scaling) = 0;
+};
+
+/// Whether `found_inf` (AmpScaling::found_inf) is defined, has a value and
+/// is nonzero. Reads it: a device sync on CUDA, no allocation; false on
+/// meta, where no gradient has values.
+inline bool amp_step_skipped(const at::Tensor& found_inf) {
+  return found_inf.defined() && !found_inf.is_meta() && found_inf.item<float>() != 0.0f;
 }
 
 /// Checks Adam-family hyperparameters as torch/optim/adamw.py's constructor

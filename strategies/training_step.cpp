@@ -97,7 +97,11 @@ TrainingStep::TrainingStep(ModelSession& session, const TrainingConfig& config)
     optimizer_ = make_optimizer(kind, spec, session_.parameters());
   }
   if (low_precision) cast_floating_point(session_.module(), *low_precision);
-  if (config_.precision == Precision::kFp16) scaler_ = std::make_unique<DynamicLossScaler>();
+  if (config_.precision == Precision::kFp16) {
+    scaler_ = std::make_unique<DynamicLossScaler>();
+    auto* fused = dynamic_cast<AmpScaledStep*>(optimizer_.get());  // null with master weights
+    if (fused != nullptr && fused->supports_amp_scaling()) amp_scaled_ = fused;
+  }
 }
 
 TrainingStep::~TrainingStep() = default;
@@ -129,15 +133,18 @@ StepResult TrainingStep::run(const Batch& global_batch, const PhaseHook& hook) {
     ++result.micro_batches;
   }
   hook(Phase::kOptimizer);
-  const bool found_inf = scaler_ && scaler_->unscale(session_.parameters());
-  if (!found_inf) {
+  const auto step_optimizer = [this] {
     if (master_)
       master_->step();
     else
       optimizer_->step();
+  };
+  if (scaler_) {
+    result.skipped = scaler_->step(session_.parameters(), amp_scaled_, step_optimizer);
+    scaler_->update();
+  } else {
+    step_optimizer();
   }
-  if (scaler_) scaler_->update();
-  result.skipped = found_inf;
   clear_gradients(session_);
   return result;
 }

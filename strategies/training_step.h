@@ -40,6 +40,7 @@ namespace oomtune {
 
 class MasterWeightOptimizer;
 class DynamicLossScaler;
+class AmpScaledStep;
 
 /// What one TrainingStep::run did.
 struct StepResult {
@@ -89,7 +90,8 @@ class TrainingStep {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<MasterWeightOptimizer> master_;
   std::unique_ptr<DynamicLossScaler> scaler_;
-  Batch held_;  // the last micro-batch on the device, until the next is copied
+  AmpScaledStep* amp_scaled_ = nullptr;  // optimizer_, where fp16's scaler hands it the scale
+  Batch held_;                           // the last micro-batch on the device, until the next is copied
 };
 
 /// The torch.optim implementation a step of `config` runs for the job's

@@ -140,7 +140,10 @@ int64_t storage_bytes(const MemoryTracker& tracker, const std::vector<at::Tensor
 // a run's first steps often overflow. A skipped step makes no optimizer
 // state (AdamW's comes with the first update) and no update temporaries: a
 // warm-up that skipped left the measured step to make the state, and a
-// measured step that skipped measured no update at all.
+// measured step that skipped measured no update at all. (A fused optimizer,
+// which GradScaler hands the scale, runs its kernel on every step and makes
+// the state on the first, skipped or not; its update allocates nothing, so
+// the same rule measures the same bytes for it.)
 // Approach: the warm-up repeats until a step updates, as a GPU run's first
 // steps do, and counts the skipped ones (ProbeReport::skipped_steps); after
 // kMaxSkippedWarmups in a row (the scale down to 2^-7) the model does not

@@ -10,7 +10,8 @@
 # torch._foreach_sqrt over every second moment) beside them; and the median
 # optimizer-step seconds over the rounds and its ratio.
 # Then runs bench/optimizers/python_reference.py (Python eager PyTorch's own
-# counts of the same operations), when the PyPI venv is there.
+# counts of the same operations) and grad_scaler_reference.py (fp16's
+# GradScaler around the step), when the PyPI venv is there.
 # Usage: bench/optimizers/run.sh [ROUNDS]      (default 3)
 #   BUILD_DIR  an oomtune build directory configured from this checkout
 #   BATCH      the global batch of every probe (default 4: the optimizer
@@ -65,4 +66,7 @@ if [[ -x "$root/.venv-pypi/bin/python" ]]; then
   echo
   echo "Python eager PyTorch, the same operations (bench/optimizers/python_reference.py):"
   "$root/.venv-pypi/bin/python" "$root/bench/optimizers/python_reference.py" 2>/dev/null
+  echo
+  echo "fp16's GradScaler around that step (bench/optimizers/grad_scaler_reference.py):"
+  "$root/.venv-pypi/bin/python" "$root/bench/optimizers/grad_scaler_reference.py" 2>/dev/null | grep -v '^  [+-]'
 fi

@@ -183,10 +183,14 @@ INSTANTIATE_TEST_SUITE_P(
 // each); in the optimizer phase unscale_'s inverse scale, the scale in fp64,
 // its reciprocal and the fp32 result (8 + 8 + 4), and found_inf (4), which
 // stays until update(). No gradient-sized temporary.
-TEST(MetaDevice, Fp16IsBf16PlusGradScalersScalars) {
-  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
-  const JobSpec job = on(gpt_job(2), Device::kMeta);
-  OOMTUNE_REQUIRE_FILE(job.model_path);
+// What fp16 adds to bf16 (the same autocast) in the optimizer phase, from
+// torch/amp/grad_scaler.py (PyTorch 2.11): bytes allocated, their count,
+// and the bytes alive at the phase's peak.
+struct GradScalerOptimizerBytes {
+  int64_t allocated, allocations, at_peak;
+};
+
+void expect_fp16_is_bf16_plus_grad_scaler(const JobSpec& job, const GradScalerOptimizerBytes& optimizer) {
   const ProbeReport bf16 =
       run_trial(job, parse_config_overrides("precision=bf16", baseline_config(job)), measured_step());
   const ProbeReport fp16 =
@@ -200,17 +204,43 @@ TEST(MetaDevice, Fp16IsBf16PlusGradScalersScalars) {
     const PhaseMemory& b = fp16.phases[static_cast<std::size_t>(p)];
     EXPECT_EQ(b.start_bytes, a.start_bytes + kState);
     EXPECT_EQ(b.end_bytes, a.end_bytes + kState);
-    const int64_t allocated = p == Phase::kBackward ? 4 + 4 : p == Phase::kOptimizer ? 8 + 8 + 4 + 4 : 0;
+    // Backward: the scaled loss and its gradient; it lives through backward.
+    const int64_t allocated = p == Phase::kBackward ? 4 + 4 : p == Phase::kOptimizer ? optimizer.allocated : 0;
     EXPECT_EQ(b.allocated_bytes, a.allocated_bytes + allocated);
-    EXPECT_EQ(b.allocations, a.allocations + (p == Phase::kBackward ? 2 : p == Phase::kOptimizer ? 4 : 0));
-    // The peaks: the scaled loss lives through backward, found_inf through
-    // the optimizer's update.
-    const int64_t at_peak = p == Phase::kBackward || p == Phase::kOptimizer ? 4 : 0;
+    EXPECT_EQ(b.allocations, a.allocations + (p == Phase::kBackward    ? 2
+                                              : p == Phase::kOptimizer ? optimizer.allocations
+                                                                       : 0));
+    const int64_t at_peak = p == Phase::kBackward ? 4 : p == Phase::kOptimizer ? optimizer.at_peak : 0;
     EXPECT_EQ(b.peak_bytes, a.peak_bytes + kState + at_peak);
   }
   EXPECT_EQ(fp16.largest.bytes, bf16.largest.bytes);
   ASSERT_TRUE(fp16.reserved.has_value() && bf16.reserved.has_value());
   EXPECT_EQ(fp16.reserved->peak_reserved_bytes, bf16.reserved->peak_reserved_bytes);
+}
+
+TEST(MetaDevice, Fp16IsBf16PlusGradScalersScalars) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
+  const JobSpec job = on(gpt_job(2), Device::kMeta);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  // foreach AdamW: unscale_'s scale in fp64 (8), its reciprocal (8) and
+  // fp32 inverse (4), found_inf (4), and _MultiDeviceReplicator's copies of
+  // found_inf and the inverse (4 + 4); found_inf's copy lives through the
+  // update. Eager PyTorch's own, on the CPU: tests/scripts/
+  // grad_scaler_reference_test.py.
+  expect_fp16_is_bf16_plus_grad_scaler(job, {8 + 8 + 4 + 4 + 4 + 4, 6, 4});
+}
+
+TEST(MetaDevice, Fp16WithFusedAdamWHandsTheOptimizerTheScale) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
+  JobSpec job = on(gpt_job(2), Device::kMeta);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  job.optimizer.implementation = OptimizerImplementation::kFused;
+  // _check_inf_per_device's inverse scale of 1 (4), found_inf (4) and their
+  // copies (4 + 4), then sum()'s found_inf (4) and the scale times 1 (4),
+  // both set on the optimizer through its step. A fused step allocates
+  // nothing, so the phase peaks in the check, at its four scalars (the
+  // update holds three).
+  expect_fp16_is_bf16_plus_grad_scaler(job, {6 * 4, 6, 4 * 4});
 }
 
 TEST(MetaDevice, StaticMemoryIsTheAnalyticByteCount) {

@@ -12,6 +12,7 @@
 #include "compat/torch_compat.h"
 #include "quick_trial.h"
 #include "session/model_session.h"
+#include "strategies/eager_adamw.h"
 #include "strategies/master_weights.h"
 #include "strategies/mixed_precision.h"
 #include "support/require_file.h"
@@ -328,6 +329,43 @@ TEST(DynamicLossScaler, UnscalesToTheUnscaledGradientsAndBacksOffOnInf) {
     scaler.update();
     ASSERT_EQ(scaler.scale_value(), step < DynamicLossScaler::kGrowthInterval ? 32768.0 : 65536.0) << step;
   }
+}
+
+// GradScaler.step with a fused AdamW (_step_supports_amp_scaling): no
+// unscale_, the optimizer gets the scale; the update is the unscaled run's
+// to the bit, and a step with an inf updates nothing but, being the first,
+// makes the AdamW state (torch/amp/grad_scaler.py, torch/optim/adam.py).
+TEST(DynamicLossScaler, HandsAFusedOptimizerTheScaleInsteadOfUnscaling) {
+  if (!compat::has_cpu_grad_scaler_kernels()) GTEST_SKIP() << "this libtorch has GradScaler's kernels for CUDA only";
+  at::manual_seed(3);
+  const at::Tensor x = at::randn({4});
+  const at::Tensor w0 = at::randn({3, 4});
+  const auto options = torch::optim::AdamWOptions(1e-2).weight_decay(0.05);
+  const auto loss_of = [&](const at::Tensor& w) { return at::matmul(w, x).pow(2).sum(); };
+
+  const at::Tensor plain = w0.clone().requires_grad_(true);
+  EagerAdamW reference({plain}, options, OptimizerImplementation::kFused);
+  loss_of(plain).backward();
+  reference.step();
+
+  const at::Tensor w = w0.clone().requires_grad_(true);
+  EagerAdamW fused({w}, options, OptimizerImplementation::kFused);
+  DynamicLossScaler scaler;
+  scaler.scale(loss_of(w)).backward();
+  EXPECT_FALSE(scaler.step({w}, &fused, [&] { fused.step(); }));
+  scaler.update();
+  EXPECT_TRUE(at::equal(w, plain));
+  EXPECT_EQ(scaler.scale_value(), 65536.0);
+
+  const at::Tensor v = w0.clone().requires_grad_(true);
+  EagerAdamW skipped({v}, options, OptimizerImplementation::kFused);
+  scaler.scale(loss_of(v)).backward();
+  v.mutable_grad()[0][1] = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(scaler.step({v}, &skipped, [&] { skipped.step(); }));
+  scaler.update();
+  EXPECT_TRUE(at::equal(v, w0));
+  EXPECT_EQ(scaler.scale_value(), 32768.0);
+  EXPECT_EQ(skipped.state().size(), 1u);
 }
 
 TEST(TrainingStep, BadCombinationsGetClearErrors) {

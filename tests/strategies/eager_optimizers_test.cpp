@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -124,6 +125,116 @@ TEST(EagerSgd, EachImplementationUpdatesAsLibtorchsSgd) {
 TEST(EagerAdamW, FusedRunsTheKernelWhereTheLibtorchHasOne) {
   EXPECT_EQ(compat::has_fused_adamw_kernel(at::Device(at::kCPU)), compat::kTorchMajor >= 2);
   EXPECT_FALSE(compat::has_fused_adamw_kernel(at::Device(at::kMeta)));
+}
+
+// GradScaler's fused path (strategies/optimizer_step.h AmpScaledStep): the
+// gradients arrive 2^16 times too large with the scale beside them. The
+// kernel divides by it, exact for a power of two in fp32, so the update is
+// the unscaled run's to the bit; a step with found_inf set changes no
+// parameter, and AdamW's first step has made its state all the same.
+constexpr double kScale = 65536.0;
+
+// Parameters after `steps` steps of `optimizer` on set_gradients' gradients,
+// scaled by kScale and handed the scale where `scaled`; `found_inf` (0 or 1)
+// for every step.
+std::vector<at::Tensor> train_scaled(const Maker& make, int steps, bool scaled, float found_inf = 0) {
+  std::vector<at::Tensor> params = make_params();
+  auto optimizer = make(params);
+  auto* amp = dynamic_cast<AmpScaledStep*>(optimizer.get());
+  for (int step = 0; step < steps; ++step) {
+    set_gradients(params, step);
+    if (scaled) {
+      for (at::Tensor& p : params) p.mutable_grad().mul_(kScale);
+      amp->set_amp_scaling({at::full({}, kScale, at::kFloat), at::full({}, found_inf, at::kFloat)});
+    }
+    optimizer->step();
+    if (scaled) amp->set_amp_scaling({});
+  }
+  return params;
+}
+
+void expect_equal(const std::vector<at::Tensor>& ours, const std::vector<at::Tensor>& theirs, const char* what) {
+  ASSERT_EQ(ours.size(), theirs.size());
+  for (std::size_t i = 0; i < ours.size(); ++i)
+    EXPECT_TRUE(at::equal(ours[i], theirs[i])) << what << ": parameter " << i;
+}
+
+TEST(EagerOptimizers, FusedUnscalesWithGradScalersScaleToTheUnscaledUpdate) {
+  constexpr int kSteps = 4;
+  const auto adamw = torch::optim::AdamWOptions(1e-2).weight_decay(0.05);
+  const Maker make_adamw = [&](std::vector<at::Tensor> p) {
+    return std::make_unique<EagerAdamW>(std::move(p), adamw, Impl::kFused);
+  };
+  expect_equal(train_scaled(make_adamw, kSteps, true), train_scaled(make_adamw, kSteps, false), "AdamW");
+  const auto sgd = torch::optim::SGDOptions(1e-2).momentum(0.9).weight_decay(0.05);
+  const Maker make_sgd = [&](std::vector<at::Tensor> p) {
+    return std::make_unique<EagerSgd>(std::move(p), sgd, Impl::kFused);
+  };
+  expect_equal(train_scaled(make_sgd, kSteps, true), train_scaled(make_sgd, kSteps, false), "SGD");
+  // Both kernels store the unscaled gradient (AdamW's emulation, where no
+  // kernel runs, reuses the gradient's storage: Note [Eager AdamW]).
+  std::vector<at::Tensor> params = make_params();
+  EagerSgd plain(params, torch::optim::SGDOptions(1e-2), Impl::kFused);
+  set_gradients(params, 0);
+  const at::Tensor expected = params[2].grad().clone();
+  for (at::Tensor& p : params) p.mutable_grad().mul_(kScale);
+  plain.set_amp_scaling({at::full({}, kScale, at::kFloat), at::zeros({}, at::kFloat)});
+  plain.step();
+  EXPECT_TRUE(at::equal(params[2].grad(), expected));
+}
+
+TEST(EagerOptimizers, FusedChangesNothingWhereFoundInfIsSetButMakesTheFirstStepsState) {
+  const auto options = torch::optim::AdamWOptions(1e-2).weight_decay(0.05);
+  std::vector<at::Tensor> params = make_params();
+  std::vector<at::Tensor> before;
+  for (const at::Tensor& p : params) before.push_back(p.detach().clone());
+  EagerAdamW adamw(params, options, Impl::kFused);
+  set_gradients(params, 0);
+  adamw.set_amp_scaling({at::full({}, kScale, at::kFloat), at::ones({}, at::kFloat)});
+  adamw.step();
+  adamw.set_amp_scaling({});
+  expect_equal(params, before, "skipped AdamW step");
+  for (const at::Tensor& p : params) {
+    const auto& state = static_cast<const EagerAdamWParamState&>(*adamw.state().at(compat::optimizer_state_key(p)));
+    EXPECT_EQ(state.step(), 0);
+    EXPECT_EQ(state.step_tensor().item<float>(), 0.0f);  // _foreach_sub_ of found_inf
+    EXPECT_TRUE(at::equal(state.exp_avg(), at::zeros_like(p)));
+    EXPECT_TRUE(at::equal(state.exp_avg_sq(), at::zeros_like(p)));
+  }
+  // The next good step is a first step: the unscaled run's, to the bit.
+  set_gradients(params, 0);
+  adamw.step();
+  const Maker make = [&](std::vector<at::Tensor> p) {
+    return std::make_unique<EagerAdamW>(std::move(p), options, Impl::kFused);
+  };
+  expect_equal(params, train_scaled(make, 1, false), "AdamW after a skipped step");
+
+  // SGD: no update, but the first step's momentum buffers exist.
+  std::vector<at::Tensor> sgd_params = make_params();
+  EagerSgd sgd(sgd_params, torch::optim::SGDOptions(1e-2).momentum(0.9), Impl::kFused);
+  set_gradients(sgd_params, 0);
+  sgd.set_amp_scaling({at::full({}, kScale, at::kFloat), at::ones({}, at::kFloat)});
+  sgd.step();
+  expect_equal(sgd_params, before, "skipped SGD step");
+  for (const at::Tensor& p : sgd_params)
+    EXPECT_TRUE(static_cast<const EagerSgdParamState&>(*sgd.state().at(compat::optimizer_state_key(p)))
+                    .momentum_buffer()
+                    .defined());
+}
+
+// GradScaler unscales for the others (torch.optim's
+// _step_supports_amp_scaling is set for fused only).
+TEST(EagerOptimizers, OnlyFusedTakesTheScale) {
+  for (Impl impl : kAll) {
+    EagerAdamW adamw(make_params(), torch::optim::AdamWOptions(1e-3), impl);
+    EagerSgd sgd(make_params(), torch::optim::SGDOptions(1e-3), impl);
+    EXPECT_EQ(adamw.supports_amp_scaling(), impl == Impl::kFused);
+    EXPECT_EQ(sgd.supports_amp_scaling(), impl == Impl::kFused);
+    const AmpScaling scaling{at::ones({}, at::kFloat), at::zeros({}, at::kFloat)};
+    if (impl == Impl::kFused) continue;
+    EXPECT_THROW(adamw.set_amp_scaling(scaling), std::logic_error);
+    EXPECT_THROW(sgd.set_amp_scaling(scaling), std::logic_error);
+  }
 }
 
 TEST(EagerAdamW, RefusesAmsgrad) {

@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""GradScaler's device scalars in the installed torch 2.x, as
+bench/optimizers/grad_scaler_reference.py reads them from eager PyTorch's
+CPU allocations, against what oomtune's DynamicLossScaler allocates
+(strategies/mixed_precision.h; the same figures, from the meta device, in
+tests/core/meta_device_test.cpp, MetaDevice.Fp16*). A torch upgrade that
+changes GradScaler's allocations fails here.
+
+    grad_scaler_reference_test.py SOURCE_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+
+source = sys.argv[1]
+run = subprocess.run([sys.executable, os.path.join(source, "bench", "optimizers", "grad_scaler_reference.py"), "--json"],
+                     capture_output=True, text=True)
+if run.returncode != 0:
+    print(f"FAIL: grad_scaler_reference.py exited {run.returncode}: {run.stderr[-2000:]}")
+    sys.exit(1)
+measured = {r["implementation"]: r for r in json.loads(run.stdout)["runs"]}
+
+# unscale_: the scale in fp64, its reciprocal, the fp32 inverse, found_inf,
+# and _MultiDeviceReplicator's copies of found_inf and the inverse; the copy
+# of found_inf alive through the step. Fused: _check_inf_per_device's 1 and
+# found_inf, their copies, then sum()'s found_inf and the scale times 1,
+# handed to the optimizer. Both peak at 16 B: the fp64 pair, or the four
+# scalars of the check.
+expected = {"foreach": ([8, 8, 4, 4, 4, 4], 16, 4), "fused": ([4, 4, 4, 4, 4, 4], 16, 12)}
+failures = []
+for implementation, (sizes, peak, alive) in expected.items():
+    got = measured[implementation]
+    if (got["device_allocation_bytes"], got["device_bytes_peak"], got["device_bytes_alive_at_optimizer_step"]) != (
+            sizes, peak, alive):
+        failures.append(f"{implementation}: allocations {got['device_allocation_bytes']}, "
+                        f"{got['device_bytes_peak']} B at most, {got['device_bytes_alive_at_optimizer_step']} B "
+                        f"alive at the step; DynamicLossScaler makes {sizes}, {peak} B at most, {alive} B alive")
+for failure in failures:
+    print("FAIL:", failure)
+if not failures:
+    print("GradScaler allocates what DynamicLossScaler does:", expected)
+sys.exit(1 if failures else 0)
