@@ -22,8 +22,9 @@
 //   TensorImpl pointer, 2.x by the void* itself (torch/optim/optimizer.h).
 // - Optimizer kernels (strategies/eager_adamw.h): 1.13 has no
 //   aten::_foreach_lerp_ and no aten::_fused_adamw_ (its _fused_adam_ is
-//   Adam's, CUDA only); 2.x has both, _fused_adamw_ with CPU and CUDA
-//   kernels and none for meta (ATen/ops/_fused_adamw_*_dispatch.h, 2.11).
+//   Adam's, CUDA only) and no aten::_fused_sgd_; 2.x has all three,
+//   _fused_adamw_ and _fused_sgd_ with CPU and CUDA kernels and none for
+//   meta (ATen/ops/_fused_adamw_*_dispatch.h, _fused_sgd_*_dispatch.h, 2.11).
 
 #include <cstring>
 #include <optional>
@@ -223,6 +224,34 @@ inline bool has_fused_adamw_kernel(const c10::Device& device) {
   if (device.is_cpu()) return has_kernel("aten::_fused_adamw_", c10::DispatchKey::CPU);
   if (device.is_cuda()) return has_kernel("aten::_fused_adamw_", c10::DispatchKey::CUDA);
   return false;
+}
+
+/// Whether this libtorch has a kernel of aten::_fused_sgd_ for tensors on
+/// `device` (2.x: CPU and CUDA; never on 1.13, which lacks the operator).
+inline bool has_fused_sgd_kernel(const c10::Device& device) {
+  if (device.is_cpu()) return has_kernel("aten::_fused_sgd_", c10::DispatchKey::CPU);
+  if (device.is_cuda()) return has_kernel("aten::_fused_sgd_", c10::DispatchKey::CUDA);
+  return false;
+}
+
+/// Runs at::_fused_sgd_ (not maximize) over one device's and dtype's lists:
+/// parameters and momentum buffers (empty without momentum) updated in
+/// place; `is_first_step` copies the gradient into each buffer instead of
+/// reading it. `grad_scale` and `found_inf` as for fused_adamw_ below. Call
+/// only where has_fused_sgd_kernel(device) is true; on 1.13 it throws
+/// std::logic_error.
+inline void fused_sgd_(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers,
+                       double weight_decay, double momentum, double lr, double dampening, bool nesterov,
+                       bool is_first_step, const at::Tensor& grad_scale = {}, const at::Tensor& found_inf = {}) {
+#if TORCH_VERSION_MAJOR >= 2
+  const auto optional = [](const at::Tensor& t) { return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt; };
+  at::_fused_sgd_(params, grads, momentum_buffers, weight_decay, momentum, lr, dampening, nesterov,
+                  /*maximize=*/false, is_first_step, optional(grad_scale), optional(found_inf));
+#else
+  (void)params, (void)grads, (void)momentum_buffers, (void)weight_decay, (void)momentum, (void)lr, (void)dampening,
+      (void)nesterov, (void)is_first_step, (void)grad_scale, (void)found_inf;
+  throw std::logic_error("aten::_fused_sgd_ needs libtorch 2");
+#endif
 }
 
 /// Runs at::_fused_adamw_ (AdamW, not amsgrad, not maximize) over one

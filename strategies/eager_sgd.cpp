@@ -73,17 +73,31 @@ void multi_tensor_sgd(SgdLists& g, const torch::optim::SGDOptions& o) {
   at::_foreach_add_(g.params, device_grads, -o.lr());
 }
 
-// torch/optim/sgd.py, _fused_sgd over one param group: the kernel's
-// arithmetic in place (Note [Eager SGD]); the first step makes every
-// momentum buffer with empty_like before the update. With GradScaler's
-// scale the kernel unscales each gradient and stores it back; `skipped`
-// (found_inf's value, read by the caller) returns before any update.
+// torch/optim/sgd.py, _fused_sgd over one param group: the first step makes
+// every momentum buffer with empty_like before the update, then one
+// aten::_fused_sgd_ per device and dtype where the libtorch has its kernel,
+// else the kernel's arithmetic in place (Note [Eager SGD]). With
+// GradScaler's scale the kernel unscales each gradient and stores it back;
+// `skipped` (found_inf's value, read by the caller) updates nothing.
 void fused_sgd(SgdLists& g, const torch::optim::SGDOptions& o, const AmpScaling& amp, bool skipped) {
   const double lr = o.lr(), wd = o.weight_decay(), momentum = o.momentum(), dampening = o.dampening();
   bool is_first_step = momentum != 0;
   for (const EagerSgdParamState* state : g.states) is_first_step = is_first_step && !state->momentum_buffer().defined();
   if (is_first_step)
     for (std::size_t i = 0; i < g.states.size(); ++i) g.states[i]->momentum_buffer(at::empty_like(g.grads[i]));
+  if (compat::has_fused_sgd_kernel(g.params.front().device())) {
+    for (const std::vector<std::size_t>& indices : group_by_device_and_dtype(g.params)) {
+      std::vector<at::Tensor> params, grads, buffers;
+      for (std::size_t i : indices) {
+        params.push_back(g.params[i]);
+        grads.push_back(g.grads[i]);
+        if (momentum != 0) buffers.push_back(g.states[i]->momentum_buffer());
+      }
+      compat::fused_sgd_(params, grads, buffers, wd, momentum, lr, dampening, o.nesterov(), is_first_step,
+                         amp.grad_scale, amp.found_inf);
+    }
+    return;
+  }
   if (skipped) return;
   for (std::size_t i = 0; i < g.params.size(); ++i) {
     at::Tensor& param = g.params[i];

@@ -28,9 +28,10 @@
 //   the tensor operations of PyTorch 2.11's torch/optim/sgd.py
 //   _multi_tensor_sgd, _single_tensor_sgd and _fused_sgd (maximize=False),
 //   in their order and with their lifetimes.
-// Limitations: fused is always the in-place emulation (no call of
-//   aten::_fused_sgd_); it allocates what the kernel does, nothing beyond
-//   the momentum buffers.
+// Limitations: fused runs aten::_fused_sgd_ where the libtorch has a kernel
+//   for the device (2.x: CPU, CUDA); elsewhere (1.13, meta) an in-place
+//   emulation that allocates what the kernel does, nothing beyond the
+//   momentum buffers.
 
 #include <vector>
 

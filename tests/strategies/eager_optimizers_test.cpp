@@ -127,6 +127,12 @@ TEST(EagerAdamW, FusedRunsTheKernelWhereTheLibtorchHasOne) {
   EXPECT_FALSE(compat::has_fused_adamw_kernel(at::Device(at::kMeta)));
 }
 
+// Likewise aten::_fused_sgd_ (Note [Eager SGD]).
+TEST(EagerSgd, FusedRunsTheKernelWhereTheLibtorchHasOne) {
+  EXPECT_EQ(compat::has_fused_sgd_kernel(at::Device(at::kCPU)), compat::kTorchMajor >= 2);
+  EXPECT_FALSE(compat::has_fused_sgd_kernel(at::Device(at::kMeta)));
+}
+
 // GradScaler's fused path (strategies/optimizer_step.h AmpScaledStep): the
 // gradients arrive 2^16 times too large with the scale beside them. The
 // kernel divides by it, exact for a power of two in fp32, so the update is
