@@ -138,6 +138,7 @@ struct MetaCase {
   bool resnet;            // else the example GPT
   int64_t global_batch;   // COUNT
   const char* overrides;  // parse_config_overrides text on the job's baseline
+  bool fused = false;     // optimizer.implementation = "fused" (else the default, foreach)
 };
 
 class MetaMatchesCpu : public ::testing::TestWithParam<MetaCase> {};
@@ -145,8 +146,9 @@ class MetaMatchesCpu : public ::testing::TestWithParam<MetaCase> {};
 TEST_P(MetaMatchesCpu, PerPhaseBytesAreTheCpuTrackers) {
   if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
   const MetaCase& c = GetParam();
-  const JobSpec job = c.resnet ? resnet18_job(c.global_batch) : gpt_job(c.global_batch);
+  JobSpec job = c.resnet ? resnet18_job(c.global_batch) : gpt_job(c.global_batch);
   OOMTUNE_REQUIRE_FILE(job.model_path);
+  if (c.fused) job.optimizer.implementation = OptimizerImplementation::kFused;
   const TrainingConfig config = parse_config_overrides(c.overrides, baseline_config(job));
   const ProbeReport cpu = run_trial(on(job, Device::kCpu), config, measured_step());
   const ProbeReport meta = run_trial(on(job, Device::kMeta), config, measured_step());
@@ -171,6 +173,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // Its gradients first overflow fp16 at a loss scale of 2^21
                       // (CPU autocast, PyTorch 2.11): 2^16 skips no step on any CPU.
                       MetaCase{"gpt_fp16", false, 2, "micro_batch=2,precision=fp16"},
+                      // The CPU runs aten::_fused_adamw_'s kernel (with GradScaler's
+                      // scale in fp16), meta the in-place emulation.
+                      MetaCase{"gpt_fused", false, 2, "micro_batch=2", true},
+                      MetaCase{"gpt_fp16_fused", false, 2, "micro_batch=2,precision=fp16", true},
                       MetaCase{"resnet18_bf16", true, 2, "micro_batch=2,precision=bf16"},
                       MetaCase{"resnet18_mb2", true, 2, "micro_batch=2"}),
     [](const ::testing::TestParamInfo<MetaCase>& info) { return std::string(info.param.name); });
@@ -180,9 +186,9 @@ INSTANTIATE_TEST_SUITE_P(
 // each counted here from that file: its scale ([] fp32) and growth tracker
 // ([] int32), alive from the first step's scale(); in backward the scaled
 // loss and, from autograd, the scale times the incoming gradient (4 bytes
-// each); in the optimizer phase unscale_'s inverse scale, the scale in fp64,
-// its reciprocal and the fp32 result (8 + 8 + 4), and found_inf (4), which
-// stays until update(). No gradient-sized temporary.
+// each); in the optimizer phase the scalars of unscale_ or, for a fused
+// optimizer, of the scale handed to it (the tests below). No
+// gradient-sized temporary.
 // What fp16 adds to bf16 (the same autocast) in the optimizer phase, from
 // torch/amp/grad_scaler.py (PyTorch 2.11): bytes allocated, their count,
 // and the bytes alive at the phase's peak.
