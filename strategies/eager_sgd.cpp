@@ -77,9 +77,9 @@ void multi_tensor_sgd(SgdLists& g, const torch::optim::SGDOptions& o) {
 // every momentum buffer with empty_like before the update, then one
 // aten::_fused_sgd_ per device and dtype where the libtorch has its kernel,
 // else the kernel's arithmetic in place (Note [Eager SGD]). With
-// GradScaler's scale the kernel unscales each gradient and stores it back;
-// `skipped` (found_inf's value, read by the caller) updates nothing.
-void fused_sgd(SgdLists& g, const torch::optim::SGDOptions& o, const AmpScaling& amp, bool skipped) {
+// GradScaler's scale the kernel unscales each gradient and stores it back,
+// and found_inf set updates nothing (the emulation reads it: a sync).
+void fused_sgd(SgdLists& g, const torch::optim::SGDOptions& o, const AmpScaling& amp) {
   const double lr = o.lr(), wd = o.weight_decay(), momentum = o.momentum(), dampening = o.dampening();
   bool is_first_step = momentum != 0;
   for (const EagerSgdParamState* state : g.states) is_first_step = is_first_step && !state->momentum_buffer().defined();
@@ -98,7 +98,7 @@ void fused_sgd(SgdLists& g, const torch::optim::SGDOptions& o, const AmpScaling&
     }
     return;
   }
-  if (skipped) return;
+  if (amp_step_skipped(amp.found_inf)) return;
   for (std::size_t i = 0; i < g.params.size(); ++i) {
     at::Tensor& param = g.params[i];
     at::Tensor& grad = g.grads[i];
@@ -162,7 +162,6 @@ EagerSgd::EagerSgd(std::vector<at::Tensor> params, torch::optim::SGDOptions defa
 at::Tensor EagerSgd::step(LossClosure closure) {
   at::Tensor loss = run_closure(closure);
   c10::NoGradGuard no_grad;
-  const bool skipped = implementation_ == OptimizerImplementation::kFused && amp_step_skipped(amp_scaling_.found_inf);
   for (auto& group : param_groups_) {
     const torch::optim::SGDOptions& options = sgd_options_of(group);
     validate(options);
@@ -181,7 +180,7 @@ at::Tensor EagerSgd::step(LossClosure closure) {
     if (implementation_ == OptimizerImplementation::kSingleTensor) {
       single_tensor_sgd(lists, options);
     } else if (implementation_ == OptimizerImplementation::kFused) {
-      fused_sgd(lists, options, amp_scaling_, skipped);
+      fused_sgd(lists, options, amp_scaling_);
     } else {
       for (const std::vector<std::size_t>& indices : group_by_device_and_dtype(lists.params)) {
         SgdLists part;

@@ -62,8 +62,9 @@ class EagerSgd : public torch::optim::Optimizer, public AmpScaledStep {
   /// ConfigError for a sparse gradient. foreach with Nesterov momentum and
   /// no weight decay adds the momentum into the gradients in place, as
   /// PyTorch does. With fused and an AmpScaling set, unscales each gradient
-  /// in place first and, when its found_inf is set, updates nothing (reads
-  /// found_inf once: a device sync on CUDA).
+  /// in place first and, when its found_inf is set, updates nothing (the
+  /// kernel reads found_inf on the device; the emulation of meta and 1.13
+  /// reads it on the host).
   at::Tensor step(LossClosure closure = nullptr) override;
 
   /// True for fused, as torch.optim.SGD(fused=True) says.

@@ -99,8 +99,7 @@ TrainingStep::TrainingStep(ModelSession& session, const TrainingConfig& config)
   if (low_precision) cast_floating_point(session_.module(), *low_precision);
   if (config_.precision == Precision::kFp16) {
     scaler_ = std::make_unique<DynamicLossScaler>();
-    auto* fused = dynamic_cast<AmpScaledStep*>(optimizer_.get());  // null with master weights
-    if (fused != nullptr && fused->supports_amp_scaling()) amp_scaled_ = fused;
+    amp_scaled_ = dynamic_cast<AmpScaledStep*>(optimizer_.get());  // null with master weights
   }
 }
 

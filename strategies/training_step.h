@@ -90,7 +90,7 @@ class TrainingStep {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<MasterWeightOptimizer> master_;
   std::unique_ptr<DynamicLossScaler> scaler_;
-  AmpScaledStep* amp_scaled_ = nullptr;  // optimizer_, where fp16's scaler hands it the scale
+  AmpScaledStep* amp_scaled_ = nullptr;  // optimizer_, which fp16's scaler asks whether it takes the scale
   Batch held_;                           // the last micro-batch on the device, until the next is copied
 };
 
