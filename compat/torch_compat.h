@@ -218,20 +218,27 @@ inline bool has_cpu_grad_scaler_kernels() {
          has_kernel("aten::_amp_update_scale_", c10::DispatchKey::CPU);
 }
 
+/// Whether this libtorch has a kernel of operator `op` for tensors on
+/// `device`: CPU and CUDA only (false for meta and others).
+inline bool has_device_kernel(const char* op, const c10::Device& device) {
+  if (device.is_cpu()) return has_kernel(op, c10::DispatchKey::CPU);
+  if (device.is_cuda()) return has_kernel(op, c10::DispatchKey::CUDA);
+  return false;
+}
+
 /// Whether this libtorch has a kernel of aten::_fused_adamw_ for tensors on
 /// `device` (2.x: CPU and CUDA; never on 1.13, which lacks the operator).
 inline bool has_fused_adamw_kernel(const c10::Device& device) {
-  if (device.is_cpu()) return has_kernel("aten::_fused_adamw_", c10::DispatchKey::CPU);
-  if (device.is_cuda()) return has_kernel("aten::_fused_adamw_", c10::DispatchKey::CUDA);
-  return false;
+  return has_device_kernel("aten::_fused_adamw_", device);
 }
 
 /// Whether this libtorch has a kernel of aten::_fused_sgd_ for tensors on
 /// `device` (2.x: CPU and CUDA; never on 1.13, which lacks the operator).
-inline bool has_fused_sgd_kernel(const c10::Device& device) {
-  if (device.is_cpu()) return has_kernel("aten::_fused_sgd_", c10::DispatchKey::CPU);
-  if (device.is_cuda()) return has_kernel("aten::_fused_sgd_", c10::DispatchKey::CUDA);
-  return false;
+inline bool has_fused_sgd_kernel(const c10::Device& device) { return has_device_kernel("aten::_fused_sgd_", device); }
+
+/// `t` as an optional argument of an ATen operator: nullopt when undefined.
+inline std::optional<at::Tensor> optional_tensor(const at::Tensor& t) {
+  return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
 }
 
 /// Runs at::_fused_sgd_ (not maximize) over one device's and dtype's lists:
@@ -244,9 +251,8 @@ inline void fused_sgd_(at::TensorList params, at::TensorList grads, at::TensorLi
                        double weight_decay, double momentum, double lr, double dampening, bool nesterov,
                        bool is_first_step, const at::Tensor& grad_scale = {}, const at::Tensor& found_inf = {}) {
 #if TORCH_VERSION_MAJOR >= 2
-  const auto optional = [](const at::Tensor& t) { return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt; };
   at::_fused_sgd_(params, grads, momentum_buffers, weight_decay, momentum, lr, dampening, nesterov,
-                  /*maximize=*/false, is_first_step, optional(grad_scale), optional(found_inf));
+                  /*maximize=*/false, is_first_step, optional_tensor(grad_scale), optional_tensor(found_inf));
 #else
   (void)params, (void)grads, (void)momentum_buffers, (void)weight_decay, (void)momentum, (void)lr, (void)dampening,
       (void)nesterov, (void)is_first_step, (void)grad_scale, (void)found_inf;
@@ -267,9 +273,8 @@ inline void fused_adamw_(at::TensorList params, at::TensorList grads, at::Tensor
                          double weight_decay, double eps, const at::Tensor& grad_scale = {},
                          const at::Tensor& found_inf = {}) {
 #if TORCH_VERSION_MAJOR >= 2
-  const auto optional = [](const at::Tensor& t) { return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt; };
   at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr, beta1, beta2, weight_decay, eps,
-                    /*amsgrad=*/false, /*maximize=*/false, optional(grad_scale), optional(found_inf));
+                    /*amsgrad=*/false, /*maximize=*/false, optional_tensor(grad_scale), optional_tensor(found_inf));
 #else
   (void)params, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)steps, (void)lr, (void)beta1, (void)beta2,
       (void)weight_decay, (void)eps, (void)grad_scale, (void)found_inf;
