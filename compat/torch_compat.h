@@ -202,6 +202,19 @@ inline void foreach_lerp_(at::TensorList self, at::TensorList ends, double weigh
 #endif
 }
 
+/// at::_foreach_mul_(self, factor): self[i] *= factor, `factor` a [] tensor
+/// read on the device, in place, no allocation (the overload clip_grad_norm_
+/// calls, PyTorch 2.1 and later). Before 2.1 the same in-place mul_ one
+/// tensor at a time, as the op's CPU kernel does
+/// (foreach_tensor_mul_tensor_kernel_slow_).
+inline void foreach_mul_(at::TensorList self, const at::Tensor& factor) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  at::_foreach_mul_(self, factor);
+#else
+  for (const at::Tensor& t : self) t.mul_(factor);
+#endif
+}
+
 /// Whether this libtorch registers operator `op` ("aten::NAME", overload
 /// "") with a kernel for `key`; false for an operator it lacks.
 inline bool has_kernel(const char* op, c10::DispatchKey key) {

@@ -24,6 +24,7 @@ constexpr Range kRanges[] = {
     {"betas", "each beta must", 0.0, 1.0, false, true},
     {"eps", "must", 0.0, 1.0, true, false},
     {"momentum", "must", 0.0, 1.0, false, true},
+    {"max_grad_norm", "must", 0.0, 1e6, false, false},
 };
 
 }  // namespace
@@ -45,8 +46,9 @@ void read_hyper_parameters(const TomlTable& table, const HyperParameterFields& f
     if (const std::string problem = hyper_parameter_problem(key, value); !problem.empty()) table.fail(key, problem);
     return value;
   };
-  for (auto [key, field] : {std::pair{"lr", fields.lr}, std::pair{"weight_decay", fields.weight_decay},
-                            std::pair{"eps", fields.eps}, std::pair{"momentum", fields.momentum}})
+  for (auto [key, field] :
+       {std::pair{"lr", fields.lr}, std::pair{"weight_decay", fields.weight_decay}, std::pair{"eps", fields.eps},
+        std::pair{"momentum", fields.momentum}, std::pair{"max_grad_norm", fields.max_grad_norm}})
     if (const auto value = table.number(key)) *field = check(key, *value);
   if (const toml::node* betas = table.get("betas")) {
     const toml::array* array = betas->as_array();

@@ -18,7 +18,10 @@ class TomlTable;
 ///   betas         [0, 1)     each of (beta1, beta2), as torch.optim.AdamW
 ///                            requires (torch/optim/adamw.py);
 ///   eps           (0, 1]     it divides: 0 can make the update infinite;
-///   momentum      [0, 1)     SGD; 1 or more never decays.
+///   momentum      [0, 1)     SGD; 1 or more never decays;
+///   max_grad_norm [0, 1e6]   gradient clipping's max_norm, 0 for none
+///                            (torch.nn.utils.clip_grad_norm_ takes any
+///                            value; a negative one flips every gradient).
 /// Every value must also be finite. Returns "" when `value` is accepted, else
 /// the message after "KEY: ", e.g. "must be in (0, 1000], got 0" or
 /// "each beta must be in [0, 1), got 1". An unknown `key` is a programming
@@ -34,10 +37,12 @@ struct HyperParameterFields {
   double* beta2;
   double* eps;
   double* momentum;
+  double* max_grad_norm;
 };
 
-/// Reads lr, weight_decay, betas = [beta1, beta2], eps and momentum from an
-/// [optimizer] table into `fields`; an absent key leaves its field as it is.
+/// Reads lr, weight_decay, betas = [beta1, beta2], eps, momentum and
+/// max_grad_norm from an [optimizer] table into `fields`; an absent key
+/// leaves its field as it is.
 /// Other keys are the caller's. Throws SpecError "ORIGIN:LINE:COLUMN:
 /// optimizer.KEY: ..." for a wrong type, a non-finite number or a value
 /// outside hyper_parameter_problem's range.

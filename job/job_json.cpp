@@ -88,6 +88,7 @@ nlohmann::json to_json(const JobSpec& job) {
             {"beta2", o.beta2},
             {"eps", o.eps},
             {"momentum", o.momentum},
+            {"max_grad_norm", o.max_grad_norm},
             {"implementation", to_string(o.implementation)}}},
           {"precision", job.precision},
           {"allow_bf16", job.allow_bf16},
@@ -135,9 +136,10 @@ JobSpec job_spec_from_json(const nlohmann::json& j) {
     read_seq_lengths(j, job);
     job.allow_remainder = j.at("allow_remainder").get<bool>();
     const auto& o = j.at("optimizer");
-    job.optimizer = {o.at("kind").get<std::string>(), o.at("lr").get<double>(),    o.at("weight_decay").get<double>(),
-                     o.at("beta1").get<double>(),     o.at("beta2").get<double>(), o.at("eps").get<double>(),
-                     o.at("momentum").get<double>()};
+    job.optimizer = {o.at("kind").get<std::string>(),    o.at("lr").get<double>(),
+                     o.at("weight_decay").get<double>(), o.at("beta1").get<double>(),
+                     o.at("beta2").get<double>(),        o.at("eps").get<double>(),
+                     o.at("momentum").get<double>(),     o.at("max_grad_norm").get<double>()};
     const std::string implementation = o.at("implementation").get<std::string>();
     const auto named_implementation = optimizer_implementation_from_name(implementation);
     if (!named_implementation)

@@ -47,8 +47,8 @@ const std::vector<std::string> kTopKeys = {"model",
 const std::vector<std::string> kInputKeys = {"name", "shape", "dtype", "range"};
 const std::vector<std::string> kSeqKeys = {"min", "max", "distribution", "file"};
 const std::vector<std::string> kLossKeys = {"kind", "target"};
-const std::vector<std::string> kOptimizerKeys = {"kind", "lr",       "weight_decay",  "betas",
-                                                 "eps",  "momentum", "implementation"};
+const std::vector<std::string> kOptimizerKeys = {"kind", "lr",       "weight_decay",   "betas",
+                                                 "eps",  "momentum", "implementation", "max_grad_norm"};
 const std::vector<std::string> kDtypes = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "bool"};
 
 /// The canonical dtype for PyTorch's own spellings: the torch. prefix and
@@ -281,7 +281,7 @@ void read_optimizer(const TableReader& top, JobSpec& spec) {
   OptimizerSpec& o = spec.optimizer;
   o.kind = opt.choice_or("kind", "adamw", {"adamw", "sgd"});
   if (o.kind == "sgd") o.weight_decay = 0.0;  // torch.optim.SGD's default; AdamW's is 0.01
-  read_hyper_parameters(opt, {&o.lr, &o.weight_decay, &o.beta1, &o.beta2, &o.eps, &o.momentum});
+  read_hyper_parameters(opt, {&o.lr, &o.weight_decay, &o.beta1, &o.beta2, &o.eps, &o.momentum, &o.max_grad_norm});
   const std::string implementation =
       opt.choice_or("implementation", to_string(kDefaultOptimizerImplementation), optimizer_implementation_names());
   o.implementation = *optimizer_implementation_from_name(implementation);

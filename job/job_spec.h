@@ -73,6 +73,10 @@ struct OptimizerSpec {
   double beta2 = 0.999;
   double eps = 1e-8;
   double momentum = 0.0;  // SGD only
+  // Gradient clipping before each update, torch.nn.utils.clip_grad_norm_'s
+  // max_norm (L2 norm over all gradients; strategies/gradient_clipping.h);
+  // 0: none, the default.
+  double max_grad_norm = 0.0;
   // Which torch.optim implementation the user's training runs (TOML:
   // "foreach", "fused", "single_tensor"); default PyTorch's on CUDA.
   OptimizerImplementation implementation = kDefaultOptimizerImplementation;

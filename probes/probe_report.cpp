@@ -142,14 +142,22 @@ std::string cuda_budget_text(const ReservedPrediction& r) {
       reserved, usable, r.cache_flushes, r.cache_flushes == 1 ? "" : "s");
 }
 
+namespace {
+std::string clipping_text(const OptimizerRecord& optimizer) {
+  if (optimizer.max_grad_norm <= 0) return "";
+  return fmt::format("; gradients clipped to norm {} before the update (clip_grad_norm_)", optimizer.max_grad_norm);
+}
+}  // namespace
+
 std::string optimizer_text(const OptimizerRecord& optimizer) {
   if (optimizer.name.empty()) return "";
   const std::string bytes = format_bytes(optimizer.temporary_bytes);
   if (optimizer.implementation.empty())
-    return fmt::format("{}: {} of temporaries above its state at the step's peak ({}; not foreach-modelled)",
+    return fmt::format("{}: {} of temporaries above its state at the step's peak ({}; not foreach-modelled){}",
                        optimizer.name, bytes,
                        optimizer.name == "adamw" || optimizer.name == "sgd" ? "offload: libtorch's loop on the host"
-                                                                            : "oomtune's own loop");
+                                                                            : "oomtune's own loop",
+                       clipping_text(optimizer));
   std::string how;
   if (optimizer.implementation == "foreach")
     how = "whole-list: torch._foreach_* over every parameter at once; torch.optim's default on CUDA";
@@ -157,8 +165,8 @@ std::string optimizer_text(const OptimizerRecord& optimizer) {
     how = "one fused kernel in place; step counts on the device";
   else
     how = "one parameter's at a time";
-  return fmt::format("{}, {}: {} of temporaries above its state at the step's peak ({})", optimizer.name,
-                     optimizer.implementation, bytes, how);
+  return fmt::format("{}, {}: {} of temporaries above its state at the step's peak ({}){}", optimizer.name,
+                     optimizer.implementation, bytes, how, clipping_text(optimizer));
 }
 
 std::optional<DrawnLengths> drawn_lengths(const ProbeReport& report) {
@@ -207,7 +215,8 @@ nlohmann::json to_json(const ProbeReport& r) {
       {"optimizer",
        {{"name", r.optimizer.name},
         {"implementation", r.optimizer.implementation},
-        {"temporary_bytes", r.optimizer.temporary_bytes}}},
+        {"temporary_bytes", r.optimizer.temporary_bytes},
+        {"max_grad_norm", r.optimizer.max_grad_norm}}},
       {"retained_activation_bytes", r.retained_activation_bytes},
       {"backward_activation_peak",
        {{"live_bytes", r.backward_activation_peak.live_bytes},
@@ -334,7 +343,8 @@ ProbeReport probe_report_from_json(const nlohmann::json& j) {
     // Absent from reports recorded before the optimizer line (issue #46): not recorded.
     if (const auto optimizer = j.find("optimizer"); optimizer != j.end())
       r.optimizer = {optimizer->at("name").get<std::string>(), optimizer->at("implementation").get<std::string>(),
-                     optimizer->at("temporary_bytes").get<int64_t>()};
+                     optimizer->at("temporary_bytes").get<int64_t>(),
+                     optimizer->value("max_grad_norm", 0.0)};  // absent before gradient clipping
     r.retained_activation_bytes = j.at("retained_activation_bytes").get<int64_t>();
     if (const auto peak = j.find("backward_activation_peak"); peak != j.end()) {
       BackwardActivationPeak& a = r.backward_activation_peak;

@@ -155,6 +155,10 @@ struct OptimizerRecord {
   // (parameters, gradients and state): the step's temporaries (foreach:
   // the whole-list ones; bf16_params: with the masters' fp32 gradients).
   int64_t temporary_bytes = 0;
+  // The job's gradient clipping before each update, clip_grad_norm_'s
+  // max_norm (strategies/gradient_clipping.h); 0 without. Its scalars and
+  // CUDA's foreach-norm scratch are in the optimizer phase's bytes.
+  double max_grad_norm = 0;
 };
 
 /// The optimizer line of the probe report: "adamw, foreach: 1.25 MiB of
@@ -162,7 +166,8 @@ struct OptimizerRecord {
 /// torch._foreach_* over every parameter at once; torch.optim's default on
 /// CUDA)"; fused says "one fused kernel in place", single_tensor "one
 /// parameter's at a time", an optimizer that is not eager torch.optim "not
-/// foreach-modelled". Empty when not recorded.
+/// foreach-modelled"; with gradient clipping it adds "; gradients clipped
+/// to norm 1 before the update (clip_grad_norm_)". Empty when not recorded.
 std::string optimizer_text(const OptimizerRecord& optimizer);
 
 /// Everything one trial measured.

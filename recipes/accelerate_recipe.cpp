@@ -25,7 +25,8 @@
 //   (Accelerate rejects unknown keys), so accumulation is a comment naming
 //   Accelerator(gradient_accumulation_steps=N) and
 //   ACCELERATE_GRADIENT_ACCUMULATION_STEPS; likewise the micro-batch, the
-//   optimizer and checkpointing, which live in the training script.
+//   optimizer, checkpointing and gradient clipping
+//   (accelerator.clip_grad_norm_), which live in the training script.
 // - YAML by hand (no YAML library here): block mappings only, every string
 //   single-quoted ('no' and 'NO' would otherwise read as booleans), notes as
 //   '#' comments.
@@ -102,7 +103,7 @@ std::vector<std::string> accelerate_notes(const Plan& plan) {
   if (deepspeed)
     notes.push_back(
         "deepspeed_config_file: 'ds_config.json' (written beside this file; the path is relative to the launched "
-        "script's working folder) is the DeepSpeed config, with the accumulation steps, no gradient clipping, the "
+        "script's working folder) is the DeepSpeed config, with the accumulation steps, the gradient clipping, the "
         "ZeRO stage and offload and the precision as measured: Accelerate's inline deepspeed_config keys cannot "
         "say them (it drops gradient_clipping 0.0, so DeepSpeed 0.19.3 and later clip at 1.0; it has no key for "
         "the ZeRO buckets or torch_autocast, and mixed_precision 'bf16' or 'fp16' would cast the weights), and next "
@@ -113,6 +114,12 @@ std::vector<std::string> accelerate_notes(const Plan& plan) {
         "{0}) and run each micro-batch inside `with accelerator.accumulate(model):`, or export "
         "ACCELERATE_GRADIENT_ACCUMULATION_STEPS={0}",
         c.accumulation_steps));
+  if (!deepspeed && plan.optimizer.max_grad_norm > 0)
+    notes.push_back(fmt::format(
+        "gradient clipping has no key outside deepspeed_config: call accelerator.clip_grad_norm_(model.parameters(), "
+        "{}) after the backward of each step's last micro-batch (when accelerator.sync_gradients) and before "
+        "optimizer.step()",
+        recipe_text::number(plan.optimizer.max_grad_norm)));
   if (deepspeed && deepspeed_sections::has_optimizer_section(plan))
     notes.push_back(
         "the optimizer comes from ds_config.json's optimizer section, with the plan's hyper-parameters: build "

@@ -5,8 +5,10 @@
 // - Batch: train_micro_batch_size_per_gpu, gradient_accumulation_steps and
 //   train_batch_size (= their product on one GPU) are all written, so
 //   DeepSpeed's own consistency check pins the global batch.
-// - gradient_clipping 0.0: no clipping, as measured. DeepSpeed's default
-//   was 0 up to 0.19.2 and is 1.0 from 0.19.3 on, so the key is written.
+// - gradient_clipping: the job's max_grad_norm, as measured (0.0: none).
+//   DeepSpeed's default was 0 up to 0.19.2 and is 1.0 from 0.19.3 on, so
+//   the key is always written. DeepSpeed clips the global L2 norm of the
+//   gradients the optimizer reads (the fp32 ones under bf16 and offload).
 // - Offload is ZeRO-Offload: zero_optimization stage 2 with offload_optimizer
 //   {device: cpu, pin_memory: true} and reduce/allgather buckets sized to
 //   the model (Note [ZeRO buckets] in deepspeed_sections.cpp); without
@@ -155,7 +157,8 @@ std::string write_deepspeed_config(const Plan& plan) {
   config["train_batch_size"] = plan.global_batch;
   config["train_micro_batch_size_per_gpu"] = c.micro_batch;
   config["gradient_accumulation_steps"] = c.accumulation_steps;
-  config["gradient_clipping"] = 0.0;  // off, as measured (DeepSpeed >= 0.19.3 defaults to 1.0)
+  // As measured, 0.0 included (DeepSpeed >= 0.19.3 defaults to 1.0).
+  config["gradient_clipping"] = plan.optimizer.max_grad_norm;
   if (deepspeed_sections::has_optimizer_section(plan)) config["optimizer"] = optimizer_section(plan);
   for (auto& [key, section] : deepspeed_sections::precision(plan)) config[key] = std::move(section);
   config["zero_optimization"] = deepspeed_sections::zero_optimization(plan);

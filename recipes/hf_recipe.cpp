@@ -29,9 +29,9 @@
 //   DeepSpeed, which trains on a GPU), as the Accelerate and Lightning files
 //   say; without it TrainingArguments refuses bf16 on a machine without a
 //   bf16 GPU ("Your setup doesn't support bf16/gpu", transformers 5.24).
-// - Gradient clipping: max_grad_norm = 0 (off). The Trainer clips at 1.0 by
-//   default, which the measured step does not do; ds_config.json says
-//   gradient_clipping 0.0 too, and the Trainer refuses the two if they differ.
+// - Gradient clipping: max_grad_norm = the job's, 0 for none. The Trainer
+//   clips at 1.0 by default, so 0 is written too; ds_config.json says the
+//   same gradient_clipping, and the Trainer refuses the two if they differ.
 // Source: https://huggingface.co/docs/transformers/main_classes/trainer#transformers.TrainingArguments
 // and https://huggingface.co/docs/transformers/deepspeed, checked against
 // huggingface/transformers src/transformers/training_args.py (5.x, commit
@@ -188,7 +188,7 @@ std::string write_hf_training_args(const Plan& plan) {
     args["adam_beta2"] = o.beta2;
     args["adam_epsilon"] = o.eps;
   }
-  args["max_grad_norm"] = 0.0;  // no clipping, as measured (the Trainer's default is 1.0)
+  args["max_grad_norm"] = o.max_grad_norm;  // as measured, 0.0 included (the Trainer's default is 1.0)
   // The measured step's learning rate is constant (the default, "linear",
   // decays it to 0 over the run: training_args.py).
   args["lr_scheduler_type"] = "constant";

@@ -3,7 +3,11 @@
 //
 // Rules:
 // - Trainer kwargs: accelerator, devices (1), precision ("32-true",
-//   "bf16-mixed", "16-mixed"), accumulate_grad_batches, strategy: "auto",
+//   "bf16-mixed", "16-mixed"), accumulate_grad_batches, the job's gradient
+//   clipping as gradient_clip_val with gradient_clip_algorithm "norm"
+//   (absent without clipping: Lightning's default clips nothing; under
+//   DeepSpeed the config's gradient_clipping, which DeepSpeed applies and
+//   Lightning's DeepSpeed precision leaves to it), strategy: "auto",
 //   or under DeepSpeed (offload, bf16_params) DeepSpeedStrategy's class and
 //   kwargs, {"config": {...}}, for the script to build. No registered
 //   strategy name says what was measured: "deepspeed_stage_1" is ZeRO-1
@@ -74,13 +78,14 @@ std::string lightning_precision(const TrainingConfig& config) {
 }
 
 /// DeepSpeedStrategy(config=...)'s dict: the ZeRO and precision entries of
-/// ds_config.json (deepspeed_sections.h), no clipping, and what SGD under
-/// offload needs.
+/// ds_config.json (deepspeed_sections.h), the job's clipping, and what SGD
+/// under offload needs.
 Json deepspeed_strategy_config(const Plan& plan) {
   Json config;
   config["zero_optimization"] = deepspeed_sections::zero_optimization(plan);
   for (auto& [key, section] : deepspeed_sections::precision(plan)) config[key] = std::move(section);
-  config["gradient_clipping"] = 0.0;  // off, as measured (Lightning writes it only when absent)
+  // As measured, 0.0 included (Lightning writes it only when absent).
+  config["gradient_clipping"] = plan.optimizer.max_grad_norm;
   for (auto& [key, entry] : deepspeed_sections::sgd_offload_entries(plan)) config[key] = std::move(entry);
   return config;
 }
@@ -173,6 +178,10 @@ std::string write_lightning_trainer(const Plan& plan) {
   trainer["devices"] = 1;
   trainer["precision"] = lightning_precision(c);
   trainer["accumulate_grad_batches"] = c.accumulation_steps;
+  if (plan.optimizer.max_grad_norm > 0 && !recipe_text::uses_deepspeed(c)) {
+    trainer["gradient_clip_val"] = plan.optimizer.max_grad_norm;
+    trainer["gradient_clip_algorithm"] = "norm";
+  }
   if (recipe_text::uses_deepspeed(c))
     trainer["strategy"] = {{"class", kDeepSpeedStrategyClass},
                            {"kwargs", {{"config", deepspeed_strategy_config(plan)}}}};

@@ -18,7 +18,8 @@ namespace {
 
 bool OptimizerHyperParameters::operator==(const OptimizerHyperParameters& other) const {
   return lr == other.lr && weight_decay == other.weight_decay && beta1 == other.beta1 && beta2 == other.beta2 &&
-         eps == other.eps && momentum == other.momentum && implementation == other.implementation;
+         eps == other.eps && momentum == other.momentum && max_grad_norm == other.max_grad_norm &&
+         implementation == other.implementation;
 }
 
 bool Plan::operator==(const Plan& other) const {
@@ -72,9 +73,9 @@ void validate_plan(const Plan& plan) {
   if (!(std::isfinite(plan.headroom) && plan.headroom >= 0.0 && plan.headroom <= 0.9))
     fail("job.headroom", fmt::format("must be in [0, 0.9], got {}", plan.headroom));
   const OptimizerHyperParameters& o = plan.optimizer;
-  for (auto [key, value] :
-       {std::pair{"lr", o.lr}, std::pair{"weight_decay", o.weight_decay}, std::pair{"betas", o.beta1},
-        std::pair{"betas", o.beta2}, std::pair{"eps", o.eps}, std::pair{"momentum", o.momentum}})
+  for (auto [key, value] : {std::pair{"lr", o.lr}, std::pair{"weight_decay", o.weight_decay},
+                            std::pair{"betas", o.beta1}, std::pair{"betas", o.beta2}, std::pair{"eps", o.eps},
+                            std::pair{"momentum", o.momentum}, std::pair{"max_grad_norm", o.max_grad_norm}})
     if (const std::string problem = hyper_parameter_problem(key, value); !problem.empty())
       fail(std::string("optimizer.") + key, problem);
   for (const auto* bytes : {&plan.measured_peak_bytes, &plan.predicted_peak_bytes})

@@ -25,6 +25,7 @@ struct OptimizerHyperParameters {
   double beta2 = 0.999;        // AdamW only
   double eps = 1e-8;           // AdamW only
   double momentum = 0.0;       // SGD only
+  double max_grad_norm = 0.0;  // gradient clipping's max_norm; 0: none (plan.toml: absent in older plans)
   // The torch.optim implementation measured (AdamW, SGD; job/
   // optimizer_implementation.h); plan.toml: [optimizer] implementation.
   OptimizerImplementation implementation = kDefaultOptimizerImplementation;

@@ -25,7 +25,8 @@ const std::vector<std::string> kJobKeys = {"spec",         "model",    "device",
                                            "frozen_dtype", "seq",      "parameters"};
 const std::vector<std::string> kConfigKeys = {"micro_batch", "accumulation_steps", "checkpoint",
                                               "optimizer",   "offload_optimizer",  "precision"};
-const std::vector<std::string> kOptimizerKeys = {"lr", "weight_decay", "betas", "eps", "momentum", "implementation"};
+const std::vector<std::string> kOptimizerKeys = {"lr",       "weight_decay",   "betas",        "eps",
+                                                 "momentum", "implementation", "max_grad_norm"};
 const std::vector<std::string> kResultKeys = {"measured_peak_bytes", "predicted_peak_bytes",
                                               "measured_samples_per_second", "predicted_samples_per_second"};
 
@@ -151,7 +152,7 @@ void read_config(const PlanTable& config, Plan& plan) {
 void read_optimizer(const PlanTable& table, Plan& plan) {
   table.reject_unknown(kOptimizerKeys);
   OptimizerHyperParameters& o = plan.optimizer;
-  read_hyper_parameters(table, {&o.lr, &o.weight_decay, &o.beta1, &o.beta2, &o.eps, &o.momentum});
+  read_hyper_parameters(table, {&o.lr, &o.weight_decay, &o.beta1, &o.beta2, &o.eps, &o.momentum, &o.max_grad_norm});
   // Absent from plans written before the key (issue #46): PyTorch's default.
   if (const auto name = table.string("implementation")) {
     const auto implementation = optimizer_implementation_from_name(*name);
@@ -243,6 +244,7 @@ std::string write_plan_toml(const Plan& plan) {
   line(fmt::format("betas = [{}, {}]", float_text(o.beta1), float_text(o.beta2)));
   line(fmt::format("eps = {}", float_text(o.eps)));
   line(fmt::format("momentum = {}", float_text(o.momentum)));
+  line(fmt::format("max_grad_norm = {}", float_text(o.max_grad_norm)));
   line(fmt::format("implementation = {}", quote(to_string(o.implementation))));
 
   if (plan.measured_peak_bytes || plan.predicted_peak_bytes || plan.measured_samples_per_second ||

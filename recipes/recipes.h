@@ -76,8 +76,8 @@ std::vector<EmittedFile> emit_all(const Plan& plan, const std::string& dir,
 /// 0.16.4 and 0.19.6): batch size
 /// (train_batch_size = train_micro_batch_size_per_gpu *
 /// gradient_accumulation_steps * GPUs, written for one GPU),
-/// gradient_clipping 0.0 (no clipping, as measured; the default became 1.0
-/// in DeepSpeed 0.19.3), optimizer
+/// gradient_clipping (the job's max_grad_norm, 0.0 for none, as measured;
+/// the default became 1.0 in DeepSpeed 0.19.3), optimizer
 /// (type "AdamW"/"SGD" with torch's params), torch_autocast {enabled, dtype}
 /// for bf16 / fp16 autocast (DeepSpeed 0.17.2 and later; fp32 weights),
 /// bf16.enabled for bf16_params, zero_optimization.stage (0, or 2 with
@@ -100,7 +100,7 @@ std::vector<std::string> deepspeed_notes(const Plan& plan);
 /// per_device_train_batch_size, gradient_accumulation_steps,
 /// gradient_checkpointing, optim ("adamw_torch", "adamw_bnb_8bit", "sgd"),
 /// learning_rate, weight_decay, adam_beta1/2, adam_epsilon, max_grad_norm
-/// (0: no clipping, as measured; the Trainer's default is 1.0),
+/// (the job's, 0 for no clipping, as measured; the Trainer's default is 1.0),
 /// lr_scheduler_type ("constant", as measured), bf16, fp16 (false for
 /// autocast under DeepSpeed, where ds_config.json's torch_autocast does it)
 /// and deepspeed (the path of ds_config.json: the Trainer's only way to
@@ -115,7 +115,9 @@ std::vector<std::string> hf_notes(const Plan& plan);
 /// (checked against src/lightning/pytorch/trainer/trainer.py and
 /// strategies/deepspeed.py):
 /// accelerator, devices, precision ("32-true", "bf16-mixed", "16-mixed"),
-/// accumulate_grad_batches, strategy ("auto", or under DeepSpeed
+/// accumulate_grad_batches, gradient_clip_val with gradient_clip_algorithm
+/// "norm" (the job's clipping; under DeepSpeed the config's
+/// gradient_clipping instead), strategy ("auto", or under DeepSpeed
 /// {"class": "lightning.pytorch.strategies.DeepSpeedStrategy", "kwargs":
 /// {"config": {...}}} for the script to build: no registered name gives
 /// ZeRO stage 0, sized buckets or torch_autocast,
@@ -134,7 +136,9 @@ std::vector<std::string> lightning_notes(const Plan& plan);
 /// ('no', 'bf16', 'fp16'; none under DeepSpeed), use_cpu, num_machines,
 /// num_processes and deepspeed_config {deepspeed_config_file:
 /// 'ds_config.json', zero3_init_flag} (the inline keys drop
-/// gradient_clipping 0.0 and cannot say the buckets or torch_autocast),
+/// gradient_clipping 0.0 and cannot say the buckets or torch_autocast; the
+/// job's clipping without DeepSpeed is a note: the script calls
+/// accelerator.clip_grad_norm_),
 /// checked against
 /// src/accelerate/commands/config/{config_args,cluster}.py and
 /// utils/dataclasses.py (DeepSpeedPlugin). Accelerate rejects unknown

@@ -276,16 +276,20 @@ for name in sys.argv[2:]:
   done
 }
 
-# fused_gpt: the example GPT's job with AdamW's fused implementation (to
-# which GradScaler hands its scale instead of unscaling), beside the
-# examples' models; prints its path.
-fused_gpt() {
-  local dir=/tmp/oomtune_fused
+# gpt_with NAME LINE: the example GPT's job with LINE added to its
+# [optimizer] table, written to /tmp beside the examples' models; prints its
+# path. fused_gpt: AdamW's fused implementation (to which GradScaler hands
+# its scale instead of unscaling); clipped_gpt: gradient clipping at 1.0
+# (clip_grad_norm_: a norm per gradient, 512-byte blocks on CUDA, and the
+# foreach norm's scratch).
+gpt_with() {
+  local dir=/tmp/oomtune_jobs
   mkdir -p "$dir"
-  sed -e "s#^model = \"#model = \"$PWD/examples/#" -e '/^weight_decay = /a implementation = "fused"' \
-    examples/gpt.toml > "$dir/gpt_fused.toml"
-  echo "$dir/gpt_fused.toml"
+  sed -e "s#^model = \"#model = \"$PWD/examples/#" -e "/^weight_decay = /a $2" examples/gpt.toml > "$dir/gpt_$1.toml"
+  echo "$dir/gpt_$1.toml"
 }
+fused_gpt() { gpt_with fused 'implementation = "fused"'; }
+clipped_gpt() { gpt_with clipped 'max_grad_norm = 1.0'; }
 
 # validate [SECONDS]: compare_peaks.py's cases, the unseen CNNs first, then
 # each flag set over the three jobs and micro-batches, so that a deadline
@@ -303,8 +307,10 @@ validate() {
   # temporary; meta's peaks should be bf16's plus 8-12 bytes.
   # fp16 with a fused AdamW (2026-12-07): GradScaler's check, then the
   # scale handed to the kernel; meta's optimizer peak bf16's plus 20 bytes.
+  # Gradient clipping (2026-12-06, later): meta's optimizer phase holds the
+  # clip's norms and CUDA's foreach-norm scratch beside the step's.
   cases+=(examples/gpt.toml:32:fp16 examples/hf_gpt2.toml:16:fp16 examples/resnet50.toml:16:fp16
-    "$(fused_gpt):32:fp16")
+    "$(fused_gpt):32:fp16" "$(clipped_gpt):32")
   step "Peaks: oomtune against eager PyTorch (scripts/compare_peaks.py --sides ${OOMTUNE_VALIDATE_SIDES:-cuda,eager,meta})" \
     validation.md timeout "$seconds" "$python" scripts/compare_peaks.py --oomtune "$build/oomtune" \
     --python "$python" --out "$work" --sides "${OOMTUNE_VALIDATE_SIDES:-cuda,eager,meta}" --budget 8GiB --jobs 6 \

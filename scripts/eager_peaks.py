@@ -12,7 +12,9 @@ The job spec is oomtune's (docs/job_spec.md): its inputs, output, loss and
 optimizer are used as oomtune uses them (integer inputs uniform in
 [low, high), floats normal(0, 1); losses mean-reduced in fp32; AdamW with
 decoupled weight decay, SGD with L2 and momentum; the optimizer's
-`implementation`, foreach by default as on CUDA, docs/job_spec.md).
+`implementation`, foreach by default as on CUDA; `max_grad_norm`, gradient
+clipping with torch.nn.utils.clip_grad_norm_ before the step,
+docs/job_spec.md).
 
 --mode eager (default) trains the nn.Module, as users do: the model file must
 be one that examples/export_models.py writes (gpt.pt, resnet18.pt,
@@ -410,6 +412,14 @@ class Training:
             del loss
         record["at"] = "optimizer"
         with meter.phase(record["optimizer"], "optimizer"):
+            # The job's gradient clipping, as torch.amp's recipe writes it:
+            # unscale_ first with fp16, so that max_norm meets the true
+            # gradients; the total norm dropped.
+            max_norm = job.get("optimizer", {}).get("max_grad_norm", 0.0)
+            if max_norm > 0:
+                if self.scaler:
+                    self.scaler.unscale_(self.optimizer)
+                torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], max_norm)
             if self.scaler:
                 self.scaler.step(self.optimizer)
                 self.scaler.update()

@@ -211,8 +211,9 @@ Plan plan_from(const AutotuneReport& report) {
   Plan plan;
   plan.config = best.config;
   plan.global_batch = job.global_batch;
-  plan.optimizer = {job.optimizer.lr,  job.optimizer.weight_decay, job.optimizer.beta1,         job.optimizer.beta2,
-                    job.optimizer.eps, job.optimizer.momentum,     job.optimizer.implementation};
+  plan.optimizer = {
+      job.optimizer.lr,  job.optimizer.weight_decay, job.optimizer.beta1,         job.optimizer.beta2,
+      job.optimizer.eps, job.optimizer.momentum,     job.optimizer.max_grad_norm, job.optimizer.implementation};
   plan.device = job.device;
   plan.budget_bytes = job.budget_bytes;
   plan.headroom = job.headroom;

@@ -38,7 +38,7 @@ MasterWeightOptimizer::MasterWeightOptimizer(std::vector<at::Tensor> params, Mas
   inner_ = make_inner(masters_);
 }
 
-void MasterWeightOptimizer::step() {
+void MasterWeightOptimizer::step(const std::function<void(const std::vector<at::Tensor>& masters)>& before_update) {
   std::optional<HostMemoryScope> host;
   if (placement_ == MasterPlacement::kHost) host.emplace();
   at::NoGradGuard no_grad;
@@ -59,6 +59,7 @@ void MasterWeightOptimizer::step() {
     // non-blocking device-to-host copy may still be in flight then.
     master.mutable_grad().copy_(grad);
   }
+  if (before_update) before_update(masters_);
   inner_->step();
   for (std::size_t i = 0; i < params_.size(); ++i) {
     at::Tensor& param = params_[i];

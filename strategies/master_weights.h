@@ -63,9 +63,12 @@ class MasterWeightOptimizer {
   /// set_data on them is seen by step().
   MasterWeightOptimizer(std::vector<at::Tensor> params, MasterPlacement placement, const OptimizerMaker& make_inner);
 
-  /// One update (see the rules above). With kHost every allocation is
-  /// tagged as host memory.
-  void step();
+  /// One update (see the rules above). `before_update`, when given, is
+  /// called with the masters once their fp32 gradients are set and before
+  /// the inner optimizer reads them (gradient clipping, which DeepSpeed
+  /// applies to the fp32 gradients). With kHost every allocation, the
+  /// hook's included, is tagged as host memory.
+  void step(const std::function<void(const std::vector<at::Tensor>& masters)>& before_update = nullptr);
 
   /// Where the masters and the optimizer state live (device or host).
   MasterPlacement placement() const { return placement_; }

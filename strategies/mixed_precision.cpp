@@ -98,40 +98,45 @@ void DynamicLossScaler::unscale_grads(const std::vector<at::Tensor>& params, con
     at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, device_inv_scale);
 }
 
-bool DynamicLossScaler::unscale(const std::vector<at::Tensor>& params) {
-  if (!scale_.defined()) throw std::logic_error("DynamicLossScaler::unscale before scale");
+void DynamicLossScaler::unscale_(const std::vector<at::Tensor>& params) {
+  if (!scale_.defined()) throw std::logic_error("DynamicLossScaler::unscale_ before scale");
+  if (unscaled_) throw std::logic_error("DynamicLossScaler::unscale_ twice before update");
   at::NoGradGuard no_grad;
   // The reciprocal in fp64, as GradScaler.unscale_ computes it.
   const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
   unscale_grads(params, inv_scale, at::zeros({}, scale_.options()));
-  return amp_step_skipped(found_inf_);
+  unscaled_ = true;
 }
 
 bool DynamicLossScaler::step(const std::vector<at::Tensor>& params, AmpScaledStep* fused,
                              const std::function<void()>& optimizer_step) {
+  if (!scale_.defined()) throw std::logic_error("DynamicLossScaler::step before scale");
   if (fused == nullptr || !fused->supports_amp_scaling()) {
-    if (unscale(params)) return true;
+    if (!unscaled_) unscale_(params);
+    if (amp_step_skipped(found_inf_)) return true;
     optimizer_step();
     return false;
   }
-  if (!scale_.defined()) throw std::logic_error("DynamicLossScaler::step before scale");
   at::NoGradGuard no_grad;
-  {  // _check_inf_per_device: the check alone, with an inverse scale of 1
+  if (!unscaled_) {  // _check_inf_per_device: the check alone, with an inverse scale of 1
     const at::Tensor dummy_inv_scale = at::full({}, 1.0, scale_.options());
     unscale_grads(params, dummy_inv_scale, at::zeros({}, scale_.options()));
   }
   // Python's sum() of the per-device found_infs starts at 0: a new tensor.
   const at::Tensor found_inf = found_inf_ + 0;
-  fused->set_amp_scaling({scale_ * 1, found_inf});  // scaler * getattr(optimizer, "grad_scale", 1)
+  // `scaler * getattr(optimizer, "grad_scale", 1)`, or after unscale_ the
+  // optimizer's own grad_scale: none.
+  fused->set_amp_scaling({unscaled_ ? at::Tensor() : scale_ * 1, found_inf});
   optimizer_step();
   fused->set_amp_scaling({});  // del optimizer.grad_scale, optimizer.found_inf
   return amp_step_skipped(found_inf);
 }
 
 void DynamicLossScaler::update() {
-  if (!found_inf_.defined()) throw std::logic_error("DynamicLossScaler::update before unscale");
+  if (!found_inf_.defined()) throw std::logic_error("DynamicLossScaler::update before step");
   at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, kGrowthFactor, kBackoffFactor, kGrowthInterval);
   found_inf_ = at::Tensor();
+  unscaled_ = false;
 }
 
 double DynamicLossScaler::scale_value() const {

@@ -84,7 +84,9 @@ Batch cast_model_inputs(const Batch& batch, const std::string& target, at::Scala
 /// (8 + 8 + 4 bytes) or, for an optimizer that unscales in its kernel
 /// (fused AdamW and SGD: AmpScaledStep), _check_inf_per_device's 1 (4
 /// bytes); GradScaler.step hands the latter two more scalars for the
-/// duration of its step (4 + 4). The gradients are unscaled in place
+/// duration of its step (4 + 4); after an explicit unscale_ (gradient
+/// clipping) the fused optimizer is handed found_inf alone (4). The
+/// gradients are unscaled in place
 /// (at::_amp_foreach_non_finite_check_and_unscale_ or the fused kernel),
 /// with no temporary of a gradient's size. On meta no gradient has values:
 /// a meta step is never skipped.
@@ -103,27 +105,30 @@ class DynamicLossScaler {
   /// `loss`'s device.
   at::Tensor scale(const at::Tensor& loss);
 
-  /// GradScaler.unscale_ and _maybe_opt_step's check: divides the defined
-  /// gradients of `params` by the scale in place, one call per gradient
-  /// dtype, and returns whether one held an inf or a NaN (the optimizer
-  /// step must then be skipped; reading it synchronizes, as GradScaler's
-  /// found_inf.item() does). False on meta. Throws std::logic_error before
-  /// scale().
-  bool unscale(const std::vector<at::Tensor>& params);
+  /// GradScaler.unscale_: divides the defined gradients of `params` by the
+  /// scale in place, one call per gradient dtype, and records whether one
+  /// held an inf or a NaN; no sync. Call it between the last backward and
+  /// step() where the gradients must be read unscaled (gradient clipping,
+  /// strategies/gradient_clipping.h); step() then neither unscales nor
+  /// checks again. Throws std::logic_error before scale() or when called
+  /// twice before update().
+  void unscale_(const std::vector<at::Tensor>& params);
 
-  /// GradScaler.step: unscale() and `optimizer_step` unless a gradient held
-  /// an inf or a NaN; or, where `fused` (the optimizer `optimizer_step`
-  /// steps) supports amp scaling, the non-finite check alone, then
-  /// `optimizer_step` always, with the scale and found_inf set on `fused`
-  /// for its duration (_step_supports_amp_scaling: no found_inf.item() before
-  /// the step). Returns whether the step was skipped (the fused branch reads
-  /// found_inf after the step). Throws std::logic_error before scale().
+  /// GradScaler.step: unscale_() unless it was called, then
+  /// `optimizer_step` unless a gradient held an inf or a NaN (the skip
+  /// reads found_inf: a sync, as GradScaler's found_inf.item()); or, where
+  /// `fused` (the optimizer `optimizer_step` steps) supports amp scaling,
+  /// the non-finite check alone unless unscale_() ran, then `optimizer_step`
+  /// always, with found_inf and, unless unscale_() ran, the scale set on
+  /// `fused` for its duration (_step_supports_amp_scaling: no
+  /// found_inf.item() before the step). Returns whether the step was skipped
+  /// (the fused branch reads found_inf after the step). Throws
+  /// std::logic_error before scale().
   bool step(const std::vector<at::Tensor>& params, AmpScaledStep* fused, const std::function<void()>& optimizer_step);
 
   /// GradScaler.update: halves the scale after a skipped step, doubles it
   /// after kGrowthInterval good ones in a row (at::_amp_update_scale_, in
-  /// place), and frees unscale's found_inf. Throws std::logic_error before
-  /// unscale().
+  /// place), and frees found_inf. Throws std::logic_error before step().
   void update();
 
   /// The current scale (reads the device tensor); kInitScale before the
@@ -141,7 +146,8 @@ class DynamicLossScaler {
 
   at::Tensor scale_;           // [] fp32
   at::Tensor growth_tracker_;  // [] int32: good steps since the last change
-  at::Tensor found_inf_;       // [] fp32, from unscale() to update()
+  at::Tensor found_inf_;       // [] fp32, from the check (unscale_ or step) to update()
+  bool unscaled_ = false;      // unscale_() ran since the last update(): GradScaler's OptState.UNSCALED
 };
 
 }  // namespace oomtune

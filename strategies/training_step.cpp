@@ -14,6 +14,7 @@
 #include "strategies/attention_op.h"
 #include "strategies/eager_adamw.h"
 #include "strategies/eager_sgd.h"
+#include "strategies/gradient_clipping.h"
 #include "strategies/kernel_rewrite.h"
 #include "strategies/master_weights.h"
 #include "strategies/mixed_precision.h"
@@ -132,11 +133,28 @@ StepResult TrainingStep::run(const Batch& global_batch, const PhaseHook& hook) {
     ++result.micro_batches;
   }
   hook(Phase::kOptimizer);
-  const auto step_optimizer = [this] {
-    if (master_)
-      master_->step();
-    else
+  // Note [Gradient clipping in the step]
+  // The user's loop clips after the last micro-batch's backward and before
+  // the update: `scaler.unscale_(opt)` first with fp16, so that max_norm
+  // meets the true gradients, then clip_grad_norm_(model.parameters()),
+  // then `scaler.step(opt)` (torch.amp's "Working with unscaled gradients";
+  // HF Trainer and Lightning do the same). Master-weight optimizers clip
+  // their fp32 gradients, as DeepSpeed does (on the host with offload).
+  // The total norm is dropped at once, as a loop that does not log it.
+  const double max_norm = job.optimizer.max_grad_norm;
+  if (max_norm > 0 && scaler_) scaler_->unscale_(session_.parameters());
+  if (max_norm > 0 && !master_) clip_grad_norm_(session_.parameters(), max_norm);
+  const auto step_optimizer = [this, max_norm] {
+    if (!master_) {
       optimizer_->step();
+    } else if (max_norm <= 0) {
+      master_->step();
+    } else {
+      const ClipPlacement where =
+          master_->placement() == MasterPlacement::kHost ? ClipPlacement::kHost : ClipPlacement::kDevice;
+      master_->step(
+          [max_norm, where](const std::vector<at::Tensor>& masters) { clip_grad_norm_(masters, max_norm, where); });
+    }
   };
   if (scaler_) {
     result.skipped = scaler_->step(session_.parameters(), amp_scaled_, step_optimizer);

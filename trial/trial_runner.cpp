@@ -371,6 +371,7 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
   report.optimizer.name = to_string(config.optimizer);
   if (const auto implementation = eager_implementation(config, job.optimizer))
     report.optimizer.implementation = to_string(*implementation);
+  report.optimizer.max_grad_norm = job.optimizer.max_grad_norm;
   report.timing.tolerance = options.timing_tolerance;
   set_optimizing_executor(job.optimizing_executor);
 

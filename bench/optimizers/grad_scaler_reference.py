@@ -3,9 +3,10 @@
 reference for oomtune's DynamicLossScaler (strategies/mixed_precision.h).
 
 Runs torch.amp.GradScaler with torch.optim.AdamW (foreach=True and
-fused=True; fused optimizers take the scale instead of unscaled gradients)
+fused=True; fused optimizers take the scale instead of unscaled gradients;
+and fused after an explicit scaler.unscale_, as a loop that clips does)
 on CPU tensors and reads the profiler's memory events of the second
-`scaler.step(opt); scaler.update()` (torch.profiler, profile_memory=True),
+`[scaler.unscale_(opt);] scaler.step(opt); scaler.update()` (torch.profiler, profile_memory=True),
 each with the aten operators around it. Prints every event, then the
 scaler's device scalars: the allocations a GPU run makes on the GPU. Left
 out of those: the optimizer's own (python_reference.py has them), and the
@@ -22,36 +23,19 @@ import warnings
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-
-def annotated_events(prof):
-    """[(time ns, signed bytes, address, [enclosing operators, outermost
-    first])] of every allocation and free, in time order (the profiler's
-    event tree), and the time the optimizer's step began."""
-    events, step_starts = [], []
-
-    def walk(node, around):
-        if str(node.tag).endswith("Allocation"):
-            f = node.extra_fields
-            events.append((node.start_time_ns, f.alloc_size, f.ptr, around))
-            return
-        if node.name.startswith("Optimizer.step"):
-            step_starts.append(node.start_time_ns)
-        for child in node.children:
-            walk(child, around + [node.name])
-
-    for root in prof.profiler.kineto_results.experimental_event_tree():
-        walk(root, [])
-    return sorted(events, key=lambda e: e[0]), min(step_starts)
+from profiler_events import annotated_events, is_python_number
 
 
 def is_scaler_device_allocation(nbytes, around):
-    if nbytes <= 0 or not around or any(name.startswith("Optimizer.step") for name in around):
+    if nbytes <= 0 or any(name.startswith("Optimizer.step") for name in around):
         return False
-    # A wrapped Python number's conversion inside the arithmetic operator.
-    return not (around[0] in ("aten::add", "aten::mul") and "aten::to" in around)
+    return not is_python_number(nbytes, around)
 
 
-def run(implementation):
+def run(implementation, unscale_first=False):
+    """`unscale_first`: scaler.unscale_(opt) before scaler.step(opt), as a
+    loop that clips gradients does (torch.amp: "Working with unscaled
+    gradients")."""
     torch.manual_seed(0)
     params = [torch.randn(n, requires_grad=True) for n in (1000, 300)]
     opt = torch.optim.AdamW(params, lr=1e-3, **{implementation: True})
@@ -59,10 +43,13 @@ def run(implementation):
     for _ in range(2):  # the second step: AdamW's state exists
         scaler.scale(sum((p * p).sum() for p in params)).backward()
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            if unscale_first:
+                scaler.unscale_(opt)
             scaler.step(opt)
             scaler.update()
         opt.zero_grad(set_to_none=True)
-    events, step_start = annotated_events(prof)
+    events, step_starts = annotated_events(prof)
+    step_start = min(step_starts)
     device = {}  # address: bytes of the scaler's device scalars alive
     sizes, alive_at_step, peak = [], None, 0
     for t, nbytes, ptr, around in events:
@@ -74,7 +61,7 @@ def run(implementation):
             peak = max(peak, sum(device.values()))
         elif nbytes < 0:
             device.pop(ptr, None)
-    return {"implementation": implementation,
+    return {"implementation": implementation + (" after unscale_" if unscale_first else ""),
             "events": [{"bytes": n, "operators": around} for _, n, _, around in events],
             "device_allocation_bytes": sizes,
             "device_bytes_alive_at_optimizer_step": alive_at_step,
@@ -86,7 +73,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    out = {"torch": torch.__version__, "runs": [run(i) for i in ("foreach", "fused")]}
+    out = {"torch": torch.__version__, "runs": [run("foreach"), run("fused"), run("fused", unscale_first=True)]}
     if args.json:
         print(json.dumps(out, indent=1))
         return

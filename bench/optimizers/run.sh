@@ -10,8 +10,9 @@
 # torch._foreach_sqrt over every second moment) beside them; and the median
 # optimizer-step seconds over the rounds and its ratio.
 # Then runs bench/optimizers/python_reference.py (Python eager PyTorch's own
-# counts of the same operations) and grad_scaler_reference.py (fp16's
-# GradScaler around the step), when the PyPI venv is there.
+# counts of the same operations), grad_scaler_reference.py (fp16's
+# GradScaler around the step) and clip_grad_reference.py (gradient clipping
+# before it), when the PyPI venv is there.
 # Usage: bench/optimizers/run.sh [ROUNDS]      (default 3)
 #   BUILD_DIR  an oomtune build directory configured from this checkout
 #   BATCH      the global batch of every probe (default 4: the optimizer
@@ -69,4 +70,7 @@ if [[ -x "$root/.venv-pypi/bin/python" ]]; then
   echo
   echo "fp16's GradScaler around that step (bench/optimizers/grad_scaler_reference.py):"
   "$root/.venv-pypi/bin/python" "$root/bench/optimizers/grad_scaler_reference.py" 2>/dev/null | grep -v '^  [+-]'
+  echo
+  echo "Gradient clipping before that step (bench/optimizers/clip_grad_reference.py):"
+  "$root/.venv-pypi/bin/python" "$root/bench/optimizers/clip_grad_reference.py" 2>/dev/null | grep -v '^  [+-]'
 fi

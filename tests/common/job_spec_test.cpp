@@ -72,6 +72,9 @@ TEST(JobSpec, ReadsAGoodSpec) {
   ASSERT_EQ(spec.model_inputs().size(), 1u);
   EXPECT_EQ(spec.model_inputs()[0]->name, "input_ids");
   EXPECT_DOUBLE_EQ(spec.optimizer.lr, 3e-4);
+  EXPECT_DOUBLE_EQ(parse_job_spec(replace(kGood, "lr = 3e-4", "lr = 3e-4\nmax_grad_norm = 1.0"), "job.toml", "")
+                       .optimizer.max_grad_norm,
+                   1.0);
 }
 
 TEST(JobSpec, DefaultsArePinned) {
@@ -97,6 +100,7 @@ TEST(JobSpec, DefaultsArePinned) {
   // torch.optim's default for CUDA parameters (optimizer.py,
   // _default_to_fused_or_foreach), the target even of a CPU probe.
   EXPECT_EQ(spec.optimizer.implementation, OptimizerImplementation::kForeach);
+  EXPECT_DOUBLE_EQ(spec.optimizer.max_grad_norm, 0.0);  // no clipping, as torch.optim alone
   EXPECT_TRUE(std::holds_alternative<std::monostate>(spec.output));
 }
 
@@ -148,7 +152,7 @@ TEST(JobSpec, EachBadInputGetsItsExactError) {
             "job.toml:4:12: headroom: must be in [0, 0.9], got 1.5");
   EXPECT_EQ(error_of(replace(kGood, "lr = 3e-4", "lr = 3e-4\nlearning_rate = 1")),
             "job.toml:25:1: optimizer.learning_rate: unknown key (did you mean 'lr'?; valid: kind, lr, "
-            "weight_decay, betas, eps, momentum, implementation)");
+            "weight_decay, betas, eps, momentum, implementation, max_grad_norm)");
   EXPECT_EQ(error_of(replace(kGood, "lr = 3e-4", "lr = 3e-4\nimplementation = \"fuse\"")),
             "job.toml:25:18: optimizer.implementation: unknown value 'fuse' (did you mean 'fused'?; valid: foreach, "
             "fused, single_tensor)");
@@ -177,6 +181,9 @@ TEST(JobSpec, ValuesATrialCannotUseAreRefused) {
             "job.toml:25:7: optimizer.eps: must be in (0, 1], got 0");
   EXPECT_EQ(error_of(replace(kGood, "kind = \"adamw\"", "kind = \"sgd\"\nmomentum = 1.0")),
             "job.toml:24:12: optimizer.momentum: must be in [0, 1), got 1");
+  // A negative max_norm would flip every gradient (clip_grad_norm_ takes it).
+  EXPECT_EQ(error_of(replace(kGood, "lr = 3e-4", "lr = 3e-4\nmax_grad_norm = -1.0")),
+            "job.toml:25:17: optimizer.max_grad_norm: must be in [0, 1000000], got -1");
   // Integer bounds go to at::randint as int64: 1e300 became INT64_MIN.
   EXPECT_EQ(error_of(replace(kGood, "range = [0, 1000]", "range = [0, 1e300]")),
             "job.toml:10:9: inputs[0].range: int64 takes bounds in [-9007199254740992, 9007199254740992] "

@@ -24,6 +24,7 @@
 #include "probes/memory_tracker.h"
 #include "probes/meta_kernels.h"
 #include "session/model_session.h"
+#include "strategies/gradient_clipping.h"
 #include "strategies/job_config.h"
 #include "strategies/training_config.h"
 #include "strategies/training_step.h"
@@ -135,10 +136,11 @@ constexpr int64_t kResNet18BufferBytes = 4800 * 2 * 4 + 20 * 8;
 
 struct MetaCase {
   const char* name;
-  bool resnet;            // else the example GPT
-  int64_t global_batch;   // COUNT
-  const char* overrides;  // parse_config_overrides text on the job's baseline
-  bool fused = false;     // optimizer.implementation = "fused" (else the default, foreach)
+  bool resnet;               // else the example GPT
+  int64_t global_batch;      // COUNT
+  const char* overrides;     // parse_config_overrides text on the job's baseline
+  bool fused = false;        // optimizer.implementation = "fused" (else the default, foreach)
+  double max_grad_norm = 0;  // optimizer.max_grad_norm (0: no clipping)
 };
 
 class MetaMatchesCpu : public ::testing::TestWithParam<MetaCase> {};
@@ -149,6 +151,7 @@ TEST_P(MetaMatchesCpu, PerPhaseBytesAreTheCpuTrackers) {
   JobSpec job = c.resnet ? resnet18_job(c.global_batch) : gpt_job(c.global_batch);
   OOMTUNE_REQUIRE_FILE(job.model_path);
   if (c.fused) job.optimizer.implementation = OptimizerImplementation::kFused;
+  job.optimizer.max_grad_norm = c.max_grad_norm;
   const TrainingConfig config = parse_config_overrides(c.overrides, baseline_config(job));
   const ProbeReport cpu = run_trial(on(job, Device::kCpu), config, measured_step());
   const ProbeReport meta = run_trial(on(job, Device::kMeta), config, measured_step());
@@ -177,6 +180,12 @@ INSTANTIATE_TEST_SUITE_P(
                       // scale in fp16), meta the in-place emulation.
                       MetaCase{"gpt_fused", false, 2, "micro_batch=2", true},
                       MetaCase{"gpt_fp16_fused", false, 2, "micro_batch=2,precision=fp16", true},
+                      // Gradient clipping: on the device (with CUDA's foreach-norm
+                      // scratch on both), of device and host masters, after fp16's unscale_.
+                      MetaCase{"gpt_clipped", false, 4, "micro_batch=2", false, 1.0},
+                      MetaCase{"gpt_bf16_params_clipped", false, 2, "precision=bf16_params", false, 1.0},
+                      MetaCase{"gpt_offload_clipped", false, 2, "offload=on", false, 1.0},
+                      MetaCase{"gpt_fp16_fused_clipped", false, 2, "precision=fp16", true, 1.0},
                       MetaCase{"resnet18_bf16", true, 2, "micro_batch=2,precision=bf16"},
                       MetaCase{"resnet18_mb2", true, 2, "micro_batch=2"}),
     [](const ::testing::TestParamInfo<MetaCase>& info) { return std::string(info.param.name); });
@@ -247,6 +256,53 @@ TEST(MetaDevice, Fp16WithFusedAdamWHandsTheOptimizerTheScale) {
   // nothing, so the phase peaks in the check, at its four scalars (the
   // update holds three).
   expect_fp16_is_bf16_plus_grad_scaler(job, {6 * 4, 6, 4 * 4});
+}
+
+TEST(MetaDevice, Fp16WithClippingAndFusedAdamWUnscalesFirst) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
+  JobSpec job = on(gpt_job(2), Device::kMeta);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  job.optimizer.implementation = OptimizerImplementation::kFused;
+  job.optimizer.max_grad_norm = 1.0;
+  // unscale_ before the clip: its six scalars of the foreach case (32 B),
+  // then GradScaler.step hands the fused optimizer sum()'s found_inf alone
+  // (4 B; the gradients are unscaled already). found_inf's copy (4 B) is
+  // alive through the clip, whose norms and CUDA scratch make the phase's
+  // peak (a fused step allocates nothing).
+  expect_fp16_is_bf16_plus_grad_scaler(job, {32 + 4, 7, 4});
+}
+
+// Gradient clipping in the optimizer phase (strategies/gradient_clipping.h,
+// counted from torch/nn/utils/clip_grad.py and CUDA's _foreach_norm):
+// N gradients of 4-byte floats (one list): the kernel's scratch, N norms,
+// their stack (4 N B), the total, then four scalars. All freed again; the
+// foreach AdamW step's temporaries stay the phase's peak.
+TEST(MetaDevice, ClippingAddsClipGradNormsScalarsAndCudasScratch) {
+  if (!compat::kMetaDeviceCounted) GTEST_SKIP() << kNoMetaIn113;
+  const JobSpec job = on(gpt_job(2), Device::kMeta);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  JobSpec clipped = job;
+  clipped.optimizer.max_grad_norm = 1.0;
+  const ProbeReport plain = run_trial(job, baseline_config(job), measured_step());
+  const ProbeReport clip = run_trial(clipped, baseline_config(clipped), measured_step());
+  ASSERT_EQ(plain.outcome, TrialOutcome::kOk) << plain.message;
+  ASSERT_EQ(clip.outcome, TrialOutcome::kOk) << clip.message;
+  std::vector<int64_t> numels;
+  for (const at::Tensor& p : ModelSession(job).parameters()) numels.push_back(p.numel());
+  const auto n = static_cast<int64_t>(numels.size());
+  const int64_t scratch = cuda_foreach_norm_scratch_bytes(numels, at::kFloat);
+  EXPECT_GT(scratch, 4 * n);  // the embedding's chunks
+  for (const Phase p : {Phase::kForward, Phase::kLoss, Phase::kBackward, Phase::kOptimizer}) {
+    SCOPED_TRACE(phase_name(p));
+    const PhaseMemory& a = plain.phases[static_cast<std::size_t>(p)];
+    const PhaseMemory& b = clip.phases[static_cast<std::size_t>(p)];
+    const bool optimizer = p == Phase::kOptimizer;
+    EXPECT_EQ(b.start_bytes, a.start_bytes);
+    EXPECT_EQ(b.end_bytes, a.end_bytes);
+    EXPECT_EQ(b.peak_bytes, a.peak_bytes);
+    EXPECT_EQ(b.allocated_bytes, a.allocated_bytes + (optimizer ? scratch + 4 * n + 4 * n + 4 + 4 * 4 : 0));
+    EXPECT_EQ(b.allocations, a.allocations + (optimizer ? 1 + n + 1 + 1 + 4 : 0));
+  }
 }
 
 TEST(MetaDevice, StaticMemoryIsTheAnalyticByteCount) {

@@ -7,6 +7,9 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/types.h>  // before clip_grad.h, which libtorch 1.13 does not make self-contained
+
+#include <torch/nn/utils/clip_grad.h>
 
 #include "common/error.h"
 #include "compat/torch_compat.h"
@@ -292,6 +295,72 @@ TEST(TrainingStep, Bf16ParamsWithOffloadUpdatesLikeDeviceMasters) {
   }
 }
 
+// Gradient clipping (strategies/gradient_clipping.h) inside a step, against
+// the unclipped run's gradients clipped by libtorch's own C++
+// clip_grad_norm_ and handed to the same optimizer. SGD without momentum:
+// the update is proportional to the gradient, so a clip at the wrong scale
+// shows (Adam would hide it).
+JobSpec clipped_sgd_job(double max_grad_norm) {
+  JobSpec job = mlp_job(8, "sgd");
+  job.optimizer.momentum = 0.0;
+  job.optimizer.weight_decay = 0.0;
+  job.optimizer.lr = 0.5;
+  job.optimizer.max_grad_norm = max_grad_norm;
+  return job;
+}
+
+/// The parameters after `config`'s step of `job`, and those of its
+/// reference: the parameters before it minus lr times the gradients at the
+/// optimizer phase (times `unscale`), clipped by libtorch.
+std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> clipped_step_and_reference(const JobSpec& job,
+                                                                                       const TrainingConfig& config,
+                                                                                       double unscale = 1.0) {
+  const Batch batch = make_batch(job, job.global_batch, 5);
+  ModelSession session(job);
+  std::vector<at::Tensor> reference;
+  for (const at::Tensor& p : session.parameters()) reference.push_back(p.detach().clone().to(at::kFloat));
+  TrainingStep step(session, config);
+  step.run(batch, [&](Phase phase) {
+    if (phase != Phase::kOptimizer) return;
+    for (std::size_t i = 0; i < reference.size(); ++i) {
+      reference[i].requires_grad_(true);
+      reference[i].mutable_grad() = session.parameters()[i].grad().to(at::kFloat) * unscale;
+    }
+  });
+  const double total = torch::nn::utils::clip_grad_norm_(reference, job.optimizer.max_grad_norm);
+  EXPECT_GT(total, 2 * job.optimizer.max_grad_norm) << "the test must clip";
+  at::NoGradGuard no_grad;
+  for (at::Tensor& r : reference) r = r - job.optimizer.lr * r.grad();
+  std::vector<at::Tensor> after;
+  for (const at::Tensor& p : session.parameters()) after.push_back(p.detach().to(at::kFloat));
+  return {after, reference};
+}
+
+TEST(TrainingStep, ClipsTheGradientsBeforeTheUpdateAsClipGradNorm) {
+  const JobSpec job = clipped_sgd_job(0.05);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  const auto [after, reference] = clipped_step_and_reference(job, baseline_config(job));
+  expect_all_close(after, reference, 1e-6);
+  // Offload clips the host masters' fp32 gradients: the same update.
+  TrainingConfig offload = baseline_config(job);
+  offload.offload_optimizer = true;
+  const auto [offloaded, offload_reference] = clipped_step_and_reference(job, offload);
+  expect_all_close(offloaded, offload_reference, 1e-6);
+}
+
+TEST(TrainingStep, Fp16UnscalesBeforeItClips) {
+  if (!compat::has_cpu_grad_scaler_kernels()) GTEST_SKIP() << "this libtorch has GradScaler's kernels for CUDA only";
+  const JobSpec job = clipped_sgd_job(0.05);
+  OOMTUNE_REQUIRE_FILE(job.model_path);
+  TrainingConfig fp16 = baseline_config(job);
+  fp16.precision = Precision::kFp16;
+  // The optimizer phase sees the scaled gradients (2^16, exact): clipped
+  // after unscale_ they make the reference's update; clipped before it the
+  // update would be 2^16 times smaller.
+  const auto [after, reference] = clipped_step_and_reference(job, fp16, 1.0 / DynamicLossScaler::kInitScale);
+  expect_all_close(after, reference, 1e-6);
+}
+
 // fp16's loss scaler against an unscaled backward and GradScaler's rules
 // (torch/amp/grad_scaler.py): the unscaled gradients are the unmodified
 // run's (a power-of-two scale is exact in fp32), an inf skips the step and
@@ -312,20 +381,29 @@ TEST(DynamicLossScaler, UnscalesToTheUnscaledGradientsAndBacksOffOnInf) {
   EXPECT_EQ(scaled.item<float>(), loss.item<float>() * 65536.0f);
   scaled.backward();
   EXPECT_FALSE(at::equal(w.grad(), expected));
-  EXPECT_FALSE(scaler.unscale({w}));
+  int steps = 0;
+  const auto count_step = [&steps] { ++steps; };
+  // unscale_ before step (gradient clipping): step neither unscales again
+  // nor lets unscale_ run twice before update.
+  scaler.unscale_({w});
   EXPECT_TRUE(at::equal(w.grad(), expected));
+  EXPECT_FALSE(scaler.step({w}, nullptr, count_step));
+  EXPECT_TRUE(at::equal(w.grad(), expected));
+  EXPECT_EQ(steps, 1);
+  EXPECT_THROW(scaler.unscale_({w}), std::logic_error);
   scaler.update();
   EXPECT_EQ(scaler.scale_value(), 65536.0);
 
   w.mutable_grad() = expected.clone();
   w.mutable_grad()[1][2] = std::numeric_limits<float>::infinity();
-  EXPECT_TRUE(scaler.unscale({w}));
+  EXPECT_TRUE(scaler.step({w}, nullptr, count_step));
+  EXPECT_EQ(steps, 1);
   scaler.update();
   EXPECT_EQ(scaler.scale_value(), 32768.0);
 
   for (int64_t step = 1; step <= DynamicLossScaler::kGrowthInterval; ++step) {
     w.mutable_grad() = expected.clone();
-    ASSERT_FALSE(scaler.unscale({w}));
+    ASSERT_FALSE(scaler.step({w}, nullptr, count_step));
     scaler.update();
     ASSERT_EQ(scaler.scale_value(), step < DynamicLossScaler::kGrowthInterval ? 32768.0 : 65536.0) << step;
   }

@@ -16,7 +16,7 @@ load:  for every golden plan and every autotune test's plan, the YAML loads
        no accumulation key: the script passes
        Accelerator(gradient_accumulation_steps=N), as its note says. Under
        DeepSpeed the DeepSpeed config Accelerate will hand to
-       deepspeed.initialize asks for no clipping, the plan's precision and
+       deepspeed.initialize asks for the plan's clipping and precision and
        ZeRO stage and buckets no larger than the model
        (emitted.check_deepspeed_config); and the note's reason for the file
        form holds: the inline deepspeed_config keys with gradient_clipping
@@ -164,8 +164,8 @@ def train(cases, failures):
             with zero_buckets() as buckets:
                 engine, model = train_one(case, accelerator, failures, dummy_optimizer=deepspeed and file_optimizer)
             if deepspeed:
-                failures.check(engine.gradient_clipping() == 0.0, case,
-                               f"the engine clips at {engine.gradient_clipping()}")
+                failures.check(engine.gradient_clipping() == case.max_grad_norm, case,
+                               f"the engine clips at {engine.gradient_clipping()}, the plan at {case.max_grad_norm}")
                 check_deepspeed_run("accelerate", case, model, buckets, failures)
     return len(cases)
 
@@ -188,6 +188,10 @@ def train_one(case, accelerator, failures, dummy_optimizer):
         with accelerator.accumulate(model_run):
             loss = model_run(**batch)["loss"]
             accelerator.backward(loss)
+            # The note without DeepSpeed (whose config file clips).
+            if case.max_grad_norm and accelerator.sync_gradients and \
+                    accelerator.distributed_type != DistributedType.DEEPSPEED:
+                accelerator.clip_grad_norm_(model_run.parameters(), case.max_grad_norm)
             optimizer.step()
             optimizer.zero_grad()
             if accelerator.sync_gradients:

@@ -7,7 +7,7 @@ load:  for every golden plan and every autotune test's plan,
        at the world size the plan assumes (one GPU: no process group, so
        DeepSpeed takes world size 1), and its batch triple holds:
        train_batch_size = micro x accumulation x world = the plan's global
-       batch, each as the plan says. DeepSpeed reads no clipping, the plan's
+       batch, each as the plan says. DeepSpeed reads the plan's clipping and
        precision (torch_autocast for bf16/fp16 autocast, never the bf16/fp16
        modes that cast the weights; bf16 for bf16_params), and the ZeRO stage
        with buckets no larger than the model (emitted.check_deepspeed_config).
@@ -53,7 +53,8 @@ def load(cases, failures):
         failures.check(ds.zero_optimization_stage == (2 if case.offload else 0), case,
                        f"ZeRO stage {ds.zero_optimization_stage}")
         # As DeepSpeed parsed it, then the file's entries.
-        failures.check(ds.gradient_clipping == 0.0, case, f"DeepSpeed reads gradient_clipping {ds.gradient_clipping}")
+        failures.check(ds.gradient_clipping == case.max_grad_norm, case,
+                       f"DeepSpeed reads gradient_clipping {ds.gradient_clipping}, the plan {case.max_grad_norm}")
         failures.check((ds.bfloat16_config.enabled, ds.float16_config.enabled, ds.torch_autocast_enabled) ==
                        (case.precision == "bf16_params", False, case.precision in ("bf16", "fp16")), case,
                        f"DeepSpeed reads bf16 {ds.bfloat16_config.enabled}, fp16 {ds.float16_config.enabled}, "
@@ -95,7 +96,8 @@ def train(cases, failures):
                 if boundary:
                     log.optimizer_step()
         failures.check(engine.global_steps == OPTIMIZER_STEPS, case, f"engine.global_steps {engine.global_steps}")
-        failures.check(engine.gradient_clipping() == 0.0, case, f"the engine clips at {engine.gradient_clipping()}")
+        failures.check(engine.gradient_clipping() == case.max_grad_norm, case,
+                       f"the engine clips at {engine.gradient_clipping()}, the plan at {case.max_grad_norm}")
         check_run("deepspeed", case, log, failures)
         check_deepspeed_run("deepspeed", case, model, buckets, failures)
     return len(cases)

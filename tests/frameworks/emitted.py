@@ -64,14 +64,16 @@ AUTOTUNE_PLANS = {
 # weights, fp16 loss-scaled); bf16_params through its bf16 mode.
 TRAIN_ADAMW = {"lr": 3e-3, "weight_decay": 0.0, "betas": [0.9, 0.999], "eps": 1e-08, "momentum": 0.0}
 TRAIN_PLANS = {
-    "train_accumulation": ("test_gpt", 4, 3, "none", "adamw", False, "fp32", TRAIN_ADAMW),
+    # Gradient clipping at 1.0 (the Trainer's default) here and under
+    # DeepSpeed with fp16's loss scaling (train_offload_fp16).
+    "train_accumulation": ("test_gpt", 4, 3, "none", "adamw", False, "fp32", dict(TRAIN_ADAMW, max_grad_norm=1.0)),
     # Adafactor (issue #45's strategy-table example): HF builds it from
     # optim = "adafactor", Lightning from the emitted class and kwargs,
     # DeepSpeed and Accelerate take the script's (training.script_optimizer).
     "train_adafactor": ("test_gpt", 4, 3, "none", "adafactor", False, "fp32", TRAIN_ADAMW),
     "train_offload": ("test_gpt", 4, 3, "none", "adamw", True, "fp32", TRAIN_ADAMW),
     "train_offload_bf16": ("test_gpt", 4, 3, "none", "adamw", True, "bf16", TRAIN_ADAMW),
-    "train_offload_fp16": ("test_gpt", 4, 3, "none", "adamw", True, "fp16", TRAIN_ADAMW),
+    "train_offload_fp16": ("test_gpt", 4, 3, "none", "adamw", True, "fp16", dict(TRAIN_ADAMW, max_grad_norm=1.0)),
     "train_bf16_params": ("test_gpt", 4, 3, "none", "adamw", False, "bf16_params", TRAIN_ADAMW),
 }
 
@@ -96,6 +98,8 @@ class Case:
         self.offload = config.get("offload_optimizer", False)
         self.device = self.plan["job"].get("device", "cuda")
         self.parameters = self.plan["job"].get("parameters")  # None: a plan written before the key
+        # The job's gradient clipping (0.0: none; absent from plans written before the key).
+        self.max_grad_norm = self.plan.get("optimizer", {}).get("max_grad_norm", 0.0)
         # Every framework runs it through DeepSpeed (recipes/recipe_text.h uses_deepspeed).
         self.deepspeed = self.offload or self.precision == "bf16_params"
 
@@ -159,8 +163,8 @@ DEEPSPEED_DEFAULT_BUCKET = 500_000_000  # reduce/allgather_bucket_size (deepspee
 
 def check_deepspeed_config(case, config, failures, who):
     """A DeepSpeed config as `who` (a framework, or ds_config.json itself)
-    hands it to deepspeed.initialize: no gradient clipping (DeepSpeed's
-    default is 1.0 from 0.19.3); for autocast (bf16, fp16) torch_autocast
+    hands it to deepspeed.initialize: the plan's gradient clipping, 0.0
+    included (DeepSpeed's default is 1.0 from 0.19.3); for autocast (bf16, fp16) torch_autocast
     with the plan's dtype and neither "bf16" nor "fp16" enabled, which cast
     the weights (engine.py _cast_module_mixed_precision); for bf16_params
     "bf16" enabled; ZeRO stage 2 under offload, else 0; under offload
@@ -169,7 +173,7 @@ def check_deepspeed_config(case, config, failures, who):
     recipes/deepspeed_sections.cpp), or DeepSpeed's default where the plan
     has no count."""
     where = f"{who}'s DeepSpeed config"
-    failures.check(config.get("gradient_clipping", 1.0) == 0.0, case,
+    failures.check(config.get("gradient_clipping", 1.0) == case.max_grad_norm, case,
                    f"{where}: gradient_clipping {config.get('gradient_clipping', '(absent: 1.0)')}")
     autocast = config.get("torch_autocast", {})
     enabled = {section: config.get(section, {}).get("enabled", False) in (True, "true", "True")

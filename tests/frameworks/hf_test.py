@@ -70,7 +70,8 @@ def load(cases, failures):
         for_the_cpu = case.device == "cpu" and "deepspeed" not in emitted
         failures.check(emitted.get("use_cpu", False) == for_the_cpu, case,
                        f"use_cpu {emitted.get('use_cpu')} in a file for {'the CPU' if for_the_cpu else 'a GPU'}")
-        failures.check(args.max_grad_norm == 0.0, case, f"max_grad_norm {args.max_grad_norm}: clips, unlike the plan")
+        failures.check(args.max_grad_norm == case.max_grad_norm, case,
+                       f"max_grad_norm {args.max_grad_norm}: the plan clips at {case.max_grad_norm} (0: none)")
         failures.check(args.lr_scheduler_type == "constant", case,
                        f"lr_scheduler_type {args.lr_scheduler_type}: the measured learning rate is constant")
         failures.check(bool(args.deepspeed) == case.deepspeed, case, f"deepspeed {args.deepspeed}")

@@ -84,6 +84,11 @@ def load(cases, failures):
         failures.check(plugin == expected, case, f"precision plugin {plugin}, expected {expected}")
         failures.check(trainer.accumulate_grad_batches == case.accumulation_steps, case,
                        f"accumulate_grad_batches {trainer.accumulate_grad_batches}")
+        if not deepspeed:  # under DeepSpeed the strategy config's gradient_clipping (check_deepspeed_strategy)
+            failures.check(trainer.gradient_clip_val == (case.max_grad_norm or None) and
+                           (not case.max_grad_norm or trainer.gradient_clip_algorithm == "norm"), case,
+                           f"gradient_clip_val {trainer.gradient_clip_val} ({trainer.gradient_clip_algorithm}), "
+                           f"the plan clips at {case.max_grad_norm}")
         batch = emitted["datamodule"]["batch_size"] * trainer.accumulate_grad_batches * trainer.world_size
         failures.check(batch == case.global_batch, case, f"global batch {batch}, the plan's is {case.global_batch}")
         if not emitted["optimizer"]["class"].startswith("bitsandbytes."):
@@ -179,7 +184,7 @@ def train_as_the_strategy(case, emitted, failures):
     deepspeed.initialize with its formatted config and the optimizer
     configure_optimizers() returns), on DeepSpeed's CPU accelerator, and
     trained: the parameters keep the plan's dtype, ZeRO-2's buckets hold at
-    most the model, no clipping."""
+    most the model, the plan's clipping."""
     import deepspeed
     from training import check_deepspeed_run, zero_buckets
 
@@ -206,7 +211,8 @@ def train_as_the_strategy(case, emitted, failures):
     print(f"lightning: {case.name}: engine from DeepSpeedStrategy's config, torch_autocast "
           f"{engine.torch_autocast_enabled()} ({engine.torch_autocast_dtype()}), bf16 {engine.bfloat16_enabled()}, "
           f"fp16 {engine.fp16_enabled()}, ZeRO stage {engine.zero_optimization_stage()}")
-    failures.check(engine.gradient_clipping() == 0.0, case, f"the engine clips at {engine.gradient_clipping()}")
+    failures.check(engine.gradient_clipping() == case.max_grad_norm, case,
+                       f"the engine clips at {engine.gradient_clipping()}, the plan at {case.max_grad_norm}")
     check_run("lightning (as DeepSpeedStrategy)", case, module.log_steps, failures)
     check_deepspeed_run("lightning", case, module.model, buckets, failures)
 

@@ -54,6 +54,7 @@ std::string job_problem(const oomtune::JobSpec& job) {
     return "a beta outside [0, 1)";
   if (!(in(o.eps, 0.0, 1.0) && o.eps > 0.0)) return "eps outside (0, 1]";
   if (!(in(o.momentum, 0.0, 1.0) && o.momentum < 1.0)) return "momentum outside [0, 1)";
+  if (!in(o.max_grad_norm, 0.0, 1e6)) return "max_grad_norm outside [0, 1e6]";
   // The sequence length (job/job_spec.h, kSeqDim): given exactly when an
   // input names it, within [1, kMaxSeqLen], a range's min not above it.
   if (job.has_seq() != job.seq_len.has_value()) return "a \"seq\" dimension and the seq key disagree";

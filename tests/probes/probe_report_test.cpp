@@ -181,6 +181,15 @@ TEST(ProbeReportJson, TheOptimizerLineRoundTripsAndNamesItsImplementation) {
   EXPECT_EQ(optimizer_text({"sgd", "", 0}),
             "sgd: 0 B of temporaries above its state at the step's peak (offload: libtorch's loop on the host; not "
             "foreach-modelled)");
+  // Gradient clipping: the job's max_norm round-trips and ends the line.
+  r.optimizer.max_grad_norm = 0.5;
+  EXPECT_EQ(probe_report_from_json(to_json(r)).optimizer.max_grad_norm, 0.5);
+  EXPECT_EQ(optimizer_text({"sgd", "fused", 0, 1.0}),
+            "sgd, fused: 0 B of temporaries above its state at the step's peak (one fused kernel in place; step "
+            "counts on the device); gradients clipped to norm 1 before the update (clip_grad_norm_)");
+  nlohmann::json unclipped = to_json(r);
+  unclipped["optimizer"].erase("max_grad_norm");  // reports recorded before clipping
+  EXPECT_EQ(probe_report_from_json(unclipped).optimizer.max_grad_norm, 0.0);
   // Reports recorded before the line have none.
   nlohmann::json old = to_json(r);
   old.erase("optimizer");

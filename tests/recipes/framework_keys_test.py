@@ -138,7 +138,8 @@ def check_deepspeed(path, plan):
     micro, accum = config.get("train_micro_batch_size_per_gpu"), config.get("gradient_accumulation_steps")
     check(config.get("train_batch_size") == plan["global"] and micro == plan["micro"] and accum == plan["accum"],
           where, f"batch sizes {config.get('train_batch_size')} = {micro} x {accum}, plan {plan['global']}")
-    check(config.get("gradient_clipping") == 0.0, where, f"gradient_clipping {config.get('gradient_clipping')}")
+    check(config.get("gradient_clipping") == plan["max_grad_norm"], where,
+          f"gradient_clipping {config.get('gradient_clipping')}, the plan {plan['max_grad_norm']}")
     check_engine_sections(config, plan, where)
     optimizer = config.get("optimizer")
     if optimizer is not None:
@@ -168,6 +169,7 @@ def check_hf(path, out_dir, plan):
         # The Trainer's Accelerate would add DeepSpeed's bf16/fp16 section.
         check(not args.get("bf16") and not args.get("fp16"), where, "bf16/fp16 switched on under DeepSpeed")
     check(args.get("lr_scheduler_type") == "constant", where, f"lr_scheduler_type {args.get('lr_scheduler_type')}")
+    check(args.get("max_grad_norm") == plan["max_grad_norm"], where, f"max_grad_norm {args.get('max_grad_norm')}")
     check(args["per_device_train_batch_size"] * args["gradient_accumulation_steps"] == plan["global"], where,
           "per_device_train_batch_size x gradient_accumulation_steps is not the global batch")
     if "deepspeed" in args:
@@ -196,11 +198,16 @@ def check_lightning(path, plan):
         subset(ds_config, KEYS["deepspeed"]["top_level"], where, "DeepSpeedStrategy config keys")
         for refused in ("gradient_accumulation_steps", "optimizer"):  # Lightning refuses / configure_optimizers
             check(refused not in ds_config, where, f"DeepSpeedStrategy config has {refused}")
-        check(ds_config.get("gradient_clipping") == 0.0, where, "DeepSpeedStrategy config clips")
+        check(ds_config.get("gradient_clipping") == plan["max_grad_norm"], where,
+              f"DeepSpeedStrategy config clips at {ds_config.get('gradient_clipping')}")
         check_engine_sections(ds_config, plan, where)
         # "bf16-mixed" / "16-mixed" would make Lightning add the casting section.
         check(trainer["precision"] == ("bf16-mixed" if plan["precision"] == "bf16_params" else "32-true"), where,
               f"precision {trainer['precision']} under DeepSpeed")
+    else:
+        check(trainer.get("gradient_clip_val") == (plan["max_grad_norm"] or None) and
+              trainer.get("gradient_clip_algorithm") == ("norm" if plan["max_grad_norm"] else None), where,
+              f"gradient_clip_val {trainer.get('gradient_clip_val')} ({trainer.get('gradient_clip_algorithm')})")
     check(config["datamodule"]["batch_size"] * trainer.get("accumulate_grad_batches", 1) == plan["global"], where,
           "batch_size x accumulate_grad_batches is not the global batch")
     optimizer = config["optimizer"]
@@ -252,9 +259,11 @@ def main(argv):
         case = os.path.join(work, name)
         os.makedirs(case)
         plan_path = os.path.join(case, "plan.toml")
+        max_grad_norm = 1.0 if accum > 1 else 0.0  # half the grid clips
         with open(plan_path, "w") as f:
             f.write(plan_toml(micro, accum, checkpoint, optimizer, offload, precision, device,
-                              momentum=0.9 if optimizer == "sgd" else 0.0, parameters=PARAMETERS))
+                              momentum=0.9 if optimizer == "sgd" else 0.0, parameters=PARAMETERS,
+                              max_grad_norm=max_grad_norm))
         out = os.path.join(case, "out")
         run = subprocess.run([emit, "emit", plan_path, "--out", out], capture_output=True, text=True)
         if run.returncode != 0:
@@ -266,7 +275,7 @@ def main(argv):
             continue
         emitted += 1
         plan = {"global": micro * accum, "micro": micro, "accum": accum, "offload": offload,
-                "precision": precision, "parameters": PARAMETERS}
+                "precision": precision, "parameters": PARAMETERS, "max_grad_norm": max_grad_norm}
         check_deepspeed(os.path.join(out, "ds_config.json"), plan)
         check_hf(os.path.join(out, "hf_training_args.json"), out, plan)
         check_lightning(os.path.join(out, "lightning_trainer.json"), plan)

@@ -67,6 +67,7 @@ inline std::vector<std::pair<std::string, Plan>> golden_plans() {
   ckpt.optimizer.lr = 3e-4;
   ckpt.optimizer.weight_decay = 0.1;
   ckpt.optimizer.beta2 = 0.95;
+  ckpt.optimizer.max_grad_norm = 1.0;  // clipped, as language models train
   ckpt.measured_peak_bytes = 15'032'385'536;
   ckpt.predicted_peak_bytes = 14'763'950'080;
   ckpt.measured_samples_per_second = 96.25;
@@ -80,6 +81,7 @@ inline std::vector<std::pair<std::string, Plan>> golden_plans() {
   eight_bit.config.checkpoint.first_n = 2;
   eight_bit.optimizer.lr = 1e-4;
   eight_bit.optimizer.weight_decay = 0.0;
+  eight_bit.optimizer.max_grad_norm = 0.5;  // after fp16's unscale_
   eight_bit.budget_bytes = int64_t{8} << 30;
   eight_bit.predicted_peak_bytes = 7'516'192'768;
   cases.emplace_back("adamw8bit_fp16", eight_bit);
@@ -90,6 +92,7 @@ inline std::vector<std::pair<std::string, Plan>> golden_plans() {
   offload.config.checkpoint.mode = CheckpointPlan::Mode::kPaths;
   offload.config.checkpoint.paths = {"blocks.0", "blocks.1"};
   offload.optimizer.lr = 2e-5;
+  offload.optimizer.max_grad_norm = 1.0;  // DeepSpeed clips the host's fp32 gradients
   offload.budget_bytes = int64_t{24} << 30;
   offload.headroom = 0.1;
   offload.measured_peak_bytes = 22'548'578'304;

@@ -42,6 +42,7 @@ TEST(PlanToml, DefaultsArePinned) {
   EXPECT_EQ(plan.optimizer.beta2, 0.999);
   EXPECT_EQ(plan.optimizer.eps, 1e-8);
   EXPECT_EQ(plan.optimizer.momentum, 0.0);
+  EXPECT_EQ(plan.optimizer.max_grad_norm, 0.0);  // plans written before the key: no clipping, as then measured
   // Plans written before the key: torch.optim's default on CUDA.
   EXPECT_EQ(plan.optimizer.implementation, OptimizerImplementation::kForeach);
   EXPECT_EQ(plan.device, Device::kCuda);
@@ -76,6 +77,7 @@ TEST(PlanToml, RoundTripIsExactForAwkwardValues) {
   plan.optimizer.beta1 = 0.0;
   plan.optimizer.beta2 = std::nextafter(1.0, 0.0);
   plan.optimizer.momentum = 1.0 / 3.0;
+  plan.optimizer.max_grad_norm = 0.1 + 0.7;  // 0.7999999999999999
   plan.headroom = 0.0;
   plan.budget_bytes = std::numeric_limits<int64_t>::max();
   plan.measured_peak_bytes = 0;
@@ -106,7 +108,7 @@ TEST(PlanToml, WritesTheDocumentedLayout) {
        {"plan_version = 1\n", "[job]\n", "global_batch = 32  # micro_batch * accumulation_steps, exact\n",
         "budget = 17179869184  # bytes (16.00 GiB)\n", "[config]\n", "micro_batch = 4\n", "accumulation_steps = 8\n",
         "checkpoint = \"all\"\n", "precision = \"bf16\"\n", "[optimizer]\n", "lr = 0.0003\n", "betas = [0.9, 0.95]\n",
-        "eps = 1e-08\n", "momentum = 0.0\n", "[result]\n"})
+        "eps = 1e-08\n", "momentum = 0.0\n", "max_grad_norm = 1.0\n", "[result]\n"})
     EXPECT_NE(text.find(expected), std::string::npos) << expected;
 }
 
@@ -163,7 +165,7 @@ TEST(PlanToml, ErrorsNameFileLineColumnAndKey) {
             "optimizer, result)");
   EXPECT_EQ(error_of(std::string(kMinimal) + "[optimizer]\nlearning_rate = 0.1\n"),
             "plan.toml:5:1: optimizer.learning_rate: unknown key (did you mean 'lr'?; valid: lr, weight_decay, "
-            "betas, eps, momentum, implementation)");
+            "betas, eps, momentum, implementation, max_grad_norm)");
   EXPECT_EQ(error_of(std::string(kMinimal) + "[optimizer]\nimplementation = \"single\"\n"),
             "plan.toml:5:18: optimizer.implementation: unknown value 'single' (did you mean 'single_tensor'?; valid: "
             "foreach, fused, single_tensor)");

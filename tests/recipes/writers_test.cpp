@@ -85,6 +85,37 @@ TEST(Writers, AccelerateUnderDeepSpeedIsTheDeepSpeedFile) {
   }
 }
 
+// The job's gradient clipping reaches every framework as what it clips by:
+// max_grad_norm, gradient_clipping, gradient_clip_val with the "norm"
+// algorithm (or, under DeepSpeed, the strategy config's gradient_clipping),
+// and for Accelerate without DeepSpeed a note naming
+// accelerator.clip_grad_norm_. None: 0 written where the framework's
+// default clips (HF, DeepSpeed), nothing where it does not (Lightning).
+TEST(Writers, EveryFileClipsAsTheJob) {
+  for (const bool offload : {false, true}) {
+    Plan plan = testing::base_plan(4, 2);
+    plan.config.offload_optimizer = offload;
+    plan.optimizer.max_grad_norm = 0.75;
+    SCOPED_TRACE(to_string(plan.config));
+    EXPECT_EQ(nlohmann::json::parse(write_hf_training_args(plan))["training_args"]["max_grad_norm"], 0.75);
+    EXPECT_EQ(nlohmann::json::parse(write_deepspeed_config(plan))["gradient_clipping"], 0.75);
+    const auto trainer = nlohmann::json::parse(write_lightning_trainer(plan))["trainer"];
+    if (offload) {
+      EXPECT_EQ(trainer["strategy"]["kwargs"]["config"]["gradient_clipping"], 0.75);
+      EXPECT_FALSE(trainer.contains("gradient_clip_val"));  // DeepSpeed clips; Lightning's precision leaves it
+    } else {
+      EXPECT_EQ(trainer["gradient_clip_val"], 0.75);
+      EXPECT_EQ(trainer["gradient_clip_algorithm"], "norm");
+    }
+    EXPECT_EQ(any_note_has(accelerate_notes(plan), "accelerator.clip_grad_norm_(model.parameters(), 0.75)"), !offload);
+  }
+  const Plan unclipped = testing::base_plan(4, 2);
+  EXPECT_EQ(nlohmann::json::parse(write_hf_training_args(unclipped))["training_args"]["max_grad_norm"], 0.0);
+  EXPECT_EQ(nlohmann::json::parse(write_deepspeed_config(unclipped))["gradient_clipping"], 0.0);
+  EXPECT_FALSE(nlohmann::json::parse(write_lightning_trainer(unclipped))["trainer"].contains("gradient_clip_val"));
+  EXPECT_FALSE(any_note_has(accelerate_notes(unclipped), "clip_grad_norm_"));
+}
+
 TEST(Writers, EveryWriterRejectsAnInvalidPlan) {
   Plan plan = testing::base_plan(4, 2);
   plan.global_batch = 7;

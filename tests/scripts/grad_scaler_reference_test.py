@@ -8,26 +8,24 @@ changes GradScaler's allocations fails here.
 
     grad_scaler_reference_test.py SOURCE_DIR
 """
-import json
 import os
-import subprocess
 import sys
 
-source = sys.argv[1]
-run = subprocess.run([sys.executable, os.path.join(source, "bench", "optimizers", "grad_scaler_reference.py"), "--json"],
-                     capture_output=True, text=True)
-if run.returncode != 0:
-    print(f"FAIL: grad_scaler_reference.py exited {run.returncode}: {run.stderr[-2000:]}")
-    sys.exit(1)
-measured = {r["implementation"]: r for r in json.loads(run.stdout)["runs"]}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_reference import run_reference  # noqa: E402
+
+measured = {r["implementation"]: r for r in run_reference(sys.argv[1], "grad_scaler_reference.py")["runs"]}
 
 # unscale_: the scale in fp64, its reciprocal, the fp32 inverse, found_inf,
 # and _MultiDeviceReplicator's copies of found_inf and the inverse; the copy
 # of found_inf alive through the step. Fused: _check_inf_per_device's 1 and
 # found_inf, their copies, then sum()'s found_inf and the scale times 1,
-# handed to the optimizer. Both peak at 16 B: the fp64 pair, or the four
+# handed to the optimizer. Fused after an explicit unscale_ (gradient
+# clipping): unscale_'s six, then sum()'s found_inf alone (no scale: the
+# gradients are unscaled). All peak at 16 B: the fp64 pair, or the four
 # scalars of the check.
-expected = {"foreach": ([8, 8, 4, 4, 4, 4], 16, 4), "fused": ([4, 4, 4, 4, 4, 4], 16, 12)}
+expected = {"foreach": ([8, 8, 4, 4, 4, 4], 16, 4), "fused": ([4, 4, 4, 4, 4, 4], 16, 12),
+            "fused after unscale_": ([8, 8, 4, 4, 4, 4, 4], 16, 8)}
 failures = []
 for implementation, (sizes, peak, alive) in expected.items():
     got = measured[implementation]
