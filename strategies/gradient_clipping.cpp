@@ -19,10 +19,13 @@ at::ScalarType opmath_type(at::ScalarType dtype) {
   return dtype == at::kHalf || dtype == at::kBFloat16 ? at::kFloat : dtype;
 }
 
-int64_t max_chunks(const std::vector<int64_t>& numels) {
+// Elements of CUDA's scratch: one partial norm per chunk of the largest
+// tensor, for every tensor (foreach_tensor_norm_cuda's ntensors *
+// max_chunks_per_tensor).
+int64_t scratch_elements(const std::vector<int64_t>& numels) {
   int64_t chunks = 0;
   for (const int64_t n : numels) chunks = std::max(chunks, (n + kChunkSize - 1) / kChunkSize);
-  return chunks;
+  return static_cast<int64_t>(numels.size()) * chunks;
 }
 
 // torch._foreach_norm(grads, 2) over one device's and dtype's gradients,
@@ -34,8 +37,7 @@ std::vector<at::Tensor> foreach_norm(const std::vector<at::Tensor>& grads, ClipP
   if (placement == ClipPlacement::kDevice && !first.is_cuda()) {
     std::vector<int64_t> numels;
     for (const at::Tensor& g : grads) numels.push_back(g.numel());
-    scratch = at::zeros({static_cast<int64_t>(grads.size()) * max_chunks(numels)},
-                        first.options().dtype(opmath_type(first.scalar_type())));
+    scratch = at::zeros({scratch_elements(numels)}, first.options().dtype(opmath_type(first.scalar_type())));
   }
   return at::_foreach_norm(grads, 2);
 }
@@ -43,8 +45,7 @@ std::vector<at::Tensor> foreach_norm(const std::vector<at::Tensor>& grads, ClipP
 }  // namespace
 
 int64_t cuda_foreach_norm_scratch_bytes(const std::vector<int64_t>& numels, at::ScalarType dtype) {
-  return static_cast<int64_t>(numels.size()) * max_chunks(numels) *
-         static_cast<int64_t>(c10::elementSize(opmath_type(dtype)));
+  return scratch_elements(numels) * static_cast<int64_t>(c10::elementSize(opmath_type(dtype)));
 }
 
 at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm, ClipPlacement placement) {
