@@ -136,10 +136,14 @@ Phase phase_of_frame(const Frame& f, const FrameClass& c) {
   // User and library files: the path (inside site-packages for a library) names an optimizer.
   const bool optim_named = !torch && has(p, "optim");
   // DeepSpeed's engine.step and its optimizers (deepspeed/ops/adam/,
-  // runtime/zero/) and torch.amp's GradScaler.step name no "optim".
+  // runtime/zero/), torch.amp's GradScaler.step and unscale_ and gradient
+  // clipping (torch.nn.utils.clip_grad_norm_, which HF Trainer and
+  // Accelerate call between the last backward and the step) name no
+  // "optim": oomtune's optimizer phase begins after the last backward.
   const bool optimizer_step = (c.origin == Origin::kLibrary && starts_with(p, "deepspeed/") &&
                                (f.name == "step" || f.name == "_take_model_step")) ||
-                              (torch && p == "amp/grad_scaler.py" && f.name == "step");
+                              (torch && p == "amp/grad_scaler.py" && (f.name == "step" || f.name == "unscale_")) ||
+                              (torch && p == "nn/utils/clip_grad.py");
   if ((torch && starts_with(p, "optim/")) || (c.origin == Origin::kLibrary && starts_with(p, "bitsandbytes/optim/")) ||
       ((f.name == "step" || f.name == "zero_grad") && optim_named) || optimizer_step) {
     return Phase::kOptimizer;

@@ -87,8 +87,10 @@ TEST(FrameIndex, LayerIsInnermostModelCodeAndCallSiteIsTheScriptLine) {
 
 // Optimizer steps whose files do not say "optim": DeepSpeed's engine
 // (engine.step -> _take_model_step -> the ZeRO optimizer's step -> FusedAdam
-// in deepspeed/ops/adam/) and torch.amp's GradScaler.step; a diffusers
-// scheduler's step stays what its other frames say.
+// in deepspeed/ops/adam/), torch.amp's GradScaler.step and unscale_, and
+// gradient clipping before the step (torch/nn/utils/clip_grad.py, from HF
+// Trainer through Accelerate: the frames PyTorch 2.11 and transformers
+// 5.24 name); a diffusers scheduler's step stays what its other frames say.
 TEST(FrameIndex, DeepSpeedAndGradScalerStepsAreTheOptimizer) {
   const std::string venv = "/opt/venv/lib/python3.11/site-packages";
   const Snapshot s = testing::with_stacks({
@@ -99,11 +101,21 @@ TEST(FrameIndex, DeepSpeedAndGradScalerStepsAreTheOptimizer) {
        {"/home/u/train.py", "main", 80}},
       {{venv + "/torch/amp/grad_scaler.py", "step", 457}, {"/home/u/train.py", "main", 81}},
       {{venv + "/diffusers/schedulers/scheduling_ddpm.py", "step", 440}, {"/home/u/sample.py", "main", 30}},
+      {{venv + "/torch/nn/utils/clip_grad.py", "_get_total_norm", 96},
+       {venv + "/torch/nn/utils/clip_grad.py", "clip_grad_norm_", 231},
+       {venv + "/accelerate/accelerator.py", "_clip_grad_norm_dtensor_aware", 2960},
+       {venv + "/accelerate/accelerator.py", "clip_grad_norm_", 3048},
+       {venv + "/transformers/trainer.py", "_clip_grad_norm", 2787},
+       {venv + "/transformers/trainer.py", "_inner_training_loop", 1939},
+       {"/home/u/train.py", "main", 82}},
+      {{venv + "/torch/amp/grad_scaler.py", "unscale_", 356}, {"/home/u/train.py", "main", 83}},
   });
   const FrameIndex index(s);
   EXPECT_EQ(index.phase(1), Phase::kOptimizer);
   EXPECT_EQ(index.phase(2), Phase::kOptimizer);
   EXPECT_EQ(index.phase(3), Phase::kOther);
+  EXPECT_EQ(index.phase(4), Phase::kOptimizer);
+  EXPECT_EQ(index.phase(5), Phase::kOptimizer);
 }
 
 // A model built on the device makes its weights in its own __init__:
