@@ -50,6 +50,7 @@ int run_probe(ProbeFlags flags) {
   TrainingConfig from_plan;
   ParameterSelection plan_trainable;
   OptimizerImplementation plan_implementation = kDefaultOptimizerImplementation;
+  double plan_max_grad_norm = 0;
   std::optional<int64_t> plan_seq_len;
   std::optional<int64_t> plan_budget;
   double plan_headroom = 0;
@@ -76,6 +77,7 @@ int run_probe(ProbeFlags flags) {
     from_plan = plan.config;
     plan_trainable = plan.trainable;
     plan_implementation = plan.optimizer.implementation;
+    plan_max_grad_norm = plan.optimizer.max_grad_norm;
     plan_seq_len = plan.seq_len;
     plan_budget = plan.budget_bytes;
     plan_headroom = plan.headroom;
@@ -119,6 +121,13 @@ int run_probe(ProbeFlags flags) {
                flags.plan_path, to_string(plan_implementation), flags.job_path,
                to_string(job.optimizer.implementation));
     job.optimizer.implementation = plan_implementation;
+  }
+  // And its gradient clipping (none in plans written before the key, which
+  // were measured without).
+  if (have_plan && plan_max_grad_norm != job.optimizer.max_grad_norm) {
+    fmt::print(stderr, "probe: {} was measured with max_grad_norm = {}, not {}'s {}: probing the plan's\n",
+               flags.plan_path, plan_max_grad_norm, flags.job_path, job.optimizer.max_grad_norm);
+    job.optimizer.max_grad_norm = plan_max_grad_norm;
   }
   TrainingConfig config;
   try {

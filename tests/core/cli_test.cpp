@@ -894,6 +894,25 @@ TEST(Cli, ProbeRunsAPlansOptimizerImplementationBack) {
       << r.err;
 }
 
+// And its gradient clipping: the plan's max_grad_norm is what the trial
+// clips at, the job's (none) notwithstanding.
+TEST(Cli, ProbeRunsAPlansGradientClippingBack) {
+  OOMTUNE_REQUIRE_FILE(testing::example_model("gpt"));
+  const std::string job = std::string(OOMTUNE_EXAMPLES_DIR) + "/gpt.toml";
+  const std::string plan = testing::write_temp_file(
+      "clipped_plan.toml", "plan_version = 1\n[job]\nspec = \"" + job +
+                               "\"\nglobal_batch = 2\n[config]\nmicro_batch = 2\naccumulation_steps = 1\n"
+                               "[optimizer]\nlr = 3e-4\nmax_grad_norm = 0.5\n");
+  const RunResult r = run_oomtune("probe --plan " + plan + " --json --no-fit");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto report = nlohmann::json::parse(r.out).at("report");
+  EXPECT_EQ(report.at("optimizer").at("max_grad_norm"), 0.5);
+  EXPECT_NE(
+      r.err.find("probe: " + plan + " was measured with max_grad_norm = 0.5, not " + job + "'s 0: probing the plan's"),
+      std::string::npos)
+      << r.err;
+}
+
 // Probe trials run in a child process as autotune's do: a model that kills
 // its process becomes a reported outcome, not a dead oomtune.
 TEST(Cli, ProbeReportsACrashInsteadOfDying) {
