@@ -1,5 +1,7 @@
 #include "strategies/training_step.h"
 
+#include <functional>
+
 #include <fmt/format.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
@@ -142,22 +144,25 @@ StepResult TrainingStep::run(const Batch& global_batch, const PhaseHook& hook) {
   // their fp32 gradients, as DeepSpeed does (on the host with offload).
   // The total norm is dropped at once, as a loop that does not log it.
   const double max_norm = job.optimizer.max_grad_norm;
-  if (max_norm > 0 && scaler_) scaler_->unscale_(session_.parameters());
-  if (max_norm > 0 && !master_) clip_grad_norm_(session_.parameters(), max_norm);
-  const auto step_optimizer = [this, max_norm] {
-    if (!master_) {
+  const std::vector<at::Tensor> params = session_.parameters();  // one module walk for the step
+  if (max_norm > 0 && scaler_) scaler_->unscale_(params);
+  if (max_norm > 0 && !master_) clip_grad_norm_(params, max_norm);
+  std::function<void(const std::vector<at::Tensor>&)> clip_masters;
+  if (max_norm > 0 && master_) {
+    const ClipPlacement where =
+        master_->placement() == MasterPlacement::kHost ? ClipPlacement::kHost : ClipPlacement::kDevice;
+    clip_masters = [max_norm, where](const std::vector<at::Tensor>& masters) {
+      clip_grad_norm_(masters, max_norm, where);
+    };
+  }
+  const auto step_optimizer = [this, &clip_masters] {
+    if (master_)
+      master_->step(clip_masters);
+    else
       optimizer_->step();
-    } else if (max_norm <= 0) {
-      master_->step();
-    } else {
-      const ClipPlacement where =
-          master_->placement() == MasterPlacement::kHost ? ClipPlacement::kHost : ClipPlacement::kDevice;
-      master_->step(
-          [max_norm, where](const std::vector<at::Tensor>& masters) { clip_grad_norm_(masters, max_norm, where); });
-    }
   };
   if (scaler_) {
-    result.skipped = scaler_->step(session_.parameters(), amp_scaled_, step_optimizer);
+    result.skipped = scaler_->step(params, amp_scaled_, step_optimizer);
     scaler_->update();
   } else {
     step_optimizer();
