@@ -11,6 +11,10 @@
 namespace oomtune {
 namespace {
 
+nlohmann::json or_null(const std::optional<int64_t>& value) {
+  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
 nlohmann::json optional_number(const std::optional<double>& value) {
   return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
 }
@@ -99,6 +103,7 @@ nlohmann::json to_json(const JobSpec& job) {
             {"frozen_bf16", job.trainable.frozen_bf16}}},
           {"device", device_name(job.device)},
           {"budget_bytes", job.budget_bytes ? nlohmann::json(*job.budget_bytes) : nlohmann::json(nullptr)},
+          {"host_budget_bytes", or_null(job.host_budget_bytes)},
           {"headroom", job.headroom},
           {"min_micro_batch", job.min_micro_batch},
           {"max_micro_batch", job.max_micro_batch ? nlohmann::json(*job.max_micro_batch) : nlohmann::json(nullptr)},
@@ -157,6 +162,9 @@ JobSpec job_spec_from_json(const nlohmann::json& j) {
     if (!named_device) throw InputError(fmt::format("job record: unknown device '{}'", device));
     job.device = *named_device;
     if (!j.at("budget_bytes").is_null()) job.budget_bytes = j.at("budget_bytes").get<int64_t>();
+    // A record written before the host budget has none.
+    if (j.contains("host_budget_bytes") && !j.at("host_budget_bytes").is_null())
+      job.host_budget_bytes = j.at("host_budget_bytes").get<int64_t>();
     job.headroom = j.at("headroom").get<double>();
     job.min_micro_batch = j.at("min_micro_batch").get<int64_t>();
     if (!j.at("max_micro_batch").is_null()) job.max_micro_batch = j.at("max_micro_batch").get<int64_t>();

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <limits>
 #include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
@@ -20,30 +21,12 @@
 namespace oomtune {
 namespace {
 
-const std::vector<std::string> kTopKeys = {"model",
-                                           "inputs",
-                                           "output",
-                                           "loss",
-                                           "global_batch",
-                                           "remainder",
-                                           "optimizer",
-                                           "precision",
-                                           "allow_bf16",
-                                           "allow_adafactor",
-                                           "device",
-                                           "budget",
-                                           "headroom",
-                                           "min_micro_batch",
-                                           "max_micro_batch",
-                                           "verify_steps",
-                                           "trial_timeout",
-                                           "executor",
-                                           "seed",
-                                           "trainable",
-                                           "frozen",
-                                           "frozen_dtype",
-                                           "cuda_target",
-                                           "seq"};
+const std::vector<std::string> kTopKeys = {
+    "model",           "inputs",       "output",        "loss",        "global_batch",
+    "remainder",       "optimizer",    "precision",     "allow_bf16",  "allow_adafactor",
+    "device",          "budget",       "host_budget",   "headroom",    "min_micro_batch",
+    "max_micro_batch", "verify_steps", "trial_timeout", "executor",    "seed",
+    "trainable",       "frozen",       "frozen_dtype",  "cuda_target", "seq"};
 const std::vector<std::string> kInputKeys = {"name", "shape", "dtype", "range"};
 const std::vector<std::string> kSeqKeys = {"min", "max", "distribution", "file"};
 const std::vector<std::string> kLossKeys = {"kind", "target"};
@@ -405,10 +388,16 @@ std::vector<const InputSpec*> JobSpec::model_inputs() const {
   return out;
 }
 
-std::optional<int64_t> JobSpec::usable_budget_bytes() const {
-  if (!budget_bytes) return std::nullopt;
-  return static_cast<int64_t>(static_cast<double>(*budget_bytes) * (1.0 - headroom));
+namespace {
+std::optional<int64_t> less_headroom(std::optional<int64_t> bytes, double headroom) {
+  if (!bytes) return std::nullopt;
+  return static_cast<int64_t>(static_cast<double>(*bytes) * (1.0 - headroom));
 }
+}  // namespace
+
+std::optional<int64_t> JobSpec::usable_budget_bytes() const { return less_headroom(budget_bytes, headroom); }
+
+std::optional<int64_t> JobSpec::usable_host_budget_bytes() const { return less_headroom(host_budget_bytes, headroom); }
 
 JobSpec parse_job_spec(const std::string& text, const std::string& origin, const std::string& base_dir) {
   const toml::table root = parse_toml(text, origin);
@@ -448,13 +437,13 @@ JobSpec parse_job_spec(const std::string& text, const std::string& origin, const
   read_parameter_selection(top, spec);
   spec.device =
       *device_from_name(top.choice_or("device", "cpu", device_names({Device::kCpu, Device::kCuda, Device::kMeta})));
-  if (top.has("budget")) {
-    const std::string text_budget = top.string("budget");
-    auto bytes = parse_byte_size(text_budget);
+  for (const char* key : {"budget", "host_budget"}) {
+    if (!top.has(key)) continue;
+    const std::string text = top.string(key);
+    const std::optional<int64_t> bytes = parse_byte_size(text);
     if (!bytes || *bytes <= 0)
-      top.fail("budget",
-               fmt::format("expected a size such as \"8GiB\", \"7.5 GB\" or \"512MiB\", got '{}'", text_budget));
-    spec.budget_bytes = *bytes;
+      top.fail(key, fmt::format("expected a size such as \"8GiB\", \"7.5 GB\" or \"512MiB\", got '{}'", text));
+    (std::string_view(key) == "budget" ? spec.budget_bytes : spec.host_budget_bytes) = *bytes;
   }
   spec.headroom = top.number_or("headroom", spec.headroom, 0.0, 0.9);
   spec.min_micro_batch = top.integer_or("min_micro_batch", 1, 1);
@@ -479,13 +468,15 @@ JobSpec load_job_spec(const std::string& path) {
 }
 
 void apply_overrides(JobSpec& spec, const JobOverrides& overrides) {
-  if (overrides.budget) {
-    auto bytes = parse_byte_size(*overrides.budget);
+  const auto size = [](const char* flag, const std::optional<std::string>& text) -> std::optional<int64_t> {
+    if (!text) return std::nullopt;
+    const std::optional<int64_t> bytes = parse_byte_size(*text);
     if (!bytes || *bytes <= 0)
-      throw InputError(
-          fmt::format("--budget: expected a size such as 8GiB, 7.5GB or 512MiB, got '{}'", *overrides.budget));
-    spec.budget_bytes = *bytes;
-  }
+      throw InputError(fmt::format("{}: expected a size such as 8GiB, 7.5GB or 512MiB, got '{}'", flag, *text));
+    return bytes;
+  };
+  if (const auto bytes = size("--budget", overrides.budget)) spec.budget_bytes = *bytes;
+  if (const auto bytes = size("--host-budget", overrides.host_budget)) spec.host_budget_bytes = *bytes;
   if (overrides.device) {
     const std::optional<Device> device = device_from_name(*overrides.device);
     if (!device) throw InputError(fmt::format("--device: expected cpu, cuda or meta, got '{}'", *overrides.device));

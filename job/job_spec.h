@@ -113,13 +113,17 @@ struct JobSpec {
   std::string seq_lengths_file;  // the histogram's file (resolved from the TOML's folder), "" for uniform
   bool allow_remainder = false;  // global batch not divisible by the micro-batch: last one smaller
   OptimizerSpec optimizer;
-  std::string precision = "fp32";          // fp32, bf16, fp16
-  bool allow_bf16 = false;                 // the search may switch precision to bf16
-  bool allow_adafactor = false;            // the search may swap AdamW for Adafactor (strategies/adafactor.h)
-  ParameterSelection trainable;            // trainable / frozen globs, frozen_dtype (job/parameter_selection.h)
-  Device device = Device::kCpu;            // TOML: "cpu", "cuda", "meta"
-  std::optional<int64_t> budget_bytes;     // memory budget (bytes); required by autotune
-  double headroom = 0.05;                  // fraction of the budget kept free, in [0, 0.9]
+  std::string precision = "fp32";       // fp32, bf16, fp16
+  bool allow_bf16 = false;              // the search may switch precision to bf16
+  bool allow_adafactor = false;         // the search may swap AdamW for Adafactor (strategies/adafactor.h)
+  ParameterSelection trainable;         // trainable / frozen globs, frozen_dtype (job/parameter_selection.h)
+  Device device = Device::kCpu;         // TOML: "cpu", "cuda", "meta"
+  std::optional<int64_t> budget_bytes;  // memory budget (bytes); required by autotune
+  double headroom = 0.05;               // fraction of the budget kept free, in [0, 0.9]
+  // Host memory the training process may hold (bytes): optimizer offload's
+  // fp32 masters, gradients and state live there (strategies/master_weights.h).
+  // nullopt: not checked. The same headroom applies.
+  std::optional<int64_t> host_budget_bytes;
   int64_t min_micro_batch = 1;             // COUNT: the search never goes below
   std::optional<int64_t> max_micro_batch;  // COUNT: the search never goes above
   int64_t verify_steps = 20;               // COUNT: optimizer steps of a verification run
@@ -140,6 +144,8 @@ struct JobSpec {
   void fix_seq_len(int64_t length);
   /// The budget minus headroom (bytes), or nullopt without a budget.
   std::optional<int64_t> usable_budget_bytes() const;
+  /// The host budget minus headroom (bytes), or nullopt without one.
+  std::optional<int64_t> usable_host_budget_bytes() const;
 };
 
 /// Reads and validates a job TOML file. Relative model paths are resolved
@@ -168,7 +174,8 @@ JobSpec parse_job_spec(const std::string& text, const std::string& origin, const
 
 /// Command-line overrides, applied after the file (flags win over the file).
 struct JobOverrides {
-  std::optional<std::string> budget;  // human size, e.g. "8GiB"
+  std::optional<std::string> budget;       // human size, e.g. "8GiB"
+  std::optional<std::string> host_budget;  // human size, e.g. "64GiB"
   std::optional<std::string> device;
   std::optional<int64_t> global_batch;
   std::optional<int64_t> min_micro_batch;

@@ -184,8 +184,11 @@ struct ProbeReport {
   std::optional<Phase> phase_at_failure;  // where an OOM, crash or error happened, if known (JSON: its name, "")
   std::array<PhaseMemory, kNumPhases> phases{};  // of the measured step
   int64_t peak_bytes = 0;                        // SUM: device peak of the measured step
-  int64_t host_peak_bytes = 0;                   // SUM: host-pool peak of the measured step
-  int64_t steps_run = 0;                         // COUNT: optimizer steps completed
+  // SUM: host-pool peak of the steps after the warm-up, on a GPU with the
+  // pinned host memory held then (optimizer offload's buffers); what a host
+  // budget is compared with (search/host_budget.cpp).
+  int64_t host_peak_bytes = 0;
+  int64_t steps_run = 0;  // COUNT: optimizer steps completed
   // COUNT: fp16 steps whose update GradScaler skipped for inf/NaN gradients,
   // the warm-up's included (trial/trial_runner.cpp, Note [Skipped fp16
   // steps]); 0 for every other precision and on meta.

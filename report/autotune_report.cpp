@@ -28,6 +28,18 @@ constexpr double kPcie5x16BytesPerSecond = 32e9 * 16 / 8 * 128 / 130;
 // many bytes as the gradients (strategies/master_weights.h; ZeRO-Offload),
 // and runs the update on the host's CPU. On the CPU backend the host is the
 // device's own memory, so neither is in the measured time.
+// The chosen configuration's host memory, where it matters: optimizer
+// offload keeps its state there, and a host budget was given to check
+// (search/host_budget.cpp, Note [Host budget]); "" otherwise.
+std::string host_memory_line(const JobSpec& job, const TrainingConfig& config, int64_t host_peak_bytes) {
+  const std::optional<int64_t> usable = job.usable_host_budget_bytes();
+  if (!config.offload_optimizer && !usable) return "";
+  return fmt::format("          host memory {} at its peak; {}", format_bytes(host_peak_bytes),
+                     usable
+                         ? fmt::format("margin {} to the usable host budget", format_bytes(*usable - host_peak_bytes))
+                         : "no host budget to check it against (host_budget, --host-budget)");
+}
+
 std::string offload_copies_text(int64_t gradient_bytes) {
   const int64_t copied = 2 * gradient_bytes;
   return fmt::format(
@@ -77,6 +89,7 @@ nlohmann::json node_json(const TrailNode& n) {
       {"meta_tensor_peak_bytes",
        n.meta_tensor_peak_bytes ? nlohmann::json(*n.meta_tensor_peak_bytes) : nlohmann::json()},
       {"meta_reserved_bytes", n.meta_reserved_bytes ? nlohmann::json(*n.meta_reserved_bytes) : nlohmann::json()},
+      {"meta_host_peak_bytes", n.meta_host_peak_bytes ? nlohmann::json(*n.meta_host_peak_bytes) : nlohmann::json()},
       {"predicted_seconds_per_global_batch", n.predicted_seconds},
       {"predicted_fit", n.predicted_fit},
       {"note", n.note}};
@@ -282,6 +295,11 @@ std::string render_autotune_text(const AutotuneReport& report) {
   line(fmt::format("budget    {} ({} usable after {:.0f} % headroom), device {}, global batch {}",
                    bytes_or_dash(job.budget_bytes), format_bytes(s.usable_budget_bytes), 100 * job.headroom,
                    device_name(job.device), job.global_batch));
+  if (const std::optional<int64_t> host = job.usable_host_budget_bytes())
+    line(
+        fmt::format("host      {} ({} usable after {:.0f} % headroom) for optimizer offload's fp32 masters, gradients "
+                    "and state",
+                    format_bytes(*job.host_budget_bytes), format_bytes(*host), 100 * job.headroom));
   if (s.baseline_micro_batches.empty()) {
     line(fmt::format("model     none: no configuration ran at micro-batch {}", s.smallest_micro_batch));
   } else {
@@ -373,6 +391,9 @@ std::string render_autotune_text(const AutotuneReport& report) {
                                     "tensors fit; verify on the GPU",
                                     format_bytes(-margin))));
     }
+    if (best.meta_host_peak_bytes)
+      if (const std::string host = host_memory_line(job, best.config, *best.meta_host_peak_bytes); !host.empty())
+        line(host);
     line(
         "          the simplest configuration measured to fit, optimizer offload last: the meta device has no step "
         "time to rank by, and a fit over many steps is verified on the target device (autotune with device = "
@@ -389,6 +410,7 @@ std::string render_autotune_text(const AutotuneReport& report) {
     line(fmt::format("          measured peak {} over {} steps in a fresh process; margin {} to the usable budget",
                      budgeted_peak_text(v, s.budget_on_reserved), v.steps_run,
                      format_bytes(s.usable_budget_bytes - budgeted)));
+    if (const std::string host = host_memory_line(job, best.config, v.host_peak_bytes); !host.empty()) line(host);
     if (budgeted != v.peak_bytes && best.meta_tensor_peak_bytes && best.meta_reserved_bytes && v.peak_bytes > 0)
       line(fmt::format(
           "          meta run of the same configuration: {} of tensors and cuBLAS workspaces, {:+.2f} % from "
@@ -482,6 +504,11 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
       {"global_batch", report.job.global_batch},
       {"budget_bytes", report.job.budget_bytes ? nlohmann::json(*report.job.budget_bytes) : nlohmann::json()},
       {"usable_budget_bytes", s.usable_budget_bytes},
+      {"host_budget_bytes",
+       report.job.host_budget_bytes ? nlohmann::json(*report.job.host_budget_bytes) : nlohmann::json()},
+      {"usable_host_budget_bytes", report.job.usable_host_budget_bytes()
+                                       ? nlohmann::json(*report.job.usable_host_budget_bytes())
+                                       : nlohmann::json()},
       {"parameter_count", s.parameter_count},
       {"frozen_parameter_count", s.frozen_parameter_count},
       {"baseline_model",

@@ -93,11 +93,20 @@ std::string render_probe_text(const ProbeSummary& s) {
                      p.allocations));
   }
   line(fmt::format("{:<10} {:>12} {:>12}", "step", "", format_bytes(r.peak_bytes)));
-  if (r.host_peak_bytes > 0)
+  if (r.host_peak_bytes > 0 || s.usable_host_budget_bytes) {
+    // A host budget (search/host_budget.cpp, Note [Host budget]): its margin.
+    std::string host_budget;
+    if (const std::optional<int64_t> usable = s.usable_host_budget_bytes)
+      host_budget =
+          r.host_peak_bytes <= *usable
+              ? fmt::format("; margin {} to the usable host budget", format_bytes(*usable - r.host_peak_bytes))
+              : fmt::format("; {} over the usable host budget ({}): out of host memory",
+                            format_bytes(r.host_peak_bytes - *usable), format_bytes(*usable));
     line(
         fmt::format("{:<10} {:>12} {:>12}  (host memory: the global batch before it is copied, checkpointing's RNG "
-                    "states, an offloaded optimizer)",
-                    "host", "", format_bytes(r.host_peak_bytes)));
+                    "states, an offloaded optimizer{})",
+                    "host", "", format_bytes(r.host_peak_bytes), host_budget));
+  }
   line("");
   line(fmt::format("{:<22} {:>12} {:>12} {:>10}", "static memory", "measured", "analytic", "diff"));
   const StaticMemory& m = r.static_memory;
@@ -268,6 +277,8 @@ nlohmann::json probe_summary_json(const ProbeSummary& s) {
                         {"frozen_parameter_bytes", s.analytic.frozen_parameter_bytes}}}};
   j["budget_bytes"] = s.budget_bytes ? nlohmann::json(*s.budget_bytes) : nlohmann::json(nullptr);
   j["usable_budget_bytes"] = s.usable_budget_bytes ? nlohmann::json(*s.usable_budget_bytes) : nlohmann::json(nullptr);
+  j["usable_host_budget_bytes"] =
+      s.usable_host_budget_bytes ? nlohmann::json(*s.usable_host_budget_bytes) : nlohmann::json(nullptr);
   if (s.activation_fit) {
     const ActivationFit& f = *s.activation_fit;
     j["activation_fit"] = {{"micro_batches", f.micro_batches},

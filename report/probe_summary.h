@@ -49,6 +49,8 @@ struct ProbeSummary {
   std::optional<int64_t> budget_bytes;         // SUM: the job's budget, if any
   std::optional<int64_t> usable_budget_bytes;  // SUM: the budget less its headroom (JobSpec::usable_budget_bytes)
   double headroom = 0;                         // fraction of the budget kept free (JobSpec::headroom)
+  // SUM: the host budget less its headroom (JobSpec::usable_host_budget_bytes), if any
+  std::optional<int64_t> usable_host_budget_bytes;
   ProbeReport report;
   AnalyticStatic analytic;
   std::optional<ActivationFit> activation_fit;

@@ -66,6 +66,7 @@ int64_t Search::budgeted(const ProbeReport& r) const { return budgeted_peak_byte
 // Runs the verification of `config`, counted and shown.
 ProbeReport Search::verify(const TrainingConfig& config) {
   ProbeReport r = runner_.verify(config);
+  hold_to_host_budget(r);
   ++result_.verification_trials;
   progress_(fmt::format("verify {:<60} {}", describe(config),
                         r.outcome == TrialOutcome::kOk ? fmt::format("peak {}, {:.1f} samples/s over {} steps",
@@ -113,12 +114,14 @@ void Search::verify_candidates() {
       ++succeeded;
     } else {
       ++failed;
-      node.note =
-          r.outcome == TrialOutcome::kOk
-              ? fmt::format("verified peak {} is over the budget: the memory model was wrong; dropped",
-                            budgeted_peak_text(r, result_.budget_on_reserved))
-              : fmt::format("verified run: {} after {} steps ({}); {}dropped", to_string(r.outcome), r.steps_run,
-                            r.message, r.outcome == TrialOutcome::kOutOfMemory ? "the memory model was wrong; " : "");
+      node.note = r.outcome == TrialOutcome::kOk
+                      ? fmt::format("verified peak {} is over the budget: the memory model was wrong; dropped",
+                                    budgeted_peak_text(r, result_.budget_on_reserved))
+                      : fmt::format("verified run: {} after {} steps ({}); {}dropped", to_string(r.outcome),
+                                    r.steps_run, r.message,
+                                    r.outcome == TrialOutcome::kOutOfMemory && !over_host_budget(r)
+                                        ? "the memory model was wrong; "
+                                        : "");
       result_.notes.push_back(fmt::format("{}: {}", node.node, node.note));
     }
     node.verification = std::move(r);

@@ -306,6 +306,9 @@ bool Search::fit_models() {
   // frameworks offload full-precision Adam), so its effect is measured as
   // that swap; 8-bit AdamW is not tried on an offloaded base.
   for (const StrategyRow& row : strategy_table()) {
+    // Note [Host budget] (host_budget.cpp); its note says why.
+    if (row.id == Strategy::kOffload && row.allowed(job_, base_) && !offload_fits_host(result_.parameter_count))
+      continue;
     if (!row.allowed(job_, base_)) {
       // An optimizer swapped in for AdamW cannot replace another family.
       const bool asked = row.id == Strategy::kAdamW8bit || (row.id == Strategy::kAdafactor && job_.allow_adafactor);

@@ -145,6 +145,9 @@ std::optional<Search::PlainProbes> Search::rescue(const std::vector<int64_t>& si
   StrategySet possible;
   for (const StrategyRow& row : strategy_table())
     if (row.rescue && row.allowed(job_, base_)) possible.set(static_cast<std::size_t>(row.id));
+  // Note [Host budget] (host_budget.cpp): offload's state over the host budget.
+  if (possible.test(static_cast<std::size_t>(Strategy::kOffload)) && !offload_fits_host(plain_failure.parameter_count))
+    possible.reset(static_cast<std::size_t>(Strategy::kOffload));
   const bool bf16 = possible.test(static_cast<std::size_t>(Strategy::kBf16));
   std::vector<StrategySet> order;  // fewest strategies first, then the tree's order
   for (std::size_t count = 1; count <= possible.count(); ++count)
@@ -163,8 +166,13 @@ std::optional<Search::PlainProbes> Search::rescue(const std::vector<int64_t>& si
     }
     return tried.emplace(s.to_ulong(), std::move(r)).first->second;
   };
+  // Without offload (the host budget), 8-bit AdamW keeps the least state.
+  const StrategySet optimizer_least =
+      possible.test(static_cast<std::size_t>(Strategy::kOffload))     ? just(Strategy::kOffload)
+      : possible.test(static_cast<std::size_t>(Strategy::kAdamW8bit)) ? just(Strategy::kAdamW8bit)
+                                                                      : StrategySet();
   const StrategySet least =
-      just(Strategy::kCheckpointing) | just(Strategy::kOffload) | (bf16 ? just(Strategy::kBf16) : StrategySet());
+      just(Strategy::kCheckpointing) | optimizer_least | (bf16 ? just(Strategy::kBf16) : StrategySet());
   const ProbeReport& least_report = try_strategies(least);
   if (least_report.outcome == TrialOutcome::kOutOfMemory) {
     result_.least_memory_failure = fmt::format(

@@ -177,6 +177,9 @@ struct TrailNode {
   // its simulator predicts from the run's allocations with the job's cuBLAS
   // workspaces (trial/cublas_workspaces.h); unset without a meta run.
   std::optional<int64_t> meta_reserved_bytes;
+  // SUM: that meta run's host peak (ProbeReport::host_peak_bytes: optimizer
+  // offload's fp32 masters, gradients and state); unset without a meta run.
+  std::optional<int64_t> meta_host_peak_bytes;
   double predicted_seconds = 0;  // seconds per global batch (predicted)
   bool predicted_fit = false;
   std::optional<ProbeReport> verification;  // set when verified by a real run

@@ -7,6 +7,7 @@
 //   walk.cpp        the nodes of the tree and their predictions
 //   choose.cpp      verification runs and the choice
 //   meta_memory.cpp each node's memory measured on the meta device
+//   host_budget.cpp optimizer offload's state against the host's memory
 //   sentences.cpp   the words of its notes and progress lines
 // model_fit.h has the fitting that does not depend on this state. Internal
 // to oomtune_search: nothing outside search/ includes this header.
@@ -155,6 +156,18 @@ class Search {
   CheckpointPlan first_blocks(int64_t n) const;
   void note_remainder();
 
+  // host_budget.cpp (Note [Host budget])
+  // Host bytes offload keeps for `trainable_parameters` (fp32 masters,
+  // gradients, the job optimizer's state); nullopt when not counted.
+  std::optional<int64_t> offload_host_bytes(int64_t trainable_parameters) const;
+  // Whether offload's host bytes fit the usable host budget (true without
+  // one, or without a count); notes the first refusal.
+  bool offload_fits_host(int64_t trainable_parameters);
+  // Whether `r` held more on the host than the usable host budget.
+  bool over_host_budget(const ProbeReport& r) const;
+  // A trial that ran but held too much on the host becomes an out-of-memory.
+  void hold_to_host_budget(ProbeReport& r) const;
+
   // choose.cpp
   bool fits_budget(const ProbeReport& r) const;
   int64_t budgeted(const ProbeReport& r) const;
@@ -185,6 +198,7 @@ class Search {
   // Plain at the global batch is timed by its own verification run (Note
   // [Plain's verification times it], meta_memory.cpp).
   bool plain_verification_times_g_ = false;
+  bool offload_barred_noted_ = false;                  // offload_fits_host's note, once
   std::map<std::string, ProbeReport> verified_early_;  // to_string(config) -> its verification, run while probing
   SearchResult result_;
 };

@@ -102,6 +102,7 @@ void Search::add_node(const std::string& tree_name, const TrainingConfig& config
       // A CUDA run's allocated bytes hold the cuBLAS workspaces too.
       node.meta_tensor_peak_bytes = r->peak_bytes + (r->workspaces ? r->workspaces->beside_peaks_bytes() : 0);
       if (r->reserved) node.meta_reserved_bytes = r->reserved->peak_reserved_bytes;
+      node.meta_host_peak_bytes = r->host_peak_bytes;
     }
   }
   const double peak = node.meta_peak_bytes.value_or(p.peak_bytes);

@@ -36,6 +36,9 @@ namespace oomtune {
 
 void add_job_override_flags(CLI::App& cmd, JobOverrides& overrides) {
   cmd.add_option("--budget", overrides.budget, "Memory budget, e.g. 8GiB, 7.5GB (overrides the file)");
+  cmd.add_option("--host-budget", overrides.host_budget,
+                 "Host memory the training process may hold, e.g. 64GiB: optimizer offload's fp32 masters, gradients "
+                 "and state live there (overrides the file's host_budget)");
   cmd.add_option("--device", overrides.device,
                  "cpu; cuda (a CUDA build on a GPU: the caching allocator's own figures, capped at the budget); meta "
                  "(PyTorch 2: bytes without data or compute; autotune then chooses by memory alone and verifies "

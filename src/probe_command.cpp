@@ -187,6 +187,7 @@ int run_probe(ProbeFlags flags) {
   summary.device = job.device;
   summary.budget_bytes = job.budget_bytes;
   summary.usable_budget_bytes = job.usable_budget_bytes();
+  summary.usable_host_budget_bytes = job.usable_host_budget_bytes();
   summary.headroom = job.headroom;
   summary.report = run_probe_trial(job, config, options);
   const BytesPerParameter per =

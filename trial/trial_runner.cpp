@@ -601,7 +601,9 @@ ProbeReport run_trial(const JobSpec& job, const TrainingConfig& requested, const
       report.peak_bytes = device->peak_bytes();
       report.measured_reserved = device->measured_reserved();
     }
-    report.host_peak_bytes = tracker.peak_bytes(MemoryPool::kHost);
+    // On a GPU offload's buffers are pinned, from CUDA's host allocator, and
+    // kept from the warm-up on: what it holds now it held at the peak.
+    report.host_peak_bytes = tracker.peak_bytes(MemoryPool::kHost) + (device ? device->pinned_host_bytes() : 0);
     report.kernel_scratch = tracker.kernel_scratch();
     if (variable) {  // the means over the drawn steps (Note [Variable-length steps])
       const std::size_t first = report.timing.step_seconds.size() > 1 ? 1 : 0;

@@ -65,6 +65,16 @@ TEST(JobSpec, ReadsAGoodSpec) {
   EXPECT_EQ(spec.global_batch, 32);
   EXPECT_EQ(spec.budget_bytes, 7'500'000'000LL);
   EXPECT_EQ(spec.usable_budget_bytes(), 6'750'000'000LL);
+  // The host budget takes the same headroom (0.1): 64 GiB less 10 %.
+  const JobSpec host = parse_job_spec(
+      replace(kGood, "budget = \"7.5 GB\"", "budget = \"7.5 GB\"\nhost_budget = \"64GiB\""), "job.toml", "");
+  EXPECT_EQ(host.host_budget_bytes, 64LL << 30);
+  EXPECT_EQ(host.usable_host_budget_bytes(), static_cast<int64_t>(0.9 * static_cast<double>(64LL << 30)));
+  // The trial's job record carries it; one written before it has none.
+  EXPECT_EQ(job_spec_from_json(nlohmann::json::parse(json_text(to_json(host)))).host_budget_bytes, 64LL << 30);
+  nlohmann::json older = to_json(spec);
+  older.erase("host_budget_bytes");
+  EXPECT_FALSE(job_spec_from_json(older).host_budget_bytes.has_value());
   ASSERT_EQ(spec.inputs.size(), 2u);
   EXPECT_EQ(spec.inputs[0].shape, (std::vector<int64_t>{kBatchDim, 64}));
   EXPECT_EQ(spec.inputs[0].batch_axis(), 0u);
@@ -80,6 +90,8 @@ TEST(JobSpec, ReadsAGoodSpec) {
 TEST(JobSpec, DefaultsArePinned) {
   const JobSpec spec = parse_job_spec(replace(kGood, "budget = \"7.5 GB\"\nheadroom = 0.1\n", ""), "job.toml", "");
   EXPECT_FALSE(spec.budget_bytes.has_value());
+  EXPECT_FALSE(spec.host_budget_bytes.has_value());  // the host is not checked
+  EXPECT_FALSE(spec.usable_host_budget_bytes().has_value());
   EXPECT_DOUBLE_EQ(spec.headroom, 0.05);
   EXPECT_EQ(spec.device, Device::kCpu);
   EXPECT_EQ(spec.precision, "fp32");
@@ -107,17 +119,19 @@ TEST(JobSpec, DefaultsArePinned) {
 TEST(JobSpec, EachBadInputGetsItsExactError) {
   EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_batch =")),
             "job.toml:2:15: Error while parsing key-value pair: expected value, saw '\\n'");
-  EXPECT_EQ(
-      error_of(replace(kGood, "global_batch = 32", "global_bach = 32")),
-      "job.toml:2:1: global_bach: unknown key (did you mean 'global_batch'?; valid: model, inputs, output, "
-      "loss, global_batch, remainder, optimizer, precision, allow_bf16, allow_adafactor, device, budget, headroom, "
-      "min_micro_batch, max_micro_batch, verify_steps, trial_timeout, executor, seed, trainable, frozen, "
-      "frozen_dtype, cuda_target, seq)");
+  EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_bach = 32")),
+            "job.toml:2:1: global_bach: unknown key (did you mean 'global_batch'?; valid: model, inputs, output, "
+            "loss, global_batch, remainder, optimizer, precision, allow_bf16, allow_adafactor, device, budget, "
+            "host_budget, headroom, min_micro_batch, max_micro_batch, verify_steps, trial_timeout, executor, seed, "
+            "trainable, frozen, "
+            "frozen_dtype, cuda_target, seq)");
   EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_batch = 32\ncuda_target = \"sm70\"")),
             "job.toml:3:15: cuda_target: unknown value 'sm70' (did you mean 'sm75'?; valid: sm75, sm80, sm86, sm89, "
             "sm90, sm100, sm120)");
   EXPECT_EQ(error_of(replace(kGood, "budget = \"7.5 GB\"", "budget = \"7.5 GBs\"")),
             "job.toml:3:10: budget: expected a size such as \"8GiB\", \"7.5 GB\" or \"512MiB\", got '7.5 GBs'");
+  EXPECT_EQ(error_of(replace(kGood, "budget = \"7.5 GB\"", "budget = \"7.5 GB\"\nhost_budget = \"-1GiB\"")),
+            "job.toml:4:15: host_budget: expected a size such as \"8GiB\", \"7.5 GB\" or \"512MiB\", got '-1GiB'");
   EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_batch = 0")),
             "job.toml:2:16: global_batch: must be >= 1, got 0");
   EXPECT_EQ(error_of(replace(kGood, "global_batch = 32", "global_batch = \"32\"")),
@@ -272,6 +286,10 @@ TEST(JobSpec, OverridesWinAndCheckTheirValues) {
   JobOverrides bad_budget;
   bad_budget.budget = "lots";
   EXPECT_THROW(apply_overrides(spec, bad_budget), InputError);
+  JobOverrides host;
+  host.host_budget = "32GiB";
+  apply_overrides(spec, host);
+  EXPECT_EQ(spec.host_budget_bytes, 32LL << 30);
   JobOverrides bad_device;
   bad_device.device = "tpu";
   EXPECT_THROW(apply_overrides(spec, bad_device), InputError);
@@ -295,6 +313,9 @@ TEST(JobSpec, OverridesWinAndCheckTheirValues) {
   JobOverrides zero;
   zero.max_micro_batch = 0;
   EXPECT_EQ(message(zero), "--max-micro-batch: must be >= 1, got 0");
+  JobOverrides no_host;
+  no_host.host_budget = "0GiB";
+  EXPECT_EQ(message(no_host), "--host-budget: expected a size such as 8GiB, 7.5GB or 512MiB, got '0GiB'");
   JobOverrides huge;
   huge.global_batch = kMaxGlobalBatch + 1;
   EXPECT_EQ(message(huge), "--batch: must be at most 1048576 samples per optimizer step on one device, got 1048577");

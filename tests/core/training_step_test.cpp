@@ -113,6 +113,11 @@ TEST(TrainingStep, OffloadKeepsOptimizerStateOffTheDeviceAndUpdatesIdentically) 
   EXPECT_EQ(off.static_memory.optimizer_state_bytes, 0);
   // Host: fp32 master parameters 4 P, their gradient buffers 4 P, AdamW state 8 P.
   EXPECT_EQ(off.static_memory.optimizer_host_bytes, 16 * p);
+  // The host peak holds them beside the batch plain's holds alone: never
+  // less than the 16 P the search counts against a host budget before it
+  // probes offload (search/host_budget.cpp, Note [Host budget]).
+  EXPECT_GT(plain.host_peak_bytes, 0);  // the global batch
+  EXPECT_GE(off.host_peak_bytes, plain.host_peak_bytes + 16 * p);
 
   // Parameters after two steps equal the non-offloaded run's.
   const Batch batch = make_batch(job, 8, 5);

@@ -288,6 +288,38 @@ TEST(AutotuneReport, AChosenOffloadTimedOnTheCpuSaysWhatAGpuCopies) {
   EXPECT_FALSE(has_line()) << "a GPU's run measured its copies";
 }
 
+// Offload keeps its fp32 masters, gradients and state on the host (Note
+// [Host budget]): a chosen offload says how much host memory its run held,
+// and the margin to a host budget where the job gives one; a job with a
+// host budget says it under the device's budget, whatever is chosen.
+TEST(AutotuneReport, TheChosenConfigurationsHostMemoryIsShownWhereItMatters) {
+  AutotuneReport report = accumulation_report();
+  ASSERT_TRUE(report.search.chosen.has_value());
+  TrailNode& chosen = report.search.trail[*report.search.chosen];
+  chosen.verification->host_peak_bytes = 64 * kMiB;
+  const auto lines = [&] { return lines_of(render_autotune_text(report)); };
+  const auto has = [&](const std::string& line) {
+    const std::vector<std::string> all = lines();
+    return std::find(all.begin(), all.end(), line) != all.end();
+  };
+  for (const std::string& line : lines()) EXPECT_EQ(line.find("host"), std::string::npos) << "no offload: " << line;
+  chosen.config.offload_optimizer = true;
+  EXPECT_TRUE(
+      has("          host memory 64.00 MiB at its peak; no host budget to check it against (host_budget, "
+          "--host-budget)"))
+      << render_autotune_text(report);
+  report.job.host_budget_bytes = 100 * kMiB;
+  report.job.headroom = 0.1;  // 90 MiB usable
+  EXPECT_TRUE(
+      has("host      100.00 MiB (90.00 MiB usable after 10 % headroom) for optimizer offload's fp32 "
+          "masters, gradients and state"))
+      << render_autotune_text(report);
+  EXPECT_TRUE(has("          host memory 64.00 MiB at its peak; margin 26.00 MiB to the usable host budget"));
+  const nlohmann::json json = autotune_json(report);
+  EXPECT_EQ(json.at("host_budget_bytes"), 100 * kMiB);
+  EXPECT_EQ(json.at("usable_host_budget_bytes"), 90 * kMiB);
+}
+
 // On a GPU the budget caps the caching allocator's reserved bytes
 // (probes/cuda_budget.h), so a CUDA job's verified runs are held, shown and
 // given their margin by what they reserved, not by their tensors: the fake

@@ -667,6 +667,81 @@ TEST(DecisionTree, OffloadWhenEvenEightBitStateDoesNotFit) {
   EXPECT_EQ(best.verification->peak_bytes, 42 * kMiB);
 }
 
+// The host budget (Note [Host budget]): offload's fp32 masters, gradients
+// and AdamW state take 16 bytes per parameter on the host, 64 MiB for the
+// 4 Mi parameters of OffloadWhenEvenEightBitStateDoesNotFit, whose only
+// fitting configuration offloads.
+TEST(DecisionTree, AHostBudgetBelowOffloadsStateRulesOffloadOutBeforeItIsProbed) {
+  FakeRunner fake;
+  fake.parameters = 4 * kMiB;
+  fake.activation_per_sample = kMiB;
+  JobSpec job = job_with_budget(45 * kMiB);
+  job.host_budget_bytes = 63 * kMiB;
+  const SearchResult r = run_search(fake, job);
+  EXPECT_FALSE(r.chosen.has_value());
+  for (const ProbeReport& p : r.probes) EXPECT_EQ(p.config.find("offload=on"), std::string::npos) << p.config;
+  EXPECT_EQ(node_named(r, "optimizer offload"), nullptr);
+  EXPECT_TRUE(has_note(r,
+                       "optimizer offload: not tried: its fp32 master weights, gradients and adamw state for 4194304 "
+                       "trainable parameters take 64.00 MiB of host memory, over the usable host budget (63.00 MiB, "
+                       "after 0 % headroom)"))
+      << ::testing::PrintToString(r.notes);
+  // With room on the host, offload is chosen as before, and its host peak
+  // is the 64 MiB counted.
+  FakeRunner roomy;
+  roomy.parameters = 4 * kMiB;
+  roomy.activation_per_sample = kMiB;
+  job.host_budget_bytes = 64 * kMiB;
+  const SearchResult fits = run_search(roomy, job);
+  ASSERT_TRUE(fits.chosen.has_value());
+  EXPECT_TRUE(chosen(fits).config.offload_optimizer);
+  EXPECT_EQ(chosen(fits).verification->host_peak_bytes, 64 * kMiB);
+}
+
+// The state fits the host budget, but the trial measured more (its host
+// update's temporaries, the batch): the probe ran out of host memory, and
+// offload drops as any strategy whose probe ran out of memory.
+TEST(DecisionTree, AProbeOverTheHostBudgetRanOutOfHostMemory) {
+  FakeRunner fake;
+  fake.parameters = 4 * kMiB;
+  fake.activation_per_sample = kMiB;
+  fake.offload_host_extra = 16 * kMiB;  // 4 bytes per parameter
+  JobSpec job = job_with_budget(45 * kMiB);
+  job.host_budget_bytes = 70 * kMiB;
+  const SearchResult r = run_search(fake, job);
+  EXPECT_FALSE(r.chosen.has_value());
+  int offloaded = 0;
+  for (const ProbeReport& p : r.probes) {
+    if (p.config.find("offload=on") == std::string::npos) continue;
+    ++offloaded;
+    EXPECT_EQ(p.outcome, TrialOutcome::kOutOfMemory);
+    EXPECT_EQ(outcome_text(p),
+              "out_of_memory: host memory: the trial held 80.00 MiB on the host at its peak, over the usable host "
+              "budget (70.00 MiB)");
+  }
+  EXPECT_GT(offloaded, 0);
+  EXPECT_EQ(fake.verifications, 0);
+}
+
+// A verification whose later steps grow on the host past the budget is
+// dropped, without blaming the device's memory model.
+TEST(DecisionTree, AVerificationOverTheHostBudgetIsDropped) {
+  FakeRunner fake;
+  fake.parameters = 4 * kMiB;
+  fake.activation_per_sample = kMiB;
+  fake.verification_host_growth = 8 * kMiB;
+  JobSpec job = job_with_budget(45 * kMiB);
+  job.host_budget_bytes = 70 * kMiB;
+  const SearchResult r = run_search(fake, job);
+  EXPECT_FALSE(r.chosen.has_value());
+  const TrailNode* offload = node_named(r, "optimizer offload + checkpointing");
+  ASSERT_NE(offload, nullptr);
+  ASSERT_TRUE(offload->verification.has_value());
+  EXPECT_EQ(offload->note,
+            "verified run: out_of_memory after 20 steps (host memory: the trial held 72.00 MiB on the host at its "
+            "peak, over the usable host budget (70.00 MiB)); dropped");
+}
+
 TEST(DecisionTree, AdafactorIsOneRowOfTheTableTriedOnlyWhenTheJobAllowsIt) {
   FakeRunner fake;
   fake.parameters = 4 * kMiB;
@@ -848,6 +923,25 @@ TEST(DecisionTree, WhenPlainRunsAtNoMicroBatchTheSimplestStrategyThatRunsBecomes
   // optimizer changed from the job's AdamW, so the report says so.
   EXPECT_NE(r.notes.back().find("trains with adamw8bit instead of the job's adamw"), std::string::npos)
       << r.notes.back();
+}
+
+// The rescue above under a host budget below offload's 16 MiB (1 Mi
+// parameters): the least-memory combination keeps 8-bit AdamW's state on
+// the device instead, and no combination offloads.
+TEST(DecisionTree, ARescueUnderAHostBudgetTriesEightBitAdamWInPlaceOfOffload) {
+  FakeRunner fake;
+  fake.probe_budget = 25 * kMiB;
+  JobSpec job = job_with_budget(25 * kMiB);
+  job.host_budget_bytes = 15 * kMiB;
+  const SearchResult r = run_search(fake, job);
+  ASSERT_GT(r.probes.size(), 3u);
+  EXPECT_EQ(r.probes[3].config, "micro_batch=1,accum=1,ckpt=all,optimizer=adamw8bit,offload=off,precision=fp32");
+  for (const ProbeReport& p : r.probes) EXPECT_EQ(p.config.find("offload=on"), std::string::npos) << p.config;
+  EXPECT_EQ(chosen(r).node, "8-bit AdamW + checkpointing (all blocks)");
+  EXPECT_TRUE(has_note(r,
+                       "optimizer offload: not tried: its fp32 master weights, gradients and adamw state for "
+                       "1048576 trainable parameters take 16.00 MiB of host memory, over the usable host budget "
+                       "(15.00 MiB, after 0 % headroom)"));
 }
 
 // The rescue above with recomputation three times as dear (checkpointing

@@ -68,6 +68,13 @@ class FakeRunner : public TrialRunner {
   // The share of a micro-batch's activations still live after forward (the
   // probe's retained activations); the rest are backward's temporaries.
   double retained_fraction = 1;
+  // Host memory (ProbeReport::host_peak_bytes): the batch, and with offload
+  // its fp32 masters, gradients and AdamW state, 16 bytes per parameter
+  // (strategies/master_weights.h), plus what its host update allocates, and
+  // what a verification's later steps add.
+  int64_t host_batch_bytes = 0;
+  int64_t offload_host_extra = 0;
+  int64_t verification_host_growth = 0;
   bool autocast_crashes = false;        // bf16 autocast dies by SIGSEGV (bf16_params runs)
   bool bf16_parameters_stored = false;  // bf16_params stores 2-byte weights and gradients (see above)
   int64_t fails_at_or_below = 0;        // micro-batches this small raise an error (BatchNorm at 1)
@@ -237,6 +244,8 @@ class FakeRunner : public TrialRunner {
     r.static_memory.parameter_bytes = weight_bytes(c);
     r.static_memory.gradient_bytes = weight_bytes(c);
     r.peak_bytes = true_peak(c, global) + (enforce ? verification_growth : 0);
+    r.host_peak_bytes = host_batch_bytes + (c.offload_optimizer ? 16 * parameters + offload_host_extra : 0) +
+                        (enforce ? verification_host_growth : 0);
     // Backward holds the peak; forward is everything but the gradients; the
     // optimizer phase holds no activations.
     r.phases[static_cast<std::size_t>(Phase::kBackward)].peak_bytes = r.peak_bytes;

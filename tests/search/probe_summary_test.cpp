@@ -124,6 +124,24 @@ TEST(ProbeSummaryLines, OptimizerStateIsOnTheHostOnlyWhenOffloaded) {
             "optimizer (host)          16.00 MiB  (master weights, gradients and state)");
 }
 
+// The host line gives its margin to a host budget (search/host_budget.cpp,
+// Note [Host budget]), or how far over it the run went.
+TEST(ProbeSummaryLines, TheHostLineHoldsTheRunToAHostBudget) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  ProbeSummary s = summary();
+  s.report.host_peak_bytes = 17 * kMiB;
+  const std::string host =
+      "host                       17.00 MiB  (host memory: the global batch before it is copied, "
+      "checkpointing's RNG states, an offloaded optimizer";
+  EXPECT_EQ(line_starting(render_probe_text(s), "host"), host + ")");
+  s.usable_host_budget_bytes = 20 * kMiB;
+  EXPECT_EQ(line_starting(render_probe_text(s), "host"), host + "; margin 3.00 MiB to the usable host budget)");
+  s.usable_host_budget_bytes = 16 * kMiB;
+  EXPECT_EQ(line_starting(render_probe_text(s), "host"),
+            host + "; 1.00 MiB over the usable host budget (16.00 MiB): out of host memory)");
+  EXPECT_EQ(probe_summary_json(s).at("usable_host_budget_bytes"), 16 * kMiB);
+}
+
 TEST(ProbeSummaryLines, NoAttentionNoLines) {
   const std::string text = render_probe_text(summary());
   EXPECT_EQ(text.find("\nattention"), std::string::npos);

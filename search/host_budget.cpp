@@ -1,0 +1,83 @@
+// The host budget: optimizer offload moves the optimizer's memory to the
+// host, whose RAM is finite too (Note [Host budget]).
+
+#include "search/search_state.h"
+
+#include <fmt/format.h>
+
+#include "common/byte_size.h"
+
+namespace oomtune::search_detail {
+
+// Note [Host budget]
+// Rationale: optimizer offload trades device memory for host memory: the
+// fp32 master weights, their gradients and the optimizer state (AdamW: 4 +
+// 4 + 8 = 16 bytes per trainable parameter, strategies/master_weights.h),
+// pinned on a GPU machine. DeepSpeed counts the same 16 bytes for
+// ZeRO-Offload on one GPU (estimate_zero2_model_states_mem_needs,
+// deepspeed/runtime/zero/stage_1_and_2.py, before its 1.5 buffer factor).
+// A 7B model needs 112 GB there: a configuration that fits the GPU and not
+// the host's RAM fails to pin its buffers or is killed by the OS, after
+// the search called it the answer (USERS.md: users want the host's limits
+// noted).
+// Approach: with a host budget (job spec host_budget, --host-budget; the
+// job's headroom applies),
+// - offload is not tried where its state alone, counted from the plain
+//   probes' trainable parameters, exceeds the usable host budget: not
+//   probed, not in the rescue's least-memory combination, a note says why;
+// - a trial whose measured host peak (ProbeReport::host_peak_bytes: the
+//   batch, offload's buffers and its update's temporaries; pinned memory
+//   on CUDA) exceeds it ran out of host memory: a probe's strategy drops,
+//   a verification does not fit.
+// Limitations: the trials hold the global batch on the host and nothing of
+// a data loader (its workers, prefetched and pinned batches) or of the
+// Python process: leave room for them in the budget. DeepSpeed's CPU Adam
+// updates in place where oomtune's host update may allocate a temporary
+// per parameter: the measured peak is what oomtune's own step held.
+
+std::optional<int64_t> Search::offload_host_bytes(int64_t trainable_parameters) const {
+  if (trainable_parameters <= 0) return std::nullopt;  // not measured: the trials will say
+  constexpr int64_t kMaster = 4, kGradient = 4;        // fp32 each
+  int64_t state = 0;
+  switch (job_base_.optimizer) {
+    case OptimizerKind::kAdamW:
+      state = 8;  // exp_avg and exp_avg_sq, fp32
+      break;
+    case OptimizerKind::kSgd:
+      state = job_.optimizer.momentum > 0 ? 4 : 0;  // momentum_buffer
+      break;
+    case OptimizerKind::kAdamW8bit:
+    case OptimizerKind::kAdafactor:
+      return std::nullopt;  // not offloaded (strategy_table.cpp)
+  }
+  return trainable_parameters * (kMaster + kGradient + state);
+}
+
+bool Search::offload_fits_host(int64_t trainable_parameters) {
+  const std::optional<int64_t> usable = job_.usable_host_budget_bytes();
+  const std::optional<int64_t> needs = offload_host_bytes(trainable_parameters);
+  if (!usable || !needs || *needs <= *usable) return true;
+  if (!offload_barred_noted_) {
+    result_.notes.push_back(fmt::format(
+        "optimizer offload: not tried: its fp32 master weights, gradients and {} state for {} trainable parameters "
+        "take {} of host memory, over the usable host budget ({}, after {:.0f} % headroom)",
+        job_.optimizer.kind, trainable_parameters, format_bytes(*needs), format_bytes(*usable), 100 * job_.headroom));
+    offload_barred_noted_ = true;
+  }
+  return false;
+}
+
+bool Search::over_host_budget(const ProbeReport& r) const {
+  const std::optional<int64_t> usable = job_.usable_host_budget_bytes();
+  return usable && r.host_peak_bytes > *usable;
+}
+
+void Search::hold_to_host_budget(ProbeReport& r) const {
+  if (r.outcome != TrialOutcome::kOk || !over_host_budget(r)) return;
+  r.outcome = TrialOutcome::kOutOfMemory;
+  r.phase_at_failure.reset();
+  r.message = fmt::format("host memory: the trial held {} on the host at its peak, over the usable host budget ({})",
+                          format_bytes(r.host_peak_bytes), format_bytes(*job_.usable_host_budget_bytes()));
+}
+
+}  // namespace oomtune::search_detail
