@@ -138,6 +138,7 @@ std::vector<std::string> accelerate_notes(const Plan& plan) {
   if (c.optimizer == OptimizerKind::kAdafactor) notes.push_back(recipe_text::adafactor_note());
   if (c.optimizer == OptimizerKind::kAdamW8bit && c.offload_optimizer)
     notes.push_back(recipe_text::adamw8bit_offload_note());
+  if (const std::string note = recipe_text::offload_host_note(plan); !note.empty()) notes.push_back(note);
   if (c.precision == Precision::kBf16Params)
     notes.push_back(recipe_text::bf16_params_note(
         "ds_config.json's \"bf16\" section gives it under distributed_type 'DEEPSPEED'; mixed_precision 'bf16' "

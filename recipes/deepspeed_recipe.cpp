@@ -125,6 +125,7 @@ std::vector<std::string> deepspeed_notes(const Plan& plan) {
         "the host copies; zero_allow_untested_optimizer = true lets ZeRO take it (torch.optim.SGD is not among "
         "ZeRO's tested optimizers), and zero_force_ds_cpu_optimizer = false lets a torch.optim.SGD passed to "
         "deepspeed.initialize(optimizer=...) run under offload instead of DeepSpeed's CPU optimizers");
+  if (const std::string note = recipe_text::offload_host_note(plan); !note.empty()) notes.push_back(note);
   if (torch_adam(plan))
     notes.push_back(fmt::format(
         "\"torch_adam\": true makes DeepSpeed build torch.optim.AdamW ({}), the implementation measured; without it "

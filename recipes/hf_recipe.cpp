@@ -123,6 +123,7 @@ std::vector<std::string> hf_notes(const Plan& plan) {
         "GPU), whose optimizer section replaces `optim`");
   if (c.optimizer == OptimizerKind::kAdamW8bit && c.offload_optimizer)
     notes.push_back(recipe_text::adamw8bit_offload_note());
+  if (const std::string note = recipe_text::offload_host_note(plan); !note.empty()) notes.push_back(note);
   if (c.optimizer == OptimizerKind::kAdamW8bit && !c.offload_optimizer)
     notes.push_back("optim = \"adamw_bnb_8bit\" needs the bitsandbytes package");
   if (c.optimizer == OptimizerKind::kAdafactor) notes.push_back(recipe_text::adafactor_note());

@@ -149,6 +149,7 @@ std::vector<std::string> lightning_notes(const Plan& plan) {
         kDeepSpeedStrategyClass));
   if (c.optimizer == OptimizerKind::kAdamW8bit && c.offload_optimizer)
     notes.push_back(recipe_text::adamw8bit_offload_note());
+  if (const std::string note = recipe_text::offload_host_note(plan); !note.empty()) notes.push_back(note);
   if (c.precision == Precision::kBf16Params)
     notes.push_back(recipe_text::bf16_params_note(
         "Lightning turns precision \"bf16-mixed\" into it under the DeepSpeedStrategy written here; without "

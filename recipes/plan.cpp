@@ -28,7 +28,8 @@ bool Plan::operator==(const Plan& other) const {
          model_path == other.model_path && job_spec_path == other.job_spec_path &&
          measured_peak_bytes == other.measured_peak_bytes && predicted_peak_bytes == other.predicted_peak_bytes &&
          measured_samples_per_second == other.measured_samples_per_second &&
-         predicted_samples_per_second == other.predicted_samples_per_second && notes == other.notes &&
+         predicted_samples_per_second == other.predicted_samples_per_second &&
+         measured_host_peak_bytes == other.measured_host_peak_bytes && notes == other.notes &&
          trainable == other.trainable && seq_len == other.seq_len && parameter_count == other.parameter_count;
 }
 

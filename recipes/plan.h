@@ -44,14 +44,18 @@ struct Plan {
   TrainingConfig config;
   int64_t global_batch = 1;  // COUNT: samples per optimizer step, on one GPU
   OptimizerHyperParameters optimizer;
-  Device device = Device::kCuda;                       // kCpu or kCuda: where the plan was measured
-  std::optional<int64_t> budget_bytes;                 // BYTES: the memory budget the plan fits
-  double headroom = 0.05;                              // fraction of the budget kept free, in [0, 0.9]
-  std::string model_path;                              // the TorchScript model ("" when unknown)
-  std::string job_spec_path;                           // the job TOML the plan came from ("" when unknown)
-  std::optional<int64_t> measured_peak_bytes;          // BYTES: the verified peak the budget held (reserved on CUDA)
-  std::optional<int64_t> predicted_peak_bytes;         // BYTES: peak predicted by the search (not measured)
-  std::optional<double> measured_samples_per_second;   // throughput measured over the verify run
+  Device device = Device::kCuda;                      // kCpu or kCuda: where the plan was measured
+  std::optional<int64_t> budget_bytes;                // BYTES: the memory budget the plan fits
+  double headroom = 0.05;                             // fraction of the budget kept free, in [0, 0.9]
+  std::string model_path;                             // the TorchScript model ("" when unknown)
+  std::string job_spec_path;                          // the job TOML the plan came from ("" when unknown)
+  std::optional<int64_t> measured_peak_bytes;         // BYTES: the verified peak the budget held (reserved on CUDA)
+  std::optional<int64_t> predicted_peak_bytes;        // BYTES: peak predicted by the search (not measured)
+  std::optional<double> measured_samples_per_second;  // throughput measured over the verify run
+  // BYTES: the verified run's host peak with optimizer offload (its fp32
+  // masters, gradients and state, pinned on a GPU; ProbeReport::host_peak_bytes);
+  // plan.toml: [result] measured_host_peak_bytes; nullopt without offload.
+  std::optional<int64_t> measured_host_peak_bytes;
   std::optional<double> predicted_samples_per_second;  // throughput predicted (not measured)
   std::vector<std::string> notes;                      // free text from autotune, one line each
   // Which parameters trained (the job's trainable / frozen globs): the

@@ -28,7 +28,8 @@ const std::vector<std::string> kConfigKeys = {"micro_batch", "accumulation_steps
 const std::vector<std::string> kOptimizerKeys = {"lr",       "weight_decay",   "betas",        "eps",
                                                  "momentum", "implementation", "max_grad_norm"};
 const std::vector<std::string> kResultKeys = {"measured_peak_bytes", "predicted_peak_bytes",
-                                              "measured_samples_per_second", "predicted_samples_per_second"};
+                                              "measured_samples_per_second", "predicted_samples_per_second",
+                                              "measured_host_peak_bytes"};
 
 // ---------------------------------------------------------------- writing
 
@@ -167,6 +168,7 @@ void read_result(const PlanTable& result, Plan& plan) {
   result.reject_unknown(kResultKeys);
   plan.measured_peak_bytes = result.integer("measured_peak_bytes", 0);
   plan.predicted_peak_bytes = result.integer("predicted_peak_bytes", 0);
+  plan.measured_host_peak_bytes = result.integer("measured_host_peak_bytes", 0);
   for (auto [key, field] : {std::pair{"measured_samples_per_second", &plan.measured_samples_per_second},
                             std::pair{"predicted_samples_per_second", &plan.predicted_samples_per_second}}) {
     *field = result.number(key);
@@ -248,7 +250,7 @@ std::string write_plan_toml(const Plan& plan) {
   line(fmt::format("implementation = {}", quote(to_string(o.implementation))));
 
   if (plan.measured_peak_bytes || plan.predicted_peak_bytes || plan.measured_samples_per_second ||
-      plan.predicted_samples_per_second) {
+      plan.predicted_samples_per_second || plan.measured_host_peak_bytes) {
     line("");
     line("[result]");
     if (plan.measured_peak_bytes)
@@ -261,6 +263,9 @@ std::string write_plan_toml(const Plan& plan) {
       line(fmt::format("measured_samples_per_second = {}", float_text(*plan.measured_samples_per_second)));
     if (plan.predicted_samples_per_second)
       line(fmt::format("predicted_samples_per_second = {}", float_text(*plan.predicted_samples_per_second)));
+    if (plan.measured_host_peak_bytes)
+      line(fmt::format("measured_host_peak_bytes = {}  # {} on the host (optimizer offload)",
+                       *plan.measured_host_peak_bytes, format_bytes(*plan.measured_host_peak_bytes)));
   }
   return out;
 }

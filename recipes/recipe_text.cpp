@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 
+#include "common/byte_size.h"
+
 namespace oomtune::recipe_text {
 
 std::string describe_checkpoint(const CheckpointPlan& plan) {
@@ -112,6 +114,28 @@ std::string adamw8bit_offload_note() {
          "fp32 states in host memory) and bitsandbytes' 8-bit states cannot run on the host, so this file asks "
          "for AdamW instead: the GPU still holds no optimizer state, but the host holds fp32 states (8 bytes "
          "per parameter, not about 2)";
+}
+
+std::string offload_host_note(const Plan& plan) {
+  const TrainingConfig& c = plan.config;
+  if (!c.offload_optimizer) return "";
+  // fp32 parameters and gradients, and the state of the optimizer the
+  // file asks for (8-bit AdamW offloads as AdamW: adamw8bit_offload_note).
+  const int64_t state = c.optimizer != OptimizerKind::kSgd ? 8 : plan.optimizer.momentum > 0 ? 4 : 0;
+  const int64_t per_parameter = 4 + 4 + state;
+  std::string note = fmt::format(
+      "optimizer offload keeps the fp32 parameters, their gradients and the optimizer state in pinned host memory, "
+      "{} bytes per trainable parameter",
+      per_parameter);
+  if (plan.parameter_count)
+    note += fmt::format(
+        " ({} for {} parameters; DeepSpeed's estimate_zero2_model_states_mem_needs asks 1.5 times "
+        "that)",
+        format_bytes(per_parameter * *plan.parameter_count), *plan.parameter_count);
+  if (plan.measured_host_peak_bytes)
+    note +=
+        fmt::format("; the verified run held {} on the host at its peak", format_bytes(*plan.measured_host_peak_bytes));
+  return note + ": the training process needs that much free host RAM, beside the data loader's";
 }
 
 std::string batch_note(const Plan& plan, const std::string& where) {

@@ -222,6 +222,7 @@ Plan plan_from(const AutotuneReport& report) {
   plan.measured_peak_bytes = budgeted_peak_bytes(*best.verification, report.search.budget_on_reserved);
   plan.predicted_peak_bytes = static_cast<int64_t>(best.predicted_peak_bytes);
   plan.measured_samples_per_second = best.verification->samples_per_second;
+  if (best.config.offload_optimizer) plan.measured_host_peak_bytes = best.verification->host_peak_bytes;
   if (best.predicted_seconds > 0)
     plan.predicted_samples_per_second = static_cast<double>(job.global_batch) / best.predicted_seconds;
   plan.notes = report.search.notes;
