@@ -66,7 +66,7 @@ int64_t Search::budgeted(const ProbeReport& r) const { return budgeted_peak_byte
 // Runs the verification of `config`, counted and shown.
 ProbeReport Search::verify(const TrainingConfig& config) {
   ProbeReport r = runner_.verify(config);
-  hold_to_host_budget(r);
+  hold_to_host_budget(r, config);
   ++result_.verification_trials;
   progress_(fmt::format("verify {:<60} {}", describe(config),
                         r.outcome == TrialOutcome::kOk ? fmt::format("peak {}, {:.1f} samples/s over {} steps",

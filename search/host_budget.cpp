@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include "common/byte_size.h"
+#include "common/error.h"
+#include "search/sentences.h"
 
 namespace oomtune::search_detail {
 
@@ -28,7 +30,9 @@ namespace oomtune::search_detail {
 // - a trial whose measured host peak (ProbeReport::host_peak_bytes: the
 //   batch, offload's buffers and its update's temporaries; pinned memory
 //   on CUDA) exceeds it ran out of host memory: a probe's strategy drops,
-//   a verification does not fit.
+//   a verification does not fit;
+// - a host budget that a configuration without offload exceeds (its
+//   inputs alone) is an input error: no strategy lowers it.
 // Limitations: the trials hold the global batch on the host and nothing of
 // a data loader (its workers, prefetched and pinned batches) or of the
 // Python process: leave room for them in the budget. DeepSpeed's CPU Adam
@@ -72,8 +76,17 @@ bool Search::over_host_budget(const ProbeReport& r) const {
   return usable && r.host_peak_bytes > *usable;
 }
 
-void Search::hold_to_host_budget(ProbeReport& r) const {
+void Search::hold_to_host_budget(ProbeReport& r, const TrainingConfig& config) const {
   if (r.outcome != TrialOutcome::kOk || !over_host_budget(r)) return;
+  // Without offload the host holds the trial's inputs before they are
+  // copied: a budget below them is the job's error, which no strategy the
+  // search turns on lowers.
+  if (!config.offload_optimizer)
+    throw InputError(fmt::format(
+        "{}: host_budget: the usable host budget ({}) is below the {} that {} held on the host without optimizer "
+        "offload (its inputs, before they are copied to the device): raise it or leave it out",
+        job_.spec_path.empty() ? job_.model_path : job_.spec_path, format_bytes(*job_.usable_host_budget_bytes()),
+        format_bytes(r.host_peak_bytes), describe(config)));
   r.outcome = TrialOutcome::kOutOfMemory;
   r.phase_at_failure.reset();
   r.message = fmt::format("host memory: the trial held {} on the host at its peak, over the usable host budget ({})",

@@ -75,7 +75,7 @@ const ProbeReport* Search::meta_run(const TrainingConfig& c) {
   if (run == meta_runs_.end()) {
     std::optional<ProbeReport> r = runner_.measure_on_meta(c);
     if (!r) return nullptr;
-    hold_to_host_budget(*r);
+    hold_to_host_budget(*r, c);
     ++result_.meta_trials;
     progress_(fmt::format("meta   {:<60} {}", describe(c),
                           r->outcome == TrialOutcome::kOk ? "peak " + format_bytes(r->peak_bytes) : outcome_of(*r)));

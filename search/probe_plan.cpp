@@ -68,7 +68,7 @@ ProbeReport Search::probe(TrainingConfig config, int64_t micro_batch) {
   config.micro_batch = micro_batch;
   config.accumulation_steps = 1;
   ProbeReport r = runner_.probe(config);
-  hold_to_host_budget(r);
+  hold_to_host_budget(r, config);
   progress_(fmt::format("probe  {:<60} {}", describe(config),
                         r.outcome != TrialOutcome::kOk ? outcome_of(r)
                         // A meta trial has no step time (StepTiming::measured): none is printed.

@@ -165,8 +165,9 @@ class Search {
   bool offload_fits_host(int64_t trainable_parameters);
   // Whether `r` held more on the host than the usable host budget.
   bool over_host_budget(const ProbeReport& r) const;
-  // A trial that ran but held too much on the host becomes an out-of-memory.
-  void hold_to_host_budget(ProbeReport& r) const;
+  // A trial of `config` that ran but held too much on the host becomes an
+  // out-of-memory; without offload, an InputError (no strategy helps).
+  void hold_to_host_budget(ProbeReport& r, const TrainingConfig& config) const;
 
   // choose.cpp
   bool fits_budget(const ProbeReport& r) const;

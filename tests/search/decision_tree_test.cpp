@@ -698,6 +698,25 @@ TEST(DecisionTree, AHostBudgetBelowOffloadsStateRulesOffloadOutBeforeItIsProbed)
   EXPECT_EQ(chosen(fits).verification->host_peak_bytes, 64 * kMiB);
 }
 
+// A trial holds its inputs on the host before they are copied: a host
+// budget below what plain held is the job's error, not a search result.
+TEST(DecisionTree, AHostBudgetBelowWhatPlainHoldsIsAnInputError) {
+  FakeRunner fake;
+  fake.host_batch_bytes = 2 * kMiB;
+  JobSpec job = job_with_budget(plain_peak(32) + kMiB);
+  job.spec_path = "job.toml";
+  job.host_budget_bytes = kMiB;
+  try {
+    run_search(fake, job);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "job.toml: host_budget: the usable host budget (1.00 MiB) is below the 2.00 MiB that micro-batch 4 x 1, "
+              "adamw, fp32 held on the host without optimizer offload (its inputs, before they are copied to the "
+              "device): raise it or leave it out");
+  }
+}
+
 // The state fits the host budget, but the trial measured more (its host
 // update's temporaries, the batch): the probe ran out of host memory, and
 // offload drops as any strategy whose probe ran out of memory.
