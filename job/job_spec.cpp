@@ -467,6 +467,12 @@ JobSpec load_job_spec(const std::string& path) {
                         path, base_dir);
 }
 
+void default_host_budget(JobSpec& spec, std::optional<int64_t> machine_bytes) {
+  if (spec.device != Device::kCuda || spec.host_budget_bytes || !machine_bytes || *machine_bytes <= 0) return;
+  spec.host_budget_bytes = machine_bytes;
+  spec.host_budget_is_machines = true;
+}
+
 void apply_overrides(JobSpec& spec, const JobOverrides& overrides) {
   const auto size = [](const char* flag, const std::optional<std::string>& text) -> std::optional<int64_t> {
     if (!text) return std::nullopt;

@@ -124,6 +124,8 @@ struct JobSpec {
   // fp32 masters, gradients and state live there (strategies/master_weights.h).
   // nullopt: not checked. The same headroom applies.
   std::optional<int64_t> host_budget_bytes;
+  // host_budget_bytes is this machine's memory (default_host_budget), not the job's.
+  bool host_budget_is_machines = false;
   int64_t min_micro_batch = 1;             // COUNT: the search never goes below
   std::optional<int64_t> max_micro_batch;  // COUNT: the search never goes above
   int64_t verify_steps = 20;               // COUNT: optimizer steps of a verification run
@@ -183,6 +185,14 @@ struct JobOverrides {
   std::optional<int64_t> seq_len;          // COUNT: tokens; replaces `seq` (a range or a distribution becomes
                                            // this one length)
 };
+
+/// A CUDA job trains on the machine whose GPU runs its trials: without a
+/// host budget of its own (host_budget, --host-budget) it takes
+/// `machine_bytes` (common/host_memory.h, machine_memory_bytes), the memory
+/// optimizer offload's pinned state must fit there, and marks it
+/// (host_budget_is_machines). A CPU or meta job answers for another
+/// machine and keeps none. Throws nothing.
+void default_host_budget(JobSpec& spec, std::optional<int64_t> machine_bytes);
 
 /// Applies overrides. Throws InputError naming the flag for a bad value
 /// (a count below 1, a --batch above kMaxGlobalBatch or one at which an

@@ -297,9 +297,10 @@ std::string render_autotune_text(const AutotuneReport& report) {
                    device_name(job.device), job.global_batch));
   if (const std::optional<int64_t> host = job.usable_host_budget_bytes())
     line(
-        fmt::format("host      {} ({} usable after {:.0f} % headroom) for optimizer offload's fp32 masters, gradients "
-                    "and state",
-                    format_bytes(*job.host_budget_bytes), format_bytes(*host), 100 * job.headroom));
+        fmt::format("host      {} ({} usable after {:.0f} % headroom{}) for optimizer offload's fp32 masters, "
+                    "gradients and state",
+                    format_bytes(*job.host_budget_bytes), format_bytes(*host), 100 * job.headroom,
+                    job.host_budget_is_machines ? "; this machine's memory: host_budget sets another" : ""));
   if (s.baseline_micro_batches.empty()) {
     line(fmt::format("model     none: no configuration ran at micro-batch {}", s.smallest_micro_batch));
   } else {

@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "common/byte_size.h"
 #include "common/error.h"
+#include "common/host_memory.h"
 #include "common/json_text.h"
 #include "compat/torch_compat.h"
 #include "job/job_spec.h"
@@ -314,6 +315,7 @@ int run_autotune(const AutotuneFlags& flags) {
   report.job = load_job_spec(flags.job_path);
   apply_overrides(report.job, flags.overrides);
   require_device_support(report.job);
+  default_host_budget(report.job, machine_memory_bytes());
   // On meta the trials measure memory only: the search chooses by memory
   // alone and verifies nothing (search/meta_memory.cpp, Note [Memory only]).
   const bool memory_only = report.job.device == Device::kMeta;

@@ -15,6 +15,7 @@
 #include "common/atomic_file.h"
 #include "common/byte_size.h"
 #include "common/error.h"
+#include "common/host_memory.h"
 #include "common/json_text.h"
 #include "job/job_spec.h"
 #include "probe_trials.h"
@@ -94,6 +95,7 @@ int run_probe(ProbeFlags flags) {
   }
   apply_overrides(job, flags.overrides);
   require_device_support(job);
+  default_host_budget(job, machine_memory_bytes());
   // The budget the plan fits, which autotune --budget may have set apart
   // from the job's; --budget wins.
   if (plan_budget && !flags.overrides.budget && (job.budget_bytes != *plan_budget || job.headroom != plan_headroom)) {

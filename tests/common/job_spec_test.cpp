@@ -313,6 +313,29 @@ TEST(JobSpec, OverridesWinAndCheckTheirValues) {
   JobOverrides zero;
   zero.max_micro_batch = 0;
   EXPECT_EQ(message(zero), "--max-micro-batch: must be >= 1, got 0");
+  // A CUDA job trains where its trials run: the machine's memory is its
+  // host budget unless it gives one; a CPU or meta job answers for another.
+  JobSpec cuda = parse_job_spec(kGood, "job.toml", "");
+  cuda.device = Device::kCuda;
+  default_host_budget(cuda, int64_t{128} << 30);
+  EXPECT_EQ(cuda.host_budget_bytes, int64_t{128} << 30);
+  EXPECT_TRUE(cuda.host_budget_is_machines);
+  JobSpec given_host = cuda;
+  given_host.host_budget_bytes = int64_t{64} << 30;
+  given_host.host_budget_is_machines = false;
+  default_host_budget(given_host, int64_t{128} << 30);
+  EXPECT_EQ(given_host.host_budget_bytes, int64_t{64} << 30);
+  EXPECT_FALSE(given_host.host_budget_is_machines);
+  for (Device other : {Device::kCpu, Device::kMeta}) {
+    JobSpec elsewhere = parse_job_spec(kGood, "job.toml", "");
+    elsewhere.device = other;
+    default_host_budget(elsewhere, int64_t{128} << 30);
+    EXPECT_FALSE(elsewhere.host_budget_bytes.has_value());
+  }
+  JobSpec unknown = parse_job_spec(kGood, "job.toml", "");
+  unknown.device = Device::kCuda;
+  default_host_budget(unknown, std::nullopt);
+  EXPECT_FALSE(unknown.host_budget_bytes.has_value());
   JobOverrides no_host;
   no_host.host_budget = "0GiB";
   EXPECT_EQ(message(no_host), "--host-budget: expected a size such as 8GiB, 7.5GB or 512MiB, got '0GiB'");

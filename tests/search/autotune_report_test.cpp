@@ -315,6 +315,11 @@ TEST(AutotuneReport, TheChosenConfigurationsHostMemoryIsShownWhereItMatters) {
           "masters, gradients and state"))
       << render_autotune_text(report);
   EXPECT_TRUE(has("          host memory 64.00 MiB at its peak; margin 26.00 MiB to the usable host budget"));
+  report.job.host_budget_is_machines = true;  // a CUDA job's default (default_host_budget)
+  EXPECT_TRUE(
+      has("host      100.00 MiB (90.00 MiB usable after 10 % headroom; this machine's memory: host_budget "
+          "sets another) for optimizer offload's fp32 masters, gradients and state"))
+      << render_autotune_text(report);
   const nlohmann::json json = autotune_json(report);
   EXPECT_EQ(json.at("host_budget_bytes"), 100 * kMiB);
   EXPECT_EQ(json.at("usable_host_budget_bytes"), 90 * kMiB);
