@@ -990,12 +990,12 @@ struct Llama7bReport {
   std::string text;
   std::string err;
 };
-Llama7bReport llama7b_on_meta(const std::string& model, const std::string& budget) {
+Llama7bReport llama7b_on_meta(const std::string& model, const std::string& budget, const std::string& extra = "") {
   const std::string job = testing::write_temp_file("llama7b_" + budget + ".toml", "model = \"" + model + R"("
 global_batch = 1
 device = "meta"
 allow_bf16 = true
-budget = ")" + budget + R"("
+budget = ")" + budget + "\"\n" + extra + R"(
 
 [[inputs]]
 name = "input_ids"
@@ -1040,6 +1040,31 @@ TEST(Cli, Llama7bOnMetaAt40GBGoldenReport) {
   const Llama7bReport r = llama7b_on_meta(model, "40GB");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   testing::expect_golden_file(kGoldenDir / "llama7b_40GB.txt", r.text);
+}
+
+// The 40 GB answer offloads 16 bytes per parameter to the host (100.41 GiB:
+// fp32 masters, gradients and AdamW state). On a machine with 64 GiB of RAM
+// (host_budget; 60.80 GiB usable) offload is not tried: nothing else fits
+// the GPU, exit 3, with the reason in a note (search/host_budget.cpp).
+TEST(Cli, Llama7bOnMetaAt40GBWithA64GiBHostOffloadsNothing) {
+  if (run_oomtune("--version").out.find("libtorch 1.") != std::string::npos)
+    GTEST_SKIP() << "meta trials need libtorch 2 (the PyPI build)";
+  const std::string model = testing::test_model("llama7b_meta");
+  OOMTUNE_REQUIRE_FILE(model);
+  const Llama7bReport offloads = llama7b_on_meta(model, "40GB");
+  ASSERT_EQ(offloads.exit_code, 0) << offloads.err;
+  EXPECT_NE(offloads.text.find("          host memory 101.39 GiB at its peak; no host budget to check it against"),
+            std::string::npos)
+      << offloads.text;
+  const Llama7bReport r = llama7b_on_meta(model, "40GB", "host_budget = \"64GiB\"\n");
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.text.find("host      64.00 GiB (60.80 GiB usable after 5 % headroom)"), std::string::npos) << r.text;
+  EXPECT_EQ(r.text.find("offload "), std::string::npos) << "no offload node, no offload probe:\n" << r.text;
+  EXPECT_NE(r.text.find("note: optimizer offload: not tried: its fp32 master weights, gradients and adamw state for "
+                        "6738415616 trainable parameters take 100.41 GiB of host memory, over the usable host budget "
+                        "(60.80 GiB, after 5 % headroom)"),
+            std::string::npos)
+      << r.text;
 }
 
 // "Does LLaMA-7B fit on a 24 GB GPU?" (issue #46 item 5): 22.80e9 B usable

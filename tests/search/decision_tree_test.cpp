@@ -670,14 +670,24 @@ TEST(DecisionTree, OffloadWhenEvenEightBitStateDoesNotFit) {
 // The host budget (Note [Host budget]): offload's fp32 masters, gradients
 // and AdamW state take 16 bytes per parameter on the host, 64 MiB for the
 // 4 Mi parameters of OffloadWhenEvenEightBitStateDoesNotFit, whose only
-// fitting configuration offloads.
-TEST(DecisionTree, AHostBudgetBelowOffloadsStateRulesOffloadOutBeforeItIsProbed) {
+// fitting configuration offloads: its model and 45 MiB budget under
+// `host_budget`.
+struct OffloadOnly {
   FakeRunner fake;
-  fake.parameters = 4 * kMiB;
-  fake.activation_per_sample = kMiB;
-  JobSpec job = job_with_budget(45 * kMiB);
-  job.host_budget_bytes = 63 * kMiB;
-  const SearchResult r = run_search(fake, job);
+  JobSpec job;
+};
+OffloadOnly offload_only_fits(int64_t host_budget) {
+  OffloadOnly o;
+  o.fake.parameters = 4 * kMiB;
+  o.fake.activation_per_sample = kMiB;
+  o.job = job_with_budget(45 * kMiB);
+  o.job.host_budget_bytes = host_budget;
+  return o;
+}
+
+TEST(DecisionTree, AHostBudgetBelowOffloadsStateRulesOffloadOutBeforeItIsProbed) {
+  OffloadOnly tight = offload_only_fits(63 * kMiB);
+  const SearchResult r = run_search(tight.fake, tight.job);
   EXPECT_FALSE(r.chosen.has_value());
   for (const ProbeReport& p : r.probes) EXPECT_EQ(p.config.find("offload=on"), std::string::npos) << p.config;
   EXPECT_EQ(node_named(r, "optimizer offload"), nullptr);
@@ -688,11 +698,8 @@ TEST(DecisionTree, AHostBudgetBelowOffloadsStateRulesOffloadOutBeforeItIsProbed)
       << ::testing::PrintToString(r.notes);
   // With room on the host, offload is chosen as before, and its host peak
   // is the 64 MiB counted.
-  FakeRunner roomy;
-  roomy.parameters = 4 * kMiB;
-  roomy.activation_per_sample = kMiB;
-  job.host_budget_bytes = 64 * kMiB;
-  const SearchResult fits = run_search(roomy, job);
+  OffloadOnly roomy = offload_only_fits(64 * kMiB);
+  const SearchResult fits = run_search(roomy.fake, roomy.job);
   ASSERT_TRUE(fits.chosen.has_value());
   EXPECT_TRUE(chosen(fits).config.offload_optimizer);
   EXPECT_EQ(chosen(fits).verification->host_peak_bytes, 64 * kMiB);
@@ -721,13 +728,9 @@ TEST(DecisionTree, AHostBudgetBelowWhatPlainHoldsIsAnInputError) {
 // update's temporaries, the batch): the probe ran out of host memory, and
 // offload drops as any strategy whose probe ran out of memory.
 TEST(DecisionTree, AProbeOverTheHostBudgetRanOutOfHostMemory) {
-  FakeRunner fake;
-  fake.parameters = 4 * kMiB;
-  fake.activation_per_sample = kMiB;
-  fake.offload_host_extra = 16 * kMiB;  // 4 bytes per parameter
-  JobSpec job = job_with_budget(45 * kMiB);
-  job.host_budget_bytes = 70 * kMiB;
-  const SearchResult r = run_search(fake, job);
+  OffloadOnly o = offload_only_fits(70 * kMiB);
+  o.fake.offload_host_extra = 16 * kMiB;  // 4 bytes per parameter
+  const SearchResult r = run_search(o.fake, o.job);
   EXPECT_FALSE(r.chosen.has_value());
   int offloaded = 0;
   for (const ProbeReport& p : r.probes) {
@@ -739,19 +742,15 @@ TEST(DecisionTree, AProbeOverTheHostBudgetRanOutOfHostMemory) {
               "budget (70.00 MiB)");
   }
   EXPECT_GT(offloaded, 0);
-  EXPECT_EQ(fake.verifications, 0);
+  EXPECT_EQ(o.fake.verifications, 0);
 }
 
 // A verification whose later steps grow on the host past the budget is
 // dropped, without blaming the device's memory model.
 TEST(DecisionTree, AVerificationOverTheHostBudgetIsDropped) {
-  FakeRunner fake;
-  fake.parameters = 4 * kMiB;
-  fake.activation_per_sample = kMiB;
-  fake.verification_host_growth = 8 * kMiB;
-  JobSpec job = job_with_budget(45 * kMiB);
-  job.host_budget_bytes = 70 * kMiB;
-  const SearchResult r = run_search(fake, job);
+  OffloadOnly o = offload_only_fits(70 * kMiB);
+  o.fake.verification_host_growth = 8 * kMiB;
+  const SearchResult r = run_search(o.fake, o.job);
   EXPECT_FALSE(r.chosen.has_value());
   const TrailNode* offload = node_named(r, "optimizer offload + checkpointing");
   ASSERT_NE(offload, nullptr);
