@@ -119,10 +119,8 @@ std::string adamw8bit_offload_note() {
 std::string offload_host_note(const Plan& plan) {
   const TrainingConfig& c = plan.config;
   if (!c.offload_optimizer) return "";
-  // fp32 parameters and gradients, and the state of the optimizer the
-  // file asks for (8-bit AdamW offloads as AdamW: adamw8bit_offload_note).
-  const int64_t state = c.optimizer != OptimizerKind::kSgd ? 8 : plan.optimizer.momentum > 0 ? 4 : 0;
-  const int64_t per_parameter = 4 + 4 + state;
+  // 8-bit AdamW offloads as AdamW (adamw8bit_offload_note).
+  const int64_t per_parameter = offload_host_bytes_per_parameter(c.optimizer, plan.optimizer.momentum > 0);
   std::string note = fmt::format(
       "optimizer offload keeps the fp32 parameters, their gradients and the optimizer state in pinned host memory, "
       "{} bytes per trainable parameter",

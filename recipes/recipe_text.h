@@ -69,10 +69,9 @@ std::string adamw8bit_offload_note();
 
 /// Note: the host memory optimizer offload needs, for a plan that offloads
 /// ("" otherwise): the fp32 parameters, gradients and optimizer state
-/// DeepSpeed's CPU optimizer keeps there, pinned (Adam 16 bytes per
-/// trainable parameter, SGD 12 with momentum, 8 without; DeepSpeed's
-/// estimate_zero2_model_states_mem_needs, deepspeed/runtime/zero/
-/// stage_1_and_2.py, counts the Adam 16 times a 1.5 buffer factor), for
+/// DeepSpeed's CPU optimizer keeps there, pinned
+/// (offload_host_bytes_per_parameter, strategies/training_config.h: Adam
+/// 16 bytes per trainable parameter, SGD 12 with momentum, 8 without), for
 /// the plan's [job] parameters, and the verified run's host peak where the
 /// plan has it (search/host_budget.cpp, Note [Host budget]).
 std::string offload_host_note(const Plan& plan);

@@ -14,16 +14,16 @@ namespace oomtune::search_detail {
 // Note [Host budget]
 // Rationale: optimizer offload trades device memory for host memory: the
 // fp32 master weights, their gradients and the optimizer state (AdamW: 4 +
-// 4 + 8 = 16 bytes per trainable parameter, strategies/master_weights.h),
-// pinned on a GPU machine. DeepSpeed counts the same 16 bytes for
-// ZeRO-Offload on one GPU (estimate_zero2_model_states_mem_needs,
-// deepspeed/runtime/zero/stage_1_and_2.py, before its 1.5 buffer factor).
+// 4 + 8 = 16 bytes per trainable parameter, pinned on a GPU machine;
+// offload_host_bytes_per_parameter in strategies/training_config.h, as
+// DeepSpeed counts it).
 // A 7B model needs 112 GB there: a configuration that fits the GPU and not
 // the host's RAM fails to pin its buffers or is killed by the OS, after
 // the search called it the answer (USERS.md: users want the host's limits
 // noted).
-// Approach: with a host budget (job spec host_budget, --host-budget; the
-// job's headroom applies),
+// Approach: with a host budget (job spec host_budget, --host-budget; a
+// CUDA job without one takes this machine's memory, default_host_budget in
+// job/job_spec.h; the job's headroom applies),
 // - offload is not tried where its state alone, counted from the plain
 //   probes' trainable parameters, exceeds the usable host budget: not
 //   probed, not in the rescue's least-memory combination, a note says why;
@@ -33,28 +33,15 @@ namespace oomtune::search_detail {
 //   a verification does not fit;
 // - a host budget that a configuration without offload exceeds (its
 //   inputs alone) is an input error: no strategy lowers it.
-// Limitations: the trials hold the global batch on the host and nothing of
-// a data loader (its workers, prefetched and pinned batches) or of the
+// Limitations: the trials hold their inputs on the host and nothing of a
+// data loader (its workers, prefetched and pinned batches) or of the
 // Python process: leave room for them in the budget. DeepSpeed's CPU Adam
 // updates in place where oomtune's host update may allocate a temporary
 // per parameter: the measured peak is what oomtune's own step held.
 
 std::optional<int64_t> Search::offload_host_bytes(int64_t trainable_parameters) const {
   if (trainable_parameters <= 0) return std::nullopt;  // not measured: the trials will say
-  constexpr int64_t kMaster = 4, kGradient = 4;        // fp32 each
-  int64_t state = 0;
-  switch (job_base_.optimizer) {
-    case OptimizerKind::kAdamW:
-      state = 8;  // exp_avg and exp_avg_sq, fp32
-      break;
-    case OptimizerKind::kSgd:
-      state = job_.optimizer.momentum > 0 ? 4 : 0;  // momentum_buffer
-      break;
-    case OptimizerKind::kAdamW8bit:
-    case OptimizerKind::kAdafactor:
-      return std::nullopt;  // not offloaded (strategy_table.cpp)
-  }
-  return trainable_parameters * (kMaster + kGradient + state);
+  return trainable_parameters * offload_host_bytes_per_parameter(job_base_.optimizer, job_.optimizer.momentum > 0);
 }
 
 bool Search::offload_fits_host(int64_t trainable_parameters) {

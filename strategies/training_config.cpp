@@ -97,6 +97,12 @@ std::string to_string(const CheckpointPlan& plan) {
   return "?";
 }
 
+int64_t offload_host_bytes_per_parameter(OptimizerKind offloaded, bool momentum) {
+  constexpr int64_t kMaster = 4, kGradient = 4;  // fp32 each
+  if (offloaded == OptimizerKind::kSgd) return kMaster + kGradient + (momentum ? 4 : 0);
+  return kMaster + kGradient + 8;  // AdamW's two fp32 moments
+}
+
 std::string to_string(const TrainingConfig& config) {
   return fmt::format("micro_batch={},accum={},ckpt={},optimizer={},offload={},precision={}", config.micro_batch,
                      config.accumulation_steps, to_string(config.checkpoint), to_string(config.optimizer),

@@ -69,6 +69,18 @@ inline constexpr const char* kAdafactorOffloadProblem =
     "Adafactor with optimizer offload is not offered: DeepSpeed offloads only its own CPU optimizers "
     "(DeepSpeedCPUAdam, Adam-family), so no framework runs it; use offload with adamw, or Adafactor on the device";
 
+/// BYTES per trainable parameter optimizer offload keeps on the host
+/// (ZeRO-Offload; oomtune's step in strategies/master_weights.h, DeepSpeed's
+/// CPU optimizer alike): the fp32 master weight and its gradient, 4 + 4,
+/// and the offloaded optimizer's fp32 state: 8 for AdamW (exp_avg,
+/// exp_avg_sq; 8-bit AdamW and Adafactor are offloaded as AdamW, the only
+/// state DeepSpeed's CPU optimizers keep), 4 for SGD with momentum
+/// (momentum_buffer), 0 without. DeepSpeed's
+/// estimate_zero2_model_states_mem_needs (deepspeed/runtime/zero/
+/// stage_1_and_2.py) counts the same 16 for Adam on one GPU, times a 1.5
+/// buffer factor.
+int64_t offload_host_bytes_per_parameter(OptimizerKind offloaded, bool momentum);
+
 /// "adamw", "adamw8bit", "sgd", "adafactor".
 std::string to_string(OptimizerKind kind);
 /// "fp32", "bf16", "fp16", "bf16_params".

@@ -91,5 +91,16 @@ TEST(TrainingConfig, EveryCheckpointPlanItReadsWritesBackTheSame) {
     EXPECT_EQ(to_string(parse_checkpoint_plan(text)), text);
 }
 
+// What optimizer offload keeps on the host per trainable parameter: fp32
+// master and gradient, 4 + 4, and the offloaded optimizer's fp32 state
+// (TrainingStep.OffloadKeepsOptimizerStateOffTheDeviceAndUpdatesIdentically
+// measures the 16 of AdamW on the CPU).
+TEST(TrainingConfig, OffloadKeepsMastersGradientsAndStateOnTheHost) {
+  EXPECT_EQ(offload_host_bytes_per_parameter(OptimizerKind::kAdamW, false), 16);
+  EXPECT_EQ(offload_host_bytes_per_parameter(OptimizerKind::kAdamW8bit, false), 16);  // offloaded as AdamW
+  EXPECT_EQ(offload_host_bytes_per_parameter(OptimizerKind::kSgd, true), 12);
+  EXPECT_EQ(offload_host_bytes_per_parameter(OptimizerKind::kSgd, false), 8);
+}
+
 }  // namespace
 }  // namespace oomtune
