@@ -2,6 +2,7 @@
 // JSON text for everything oomtune writes as JSON: reports on stdout, the
 // framework configs, the trial protocol's files.
 
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +20,13 @@ namespace oomtune {
 template <typename Json>
 std::string json_text(const Json& value, int indent = -1) {
   return value.dump(indent, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+}
+
+/// `value` as JSON, or null when it holds none (a report's or record's
+/// absent number: "no budget", "no fit").
+template <typename T>
+nlohmann::json json_or_null(const std::optional<T>& value) {
+  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
 }
 
 }  // namespace oomtune

@@ -6,18 +6,11 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/json_text.h"
 #include "common/utf8.h"
 
 namespace oomtune {
 namespace {
-
-nlohmann::json or_null(const std::optional<int64_t>& value) {
-  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
-}
-
-nlohmann::json optional_number(const std::optional<double>& value) {
-  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
-}
 
 // A path byte for byte: a JSON string when it is UTF-8, else the array of
 // its byte values (a JSON string must be UTF-8, and a file name need not be).
@@ -68,8 +61,8 @@ nlohmann::json to_json(const JobSpec& job) {
     inputs.push_back({{"name", in.name},
                       {"shape", in.shape},
                       {"dtype", in.dtype},
-                      {"low", optional_number(in.low)},
-                      {"high", optional_number(in.high)}});
+                      {"low", json_or_null(in.low)},
+                      {"high", json_or_null(in.high)}});
   nlohmann::json output = nullptr;
   if (const auto* key = std::get_if<std::string>(&job.output)) output = *key;
   if (const auto* index = std::get_if<int64_t>(&job.output)) output = *index;
@@ -80,8 +73,8 @@ nlohmann::json to_json(const JobSpec& job) {
           {"output", output},
           {"loss", {{"kind", static_cast<int>(job.loss.kind)}, {"target", job.loss.target}}},
           {"global_batch", job.global_batch},
-          {"seq_len", job.seq_len ? nlohmann::json(*job.seq_len) : nlohmann::json(nullptr)},
-          {"seq_min", job.seq_min ? nlohmann::json(*job.seq_min) : nlohmann::json(nullptr)},
+          {"seq_len", json_or_null(job.seq_len)},
+          {"seq_min", json_or_null(job.seq_min)},
           {"seq_lengths", seq_lengths_json(job)},
           {"allow_remainder", job.allow_remainder},
           {"optimizer",
@@ -102,11 +95,11 @@ nlohmann::json to_json(const JobSpec& job) {
             {"globs", job.trainable.globs},
             {"frozen_bf16", job.trainable.frozen_bf16}}},
           {"device", device_name(job.device)},
-          {"budget_bytes", job.budget_bytes ? nlohmann::json(*job.budget_bytes) : nlohmann::json(nullptr)},
-          {"host_budget_bytes", or_null(job.host_budget_bytes)},
+          {"budget_bytes", json_or_null(job.budget_bytes)},
+          {"host_budget_bytes", json_or_null(job.host_budget_bytes)},
           {"headroom", job.headroom},
           {"min_micro_batch", job.min_micro_batch},
-          {"max_micro_batch", job.max_micro_batch ? nlohmann::json(*job.max_micro_batch) : nlohmann::json(nullptr)},
+          {"max_micro_batch", json_or_null(job.max_micro_batch)},
           {"verify_steps", job.verify_steps},
           {"trial_timeout_seconds", job.trial_timeout_seconds},
           {"optimizing_executor", job.optimizing_executor},

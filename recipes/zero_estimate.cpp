@@ -9,6 +9,7 @@
 
 #include "common/byte_size.h"
 #include "common/error.h"
+#include "common/json_text.h"
 
 namespace oomtune {
 namespace {
@@ -245,26 +246,25 @@ nlohmann::json zero_table_json(const ZeroTable& table) {
            {"workspaces", row.per_gpu.workspaces},
            {"total", row.per_gpu.total()}}},
          {"fits", in.budget_bytes ? nlohmann::json(row.per_gpu.total() <= *in.budget_bytes) : nlohmann::json(nullptr)},
-         {"min_gpus", row.min_gpus ? nlohmann::json(*row.min_gpus) : nlohmann::json(nullptr)},
+         {"min_gpus", json_or_null(row.min_gpus)},
          {"never_fits", row.never_fits}});
   }
-  nlohmann::json json = {
-      {"kind", "predicted"},
-      {"source",
-       "Rajbhandari et al., ZeRO: Memory Optimizations Toward Training Trillion Parameter Models, "
-       "SC 2020, Sec. 5"},
-      {"parameters", in.parameters},
-      {"bytes_per_parameter",
-       {{"weights", in.bytes.weights},
-        {"gradients", in.bytes.gradients},
-        {"optimizer_state", in.bytes.optimizer_state}}},
-      {"activation_bytes", in.activation_bytes},
-      {"workspace_bytes", in.workspace_bytes},
-      {"gpus", in.gpus},
-      {"budget_bytes", in.budget_bytes ? nlohmann::json(*in.budget_bytes) : nlohmann::json(nullptr)},
-      {"max_gpus", kZeroMaxGpus},
-      {"fewest_gpus", zero_fewest_gpus(table) ? nlohmann::json(*zero_fewest_gpus(table)) : nlohmann::json(nullptr)},
-      {"rows", rows}};
+  nlohmann::json json = {{"kind", "predicted"},
+                         {"source",
+                          "Rajbhandari et al., ZeRO: Memory Optimizations Toward Training Trillion Parameter Models, "
+                          "SC 2020, Sec. 5"},
+                         {"parameters", in.parameters},
+                         {"bytes_per_parameter",
+                          {{"weights", in.bytes.weights},
+                           {"gradients", in.bytes.gradients},
+                           {"optimizer_state", in.bytes.optimizer_state}}},
+                         {"activation_bytes", in.activation_bytes},
+                         {"workspace_bytes", in.workspace_bytes},
+                         {"gpus", in.gpus},
+                         {"budget_bytes", json_or_null(in.budget_bytes)},
+                         {"max_gpus", kZeroMaxGpus},
+                         {"fewest_gpus", json_or_null(zero_fewest_gpus(table))},
+                         {"rows", rows}};
   if (!in.activation_source.empty()) json["activation_source"] = in.activation_source;
   if (in.frozen_parameters > 0) {
     json["frozen_parameters"] = in.frozen_parameters;

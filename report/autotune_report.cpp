@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "common/byte_size.h"
+#include "common/json_text.h"
 #include "common/seconds_text.h"
 #include "search/model_fit.h"
 #include "strategies/job_config.h"
@@ -77,22 +78,20 @@ std::string short_config(const TrainingConfig& c, int64_t largest_fitting = 0) {
 }
 
 nlohmann::json node_json(const TrailNode& n) {
-  nlohmann::json j = {
-      {"node", n.node},
-      {"config", to_string(n.config)},
-      {"micro_batch", n.config.micro_batch},
-      {"accumulation_steps", n.config.accumulation_steps},
-      {"largest_fitting_micro_batch", n.largest_fitting_micro_batch},
-      {"predicted_peak_bytes", static_cast<int64_t>(n.predicted_peak_bytes)},
-      {"meta_peak_bytes",
-       n.meta_peak_bytes ? nlohmann::json(static_cast<int64_t>(*n.meta_peak_bytes)) : nlohmann::json()},
-      {"meta_tensor_peak_bytes",
-       n.meta_tensor_peak_bytes ? nlohmann::json(*n.meta_tensor_peak_bytes) : nlohmann::json()},
-      {"meta_reserved_bytes", n.meta_reserved_bytes ? nlohmann::json(*n.meta_reserved_bytes) : nlohmann::json()},
-      {"meta_host_peak_bytes", n.meta_host_peak_bytes ? nlohmann::json(*n.meta_host_peak_bytes) : nlohmann::json()},
-      {"predicted_seconds_per_global_batch", n.predicted_seconds},
-      {"predicted_fit", n.predicted_fit},
-      {"note", n.note}};
+  nlohmann::json j = {{"node", n.node},
+                      {"config", to_string(n.config)},
+                      {"micro_batch", n.config.micro_batch},
+                      {"accumulation_steps", n.config.accumulation_steps},
+                      {"largest_fitting_micro_batch", n.largest_fitting_micro_batch},
+                      {"predicted_peak_bytes", static_cast<int64_t>(n.predicted_peak_bytes)},
+                      {"meta_peak_bytes",
+                       n.meta_peak_bytes ? nlohmann::json(static_cast<int64_t>(*n.meta_peak_bytes)) : nlohmann::json()},
+                      {"meta_tensor_peak_bytes", json_or_null(n.meta_tensor_peak_bytes)},
+                      {"meta_reserved_bytes", json_or_null(n.meta_reserved_bytes)},
+                      {"meta_host_peak_bytes", json_or_null(n.meta_host_peak_bytes)},
+                      {"predicted_seconds_per_global_batch", n.predicted_seconds},
+                      {"predicted_fit", n.predicted_fit},
+                      {"note", n.note}};
   if (n.verification) j["verification"] = to_json(*n.verification);
   return j;
 }
@@ -265,9 +264,7 @@ std::string render_autotune_sequence(const AutotuneSequence& q, const JobSpec& j
 }
 
 nlohmann::json autotune_sequence_json(const AutotuneSequence& q) {
-  nlohmann::json j = {{"length", q.length},
-                      {"min_length", q.min_length ? nlohmann::json(*q.min_length) : nlohmann::json(nullptr)},
-                      {"length_kept", true}};
+  nlohmann::json j = {{"length", q.length}, {"min_length", json_or_null(q.min_length)}, {"length_kept", true}};
   if (q.fit) {
     j["longest_length"] = q.fit->longest_length;
     j["longest_length_limited_by"] = std::string(phase_name(q.fit->length_limit));
@@ -498,47 +495,43 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
   for (const TrailNode& n : s.trail) trail.push_back(node_json(n));
   nlohmann::json probes = nlohmann::json::array();
   for (const ProbeReport& p : s.probes) probes.push_back(to_json(p));
-  nlohmann::json j = {
-      {"job", report.job_path},
-      {"model", report.job.model_path},
-      {"device", device_name(report.job.device)},
-      {"global_batch", report.job.global_batch},
-      {"budget_bytes", report.job.budget_bytes ? nlohmann::json(*report.job.budget_bytes) : nlohmann::json()},
-      {"usable_budget_bytes", s.usable_budget_bytes},
-      {"host_budget_bytes",
-       report.job.host_budget_bytes ? nlohmann::json(*report.job.host_budget_bytes) : nlohmann::json()},
-      {"usable_host_budget_bytes", report.job.usable_host_budget_bytes()
-                                       ? nlohmann::json(*report.job.usable_host_budget_bytes())
-                                       : nlohmann::json()},
-      {"parameter_count", s.parameter_count},
-      {"frozen_parameter_count", s.frozen_parameter_count},
-      {"baseline_model",
-       {{"configuration", s.baseline_name},
-        {"peak_intercept_bytes", s.baseline_peak.intercept},
-        {"peak_bytes_per_sample", s.baseline_peak.slope},
-        {"backward_activation_intercept_bytes", s.baseline_backward_activation.intercept},
-        {"backward_activation_bytes_per_sample", s.baseline_backward_activation.slope},
-        {"seconds_intercept", s.baseline_seconds.intercept},
-        {"seconds_per_sample", s.baseline_seconds.slope},
-        {"optimizer_seconds", s.baseline_optimizer_seconds},
-        {"micro_batches", s.baseline_micro_batches},
-        {"verified_micro_batch", s.baseline_verified_micro_batch}}},
-      {"probes", probes},
-      {"trail", trail},
-      {"notes", s.notes},
-      {"verification_trials", s.verification_trials},
-      {"memory_from", to_string(s.memory_from)},
-      {"memory_only", s.memory_only},
-      {"budget_on_reserved", s.budget_on_reserved},
-      {"meta_trials", s.meta_trials},
-      {"smallest_predicted_peak_bytes", static_cast<int64_t>(s.smallest_predicted_peak_bytes)},
-      {"smallest_micro_batch", s.smallest_micro_batch},
-      {"smallest_meta_peak_bytes", s.smallest_meta_peak_bytes
-                                       ? nlohmann::json(static_cast<int64_t>(*s.smallest_meta_peak_bytes))
-                                       : nlohmann::json()},
-      {"smallest_meta_configuration",
-       s.smallest_meta_peak_bytes ? nlohmann::json(s.smallest_meta_configuration) : nlohmann::json()},
-      {"emitted_files", report.emitted_files}};
+  nlohmann::json j = {{"job", report.job_path},
+                      {"model", report.job.model_path},
+                      {"device", device_name(report.job.device)},
+                      {"global_batch", report.job.global_batch},
+                      {"budget_bytes", json_or_null(report.job.budget_bytes)},
+                      {"usable_budget_bytes", s.usable_budget_bytes},
+                      {"host_budget_bytes", json_or_null(report.job.host_budget_bytes)},
+                      {"usable_host_budget_bytes", json_or_null(report.job.usable_host_budget_bytes())},
+                      {"parameter_count", s.parameter_count},
+                      {"frozen_parameter_count", s.frozen_parameter_count},
+                      {"baseline_model",
+                       {{"configuration", s.baseline_name},
+                        {"peak_intercept_bytes", s.baseline_peak.intercept},
+                        {"peak_bytes_per_sample", s.baseline_peak.slope},
+                        {"backward_activation_intercept_bytes", s.baseline_backward_activation.intercept},
+                        {"backward_activation_bytes_per_sample", s.baseline_backward_activation.slope},
+                        {"seconds_intercept", s.baseline_seconds.intercept},
+                        {"seconds_per_sample", s.baseline_seconds.slope},
+                        {"optimizer_seconds", s.baseline_optimizer_seconds},
+                        {"micro_batches", s.baseline_micro_batches},
+                        {"verified_micro_batch", s.baseline_verified_micro_batch}}},
+                      {"probes", probes},
+                      {"trail", trail},
+                      {"notes", s.notes},
+                      {"verification_trials", s.verification_trials},
+                      {"memory_from", to_string(s.memory_from)},
+                      {"memory_only", s.memory_only},
+                      {"budget_on_reserved", s.budget_on_reserved},
+                      {"meta_trials", s.meta_trials},
+                      {"smallest_predicted_peak_bytes", static_cast<int64_t>(s.smallest_predicted_peak_bytes)},
+                      {"smallest_micro_batch", s.smallest_micro_batch},
+                      {"smallest_meta_peak_bytes",
+                       s.smallest_meta_peak_bytes ? nlohmann::json(static_cast<int64_t>(*s.smallest_meta_peak_bytes))
+                                                  : nlohmann::json()},
+                      {"smallest_meta_configuration",
+                       s.smallest_meta_peak_bytes ? nlohmann::json(s.smallest_meta_configuration) : nlohmann::json()},
+                      {"emitted_files", report.emitted_files}};
   j["chosen"] = s.chosen ? node_json(s.trail[*s.chosen]) : nlohmann::json();
   if (report.nothing_fits) j["nothing_fits"] = report.nothing_fits->json;
   nlohmann::json unverified = nlohmann::json::array();

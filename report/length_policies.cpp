@@ -4,6 +4,7 @@
 
 #include "common/byte_size.h"
 #include "common/error.h"
+#include "common/json_text.h"
 
 namespace oomtune {
 namespace {
@@ -116,7 +117,7 @@ nlohmann::json length_policies_json(const LengthPolicies& p) {
           {"seed", p.seed},
           {"steps", p.steps},
           {"micro_batch", p.micro_batch},
-          {"budget_bytes", p.budget_bytes ? nlohmann::json(*p.budget_bytes) : nlohmann::json(nullptr)},
+          {"budget_bytes", json_or_null(p.budget_bytes)},
           {"policies", policies},
           {"recommended", p.policies.at(p.recommended).name}};
 }

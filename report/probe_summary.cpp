@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
 
 #include "common/byte_size.h"
+#include "common/json_text.h"
 #include "probes/peak_composition.h"
 #include "search/model_fit.h"
 
@@ -275,10 +276,9 @@ nlohmann::json probe_summary_json(const ProbeSummary& s) {
                         {"gradient_bytes", s.analytic.gradient_bytes},
                         {"optimizer_state_bytes", s.analytic.optimizer_state_bytes},
                         {"frozen_parameter_bytes", s.analytic.frozen_parameter_bytes}}}};
-  j["budget_bytes"] = s.budget_bytes ? nlohmann::json(*s.budget_bytes) : nlohmann::json(nullptr);
-  j["usable_budget_bytes"] = s.usable_budget_bytes ? nlohmann::json(*s.usable_budget_bytes) : nlohmann::json(nullptr);
-  j["usable_host_budget_bytes"] =
-      s.usable_host_budget_bytes ? nlohmann::json(*s.usable_host_budget_bytes) : nlohmann::json(nullptr);
+  j["budget_bytes"] = json_or_null(s.budget_bytes);
+  j["usable_budget_bytes"] = json_or_null(s.usable_budget_bytes);
+  j["usable_host_budget_bytes"] = json_or_null(s.usable_host_budget_bytes);
   if (s.activation_fit) {
     const ActivationFit& f = *s.activation_fit;
     j["activation_fit"] = {{"micro_batches", f.micro_batches},

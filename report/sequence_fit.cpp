@@ -11,6 +11,7 @@
 
 #include "allocsim/length_peaks.h"
 #include "common/byte_size.h"
+#include "common/json_text.h"
 #include "job/job_spec.h"
 #include "search/memory_model.h"
 
@@ -304,7 +305,7 @@ nlohmann::json sequence_fit_json(const SequenceFit& fit) {
   nlohmann::json quadratic_phases = nlohmann::json::array();
   for (Phase p : fit.quadratic_phases()) quadratic_phases.push_back(std::string(phase_name(p)));
   nlohmann::json j = {{"length", fit.length},
-                      {"min_length", fit.min_length ? nlohmann::json(*fit.min_length) : nlohmann::json(nullptr)},
+                      {"min_length", json_or_null(fit.min_length)},
                       {"micro_batch", fit.micro_batch},
                       {"probes", probes},
                       {"phases", phases},
@@ -312,8 +313,7 @@ nlohmann::json sequence_fit_json(const SequenceFit& fit) {
                       {"events_fitted", fit.events_fitted},
                       {"events_micro_batch", fit.events_micro_batch},
                       {"quadratic_operators", quadratic}};
-  j["usable_budget_bytes"] =
-      fit.usable_budget_bytes ? nlohmann::json(*fit.usable_budget_bytes) : nlohmann::json(nullptr);
+  j["usable_budget_bytes"] = json_or_null(fit.usable_budget_bytes);
   j["answers_from_events"] = fit.answers_from_events;
   nlohmann::json predictions = nlohmann::json::array();
   for (const SequencePrediction& p : fit.predictions) {
