@@ -122,7 +122,7 @@ EagerAdamW::EagerAdamW(std::vector<at::Tensor> params, torch::optim::AdamWOption
                        OptimizerImplementation implementation)
     : Optimizer({torch::optim::OptimizerParamGroup(std::move(params))},
                 std::make_unique<torch::optim::AdamWOptions>(defaults)),
-      implementation_(implementation) {
+      ImplementationStep("EagerAdamW", implementation) {
   validate(defaults);
   for (const auto& group : param_groups_) validate(adamw_options_of(group));
 }
@@ -130,8 +130,8 @@ EagerAdamW::EagerAdamW(std::vector<at::Tensor> params, torch::optim::AdamWOption
 at::Tensor EagerAdamW::step(LossClosure closure) {
   at::Tensor loss = run_closure(closure);
   c10::NoGradGuard no_grad;
-  const bool fused = implementation_ == OptimizerImplementation::kFused;
-  const bool skipped = fused && amp_step_skipped(amp_scaling_.found_inf);
+  const bool fused = implementation() == OptimizerImplementation::kFused;
+  const bool skipped = fused && amp_step_skipped(amp_scaling().found_inf);
   for (auto& group : param_groups_) {
     const torch::optim::AdamWOptions& options = adamw_options_of(group);
     validate(options);
@@ -159,7 +159,7 @@ at::Tensor EagerAdamW::step(LossClosure closure) {
     }
     if (lists.params.empty()) continue;
     const Hyper hyper = hyper_of(options);
-    if (implementation_ == OptimizerImplementation::kSingleTensor) {
+    if (implementation() == OptimizerImplementation::kSingleTensor) {
       single_tensor_adamw(lists, hyper);
       continue;
     }
@@ -174,18 +174,12 @@ at::Tensor EagerAdamW::step(LossClosure closure) {
         part.states.push_back(lists.states[i]);
       }
       if (fused)
-        fused_adamw(part, hyper, amp_scaling_, skipped);
+        fused_adamw(part, hyper, amp_scaling(), skipped);
       else
         multi_tensor_adamw(part, hyper);
     }
   }
   return loss;
-}
-
-void EagerAdamW::set_amp_scaling(AmpScaling scaling) {
-  if (!supports_amp_scaling() && (scaling.grad_scale.defined() || scaling.found_inf.defined()))
-    throw std::logic_error("EagerAdamW: only fused takes GradScaler's scale");
-  amp_scaling_ = std::move(scaling);
 }
 
 }  // namespace oomtune

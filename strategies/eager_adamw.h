@@ -67,7 +67,7 @@ struct EagerAdamWParamState : public torch::optim::OptimizerCloneableParamState<
 };
 
 /// torch.optim.AdamW in one of its implementations. See Note [Eager AdamW].
-class EagerAdamW : public torch::optim::Optimizer, public AmpScaledStep {
+class EagerAdamW : public torch::optim::Optimizer, public ImplementationStep {
  public:
   /// Takes libtorch's AdamWOptions (lr, betas, eps, weight_decay).
   /// Throws ConfigError for amsgrad, for options outside the ranges
@@ -84,19 +84,6 @@ class EagerAdamW : public torch::optim::Optimizer, public AmpScaledStep {
   /// unscales each gradient in place first and, when its found_inf is set,
   /// updates nothing (reads found_inf once: a device sync on CUDA).
   at::Tensor step(LossClosure closure = nullptr) override;
-
-  /// True for fused, as torch.optim.AdamW(fused=True) says.
-  bool supports_amp_scaling() const override { return implementation_ == OptimizerImplementation::kFused; }
-  /// The scaling of the next steps (fused only). Throws std::logic_error for
-  /// another implementation, which GradScaler unscales for.
-  void set_amp_scaling(AmpScaling scaling) override;
-
-  /// The implementation this optimizer runs.
-  OptimizerImplementation implementation() const { return implementation_; }
-
- private:
-  OptimizerImplementation implementation_;
-  AmpScaling amp_scaling_;
 };
 
 }  // namespace oomtune

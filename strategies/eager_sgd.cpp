@@ -154,7 +154,7 @@ EagerSgd::EagerSgd(std::vector<at::Tensor> params, torch::optim::SGDOptions defa
                    OptimizerImplementation implementation)
     : Optimizer({torch::optim::OptimizerParamGroup(std::move(params))},
                 std::make_unique<torch::optim::SGDOptions>(defaults)),
-      implementation_(implementation) {
+      ImplementationStep("EagerSgd", implementation) {
   validate(defaults);
   for (const auto& group : param_groups_) validate(sgd_options_of(group));
 }
@@ -177,10 +177,10 @@ at::Tensor EagerSgd::step(LossClosure closure) {
       lists.states.push_back(static_cast<EagerSgdParamState*>(found->second.get()));
     }
     if (lists.params.empty()) continue;
-    if (implementation_ == OptimizerImplementation::kSingleTensor) {
+    if (implementation() == OptimizerImplementation::kSingleTensor) {
       single_tensor_sgd(lists, options);
-    } else if (implementation_ == OptimizerImplementation::kFused) {
-      fused_sgd(lists, options, amp_scaling_);
+    } else if (implementation() == OptimizerImplementation::kFused) {
+      fused_sgd(lists, options, amp_scaling());
     } else {
       for (const std::vector<std::size_t>& indices : group_by_device_and_dtype(lists.params)) {
         SgdLists part;
@@ -194,12 +194,6 @@ at::Tensor EagerSgd::step(LossClosure closure) {
     }
   }
   return loss;
-}
-
-void EagerSgd::set_amp_scaling(AmpScaling scaling) {
-  if (!supports_amp_scaling() && (scaling.grad_scale.defined() || scaling.found_inf.defined()))
-    throw std::logic_error("EagerSgd: only fused takes GradScaler's scale");
-  amp_scaling_ = std::move(scaling);
 }
 
 }  // namespace oomtune

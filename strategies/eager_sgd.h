@@ -49,7 +49,7 @@ struct EagerSgdParamState : public torch::optim::OptimizerCloneableParamState<Ea
 };
 
 /// torch.optim.SGD in one of its implementations. See Note [Eager SGD].
-class EagerSgd : public torch::optim::Optimizer, public AmpScaledStep {
+class EagerSgd : public torch::optim::Optimizer, public ImplementationStep {
  public:
   /// Takes libtorch's SGDOptions (lr, momentum, dampening, weight_decay,
   /// nesterov). Throws ConfigError for options torch.optim.SGD refuses (lr,
@@ -66,19 +66,6 @@ class EagerSgd : public torch::optim::Optimizer, public AmpScaledStep {
   /// kernel reads found_inf on the device; the emulation of meta and 1.13
   /// reads it on the host).
   at::Tensor step(LossClosure closure = nullptr) override;
-
-  /// True for fused, as torch.optim.SGD(fused=True) says.
-  bool supports_amp_scaling() const override { return implementation_ == OptimizerImplementation::kFused; }
-  /// The scaling of the next steps (fused only). Throws std::logic_error for
-  /// another implementation, which GradScaler unscales for.
-  void set_amp_scaling(AmpScaling scaling) override;
-
-  /// The implementation this optimizer runs.
-  OptimizerImplementation implementation() const { return implementation_; }
-
- private:
-  OptimizerImplementation implementation_;
-  AmpScaling amp_scaling_;
 };
 
 }  // namespace oomtune

@@ -4,9 +4,10 @@
 // the update and reading a group's options as their own type
 // (torch/csrc/api/src/optim/adamw.cpp does both inline); the grouping of
 // torch.optim's foreach and fused implementations; and the fused
-// implementations' contract with GradScaler (AmpScaledStep).
+// implementations' contract with GradScaler (AmpScaledStep, ImplementationStep).
 
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -17,6 +18,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "common/error.h"
+#include "job/optimizer_implementation.h"
 
 namespace oomtune {
 
@@ -91,6 +93,39 @@ class AmpScaledStep {
 inline bool amp_step_skipped(const at::Tensor& found_inf) {
   return found_inf.defined() && !found_inf.is_meta() && found_inf.item<float>() != 0.0f;
 }
+
+/// What a port of a torch.optim optimizer with foreach, fused and
+/// single_tensor implementations (EagerAdamW, EagerSgd) keeps besides its
+/// state: the implementation it runs and, fused only, GradScaler's scaling
+/// of the next steps (torch.optim's `_step_supports_amp_scaling` is set
+/// for fused=True alone; torch/optim/adam.py, sgd.py, PyTorch 2.11).
+class ImplementationStep : public AmpScaledStep {
+ public:
+  /// True for fused.
+  bool supports_amp_scaling() const final { return implementation_ == OptimizerImplementation::kFused; }
+  /// The scaling of the next steps. Throws std::logic_error "NAME: only
+  /// fused takes GradScaler's scale" when another implementation is given a
+  /// scale or a found_inf (GradScaler unscales for it instead).
+  void set_amp_scaling(AmpScaling scaling) final {
+    if (!supports_amp_scaling() && (scaling.grad_scale.defined() || scaling.found_inf.defined()))
+      throw std::logic_error(std::string(name_) + ": only fused takes GradScaler's scale");
+    amp_scaling_ = std::move(scaling);
+  }
+  /// The implementation this optimizer runs.
+  OptimizerImplementation implementation() const { return implementation_; }
+
+ protected:
+  /// `name`, a string literal, is the class's name in set_amp_scaling's error.
+  ImplementationStep(const char* name, OptimizerImplementation implementation)
+      : name_(name), implementation_(implementation) {}
+  /// The scaling set for the next steps; empty when none is.
+  const AmpScaling& amp_scaling() const { return amp_scaling_; }
+
+ private:
+  const char* name_;
+  OptimizerImplementation implementation_;
+  AmpScaling amp_scaling_;
+};
 
 /// Checks Adam-family hyperparameters as torch/optim/adamw.py's constructor
 /// does. Throws ConfigError "NAME: WHAT must be ..., got VALUE" unless lr
