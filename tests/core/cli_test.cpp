@@ -983,16 +983,28 @@ TEST(Cli, VersionNamesTheLibtorch) {
 
 // The LLaMA-7B shapes on meta (make_test_models.py's llama7b_meta.pt,
 // 6,738,415,616 parameters), sequence 2048, micro-batch 1, AdamW, bf16
-// allowed, under `budget`: autotune's exit code and its text report with
-// the model's path replaced by MODEL. Every number in it is a storage size
-// on meta, the same on any machine.
-struct Llama7bReport {
-  int exit_code = 0;
-  std::string text;
-  std::string err;
-};
-Llama7bReport llama7b_on_meta(const std::string& model, const std::string& budget, const std::string& extra = "") {
-  const std::string job = testing::write_temp_file("llama7b_" + budget + ".toml", "model = \"" + model + R"("
+// allowed: each test runs autotune under one budget. Every number in its
+// report is a storage size on meta, the same on any machine. Meta trials
+// need libtorch 2: the Debian build skips these.
+class Llama7bOnMeta : public ::testing::Test {
+ protected:
+  /// autotune's exit code and its text report with the model's path
+  /// replaced by MODEL.
+  struct Report {
+    int exit_code = 0;
+    std::string text;
+    std::string err;
+  };
+
+  void SetUp() override {
+    if (run_oomtune("--version").out.find("libtorch 1.") != std::string::npos)
+      GTEST_SKIP() << "meta trials need libtorch 2 (the PyPI build)";
+    OOMTUNE_REQUIRE_FILE(model_);
+  }
+
+  /// autotune under `budget`, with `extra` job lines.
+  Report autotune(const std::string& budget, const std::string& extra = "") const {
+    const std::string job = testing::write_temp_file("llama7b_" + budget + ".toml", "model = \"" + model_ + R"("
 global_batch = 1
 device = "meta"
 allow_bf16 = true
@@ -1014,12 +1026,16 @@ range = [0, 32000]
 kind = "cross_entropy"
 target = "labels"
 )");
-  const RunResult r = run_oomtune("autotune " + job);
-  std::string text = r.out;
-  for (std::size_t at = text.find(model); at != std::string::npos; at = text.find(model))
-    text.replace(at, model.size(), "MODEL");
-  return {r.exit_code, text, r.err};
-}
+    const RunResult r = run_oomtune("autotune " + job);
+    std::string text = r.out;
+    for (std::size_t at = text.find(model_); at != std::string::npos; at = text.find(model_))
+      text.replace(at, model_.size(), "MODEL");
+    return {r.exit_code, text, r.err};
+  }
+
+ private:
+  const std::string model_ = testing::test_model("llama7b_meta");
+};
 
 const std::filesystem::path kGoldenDir = std::filesystem::path(OOMTUNE_SOURCE_DIR) / "tests/core/golden";
 
@@ -1033,12 +1049,8 @@ constexpr int64_t kLlama7bParameters = 6'738'415'616;
 // AdamW 16 P = 100.4 GiB before activations, and foreach AdamW's 4 P of
 // temporaries make plain 20 P = 125.53 GiB, bf16 parameters 24 P; only
 // offload with bf16 parameters, 2 P + 2 P on the GPU, fits 35.39 GiB).
-TEST(Cli, Llama7bOnMetaAt40GBGoldenReport) {
-  if (run_oomtune("--version").out.find("libtorch 1.") != std::string::npos)
-    GTEST_SKIP() << "meta trials need libtorch 2 (the PyPI build)";
-  const std::string model = testing::test_model("llama7b_meta");
-  OOMTUNE_REQUIRE_FILE(model);
-  const Llama7bReport r = llama7b_on_meta(model, "40GB");
+TEST_F(Llama7bOnMeta, At40GBGoldenReport) {
+  const Report r = autotune("40GB");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   testing::expect_golden_file(kGoldenDir / "llama7b_40GB.txt", r.text);
 }
@@ -1048,12 +1060,8 @@ TEST(Cli, Llama7bOnMetaAt40GBGoldenReport) {
 // line has the run's 101.39 GiB peak). On a machine with 64 GiB of RAM
 // (host_budget; 60.80 GiB usable) offload is not tried: nothing else fits
 // the GPU, exit 3, with the reason in a note (search/host_budget.cpp).
-TEST(Cli, Llama7bOnMetaAt40GBWithA64GiBHostOffloadsNothing) {
-  if (run_oomtune("--version").out.find("libtorch 1.") != std::string::npos)
-    GTEST_SKIP() << "meta trials need libtorch 2 (the PyPI build)";
-  const std::string model = testing::test_model("llama7b_meta");
-  OOMTUNE_REQUIRE_FILE(model);
-  const Llama7bReport r = llama7b_on_meta(model, "40GB", "host_budget = \"64GiB\"\n");
+TEST_F(Llama7bOnMeta, At40GBWithA64GiBHostOffloadsNothing) {
+  const Report r = autotune("40GB", "host_budget = \"64GiB\"\n");
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_NE(r.text.find("host      64.00 GiB (60.80 GiB usable after 5 % headroom)"), std::string::npos) << r.text;
   EXPECT_EQ(r.text.find("offload "), std::string::npos) << "no offload node, no offload probe:\n" << r.text;
@@ -1073,12 +1081,8 @@ TEST(Cli, Llama7bOnMetaAt40GBWithA64GiBHostOffloadsNothing) {
 // ZeRO/FSDP table. Reviewed by hand (commit message): per GPU at N = 8,
 // fp32 AdamW 16 P = 107,814,649,856 B sharded per stage plus the
 // checkpointed activations; ZeRO-3 / FULL_SHARD fit from 6 GPUs.
-TEST(Cli, Llama7bOnMetaAt24GBNothingFitsOneGpuGoldenReport) {
-  if (run_oomtune("--version").out.find("libtorch 1.") != std::string::npos)
-    GTEST_SKIP() << "meta trials need libtorch 2 (the PyPI build)";
-  const std::string model = testing::test_model("llama7b_meta");
-  OOMTUNE_REQUIRE_FILE(model);
-  const Llama7bReport r = llama7b_on_meta(model, "24GB");
+TEST_F(Llama7bOnMeta, At24GBNothingFitsOneGpuGoldenReport) {
+  const Report r = autotune("24GB");
   ASSERT_EQ(r.exit_code, 3) << r.err;
   const auto usable = static_cast<int64_t>(24e9 * (1.0 - 0.05));
   EXPECT_LT(2 * kLlama7bParameters, usable);
@@ -1098,12 +1102,8 @@ TEST(Cli, Llama7bOnMetaAt24GBNothingFitsOneGpuGoldenReport) {
 // alone]), exit 3, and the ZeRO/FSDP table; checkpointing is probed once
 // for its activations. Reviewed by hand (commit message): ZeRO-3 / FULL_SHARD
 // fit from 11 GPUs.
-TEST(Cli, Llama7bOnMetaAt12GBParametersAloneGoldenReport) {
-  if (run_oomtune("--version").out.find("libtorch 1.") != std::string::npos)
-    GTEST_SKIP() << "meta trials need libtorch 2 (the PyPI build)";
-  const std::string model = testing::test_model("llama7b_meta");
-  OOMTUNE_REQUIRE_FILE(model);
-  const Llama7bReport r = llama7b_on_meta(model, "12GB");
+TEST_F(Llama7bOnMeta, At12GBParametersAloneGoldenReport) {
+  const Report r = autotune("12GB");
   ASSERT_EQ(r.exit_code, 3) << r.err;
   EXPECT_GT(2 * kLlama7bParameters, static_cast<int64_t>(12e9 * (1.0 - 0.05)));
   EXPECT_NE(r.text.find("\nnothing fits one GPU: the parameters alone (12.55 GiB as bf16 parameters, the least "
