@@ -48,7 +48,8 @@ SearchResult Search::run() {
     if (options_.memory_only) {
       choose_by_memory();
     } else {
-      verify_candidates();
+      // Note [An error that comes with the size] (fit.cpp)
+      while (verify_candidates()) walk_again();
       note_remainder();
     }
   }
@@ -68,6 +69,7 @@ ProbeReport Search::verify(const TrainingConfig& config) {
   ProbeReport r = runner_.verify(config);
   hold_to_host_budget(r, config);
   ++result_.verification_trials;
+  if (r.outcome == TrialOutcome::kOk) largest_ran_micro_batch_ = std::max(largest_ran_micro_batch_, config.micro_batch);
   progress_(fmt::format("verify {:<60} {}", describe(config),
                         r.outcome == TrialOutcome::kOk ? fmt::format("peak {}, {:.1f} samples/s over {} steps",
                                                                      budgeted_peak_text(r, result_.budget_on_reserved),
@@ -76,7 +78,7 @@ ProbeReport Search::verify(const TrainingConfig& config) {
   return r;
 }
 
-void Search::verify_candidates() {
+bool Search::verify_candidates() {
   std::vector<std::size_t> order;
   std::set<std::string> seen;
   for (std::size_t i = 0; i < result_.trail.size(); ++i)
@@ -97,19 +99,21 @@ void Search::verify_candidates() {
     if (simplest >= order.begin() + static_cast<std::ptrdiff_t>(slots))
       std::rotate(order.begin() + static_cast<std::ptrdiff_t>(slots - 1), simplest, simplest + 1);
   }
-  // Plain's verification that ran while probing (Note [Plain's
-  // verification times it], meta_memory.cpp) takes the first slot: it is
-  // the simplest candidate, in the slots as ranked too.
+  // Runs already made take the first slots: plain's verification while
+  // probing (Note [Plain's verification times it], meta_memory.cpp: the
+  // simplest candidate, in the slots as ranked too), and those before a
+  // walk again (Note [An error that comes with the size], fit.cpp).
   std::stable_partition(order.begin(), order.end(),
-                        [&](std::size_t i) { return verified_early_.count(to_string(result_.trail[i].config)) > 0; });
+                        [&](std::size_t i) { return verified_.count(to_string(result_.trail[i].config)) > 0; });
   int64_t succeeded = 0, failed = 0;
   for (std::size_t i : order) {
     if (succeeded >= options_.max_verifications) break;
     if (failed >= options_.max_extra_verifications && succeeded > 0) break;
     if (succeeded + failed >= options_.max_verifications + options_.max_extra_verifications) break;
     TrailNode& node = result_.trail[i];
-    const auto ran = verified_early_.find(to_string(node.config));
-    ProbeReport r = ran != verified_early_.end() ? ran->second : verify(node.config);
+    const auto [ran, first] = verified_.emplace(to_string(node.config), ProbeReport{});
+    if (first) ran->second = verify(node.config);
+    const ProbeReport& r = ran->second;
     if (fits_budget(r)) {
       ++succeeded;
     } else {
@@ -122,9 +126,15 @@ void Search::verify_candidates() {
                                     r.outcome == TrialOutcome::kOutOfMemory && !over_host_budget(r)
                                         ? "the memory model was wrong; "
                                         : "");
-      result_.notes.push_back(fmt::format("{}: {}", node.node, node.note));
+      const std::string note = fmt::format("{}: {}", node.node, node.note);
+      if (std::find(result_.notes.begin(), result_.notes.end(), note) == result_.notes.end())
+        result_.notes.push_back(note);  // a walk again meets the runs of the walk before
+      if (fails_for_its_size(r, node.config.micro_batch)) {
+        lower_max_micro_batch(node.config.micro_batch, r, largest_ran_micro_batch_);
+        return true;
+      }
     }
-    node.verification = std::move(r);
+    node.verification = r;
   }
   // The fastest verified configuration wins; within kTimingTieRatio of
   // it, the simplest (Rules: Ties).
@@ -178,7 +188,7 @@ void Search::verify_candidates() {
     if (speed[i] < kTimingTieRatio * fastest) continue;
     if (!result_.chosen || simpler(i, *result_.chosen)) result_.chosen = i;
   }
-  if (!result_.chosen) return;
+  if (!result_.chosen) return false;
   const TrailNode& best = result_.trail[*result_.chosen];
   for (std::size_t i = 0; i < result_.trail.size(); ++i) {
     TrailNode& node = result_.trail[i];
@@ -229,6 +239,7 @@ void Search::verify_candidates() {
                                             optimizer, exact->node, describe(exact->config),
                                             exact->verification->samples_per_second)
                               : fmt::format("no verified configuration with {} fits", optimizer));
+  return false;
 }
 
 // 8-bit AdamW wins on speed (or, by memory alone, on simplicity) as any

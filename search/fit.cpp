@@ -250,6 +250,12 @@ bool Search::fit_models() {
   models_.base_precision = base_.precision;
   if (ok.empty()) throw InputError(nothing_ran_message(plain));
   if (error_below_ok) raise_min_micro_batch(error_below_ok->first, error_below_ok->second);
+  // Note [An error that comes with the size]: the smallest such probe.
+  for (const auto& [s, r] : plain.failed)
+    if (fails_for_its_size(r, s)) {
+      lower_max_micro_batch(s, r, s - 1);
+      break;
+    }
   // One size ran (the next one ran out of memory or time, or a rescued
   // base runs only at the smallest): its lines take the slope of its
   // retained activations per sample, not none. A lower bound (backward's
@@ -518,6 +524,46 @@ void Search::raise_min_micro_batch(int64_t size, const ProbeReport& report) {
       fmt::format("micro-batch {} cannot run ({}), so the search uses micro-batches of {} or "
                   "more (min_micro_batch = {} in the job spec skips that probe)",
                   size, outcome_of(report), job_.min_micro_batch, job_.min_micro_batch));
+  require_a_valid_micro_batch(fmt::format("micro-batch {} cannot run ({}), and ", size, outcome_of(report)));
+}
+
+// Note [An error that comes with the size]
+// Rationale: some errors come with the micro-batch, not with memory: a CUDA
+//   kernel whose grid dimension passes its limit at a large batch ("CUDA
+//   error: invalid configuration argument"; the y and z grid dimensions
+//   stop at 65535), or a kernel that indexes with 32 bits past 2^31
+//   elements. Users of batch-size finders ask for a ceiling for this
+//   reason (Lightning #11295, #20614: `max_micro_batch` in the job spec).
+//   Without one the search built every node at the global batch and
+//   verified each in turn, the same error every time, and chose nothing
+//   where half the micro-batch with accumulation would have run.
+// Approach: a probe or verification that fails with an error that is not
+//   about the user's input (TrialOutcome::kError, not input_error) at a
+//   micro-batch above every one that ran fails for its size. A plain
+//   probe's ends the walk up (the walk goes down for a second point where
+//   one size ran), and the search keeps below it: max_micro_batch becomes
+//   one less, with a note. A verification's lowers max_micro_batch to the
+//   largest micro-batch that ran (the sizes between are untried), and the
+//   tree is walked again below it (choose.cpp); verifications already run
+//   are not run again. So one such error costs one trial, and a second walk
+//   at the most.
+// Limitations: an error at some size that then runs at a larger one is not
+//   a size's (it drops that trial only); a crash (a signal) is never taken
+//   for one, nor is an out-of-memory.
+bool Search::fails_for_its_size(const ProbeReport& report, int64_t size) const {
+  return report.outcome == TrialOutcome::kError && !report.input_error && largest_ran_micro_batch_ > 0 &&
+         size > largest_ran_micro_batch_;
+}
+
+// Keeps the search at `ceiling` or below, after micro-batch `size` failed
+// for its size (Note [An error that comes with the size]).
+void Search::lower_max_micro_batch(int64_t size, const ProbeReport& report, int64_t ceiling) {
+  job_.max_micro_batch = std::min(largest_micro_batch(job_), ceiling);
+  result_.notes.push_back(fmt::format(
+      "micro-batch {} cannot run ({}) where {} ran: an error that comes with the size, not with memory (a kernel's "
+      "launch or indexing limit), so the search uses micro-batches of {} or less (max_micro_batch = {} in the job "
+      "spec skips that run)",
+      size, outcome_of(report), largest_ran_micro_batch_, *job_.max_micro_batch, *job_.max_micro_batch));
   require_a_valid_micro_batch(fmt::format("micro-batch {} cannot run ({}), and ", size, outcome_of(report)));
 }
 

@@ -206,7 +206,7 @@ std::vector<int64_t> Search::timing_sizes() {
 // usable budget enforced, events recorded as a probe's are), run where the
 // probe would have been; its timing and peaks give the lines their point
 // at G, and verify_candidates uses the run instead of making it again
-// (verified_early_). A verification that does not run to the end (out of
+// (verified_). A verification that does not run to the end (out of
 // memory under the usable budget where meta said it fits, an error, a
 // timeout) drops plain G x 1 as any failed verification does, and the
 // probe at G runs after all for the lines' point.

@@ -79,6 +79,7 @@ ProbeReport Search::probe(TrainingConfig config, int64_t micro_batch) {
     auto [at, added] = out_of_memory_at_.emplace(memory_key(config), micro_batch);
     if (!added) at->second = std::min(at->second, micro_batch);
   }
+  if (r.outcome == TrialOutcome::kOk) largest_ran_micro_batch_ = std::max(largest_ran_micro_batch_, micro_batch);
   result_.probes.push_back(r);
   return r;
 }
@@ -90,7 +91,7 @@ ProbeReport Search::plain_at_global_batch() {
   const int64_t g = job_.global_batch;
   if (plain_verification_times_g_ && base_ == job_base_) {
     const TrainingConfig c = with_micro_batch(base_, g, g);
-    const auto [early, added] = verified_early_.emplace(to_string(c), ProbeReport{});
+    const auto [early, added] = verified_.emplace(to_string(c), ProbeReport{});
     if (added) early->second = verify(c);
     if (early->second.outcome == TrialOutcome::kOk) {
       result_.baseline_verified_micro_batch = g;
@@ -104,22 +105,23 @@ ProbeReport Search::plain_at_global_batch() {
 // budget (Note [Plain's verification times it], meta_memory.cpp).
 bool Search::plain_verified_at_global_batch() const {
   const int64_t g = job_.global_batch;
-  const auto ran = verified_early_.find(to_string(with_micro_batch(base_, g, g)));
-  return ran != verified_early_.end() && fits_budget(ran->second);
+  const auto ran = verified_.find(to_string(with_micro_batch(base_, g, g)));
+  return ran != verified_.end() && fits_budget(ran->second);
 }
 
 // Walks up `sizes`; a probe that runs out of memory or time ends the walk,
-// since larger micro-batches need more of both. When fewer than two sizes
-// ran by then (the probes' RAM guard is a multiple of the budget, so a
-// tight budget can stop the walk at G/8), it goes down from the smallest
-// size tried until two have run: two points fit the lines, and a budget
-// too small for G/8 is a "nothing fits" answer or a small micro-batch, not
-// an error. Down means halving after running out of memory (such a probe
-// stops at its first allocation over the guard, so it is cheap). When
-// nothing ran before a timeout, it goes up from the smallest micro-batch
-// instead and stops at the first one that fails for memory or time: each
-// timeout costs the whole trial_timeout (a model that hangs times out at
-// every size, and costs two).
+// since larger micro-batches need more of both, as does an error above the
+// sizes that ran (Note [An error that comes with the size], fit.cpp). When
+// fewer than two sizes ran by then (the probes' RAM guard is a multiple of
+// the budget, so a tight budget can stop the walk at G/8), it goes down
+// from the smallest size tried until two have run: two points fit the
+// lines, and a budget too small for G/8 is a "nothing fits" answer or a
+// small micro-batch, not an error. Down means halving after running out of
+// memory (such a probe stops at its first allocation over the guard, so it
+// is cheap). When nothing ran before a timeout, it goes up from the
+// smallest micro-batch instead and stops at the first one that fails for
+// memory or time: each timeout costs the whole trial_timeout (a model that
+// hangs times out at every size, and costs two).
 // `p` may hold probes of base_ that already ran; they are not run again.
 //
 // Note [An error that does not depend on the micro-batch]
@@ -157,6 +159,12 @@ Search::PlainProbes Search::probe_plain(const std::vector<int64_t>& sizes, Plain
           same_failure(error, *last_error))
         return p;
       last_error = &error;
+      // Note [An error that comes with the size] (fit.cpp): larger sizes
+      // would fail alike; with one size run, the walk goes down for a second.
+      if (fails_for_its_size(error, s)) {
+        stopped_at = s;
+        break;
+      }
     }
     if (!fails_larger_too(outcome)) continue;
     stopped_at = s;

@@ -21,6 +21,10 @@
 //   the whole trial_timeout. A strategy whose larger probe fails for memory
 //   or time after the smaller ran is fitted to the smaller with the plain
 //   slope (over-predicting larger micro-batches), not dropped.
+// - Size errors: an error (not memory, not the user's input) at a
+//   micro-batch above every one that ran keeps the search below it; a
+//   verification's walks the tree again (fit.cpp, Note [An error that comes
+//   with the size]).
 // - Parameters alone: every strategy keeps the weights on the device, so
 //   parameters whose cheapest storage the job allows (bf16 parameters, 2
 //   bytes each, when bf16 is allowed) exceed the usable budget end the

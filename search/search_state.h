@@ -125,6 +125,9 @@ class Search {
   StrategyEffect probe_checkpointing(const std::vector<int64_t>& sizes);
   StrategyEffect probe_bf16(const std::vector<int64_t>& sizes);
   void raise_min_micro_batch(int64_t size, const ProbeReport& report);
+  // Note [An error that comes with the size]
+  bool fails_for_its_size(const ProbeReport& report, int64_t size) const;
+  void lower_max_micro_batch(int64_t size, const ProbeReport& report, int64_t ceiling);
   void require_a_valid_micro_batch(const std::string& cause) const;
 
   // rescue.cpp
@@ -149,6 +152,7 @@ class Search {
 
   // walk.cpp
   void walk_tree();
+  void walk_again();
   void add_node(const std::string& tree_name, const TrainingConfig& config, int64_t largest, bool exact = false,
                 const StepModels* alternative = nullptr);
   static std::string memory_key(TrainingConfig c);
@@ -173,13 +177,15 @@ class Search {
   bool fits_budget(const ProbeReport& r) const;
   int64_t budgeted(const ProbeReport& r) const;
   ProbeReport verify(const TrainingConfig& config);
-  void verify_candidates();
+  // True when a candidate failed for its micro-batch (Note [An error that
+  // comes with the size]): the ceiling is lowered and nothing is chosen.
+  bool verify_candidates();
   void note_optimizer_change(const std::string& alternative);
 
   // What the strategies' rows turn on in this search.
   StrategyContext context() const { return {checkpoint_all_, bf16_form_, job_base_.optimizer}; }
 
-  JobSpec job_;  // a copy: a micro-batch that cannot run raises min_micro_batch
+  JobSpec job_;  // a copy: a micro-batch that cannot run raises min_micro_batch or lowers max_micro_batch
   TrialRunner& runner_;
   SearchOptions options_;
   std::function<void(const std::string&)> progress_;
@@ -199,8 +205,12 @@ class Search {
   // Plain at the global batch is timed by its own verification run (Note
   // [Plain's verification times it], meta_memory.cpp).
   bool plain_verification_times_g_ = false;
-  bool offload_barred_noted_ = false;                  // offload_fits_host's note, once
-  std::map<std::string, ProbeReport> verified_early_;  // to_string(config) -> its verification, run while probing
+  bool offload_barred_noted_ = false;  // offload_fits_host's note, once
+  // to_string(config) -> its verification run: plain G x 1's while probing,
+  // and every one before a walk again (Note [An error that comes with the
+  // size]). A configuration is never verified twice.
+  std::map<std::string, ProbeReport> verified_;
+  int64_t largest_ran_micro_batch_ = 0;  // COUNT: the largest micro-batch a probe or verification ran at
   SearchResult result_;
 };
 

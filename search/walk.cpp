@@ -250,6 +250,26 @@ void Search::walk_tree() {
   }
 }
 
+// The tree again, below a max_micro_batch that a verification lowered
+// (Note [An error that comes with the size], fit.cpp): the trail is the new
+// walk's; the notes of the runs so far stay, those of the walk before are
+// not repeated.
+void Search::walk_again() {
+  const std::size_t kept = result_.notes.size();
+  result_.trail.clear();
+  result_.chosen.reset();
+  progress_(fmt::format("walk   again with micro-batches of {} or less", largest_micro_batch(job_)));
+  walk_tree();
+  note_meta_failures();
+  const auto repeated = [&](const std::string& note) {
+    return std::find(result_.notes.begin(), result_.notes.begin() + static_cast<std::ptrdiff_t>(kept), note) !=
+           result_.notes.begin() + static_cast<std::ptrdiff_t>(kept);
+  };
+  result_.notes.erase(
+      std::remove_if(result_.notes.begin() + static_cast<std::ptrdiff_t>(kept), result_.notes.end(), repeated),
+      result_.notes.end());
+}
+
 // Note [Divisors only]
 // With remainder = "error" (the default) a micro-batch must divide the
 // global batch, so a global batch with few divisors leaves the walk few

@@ -48,7 +48,8 @@ void install_crash_notes(const std::string& note_path) {
 }
 
 // OOMTUNE_TEST_FAULT="KIND:PHASE[:TEXT]": fail on purpose when PHASE
-// begins, in trials whose "<config>,global_batch=<G>," contains TEXT (all
+// begins (KIND: abort, segv, hang, oom, error), in trials whose
+// "<config>,global_batch=<G>," contains TEXT (all
 // when absent); the ',' lets "precision=bf16," name bf16 but not bf16_params,
 // and "global_batch=16," the verification runs of a job with G = 16 (a probe
 // runs one micro-batch per step, so its G is its micro-batch).
@@ -69,6 +70,9 @@ std::function<void(Phase)> fault_from_environment(const std::string& config) {
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     // As the budget's allocator throws it, so the trial reports out_of_memory.
     if (kind == "oom") C10_THROW_ERROR(OutOfMemoryError, "out of memory (test fault: OOMTUNE_TEST_FAULT)");
+    // As a CUDA kernel launched past its grid's limits fails (c10::Error).
+    if (kind == "error")
+      TORCH_CHECK(false, "CUDA error: invalid configuration argument (test fault: OOMTUNE_TEST_FAULT)");
   };
 }
 

@@ -211,6 +211,33 @@ TEST(Autotune, AccumulationWhenTheFullBatchDoesNotFitAndCrashesAreData) {
   EXPECT_TRUE(crash_noted) << dump_trail(report);
 }
 
+// A micro-batch too large to run for another reason than memory (a CUDA
+// kernel's grid past its limit; test hook "error": every trial at
+// micro-batch 16, the global batch, fails in forward with that error):
+// autotune keeps below it and trains 8 x 2 (search/fit.cpp, Note [An error
+// that comes with the size]). Plain 16 x 1 is its first candidate; where
+// memory comes from meta (PyPI build) it fails as plain's early
+// verification and as its probe at 16, else as its verification.
+TEST(Autotune, AMicroBatchThatFailsForItsSizeIsLeftForTheOneBelow) {
+  OOMTUNE_REQUIRE_FILE(model("gpt_small"));
+  const TestDir dir;
+  const RunResult r = run_oomtune(kAutotune + gpt_job(dir, kSmall, 16, "budget = \"64MiB\"") + " --json",
+                                  "OOMTUNE_TEST_FAULT=error:forward:micro_batch=16,");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json report = parse_json(r);
+  const json chosen = check_chosen(report, 16);
+  ASSERT_FALSE(chosen.is_null());
+  EXPECT_EQ(chosen.at("micro_batch").get<int64_t>(), 8) << dump_trail(report);
+  EXPECT_EQ(chosen.at("accumulation_steps").get<int64_t>(), 2);
+  for (const json& n : report.at("trail")) EXPECT_LE(n.at("micro_batch").get<int64_t>(), 8) << dump_trail(report);
+  bool noted = false;
+  for (const json& note : report.at("notes"))
+    noted |= contains(note.get<std::string>(),
+                      "micro-batch 16 cannot run (error during forward: CUDA error: invalid configuration argument "
+                      "(test fault: OOMTUNE_TEST_FAULT)) where 8 ran: an error that comes with the size");
+  EXPECT_TRUE(noted) << dump_trail(report);
+}
+
 // 8-bit AdamW (wide GPT): fp32 AdamW needs 16 bytes per parameter before any
 // activation (40 MB) — over the budget at every micro-batch — while 8-bit
 // AdamW at 8 x 1 fits. Offload fits wherever 8-bit does and costs no time on

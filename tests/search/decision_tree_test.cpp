@@ -1689,5 +1689,113 @@ TEST(DecisionTree, ValidMicroBatchesKeepTheGlobalBatchExact) {
   EXPECT_EQ(valid_micro_batches(job), (std::vector<int64_t>{3, 4, 5, 6}));
 }
 
+// Note [An error that comes with the size] (search/fit.cpp): an error
+// that is not about memory at a micro-batch above every one that ran (a
+// CUDA kernel's grid past its limit) keeps the search below it. The fake
+// fails at `above` and larger with "CUDA error: invalid configuration
+// argument"; the budget fits plain at the global batch, 32.
+
+int64_t largest_node_micro_batch(const SearchResult& r) {
+  int64_t largest = 0;
+  for (const TrailNode& node : r.trail) largest = std::max(largest, node.config.micro_batch);
+  return largest;
+}
+
+// The plain probes (4, 8, 16) ran; plain 32 x 1, the first candidate, errs
+// in its verification. Before, three of the four verifications went to
+// nodes at 32 (plain, its first block checkpointed, 8-bit AdamW), the same
+// error each time. Now that one run lowers the ceiling to 16, the largest
+// size that ran, and the tree is walked again: the three other runs go to
+// candidates at 16 x 2, and plain 16 x 2 is chosen. No configuration runs
+// twice.
+TEST(DecisionTree, AVerificationThatFailsForItsSizeWalksTheTreeAgainBelowIt) {
+  FakeRunner fake;
+  fake.fails_at_or_above = 32;
+  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB));
+  EXPECT_EQ(plain_probes(r), (std::vector<std::string>{"4 ok", "8 ok", "16 ok"}));
+  const TrailNode& best = chosen(r);
+  EXPECT_EQ(best.node, "micro-batch + accumulation");
+  EXPECT_EQ(best.config.micro_batch, 16);
+  EXPECT_EQ(best.config.accumulation_steps, 2);
+  EXPECT_EQ(largest_node_micro_batch(r), 16);
+  EXPECT_EQ(r.verification_trials, 4);  // plain 32 x 1, then the three slots below it
+  EXPECT_EQ(fake.verifications, 4);
+  EXPECT_TRUE(has_note(r,
+                       "plain: verified run: error after 0 steps (CUDA error: invalid configuration "
+                       "argument); dropped"));
+  EXPECT_TRUE(has_note(r,
+                       "micro-batch 32 cannot run (error during forward: CUDA error: invalid "
+                       "configuration argument) where 16 ran: an error that comes with the size, not with "
+                       "memory (a kernel's launch or indexing limit), so the search uses micro-batches of "
+                       "16 or less (max_micro_batch = 16 in the job spec skips that run)"));
+}
+
+// Plain errs at 16 in its probes, above 4 and 8 that ran: the walk up ends
+// there and every node keeps to 15 or less (of the divisors of 32: 8), so
+// no verification is spent on a size that cannot run. Before, the nodes
+// stayed at 32 and 16 x 2, six verifications all failed, and nothing was
+// chosen.
+TEST(DecisionTree, APlainProbeThatFailsForItsSizeKeepsEveryNodeBelowIt) {
+  FakeRunner fake;
+  fake.fails_at_or_above = 16;
+  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB));
+  EXPECT_EQ(plain_probes(r), (std::vector<std::string>{"4 ok", "8 ok", "16 error"}));
+  EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{4, 8}));
+  EXPECT_EQ(largest_node_micro_batch(r), 8);
+  const TrailNode& best = chosen(r);
+  EXPECT_EQ(best.config.micro_batch, 8);
+  EXPECT_EQ(best.config.accumulation_steps, 4);
+  for (const TrailNode& node : r.trail) {
+    if (node.verification) {
+      EXPECT_EQ(node.verification->outcome, TrialOutcome::kOk) << node.node;
+    }
+  }
+  EXPECT_TRUE(has_note(r,
+                       "micro-batch 16 cannot run (error during forward: CUDA error: invalid "
+                       "configuration argument) where 8 ran: an error that comes with the size, not with "
+                       "memory (a kernel's launch or indexing limit), so the search uses micro-batches of "
+                       "15 or less (max_micro_batch = 15 in the job spec skips that run)"));
+}
+
+// Plain errs at 8, above 4, the one size that ran: the walk up stops there
+// (16 is not probed) and goes down for the lines' second point, 2, as after
+// an out-of-memory; the search stays at 7 or less.
+TEST(DecisionTree, APlainProbeThatFailsForItsSizeAfterOneSizeRanStepsDownForTheSecondPoint) {
+  FakeRunner fake;
+  fake.fails_at_or_above = 8;
+  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB));
+  EXPECT_EQ(plain_probes(r), (std::vector<std::string>{"4 ok", "8 error", "2 ok"}));
+  EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{2, 4}));
+  EXPECT_NEAR(r.baseline_peak.slope, 8.0 * kMiB, 1.0);  // two points: the fake's own slope
+  EXPECT_EQ(largest_node_micro_batch(r), 4);
+  EXPECT_EQ(chosen(r).config.micro_batch, 4);
+  EXPECT_TRUE(has_note(r,
+                       "micro-batch 8 cannot run (error during forward: CUDA error: invalid "
+                       "configuration argument) where 4 ran"));
+}
+
+// The lowered ceiling can leave no micro-batch: global batch 12 and
+// min_micro_batch 5 allow 6 and 12; 5 runs, 6 errs, and no divisor of 12
+// lies from 5 to 5. That is the job's constraints, said as a bad input
+// naming the size that failed.
+TEST(DecisionTree, ASizeErrorThatLeavesNoMicroBatchIsAnInputError) {
+  FakeRunner fake;
+  fake.fails_at_or_above = 6;
+  fake.global_batch = 12;
+  JobSpec job = job_with_budget(plain_peak(32) + kMiB);
+  job.global_batch = 12;
+  job.min_micro_batch = 5;
+  try {
+    run_search(fake, job);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "fake.pt: micro-batch 6 cannot run (error during forward: CUDA error: invalid configuration argument), "
+              "and no micro-batch from 5 to 5 divides the global batch 12 (change min_micro_batch / max_micro_batch, "
+              "or set remainder = \"last_smaller\")");
+  }
+  EXPECT_EQ(fake.probes, 2);  // 5 and 6
+}
+
 }  // namespace
 }  // namespace oomtune

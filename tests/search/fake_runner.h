@@ -78,6 +78,10 @@ class FakeRunner : public TrialRunner {
   bool autocast_crashes = false;        // bf16 autocast dies by SIGSEGV (bf16_params runs)
   bool bf16_parameters_stored = false;  // bf16_params stores 2-byte weights and gradients (see above)
   int64_t fails_at_or_below = 0;        // micro-batches this small raise an error (BatchNorm at 1)
+  // Micro-batches this large or larger raise an error that is not about
+  // memory (a CUDA kernel's grid past its limit: "invalid configuration
+  // argument"); 0: none do.
+  int64_t fails_at_or_above = 0;
   // When set, every run fails in the loss with this error about the
   // user's input, the same at every micro-batch (`output` unset for a
   // model that returns a dict). "{micro_batch}" in it is replaced by the
@@ -285,6 +289,12 @@ class FakeRunner : public TrialRunner {
       r.outcome = TrialOutcome::kError;
       r.phase_at_failure = Phase::kForward;
       r.message = "Expected more than 1 value per channel when training";
+      return r;
+    }
+    if (fails_at_or_above > 0 && c.micro_batch >= fails_at_or_above) {
+      r.outcome = TrialOutcome::kError;
+      r.phase_at_failure = Phase::kForward;
+      r.message = "CUDA error: invalid configuration argument";
       return r;
     }
     if (gpu_reserved_extra) {
