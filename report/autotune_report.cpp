@@ -526,6 +526,7 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
                       {"meta_trials", s.meta_trials},
                       {"smallest_predicted_peak_bytes", static_cast<int64_t>(s.smallest_predicted_peak_bytes)},
                       {"smallest_micro_batch", s.smallest_micro_batch},
+                      {"largest_micro_batch", s.largest_micro_batch},
                       {"smallest_meta_peak_bytes",
                        s.smallest_meta_peak_bytes ? nlohmann::json(static_cast<int64_t>(*s.smallest_meta_peak_bytes))
                                                   : nlohmann::json()},

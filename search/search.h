@@ -245,6 +245,10 @@ struct SearchResult {
   // activations) when plain ran. Empty otherwise.
   std::string parameters_alone;
   int64_t smallest_micro_batch = 0;  // the smallest micro-batch the search used (0: none valid)
+  // The largest micro-batch the search used: the global batch or
+  // max_micro_batch, lower after one failed for its size (fit.cpp, Note
+  // [An error that comes with the size]); 0 when the walk did not run.
+  int64_t largest_micro_batch = 0;
 };
 
 /// Verified samples/s at or above this fraction of the fastest verified run

@@ -232,6 +232,7 @@ void Search::walk_tree() {
     if (smallest < 0 || peak < smallest) smallest = peak;
   }
   result_.smallest_micro_batch = valid.front();
+  result_.largest_micro_batch = valid.back();
   result_.smallest_predicted_peak_bytes = smallest;
   // Memory from meta and nothing predicted to fit: the same combinations
   // measured there (most already are, as nodes) replace the lines' guess

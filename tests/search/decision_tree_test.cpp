@@ -59,6 +59,8 @@ TEST(DecisionTree, PlainFitsWhenTheBudgetIsLarge) {
   // (the fake is linear).
   EXPECT_NEAR(best.predicted_peak_bytes, plain_peak(32), 1.0);
   EXPECT_LE(r.verification_trials, 3);
+  EXPECT_EQ(r.smallest_micro_batch, 1);
+  EXPECT_EQ(r.largest_micro_batch, 32);  // the global batch: no max_micro_batch
 }
 
 TEST(DecisionTree, AccumulationFindsTheOraclesLargestMicroBatch) {
@@ -1718,6 +1720,7 @@ TEST(DecisionTree, AVerificationThatFailsForItsSizeWalksTheTreeAgainBelowIt) {
   EXPECT_EQ(best.config.micro_batch, 16);
   EXPECT_EQ(best.config.accumulation_steps, 2);
   EXPECT_EQ(largest_node_micro_batch(r), 16);
+  EXPECT_EQ(r.largest_micro_batch, 16);
   EXPECT_EQ(r.verification_trials, 4);  // plain 32 x 1, then the three slots below it
   EXPECT_EQ(fake.verifications, 4);
   EXPECT_TRUE(has_note(r,
@@ -1742,6 +1745,7 @@ TEST(DecisionTree, APlainProbeThatFailsForItsSizeKeepsEveryNodeBelowIt) {
   EXPECT_EQ(plain_probes(r), (std::vector<std::string>{"4 ok", "8 ok", "16 error"}));
   EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{4, 8}));
   EXPECT_EQ(largest_node_micro_batch(r), 8);
+  EXPECT_EQ(r.largest_micro_batch, 8);  // of the divisors of 32, the largest at 15 or less
   const TrailNode& best = chosen(r);
   EXPECT_EQ(best.config.micro_batch, 8);
   EXPECT_EQ(best.config.accumulation_steps, 4);
@@ -1768,6 +1772,7 @@ TEST(DecisionTree, APlainProbeThatFailsForItsSizeAfterOneSizeRanStepsDownForTheS
   EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{2, 4}));
   EXPECT_NEAR(r.baseline_peak.slope, 8.0 * kMiB, 1.0);  // two points: the fake's own slope
   EXPECT_EQ(largest_node_micro_batch(r), 4);
+  EXPECT_EQ(r.largest_micro_batch, 4);
   EXPECT_EQ(chosen(r).config.micro_batch, 4);
   EXPECT_TRUE(has_note(r,
                        "micro-batch 8 cannot run (error during forward: CUDA error: invalid "
