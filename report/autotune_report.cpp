@@ -154,6 +154,30 @@ std::string render_trail_table(const SearchResult& s) {
   return out;
 }
 
+// The candidates predicted to fit that no verification ran, as a line of
+// the "not verified" answers; empty when none is left.
+std::string not_run_text(const SearchResult& s) {
+  const std::size_t not_run = candidates_not_run(s);
+  if (not_run == 0) return "";
+  return fmt::format("          {} more predicted to fit {} not run: --max-verifications N runs more\n", not_run,
+                     not_run == 1 ? "was" : "were");
+}
+
+// Candidates predicted to fit whose verification runs all ran over the
+// budget (ran_out_candidates), the search's walks again below them
+// included: the memory model is low for this job.
+std::string render_ran_out(const SearchResult& s, const std::vector<const TrailNode*>& nodes, const JobSpec& job) {
+  const bool one = nodes.size() == 1;
+  int64_t smallest = nodes.front()->config.micro_batch;
+  for (const TrailNode* node : nodes) smallest = std::min(smallest, node->config.micro_batch);
+  return fmt::format(
+             "nothing verified to fit: {} configuration{} predicted to fit ran out of memory in {} verification "
+             "run{} of {} steps (down to micro-batch {}): later steps hold more than the probes measured, so the "
+             "memory model is low for this job; the notes say what ended each\n",
+             nodes.size(), one ? "" : "s", one ? "its" : "their", one ? "" : "s", job.verify_steps, smallest) +
+         not_run_text(s);
+}
+
 // Candidates predicted to fit whose verification runs ended without a
 // measurement (unverified_candidates): what ended them, and for timeouts
 // what trial_timeout a verification of the fastest needs.
@@ -173,16 +197,7 @@ std::string render_unverified(const SearchResult& s, const std::vector<const Tra
       "not verified: the verification run{} of {} configuration{} predicted to fit ended "
       "without a measurement ({}), so whether {} is unknown; the notes say what ended each\n",
       one ? "" : "s", nodes.size(), one ? "" : "s", fmt::join(parts, ", "), one ? "it fits" : "they fit");
-  // Nodes can share a configuration (the search verifies each once).
-  std::set<std::string> verified, not_run_configs;
-  for (const TrailNode& n : s.trail)
-    if (n.verification) verified.insert(to_string(n.config));
-  for (const TrailNode& n : s.trail)
-    if (n.predicted_fit && !verified.count(to_string(n.config))) not_run_configs.insert(to_string(n.config));
-  const std::size_t not_run = not_run_configs.size();
-  if (not_run > 0)
-    out += fmt::format("          {} more predicted to fit {} not run: --max-verifications N runs more\n", not_run,
-                       not_run == 1 ? "was" : "were");
+  out += not_run_text(s);
   if (fastest_timeout)
     out += fmt::format(
         "          a verification runs {} steps of the global batch: the fastest of these is predicted "
@@ -436,6 +451,9 @@ std::string render_autotune_text(const AutotuneReport& report) {
       line("          kernel scratch " + scratch);
   } else if (const auto unverified = unverified_candidates(s); !unverified.empty()) {
     out += render_unverified(s, unverified, job);
+  } else if (const auto ran_out = ran_out_candidates(s); !ran_out.empty()) {
+    // walk.cpp, Note [Verifications that run out of memory]
+    out += render_ran_out(s, ran_out, job);
   } else if (!s.parameters_alone.empty()) {  // search/fit.cpp, Note [Parameters alone]
     line("nothing fits one GPU: " + s.parameters_alone);
     if (!report.nothing_fits) {

@@ -4,7 +4,9 @@
 #include "search/search_state.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -49,7 +51,8 @@ SearchResult Search::run() {
       choose_by_memory();
     } else {
       // Note [An error that comes with the size] (fit.cpp)
-      while (verify_candidates()) walk_again();
+      // and Note [Verifications that run out of memory] (walk.cpp)
+      while (const std::optional<std::string> why = verify_candidates()) walk_again(*why);
       note_remainder();
     }
   }
@@ -78,11 +81,24 @@ ProbeReport Search::verify(const TrainingConfig& config) {
   return r;
 }
 
-bool Search::verify_candidates() {
+std::optional<std::string> Search::verify_candidates() {
+  // After a walk again, only configurations that were no candidate before
+  // and are predicted faster than every run that fitted (Note
+  // [Verifications that run out of memory], walk.cpp); a node whose
+  // configuration ran already carries its run (walk_again).
+  double fastest_fitting = std::numeric_limits<double>::infinity();  // predicted seconds
+  for (const TrailNode& node : result_.trail)
+    if (node.verification && fits_budget(*node.verification))
+      fastest_fitting = std::min(fastest_fitting, node.predicted_seconds);
   std::vector<std::size_t> order;
   std::set<std::string> seen;
-  for (std::size_t i = 0; i < result_.trail.size(); ++i)
-    if (result_.trail[i].predicted_fit && seen.insert(to_string(result_.trail[i].config)).second) order.push_back(i);
+  for (std::size_t i = 0; i < result_.trail.size(); ++i) {
+    const TrailNode& node = result_.trail[i];
+    const std::string config = to_string(node.config);
+    if (node.predicted_fit && !node.verification && !candidates_before_.count(config) &&
+        node.predicted_seconds < fastest_fitting && seen.insert(config).second)
+      order.push_back(i);
+  }
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return result_.trail[a].predicted_seconds < result_.trail[b].predicted_seconds;
   });
@@ -106,14 +122,19 @@ bool Search::verify_candidates() {
   std::stable_partition(order.begin(), order.end(),
                         [&](std::size_t i) { return verified_.count(to_string(result_.trail[i].config)) > 0; });
   int64_t succeeded = 0, failed = 0;
+  bool ran_out = false;  // a run over the budget: Note [Verifications that run out of memory]
   for (std::size_t i : order) {
     if (succeeded >= options_.max_verifications) break;
     if (failed >= options_.max_extra_verifications && succeeded > 0) break;
     if (succeeded + failed >= options_.max_verifications + options_.max_extra_verifications) break;
     TrailNode& node = result_.trail[i];
-    const auto [ran, first] = verified_.emplace(to_string(node.config), ProbeReport{});
-    if (first) ran->second = verify(node.config);
+    auto ran = verified_.find(to_string(node.config));
+    if (ran == verified_.end()) {
+      if (verification_cap_ && result_.verification_trials >= *verification_cap_) break;
+      ran = verified_.emplace(to_string(node.config), verify(node.config)).first;
+    }
     const ProbeReport& r = ran->second;
+    node.verification = r;
     if (fits_budget(r)) {
       ++succeeded;
     } else {
@@ -131,10 +152,22 @@ bool Search::verify_candidates() {
         result_.notes.push_back(note);  // a walk again meets the runs of the walk before
       if (fails_for_its_size(r, node.config.micro_batch)) {
         lower_max_micro_batch(node.config.micro_batch, r, largest_ran_micro_batch_);
-        return true;
+        if (!verification_cap_) verification_cap_ = result_.verification_trials + options_.max_verifications;
+        return fmt::format("with micro-batches of {} or less", largest_micro_batch(job_));
+      }
+      if (r.outcome == TrialOutcome::kOk || (r.outcome == TrialOutcome::kOutOfMemory && !over_host_budget(r))) {
+        // Note [Verifications that run out of memory]: not at this size or above.
+        auto [at, added] = out_of_memory_at_.emplace(memory_key(node.config), node.config.micro_batch);
+        if (!added) at->second = std::min(at->second, node.config.micro_batch);
+        ran_out = true;
       }
     }
-    node.verification = r;
+  }
+  if (!verification_cap_) verification_cap_ = result_.verification_trials + options_.max_verifications;
+  if (ran_out && result_.verification_trials < *verification_cap_) {
+    for (const TrailNode& node : result_.trail)
+      if (node.predicted_fit) candidates_before_.insert(to_string(node.config));
+    return std::string("below the micro-batches whose verification ran out of memory");
   }
   // The fastest verified configuration wins; within kTimingTieRatio of
   // it, the simplest (Rules: Ties).
@@ -188,7 +221,7 @@ bool Search::verify_candidates() {
     if (speed[i] < kTimingTieRatio * fastest) continue;
     if (!result_.chosen || simpler(i, *result_.chosen)) result_.chosen = i;
   }
-  if (!result_.chosen) return false;
+  if (!result_.chosen) return std::nullopt;
   const TrailNode& best = result_.trail[*result_.chosen];
   for (std::size_t i = 0; i < result_.trail.size(); ++i) {
     TrailNode& node = result_.trail[i];
@@ -239,7 +272,7 @@ bool Search::verify_candidates() {
                                             optimizer, exact->node, describe(exact->config),
                                             exact->verification->samples_per_second)
                               : fmt::format("no verified configuration with {} fits", optimizer));
-  return false;
+  return std::nullopt;
 }
 
 // 8-bit AdamW wins on speed (or, by memory alone, on simplicity) as any
@@ -277,6 +310,27 @@ std::vector<const TrailNode*> unverified_candidates(const SearchResult& result) 
         node.verification->outcome != TrialOutcome::kOutOfMemory)
       nodes.push_back(&node);
   return nodes;
+}
+
+std::vector<const TrailNode*> ran_out_candidates(const SearchResult& result) {
+  std::vector<const TrailNode*> nodes;
+  for (const TrailNode& node : result.trail)
+    if (node.predicted_fit && node.verification &&
+        (node.verification->outcome == TrialOutcome::kOutOfMemory ||
+         (node.verification->outcome == TrialOutcome::kOk &&
+          budgeted_peak_bytes(*node.verification, result.budget_on_reserved) > result.usable_budget_bytes)))
+      nodes.push_back(&node);
+  return nodes;
+}
+
+std::size_t candidates_not_run(const SearchResult& result) {
+  // Nodes can share a configuration (the search verifies each once).
+  std::set<std::string> verified, not_run;
+  for (const TrailNode& n : result.trail)
+    if (n.verification) verified.insert(to_string(n.config));
+  for (const TrailNode& n : result.trail)
+    if (n.predicted_fit && !verified.count(to_string(n.config))) not_run.insert(to_string(n.config));
+  return not_run.size();
 }
 
 SearchResult search(const JobSpec& job, TrialRunner& runner, const SearchOptions& options,

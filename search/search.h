@@ -21,6 +21,10 @@
 //   the whole trial_timeout. A strategy whose larger probe fails for memory
 //   or time after the smaller ran is fitted to the smaller with the plain
 //   slope (over-predicting larger micro-batches), not dropped.
+// - Runs out of memory: a verification over the budget rules its
+//   configuration out at that micro-batch and above; the tree is walked
+//   again one size down, up to max_verifications more runs (walk.cpp, Note
+//   [Verifications that run out of memory]).
 // - Size errors: an error (not memory, not the user's input) at a
 //   micro-batch above every one that ran keeps the search below it; a
 //   verification's walks the tree again (fit.cpp, Note [An error that comes
@@ -87,7 +91,8 @@
 // - The top candidates are verified by a run of the job's verify_steps in a
 //   fresh process under the budget (DESIGN.md: fitting two steps is not
 //   fitting). A verified run that goes out of memory means the model was
-//   wrong: the candidate is dropped with a note and the search goes on.
+//   wrong: the candidate is dropped with a note, the search goes on, and
+//   the tree is walked again below it (see Runs out of memory).
 // - Budget test: on CUDA the predicted reserved bytes of the caching
 //   allocator (allocsim/caching_allocator_sim.h, replaying each probe's
 //   allocation stream), elsewhere the allocated peak.
@@ -293,6 +298,15 @@ SearchResult search(const JobSpec& job, TrialRunner& runner, const SearchOptions
 /// candidates were predicted to fit and their memory was never measured
 /// (autotune then says so and exits kExitUnverified, not kExitNothingFits).
 std::vector<const TrailNode*> unverified_candidates(const SearchResult& result);
+
+/// The candidates whose verification ran over the budget (out of memory,
+/// or a run that finished above it), in trail order: the memory model was
+/// low for them (walk.cpp, Note [Verifications that run out of memory]).
+std::vector<const TrailNode*> ran_out_candidates(const SearchResult& result);
+
+/// COUNT: the distinct configurations predicted to fit that no verification
+/// ran (the verification budget was spent first).
+std::size_t candidates_not_run(const SearchResult& result);
 
 /// Micro-batch sizes the search may use for `job`: divisors of the global
 /// batch (all sizes when remainder = "last_smaller"), within the job's

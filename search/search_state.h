@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -152,7 +153,7 @@ class Search {
 
   // walk.cpp
   void walk_tree();
-  void walk_again();
+  void walk_again(const std::string& why);
   void add_node(const std::string& tree_name, const TrainingConfig& config, int64_t largest, bool exact = false,
                 const StepModels* alternative = nullptr);
   static std::string memory_key(TrainingConfig c);
@@ -177,9 +178,13 @@ class Search {
   bool fits_budget(const ProbeReport& r) const;
   int64_t budgeted(const ProbeReport& r) const;
   ProbeReport verify(const TrainingConfig& config);
-  // True when a candidate failed for its micro-batch (Note [An error that
-  // comes with the size]): the ceiling is lowered and nothing is chosen.
-  bool verify_candidates();
+  // Verifies the candidates and chooses. Returns how the tree is walked
+  // again, where a run calls for it (nothing is chosen then): a candidate
+  // failed for its micro-batch (Note [An error that comes with the size],
+  // fit.cpp) or ran out of memory (Note [Verifications that run out of
+  // memory], walk.cpp).
+  std::optional<std::string> verify_candidates();
+
   void note_optimizer_change(const std::string& alternative);
 
   // What the strategies' rows turn on in this search.
@@ -210,7 +215,12 @@ class Search {
   // and every one before a walk again (Note [An error that comes with the
   // size]). A configuration is never verified twice.
   std::map<std::string, ProbeReport> verified_;
-  int64_t largest_ran_micro_batch_ = 0;  // COUNT: the largest micro-batch a probe or verification ran at
+  int64_t largest_ran_micro_batch_ = 0;      // COUNT: the largest micro-batch a probe or verification ran at
+  std::set<std::string> candidates_before_;  // to_string(config) of the candidates of the walks before this one
+  // The most verification runs in all, set by the first walk again: the
+  // runs so far plus max_verifications (Note [Verifications that run out of
+  // memory], walk.cpp).
+  std::optional<int64_t> verification_cap_;
   SearchResult result_;
 };
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here; fmtlib/fmt #4058)
@@ -251,23 +252,63 @@ void Search::walk_tree() {
   }
 }
 
-// The tree again, below a max_micro_batch that a verification lowered
-// (Note [An error that comes with the size], fit.cpp): the trail is the new
-// walk's; the notes of the runs so far stay, those of the walk before are
-// not repeated.
-void Search::walk_again() {
-  const std::size_t kept = result_.notes.size();
-  result_.trail.clear();
+// Note [Verifications that run out of memory]
+// Rationale: a verification runs many steps in a fresh process, and a
+//   configuration predicted to fit can still run out of memory there (a
+//   ResNet-50 batch that passed two steps under 16 GiB ran out at step 5
+//   of a fresh run, every time; one sample less ran 100 steps:
+//   DESIGN.md). Such a node used to be dropped and no other size of it
+//   tried: where every candidate ran out, autotune answered "nothing
+//   fits" with a least-memory prediction far below the budget, and where
+//   a slower strategy fitted, it won over the same node one size down.
+// Approach: a verification over the budget (out of device memory, or
+//   finished above it) rules its configuration out at its micro-batch and
+//   above, as a probe out of memory does (out_of_memory_at_). After the
+//   verifications, the tree is walked again: each such node is placed at
+//   the largest valid micro-batch below, and the configurations that were
+//   no candidate before and are predicted faster than every run that
+//   fitted are verified, up to max_verifications more runs in all
+//   (verification_cap_). The choice is among every run that fitted, in any
+//   walk.
+// Limitations: one size down per walk, with the same memory model (the
+//   run says the model is low, not by how much): a job that outgrows its
+//   prediction by several sizes spends the extra runs and ends without a
+//   choice, saying so (report: ran out in verification).
+//
+// walk_again: the tree again, after a verification lowered max_micro_batch
+// (Note [An error that comes with the size], fit.cpp) or ran out of memory
+// (above). The nodes whose run failed stay in the trail, with their runs;
+// the new walk's nodes follow, but for those with a failed node's
+// configuration; a node whose configuration ran already carries that run.
+// The notes of the walk before are not repeated.
+void Search::walk_again(const std::string& why) {
+  const std::size_t kept_notes = result_.notes.size();
+  std::vector<TrailNode> failed;
+  std::set<std::string> failed_configs;
+  for (TrailNode& node : result_.trail)
+    if (node.verification && !fits_budget(*node.verification)) {
+      failed_configs.insert(to_string(node.config));
+      failed.push_back(std::move(node));
+    }
+  result_.trail = std::move(failed);
+  const std::size_t first_new = result_.trail.size();
   result_.chosen.reset();
-  progress_(fmt::format("walk   again with micro-batches of {} or less", largest_micro_batch(job_)));
+  progress_(fmt::format("walk   again {}", why));
   walk_tree();
   note_meta_failures();
+  result_.trail.erase(
+      std::remove_if(result_.trail.begin() + static_cast<std::ptrdiff_t>(first_new), result_.trail.end(),
+                     [&](const TrailNode& node) { return failed_configs.count(to_string(node.config)); }),
+      result_.trail.end());
+  for (std::size_t i = first_new; i < result_.trail.size(); ++i)
+    if (const auto ran = verified_.find(to_string(result_.trail[i].config)); ran != verified_.end())
+      result_.trail[i].verification = ran->second;
   const auto repeated = [&](const std::string& note) {
-    return std::find(result_.notes.begin(), result_.notes.begin() + static_cast<std::ptrdiff_t>(kept), note) !=
-           result_.notes.begin() + static_cast<std::ptrdiff_t>(kept);
+    return std::find(result_.notes.begin(), result_.notes.begin() + static_cast<std::ptrdiff_t>(kept_notes), note) !=
+           result_.notes.begin() + static_cast<std::ptrdiff_t>(kept_notes);
   };
   result_.notes.erase(
-      std::remove_if(result_.notes.begin() + static_cast<std::ptrdiff_t>(kept), result_.notes.end(), repeated),
+      std::remove_if(result_.notes.begin() + static_cast<std::ptrdiff_t>(kept_notes), result_.notes.end(), repeated),
       result_.notes.end());
 }
 

@@ -363,8 +363,12 @@ int run_autotune(const AutotuneFlags& flags) {
     report.sequence = autotune_sequence(report.job, report.search, child);
   }
   // No candidate chosen: "nothing fits" only when none ended its
-  // verification for a reason other than memory (a timeout proves nothing).
-  const bool unverified = !report.search.chosen && !unverified_candidates(report.search).empty();
+  // verification for a reason other than memory (a timeout proves nothing),
+  // and none predicted to fit is left unrun after runs out of memory (the
+  // memory model was low: a smaller one may fit).
+  const bool unverified =
+      !report.search.chosen && (!unverified_candidates(report.search).empty() ||
+                                (!ran_out_candidates(report.search).empty() && candidates_not_run(report.search) > 0));
   std::exception_ptr emit_failed;  // said after the report, which is not lost with it
   if (report.search.chosen && !flags.emit_dir.empty()) {
     try {

@@ -1177,9 +1177,9 @@ TEST(DecisionTree, AProbeOutOfMemoryBoundsItsConfigurationWhereTheLineHasNoSlope
   EXPECT_EQ(r.baseline_name, "checkpointing (all blocks)");
   EXPECT_EQ(r.baseline_micro_batches, (std::vector<int64_t>{1}));
   EXPECT_NEAR(r.baseline_peak.slope, 0.0, 1.0);
-  ASSERT_FALSE(r.trail.empty());
-  const TrailNode& whole = r.trail.front();
-  EXPECT_EQ(whole.node, "checkpointing (all blocks)");
+  const TrailNode* found = node_named(r, "checkpointing (all blocks)");
+  ASSERT_NE(found, nullptr);
+  const TrailNode& whole = *found;
   EXPECT_FALSE(whole.predicted_fit);
   EXPECT_EQ(whole.note, "does not fit: its probe ran out of memory at micro-batch 2 (measured)");
   EXPECT_FALSE(whole.verification.has_value());
@@ -1697,9 +1697,13 @@ TEST(DecisionTree, ValidMicroBatchesKeepTheGlobalBatchExact) {
 // fails at `above` and larger with "CUDA error: invalid configuration
 // argument"; the budget fits plain at the global batch, 32.
 
+// The largest micro-batch of a node the last walk placed: the trail keeps
+// the nodes whose verification failed, at the sizes they failed at, first.
 int64_t largest_node_micro_batch(const SearchResult& r) {
   int64_t largest = 0;
-  for (const TrailNode& node : r.trail) largest = std::max(largest, node.config.micro_batch);
+  for (const TrailNode& node : r.trail)
+    if (!node.verification || node.verification->outcome == TrialOutcome::kOk)
+      largest = std::max(largest, node.config.micro_batch);
   return largest;
 }
 
@@ -1721,6 +1725,11 @@ TEST(DecisionTree, AVerificationThatFailsForItsSizeWalksTheTreeAgainBelowIt) {
   EXPECT_EQ(best.config.accumulation_steps, 2);
   EXPECT_EQ(largest_node_micro_batch(r), 16);
   EXPECT_EQ(r.largest_micro_batch, 16);
+  ASSERT_FALSE(r.trail.empty());  // the failed run stays in the trail, first
+  EXPECT_EQ(r.trail.front().node, "plain");
+  EXPECT_EQ(r.trail.front().config.micro_batch, 32);
+  ASSERT_TRUE(r.trail.front().verification.has_value());
+  EXPECT_EQ(r.trail.front().verification->outcome, TrialOutcome::kError);
   EXPECT_EQ(r.verification_trials, 4);  // plain 32 x 1, then the three slots below it
   EXPECT_EQ(fake.verifications, 4);
   EXPECT_TRUE(has_note(r,
@@ -1800,6 +1809,67 @@ TEST(DecisionTree, ASizeErrorThatLeavesNoMicroBatchIsAnInputError) {
               "or set remainder = \"last_smaller\")");
   }
   EXPECT_EQ(fake.probes, 2);  // 5 and 6
+}
+
+// walk.cpp, Note [Verifications that run out of memory]: every
+// verification's later steps hold 30 MiB more than any probe or prediction
+// (verification_growth), under a budget of 83 MiB. The first walk's six
+// runs all run out (each node sits at the largest size predicted to fit:
+// 32 x 1 to 4 x 8, 54 to 82 MiB predicted). Before, nothing was chosen
+// and the report said nothing fits; now the tree is walked again with each
+// of those nodes one size down, and three of them run within the budget:
+// 8-bit AdamW + checkpointing 16 x 2 is the fastest (48 + 30 = 78 MiB).
+TEST(DecisionTree, VerificationsOverTheBudgetWalkTheTreeAgainOneSizeDown) {
+  FakeRunner fake;
+  fake.verification_growth = 30 * kMiB;
+  const SearchResult r = run_search(fake, job_with_budget(plain_peak(8) + kMiB));
+  const TrailNode& best = chosen(r);
+  EXPECT_EQ(best.node, "8-bit AdamW + checkpointing");
+  EXPECT_EQ(best.config.micro_batch, 16);
+  EXPECT_EQ(best.config.accumulation_steps, 2);
+  EXPECT_EQ(best.verification->peak_bytes, 78 * kMiB);
+  EXPECT_EQ(r.verification_trials, 9);  // 6, then max_verifications more
+  EXPECT_EQ(fake.verifications, 9);
+  // The runs over the budget stay in the trail, first, each at the size it
+  // failed at; the second walk places that configuration below it.
+  const std::vector<const TrailNode*> ran_out = ran_out_candidates(r);
+  ASSERT_EQ(ran_out.size(), 6u);
+  ASSERT_GT(r.trail.size(), ran_out.size());
+  for (std::size_t k = 0; k < ran_out.size(); ++k) {
+    EXPECT_EQ(ran_out[k], &r.trail[k]);
+    EXPECT_EQ(ran_out[k]->verification->outcome, TrialOutcome::kOutOfMemory);
+    for (std::size_t i = ran_out.size(); i < r.trail.size(); ++i)
+      if (r.trail[i].node == ran_out[k]->node) {
+        EXPECT_LT(r.trail[i].config.micro_batch, ran_out[k]->config.micro_batch) << r.trail[i].node;
+      }
+  }
+  EXPECT_EQ(r.trail.front().node, "checkpointing (all blocks)");
+  EXPECT_EQ(r.trail.front().config.micro_batch, 32);
+}
+
+// Every verification runs out (1 GiB more than predicted): the first
+// walk's six runs, then max_verifications (3) in the walk again, no more.
+// Nothing is chosen; the candidates that ran out are said as such, with
+// the ones predicted to fit that never ran (autotune: "nothing verified to
+// fit", exit 4, not "nothing fits").
+TEST(DecisionTree, VerificationsThatAllRunOutStopAtTheExtraRuns) {
+  FakeRunner fake;
+  fake.verification_growth = 1024 * kMiB;
+  const SearchResult r = run_search(fake, job_with_budget(plain_peak(8) + kMiB));
+  EXPECT_FALSE(r.chosen.has_value());
+  EXPECT_EQ(r.verification_trials, 9);
+  EXPECT_EQ(ran_out_candidates(r).size(), 9u);
+  EXPECT_TRUE(unverified_candidates(r).empty());
+  EXPECT_GT(candidates_not_run(r), 0u);
+
+  // With one verification, the walk again gets one run.
+  FakeRunner one;
+  one.verification_growth = 1024 * kMiB;
+  SearchOptions options;
+  options.max_verifications = 1;
+  const SearchResult o = run_search(one, job_with_budget(plain_peak(8) + kMiB), options);
+  EXPECT_FALSE(o.chosen.has_value());
+  EXPECT_EQ(o.verification_trials, 1 + options.max_extra_verifications + 1);
 }
 
 }  // namespace
