@@ -152,19 +152,15 @@ std::optional<std::string> Search::verify_candidates() {
         result_.notes.push_back(note);  // a walk again meets the runs of the walk before
       if (fails_for_its_size(r, node.config.micro_batch)) {
         lower_max_micro_batch(node.config.micro_batch, r, largest_ran_micro_batch_);
-        if (!verification_cap_) verification_cap_ = result_.verification_trials + options_.max_verifications;
         return fmt::format("with micro-batches of {} or less", largest_micro_batch(job_));
       }
       if (r.outcome == TrialOutcome::kOk || (r.outcome == TrialOutcome::kOutOfMemory && !over_host_budget(r))) {
-        // Note [Verifications that run out of memory]: not at this size or above.
-        auto [at, added] = out_of_memory_at_.emplace(memory_key(node.config), node.config.micro_batch);
-        if (!added) at->second = std::min(at->second, node.config.micro_batch);
+        rule_out_from(node.config, node.config.micro_batch);  // Note [Verifications that run out of memory]
         ran_out = true;
       }
     }
   }
-  if (!verification_cap_) verification_cap_ = result_.verification_trials + options_.max_verifications;
-  if (ran_out && result_.verification_trials < *verification_cap_) {
+  if (ran_out && (!verification_cap_ || result_.verification_trials < *verification_cap_)) {
     for (const TrailNode& node : result_.trail)
       if (node.predicted_fit) candidates_before_.insert(to_string(node.config));
     return std::string("below the micro-batches whose verification ran out of memory");

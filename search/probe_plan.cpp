@@ -75,10 +75,7 @@ ProbeReport Search::probe(TrainingConfig config, int64_t micro_batch) {
                         : r.timing.measured ? fmt::format("peak {}, {:.4f} s/step", format_bytes(r.peak_bytes),
                                                           r.timing.steady_step_seconds)
                                             : fmt::format("peak {}, no step time (meta)", format_bytes(r.peak_bytes))));
-  if (r.outcome == TrialOutcome::kOutOfMemory && !ran_out_loading(r)) {
-    auto [at, added] = out_of_memory_at_.emplace(memory_key(config), micro_batch);
-    if (!added) at->second = std::min(at->second, micro_batch);
-  }
+  if (r.outcome == TrialOutcome::kOutOfMemory && !ran_out_loading(r)) rule_out_from(config, micro_batch);
   if (r.outcome == TrialOutcome::kOk) largest_ran_micro_batch_ = std::max(largest_ran_micro_batch_, micro_batch);
   result_.probes.push_back(r);
   return r;

@@ -157,6 +157,9 @@ class Search {
   void add_node(const std::string& tree_name, const TrainingConfig& config, int64_t largest, bool exact = false,
                 const StepModels* alternative = nullptr);
   static std::string memory_key(TrainingConfig c);
+  // A run of `c` out of memory at `micro_batch`: it fits at no size from
+  // there up (smallest_out_of_memory).
+  void rule_out_from(const TrainingConfig& c, int64_t micro_batch);
   int64_t smallest_out_of_memory(const TrainingConfig& c) const;
   CheckpointPlan first_blocks(int64_t n) const;
   void note_remainder();

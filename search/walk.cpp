@@ -131,6 +131,10 @@ std::string Search::memory_key(TrainingConfig c) {
   c.accumulation_steps = 1;
   return to_string(c);
 }
+void Search::rule_out_from(const TrainingConfig& c, int64_t micro_batch) {
+  auto [at, added] = out_of_memory_at_.emplace(memory_key(c), micro_batch);
+  if (!added) at->second = std::min(at->second, micro_batch);
+}
 int64_t Search::smallest_out_of_memory(const TrainingConfig& c) const {
   const auto at = out_of_memory_at_.find(memory_key(c));
   return at == out_of_memory_at_.end() ? std::numeric_limits<int64_t>::max() : at->second;
@@ -263,7 +267,7 @@ void Search::walk_tree() {
 //   a slower strategy fitted, it won over the same node one size down.
 // Approach: a verification over the budget (out of device memory, or
 //   finished above it) rules its configuration out at its micro-batch and
-//   above, as a probe out of memory does (out_of_memory_at_). After the
+//   above, as a probe out of memory does (rule_out_from). After the
 //   verifications, the tree is walked again: each such node is placed at
 //   the largest valid micro-batch below, and the configurations that were
 //   no candidate before and are predicted faster than every run that
@@ -293,6 +297,7 @@ void Search::walk_again(const std::string& why) {
   result_.trail = std::move(failed);
   const std::size_t first_new = result_.trail.size();
   result_.chosen.reset();
+  if (!verification_cap_) verification_cap_ = result_.verification_trials + options_.max_verifications;
   progress_(fmt::format("walk   again {}", why));
   walk_tree();
   note_meta_failures();
