@@ -556,6 +556,11 @@ nlohmann::json autotune_json(const AutotuneReport& report) {
   nlohmann::json unverified = nlohmann::json::array();
   for (const TrailNode* node : unverified_candidates(s)) unverified.push_back(node_json(*node));
   j["unverified"] = unverified;
+  // search/walk.cpp, Note [Verifications that run out of memory]
+  nlohmann::json ran_out = nlohmann::json::array();
+  for (const TrailNode* node : ran_out_candidates(s)) ran_out.push_back(node_json(*node));
+  j["ran_out_in_verification"] = ran_out;
+  j["candidates_not_run"] = candidates_not_run(s);
   j["trial_timeout_seconds"] = report.job.trial_timeout_seconds;
   if (report.sequence) {
     j["sequence"] = autotune_sequence_json(*report.sequence);

@@ -275,6 +275,16 @@ TEST(Autotune, VerificationsThatAllRunOutOfMemoryAreNotNothingFits) {
   EXPECT_FALSE(contains(r.out, "ZeRO-3")) << r.out;
   EXPECT_TRUE(contains(r.err, "autotune: walk   again below the micro-batches whose verification ran out of memory"))
       << r.err;
+  const RunResult j = run_oomtune(kAutotune + gpt_job(dir, kSmall, 16, "budget = \"64MiB\"") + " --json",
+                                  "OOMTUNE_TEST_FAULT=oom:optimizer:global_batch=16,");
+  EXPECT_EQ(j.exit_code, 4) << j.err;
+  const json report = parse_json(j);
+  EXPECT_TRUE(report.at("chosen").is_null());
+  EXPECT_EQ(report.at("unverified"), json::array());
+  const json& ran_out = report.at("ran_out_in_verification");
+  EXPECT_EQ(ran_out.size(), report.at("verification_trials").get<std::size_t>());
+  for (const json& n : ran_out) EXPECT_EQ(n.at("verification").at("outcome"), "out_of_memory") << n.at("config");
+  EXPECT_GT(report.at("candidates_not_run").get<int64_t>(), 0);
 }
 
 // 8-bit AdamW (wide GPT): fp32 AdamW needs 16 bytes per parameter before any
