@@ -542,7 +542,12 @@ void Search::raise_min_micro_batch(int64_t size, const ProbeReport& report) {
 //   micro-batch above every one that ran fails for its size. A plain
 //   probe's ends the walk up (the walk goes down for a second point where
 //   one size ran), and the search keeps below it: max_micro_batch becomes
-//   one less, with a note. A verification's lowers max_micro_batch to the
+//   one less, with a note. Where every plain probe erred (none about the
+//   input), the probes go down from the smallest, halving, as after an
+//   out-of-memory: with memory from meta they sit where the candidates run
+//   (G/2 and G), where a size's error shows first; before, autotune ended
+//   there with "the plain configuration could not run at micro-batch 16 or
+//   32", exit 2. A verification's lowers max_micro_batch to the
 //   largest micro-batch that ran (the sizes between are untried), and the
 //   tree is walked again below it (choose.cpp); verifications already run
 //   are not run again. So one such error costs one trial, and a second walk

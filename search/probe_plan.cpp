@@ -167,6 +167,14 @@ Search::PlainProbes Search::probe_plain(const std::vector<int64_t>& sizes, Plain
     stopped_at = s;
     break;
   }
+  // Note [An error that comes with the size] (fit.cpp): every size erred,
+  // none about the user's input: they may all be too large, so the walk
+  // goes down from the smallest.
+  if (!stopped_at && p.ran.empty() && std::all_of(sizes.begin(), sizes.end(), [&](int64_t s) {
+        const auto f = p.failed.find(s);
+        return f != p.failed.end() && f->second.outcome == TrialOutcome::kError && !f->second.input_error;
+      }))
+    stopped_at = sizes.front();
   if (p.ran.size() >= 2 || !stopped_at || ran_out_loading(p.failed.at(*stopped_at))) return p;
   std::vector<int64_t> down = step_down_sizes(job_, sizes.front());
   const bool up_from_smallest = p.ran.empty() && p.failed.at(*stopped_at).outcome == TrialOutcome::kTimeout;

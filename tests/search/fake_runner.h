@@ -139,10 +139,12 @@ class FakeRunner : public TrialRunner {
   std::optional<ProbeReport> measure_on_meta(const TrainingConfig& c) override {
     if (!meta) return std::nullopt;
     ++meta_runs;
-    const int64_t guard = probe_budget;
+    const int64_t guard = probe_budget, size_limit = fails_at_or_above;
     probe_budget = 0;
+    fails_at_or_above = 0;  // a device kernel's limit: meta runs no kernel
     ProbeReport r = run(c, global_batch, false);
     probe_budget = guard;
+    fails_at_or_above = size_limit;
     r.timing = {};
     r.samples_per_second = 0;
     r.steps_run = 2;

@@ -620,5 +620,33 @@ TEST(MetaMemory, ACudaJobComparesTheMetaRunWithTheGpuRunFigureByFigure) {
       << text;
 }
 
+// search/fit.cpp, Note [An error that comes with the size], where memory
+// comes from meta: the plain probes time the sizes where the candidates run,
+// 16 and 32, and both fail with a kernel's launch-limit error from 16 up
+// (the meta runs, which run no kernel, do not). Before, autotune stopped
+// there: "fake.pt: the plain configuration could not run at micro-batch
+// 16 or 32: CUDA error: invalid configuration argument", a bad input. Now
+// the probes go down, 8 and 4 run, the search keeps to 15 or less and
+// chooses 8 x 4.
+TEST(MetaMemory, TimingProbesThatAllFailForTheirSizeStepDown) {
+  FakeRunner fake;
+  fake.meta = true;
+  fake.fails_at_or_above = 16;
+  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB), from_meta());
+  std::vector<std::string> plain;
+  for (const ProbeReport& p : r.probes)
+    if (p.config.find(",ckpt=none,optimizer=adamw,offload=off,precision=fp32") != std::string::npos)
+      plain.push_back(std::to_string(p.micro_batch) + " " + to_string(p.outcome));
+  EXPECT_EQ(plain, (std::vector<std::string>{"16 error", "32 error", "8 ok", "4 ok"}));
+  EXPECT_EQ(r.largest_micro_batch, 8);
+  ASSERT_TRUE(r.chosen.has_value());
+  EXPECT_EQ(r.trail[*r.chosen].config.micro_batch, 8);
+  EXPECT_EQ(r.trail[*r.chosen].config.accumulation_steps, 4);
+  EXPECT_TRUE(has_note(r,
+                       "micro-batch 16 cannot run (error during forward: CUDA error: invalid configuration "
+                       "argument) where 8 ran"));
+  EXPECT_FALSE(has_note(r, "not from the meta device")) << "the meta runs ran";
+}
+
 }  // namespace
 }  // namespace oomtune
