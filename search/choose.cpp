@@ -115,10 +115,11 @@ std::optional<std::string> Search::verify_candidates() {
     if (simplest >= order.begin() + static_cast<std::ptrdiff_t>(slots))
       std::rotate(order.begin() + static_cast<std::ptrdiff_t>(slots - 1), simplest, simplest + 1);
   }
-  // Runs already made take the first slots: plain's verification while
-  // probing (Note [Plain's verification times it], meta_memory.cpp: the
-  // simplest candidate, in the slots as ranked too), and those before a
-  // walk again (Note [An error that comes with the size], fit.cpp).
+  // Plain's verification that ran while probing (Note [Plain's
+  // verification times it], meta_memory.cpp) takes the first slot: it is
+  // the simplest candidate, in the slots as ranked too. (After a walk
+  // again, a node whose configuration ran carries its run and is no
+  // candidate here.)
   std::stable_partition(order.begin(), order.end(),
                         [&](std::size_t i) { return verified_.count(to_string(result_.trail[i].config)) > 0; });
   int64_t succeeded = 0, failed = 0;
@@ -149,7 +150,7 @@ std::optional<std::string> Search::verify_candidates() {
                                         : "");
       const std::string note = fmt::format("{}: {}", node.node, node.note);
       if (std::find(result_.notes.begin(), result_.notes.end(), note) == result_.notes.end())
-        result_.notes.push_back(note);  // a walk again meets the runs of the walk before
+        result_.notes.push_back(note);  // a node one size down can fail in the same words
       if (fails_for_its_size(r, node.config.micro_batch)) {
         lower_max_micro_batch(node.config.micro_batch, r, largest_ran_micro_batch_);
         return fmt::format("with micro-batches of {} or less", largest_micro_batch(job_));
