@@ -165,17 +165,35 @@ std::string not_run_text(const SearchResult& s) {
 
 // Candidates predicted to fit whose verification runs all ran over the
 // budget (ran_out_candidates), the search's walks again below them
-// included: the memory model is low for this job.
+// included: the memory model is low for this job. With none predicted to
+// fit left unrun, nothing fits (exit 3), and there is no ZeRO/FSDP table:
+// its rows would come from the same low model (in one, a single GPU fits).
 std::string render_ran_out(const SearchResult& s, const std::vector<const TrailNode*>& nodes, const JobSpec& job) {
   const bool one = nodes.size() == 1;
   int64_t smallest = nodes.front()->config.micro_batch;
-  for (const TrailNode* node : nodes) smallest = std::min(smallest, node->config.micro_batch);
+  int64_t most_steps = 0;
+  std::string snapshot;  // the first run's that wrote one (a GPU job)
+  for (const TrailNode* node : nodes) {
+    smallest = std::min(smallest, node->config.micro_batch);
+    most_steps = std::max(most_steps, node->verification->steps_run);
+    if (snapshot.empty()) snapshot = node->verification->snapshot_path;
+  }
+  const char* why =
+      most_steps == 0 ? "no run got past its first step" : "later steps hold more than the probes measured";
+  const std::string runs = fmt::format("{} verification run{} of {} steps (down to micro-batch {})",
+                                       one ? "its" : "their", one ? "" : "s", job.verify_steps, smallest);
+  if (candidates_not_run(s) > 0)
+    return fmt::format(
+               "nothing verified to fit: {} configuration{} predicted to fit ran out of memory in {}: {}, so the "
+               "memory model is low for this job; the notes say what ended each\n",
+               nodes.size(), one ? "" : "s", runs, why) +
+           not_run_text(s);
   return fmt::format(
-             "nothing verified to fit: {} configuration{} predicted to fit ran out of memory in {} verification "
-             "run{} of {} steps (down to micro-batch {}): later steps hold more than the probes measured, so the "
-             "memory model is low for this job; the notes say what ended each\n",
-             nodes.size(), one ? "" : "s", one ? "its" : "their", one ? "" : "s", job.verify_steps, smallest) +
-         not_run_text(s);
+      "nothing fits: {} predicted to fit ran out of memory in {}, and none is left to run: {}, so the memory "
+      "model is low for this job; the notes say what ended each\n"
+      "          no ZeRO/FSDP table: its per-GPU figures would come from that same model{}\n",
+      one ? "the one configuration" : fmt::format("all {} configurations", nodes.size()), runs, why,
+      snapshot.empty() ? "" : fmt::format("; what held the memory when a run ran out: oomtune diagnose {}", snapshot));
 }
 
 // Candidates predicted to fit whose verification runs ended without a

@@ -378,10 +378,12 @@ int run_autotune(const AutotuneFlags& flags) {
     } catch (const Error&) {
       emit_failed = std::current_exception();
     }
-  } else if (!report.search.chosen && !unverified &&
+  } else if (!report.search.chosen && !unverified && ran_out_candidates(report.search).empty() &&
              report.search.parameter_count + report.search.frozen_parameter_count > 0) {
     // No count where no trial got past loading (search/fit.cpp, Note
-    // [Parameters alone]): the report says so instead of a table.
+    // [Parameters alone]): the report says so instead of a table. None
+    // where verifications ran out of memory: the table would rest on the
+    // memory model they found low (render_ran_out).
     report.nothing_fits = nothing_fits_table(report);
   }
   if (flags.json)

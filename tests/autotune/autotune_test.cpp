@@ -287,6 +287,42 @@ TEST(Autotune, VerificationsThatAllRunOutOfMemoryAreNotNothingFits) {
   EXPECT_GT(report.at("candidates_not_run").get<int64_t>(), 0);
 }
 
+// As above, at global batch 4, with verifications enough for every
+// configuration predicted to fit (19 runs, down to micro-batch 1): none is
+// left, so nothing fits, exit 3, said as runs that ran out, not as a
+// predicted least memory. No ZeRO/FSDP table, in text or JSON: it came from
+// the memory model these runs found low, and before it said that DDP fits
+// one GPU.
+TEST(Autotune, VerificationsThatAllRunOutDownToTheLastAreNothingFits) {
+  OOMTUNE_REQUIRE_FILE(model("gpt_small"));
+  const TestDir dir;
+  const std::string job = gpt_job(dir, kSmall, 4, "budget = \"64MiB\"") + " --max-verifications 100";
+  const RunResult r = run_oomtune(kAutotune + job + " --json", "OOMTUNE_TEST_FAULT=oom:optimizer:global_batch=4,");
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  const json report = parse_json(r);
+  EXPECT_TRUE(report.at("chosen").is_null());
+  EXPECT_EQ(report.at("candidates_not_run"), 0);
+  EXPECT_FALSE(report.contains("nothing_fits")) << report.at("nothing_fits").dump();
+  const json& ran_out = report.at("ran_out_in_verification");
+  ASSERT_EQ(ran_out.size(), report.at("verification_trials").get<std::size_t>());
+  std::set<int64_t> micro_batches;
+  for (const json& n : ran_out) {
+    EXPECT_EQ(n.at("verification").at("outcome"), "out_of_memory") << n.at("config");
+    micro_batches.insert(n.at("micro_batch").get<int64_t>());
+  }
+  EXPECT_EQ(micro_batches, (std::set<int64_t>{1, 2, 4}));
+  const RunResult t = run_oomtune(kAutotune + job, "OOMTUNE_TEST_FAULT=oom:optimizer:global_batch=4,");
+  EXPECT_EQ(t.exit_code, 3) << t.err;
+  EXPECT_TRUE(contains(t.out, "\nnothing fits: all " + std::to_string(ran_out.size()) +
+                                  " configurations predicted to fit ran out of memory in their verification runs of 3 "
+                                  "steps (down to micro-batch 1), and none is left to run: no run got past its first "
+                                  "step, "))
+      << t.out;
+  EXPECT_TRUE(contains(t.out, "\n          no ZeRO/FSDP table: ")) << t.out;
+  EXPECT_FALSE(contains(t.out, "ZeRO-3")) << t.out;
+  EXPECT_FALSE(contains(t.out, "were not run")) << t.out;
+}
+
 // 8-bit AdamW (wide GPT): fp32 AdamW needs 16 bytes per parameter before any
 // activation (40 MB) — over the budget at every micro-batch — while 8-bit
 // AdamW at 8 x 1 fits. Offload fits wherever 8-bit does and costs no time on
