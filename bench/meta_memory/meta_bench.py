@@ -55,8 +55,9 @@ def remeasure(binary, job, configs, rounds):
         shift = round_index % max(len(configs), 1)
         for config in configs[shift:] + configs[:shift]:
             report = probe_trial(binary, job, config)
-            if report["outcome"] != "ok":
-                raise SystemExit(f"probe --config {config}: {report['outcome']} on re-measurement")
+            if not report["fits"]:
+                raise SystemExit(f"probe --config {config}: {report['outcome']}, peak {report['peak_bytes']} B, "
+                                 f"on re-measurement: not within the budget")
             samples[config].append(report["samples_per_second"])
     return samples
 

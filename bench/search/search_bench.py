@@ -7,6 +7,10 @@ that would pass the usable budget, as a GPU would):
 
     oomtune probe JOB --config micro_batch=B[,STRATEGY] --enforce-budget --no-fit --json
 
+and a trial fits when it ran and its peak is within the usable budget
+(bench/common/probe_trial.py: a kernel's output can pass the budget unrefused,
+and such a run reads "over_budget").
+
 runs the job's whole global batch as ceil(G/B) micro-batches of B (gradient
 accumulation, remainder = "last_smaller"), so "B fits" means the training
 step the user would run fits, with accumulated gradients alive.
@@ -66,10 +70,11 @@ class Trials:
             return self.cache[key]
         config = f"micro_batch={micro_batch}" + (f",{strategy}" if strategy else "")
         report = probe_trial(self.binary, self.job, config)
-        ok = report["outcome"] == "ok"
-        result = {"ok": ok, "outcome": report["outcome"], "config": report["config"],
+        ok = report["fits"]
+        outcome = report["outcome"] if report["outcome"] != "ok" or ok else "over_budget"
+        result = {"ok": ok, "outcome": outcome, "config": report["config"],
                   "peak": report["peak_bytes"], "samples_per_second": report["samples_per_second"] if ok else 0.0}
-        print(f"  trial {config:<40} {report['outcome']:<14} peak {report['peak_bytes'] / 2**20:8.2f} MiB"
+        print(f"  trial {config:<40} {outcome:<14} peak {report['peak_bytes'] / 2**20:8.2f} MiB"
               f"  {result['samples_per_second']:8.1f} samples/s", file=sys.stderr)
         self.cache[key] = result
         return result
