@@ -5,8 +5,9 @@
 // itself never loads libtorch.
 //
 // Test hook: the environment variable OOMTUNE_TEST_FAULT = "KIND:PHASE[:TEXT]"
-// (KIND abort, segv, hang or oom, an out-of-memory error; PHASE forward,
-// loss, backward or optimizer)
+// (KIND abort, segv, hang, oom (an out-of-memory error) or error (the
+// c10::Error of a CUDA kernel launched past its grid's limits); PHASE
+// forward, loss, backward or optimizer)
 // makes a child whose "<config>,global_batch=<G>," contains TEXT (any child
 // when TEXT is absent; "precision=bf16," names bf16 autocast only,
 // "global_batch=16," the verification runs of a job with G = 16) fail that
