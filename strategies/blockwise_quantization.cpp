@@ -158,6 +158,7 @@ QuantizedTensor quantize_blockwise(const at::Tensor& x, const QuantizationMap& m
   uint8_t* codes = q.codes.data_ptr<uint8_t>();
   float* absmax = q.absmax.data_ptr<float>();
   at::parallel_for(0, blocks, kBlocksPerTask, [&](int64_t first, int64_t last) {
+    const QuantizationMap::Encoder encode = map.encoder();
     for (int64_t b = first; b < last; ++b) {
       const int64_t lo = b * block_size;
       const int64_t hi = std::min(numel, lo + block_size);
@@ -169,7 +170,7 @@ QuantizedTensor quantize_blockwise(const at::Tensor& x, const QuantizationMap& m
         continue;
       }
       const float inv = 1.0f / amax;
-      for (int64_t j = lo; j < hi; ++j) codes[j] = map.encode(in[j] * inv);
+      for (int64_t j = lo; j < hi; ++j) codes[j] = encode(in[j] * inv);
     }
   });
   return q;

@@ -83,24 +83,34 @@ class QuantizationMap {
   /// [-1, 1]; values outside saturate to the end codes). A value exactly on
   /// the midpoint of two neighbours takes the upper code. Equal to
   /// encode_by_search(x) for every non-NaN x; NaN gives an unspecified code.
-  uint8_t encode(float x) const {
-    if (!use_buckets_) return encode_by_search(x);
-    uint32_t bits = 0;
-    std::memcpy(&bits, &x, sizeof bits);
-    const uint32_t magnitude_key = std::min((bits & 0x7FFFFFFFu) >> kBucketShift, kNumBuckets - 1);
-    const int e = bucket_code_[magnitude_key + (bits >> 31) * kNumBuckets];
-    return static_cast<uint8_t>(e + static_cast<int>(midpoints_[e] <= x));
-  }
+  uint8_t encode(float x) const { return encoder()(x); }
+
+  /// encode() as a small value holding the tables' addresses. In a loop
+  /// that stores codes, a local Encoder stays in registers: a uint8_t store
+  /// may alias anything, so the map's own members are loaded again after
+  /// every one (the 8-bit AdamW step spent most of its time on that).
+  class Encoder {
+   public:
+    uint8_t operator()(float x) const {
+      if (!bucket_code_) return search(midpoints_, x);
+      uint32_t bits = 0;
+      std::memcpy(&bits, &x, sizeof bits);
+      const uint32_t magnitude_key = std::min((bits & 0x7FFFFFFFu) >> kBucketShift, kNumBuckets - 1);
+      const int e = bucket_code_[magnitude_key + (bits >> 31) * kNumBuckets];
+      return static_cast<uint8_t>(e + static_cast<int>(midpoints_[e] <= x));
+    }
+
+   private:
+    friend class QuantizationMap;
+    Encoder(const uint8_t* bucket_code, const float* midpoints) : bucket_code_(bucket_code), midpoints_(midpoints) {}
+    const uint8_t* bucket_code_;  // nullptr: the map uses the search
+    const float* midpoints_;
+  };
+  Encoder encoder() const { return Encoder(use_buckets_ ? bucket_code_.data() : nullptr, midpoints_.data()); }
 
   /// The reference nearest-code search: the number of midpoints between
   /// neighbouring values that are <= x, by branch-free halving (8 steps).
-  uint8_t encode_by_search(float x) const {
-    int i = 0;
-    for (int half = kMapSize / 2; half >= 1; half /= 2) {
-      i += static_cast<int>(midpoints_[i + half - 1] <= x) * half;
-    }
-    return static_cast<uint8_t>(i);
-  }
+  uint8_t encode_by_search(float x) const { return search(midpoints_.data(), x); }
 
   /// True when encode() uses the bucket table (see Note [Nearest code]); false
   /// for maps with neighbours closer than a bucket, which use the search.
@@ -128,6 +138,15 @@ class QuantizationMap {
   static constexpr int kBucketShift = 23 - kBucketMantissaBits;  // float32: 23 mantissa bits
   // Buckets of magnitudes up to 1.0f (bits 0x3F800000); larger ones share the last.
   static constexpr uint32_t kNumBuckets = (0x3F800000u >> kBucketShift) + 1;
+
+  // encode_by_search over `midpoints` (kMapSize of them, the last +inf).
+  static uint8_t search(const float* midpoints, float x) {
+    int i = 0;
+    for (int half = kMapSize / 2; half >= 1; half /= 2) {
+      i += static_cast<int>(midpoints[i + half - 1] <= x) * half;
+    }
+    return static_cast<uint8_t>(i);
+  }
 
   std::array<float, kMapSize> values_{};
   // midpoints_[k] = (values_[k] + values_[k + 1]) / 2; midpoints_[255] = +inf.
