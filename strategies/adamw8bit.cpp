@@ -48,6 +48,60 @@ float largest_magnitude(const float* x, int64_t n) {
   return amax;
 }
 
+// One 8-bit step's float32 constants (step_8bit); update_block takes a copy,
+// which float stores through its pointers cannot alias.
+struct StepConstants {
+  float beta1, beta2, one_minus_beta1, one_minus_beta2;
+  float inv_sqrt_bc2;  // 1 / sqrt(bias correction 2)
+  float eps;
+  float step_size;  // lr / bias correction 1
+  float decay;      // 1 - lr * weight_decay; 1 without weight decay (p * 1 is p to the bit)
+};
+
+// The fused dequantize -> AdamW -> requantize of one block of n <= kBlockSize
+// elements: its gradient g, parameters, both moments' codes and absmax. In
+// passes: the table lookups of decoding, the arithmetic, free of them, in
+// SIMD lanes (sqrt and division dominate it), the absmax, the encoding. The
+// same operations per element, in the same order, as one loop over the
+// block, so the results are the same to the bit; that loop took 2.2x
+// torch::optim::AdamW's step, these passes 1.3-1.5x (bench/adamw8bit: an
+// AVX2 CPU, one thread, libtorch 1.13; bench/README.md).
+void update_block(StepConstants c, int64_t n, const float* g, float* param, uint8_t* codes1, uint8_t* codes2,
+                  float* absmax1, float* absmax2) {
+  const QuantizationMap& map1 = QuantizationMap::dynamic(/*is_signed=*/true);
+  const QuantizationMap& map2 = QuantizationMap::dynamic(/*is_signed=*/false);
+  float m_new[kBlockSize];
+  float v_new[kBlockSize];
+  const float scale1 = *absmax1;
+  const float scale2 = *absmax2;
+  for (int64_t j = 0; j < n; ++j) {
+    m_new[j] = map1.decode(codes1[j]) * scale1;
+    v_new[j] = map2.decode(codes2[j]) * scale2;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const float gi = g[j];
+    const float m = c.beta1 * m_new[j] + c.one_minus_beta1 * gi;
+    const float v = c.beta2 * v_new[j] + c.one_minus_beta2 * gi * gi;
+    const float denom = std::sqrt(v) * c.inv_sqrt_bc2 + c.eps;
+    param[j] = param[j] * c.decay - c.step_size * (m / denom);
+    m_new[j] = m;
+    v_new[j] = v;
+  }
+  const float amax1 = largest_magnitude(m_new, n);
+  const float amax2 = largest_magnitude(v_new, n);  // v >= 0: its own magnitude
+  *absmax1 = amax1;
+  *absmax2 = amax2;
+  const float inv1 = amax1 > 0.0f ? 1.0f / amax1 : 0.0f;
+  const float inv2 = amax2 > 0.0f ? 1.0f / amax2 : 0.0f;
+  // A local Encoder each: a uint8_t store may alias anything, and the map's
+  // own members would be loaded again after every one.
+  const QuantizationMap::Encoder encode1 = map1.encoder(), encode2 = map2.encoder();
+  for (int64_t j = 0; j < n; ++j) {
+    codes1[j] = encode1(m_new[j] * inv1);
+    codes2[j] = encode2(v_new[j] * inv2);
+  }
+}
+
 }  // namespace
 
 AdamW8bitOptions::AdamW8bitOptions(double lr) : lr_(lr) {}
@@ -172,68 +226,29 @@ void AdamW8bit::step_8bit(at::Tensor& p, const at::Tensor& grad, AdamW8bitParamS
   // Without weight decay the factor is 1, and p * 1 is p to the bit.
   const float decay =
       options.weight_decay() != 0 ? static_cast<float>(1 - options.lr() * options.weight_decay()) : 1.0f;
-  const float beta1 = static_cast<float>(beta1_d);
-  const float beta2 = static_cast<float>(beta2_d);
-  const float one_minus_beta1 = static_cast<float>(1 - beta1_d);
-  const float one_minus_beta2 = static_cast<float>(1 - beta2_d);
-  const float inv_sqrt_bc2 = static_cast<float>(1 / std::sqrt(bias_correction2));
-  const float eps = static_cast<float>(options.eps());
-  const float step_size = static_cast<float>(options.lr() / bias_correction1);
+  StepConstants c;
+  c.beta1 = static_cast<float>(beta1_d);
+  c.beta2 = static_cast<float>(beta2_d);
+  c.one_minus_beta1 = static_cast<float>(1 - beta1_d);
+  c.one_minus_beta2 = static_cast<float>(1 - beta2_d);
+  c.inv_sqrt_bc2 = static_cast<float>(1 / std::sqrt(bias_correction2));
+  c.eps = static_cast<float>(options.eps());
+  c.step_size = static_cast<float>(options.lr() / bias_correction1);
+  c.decay = decay;
 
   const at::Tensor g_c = grad.contiguous();
   const float* g = g_c.data_ptr<float>();
   float* param = p.data_ptr<float>();
-  const QuantizationMap& map1 = QuantizationMap::dynamic(/*is_signed=*/true);
-  const QuantizationMap& map2 = QuantizationMap::dynamic(/*is_signed=*/false);
   uint8_t* codes1 = state.exp_avg_q().codes.data_ptr<uint8_t>();
   uint8_t* codes2 = state.exp_avg_sq_q().codes.data_ptr<uint8_t>();
   float* absmax1 = state.exp_avg_q().absmax.data_ptr<float>();
   float* absmax2 = state.exp_avg_sq_q().absmax.data_ptr<float>();
   const int64_t numel = p.numel();
-  const int64_t blocks = num_blocks(numel);
-
-  at::parallel_for(0, blocks, kBlocksPerTask, [&](int64_t first, int64_t last) {
-    const QuantizationMap::Encoder encode1 = map1.encoder(), encode2 = map2.encoder();
-    float m_new[kBlockSize];
-    float v_new[kBlockSize];
+  at::parallel_for(0, num_blocks(numel), kBlocksPerTask, [&](int64_t first, int64_t last) {
     for (int64_t b = first; b < last; ++b) {
       const int64_t lo = b * kBlockSize;
-      const int64_t n = std::min(numel - lo, kBlockSize);
-      const float scale1 = absmax1[b];
-      const float scale2 = absmax2[b];
-      // Passes over the block: the table lookups of decoding, the
-      // arithmetic, free of them, in SIMD lanes (sqrt and division dominate
-      // it), the absmax, the encoding. The same operations per element, in
-      // the same order, so the results are the same to the bit. One loop
-      // for all of it took 2.2x torch::optim::AdamW's step, these passes
-      // 1.3-1.5x (bench/adamw8bit: an AVX2 CPU, one thread; bench/README.md).
-      for (int64_t j = 0; j < n; ++j) {
-        m_new[j] = map1.decode(codes1[lo + j]) * scale1;
-        v_new[j] = map2.decode(codes2[lo + j]) * scale2;
-      }
-      const float* gb = g + lo;
-      float* pb = param + lo;
-      for (int64_t j = 0; j < n; ++j) {
-        const float gi = gb[j];
-        const float m = beta1 * m_new[j] + one_minus_beta1 * gi;
-        const float v = beta2 * v_new[j] + one_minus_beta2 * gi * gi;
-        const float denom = std::sqrt(v) * inv_sqrt_bc2 + eps;
-        pb[j] = pb[j] * decay - step_size * (m / denom);
-        m_new[j] = m;
-        v_new[j] = v;
-      }
-      const float amax1 = largest_magnitude(m_new, n);
-      const float amax2 = largest_magnitude(v_new, n);  // v >= 0: its own magnitude
-      absmax1[b] = amax1;
-      absmax2[b] = amax2;
-      const float inv1 = amax1 > 0.0f ? 1.0f / amax1 : 0.0f;
-      const float inv2 = amax2 > 0.0f ? 1.0f / amax2 : 0.0f;
-      uint8_t* const out1 = codes1 + lo;  // locals: the lambda reaches codes1 by reference
-      uint8_t* const out2 = codes2 + lo;
-      for (int64_t j = 0; j < n; ++j) {
-        out1[j] = encode1(m_new[j] * inv1);
-        out2[j] = encode2(v_new[j] * inv2);
-      }
+      update_block(c, std::min(numel - lo, kBlockSize), g + lo, param + lo, codes1 + lo, codes2 + lo, absmax1 + b,
+                   absmax2 + b);
     }
   });
 }
