@@ -15,4 +15,4 @@ if [[ ! -f "$build/build.ninja" ]]; then
   cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
 cmake --build "$build" --target allocsim_bench -j "${JOBS:-2}"
-exec "$build/allocsim_bench" --benchmark_counters_tabular=true "$@"
+exec "$build/oomtune/bench/allocsim/allocsim_bench" --benchmark_counters_tabular=true "$@"

@@ -14,4 +14,4 @@ if [[ ! -f "$build/build.ninja" ]]; then
   cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
 cmake --build "$build" --target length_bench -j "${JOBS:-2}"
-exec "$build/length_bench" "$@"
+exec "$build/oomtune/bench/lengths/length_bench" "$@"
