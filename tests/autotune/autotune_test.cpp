@@ -250,6 +250,15 @@ TEST(Autotune, AMicroBatchThatFailsForItsSizeIsLeftForTheOneBelow) {
   EXPECT_TRUE(noted) << dump_trail(report);
 }
 
+// An autotune --json report's ran_out_in_verification, checked to hold
+// every verification run, each out of memory.
+const json& expect_every_verification_ran_out(const json& report) {
+  const json& ran_out = report.at("ran_out_in_verification");
+  EXPECT_EQ(ran_out.size(), report.at("verification_trials").get<std::size_t>());
+  for (const json& n : ran_out) EXPECT_EQ(n.at("verification").at("outcome"), "out_of_memory") << n.at("config");
+  return ran_out;
+}
+
 // Every verification run of the small GPT (G = 16) runs out of memory in
 // its optimizer step (test hook "oom", matching "global_batch=16," only:
 // no probe fails). autotune walks the tree again one size down
@@ -281,9 +290,7 @@ TEST(Autotune, VerificationsThatAllRunOutOfMemoryAreNotNothingFits) {
   const json report = parse_json(j);
   EXPECT_TRUE(report.at("chosen").is_null());
   EXPECT_EQ(report.at("unverified"), json::array());
-  const json& ran_out = report.at("ran_out_in_verification");
-  EXPECT_EQ(ran_out.size(), report.at("verification_trials").get<std::size_t>());
-  for (const json& n : ran_out) EXPECT_EQ(n.at("verification").at("outcome"), "out_of_memory") << n.at("config");
+  expect_every_verification_ran_out(report);
   EXPECT_GT(report.at("candidates_not_run").get<int64_t>(), 0);
 }
 
@@ -303,13 +310,9 @@ TEST(Autotune, VerificationsThatAllRunOutDownToTheLastAreNothingFits) {
   EXPECT_TRUE(report.at("chosen").is_null());
   EXPECT_EQ(report.at("candidates_not_run"), 0);
   EXPECT_FALSE(report.contains("nothing_fits")) << report.at("nothing_fits").dump();
-  const json& ran_out = report.at("ran_out_in_verification");
-  ASSERT_EQ(ran_out.size(), report.at("verification_trials").get<std::size_t>());
+  const json& ran_out = expect_every_verification_ran_out(report);
   std::set<int64_t> micro_batches;
-  for (const json& n : ran_out) {
-    EXPECT_EQ(n.at("verification").at("outcome"), "out_of_memory") << n.at("config");
-    micro_batches.insert(n.at("micro_batch").get<int64_t>());
-  }
+  for (const json& n : ran_out) micro_batches.insert(n.at("micro_batch").get<int64_t>());
   EXPECT_EQ(micro_batches, (std::set<int64_t>{1, 2, 4}));
   const RunResult t = run_oomtune(kAutotune + job, "OOMTUNE_TEST_FAULT=oom:optimizer:global_batch=4,");
   EXPECT_EQ(t.exit_code, 3) << t.err;
