@@ -140,14 +140,16 @@ std::optional<std::string> Search::verify_candidates() {
       ++succeeded;
     } else {
       ++failed;
-      node.note = r.outcome == TrialOutcome::kOk
-                      ? fmt::format("verified peak {} is over the budget: the memory model was wrong; dropped",
-                                    budgeted_peak_text(r, result_.budget_on_reserved))
-                      : fmt::format("verified run: {} after {} steps ({}); {}dropped", to_string(r.outcome),
-                                    r.steps_run, r.message,
-                                    r.outcome == TrialOutcome::kOutOfMemory && !over_host_budget(r)
-                                        ? "the memory model was wrong; "
-                                        : "");
+      // A run over the budget rules its configuration out from its
+      // micro-batch up (rule_out_from, below); any other failure drops it.
+      const std::string low =
+          fmt::format("the memory model was low: ruled out from micro-batch {} up", node.config.micro_batch);
+      node.note =
+          r.outcome == TrialOutcome::kOk
+              ? fmt::format("verified peak {} is over the budget: {}",
+                            budgeted_peak_text(r, result_.budget_on_reserved), low)
+              : fmt::format("verified run: {} after {} steps ({}); {}", to_string(r.outcome), r.steps_run, r.message,
+                            r.outcome == TrialOutcome::kOutOfMemory && !over_host_budget(r) ? low : "dropped");
       const std::string note = fmt::format("{}: {}", node.node, node.note);
       if (std::find(result_.notes.begin(), result_.notes.end(), note) == result_.notes.end())
         result_.notes.push_back(note);  // a node one size down can fail in the same words

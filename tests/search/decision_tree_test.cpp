@@ -1390,7 +1390,8 @@ TEST(DecisionTree, AVerifiedOutOfMemoryDropsTheCandidateAndGoesOn) {
   for (const TrailNode& node : r.trail)
     if (node.config.micro_batch == 32 && node.verification &&
         node.verification->outcome == TrialOutcome::kOutOfMemory) {
-      EXPECT_NE(node.note.find("the memory model was wrong; dropped"), std::string::npos) << node.note;
+      EXPECT_NE(node.note.find("the memory model was low: ruled out from micro-batch 32 up"), std::string::npos)
+          << node.note;
       dropped = true;
     }
   EXPECT_TRUE(dropped);
