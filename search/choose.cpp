@@ -220,7 +220,14 @@ std::optional<std::string> Search::verify_candidates() {
     if (speed[i] < kTimingTieRatio * fastest) continue;
     if (!result_.chosen || simpler(i, *result_.chosen)) result_.chosen = i;
   }
-  if (!result_.chosen) return std::nullopt;
+  if (!result_.chosen) {
+    // Nothing verified to fit: the candidates no run reached say so (the
+    // report counts them, not_run_text).
+    for (TrailNode& node : result_.trail)
+      if (node.note.empty() && node.predicted_fit && !node.verification)
+        node.note = "predicted to fit; not verified (verification budget spent)";
+    return std::nullopt;
+  }
   const TrailNode& best = result_.trail[*result_.chosen];
   for (std::size_t i = 0; i < result_.trail.size(); ++i) {
     TrailNode& node = result_.trail[i];

@@ -1862,6 +1862,11 @@ TEST(DecisionTree, VerificationsThatAllRunOutStopAtTheExtraRuns) {
   EXPECT_EQ(ran_out_candidates(r).size(), 9u);
   EXPECT_TRUE(unverified_candidates(r).empty());
   EXPECT_GT(candidates_not_run(r), 0u);
+  for (const TrailNode& node : r.trail) {  // the rows of those not run say so (their note was empty)
+    if (node.predicted_fit && !node.verification) {
+      EXPECT_EQ(node.note, "predicted to fit; not verified (verification budget spent)") << node.node;
+    }
+  }
 
   // With one verification, the walk again gets one run.
   FakeRunner one;
