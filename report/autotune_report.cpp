@@ -171,15 +171,20 @@ std::string not_run_text(const SearchResult& s) {
 std::string render_ran_out(const SearchResult& s, const std::vector<const TrailNode*>& nodes, const JobSpec& job) {
   const bool one = nodes.size() == 1;
   int64_t smallest = nodes.front()->config.micro_batch;
-  int64_t most_steps = 0;
-  std::string snapshot;  // the first run's that wrote one (a GPU job)
+  bool past_first_step = false;   // a run out of memory after a step
+  bool all_in_first_step = true;  // every run out of memory in its first step (none finished over the budget)
+  std::string snapshot;           // the first run's that wrote one (a GPU job)
   for (const TrailNode* node : nodes) {
+    const ProbeReport& run = *node->verification;
     smallest = std::min(smallest, node->config.micro_batch);
-    most_steps = std::max(most_steps, node->verification->steps_run);
-    if (snapshot.empty()) snapshot = node->verification->snapshot_path;
+    const bool out_of_memory = run.outcome == TrialOutcome::kOutOfMemory;
+    past_first_step |= out_of_memory && run.steps_run > 0;
+    all_in_first_step &= out_of_memory && run.steps_run == 0;
+    if (snapshot.empty()) snapshot = run.snapshot_path;
   }
-  const char* why =
-      most_steps == 0 ? "no run got past its first step" : "later steps hold more than the probes measured";
+  const char* why = past_first_step     ? "later steps hold more than the probes measured"
+                    : all_in_first_step ? "no run got past its first step"
+                                        : "their peaks were above the memory model's";
   const std::string runs = fmt::format("{} verification run{} of {} steps (down to micro-batch {})",
                                        one ? "its" : "their", one ? "" : "s", job.verify_steps, smallest);
   if (candidates_not_run(s) > 0)

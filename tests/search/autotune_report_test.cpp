@@ -444,6 +444,37 @@ TEST(AutotuneReport, NothingFitsMeasuredWhenEvenTheLeastMemoryCombinationRanOut)
   EXPECT_EQ(j.at("trail"), nlohmann::json::array());
 }
 
+// Every verification over the budget (1 GiB more than predicted): the
+// answer says where the runs ran out, from their outcomes: all in their
+// first step (the fake's), one after two steps, or none out of memory but
+// each finished above the budget.
+TEST(AutotuneReport, VerificationsOverTheBudgetSayWhereTheyRanOut) {
+  FakeRunner fake;
+  fake.verification_growth = 1024 * kMiB;
+  AutotuneReport report = report_of(fake, job_with_budget(plain_peak(8) + kMiB));
+  const auto answer = [&report] {
+    for (const std::string& line : lines_of(render_autotune_text(report)))
+      if (line.rfind("nothing verified to fit: ", 0) == 0) return line;
+    return std::string("(no answer)");
+  };
+  EXPECT_NE(answer().find("of 20 steps (down to micro-batch 2): no run got past its first step, so the memory model "
+                          "is low for this job"),
+            std::string::npos)
+      << answer();
+  std::vector<ProbeReport*> runs;
+  for (TrailNode& node : report.search.trail)
+    if (node.verification && node.verification->outcome == TrialOutcome::kOutOfMemory)
+      runs.push_back(&*node.verification);
+  ASSERT_EQ(runs.size(), 9u);
+  runs.front()->steps_run = 2;
+  EXPECT_NE(answer().find(": later steps hold more than the probes measured, so"), std::string::npos) << answer();
+  for (ProbeReport* run : runs) {
+    run->outcome = TrialOutcome::kOk;
+    run->steps_run = 3;
+  }
+  EXPECT_NE(answer().find(": their peaks were above the memory model's, so"), std::string::npos) << answer();
+}
+
 // Parameters alone over the budget (4 MiB of fp32 weights, 2 MiB usable):
 // nothing fits one GPU, the sentence and then the command's ZeRO table;
 // plain's line (16 P + 2 MiB = 18 MiB, A = 8 MiB per sample) is shown, so
