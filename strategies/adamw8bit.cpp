@@ -31,11 +31,10 @@ const AdamW8bitOptions& adamw8bit_options_of(const torch::optim::OptimizerParamG
   return group_options<AdamW8bitOptions>(group, "AdamW8bit", "AdamW8bitOptions");
 }
 
-// The largest |x[j]| of x[0, n), NaNs passed over as std::max(amax, |x[j]|)
-// in one loop passes them, 0 for none. In eight running maxima, each a
-// chain of its own, which the compiler puts in SIMD lanes: one chain it
-// keeps in order, on one lane, unless told that order does not matter
-// (-ffast-math), though for a maximum it does not.
+// The largest |x[j]| of x[0, n), 0 for none; NaNs are passed over, as
+// std::max(amax, |x[j]|) passes them. Eight running maxima, not one: the
+// compiler keeps one chain of float operations in order (without
+// -ffast-math), one comparison waiting for the last; eight are independent.
 float largest_magnitude(const float* x, int64_t n) {
   constexpr int64_t kLanes = 8;
   float lane[kLanes] = {};

@@ -106,6 +106,7 @@ class QuantizationMap {
     const uint8_t* bucket_code_;  // nullptr: the map uses the search
     const float* midpoints_;
   };
+  /// This map's Encoder; valid while the map lives.
   Encoder encoder() const { return Encoder(use_buckets_ ? bucket_code_.data() : nullptr, midpoints_.data()); }
 
   /// The reference nearest-code search: the number of midpoints between
