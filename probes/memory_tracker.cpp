@@ -720,7 +720,14 @@ MemoryPool MemoryTracker::reserve(int64_t bytes, bool meta) const {
                     fmt::format("oomtune budget: tried to allocate {}; {} of {} budget in use", format_bytes(bytes),
                                 format_bytes(s.held[p]), format_bytes(*s.budget)));
   }
+  // The kernel call's bytes grow with the held ones, under one lock: added
+  // later (in record), an OpenMP worker allocating in between saw the
+  // calling thread's block in held and not in the call's bytes, so as held
+  // before the call, and ran out of memory with the tensors under the budget
+  // (MemoryTracker.TheBudgetLeavesAWorkersScratchOut, 3 runs in 100 under
+  // load).
   s.held[p] += bytes;
+  if (here.kernel && pool == MemoryPool::kDevice) here.kernel->bytes += bytes;
   if (pool == MemoryPool::kDevice) s.held_peak = std::max(s.held_peak, s.held[p]);
   return pool;
 }
@@ -748,7 +755,6 @@ void MemoryTracker::record(void* data, int64_t bytes, MemoryPool pool) const {
         TrackedEvent::Kind::kAlloc, pool,           s.phase,     reinterpret_cast<uint64_t>(data), bytes,
         s.intern(op_label(site)),   site.frame_run, site.op_call};
     Block block{bytes, pool, 0, here.kernel ? here.kernel->run : 0, 0, ++s.blocks_counted};
-    if (here.kernel && pool == MemoryPool::kDevice) here.kernel->bytes += bytes;
     if (here.outer_run != 0) {
       block.outer_run = here.outer_run;
       std::vector<PendingEvent>& log = s.pending[block.outer_run];
