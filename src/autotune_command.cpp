@@ -366,9 +366,9 @@ int run_autotune(const AutotuneFlags& flags) {
   // verification for a reason other than memory (a timeout proves nothing),
   // and none predicted to fit is left unrun after runs out of memory (the
   // memory model was low: a smaller one may fit).
-  const bool unverified =
-      !report.search.chosen && (!unverified_candidates(report.search).empty() ||
-                                (!ran_out_candidates(report.search).empty() && candidates_not_run(report.search) > 0));
+  const bool ran_out = !ran_out_candidates(report.search).empty();
+  const bool unverified = !report.search.chosen && (!unverified_candidates(report.search).empty() ||
+                                                    (ran_out && candidates_not_run(report.search) > 0));
   std::exception_ptr emit_failed;  // said after the report, which is not lost with it
   if (report.search.chosen && !flags.emit_dir.empty()) {
     try {
@@ -378,7 +378,7 @@ int run_autotune(const AutotuneFlags& flags) {
     } catch (const Error&) {
       emit_failed = std::current_exception();
     }
-  } else if (!report.search.chosen && !unverified && ran_out_candidates(report.search).empty() &&
+  } else if (!report.search.chosen && !unverified && !ran_out &&
              report.search.parameter_count + report.search.frozen_parameter_count > 0) {
     // No count where no trial got past loading (search/fit.cpp, Note
     // [Parameters alone]): the report says so instead of a table. None
