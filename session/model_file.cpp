@@ -116,6 +116,26 @@ bool is_zip_archive(const std::string& path) {
   return !std::filesystem::is_directory(path, ec) && starts_like_zip(read_head(path, 4));
 }
 
+std::string truncated_zip(const std::string& path) {
+  if (!is_zip_archive(path)) return "";
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) return "";
+  constexpr uintmax_t kEndRecordBytes = 22;     // the record without its comment
+  constexpr uintmax_t kLongestComment = 65535;  // a 16-bit comment length
+  const uintmax_t tail_bytes = std::min<uintmax_t>(size, kEndRecordBytes + kLongestComment);
+  std::ifstream file(path, std::ios::binary);
+  file.seekg(static_cast<std::streamoff>(size - tail_bytes));
+  std::string tail(static_cast<size_t>(tail_bytes), '\0');
+  file.read(tail.data(), static_cast<std::streamsize>(tail_bytes));
+  if (!file) return "";
+  if (tail.find(std::string_view("PK\5\6", 4)) != std::string::npos) return "";
+  return fmt::format(
+      "cut short: a zip archive of {} bytes without its end (the central directory, which a zip "
+      "writes last)",
+      size);
+}
+
 std::string how_to_export_torchscript() {
   return "oomtune trains a TorchScript model (code and weights in one file): export yours with "
          "torch.jit.script(model).save(\"model.pt\") or torch.jit.trace(model, example_inputs).save(\"model.pt\") "

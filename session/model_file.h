@@ -32,6 +32,18 @@ std::string non_torchscript_kind(const std::string& path);
 /// a folder or an unreadable file.
 bool is_zip_archive(const std::string& path);
 
+/// For a zip archive (is_zip_archive) without the end-of-central-directory
+/// record, the signature "PK\5\6" within the file's last 22 + 65535 bytes
+/// (the record and the longest comment it may carry; PKWARE APPNOTE.TXT,
+/// 4.3.16): a phrase completing "PATH is ...", "cut short: a zip archive of
+/// N bytes without its end (the central directory, which a zip writes
+/// last)". Every zip writer, torch.jit.save's (miniz) included, ends the
+/// archive with that record, a ZIP64 one too; a file without it was
+/// truncated (an interrupted copy, download or save), which libtorch
+/// reports as "failed finding central directory". "" for a complete
+/// archive, anything else, or an unreadable file. Throws nothing.
+std::string truncated_zip(const std::string& path);
+
 /// The sentence a load error adds after the kind: oomtune needs the model's
 /// code as well as its weights, and the two ways to export it.
 std::string how_to_export_torchscript();

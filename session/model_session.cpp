@@ -283,6 +283,11 @@ ModelSession::ModelSession(const JobSpec& job) : job_(job), device_(torch_device
     throw_if_not_torchscript(path);
     throw ModelError(fmt::format("{}: not a TorchScript archive; {}", path, how_to_export_torchscript()));
   }
+  if (const std::string cut = truncated_zip(path); !cut.empty())
+    throw ModelError(
+        fmt::format("{}: is {}: the file was truncated (an interrupted copy, download or save?); copy "
+                    "or export it again",
+                    path, cut));
   if (job_.device == Device::kCuda && !at::hasCUDA())
     throw ModelError(fmt::format("{}: device = \"cuda\" but this oomtune/libtorch ({}) has no CUDA device",
                                  job_.spec_path.empty() ? path : job_.spec_path, compat::torch_version()));

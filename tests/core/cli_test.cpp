@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -378,6 +379,11 @@ TEST(Cli, BadModelFilesExitTwoWithOneLine) {
   OOMTUNE_REQUIRE_FILE(testing::test_model("mlp"));
   const std::string text_file = testing::write_temp_file("not_a_model.pt", "hello, I am not a zip\n");
   const std::string missing = "/nonexistent/model.pt";
+  // The mlp cut to its first half, as an interrupted copy leaves it: a zip
+  // without its central directory (libtorch: "failed finding central directory").
+  std::ifstream mlp(testing::test_model("mlp"), std::ios::binary);
+  const std::string archive((std::istreambuf_iterator<char>(mlp)), std::istreambuf_iterator<char>());
+  const std::string cut_short = testing::write_temp_file("cut_short.pt", archive.substr(0, archive.size() / 2));
   struct Case {
     std::string model;
     std::string extra;
@@ -386,6 +392,11 @@ TEST(Cli, BadModelFilesExitTwoWithOneLine) {
   const std::vector<Case> cases = {
       {missing, "", missing + ": no such model file"},
       {text_file, "", text_file + ": not a TorchScript archive"},
+      {cut_short, "",
+       fmt::format("{}: is cut short: a zip archive of {} bytes without its end (the central directory, which a zip "
+                   "writes last): the file was truncated (an interrupted copy, download or save?); copy or export "
+                   "it again",
+                   cut_short, archive.size() / 2)},
       // The cause and the model's line, not the interpreter's "The following
       // operation failed in the TorchScript interpreter." (Note [TorchScript
       // errors]); dict_out's first Linear takes 16 features.
