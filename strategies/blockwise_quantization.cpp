@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -80,7 +84,9 @@ QuantizationMap::QuantizationMap(const std::array<float, kMapSize>& values) : va
   for (int k = 0; k + 1 < kMapSize; ++k) {
     midpoints_[k] = 0.5f * (values_[k] + values_[k + 1]);
   }
-  midpoints_[kMapSize - 1] = std::numeric_limits<float>::infinity();
+  // No x is >= it: the last bucket's code, 255 for values >= 1.0, stays 255
+  // at x = +inf too (with +inf here, 255 + 1 wrapped to code 0).
+  midpoints_[kMapSize - 1] = std::numeric_limits<float>::quiet_NaN();
   int best = 0;
   for (int k = 1; k < kMapSize; ++k) {
     if (std::fabs(values_[k]) < std::fabs(values_[best])) best = k;
@@ -102,7 +108,7 @@ QuantizationMap::QuantizationMap(const std::array<float, kMapSize>& values) : va
     std::memcpy(&f, &bits, sizeof f);
     return f;
   };
-  bucket_code_.assign(2 * kNumBuckets, 0);
+  bucket_code_.assign(2 * kNumBuckets + 3, 0);
   use_buckets_ = true;
   for (uint32_t key = 0; key < kNumBuckets && use_buckets_; ++key) {
     const float lo = from_bits(key << kBucketShift);
@@ -122,6 +128,81 @@ QuantizationMap::QuantizationMap(const std::array<float, kMapSize>& values) : va
     bucket_code_[kNumBuckets + key] = static_cast<uint8_t>(std::max(c_neg - 1, 0));
   }
   if (!use_buckets_) bucket_code_.clear();
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+namespace {
+
+// QuantizationMap::encode_scaled, eight values at a time (the caller checked
+// for AVX2): Encoder::operator() on vectors. The sign bit selects the
+// negative half of the bucket table; a gather reads four bytes from each
+// bucket, of which the low one is its code.
+__attribute__((target("avx2"))) void encode_scaled_avx2(const uint8_t* bucket_code, uint32_t num_buckets,
+                                                        int bucket_shift, const float* midpoints, const float* x,
+                                                        float scale, uint8_t* codes, int64_t n) {
+  const __m256 s = _mm256_set1_ps(scale);
+  const __m256i magnitude_mask = _mm256_set1_epi32(0x7FFFFFFF);
+  const __m256i last_bucket = _mm256_set1_epi32(static_cast<int>(num_buckets - 1));
+  const __m256i negative_half = _mm256_set1_epi32(static_cast<int>(num_buckets));
+  const __m256i low_byte = _mm256_set1_epi32(0xFF);
+  const __m128i shift = _mm_cvtsi32_si128(bucket_shift);
+  for (int64_t j = 0; j < n; j += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + j), s);
+    const __m256i bits = _mm256_castps_si256(v);
+    __m256i key = _mm256_min_epu32(_mm256_srl_epi32(_mm256_and_si256(bits, magnitude_mask), shift), last_bucket);
+    key = _mm256_add_epi32(key, _mm256_and_si256(_mm256_srai_epi32(bits, 31), negative_half));
+    const __m256i e =
+        _mm256_and_si256(_mm256_i32gather_epi32(reinterpret_cast<const int*>(bucket_code), key, 1), low_byte);
+    const __m256 mid = _mm256_i32gather_ps(midpoints, e, 4);
+    // All ones (-1) where the midpoint is <= v: e + 1 there.
+    const __m256i up = _mm256_castps_si256(_mm256_cmp_ps(mid, v, _CMP_LE_OQ));
+    const __m256i code = _mm256_sub_epi32(e, up);
+    const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + j), _mm_packus_epi16(words, words));
+  }
+}
+
+// QuantizationMap::decode_scaled, eight codes at a time (the caller checked
+// for AVX2).
+__attribute__((target("avx2"))) void decode_scaled_avx2(const float* values, const uint8_t* codes, float scale,
+                                                        float* out, int64_t n) {
+  const __m256 s = _mm256_set1_ps(scale);
+  for (int64_t j = 0; j < n; j += 8) {
+    const __m256i index = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + j)));
+    _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_i32gather_ps(values, index, 4), s));
+  }
+}
+
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+
+}  // namespace
+#endif
+
+void QuantizationMap::encode_scaled(const float* x, float scale, uint8_t* codes, int64_t n) const {
+  int64_t j = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (use_buckets_ && cpu_has_avx2()) {
+    const int64_t whole = n - n % 8;
+    encode_scaled_avx2(bucket_code_.data(), kNumBuckets, kBucketShift, midpoints_.data(), x, scale, codes, whole);
+    j = whole;
+  }
+#endif
+  const Encoder encode = encoder();
+  for (; j < n; ++j) codes[j] = encode(x[j] * scale);
+}
+
+void QuantizationMap::decode_scaled(const uint8_t* codes, float scale, float* out, int64_t n) const {
+  int64_t j = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (cpu_has_avx2()) {
+    j = n - n % 8;
+    decode_scaled_avx2(values_.data(), codes, scale, out, j);
+  }
+#endif
+  for (; j < n; ++j) out[j] = values_[codes[j]] * scale;
 }
 
 const QuantizationMap& QuantizationMap::dynamic(bool is_signed) {
@@ -158,7 +239,6 @@ QuantizedTensor quantize_blockwise(const at::Tensor& x, const QuantizationMap& m
   uint8_t* codes = q.codes.data_ptr<uint8_t>();
   float* absmax = q.absmax.data_ptr<float>();
   at::parallel_for(0, blocks, kBlocksPerTask, [&](int64_t first, int64_t last) {
-    const QuantizationMap::Encoder encode = map.encoder();
     for (int64_t b = first; b < last; ++b) {
       const int64_t lo = b * block_size;
       const int64_t hi = std::min(numel, lo + block_size);
@@ -169,8 +249,7 @@ QuantizedTensor quantize_blockwise(const at::Tensor& x, const QuantizationMap& m
         std::fill(codes + lo, codes + hi, map.zero_code());
         continue;
       }
-      const float inv = 1.0f / amax;
-      for (int64_t j = lo; j < hi; ++j) codes[j] = encode(in[j] * inv);
+      map.encode_scaled(in + lo, 1.0f / amax, codes + lo, hi - lo);
     }
   });
   return q;
@@ -198,8 +277,7 @@ at::Tensor dequantize_blockwise(const QuantizedTensor& q, const QuantizationMap&
     for (int64_t b = first; b < last; ++b) {
       const int64_t lo = b * block_size;
       const int64_t hi = std::min(numel, lo + block_size);
-      const float scale = absmax[b];
-      for (int64_t j = lo; j < hi; ++j) dst[j] = map.decode(codes[j]) * scale;
+      map.decode_scaled(codes + lo, absmax[b], dst + lo, hi - lo);
     }
   });
   return out;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -126,6 +127,16 @@ void expect_encode_matches_search(const QuantizationMap& map) {
   }
 }
 
+TEST(QuantizationMap, InfinitiesSaturateToTheEndCodes) {
+  for (bool is_signed : {true, false}) {
+    const QuantizationMap& map = QuantizationMap::dynamic(is_signed);
+    EXPECT_EQ(map.encode(std::numeric_limits<float>::infinity()), kMapSize - 1) << "signed=" << is_signed;
+    EXPECT_EQ(map.encode_by_search(std::numeric_limits<float>::infinity()), kMapSize - 1);
+    EXPECT_EQ(map.encode(-std::numeric_limits<float>::infinity()), 0) << "signed=" << is_signed;
+    EXPECT_EQ(map.encode_by_search(-std::numeric_limits<float>::infinity()), 0);
+  }
+}
+
 TEST(QuantizationMap, BucketLookupEqualsBinarySearch) {
   for (bool is_signed : {true, false}) {
     const QuantizationMap& map = QuantizationMap::dynamic(is_signed);
@@ -146,6 +157,80 @@ TEST(QuantizationMap, BucketLookupEqualsBinarySearch) {
   const QuantizationMap crowded_map(crowded);
   EXPECT_FALSE(crowded_map.uses_buckets());
   expect_encode_matches_search(crowded_map);
+}
+
+// encode_scaled (eight at a time by gathers on an AVX2 CPU, as CI's are)
+// against encode of each product: every bucket edge and one ulp either side,
+// both signs, the map's values and midpoints, infinities and random
+// magnitudes, at three scales, from aligned and unaligned starts, with
+// tails of 1-7 values.
+TEST(QuantizationMap, EncodeScaledEqualsEncodeOfEachProduct) {
+  std::vector<float> xs;
+  for (uint32_t bits = 0; bits <= 0x40000000u; bits += 1u << 16) {
+    float x = 0;
+    std::memcpy(&x, &bits, sizeof x);
+    for (float y : {x, std::nextafter(x, 0.0f), std::nextafter(x, 2.0f)}) {
+      xs.push_back(y);
+      xs.push_back(-y);
+    }
+  }
+  at::manual_seed(3);
+  const at::Tensor random = at::pow(10.0, at::rand({20001}, at::kDouble) * 14 - 12).to(at::kFloat) *
+                            (at::randint(0, 2, {20001}, at::kFloat) * 2 - 1);
+  xs.insert(xs.end(), random.data_ptr<float>(), random.data_ptr<float>() + random.numel());
+  xs.push_back(std::numeric_limits<float>::infinity());
+  xs.push_back(-std::numeric_limits<float>::infinity());
+  std::array<float, kMapSize> linear{};
+  for (int k = 0; k < kMapSize; ++k) linear[k] = -1.0f + 2.0f * k / 255;
+  std::array<float, kMapSize> crowded = linear;
+  crowded[252] = crowded[254] - 2e-4f;
+  crowded[253] = crowded[254] - 1e-4f;
+  const QuantizationMap linear_map(linear), crowded_map(crowded);
+  for (const QuantizationMap* map :
+       {&QuantizationMap::dynamic(true), &QuantizationMap::dynamic(false), &linear_map, &crowded_map}) {
+    std::vector<float> with_map = xs;
+    for (float v : map->values()) with_map.insert(with_map.end(), {v, std::nextafter(v, 2.0f)});
+    for (size_t k = 0; k + 1 < map->midpoints().size(); ++k) {  // the last is NaN
+      const float m = map->midpoints()[k];
+      with_map.insert(with_map.end(), {m, std::nextafter(m, -2.0f), std::nextafter(m, 2.0f)});
+    }
+    ASSERT_NE(with_map.size() % 8, 0u) << "a tail for the scalar loop";
+    for (float scale : {1.0f, 1.0f / 3.7f, 0.0f}) {
+      for (size_t offset : {0, 1, 5}) {
+        const float* x = with_map.data() + offset;
+        const int64_t n = static_cast<int64_t>(with_map.size() - offset);
+        std::vector<uint8_t> codes(static_cast<size_t>(n), 0);
+        map->encode_scaled(x, scale, codes.data(), n);
+        for (int64_t j = 0; j < n; ++j)
+          ASSERT_EQ(codes[static_cast<size_t>(j)], map->encode(x[j] * scale))
+              << "x=" << x[j] << " scale=" << scale << " j=" << j << " uses_buckets=" << map->uses_buckets();
+      }
+    }
+  }
+}
+
+// decode_scaled (eight at a time by a gather on an AVX2 CPU) against decode
+// of each code times the scale: every code, from aligned and unaligned
+// starts, with tails.
+TEST(QuantizationMap, DecodeScaledEqualsDecodeOfEachCode) {
+  std::vector<uint8_t> codes;
+  for (int round = 0; round < 3; ++round)
+    for (int k = 0; k < kMapSize; ++k) codes.push_back(static_cast<uint8_t>((k * 97 + round) % kMapSize));
+  codes.push_back(255);
+  for (bool is_signed : {true, false}) {
+    const QuantizationMap& map = QuantizationMap::dynamic(is_signed);
+    for (float scale : {1.0f, 0.37f, 0.0f}) {
+      for (size_t offset : {0, 3}) {
+        const int64_t n = static_cast<int64_t>(codes.size() - offset);
+        std::vector<float> out(static_cast<size_t>(n), -1.0f);
+        map.decode_scaled(codes.data() + offset, scale, out.data(), n);
+        for (int64_t j = 0; j < n; ++j) {
+          const uint8_t code = codes[offset + static_cast<size_t>(j)];
+          ASSERT_EQ(out[static_cast<size_t>(j)], map.decode(code) * scale) << "code " << int{code};
+        }
+      }
+    }
+  }
 }
 
 TEST(QuantizationMap, RejectsUnsortedValues) {
