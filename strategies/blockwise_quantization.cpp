@@ -7,8 +7,13 @@
 #include <string>
 #include <vector>
 
+// encode_scaled and decode_scaled have AVX2 paths, chosen at run time, where
+// GCC's (or clang's) x86-64 intrinsics and target attributes exist.
 #if defined(__x86_64__) && defined(__GNUC__)
+#define OOMTUNE_AVX2_PATHS 1
 #include <immintrin.h>
+#else
+#define OOMTUNE_AVX2_PATHS 0
 #endif
 
 #include <ATen/ATen.h>
@@ -130,7 +135,7 @@ QuantizationMap::QuantizationMap(const std::array<float, kMapSize>& values) : va
   if (!use_buckets_) bucket_code_.clear();
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if OOMTUNE_AVX2_PATHS
 namespace {
 
 // QuantizationMap::encode_scaled, eight values at a time (the caller checked
@@ -183,7 +188,7 @@ bool cpu_has_avx2() {
 
 void QuantizationMap::encode_scaled(const float* x, float scale, uint8_t* codes, int64_t n) const {
   int64_t j = 0;
-#if defined(__x86_64__) && defined(__GNUC__)
+#if OOMTUNE_AVX2_PATHS
   if (use_buckets_ && cpu_has_avx2()) {
     const int64_t whole = n - n % 8;
     encode_scaled_avx2(bucket_code_.data(), kNumBuckets, kBucketShift, midpoints_.data(), x, scale, codes, whole);
@@ -196,7 +201,7 @@ void QuantizationMap::encode_scaled(const float* x, float scale, uint8_t* codes,
 
 void QuantizationMap::decode_scaled(const uint8_t* codes, float scale, float* out, int64_t n) const {
   int64_t j = 0;
-#if defined(__x86_64__) && defined(__GNUC__)
+#if OOMTUNE_AVX2_PATHS
   if (cpu_has_avx2()) {
     j = n - n % 8;
     decode_scaled_avx2(values_.data(), codes, scale, out, j);

@@ -127,6 +127,22 @@ void expect_encode_matches_search(const QuantizationMap& map) {
   }
 }
 
+// A linear map with steps of 2/255, which fits the buckets.
+std::array<float, kMapSize> linear_values() {
+  std::array<float, kMapSize> linear{};
+  for (int k = 0; k < kMapSize; ++k) linear[k] = -1.0f + 2.0f * k / 255;
+  return linear;
+}
+
+// The linear map with three values 1e-4 apart near 1: two midpoints in one
+// bucket, so it uses the search.
+std::array<float, kMapSize> crowded_values() {
+  std::array<float, kMapSize> crowded = linear_values();
+  crowded[252] = crowded[254] - 2e-4f;
+  crowded[253] = crowded[254] - 1e-4f;
+  return crowded;
+}
+
 TEST(QuantizationMap, InfinitiesSaturateToTheEndCodes) {
   for (bool is_signed : {true, false}) {
     const QuantizationMap& map = QuantizationMap::dynamic(is_signed);
@@ -146,15 +162,10 @@ TEST(QuantizationMap, BucketLookupEqualsBinarySearch) {
   // A linear map with steps of 2/255 fits the buckets too; one with three
   // values 1e-4 apart near 1 (two midpoints in one bucket) does not, and
   // falls back to the search.
-  std::array<float, kMapSize> linear{};
-  for (int k = 0; k < kMapSize; ++k) linear[k] = -1.0f + 2.0f * k / 255;
-  const QuantizationMap linear_map(linear);
+  const QuantizationMap linear_map(linear_values());
   EXPECT_TRUE(linear_map.uses_buckets());
   expect_encode_matches_search(linear_map);
-  std::array<float, kMapSize> crowded = linear;
-  crowded[252] = crowded[254] - 2e-4f;
-  crowded[253] = crowded[254] - 1e-4f;
-  const QuantizationMap crowded_map(crowded);
+  const QuantizationMap crowded_map(crowded_values());
   EXPECT_FALSE(crowded_map.uses_buckets());
   expect_encode_matches_search(crowded_map);
 }
@@ -180,12 +191,7 @@ TEST(QuantizationMap, EncodeScaledEqualsEncodeOfEachProduct) {
   xs.insert(xs.end(), random.data_ptr<float>(), random.data_ptr<float>() + random.numel());
   xs.push_back(std::numeric_limits<float>::infinity());
   xs.push_back(-std::numeric_limits<float>::infinity());
-  std::array<float, kMapSize> linear{};
-  for (int k = 0; k < kMapSize; ++k) linear[k] = -1.0f + 2.0f * k / 255;
-  std::array<float, kMapSize> crowded = linear;
-  crowded[252] = crowded[254] - 2e-4f;
-  crowded[253] = crowded[254] - 1e-4f;
-  const QuantizationMap linear_map(linear), crowded_map(crowded);
+  const QuantizationMap linear_map(linear_values()), crowded_map(crowded_values());
   for (const QuantizationMap* map :
        {&QuantizationMap::dynamic(true), &QuantizationMap::dynamic(false), &linear_map, &crowded_map}) {
     std::vector<float> with_map = xs;
