@@ -31,22 +31,6 @@ const AdamW8bitOptions& adamw8bit_options_of(const torch::optim::OptimizerParamG
   return group_options<AdamW8bitOptions>(group, "AdamW8bit", "AdamW8bitOptions");
 }
 
-// The largest |x[j]| of x[0, n), 0 for none; NaNs are passed over, as
-// std::max(amax, |x[j]|) passes them. Eight running maxima, not one: the
-// compiler keeps one chain of float operations in order (without
-// -ffast-math), one comparison waiting for the last; eight are independent.
-float largest_magnitude(const float* x, int64_t n) {
-  constexpr int64_t kLanes = 8;
-  float lane[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int64_t k = 0; k < kLanes; ++k) lane[k] = std::max(lane[k], std::fabs(x[j + k]));
-  float amax = 0.0f;
-  for (; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
-  for (float m : lane) amax = std::max(amax, m);
-  return amax;
-}
-
 // One 8-bit step's float32 constants (step_8bit); update_block takes a copy,
 // which float stores through its pointers cannot alias.
 struct StepConstants {
@@ -57,16 +41,26 @@ struct StepConstants {
   float decay;      // 1 - lr * weight_decay; 1 without weight decay (p * 1 is p to the bit)
 };
 
+// A block's new absmax of each moment.
+struct MomentMaxima {
+  float m = 0.0f;
+  float v = 0.0f;  // v >= 0: its own magnitude
+};
+
 // The AdamW arithmetic of one block, on the decoded moments m and v (updated
-// in place). Compiled for the machine's widest vectors: GCC clones it for
-// AVX2 and picks at load time (target_clones); AVX2 brings no FMA, so each
-// operation rounds as in the SSE2 clone and the results are the same to
-// the bit on any x86-64 CPU.
+// in place), and the largest |m| and |v| it leaves (0 for none; NaNs are
+// passed over, as std::max(amax, |x|) passes them). Compiled for the
+// machine's widest vectors: GCC clones it for AVX2 and picks at load time
+// (target_clones); AVX2 brings no FMA, so each operation rounds as in the
+// SSE2 clone and the results are the same to the bit on any x86-64 CPU.
+// Eight running maxima of each, not one: the compiler keeps one chain of
+// float operations in order (without -ffast-math); eight are a vector.
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target_clones("avx2", "default")))
 #endif
-void update_moments(StepConstants c, int64_t n, const float* g, float* param, float* m_new, float* v_new) {
-  for (int64_t j = 0; j < n; ++j) {
+MomentMaxima
+update_moments(StepConstants c, int64_t n, const float* g, float* param, float* m_new, float* v_new) {
+  auto update = [&](int64_t j) {
     const float gi = g[j];
     const float m = c.beta1 * m_new[j] + c.one_minus_beta1 * gi;
     const float v = c.beta2 * v_new[j] + c.one_minus_beta2 * gi * gi;
@@ -74,19 +68,42 @@ void update_moments(StepConstants c, int64_t n, const float* g, float* param, fl
     param[j] = param[j] * c.decay - c.step_size * (m / denom);
     m_new[j] = m;
     v_new[j] = v;
+  };
+  constexpr int64_t kLanes = 8;
+  float lane_m[kLanes] = {};
+  float lane_v[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int64_t k = 0; k < kLanes; ++k) {
+      update(j + k);
+      lane_m[k] = std::max(lane_m[k], std::fabs(m_new[j + k]));
+      lane_v[k] = std::max(lane_v[k], std::fabs(v_new[j + k]));
+    }
   }
+  MomentMaxima most;
+  for (; j < n; ++j) {
+    update(j);
+    most.m = std::max(most.m, std::fabs(m_new[j]));
+    most.v = std::max(most.v, std::fabs(v_new[j]));
+  }
+  for (int64_t k = 0; k < kLanes; ++k) {
+    most.m = std::max(most.m, lane_m[k]);
+    most.v = std::max(most.v, lane_v[k]);
+  }
+  return most;
 }
 
 // The fused dequantize -> AdamW -> requantize of one block of n <= kBlockSize
 // elements: its gradient g, parameters, both moments' codes and absmax. In
-// passes: the table lookups of decoding, the arithmetic, free of them, in
-// SIMD lanes (sqrt and division dominate it), the absmax, the encoding. The
-// same operations per element, in the same order, as one loop over the
-// block, so the results are the same to the bit; that loop took 2.2x
-// torch::optim::AdamW's step, these passes 1.3-1.5x (bench/adamw8bit: an
-// AVX2 CPU, one thread, libtorch 1.13; bench/README.md), and with the
-// decoding and encoding by AVX2 gathers and the arithmetic in AVX2 lanes
-// 1.2-1.3x (an AVX-512 EPYC; 1.75-1.83x against PyTorch 2.11's AdamW).
+// passes: the table lookups of decoding; the arithmetic, free of them, in
+// SIMD lanes (sqrt and division dominate it), with the absmax; the
+// encoding. The same operations per element, in the same order, as one loop
+// over the block, so the results are the same to the bit; that loop took
+// 2.2x torch::optim::AdamW's step, these passes 1.3-1.5x (bench/adamw8bit:
+// an AVX2 CPU, one thread, libtorch 1.13; bench/README.md); with the
+// decoding and encoding by AVX2 gathers, the arithmetic in AVX2 lanes and
+// the absmax taken in the arithmetic's pass, 0.82-0.89x (an AVX-512 EPYC;
+// 1.21-1.24x against PyTorch 2.11's AdamW).
 void update_block(StepConstants c, int64_t n, const float* g, float* param, uint8_t* codes1, uint8_t* codes2,
                   float* absmax1, float* absmax2) {
   const QuantizationMap& map1 = QuantizationMap::dynamic(/*is_signed=*/true);
@@ -97,9 +114,9 @@ void update_block(StepConstants c, int64_t n, const float* g, float* param, uint
   const float scale2 = *absmax2;
   map1.decode_scaled(codes1, scale1, m_new, n);
   map2.decode_scaled(codes2, scale2, v_new, n);
-  update_moments(c, n, g, param, m_new, v_new);
-  const float amax1 = largest_magnitude(m_new, n);
-  const float amax2 = largest_magnitude(v_new, n);  // v >= 0: its own magnitude
+  const MomentMaxima most = update_moments(c, n, g, param, m_new, v_new);
+  const float amax1 = most.m;
+  const float amax2 = most.v;
   *absmax1 = amax1;
   *absmax2 = amax2;
   const float inv1 = amax1 > 0.0f ? 1.0f / amax1 : 0.0f;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -113,7 +114,37 @@ QuantizationMap::QuantizationMap(const std::array<float, kMapSize>& values) : va
     std::memcpy(&f, &bits, sizeof f);
     return f;
   };
-  bucket_code_.assign(2 * kNumBuckets + 3, 0);
+  // Whether midpoints_[e] <= x at `position` in bucket `key` of the sign
+  // `negative` (1 for x < 0); the position of +-inf is kPositionMask + 2.
+  auto steps_up = [&](int e, uint32_t key, uint32_t negative, uint32_t at) {
+    const float x = at > kPositionMask + 1
+                        ? (negative ? -1.0f : 1.0f) * std::numeric_limits<float>::infinity()
+                        : from_bits(negative << 31 | key << kBucketShift | position(at & kPositionMask, negative));
+    return midpoints_[e] <= x;
+  };
+  // The first position at which x in the bucket steps up to code e + 1
+  // (kPositionMask + 1: none). In one bucket x grows with its position and
+  // midpoints_[e] <= x is monotone in x, so halving finds it. The last
+  // bucket also takes every magnitude above it (the key is clamped there):
+  // its step must then be the same all the way to infinity.
+  auto threshold = [&](int e, uint32_t key, uint32_t negative) -> std::optional<uint32_t> {
+    if (key + 1 == kNumBuckets) {
+      const bool up = steps_up(e, key, negative, 0);
+      for (uint32_t at : {kPositionMask, kPositionMask + 2})
+        if (steps_up(e, key, negative, at) != up) return std::nullopt;
+      return up ? 0 : kPositionMask + 1;
+    }
+    uint32_t first = 0, past = kPositionMask + 1;
+    while (first < past) {
+      const uint32_t mid = first + (past - first) / 2;
+      if (steps_up(e, key, negative, mid))
+        past = mid;
+      else
+        first = mid + 1;
+    }
+    return first;
+  };
+  bucket_entry_.assign(2 * kNumBuckets, 0);
   use_buckets_ = true;
   for (uint32_t key = 0; key < kNumBuckets && use_buckets_; ++key) {
     const float lo = from_bits(key << kBucketShift);
@@ -129,39 +160,48 @@ QuantizationMap::QuantizationMap(const std::array<float, kMapSize>& values) : va
       use_buckets_ = false;
       break;
     }
-    bucket_code_[key] = static_cast<uint8_t>(c_pos);
-    bucket_code_[kNumBuckets + key] = static_cast<uint8_t>(std::max(c_neg - 1, 0));
+    const int e_pos = c_pos;
+    const int e_neg = std::max(c_neg - 1, 0);
+    const std::optional<uint32_t> t_pos = threshold(e_pos, key, 0);
+    const std::optional<uint32_t> t_neg = threshold(e_neg, key, 1);
+    if (!t_pos || !t_neg) {
+      use_buckets_ = false;
+      break;
+    }
+    bucket_entry_[key] = static_cast<uint32_t>(e_pos) | *t_pos << 8;
+    bucket_entry_[kNumBuckets + key] = static_cast<uint32_t>(e_neg) | *t_neg << 8;
   }
-  if (!use_buckets_) bucket_code_.clear();
+  if (!use_buckets_) bucket_entry_.clear();
 }
 
 #if OOMTUNE_AVX2_PATHS
 namespace {
 
 // QuantizationMap::encode_scaled, eight values at a time (the caller checked
-// for AVX2): Encoder::operator() on vectors. The sign bit selects the
-// negative half of the bucket table; a gather reads four bytes from each
-// bucket, of which the low one is its code.
-__attribute__((target("avx2"))) void encode_scaled_avx2(const uint8_t* bucket_code, uint32_t num_buckets,
-                                                        int bucket_shift, const float* midpoints, const float* x,
-                                                        float scale, uint8_t* codes, int64_t n) {
+// for AVX2): Encoder::operator() on vectors, one gather of the buckets'
+// entries. The sign bit selects the negative half of the table.
+__attribute__((target("avx2"))) void encode_scaled_avx2(const uint32_t* bucket_entry, uint32_t num_buckets,
+                                                        int bucket_shift, const float* x, float scale, uint8_t* codes,
+                                                        int64_t n) {
   const __m256 s = _mm256_set1_ps(scale);
   const __m256i magnitude_mask = _mm256_set1_epi32(0x7FFFFFFF);
   const __m256i last_bucket = _mm256_set1_epi32(static_cast<int>(num_buckets - 1));
   const __m256i negative_half = _mm256_set1_epi32(static_cast<int>(num_buckets));
+  const __m256i position_mask = _mm256_set1_epi32(static_cast<int>((1u << bucket_shift) - 1));
   const __m256i low_byte = _mm256_set1_epi32(0xFF);
+  const __m256i one = _mm256_set1_epi32(1);
   const __m128i shift = _mm_cvtsi32_si128(bucket_shift);
   for (int64_t j = 0; j < n; j += 8) {
-    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + j), s);
-    const __m256i bits = _mm256_castps_si256(v);
-    __m256i key = _mm256_min_epu32(_mm256_srl_epi32(_mm256_and_si256(bits, magnitude_mask), shift), last_bucket);
-    key = _mm256_add_epi32(key, _mm256_and_si256(_mm256_srai_epi32(bits, 31), negative_half));
-    const __m256i e =
-        _mm256_and_si256(_mm256_i32gather_epi32(reinterpret_cast<const int*>(bucket_code), key, 1), low_byte);
-    const __m256 mid = _mm256_i32gather_ps(midpoints, e, 4);
-    // All ones (-1) where the midpoint is <= v: e + 1 there.
-    const __m256i up = _mm256_castps_si256(_mm256_cmp_ps(mid, v, _CMP_LE_OQ));
-    const __m256i code = _mm256_sub_epi32(e, up);
+    const __m256i bits = _mm256_castps_si256(_mm256_mul_ps(_mm256_loadu_ps(x + j), s));
+    const __m256i magnitude = _mm256_and_si256(bits, magnitude_mask);
+    const __m256i negative = _mm256_srai_epi32(bits, 31);  // all ones where x < 0
+    __m256i key = _mm256_min_epu32(_mm256_srl_epi32(magnitude, shift), last_bucket);
+    key = _mm256_add_epi32(key, _mm256_and_si256(negative, negative_half));
+    const __m256i entry = _mm256_i32gather_epi32(reinterpret_cast<const int*>(bucket_entry), key, 4);
+    const __m256i position = _mm256_and_si256(_mm256_xor_si256(magnitude, negative), position_mask);
+    // All ones (-1) where the position is below the threshold: e there.
+    const __m256i below = _mm256_cmpgt_epi32(_mm256_srli_epi32(entry, 8), position);
+    const __m256i code = _mm256_add_epi32(_mm256_add_epi32(_mm256_and_si256(entry, low_byte), one), below);
     const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + j), _mm_packus_epi16(words, words));
   }
@@ -191,7 +231,7 @@ void QuantizationMap::encode_scaled(const float* x, float scale, uint8_t* codes,
 #if OOMTUNE_AVX2_PATHS
   if (use_buckets_ && cpu_has_avx2()) {
     const int64_t whole = n - n % 8;
-    encode_scaled_avx2(bucket_code_.data(), kNumBuckets, kBucketShift, midpoints_.data(), x, scale, codes, whole);
+    encode_scaled_avx2(bucket_entry_.data(), kNumBuckets, kBucketShift, x, scale, codes, whole);
     j = whole;
   }
 #endif

@@ -95,26 +95,29 @@ class QuantizationMap {
   class Encoder {
    public:
     uint8_t operator()(float x) const {
-      if (!bucket_code_) return search(midpoints_, x);
+      if (!bucket_entry_) return search(midpoints_, x);
       uint32_t bits = 0;
       std::memcpy(&bits, &x, sizeof bits);
-      const uint32_t magnitude_key = std::min((bits & 0x7FFFFFFFu) >> kBucketShift, kNumBuckets - 1);
-      const int e = bucket_code_[magnitude_key + (bits >> 31) * kNumBuckets];
-      return static_cast<uint8_t>(e + static_cast<int>(midpoints_[e] <= x));
+      const uint32_t magnitude = bits & 0x7FFFFFFFu;
+      const uint32_t negative = bits >> 31;
+      const uint32_t key = std::min(magnitude >> kBucketShift, kNumBuckets - 1);
+      const uint32_t entry = bucket_entry_[key + negative * kNumBuckets];
+      return static_cast<uint8_t>((entry & 0xFFu) + static_cast<uint32_t>(position(magnitude, negative) >= entry >> 8));
     }
 
    private:
     friend class QuantizationMap;
-    Encoder(const uint8_t* bucket_code, const float* midpoints) : bucket_code_(bucket_code), midpoints_(midpoints) {}
-    const uint8_t* bucket_code_;  // nullptr: the map uses the search
+    Encoder(const uint32_t* bucket_entry, const float* midpoints)
+        : bucket_entry_(bucket_entry), midpoints_(midpoints) {}
+    const uint32_t* bucket_entry_;  // nullptr: the map uses the search
     const float* midpoints_;
   };
   /// codes[j] = encode(x[j] * scale) for 0 <= j < n: the same codes to the
   /// bit (a float multiply, then the same comparisons). On a CPU with AVX2
   /// (checked once, at run time) and a map that uses buckets, eight values
-  /// at a time, by two gathers (the bucket's code, then its midpoint): the
-  /// scalar encode's two dependent loads per value were most of the 8-bit
-  /// AdamW step (bench/adamw8bit). `x` and `codes` may not overlap.
+  /// at a time, by one gather of the buckets' entries: the encoding was
+  /// most of the 8-bit AdamW step (bench/adamw8bit). `x` and `codes` may
+  /// not overlap.
   void encode_scaled(const float* x, float scale, uint8_t* codes, int64_t n) const;
 
   /// out[j] = decode(codes[j]) * scale for 0 <= j < n, the same floats to
@@ -123,7 +126,7 @@ class QuantizationMap {
   void decode_scaled(const uint8_t* codes, float scale, float* out, int64_t n) const;
 
   /// This map's Encoder; valid while the map lives.
-  Encoder encoder() const { return Encoder(use_buckets_ ? bucket_code_.data() : nullptr, midpoints_.data()); }
+  Encoder encoder() const { return Encoder(use_buckets_ ? bucket_entry_.data() : nullptr, midpoints_.data()); }
 
   /// The reference nearest-code search: the number of midpoints between
   /// neighbouring values that are <= x, by branch-free halving (8 steps).
@@ -156,6 +159,14 @@ class QuantizationMap {
   static constexpr int kBucketShift = 23 - kBucketMantissaBits;  // float32: 23 mantissa bits
   // Buckets of magnitudes up to 1.0f (bits 0x3F800000); larger ones share the last.
   static constexpr uint32_t kNumBuckets = (0x3F800000u >> kBucketShift) + 1;
+  // The bits of |x| below its bucket's key.
+  static constexpr uint32_t kPositionMask = (1u << kBucketShift) - 1;
+
+  // Where x lies in its bucket, growing with x: the bits of |x| below the
+  // key, flipped for negative x (a larger magnitude is a smaller x there).
+  static uint32_t position(uint32_t magnitude, uint32_t negative) {
+    return (magnitude ^ (0u - negative)) & kPositionMask;
+  }
 
   // encode_by_search over `midpoints` (kMapSize of them, the last +inf).
   static uint8_t search(const float* midpoints, float x) {
@@ -169,10 +180,12 @@ class QuantizationMap {
   std::array<float, kMapSize> values_{};
   // midpoints_[k] = (values_[k] + values_[k + 1]) / 2; midpoints_[255] = NaN.
   std::array<float, kMapSize> midpoints_{};
-  // Per bucket (positive magnitudes, then negative): the code e such that the
-  // nearest code of any x in the bucket is e + (midpoints_[e] <= x). Three
-  // bytes of padding follow: a gather reads four bytes from each bucket.
-  std::vector<uint8_t> bucket_code_;
+  // Per bucket (positive magnitudes, then negative): in bits 0-7 the code e
+  // such that the nearest code of any x in the bucket is e + (midpoints_[e]
+  // <= x), and above them the threshold t (0 to kPositionMask + 1) such that
+  // midpoints_[e] <= x exactly where position(x) >= t: the comparison
+  // with the midpoint, made once per bucket here (Note [Nearest code]).
+  std::vector<uint32_t> bucket_entry_;
   bool use_buckets_ = false;
   uint8_t zero_code_ = 0;
 };

@@ -118,6 +118,16 @@ void expect_encode_matches_search(const QuantizationMap& map) {
   const at::Tensor xs = at::pow(10.0, at::rand({200000}, at::kDouble) * 13 - 12).to(at::kFloat);
   const float* x = xs.data_ptr<float>();
   for (int64_t i = 0; i < xs.numel(); ++i) check(x[i]);
+  // Every float but NaN equally likely by its bits: any place in any
+  // bucket, the clamped magnitudes above 1.0 and both infinities among them.
+  const at::Tensor random_bits = at::randint(0, int64_t{0x7F800000} + 1, {200000}, at::kLong);
+  const int64_t* random_bit = random_bits.data_ptr<int64_t>();
+  for (int64_t i = 0; i < random_bits.numel(); ++i) {
+    const auto bits = static_cast<uint32_t>(random_bit[i]);
+    float y = 0;
+    std::memcpy(&y, &bits, sizeof y);
+    check(y);
+  }
   for (float v : map.values()) check(v);
   for (size_t k = 0; k + 1 < map.values().size(); ++k) {
     const float mid = 0.5f * (map.values()[k] + map.values()[k + 1]);
