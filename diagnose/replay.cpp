@@ -49,19 +49,21 @@ Replay::Replay(const Snapshot& snapshot, int device, const ar::AllocatorConfig& 
 
   // 2. Blocks live when recording began: orphan frees, and dumped
   //    allocated blocks that no alloc in the trace explains.
-  std::unordered_map<int64_t, int64_t> live_from_trace;  // addr -> alloc event
-  std::unordered_map<int64_t, int64_t> last_alloc_at;    // addr -> last alloc event
+  struct LastAlloc {
+    int64_t event = 0;  // the last alloc event at the address
+    bool live = false;  // no free completed since
+  };
+  std::unordered_map<int64_t, LastAlloc> last_alloc_at;  // addr -> its last alloc
   std::vector<std::pair<int64_t, LiveBlock>> initial;
   std::unordered_set<int64_t> orphaned;
   for (size_t i = 0; i < trace.size(); ++i) {
     const TraceEvent& e = trace[i];
     if (e.action == TraceAction::kAlloc) {
-      live_from_trace[e.addr] = static_cast<int64_t>(i);
-      last_alloc_at[e.addr] = static_cast<int64_t>(i);
+      last_alloc_at[e.addr] = {static_cast<int64_t>(i), true};
     } else if (e.action == TraceAction::kFreeRequested || e.action == TraceAction::kFreeCompleted) {
-      auto it = live_from_trace.find(e.addr);
-      if (it != live_from_trace.end()) {
-        if (e.action == TraceAction::kFreeCompleted) live_from_trace.erase(it);
+      auto it = last_alloc_at.find(e.addr);
+      if (it != last_alloc_at.end() && it->second.live) {
+        if (e.action == TraceAction::kFreeCompleted) it->second.live = false;
       } else if (orphaned.insert(e.addr).second) {
         LiveBlock b;
         b.requested = e.size;
@@ -74,10 +76,10 @@ Replay::Replay(const Snapshot& snapshot, int device, const ar::AllocatorConfig& 
   for (const Segment* s : segments) {
     for (const Block& b : s->blocks) {
       if (b.state == BlockState::kInactive) continue;
-      auto it = live_from_trace.find(b.address);
-      if (it != live_from_trace.end()) {
+      auto it = last_alloc_at.find(b.address);
+      if (it != last_alloc_at.end() && it->second.live) {
         exact_size_[b.address] = b.size;
-        last_alloc_[static_cast<size_t>(last_alloc_at[b.address])] = true;
+        last_alloc_[static_cast<size_t>(it->second.event)] = true;
         continue;
       }
       if (orphaned.count(b.address)) continue;
