@@ -29,13 +29,15 @@
 // Approach: the float bits of |x| (exponent and top 7 mantissa bits) index a
 //   bucket; when at most one midpoint between neighbouring map values falls
 //   inside any bucket (checked for every bucket at construction), the nearest
-//   code is the bucket's code plus one comparison with that midpoint. Same
+//   code is the bucket's code plus one comparison with that midpoint. That
+//   comparison is made once per bucket at construction too: the entry holds
+//   the position in the bucket (the rest of |x|'s bits) from which x takes
+//   the next code, so encoding is one load and an integer comparison. Same
 //   result as the binary search (encode_by_search), which is kept as the
 //   reference and as the fallback for maps that fail the check.
-//   On a CPU with AVX2, encode_scaled does the same eight values at a time:
-//   one gather of bucket codes, one of midpoints (decode_scaled: one gather
-//   of values).
-// Limitations: 2 x 16257 bytes of tables per map.
+//   On a CPU with AVX2, encode_scaled does the same eight values at a time
+//   by one gather of entries (decode_scaled: one gather of values).
+// Limitations: 2 x 16257 four-byte entries (127 KiB) per map.
 
 #include <algorithm>
 #include <array>
