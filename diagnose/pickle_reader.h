@@ -19,9 +19,10 @@
 //     never stored, a stack underflow, more than kMaxDepth nested containers
 //     and integers over 64 bits used as lengths are errors, never crashes
 //     or huge allocations. Memory grows with what the file really holds.
-//   - Streaming: a file is read through a 1 MiB buffer (no mmap, no second
-//     copy of the file), straight into a compact ValueStore; the items of
-//     chosen lists can go to an ItemSink instead (below).
+//   - Streaming: a file is read in 1 MiB chunks, up to three ahead of the
+//     parser on a thread of their own (no mmap, no second copy of the
+//     file), straight into a compact ValueStore; the items of chosen lists
+//     can go to an ItemSink instead (below).
 
 #include <cstdint>
 #include <stdexcept>

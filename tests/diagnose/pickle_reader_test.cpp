@@ -237,6 +237,67 @@ TEST(PickleReader, RunsOfMemoFetchesReadAcrossTheFileBuffer) {
             "t.pickle: pickle: truncated: the input ends at byte 10 while LONG_BINGET needed 2 more bytes");
 }
 
+// A file is read ahead in 1 MiB chunks, four buffers taking turns: a file
+// of seven chunks, with strings cut by chunk ends and one string longer than
+// two chunks, reads as the same bytes in memory do; cut short, it gives the
+// same error at the same offset.
+TEST(PickleReader, AFileOfManyChunksReadsAsItsBytes) {
+  std::string bytes = "\x80\x04](";
+  const int kStrings = 400000;
+  for (int i = 0; i < kStrings; ++i) {
+    const std::string text = "value-" + std::to_string(i);
+    bytes += '\x8c';  // SHORT_BINUNICODE
+    bytes += static_cast<char>(text.size());
+    bytes += text;
+  }
+  const std::string long_text(size_t{5} << 19, 'x');  // 2.5 MiB
+  const auto length = static_cast<uint32_t>(long_text.size());
+  bytes += 'X';  // BINUNICODE, a 4-byte little-endian length
+  for (int shift = 0; shift < 32; shift += 8) bytes += static_cast<char>((length >> shift) & 0xFF);
+  bytes += long_text;
+  bytes += "e.";
+  ASSERT_GT(bytes.size(), size_t{6} << 20);
+  auto write = [](const std::string& name, std::string_view content) {
+    const std::string path = oomtune::testing::scratch_path(name).string();
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
+    EXPECT_TRUE(f);
+    if (f) {
+      EXPECT_EQ(std::fwrite(content.data(), 1, content.size(), f.get()), content.size());
+    }
+    return path;
+  };
+  const std::string path = write("many_chunks.pickle", bytes);
+  const PickleDocument from_file = read_pickle_file(path);
+  std::remove(path.c_str());
+  const PickleDocument from_bytes = read_pickle_bytes(bytes);
+  EXPECT_EQ(from_file.bytes_read, static_cast<int64_t>(bytes.size()));
+  const auto file_items = items(from_file.store, from_file.root);
+  const auto byte_items = items(from_bytes.store, from_bytes.root);
+  ASSERT_EQ(file_items.size(), static_cast<size_t>(kStrings + 1));
+  ASSERT_EQ(byte_items.size(), file_items.size());
+  for (size_t i = 0; i < file_items.size(); ++i)
+    ASSERT_EQ(from_file.store.as_text(file_items[i]), from_bytes.store.as_text(byte_items[i])) << "item " << i;
+  EXPECT_EQ(from_file.store.as_text(file_items[12345]), "value-12345");
+  EXPECT_EQ(from_file.store.as_text(file_items.back()), long_text);
+
+  const std::string cut = bytes.substr(0, bytes.size() - (size_t{1} << 20));
+  const std::string cut_path = write("many_chunks_cut.pickle", cut);
+  std::string file_error = "(no error)", bytes_error = "(no error)";
+  try {
+    read_pickle_file(cut_path);
+  } catch (const SnapshotError& e) {
+    file_error = e.what();
+  }
+  std::remove(cut_path.c_str());
+  try {
+    read_pickle_bytes(cut, cut_path);
+  } catch (const SnapshotError& e) {
+    bytes_error = e.what();
+  }
+  EXPECT_NE(file_error, "(no error)");
+  EXPECT_EQ(file_error, bytes_error);
+}
+
 TEST(PickleReader, FileErrorsNameTheFile) {
   try {
     read_pickle_file("/nonexistent/x.pickle");
