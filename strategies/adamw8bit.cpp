@@ -114,13 +114,11 @@ void update_block(StepConstants c, int64_t n, const float* g, float* param, uint
   const float scale2 = *absmax2;
   map1.decode_scaled(codes1, scale1, m_new, n);
   map2.decode_scaled(codes2, scale2, v_new, n);
-  const MomentMaxima most = update_moments(c, n, g, param, m_new, v_new);
-  const float amax1 = most.m;
-  const float amax2 = most.v;
-  *absmax1 = amax1;
-  *absmax2 = amax2;
-  const float inv1 = amax1 > 0.0f ? 1.0f / amax1 : 0.0f;
-  const float inv2 = amax2 > 0.0f ? 1.0f / amax2 : 0.0f;
+  const MomentMaxima amax = update_moments(c, n, g, param, m_new, v_new);
+  *absmax1 = amax.m;
+  *absmax2 = amax.v;
+  const float inv1 = amax.m > 0.0f ? 1.0f / amax.m : 0.0f;
+  const float inv2 = amax.v > 0.0f ? 1.0f / amax.v : 0.0f;
   map1.encode_scaled(m_new, inv1, codes1, n);
   map2.encode_scaled(v_new, inv2, codes2, n);
 }

@@ -114,33 +114,30 @@ QuantizationMap::QuantizationMap(const std::array<float, kMapSize>& values) : va
     std::memcpy(&f, &bits, sizeof f);
     return f;
   };
-  // Whether midpoints_[e] <= x at `position` in bucket `key` of the sign
-  // `negative` (1 for x < 0); the position of +-inf is kPositionMask + 2.
-  auto steps_up = [&](int e, uint32_t key, uint32_t negative, uint32_t at) {
-    const float x = at > kPositionMask + 1
-                        ? (negative ? -1.0f : 1.0f) * std::numeric_limits<float>::infinity()
-                        : from_bits(negative << 31 | key << kBucketShift | position(at & kPositionMask, negative));
-    return midpoints_[e] <= x;
+  // The x at `position` in bucket `key` of the sign `negative` (1: x < 0).
+  auto x_at = [&](uint32_t key, uint32_t negative, uint32_t at) {
+    return from_bits(negative << 31 | key << kBucketShift | position(at, negative));
   };
-  // The first position at which x in the bucket steps up to code e + 1
-  // (kPositionMask + 1: none). In one bucket x grows with its position and
-  // midpoints_[e] <= x is monotone in x, so halving finds it. The last
-  // bucket also takes every magnitude above it (the key is clamped there):
-  // its step must then be the same all the way to infinity.
+  // The first position at which x in the bucket steps up to code e + 1,
+  // midpoints_[e] <= x (kPositionMask + 1: none). In one bucket x grows with
+  // its position and the comparison is monotone in x, so halving finds it.
+  // The last bucket also takes every magnitude above it (the key is clamped
+  // there): its step must then be the same all the way to infinity.
   auto threshold = [&](int e, uint32_t key, uint32_t negative) -> std::optional<uint32_t> {
+    const float mid = midpoints_[e];
     if (key + 1 == kNumBuckets) {
-      const bool up = steps_up(e, key, negative, 0);
-      for (uint32_t at : {kPositionMask, kPositionMask + 2})
-        if (steps_up(e, key, negative, at) != up) return std::nullopt;
+      const float infinity = (negative ? -1.0f : 1.0f) * std::numeric_limits<float>::infinity();
+      const bool up = mid <= x_at(key, negative, 0);
+      if ((mid <= x_at(key, negative, kPositionMask)) != up || (mid <= infinity) != up) return std::nullopt;
       return up ? 0 : kPositionMask + 1;
     }
     uint32_t first = 0, past = kPositionMask + 1;
     while (first < past) {
-      const uint32_t mid = first + (past - first) / 2;
-      if (steps_up(e, key, negative, mid))
-        past = mid;
+      const uint32_t at = first + (past - first) / 2;
+      if (mid <= x_at(key, negative, at))
+        past = at;
       else
-        first = mid + 1;
+        first = at + 1;
     }
     return first;
   };
