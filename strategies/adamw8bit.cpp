@@ -103,7 +103,7 @@ update_moments(StepConstants c, int64_t n, const float* g, float* param, float* 
 // an AVX2 CPU, one thread, libtorch 1.13; bench/README.md); with the
 // decoding and encoding by AVX2 gathers, the arithmetic in AVX2 lanes and
 // the absmax taken in the arithmetic's pass, 0.82-0.89x (an AVX-512 EPYC;
-// 1.21-1.24x against PyTorch 2.11's AdamW).
+// 1.21-1.42x against PyTorch 2.11's AdamW, whose own time moves by a fifth).
 void update_block(StepConstants c, int64_t n, const float* g, float* param, uint8_t* codes1, uint8_t* codes2,
                   float* absmax1, float* absmax2) {
   const QuantizationMap& map1 = QuantizationMap::dynamic(/*is_signed=*/true);
