@@ -340,12 +340,26 @@ std::string frames_note(const TraceSummary& t) {
         "script's backward line where the engine ran on its thread (TORCH_LOGS=output_code maps the generated "
         "lines back to the model's).";
   }
-  if (t.allocated_before_recording_bytes > 0) {
+  const int64_t with_frames = t.allocated_before_trace_with_frames_bytes;
+  const int64_t before_recording = t.allocated_before_recording_bytes - with_frames;
+  if (before_recording > 0) {
     if (!note.empty()) note += " ";
     note += fmt::format(
         "{} were allocated before recording began (model weights, optimizer state or data created before "
         "_record_memory_history); they have no alloc event{}.",
-        format_bytes(t.allocated_before_recording_bytes), t.truncated ? " and the trace starts mid-run" : "");
+        format_bytes(before_recording), t.truncated ? " and the trace starts mid-run" : "");
+  }
+  if (with_frames > 0) {
+    if (!note.empty()) note += " ";
+    note += fmt::format(
+        "{} were allocated while recording but have no alloc event in the trace: their blocks carry stacks, "
+        "and {}.",
+        format_bytes(with_frames),
+        t.events > 0 ? "the trace kept only later events (max_entries keeps the last ones)"
+        : t.layout_has_traces
+            ? "the snapshot holds no events (_record_memory_history(enabled=\"state\") keeps the stacks of live "
+              "blocks and no history; torch.cuda.memory_snapshot(include_traces=False) leaves the history out)"
+            : "PyTorch 1.13's memory_snapshot() holds no events");
   }
   return note;
 }
@@ -410,6 +424,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   t.layout_has_traces = snapshot.layout != SnapshotLayout::kV1_13;
   t.events = static_cast<int64_t>(trace.size());
   t.allocated_before_recording_bytes = replay.initial_allocated_bytes();
+  t.allocated_before_trace_with_frames_bytes = replay.initial_allocated_with_frames_bytes();
   t.reserved_before_recording_bytes = replay.initial_reserved_bytes();
   t.truncated = replay.orphan_frees() > 0;
   t.iterations = static_cast<int64_t>(attr.iteration_starts.size());

@@ -166,7 +166,11 @@ struct TraceSummary {
   int64_t iterations = 0;            ///< iteration starts seen
   int64_t events_per_iteration = 0;  ///< median-free: events / iterations
   bool truncated = false;            ///< began after allocations were made (ring buffer or late start)
+  /// Bytes in blocks alive before the trace's first event (no alloc event).
   int64_t allocated_before_recording_bytes = 0;
+  /// Of those, bytes in blocks that carry frames: allocated while history
+  /// was recorded (a ring buffer's dropped events, or enabled="state").
+  int64_t allocated_before_trace_with_frames_bytes = 0;
   int64_t reserved_before_recording_bytes = 0;
   int64_t alloc_events = 0;
   int64_t alloc_events_without_frames = 0;

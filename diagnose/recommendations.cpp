@@ -621,6 +621,10 @@ void recommend(Diagnosis& d) {
     std::string why;
     if (t.truncated)
       why = "the trace starts mid-run (it frees blocks it never saw allocated)";
+    else if (t.events == 0 && t.layout_has_traces && t.allocated_before_trace_with_frames_bytes > 0)
+      why =
+          "the snapshot's blocks carry stacks but it holds no history (enabled=\"state\" keeps none: "
+          "enabled=\"all\", the default, keeps both)";
     else if (few_steps)
       why = fmt::format("the trace covers {} iteration{}", t.iterations, t.iterations == 1 ? "" : "s");
     if (no_frames) why += std::string(why.empty() ? "" : "; ") + "no allocation has frames";

@@ -54,6 +54,7 @@ std::string render_json(const Diagnosis& d) {
                 {"events_per_iteration", t.events_per_iteration},
                 {"truncated", t.truncated},
                 {"allocated_before_recording_bytes", t.allocated_before_recording_bytes},
+                {"allocated_before_trace_with_frames_bytes", t.allocated_before_trace_with_frames_bytes},
                 {"reserved_before_recording_bytes", t.reserved_before_recording_bytes},
                 {"alloc_events", t.alloc_events},
                 {"alloc_events_without_frames", t.alloc_events_without_frames},

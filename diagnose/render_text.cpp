@@ -101,9 +101,12 @@ std::string render_text(const Diagnosis& d) {
         "  No trace events on device {}: {}, so no out-of-memory or leak can be seen; below is what was alive when "
         "it was dumped.\n",
         d.trace.device,
-        d.trace.layout_has_traces
-            ? "the snapshot was dumped without torch.cuda.memory._record_memory_history (or it recorded nothing there)"
-            : "PyTorch 1.13's memory_snapshot() holds segments only");
+        !d.trace.layout_has_traces ? "PyTorch 1.13's memory_snapshot() holds segments only"
+        : d.trace.allocated_before_trace_with_frames_bytes > 0
+            ? "its blocks carry stacks but it holds no alloc/free history (recorded with "
+              "_record_memory_history(enabled=\"state\"), or taken with include_traces=False)"
+            : "the snapshot was dumped without torch.cuda.memory._record_memory_history (or it recorded nothing "
+              "there)");
   } else if (d.verdicts.empty()) {
     out += d.caught_ooms.empty() ? "  No out-of-memory and no leak found.\n"
                                  : "  No out-of-memory ended the run, and no leak found.\n";
@@ -178,8 +181,13 @@ std::string render_text(const Diagnosis& d) {
     out += fmt::format("  alive at the peak, by {}:\n", d.group_by == GroupBy::kLayer ? "layer" : "call site");
     sites_table(out, d.peak.sites, d.group_by);
   }
-  out += fmt::format("  iterations seen: {}; allocated before recording began: {}\n", d.trace.iterations,
-                     format_bytes(d.trace.allocated_before_recording_bytes));
+  const int64_t with_frames = d.trace.allocated_before_trace_with_frames_bytes;
+  out += fmt::format(
+      "  iterations seen: {}; {}: {}{}\n", d.trace.iterations,
+      with_frames > 0 ? "allocated without an alloc event in the trace" : "allocated before recording began",
+      format_bytes(d.trace.allocated_before_recording_bytes),
+      with_frames > 0 ? fmt::format(" ({} of it allocated while recording, with stacks)", format_bytes(with_frames))
+                      : "");
   if (!d.trace.frames_note.empty()) out += fmt::format("  frames: {}\n", d.trace.frames_note);
   if (!d.trace.replay_matches_dump) {
     out += fmt::format(

@@ -94,6 +94,7 @@ Replay::Replay(const Snapshot& snapshot, int device, const ar::AllocatorConfig& 
   std::sort(initial.begin(), initial.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [addr, block] : initial) {
     block.label = labeler_ ? labeler_(-1, block.frames) : BlockLabel{};
+    if (block.allocated && block.frames != 0) initial_allocated_with_frames_ += block.size;
     insert_live(addr, block);
   }
   // Orphan blocks: apply the no-split rule now that their neighbours are known.

@@ -92,6 +92,11 @@ class Replay {
   const std::vector<int64_t>& allocated_by_site() const { return by_site_; }
   /// Bytes allocated before recording began (at the start of the trace).
   int64_t initial_allocated_bytes() const { return initial_allocated_; }
+  /// Of those, bytes in dumped blocks that carry frames: allocated while
+  /// history was recorded, their alloc events not in the trace (a ring
+  /// buffer's older events, or _record_memory_history(enabled="state"),
+  /// which keeps blocks' stacks and no events).
+  int64_t initial_allocated_with_frames_bytes() const { return initial_allocated_with_frames_; }
   int64_t initial_reserved_bytes() const { return initial_reserved_; }
   /// Frees in the trace of blocks allocated before it began (a cut trace).
   int64_t orphan_frees() const { return orphan_frees_; }
@@ -126,6 +131,7 @@ class Replay {
   int64_t requested_ = 0;
   int64_t reserved_ = 0;
   int64_t initial_allocated_ = 0;
+  int64_t initial_allocated_with_frames_ = 0;
   int64_t initial_reserved_ = 0;
   int64_t inconsistencies_ = 0;
   int64_t orphan_frees_ = 0;

@@ -103,6 +103,19 @@ TEST(DiagnoseDevices, ADeviceTheSnapshotDoesNotHoldIsAnError) {
   }
 }
 
+/// Bytes of device `device`'s dumped blocks in use by a tensor, all of them
+/// or those that carry frames.
+int64_t dumped_allocated(const Snapshot& s, int device, bool with_frames_only) {
+  int64_t bytes = 0;
+  for (const Segment& g : s.segments) {
+    if (g.device != device) continue;
+    for (const Block& b : g.blocks) {
+      if (b.state == BlockState::kActiveAllocated && (!with_frames_only || b.frames != 0)) bytes += b.size;
+    }
+  }
+  return bytes;
+}
+
 // Dumped without _record_memory_history: the device with the most reserved
 // bytes, what was alive at the dump, and no claim that nothing went wrong.
 TEST(DiagnoseDevices, ASnapshotWithoutATraceShowsTheDumpedState) {
@@ -110,6 +123,10 @@ TEST(DiagnoseDevices, ASnapshotWithoutATraceShowsTheDumpedState) {
   SKIP_IF_MISSING(both);
   Snapshot s = load_snapshot(both);
   for (auto& trace : s.device_traces) trace.clear();
+  for (Segment& g : s.segments) {  // without recording, no block has a stack
+    g.frames = 0;
+    for (Block& b : g.blocks) b.frames = 0;
+  }
   const Diagnosis d = diagnose(s, both, {});
   const DeviceContent leak_content = content_of(testing::synthetic_fixture("leak.pickle"), 0);
   const DeviceContent oom_content = content_of(testing::synthetic_fixture("optimizer_oom.pickle"), 1);
@@ -126,6 +143,75 @@ TEST(DiagnoseDevices, ASnapshotWithoutATraceShowsTheDumpedState) {
   EXPECT_EQ(text.find("No out-of-memory and no leak found"), std::string::npos) << text;
   EXPECT_NE(text.find(") when the snapshot was dumped (no trace events)\n"), std::string::npos) << text;
   EXPECT_EQ(text.find("at event -1"), std::string::npos) << text;
+}
+
+// _record_memory_history(enabled="state") keeps the stacks of live blocks
+// and no alloc/free history: the report says so, counts those blocks as
+// allocated while recording, and asks for the history.
+TEST(DiagnoseDevices, BlocksWithStacksAndNoHistoryAreAStateOnlyRecording) {
+  const std::string both = testing::synthetic_fixture("two_devices.pickle");
+  SKIP_IF_MISSING(both);
+  Snapshot s = load_snapshot(both);
+  for (auto& trace : s.device_traces) trace.clear();
+  const int64_t with_frames = dumped_allocated(s, 0, true);
+  ASSERT_GT(with_frames, 0);
+  const Diagnosis d = diagnose(s, both, {});
+  EXPECT_EQ(d.trace.events, 0);
+  EXPECT_EQ(d.trace.allocated_before_recording_bytes, dumped_allocated(s, 0, false));
+  EXPECT_EQ(d.trace.allocated_before_trace_with_frames_bytes, with_frames);
+  const std::string text = render_text(d);
+  EXPECT_NE(text.find("  No trace events on device 0: its blocks carry stacks but it holds no alloc/free history "
+                      "(recorded with _record_memory_history(enabled=\"state\")"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(fmt::format("{} were allocated while recording but have no alloc event in the trace",
+                                  format_bytes(with_frames))),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("holds no history (enabled=\"state\" keeps none"), std::string::npos) << text;
+  EXPECT_EQ(text.find("dumped without torch.cuda.memory._record_memory_history"), std::string::npos) << text;
+  EXPECT_EQ(nlohmann::json::parse(render_json(d))["trace"]["allocated_before_trace_with_frames_bytes"], with_frames);
+}
+
+// A ring buffer (max_entries) keeps the last events only: a block still
+// alive whose alloc event was dropped carries its stack; it was allocated
+// while recording, not before.
+TEST(DiagnoseDevices, LiveBlocksWhoseAllocFellOutOfTheRingBufferWereRecorded) {
+  const std::string both = testing::synthetic_fixture("two_devices.pickle");
+  SKIP_IF_MISSING(both);
+  Snapshot s = load_snapshot(both);
+  auto& trace = s.device_traces.at(0);
+  const auto kept_from = static_cast<std::ptrdiff_t>(trace.size() / 2);
+  trace.erase(trace.begin(), trace.begin() + kept_from);
+  // Expected: the dumped allocated blocks with stacks that no kept alloc
+  // event explains.
+  std::vector<int64_t> kept_allocs;
+  for (const TraceEvent& e : trace) {
+    if (e.action == TraceAction::kAlloc) kept_allocs.push_back(e.addr);
+  }
+  int64_t expected = 0;
+  for (const Segment& g : s.segments) {
+    if (g.device != 0) continue;
+    for (const Block& b : g.blocks) {
+      if (b.state == BlockState::kActiveAllocated && b.frames != 0 &&
+          std::find(kept_allocs.begin(), kept_allocs.end(), b.address) == kept_allocs.end()) {
+        expected += b.size;
+      }
+    }
+  }
+  ASSERT_GT(expected, 0);
+  const Diagnosis d = diagnose(s, both, on_device(0));
+  EXPECT_GT(d.trace.events, 0);
+  EXPECT_EQ(d.trace.allocated_before_trace_with_frames_bytes, expected);
+  const std::string text = render_text(d);
+  EXPECT_NE(text.find(fmt::format("{} were allocated while recording but have no alloc event in the trace: their "
+                                  "blocks carry stacks, and the trace kept only later events",
+                                  format_bytes(expected))),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(fmt::format("({} of it allocated while recording, with stacks)", format_bytes(expected))),
+            std::string::npos)
+      << text;
 }
 
 TEST(DiagnoseDevices, TheCommandLineTakesNOrCudaN) {
