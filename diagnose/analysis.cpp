@@ -37,6 +37,7 @@
 #include "common/error.h"
 #include "diagnose/caught_oom.h"
 #include "diagnose/diagnosis.h"
+#include "diagnose/fx_trace.h"
 #include "diagnose/replay.h"
 #include "diagnose/setting_replay.h"
 #include "diagnose/verdict_rules.h"
@@ -332,14 +333,29 @@ std::string frames_note(const TraceSummary& t) {
         "phases come from the Python frames, and the autograd engine's C++ frames mark backward. "
         "stacks=\"python\" gives the same report, and its dumps are ~100x faster (torchtitan PR #3628).";
   }
-  if (t.generated_frames) {
+  if (t.fx_traced_frames > 0) {
+    if (!note.empty()) note += " ";
+    note += fmt::format(
+        "{} frame{} of FX-generated code carry the model source's stack (augment_with_fx_traces=True): their "
+        "allocations go to the model lines their graph nodes were traced from, a backward node's to the forward "
+        "line it differentiates; other generated code (a node without a stack, inductor's output code) names no "
+        "layer, and its allocations go to the frame that called the compiled region.",
+        t.fx_traced_frames, t.fx_traced_frames == 1 ? "" : "s");
+  } else if (t.generated_frames) {
     if (!note.empty()) note += " ";
     note +=
         "Code torch.compile generated (inductor's output code, FX's <eval_with_key>) names no layer: a compiled "
         "region's allocations go to the frame that called it, the compiled module's forward, or in backward the "
         "script's backward line where the engine ran on its thread (TORCH_LOGS=output_code maps the generated "
         "lines back to the model's).";
+    if (t.fx_frames_without_source) {
+      note +=
+          " FX GraphModules' code (fx_generated__*.py: aot_eager's or AOTAutograd's graphs) maps back to the model's "
+          "lines: set torch.fx.experimental._config.enrich_profiler_metadata = True before compiling and dump with "
+          "torch.cuda.memory._dump_snapshot(augment_with_fx_traces=True) (PyTorch 2.11).";
+    }
   }
+
   const int64_t with_frames = t.allocated_before_trace_with_frames_bytes;
   const int64_t before_recording = t.allocated_before_recording_bytes - with_frames;
   if (before_recording > 0) {
@@ -435,6 +451,10 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   t.alloc_events_in_marked_phases = attr.alloc_events_in_marked_phases;
   t.cpp_frames = frames.has_cpp_frames();
   t.generated_frames = frames.has_generated_frames();
+  t.fx_traced_frames = snapshot.fx_traced_frames;
+  t.fx_frames_without_source = std::count_if(snapshot.frames.begin(), snapshot.frames.end(), [](const Frame& f) {
+                                 return is_fx_generated_file(f.filename);
+                               }) > t.fx_traced_frames;
   t.forward_alloc_events = attr.forward_alloc_events;
   t.checkpointed_forward_allocs = attr.checkpointed_forward_allocs;
   t.recomputed_backward_allocs = attr.recomputed_backward_allocs;

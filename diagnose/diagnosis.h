@@ -179,6 +179,8 @@ struct TraceSummary {
   int64_t alloc_events_in_marked_phases = 0;  ///< COUNT: allocs placed by oomtune's phase marks
   bool cpp_frames = false;                    ///< C++ frames in the stacks (stacks="all"): skipped
   bool generated_frames = false;              ///< torch.compile's generated code in the stacks: skipped
+  int64_t fx_traced_frames = 0;               ///< COUNT: generated frames with their model source's stack
+  bool fx_frames_without_source = false;      ///< fx_generated__*.py frames with no fx_original_trace
   int64_t forward_alloc_events = 0;           ///< COUNT: allocations in the forward phase
   int64_t checkpointed_forward_allocs = 0;    ///< COUNT: of those, inside torch.utils.checkpoint
   int64_t recomputed_backward_allocs = 0;     ///< COUNT: allocs in backward recomputing a checkpointed block

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "diagnose/fx_trace.h"
+
 namespace oomtune::diagnose {
 namespace {
 
@@ -95,9 +97,11 @@ std::string_view library_path(std::string_view file) {
 /// Code torch.compile generated: inductor's output code in its cache
 /// directory ("/tmp/torchinductor_USER/dc/cdcf....py", torch/_inductor/
 /// runtime/cache_dir_utils.py) or an FX GraphModule's ("<eval_with_key>.5",
+/// or "fx_generated__HASH.py" with enrich_profiler_metadata: fx_trace.h;
 /// torch/fx/graph_module.py).
 bool is_generated(std::string_view file) {
-  return starts_with(file, "<eval_with_key>") || starts_with(file, "torchinductor_") || has(file, "/torchinductor_");
+  return starts_with(file, "<eval_with_key>") || starts_with(file, "torchinductor_") || has(file, "/torchinductor_") ||
+         is_fx_generated_file(file);
 }
 
 /// A C/C++ frame of a stacks="all" snapshot (rules in frames.h): addr2line

@@ -26,10 +26,13 @@
 //                too. They name no layer and no call site;
 //       generated: code torch.compile generated, inductor's output code
 //                in its cache ("/tmp/torchinductor_USER/dc/cdcf...py") or an
-//                FX GraphModule's ("<eval_with_key>.5"). It names no layer
-//                and no call site: a compiled region's allocations go to
-//                the frame that called it (the compiled module's forward,
-//                the script's backward line);
+//                FX GraphModule's ("<eval_with_key>.5", "fx_generated__HASH.py").
+//                It names no layer and no call site: a compiled region's
+//                allocations go to the frame that called it (the compiled
+//                module's forward, the script's backward line), unless the
+//                snapshot carries the model source's stack of the FX node
+//                (fx_original_trace: fx_trace.h), whose frames the snapshot
+//                model puts right outside the generated one;
 //       user:    everything else (the user's scripts and modules, and
 //                libraries installed from a source checkout).
 //   - *Model code* is a user frame, or a library frame in a model file:

@@ -63,6 +63,8 @@ std::string render_json(const Diagnosis& d) {
                 {"alloc_events_in_marked_phases", t.alloc_events_in_marked_phases},
                 {"cpp_frames", t.cpp_frames},
                 {"generated_frames", t.generated_frames},
+                {"fx_traced_frames", t.fx_traced_frames},
+                {"fx_frames_without_source", t.fx_frames_without_source},
                 {"forward_alloc_events", t.forward_alloc_events},
                 {"checkpointed_forward_allocs", t.checkpointed_forward_allocs},
                 {"recomputed_backward_allocs", t.recomputed_backward_allocs},

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "diagnose/fx_trace.h"
 #include "diagnose/pickle_reader.h"
 
 #ifdef __linux__
@@ -76,6 +77,7 @@ enum Field : int {
   kFFilename,
   kFName,
   kFLine,
+  kFFxOriginalTrace,
   kNumFields
 };
 
@@ -103,6 +105,7 @@ constexpr std::pair<std::string_view, Field> kFieldNames[] = {
     {"filename", kFFilename},
     {"name", kFName},
     {"line", kFLine},
+    {"fx_original_trace", kFFxOriginalTrace},
 };
 
 constexpr int64_t kMaxBytes = int64_t{1} << 52;
@@ -480,6 +483,7 @@ class Builder {
     if (cached != frame_cache_.end()) return cached->second;
     expect(frame, ValueKind::kDict, path);
     Frame f;
+    std::string_view fx_trace;
     s_.for_each_pair(frame, [&](ValueRef k, ValueRef v) {
       switch (field_of(k)) {
         case kFFilename:
@@ -491,14 +495,31 @@ class Builder {
         case kFLine:
           f.line = to_int(v, path.child("line"));
           break;
+        case kFFxOriginalTrace:
+          fx_trace = to_text(v, path.child("fx_original_trace"));
+          break;
         default:
           break;
       }
     });
+    const uint32_t id = intern_frame_content(std::move(f));
+    if (!fx_trace.empty() && fx_source_.count(id) == 0) {
+      std::vector<uint32_t> source;
+      for (Frame& original : frames_of_fx_trace(fx_trace)) source.push_back(intern_frame_content(std::move(original)));
+      if (!source.empty()) {
+        fx_source_.emplace(id, std::move(source));
+        ++out_.fx_traced_frames;
+      }
+    }
+    frame_cache_.emplace(frame.bits(), id);
+    return id;
+  }
+
+  /// The index of a frame equal to `f` in out_.frames, added when new.
+  uint32_t intern_frame_content(Frame f) {
     std::string key = fmt::format("{}\n{}\n{}", f.filename, f.name, f.line);
     auto [it, inserted] = frame_by_content_.emplace(std::move(key), static_cast<uint32_t>(out_.frames.size()));
     if (inserted) out_.frames.push_back(std::move(f));
-    frame_cache_.emplace(frame.bits(), it->second);
     return it->second;
   }
 
@@ -516,7 +537,15 @@ class Builder {
     std::vector<uint32_t>& ids = stack_ids_;
     ids.clear();
     int64_t i = 0;
-    s_.for_each_item(frames, [&](ValueRef f) { ids.push_back(intern_frame(f, path.item(i++))); });
+    s_.for_each_item(frames, [&](ValueRef f) {
+      const uint32_t id = intern_frame(f, path.item(i++));
+      ids.push_back(id);
+      // An FX node's model source, innermost first, right outside its generated frame (fx_trace.h).
+      if (!fx_source_.empty()) {
+        auto source = fx_source_.find(id);
+        if (source != fx_source_.end()) ids.insert(ids.end(), source->second.begin(), source->second.end());
+      }
+    });
     StackId id = 0;
     if (!ids.empty()) {
       std::string content(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(uint32_t));
@@ -831,6 +860,7 @@ class Builder {
   std::vector<std::pair<uint32_t, TraceAction>> action_cache_;
   std::unordered_map<uint32_t, uint32_t> frame_cache_;
   std::unordered_map<std::string, uint32_t> frame_by_content_;
+  std::unordered_map<uint32_t, std::vector<uint32_t>> fx_source_;  // generated frame -> its model source's frames
   struct StackCacheEntry {
     uint64_t key = 0;
     StackId stack = 0;

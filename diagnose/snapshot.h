@@ -147,7 +147,11 @@ struct Snapshot {
   /// Past 65535 distinct streams the last index is shared.
   std::vector<int64_t> streams;
   bool has_block_frames = false;  ///< any block or segment has frames
-  int64_t file_bytes = 0;         ///< size of the pickle read
+  /// Frames of FX-generated code that carry their model source's stack
+  /// (fx_original_trace, fx_trace.h); each stack holding one lists those
+  /// source frames, innermost first, right after it.
+  int64_t fx_traced_frames = 0;
+  int64_t file_bytes = 0;  ///< size of the pickle read
 
   /// The frames of a stack, innermost first.
   const std::vector<uint32_t>& stack(StackId id) const { return stacks[id]; }

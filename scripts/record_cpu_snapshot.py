@@ -4,7 +4,7 @@
     record_cpu_snapshot.py --out FILE.pickle [--mode no_grad|train|step]
                            [--model gpt2|llama|qwen2|gemma|bert|opt|neox|phi3]
                            [--layers 4] [--batch 4] [--seq 256]
-                           [--checkpointing] [--eager-attention]
+                           [--checkpointing] [--eager-attention] [--compile]
                            [--steps 1] [--optimizer [adamw|rmsprop|sgd] [--fused]
                                         [--optimizer-option NAME=VALUE ...]]
                            [--oom-after FRACTION |
@@ -27,7 +27,15 @@ implementation, or with --fused fused=True; --optimizer-option adds
 keyword arguments: amsgrad=True, centered=True), with --checkpointing
 every block checkpointed (gradient_checkpointing_enable,
 use_reentrant=False) and with
---eager-attention the attention's probabilities materialized. It records
+--eager-attention the attention's probabilities materialized, with
+--compile under torch.compile(backend="aot_eager"): forward and backward
+run as FX GraphModules, whose code torch 2.11 names
+fx_generated__HASH.py when torch.fx.experimental._config.
+enrich_profiler_metadata is set, and the snapshot is then augmented as
+_dump_snapshot(augment_with_fx_traces=True) does it (torch/_utils.py,
+_augment_memory_snapshot_stack_traces: each such frame gets fx_node_op,
+fx_node_name, fx_node_target and the model source's stack,
+fx_original_trace). It records
 every CPU allocation and free with the Python stack that made it:
 torch.profiler with profile_memory=True and with_stack=True, whose
 allocation events carry the storage's address and bytes and sit under the
@@ -87,6 +95,7 @@ def frame_of(state):
         return None
 
 
+FX_GENERATED = "fx_generated_"  # torch/fx/graph_module.py, FX_GRAPH_MODULE_FILE_PREFIX
 STEP = "oomtune_step_"  # record_function's name around each training step
 
 
@@ -125,8 +134,8 @@ def allocations(prof):
 
 def full_path(name, roots):
     """The profiler names a package's file relative to its sys.path entry."""
-    if os.path.isabs(name):
-        return name
+    if os.path.isabs(name) or name.startswith(FX_GENERATED):
+        return name  # an FX GraphModule's code has no file: its name is its key in torch's FX registry
     for root in roots:
         path = os.path.join(root, name)
         if os.path.exists(path):
@@ -223,6 +232,10 @@ def train(args, ids, step_scope=contextlib.nullcontext, mark=lambda phase, step:
         model = model_class(config)
     if args.checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if args.compile:
+        import torch.fx.experimental._config
+        torch.fx.experimental._config.enrich_profiler_metadata = True  # names its code fx_generated__HASH.py
+        model = torch.compile(model, backend="aot_eager")
     out = opt = None
     if args.mode == "no_grad":
         model.eval()
@@ -299,6 +312,8 @@ def record(args):
     # transformers imports its modules lazily; imported under the profiler
     # with stacks they took 14 s more: a tiny GPT-2 built here imports them.
     transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=8, n_head=1, vocab_size=8))
+    if args.compile:
+        train(args, ids)  # compiled here, not under the profiler: the recorded run reuses the graphs
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=True) as prof:
         parameter_bytes = train(args, ids, step_scope=lambda step: record_function(f"{STEP}{step}"))
     roots = search_roots()
@@ -405,6 +420,8 @@ def parse_args(description):
                              "(amsgrad=True, momentum=0.9); repeatable")
     parser.add_argument("--checkpointing", action="store_true")
     parser.add_argument("--eager-attention", action="store_true")
+    parser.add_argument("--compile", action="store_true",
+                        help='torch.compile(backend="aot_eager"), the snapshot augmented with FX traces')
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=256)
     args = parser.parse_args()
@@ -449,9 +466,13 @@ def main():
             return 1
     else:
         sim, failed_at = replay(events, roots, oom_after=args.oom_after)
+    snapshot = sim.dump("v2_11")
+    if args.compile:
+        from torch._utils import _augment_memory_snapshot_stack_traces
+        _augment_memory_snapshot_stack_traces(snapshot)  # what _dump_snapshot(augment_with_fx_traces=True) does
     tmp = args.out + ".tmp"
     with open(tmp, "wb") as f:
-        pickle.dump(sim.dump("v2_11"), f, protocol=4)
+        pickle.dump(snapshot, f, protocol=4)
     os.replace(tmp, args.out)
     print(json.dumps({"allocations": sum(1 for e in events if e.size > 0), "oom_at": failed_at,
                       "uncapped_growth_bytes": None if failed_at is None else uncapped_growth(events, failed_at),

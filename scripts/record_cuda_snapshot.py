@@ -31,6 +31,9 @@ segment fails). uncapped_growth_bytes is read from the uncapped run's
 trace at the failing allocation's index, as on the CPU (the runs make the
 same requests in the same order).
 
+With --compile the snapshots are taken with augment_with_fx_traces=True,
+as record_cpu_snapshot.py augments its own (not run on a GPU yet).
+
 Exit 0 with the snapshot, 1 when no cap fails there, 2 on bad arguments or
 without a CUDA device, 77 without transformers.
 """
@@ -145,10 +148,10 @@ def run(args, torch, device, ids, cap=None, history=True):
         # setting an exception" (torch 2.11, H200, 2026-12-04).
         parameter_bytes = cpu.train(args, ids, mark=mark, build_scope=lambda: torch.device(device))
         if history:
-            snapshot = torch.cuda.memory._snapshot()
+            snapshot = torch.cuda.memory._snapshot(augment_with_fx_traces=args.compile)
     except torch.cuda.OutOfMemoryError:  # the step's tensors still alive, as a user's handler sees them
         if history:
-            snapshot = torch.cuda.memory._snapshot()
+            snapshot = torch.cuda.memory._snapshot(augment_with_fx_traces=args.compile)
     finally:
         if history:
             torch.cuda.memory._record_memory_history(enabled=None)

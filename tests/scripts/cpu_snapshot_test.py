@@ -37,7 +37,10 @@ device thread):
   15%: no more blocks than its parameters show); one while backward
   recomputes a
   checkpointed block: what the rest of the recomputation needs (Note
-  [Recomputed block]), likewise more than the request and at most that.
+  [Recomputed block]), likewise more than the request and at most that;
+- the plain backward under torch.compile(backend="aot_eager") with the
+  snapshot augmented with FX traces (--compile): the failing call's layer
+  a modeling_gpt2.py line (diagnose/fx_trace.h), the need as plain's.
 
 Exit 77 (skipped) without transformers.
 
@@ -275,6 +278,24 @@ with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep)
             failures.append(f"{name}: expected the need above the {oom['rounded_bytes']} B request and at most "
                             f"{ceiling:.0f} B (the uncapped run allocates {growth} B from there)"
                             f"{f' (within {within:.0%})' if within else ''}; got {still} B: {need['estimate']}")
+
+    # The plain backward under torch.compile(backend="aot_eager"), the
+    # snapshot augmented with FX traces: its allocations go to the model's
+    # lines through the generated code's fx_original_trace (diagnose/fx_trace.h).
+    result = record_and_diagnose("compiled_backward", ["--mode", "step", "--batch", "1", "--seq", "32", "--oom-in",
+                                                      "backward", "--share", "0.8", "--compile"], tmp)
+    if result is not None:
+        recorded, d = result
+        need, oom, growth = d["need"], d["ooms"][-1], recorded["uncapped_growth_bytes"]
+        if (oom["phase"] != "backward" or "modeling_gpt2.py:" not in oom["layer"] or
+                d["trace"]["fx_traced_frames"] < 1 or need["method"] != "backward_blocks" or
+                not oom["rounded_bytes"] < need["still_needed_bytes"] <= 1.05 * growth or
+                need["still_needed_bytes"] < 0.75 * growth):
+            failures.append(f"compiled backward: expected a backward out-of-memory in a modeling_gpt2.py line "
+                            f"(frames with FX traces), read by the backward_blocks rule within 25% below and 5% "
+                            f"above the {growth} B the uncapped run allocates from there; got {oom['phase']} at "
+                            f"'{oom['layer']}', {d['trace']['fx_traced_frames']} traced frames, {need['method']}, "
+                            f"{need['still_needed_bytes']} B: {need['estimate']}")
 for failure in failures:
     print("FAIL:", failure)
 sys.exit(1 if failures else 0)
