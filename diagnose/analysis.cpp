@@ -604,6 +604,22 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   t.replay_matches_dump =
       replay.allocated_bytes() == t.dumped_allocated_bytes && replay.reserved_bytes() == t.dumped_reserved_bytes;
   t.frames_note = frames_note(t);
+  t.free_requested_skipped = snapshot.free_requested_skipped;
+  t.free_completed_skipped = !t.free_requested_skipped &&
+                             std::any_of(trace.begin(), trace.end(),
+                                         [](const TraceEvent& e) { return e.action == TraceAction::kFreeRequested; }) &&
+                             std::none_of(trace.begin(), trace.end(),
+                                          [](const TraceEvent& e) { return e.action == TraceAction::kFreeCompleted; });
+  if (t.free_requested_skipped) {
+    t.actions_note =
+        "the trace has no free_requested events (recorded with skip_actions=[\"free_requested\"]): each "
+        "free_completed is read as the tensor's free, which comes later than free_requested only where another "
+        "stream still used the block.";
+  } else if (t.free_completed_skipped) {
+    t.actions_note =
+        "the trace has no free_completed events (recorded with skip_actions=[\"free_completed\"]): a freed block "
+        "is taken as reusable at once, as it is where no other stream still used it.";
+  }
 
   // ---- pass 2: the peak
   {

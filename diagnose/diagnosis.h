@@ -189,6 +189,13 @@ struct TraceSummary {
   int64_t dumped_allocated_bytes = 0;
   int64_t dumped_reserved_bytes = 0;
   std::string frames_note;  ///< why frames are missing, when they are
+  /// Free actions the trace was recorded without (_record_memory_history(
+  /// skip_actions=[...]), PyTorch 2.11): no free_requested (its
+  /// free_completed read as the frees: Snapshot::free_requested_skipped), or
+  /// frees with no free_completed (a freed block reusable at once: replay.h).
+  bool free_requested_skipped = false;
+  bool free_completed_skipped = false;
+  std::string actions_note;  ///< what those skipped actions change, when any
 };
 
 /// One conclusion, with its evidence (the kinds: verdicts.h).

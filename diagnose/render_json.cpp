@@ -72,7 +72,10 @@ std::string render_json(const Diagnosis& d) {
                 {"replay_matches_dump", t.replay_matches_dump},
                 {"dumped_allocated_bytes", t.dumped_allocated_bytes},
                 {"dumped_reserved_bytes", t.dumped_reserved_bytes},
-                {"frames_note", t.frames_note}};
+                {"frames_note", t.frames_note},
+                {"free_requested_skipped", t.free_requested_skipped},
+                {"free_completed_skipped", t.free_completed_skipped},
+                {"actions_note", t.actions_note}};
   json others = json::array();
   for (const DeviceContent& c : d.other_devices) {
     others.push_back({{"device", c.device},

@@ -189,6 +189,7 @@ std::string render_text(const Diagnosis& d) {
       with_frames > 0 ? fmt::format(" ({} of it allocated while recording, with stacks)", format_bytes(with_frames))
                       : "");
   if (!d.trace.frames_note.empty()) out += fmt::format("  frames: {}\n", d.trace.frames_note);
+  if (!d.trace.actions_note.empty()) out += fmt::format("  actions: {}\n", d.trace.actions_note);
   if (!d.trace.replay_matches_dump) {
     out += fmt::format(
         "  note: replaying the trace does not end exactly at the dumped state ({} allocated / {} "

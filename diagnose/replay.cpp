@@ -22,6 +22,8 @@ Replay::Replay(const Snapshot& snapshot, int device, const ar::AllocatorConfig& 
                ? &snapshot.device_traces[static_cast<size_t>(device)]
                : &kEmpty;
   const auto& trace = *trace_;
+  release_at_request_ = std::none_of(trace.begin(), trace.end(),
+                                     [](const TraceEvent& e) { return e.action == TraceAction::kFreeCompleted; });
   by_category_.assign(kMaxLabelCategories, 0);
   by_site_.assign(static_cast<size_t>(std::max(sites, 0)), 0);
 
@@ -63,7 +65,7 @@ Replay::Replay(const Snapshot& snapshot, int device, const ar::AllocatorConfig& 
     } else if (e.action == TraceAction::kFreeRequested || e.action == TraceAction::kFreeCompleted) {
       auto it = last_alloc_at.find(e.addr);
       if (it != last_alloc_at.end() && it->second.live) {
-        if (e.action == TraceAction::kFreeCompleted) it->second.live = false;
+        if (e.action == TraceAction::kFreeCompleted || release_at_request_) it->second.live = false;
       } else if (orphaned.insert(e.addr).second) {
         LiveBlock b;
         b.requested = e.size;
@@ -255,6 +257,8 @@ void Replay::apply(size_t index) {
       auto it = live_.find(e.addr);
       if (it == live_.end()) {
         ++inconsistencies_;
+      } else if (release_at_request_) {
+        release(it);
       } else if (it->second.allocated) {
         LiveBlock& b = it->second;
         allocated_ -= b.size;

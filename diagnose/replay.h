@@ -18,7 +18,10 @@
 //     least kMinBlockSize remains). A block still allocated at dump time takes
 //     its exact dumped size.
 //   - allocated drops at free_requested (DeviceStats allocated_bytes drop in
-//     free()); the block's bytes stay unusable until free_completed.
+//     free()); the block's bytes stay unusable until free_completed. A trace
+//     with no free_completed (recorded with _record_memory_history(
+//     skip_actions=["free_completed"]), PyTorch 2.11) releases the block at
+//     free_requested, as happens when no other stream used it.
 //   - reserved = sum of segment (and mapped) ranges.
 //   - Free blocks are the gaps between live blocks inside a segment: the
 //     allocator merges adjacent free blocks, so each gap is one block.
@@ -130,6 +133,7 @@ class Replay {
   int64_t allocated_ = 0;
   int64_t requested_ = 0;
   int64_t reserved_ = 0;
+  bool release_at_request_ = false;  // the trace has no free_completed (see the rules above)
   int64_t initial_allocated_ = 0;
   int64_t initial_allocated_with_frames_ = 0;
   int64_t initial_reserved_ = 0;

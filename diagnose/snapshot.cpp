@@ -31,6 +31,25 @@ void advise_huge_pages(void* data, size_t bytes) {
 #endif
 }
 
+/// A trace recorded with _record_memory_history(skip_actions=
+/// ["free_requested"]) (PyTorch 2.11, torch/cuda/memory.py) has
+/// free_completed events and no free_requested: each free_completed is
+/// read as free_requested, the tensor's free (it comes later only where
+/// another stream still used the block), so every analysis sees the frees.
+/// True when it relabeled any.
+bool read_completions_as_requests(std::vector<TraceEvent>& trace) {
+  bool completed = false;
+  for (const TraceEvent& e : trace) {
+    if (e.action == TraceAction::kFreeRequested) return false;
+    completed = completed || e.action == TraceAction::kFreeCompleted;
+  }
+  if (!completed) return false;
+  for (TraceEvent& e : trace) {
+    if (e.action == TraceAction::kFreeCompleted) e.action = TraceAction::kFreeRequested;
+  }
+  return true;
+}
+
 /// A path into the pickle for error messages: "segments[3].blocks[7].size".
 struct Path {
   const Path* parent = nullptr;
@@ -391,6 +410,9 @@ class Builder {
       out_.layout = SnapshotLayout::kV2_0;
     } else {
       out_.layout = SnapshotLayout::kV2_1;
+    }
+    for (auto& trace : out_.device_traces) {
+      if (read_completions_as_requests(trace)) out_.free_requested_skipped = true;
     }
     return std::move(out_);
   }

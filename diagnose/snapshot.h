@@ -151,6 +151,10 @@ struct Snapshot {
   /// (fx_original_trace, fx_trace.h); each stack holding one lists those
   /// source frames, innermost first, right after it.
   int64_t fx_traced_frames = 0;
+  /// A trace had free_completed events and no free_requested
+  /// (_record_memory_history(skip_actions=["free_requested"]), PyTorch
+  /// 2.11): its free_completed events were read as free_requested.
+  bool free_requested_skipped = false;
   int64_t file_bytes = 0;  ///< size of the pickle read
 
   /// The frames of a stack, innermost first.

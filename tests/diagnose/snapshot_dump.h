@@ -15,9 +15,10 @@ namespace oomtune::diagnose::testing {
 /// One line per record: layout, settings, frames, stacks, streams, segments
 /// with their blocks, then every trace event.
 inline std::string snapshot_dump(const Snapshot& s) {
-  std::string out = fmt::format("layout {} annotations {} block_frames {} fx_traced_frames {} file_bytes {}\n",
-                                static_cast<int>(s.layout), s.external_annotations, s.has_block_frames,
-                                s.fx_traced_frames, s.file_bytes);
+  std::string out = fmt::format(
+      "layout {} annotations {} block_frames {} fx_traced_frames {} free_requested_skipped {} file_bytes {}\n",
+      static_cast<int>(s.layout), s.external_annotations, s.has_block_frames, s.fx_traced_frames,
+      s.free_requested_skipped, s.file_bytes);
   const AllocatorSettings& a = s.allocator_settings;
   out += fmt::format("settings {} '{}' {} {} {} [{}]\n", a.present, a.conf, a.max_split_size,
                      a.garbage_collection_threshold, a.expandable_segments, fmt::join(a.roundup_power2_divisions, " "));
