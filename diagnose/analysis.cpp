@@ -375,7 +375,7 @@ std::string frames_note(const TraceSummary& t) {
         : t.layout_has_traces
             ? "the snapshot holds no events (_record_memory_history(enabled=\"state\") keeps the stacks of live "
               "blocks and no history; torch.cuda.memory_snapshot(include_traces=False) leaves the history out)"
-            : "PyTorch 1.13's memory_snapshot() holds no events");
+            : "torch.cuda.memory_snapshot() holds no events");
   }
   return note;
 }

@@ -101,7 +101,9 @@ std::string render_text(const Diagnosis& d) {
         "  No trace events on device {}: {}, so no out-of-memory or leak can be seen; below is what was alive when "
         "it was dumped.\n",
         d.trace.device,
-        !d.trace.layout_has_traces ? "PyTorch 1.13's memory_snapshot() holds segments only"
+        !d.trace.layout_has_traces
+            ? "torch.cuda.memory_snapshot() holds segments only (torch.cuda.memory._dump_snapshot() writes the "
+              "trace too, after _record_memory_history())"
         : d.trace.allocated_before_trace_with_frames_bytes > 0
             ? "its blocks carry stacks but it holds no alloc/free history (recorded with "
               "_record_memory_history(enabled=\"state\"), or taken with include_traces=False)"

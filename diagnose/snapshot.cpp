@@ -930,7 +930,7 @@ const char* action_name(TraceAction action) {
 const char* layout_name(SnapshotLayout layout) {
   switch (layout) {
     case SnapshotLayout::kV1_13:
-      return "PyTorch 1.13 (segment list)";
+      return "segment list (torch.cuda.memory_snapshot(), any version)";
     case SnapshotLayout::kV2_0:
       return "PyTorch 2.0 (block history)";
     case SnapshotLayout::kV2_1:

@@ -6,7 +6,10 @@
 // torch/csrc/cuda/Module.cpp `THCPModule_memorySnapshot` of each version;
 // c10/cuda/CUDACachingAllocator.h TraceEntry / SegmentInfo / BlockInfo):
 //   - 1.13: a bare list of segments (torch.cuda.memory_snapshot()); blocks
-//     have size, state and `history` [{addr, real_size, frames}].
+//     have size, state and `history` [{addr, real_size, frames}]. The public
+//     torch.cuda.memory_snapshot() of every later version still returns such
+//     a list (its blocks as the dict layout of that version has them), so a
+//     list reads as segments only, whatever its version (kV1_13).
 //   - 2.0: {segments, device_traces}; blocks keep `history`, have no address
 //     (it is the segment address plus the sizes before); state
 //     "active_pending_free"; oom trace entries carry `device_free`, not `addr`.

@@ -145,6 +145,34 @@ TEST(DiagnoseDevices, ASnapshotWithoutATraceShowsTheDumpedState) {
   EXPECT_EQ(text.find("at event -1"), std::string::npos) << text;
 }
 
+// torch.cuda.memory_snapshot(), the public function, returns a bare list of
+// segments in every version (PyTorch 1.13's whole snapshot layout; 2.x's
+// blocks with their frames): segments only, with no claim about 1.13.
+TEST(DiagnoseDevices, ASegmentListOfAnyVersionReadsAsSegmentsOnly) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  testing::PickleWriter w;
+  w.ops("](}(").pair("device", 0).pair("address", 4096).pair("total_size", 2 * kMiB).pair("stream", 0);
+  w.str("segment_type").str("large").str("blocks").ops("](}(");
+  w.pair("address", 4096).pair("size", kMiB).pair("requested_size", kMiB).str("state").str("active_allocated");
+  w.str("frames").ops("](}(").str("filename").str("train.py").str("name").str("main").pair("line", 9).ops("ue");
+  w.ops("u}(").pair("address", 4096 + kMiB).pair("size", kMiB).pair("requested_size", kMiB);
+  w.str("state").str("inactive").ops("u").ops("e").ops("u").ops("e");
+  const Snapshot s = load_snapshot_bytes(w.done(), "list.pickle");
+  EXPECT_EQ(s.layout, SnapshotLayout::kV1_13);
+  const Diagnosis d = diagnose(s, "list.pickle", {});
+  EXPECT_FALSE(d.trace.layout_has_traces);
+  EXPECT_EQ(d.peak.allocated_bytes, kMiB);
+  EXPECT_EQ(d.peak.reserved_bytes, 2 * kMiB);
+  EXPECT_EQ(d.trace.allocated_before_trace_with_frames_bytes, kMiB);
+  const std::string text = render_text(d);
+  EXPECT_NE(text.find("snapshot layout: segment list (torch.cuda.memory_snapshot(), any version)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("No trace events on device 0: torch.cuda.memory_snapshot() holds segments only"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("1.13"), std::string::npos) << text;
+}
+
 // _record_memory_history(enabled="state") keeps the stacks of live blocks
 // and no alloc/free history: the report says so, counts those blocks as
 // allocated while recording, and asks for the history.
