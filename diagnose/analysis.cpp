@@ -605,11 +605,9 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       replay.allocated_bytes() == t.dumped_allocated_bytes && replay.reserved_bytes() == t.dumped_reserved_bytes;
   t.frames_note = frames_note(t);
   t.free_requested_skipped = snapshot.free_requested_skipped;
-  t.free_completed_skipped = !t.free_requested_skipped &&
+  t.free_completed_skipped = !t.free_requested_skipped && !records_free_completed(trace) &&
                              std::any_of(trace.begin(), trace.end(),
-                                         [](const TraceEvent& e) { return e.action == TraceAction::kFreeRequested; }) &&
-                             std::none_of(trace.begin(), trace.end(),
-                                          [](const TraceEvent& e) { return e.action == TraceAction::kFreeCompleted; });
+                                         [](const TraceEvent& e) { return e.action == TraceAction::kFreeRequested; });
   if (t.free_requested_skipped) {
     t.actions_note =
         "the trace has no free_requested events (recorded with skip_actions=[\"free_requested\"]): each "

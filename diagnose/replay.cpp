@@ -22,8 +22,7 @@ Replay::Replay(const Snapshot& snapshot, int device, const ar::AllocatorConfig& 
                ? &snapshot.device_traces[static_cast<size_t>(device)]
                : &kEmpty;
   const auto& trace = *trace_;
-  release_at_request_ = std::none_of(trace.begin(), trace.end(),
-                                     [](const TraceEvent& e) { return e.action == TraceAction::kFreeCompleted; });
+  release_at_request_ = !records_free_completed(trace);
   by_category_.assign(kMaxLabelCategories, 0);
   by_site_.assign(static_cast<size_t>(std::max(sites, 0)), 0);
 

@@ -27,10 +27,8 @@ SettingReplay replay_at(const SettingReplayInput& input, const alloc_rules::Allo
   sim::SimOptions options;
   options.config = config;
   (input.cap_is_budget ? options.budget_bytes : options.device_total_bytes) = cap;
-  // A trace with free_completed releases blocks there; older ones only at free_requested.
-  const bool completes = std::any_of(trace.begin(), trace.end(),
-                                     [](const TraceEvent& e) { return e.action == TraceAction::kFreeCompleted; });
-  const TraceAction release = completes ? TraceAction::kFreeCompleted : TraceAction::kFreeRequested;
+  // A trace with free_completed releases blocks there; one without, at free_requested.
+  const TraceAction release = records_free_completed(trace) ? TraceAction::kFreeCompleted : TraceAction::kFreeRequested;
   std::uint64_t next_extra = kExtraIdBase;
   sim::CachingAllocatorSim allocator(options);
   std::unordered_set<std::uint64_t> live;  // trace addresses the simulator holds

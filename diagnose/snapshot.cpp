@@ -1,5 +1,6 @@
 #include "diagnose/snapshot.h"
 
+#include <algorithm>
 #include <array>
 #include <string_view>
 #include <unordered_map>
@@ -925,6 +926,11 @@ const char* action_name(TraceAction action) {
       return "other";
   }
   return "other";
+}
+
+bool records_free_completed(const std::vector<TraceEvent>& trace) {
+  return std::any_of(trace.begin(), trace.end(),
+                     [](const TraceEvent& e) { return e.action == TraceAction::kFreeCompleted; });
 }
 
 const char* layout_name(SnapshotLayout layout) {

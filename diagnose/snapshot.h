@@ -104,6 +104,11 @@ struct TraceEvent {
   TraceAction action = TraceAction::kOther;
 };
 
+/// Whether a trace holds free_completed events: where it holds none (a
+/// recording with skip_actions=["free_completed"], PyTorch 2.11), a block
+/// is released for reuse at free_requested.
+bool records_free_completed(const std::vector<TraceEvent>& trace);
+
 /// PYTORCH_CUDA_ALLOC_CONF as recorded in the snapshot (2.4+).
 struct AllocatorSettings {
   bool present = false;         ///< false for layouts without allocator_settings
