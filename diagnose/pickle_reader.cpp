@@ -1,6 +1,7 @@
 #include "diagnose/pickle_reader.h"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <condition_variable>
@@ -644,10 +645,33 @@ class Machine {
 
   void read_text(ValueKind kind, uint64_t length) {
     const size_t n = checked_length(length);
+    if (n <= kShortText) return push(short_text(kind, n));
     ValueRef ref;
     char* dst = doc_.store.append_text(kind, n, &ref);
     in_.read(dst, n);
     push(ref);
+  }
+
+  /// A string or bytes of at most kShortText bytes, stored once per text
+  /// while a direct-mapped cache remembers it: PyTorch 2.11's _snapshot()
+  /// gives every trace event a str of its own for compile_context ("N/A"
+  /// unless _record_memory_history(compile_context=True)), which pickle
+  /// writes out in full each time (SHORT_BINUNICODE + MEMOIZE), so a
+  /// 10^7-event file held 10^7 copies of "N/A" (~20 bytes each). Values
+  /// are immutable, so equal texts may share one ref.
+  ValueRef short_text(ValueKind kind, size_t n) {
+    char text[8] = {};  // one word: the key below reads all 8 bytes
+    in_.read(text, n);
+    uint64_t word = 0;
+    std::memcpy(&word, text, sizeof word);
+    const uint64_t key = word ^ (uint64_t{n} << 59) ^ (kind == ValueKind::kBytes ? uint64_t{1} << 58 : 0);
+    // n <= 7 leaves the top byte of word zero, so (n, kind) in it keep keys apart.
+    ShortText& slot = short_texts_[(key * 0x9E3779B97F4A7C15u) >> (64 - kShortTextBits)];
+    if (slot.valid && slot.key == key) return slot.ref;
+    ValueRef ref;
+    std::memcpy(doc_.store.append_text(kind, n, &ref), text, n);
+    slot = ShortText{key, ref, true};
+    return ref;
   }
 
   /// LONG1 / LONG4 body: n bytes little-endian two's complement.
@@ -1005,6 +1029,15 @@ class Machine {
   size_t fresh_children_ = 0;      // the store's child count when it was made
   int fresh_memo_puts_ = 0;        // memo entries it was put in
   uint64_t fresh_memo_index_ = 0;  // the last of them
+  // short_text's cache: texts of at most kShortText bytes, by content.
+  static constexpr size_t kShortText = 7;
+  static constexpr int kShortTextBits = 6;
+  struct ShortText {
+    uint64_t key = 0;
+    ValueRef ref;
+    bool valid = false;
+  };
+  std::array<ShortText, 1 << kShortTextBits> short_texts_{};
   PickleDocument doc_;
   std::vector<ValueRef> stack_;
   std::vector<size_t> marks_;

@@ -4,7 +4,7 @@ diagnose benchmark. Not committed: run.sh writes it to a temporary folder.
 
 Usage: make_large_snapshot.py OUT.pickle [EVENTS] [--segments N] [--sites N]
                               [--depth N] [--fresh-stacks] [--vary]
-                              [--fragmented]
+                              [--fragmented] [--fresh-compile-context]
        make_large_snapshot.py OUT.pickle [EVENTS] --real
 
 Shape (PyTorch 2.5+ layout, pickle protocol 4, like _dump_snapshot): large
@@ -31,8 +31,16 @@ Options (what makes real long-job snapshots big):
                   full: an out-of-memory by fragmentation (48 MiB free in
                   each segment), so diagnose replays the trace under the
                   allocator settings (Note [Allocator settings replayed])
+  --fresh-compile-context
+                  every event's compile_context is a str of its own, as
+                  PyTorch 2.11's _snapshot() makes one per trace entry (the
+                  H200 recordings in tests/fixtures/snapshots/h200_recorded/
+                  hold SHORT_BINUNICODE 'N/A' + MEMOIZE in each event; their
+                  user_metadata '' is CPython's one empty string, a BINGET)
   --real          = --segments 512 --sites 256 --depth 24 --fresh-stacks
-                  --vary: ~109 bytes an event, 10^7 events ~ 1.09 GB
+                  --vary --fresh-compile-context: ~116 bytes an event,
+                  10^7 events ~ 1.16 GB (before 2026-12-07 --real had no
+                  --fresh-compile-context: ~109 bytes an event)
 
 The pickle is written as a stream (StreamPickler below): opcode for opcode
 what pickle.dump(snapshot, f, protocol=4) writes for the same objects (the
@@ -284,13 +292,17 @@ class Model:
         k = (i + iteration) % 97 if self.args.vary else i % 7
         return 16 * MIB + 512 * k
 
+    def compile_context(self):
+        """'N/A': one shared str, or (--fresh-compile-context) a new one."""
+        return "".join(("N/", "A")) if self.args.fresh_compile_context else self.cc
+
     def stack(self, frames):
         return list(frames) if self.args.fresh_stacks else frames
 
     def events(self, target):
         """Yields the trace events; self.count and self.iterations after."""
         t = 1_700_000_000_000_000
-        cc, um = self.cc, self.um
+        um = self.um
         count = 0
         iteration = 0
         while count < target:
@@ -299,11 +311,11 @@ class Model:
                 if iteration == 0:
                     t += 3
                     yield {"action": "segment_alloc", "addr": a, "size": 64 * MIB, "stream": 0, "time_us": t,
-                           "compile_context": cc, "user_metadata": um, "frames": frames}
+                           "compile_context": self.compile_context(), "user_metadata": um, "frames": frames}
                     count += 1
                 t += 3
                 yield {"action": "alloc", "addr": a, "size": self.size(i, iteration), "stream": 0, "time_us": t,
-                       "compile_context": cc, "user_metadata": um, "frames": frames}
+                       "compile_context": self.compile_context(), "user_metadata": um, "frames": frames}
                 count += 1
             for i, a in enumerate(self.segs):
                 size = self.size(i, iteration)
@@ -311,21 +323,21 @@ class Model:
                 for action in ("free_requested", "free_completed"):
                     t += 3
                     yield {"action": action, "addr": a, "size": size, "stream": 0, "time_us": t,
-                           "compile_context": cc, "user_metadata": um, "frames": frames}
+                           "compile_context": self.compile_context(), "user_metadata": um, "frames": frames}
                     count += 1
             iteration += 1
         if self.args.fragmented:  # a tensor kept at the start of every segment
             for i, a in enumerate(self.segs):
                 t += 3
                 yield {"action": "alloc", "addr": a, "size": KEPT, "stream": 0, "time_us": t,
-                       "compile_context": cc, "user_metadata": um, "frames": self.stack(self.stacks[0])}
+                       "compile_context": self.compile_context(), "user_metadata": um, "frames": self.stack(self.stacks[0])}
                 count += 1
         self.count = count
         self.iterations = iteration
         oom = {"device_free": 0, "size": 60 * MIB} if self.args.fragmented else {"device_free": 1 << 30,
                                                                                   "size": 8 << 30}
         yield {"action": "oom", **oom, "stream": 0, "time_us": t + 5,
-               "compile_context": cc, "user_metadata": um, "frames": self.stacks[0]}
+               "compile_context": self.compile_context(), "user_metadata": um, "frames": self.stacks[0]}
         self.count += 1
 
     def segments(self):
@@ -363,6 +375,8 @@ def write(f, args):
 
     def drop(event):  # forget what only this event (and its pair) refers to
         p.forget(event)
+        if args.fresh_compile_context:
+            p.forget(event["compile_context"])
         frames = event["frames"]
         if id(frames) not in shared and event["action"] in ("alloc", "free_completed"):
             p.forget(frames)
@@ -392,7 +406,7 @@ def opcodes(data):
 
 
 def self_test():
-    cases = [[], ["--fresh-stacks", "--vary", "--depth", "10", "--sites", "3", "--segments", "5"], ["--real"],
+    cases = [[], ["--fresh-compile-context", "--segments", "3"], ["--fresh-stacks", "--vary", "--depth", "10", "--sites", "3", "--segments", "5"], ["--real"],
              ["--fragmented", "--segments", "5"]]
     for extra in cases:
         for events in (1, 300, 5000):
@@ -420,11 +434,12 @@ def parse_args(argv):
     ap.add_argument("--vary", action="store_true")
     ap.add_argument("--real", action="store_true")
     ap.add_argument("--fragmented", action="store_true")
+    ap.add_argument("--fresh-compile-context", action="store_true")
     ap.add_argument("--self-test", action="store_true")
     args = ap.parse_args(argv)
     if args.real:
         args.segments, args.sites, args.depth = 512, 256, 24
-        args.fresh_stacks = args.vary = True
+        args.fresh_stacks = args.vary = args.fresh_compile_context = True
     if args.segments < 1 or args.sites < 1 or args.depth < 6:
         ap.error("--segments and --sites must be >= 1, --depth >= 6")
     if not args.self_test and not args.out:

@@ -632,6 +632,42 @@ TEST(PickleReader, AnItemSinkIsAbandonedWhenItsDictsAreUsedOtherwise) {
   }
 }
 
+TEST(PickleReader, EqualShortTextsAreStoredOnce) {
+  // PyTorch 2.11 gives each trace event a str of its own for compile_context
+  // ("N/A"), written out in full each time. Texts that differ in a byte, in
+  // length (a trailing NUL) or in kind (str or bytes) stay apart.
+  const std::vector<std::pair<std::string, bool>> texts = {
+      {"N/A", false},     {"N/B", false},     {"N/A", true},      {std::string("N/A\0", 4), false},
+      {"", false},        {"abcdefg", false}, {"abcdefh", false}, {"abcdefgh", false},
+      {"abcdefgh", false}};
+  auto list_of = [&](int repeats) {
+    std::string body = "](";
+    for (int r = 0; r < repeats; ++r) {
+      for (const auto& [text, is_bytes] : texts) {
+        body += is_bytes ? 'C' : '\x8c';  // SHORT_BINBYTES / SHORT_BINUNICODE
+        body += static_cast<char>(text.size());
+        body += text;
+        body += '\x94';  // MEMOIZE: each its own entry, as pickle writes distinct objects
+      }
+    }
+    return "\x80\x04" + body + "e.";
+  };
+  auto read = [&](int repeats) {
+    PickleDocument doc = read_pickle_bytes(list_of(repeats));
+    const std::vector<ValueRef> got = items(doc.store, doc.root);
+    EXPECT_EQ(got.size(), texts.size() * repeats);
+    for (size_t i = 0; i < got.size(); ++i) {
+      const auto& [text, is_bytes] = texts[i % texts.size()];
+      EXPECT_EQ(doc.store.kind(got[i]), is_bytes ? ValueKind::kBytes : ValueKind::kString) << i;
+      EXPECT_EQ(doc.store.as_text(got[i]), text) << i;
+    }
+    return doc.store.bytes();
+  };
+  // 100000 repeats cost the list's children and the memo, not 900000 texts
+  // (16 bytes of table each: 14 MB).
+  EXPECT_LT(read(100000), read(1) + (size_t{8} << 20));
+}
+
 TEST(PickleReader, EmptyStringsFirst) {
   // Found by the fuzzer: an empty string before any other text.
   const PickleDocument doc = read_pickle_bytes(std::string("\x80\x04\x8d\x00\x00\x00\x00\x00\x00\x00\x00.", 12));
