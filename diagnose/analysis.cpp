@@ -449,6 +449,15 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   t.bytes_without_frames = attr.bytes_without_frames;
   t.frameless_inferred_backward = attr.frameless_inferred_backward;
   t.alloc_events_in_marked_phases = attr.alloc_events_in_marked_phases;
+  const TagPresence tags_present = tags_in_trace(snapshot, device);
+  if (tags_present.user_metadata || tags_present.compile_contexts) {
+    for (size_t i = 0; i < trace.size(); ++i) {
+      if (trace[i].action != TraceAction::kAlloc) continue;
+      const EventTag& tag = snapshot.event_tags[snapshot.tag_of(static_cast<size_t>(device), i)];
+      if (!tag.user_metadata.empty()) ++t.alloc_events_with_user_metadata;
+      if (!tag.compile_context.empty()) ++t.alloc_events_in_compiled_regions;
+    }
+  }
   t.cpp_frames = frames.has_cpp_frames();
   t.generated_frames = frames.has_generated_frames();
   t.fx_traced_frames = snapshot.fx_traced_frames;
@@ -546,6 +555,9 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       const int64_t mf = frames.model_forward_frame(e.frames);
       if (mf >= 0) o.model_forward = frames.describe(mf);
       o.recomputing = o.phase == Phase::kBackward && frames.recomputes(e.frames);
+      const EventTag& tag = snapshot.event_tags[snapshot.tag_of(static_cast<size_t>(device), i)];
+      o.user_metadata = tag.user_metadata;
+      o.compile_context = tag.compile_context;
       if (o.phase == Phase::kForward) o.inference_kind = frames.inference_kind(e.frames);
       for (int c = 0; c < kNumCategories; ++c) {
         o.live_by_category[static_cast<size_t>(c)] = replay.allocated_by_category()[static_cast<size_t>(c)];
@@ -558,6 +570,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
     }
     if (i == last_oom) {
       d.oom_sites = sites_now(replay, sites, top, nullptr);
+      d.oom_tags = tagged_bytes_now(replay, snapshot, device, tags_present, top);
       d.segment_map = segment_map_now(replay);
       d.map_moment = "at the last out-of-memory";
     }
@@ -629,6 +642,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
     d.peak.reserved_bytes = again.reserved_bytes();
     d.peak.phase = peak_index >= 0 ? attr.event_phase[static_cast<size_t>(peak_index)] : Phase::kUnknown;
     d.peak.sites = sites_now(again, sites, top, &d.peak.by_category);
+    d.peak.tags = tagged_bytes_now(again, snapshot, device, tags_present, top);
     if (d.segment_map.empty()) {
       d.segment_map = segment_map_now(again);
       d.map_moment = peak_index >= 0 ? "at the peak" : "when recording began";

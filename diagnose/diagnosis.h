@@ -10,6 +10,7 @@
 
 #include "diagnose/attribution.h"
 #include "diagnose/eval_outputs.h"
+#include "diagnose/event_tags.h"
 #include "diagnose/fixes.h"
 #include "diagnose/frames.h"
 #include "diagnose/nothing_saved.h"
@@ -79,6 +80,11 @@ struct OomReport {
   std::string layer;          ///< innermost model-code frame of the failing call ("" if none)
   std::string call_site;      ///< its call site ("" if none; frames.h)
   std::string model_forward;  ///< outermost model-code "forward" frame, if any
+  /// The failing call's tag (Snapshot::event_tags): what
+  /// torch.cuda.memory._set_memory_metadata() had set, and the torch.compile
+  /// region that ran it ("" for none).
+  std::string user_metadata;
+  std::string compile_context;
   /// The failing call reran a checkpointed block's forward in backward
   /// (FrameIndex::recomputes): torch.utils.checkpoint's recomputation.
   bool recomputing = false;
@@ -134,6 +140,7 @@ struct Peak {
   Phase phase = Phase::kUnknown;
   CategoryBytes by_category{};
   std::vector<SiteBytes> sites;  ///< biggest first, at most --top
+  TaggedBytes tags;              ///< by the blocks' tags (event_tags.h)
 };
 
 /// A site whose live bytes grow from iteration to iteration.
@@ -176,16 +183,18 @@ struct TraceSummary {
   int64_t alloc_events_without_frames = 0;
   int64_t bytes_without_frames = 0;
   int64_t frameless_inferred_backward = 0;
-  int64_t alloc_events_in_marked_phases = 0;  ///< COUNT: allocs placed by oomtune's phase marks
-  bool cpp_frames = false;                    ///< C++ frames in the stacks (stacks="all"): skipped
-  bool generated_frames = false;              ///< torch.compile's generated code in the stacks: skipped
-  int64_t fx_traced_frames = 0;               ///< COUNT: generated frames with their model source's stack
-  bool fx_frames_without_source = false;      ///< fx_generated__*.py frames with no fx_original_trace
-  int64_t forward_alloc_events = 0;           ///< COUNT: allocations in the forward phase
-  int64_t checkpointed_forward_allocs = 0;    ///< COUNT: of those, inside torch.utils.checkpoint
-  int64_t recomputed_backward_allocs = 0;     ///< COUNT: allocs in backward recomputing a checkpointed block
-  int64_t inconsistencies = 0;                ///< events that did not fit the replayed state
-  bool replay_matches_dump = true;            ///< replayed allocated at the end == dumped
+  int64_t alloc_events_in_marked_phases = 0;     ///< COUNT: allocs placed by oomtune's phase marks
+  int64_t alloc_events_with_user_metadata = 0;   ///< COUNT: allocs tagged by _set_memory_metadata()
+  int64_t alloc_events_in_compiled_regions = 0;  ///< COUNT: allocs with a compile_context
+  bool cpp_frames = false;                       ///< C++ frames in the stacks (stacks="all"): skipped
+  bool generated_frames = false;                 ///< torch.compile's generated code in the stacks: skipped
+  int64_t fx_traced_frames = 0;                  ///< COUNT: generated frames with their model source's stack
+  bool fx_frames_without_source = false;         ///< fx_generated__*.py frames with no fx_original_trace
+  int64_t forward_alloc_events = 0;              ///< COUNT: allocations in the forward phase
+  int64_t checkpointed_forward_allocs = 0;       ///< COUNT: of those, inside torch.utils.checkpoint
+  int64_t recomputed_backward_allocs = 0;        ///< COUNT: allocs in backward recomputing a checkpointed block
+  int64_t inconsistencies = 0;                   ///< events that did not fit the replayed state
+  bool replay_matches_dump = true;               ///< replayed allocated at the end == dumped
   int64_t dumped_allocated_bytes = 0;
   int64_t dumped_reserved_bytes = 0;
   std::string frames_note;  ///< why frames are missing, when they are
@@ -311,6 +320,7 @@ struct Diagnosis {
   std::vector<CaughtOom> caught_ooms;  ///< the others, in trace order (at most 64)
   Peak peak;
   std::vector<SiteBytes> oom_sites;  ///< alive at the last oom, biggest first (at most --top)
+  TaggedBytes oom_tags;              ///< alive at the last oom, by the blocks' tags (event_tags.h)
   std::vector<TimelinePoint> timeline;
   std::vector<LeakSuspect> leaks;
   PhaseNeed need;  ///< what the phase of the last oom still needed

@@ -30,6 +30,15 @@ json sites(const std::vector<SiteBytes>& v) {
   return a;
 }
 
+json tagged(const TaggedBytes& t) {
+  auto list = [](const std::vector<TagBytes>& v) {
+    json a = json::array();
+    for (const TagBytes& b : v) a.push_back({{"tag", b.tag}, {"bytes", b.bytes}, {"blocks", b.blocks}});
+    return a;
+  };
+  return json{{"user_metadata", list(t.user_metadata)}, {"compile_contexts", list(t.compile_contexts)}};
+}
+
 }  // namespace
 
 std::string render_json(const Diagnosis& d) {
@@ -61,6 +70,8 @@ std::string render_json(const Diagnosis& d) {
                 {"bytes_without_frames", t.bytes_without_frames},
                 {"frameless_inferred_backward", t.frameless_inferred_backward},
                 {"alloc_events_in_marked_phases", t.alloc_events_in_marked_phases},
+                {"alloc_events_with_user_metadata", t.alloc_events_with_user_metadata},
+                {"alloc_events_in_compiled_regions", t.alloc_events_in_compiled_regions},
                 {"cpp_frames", t.cpp_frames},
                 {"generated_frames", t.generated_frames},
                 {"fx_traced_frames", t.fx_traced_frames},
@@ -113,6 +124,8 @@ std::string render_json(const Diagnosis& d) {
                     {"layer", o.layer},
                     {"call_site", o.call_site},
                     {"model_forward", o.model_forward},
+                    {"user_metadata", o.user_metadata},
+                    {"compile_context", o.compile_context},
                     {"recomputing", o.recomputing},
                     {"inference", o.inference()},
                     {"inference_kind", inference_kind_name(o.inference_kind)},
@@ -146,13 +159,15 @@ std::string render_json(const Diagnosis& d) {
   }
   j["caught_ooms"] = caught;
   j["oom_sites"] = sites(d.oom_sites);
+  j["oom_tags"] = tagged(d.oom_tags);
   j["peak"] = {{"event_index", d.peak.event_index},
                {"time_us", d.peak.time_us},
                {"allocated_bytes", d.peak.allocated_bytes},
                {"reserved_bytes", d.peak.reserved_bytes},
                {"phase", phase_name(d.peak.phase)},
                {"alive", categories(d.peak.by_category)},
-               {"sites", sites(d.peak.sites)}};
+               {"sites", sites(d.peak.sites)},
+               {"tags", tagged(d.peak.tags)}};
   json leaks = json::array();
   for (const LeakSuspect& l : d.leaks) {
     leaks.push_back({{"site", site(l.site)},

@@ -50,6 +50,30 @@ void sites_table(std::string& out, const std::vector<SiteBytes>& sites, GroupBy 
   }
 }
 
+// The tables of live bytes by user metadata and by torch.compile region
+// (event_tags.h) `moment` ("at the peak"), for the kinds the trace has.
+void tags_tables(std::string& out, const TaggedBytes& tags, const std::string& moment) {
+  auto table = [&](const std::vector<TagBytes>& v, const char* by) {
+    if (v.empty()) return;
+    out += fmt::format("  alive {}, by {}:\n", moment, by);
+    for (const TagBytes& b : v) {
+      out += fmt::format("    {:>12}  {} ({} block{})\n", format_bytes(b.bytes), b.tag, b.blocks,
+                         b.blocks == 1 ? "" : "s");
+    }
+  };
+  table(tags.user_metadata, "user metadata (torch.cuda.memory._set_memory_metadata)");
+  table(tags.compile_contexts, "torch.compile region (_record_memory_history(compile_context=True))");
+}
+
+// "user metadata \"eval\"; in torch.compile region \"...\"" for a failing
+// call's tags, "" when it has none.
+std::string tags_of_call(const OomReport& o) {
+  std::vector<std::string> parts;
+  if (!o.user_metadata.empty()) parts.push_back(fmt::format("user metadata \"{}\"", o.user_metadata));
+  if (!o.compile_context.empty()) parts.push_back(fmt::format("in torch.compile region \"{}\"", o.compile_context));
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
 // What may have caught an out-of-memory error the run survived; "" when its
 // frames name nothing that does.
 std::string catcher_text(const CaughtOom& c) {
@@ -131,6 +155,7 @@ std::string render_text(const Diagnosis& d) {
                                                     : "",
                          o.layer.empty() ? "" : " at " + o.layer);
       if (!o.call_site.empty() && o.call_site != o.layer) out += fmt::format("    called from {}\n", o.call_site);
+      if (const std::string tags = tags_of_call(o); !tags.empty()) out += fmt::format("    tagged: {}\n", tags);
       out +=
           fmt::format("    allocated {}, reserved {}, reserved but unallocated {}\n", format_bytes(o.allocated_bytes),
                       format_bytes(o.reserved_bytes), format_bytes(o.reserved_free_bytes));
@@ -154,6 +179,7 @@ std::string render_text(const Diagnosis& d) {
                          d.group_by == GroupBy::kLayer ? "layer" : "call site");
       sites_table(out, d.oom_sites, d.group_by);
     }
+    tags_tables(out, d.oom_tags, "at the last out-of-memory");
   }
 
   if (!d.caught_ooms.empty()) {
@@ -183,6 +209,7 @@ std::string render_text(const Diagnosis& d) {
     out += fmt::format("  alive at the peak, by {}:\n", d.group_by == GroupBy::kLayer ? "layer" : "call site");
     sites_table(out, d.peak.sites, d.group_by);
   }
+  tags_tables(out, d.peak.tags, "at the peak");
   const int64_t with_frames = d.trace.allocated_before_trace_with_frames_bytes;
   out += fmt::format(
       "  iterations seen: {}; {}: {}{}\n", d.trace.iterations,

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -93,6 +95,8 @@ enum Field : int {
   kFAddr,
   kFTimeUs,
   kFDeviceFree,
+  kFCompileContext,
+  kFUserMetadata,
   // frame
   kFFilename,
   kFName,
@@ -122,6 +126,8 @@ constexpr std::pair<std::string_view, Field> kFieldNames[] = {
     {"addr", kFAddr},
     {"time_us", kFTimeUs},
     {"device_free", kFDeviceFree},
+    {"compile_context", kFCompileContext},
+    {"user_metadata", kFUserMetadata},
     {"filename", kFFilename},
     {"name", kFName},
     {"line", kFLine},
@@ -168,6 +174,63 @@ TraceAction action_named(std::string_view text) {
   return a;
 }
 
+/// A string's or bytes' text; "" for any other value.
+std::string_view text_or_empty(const ValueStore& s, ValueRef v) {
+  const ValueKind k = s.kind(v);
+  return k == ValueKind::kString || k == ValueKind::kBytes ? s.as_text(v) : std::string_view();
+}
+
+/// The values of an event's tag keys as read (None when absent), for
+/// TagTable::note.
+struct TagRefs {
+  ValueRef compile_context;
+  ValueRef user_metadata;
+  bool operator==(const TagRefs& o) const {
+    return compile_context == o.compile_context && user_metadata == o.user_metadata;
+  }
+};
+
+/// Numbers the distinct EventTags of a snapshot and keeps each trace's runs
+/// (Snapshot::event_tags, tag_runs). A value that is no string counts as
+/// none: the tag only labels events, nothing is computed from it.
+class TagTable {
+  struct TagText {
+    std::string_view compile_context;
+    std::string_view user_metadata;
+  };
+
+ public:
+  /// Event `event` of the trace whose runs are `runs` has the tag whose
+  /// values in `s` are `refs`; `last` holds the refs of the trace's event
+  /// before (None, None before its first). Events are noted in order.
+  void note(const ValueStore& s, std::vector<TagRun>& runs, size_t event, TagRefs refs, TagRefs* last) {
+    if (refs == *last) return;  // the same values: the same tag (most events share both with the one before)
+    *last = refs;
+    TagText text{text_or_empty(s, refs.compile_context), text_or_empty(s, refs.user_metadata)};
+    if (text.compile_context == "N/A") text.compile_context = {};  // PyTorch's "none"
+    const uint32_t current = runs.empty() ? 0 : runs.back().tag;
+    const EventTag& now = tags_[current];
+    if (now.compile_context == text.compile_context && now.user_metadata == text.user_metadata) return;
+    runs.push_back(TagRun{event, id_of(text)});
+  }
+  /// The table, [0] the empty tag; the TagTable is empty afterwards.
+  std::vector<EventTag> take() { return std::exchange(tags_, {EventTag{}}); }
+
+ private:
+  uint32_t id_of(TagText text) {
+    const std::pair<std::string, std::string> key{text.compile_context, text.user_metadata};
+    auto it = ids_.find(key);
+    if (it != ids_.end()) return it->second;
+    const auto id = static_cast<uint32_t>(tags_.size());
+    tags_.push_back(EventTag{key.first, key.second});
+    ids_.emplace(key, id);
+    return id;
+  }
+
+  std::vector<EventTag> tags_{EventTag{}};
+  std::map<std::pair<std::string, std::string>, uint32_t> ids_{{{"", ""}, 0}};
+};
+
 /// Reads one trace event, a dict of the keys of PyTorch's TraceEntry
 /// (CUDACachingAllocator.h; torch/cuda/_memory_viz.py reads the same). The
 /// one place that says which key sets which TraceEvent field, for both reads:
@@ -176,9 +239,10 @@ TraceAction action_named(std::string_view text) {
 /// path; giving up, so that a plain read says it). `for_each_pair(fn)` calls
 /// fn(Field, ValueRef value) for each key. Rules has action, address, bytes,
 /// stream, time_us, device_free and frames (ValueRef -> the field's value)
-/// and repeated(Field) for a key given twice (the last value counts).
+/// and repeated(Field) for a key given twice (the last value counts). The tag's
+/// values go to `tag`.
 template <typename Rules, typename ForEachPair>
-TraceEvent read_trace_event(Rules& rules, ForEachPair&& for_each_pair) {
+TraceEvent read_trace_event(Rules& rules, TagRefs* tag, ForEachPair&& for_each_pair) {
   TraceEvent e;
   int64_t device_free = -1;
   uint32_t seen = 0;
@@ -204,6 +268,12 @@ TraceEvent read_trace_event(Rules& rules, ForEachPair&& for_each_pair) {
         break;
       case kFFrames:
         e.frames = rules.frames(v);
+        break;
+      case kFCompileContext:
+        tag->compile_context = v;
+        break;
+      case kFUserMetadata:
+        tag->user_metadata = v;
         break;
       default:
         return;  // keys the model does not read
@@ -233,6 +303,8 @@ class TraceStream : public ItemSink {
     std::vector<int64_t> streams;                      // stream values, first seen first
     std::unordered_map<int64_t, uint16_t> stream_ids;  // value -> 1 + index in streams
     uint16_t last_stream = 0;
+    std::vector<TagRun> tag_runs;  // numbered by TraceStream::tags()
+    TagRefs last_tag;              // the last event's, for TagTable::note
     bool saw_time_us = false;
     bool delivered = false;            // moved out by the Builder
     int64_t bytes_left_at_first = -1;  // input left when item 0 was opened
@@ -255,10 +327,16 @@ class TraceStream : public ItemSink {
   void set_items(const ValueStore& s, size_t item, const ValueRef* pairs, size_t count) override {
     Trace& t = traces_.back();
     EventRules rules{*this, s, t};
-    t.events[item] = read_trace_event(rules, [&](auto&& fn) {
+    TagRefs tag;
+    t.events[item] = read_trace_event(rules, &tag, [&](auto&& fn) {
       for (size_t i = 0; i + 1 < count; i += 2) fn(fields_.of(s, pairs[i]), pairs[i + 1]);
     });
+    tags_.note(s, t.tag_runs, item, tag, &t.last_tag);
   }
+
+  /// The tags of the events streamed so far; the Builder goes on numbering
+  /// with it.
+  TagTable& tags() { return tags_; }
 
   /// True once a list was claimed (placeholders may have been made).
   bool claimed_any() const { return !traces_.empty(); }
@@ -354,6 +432,7 @@ class TraceStream : public ItemSink {
   FieldCache fields_;
   std::vector<std::pair<uint32_t, TraceAction>> action_cache_;
   std::vector<Trace> traces_;
+  TagTable tags_;
 };
 
 class Builder {
@@ -415,6 +494,7 @@ class Builder {
     for (auto& trace : out_.device_traces) {
       if (read_completions_as_requests(trace)) out_.free_requested_skipped = true;
     }
+    out_.event_tags = tags().take();
     return std::move(out_);
   }
 
@@ -746,11 +826,17 @@ class Builder {
         return;
       }
       std::vector<TraceEvent> events;
+      std::vector<TagRun> runs;
+      TagRefs last_tag;
       events.reserve(s_.size(trace));
       advise_huge_pages(events.data(), events.capacity() * sizeof(TraceEvent));
-      int64_t i = 0;
-      s_.for_each_item(trace, [&](ValueRef e) { events.push_back(read_event(e, tp.item(i++))); });
+      s_.for_each_item(trace, [&](ValueRef e) {
+        TagRefs tag;
+        events.push_back(read_event(e, tp.item(static_cast<int64_t>(events.size())), &tag));
+        tags().note(s_, runs, events.size() - 1, tag, &last_tag);
+      });
       out_.device_traces.push_back(std::move(events));
+      out_.tag_runs.push_back(std::move(runs));
     });
   }
 
@@ -763,6 +849,7 @@ class Builder {
     }
     t->delivered = true;
     std::vector<TraceEvent> events = std::move(t->events);
+    out_.tag_runs.push_back(std::move(t->tag_runs));
     if (t->saw_time_us) saw_time_us_ = true;
     for (size_t i = 0; i < events.size(); ++i) {
       TraceEvent& e = events[i];
@@ -817,12 +904,15 @@ class Builder {
     void repeated(Field) {}
   };
 
-  TraceEvent read_event(ValueRef v, const Path& path) {
+  TraceEvent read_event(ValueRef v, const Path& path, TagRefs* tag) {
     expect(v, ValueKind::kDict, path);
     EventRules rules{*this, path};
     return read_trace_event(
-        rules, [&](auto&& fn) { s_.for_each_pair(v, [&](ValueRef k, ValueRef val) { fn(field_of(k), val); }); });
+        rules, tag, [&](auto&& fn) { s_.for_each_pair(v, [&](ValueRef k, ValueRef val) { fn(field_of(k), val); }); });
   }
+
+  /// The stream's table when there is one (its traces were numbered there).
+  TagTable& tags() { return stream_ != nullptr ? stream_->tags() : own_tags_; }
 
   /// roundup_power2_divisions entry: 0 (off) or a power of two up to 2^16
   /// (AllocatorConfig.cpp requires a power of two).
@@ -898,9 +988,18 @@ class Builder {
   bool saw_history_ = false;
   bool saw_block_address_ = false;
   bool saw_time_us_ = false;
+  TagTable own_tags_;  // without a stream
 };
 
 }  // namespace
+
+uint32_t Snapshot::tag_of(size_t device, size_t event) const {
+  if (device >= tag_runs.size()) return 0;
+  const std::vector<TagRun>& runs = tag_runs[device];
+  auto after = std::upper_bound(runs.begin(), runs.end(), event,
+                                [](size_t e, const TagRun& run) { return e < run.first_event; });
+  return after == runs.begin() ? 0 : std::prev(after)->tag;
+}
 
 const char* action_name(TraceAction action) {
   switch (action) {

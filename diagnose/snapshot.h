@@ -17,8 +17,8 @@
 //     segments gain segment_pool_id, is_expandable, frames; trace actions
 //     segment_map / segment_unmap (expandable segments).
 //   - 2.2–2.3: trace entries gain time_us.
-//   - 2.4+: `allocator_settings`; 2.5+: `external_annotations`; 2.6+:
-//     compile_context / user_metadata on trace entries (ignored here).
+//   - 2.4+: `allocator_settings`; 2.5+: `external_annotations`; later 2.x:
+//     compile_context / user_metadata on trace entries (EventTag).
 // Missing optional keys take their defaults; a key of the wrong type is an
 // error naming its path, e.g. "segments[3].blocks[7].size: expected int,
 // got str".
@@ -109,6 +109,28 @@ struct TraceEvent {
 /// is released for reuse at free_requested.
 bool records_free_completed(const std::vector<TraceEvent>& trace);
 
+/// What a trace entry records besides its frames (TraceEntry's
+/// compile_context_ and user_metadata_; every entry of the PyTorch 2.11
+/// recordings in tests/fixtures/snapshots/h200_recorded/ has both keys).
+struct EventTag {
+  /// The torch.compile region that was running, as its profiler annotation
+  /// names it ("Torch-Compiled Region: 0/0", torch/_dynamo/convert_frame.py),
+  /// recorded with _record_memory_history(compile_context=True); "" for
+  /// PyTorch's "N/A" (none running, or not recorded).
+  std::string compile_context;
+  /// What torch.cuda.memory._set_memory_metadata() last set ("" when unset).
+  std::string user_metadata;
+
+  bool empty() const { return compile_context.empty() && user_metadata.empty(); }
+};
+
+/// From event `first_event` of a device's trace up to the next run, the
+/// events carry Snapshot::event_tags[tag].
+struct TagRun {
+  size_t first_event = 0;
+  uint32_t tag = 0;
+};
+
 /// PYTORCH_CUDA_ALLOC_CONF as recorded in the snapshot (2.4+).
 struct AllocatorSettings {
   bool present = false;         ///< false for layouts without allocator_settings
@@ -164,9 +186,20 @@ struct Snapshot {
   /// 2.11): its free_completed events were read as free_requested.
   bool free_requested_skipped = false;
   int64_t file_bytes = 0;  ///< size of the pickle read
+  /// Distinct tags of the trace events; [0] is the empty one.
+  std::vector<EventTag> event_tags{EventTag{}};
+  /// Per device trace (as device_traces), its events' tags as runs in event
+  /// order; empty where every event's tag is empty (events before the first
+  /// run have tag 0).
+  std::vector<std::vector<TagRun>> tag_runs;
 
   /// The frames of a stack, innermost first.
   const std::vector<uint32_t>& stack(StackId id) const { return stacks[id]; }
+  /// The tag of event `event` of device trace `device`: an index into
+  /// event_tags (0: none). O(log runs).
+  uint32_t tag_of(size_t device, size_t event) const;
+  /// True when some trace event carries a non-empty tag.
+  bool has_event_tags() const { return event_tags.size() > 1; }
 };
 
 /// Builds the model from a parsed pickle. Throws SnapshotError naming `name`

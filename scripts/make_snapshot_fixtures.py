@@ -64,6 +64,9 @@ Files written (each < 200 KB):
                         then the second iteration's forward out of memory:
                         expandable segments serve the whole forward (the first
                         fix, fragmentation the first verdict)
+  tagged_step_oom.pickle  compiled_step_oom's run tagged by user metadata
+                        ("load", "train step N") and compile region (the
+                        forward in "Torch-Compiled Region: 0/0")
   compare_seq_1x.pickle, compare_seq_2x.pickle  a Llama-like forward whose
                         sequence doubles: activations x2, modeling_llama.py:161
                         grows most
@@ -258,6 +261,10 @@ class Sim:
         self.time_us = 1_700_000_000_000_000
         self.recording = True
         self.annotations = []  # external_annotations (v2_11)
+        # What the next events record as compile_context and user_metadata
+        # (v2_11): PyTorch's "N/A" and "" unless a scenario sets them.
+        self.compile_context = "N/A"
+        self.user_metadata = ""
 
     def reserved(self):
         return sum(s["size"] for s in self.segments)
@@ -272,6 +279,7 @@ class Sim:
             e["device_free"] = device_free
         else:
             e["addr"] = addr
+        e["_tags"] = (self.compile_context, self.user_metadata)
         self.trace.append(e)
 
     def mark(self, phase, stage):
@@ -412,11 +420,12 @@ class Sim:
         trace = []
         for e in self.trace:
             e = dict(e)
+            compile_context, user_metadata = e.pop("_tags")
             if layout in ("v2_0", "v2_1"):
                 del e["time_us"]
             if layout == "v2_11":
-                e["compile_context"] = "N/A"
-                e["user_metadata"] = ""
+                e["compile_context"] = compile_context
+                e["user_metadata"] = user_metadata
             trace.append(e)
         out = {"segments": segments, "device_traces": [trace]}
         if layout in ("v2_4", "v2_11"):
@@ -1305,6 +1314,36 @@ def compiled_step_oom():
     return sim
 
 
+def tagged_step_oom():
+    """compiled_step_oom's run as a script that tags it: user metadata
+    (torch.cuda.memory._set_memory_metadata) "load" while the parameters
+    are made, then "train step N" for each iteration, and the compile
+    region recorded (_record_memory_history(compile_context=True)) around
+    each compiled forward, "Torch-Compiled Region: 0/0"
+    (torch/_dynamo/convert_frame.py names it so); backward runs outside it.
+    At the out-of-memory: "load" 4 x 8 MiB, "train step 0" 4 x 8 MiB (the
+    gradients), "train step 1" 3 x 16 MiB (its activations, in the region)."""
+    sim = Sim(cap=128 * MIB)
+    sim.user_metadata = "load"
+    params = [sim.malloc(8 * MIB, param_frames()) for _ in range(4)]
+    grads = []
+    try:
+        for step in range(2):
+            sim.user_metadata = f"train step {step}"
+            sim.compile_context = "Torch-Compiled Region: 0/0"
+            acts = [sim.malloc(16 * MIB, compiled_fwd(133 + k)) for k in range(4)]
+            tmp = sim.malloc(4 * MIB, compiled_fwd(140))
+            sim.free(tmp, compiled_fwd(140))
+            sim.compile_context = "N/A"
+            for a in reversed(acts):
+                if len(grads) < len(params):
+                    grads.append(sim.malloc(8 * MIB, compiled_bwd(210)))
+                sim.free(a, compiled_bwd(215))
+    except OutOfMemory:
+        pass
+    return sim
+
+
 # C/C++ frames as stacks="all" (_record_memory_history's default) records
 # them beside the Python ones: addr2line's function name, its file "??" or
 # "" where the library has no line table (torch/csrc/profiler/unwind/
@@ -1410,6 +1449,7 @@ def main():
     write(os.path.join(out, "hf_gpt2_eval_outputs_oom.pickle"), gpt2_eval_outputs_oom().dump("v2_11"), 4)
     write(os.path.join(out, "hf_gpt2_eval_forward_oom.pickle"), gpt2_eval_outputs_oom(160 * MIB).dump("v2_11"), 4)
     write(os.path.join(out, "compiled_step_oom.pickle"), compiled_step_oom().dump("v2_11"), 4)
+    write(os.path.join(out, "tagged_step_oom.pickle"), tagged_step_oom().dump("v2_11"), 4)
     write(os.path.join(out, "backward_peak_stacks_all.pickle"), stacks_all(backward_peak().dump("v2_11")), 4)
     write(os.path.join(out, "hf_bert_forward_oom_stacks_all.pickle"), stacks_all(hf_bert_forward_oom().dump("v2_11")),
           4)

@@ -32,7 +32,11 @@ trace at the failing allocation's index, as on the CPU (the runs make the
 same requests in the same order).
 
 With --compile the snapshots are taken with augment_with_fx_traces=True,
-as record_cpu_snapshot.py augments its own (not run on a GPU yet).
+as record_cpu_snapshot.py augments its own, the history is recorded with
+compile_context=True (each event's torch.compile region), and each phase
+sets torch.cuda.memory._set_memory_metadata("PHASE step N"), so that the
+snapshot holds both tags PyTorch 2.11 can record (diagnose/event_tags.h;
+not run on a GPU yet).
 
 Exit 0 with the snapshot, 1 when no cap fails there, 2 on bad arguments or
 without a CUDA device, 77 without transformers.
@@ -132,11 +136,16 @@ def run(args, torch, device, ids, cap=None, history=True):
     torch.cuda.reset_peak_memory_stats(device)
     marks = []
 
+    tag = args.compile and hasattr(torch.cuda.memory, "_set_memory_metadata")
+
     def mark(phase, step):
         marks.append((phase, step, torch.cuda.memory_stats(device).get("allocation.all.allocated", 0)))
+        if tag:
+            torch.cuda.memory._set_memory_metadata(f"{phase} step {step}")
 
     if history:
-        torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python", clear_history=True)
+        torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python", clear_history=True,
+                                                 compile_context=args.compile)
     parameter_bytes = snapshot = None
     try:
         # The parameters made on the device in the model's own __init__, as
@@ -153,6 +162,8 @@ def run(args, torch, device, ids, cap=None, history=True):
         if history:
             snapshot = torch.cuda.memory._snapshot(augment_with_fx_traces=args.compile)
     finally:
+        if tag:
+            torch.cuda.memory._set_memory_metadata("")
         if history:
             torch.cuda.memory._record_memory_history(enabled=None)
     return parameter_bytes, marks, snapshot, torch.cuda.max_memory_reserved(device)

@@ -13,7 +13,7 @@
 namespace oomtune::diagnose::testing {
 
 /// One line per record: layout, settings, frames, stacks, streams, segments
-/// with their blocks, then every trace event.
+/// with their blocks, every trace event, then the events' tags and their runs.
 inline std::string snapshot_dump(const Snapshot& s) {
   std::string out = fmt::format(
       "layout {} annotations {} block_frames {} fx_traced_frames {} free_requested_skipped {} file_bytes {}\n",
@@ -39,6 +39,12 @@ inline std::string snapshot_dump(const Snapshot& s) {
     for (const TraceEvent& e : s.device_traces[d]) {
       out += fmt::format("  {} {} {} {} {} {}\n", action_name(e.action), e.addr, e.size, e.time_us, e.frames, e.stream);
     }
+  }
+  for (const EventTag& t : s.event_tags) out += fmt::format("tag '{}' '{}'\n", t.compile_context, t.user_metadata);
+  for (size_t d = 0; d < s.tag_runs.size(); ++d) {
+    out += fmt::format("tag runs {}:", d);
+    for (const TagRun& r : s.tag_runs[d]) out += fmt::format(" {}:{}", r.first_event, r.tag);
+    out += "\n";
   }
   return out;
 }
