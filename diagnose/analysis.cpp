@@ -47,6 +47,25 @@ namespace {
 
 namespace ar = alloc_rules;
 
+// Note [Private memory pools]
+// Rationale: CUDA graphs allocate from a private memory pool of their own
+// (torch.cuda.graph, torch.compile's mode="reduce-overhead" CUDA graph
+// trees), and torch.cuda.MemPool makes one on request; the caching
+// allocator serves each request from the pool it targets only
+// (CUDACachingAllocator.cpp, get_pool), and keeps a live graph's pool
+// reserved. The free blocks of private pools counted as free for any
+// request read as fragmentation (free memory, no block fits) or left a
+// free block "large enough" beside a request that failed.
+// Approach: the dump names each segment's pool (segment_pool_id, (0, 0)
+// the default one; replay.h). An out-of-memory's free figures count the
+// default pool's ranges only, unless its frames show a CUDA graph being
+// recorded (then the request targeted a private pool, and all ranges
+// count as before); the private pools' segments, reserved and free bytes
+// are reported beside them (the private_pools verdict and fix).
+// Limits: a segment freed before the dump has no pool on record (default);
+// a MemPool made with use_on_oom=True serves other requests when they
+// fail (torch/cuda/memory.py, MemPool): not modelled.
+
 /// fn() on a thread of its own, or on this one at get() when none can start.
 template <typename Fn>
 auto run_beside(Fn fn) -> std::future<decltype(fn())> {
@@ -539,10 +558,18 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       o.allocated_bytes = replay.allocated_bytes();
       o.reserved_bytes = replay.reserved_bytes();
       const ar::Pool pool = o.large_pool ? ar::Pool::kLarge : ar::Pool::kSmall;
-      o.pool_free_bytes = replay.free_bytes(pool);
-      o.reserved_free_bytes = replay.free_bytes(ar::Pool::kLarge) + replay.free_bytes(ar::Pool::kSmall);
-      o.largest_free_block_bytes = replay.largest_free_block(pool);
-      o.fully_free_segment_bytes = replay.fully_free_segment_bytes();
+      // Note [Private memory pools]
+      o.private_pool_segments = replay.private_pool_segments();
+      o.private_pool_reserved_bytes = replay.private_pool_reserved_bytes();
+      o.private_pool_free_bytes = replay.free_bytes(ar::Pool::kLarge, PoolScope::kPrivatePools) +
+                                  replay.free_bytes(ar::Pool::kSmall, PoolScope::kPrivatePools);
+      o.captures_cuda_graph = frames.captures_cuda_graph(e.frames);
+      const PoolScope usable =
+          o.private_pool_segments > 0 && !o.captures_cuda_graph ? PoolScope::kDefaultPool : PoolScope::kAll;
+      o.pool_free_bytes = replay.free_bytes(pool, usable);
+      o.reserved_free_bytes = replay.free_bytes(ar::Pool::kLarge, usable) + replay.free_bytes(ar::Pool::kSmall, usable);
+      o.largest_free_block_bytes = replay.largest_free_block(pool, usable);
+      o.fully_free_segment_bytes = replay.fully_free_segment_bytes(usable);
       o.fragmentation = o.reserved_free_bytes >= o.requested_bytes && o.largest_free_block_bytes < o.rounded_bytes;
       o.memory_cap = refused_by_cap;
       if (o.memory_cap) {

@@ -63,7 +63,18 @@ struct OomReport {
   int64_t pool_free_bytes = 0;           ///< free bytes in the request's pool
   int64_t largest_free_block_bytes = 0;  ///< in the request's pool
   int64_t fully_free_segment_bytes = 0;
-  bool fragmentation = false;  ///< reserved_free >= request but no free block fits
+  /// Private memory pools (CUDA graphs' pools, torch.cuda.MemPool; replay.h)
+  /// then: their segments, reserved and free bytes. When the failing call
+  /// was no CUDA graph capture (captures_cuda_graph), the free figures above
+  /// (reserved_free, pool_free, largest_free_block, fully_free_segment)
+  /// leave them out: an ordinary request cannot use them, and neither
+  /// empty_cache nor garbage collection returns a live graph's pool (Note
+  /// [Private memory pools]).
+  int64_t private_pool_segments = 0;
+  int64_t private_pool_reserved_bytes = 0;
+  int64_t private_pool_free_bytes = 0;
+  bool captures_cuda_graph = false;  ///< the failing call recorded a CUDA graph (FrameIndex::captures_cuda_graph)
+  bool fragmentation = false;        ///< reserved_free >= request but no free block fits
   /// CUDA had room for the segment (device_free >= segment_bytes), so the
   /// caching allocator's own cap refused it: set_per_process_memory_fraction
   /// makes alloc_block fail when reserved + segment > the cap, before any

@@ -24,6 +24,7 @@ constexpr FixKind kFixes[kNumFixes] = {
     {FixId::kCheckpointingOn, "activation_checkpointing_on", "activation checkpointing (on)", FixTarget::kNone, 12},
     {FixId::kEvalAccumulation, "eval_accumulation_steps", "eval_accumulation_steps", FixTarget::kEvalOutputs, 0},
     {FixId::kFusedOptimizer, "fused_optimizer", "fused=True", FixTarget::kOptimizerState, 1},
+    {FixId::kPrivatePools, "private_pools", "no CUDA graphs", FixTarget::kPrivatePools, 6},
 };
 
 // The rows follow the enum, so a kind is found by its value.

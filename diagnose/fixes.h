@@ -14,7 +14,8 @@
 // precision of the optimizer state; half the micro-batch with twice the
 // accumulation keeps the global batch but runs more, smaller steps;
 // activation checkpointing recomputes the forward (+24% to +48% step
-// time, docs/checkpointing.md); offloading the optimizer moves its states
+// time, docs/checkpointing.md), and so, about, does running without CUDA
+// graphs (each kernel launched from the host again); offloading the optimizer moves its states
 // and step to the host every step (the slowest).
 
 #include <cstdint>
@@ -38,11 +39,20 @@ enum class FixId : uint8_t {
   kCheckpointingOn,   ///< activation checkpointing is already on: nothing to turn on
   kEvalAccumulation,  ///< Hugging Face eval_accumulation_steps: evaluation outputs to the CPU every K steps
   kFusedOptimizer,    ///< fused=True: the optimizer's arithmetic without the foreach implementation's temporaries
+  kPrivatePools,      ///< no CUDA graphs (or their pools freed): their private pools' free memory usable again
 };
-constexpr int kNumFixes = 15;
+constexpr int kNumFixes = 16;
 
 /// What a fix reduces; fixes of one target are alternatives, not added up.
-enum class FixTarget : uint8_t { kLeak, kFragmentation, kActivations, kOptimizerState, kEvalOutputs, kNone };
+enum class FixTarget : uint8_t {
+  kLeak,
+  kFragmentation,
+  kActivations,
+  kOptimizerState,
+  kEvalOutputs,
+  kPrivatePools,
+  kNone
+};
 
 /// A row of the fix table.
 struct FixKind {

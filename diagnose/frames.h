@@ -267,6 +267,11 @@ class FrameIndex {
   /// a CUDA run allocates the output and then cuDNN's workspace
   /// (caught_oom.h). Walks the stack on each call.
   bool runs_convolution(StackId stack) const;
+  /// True when the stack records a CUDA graph, whose allocations come from
+  /// the graph's private memory pool: torch.cuda.graph's capture
+  /// (torch/cuda/graphs.py) or torch.compile's CUDA graph trees recording
+  /// (torch/_inductor/cudagraph_trees.py). Walks the stack on each call.
+  bool captures_cuda_graph(StackId stack) const;
   /// The batch-size finder the stack runs under, outermost frames too; kNone
   /// for none. Walks the stack on each call.
   BatchSizeFinder batch_size_finder(StackId stack) const;
@@ -296,6 +301,7 @@ class FrameIndex {
   std::vector<uint8_t> frame_default_device_;  // torch/utils/_device.py's __torch_function__
   std::vector<uint8_t> frame_loads_weights_;   // from_pretrained's loading (rules above)
   std::vector<uint8_t> frame_convolution_;     // runs_convolution
+  std::vector<uint8_t> frame_graph_capture_;   // captures_cuda_graph
   std::vector<BatchSizeFinder> frame_batch_size_finder_;
   std::vector<Phase> stack_phase_;
   std::vector<int64_t> stack_layer_;

@@ -592,6 +592,24 @@ void recommend(Diagnosis& d) {
           base + temporaries, fmt::format("all optimizer state ({} {}){}", format_bytes(base), what, and_temporaries)});
   }
 
+  // Note [Private memory pools]
+  if (oom && !oom->captures_cuda_graph && oom->private_pool_free_bytes > 0) {
+    out.push_back(Recommendation{
+        FixId::kPrivatePools,
+        "Run without CUDA graphs, or free their pools: torch.compile(mode=\"max-autotune-no-cudagraphs\") "
+        "(or the default mode) instead of \"reduce-overhead\"; del graphs no longer replayed "
+        "(torch._dynamo.reset() for compiled ones); release a torch.cuda.MemPool no longer used",
+        fmt::format("{} was reserved in {} segment{} of private memory pools at the out-of-memory, {} of it free, "
+                    "which the rest of the program cannot use. Without CUDA graphs (+launch overhead: each kernel "
+                    "launched from the host again) their tensors come from the default pool, where freed memory "
+                    "serves every request.",
+                    format_bytes(oom->private_pool_reserved_bytes), oom->private_pool_segments,
+                    oom->private_pool_segments == 1 ? "" : "s", format_bytes(oom->private_pool_free_bytes)),
+        oom->private_pool_free_bytes,
+        "the private pools' free bytes at the out-of-memory; what their graphs keep allocated is needed either "
+        "way"});
+  }
+
   if (oom && oom->memory_cap) {
     no_effect.push_back(Recommendation{
         FixId::kMemoryCap, "Raise or remove torch.cuda.set_per_process_memory_fraction, if the cap is not deliberate",

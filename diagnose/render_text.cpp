@@ -165,6 +165,16 @@ std::string render_text(const Diagnosis& d) {
                          o.device_free_bytes >= 0
                              ? fmt::format("; CUDA reported {} free on the device", format_bytes(o.device_free_bytes))
                              : "");
+      if (o.private_pool_segments > 0) {
+        out += fmt::format(
+            "    private memory pools (CUDA graphs, torch.cuda.MemPool): {} segment{}, {} reserved, {} free{}\n",
+            o.private_pool_segments, o.private_pool_segments == 1 ? "" : "s",
+            format_bytes(o.private_pool_reserved_bytes), format_bytes(o.private_pool_free_bytes),
+            o.captures_cuda_graph
+                ? " (the failing call recorded a CUDA graph, so it asked a private pool: the free figures above "
+                  "count every pool)"
+                : " (none of it usable by this request: the free figures above are the default pool's)");
+      }
       if (o.memory_cap)
         out += fmt::format("    the device had room for the segment: this process's memory cap was the limit ({})\n",
                            cap_bounds_text(o));

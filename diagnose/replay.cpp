@@ -31,7 +31,9 @@ Replay::Replay(const Snapshot& snapshot, int device, const ar::AllocatorConfig& 
   for (const Segment& s : snapshot.segments) {
     if (s.device == device || snapshot.device_traces.size() <= 1) segments.push_back(&s);
   }
-  for (const Segment* s : segments) add_range(s->address, s->total_size, s->is_large, s->is_expandable);
+  for (const Segment* s : segments) {
+    add_range(s->address, s->total_size, s->is_large, s->is_expandable, s->in_private_pool());
+  }
   for (size_t i = trace.size(); i-- > 0;) {
     const TraceEvent& e = trace[i];
     switch (e.action) {
@@ -41,7 +43,8 @@ Replay::Replay(const Snapshot& snapshot, int device, const ar::AllocatorConfig& 
         break;
       case TraceAction::kSegmentFree:
       case TraceAction::kSegmentUnmap:
-        add_range(e.addr, e.size, pool_of_range_is_large(e.addr, e.size), e.action == TraceAction::kSegmentUnmap);
+        add_range(e.addr, e.size, pool_of_range_is_large(e.addr, e.size), e.action == TraceAction::kSegmentUnmap,
+                  range_is_private(e.addr));
         break;
       default:
         break;
@@ -122,25 +125,36 @@ Replay::Replay(const Snapshot& snapshot, int device, const ar::AllocatorConfig& 
   initial_reserved_ = reserved_;
 }
 
-bool Replay::pool_of_range_is_large(int64_t addr, int64_t size) const {
+const Segment* Replay::dumped_segment_at(int64_t addr) const {
   for (const Segment& s : snapshot_.segments) {
-    if (addr >= s.address && addr < s.address + s.total_size) return s.is_large;
+    if (addr >= s.address && addr < s.address + s.total_size) return &s;
   }
+  return nullptr;
+}
+
+bool Replay::pool_of_range_is_large(int64_t addr, int64_t size) const {
+  if (const Segment* s = dumped_segment_at(addr)) return s->is_large;
   // A small-pool segment is exactly kSmallBuffer (get_allocation_size()).
   return size != ar::kSmallBuffer;
 }
 
-void Replay::add_range(int64_t addr, int64_t size, bool is_large, bool expandable) {
+bool Replay::range_is_private(int64_t addr) const {
+  const Segment* s = dumped_segment_at(addr);
+  return s != nullptr && s->in_private_pool();
+}
+
+void Replay::add_range(int64_t addr, int64_t size, bool is_large, bool expandable, bool private_pool) {
   if (size <= 0) return;
   remove_range(addr, size);  // never double-count an overlap
-  ranges_[addr] = ReservedRange{size, is_large, expandable};
+  ranges_[addr] = ReservedRange{size, is_large, expandable, private_pool};
   reserved_ += size;
   if (!expandable) return;
   // Expandable mappings that touch form one segment.
   auto it = ranges_.find(addr);
   if (it != ranges_.begin()) {
     auto prev = std::prev(it);
-    if (prev->second.is_expandable && prev->first + prev->second.size == addr && prev->second.is_large == is_large) {
+    if (prev->second.is_expandable && prev->first + prev->second.size == addr && prev->second.is_large == is_large &&
+        prev->second.private_pool == private_pool) {
       prev->second.size += it->second.size;
       ranges_.erase(it);
       it = prev;
@@ -148,7 +162,7 @@ void Replay::add_range(int64_t addr, int64_t size, bool is_large, bool expandabl
   }
   auto next = std::next(it);
   if (next != ranges_.end() && next->second.is_expandable && it->first + it->second.size == next->first &&
-      next->second.is_large == it->second.is_large) {
+      next->second.is_large == it->second.is_large && next->second.private_pool == it->second.private_pool) {
     it->second.size += next->second.size;
     ranges_.erase(next);
   }
@@ -170,11 +184,11 @@ void Replay::remove_range(int64_t addr, int64_t size) {
     it = ranges_.erase(it);
     reserved_ -= r.size;
     if (r_begin < addr) {
-      ranges_[r_begin] = ReservedRange{addr - r_begin, r.is_large, r.is_expandable};
+      ranges_[r_begin] = ReservedRange{addr - r_begin, r.is_large, r.is_expandable, r.private_pool};
       reserved_ += addr - r_begin;
     }
     if (r_end > end) {
-      ranges_[end] = ReservedRange{r_end - end, r.is_large, r.is_expandable};
+      ranges_[end] = ReservedRange{r_end - end, r.is_large, r.is_expandable, r.private_pool};
       reserved_ += r_end - end;
       it = ranges_.upper_bound(end);
     }
@@ -278,10 +292,10 @@ void Replay::apply(size_t index) {
       break;
     }
     case TraceAction::kSegmentAlloc:
-      add_range(e.addr, e.size, pool_of_range_is_large(e.addr, e.size), false);
+      add_range(e.addr, e.size, pool_of_range_is_large(e.addr, e.size), false, range_is_private(e.addr));
       break;
     case TraceAction::kSegmentMap:
-      add_range(e.addr, e.size, pool_of_range_is_large(e.addr, e.size), true);
+      add_range(e.addr, e.size, pool_of_range_is_large(e.addr, e.size), true, range_is_private(e.addr));
       break;
     case TraceAction::kSegmentFree:
     case TraceAction::kSegmentUnmap: {
@@ -310,12 +324,16 @@ int64_t Replay::reserved_bytes(ar::Pool pool) const {
 }
 
 namespace {
-/// Calls fn(gap_bytes, range) for each free gap in ranges of one pool.
+bool in_scope(const ReservedRange& r, PoolScope scope) {
+  return scope == PoolScope::kAll || r.private_pool == (scope == PoolScope::kPrivatePools);
+}
+
+/// Calls fn(gap_bytes, range) for each free gap in ranges of one pool within `scope`.
 template <typename Fn>
 void for_each_gap(const std::map<int64_t, ReservedRange>& ranges, const std::map<int64_t, LiveBlock>& live,
-                  ar::Pool pool, Fn&& fn) {
+                  ar::Pool pool, PoolScope scope, Fn&& fn) {
   for (const auto& [addr, r] : ranges) {
-    if (r.is_large != (pool == ar::Pool::kLarge)) continue;
+    if (r.is_large != (pool == ar::Pool::kLarge) || !in_scope(r, scope)) continue;
     const int64_t end = addr + r.size;
     int64_t cursor = addr;
     auto it = live.upper_bound(addr);
@@ -332,21 +350,32 @@ void for_each_gap(const std::map<int64_t, ReservedRange>& ranges, const std::map
 }
 }  // namespace
 
-int64_t Replay::free_bytes(ar::Pool pool) const {
+int64_t Replay::free_bytes(ar::Pool pool, PoolScope scope) const {
   int64_t total = 0;
-  for_each_gap(ranges_, live_, pool, [&](int64_t gap, const ReservedRange&) { total += gap; });
+  for_each_gap(ranges_, live_, pool, scope, [&](int64_t gap, const ReservedRange&) { total += gap; });
   return total;
 }
 
-int64_t Replay::largest_free_block(ar::Pool pool) const {
+int64_t Replay::largest_free_block(ar::Pool pool, PoolScope scope) const {
   int64_t best = 0;
-  for_each_gap(ranges_, live_, pool, [&](int64_t gap, const ReservedRange&) { best = std::max(best, gap); });
+  for_each_gap(ranges_, live_, pool, scope, [&](int64_t gap, const ReservedRange&) { best = std::max(best, gap); });
   return best;
 }
 
-int64_t Replay::fully_free_segment_bytes() const {
+int64_t Replay::private_pool_reserved_bytes() const {
+  int64_t total = 0;
+  for (const auto& [addr, r] : ranges_) total += r.private_pool ? r.size : 0;
+  return total;
+}
+
+int64_t Replay::private_pool_segments() const {
+  return std::count_if(ranges_.begin(), ranges_.end(), [](const auto& r) { return r.second.private_pool; });
+}
+
+int64_t Replay::fully_free_segment_bytes(PoolScope scope) const {
   int64_t total = 0;
   for (const auto& [addr, r] : ranges_) {
+    if (!in_scope(r, scope)) continue;
     auto it = live_.upper_bound(addr);
     bool used = false;
     if (it != live_.begin() && std::prev(it)->first + std::prev(it)->second.size > addr) used = true;

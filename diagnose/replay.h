@@ -27,6 +27,13 @@
 //     allocator merges adjacent free blocks, so each gap is one block.
 //   - Inconsistent events (an alloc outside every segment, a free of an
 //     unknown address) are counted, never fatal.
+//   - A range belongs to a private memory pool when the dumped segment at
+//     its address has a segment_pool_id other than (0, 0): a CUDA graph's
+//     pool (torch.cuda.graph, torch.compile's CUDA graph trees) or a
+//     torch.cuda.MemPool. The caching allocator serves a request from the
+//     pool it targets only (CUDACachingAllocator.cpp, get_pool), so the
+//     free blocks of private pools cannot serve an ordinary request. A
+//     segment freed before the dump has no pool on record: default.
 
 #include <cstdint>
 #include <functional>
@@ -60,6 +67,14 @@ struct ReservedRange {
   int64_t size = 0;  ///< bytes
   bool is_large = true;
   bool is_expandable = false;
+  bool private_pool = false;  ///< in a private memory pool (rules above)
+};
+
+/// Which ranges a free-memory question is about.
+enum class PoolScope : uint8_t {
+  kAll,           ///< every reserved range
+  kDefaultPool,   ///< the default pool's: what an ordinary request can use
+  kPrivatePools,  ///< private memory pools' only
 };
 
 /// The allocator state of one device, advanced one trace event at a time.
@@ -83,13 +98,17 @@ class Replay {
   int64_t reserved_bytes() const { return reserved_; }    ///< bytes in segments
   /// Bytes in the segments of one pool (large or small).
   int64_t reserved_bytes(alloc_rules::Pool pool) const;
-  /// Bytes in free (inactive) blocks of a pool.
-  int64_t free_bytes(alloc_rules::Pool pool) const;
-  /// Largest free block of a pool, bytes (0 when none).
-  int64_t largest_free_block(alloc_rules::Pool pool) const;
-  /// Bytes held in segments whose blocks are all free (what empty_cache or
-  /// garbage collection could return to CUDA).
-  int64_t fully_free_segment_bytes() const;
+  /// Bytes in free (inactive) blocks of a pool, in the ranges `scope` names.
+  int64_t free_bytes(alloc_rules::Pool pool, PoolScope scope = PoolScope::kAll) const;
+  /// Largest free block of a pool in the ranges `scope` names, bytes (0 when none).
+  int64_t largest_free_block(alloc_rules::Pool pool, PoolScope scope = PoolScope::kAll) const;
+  /// Bytes reserved in private memory pools, and their ranges (segments).
+  int64_t private_pool_reserved_bytes() const;
+  int64_t private_pool_segments() const;
+  /// Bytes held in segments of `scope` whose blocks are all free (what
+  /// empty_cache or garbage collection could return to CUDA: the default
+  /// pool's; a live CUDA graph keeps its private pool's).
+  int64_t fully_free_segment_bytes(PoolScope scope = PoolScope::kAll) const;
   /// Allocated bytes per label category / per site.
   const std::vector<int64_t>& allocated_by_category() const { return by_category_; }
   const std::vector<int64_t>& allocated_by_site() const { return by_site_; }
@@ -112,13 +131,16 @@ class Replay {
   const std::map<int64_t, ReservedRange>& ranges() const { return ranges_; }
 
  private:
-  void add_range(int64_t addr, int64_t size, bool is_large, bool expandable);
+  void add_range(int64_t addr, int64_t size, bool is_large, bool expandable, bool private_pool);
   void remove_range(int64_t addr, int64_t size);
   void insert_live(int64_t addr, LiveBlock block);
   void release(std::map<int64_t, LiveBlock>::iterator it);
   /// Block size for a request of `requested` bytes placed at `addr`.
   int64_t block_size_at(int64_t addr, int64_t requested) const;
+  /// The dumped segment holding `addr` (its pool and size class), or nullptr.
+  const Segment* dumped_segment_at(int64_t addr) const;
   bool pool_of_range_is_large(int64_t addr, int64_t size) const;
+  bool range_is_private(int64_t addr) const;
 
   const Snapshot& snapshot_;
   const std::vector<TraceEvent>* trace_;

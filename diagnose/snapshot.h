@@ -74,6 +74,10 @@ struct Segment {
   bool is_expandable = false;
   StackId frames = 0;
   std::vector<Block> blocks;
+
+  /// In a private memory pool: a CUDA graph's (torch.cuda.graph_pool_handle,
+  /// torch.compile's CUDA graph trees) or a torch.cuda.MemPool's.
+  bool in_private_pool() const { return pool_id.first != 0 || pool_id.second != 0; }
 };
 
 /// TraceEntry::Action (c10/cuda/CUDACachingAllocator.h).

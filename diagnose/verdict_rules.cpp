@@ -309,6 +309,23 @@ void add_verdicts(Diagnosis& d) {
                     format_bytes(oom->device_free_bytes), format_bytes(oom->segment_bytes),
                     format_bytes(oom->reserved_bytes), cap_bounds_text(*oom))});
   }
+  // Note [Private memory pools]: where the memory the request could not use
+  // was, beside why the job needed it; before the cap, which says where the
+  // limit was.
+  if (oom && !oom->captures_cuda_graph && oom->private_pool_free_bytes >= oom->rounded_bytes) {
+    cap_verdicts.insert(
+        cap_verdicts.begin(),
+        Verdict{VerdictId::kPrivatePools,
+                fmt::format("{} of the {} reserved was in {} segment{} of private memory pools (a segment_pool_id "
+                            "other than (0, 0): CUDA graphs' pools, which torch.compile's mode=\"reduce-overhead\" "
+                            "and torch.cuda.graph make, or a torch.cuda.MemPool), {} of it free. The caching "
+                            "allocator serves a request from the pool it targets only, so the failing {} request "
+                            "could use none of it; in the default pool {} was free.",
+                            format_bytes(oom->private_pool_reserved_bytes), format_bytes(oom->reserved_bytes),
+                            oom->private_pool_segments, oom->private_pool_segments == 1 ? "" : "s",
+                            format_bytes(oom->private_pool_free_bytes), format_bytes(oom->requested_bytes),
+                            format_bytes(oom->reserved_free_bytes))});
+  }
   // A leak goes first, unless fragmentation that defragmenting would have solved is.
   const bool leak_first = !leak_verdicts.empty() && (main.empty() || main.front().id != VerdictId::kFragmentation);
   if (leak_first) {

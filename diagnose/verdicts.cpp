@@ -19,6 +19,8 @@ constexpr VerdictKind kVerdicts[kNumVerdicts] = {
     {VerdictId::kInferenceForward, "inference_forward", "Out of memory in inference (a forward without autograd)"},
     {VerdictId::kEvalOutputsAccumulated, "eval_outputs_accumulated",
      "Evaluation outputs of every step kept on the device"},
+    {VerdictId::kPrivatePools, "private_pools",
+     "Free memory sat in private pools (CUDA graphs, torch.cuda.MemPool) the request could not use"},
 };
 
 // The rows follow the enum, so a kind is found by its value.

@@ -19,8 +19,9 @@ enum class VerdictId : uint8_t {
   kMemoryCap,                 ///< CUDA had room: the process's own cap refused the segment
   kInferenceForward,          ///< the failing call is in a forward without autograd (FrameIndex::inference)
   kEvalOutputsAccumulated,    ///< Hugging Face Trainer kept every evaluation step's outputs on the device
+  kPrivatePools,              ///< reserved memory sat in private pools (CUDA graphs, MemPool) the request could not use
 };
-constexpr int kNumVerdicts = 9;
+constexpr int kNumVerdicts = 10;
 
 /// A row of the verdict table.
 struct VerdictKind {

@@ -67,6 +67,10 @@ Files written (each < 200 KB):
   tagged_step_oom.pickle  compiled_step_oom's run tagged by user metadata
                         ("load", "train step N") and compile region (the
                         forward in "Torch-Compiled Region: 0/0")
+  cudagraph_pool_oom.pickle  torch.compile(mode="reduce-overhead"): eager code
+                        out of memory with 64 MiB free in the CUDA graph's private
+                        pool, which it cannot use; cudagraph_capture_oom.pickle the
+                        recording itself out of memory
   compare_seq_1x.pickle, compare_seq_2x.pickle  a Llama-like forward whose
                         sequence doubles: activations x2, modeling_llama.py:161
                         grows most
@@ -265,6 +269,10 @@ class Sim:
         # (v2_11): PyTorch's "N/A" and "" unless a scenario sets them.
         self.compile_context = "N/A"
         self.user_metadata = ""
+        # The memory pool the next requests target (segment_pool_id): (0, 0)
+        # the default one; another, a CUDA graph's private pool while it is
+        # recorded (torch.cuda.graph, CUDA graph trees).
+        self.pool = (0, 0)
 
     def reserved(self):
         return sum(s["size"] for s in self.segments)
@@ -292,7 +300,10 @@ class Sim:
 
     def _new_segment(self, size, large, frames):
         while self.reserved() + size > self.cap:
-            empty = [s for s in self.segments if all(not b["allocated"] for b in s["blocks"])]
+            # release_cached_blocks: the default pool's free segments (a live
+            # graph keeps its private pool's)
+            empty = [s for s in self.segments
+                     if all(not b["allocated"] for b in s["blocks"]) and s.get("pool", (0, 0)) == (0, 0)]
             if not empty:
                 return None
             s = empty[0]
@@ -301,6 +312,8 @@ class Sim:
         seg = {"address": self.next_address, "size": size, "large": large, "expandable": False,
                "frames": frames, "blocks": [{"address": self.next_address, "size": size, "requested": 0,
                                               "allocated": False, "frames": []}]}
+        if self.pool != (0, 0):
+            seg["pool"] = self.pool
         self.next_address += size + (64 << 20)
         self.segments.append(seg)
         self.event("segment_alloc", seg["address"], size, frames)
@@ -340,7 +353,7 @@ class Sim:
         large = requested > K_SMALL_SIZE
         best = None
         for s in self.segments:
-            if s["large"] != large:
+            if s["large"] != large or s.get("pool", (0, 0)) != self.pool:
                 continue
             for i, b in enumerate(s["blocks"]):
                 if not b["allocated"] and b["size"] >= rounded and (best is None or b["size"] < best[2]["size"]):
@@ -396,7 +409,7 @@ class Sim:
                    "active_size": allocated, "requested_size": requested, "stream": 0,
                    "segment_type": "large" if s["large"] else "small"}
             if layout not in ("v1_13", "v2_0"):
-                seg["segment_pool_id"] = (0, 0)
+                seg["segment_pool_id"] = s.get("pool", (0, 0))
                 seg["is_expandable"] = s["expandable"]
                 seg["frames"] = s["frames"] if self.record_frames else []
             blocks = []
@@ -1344,6 +1357,47 @@ def tagged_step_oom():
     return sim
 
 
+CUDAGRAPH_TREES = f"{TORCH}/_inductor/cudagraph_trees.py"
+
+
+def cudagraph_fwd(line):
+    """compiled_fwd's call while torch.compile(mode="reduce-overhead")
+    records it into a CUDA graph tree node (its allocations in the tree's
+    private pool)."""
+    inner = compiled_fwd(line)
+    return [inner[0],
+            frame(CUDAGRAPH_TREES, "run_graph", 1040),
+            frame(CUDAGRAPH_TREES, "_record", 2349),
+            frame(CUDAGRAPH_TREES, "record_function", 2294),
+            frame(CUDAGRAPH_TREES, "run", 2009)] + inner[8:]
+
+
+def cudagraph_pool_oom(fail_in_capture=False):
+    """torch.compile(mode="reduce-overhead"): 4 parameters of 8 MiB (two
+    20 MiB segments, 8 MiB free in them); the forward recorded into a CUDA
+    graph whose private pool (segment_pool_id (1, 0)) gets 6 activations of
+    16 MiB, a segment each; 4 are freed in the pool after the recording,
+    2 stay (the graph's outputs): 96 MiB reserved there, 64 MiB free. Then
+    eager code asks 16 MiB at a time from the default pool under a 256 MiB
+    cap: 7 fit, the 8th fails with 8 MiB free in the default pool and
+    64 MiB in the graph's. With fail_in_capture the cap (120 MiB) stops
+    the recording itself at its 6th activation, the earlier ones alive."""
+    sim = Sim(cap=120 * MIB if fail_in_capture else 256 * MIB)
+    params = [sim.malloc(8 * MIB, param_frames()) for _ in range(4)]
+    try:
+        sim.pool = (1, 0)
+        acts = [sim.malloc(16 * MIB, cudagraph_fwd(133 + k)) for k in range(6)]
+        for a in acts[:4]:
+            sim.free(a, cudagraph_fwd(150))
+        sim.pool = (0, 0)
+        for _ in range(8):
+            sim.malloc(16 * MIB, user_frames(60))
+    except OutOfMemory:
+        pass
+    assert params
+    return sim
+
+
 # C/C++ frames as stacks="all" (_record_memory_history's default) records
 # them beside the Python ones: addr2line's function name, its file "??" or
 # "" where the library has no line table (torch/csrc/profiler/unwind/
@@ -1450,6 +1504,8 @@ def main():
     write(os.path.join(out, "hf_gpt2_eval_forward_oom.pickle"), gpt2_eval_outputs_oom(160 * MIB).dump("v2_11"), 4)
     write(os.path.join(out, "compiled_step_oom.pickle"), compiled_step_oom().dump("v2_11"), 4)
     write(os.path.join(out, "tagged_step_oom.pickle"), tagged_step_oom().dump("v2_11"), 4)
+    write(os.path.join(out, "cudagraph_pool_oom.pickle"), cudagraph_pool_oom().dump("v2_11"), 4)
+    write(os.path.join(out, "cudagraph_capture_oom.pickle"), cudagraph_pool_oom(True).dump("v2_11"), 4)
     write(os.path.join(out, "backward_peak_stacks_all.pickle"), stacks_all(backward_peak().dump("v2_11")), 4)
     write(os.path.join(out, "hf_bert_forward_oom_stacks_all.pickle"), stacks_all(hf_bert_forward_oom().dump("v2_11")),
           4)

@@ -232,7 +232,9 @@ def train(args, ids, step_scope=contextlib.nullcontext, mark=lambda phase, step:
         model = model_class(config)
     if args.checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if args.compile:
+    if args.cuda_graphs:
+        model = torch.compile(model, mode="reduce-overhead")  # CUDA graph trees, their private memory pool
+    elif args.compile:
         import torch.fx.experimental._config
         torch.fx.experimental._config.enrich_profiler_metadata = True  # names its code fx_generated__HASH.py
         model = torch.compile(model, backend="aot_eager")
@@ -422,6 +424,9 @@ def parse_args(description):
     parser.add_argument("--eager-attention", action="store_true")
     parser.add_argument("--compile", action="store_true",
                         help='torch.compile(backend="aot_eager"), the snapshot augmented with FX traces')
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help='torch.compile(mode="reduce-overhead"): CUDA graphs in a private memory pool (CUDA '
+                             'recorders only; this one exits 78)')
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=256)
     args = parser.parse_args()
@@ -457,6 +462,9 @@ def main():
     except ImportError as e:
         print(f"skipped: {e}")
         return 77
+    if args.cuda_graphs:
+        print("not recorded: --cuda-graphs needs a CUDA recorder (scripts/record_cuda_snapshot.py)")
+        return 78
     events, parameter_bytes = record(args)
     roots = search_roots()
     if args.oom_in:

@@ -36,7 +36,9 @@ as record_cpu_snapshot.py augments its own, the history is recorded with
 compile_context=True (each event's torch.compile region), and each phase
 sets torch.cuda.memory._set_memory_metadata("PHASE step N"), so that the
 snapshot holds both tags PyTorch 2.11 can record (diagnose/event_tags.h;
-not run on a GPU yet).
+not run on a GPU yet). --cuda-graphs (torch.compile(mode="reduce-overhead"),
+CUDA graph trees in a private memory pool; tagged likewise) is recorded
+here only: the CPU recorder has no CUDA graphs (exit 78).
 
 Exit 0 with the snapshot, 1 when no cap fails there, 2 on bad arguments or
 without a CUDA device, 77 without transformers.
@@ -136,7 +138,8 @@ def run(args, torch, device, ids, cap=None, history=True):
     torch.cuda.reset_peak_memory_stats(device)
     marks = []
 
-    tag = args.compile and hasattr(torch.cuda.memory, "_set_memory_metadata")
+    compiled = args.compile or args.cuda_graphs
+    tag = compiled and hasattr(torch.cuda.memory, "_set_memory_metadata")
 
     def mark(phase, step):
         marks.append((phase, step, torch.cuda.memory_stats(device).get("allocation.all.allocated", 0)))
@@ -145,7 +148,7 @@ def run(args, torch, device, ids, cap=None, history=True):
 
     if history:
         torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python", clear_history=True,
-                                                 compile_context=args.compile)
+                                                 compile_context=compiled)
     parameter_bytes = snapshot = None
     try:
         # The parameters made on the device in the model's own __init__, as

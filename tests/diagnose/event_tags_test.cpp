@@ -15,12 +15,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/byte_size.h"
 #include "test_support.h"
 
 namespace oomtune::diagnose {
 namespace {
 
-constexpr int64_t kMiB = int64_t{1} << 20;
 const char* const kRegion = "Torch-Compiled Region: 0/0";
 
 struct Expected {

@@ -100,12 +100,7 @@ Diagnosis first_step_oom(const std::string& optimizer_file, const std::string& a
   return diagnose(s, "first_step.pickle", DiagnoseOptions{});
 }
 
-const Recommendation* find_fix(const Diagnosis& d, FixId id) {
-  for (const Recommendation& r : d.recommendations) {
-    if (r.id == id) return &r;
-  }
-  return nullptr;
-}
+using testing::find_fix;
 
 const Recommendation* eight_bit(const Diagnosis& d) { return find_fix(d, FixId::kAdamW8bit); }
 

@@ -18,12 +18,7 @@
 namespace oomtune::diagnose {
 namespace {
 
-const Recommendation* find(const Diagnosis& d, FixId id) {
-  for (const Recommendation& r : d.recommendations) {
-    if (r.id == id) return &r;
-  }
-  return nullptr;
-}
+using testing::find_fix;
 
 int64_t checkpointing_frees(int64_t activations) { return std::llround(0.83 * static_cast<double>(activations)); }
 
@@ -85,8 +80,8 @@ TEST(Sufficiency, FirstAdamWStepRanksEightBitFirstAndDefragmentingNotEnough) {
   EXPECT_EQ(sufficiency_text(d.recommendations[2]), "not enough alone (frees 256.00 MiB, needs 576.00 MiB)");
   EXPECT_EQ(d.recommendations[3].id, FixId::kExpandableSegments);
   EXPECT_EQ(sufficiency_text(d.recommendations[3]), "not enough alone (frees 24.00 MiB, needs 576.00 MiB)");
-  EXPECT_EQ(find(d, FixId::kMaxSplitSize), nullptr);  // no free byte in the large pool: it would free nothing
-  EXPECT_EQ(find(d, FixId::kCombined), nullptr);      // one fix is enough alone
+  EXPECT_EQ(find_fix(d, FixId::kMaxSplitSize), nullptr);  // no free byte in the large pool: it would free nothing
+  EXPECT_EQ(find_fix(d, FixId::kCombined), nullptr);      // one fix is enough alone
   const std::string text = render_text(d);
   EXPECT_NE(text.find("1. 8-bit AdamW (bitsandbytes.optim.AdamW8bit: blockwise-quantized states): enough\n"),
             std::string::npos)
@@ -118,7 +113,7 @@ TEST(Sufficiency, HolesNarrowerThanAPageAreNotDefragmented) {
   EXPECT_LE(d.expandable_replay.reserved_bytes, o.reserved_bytes);
   EXPECT_EQ(d.verdicts.front().id, VerdictId::kActivationsInForward);
   EXPECT_EQ(d.verdicts.at(1).id, VerdictId::kFragmentation);
-  const Recommendation* expandable = find(d, FixId::kExpandableSegments);
+  const Recommendation* expandable = find_fix(d, FixId::kExpandableSegments);
   ASSERT_NE(expandable, nullptr);
   EXPECT_EQ(expandable->sufficiency, Sufficiency::kNotEnough);
   // It serves the 24 MiB request, not the next 24 MiB of the need: it frees
@@ -130,7 +125,7 @@ TEST(Sufficiency, HolesNarrowerThanAPageAreNotDefragmented) {
   EXPECT_LE(expandable->frees_bytes, o.reserved_free_bytes - 14 * (9 * kMiB + kMiB / 2));
   EXPECT_NE(expandable->estimate.find("it serves the 24.00 MiB request; then the rest"), std::string::npos)
       << expandable->estimate;
-  const Recommendation* ckpt = find(d, FixId::kActivationCheckpointing);
+  const Recommendation* ckpt = find_fix(d, FixId::kActivationCheckpointing);
   ASSERT_NE(ckpt, nullptr);
   EXPECT_EQ(ckpt->frees_bytes, checkpointing_frees(24 * kMiB + 144 * kMiB));  // 139.44 MiB
   EXPECT_EQ(ckpt->sufficiency, Sufficiency::kNotEnough);
@@ -164,7 +159,7 @@ TEST(Sufficiency, DefragmentingEnoughForFewerBlocksThanCheckpointingComesSecond)
   testing::expect_fragmentation_order(d, VerdictId::kActivationsInForward, false,
                                       "Replayed with expandable_segments:True, the request and the 24.00 MiB (at "
                                       "least) that the forward phase still needed fit");
-  const Recommendation* expandable = find(d, FixId::kExpandableSegments);
+  const Recommendation* expandable = find_fix(d, FixId::kExpandableSegments);
   ASSERT_NE(expandable, nullptr);
   EXPECT_EQ(expandable->sufficiency, Sufficiency::kEnoughUpToBlocks);
   EXPECT_EQ(expandable->most_blocks, 32);
@@ -174,7 +169,7 @@ TEST(Sufficiency, DefragmentingEnoughForFewerBlocksThanCheckpointingComesSecond)
       << expandable->estimate;
   // max_split_size_mb:21 leaves 12 MiB segments as they are: the 24 MiB
   // request still needs a new one.
-  const Recommendation* split = find(d, FixId::kMaxSplitSize);
+  const Recommendation* split = find_fix(d, FixId::kMaxSplitSize);
   ASSERT_NE(split, nullptr);
   EXPECT_EQ(split->change, "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:21");
   EXPECT_EQ(split->sufficiency, Sufficiency::kNotEnough);
@@ -206,7 +201,7 @@ TEST(Sufficiency, DefragmentingThatServesTheWholePhaseAndRanksFirstComesFirst) {
   EXPECT_EQ(d.recommendations[1].id, FixId::kActivationCheckpointing);
   EXPECT_EQ(d.recommendations[1].frees_bytes, checkpointing_frees(24 * kMiB + 48 * kMiB));
   EXPECT_EQ(d.recommendations[1].sufficiency, Sufficiency::kEnough);
-  const Recommendation* half = find(d, FixId::kMicroBatch);
+  const Recommendation* half = find_fix(d, FixId::kMicroBatch);
   ASSERT_NE(half, nullptr);
   EXPECT_EQ(half->frees_bytes, 36 * kMiB);
   EXPECT_EQ(half->sufficiency, Sufficiency::kNotEnough);
@@ -245,7 +240,7 @@ TEST(Sufficiency, NoSingleFixEnoughGivesACombination) {
       EXPECT_EQ(r.sufficiency, Sufficiency::kNotEnough) << fix_name(r.id);
     }
   }
-  const Recommendation* half = find(d, FixId::kMicroBatch);
+  const Recommendation* half = find_fix(d, FixId::kMicroBatch);
   ASSERT_NE(half, nullptr);
   EXPECT_EQ(half->frees_bytes, 84 * kMiB);  // half of (24 alive + 144 to come)
   const auto j = nlohmann::json::parse(render_json(d));
@@ -281,8 +276,8 @@ TEST(Sufficiency, ForwardNeedFromTheBlockPattern) {
   // blocks in all; the model has 4, so it falls short (it frees (152 + 232)
   // / 2 = 192 MiB of the 232 they need), where 40 MiB alone read "enough".
   // Checkpointing: 40 + k 96 <= 0.83 x 152 / 0.17 = 742.1, k = 7, 9 in all.
-  const Recommendation* half = find(d, FixId::kMicroBatch);
-  const Recommendation* ckpt = find(d, FixId::kActivationCheckpointing);
+  const Recommendation* half = find_fix(d, FixId::kMicroBatch);
+  const Recommendation* ckpt = find_fix(d, FixId::kActivationCheckpointing);
   ASSERT_NE(half, nullptr);
   ASSERT_NE(ckpt, nullptr);
   EXPECT_EQ(half->sufficiency, Sufficiency::kEnoughUpToBlocks);

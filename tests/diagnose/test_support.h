@@ -86,6 +86,22 @@ inline void expect_fragmentation_order(const Diagnosis& d, VerdictId phase, bool
   EXPECT_NE(frag.evidence.find(evidence), std::string::npos) << frag.evidence;
 }
 
+/// The recommendation of kind `id`, or nullptr.
+inline const Recommendation* find_fix(const Diagnosis& d, FixId id) {
+  for (const Recommendation& r : d.recommendations) {
+    if (r.id == id) return &r;
+  }
+  return nullptr;
+}
+
+/// True when a verdict of kind `id` was reached.
+inline bool has_verdict(const Diagnosis& d, VerdictId id) {
+  for (const Verdict& v : d.verdicts) {
+    if (v.id == id) return true;
+  }
+  return false;
+}
+
 inline bool exists(const std::string& path) { return std::ifstream(path).good(); }
 
 inline std::string read_all(const std::string& path) {

@@ -40,7 +40,10 @@ device thread):
   [Recomputed block]), likewise more than the request and at most that;
 - the plain backward under torch.compile(backend="aot_eager") with the
   snapshot augmented with FX traces (--compile): the failing call's layer
-  a modeling_gpt2.py line (diagnose/fx_trace.h), the need as plain's.
+  a modeling_gpt2.py line (diagnose/fx_trace.h), the need as plain's;
+- with a CUDA recorder only, torch.compile(mode="reduce-overhead")
+  (--cuda-graphs): the AdamW step out of memory beside the CUDA graphs'
+  private pool, which it cannot use (Note [Private memory pools]).
 
 Exit 77 (skipped) without transformers.
 
@@ -296,6 +299,25 @@ with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep)
                             f"above the {growth} B the uncapped run allocates from there; got {oom['phase']} at "
                             f"'{oom['layer']}', {d['trace']['fx_traced_frames']} traced frames, {need['method']}, "
                             f"{need['still_needed_bytes']} B: {need['estimate']}")
+    # torch.compile(mode="reduce-overhead") on CUDA (the CPU recorder has no
+    # CUDA graphs: exit 78): forward and backward recorded into CUDA graph
+    # trees, whose private pool the eager AdamW step cannot use (Note
+    # [Private memory pools], diagnose/analysis.cpp). Checked: the dump
+    # names the pool's segments, and the step's request is no recording.
+    if not on_cpu:
+        result = record_and_diagnose("cuda_graphs_optimizer", ["--mode", "step", "--steps", "3", "--optimizer",
+                                                               "adamw", "--oom-in", "optimizer", "--share", "0.5",
+                                                               "--cuda-graphs"], tmp)
+        if result is not None:
+            recorded, d = result
+            oom = d["ooms"][-1]
+            if oom["phase"] != "optimizer" or oom["private_pool_segments"] < 1 or oom["captures_cuda_graph"]:
+                failures.append(f"cuda graphs: expected an optimizer out-of-memory outside any recording beside "
+                                f"private pool segments; got {oom['phase']}, {oom['private_pool_segments']} "
+                                f"segments ({oom['private_pool_reserved_bytes']} B reserved, "
+                                f"{oom['private_pool_free_bytes']} B free), captures_cuda_graph "
+                                f"{oom['captures_cuda_graph']}")
+
 for failure in failures:
     print("FAIL:", failure)
 sys.exit(1 if failures else 0)
