@@ -307,13 +307,20 @@ TimelinePoint point_now(const Replay& replay, int64_t index, int64_t time_us) {
 
 /// The optimizer (FrameIndex::optimizer: torch.optim's, bitsandbytes') of
 /// the latest trace event before `end` whose stack names one; where none
-/// does, that of a
+/// does, the class of the latest torch.optim step mark begun by then
+/// (`marks`, phase_marks.h; optimizer_of_class); else that of a
 /// block of `device` alive when the snapshot was taken (state made before
 /// recording began); nullptr when nothing names one.
 const OptimizerKind* optimizer_named(const Snapshot& snapshot, int device, const std::vector<TraceEvent>& trace,
-                                     const FrameIndex& frames, size_t end) {
+                                     const FrameIndex& frames, size_t end, const std::vector<PhaseSpan>& marks) {
   for (size_t i = end; i-- > 0;) {
     if (const OptimizerKind* kind = frames.optimizer(trace[i].frames)) return kind;
+  }
+  const int64_t until = end > 0 && end <= trace.size() ? trace[end - 1].time_us : 0;
+  for (auto it = marks.rbegin(); it != marks.rend() && until > 0; ++it) {
+    if (it->source != MarkSource::kOptimizerStep || it->begin_us > until) continue;
+    if (const OptimizerKind* kind = optimizer_of_class(it->optimizer_class)) return kind;
+    break;
   }
   for (const Segment& s : snapshot.segments) {
     if (s.device != device) continue;
@@ -344,6 +351,13 @@ std::string frames_note(const TraceSummary& t) {
         "(pytorch PR #124784); they are counted as backward.",
         t.alloc_events_without_frames, t.alloc_events, format_bytes(t.bytes_without_frames),
         t.frameless_inferred_backward);
+  }
+  if (t.frameless_in_optimizer_marks > 0) {
+    if (!note.empty()) note += " ";
+    note += fmt::format(
+        "{} allocation{} without frames lie inside an optimizer step's own mark (external_annotations "
+        "\"Optimizer.step#<class>.step\", torch.optim's record_function) and count as the optimizer's.",
+        t.frameless_in_optimizer_marks, t.frameless_in_optimizer_marks == 1 ? "" : "s");
   }
   if (t.cpp_frames) {
     if (!note.empty()) note += " ";
@@ -422,7 +436,8 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
                           : kNoEvents;
   const ar::AllocatorConfig config = config_of(snapshot.allocator_settings);
   const FrameIndex frames(snapshot);
-  const Attribution attr = attribute(trace, frames, oomtune_phase_spans(snapshot.annotations, device));
+  const std::vector<PhaseSpan> marks = marked_phase_spans(snapshot.annotations, device);
+  const Attribution attr = attribute(trace, frames, marks);
   const Sites sites(snapshot, frames, options.group_by);
   d.group_by = options.group_by;
   d.torch_roots = frames.torch_roots();
@@ -468,6 +483,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   t.bytes_without_frames = attr.bytes_without_frames;
   t.frameless_inferred_backward = attr.frameless_inferred_backward;
   t.alloc_events_in_marked_phases = attr.alloc_events_in_marked_phases;
+  t.frameless_in_optimizer_marks = attr.frameless_in_optimizer_marks;
   const TagPresence tags_present = tags_in_trace(snapshot, device);
   if (tags_present.user_metadata || tags_present.compile_contexts) {
     for (size_t i = 0; i < trace.size(); ++i) {
@@ -502,7 +518,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   for (size_t i = 0; i < trace.size(); ++i) {
     if (trace[i].action == TraceAction::kOom && !oom_caught(i, last_alloc, trace.size())) last_oom = i;
   }
-  d.optimizer = optimizer_named(snapshot, device, trace, frames, std::min(last_oom, trace.size()));
+  d.optimizer = optimizer_named(snapshot, device, trace, frames, std::min(last_oom, trace.size()), marks);
 
   const size_t bucket = std::max<size_t>(1, (trace.size() + kTimelineBuckets - 1) / kTimelineBuckets);
   d.timeline.push_back(point_now(replay, -1, trace.empty() ? 0 : trace.front().time_us));

@@ -112,9 +112,12 @@ Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& fr
       ++out.alloc_events_without_frames;
       out.bytes_without_frames += e.size;
     }
-    if (const PhaseSpan* span = marked_span(e)) {
+    const PhaseSpan* span = marked_span(e);
+    if (span && span->source == MarkSource::kOptimizerStep && !frameless) span = nullptr;  // its frames say
+    if (span) {
       p = span->phase;
-      if (alloc) ++out.alloc_events_in_marked_phases;
+      if (alloc && span->source == MarkSource::kOomtune) ++out.alloc_events_in_marked_phases;
+      if (alloc && span->source == MarkSource::kOptimizerStep) ++out.frameless_in_optimizer_marks;
     } else if (frameless) {
       if (last_framed == Phase::kOptimizer) {
         p = Phase::kOptimizer;

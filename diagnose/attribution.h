@@ -63,14 +63,19 @@ struct Attribution {
   int64_t frameless_inferred_backward = 0;  ///< COUNT: frameless allocs placed in backward
   int64_t frameless_inferred_optimizer = 0;
   int64_t alloc_events_in_marked_phases = 0;  ///< COUNT: allocs whose phase an oomtune mark gave
-  int64_t forward_alloc_events = 0;           ///< COUNT: allocs in the forward phase
-  int64_t checkpointed_forward_allocs = 0;    ///< COUNT: of those, inside torch.utils.checkpoint
-  int64_t recomputed_backward_allocs = 0;     ///< COUNT: allocs in backward recomputing a checkpointed block
+  /// COUNT: frameless allocs inside torch.optim's step mark ("Optimizer.step#<class>.step"), read as the
+  /// optimizer's
+  int64_t frameless_in_optimizer_marks = 0;
+  int64_t forward_alloc_events = 0;         ///< COUNT: allocs in the forward phase
+  int64_t checkpointed_forward_allocs = 0;  ///< COUNT: of those, inside torch.utils.checkpoint
+  int64_t recomputed_backward_allocs = 0;   ///< COUNT: allocs in backward recomputing a checkpointed block
 };
 
 /// Attributes every event of `trace`. An event inside one of `marked`
-/// (oomtune's phase marks, phase_marks.h) takes that phase, before its
-/// frames or the trace order are asked.
+/// oomtune's phase marks (phase_marks.h) takes that phase, before its
+/// frames or the trace order are asked; a frameless event inside
+/// torch.optim's step mark is the optimizer's (a framed one, its frames
+/// say, as before the marks were read).
 Attribution attribute(const std::vector<TraceEvent>& trace, const FrameIndex& frames,
                       const std::vector<PhaseSpan>& marked = {});
 

@@ -195,6 +195,7 @@ struct TraceSummary {
   int64_t bytes_without_frames = 0;
   int64_t frameless_inferred_backward = 0;
   int64_t alloc_events_in_marked_phases = 0;     ///< COUNT: allocs placed by oomtune's phase marks
+  int64_t frameless_in_optimizer_marks = 0;      ///< COUNT: frameless allocs placed by torch.optim's step mark
   int64_t alloc_events_with_user_metadata = 0;   ///< COUNT: allocs tagged by _set_memory_metadata()
   int64_t alloc_events_in_compiled_regions = 0;  ///< COUNT: allocs with a compile_context
   bool cpp_frames = false;                       ///< C++ frames in the stacks (stacks="all"): skipped

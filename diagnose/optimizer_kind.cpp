@@ -74,6 +74,16 @@ const OptimizerKind* library_optimizer(std::string_view path) {
   return path.substr(0, kDir.size()) == kDir ? &kBitsAndBytes : nullptr;
 }
 
+const OptimizerKind* optimizer_of_class(std::string_view name) {
+  if (name.empty()) return nullptr;
+  if (name.find("8bit") != std::string_view::npos || name.substr(0, 5) == "Paged") return &kBitsAndBytes;
+  if (name == "Adam") return torch_optimizer("optim/adam.py");
+  for (const OptimizerFile& f : kOptimizers) {
+    if (f.kind.name == name) return &f.kind;
+  }
+  return nullptr;
+}
+
 bool is_torch_optim(const OptimizerKind& kind) {
   // By address: equality is defined between any two objects, order only inside one array.
   return std::any_of(std::begin(kOptimizers), std::end(kOptimizers),

@@ -91,6 +91,13 @@ const OptimizerKind* torch_optimizer(std::string_view path);
 /// class is offered: the job runs bitsandbytes already.
 const OptimizerKind* library_optimizer(std::string_view path);
 
+/// The optimizer of the class `name` as torch.optim's step mark names it
+/// ("Optimizer.step#AdamW.step": "AdamW"; phase_marks.h): torch.optim's
+/// class of that name (Adam: adam.py's kind), bitsandbytes' kind for its
+/// 8-bit and paged classes ("AdamW8bit", "PagedAdamW"); nullptr for any
+/// other (a class of the user's own).
+const OptimizerKind* optimizer_of_class(std::string_view name);
+
 /// True for the kinds of torch.optim (torch_optimizer), false for a
 /// library's (library_optimizer).
 bool is_torch_optim(const OptimizerKind& kind);

@@ -7,9 +7,21 @@ namespace oomtune::diagnose {
 namespace {
 
 constexpr std::string_view kPrefix = "oomtune:";
+constexpr std::string_view kStepPrefix = "Optimizer.step#";  // torch/optim/optimizer.py, profile_hook_step
+constexpr std::string_view kStepSuffix = ".step";
 
-// The phase an oomtune mark names; kUnknown for any other name.
+// The optimizer class a torch.optim step mark names; "" for any other name.
+std::string_view optimizer_step_class(std::string_view name) {
+  if (name.size() <= kStepPrefix.size() + kStepSuffix.size() || name.substr(0, kStepPrefix.size()) != kStepPrefix ||
+      name.substr(name.size() - kStepSuffix.size()) != kStepSuffix) {
+    return {};
+  }
+  return name.substr(kStepPrefix.size(), name.size() - kStepPrefix.size() - kStepSuffix.size());
+}
+
+// The phase a mark names; kUnknown for any other name.
 Phase phase_named(std::string_view name) {
+  if (!optimizer_step_class(name).empty()) return Phase::kOptimizer;
   if (name.substr(0, kPrefix.size()) != kPrefix) return Phase::kUnknown;
   name.remove_prefix(kPrefix.size());
   if (name == "forward" || name == "loss") return Phase::kForward;
@@ -21,7 +33,7 @@ Phase phase_named(std::string_view name) {
 
 }  // namespace
 
-std::vector<PhaseSpan> oomtune_phase_spans(const std::vector<Annotation>& annotations, int64_t device) {
+std::vector<PhaseSpan> marked_phase_spans(const std::vector<Annotation>& annotations, int64_t device) {
   std::vector<const Annotation*> marks;
   for (const Annotation& a : annotations)
     if (a.device == device && phase_named(a.name) != Phase::kUnknown) marks.push_back(&a);
@@ -29,12 +41,31 @@ std::vector<PhaseSpan> oomtune_phase_spans(const std::vector<Annotation>& annota
                    [](const Annotation* a, const Annotation* b) { return a->time_us < b->time_us; });
   std::vector<PhaseSpan> spans;
   bool open = false;
+  int nested_steps = 0;  // optimizer step marks opened inside the open one
   for (const Annotation* a : marks) {
+    const std::string_view step_class = optimizer_step_class(a->name);
+    const bool step = !step_class.empty();
+    const bool in_step = open && spans.back().source == MarkSource::kOptimizerStep;
     if (a->stage == "START") {
+      if (step && in_step) {
+        ++nested_steps;
+        continue;
+      }
       if (open) spans.back().end_us = a->time_us;
-      spans.push_back({a->time_us, INT64_MAX, phase_named(a->name), a->name == "oomtune:load"});
+      PhaseSpan span{a->time_us,
+                     INT64_MAX,
+                     phase_named(a->name),
+                     a->name == "oomtune:load",
+                     step ? MarkSource::kOptimizerStep : MarkSource::kOomtune,
+                     std::string(step_class)};
+      spans.push_back(std::move(span));
       open = true;
+      nested_steps = 0;
     } else if (a->stage == "END" && open && spans.back().phase == phase_named(a->name)) {
+      if (step && in_step && nested_steps > 0) {
+        --nested_steps;
+        continue;
+      }
       spans.back().end_us = a->time_us;
       open = false;
     }

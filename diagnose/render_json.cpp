@@ -70,6 +70,7 @@ std::string render_json(const Diagnosis& d) {
                 {"bytes_without_frames", t.bytes_without_frames},
                 {"frameless_inferred_backward", t.frameless_inferred_backward},
                 {"alloc_events_in_marked_phases", t.alloc_events_in_marked_phases},
+                {"frameless_in_optimizer_marks", t.frameless_in_optimizer_marks},
                 {"alloc_events_with_user_metadata", t.alloc_events_with_user_metadata},
                 {"alloc_events_in_compiled_regions", t.alloc_events_in_compiled_regions},
                 {"cpp_frames", t.cpp_frames},

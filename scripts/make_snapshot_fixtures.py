@@ -64,6 +64,8 @@ Files written (each < 200 KB):
                         then the second iteration's forward out of memory:
                         expandable segments serve the whole forward (the first
                         fix, fragmentation the first verdict)
+  frameless_optimizer_oom.pickle  optimizer_oom's run without frames, torch.optim's
+                        step mark (Optimizer.step#AdamW.step) kept; _unmarked: none
   tagged_step_oom.pickle  compiled_step_oom's run tagged by user metadata
                         ("load", "train step N") and compile region (the
                         forward in "Torch-Compiled Region: 0/0")
@@ -298,6 +300,13 @@ class Sim:
         self.annotations.append({"name": "oomtune:" + phase, "stage": stage, "device": 0,
                                  "time_us": self.time_us})
 
+    def record_function(self, name, stage):
+        """A record_function mark the allocator's history keeps (PyTorch
+        2.11's recordings hold torch.optim's "Optimizer.step#AdamW.step"
+        START and END with device and time_us)."""
+        self.time_us += 7
+        self.annotations.append({"stage": stage, "name": name, "device": 0, "time_us": self.time_us})
+
     def _new_segment(self, size, large, frames):
         while self.reserved() + size > self.cap:
             # release_cached_blocks: the default pool's free segments (a live
@@ -473,7 +482,7 @@ def fragmentation():
 
 
 def training_step(sim, n_layers, act_bytes, param_addrs, grads, keep=None, opt_state=None, fail_in=None,
-                  param_bytes=8 * MIB):
+                  param_bytes=8 * MIB, step_mark=None):
     """One iteration: forward keeps activations, backward (no frames, C++
     thread) frees them and makes gradients, then the optimizer."""
     acts = []
@@ -503,10 +512,16 @@ def training_step(sim, n_layers, act_bytes, param_addrs, grads, keep=None, opt_s
     while len(grads) < len(param_addrs):  # every parameter has its gradient before the step
         grads.append(sim.malloc(param_bytes, []))
     if opt_state is not None:
-        if not opt_state:
-            for p in param_addrs:
-                opt_state.append(sim.malloc(param_bytes, opt_frames()))
-                opt_state.append(sim.malloc(param_bytes, opt_frames()))
+        if step_mark:  # torch.optim's record_function around Optimizer.step
+            sim.record_function(f"Optimizer.step#{step_mark}.step", "START")
+        try:
+            if not opt_state:
+                for p in param_addrs:
+                    opt_state.append(sim.malloc(param_bytes, opt_frames()))
+                    opt_state.append(sim.malloc(param_bytes, opt_frames()))
+        finally:  # record_function's __exit__ marks the END as the error leaves the step
+            if step_mark:
+                sim.record_function(f"Optimizer.step#{step_mark}.step", "END")
 
 
 def leak():
@@ -527,6 +542,24 @@ def optimizer_oom():
         training_step(sim, 3, 12 * MIB, params, grads, opt_state=state, param_bytes=12 * MIB)
     except OutOfMemory:
         pass
+    return sim
+
+
+def frameless_optimizer_oom(class_name="AdamW"):
+    """optimizer_oom's run recorded without frames
+    (_record_memory_history(context=None)), torch.optim's step mark
+    "Optimizer.step#<class_name>.step" kept (its END as the error left
+    the step): its first step allocates 5 states of 12 MiB, the 6th
+    fails; without the mark (class_name None)
+    those are frameless events after the forward, read as backward."""
+    sim = Sim(cap=220 * MIB, device_free=6 * MIB, record_frames=False)
+    params = [sim.malloc(12 * MIB, param_frames()) for _ in range(6)]
+    grads, state = [], []
+    try:
+        training_step(sim, 3, 12 * MIB, params, grads, opt_state=state, param_bytes=12 * MIB, step_mark=class_name)
+    except OutOfMemory:
+        pass
+    assert len(state) == 5, len(state)
     return sim
 
 
@@ -1504,6 +1537,8 @@ def main():
     write(os.path.join(out, "hf_gpt2_eval_forward_oom.pickle"), gpt2_eval_outputs_oom(160 * MIB).dump("v2_11"), 4)
     write(os.path.join(out, "compiled_step_oom.pickle"), compiled_step_oom().dump("v2_11"), 4)
     write(os.path.join(out, "tagged_step_oom.pickle"), tagged_step_oom().dump("v2_11"), 4)
+    write(os.path.join(out, "frameless_optimizer_oom.pickle"), frameless_optimizer_oom().dump("v2_11"), 4)
+    write(os.path.join(out, "frameless_optimizer_oom_unmarked.pickle"), frameless_optimizer_oom(None).dump("v2_11"), 4)
     write(os.path.join(out, "cudagraph_pool_oom.pickle"), cudagraph_pool_oom().dump("v2_11"), 4)
     write(os.path.join(out, "cudagraph_capture_oom.pickle"), cudagraph_pool_oom(True).dump("v2_11"), 4)
     write(os.path.join(out, "backward_peak_stacks_all.pickle"), stacks_all(backward_peak().dump("v2_11")), 4)
