@@ -64,7 +64,9 @@ namespace ar = alloc_rules;
 // are reported beside them (the private_pools verdict and fix).
 // Limits: a segment freed before the dump has no pool on record (default);
 // a MemPool made with use_on_oom=True serves other requests when they
-// fail (torch/cuda/memory.py, MemPool): not modelled.
+// fail (torch/cuda/memory.py, MemPool): not modelled; the replay under
+// other allocator settings (Note [Allocator settings replayed]) keeps one
+// pool.
 
 /// fn() on a thread of its own, or on this one at get() when none can start.
 template <typename Fn>
@@ -484,7 +486,8 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   t.frameless_inferred_backward = attr.frameless_inferred_backward;
   t.alloc_events_in_marked_phases = attr.alloc_events_in_marked_phases;
   t.frameless_in_optimizer_marks = attr.frameless_in_optimizer_marks;
-  const TagPresence tags_present = tags_in_trace(snapshot, device);
+  const RecordFunctions record_functions(snapshot, device);
+  const TagPresence tags_present = tags_in_trace(snapshot, device, record_functions);
   if (tags_present.user_metadata || tags_present.compile_contexts) {
     for (size_t i = 0; i < trace.size(); ++i) {
       if (trace[i].action != TraceAction::kAlloc) continue;
@@ -601,6 +604,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       const EventTag& tag = snapshot.event_tags[snapshot.tag_of(static_cast<size_t>(device), i)];
       o.user_metadata = tag.user_metadata;
       o.compile_context = tag.compile_context;
+      o.record_functions = record_functions.open_at(i);
       if (o.phase == Phase::kForward) o.inference_kind = frames.inference_kind(e.frames);
       for (int c = 0; c < kNumCategories; ++c) {
         o.live_by_category[static_cast<size_t>(c)] = replay.allocated_by_category()[static_cast<size_t>(c)];
@@ -613,7 +617,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
     }
     if (i == last_oom) {
       d.oom_sites = sites_now(replay, sites, top, nullptr);
-      d.oom_tags = tagged_bytes_now(replay, snapshot, device, tags_present, top);
+      d.oom_tags = tagged_bytes_now(replay, snapshot, device, record_functions, tags_present, top);
       d.segment_map = segment_map_now(replay);
       d.map_moment = "at the last out-of-memory";
     }
@@ -685,7 +689,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
     d.peak.reserved_bytes = again.reserved_bytes();
     d.peak.phase = peak_index >= 0 ? attr.event_phase[static_cast<size_t>(peak_index)] : Phase::kUnknown;
     d.peak.sites = sites_now(again, sites, top, &d.peak.by_category);
-    d.peak.tags = tagged_bytes_now(again, snapshot, device, tags_present, top);
+    d.peak.tags = tagged_bytes_now(again, snapshot, device, record_functions, tags_present, top);
     if (d.segment_map.empty()) {
       d.segment_map = segment_map_now(again);
       d.map_moment = peak_index >= 0 ? "at the peak" : "when recording began";

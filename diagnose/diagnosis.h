@@ -96,6 +96,9 @@ struct OomReport {
   /// region that ran it ("" for none).
   std::string user_metadata;
   std::string compile_context;
+  /// The user's record_function marks open at the failing call, outermost
+  /// first (RecordFunctions, event_tags.h).
+  std::vector<std::string> record_functions;
   /// The failing call reran a checkpointed block's forward in backward
   /// (FrameIndex::recomputes): torch.utils.checkpoint's recomputation.
   bool recomputing = false;

@@ -27,8 +27,73 @@ std::vector<TagBytes> biggest_first(std::map<std::string, TagBytes> by_text, int
 
 }  // namespace
 
-TagPresence tags_in_trace(const Snapshot& snapshot, int device) {
+RecordFunctions::RecordFunctions(const Snapshot& snapshot, int device) : snapshot_(snapshot), device_(device) {
+  if (device < 0 || static_cast<size_t>(device) >= snapshot.device_traces.size()) return;
+  const std::vector<TraceEvent>& trace = snapshot.device_traces[static_cast<size_t>(device)];
+  const std::vector<const Annotation*> all = marks();
+  if (all.empty() || trace.empty() || trace.front().time_us <= 0) return;
+  std::vector<uint32_t> open;  // indices into names_
+  auto id_of = [&](const std::string& name) {
+    auto it = std::find(names_.begin(), names_.end(), name);
+    if (it != names_.end()) return static_cast<uint32_t>(it - names_.begin());
+    names_.push_back(name);
+    return static_cast<uint32_t>(names_.size() - 1);
+  };
+  size_t next = 0;
+  uint32_t current = 0;
+  for (size_t i = 0; i < trace.size(); ++i) {
+    for (; next < all.size() && all[next]->time_us <= trace[i].time_us; ++next) {
+      const uint32_t id = id_of(all[next]->name);
+      if (all[next]->stage == "START") {
+        open.push_back(id);
+      } else if (auto it = std::find(open.rbegin(), open.rend(), id); it != open.rend()) {
+        open.erase(std::next(it).base());
+      }
+    }
+    const uint32_t innermost = open.empty() ? 0 : open.back();
+    if (innermost != current) {
+      runs_.push_back(TagRun{i, innermost});
+      current = innermost;
+    }
+  }
+}
+
+std::vector<const Annotation*> RecordFunctions::marks() const {
+  std::vector<const Annotation*> out;
+  for (const Annotation& a : snapshot_.annotations) {
+    if (a.device != device_ || a.name.empty() || a.time_us <= 0) continue;
+    if (a.name.rfind("oomtune:", 0) == 0 || a.name.rfind("Optimizer.", 0) == 0) continue;  // phase_marks.h
+    if (a.stage == "START" || a.stage == "END") out.push_back(&a);
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Annotation* a, const Annotation* b) { return a->time_us < b->time_us; });
+  return out;
+}
+
+const std::string& RecordFunctions::innermost_at(size_t event) const {
+  auto after = std::upper_bound(runs_.begin(), runs_.end(), event,
+                                [](size_t e, const TagRun& run) { return e < run.first_event; });
+  return names_[after == runs_.begin() ? 0 : std::prev(after)->tag];
+}
+
+std::vector<std::string> RecordFunctions::open_at(size_t event) const {
+  std::vector<std::string> open;
+  const std::vector<TraceEvent>& trace = snapshot_.device_traces[static_cast<size_t>(device_)];
+  if (!any() || event >= trace.size()) return open;
+  for (const Annotation* a : marks()) {
+    if (a->time_us > trace[event].time_us) break;
+    if (a->stage == "START") {
+      open.push_back(a->name);
+    } else if (auto it = std::find(open.rbegin(), open.rend(), a->name); it != open.rend()) {
+      open.erase(std::next(it).base());
+    }
+  }
+  return open;
+}
+
+TagPresence tags_in_trace(const Snapshot& snapshot, int device, const RecordFunctions& marks) {
   TagPresence p;
+  p.record_functions = marks.any();
   if (device < 0 || static_cast<size_t>(device) >= snapshot.tag_runs.size()) return p;
   for (const TagRun& run : snapshot.tag_runs[static_cast<size_t>(device)]) {
     const EventTag& tag = snapshot.event_tags[run.tag];
@@ -38,10 +103,11 @@ TagPresence tags_in_trace(const Snapshot& snapshot, int device) {
   return p;
 }
 
-TaggedBytes tagged_bytes_now(const Replay& replay, const Snapshot& snapshot, int device, TagPresence present, int top) {
+TaggedBytes tagged_bytes_now(const Replay& replay, const Snapshot& snapshot, int device, const RecordFunctions& marks,
+                             TagPresence present, int top) {
   TaggedBytes out;
-  if (!present.user_metadata && !present.compile_contexts) return out;
-  std::map<std::string, TagBytes> metadata, contexts;
+  if (!present.user_metadata && !present.compile_contexts && !present.record_functions) return out;
+  std::map<std::string, TagBytes> metadata, contexts, functions;
   auto add = [](std::map<std::string, TagBytes>& to, const std::string& text, int64_t bytes) {
     TagBytes& slot = to[text];
     slot.tag = text;
@@ -53,7 +119,12 @@ TaggedBytes tagged_bytes_now(const Replay& replay, const Snapshot& snapshot, int
     if (block.alloc_event < 0) {
       if (present.user_metadata) add(metadata, kBeforeRecording, block.size);
       if (present.compile_contexts) add(contexts, kBeforeRecording, block.size);
+      if (present.record_functions) add(functions, kBeforeRecording, block.size);
       continue;
+    }
+    if (present.record_functions) {
+      const std::string& name = marks.innermost_at(static_cast<size_t>(block.alloc_event));
+      add(functions, name.empty() ? kNoTag : name, block.size);
     }
     const EventTag& tag =
         snapshot.event_tags[snapshot.tag_of(static_cast<size_t>(device), static_cast<size_t>(block.alloc_event))];
@@ -62,6 +133,7 @@ TaggedBytes tagged_bytes_now(const Replay& replay, const Snapshot& snapshot, int
   }
   out.user_metadata = biggest_first(std::move(metadata), top);
   out.compile_contexts = biggest_first(std::move(contexts), top);
+  out.record_functions = biggest_first(std::move(functions), top);
   return out;
 }
 

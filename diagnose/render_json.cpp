@@ -36,7 +36,9 @@ json tagged(const TaggedBytes& t) {
     for (const TagBytes& b : v) a.push_back({{"tag", b.tag}, {"bytes", b.bytes}, {"blocks", b.blocks}});
     return a;
   };
-  return json{{"user_metadata", list(t.user_metadata)}, {"compile_contexts", list(t.compile_contexts)}};
+  return json{{"user_metadata", list(t.user_metadata)},
+              {"compile_contexts", list(t.compile_contexts)},
+              {"record_functions", list(t.record_functions)}};
 }
 
 }  // namespace
@@ -131,6 +133,7 @@ std::string render_json(const Diagnosis& d) {
                     {"model_forward", o.model_forward},
                     {"user_metadata", o.user_metadata},
                     {"compile_context", o.compile_context},
+                    {"record_functions", o.record_functions},
                     {"recomputing", o.recomputing},
                     {"inference", o.inference()},
                     {"inference_kind", inference_kind_name(o.inference_kind)},

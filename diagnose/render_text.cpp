@@ -63,6 +63,7 @@ void tags_tables(std::string& out, const TaggedBytes& tags, const std::string& m
   };
   table(tags.user_metadata, "user metadata (torch.cuda.memory._set_memory_metadata)");
   table(tags.compile_contexts, "torch.compile region (_record_memory_history(compile_context=True))");
+  table(tags.record_functions, "the innermost record_function open at the allocation");
 }
 
 // "user metadata \"eval\"; in torch.compile region \"...\"" for a failing
@@ -71,6 +72,9 @@ std::string tags_of_call(const OomReport& o) {
   std::vector<std::string> parts;
   if (!o.user_metadata.empty()) parts.push_back(fmt::format("user metadata \"{}\"", o.user_metadata));
   if (!o.compile_context.empty()) parts.push_back(fmt::format("in torch.compile region \"{}\"", o.compile_context));
+  if (!o.record_functions.empty()) {
+    parts.push_back(fmt::format("inside record_function \"{}\"", fmt::join(o.record_functions, "\" > \"")));
+  }
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 

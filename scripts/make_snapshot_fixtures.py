@@ -1368,7 +1368,12 @@ def tagged_step_oom():
     each compiled forward, "Torch-Compiled Region: 0/0"
     (torch/_dynamo/convert_frame.py names it so); backward runs outside it.
     At the out-of-memory: "load" 4 x 8 MiB, "train step 0" 4 x 8 MiB (the
-    gradients), "train step 1" 3 x 16 MiB (its activations, in the region)."""
+    gradients), "train step 1" 3 x 16 MiB (its activations, in the region).
+    The script also wraps each iteration in record_function("train_step"),
+    its forward in "forward" and its backward in "backward": the failing
+    call is inside "train_step" > "forward", and what is alive was made in
+    "forward" (the activations), "backward" (the gradients) or in none (the
+    parameters)."""
     sim = Sim(cap=128 * MIB)
     sim.user_metadata = "load"
     params = [sim.malloc(8 * MIB, param_frames()) for _ in range(4)]
@@ -1376,15 +1381,21 @@ def tagged_step_oom():
     try:
         for step in range(2):
             sim.user_metadata = f"train step {step}"
+            sim.record_function("train_step", "START")
+            sim.record_function("forward", "START")
             sim.compile_context = "Torch-Compiled Region: 0/0"
             acts = [sim.malloc(16 * MIB, compiled_fwd(133 + k)) for k in range(4)]
             tmp = sim.malloc(4 * MIB, compiled_fwd(140))
             sim.free(tmp, compiled_fwd(140))
             sim.compile_context = "N/A"
+            sim.record_function("forward", "END")
+            sim.record_function("backward", "START")
             for a in reversed(acts):
                 if len(grads) < len(params):
                     grads.append(sim.malloc(8 * MIB, compiled_bwd(210)))
                 sim.free(a, compiled_bwd(215))
+            sim.record_function("backward", "END")
+            sim.record_function("train_step", "END")
     except OutOfMemory:
         pass
     return sim

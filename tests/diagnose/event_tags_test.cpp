@@ -57,9 +57,16 @@ TEST(EventTags, TheBytesAliveAtTheOutOfMemoryByTheTagsTheyWereAllocatedUnder) {
   // The peak is the moment before the out-of-memory.
   expect_tags(d.peak.tags.compile_contexts, {{kNoTag, 64 * kMiB, 8}, {kRegion, 48 * kMiB, 3}});
 
+  // The script's record_function marks: "train_step" > "forward" at the
+  // failing call; the activations made in "forward", the gradients in
+  // "backward", the parameters outside both.
+  EXPECT_EQ(d.ooms[0].record_functions, (std::vector<std::string>{"train_step", "forward"}));
+  expect_tags(d.oom_tags.record_functions,
+              {{"forward", 48 * kMiB, 3}, {kNoTag, 32 * kMiB, 4}, {"backward", 32 * kMiB, 4}});
+
   const std::string text = render_text(d);
   EXPECT_NE(text.find("tagged: user metadata \"train step 1\"; in torch.compile region \"Torch-Compiled Region: "
-                      "0/0\""),
+                      "0/0\"; inside record_function \"train_step\" > \"forward\""),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("alive at the last out-of-memory, by user metadata"), std::string::npos) << text;
@@ -97,6 +104,42 @@ TEST(EventTags, ARunOfEventsSharesOneTag) {
   EXPECT_EQ(s.event_tags.size(), 5u);
   EXPECT_EQ(s.tag_runs[0].size(), 4u);
   EXPECT_EQ(s.tag_of(1, 0), 0u);  // no such device
+}
+
+TEST(EventTags, RecordFunctionMarksOpenAtEachEvent) {
+  // Events at t = 10, 20, ..., 80 on device 0; marks by hand.
+  Snapshot s;
+  s.device_traces.emplace_back();
+  for (int i = 1; i <= 8; ++i) {
+    TraceEvent e;
+    e.action = TraceAction::kAlloc;
+    e.addr = i * 1024;
+    e.size = 512;
+    e.time_us = 10 * i;
+    s.device_traces[0].push_back(e);
+  }
+  auto mark = [&](const std::string& name, const std::string& stage, int64_t time_us, int64_t device = 0) {
+    s.annotations.push_back(Annotation{name, stage, device, time_us});
+  };
+  mark("step", "START", 15);
+  mark("inner", "START", 25);  // events 2 (t 30) and 3 (t 40) inside both
+  mark("step", "END", 45);     // closes "step" below "inner": "inner" stays open
+  mark("inner", "END", 55);
+  mark("Optimizer.step#AdamW.step", "START", 58);  // torch.optim's: not the user's
+  mark("oomtune:forward", "START", 59);            // oomtune's: not the user's
+  mark("other device", "START", 5, 1);
+  mark("late", "START", 80);  // at the last event's time: it is inside
+  const RecordFunctions marks(s, 0);
+  ASSERT_TRUE(marks.any());
+  EXPECT_EQ(marks.innermost_at(0), "");
+  EXPECT_EQ(marks.innermost_at(1), "step");
+  EXPECT_EQ(marks.innermost_at(2), "inner");
+  EXPECT_EQ(marks.open_at(3), (std::vector<std::string>{"step", "inner"}));
+  EXPECT_EQ(marks.open_at(4), (std::vector<std::string>{"inner"}));
+  EXPECT_EQ(marks.innermost_at(5), "");
+  EXPECT_EQ(marks.innermost_at(6), "");
+  EXPECT_EQ(marks.innermost_at(7), "late");
+  EXPECT_FALSE(RecordFunctions(s, 1).any());  // device 1 has a mark but no trace
 }
 
 }  // namespace
