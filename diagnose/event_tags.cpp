@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -33,11 +34,11 @@ RecordFunctions::RecordFunctions(const Snapshot& snapshot, int device) : snapsho
   const std::vector<const Annotation*> all = marks();
   if (all.empty() || trace.empty() || trace.front().time_us <= 0) return;
   std::vector<uint32_t> open;  // indices into names_
+  std::unordered_map<std::string, uint32_t> ids;
   auto id_of = [&](const std::string& name) {
-    auto it = std::find(names_.begin(), names_.end(), name);
-    if (it != names_.end()) return static_cast<uint32_t>(it - names_.begin());
-    names_.push_back(name);
-    return static_cast<uint32_t>(names_.size() - 1);
+    auto [it, added] = ids.emplace(name, static_cast<uint32_t>(names_.size()));
+    if (added) names_.push_back(name);
+    return it->second;
   };
   size_t next = 0;
   uint32_t current = 0;
