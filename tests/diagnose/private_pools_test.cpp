@@ -20,14 +20,21 @@ namespace {
 using testing::find_fix;
 using testing::has_verdict;
 
+/// The only out-of-memory of `d`, with its private pools as expected.
+const OomReport& oom_with_pools(const Diagnosis& d, bool captures, int64_t segments, int64_t reserved, int64_t free) {
+  EXPECT_EQ(d.ooms.size(), 1u);
+  const OomReport& o = d.ooms.back();
+  EXPECT_EQ(o.captures_cuda_graph, captures);
+  EXPECT_EQ(o.private_pool_segments, segments);
+  EXPECT_EQ(o.private_pool_reserved_bytes, reserved);
+  EXPECT_EQ(o.private_pool_free_bytes, free);
+  return o;
+}
+
 TEST(PrivatePools, AnOrdinaryRequestCannotUseAGraphsFreeMemory) {
   const Diagnosis d = testing::diagnose_file(testing::synthetic_fixture("cudagraph_pool_oom.pickle"));
-  ASSERT_EQ(d.ooms.size(), 1u);
-  const OomReport& o = d.ooms[0];
-  EXPECT_FALSE(o.captures_cuda_graph);
-  EXPECT_EQ(o.private_pool_segments, 6);
-  EXPECT_EQ(o.private_pool_reserved_bytes, 96 * kMiB);
-  EXPECT_EQ(o.private_pool_free_bytes, 64 * kMiB);
+  ASSERT_FALSE(d.ooms.empty());
+  const OomReport& o = oom_with_pools(d, false, 6, 96 * kMiB, 64 * kMiB);
   EXPECT_EQ(o.reserved_bytes, 40 * kMiB + 96 * kMiB + 7 * 16 * kMiB);
   // The free figures are the default pool's: 16 MiB blocks free in the
   // graph's pool are no "free block large enough", and its free segments
@@ -51,12 +58,8 @@ TEST(PrivatePools, AnOrdinaryRequestCannotUseAGraphsFreeMemory) {
 
 TEST(PrivatePools, ARequestWhileAGraphIsRecordedAsksItsPool) {
   const Diagnosis d = testing::diagnose_file(testing::synthetic_fixture("cudagraph_capture_oom.pickle"));
-  ASSERT_EQ(d.ooms.size(), 1u);
-  const OomReport& o = d.ooms[0];
-  EXPECT_TRUE(o.captures_cuda_graph);
-  EXPECT_EQ(o.private_pool_segments, 5);
-  EXPECT_EQ(o.private_pool_reserved_bytes, 80 * kMiB);
-  EXPECT_EQ(o.private_pool_free_bytes, 0);
+  ASSERT_FALSE(d.ooms.empty());
+  const OomReport& o = oom_with_pools(d, true, 5, 80 * kMiB, 0);
   EXPECT_EQ(o.reserved_free_bytes, 8 * kMiB);  // every pool's, the graph's holding none free
   EXPECT_FALSE(has_verdict(d, VerdictId::kPrivatePools));
   EXPECT_EQ(find_fix(d, FixId::kPrivatePools), nullptr);
