@@ -283,6 +283,7 @@ std::vector<SegmentView> segment_map_now(const Replay& replay) {
     v.size = r.size;
     v.is_large = r.is_large;
     v.is_expandable = r.is_expandable;
+    v.private_pool = r.private_pool;
     for (auto it = replay.live().lower_bound(addr); it != replay.live().end() && it->first < addr + r.size; ++it) {
       SegmentView::Piece p;
       p.offset = it->first - addr;

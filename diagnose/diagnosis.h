@@ -309,6 +309,7 @@ struct SegmentView {
   int64_t size = 0;
   bool is_large = true;
   bool is_expandable = false;
+  bool private_pool = false;  ///< in a private memory pool (replay.h): drawn with a dashed outline
   struct Piece {
     int64_t offset = 0;  ///< bytes from the segment start
     int64_t size = 0;

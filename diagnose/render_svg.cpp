@@ -118,7 +118,7 @@ std::string render_svg(const Diagnosis& d) {
   // ---- segment map
   out += fmt::format(
       "<text x=\"10\" y=\"{}\" font-weight=\"bold\">Segment map {} ({} segments; grey = free, "
-      "hatched = freed but pending)</text>\n",
+      "hatched = freed but pending, dashed outline = a private pool)</text>\n",
       map_top, svg_escape(d.map_moment), d.segment_map.size());
   int64_t largest = 1;
   for (const auto& s : d.segment_map) largest = std::max(largest, s.size);
@@ -132,10 +132,13 @@ std::string render_svg(const Diagnosis& d) {
     out +=
         fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", kLeft - 4, y + 10, format_bytes(s.size));
     out += fmt::format(
-        "<rect x=\"{}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"#ddd\" stroke=\"#888\" "
-        "stroke-width=\"0.5\"><title>segment 0x{:x}, {} ({} pool{})</title></rect>\n",
-        kLeft, y, std::max(1.0, static_cast<double>(s.size) * scale), kMapRowHeight - 3, s.address,
-        format_bytes(s.size), s.is_large ? "large" : "small", s.is_expandable ? ", expandable" : "");
+        "<rect x=\"{}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"#ddd\" stroke=\"{}\" "
+        "stroke-width=\"{}\"{}><title>segment 0x{:x}, {} ({} pool{}{})</title></rect>\n",
+        kLeft, y, std::max(1.0, static_cast<double>(s.size) * scale), kMapRowHeight - 3,
+        s.private_pool ? "#000" : "#888", s.private_pool ? "1" : "0.5",
+        s.private_pool ? " stroke-dasharray=\"3,2\"" : "", s.address, format_bytes(s.size),
+        s.is_large ? "large" : "small", s.is_expandable ? ", expandable" : "",
+        s.private_pool ? "; a private memory pool: CUDA graphs or a torch.cuda.MemPool" : "");
     for (const auto& b : s.blocks) {
       out += fmt::format(
           "<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"><title>{} {}"

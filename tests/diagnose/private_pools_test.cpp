@@ -54,6 +54,14 @@ TEST(PrivatePools, AnOrdinaryRequestCannotUseAGraphsFreeMemory) {
                       "64.00 MiB free (none of it usable by this request"),
             std::string::npos)
       << text;
+  // The map draws the graph's 6 segments with a dashed outline.
+  const std::string svg = render_svg(d);
+  size_t dashed = 0;
+  for (size_t at = svg.find("a private memory pool: CUDA graphs"); at != std::string::npos;
+       at = svg.find("a private memory pool: CUDA graphs", at + 1)) {
+    ++dashed;
+  }
+  EXPECT_EQ(dashed, 6u);
 }
 
 TEST(PrivatePools, ARequestWhileAGraphIsRecordedAsksItsPool) {
