@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "diagnose/phase_marks.h"
+
 namespace oomtune::diagnose {
 namespace {
 
@@ -31,7 +33,13 @@ std::vector<TagBytes> biggest_first(std::map<std::string, TagBytes> by_text, int
 RecordFunctions::RecordFunctions(const Snapshot& snapshot, int device) : snapshot_(snapshot), device_(device) {
   if (device < 0 || static_cast<size_t>(device) >= snapshot.device_traces.size()) return;
   const std::vector<TraceEvent>& trace = snapshot.device_traces[static_cast<size_t>(device)];
-  const std::vector<const Annotation*> all = marks();
+  for (const Annotation& a : snapshot.annotations) {
+    if (a.device != device || a.name.empty() || a.time_us <= 0 || is_framework_mark(a.name)) continue;
+    if (a.stage == "START" || a.stage == "END") marks_.push_back(&a);
+  }
+  std::stable_sort(marks_.begin(), marks_.end(),
+                   [](const Annotation* a, const Annotation* b) { return a->time_us < b->time_us; });
+  const std::vector<const Annotation*>& all = marks_;
   if (all.empty() || trace.empty() || trace.front().time_us <= 0) return;
   std::vector<uint32_t> open;  // indices into names_
   std::unordered_map<std::string, uint32_t> ids;
@@ -59,18 +67,6 @@ RecordFunctions::RecordFunctions(const Snapshot& snapshot, int device) : snapsho
   }
 }
 
-std::vector<const Annotation*> RecordFunctions::marks() const {
-  std::vector<const Annotation*> out;
-  for (const Annotation& a : snapshot_.annotations) {
-    if (a.device != device_ || a.name.empty() || a.time_us <= 0) continue;
-    if (a.name.rfind("oomtune:", 0) == 0 || a.name.rfind("Optimizer.", 0) == 0) continue;  // phase_marks.h
-    if (a.stage == "START" || a.stage == "END") out.push_back(&a);
-  }
-  std::stable_sort(out.begin(), out.end(),
-                   [](const Annotation* a, const Annotation* b) { return a->time_us < b->time_us; });
-  return out;
-}
-
 const std::string& RecordFunctions::innermost_at(size_t event) const {
   auto after = std::upper_bound(runs_.begin(), runs_.end(), event,
                                 [](size_t e, const TagRun& run) { return e < run.first_event; });
@@ -81,7 +77,7 @@ std::vector<std::string> RecordFunctions::open_at(size_t event) const {
   std::vector<std::string> open;
   const std::vector<TraceEvent>& trace = snapshot_.device_traces[static_cast<size_t>(device_)];
   if (!any() || event >= trace.size()) return open;
-  for (const Annotation* a : marks()) {
+  for (const Annotation* a : marks_) {
     if (a->time_us > trace[event].time_us) break;
     if (a->stage == "START") {
       open.push_back(a->name);

@@ -58,13 +58,11 @@ class RecordFunctions {
   std::vector<std::string> open_at(size_t event) const;
 
  private:
-  /// The device's marks, by time (stable: file order within a microsecond).
-  std::vector<const Annotation*> marks() const;
-
   const Snapshot& snapshot_;
   int device_ = 0;
-  std::vector<std::string> names_{""};  // [0]: none
-  std::vector<TagRun> runs_;            // the innermost mark (an index into names_), by event
+  std::vector<const Annotation*> marks_;  // the device's, by time (file order within a microsecond)
+  std::vector<std::string> names_{""};    // [0]: none
+  std::vector<TagRun> runs_;              // the innermost mark (an index into names_), by event
 };
 
 /// Which tags device `device`'s trace carries at all.

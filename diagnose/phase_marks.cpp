@@ -73,6 +73,11 @@ std::vector<PhaseSpan> marked_phase_spans(const std::vector<Annotation>& annotat
   return spans;
 }
 
+bool is_framework_mark(std::string_view name) {
+  constexpr std::string_view kOptimizer = "Optimizer.";  // torch/optim/optimizer.py: step and zero_grad
+  return name.substr(0, kPrefix.size()) == kPrefix || name.substr(0, kOptimizer.size()) == kOptimizer;
+}
+
 const PhaseSpan* span_at(const std::vector<PhaseSpan>& spans, int64_t time_us) {
   // The last span beginning at or before the time.
   auto it = std::upper_bound(spans.begin(), spans.end(), time_us,

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "diagnose/frames.h"
@@ -49,6 +50,11 @@ struct PhaseSpan {
 /// record_function marks, Optimizer.zero_grad) are ignored. Empty when
 /// there is none.
 std::vector<PhaseSpan> marked_phase_spans(const std::vector<Annotation>& annotations, int64_t device);
+
+/// True for a mark oomtune or torch.optim wrote ("oomtune:<phase>",
+/// "Optimizer.step#<class>.step", "Optimizer.zero_grad#<class>.zero_grad"),
+/// false for the user's own record_function marks (event_tags.h).
+bool is_framework_mark(std::string_view name);
 
 /// The span holding `time_us`, or nullptr outside every span.
 const PhaseSpan* span_at(const std::vector<PhaseSpan>& spans, int64_t time_us);
