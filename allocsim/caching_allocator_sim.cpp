@@ -48,6 +48,8 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
+#include <memory>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -102,9 +104,10 @@ struct BlockComparatorAddress {
 
 /// BlockPool: the cached free blocks of the small or the large pool.
 struct BlockPool {
-  explicit BlockPool(bool small) : is_small(small) {}
+  BlockPool(bool small, PoolId owner) : is_small(small), memory_pool(owner) {}
   bool is_small;
-  std::set<Block*, BlockComparatorSize> blocks;       // free, mapped
+  PoolId memory_pool;                            // kDefaultPool, or the private pool (owner_PrivatePool) it belongs to
+  std::set<Block*, BlockComparatorSize> blocks;  // free, mapped
   std::set<Block*, BlockComparatorAddress> unmapped;  // expandable ranges not backed by pages
   int64_t get_free_blocks_call_count = 0;             // age clock of garbage collection
 
@@ -114,6 +117,15 @@ struct BlockPool {
     blocks.insert(block);
   }
   rules::Pool kind() const { return is_small ? rules::Pool::kSmall : rules::Pool::kLarge; }
+  bool is_private() const { return memory_pool != kDefaultPool; }
+};
+
+/// PrivatePool: a CUDA graph's or a torch.cuda.MemPool's own small and large
+/// pools (CUDACachingAllocator.cpp `struct PrivatePool`).
+struct PrivatePool {
+  explicit PrivatePool(PoolId id) : large_blocks(false, id), small_blocks(true, id) {}
+  BlockPool large_blocks;
+  BlockPool small_blocks;
 };
 
 /// ExpandableSegment: a virtual range of `num_pages` pages of `page_size`.
@@ -199,7 +211,7 @@ struct CachingAllocatorSim::Impl {
     op_ = &event.op;
     bool ok = true;
     if (event.kind == AllocEventKind::kAlloc) {
-      ok = malloc(event.id, event.bytes);
+      ok = malloc(event.id, event.bytes, kDefaultPool);
     } else {
       free(event.id);
     }
@@ -208,7 +220,7 @@ struct CachingAllocatorSim::Impl {
   }
 
   /// DeviceCachingAllocator::malloc().
-  bool malloc(std::uint64_t id, int64_t orig_size) {
+  bool malloc(std::uint64_t id, int64_t orig_size, PoolId memory_pool) {
     const int64_t index = begin_event();
     if (stopped_) {  // SimOptions::stop_at_first_oom: the step is over
       ignorable_.insert(id);
@@ -224,7 +236,7 @@ struct CachingAllocatorSim::Impl {
       return true;
     }
     const int64_t size = rules::round_size(orig_size, config_);
-    BlockPool& pool = size <= rules::kSmallSize ? small_blocks_ : large_blocks_;
+    BlockPool& pool = get_pool(size, memory_pool);
     const int64_t alloc_size = rules::segment_size_for(size);
 
     Block* block = get_free_block(pool, size);
@@ -384,6 +396,10 @@ struct CachingAllocatorSim::Impl {
     };
     for (const Block* b : small_blocks_.blocks) consider(b);
     for (const Block* b : large_blocks_.blocks) consider(b);
+    for (const auto& [id, pool] : private_pools_) {
+      for (const Block* b : pool->small_blocks.blocks) consider(b);
+      for (const Block* b : pool->large_blocks.blocks) consider(b);
+    }
     for (const auto& entry : live_) consider(entry.second);
     std::vector<SegmentInfo> segments;
     segments.reserve(heads.size());
@@ -392,6 +408,7 @@ struct CachingAllocatorSim::Impl {
       segment.address = head->ptr;
       segment.pool = head->pool->kind();
       segment.is_expandable = head->expandable_segment != nullptr;
+      segment.memory_pool = head->pool->memory_pool;
       for (const Block* b = head; b != nullptr && b->mapped; b = b->next) {
         BlockInfo info;
         info.address = b->ptr;
@@ -495,6 +512,17 @@ struct CachingAllocatorSim::Impl {
 
   // ---- finding and carving blocks -------------------------------------------
 
+  /// get_pool(): the small or large pool of the default pool or of private
+  /// pool `memory_pool` (made on its first request, as beginAllocateToPool
+  /// makes a PrivatePool).
+  BlockPool& get_pool(int64_t size, PoolId memory_pool) {
+    const bool small = size <= rules::kSmallSize;
+    if (memory_pool == kDefaultPool) return small ? small_blocks_ : large_blocks_;
+    std::unique_ptr<PrivatePool>& pool = private_pools_[memory_pool];
+    if (pool == nullptr) pool = std::make_unique<PrivatePool>(memory_pool);
+    return small ? pool->small_blocks : pool->large_blocks;
+  }
+
   /// get_free_block(): best fit by size then address, with the expandable
   /// and max_split_size rules.
   Block* get_free_block(BlockPool& pool, int64_t size) {
@@ -590,7 +618,9 @@ struct CachingAllocatorSim::Impl {
     if (options_.budget_bytes > 0 && total_allocated_memory_ + alloc_size > options_.budget_bytes) {
       return nullptr;
     }
-    if (config_.expandable_segments) return try_allocate_expandable_block(pool, size);
+    // alloc_block(): "our checkpointing logic for private pools doesn't
+    // support the expandable_segments_ structure yet".
+    if (config_.expandable_segments && !pool.is_private()) return try_allocate_expandable_block(pool, size);
     if (over_device(alloc_size)) return nullptr;  // cudaMalloc: cudaErrorMemoryAllocation
     Block* block = arena_.make();
     block->ptr = next_segment_address(alloc_size);
@@ -646,7 +676,9 @@ struct CachingAllocatorSim::Impl {
   }
 
   /// release_cached_blocks(): free every unsplit cached segment (large pool,
-  /// then small), unmap free expandable pages.
+  /// then small), unmap free expandable pages. Private pools are all taken
+  /// as a live graph's, which PyTorch leaves alone (it frees
+  /// graph_pools_freeable only).
   void release_cached_blocks() {
     release_blocks(large_blocks_);
     release_blocks(small_blocks_);
@@ -873,8 +905,9 @@ struct CachingAllocatorSim::Impl {
   SimOptions options_;
   const rules::AllocatorConfig& config_;
   BlockArena arena_;
-  BlockPool large_blocks_{false};
-  BlockPool small_blocks_{true};
+  BlockPool large_blocks_{false, kDefaultPool};
+  BlockPool small_blocks_{true, kDefaultPool};
+  std::map<PoolId, std::unique_ptr<PrivatePool>> private_pools_;
   std::unordered_map<std::uint64_t, Block*> live_;  // allocated blocks by id
   std::unordered_set<std::uint64_t> ignorable_;     // zero-byte and failed allocations
   std::vector<std::unique_ptr<ExpandableSegment>> expandable_segments_;
@@ -900,7 +933,9 @@ void CachingAllocatorSim::use_segment_addresses(std::vector<std::uint64_t> addre
   impl_->use_segment_addresses(std::move(addresses));
 }
 bool CachingAllocatorSim::apply(const AllocEvent& event) { return impl_->apply(event); }
-bool CachingAllocatorSim::malloc(std::uint64_t id, int64_t bytes) { return impl_->malloc(id, bytes); }
+bool CachingAllocatorSim::malloc(std::uint64_t id, int64_t bytes, PoolId memory_pool) {
+  return impl_->malloc(id, bytes, memory_pool);
+}
 void CachingAllocatorSim::free(std::uint64_t id) { impl_->free(id); }
 void CachingAllocatorSim::empty_cache() { impl_->empty_cache(); }
 std::optional<std::uint64_t> CachingAllocatorSim::address_of(std::uint64_t id) const { return impl_->address_of(id); }

@@ -33,8 +33,18 @@
 // - expandable_segments: one growing segment per pool, mapped in 2 MiB
 //   (small) or 20 MiB (large) pages; a flush unmaps free pages
 //   (try_allocate_expandable_block, map_block, unmap_block).
+// - Private memory pools (CUDA graphs' pools, torch.cuda.MemPool): a request
+//   aimed at one is served from that pool's own cached blocks or a new
+//   segment, never from the default pool's, nor the default pool's from
+//   its; its segments are never expandable (alloc_block: "our checkpointing
+//   logic for private pools doesn't support the expandable_segments_
+//   structure yet"), and they stay reserved: the sim takes every private
+//   pool as in use by a live graph, whose pool release_cached_blocks and
+//   empty_cache leave alone (they free graph_pools_freeable only), and
+//   garbage collection looks at the default large pool only
+//   (garbage_collect_cached_blocks).
 // Simplified: one stream (no cross-stream reuse, record_stream or events), no
-// CUDA graph pools, no free-memory callbacks.
+// graph pool freed when its graphs die, no free-memory callbacks.
 
 #include <array>
 #include <cstdint>
@@ -48,6 +58,11 @@
 #include "common/phase.h"
 
 namespace oomtune::allocsim {
+
+/// Which memory pool a request targets: kDefaultPool, or a private pool
+/// (a CUDA graph's, a torch.cuda.MemPool) numbered by the caller from 1.
+using PoolId = std::uint32_t;
+constexpr PoolId kDefaultPool = 0;
 
 /// How to run a simulation.
 struct SimOptions {
@@ -176,6 +191,7 @@ struct SegmentInfo {
   int64_t bytes = 0;
   alloc_rules::Pool pool = alloc_rules::Pool::kLarge;
   bool is_expandable = false;
+  PoolId memory_pool = kDefaultPool;  ///< the private pool it belongs to, or kDefaultPool
   std::vector<BlockInfo> blocks;
 };
 
@@ -209,29 +225,32 @@ class CachingAllocatorSim {
   /// oomtune::InputError for a phase outside oomtune::Phase.
   bool apply(const AllocEvent& event);
 
-  /// Allocates `bytes` for allocation `id`. Returns false (and records an
+  /// Allocates `bytes` for allocation `id` from `memory_pool` (the default
+  /// pool, or a private one: rules above). Returns false (and records an
   /// OomRecord) when the allocator runs out of memory; a later free of `id`
   /// is then ignored. A request of 0 bytes reserves nothing (PyTorch returns
   /// a null pointer). Throws oomtune::InputError when `id` is already live.
-  bool malloc(std::uint64_t id, int64_t bytes);
+  bool malloc(std::uint64_t id, int64_t bytes, PoolId memory_pool = kDefaultPool);
 
   /// Frees allocation `id` (free_completed). Throws oomtune::InputError for
   /// an id that was never allocated (failed and zero-byte allocations are
   /// fine).
   void free(std::uint64_t id);
 
-  /// torch.cuda.empty_cache(): frees every unsplit cached segment and unmaps
-  /// free expandable pages.
+  /// torch.cuda.empty_cache(): frees every unsplit cached segment of the
+  /// default pool and unmaps its free expandable pages (private pools keep
+  /// theirs: rules above).
   void empty_cache();
 
   /// Address of the block of live allocation `id`, or nullopt.
   std::optional<std::uint64_t> address_of(std::uint64_t id) const;
 
-  /// Current reserved and allocated bytes.
+  /// Current reserved and allocated bytes, every pool's.
   int64_t reserved_bytes() const;
   int64_t allocated_bytes() const;
 
-  /// The largest cached free block now (bytes), 0 when none.
+  /// The largest cached free block of the default pool now (bytes), 0 when
+  /// none (DeviceCachingAllocator::cacheInfo looks at the default pool only).
   int64_t largest_free_block() const;
 
   /// Every segment and its blocks now, sorted by address

@@ -739,6 +739,8 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
     in.trace = &trace;
     in.oom_index = static_cast<size_t>(o.event_index);
     in.still_needed_bytes = std::max(d.need.still_needed_bytes, o.rounded_bytes);
+    in.private_pool_ranges = private_pool_ranges(snapshot, device);
+    in.request_in_graph_capture = o.captures_cuda_graph;
     in.cap_is_budget = o.memory_cap;
     in.cap_low_bytes = o.memory_cap               ? o.cap_low_bytes
                        : o.device_free_bytes >= 0 ? o.reserved_bytes + o.device_free_bytes

@@ -1,6 +1,7 @@
 #include "diagnose/setting_replay.h"
 
 #include <algorithm>
+#include <map>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -20,6 +21,16 @@ constexpr std::uint64_t kExtraIdBase = std::uint64_t{1} << 62;
 // Traces up to this long bisect the cap to 2 MiB.
 constexpr size_t kExactTraceEvents = 100000;
 
+// The pool an alloc at `address` targets: the private pool whose dumped
+// segment holds it, else the default pool.
+sim::PoolId pool_at(const std::vector<PrivatePoolRange>& ranges, int64_t address) {
+  auto it = std::upper_bound(ranges.begin(), ranges.end(), address,
+                             [](int64_t a, const PrivatePoolRange& r) { return a < r.address; });
+  if (it == ranges.begin()) return sim::kDefaultPool;
+  --it;
+  return address < it->address + it->bytes ? it->pool : sim::kDefaultPool;
+}
+
 // The replay at one cap.
 SettingReplay replay_at(const SettingReplayInput& input, const alloc_rules::AllocatorConfig& config, int64_t cap) {
   SettingReplay out;
@@ -32,10 +43,12 @@ SettingReplay replay_at(const SettingReplayInput& input, const alloc_rules::Allo
   std::uint64_t next_extra = kExtraIdBase;
   sim::CachingAllocatorSim allocator(options);
   std::unordered_set<std::uint64_t> live;  // trace addresses the simulator holds
+  const std::vector<PrivatePoolRange>& ranges = input.private_pool_ranges;
   for (const auto& [address, bytes] : input.initial_blocks) {
     const auto id = static_cast<std::uint64_t>(address);
-    if (allocator.malloc(id, bytes)) live.insert(id);
+    if (allocator.malloc(id, bytes, pool_at(ranges, address))) live.insert(id);
   }
+  sim::PoolId last_private = sim::kDefaultPool;  // of the latest alloc that went to a private pool
   out.replayed = true;
   auto fail = [&](int64_t event, int64_t bytes, bool in_need) {
     out.failed_event = event;
@@ -49,7 +62,9 @@ SettingReplay replay_at(const SettingReplayInput& input, const alloc_rules::Allo
     const auto id = static_cast<std::uint64_t>(e.addr);
     if (e.action == TraceAction::kAlloc) {
       if (live.count(id)) throw InputError(fmt::format("trace event {}: an alloc at a live address", i));
-      if (!allocator.malloc(id, e.size)) return fail(static_cast<int64_t>(i), e.size, false);
+      const sim::PoolId pool = ranges.empty() ? sim::kDefaultPool : pool_at(ranges, e.addr);
+      if (pool != sim::kDefaultPool) last_private = pool;
+      if (!allocator.malloc(id, e.size, pool)) return fail(static_cast<int64_t>(i), e.size, false);
       live.insert(id);
     } else if (e.action == release) {
       if (live.erase(id)) allocator.free(id);
@@ -59,14 +74,19 @@ SettingReplay replay_at(const SettingReplayInput& input, const alloc_rules::Allo
       if (allocator.malloc(extra, e.size)) allocator.free(extra);
     }
   }
+  const sim::PoolId request_pool = input.request_in_graph_capture ? last_private : sim::kDefaultPool;
   const int64_t request = trace[input.oom_index].size;
-  if (!allocator.malloc(next_extra++, request)) return fail(static_cast<int64_t>(input.oom_index), request, false);
+  if (!allocator.malloc(next_extra++, request, request_pool)) {
+    return fail(static_cast<int64_t>(input.oom_index), request, false);
+  }
   out.served_bytes = request;
   // The rest of the phase's need, as requests of the failing request's size.
   const int64_t rounded = alloc_rules::round_size(request, config);
   for (int64_t left = input.still_needed_bytes - rounded; left > 0; left -= rounded) {
     const int64_t bytes = std::min(left, rounded);
-    if (!allocator.malloc(next_extra++, bytes)) return fail(static_cast<int64_t>(input.oom_index), bytes, true);
+    if (!allocator.malloc(next_extra++, bytes, request_pool)) {
+      return fail(static_cast<int64_t>(input.oom_index), bytes, true);
+    }
     out.served_bytes += bytes;
   }
   out.served_bytes = std::max(request, input.still_needed_bytes);
@@ -77,6 +97,24 @@ SettingReplay replay_at(const SettingReplayInput& input, const alloc_rules::Allo
 }
 
 }  // namespace
+
+std::vector<PrivatePoolRange> private_pool_ranges(const Snapshot& snapshot, int device) {
+  std::vector<const Segment*> segments;
+  for (const Segment& s : snapshot.segments) {
+    // As Replay: a snapshot with one device's trace is that device's.
+    const bool of_device = s.device == device || snapshot.device_traces.size() <= 1;
+    if (of_device && s.in_private_pool()) segments.push_back(&s);
+  }
+  std::sort(segments.begin(), segments.end(),
+            [](const Segment* a, const Segment* b) { return a->address < b->address; });
+  std::map<std::pair<int64_t, int64_t>, sim::PoolId> numbers;
+  std::vector<PrivatePoolRange> ranges;
+  for (const Segment* s : segments) {
+    const sim::PoolId pool = numbers.emplace(s->pool_id, static_cast<sim::PoolId>(numbers.size() + 1)).first->second;
+    ranges.push_back({s->address, s->total_size, pool});
+  }
+  return ranges;
+}
 
 SettingReplay replay_with_setting(const SettingReplayInput& input, const alloc_rules::AllocatorConfig& config) {
   try {

@@ -28,15 +28,36 @@
 // and the fix is "enough with a cap of at least" that. Approximations: one
 // stream, and the blocks from before recording packed as if allocated in
 // address order.
+//
+// Private memory pools (CUDA graphs, torch.cuda.MemPool) are replayed as
+// pools of their own (allocsim's rules): an alloc inside a dumped segment
+// of a private pool goes to that pool in the simulator, whose segments are
+// never expandable and never flushed, so the graph's free blocks serve no
+// other request under any setting. Replayed as one pool, the graph's
+// cached segments were released or packed into the expandable segment and
+// "expandable_segments: enough" could rest on memory the graph keeps.
+// Segments freed before the dump have no pool on record: their allocs go
+// to the default pool. The judged request, and the rest of the need,
+// target the default pool unless the failing call was recording a graph:
+// then the pool of the last alloc before it that went to a private pool.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "allocsim/allocator_rules.h"
+#include "allocsim/caching_allocator_sim.h"
 #include "diagnose/snapshot.h"
 
 namespace oomtune::diagnose {
+
+/// A dumped segment of a private memory pool (segment_pool_id other than
+/// (0, 0)): allocs inside [address, address + bytes) target `pool`.
+struct PrivatePoolRange {
+  int64_t address = 0;  ///< bytes
+  int64_t bytes = 0;
+  allocsim::PoolId pool = allocsim::kDefaultPool;  ///< from 1, one per segment_pool_id
+};
 
 /// Where the replay starts and what it must reach.
 struct SettingReplayInput {
@@ -45,6 +66,11 @@ struct SettingReplayInput {
   const std::vector<TraceEvent>* trace = nullptr;  ///< the device's trace
   size_t oom_index = 0;                            ///< the judged out-of-memory event
   int64_t still_needed_bytes = 0;                  ///< PhaseNeed::still_needed_bytes (>= the request)
+  /// The private pools' dumped segments, sorted by address, not overlapping.
+  std::vector<PrivatePoolRange> private_pool_ranges;
+  /// The failing call was recording a CUDA graph (FrameIndex::
+  /// captures_cuda_graph): the request targets a private pool (see above).
+  bool request_in_graph_capture = false;
   /// A memory cap refused the request (cap_is_budget): it lies in
   /// [cap_low_bytes, cap_high_bytes), the most reserved before the
   /// out-of-memory and reserved plus the segment it needed. Else the device
@@ -78,6 +104,10 @@ struct SettingReplay {
   int64_t headroom_bytes = 0;
   std::string failure;  ///< why not replayed
 };
+
+/// The dumped segments of `device` in private memory pools, sorted by
+/// address, each segment_pool_id numbered from 1 in order of first address.
+std::vector<PrivatePoolRange> private_pool_ranges(const Snapshot& snapshot, int device);
 
 /// Replays `input` under `config`. Never throws for a trace the simulator
 /// cannot follow (an alloc at a live address, a free of an unknown one):

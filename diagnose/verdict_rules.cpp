@@ -85,8 +85,10 @@ std::string defragmenting_evidence(const Diagnosis& d, const OomReport& oom) {
       failure_phrase(r, oom.event_index), format_bytes(r.reserved_bytes));
 }
 
-/// What the fixes for a phase's verdict act on; kNone for other verdicts.
-FixTarget phase_fix_target(VerdictId id) {
+/// What the fixes for a verdict that may rank before fragmentation act on:
+/// the failing phase's memory, or the private pools' (CUDA graphs); kNone
+/// for other verdicts.
+FixTarget rival_fix_target(VerdictId id) {
   switch (id) {
     case VerdictId::kActivationsInForward:
     case VerdictId::kInferenceForward:
@@ -96,6 +98,8 @@ FixTarget phase_fix_target(VerdictId id) {
       return FixTarget::kOptimizerState;
     case VerdictId::kEvalOutputsAccumulated:
       return FixTarget::kEvalOutputs;
+    case VerdictId::kPrivatePools:
+      return FixTarget::kPrivatePools;
     default:
       return FixTarget::kNone;
   }
@@ -172,19 +176,21 @@ std::string nothing_saved_evidence(const OomReport& oom) {
 /// expandable_segments replay (else the reserved-but-free bytes) serves what
 /// is known of the need and a fix for fragmentation ranks above every fix
 /// for the phase's memory (activations, optimizer state) among the
-/// recommendations; otherwise the two verdicts swap. The verdicts and the
-/// fixes then never disagree on which comes first.
+/// recommendations; otherwise the two verdicts swap. The verdict after it
+/// may also be private_pools (a CUDA graph's free memory), weighed against
+/// running without the graphs the same way. The verdicts and the fixes
+/// then never disagree on which comes first.
 void order_fragmentation_verdict(Diagnosis& d) {
   if (d.ooms.empty()) return;
   const auto frag = std::find_if(d.verdicts.begin(), d.verdicts.end(),
                                  [](const Verdict& v) { return v.id == VerdictId::kFragmentation; });
   if (frag == d.verdicts.end() || std::next(frag) == d.verdicts.end()) return;
-  const FixTarget phase_target = phase_fix_target(std::next(frag)->id);
-  if (phase_target == FixTarget::kNone) return;
+  const FixTarget rival_target = rival_fix_target(std::next(frag)->id);
+  if (rival_target == FixTarget::kNone) return;
   // The first fix for either: fragmentation's, or none, keeps it first.
   const auto lead = std::find_if(d.recommendations.begin(), d.recommendations.end(), [&](const Recommendation& r) {
     const FixTarget target = fix_kind(r.id).target;
-    return target == FixTarget::kFragmentation || target == phase_target;
+    return target == FixTarget::kFragmentation || target == rival_target;
   });
   const bool fix_leads = lead == d.recommendations.end() || fix_kind(lead->id).target == FixTarget::kFragmentation;
   if (!defragmenting_is_enough(d, d.ooms.back()) || !fix_leads) std::iter_swap(frag, std::next(frag));

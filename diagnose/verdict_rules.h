@@ -13,7 +13,7 @@ namespace oomtune::diagnose {
 void add_verdicts(Diagnosis& d);
 
 /// Note [Fragmentation first]: swaps fragmentation behind the failing
-/// phase's verdict unless defragmenting serves the phase's known need and a
+/// phase's verdict (or private_pools) unless defragmenting serves the phase's known need and a
 /// fix for fragmentation leads d.recommendations. Call after those are
 /// ranked.
 void order_fragmentation_verdict(Diagnosis& d);

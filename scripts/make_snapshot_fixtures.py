@@ -73,6 +73,9 @@ Files written (each < 200 KB):
                         out of memory with 64 MiB free in the CUDA graph's private
                         pool, which it cannot use; cudagraph_capture_oom.pickle the
                         recording itself out of memory
+  cudagraph_fragmentation_oom.pickle  the default pool fragmented beside a CUDA
+                        graph's pool with 64 MiB free: expandable_segments not
+                        enough, since the graph keeps its pool
   compare_seq_1x.pickle, compare_seq_2x.pickle  a Llama-like forward whose
                         sequence doubles: activations x2, modeling_llama.py:161
                         grows most
@@ -1442,6 +1445,37 @@ def cudagraph_pool_oom(fail_in_capture=False):
     return sim
 
 
+def cudagraph_fragmentation_oom():
+    """The default pool fragmented beside a CUDA graph's private pool. Under
+    a 200 MiB cap: 16 eager tensors of 5 MiB tile four 20 MiB segments of
+    the default pool, and three of each four are freed (each segment keeps
+    its first: 20 MiB allocated, 60 MiB free in blocks of 15 MiB, no
+    segment wholly free); then torch.compile(mode="reduce-overhead")
+    records 6 activations of 16 MiB into the graph's pool (1, 0), a segment
+    each, and frees 4 (96 MiB reserved there, 64 MiB free); then eager code
+    asks 40 MiB: 176 + 40 > 200, nothing to flush, out of memory.
+    Under expandable_segments the 5 MiB tensors would tile 20 MiB pages
+    the same way, each page keeping a live tensor, so nothing unmaps; the
+    graph's pool never uses expandable segments and a live graph keeps its
+    cached segments: the request still needs 2 new pages, 216 MiB > the
+    cap. Replayed as one pool, the graph's freed 64 MiB served it."""
+    sim = Sim(cap=200 * MIB)
+    eager = [sim.malloc(5 * MIB, user_frames(40)) for _ in range(16)]
+    for k, a in enumerate(eager):
+        if k % 4 != 0:
+            sim.free(a, user_frames(41))
+    try:
+        sim.pool = (1, 0)
+        acts = [sim.malloc(16 * MIB, cudagraph_fwd(133 + k)) for k in range(6)]
+        for a in acts[:4]:
+            sim.free(a, cudagraph_fwd(150))
+        sim.pool = (0, 0)
+        sim.malloc(40 * MIB, user_frames(60))
+    except OutOfMemory:
+        pass
+    return sim
+
+
 # C/C++ frames as stacks="all" (_record_memory_history's default) records
 # them beside the Python ones: addr2line's function name, its file "??" or
 # "" where the library has no line table (torch/csrc/profiler/unwind/
@@ -1552,6 +1586,7 @@ def main():
     write(os.path.join(out, "frameless_optimizer_oom_unmarked.pickle"), frameless_optimizer_oom(None).dump("v2_11"), 4)
     write(os.path.join(out, "cudagraph_pool_oom.pickle"), cudagraph_pool_oom().dump("v2_11"), 4)
     write(os.path.join(out, "cudagraph_capture_oom.pickle"), cudagraph_pool_oom(True).dump("v2_11"), 4)
+    write(os.path.join(out, "cudagraph_fragmentation_oom.pickle"), cudagraph_fragmentation_oom().dump("v2_11"), 4)
     write(os.path.join(out, "backward_peak_stacks_all.pickle"), stacks_all(backward_peak().dump("v2_11")), 4)
     write(os.path.join(out, "hf_bert_forward_oom_stacks_all.pickle"), stacks_all(hf_bert_forward_oom().dump("v2_11")),
           4)

@@ -339,6 +339,93 @@ TEST(CachingAllocatorSim, ExpandableSegmentsAvoidAFragmentationOom) {
   EXPECT_EQ(address(sim, 100), address(sim, 0) + 10 * kMiB);
 }
 
+TEST(CachingAllocatorSim, APrivatePoolServesOnlyItsOwnRequests) {
+  // A CUDA graph's pool (1) holds a free 30 MiB segment, the default pool a
+  // free 30 MiB one. A default request of 20 MiB takes the default block;
+  // the next one finds no default block, and under a 90 MiB budget
+  // (60 reserved + 20) gets a new segment; a third, with 80 reserved, needs
+  // the flush: it frees nothing of the graph's pool (a live graph keeps
+  // it), so 80 + 20 > 90 fails although the graph's 30 MiB is free.
+  SimOptions options;
+  options.budget_bytes = 90 * kMiB;
+  CachingAllocatorSim sim(logged(options));
+  ASSERT_TRUE(sim.malloc(1, 30 * kMiB, 1));
+  ASSERT_TRUE(sim.malloc(2, 30 * kMiB));
+  sim.free(1);
+  sim.free(2);
+  ASSERT_TRUE(sim.malloc(3, 20 * kMiB));
+  EXPECT_EQ(address(sim, 3), sim.result().segment_log[1].address);  // the default segment
+  ASSERT_TRUE(sim.malloc(4, 20 * kMiB));
+  EXPECT_EQ(sim.reserved_bytes(), 80 * kMiB);
+  EXPECT_FALSE(sim.malloc(5, 20 * kMiB));
+  EXPECT_EQ(sim.result().num_device_free, 0);
+  EXPECT_EQ(sim.largest_free_block(), 10 * kMiB);  // the default pool's: 30 - 20, split off
+  // A request aimed at the graph's pool takes its cached block.
+  ASSERT_TRUE(sim.malloc(6, 30 * kMiB, 1));
+  EXPECT_EQ(address(sim, 6), sim.result().segment_log[0].address);
+  EXPECT_EQ(sim.reserved_bytes(), 80 * kMiB);
+  const std::vector<SegmentInfo> segments = sim.snapshot();
+  ASSERT_EQ(segments.size(), 3u);
+  EXPECT_EQ(segments[0].memory_pool, PoolId{1});
+  EXPECT_EQ(segments[1].memory_pool, kDefaultPool);
+}
+
+TEST(CachingAllocatorSim, EmptyCacheKeepsALiveGraphsPool) {
+  CachingAllocatorSim sim;
+  ASSERT_TRUE(sim.malloc(1, 30 * kMiB, 1));
+  ASSERT_TRUE(sim.malloc(2, 30 * kMiB, 2));
+  ASSERT_TRUE(sim.malloc(3, 30 * kMiB));
+  for (std::uint64_t id = 1; id <= 3; ++id) sim.free(id);
+  sim.empty_cache();  // the default segment only
+  EXPECT_EQ(sim.reserved_bytes(), 60 * kMiB);
+  // Two private pools do not share blocks either: pool 2's free block
+  // cannot serve pool 1, which has its own.
+  ASSERT_TRUE(sim.malloc(4, 30 * kMiB, 1));
+  ASSERT_TRUE(sim.malloc(5, 30 * kMiB, 3));
+  EXPECT_EQ(sim.reserved_bytes(), 90 * kMiB);
+}
+
+TEST(CachingAllocatorSim, PrivatePoolsNeverUseExpandableSegments) {
+  // With expandable_segments a default request maps 20 MiB pages of one
+  // segment; a graph's request still gets a segment of its own, rounded
+  // as without the setting (3 MiB -> a 20 MiB segment, 18 MiB -> 18 MiB).
+  SimOptions options;
+  options.config.expandable_segments = true;
+  CachingAllocatorSim sim(logged(options));
+  ASSERT_TRUE(sim.malloc(1, 3 * kMiB, 1));
+  ASSERT_TRUE(sim.malloc(2, 18 * kMiB, 1));  // more than the 17 MiB left: a second segment
+  ASSERT_TRUE(sim.malloc(3, 3 * kMiB));
+  const auto& log = sim.result().segment_log;
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_EQ(log[0].action, SegmentAction::kAlloc);
+  EXPECT_EQ(log[0].bytes, 20 * kMiB);
+  EXPECT_EQ(log[1].action, SegmentAction::kAlloc);
+  EXPECT_EQ(log[1].bytes, 18 * kMiB);
+  EXPECT_EQ(log[2].action, SegmentAction::kMap);
+  EXPECT_EQ(log[2].bytes, 20 * kMiB);
+  const std::vector<SegmentInfo> segments = sim.snapshot();
+  ASSERT_EQ(segments.size(), 3u);
+  EXPECT_FALSE(segments[0].is_expandable);
+  EXPECT_TRUE(segments[2].is_expandable);
+}
+
+TEST(CachingAllocatorSim, GarbageCollectionLeavesPrivatePools) {
+  // Budget 100 MiB, threshold 0.5: the graph's cached 40 MiB segment is
+  // never collected; the default pool's 20 MiB one is.
+  SimOptions options;
+  options.budget_bytes = 100 * kMiB;
+  options.config.garbage_collection_threshold = 0.5;
+  CachingAllocatorSim sim(logged(options));
+  ASSERT_TRUE(sim.malloc(1, 40 * kMiB, 1));
+  ASSERT_TRUE(sim.malloc(2, 20 * kMiB));
+  sim.free(1);
+  sim.free(2);
+  ASSERT_TRUE(sim.malloc(3, 30 * kMiB));  // 60 reserved > 50: collect
+  EXPECT_EQ(sim.result().num_device_free, 1);
+  EXPECT_EQ(sim.result().segment_log[2].bytes, 20 * kMiB);
+  EXPECT_EQ(sim.reserved_bytes(), 70 * kMiB);
+}
+
 TEST(CachingAllocatorSim, RoundupPower2DivisionsRoundRequests) {
   SimOptions options;
   options.config.roundup_power2_divisions.fill(4);

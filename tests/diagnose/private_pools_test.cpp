@@ -8,10 +8,15 @@
 // pool of 6 segments of 16 MiB, 4 of them free; then eager 16 MiB requests
 // under a 256 MiB cap, the 8th refused. The capture variant runs out of
 // memory while the graph is recorded (cap 120 MiB), 5 activations alive.
+// cudagraph_fragmentation_oom: 16 eager tensors of 5 MiB in four 20 MiB
+// segments, 3 of each 4 freed (60 MiB free in blocks of 15 MiB); a graph's
+// pool of 6 segments of 16 MiB, 4 of them free; then 40 MiB under a 200
+// MiB cap (176 reserved). Worked out in make_snapshot_fixtures.py.
 
 #include <gtest/gtest.h>
 
 #include "common/byte_size.h"
+#include "diagnose/setting_replay.h"
 #include "test_support.h"
 
 namespace oomtune::diagnose {
@@ -80,6 +85,85 @@ TEST(PrivatePools, TheDefaultPoolAloneChangesNothing) {
   EXPECT_EQ(d.ooms[0].private_pool_segments, 0);
   EXPECT_FALSE(has_verdict(d, VerdictId::kPrivatePools));
   EXPECT_EQ(render_text(d).find("private memory pools"), std::string::npos);
+}
+
+TEST(PrivatePools, AGraphsPoolIsNoRoomForExpandableSegments) {
+  // Replayed as one pool, the graph's 4 freed segments served the 40 MiB
+  // (expandable_segments and max_split_size_mb "enough"); as the allocator
+  // keeps them (a live graph's pool, never expandable), every page of the
+  // default pool's expandable segment holds a live 5 MiB tensor and the
+  // request needs 2 new pages: 176 + 40 > 200 under either setting.
+  const Diagnosis d = testing::diagnose_file(testing::synthetic_fixture("cudagraph_fragmentation_oom.pickle"));
+  ASSERT_FALSE(d.ooms.empty());
+  const OomReport& o = oom_with_pools(d, false, 6, 96 * kMiB, 64 * kMiB);
+  EXPECT_TRUE(o.fragmentation);
+  EXPECT_EQ(o.reserved_free_bytes, 60 * kMiB);
+  EXPECT_EQ(o.largest_free_block_bytes, 15 * kMiB);
+  ASSERT_TRUE(d.expandable_replay.replayed) << d.expandable_replay.failure;
+  EXPECT_FALSE(d.expandable_replay.fits);
+  EXPECT_EQ(d.expandable_replay.smallest_cap_bytes, 0);  // 216 MiB, the cap's upper end, is needed
+  EXPECT_EQ(d.expandable_replay.reserved_bytes, 176 * kMiB);
+  EXPECT_EQ(d.expandable_replay.failed_event, o.event_index);
+  ASSERT_TRUE(d.max_split_replay.replayed) << d.max_split_replay.failure;
+  EXPECT_FALSE(d.max_split_replay.fits);
+  const Recommendation* expandable = find_fix(d, FixId::kExpandableSegments);
+  ASSERT_NE(expandable, nullptr);
+  EXPECT_TRUE(expandable->replayed);
+  EXPECT_FALSE(expandable->replay_fits);
+  // Running without the graph frees what the graph's pool holds free: the
+  // first fix, and its verdict leads fragmentation's (Note [Fragmentation
+  // first]).
+  ASSERT_FALSE(d.recommendations.empty());
+  EXPECT_EQ(d.recommendations.front().id, FixId::kPrivatePools);
+  ASSERT_GE(d.verdicts.size(), 2u);
+  EXPECT_EQ(d.verdicts[0].id, VerdictId::kPrivatePools);
+  EXPECT_EQ(d.verdicts[1].id, VerdictId::kFragmentation);
+}
+
+/// A trace by hand: a graph's pool (1) holding a free 32 MiB block at
+/// kGraph, a default 24 MiB tensor at kEager, then a 30 MiB request that
+/// failed under a cap of 60 MiB (56 reserved).
+SettingReplayInput graph_then_eager(const std::vector<TraceEvent>& trace) {
+  constexpr int64_t kGraph = int64_t{1} << 40;
+  SettingReplayInput in;
+  in.trace = &trace;
+  in.oom_index = 3;
+  in.still_needed_bytes = 30 * kMiB;
+  in.private_pool_ranges = {{kGraph, 32 * kMiB, 1}};
+  in.cap_is_budget = true;
+  in.cap_low_bytes = 60 * kMiB;
+  in.cap_high_bytes = 90 * kMiB;
+  return in;
+}
+
+TEST(PrivatePools, ARequestDuringCaptureIsReplayedInTheGraphsPool) {
+  constexpr int64_t kGraph = int64_t{1} << 40;
+  constexpr int64_t kEager = int64_t{2} << 40;
+  auto event = [](TraceAction action, int64_t addr, int64_t size) {
+    TraceEvent e;
+    e.action = action;
+    e.addr = addr;
+    e.size = size;
+    return e;
+  };
+  const std::vector<TraceEvent> trace = {
+      event(TraceAction::kAlloc, kGraph, 32 * kMiB), event(TraceAction::kFreeCompleted, kGraph, 32 * kMiB),
+      event(TraceAction::kAlloc, kEager, 24 * kMiB), event(TraceAction::kOom, 0, 30 * kMiB)};
+  alloc_rules::AllocatorConfig expandable;
+  expandable.expandable_segments = true;
+  // Recording a graph: the request goes to its pool, whose free block serves it.
+  SettingReplayInput in = graph_then_eager(trace);
+  in.request_in_graph_capture = true;
+  const SettingReplay captured = replay_with_setting(in, expandable);
+  ASSERT_TRUE(captured.replayed) << captured.failure;
+  EXPECT_TRUE(captured.fits);
+  EXPECT_EQ(captured.reserved_bytes, 32 * kMiB + 40 * kMiB);  // the graph's segment, 2 pages of 20 MiB
+  // Eager: the default pool's 2 pages hold 16 MiB free, and a third page
+  // beside the graph's segment, which it cannot use, passes the cap.
+  const SettingReplay eager = replay_with_setting(graph_then_eager(trace), expandable);
+  ASSERT_TRUE(eager.replayed) << eager.failure;
+  EXPECT_FALSE(eager.fits);
+  EXPECT_EQ(eager.reserved_bytes, 32 * kMiB + 40 * kMiB);
 }
 
 }  // namespace
