@@ -1419,6 +1419,17 @@ def cudagraph_fwd(line):
             frame(CUDAGRAPH_TREES, "run", 2009)] + inner[8:]
 
 
+def record_graph_forward(sim):
+    """torch.compile(mode="reduce-overhead") records the forward into a CUDA
+    graph: 6 activations of 16 MiB in the graph's private pool (1, 0), a
+    segment each, then 4 freed in the pool (96 MiB reserved, 64 MiB free)."""
+    sim.pool = (1, 0)
+    acts = [sim.malloc(16 * MIB, cudagraph_fwd(133 + k)) for k in range(6)]
+    for a in acts[:4]:
+        sim.free(a, cudagraph_fwd(150))
+    sim.pool = (0, 0)
+
+
 def cudagraph_pool_oom(fail_in_capture=False):
     """torch.compile(mode="reduce-overhead"): 4 parameters of 8 MiB (two
     20 MiB segments, 8 MiB free in them); the forward recorded into a CUDA
@@ -1432,11 +1443,7 @@ def cudagraph_pool_oom(fail_in_capture=False):
     sim = Sim(cap=120 * MIB if fail_in_capture else 256 * MIB)
     params = [sim.malloc(8 * MIB, param_frames()) for _ in range(4)]
     try:
-        sim.pool = (1, 0)
-        acts = [sim.malloc(16 * MIB, cudagraph_fwd(133 + k)) for k in range(6)]
-        for a in acts[:4]:
-            sim.free(a, cudagraph_fwd(150))
-        sim.pool = (0, 0)
+        record_graph_forward(sim)
         for _ in range(8):
             sim.malloc(16 * MIB, user_frames(60))
     except OutOfMemory:
@@ -1465,11 +1472,7 @@ def cudagraph_fragmentation_oom():
         if k % 4 != 0:
             sim.free(a, user_frames(41))
     try:
-        sim.pool = (1, 0)
-        acts = [sim.malloc(16 * MIB, cudagraph_fwd(133 + k)) for k in range(6)]
-        for a in acts[:4]:
-            sim.free(a, cudagraph_fwd(150))
-        sim.pool = (0, 0)
+        record_graph_forward(sim)
         sim.malloc(40 * MIB, user_frames(60))
     except OutOfMemory:
         pass
