@@ -16,7 +16,7 @@ bool block_would_split(bool is_large, bool expandable, int64_t block_bytes, int6
 }
 
 Replay::Replay(const Snapshot& snapshot, int device, const ar::AllocatorConfig& config, Labeler labeler, int sites)
-    : snapshot_(snapshot), config_(config), labeler_(std::move(labeler)) {
+    : config_(config), labeler_(std::move(labeler)) {
   static const std::vector<TraceEvent> kEmpty;
   trace_ = device >= 0 && static_cast<size_t>(device) < snapshot.device_traces.size()
                ? &snapshot.device_traces[static_cast<size_t>(device)]
@@ -25,6 +25,11 @@ Replay::Replay(const Snapshot& snapshot, int device, const ar::AllocatorConfig& 
   release_at_request_ = !records_free_completed(trace);
   by_category_.assign(kMaxLabelCategories, 0);
   by_site_.assign(static_cast<size_t>(std::max(sites, 0)), 0);
+
+  dumped_by_address_.reserve(snapshot.segments.size());
+  for (const Segment& s : snapshot.segments) dumped_by_address_.push_back(&s);
+  std::stable_sort(dumped_by_address_.begin(), dumped_by_address_.end(),
+                   [](const Segment* a, const Segment* b) { return a->address < b->address; });
 
   // 1. Reserved ranges at dump time, then undo the trace's segment events.
   std::vector<const Segment*> segments;
@@ -126,10 +131,15 @@ Replay::Replay(const Snapshot& snapshot, int device, const ar::AllocatorConfig& 
 }
 
 const Segment* Replay::dumped_segment_at(int64_t addr) const {
-  for (const Segment& s : snapshot_.segments) {
-    if (addr >= s.address && addr < s.address + s.total_size) return &s;
-  }
-  return nullptr;
+  // Segments do not overlap: the one starting last at or below addr is the
+  // only candidate. (A scan per segment event made a trace that frees and
+  // makes segments often quadratic: 14.6 s for 2*10^6 events beside 3000
+  // dumped segments.)
+  auto it = std::upper_bound(dumped_by_address_.begin(), dumped_by_address_.end(), addr,
+                             [](int64_t a, const Segment* s) { return a < s->address; });
+  if (it == dumped_by_address_.begin()) return nullptr;
+  const Segment* s = *std::prev(it);
+  return addr < s->address + s->total_size ? s : nullptr;
 }
 
 bool Replay::pool_of_range_is_large(int64_t addr, int64_t size) const {

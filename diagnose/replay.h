@@ -138,11 +138,11 @@ class Replay {
   /// Block size for a request of `requested` bytes placed at `addr`.
   int64_t block_size_at(int64_t addr, int64_t requested) const;
   /// The dumped segment holding `addr` (its pool and size class), or nullptr.
-  const Segment* dumped_segment_at(int64_t addr) const;
+  const Segment* dumped_segment_at(int64_t addr) const;  // binary search of dumped_by_address_
   bool pool_of_range_is_large(int64_t addr, int64_t size) const;
   bool range_is_private(int64_t addr) const;
 
-  const Snapshot& snapshot_;
+  std::vector<const Segment*> dumped_by_address_;  // the snapshot's segments, by address
   const std::vector<TraceEvent>* trace_;
   alloc_rules::AllocatorConfig config_;
   Labeler labeler_;

@@ -5,6 +5,7 @@ diagnose benchmark. Not committed: run.sh writes it to a temporary folder.
 Usage: make_large_snapshot.py OUT.pickle [EVENTS] [--segments N] [--sites N]
                               [--depth N] [--fresh-stacks] [--vary]
                               [--fragmented] [--fresh-compile-context]
+                              [--empty-cache]
        make_large_snapshot.py OUT.pickle [EVENTS] --real
 
 Shape (PyTorch 2.5+ layout, pickle protocol 4, like _dump_snapshot): large
@@ -37,6 +38,12 @@ Options (what makes real long-job snapshots big):
                   H200 recordings in tests/fixtures/snapshots/h200_recorded/
                   hold SHORT_BINUNICODE 'N/A' + MEMOIZE in each event; their
                   user_metadata '' is CPython's one empty string, a BINGET)
+  --empty-cache   torch.cuda.empty_cache() after every iteration: each
+                  segment is freed (segment_free) at the start of the next
+                  iteration and made again (segment_alloc) before its
+                  tensor, so the trace holds 2 segment events per tensor
+                  beside the dumped segments (a replay that looked each
+                  one up by a scan of the dump was quadratic)
   --real          = --segments 512 --sites 256 --depth 24 --fresh-stacks
                   --vary --fresh-compile-context: ~116 bytes an event,
                   10^7 events ~ 1.16 GB (before 2026-12-07 --real had no
@@ -306,9 +313,16 @@ class Model:
         count = 0
         iteration = 0
         while count < target:
+            if iteration > 0 and self.args.empty_cache:
+                for a in self.segs:
+                    t += 3
+                    yield {"action": "segment_free", "addr": a, "size": 64 * MIB, "stream": 0, "time_us": t,
+                           "compile_context": self.compile_context(), "user_metadata": um,
+                           "frames": self.stack(self.free_stack)}
+                    count += 1
             for i, a in enumerate(self.segs):
                 frames = self.stack(self.stacks[i % len(self.stacks)])
-                if iteration == 0:
+                if iteration == 0 or self.args.empty_cache:
                     t += 3
                     yield {"action": "segment_alloc", "addr": a, "size": 64 * MIB, "stream": 0, "time_us": t,
                            "compile_context": self.compile_context(), "user_metadata": um, "frames": frames}
@@ -378,7 +392,7 @@ def write(f, args):
         if args.fresh_compile_context:
             p.forget(event["compile_context"])
         frames = event["frames"]
-        if id(frames) not in shared and event["action"] in ("alloc", "free_completed"):
+        if id(frames) not in shared and event["action"] in ("alloc", "free_completed", "segment_free"):
             p.forget(frames)
 
     p.list_items(model.events(args.events), drop)
@@ -407,7 +421,7 @@ def opcodes(data):
 
 def self_test():
     cases = [[], ["--fresh-compile-context", "--segments", "3"], ["--fresh-stacks", "--vary", "--depth", "10", "--sites", "3", "--segments", "5"], ["--real"],
-             ["--fragmented", "--segments", "5"]]
+             ["--fragmented", "--segments", "5"], ["--empty-cache", "--segments", "4", "--fresh-stacks"]]
     for extra in cases:
         for events in (1, 300, 5000):
             args = parse_args(["-", str(events)] + extra)
@@ -435,6 +449,7 @@ def parse_args(argv):
     ap.add_argument("--real", action="store_true")
     ap.add_argument("--fragmented", action="store_true")
     ap.add_argument("--fresh-compile-context", action="store_true")
+    ap.add_argument("--empty-cache", action="store_true")
     ap.add_argument("--self-test", action="store_true")
     args = ap.parse_args(argv)
     if args.real:
