@@ -312,7 +312,8 @@ struct CachingAllocatorSim::Impl {
       throw InputError(
           fmt::format("existing segment at {:#x}: size must be > 0, got {}", segment.address, segment.bytes));
     }
-    BlockPool& pool = segment.pool == rules::Pool::kSmall ? small_blocks_ : large_blocks_;
+    BlockPool& pool =
+        get_pool(segment.pool == rules::Pool::kSmall ? rules::kSmallSize : rules::kSmallSize + 1, segment.memory_pool);
     std::vector<ExistingBlock> blocks = segment.allocated_blocks;
     std::sort(blocks.begin(), blocks.end(),
               [](const ExistingBlock& a, const ExistingBlock& b) { return a.address < b.address; });

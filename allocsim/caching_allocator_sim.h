@@ -172,6 +172,7 @@ struct ExistingSegment {
   std::uint64_t address = 0;
   int64_t bytes = 0;
   alloc_rules::Pool pool = alloc_rules::Pool::kLarge;
+  PoolId memory_pool = kDefaultPool;            ///< a private pool's segment: its pool
   std::vector<ExistingBlock> allocated_blocks;  ///< sorted or not; must not overlap
 };
 

@@ -472,6 +472,8 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   // Where a replay under another allocator setting starts (Note [Allocator settings replayed]).
   std::vector<std::pair<int64_t, int64_t>> initial_blocks;
   for (const auto& [addr, b] : replay.live()) initial_blocks.emplace_back(addr, b.size);
+  const std::vector<PrivatePoolRange> private_ranges = private_pool_ranges(snapshot, device);
+  std::vector<allocsim::ExistingSegment> initial_segments = existing_segments(replay, private_ranges);
   TraceSummary& t = d.trace;
   t.device = device;
   t.layout_has_traces = snapshot.layout != SnapshotLayout::kV1_13;
@@ -736,11 +738,16 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
     const OomReport& o = d.ooms.back();
     SettingReplayInput in;
     in.initial_blocks = std::move(initial_blocks);
+    in.initial_segments = std::move(initial_segments);
+    for (const TraceEvent& e : trace) {
+      if (e.action == TraceAction::kSegmentAlloc) in.segment_addresses.push_back(static_cast<std::uint64_t>(e.addr));
+    }
     in.trace = &trace;
     in.oom_index = static_cast<size_t>(o.event_index);
     in.still_needed_bytes = std::max(d.need.still_needed_bytes, o.rounded_bytes);
-    in.private_pool_ranges = private_pool_ranges(snapshot, device);
+    in.private_pool_ranges = private_ranges;
     in.request_in_graph_capture = o.captures_cuda_graph;
+    in.empty_cache_at = empty_cache_calls(trace, frames);
     in.cap_is_budget = o.memory_cap;
     in.cap_low_bytes = o.memory_cap               ? o.cap_low_bytes
                        : o.device_free_bytes >= 0 ? o.reserved_bytes + o.device_free_bytes
@@ -763,6 +770,9 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
         split_replay = run_beside([&in, split] { return replay_with_setting(in, split); });
       }
       d.expandable_replay = replay_with_setting(in, expandable);
+      // The same trace under the snapshot's own settings must run out of
+      // memory where the real allocator did for the two answers to hold.
+      d.as_recorded_replay = replay_as_recorded(in, config);
       if (split_replay.valid()) d.max_split_replay = split_replay.get();
     }
   }

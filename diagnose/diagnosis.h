@@ -349,6 +349,11 @@ struct Diagnosis {
   SettingReplay expandable_replay;
   int64_t max_split_mb = 0;  ///< max_split_size_mb it would recommend (0: none)
   SettingReplay max_split_replay;
+  /// The same replay under the snapshot's own settings, at the lowest cap
+  /// (replay_as_recorded): it should fail at the judged request as the real
+  /// allocator did; where not (reproduces() false), the replays above are
+  /// approximate. replayed = false: not run.
+  SettingReplay as_recorded_replay;
   std::vector<Verdict> verdicts;  ///< most important first
   /// Enough ones first, least cost first; then not enough, most freed first; then those with no memory effect.
   std::vector<Recommendation> recommendations;

@@ -351,6 +351,7 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   frame_loads_weights_.assign(frames.size(), 0);
   frame_convolution_.assign(frames.size(), 0);
   frame_graph_capture_.assign(frames.size(), 0);
+  frame_empty_cache_.assign(frames.size(), 0);
   frame_batch_size_finder_.assign(frames.size(), BatchSizeFinder::kNone);
   std::vector<uint8_t> model_init(frames.size());              // a library model's __init__ (frames.h, Parameters)
   std::vector<uint8_t> optimizer_math(frames.size());          // runs_optimizer_math
@@ -388,6 +389,8 @@ FrameIndex::FrameIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     frame_convolution_[i] = frame_runs_convolution(frames[i], c);
     frame_graph_capture_[i] =
         c.origin == Origin::kTorch && (c.path == "cuda/graphs.py" || c.path == "_inductor/cudagraph_trees.py");
+    frame_empty_cache_[i] = c.origin == Origin::kTorch && frames[i].name == "empty_cache" &&
+                            (c.path == "cuda/memory.py" || c.path == "accelerator/memory.py");
     frame_batch_size_finder_[i] = frame_batch_size_finder(c);
     params[i] = frame_loads_weights_[i] || frame_allocates_parameters(frames[i], c);
     frame_module_apply_[i] =
@@ -569,6 +572,13 @@ bool FrameIndex::runs_convolution(StackId stack) const {
 bool FrameIndex::captures_cuda_graph(StackId stack) const {
   for (uint32_t f : snapshot_.stack(stack)) {
     if (frame_graph_capture_[f]) return true;
+  }
+  return false;
+}
+
+bool FrameIndex::calls_empty_cache(StackId stack) const {
+  for (uint32_t f : snapshot_.stack(stack)) {
+    if (frame_empty_cache_[f]) return true;
   }
   return false;
 }

@@ -272,6 +272,13 @@ class FrameIndex {
   /// (torch/cuda/graphs.py) or torch.compile's CUDA graph trees recording
   /// (torch/_inductor/cudagraph_trees.py). Walks the stack on each call.
   bool captures_cuda_graph(StackId stack) const;
+  /// True when the stack is the program's torch.cuda.empty_cache() call
+  /// (torch/cuda/memory.py or torch/accelerator/memory.py, "empty_cache"):
+  /// the segment_free events emptyCache() records carry its Python stack
+  /// (CUDACachingAllocator.cpp, emptyCache: maybeGatherContext(
+  /// RecordContext::ALL)) when recorded with context="all", the default;
+  /// a flush inside malloc carries the allocating call's. Walks the stack.
+  bool calls_empty_cache(StackId stack) const;
   /// The batch-size finder the stack runs under, outermost frames too; kNone
   /// for none. Walks the stack on each call.
   BatchSizeFinder batch_size_finder(StackId stack) const;
@@ -302,6 +309,7 @@ class FrameIndex {
   std::vector<uint8_t> frame_loads_weights_;   // from_pretrained's loading (rules above)
   std::vector<uint8_t> frame_convolution_;     // runs_convolution
   std::vector<uint8_t> frame_graph_capture_;   // captures_cuda_graph
+  std::vector<uint8_t> frame_empty_cache_;     // calls_empty_cache
   std::vector<BatchSizeFinder> frame_batch_size_finder_;
   std::vector<Phase> stack_phase_;
   std::vector<int64_t> stack_layer_;

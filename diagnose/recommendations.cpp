@@ -258,6 +258,11 @@ void judge(const PhaseNeed& need, Recommendation& r) {
 void judge_by_replay(const Diagnosis& d, const OomReport& oom, const std::string& setting, const SettingReplay& r,
                      Recommendation& rec) {
   if (!r.replayed) return;
+  const SettingReplay& recorded = d.as_recorded_replay;
+  const std::string caveat = recorded.replayed && !recorded.reproduces(oom.event_index)
+                                 ? fmt::format("; approximate: under the snapshot's own settings the same replay {}",
+                                               as_recorded_clause(recorded, oom.event_index))
+                                 : "";
   rec.replayed = true;
   rec.replay_fits = r.fits;
   rec.smallest_cap_bytes = r.smallest_cap_bytes;
@@ -273,6 +278,7 @@ void judge_by_replay(const Diagnosis& d, const OomReport& oom, const std::string
       rec.most_blocks = d.need.blocks_done + 1 + d.need.blocks_after + r.headroom_bytes / d.need.block_bytes;
       rec.estimate += fmt::format(", with {} to spare under the cap", format_bytes(r.headroom_bytes));
     }
+    rec.estimate += caveat;
   } else {
     rec.frees_bytes = r.served_bytes + std::max<int64_t>(0, oom.reserved_bytes - r.reserved_bytes);
     rec.estimate = fmt::format(
@@ -286,6 +292,7 @@ void judge_by_replay(const Diagnosis& d, const OomReport& oom, const std::string
         r.smallest_cap_bytes > 0 ? fmt::format(". It fits under a cap of {} or more (the trace puts the cap {})",
                                                format_bytes(r.smallest_cap_bytes), cap_bounds_text(oom))
                                  : "");
+    rec.estimate += caveat;
   }
 }
 

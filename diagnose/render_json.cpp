@@ -257,6 +257,15 @@ std::string render_json(const Diagnosis& d) {
                     {"parts", parts}});
   }
   j["recommendations"] = recs;
+  if (d.as_recorded_replay.replayed && !d.ooms.empty()) {
+    const SettingReplay& r = d.as_recorded_replay;
+    j["as_recorded_replay"] = {{"reproduces_oom", r.reproduces(d.ooms.back().event_index)},
+                               {"fits", r.fits},
+                               {"failed_event", r.failed_event},
+                               {"reserved_bytes", r.reserved_bytes}};
+  } else {
+    j["as_recorded_replay"] = nullptr;
+  }
   json timeline = json::array();
   for (const TimelinePoint& p : d.timeline) {
     json point = {{"event_index", p.event_index},

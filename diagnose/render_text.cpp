@@ -233,6 +233,17 @@ std::string render_text(const Diagnosis& d) {
                       : "");
   if (!d.trace.frames_note.empty()) out += fmt::format("  frames: {}\n", d.trace.frames_note);
   if (!d.trace.actions_note.empty()) out += fmt::format("  actions: {}\n", d.trace.actions_note);
+  if (d.as_recorded_replay.replayed && !d.ooms.empty()) {
+    const int64_t oom_event = d.ooms.back().event_index;
+    const bool reproduced = d.as_recorded_replay.reproduces(oom_event);
+    out += fmt::format("  {}under this snapshot's own allocator settings the replayed trace {}{}\n",
+                       reproduced ? "allocator-settings replay checked: " : "note: ",
+                       as_recorded_clause(d.as_recorded_replay, oom_event),
+                       reproduced ? ""
+                                  : ": the replays under other settings below are approximate (other streams, "
+                                    "record_stream and an empty_cache() recorded without context=\"all\" are "
+                                    "not replayed)");
+  }
   if (!d.trace.replay_matches_dump) {
     out += fmt::format(
         "  note: replaying the trace does not end exactly at the dumped state ({} allocated / {} "

@@ -44,9 +44,17 @@ SettingReplay replay_at(const SettingReplayInput& input, const alloc_rules::Allo
   sim::CachingAllocatorSim allocator(options);
   std::unordered_set<std::uint64_t> live;  // trace addresses the simulator holds
   const std::vector<PrivatePoolRange>& ranges = input.private_pool_ranges;
-  for (const auto& [address, bytes] : input.initial_blocks) {
-    const auto id = static_cast<std::uint64_t>(address);
-    if (allocator.malloc(id, bytes, pool_at(ranges, address))) live.insert(id);
+  if (!config.expandable_segments && !input.initial_segments.empty()) {
+    for (const sim::ExistingSegment& segment : input.initial_segments) {
+      allocator.add_existing_segment(segment);
+      for (const sim::ExistingBlock& b : segment.allocated_blocks) live.insert(b.id);
+    }
+    allocator.use_segment_addresses(input.segment_addresses);
+  } else {
+    for (const auto& [address, bytes] : input.initial_blocks) {
+      const auto id = static_cast<std::uint64_t>(address);
+      if (allocator.malloc(id, bytes, pool_at(ranges, address))) live.insert(id);
+    }
   }
   sim::PoolId last_private = sim::kDefaultPool;  // of the latest alloc that went to a private pool
   out.replayed = true;
@@ -57,8 +65,13 @@ SettingReplay replay_at(const SettingReplayInput& input, const alloc_rules::Allo
     out.reserved_bytes = allocator.reserved_bytes();
     return out;
   };
+  size_t next_empty_cache = 0;
   for (size_t i = 0; i < input.oom_index && i < trace.size(); ++i) {
     const TraceEvent& e = trace[i];
+    if (next_empty_cache < input.empty_cache_at.size() && input.empty_cache_at[next_empty_cache] == i) {
+      allocator.empty_cache();
+      ++next_empty_cache;
+    }
     const auto id = static_cast<std::uint64_t>(e.addr);
     if (e.action == TraceAction::kAlloc) {
       if (live.count(id)) throw InputError(fmt::format("trace event {}: an alloc at a live address", i));
@@ -116,6 +129,47 @@ std::vector<PrivatePoolRange> private_pool_ranges(const Snapshot& snapshot, int 
   return ranges;
 }
 
+std::vector<sim::ExistingSegment> existing_segments(const Replay& replay,
+                                                    const std::vector<PrivatePoolRange>& private_ranges) {
+  std::vector<sim::ExistingSegment> segments;
+  size_t blocks_placed = 0;
+  for (const auto& [address, range] : replay.ranges()) {
+    if (range.is_expandable) return {};
+    sim::ExistingSegment segment;
+    segment.address = static_cast<std::uint64_t>(address);
+    segment.bytes = range.size;
+    segment.pool = range.is_large ? alloc_rules::Pool::kLarge : alloc_rules::Pool::kSmall;
+    segment.memory_pool = range.private_pool ? pool_at(private_ranges, address) : sim::kDefaultPool;
+    const int64_t end = address + range.size;
+    for (auto it = replay.live().lower_bound(address); it != replay.live().end() && it->first < end; ++it) {
+      if (it->first + it->second.size > end) return {};
+      sim::ExistingBlock b;
+      b.id = static_cast<std::uint64_t>(it->first);
+      b.address = static_cast<std::uint64_t>(it->first);
+      b.bytes = it->second.size;
+      b.requested_bytes = it->second.requested;
+      segment.allocated_blocks.push_back(b);
+    }
+    blocks_placed += segment.allocated_blocks.size();
+    segments.push_back(std::move(segment));
+  }
+  if (blocks_placed != replay.live().size()) return {};  // a block outside every range
+  return segments;
+}
+
+std::vector<size_t> empty_cache_calls(const std::vector<TraceEvent>& trace, const FrameIndex& frames) {
+  std::vector<size_t> calls;
+  bool in_call = false;
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const TraceEvent& e = trace[i];
+    const bool freed = e.action == TraceAction::kSegmentFree || e.action == TraceAction::kSegmentUnmap;
+    const bool by_call = freed && frames.calls_empty_cache(e.frames);
+    if (by_call && !in_call) calls.push_back(i);
+    in_call = by_call;
+  }
+  return calls;
+}
+
 SettingReplay replay_with_setting(const SettingReplayInput& input, const alloc_rules::AllocatorConfig& config) {
   try {
     SettingReplay out = replay_at(input, config, input.cap_low_bytes);
@@ -138,6 +192,24 @@ SettingReplay replay_with_setting(const SettingReplayInput& input, const alloc_r
     out.failure = e.what();
     return out;
   }
+}
+
+SettingReplay replay_as_recorded(const SettingReplayInput& input, const alloc_rules::AllocatorConfig& config) {
+  try {
+    return replay_at(input, config, input.cap_low_bytes);
+  } catch (const Error& e) {
+    SettingReplay out;
+    out.failure = e.what();
+    return out;
+  }
+}
+
+std::string as_recorded_clause(const SettingReplay& r, int64_t oom_event) {
+  if (!r.replayed) return "";
+  if (r.reproduces(oom_event)) return "runs out of memory at the same request, as the real allocator did";
+  if (r.fits || r.failed_in_need) return "serves the request, which the real allocator refused";
+  return fmt::format("fails already at event {} (a {} request), before the out-of-memory", r.failed_event,
+                     format_bytes(r.failed_bytes));
 }
 
 std::string failure_phrase(const SettingReplay& r, int64_t oom_event) {

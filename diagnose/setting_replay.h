@@ -25,9 +25,17 @@
 // free bytes. A cap is known only to lie between that and reserved plus the
 // segment the request needed; where the replay fits under the upper end
 // but not the lower, the smallest cap that serves it is found by bisection
-// and the fix is "enough with a cap of at least" that. Approximations: one
-// stream, and the blocks from before recording packed as if allocated in
-// address order.
+// and the fix is "enough with a cap of at least" that. Without expandable
+// segments the replay starts from the segments reserved when recording
+// began, as they were (initial_segments), and gives new segments the
+// trace's segment_alloc addresses in order, so that best fit breaks ties
+// as the real allocator did; under expandable_segments the blocks from
+// before recording are packed as if allocated in address order. The same
+// replay under the snapshot's own settings (replay_as_recorded) must fail
+// at the judged request as the real allocator did: that is the check on
+// the answers. Packing the blocks from before recording in every replay,
+// two of the 13 H200 recordings (a 1 MiB small-pool request with no free
+// 1 MiB block) were served by it. Approximation: one stream.
 //
 // Private memory pools (CUDA graphs, torch.cuda.MemPool) are replayed as
 // pools of their own (allocsim's rules): an alloc inside a dumped segment
@@ -36,6 +44,16 @@
 // other request under any setting. Replayed as one pool, the graph's
 // cached segments were released or packed into the expandable segment and
 // "expandable_segments: enough" could rest on memory the graph keeps.
+// The program's own torch.cuda.empty_cache() calls are replayed too
+// (empty_cache_at): the trace shows them as segment_free events whose
+// stack is empty_cache's (FrameIndex::calls_empty_cache); the flushes the
+// allocator makes itself, the simulator makes where the setting needs them.
+// Without them, segments the program had returned stayed cached in the
+// replay and served later requests: on forward_holes_combined.pickle the
+// replay under the snapshot's own settings then failed one request before
+// the real out-of-memory. Recorded with context="state" or "alloc", the
+// segment_free events carry the segment's allocation stack instead, and
+// the calls are not seen.
 // Segments freed before the dump have no pool on record: their allocs go
 // to the default pool. The judged request, and the rest of the need,
 // target the default pool unless the failing call was recording a graph:
@@ -47,6 +65,8 @@
 
 #include "allocsim/allocator_rules.h"
 #include "allocsim/caching_allocator_sim.h"
+#include "diagnose/frames.h"
+#include "diagnose/replay.h"
 #include "diagnose/snapshot.h"
 
 namespace oomtune::diagnose {
@@ -63,11 +83,22 @@ struct PrivatePoolRange {
 struct SettingReplayInput {
   /// Blocks alive when recording began: (address, block bytes), address order.
   std::vector<std::pair<int64_t, int64_t>> initial_blocks;
+  /// The segments reserved when recording began, with the blocks alive in
+  /// them (ids: their addresses): a replay without expandable segments
+  /// starts from them as they were, and gives the segments it makes the
+  /// trace's segment_alloc addresses in order (segment_addresses), so that
+  /// best fit breaks ties as the real allocator did; empty when any of them
+  /// was expandable (then initial_blocks are packed as above).
+  std::vector<allocsim::ExistingSegment> initial_segments;
+  std::vector<std::uint64_t> segment_addresses;
   const std::vector<TraceEvent>* trace = nullptr;  ///< the device's trace
   size_t oom_index = 0;                            ///< the judged out-of-memory event
   int64_t still_needed_bytes = 0;                  ///< PhaseNeed::still_needed_bytes (>= the request)
   /// The private pools' dumped segments, sorted by address, not overlapping.
   std::vector<PrivatePoolRange> private_pool_ranges;
+  /// Trace indices where the program called torch.cuda.empty_cache() (the
+  /// first segment_free of each call), ascending.
+  std::vector<size_t> empty_cache_at;
   /// The failing call was recording a CUDA graph (FrameIndex::
   /// captures_cuda_graph): the request targets a private pool (see above).
   bool request_in_graph_capture = false;
@@ -103,16 +134,46 @@ struct SettingReplay {
   /// after the need was served, bytes.
   int64_t headroom_bytes = 0;
   std::string failure;  ///< why not replayed
+
+  /// The replay ran out of memory at trace event `oom_event`'s request
+  /// itself, as the real allocator did there.
+  bool reproduces(int64_t oom_event) const { return replayed && !fits && !failed_in_need && failed_event == oom_event; }
 };
 
 /// The dumped segments of `device` in private memory pools, sorted by
 /// address, each segment_pool_id numbered from 1 in order of first address.
 std::vector<PrivatePoolRange> private_pool_ranges(const Snapshot& snapshot, int device);
 
+/// SettingReplayInput::initial_segments from `replay` as constructed (the
+/// state when recording began): each reserved range with the blocks alive
+/// in it; empty when a range is expandable or a block lies outside every
+/// range (an inconsistent trace: the replay then packs initial_blocks).
+std::vector<allocsim::ExistingSegment> existing_segments(const Replay& replay,
+                                                         const std::vector<PrivatePoolRange>& private_ranges);
+
+/// The trace indices where the program called torch.cuda.empty_cache():
+/// the first of each run of segment_free / segment_unmap events whose stack
+/// is empty_cache's (FrameIndex::calls_empty_cache).
+std::vector<size_t> empty_cache_calls(const std::vector<TraceEvent>& trace, const FrameIndex& frames);
+
 /// Replays `input` under `config`. Never throws for a trace the simulator
 /// cannot follow (an alloc at a live address, a free of an unknown one):
 /// returns replayed = false with the reason.
 SettingReplay replay_with_setting(const SettingReplayInput& input, const alloc_rules::AllocatorConfig& config);
+
+/// Replays `input` under the snapshot's own settings `config` at the
+/// lowest cap only (no search for a cap): a faithful replay fails at the
+/// judged request (SettingReplay::reproduces), and that vouches for the
+/// replays of the same input under other settings. Never throws for a trace
+/// the simulator cannot follow (replayed = false).
+SettingReplay replay_as_recorded(const SettingReplayInput& input, const alloc_rules::AllocatorConfig& config);
+
+/// What the as-recorded replay `r` did at out-of-memory event `oom_event`,
+/// as a clause: "runs out of memory at the same request, as the real
+/// allocator did", "serves the request, which the real allocator
+/// refused", "fails already at event N (a X request), before the
+/// out-of-memory", or "" when it did not run.
+std::string as_recorded_clause(const SettingReplay& r, int64_t oom_event);
 
 /// What still failed in a replay that did not fit, as a phrase: "the 512.00
 /// MiB request", "a 9.50 MiB request at event 612, before it", "the rest of

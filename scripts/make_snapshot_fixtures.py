@@ -57,6 +57,9 @@ Files written (each < 200 KB):
                         (no whole 20 MiB page is free)
   forward_holes_combined.pickle  the same with 6 holes: no single fix is enough,
                         checkpointing + expandable segments together are
+  forward_holes_context_state.pickle  forward_holes_combined's run recorded with
+                        context="state": the empty_cache() call is not seen, and
+                        the replay under its own settings fails one request early
   rounding_waste_oom.pickle  30 tensors of 10 MiB + 2 KiB, each in a 12 MiB
                         segment, then a 24 MiB request under the cap: expandable
                         segments pack them and the request fits
@@ -172,6 +175,13 @@ def param_frames():
 
 def user_frames(line):
     return [frame(USER, "main", line)]
+
+
+def empty_cache_frames(line):
+    """The stack torch.cuda.empty_cache() records on its segment_free events
+    (emptyCache gathers the caller's context; torch 2.11's memory.py calls
+    torch._C._cuda_emptyCache() at line 224)."""
+    return [frame(f"{TORCH}/cuda/memory.py", "empty_cache", 224)] + user_frames(line)
 
 
 # A Hugging Face fine-tuning run as PyTorch 2.11 records it with
@@ -332,10 +342,14 @@ class Sim:
         return seg
 
     def empty_cache(self, frames):
-        """torch.cuda.empty_cache(): every cached segment with no live block goes back to CUDA."""
+        """torch.cuda.empty_cache(): every cached segment with no live block
+        goes back to CUDA. frames None: recorded with context="state", each
+        segment_free carries the segment's allocation stack (release_block:
+        context ? context : context_when_segment_allocated; with "alloc"
+        that is empty too)."""
         for seg in [s for s in self.segments if all(not b["allocated"] for b in s["blocks"])]:
             self.segments.remove(seg)
-            self.event("segment_free", seg["address"], seg["size"], frames)
+            self.event("segment_free", seg["address"], seg["size"], seg["frames"] if frames is None else frames)
 
     def _expand(self, large, needed, frames):
         page = K_LARGE_BUFFER if large else K_SMALL_BUFFER
@@ -637,7 +651,7 @@ def adamw_first_step_oom():
     return sim
 
 
-def forward_second_iteration(holes):
+def forward_second_iteration(holes, call_frames=True):
     """Two iterations; the second's forward runs out of memory, with `holes`
     10.5 MiB holes (9.5 MiB tensors kept in 20 MiB segments) made between them.
     4 parameters of 8 MiB (two 20 MiB segments, 4 MiB free in each); each
@@ -655,7 +669,9 @@ def forward_second_iteration(holes):
     expandable segment is wholly free: replayed with expandable_segments the
     forward still fails, so fragmentation comes after the forward's verdict;
     6 holes: 83 MiB, nothing alone is enough, checkpointing + expandable
-    segments together are (222.44 MiB)."""
+    segments together are (222.44 MiB). call_frames False: the
+    empty_cache() call recorded without its stack (context="state"), so a
+    replay cannot tell it from the allocator's own flush."""
     sim = Sim(cap=400 * MIB)
     params = [sim.malloc(8 * MIB, param_frames()) for _ in range(4)]
     grads = []
@@ -668,7 +684,7 @@ def forward_second_iteration(holes):
             sim.free(a, [])
 
     forward_and_backward()
-    sim.empty_cache(user_frames(59))
+    sim.empty_cache(empty_cache_frames(59) if call_frames else None)
     pairs = [(sim.malloc(9 * MIB + MIB // 2, user_frames(60)), sim.malloc(9 * MIB + MIB // 2, user_frames(60)))
              for _ in range(holes)]
     for _, b in pairs:
@@ -725,7 +741,7 @@ def rounding_waste_second_iteration():
 
     for a in reversed(forward()):
         sim.free(a, [])
-    sim.empty_cache(user_frames(59))
+    sim.empty_cache(empty_cache_frames(59))
     for _ in range(30):
         sim.malloc(10 * MIB + 2048, user_frames(60))
     sim.cap = sim.reserved() + 24 * MIB
@@ -1560,6 +1576,8 @@ def main():
     write(os.path.join(out, "adamw_first_step_oom.pickle"), adamw_first_step_oom().dump("v2_11"), 4)
     write(os.path.join(out, "forward_holes_enough.pickle"), forward_second_iteration(14).dump("v2_11"), 4)
     write(os.path.join(out, "forward_holes_combined.pickle"), forward_second_iteration(6).dump("v2_11"), 4)
+    write(os.path.join(out, "forward_holes_context_state.pickle"),
+          forward_second_iteration(6, call_frames=False).dump("v2_11"), 4)
     write(os.path.join(out, "rounding_waste_oom.pickle"), rounding_waste_oom().dump("v2_11"), 4)
     write(os.path.join(out, "rounding_waste_second_iteration.pickle"), rounding_waste_second_iteration().dump("v2_11"),
           4)
