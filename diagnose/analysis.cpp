@@ -502,6 +502,8 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   t.cpp_frames = frames.has_cpp_frames();
   t.generated_frames = frames.has_generated_frames();
   t.fx_traced_frames = snapshot.fx_traced_frames;
+  std::vector<size_t> empty_cache_at = empty_cache_calls(trace, frames);
+  t.empty_cache_calls = static_cast<int64_t>(empty_cache_at.size());
   t.fx_frames_without_source = std::count_if(snapshot.frames.begin(), snapshot.frames.end(), [](const Frame& f) {
                                  return is_fx_generated_file(f.filename);
                                }) > t.fx_traced_frames;
@@ -747,7 +749,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
     in.still_needed_bytes = std::max(d.need.still_needed_bytes, o.rounded_bytes);
     in.private_pool_ranges = private_ranges;
     in.request_in_graph_capture = o.captures_cuda_graph;
-    in.empty_cache_at = empty_cache_calls(trace, frames);
+    in.empty_cache_at = std::move(empty_cache_at);
     in.cap_is_budget = o.memory_cap;
     in.cap_low_bytes = o.memory_cap               ? o.cap_low_bytes
                        : o.device_free_bytes >= 0 ? o.reserved_bytes + o.device_free_bytes

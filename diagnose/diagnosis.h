@@ -204,6 +204,7 @@ struct TraceSummary {
   bool cpp_frames = false;                       ///< C++ frames in the stacks (stacks="all"): skipped
   bool generated_frames = false;                 ///< torch.compile's generated code in the stacks: skipped
   int64_t fx_traced_frames = 0;                  ///< COUNT: generated frames with their model source's stack
+  int64_t empty_cache_calls = 0;                 ///< COUNT: the program's torch.cuda.empty_cache() calls (by stack)
   bool fx_frames_without_source = false;         ///< fx_generated__*.py frames with no fx_original_trace
   int64_t forward_alloc_events = 0;              ///< COUNT: allocations in the forward phase
   int64_t checkpointed_forward_allocs = 0;       ///< COUNT: of those, inside torch.utils.checkpoint

@@ -78,6 +78,7 @@ std::string render_json(const Diagnosis& d) {
                 {"cpp_frames", t.cpp_frames},
                 {"generated_frames", t.generated_frames},
                 {"fx_traced_frames", t.fx_traced_frames},
+                {"empty_cache_calls", t.empty_cache_calls},
                 {"fx_frames_without_source", t.fx_frames_without_source},
                 {"forward_alloc_events", t.forward_alloc_events},
                 {"checkpointed_forward_allocs", t.checkpointed_forward_allocs},

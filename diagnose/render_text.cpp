@@ -231,6 +231,10 @@ std::string render_text(const Diagnosis& d) {
       format_bytes(d.trace.allocated_before_recording_bytes),
       with_frames > 0 ? fmt::format(" ({} of it allocated while recording, with stacks)", format_bytes(with_frames))
                       : "");
+  if (d.trace.empty_cache_calls > 0) {
+    out += fmt::format("  torch.cuda.empty_cache() calls while recording: {} (segment_free events with its stack)\n",
+                       d.trace.empty_cache_calls);
+  }
   if (!d.trace.frames_note.empty()) out += fmt::format("  frames: {}\n", d.trace.frames_note);
   if (!d.trace.actions_note.empty()) out += fmt::format("  actions: {}\n", d.trace.actions_note);
   if (d.as_recorded_replay.replayed && !d.ooms.empty()) {

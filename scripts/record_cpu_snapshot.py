@@ -269,6 +269,8 @@ def train(args, ids, step_scope=contextlib.nullcontext, mark=lambda phase, step:
                     mark("optimizer", step)
                     opt.step()
                     opt.zero_grad(set_to_none=True)
+                if args.empty_cache:
+                    torch.cuda.empty_cache()  # its segment_free events carry this call's stack
     mark("end", args.steps if args.mode == "step" else 1)
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
                 for t in list(model.parameters()) + list(model.buffers())}
@@ -427,6 +429,9 @@ def parse_args(description):
     parser.add_argument("--cuda-graphs", action="store_true",
                         help='torch.compile(mode="reduce-overhead"): CUDA graphs in a private memory pool (CUDA '
                              'recorders only; this one exits 78)')
+    parser.add_argument("--empty-cache", action="store_true",
+                        help="torch.cuda.empty_cache() after each training step (CUDA recorders only; this one "
+                             "exits 78)")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=256)
     args = parser.parse_args()
@@ -462,8 +467,8 @@ def main():
     except ImportError as e:
         print(f"skipped: {e}")
         return 77
-    if args.cuda_graphs:
-        print("not recorded: --cuda-graphs needs a CUDA recorder (scripts/record_cuda_snapshot.py)")
+    if args.cuda_graphs or args.empty_cache:
+        print("not recorded: --cuda-graphs and --empty-cache need a CUDA recorder (scripts/record_cuda_snapshot.py)")
         return 78
     events, parameter_bytes = record(args)
     roots = search_roots()

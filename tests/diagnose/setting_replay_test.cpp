@@ -37,6 +37,11 @@ TEST(SettingReplay, EmptyCacheCallsAreFoundByTheirStack) {
   // The allocator's own flush inside a malloc (AdamW's first step) carries
   // the allocating call's stack: no call of the program.
   EXPECT_TRUE(empty_cache_calls_in("adamw_first_step_oom.pickle").empty());
+  // The report counts them.
+  const Diagnosis d = testing::diagnose_file(testing::synthetic_fixture("forward_holes_combined.pickle"));
+  EXPECT_EQ(d.trace.empty_cache_calls, 1);
+  EXPECT_NE(render_text(d).find("torch.cuda.empty_cache() calls while recording: 1"), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(render_json(d))["trace"]["empty_cache_calls"], 1);
 }
 
 TraceEvent event(TraceAction action, int64_t addr, int64_t size) {

@@ -43,7 +43,10 @@ device thread):
   a modeling_gpt2.py line (diagnose/fx_trace.h), the need as plain's;
 - with a CUDA recorder only, torch.compile(mode="reduce-overhead")
   (--cuda-graphs): the AdamW step out of memory beside the CUDA graphs'
-  private pool, which it cannot use (Note [Private memory pools]).
+  private pool, which it cannot use (Note [Private memory pools]); and
+  torch.cuda.empty_cache() after each step (--empty-cache): the calls
+  found by their stack (FrameIndex::calls_empty_cache), one a step before
+  the failing one.
 
 Exit 77 (skipped) without transformers.
 
@@ -317,6 +320,20 @@ with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep)
                                 f"segments ({oom['private_pool_reserved_bytes']} B reserved, "
                                 f"{oom['private_pool_free_bytes']} B free), captures_cuda_graph "
                                 f"{oom['captures_cuda_graph']}")
+
+    # torch.cuda.empty_cache() after each step (CUDA only): its segment_free
+    # events carry the call's stack (emptyCache gathers the context), which
+    # the allocator-settings replays follow (diagnose/setting_replay.h).
+    if not on_cpu:
+        result = record_and_diagnose("empty_cache_steps", ["--mode", "step", "--steps", "3", "--optimizer", "adamw",
+                                                           "--oom-in", "forward", "--share", "0.5",
+                                                           "--empty-cache"], tmp)
+        if result is not None:
+            recorded, d = result
+            calls = d["trace"]["empty_cache_calls"]
+            if calls != 2:
+                failures.append(f"empty_cache: expected the 2 calls after steps 0 and 1 found by their stack; got "
+                                f"{calls}")
 
 for failure in failures:
     print("FAIL:", failure)
