@@ -236,7 +236,7 @@ struct CachingAllocatorSim::Impl {
       return true;
     }
     const int64_t size = rules::round_size(orig_size, config_);
-    BlockPool& pool = get_pool(size, memory_pool);
+    BlockPool& pool = get_pool(size <= rules::kSmallSize ? rules::Pool::kSmall : rules::Pool::kLarge, memory_pool);
     const int64_t alloc_size = rules::segment_size_for(size);
 
     Block* block = get_free_block(pool, size);
@@ -312,8 +312,7 @@ struct CachingAllocatorSim::Impl {
       throw InputError(
           fmt::format("existing segment at {:#x}: size must be > 0, got {}", segment.address, segment.bytes));
     }
-    BlockPool& pool =
-        get_pool(segment.pool == rules::Pool::kSmall ? rules::kSmallSize : rules::kSmallSize + 1, segment.memory_pool);
+    BlockPool& pool = get_pool(segment.pool, segment.memory_pool);
     std::vector<ExistingBlock> blocks = segment.allocated_blocks;
     std::sort(blocks.begin(), blocks.end(),
               [](const ExistingBlock& a, const ExistingBlock& b) { return a.address < b.address; });
@@ -513,11 +512,11 @@ struct CachingAllocatorSim::Impl {
 
   // ---- finding and carving blocks -------------------------------------------
 
-  /// get_pool(): the small or large pool of the default pool or of private
-  /// pool `memory_pool` (made on its first request, as beginAllocateToPool
-  /// makes a PrivatePool).
-  BlockPool& get_pool(int64_t size, PoolId memory_pool) {
-    const bool small = size <= rules::kSmallSize;
+  /// get_pool(): the small or large pool (`kind`) of the default pool or of
+  /// private pool `memory_pool` (made on its first use, as
+  /// beginAllocateToPool makes a PrivatePool).
+  BlockPool& get_pool(rules::Pool kind, PoolId memory_pool) {
+    const bool small = kind == rules::Pool::kSmall;
     if (memory_pool == kDefaultPool) return small ? small_blocks_ : large_blocks_;
     std::unique_ptr<PrivatePool>& pool = private_pools_[memory_pool];
     if (pool == nullptr) pool = std::make_unique<PrivatePool>(memory_pool);

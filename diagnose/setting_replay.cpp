@@ -75,7 +75,7 @@ SettingReplay replay_at(const SettingReplayInput& input, const alloc_rules::Allo
     const auto id = static_cast<std::uint64_t>(e.addr);
     if (e.action == TraceAction::kAlloc) {
       if (live.count(id)) throw InputError(fmt::format("trace event {}: an alloc at a live address", i));
-      const sim::PoolId pool = ranges.empty() ? sim::kDefaultPool : pool_at(ranges, e.addr);
+      const sim::PoolId pool = pool_at(ranges, e.addr);
       if (pool != sim::kDefaultPool) last_private = pool;
       if (!allocator.malloc(id, e.size, pool)) return fail(static_cast<int64_t>(i), e.size, false);
       live.insert(id);
@@ -107,6 +107,19 @@ SettingReplay replay_at(const SettingReplayInput& input, const alloc_rules::Allo
   out.reserved_bytes = allocator.reserved_bytes();
   out.headroom_bytes = std::max<int64_t>(0, cap - out.reserved_bytes);
   return out;
+}
+
+// `replay()`, or replayed = false with the reason where the trace does not
+// fit the simulator (an alloc at a live address, a free of an unknown one).
+template <typename Fn>
+SettingReplay unless_unreplayable(Fn replay) {
+  try {
+    return replay();
+  } catch (const Error& e) {
+    SettingReplay out;
+    out.failure = e.what();
+    return out;
+  }
 }
 
 }  // namespace
@@ -171,7 +184,7 @@ std::vector<size_t> empty_cache_calls(const std::vector<TraceEvent>& trace, cons
 }
 
 SettingReplay replay_with_setting(const SettingReplayInput& input, const alloc_rules::AllocatorConfig& config) {
-  try {
+  return unless_unreplayable([&] {
     SettingReplay out = replay_at(input, config, input.cap_low_bytes);
     if (out.fits || !input.cap_is_budget || input.cap_high_bytes - 1 <= input.cap_low_bytes) return out;
     // Fails at the lowest cap: find the smallest cap below the highest that serves it.
@@ -187,21 +200,11 @@ SettingReplay replay_with_setting(const SettingReplayInput& input, const alloc_r
     }
     out.smallest_cap_bytes = fits;
     return out;
-  } catch (const Error& e) {
-    SettingReplay out;
-    out.failure = e.what();
-    return out;
-  }
+  });
 }
 
 SettingReplay replay_as_recorded(const SettingReplayInput& input, const alloc_rules::AllocatorConfig& config) {
-  try {
-    return replay_at(input, config, input.cap_low_bytes);
-  } catch (const Error& e) {
-    SettingReplay out;
-    out.failure = e.what();
-    return out;
-  }
+  return unless_unreplayable([&] { return replay_at(input, config, input.cap_low_bytes); });
 }
 
 std::string as_recorded_clause(const SettingReplay& r, int64_t oom_event) {
