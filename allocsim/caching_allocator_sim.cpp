@@ -3,14 +3,22 @@
 // mirrors (c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator, PyTorch
 // 2.x; the same code is c10/core/CachingDeviceAllocator.h in 2.9+).
 //
-// Note [Single stream]
+// Note [Streams in the simulator]
 // Rationale: PyTorch keys free blocks by (stream, size, address) and only
-// reuses a block on the stream that allocated it; blocks used on other
-// streams (record_stream) are freed only when their CUDA events complete.
-// Approach: the CPU tracker sees no streams, and a training step runs on the
-// default stream, so every block belongs to one stream and every free
-// completes at once (free_requested == free_completed).
-// Limitations: side-stream allocations (NCCL, prefetching) are not modelled.
+// reuses a block on the stream that allocated it (get_free_block:
+// `(*it)->stream != p.stream()`): a segment belongs to the stream that
+// made it, and so does each expandable segment (find_expandable_block
+// searches the request's stream's unmapped ranges). Memory a side stream
+// (an FSDP all-gather, a prefetch under torch.cuda.stream) cached serves
+// no request of the compute stream until a flush returns it to CUDA.
+// Approach: every block carries its stream (StreamId: the cudaStream_t as
+// an integer, kDefaultStream for the CPU tracker's events, which see no
+// streams); the comparators order by stream first as PyTorch's do, and
+// every search stays on the request's stream: best fit, the expandable
+// walk, release_available_cached_blocks. Flushes (release_cached_blocks,
+// empty_cache, garbage collection) take every stream's blocks.
+// Limitations: record_stream's deferred free is the caller's to replay (a
+// free at free_completed, when the block's events completed); no events.
 //
 // Note [Synthetic addresses]
 // Rationale: best fit breaks ties between equal-size blocks by address
@@ -74,12 +82,13 @@ struct ExpandableSegment;
 
 /// Block: a piece of a segment (CUDACachingAllocator.cpp `struct Block`).
 struct Block {
-  std::uint64_t ptr = 0;       // address
-  int64_t size = 0;            // bytes
-  int64_t requested_size = 0;  // bytes as asked (allocated blocks)
-  std::uint64_t id = 0;        // allocation id (allocated blocks)
-  BlockPool* pool = nullptr;   // owning pool
-  Block* prev = nullptr;       // neighbours in the segment
+  StreamId stream = kDefaultStream;  // the stream whose requests it serves
+  std::uint64_t ptr = 0;             // address
+  int64_t size = 0;                  // bytes
+  int64_t requested_size = 0;        // bytes as asked (allocated blocks)
+  std::uint64_t id = 0;              // allocation id (allocated blocks)
+  BlockPool* pool = nullptr;         // owning pool
+  Block* prev = nullptr;             // neighbours in the segment
   Block* next = nullptr;
   ExpandableSegment* expandable_segment = nullptr;
   int64_t gc_count_base = 0;  // pool's get_free_blocks_call_count when cached
@@ -89,17 +98,21 @@ struct Block {
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
 
-/// BlockComparatorSize: size, then address (one stream: Note [Single stream]).
+/// BlockComparatorSize: stream, size, then address (Note [Streams in the simulator]).
 struct BlockComparatorSize {
   bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return a->stream < b->stream;
     if (a->size != b->size) return a->size < b->size;
     return a->ptr < b->ptr;
   }
 };
 
-/// BlockComparatorAddress.
+/// BlockComparatorAddress: stream, then address.
 struct BlockComparatorAddress {
-  bool operator()(const Block* a, const Block* b) const { return a->ptr < b->ptr; }
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return a->stream < b->stream;
+    return a->ptr < b->ptr;
+  }
 };
 
 /// BlockPool: the cached free blocks of the small or the large pool.
@@ -211,7 +224,7 @@ struct CachingAllocatorSim::Impl {
     op_ = &event.op;
     bool ok = true;
     if (event.kind == AllocEventKind::kAlloc) {
-      ok = malloc(event.id, event.bytes, kDefaultPool);
+      ok = malloc(event.id, event.bytes, kDefaultPool, kDefaultStream);
     } else {
       free(event.id);
     }
@@ -220,7 +233,7 @@ struct CachingAllocatorSim::Impl {
   }
 
   /// DeviceCachingAllocator::malloc().
-  bool malloc(std::uint64_t id, int64_t orig_size, PoolId memory_pool) {
+  bool malloc(std::uint64_t id, int64_t orig_size, PoolId memory_pool, StreamId stream) {
     const int64_t index = begin_event();
     if (stopped_) {  // SimOptions::stop_at_first_oom: the step is over
       ignorable_.insert(id);
@@ -239,16 +252,16 @@ struct CachingAllocatorSim::Impl {
     BlockPool& pool = get_pool(size <= rules::kSmallSize ? rules::Pool::kSmall : rules::Pool::kLarge, memory_pool);
     const int64_t alloc_size = rules::segment_size_for(size);
 
-    Block* block = get_free_block(pool, size);
+    Block* block = get_free_block(pool, stream, size);
     if (block == nullptr) {
       if (gc_enabled()) garbage_collect_cached_blocks();
-      block = alloc_block(pool, size, alloc_size, /*is_retry=*/false);
-      if (block == nullptr && release_available_cached_blocks(pool, size)) {
-        block = alloc_block(pool, size, alloc_size, /*is_retry=*/false);
+      block = alloc_block(pool, stream, size, alloc_size, /*is_retry=*/false);
+      if (block == nullptr && release_available_cached_blocks(pool, stream, size)) {
+        block = alloc_block(pool, stream, size, alloc_size, /*is_retry=*/false);
       }
       if (block == nullptr) {
         release_cached_blocks();  // always "succeeds", so the retry always happens
-        block = alloc_block(pool, size, alloc_size, /*is_retry=*/true);
+        block = alloc_block(pool, stream, size, alloc_size, /*is_retry=*/true);
       }
     }
     if (block == nullptr) {
@@ -269,7 +282,8 @@ struct CachingAllocatorSim::Impl {
     return true;
   }
 
-  /// DeviceCachingAllocator::free() for a block without stream uses.
+  /// DeviceCachingAllocator::free() for a block without stream uses (or
+  /// whose uses completed: the caller frees at free_completed).
   void free(std::uint64_t id) {
     const int64_t index = begin_event();
     if (stopped_) {
@@ -322,6 +336,7 @@ struct CachingAllocatorSim::Impl {
     Block* last = nullptr;
     auto append = [&](std::uint64_t ptr, int64_t size) {
       Block* block = arena_.make();
+      block->stream = segment.stream;
       block->ptr = ptr;
       block->size = size;
       block->pool = &pool;
@@ -377,14 +392,9 @@ struct CachingAllocatorSim::Impl {
     return it->second->ptr;
   }
 
-  /// cache_info(): the largest cached free block.
+  /// cache_info(): the largest cached free block, of any stream.
   int64_t largest_free_block() const {
-    int64_t largest = 0;
-    if (!small_blocks_.blocks.empty()) largest = (*small_blocks_.blocks.rbegin())->size;
-    if (!large_blocks_.blocks.empty()) {
-      largest = std::max(largest, (*large_blocks_.blocks.rbegin())->size);
-    }
-    return largest;
+    return std::max(largest_free_block(small_blocks_), largest_free_block(large_blocks_));
   }
 
   /// snapshot(): one entry per segment (per mapped range of an expandable
@@ -409,6 +419,7 @@ struct CachingAllocatorSim::Impl {
       segment.pool = head->pool->kind();
       segment.is_expandable = head->expandable_segment != nullptr;
       segment.memory_pool = head->pool->memory_pool;
+      segment.stream = head->stream;
       for (const Block* b = head; b != nullptr && b->mapped; b = b->next) {
         BlockInfo info;
         info.address = b->ptr;
@@ -523,15 +534,33 @@ struct CachingAllocatorSim::Impl {
     return small ? pool->small_blocks : pool->large_blocks;
   }
 
-  /// get_free_block(): best fit by size then address, with the expandable
-  /// and max_split_size rules.
-  Block* get_free_block(BlockPool& pool, int64_t size) {
+  /// The largest cached free block of `pool`, of any stream: the set is
+  /// ordered by stream first, so each stream's largest is the last before
+  /// the next stream's first.
+  static int64_t largest_free_block(const BlockPool& pool) {
+    int64_t largest = 0;
+    auto end = pool.blocks.end();
+    while (end != pool.blocks.begin()) {
+      const Block* last = *std::prev(end);
+      largest = std::max(largest, last->size);
+      Block key;
+      key.stream = last->stream;
+      key.size = 0;
+      end = pool.blocks.lower_bound(&key);  // the stream's first block
+    }
+    return largest;
+  }
+
+  /// get_free_block(): best fit on `stream` by size then address, with the
+  /// expandable and max_split_size rules.
+  Block* get_free_block(BlockPool& pool, StreamId stream, int64_t size) {
     if (gc_enabled()) ++pool.get_free_blocks_call_count;
     Block key;
+    key.stream = stream;
     key.size = size;
     key.ptr = 0;
     auto it = pool.blocks.lower_bound(&key);
-    if (it == pool.blocks.end()) return nullptr;
+    if (it == pool.blocks.end() || (*it)->stream != stream) return nullptr;
     if ((*it)->expandable_segment != nullptr) {
       if (config_.expandable_segments) {
         // Best fit counts the unmapped room after a block as part of its size.
@@ -539,15 +568,15 @@ struct CachingAllocatorSim::Impl {
           return b->size + (b->next != nullptr && !b->next->mapped ? b->next->size : 0);
         };
         auto next = std::next(it);
-        while ((*it)->expandable_segment != nullptr && next != pool.blocks.end() &&
+        while ((*it)->expandable_segment != nullptr && next != pool.blocks.end() && (*next)->stream == stream &&
                expandable_size(*next) < expandable_size(*it)) {
           it = next++;
         }
       } else {
         do {
           ++it;
-        } while (it != pool.blocks.end() && (*it)->expandable_segment != nullptr);
-        if (it == pool.blocks.end()) return nullptr;
+        } while (it != pool.blocks.end() && (*it)->expandable_segment != nullptr && (*it)->stream == stream);
+        if (it == pool.blocks.end() || (*it)->stream != stream) return nullptr;
       }
     }
     if (!rules::may_reuse_block((*it)->size, size, config_)) return nullptr;
@@ -561,6 +590,7 @@ struct CachingAllocatorSim::Impl {
     if (split_remainder) {
       Block* remaining = block;
       block = arena_.make();
+      block->stream = remaining->stream;
       block->ptr = remaining->ptr;
       block->size = size;
       block->pool = &pool;
@@ -611,18 +641,19 @@ struct CachingAllocatorSim::Impl {
 
   // ---- getting memory from CUDA ---------------------------------------------
 
-  /// alloc_block(): a new segment (or mapped pages) of `alloc_size` bytes, or
-  /// nullptr when the budget or the device has no room.
-  Block* alloc_block(BlockPool& pool, int64_t size, int64_t alloc_size, bool is_retry) {
+  /// alloc_block(): a new segment (or mapped pages) of `alloc_size` bytes for
+  /// `stream`, or nullptr when the budget or the device has no room.
+  Block* alloc_block(BlockPool& pool, StreamId stream, int64_t size, int64_t alloc_size, bool is_retry) {
     if (is_retry) ++result_.num_alloc_retries;
     if (options_.budget_bytes > 0 && total_allocated_memory_ + alloc_size > options_.budget_bytes) {
       return nullptr;
     }
     // alloc_block(): "our checkpointing logic for private pools doesn't
     // support the expandable_segments_ structure yet".
-    if (config_.expandable_segments && !pool.is_private()) return try_allocate_expandable_block(pool, size);
+    if (config_.expandable_segments && !pool.is_private()) return try_allocate_expandable_block(pool, stream, size);
     if (over_device(alloc_size)) return nullptr;  // cudaMalloc: cudaErrorMemoryAllocation
     Block* block = arena_.make();
+    block->stream = stream;
     block->ptr = next_segment_address(alloc_size);
     block->size = alloc_size;
     block->pool = &pool;
@@ -645,19 +676,20 @@ struct CachingAllocatorSim::Impl {
   }
 
   /// release_available_cached_blocks(): with max_split_size set, free one
-  /// oversize cached segment large enough for the request, or else the
-  /// largest oversize ones until enough is freed.
-  bool release_available_cached_blocks(BlockPool& pool, int64_t size) {
+  /// oversize cached segment of `stream` large enough for the request, or
+  /// else its largest oversize ones until enough is freed.
+  bool release_available_cached_blocks(BlockPool& pool, StreamId stream, int64_t size) {
     if (config_.max_split_size == rules::kNoMaxSplitSize) return false;
     Block key;
+    key.stream = stream;
     key.size = std::max(size, config_.max_split_size);
     key.ptr = 0;
     auto it = pool.blocks.lower_bound(&key);
-    if (it == pool.blocks.end() || (*it)->expandable_segment != nullptr) {
+    if (it == pool.blocks.end() || (*it)->stream != stream || (*it)->expandable_segment != nullptr) {
       if (it == pool.blocks.begin()) return false;
       int64_t total_released = 0;
-      --it;  // the largest block
-      while (total_released < key.size && (*it)->size >= config_.max_split_size) {
+      --it;  // the largest block of the stream, if it has any
+      while (total_released < key.size && (*it)->size >= config_.max_split_size && (*it)->stream == stream) {
         auto cur = it;
         const bool is_first = cur == pool.blocks.begin();
         if (!is_first) --it;
@@ -746,9 +778,9 @@ struct CachingAllocatorSim::Impl {
 
   // ---- expandable segments (Note [Expandable segments in the simulator]) ----
 
-  /// find_expandable_block(): the lowest-address free-and-unmapped run with
-  /// room for `size`, or a new segment.
-  Block* find_expandable_block(BlockPool& pool, int64_t size) {
+  /// find_expandable_block(): the lowest-address free-and-unmapped run of
+  /// `stream`'s segments with room for `size`, or a new segment of its own.
+  Block* find_expandable_block(BlockPool& pool, StreamId stream, int64_t size) {
     auto allocatable = [](const Block* b) { return b != nullptr && !b->allocated; };
     auto has_available_address_space = [&](const Block* b) {
       int64_t bytes = 0;
@@ -758,8 +790,11 @@ struct CachingAllocatorSim::Impl {
       }
       return bytes >= size;
     };
-    for (Block* candidate : pool.unmapped) {
-      Block* c = candidate;
+    Block key;
+    key.stream = stream;
+    key.ptr = 0;
+    for (auto it = pool.unmapped.lower_bound(&key); it != pool.unmapped.end() && (*it)->stream == stream; ++it) {
+      Block* c = *it;
       if (allocatable(c->prev)) c = c->prev;
       if (has_available_address_space(c)) return c;
     }
@@ -773,6 +808,7 @@ struct CachingAllocatorSim::Impl {
     segment->page_mapped.assign(static_cast<std::size_t>(segment->num_pages), false);
     segment->base = next_synthetic(segment->size());
     Block* block = arena_.make();
+    block->stream = stream;
     block->ptr = segment->base;
     block->size = segment->size();
     block->pool = &pool;
@@ -784,8 +820,8 @@ struct CachingAllocatorSim::Impl {
   }
 
   /// try_allocate_expandable_block().
-  Block* try_allocate_expandable_block(BlockPool& pool, int64_t size) {
-    Block* candidate = find_expandable_block(pool, size);
+  Block* try_allocate_expandable_block(BlockPool& pool, StreamId stream, int64_t size) {
+    Block* candidate = find_expandable_block(pool, stream, size);
     if (!candidate->mapped && !map_block(candidate, std::min(candidate->size, size))) return nullptr;
     while (candidate->size < size) {
       // invariant: free -> unmapped -> *; mapping merges the free block in.
@@ -816,6 +852,7 @@ struct CachingAllocatorSim::Impl {
     const std::uint64_t mapped_ptr = to_map->ptr;
     if (mapped_size < to_map->size) {
       Block* remaining = arena_.make();
+      remaining->stream = to_map->stream;
       remaining->ptr = to_map->ptr + static_cast<std::uint64_t>(mapped_size);
       remaining->size = to_map->size - mapped_size;
       remaining->pool = &pool;
@@ -852,6 +889,7 @@ struct CachingAllocatorSim::Impl {
     const auto before_size = static_cast<int64_t>(unmapped_ptr - block->ptr);
     if (before_size > 0) {  // prev? -> before_free -> block
       Block* before_free = arena_.make();
+      before_free->stream = block->stream;
       before_free->ptr = block->ptr;
       before_free->size = before_size;
       before_free->pool = &pool;
@@ -865,6 +903,7 @@ struct CachingAllocatorSim::Impl {
     const int64_t after_size = block->size - (before_size + unmapped_size);
     if (after_size > 0) {  // block -> after_free -> next?
       Block* after_free = arena_.make();
+      after_free->stream = block->stream;
       after_free->ptr = unmapped_ptr + static_cast<std::uint64_t>(unmapped_size);
       after_free->size = after_size;
       after_free->pool = &pool;
@@ -933,8 +972,8 @@ void CachingAllocatorSim::use_segment_addresses(std::vector<std::uint64_t> addre
   impl_->use_segment_addresses(std::move(addresses));
 }
 bool CachingAllocatorSim::apply(const AllocEvent& event) { return impl_->apply(event); }
-bool CachingAllocatorSim::malloc(std::uint64_t id, int64_t bytes, PoolId memory_pool) {
-  return impl_->malloc(id, bytes, memory_pool);
+bool CachingAllocatorSim::malloc(std::uint64_t id, int64_t bytes, PoolId memory_pool, StreamId stream) {
+  return impl_->malloc(id, bytes, memory_pool, stream);
 }
 void CachingAllocatorSim::free(std::uint64_t id) { impl_->free(id); }
 void CachingAllocatorSim::empty_cache() { impl_->empty_cache(); }

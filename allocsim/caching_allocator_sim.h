@@ -43,8 +43,14 @@
 //   empty_cache leave alone (they free graph_pools_freeable only), and
 //   garbage collection looks at the default large pool only
 //   (garbage_collect_cached_blocks).
-// Simplified: one stream (no cross-stream reuse, record_stream or events), no
-// graph pool freed when its graphs die, no free-memory callbacks.
+// - Streams: a block serves requests of the stream that allocated its
+//   segment only; each stream has its own expandable segments; a flush
+//   (release_cached_blocks, empty_cache, garbage collection) returns every
+//   stream's cached segments (get_free_block, find_expandable_block,
+//   release_available_cached_blocks: Note [Streams in the simulator]).
+// Simplified: no CUDA events (record_stream's deferred free is the caller's
+// to replay, at free_completed), no graph pool freed when its graphs die, no
+// free-memory callbacks.
 
 #include <array>
 #include <cstdint>
@@ -63,6 +69,12 @@ namespace oomtune::allocsim {
 /// (a CUDA graph's, a torch.cuda.MemPool) numbered by the caller from 1.
 using PoolId = std::uint32_t;
 constexpr PoolId kDefaultPool = 0;
+
+/// Which CUDA stream a request is made on: the cudaStream_t as an integer,
+/// as a snapshot records it (TraceEntry::stream). Blocks are reused only on
+/// their own stream; the CPU tracker's events are all kDefaultStream.
+using StreamId = std::int64_t;
+constexpr StreamId kDefaultStream = 0;
 
 /// How to run a simulation.
 struct SimOptions {
@@ -173,6 +185,7 @@ struct ExistingSegment {
   int64_t bytes = 0;
   alloc_rules::Pool pool = alloc_rules::Pool::kLarge;
   PoolId memory_pool = kDefaultPool;            ///< a private pool's segment: its pool
+  StreamId stream = kDefaultStream;             ///< the stream whose requests it serves
   std::vector<ExistingBlock> allocated_blocks;  ///< sorted or not; must not overlap
 };
 
@@ -193,10 +206,11 @@ struct SegmentInfo {
   alloc_rules::Pool pool = alloc_rules::Pool::kLarge;
   bool is_expandable = false;
   PoolId memory_pool = kDefaultPool;  ///< the private pool it belongs to, or kDefaultPool
+  StreamId stream = kDefaultStream;   ///< the stream whose requests it serves
   std::vector<BlockInfo> blocks;
 };
 
-/// The simulated allocator: one device, one stream. Feed it events one by one
+/// The simulated allocator: one device, any number of streams. Feed it events one by one
 /// (apply, malloc, free) or replay a whole stream (replay()). Not thread-safe.
 class CachingAllocatorSim {
  public:
@@ -226,12 +240,13 @@ class CachingAllocatorSim {
   /// oomtune::InputError for a phase outside oomtune::Phase.
   bool apply(const AllocEvent& event);
 
-  /// Allocates `bytes` for allocation `id` from `memory_pool` (the default
-  /// pool, or a private one: rules above). Returns false (and records an
-  /// OomRecord) when the allocator runs out of memory; a later free of `id`
-  /// is then ignored. A request of 0 bytes reserves nothing (PyTorch returns
-  /// a null pointer). Throws oomtune::InputError when `id` is already live.
-  bool malloc(std::uint64_t id, int64_t bytes, PoolId memory_pool = kDefaultPool);
+  /// Allocates `bytes` for allocation `id` on `stream` from `memory_pool`
+  /// (the default pool, or a private one: rules above). Returns false (and
+  /// records an OomRecord) when the allocator runs out of memory; a later
+  /// free of `id` is then ignored. A request of 0 bytes reserves nothing
+  /// (PyTorch returns a null pointer). Throws oomtune::InputError when `id`
+  /// is already live.
+  bool malloc(std::uint64_t id, int64_t bytes, PoolId memory_pool = kDefaultPool, StreamId stream = kDefaultStream);
 
   /// Frees allocation `id` (free_completed). Throws oomtune::InputError for
   /// an id that was never allocated (failed and zero-byte allocations are
@@ -239,8 +254,8 @@ class CachingAllocatorSim {
   void free(std::uint64_t id);
 
   /// torch.cuda.empty_cache(): frees every unsplit cached segment of the
-  /// default pool and unmaps its free expandable pages (private pools keep
-  /// theirs: rules above).
+  /// default pool, of every stream, and unmaps its free expandable pages
+  /// (private pools keep theirs: rules above).
   void empty_cache();
 
   /// Address of the block of live allocation `id`, or nullopt.
@@ -250,8 +265,9 @@ class CachingAllocatorSim {
   int64_t reserved_bytes() const;
   int64_t allocated_bytes() const;
 
-  /// The largest cached free block of the default pool now (bytes), 0 when
-  /// none (DeviceCachingAllocator::cacheInfo looks at the default pool only).
+  /// The largest cached free block of the default pool now, of any stream
+  /// (bytes), 0 when none (DeviceCachingAllocator::cacheInfo looks at the
+  /// default pool only).
   int64_t largest_free_block() const;
 
   /// Every segment and its blocks now, sorted by address

@@ -426,6 +426,122 @@ TEST(CachingAllocatorSim, GarbageCollectionLeavesPrivatePools) {
   EXPECT_EQ(sim.reserved_bytes(), 70 * kMiB);
 }
 
+// Two CUDA streams as a snapshot records them (cudaStream_t values): the
+// default stream, 0, and a side stream.
+constexpr StreamId kSideStream = 0x5603a2c0;
+
+TEST(CachingAllocatorSim, ABlockServesOnlyItsOwnStream) {
+  // The side stream's 60 MiB segment keeps a 4 MiB tensor at its start and
+  // 56 MiB free behind it (split: more than 1 MiB remains). Under a 100 MiB
+  // budget the default stream's 30 MiB tensor takes a segment of its own
+  // (90 reserved), and its 20 MiB request finds no block on its stream, no
+  // room for a segment, and nothing to flush (the side segment is split):
+  // out of memory beside 56 MiB free. The same 20 MiB on the side stream is
+  // served from that free block, right after the 4 MiB tensor.
+  SimOptions options;
+  options.budget_bytes = 100 * kMiB;
+  CachingAllocatorSim sim(logged(options));
+  ASSERT_TRUE(sim.malloc(1, 60 * kMiB, kDefaultPool, kSideStream));
+  sim.free(1);
+  ASSERT_TRUE(sim.malloc(2, 4 * kMiB, kDefaultPool, kSideStream));
+  ASSERT_TRUE(sim.malloc(3, 30 * kMiB));
+  EXPECT_EQ(sim.reserved_bytes(), 90 * kMiB);
+  EXPECT_FALSE(sim.malloc(4, 20 * kMiB));
+  EXPECT_EQ(sim.result().num_device_free, 0);
+  EXPECT_EQ(sim.largest_free_block(), 56 * kMiB);  // cache_info: every stream's
+  ASSERT_TRUE(sim.malloc(5, 20 * kMiB, kDefaultPool, kSideStream));
+  EXPECT_EQ(address(sim, 5), address(sim, 2) + 4 * kMiB);
+  EXPECT_EQ(sim.reserved_bytes(), 90 * kMiB);
+  const std::vector<SegmentInfo> segments = sim.snapshot();
+  ASSERT_EQ(segments.size(), 2u);
+  EXPECT_EQ(segments[0].stream, kSideStream);  // synthetic addresses: the older segment lies lower
+  EXPECT_EQ(segments[1].stream, kDefaultStream);
+}
+
+TEST(CachingAllocatorSim, TheLargestFreeBlockIsSoughtOnEveryStream) {
+  // Free blocks sort by stream first: the last one is the largest of the
+  // highest stream (10 MiB on stream 9), not the largest (50 MiB on 7).
+  CachingAllocatorSim sim;
+  ASSERT_TRUE(sim.malloc(1, 50 * kMiB, kDefaultPool, 7));
+  ASSERT_TRUE(sim.malloc(2, 10 * kMiB, kDefaultPool, 9));
+  sim.free(1);
+  sim.free(2);
+  EXPECT_EQ(sim.largest_free_block(), 50 * kMiB);
+}
+
+TEST(CachingAllocatorSim, AFlushReturnsEveryStreamsCachedSegments) {
+  // The side stream's cached, unsplit 60 MiB segment cannot serve the
+  // default stream's 50 MiB; 60 + 50 > 100 fails, and the flush
+  // (release_cached_blocks) frees it whatever its stream: the retry fits.
+  SimOptions options;
+  options.budget_bytes = 100 * kMiB;
+  CachingAllocatorSim sim(options);
+  ASSERT_TRUE(sim.malloc(1, 60 * kMiB, kDefaultPool, kSideStream));
+  sim.free(1);
+  ASSERT_TRUE(sim.malloc(2, 50 * kMiB));
+  EXPECT_EQ(sim.result().num_alloc_retries, 1);
+  EXPECT_EQ(sim.result().num_device_free, 1);
+  EXPECT_EQ(sim.reserved_bytes(), 50 * kMiB);
+}
+
+TEST(CachingAllocatorSim, OversizeBlocksAreReleasedForTheirOwnStreamFirst) {
+  // As MaxSplitSizeReleasesOversizeBlocksBeforeFlushing, but the cached
+  // 70 MiB block is the side stream's: release_available_cached_blocks
+  // looks at the request's stream only and frees nothing, so the whole
+  // cache is flushed (a retry) before the 40 MiB request fits.
+  SimOptions options;
+  options.budget_bytes = 100 * kMiB;
+  options.config.max_split_size = 40 * kMiB;
+  CachingAllocatorSim sim(options);
+  ASSERT_TRUE(sim.malloc(1, 70 * kMiB, kDefaultPool, kSideStream));
+  sim.free(1);
+  ASSERT_TRUE(sim.malloc(2, 40 * kMiB));
+  EXPECT_EQ(sim.result().num_alloc_retries, 1);
+  EXPECT_EQ(sim.reserved_bytes(), 40 * kMiB);
+}
+
+TEST(CachingAllocatorSim, EachStreamHasItsOwnExpandableSegment) {
+  // The side stream maps two 20 MiB pages for 30 MiB and frees them: its
+  // 40 MiB stay mapped. The default stream's 30 MiB cannot use them: it
+  // maps two pages of a segment of its own (80 reserved). empty_cache
+  // unmaps both streams' free pages.
+  SimOptions options;
+  options.config.expandable_segments = true;
+  CachingAllocatorSim sim(logged(options));
+  ASSERT_TRUE(sim.malloc(1, 30 * kMiB, kDefaultPool, kSideStream));
+  sim.free(1);
+  ASSERT_TRUE(sim.malloc(2, 30 * kMiB));
+  EXPECT_EQ(sim.reserved_bytes(), 80 * kMiB);
+  std::vector<SegmentInfo> segments = sim.snapshot();
+  ASSERT_EQ(segments.size(), 2u);
+  EXPECT_TRUE(segments[0].is_expandable);
+  EXPECT_TRUE(segments[1].is_expandable);
+  EXPECT_NE(segments[0].stream, segments[1].stream);
+  // A second side-stream request reuses its own free pages.
+  ASSERT_TRUE(sim.malloc(3, 30 * kMiB, kDefaultPool, kSideStream));
+  EXPECT_EQ(sim.reserved_bytes(), 80 * kMiB);
+  sim.free(2);
+  sim.free(3);
+  sim.empty_cache();
+  EXPECT_EQ(sim.reserved_bytes(), 0);
+}
+
+TEST(CachingAllocatorSim, ExistingSegmentsKeepTheirStream) {
+  // A side-stream segment from before the replay, with 10 MiB free at its
+  // end: the default stream's 8 MiB request gets a 20 MiB segment of its own.
+  CachingAllocatorSim sim;
+  ExistingSegment segment;
+  segment.address = std::uint64_t{1} << 32;
+  segment.bytes = 30 * kMiB;
+  segment.stream = kSideStream;
+  segment.allocated_blocks.push_back({1, segment.address, 20 * kMiB, 20 * kMiB});
+  sim.add_existing_segment(segment);
+  ASSERT_TRUE(sim.malloc(2, 8 * kMiB));
+  EXPECT_EQ(sim.reserved_bytes(), 50 * kMiB);
+  ASSERT_TRUE(sim.malloc(3, 8 * kMiB, kDefaultPool, kSideStream));
+  EXPECT_EQ(address(sim, 3), segment.address + 20 * kMiB);
+}
+
 TEST(CachingAllocatorSim, RoundupPower2DivisionsRoundRequests) {
   SimOptions options;
   options.config.roundup_power2_divisions.fill(4);
