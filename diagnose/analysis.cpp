@@ -68,6 +68,31 @@ namespace ar = alloc_rules;
 // other allocator settings (Note [Allocator settings replayed]) keeps one
 // pool.
 
+// Note [Memory on other streams]
+// Rationale: the caching allocator caches a freed block for the stream
+// that allocated its segment and serves a request from blocks of the
+// request's stream only (CUDACachingAllocator.cpp get_free_block:
+// `(*it)->stream != p.stream()`). Before it reports an out-of-memory it
+// returns every stream's wholly free segments to CUDA
+// (release_cached_blocks), so what stays reserved on another stream is
+// free blocks beside live ones: a side stream's tensor (an FSDP or DDP
+// communication buffer, a prefetch made under torch.cuda.stream) pins its
+// segment. Counted as free for any request, such blocks read as "a free
+// block large enough" beside a request that failed.
+// Approach: each reserved range carries its stream (replay.h). The largest
+// free block is the request's stream's; the free byte figures still count
+// every stream's, as the out-of-memory message's "reserved but
+// unallocated" does, and fragmentation is those bytes against a largest
+// block of the request's own stream: defragmented (expandable segments,
+// whose free pages go back to CUDA at the out-of-memory whatever their
+// stream), they serve it. The other streams' segments, reserved and free
+// bytes are reported beside them (the other_streams verdict and fix), and
+// the replays under other allocator settings keep each stream's blocks
+// apart (allocsim, Note [Streams in the simulator]).
+// Limits: a trace without streams (none recorded) is one stream; memory a
+// block keeps after its tensor is freed until another stream's work on it
+// completes (record_stream) is released at free_completed, as recorded.
+
 /// fn() on a thread of its own, or on this one at get() when none can start.
 template <typename Fn>
 auto run_beside(Fn fn) -> std::future<decltype(fn())> {
@@ -284,6 +309,7 @@ std::vector<SegmentView> segment_map_now(const Replay& replay) {
     v.is_large = r.is_large;
     v.is_expandable = r.is_expandable;
     v.private_pool = r.private_pool;
+    v.stream = r.stream;
     for (auto it = replay.live().lower_bound(addr); it != replay.live().end() && it->first < addr + r.size; ++it) {
       SegmentView::Piece p;
       p.offset = it->first - addr;
@@ -470,8 +496,8 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   // ---- pass 1: the whole trace
   Replay replay(snapshot, device, config, labeler, sites.size());
   // Where a replay under another allocator setting starts (Note [Allocator settings replayed]).
-  std::vector<std::pair<int64_t, int64_t>> initial_blocks;
-  for (const auto& [addr, b] : replay.live()) initial_blocks.emplace_back(addr, b.size);
+  std::vector<InitialBlock> initial_blocks;
+  for (const auto& [addr, b] : replay.live()) initial_blocks.push_back({addr, b.size, replay.stream_at(addr)});
   const std::vector<PrivatePoolRange> private_ranges = private_pool_ranges(snapshot, device);
   std::vector<allocsim::ExistingSegment> initial_segments = existing_segments(replay, private_ranges);
   TraceSummary& t = d.trace;
@@ -583,8 +609,8 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       o.reserved_bytes = replay.reserved_bytes();
       const ar::Pool pool = o.large_pool ? ar::Pool::kLarge : ar::Pool::kSmall;
       // Note [Private memory pools]
-      o.private_pool_segments = replay.private_pool_segments();
-      o.private_pool_reserved_bytes = replay.private_pool_reserved_bytes();
+      o.private_pool_segments = replay.segments_in(PoolScope::kPrivatePools);
+      o.private_pool_reserved_bytes = replay.reserved_bytes_in(PoolScope::kPrivatePools);
       o.private_pool_free_bytes = replay.free_bytes(ar::Pool::kLarge, PoolScope::kPrivatePools) +
                                   replay.free_bytes(ar::Pool::kSmall, PoolScope::kPrivatePools);
       o.captures_cuda_graph = frames.captures_cuda_graph(e.frames);
@@ -592,8 +618,17 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
           o.private_pool_segments > 0 && !o.captures_cuda_graph ? PoolScope::kDefaultPool : PoolScope::kAll;
       o.pool_free_bytes = replay.free_bytes(pool, usable);
       o.reserved_free_bytes = replay.free_bytes(ar::Pool::kLarge, usable) + replay.free_bytes(ar::Pool::kSmall, usable);
-      o.largest_free_block_bytes = replay.largest_free_block(pool, usable);
       o.fully_free_segment_bytes = replay.fully_free_segment_bytes(usable);
+      // Note [Memory on other streams]
+      o.stream = snapshot.stream_of(e);
+      const RangeScope own(usable, StreamScope::kOnly, o.stream);
+      const RangeScope others(usable, StreamScope::kOthers, o.stream);
+      o.largest_free_block_bytes = replay.largest_free_block(pool, own);
+      o.other_stream_segments = replay.segments_in(others);
+      o.other_stream_reserved_bytes = replay.reserved_bytes_in(others);
+      o.other_stream_free_bytes =
+          replay.free_bytes(ar::Pool::kLarge, others) + replay.free_bytes(ar::Pool::kSmall, others);
+      o.other_stream_largest_free_block_bytes = replay.largest_free_block(pool, others);
       o.fragmentation = o.reserved_free_bytes >= o.requested_bytes && o.largest_free_block_bytes < o.rounded_bytes;
       o.memory_cap = refused_by_cap;
       if (o.memory_cap) {
@@ -745,6 +780,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       if (e.action == TraceAction::kSegmentAlloc) in.segment_addresses.push_back(static_cast<std::uint64_t>(e.addr));
     }
     in.trace = &trace;
+    in.snapshot = &snapshot;
     in.oom_index = static_cast<size_t>(o.event_index);
     in.still_needed_bytes = std::max(d.need.still_needed_bytes, o.rounded_bytes);
     in.private_pool_ranges = private_ranges;

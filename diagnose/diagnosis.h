@@ -61,8 +61,22 @@ struct OomReport {
   int64_t reserved_bytes = 0;            ///< replayed
   int64_t reserved_free_bytes = 0;       ///< reserved - allocated - pending frees
   int64_t pool_free_bytes = 0;           ///< free bytes in the request's pool
-  int64_t largest_free_block_bytes = 0;  ///< in the request's pool
+  int64_t largest_free_block_bytes = 0;  ///< in the request's pool, on its stream
   int64_t fully_free_segment_bytes = 0;
+  /// The failing call's CUDA stream (cudaStream_t as an integer; 0, the
+  /// default stream, where the trace records none), and the segments of
+  /// every other stream then, in the pools the free figures above count:
+  /// their number, reserved and free bytes, and the largest free block of
+  /// the request's pool among them. The allocator serves a request from
+  /// blocks of its own stream only, so largest_free_block leaves them out;
+  /// the free byte figures above count them (an expandable segment's free
+  /// pages go back to CUDA at an out-of-memory, whatever their stream:
+  /// Note [Memory on other streams]).
+  int64_t stream = 0;
+  int64_t other_stream_segments = 0;
+  int64_t other_stream_reserved_bytes = 0;
+  int64_t other_stream_free_bytes = 0;
+  int64_t other_stream_largest_free_block_bytes = 0;
   /// Private memory pools (CUDA graphs' pools, torch.cuda.MemPool; replay.h)
   /// then: their segments, reserved and free bytes. When the failing call
   /// was no CUDA graph capture (captures_cuda_graph), the free figures above
@@ -74,7 +88,7 @@ struct OomReport {
   int64_t private_pool_reserved_bytes = 0;
   int64_t private_pool_free_bytes = 0;
   bool captures_cuda_graph = false;  ///< the failing call recorded a CUDA graph (FrameIndex::captures_cuda_graph)
-  bool fragmentation = false;        ///< reserved_free >= request but no free block fits
+  bool fragmentation = false;        ///< reserved_free >= request but no free block of its stream fits
   /// CUDA had room for the segment (device_free >= segment_bytes), so the
   /// caching allocator's own cap refused it: set_per_process_memory_fraction
   /// makes alloc_block fail when reserved + segment > the cap, before any
@@ -311,6 +325,7 @@ struct SegmentView {
   bool is_large = true;
   bool is_expandable = false;
   bool private_pool = false;  ///< in a private memory pool (replay.h): drawn with a dashed outline
+  int64_t stream = 0;         ///< the stream whose requests it serves (named in its title when not 0)
   struct Piece {
     int64_t offset = 0;  ///< bytes from the segment start
     int64_t size = 0;
@@ -387,6 +402,15 @@ void recommend(Diagnosis& diagnosis);
 /// reserves past it), each saying where it came from when not from this
 /// error alone. recommendations.cpp.
 std::string cap_bounds_text(const OomReport& oom);
+
+/// A CUDA stream as the report names it: "the default stream" (0) or
+/// "stream 0x55d2c4a1b3e0". recommendations.cpp.
+std::string stream_text(int64_t stream);
+
+/// "the largest free block in the large pool" (or small), "... on stream
+/// S" where other streams held segments at `oom` (Note [Memory on other
+/// streams]: that block is its stream's). recommendations.cpp.
+std::string largest_block_text(const OomReport& oom);
 
 /// max_split_size_mb for a fragmentation oom: just above the 90th
 /// percentile of the large-pool blocks in diagnosis.segment_map, in MiB,

@@ -25,6 +25,7 @@ constexpr FixKind kFixes[kNumFixes] = {
     {FixId::kEvalAccumulation, "eval_accumulation_steps", "eval_accumulation_steps", FixTarget::kEvalOutputs, 0},
     {FixId::kFusedOptimizer, "fused_optimizer", "fused=True", FixTarget::kOptimizerState, 1},
     {FixId::kPrivatePools, "private_pools", "no CUDA graphs", FixTarget::kPrivatePools, 6},
+    {FixId::kOtherStreams, "other_streams", "one stream's memory", FixTarget::kFragmentation, 3},
 };
 
 // The rows follow the enum, so a kind is found by its value.

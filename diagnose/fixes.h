@@ -16,7 +16,10 @@
 // activation checkpointing recomputes the forward (+24% to +48% step
 // time, docs/checkpointing.md), and so, about, does running without CUDA
 // graphs (each kernel launched from the host again); offloading the optimizer moves its states
-// and step to the host every step (the slowest).
+// and step to the host every step (the slowest). Allocating a side stream's
+// tensors on the stream that uses them costs no run time, only a change
+// of code: ranked after the allocator settings and a fused optimizer, which
+// need none.
 
 #include <cstdint>
 
@@ -40,8 +43,9 @@ enum class FixId : uint8_t {
   kEvalAccumulation,  ///< Hugging Face eval_accumulation_steps: evaluation outputs to the CPU every K steps
   kFusedOptimizer,    ///< fused=True: the optimizer's arithmetic without the foreach implementation's temporaries
   kPrivatePools,      ///< no CUDA graphs (or their pools freed): their private pools' free memory usable again
+  kOtherStreams,      ///< a side stream's tensors made on the stream that uses them: its cached blocks serve all
 };
-constexpr int kNumFixes = 16;
+constexpr int kNumFixes = 17;
 
 /// What a fix reduces; fixes of one target are alternatives, not added up.
 enum class FixTarget : uint8_t {

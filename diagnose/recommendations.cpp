@@ -141,6 +141,15 @@ std::string cap_bounds_text(const OomReport& oom) {
       oom.cap_high_bytes < oom.reserved_bytes + oom.segment_bytes ? " (an earlier error's segment)" : "");
 }
 
+std::string stream_text(int64_t stream) {
+  return stream == 0 ? "the default stream" : fmt::format("stream {:#x}", static_cast<std::uint64_t>(stream));
+}
+
+std::string largest_block_text(const OomReport& oom) {
+  return fmt::format("the largest free block in the {} pool{}", oom.large_pool ? "large" : "small",
+                     oom.other_stream_segments > 0 ? " on " + stream_text(oom.stream) : "");
+}
+
 std::string sufficiency_text(const Recommendation& r) {
   const bool combined = r.id == FixId::kCombined;
   switch (r.sufficiency) {
@@ -421,11 +430,11 @@ void recommend(Diagnosis& d) {
   if (oom && oom->fragmentation && !s.expandable_segments) {
     Recommendation expandable{
         FixId::kExpandableSegments, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-        fmt::format("{} was reserved but free at the out-of-memory, and the largest free block of the {} "
-                    "pool was {}; with expandable segments the allocator maps pages into one growing segment "
-                    "per stream, so free memory is not stranded in fixed-size segments. Of the allocator "
-                    "settings, try this one first (pytorch PR #113481).",
-                    format_bytes(oom->reserved_free_bytes), oom->large_pool ? "large" : "small",
+        fmt::format("{} was reserved but free at the out-of-memory, and {} was {}; with expandable segments "
+                    "the allocator maps pages into one growing segment per stream, so free memory is not "
+                    "stranded in fixed-size segments. Of the allocator settings, try this one first (pytorch PR "
+                    "#113481).",
+                    format_bytes(oom->reserved_free_bytes), largest_block_text(*oom),
                     format_bytes(oom->largest_free_block_bytes)),
         oom->reserved_free_bytes, "reserved but unallocated bytes at the out-of-memory, at most: not replayed"};
     judge_by_replay(d, *oom, "expandable_segments:True", d.expandable_replay, expandable);
@@ -615,6 +624,24 @@ void recommend(Diagnosis& d) {
         oom->private_pool_free_bytes,
         "the private pools' free bytes at the out-of-memory; what their graphs keep allocated is needed either "
         "way"});
+  }
+
+  // Note [Memory on other streams]
+  if (oom && oom->other_stream_free_bytes > 0) {
+    out.push_back(Recommendation{
+        FixId::kOtherStreams,
+        "Make a side stream's tensors on the stream that uses them, or keep fewer of them alive: create the "
+        "tensor (torch.empty) before `with torch.cuda.stream(side):` and fill it inside, then "
+        "torch.cuda.current_stream().wait_stream(side); drop side-stream tensors once their last use is done",
+        fmt::format("{} was reserved in {} segment{} of other streams at the out-of-memory, {} of it free, which "
+                    "the failing request's stream cannot use: the allocator keeps a freed block for the stream "
+                    "whose segment holds it, and a live tensor in each of those segments kept it from going back "
+                    "to CUDA. Memory made on one stream is reused by every later request on it.",
+                    format_bytes(oom->other_stream_reserved_bytes), oom->other_stream_segments,
+                    oom->other_stream_segments == 1 ? "" : "s", format_bytes(oom->other_stream_free_bytes)),
+        oom->other_stream_free_bytes,
+        "other streams' free bytes at the out-of-memory, had their tensors come from the failing request's "
+        "stream: not replayed"});
   }
 
   if (oom && oom->memory_cap) {

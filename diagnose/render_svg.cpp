@@ -133,12 +133,13 @@ std::string render_svg(const Diagnosis& d) {
         fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", kLeft - 4, y + 10, format_bytes(s.size));
     out += fmt::format(
         "<rect x=\"{}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"#ddd\" stroke=\"{}\" "
-        "stroke-width=\"{}\"{}><title>segment 0x{:x}, {} ({} pool{}{})</title></rect>\n",
+        "stroke-width=\"{}\"{}><title>segment 0x{:x}, {} ({} pool{}{}{})</title></rect>\n",
         kLeft, y, std::max(1.0, static_cast<double>(s.size) * scale), kMapRowHeight - 3,
         s.private_pool ? "#000" : "#888", s.private_pool ? "1" : "0.5",
         s.private_pool ? " stroke-dasharray=\"3,2\"" : "", s.address, format_bytes(s.size),
         s.is_large ? "large" : "small", s.is_expandable ? ", expandable" : "",
-        s.private_pool ? "; a private memory pool: CUDA graphs or a torch.cuda.MemPool" : "");
+        s.private_pool ? "; a private memory pool: CUDA graphs or a torch.cuda.MemPool" : "",
+        s.stream != 0 ? "; " + stream_text(s.stream) : "");
     for (const auto& b : s.blocks) {
       out += fmt::format(
           "<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"><title>{} {}"

@@ -163,9 +163,8 @@ std::string render_text(const Diagnosis& d) {
       out +=
           fmt::format("    allocated {}, reserved {}, reserved but unallocated {}\n", format_bytes(o.allocated_bytes),
                       format_bytes(o.reserved_bytes), format_bytes(o.reserved_free_bytes));
-      out += fmt::format("    largest free block in the {} pool {} ({} free in that pool){}\n",
-                         o.large_pool ? "large" : "small", format_bytes(o.largest_free_block_bytes),
-                         format_bytes(o.pool_free_bytes),
+      out += fmt::format("    {} {} ({} free in that pool){}\n", largest_block_text(o).substr(4),
+                         format_bytes(o.largest_free_block_bytes), format_bytes(o.pool_free_bytes),
                          o.device_free_bytes >= 0
                              ? fmt::format("; CUDA reported {} free on the device", format_bytes(o.device_free_bytes))
                              : "");
@@ -178,6 +177,15 @@ std::string render_text(const Diagnosis& d) {
                 ? " (the failing call recorded a CUDA graph, so it asked a private pool: the free figures above "
                   "count every pool)"
                 : " (none of it usable by this request: the free figures above are the default pool's)");
+      }
+      if (o.other_stream_segments > 0) {
+        out += fmt::format(
+            "    other streams: {} segment{}, {} reserved, {} free, largest free block of the {} pool {} (none of "
+            "it usable by this request, on {})\n",
+            o.other_stream_segments, o.other_stream_segments == 1 ? "" : "s",
+            format_bytes(o.other_stream_reserved_bytes), format_bytes(o.other_stream_free_bytes),
+            o.large_pool ? "large" : "small", format_bytes(o.other_stream_largest_free_block_bytes),
+            stream_text(o.stream));
       }
       if (o.memory_cap)
         out += fmt::format("    the device had room for the segment: this process's memory cap was the limit ({})\n",
@@ -244,9 +252,9 @@ std::string render_text(const Diagnosis& d) {
                        reproduced ? "allocator-settings replay checked: " : "note: ",
                        as_recorded_clause(d.as_recorded_replay, oom_event),
                        reproduced ? ""
-                                  : ": the replays under other settings below are approximate (other streams, "
-                                    "record_stream and an empty_cache() recorded without context=\"all\" are "
-                                    "not replayed)");
+                                  : ": the replays under other settings below are approximate (an empty_cache() "
+                                    "recorded without context=\"all\", and frees that record_stream delayed in "
+                                    "a trace without free_completed, are not replayed)");
   }
   if (!d.trace.replay_matches_dump) {
     out += fmt::format(

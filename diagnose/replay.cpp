@@ -16,7 +16,7 @@ bool block_would_split(bool is_large, bool expandable, int64_t block_bytes, int6
 }
 
 Replay::Replay(const Snapshot& snapshot, int device, const ar::AllocatorConfig& config, Labeler labeler, int sites)
-    : config_(config), labeler_(std::move(labeler)) {
+    : snapshot_(&snapshot), config_(config), labeler_(std::move(labeler)) {
   static const std::vector<TraceEvent> kEmpty;
   trace_ = device >= 0 && static_cast<size_t>(device) < snapshot.device_traces.size()
                ? &snapshot.device_traces[static_cast<size_t>(device)]
@@ -37,7 +37,7 @@ Replay::Replay(const Snapshot& snapshot, int device, const ar::AllocatorConfig& 
     if (s.device == device || snapshot.device_traces.size() <= 1) segments.push_back(&s);
   }
   for (const Segment* s : segments) {
-    add_range(s->address, s->total_size, s->is_large, s->is_expandable, s->in_private_pool());
+    add_range(s->address, ReservedRange{s->total_size, s->is_large, s->is_expandable, s->in_private_pool(), s->stream});
   }
   for (size_t i = trace.size(); i-- > 0;) {
     const TraceEvent& e = trace[i];
@@ -48,8 +48,9 @@ Replay::Replay(const Snapshot& snapshot, int device, const ar::AllocatorConfig& 
         break;
       case TraceAction::kSegmentFree:
       case TraceAction::kSegmentUnmap:
-        add_range(e.addr, e.size, pool_of_range_is_large(e.addr, e.size), e.action == TraceAction::kSegmentUnmap,
-                  range_is_private(e.addr));
+        add_range(e.addr,
+                  ReservedRange{e.size, pool_of_range_is_large(e.addr, e.size), e.action == TraceAction::kSegmentUnmap,
+                                range_is_private(e.addr), snapshot.stream_of(e)});
         break;
       default:
         break;
@@ -153,26 +154,28 @@ bool Replay::range_is_private(int64_t addr) const {
   return s != nullptr && s->in_private_pool();
 }
 
-void Replay::add_range(int64_t addr, int64_t size, bool is_large, bool expandable, bool private_pool) {
-  if (size <= 0) return;
-  remove_range(addr, size);  // never double-count an overlap
-  ranges_[addr] = ReservedRange{size, is_large, expandable, private_pool};
-  reserved_ += size;
-  if (!expandable) return;
-  // Expandable mappings that touch form one segment.
+void Replay::add_range(int64_t addr, const ReservedRange& range) {
+  if (range.size <= 0) return;
+  remove_range(addr, range.size);  // never double-count an overlap
+  ranges_[addr] = range;
+  reserved_ += range.size;
+  if (!range.is_expandable) return;
+  // Expandable mappings that touch form one segment (of one pool, one stream).
+  auto same_segment = [](const ReservedRange& a, const ReservedRange& b) {
+    return a.is_expandable && b.is_expandable && a.is_large == b.is_large && a.private_pool == b.private_pool &&
+           a.stream == b.stream;
+  };
   auto it = ranges_.find(addr);
   if (it != ranges_.begin()) {
     auto prev = std::prev(it);
-    if (prev->second.is_expandable && prev->first + prev->second.size == addr && prev->second.is_large == is_large &&
-        prev->second.private_pool == private_pool) {
+    if (prev->first + prev->second.size == addr && same_segment(prev->second, it->second)) {
       prev->second.size += it->second.size;
       ranges_.erase(it);
       it = prev;
     }
   }
   auto next = std::next(it);
-  if (next != ranges_.end() && next->second.is_expandable && it->first + it->second.size == next->first &&
-      next->second.is_large == it->second.is_large && next->second.private_pool == it->second.private_pool) {
+  if (next != ranges_.end() && it->first + it->second.size == next->first && same_segment(it->second, next->second)) {
     it->second.size += next->second.size;
     ranges_.erase(next);
   }
@@ -194,11 +197,11 @@ void Replay::remove_range(int64_t addr, int64_t size) {
     it = ranges_.erase(it);
     reserved_ -= r.size;
     if (r_begin < addr) {
-      ranges_[r_begin] = ReservedRange{addr - r_begin, r.is_large, r.is_expandable, r.private_pool};
+      ranges_[r_begin] = ReservedRange{addr - r_begin, r.is_large, r.is_expandable, r.private_pool, r.stream};
       reserved_ += addr - r_begin;
     }
     if (r_end > end) {
-      ranges_[end] = ReservedRange{r_end - end, r.is_large, r.is_expandable, r.private_pool};
+      ranges_[end] = ReservedRange{r_end - end, r.is_large, r.is_expandable, r.private_pool, r.stream};
       reserved_ += r_end - end;
       it = ranges_.upper_bound(end);
     }
@@ -302,10 +305,10 @@ void Replay::apply(size_t index) {
       break;
     }
     case TraceAction::kSegmentAlloc:
-      add_range(e.addr, e.size, pool_of_range_is_large(e.addr, e.size), false, range_is_private(e.addr));
-      break;
     case TraceAction::kSegmentMap:
-      add_range(e.addr, e.size, pool_of_range_is_large(e.addr, e.size), true, range_is_private(e.addr));
+      add_range(e.addr,
+                ReservedRange{e.size, pool_of_range_is_large(e.addr, e.size), e.action == TraceAction::kSegmentMap,
+                              range_is_private(e.addr), snapshot_->stream_of(e)});
       break;
     case TraceAction::kSegmentFree:
     case TraceAction::kSegmentUnmap: {
@@ -333,17 +336,25 @@ int64_t Replay::reserved_bytes(ar::Pool pool) const {
   return total;
 }
 
-namespace {
-bool in_scope(const ReservedRange& r, PoolScope scope) {
-  return scope == PoolScope::kAll || r.private_pool == (scope == PoolScope::kPrivatePools);
+bool RangeScope::covers(const ReservedRange& r) const {
+  if (pools != PoolScope::kAll && r.private_pool != (pools == PoolScope::kPrivatePools)) return false;
+  switch (streams) {
+    case StreamScope::kOnly:
+      return r.stream == stream;
+    case StreamScope::kOthers:
+      return r.stream != stream;
+    default:
+      return true;
+  }
 }
 
+namespace {
 /// Calls fn(gap_bytes, range) for each free gap in ranges of one pool within `scope`.
 template <typename Fn>
 void for_each_gap(const std::map<int64_t, ReservedRange>& ranges, const std::map<int64_t, LiveBlock>& live,
-                  ar::Pool pool, PoolScope scope, Fn&& fn) {
+                  ar::Pool pool, const RangeScope& scope, Fn&& fn) {
   for (const auto& [addr, r] : ranges) {
-    if (r.is_large != (pool == ar::Pool::kLarge) || !in_scope(r, scope)) continue;
+    if (r.is_large != (pool == ar::Pool::kLarge) || !scope.covers(r)) continue;
     const int64_t end = addr + r.size;
     int64_t cursor = addr;
     auto it = live.upper_bound(addr);
@@ -360,32 +371,39 @@ void for_each_gap(const std::map<int64_t, ReservedRange>& ranges, const std::map
 }
 }  // namespace
 
-int64_t Replay::free_bytes(ar::Pool pool, PoolScope scope) const {
+int64_t Replay::free_bytes(ar::Pool pool, const RangeScope& scope) const {
   int64_t total = 0;
   for_each_gap(ranges_, live_, pool, scope, [&](int64_t gap, const ReservedRange&) { total += gap; });
   return total;
 }
 
-int64_t Replay::largest_free_block(ar::Pool pool, PoolScope scope) const {
+int64_t Replay::largest_free_block(ar::Pool pool, const RangeScope& scope) const {
   int64_t best = 0;
   for_each_gap(ranges_, live_, pool, scope, [&](int64_t gap, const ReservedRange&) { best = std::max(best, gap); });
   return best;
 }
 
-int64_t Replay::private_pool_reserved_bytes() const {
+int64_t Replay::reserved_bytes_in(const RangeScope& scope) const {
   int64_t total = 0;
-  for (const auto& [addr, r] : ranges_) total += r.private_pool ? r.size : 0;
+  for (const auto& [addr, r] : ranges_) total += scope.covers(r) ? r.size : 0;
   return total;
 }
 
-int64_t Replay::private_pool_segments() const {
-  return std::count_if(ranges_.begin(), ranges_.end(), [](const auto& r) { return r.second.private_pool; });
+int64_t Replay::segments_in(const RangeScope& scope) const {
+  return std::count_if(ranges_.begin(), ranges_.end(), [&](const auto& r) { return scope.covers(r.second); });
 }
 
-int64_t Replay::fully_free_segment_bytes(PoolScope scope) const {
+int64_t Replay::stream_at(int64_t addr) const {
+  auto it = ranges_.upper_bound(addr);
+  if (it == ranges_.begin()) return 0;
+  --it;
+  return addr < it->first + it->second.size ? it->second.stream : 0;
+}
+
+int64_t Replay::fully_free_segment_bytes(const RangeScope& scope) const {
   int64_t total = 0;
   for (const auto& [addr, r] : ranges_) {
-    if (!in_scope(r, scope)) continue;
+    if (!scope.covers(r)) continue;
     auto it = live_.upper_bound(addr);
     bool used = false;
     if (it != live_.begin() && std::prev(it)->first + std::prev(it)->second.size > addr) used = true;

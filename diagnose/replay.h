@@ -34,6 +34,12 @@
 //     pool it targets only (CUDACachingAllocator.cpp, get_pool), so the
 //     free blocks of private pools cannot serve an ordinary request. A
 //     segment freed before the dump has no pool on record: default.
+//   - A range belongs to the stream that made it: the dumped segment's
+//     `stream`, or the segment event's (segment_alloc and segment_free
+//     record the segment's stream). The allocator serves a request from
+//     blocks of its own stream only (get_free_block), so another stream's
+//     free blocks cannot serve it; expandable mappings of two streams are
+//     two segments.
 
 #include <cstdint>
 #include <functional>
@@ -68,13 +74,31 @@ struct ReservedRange {
   bool is_large = true;
   bool is_expandable = false;
   bool private_pool = false;  ///< in a private memory pool (rules above)
+  int64_t stream = 0;         ///< the stream whose requests it serves (cudaStream_t as an integer)
 };
 
-/// Which ranges a free-memory question is about.
+/// Which ranges a free-memory question is about, by pool.
 enum class PoolScope : uint8_t {
   kAll,           ///< every reserved range
   kDefaultPool,   ///< the default pool's: what an ordinary request can use
   kPrivatePools,  ///< private memory pools' only
+};
+
+/// ... and by stream.
+enum class StreamScope : uint8_t {
+  kAll,     ///< every stream's ranges
+  kOnly,    ///< RangeScope::stream's only: what a request on it can use
+  kOthers,  ///< every other stream's
+};
+
+/// Which ranges a free-memory question is about.
+struct RangeScope {
+  PoolScope pools = PoolScope::kAll;
+  StreamScope streams = StreamScope::kAll;
+  int64_t stream = 0;                                      ///< the stream kOnly and kOthers are about
+  RangeScope(PoolScope p = PoolScope::kAll) : pools(p) {}  // NOLINT: a pool scope is a range scope
+  RangeScope(PoolScope p, StreamScope s, int64_t of) : pools(p), streams(s), stream(of) {}
+  bool covers(const ReservedRange& r) const;
 };
 
 /// The allocator state of one device, advanced one trace event at a time.
@@ -99,16 +123,19 @@ class Replay {
   /// Bytes in the segments of one pool (large or small).
   int64_t reserved_bytes(alloc_rules::Pool pool) const;
   /// Bytes in free (inactive) blocks of a pool, in the ranges `scope` names.
-  int64_t free_bytes(alloc_rules::Pool pool, PoolScope scope = PoolScope::kAll) const;
+  int64_t free_bytes(alloc_rules::Pool pool, const RangeScope& scope = {}) const;
   /// Largest free block of a pool in the ranges `scope` names, bytes (0 when none).
-  int64_t largest_free_block(alloc_rules::Pool pool, PoolScope scope = PoolScope::kAll) const;
-  /// Bytes reserved in private memory pools, and their ranges (segments).
-  int64_t private_pool_reserved_bytes() const;
-  int64_t private_pool_segments() const;
+  int64_t largest_free_block(alloc_rules::Pool pool, const RangeScope& scope = {}) const;
+  /// Bytes reserved in the ranges `scope` names, and how many ranges
+  /// (segments) they are.
+  int64_t reserved_bytes_in(const RangeScope& scope) const;
+  int64_t segments_in(const RangeScope& scope) const;
   /// Bytes held in segments of `scope` whose blocks are all free (what
   /// empty_cache or garbage collection could return to CUDA: the default
   /// pool's; a live CUDA graph keeps its private pool's).
-  int64_t fully_free_segment_bytes(PoolScope scope = PoolScope::kAll) const;
+  int64_t fully_free_segment_bytes(const RangeScope& scope = {}) const;
+  /// The stream of the range holding `addr`, or 0 when none does.
+  int64_t stream_at(int64_t addr) const;
   /// Allocated bytes per label category / per site.
   const std::vector<int64_t>& allocated_by_category() const { return by_category_; }
   const std::vector<int64_t>& allocated_by_site() const { return by_site_; }
@@ -131,7 +158,7 @@ class Replay {
   const std::map<int64_t, ReservedRange>& ranges() const { return ranges_; }
 
  private:
-  void add_range(int64_t addr, int64_t size, bool is_large, bool expandable, bool private_pool);
+  void add_range(int64_t addr, const ReservedRange& range);
   void remove_range(int64_t addr, int64_t size);
   void insert_live(int64_t addr, LiveBlock block);
   void release(std::map<int64_t, LiveBlock>::iterator it);
@@ -143,6 +170,7 @@ class Replay {
   bool range_is_private(int64_t addr) const;
 
   std::vector<const Segment*> dumped_by_address_;  // the snapshot's segments, by address
+  const Snapshot* snapshot_;
   const std::vector<TraceEvent>* trace_;
   alloc_rules::AllocatorConfig config_;
   Labeler labeler_;

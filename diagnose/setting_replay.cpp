@@ -31,6 +31,11 @@ sim::PoolId pool_at(const std::vector<PrivatePoolRange>& ranges, int64_t address
   return address < it->address + it->bytes ? it->pool : sim::kDefaultPool;
 }
 
+// The stream trace event `e` was made on.
+sim::StreamId stream_of(const SettingReplayInput& input, const TraceEvent& e) {
+  return input.snapshot != nullptr ? input.snapshot->stream_of(e) : sim::kDefaultStream;
+}
+
 // The replay at one cap.
 SettingReplay replay_at(const SettingReplayInput& input, const alloc_rules::AllocatorConfig& config, int64_t cap) {
   SettingReplay out;
@@ -51,9 +56,9 @@ SettingReplay replay_at(const SettingReplayInput& input, const alloc_rules::Allo
     }
     allocator.use_segment_addresses(input.segment_addresses);
   } else {
-    for (const auto& [address, bytes] : input.initial_blocks) {
-      const auto id = static_cast<std::uint64_t>(address);
-      if (allocator.malloc(id, bytes, pool_at(ranges, address))) live.insert(id);
+    for (const InitialBlock& b : input.initial_blocks) {
+      const auto id = static_cast<std::uint64_t>(b.address);
+      if (allocator.malloc(id, b.bytes, pool_at(ranges, b.address), b.stream)) live.insert(id);
     }
   }
   sim::PoolId last_private = sim::kDefaultPool;  // of the latest alloc that went to a private pool
@@ -77,19 +82,20 @@ SettingReplay replay_at(const SettingReplayInput& input, const alloc_rules::Allo
       if (live.count(id)) throw InputError(fmt::format("trace event {}: an alloc at a live address", i));
       const sim::PoolId pool = pool_at(ranges, e.addr);
       if (pool != sim::kDefaultPool) last_private = pool;
-      if (!allocator.malloc(id, e.size, pool)) return fail(static_cast<int64_t>(i), e.size, false);
+      if (!allocator.malloc(id, e.size, pool, stream_of(input, e))) return fail(static_cast<int64_t>(i), e.size, false);
       live.insert(id);
     } else if (e.action == release) {
       if (live.erase(id)) allocator.free(id);
     } else if (e.action == TraceAction::kOom) {
       // The program went on without this request: try it, give it back.
       const std::uint64_t extra = next_extra++;
-      if (allocator.malloc(extra, e.size)) allocator.free(extra);
+      if (allocator.malloc(extra, e.size, sim::kDefaultPool, stream_of(input, e))) allocator.free(extra);
     }
   }
   const sim::PoolId request_pool = input.request_in_graph_capture ? last_private : sim::kDefaultPool;
   const int64_t request = trace[input.oom_index].size;
-  if (!allocator.malloc(next_extra++, request, request_pool)) {
+  const sim::StreamId request_stream = stream_of(input, trace[input.oom_index]);
+  if (!allocator.malloc(next_extra++, request, request_pool, request_stream)) {
     return fail(static_cast<int64_t>(input.oom_index), request, false);
   }
   out.served_bytes = request;
@@ -97,7 +103,7 @@ SettingReplay replay_at(const SettingReplayInput& input, const alloc_rules::Allo
   const int64_t rounded = alloc_rules::round_size(request, config);
   for (int64_t left = input.still_needed_bytes - rounded; left > 0; left -= rounded) {
     const int64_t bytes = std::min(left, rounded);
-    if (!allocator.malloc(next_extra++, bytes, request_pool)) {
+    if (!allocator.malloc(next_extra++, bytes, request_pool, request_stream)) {
       return fail(static_cast<int64_t>(input.oom_index), bytes, true);
     }
     out.served_bytes += bytes;
@@ -153,6 +159,7 @@ std::vector<sim::ExistingSegment> existing_segments(const Replay& replay,
     segment.bytes = range.size;
     segment.pool = range.is_large ? alloc_rules::Pool::kLarge : alloc_rules::Pool::kSmall;
     segment.memory_pool = range.private_pool ? pool_at(private_ranges, address) : sim::kDefaultPool;
+    segment.stream = range.stream;
     const int64_t end = address + range.size;
     for (auto it = replay.live().lower_bound(address); it != replay.live().end() && it->first < end; ++it) {
       if (it->first + it->second.size > end) return {};

@@ -35,7 +35,11 @@
 // at the judged request as the real allocator did: that is the check on
 // the answers. Packing the blocks from before recording in every replay,
 // two of the 13 H200 recordings (a 1 MiB small-pool request with no free
-// 1 MiB block) were served by it. Approximation: one stream.
+// 1 MiB block) were served by it. Each request is made on its event's
+// stream, and the blocks from before recording on their range's
+// (Note [Memory on other streams]): a block cached on one stream serves no
+// other; replayed as one stream, a side stream's free block served the
+// compute stream's failing request.
 //
 // Private memory pools (CUDA graphs, torch.cuda.MemPool) are replayed as
 // pools of their own (allocsim's rules): an alloc inside a dumped segment
@@ -79,10 +83,17 @@ struct PrivatePoolRange {
   allocsim::PoolId pool = allocsim::kDefaultPool;  ///< from 1, one per segment_pool_id
 };
 
+/// A block alive when recording began.
+struct InitialBlock {
+  int64_t address = 0;  ///< bytes
+  int64_t bytes = 0;    ///< block bytes
+  int64_t stream = 0;   ///< its segment's stream (cudaStream_t as an integer)
+};
+
 /// Where the replay starts and what it must reach.
 struct SettingReplayInput {
-  /// Blocks alive when recording began: (address, block bytes), address order.
-  std::vector<std::pair<int64_t, int64_t>> initial_blocks;
+  /// Blocks alive when recording began, address order.
+  std::vector<InitialBlock> initial_blocks;
   /// The segments reserved when recording began, with the blocks alive in
   /// them (ids: their addresses): a replay without expandable segments
   /// starts from them as they were, and gives the segments it makes the
@@ -92,8 +103,11 @@ struct SettingReplayInput {
   std::vector<allocsim::ExistingSegment> initial_segments;
   std::vector<std::uint64_t> segment_addresses;
   const std::vector<TraceEvent>* trace = nullptr;  ///< the device's trace
-  size_t oom_index = 0;                            ///< the judged out-of-memory event
-  int64_t still_needed_bytes = 0;                  ///< PhaseNeed::still_needed_bytes (>= the request)
+  /// The snapshot that holds it, for its events' streams (Snapshot::
+  /// stream_of); nullptr: every request on the default stream.
+  const Snapshot* snapshot = nullptr;
+  size_t oom_index = 0;            ///< the judged out-of-memory event
+  int64_t still_needed_bytes = 0;  ///< PhaseNeed::still_needed_bytes (>= the request)
   /// The private pools' dumped segments, sorted by address, not overlapping.
   std::vector<PrivatePoolRange> private_pool_ranges;
   /// Trace indices where the program called torch.cuda.empty_cache() (the

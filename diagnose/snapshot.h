@@ -204,6 +204,11 @@ struct Snapshot {
   uint32_t tag_of(size_t device, size_t event) const;
   /// True when some trace event carries a non-empty tag.
   bool has_event_tags() const { return event_tags.size() > 1; }
+  /// The cudaStream_t of trace event `e`, as an integer (0, the default
+  /// stream, where the trace records none).
+  int64_t stream_of(const TraceEvent& e) const {
+    return streams.empty() ? 0 : streams[std::min<size_t>(e.stream, streams.size() - 1)];
+  }
 };
 
 /// Builds the model from a parsed pickle. Throws SnapshotError naming `name`

@@ -221,11 +221,11 @@ void add_verdicts(Diagnosis& d) {
     main.push_back(
         Verdict{VerdictId::kFragmentation,
                 fmt::format("A {} request (rounded {}, {} pool) failed although {} of reserved memory was free "
-                            "({} allocated of {} reserved): the largest free block in the {} pool was {}.{}",
+                            "({} allocated of {} reserved): {} was {}.{}",
                             format_bytes(oom->requested_bytes), format_bytes(oom->rounded_bytes),
                             oom->large_pool ? "large" : "small", format_bytes(oom->reserved_free_bytes),
                             format_bytes(oom->allocated_bytes), format_bytes(oom->reserved_bytes),
-                            oom->large_pool ? "large" : "small", format_bytes(oom->largest_free_block_bytes),
+                            largest_block_text(*oom), format_bytes(oom->largest_free_block_bytes),
                             d.allocator_settings.expandable_segments ? " expandable_segments was already on." : "")});
     // Note [Phase need]: defragmenting must satisfy the failing phase, not only its request, to come first.
     main.back().evidence += defragmenting_evidence(d, *oom);
@@ -331,6 +331,24 @@ void add_verdicts(Diagnosis& d) {
                             oom->private_pool_segments, oom->private_pool_segments == 1 ? "" : "s",
                             format_bytes(oom->private_pool_free_bytes), format_bytes(oom->requested_bytes),
                             format_bytes(oom->reserved_free_bytes))});
+  }
+  // Note [Memory on other streams]: as the private pools, beside why the job needed the memory.
+  if (oom && oom->other_stream_free_bytes >= oom->rounded_bytes) {
+    cap_verdicts.insert(
+        cap_verdicts.end() - (oom->memory_cap ? 1 : 0),
+        Verdict{VerdictId::kOtherStreams,
+                fmt::format(
+                    "{} of the {} reserved was in {} segment{} of other CUDA streams than the failing "
+                    "request's ({}), {} of it free (the largest block of the {} pool {}). The caching "
+                    "allocator serves a request from blocks cached on its own stream only, and returns a "
+                    "segment to CUDA only when nothing in it is alive, so the {} request could use none of "
+                    "it; {} was {}. Side streams allocate in FSDP's and DDP's communication and in code "
+                    "under torch.cuda.stream().",
+                    format_bytes(oom->other_stream_reserved_bytes), format_bytes(oom->reserved_bytes),
+                    oom->other_stream_segments, oom->other_stream_segments == 1 ? "" : "s", stream_text(oom->stream),
+                    format_bytes(oom->other_stream_free_bytes), oom->large_pool ? "large" : "small",
+                    format_bytes(oom->other_stream_largest_free_block_bytes), format_bytes(oom->requested_bytes),
+                    largest_block_text(*oom), format_bytes(oom->largest_free_block_bytes))});
   }
   // A leak goes first, unless fragmentation that defragmenting would have solved is.
   const bool leak_first = !leak_verdicts.empty() && (main.empty() || main.front().id != VerdictId::kFragmentation);

@@ -21,6 +21,7 @@ constexpr VerdictKind kVerdicts[kNumVerdicts] = {
      "Evaluation outputs of every step kept on the device"},
     {VerdictId::kPrivatePools, "private_pools",
      "Free memory sat in private pools (CUDA graphs, torch.cuda.MemPool) the request could not use"},
+    {VerdictId::kOtherStreams, "other_streams", "Free memory sat in segments of other CUDA streams than the request's"},
 };
 
 // The rows follow the enum, so a kind is found by its value.

@@ -20,8 +20,9 @@ enum class VerdictId : uint8_t {
   kInferenceForward,          ///< the failing call is in a forward without autograd (FrameIndex::inference)
   kEvalOutputsAccumulated,    ///< Hugging Face Trainer kept every evaluation step's outputs on the device
   kPrivatePools,              ///< reserved memory sat in private pools (CUDA graphs, MemPool) the request could not use
+  kOtherStreams,              ///< free memory sat in segments of other CUDA streams than the request's
 };
-constexpr int kNumVerdicts = 10;
+constexpr int kNumVerdicts = 11;
 
 /// A row of the verdict table.
 struct VerdictKind {

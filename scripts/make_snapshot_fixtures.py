@@ -267,7 +267,9 @@ class OutOfMemory(Exception):
 
 
 class Sim:
-    """The caching allocator, one device, one stream."""
+    """The caching allocator, one device; a block serves requests of its
+    segment's stream only (get_free_block), and a flush returns every
+    stream's wholly free segments."""
 
     def __init__(self, cap, expandable=False, record_frames=True, device_free=70 << 30):
         self.cap = cap
@@ -288,15 +290,22 @@ class Sim:
         # the default one; another, a CUDA graph's private pool while it is
         # recorded (torch.cuda.graph, CUDA graph trees).
         self.pool = (0, 0)
+        # The CUDA stream the next requests are made on (cudaStream_t as an
+        # integer): 0, the default stream, unless a scenario sets a side
+        # stream's (torch.cuda.stream(s)).
+        self.stream = 0
 
     def reserved(self):
         return sum(s["size"] for s in self.segments)
 
-    def event(self, action, addr, size, frames, device_free=None):
+    def event(self, action, addr, size, frames, device_free=None, stream=None):
+        """A trace entry; `stream` the block's or segment's (free and
+        segment events record it), else the current one."""
         if not self.recording:
             return
         self.time_us += 7
-        e = {"action": action, "size": size, "stream": 0, "time_us": self.time_us,
+        e = {"action": action, "size": size, "stream": self.stream if stream is None else stream,
+             "time_us": self.time_us,
              "frames": frames if self.record_frames else []}
         if action == "oom":
             e["device_free"] = device_free
@@ -330,10 +339,11 @@ class Sim:
                 return None
             s = empty[0]
             self.segments.remove(s)
-            self.event("segment_free", s["address"], s["size"], frames)
+            self.event("segment_free", s["address"], s["size"], frames, stream=s["stream"])
         seg = {"address": self.next_address, "size": size, "large": large, "expandable": False,
-               "frames": frames, "blocks": [{"address": self.next_address, "size": size, "requested": 0,
-                                              "allocated": False, "frames": []}]}
+               "stream": self.stream, "frames": frames,
+               "blocks": [{"address": self.next_address, "size": size, "requested": 0, "allocated": False,
+                           "frames": []}]}
         if self.pool != (0, 0):
             seg["pool"] = self.pool
         self.next_address += size + (64 << 20)
@@ -349,14 +359,15 @@ class Sim:
         that is empty too)."""
         for seg in [s for s in self.segments if all(not b["allocated"] for b in s["blocks"])]:
             self.segments.remove(seg)
-            self.event("segment_free", seg["address"], seg["size"], seg["frames"] if frames is None else frames)
+            self.event("segment_free", seg["address"], seg["size"], seg["frames"] if frames is None else frames,
+                       stream=seg["stream"])
 
     def _expand(self, large, needed, frames):
         page = K_LARGE_BUFFER if large else K_SMALL_BUFFER
-        seg = next((s for s in self.segments if s["large"] == large), None)
+        seg = next((s for s in self.segments if s["large"] == large and s["stream"] == self.stream), None)
         if seg is None:
             seg = {"address": self.next_address, "size": 0, "large": large, "expandable": True,
-                   "frames": frames, "blocks": []}
+                   "stream": self.stream, "frames": frames, "blocks": []}
             self.next_address += 1 << 36
             self.segments.append(seg)
         tail = seg["blocks"][-1] if seg["blocks"] and not seg["blocks"][-1]["allocated"] else None
@@ -379,7 +390,7 @@ class Sim:
         large = requested > K_SMALL_SIZE
         best = None
         for s in self.segments:
-            if s["large"] != large or s.get("pool", (0, 0)) != self.pool:
+            if s["large"] != large or s.get("pool", (0, 0)) != self.pool or s["stream"] != self.stream:
                 continue
             for i, b in enumerate(s["blocks"]):
                 if not b["allocated"] and b["size"] >= rounded and (best is None or b["size"] < best[2]["size"]):
@@ -412,8 +423,8 @@ class Sim:
         for s in self.segments:
             for i, b in enumerate(s["blocks"]):
                 if b["address"] == address and b["allocated"]:
-                    self.event("free_requested", address, b["requested"], frames)
-                    self.event("free_completed", address, b["requested"], frames)
+                    self.event("free_requested", address, b["requested"], frames, stream=s["stream"])
+                    self.event("free_completed", address, b["requested"], frames, stream=s["stream"])
                     b["allocated"] = False
                     b["requested"] = 0
                     b["frames"] = []
@@ -432,7 +443,7 @@ class Sim:
             allocated = sum(b["size"] for b in s["blocks"] if b["allocated"])
             requested = sum(b["requested"] for b in s["blocks"] if b["allocated"])
             seg = {"device": 0, "address": s["address"], "total_size": s["size"], "allocated_size": allocated,
-                   "active_size": allocated, "requested_size": requested, "stream": 0,
+                   "active_size": allocated, "requested_size": requested, "stream": s["stream"],
                    "segment_type": "large" if s["large"] else "small"}
             if layout not in ("v1_13", "v2_0"):
                 seg["segment_pool_id"] = s.get("pool", (0, 0))
@@ -1495,6 +1506,41 @@ def cudagraph_fragmentation_oom():
     return sim
 
 
+# A torch.cuda.Stream()'s cudaStream_t as a trace records it (the default
+# stream is 0 in every PyTorch 2.11 recording of tests/fixtures/snapshots/
+# h200_recorded/).
+SIDE_STREAM = 0x55D2C4A1B3E0
+
+
+def prefetch_frames(line):
+    return [frame(USER, "prefetch", line), frame(USER, "main", 88)]
+
+
+def cross_stream_oom():
+    """A batch prefetched on a side stream (with torch.cuda.stream(s)) under
+    a 200 MiB cap: its 120 MiB staging tensor is freed, and a 4 MiB tensor
+    made on the same stream takes the start of that segment (best fit on
+    its stream; the other 116 MiB are split off and stay cached for it).
+    The forward on the default stream then holds 60 MiB in a segment of its
+    own and asks 48 MiB: no free block of its stream, 180 + 48 > 200, and
+    the flush frees nothing (the side segment holds a live tensor): out of
+    memory beside 116 MiB free. Under expandable_segments the flush unmaps
+    the side segment's five free 20 MiB pages, and the request fits.
+    Replayed as one stream, the side stream's free block served it."""
+    sim = Sim(cap=200 * MIB)
+    sim.stream = SIDE_STREAM
+    staging = sim.malloc(120 * MIB, prefetch_frames(70))
+    sim.free(staging, prefetch_frames(72))
+    sim.malloc(4 * MIB, prefetch_frames(74))
+    sim.stream = 0
+    try:
+        sim.malloc(60 * MIB, fwd(20))
+        sim.malloc(48 * MIB, fwd(22))
+    except OutOfMemory:
+        pass
+    return sim
+
+
 # C/C++ frames as stacks="all" (_record_memory_history's default) records
 # them beside the Python ones: addr2line's function name, its file "??" or
 # "" where the library has no line table (torch/csrc/profiler/unwind/
@@ -1586,6 +1632,7 @@ def main():
     write(os.path.join(out, "compare_before_step.pickle"), first_step(False).dump("v2_11"), 4)
     write(os.path.join(out, "compare_after_step.pickle"), first_step(True).dump("v2_11"), 4)
     write(os.path.join(out, "oomtune_trial_oom.pickle"), oomtune_trial_oom().dump("v2_11"), 4)
+    write(os.path.join(out, "cross_stream_oom.pickle"), cross_stream_oom().dump("v2_11"), 4)
     write(os.path.join(out, "oomtune_trial_oom_unmarked.pickle"), oomtune_trial_oom(False).dump("v2_11"), 4)
     write(os.path.join(out, "two_devices.pickle"), two_devices(leak(), optimizer_oom()), 4)
     write(os.path.join(out, "hf_bert_checkpointed_flash_oom.pickle"),

@@ -238,7 +238,18 @@ def train(args, ids, step_scope=contextlib.nullcontext, mark=lambda phase, step:
         import torch.fx.experimental._config
         torch.fx.experimental._config.enrich_profiler_metadata = True  # names its code fx_generated__HASH.py
         model = torch.compile(model, backend="aot_eager")
-    out = opt = None
+    out = opt = kept = None
+    if args.side_stream:
+        # A batch prefetched on a side stream (diagnose: Note [Memory on
+        # other streams]): its 128 MiB staging buffer freed, a 4 MiB tensor
+        # of that stream kept through the run at the start of the buffer's
+        # segment, whose other 124 MiB stay cached for that stream only.
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            staging = torch.empty(128 << 20, dtype=torch.uint8, device=ids.device)
+            del staging
+            kept = torch.empty(4 << 20, dtype=torch.uint8, device=ids.device)
+        torch.cuda.current_stream().wait_stream(side)
     if args.mode == "no_grad":
         model.eval()
         mark("forward", 0)
@@ -274,7 +285,7 @@ def train(args, ids, step_scope=contextlib.nullcontext, mark=lambda phase, step:
     mark("end", args.steps if args.mode == "step" else 1)
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
                 for t in list(model.parameters()) + list(model.buffers())}
-    del out, opt, model
+    del out, opt, model, kept
     return sum(storages.values())
 
 
@@ -432,6 +443,9 @@ def parse_args(description):
     parser.add_argument("--empty-cache", action="store_true",
                         help="torch.cuda.empty_cache() after each training step (CUDA recorders only; this one "
                              "exits 78)")
+    parser.add_argument("--side-stream", action="store_true",
+                        help="before the run, a 128 MiB buffer made and freed on a side stream and a 4 MiB tensor "
+                             "of it kept (CUDA recorders only; this one exits 78)")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=256)
     args = parser.parse_args()
@@ -467,8 +481,9 @@ def main():
     except ImportError as e:
         print(f"skipped: {e}")
         return 77
-    if args.cuda_graphs or args.empty_cache:
-        print("not recorded: --cuda-graphs and --empty-cache need a CUDA recorder (scripts/record_cuda_snapshot.py)")
+    if args.cuda_graphs or args.empty_cache or args.side_stream:
+        print("not recorded: --cuda-graphs, --empty-cache and --side-stream need a CUDA recorder "
+              "(scripts/record_cuda_snapshot.py)")
         return 78
     events, parameter_bytes = record(args)
     roots = search_roots()

@@ -38,7 +38,10 @@ sets torch.cuda.memory._set_memory_metadata("PHASE step N"), so that the
 snapshot holds both tags PyTorch 2.11 can record (diagnose/event_tags.h;
 not run on a GPU yet). --cuda-graphs (torch.compile(mode="reduce-overhead"),
 CUDA graph trees in a private memory pool; tagged likewise) is recorded
-here only: the CPU recorder has no CUDA graphs (exit 78).
+here only: the CPU recorder has no CUDA graphs (exit 78); so are
+--empty-cache (torch.cuda.empty_cache() after each step) and --side-stream
+(a side stream's buffer freed beside a tensor of it kept: memory cached for
+another stream than the step's).
 
 Exit 0 with the snapshot, 1 when no cap fails there, 2 on bad arguments or
 without a CUDA device, 77 without transformers.

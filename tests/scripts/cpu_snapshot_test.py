@@ -334,6 +334,24 @@ with tempfile.TemporaryDirectory() if not keep else contextlib.nullcontext(keep)
             if calls != 2:
                 failures.append(f"empty_cache: expected the 2 calls after steps 0 and 1 found by their stack; got "
                                 f"{calls}")
+    # A side stream's segment, 124 MiB of it free beside a kept 4 MiB tensor
+    # (--side-stream): none of it usable by the default stream's forward
+    # (diagnose: Note [Memory on other streams]), and the replay under the
+    # recording's own settings, each request on its stream, fails where
+    # the allocator did.
+    if not on_cpu:
+        result = record_and_diagnose("side_stream", ["--mode", "step", "--steps", "2", "--optimizer", "adamw",
+                                                     "--oom-in", "forward", "--share", "0.5", "--side-stream"], tmp)
+        if result is not None:
+            recorded, d = result
+            oom = d["ooms"][-1]
+            replay = d["as_recorded_replay"]  # null where no allocator setting was replayed
+            if oom["other_stream_free_bytes"] != 124 << 20 or oom["other_stream_segments"] != 1:
+                failures.append(f"side_stream: expected 1 segment of another stream with 124 MiB free; got "
+                                f"{oom['other_stream_segments']} with {oom['other_stream_free_bytes']} B")
+            if replay is not None and not replay["reproduces_oom"]:
+                failures.append(f"side_stream: the replay under the recording's settings did not fail where the "
+                                f"allocator did: {replay}")
 
 for failure in failures:
     print("FAIL:", failure)
