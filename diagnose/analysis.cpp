@@ -107,7 +107,8 @@ constexpr int kTimelineBuckets = 800;
 constexpr size_t kMaxLeakSamples = 256;
 constexpr int64_t kMinLeakGrowth = kMiB;  // total growth below this is noise
 constexpr int kMinLeakIterations = 3;
-constexpr size_t kMaxOoms = 64;  // oom events reported in detail
+constexpr size_t kMaxOoms = 64;         // oom events reported in detail
+constexpr int kOtherStreamHolders = 3;  // sites named as keeping other streams' segments
 
 ar::AllocatorConfig config_of(const AllocatorSettings& s) {
   ar::AllocatorConfig c;
@@ -259,8 +260,10 @@ class Sites {
   std::vector<std::pair<int64_t, int64_t>> pairs_;  // (layer frame, call frame)
 };
 
-/// Live bytes by site (merged by layer or call site) and category right now, biggest first.
-std::vector<SiteBytes> sites_now(const Replay& replay, const Sites& sites, int top, CategoryBytes* by_category) {
+/// Live bytes by site (merged by layer or call site) and category right now,
+/// biggest first; with `within`, of the blocks in the ranges it covers only.
+std::vector<SiteBytes> sites_now(const Replay& replay, const Sites& sites, int top, CategoryBytes* by_category,
+                                 const RangeScope* within = nullptr) {
   struct Acc {
     int64_t bytes = 0;
     int64_t blocks = 0;
@@ -271,6 +274,10 @@ std::vector<SiteBytes> sites_now(const Replay& replay, const Sites& sites, int t
   if (by_category) by_category->fill(0);
   for (const auto& [addr, b] : replay.live()) {
     if (!b.allocated) continue;
+    if (within != nullptr) {
+      const ReservedRange* range = replay.range_at(addr);
+      if (range == nullptr || !within->covers(*range)) continue;
+    }
     Acc& slot = acc[sites.key(b.label.site)];
     slot.bytes += b.size;
     slot.blocks += 1;
@@ -497,7 +504,10 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
   Replay replay(snapshot, device, config, labeler, sites.size());
   // Where a replay under another allocator setting starts (Note [Allocator settings replayed]).
   std::vector<InitialBlock> initial_blocks;
-  for (const auto& [addr, b] : replay.live()) initial_blocks.push_back({addr, b.size, replay.stream_at(addr)});
+  for (const auto& [addr, b] : replay.live()) {
+    const ReservedRange* range = replay.range_at(addr);
+    initial_blocks.push_back({addr, b.size, range != nullptr ? range->stream : 0});
+  }
   const std::vector<PrivatePoolRange> private_ranges = private_pool_ranges(snapshot, device);
   std::vector<allocsim::ExistingSegment> initial_segments = existing_segments(replay, private_ranges);
   TraceSummary& t = d.trace;
@@ -629,6 +639,8 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
       o.other_stream_free_bytes =
           replay.free_bytes(ar::Pool::kLarge, others) + replay.free_bytes(ar::Pool::kSmall, others);
       o.other_stream_largest_free_block_bytes = replay.largest_free_block(pool, others);
+      if (o.other_stream_segments > 0)
+        o.other_stream_holders = sites_now(replay, sites, kOtherStreamHolders, nullptr, &others);
       o.fragmentation = o.reserved_free_bytes >= o.requested_bytes && o.largest_free_block_bytes < o.rounded_bytes;
       o.memory_cap = refused_by_cap;
       if (o.memory_cap) {

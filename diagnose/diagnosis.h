@@ -77,6 +77,9 @@ struct OomReport {
   int64_t other_stream_reserved_bytes = 0;
   int64_t other_stream_free_bytes = 0;
   int64_t other_stream_largest_free_block_bytes = 0;
+  /// The tensors alive in those segments, which keep them reserved, by site
+  /// (as the report groups sites), biggest first, at most 3.
+  std::vector<SiteBytes> other_stream_holders;
   /// Private memory pools (CUDA graphs' pools, torch.cuda.MemPool; replay.h)
   /// then: their segments, reserved and free bytes. When the failing call
   /// was no CUDA graph capture (captures_cuda_graph), the free figures above

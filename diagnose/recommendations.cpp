@@ -636,9 +636,14 @@ void recommend(Diagnosis& d) {
         fmt::format("{} was reserved in {} segment{} of other streams at the out-of-memory, {} of it free, which "
                     "the failing request's stream cannot use: the allocator keeps a freed block for the stream "
                     "whose segment holds it, and a live tensor in each of those segments kept it from going back "
-                    "to CUDA. Memory made on one stream is reused by every later request on it.",
+                    "to CUDA{}. Memory made on one stream is reused by every later request on it.",
                     format_bytes(oom->other_stream_reserved_bytes), oom->other_stream_segments,
-                    oom->other_stream_segments == 1 ? "" : "s", format_bytes(oom->other_stream_free_bytes)),
+                    oom->other_stream_segments == 1 ? "" : "s", format_bytes(oom->other_stream_free_bytes),
+                    oom->other_stream_holders.empty()
+                        ? ""
+                        : fmt::format("; the site that made most of those tensors: {} ({})",
+                                      oom->other_stream_holders.front().site,
+                                      format_bytes(oom->other_stream_holders.front().bytes))),
         oom->other_stream_free_bytes,
         "other streams' free bytes at the out-of-memory, had their tensors come from the failing request's "
         "stream: not replayed"});

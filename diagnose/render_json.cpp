@@ -125,6 +125,7 @@ std::string render_json(const Diagnosis& d) {
                     {"other_stream_reserved_bytes", o.other_stream_reserved_bytes},
                     {"other_stream_free_bytes", o.other_stream_free_bytes},
                     {"other_stream_largest_free_block_bytes", o.other_stream_largest_free_block_bytes},
+                    {"other_stream_holders", sites(o.other_stream_holders)},
                     {"private_pool_segments", o.private_pool_segments},
                     {"private_pool_reserved_bytes", o.private_pool_reserved_bytes},
                     {"private_pool_free_bytes", o.private_pool_free_bytes},

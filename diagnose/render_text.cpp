@@ -186,6 +186,12 @@ std::string render_text(const Diagnosis& d) {
             format_bytes(o.other_stream_reserved_bytes), format_bytes(o.other_stream_free_bytes),
             o.large_pool ? "large" : "small", format_bytes(o.other_stream_largest_free_block_bytes),
             stream_text(o.stream));
+        std::string holders;
+        for (const SiteBytes& s : o.other_stream_holders) {
+          holders += fmt::format("{}{} {} ({} block{})", holders.empty() ? "" : "; ", format_bytes(s.bytes), s.site,
+                                 s.blocks, s.blocks == 1 ? "" : "s");
+        }
+        if (!holders.empty()) out += fmt::format("      kept reserved by the tensors alive in them: {}\n", holders);
       }
       if (o.memory_cap)
         out += fmt::format("    the device had room for the segment: this process's memory cap was the limit ({})\n",

@@ -393,11 +393,11 @@ int64_t Replay::segments_in(const RangeScope& scope) const {
   return std::count_if(ranges_.begin(), ranges_.end(), [&](const auto& r) { return scope.covers(r.second); });
 }
 
-int64_t Replay::stream_at(int64_t addr) const {
+const ReservedRange* Replay::range_at(int64_t addr) const {
   auto it = ranges_.upper_bound(addr);
-  if (it == ranges_.begin()) return 0;
+  if (it == ranges_.begin()) return nullptr;
   --it;
-  return addr < it->first + it->second.size ? it->second.stream : 0;
+  return addr < it->first + it->second.size ? &it->second : nullptr;
 }
 
 int64_t Replay::fully_free_segment_bytes(const RangeScope& scope) const {

@@ -134,8 +134,8 @@ class Replay {
   /// empty_cache or garbage collection could return to CUDA: the default
   /// pool's; a live CUDA graph keeps its private pool's).
   int64_t fully_free_segment_bytes(const RangeScope& scope = {}) const;
-  /// The stream of the range holding `addr`, or 0 when none does.
-  int64_t stream_at(int64_t addr) const;
+  /// The reserved range holding `addr`, or nullptr when none does.
+  const ReservedRange* range_at(int64_t addr) const;
   /// Allocated bytes per label category / per site.
   const std::vector<int64_t>& allocated_by_category() const { return by_category_; }
   const std::vector<int64_t>& allocated_by_site() const { return by_site_; }

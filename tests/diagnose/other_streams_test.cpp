@@ -32,6 +32,11 @@ TEST(OtherStreams, ASideStreamsFreeBlockCannotServeTheDefaultStream) {
   EXPECT_EQ(o.other_stream_reserved_bytes, 120 * kMiB);
   EXPECT_EQ(o.other_stream_free_bytes, 116 * kMiB);
   EXPECT_EQ(o.other_stream_largest_free_block_bytes, 116 * kMiB);
+  // What keeps the side segment reserved: the 4 MiB tensor prefetch() made.
+  ASSERT_EQ(o.other_stream_holders.size(), 1u);
+  EXPECT_EQ(o.other_stream_holders[0].site, "train.py:74 in prefetch");
+  EXPECT_EQ(o.other_stream_holders[0].bytes, 4 * kMiB);
+  EXPECT_EQ(o.other_stream_holders[0].blocks, 1);
   // The largest free block is the request's stream's: none. The free bytes
   // count every stream's, as "reserved but unallocated" does, so this is
   // fragmentation across streams.
@@ -56,6 +61,9 @@ TEST(OtherStreams, ASideStreamsFreeBlockCannotServeTheDefaultStream) {
                       "large pool 116.00 MiB (none of it usable by this request, on the default stream)"),
             std::string::npos)
       << text;
+  EXPECT_NE(text.find("      kept reserved by the tensors alive in them: 4.00 MiB train.py:74 in prefetch (1 block)\n"),
+            std::string::npos)
+      << text;
   // The map names the side stream's segment's stream, and only that one's.
   const std::string svg = render_svg(d);
   EXPECT_NE(svg.find("(large pool; stream 0x55d2c4a1b3e0)"), std::string::npos) << svg;
@@ -63,6 +71,7 @@ TEST(OtherStreams, ASideStreamsFreeBlockCannotServeTheDefaultStream) {
   const nlohmann::json json = testing::json_without_file(d);
   EXPECT_EQ(json["ooms"][0]["other_stream_free_bytes"], 116 * kMiB);
   EXPECT_EQ(json["ooms"][0]["stream"], 0);
+  EXPECT_EQ(json["ooms"][0]["other_stream_holders"][0]["site"], "train.py:74 in prefetch");
 }
 
 TEST(OtherStreams, OneStreamChangesNothing) {
