@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "common/byte_size.h"
+#include "diagnose/replay.h"
 #include "diagnose/setting_replay.h"
 #include "test_support.h"
 
@@ -128,6 +129,53 @@ TEST(OtherStreams, ReplayedAsOneStreamASideStreamsBlockServedTheRequest) {
   ASSERT_TRUE(one_stream.replayed) << one_stream.failure;
   EXPECT_TRUE(one_stream.fits);
   EXPECT_EQ(one_stream.reserved_bytes, 120 * kMiB);
+}
+
+TEST(OtherStreams, TheReplayKeepsEachStreamsRangesApart) {
+  // Two expandable mappings that touch, of two streams, then a 4 MiB tensor
+  // in the first: two segments, not one; the free figures by stream. The
+  // same mappings on one stream are one segment.
+  constexpr int64_t kBase = int64_t{1} << 40;
+  constexpr int64_t kOther = 0x7f00;
+  auto snapshot_of = [&](int64_t second_stream) {
+    Snapshot s;
+    s.streams = {kSideStream, second_stream};
+    auto event = [](TraceAction action, int64_t addr, int64_t size, uint16_t stream) {
+      TraceEvent e;
+      e.action = action;
+      e.addr = addr;
+      e.size = size;
+      e.stream = stream;
+      return e;
+    };
+    s.device_traces = {{event(TraceAction::kSegmentMap, kBase, 20 * kMiB, 0),
+                        event(TraceAction::kSegmentMap, kBase + 20 * kMiB, 20 * kMiB, 1),
+                        event(TraceAction::kAlloc, kBase, 4 * kMiB, 0)}};
+    return s;
+  };
+  const Snapshot two = snapshot_of(kOther);
+  Replay replay(two, 0, alloc_rules::AllocatorConfig{}, nullptr, 0);
+  for (size_t i = 0; i < two.device_traces[0].size(); ++i) replay.apply(i);
+  ASSERT_EQ(replay.ranges().size(), 2u);
+  EXPECT_EQ(replay.ranges().begin()->second.stream, kSideStream);
+  ASSERT_NE(replay.range_at(kBase + 25 * kMiB), nullptr);
+  EXPECT_EQ(replay.range_at(kBase + 25 * kMiB)->stream, kOther);
+  EXPECT_EQ(replay.range_at(kBase + 40 * kMiB), nullptr);
+  const RangeScope side(PoolScope::kAll, StreamScope::kOnly, kSideStream);
+  const RangeScope not_side(PoolScope::kAll, StreamScope::kOthers, kSideStream);
+  EXPECT_EQ(replay.segments_in(side), 1);
+  EXPECT_EQ(replay.reserved_bytes_in(not_side), 20 * kMiB);
+  EXPECT_EQ(replay.largest_free_block(alloc_rules::Pool::kLarge, side), 16 * kMiB);
+  EXPECT_EQ(replay.free_bytes(alloc_rules::Pool::kLarge, not_side), 20 * kMiB);
+  EXPECT_EQ(replay.largest_free_block(alloc_rules::Pool::kLarge), 20 * kMiB);  // every stream's
+  EXPECT_EQ(replay.fully_free_segment_bytes(not_side), 20 * kMiB);
+
+  const Snapshot one = snapshot_of(kSideStream);
+  Replay merged(one, 0, alloc_rules::AllocatorConfig{}, nullptr, 0);
+  for (size_t i = 0; i < one.device_traces[0].size(); ++i) merged.apply(i);
+  ASSERT_EQ(merged.ranges().size(), 1u);
+  EXPECT_EQ(merged.ranges().begin()->second.size, 40 * kMiB);
+  EXPECT_EQ(merged.largest_free_block(alloc_rules::Pool::kLarge, side), 36 * kMiB);
 }
 
 }  // namespace
