@@ -410,7 +410,7 @@ std::string cap_bounds_text(const OomReport& oom);
 /// "stream 0x55d2c4a1b3e0". recommendations.cpp.
 std::string stream_text(int64_t stream);
 
-/// "the largest free block in the large pool" (or small), "... on stream
+/// "largest free block in the large pool" (or small), "... on stream
 /// S" where other streams held segments at `oom` (Note [Memory on other
 /// streams]: that block is its stream's). recommendations.cpp.
 std::string largest_block_text(const OomReport& oom);

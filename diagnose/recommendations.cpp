@@ -146,7 +146,7 @@ std::string stream_text(int64_t stream) {
 }
 
 std::string largest_block_text(const OomReport& oom) {
-  return fmt::format("the largest free block in the {} pool{}", oom.large_pool ? "large" : "small",
+  return fmt::format("largest free block in the {} pool{}", oom.large_pool ? "large" : "small",
                      oom.other_stream_segments > 0 ? " on " + stream_text(oom.stream) : "");
 }
 
@@ -430,7 +430,7 @@ void recommend(Diagnosis& d) {
   if (oom && oom->fragmentation && !s.expandable_segments) {
     Recommendation expandable{
         FixId::kExpandableSegments, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-        fmt::format("{} was reserved but free at the out-of-memory, and {} was {}; with expandable segments "
+        fmt::format("{} was reserved but free at the out-of-memory, and the {} was {}; with expandable segments "
                     "the allocator maps pages into one growing segment per stream, so free memory is not "
                     "stranded in fixed-size segments. Of the allocator settings, try this one first (pytorch PR "
                     "#113481).",

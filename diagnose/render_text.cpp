@@ -163,7 +163,7 @@ std::string render_text(const Diagnosis& d) {
       out +=
           fmt::format("    allocated {}, reserved {}, reserved but unallocated {}\n", format_bytes(o.allocated_bytes),
                       format_bytes(o.reserved_bytes), format_bytes(o.reserved_free_bytes));
-      out += fmt::format("    {} {} ({} free in that pool){}\n", largest_block_text(o).substr(4),
+      out += fmt::format("    {} {} ({} free in that pool){}\n", largest_block_text(o),
                          format_bytes(o.largest_free_block_bytes), format_bytes(o.pool_free_bytes),
                          o.device_free_bytes >= 0
                              ? fmt::format("; CUDA reported {} free on the device", format_bytes(o.device_free_bytes))

@@ -23,6 +23,7 @@
 // error naming its path, e.g. "segments[3].blocks[7].size: expected int,
 // got str".
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>

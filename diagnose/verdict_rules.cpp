@@ -221,7 +221,7 @@ void add_verdicts(Diagnosis& d) {
     main.push_back(
         Verdict{VerdictId::kFragmentation,
                 fmt::format("A {} request (rounded {}, {} pool) failed although {} of reserved memory was free "
-                            "({} allocated of {} reserved): {} was {}.{}",
+                            "({} allocated of {} reserved): the {} was {}.{}",
                             format_bytes(oom->requested_bytes), format_bytes(oom->rounded_bytes),
                             oom->large_pool ? "large" : "small", format_bytes(oom->reserved_free_bytes),
                             format_bytes(oom->allocated_bytes), format_bytes(oom->reserved_bytes),
@@ -302,25 +302,13 @@ void add_verdicts(Diagnosis& d) {
   }
   // Fragmentation stays before the phase's verdict only where the fixes
   // agree: order_fragmentation_verdict, once they are ranked.
-  // The cap says where the limit was, not why the job needed more: last.
   // (With an oom, `main` always holds a verdict: capacity is the fallback.)
   std::vector<Verdict> cap_verdicts;
-  if (oom && oom->memory_cap) {
-    cap_verdicts.push_back(Verdict{
-        VerdictId::kMemoryCap,
-        fmt::format("CUDA reported {} free on the device at the out-of-memory, enough for the {} segment the "
-                    "allocator needed. PyTorch's caching allocator refused it itself: {} reserved plus that segment "
-                    "would pass the cap set by torch.cuda.set_per_process_memory_fraction, so the cap lies {}. "
-                    "The verdicts above say why the job needed more.",
-                    format_bytes(oom->device_free_bytes), format_bytes(oom->segment_bytes),
-                    format_bytes(oom->reserved_bytes), cap_bounds_text(*oom))});
-  }
   // Note [Private memory pools]: where the memory the request could not use
   // was, beside why the job needed it; before the cap, which says where the
   // limit was.
   if (oom && !oom->captures_cuda_graph && oom->private_pool_free_bytes >= oom->rounded_bytes) {
-    cap_verdicts.insert(
-        cap_verdicts.begin(),
+    cap_verdicts.push_back(
         Verdict{VerdictId::kPrivatePools,
                 fmt::format("{} of the {} reserved was in {} segment{} of private memory pools (a segment_pool_id "
                             "other than (0, 0): CUDA graphs' pools, which torch.compile's mode=\"reduce-overhead\" "
@@ -334,21 +322,30 @@ void add_verdicts(Diagnosis& d) {
   }
   // Note [Memory on other streams]: as the private pools, beside why the job needed the memory.
   if (oom && oom->other_stream_free_bytes >= oom->rounded_bytes) {
-    cap_verdicts.insert(
-        cap_verdicts.end() - (oom->memory_cap ? 1 : 0),
-        Verdict{VerdictId::kOtherStreams,
-                fmt::format(
-                    "{} of the {} reserved was in {} segment{} of other CUDA streams than the failing "
+    cap_verdicts.push_back(Verdict{
+        VerdictId::kOtherStreams,
+        fmt::format("{} of the {} reserved was in {} segment{} of other CUDA streams than the failing "
                     "request's ({}), {} of it free (the largest block of the {} pool {}). The caching "
                     "allocator serves a request from blocks cached on its own stream only, and returns a "
                     "segment to CUDA only when nothing in it is alive, so the {} request could use none of "
-                    "it; {} was {}. Side streams allocate in FSDP's and DDP's communication and in code "
+                    "it; the {} was {}. Side streams allocate in FSDP's and DDP's communication and in code "
                     "under torch.cuda.stream().",
                     format_bytes(oom->other_stream_reserved_bytes), format_bytes(oom->reserved_bytes),
                     oom->other_stream_segments, oom->other_stream_segments == 1 ? "" : "s", stream_text(oom->stream),
                     format_bytes(oom->other_stream_free_bytes), oom->large_pool ? "large" : "small",
                     format_bytes(oom->other_stream_largest_free_block_bytes), format_bytes(oom->requested_bytes),
                     largest_block_text(*oom), format_bytes(oom->largest_free_block_bytes))});
+  }
+  // The cap says where the limit was, not why the job needed more: last.
+  if (oom && oom->memory_cap) {
+    cap_verdicts.push_back(Verdict{
+        VerdictId::kMemoryCap,
+        fmt::format("CUDA reported {} free on the device at the out-of-memory, enough for the {} segment the "
+                    "allocator needed. PyTorch's caching allocator refused it itself: {} reserved plus that segment "
+                    "would pass the cap set by torch.cuda.set_per_process_memory_fraction, so the cap lies {}. "
+                    "The verdicts above say why the job needed more.",
+                    format_bytes(oom->device_free_bytes), format_bytes(oom->segment_bytes),
+                    format_bytes(oom->reserved_bytes), cap_bounds_text(*oom))});
   }
   // A leak goes first, unless fragmentation that defragmenting would have solved is.
   const bool leak_first = !leak_verdicts.empty() && (main.empty() || main.front().id != VerdictId::kFragmentation);
