@@ -64,9 +64,9 @@ namespace ar = alloc_rules;
 // are reported beside them (the private_pools verdict and fix).
 // Limits: a segment freed before the dump has no pool on record (default);
 // a MemPool made with use_on_oom=True serves other requests when they
-// fail (torch/cuda/memory.py, MemPool): not modelled; the replay under
-// other allocator settings (Note [Allocator settings replayed]) keeps one
-// pool.
+// fail (torch/cuda/memory.py, MemPool): not modelled. (The replays under
+// other allocator settings keep each pool apart: Note [Allocator settings
+// replayed].)
 
 // Note [Memory on other streams]
 // Rationale: the caching allocator caches a freed block for the stream
