@@ -23,6 +23,16 @@ using testing::has_verdict;
 
 constexpr int64_t kSideStream = 0x55D2C4A1B3E0;  // as the fixture's side stream
 
+/// A trace event by hand; `stream` indexes the snapshot's streams.
+TraceEvent event(TraceAction action, int64_t addr, int64_t size, uint16_t stream) {
+  TraceEvent e;
+  e.action = action;
+  e.addr = addr;
+  e.size = size;
+  e.stream = stream;
+  return e;
+}
+
 TEST(OtherStreams, ASideStreamsFreeBlockCannotServeTheDefaultStream) {
   const Diagnosis d = testing::diagnose_file(testing::synthetic_fixture("cross_stream_oom.pickle"));
   ASSERT_EQ(d.ooms.size(), 1u);
@@ -96,14 +106,6 @@ TEST(OtherStreams, ReplayedAsOneStreamASideStreamsBlockServedTheRequest) {
   constexpr int64_t kDefault = int64_t{2} << 40;
   Snapshot snapshot;
   snapshot.streams = {kSideStream, 0};
-  auto event = [](TraceAction action, int64_t addr, int64_t size, uint16_t stream) {
-    TraceEvent e;
-    e.action = action;
-    e.addr = addr;
-    e.size = size;
-    e.stream = stream;
-    return e;
-  };
   const std::vector<TraceEvent> trace = {
       event(TraceAction::kAlloc, kSide, 120 * kMiB, 0), event(TraceAction::kFreeCompleted, kSide, 120 * kMiB, 0),
       event(TraceAction::kAlloc, kSide, 4 * kMiB, 0), event(TraceAction::kAlloc, kDefault, 60 * kMiB, 1),
@@ -140,14 +142,6 @@ TEST(OtherStreams, TheReplayKeepsEachStreamsRangesApart) {
   auto snapshot_of = [&](int64_t second_stream) {
     Snapshot s;
     s.streams = {kSideStream, second_stream};
-    auto event = [](TraceAction action, int64_t addr, int64_t size, uint16_t stream) {
-      TraceEvent e;
-      e.action = action;
-      e.addr = addr;
-      e.size = size;
-      e.stream = stream;
-      return e;
-    };
     s.device_traces = {{event(TraceAction::kSegmentMap, kBase, 20 * kMiB, 0),
                         event(TraceAction::kSegmentMap, kBase + 20 * kMiB, 20 * kMiB, 1),
                         event(TraceAction::kAlloc, kBase, 4 * kMiB, 0)}};
