@@ -20,18 +20,9 @@ namespace {
 
 using testing::find_fix;
 using testing::has_verdict;
+using testing::trace_event;
 
 constexpr int64_t kSideStream = 0x55D2C4A1B3E0;  // as the fixture's side stream
-
-/// A trace event by hand; `stream` indexes the snapshot's streams.
-TraceEvent event(TraceAction action, int64_t addr, int64_t size, uint16_t stream) {
-  TraceEvent e;
-  e.action = action;
-  e.addr = addr;
-  e.size = size;
-  e.stream = stream;
-  return e;
-}
 
 TEST(OtherStreams, ASideStreamsFreeBlockCannotServeTheDefaultStream) {
   const Diagnosis d = testing::diagnose_file(testing::synthetic_fixture("cross_stream_oom.pickle"));
@@ -106,10 +97,11 @@ TEST(OtherStreams, ReplayedAsOneStreamASideStreamsBlockServedTheRequest) {
   constexpr int64_t kDefault = int64_t{2} << 40;
   Snapshot snapshot;
   snapshot.streams = {kSideStream, 0};
-  const std::vector<TraceEvent> trace = {
-      event(TraceAction::kAlloc, kSide, 120 * kMiB, 0), event(TraceAction::kFreeCompleted, kSide, 120 * kMiB, 0),
-      event(TraceAction::kAlloc, kSide, 4 * kMiB, 0), event(TraceAction::kAlloc, kDefault, 60 * kMiB, 1),
-      event(TraceAction::kOom, 0, 48 * kMiB, 1)};
+  const std::vector<TraceEvent> trace = {trace_event(TraceAction::kAlloc, kSide, 120 * kMiB, 0),
+                                         trace_event(TraceAction::kFreeCompleted, kSide, 120 * kMiB, 0),
+                                         trace_event(TraceAction::kAlloc, kSide, 4 * kMiB, 0),
+                                         trace_event(TraceAction::kAlloc, kDefault, 60 * kMiB, 1),
+                                         trace_event(TraceAction::kOom, 0, 48 * kMiB, 1)};
   SettingReplayInput in;
   in.trace = &trace;
   in.snapshot = &snapshot;
@@ -142,9 +134,9 @@ TEST(OtherStreams, TheReplayKeepsEachStreamsRangesApart) {
   auto snapshot_of = [&](int64_t second_stream) {
     Snapshot s;
     s.streams = {kSideStream, second_stream};
-    s.device_traces = {{event(TraceAction::kSegmentMap, kBase, 20 * kMiB, 0),
-                        event(TraceAction::kSegmentMap, kBase + 20 * kMiB, 20 * kMiB, 1),
-                        event(TraceAction::kAlloc, kBase, 4 * kMiB, 0)}};
+    s.device_traces = {{trace_event(TraceAction::kSegmentMap, kBase, 20 * kMiB, 0),
+                        trace_event(TraceAction::kSegmentMap, kBase + 20 * kMiB, 20 * kMiB, 1),
+                        trace_event(TraceAction::kAlloc, kBase, 4 * kMiB, 0)}};
     return s;
   };
   const Snapshot two = snapshot_of(kOther);

@@ -139,16 +139,10 @@ SettingReplayInput graph_then_eager(const std::vector<TraceEvent>& trace) {
 TEST(PrivatePools, ARequestDuringCaptureIsReplayedInTheGraphsPool) {
   constexpr int64_t kGraph = int64_t{1} << 40;
   constexpr int64_t kEager = int64_t{2} << 40;
-  auto event = [](TraceAction action, int64_t addr, int64_t size) {
-    TraceEvent e;
-    e.action = action;
-    e.addr = addr;
-    e.size = size;
-    return e;
-  };
+  using testing::trace_event;
   const std::vector<TraceEvent> trace = {
-      event(TraceAction::kAlloc, kGraph, 32 * kMiB), event(TraceAction::kFreeCompleted, kGraph, 32 * kMiB),
-      event(TraceAction::kAlloc, kEager, 24 * kMiB), event(TraceAction::kOom, 0, 30 * kMiB)};
+      trace_event(TraceAction::kAlloc, kGraph, 32 * kMiB), trace_event(TraceAction::kFreeCompleted, kGraph, 32 * kMiB),
+      trace_event(TraceAction::kAlloc, kEager, 24 * kMiB), trace_event(TraceAction::kOom, 0, 30 * kMiB)};
   alloc_rules::AllocatorConfig expandable;
   expandable.expandable_segments = true;
   // Recording a graph: the request goes to its pool, whose free block serves it.

@@ -44,13 +44,7 @@ TEST(SettingReplay, EmptyCacheCallsAreFoundByTheirStack) {
   EXPECT_EQ(nlohmann::json::parse(render_json(d))["trace"]["empty_cache_calls"], 1);
 }
 
-TraceEvent event(TraceAction action, int64_t addr, int64_t size) {
-  TraceEvent e;
-  e.action = action;
-  e.addr = addr;
-  e.size = size;
-  return e;
-}
+using testing::trace_event;
 
 TEST(SettingReplay, AnEmptyCacheCallIsReplayed) {
   // The program frees a 24 MiB tensor and calls empty_cache() (its segment
@@ -63,13 +57,13 @@ TEST(SettingReplay, AnEmptyCacheCallIsReplayed) {
   // it judges the settings against.
   constexpr int64_t kX = int64_t{1} << 40;
   constexpr int64_t kY = int64_t{2} << 40;
-  const std::vector<TraceEvent> trace = {event(TraceAction::kSegmentAlloc, kX, 24 * kMiB),
-                                         event(TraceAction::kAlloc, kX, 24 * kMiB),
-                                         event(TraceAction::kFreeCompleted, kX, 24 * kMiB),
-                                         event(TraceAction::kSegmentFree, kX, 24 * kMiB),
-                                         event(TraceAction::kSegmentAlloc, kY, 16 * kMiB),
-                                         event(TraceAction::kAlloc, kY, 16 * kMiB),
-                                         event(TraceAction::kOom, 0, 8 * kMiB)};
+  const std::vector<TraceEvent> trace = {trace_event(TraceAction::kSegmentAlloc, kX, 24 * kMiB),
+                                         trace_event(TraceAction::kAlloc, kX, 24 * kMiB),
+                                         trace_event(TraceAction::kFreeCompleted, kX, 24 * kMiB),
+                                         trace_event(TraceAction::kSegmentFree, kX, 24 * kMiB),
+                                         trace_event(TraceAction::kSegmentAlloc, kY, 16 * kMiB),
+                                         trace_event(TraceAction::kAlloc, kY, 16 * kMiB),
+                                         trace_event(TraceAction::kOom, 0, 8 * kMiB)};
   SettingReplayInput in;
   in.trace = &trace;
   in.oom_index = 6;

@@ -22,6 +22,17 @@ inline std::string real_fixture(const std::string& name) {
   return std::string(OOMTUNE_SHARED_DIR) + "/fixtures/snapshots/" + name;
 }
 
+/// A trace event by hand: `size` bytes at `addr`; `stream` indexes the
+/// snapshot's streams (Snapshot::streams).
+inline TraceEvent trace_event(TraceAction action, int64_t addr, int64_t size, uint16_t stream = 0) {
+  TraceEvent e;
+  e.action = action;
+  e.addr = addr;
+  e.size = size;
+  e.stream = stream;
+  return e;
+}
+
 /// The synthetic snapshots of scripts/make_snapshot_fixtures.py.
 inline std::string synthetic_fixture(const std::string& name) {
   return std::string(OOMTUNE_SOURCE_DIR) + "/tests/fixtures/snapshots/" + name;
