@@ -807,8 +807,8 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
     // cap lies (o.cap_high_bytes may be lower).
     in.cap_high_bytes = o.memory_cap ? o.reserved_bytes + o.segment_bytes : in.cap_low_bytes;
     if (in.cap_low_bytes > 0) {
-      // The two replays share nothing but their input: the second runs on
-      // another thread (each is a pass over the whole trace, several while
+      // The replays share nothing but their input: all but one run on
+      // other threads (each is a pass over the whole trace, several while
       // it bisects for a cap).
       ar::AllocatorConfig expandable = config;
       expandable.expandable_segments = true;
@@ -819,10 +819,12 @@ Diagnosis diagnose(const Snapshot& snapshot, const std::string& file, const Diag
         split.max_split_size = d.max_split_mb * kMiB;
         split_replay = run_beside([&in, split] { return replay_with_setting(in, split); });
       }
-      d.expandable_replay = replay_with_setting(in, expandable);
       // The same trace under the snapshot's own settings must run out of
       // memory where the real allocator did for the two answers to hold.
-      d.as_recorded_replay = replay_as_recorded(in, config);
+      std::future<SettingReplay> recorded_replay =
+          run_beside([&in, &config] { return replay_as_recorded(in, config); });
+      d.expandable_replay = replay_with_setting(in, expandable);
+      d.as_recorded_replay = recorded_replay.get();
       if (split_replay.valid()) d.max_split_replay = split_replay.get();
     }
   }
