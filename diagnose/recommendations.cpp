@@ -190,6 +190,13 @@ std::string sufficiency_text(const Recommendation& r) {
 
 namespace {
 
+/// "X was reserved in N segments of WHERE at the out-of-memory, Y of it
+/// free": the opening of the fixes for memory only some requests can use.
+std::string stranded_text(int64_t reserved_bytes, int64_t segments, std::string_view where, int64_t free_bytes) {
+  return fmt::format("{} was reserved in {} segment{} of {} at the out-of-memory, {} of it free",
+                     format_bytes(reserved_bytes), segments, segments == 1 ? "" : "s", where, format_bytes(free_bytes));
+}
+
 // Note [Enough for how many blocks]
 // Rationale: in a first forward the need counts only the rest of the
 // current block (phase_need.h, forward blocks): the blocks after it are
@@ -615,12 +622,11 @@ void recommend(Diagnosis& d) {
         "Run without CUDA graphs, or free their pools: torch.compile(mode=\"max-autotune-no-cudagraphs\") "
         "(or the default mode) instead of \"reduce-overhead\"; del graphs no longer replayed "
         "(torch._dynamo.reset() for compiled ones); release a torch.cuda.MemPool no longer used",
-        fmt::format("{} was reserved in {} segment{} of private memory pools at the out-of-memory, {} of it free, "
-                    "which the rest of the program cannot use. Without CUDA graphs (+launch overhead: each kernel "
-                    "launched from the host again) their tensors come from the default pool, where freed memory "
-                    "serves every request.",
-                    format_bytes(oom->private_pool_reserved_bytes), oom->private_pool_segments,
-                    oom->private_pool_segments == 1 ? "" : "s", format_bytes(oom->private_pool_free_bytes)),
+        fmt::format("{}, which the rest of the program cannot use. Without CUDA graphs (+launch overhead: each "
+                    "kernel launched from the host again) their tensors come from the default pool, where freed "
+                    "memory serves every request.",
+                    stranded_text(oom->private_pool_reserved_bytes, oom->private_pool_segments, "private memory pools",
+                                  oom->private_pool_free_bytes)),
         oom->private_pool_free_bytes,
         "the private pools' free bytes at the out-of-memory; what their graphs keep allocated is needed either "
         "way"});
@@ -633,12 +639,11 @@ void recommend(Diagnosis& d) {
         "Make a side stream's tensors on the stream that uses them, or keep fewer of them alive: create the "
         "tensor (torch.empty) before `with torch.cuda.stream(side):` and fill it inside, then "
         "torch.cuda.current_stream().wait_stream(side); drop side-stream tensors once their last use is done",
-        fmt::format("{} was reserved in {} segment{} of other streams at the out-of-memory, {} of it free, which "
-                    "the failing request's stream cannot use: the allocator keeps a freed block for the stream "
-                    "whose segment holds it, and a live tensor in each of those segments kept it from going back "
-                    "to CUDA{}. Memory made on one stream is reused by every later request on it.",
-                    format_bytes(oom->other_stream_reserved_bytes), oom->other_stream_segments,
-                    oom->other_stream_segments == 1 ? "" : "s", format_bytes(oom->other_stream_free_bytes),
+        fmt::format("{}, which the failing request's stream cannot use: the allocator keeps a freed block for "
+                    "the stream whose segment holds it, and a live tensor in each of those segments kept it from "
+                    "going back to CUDA{}. Memory made on one stream is reused by every later request on it.",
+                    stranded_text(oom->other_stream_reserved_bytes, oom->other_stream_segments, "other streams",
+                                  oom->other_stream_free_bytes),
                     oom->other_stream_holders.empty()
                         ? ""
                         : fmt::format("; the site that made most of those tensors: {} ({})",
