@@ -180,6 +180,11 @@ class Search {
   // choose.cpp
   bool fits_budget(const ProbeReport& r) const;
   int64_t budgeted(const ProbeReport& r) const;
+  // Rules: The optimizer step alone (search.h): counts verified node i
+  // (in `speed`, samples/s) by its optimizer step against the same
+  // configuration with the job's optimizer, where both are verified.
+  void count_optimizer_step_alone(std::size_t i, const std::vector<std::size_t>& simplest_first,
+                                  std::map<std::size_t, double>& speed);
   ProbeReport verify(const TrainingConfig& config);
   // Verifies the candidates and chooses. Returns how the tree is walked
   // again, where a run calls for it (nothing is chosen then): a candidate
