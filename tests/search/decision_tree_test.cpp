@@ -40,6 +40,14 @@ const TrailNode* node_named(const SearchResult& r, const std::string& name) {
   return nullptr;
 }
 
+// The search under a budget where plain 32 x 1 fits with 1 MiB to spare,
+// with `verifications` verification slots.
+SearchResult search_with_room_for_plain(FakeRunner& fake, int64_t verifications) {
+  SearchOptions options;
+  options.max_verifications = verifications;
+  return run_search(fake, job_with_budget(plain_peak(32) + kMiB), options);
+}
+
 // Whether a probe ran bf16 autocast (its config string ends in the precision).
 bool autocast_probe(const ProbeReport& p) {
   const std::string suffix = ",precision=bf16";
@@ -462,9 +470,7 @@ TEST(DecisionTree, ARefusedClassOfEveryBlockRulesCheckpointingOut) {
 TEST(DecisionTree, CheckpointingIsNeverPredictedFasterThanPlain) {
   FakeRunner fake;
   fake.checkpoint_time_cost = -0.02;
-  SearchOptions options;
-  options.max_verifications = 1;
-  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB), options);
+  const SearchResult r = search_with_room_for_plain(fake, 1);
   ASSERT_TRUE(r.chosen.has_value());
   EXPECT_EQ(chosen(r).node, "plain");
   EXPECT_TRUE(has_note(r,
@@ -492,9 +498,7 @@ TEST(DecisionTree, CheckpointingIsNeverPredictedFasterThanPlain) {
 TEST(DecisionTree, AVerifiedCheckpointedRunIsNeverFasterThanTheSameRunWithout) {
   FakeRunner fake;
   fake.checkpoint_time_cost = -0.2;
-  SearchOptions options;
-  options.max_verifications = 10;
-  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB), options);
+  const SearchResult r = search_with_room_for_plain(fake, 10);
   ASSERT_TRUE(r.chosen.has_value());
   EXPECT_EQ(chosen(r).node, "plain");
   const TrailNode* all = node_named(r, "checkpointing (all blocks)");
@@ -524,9 +528,7 @@ TEST(DecisionTree, AVerifiedOffloadedRunIsNeverFasterThanTheSameRunWithout) {
   FakeRunner fake;
   fake.offload_time_factor = 0.9;
   fake.checkpoint_time_cost = -0.1;
-  SearchOptions options;
-  options.max_verifications = 10;
-  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB), options);
+  const SearchResult r = search_with_room_for_plain(fake, 10);
   ASSERT_TRUE(r.chosen.has_value());
   EXPECT_EQ(chosen(r).node, "plain");
   EXPECT_TRUE(has_note(r,
@@ -566,9 +568,7 @@ TEST(DecisionTree, AVerifiedOptimizerChangeCountsByItsOptimizerStepAlone) {
   fake.optimizer_seconds = 0.005;
   fake.eight_bit_time_factor = 0.9;
   fake.eight_bit_optimizer_factor = 1.2;
-  SearchOptions options;
-  options.max_verifications = 10;
-  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB), options);
+  const SearchResult r = search_with_room_for_plain(fake, 10);
   const TrailNode* eight_bit = node_named(r, "8-bit AdamW");
   ASSERT_NE(eight_bit, nullptr);
   ASSERT_TRUE(eight_bit->verification.has_value());
@@ -599,9 +599,7 @@ TEST(DecisionTree, AFasterOptimizerStepStillWinsAndTheJobsOptimizerIsNamedByTheS
   fake.eight_bit_time_factor = 1.05;
   fake.eight_bit_optimizer_factor = 0.5;
   fake.offload_time_factor = 0.95;
-  SearchOptions options;
-  options.max_verifications = 10;
-  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB), options);
+  const SearchResult r = search_with_room_for_plain(fake, 10);
   const TrailNode* offload = node_named(r, "optimizer offload");
   ASSERT_NE(offload, nullptr);
   ASSERT_TRUE(offload->verification.has_value());
@@ -634,9 +632,7 @@ TEST(DecisionTree, AFasterOptimizerStepStillWinsAndTheJobsOptimizerIsNamedByTheS
 TEST(DecisionTree, NodesPredictedFasterButNeverRunSayWhatTheChosenOneMeasured) {
   FakeRunner fake;
   fake.plain_probe_time_factor = 2;
-  SearchOptions options;
-  options.max_verifications = 2;
-  const SearchResult r = run_search(fake, job_with_budget(plain_peak(32) + kMiB), options);
+  const SearchResult r = search_with_room_for_plain(fake, 2);
   ASSERT_TRUE(r.chosen.has_value());
   EXPECT_EQ(chosen(r).node, "plain");
   EXPECT_NEAR(chosen(r).predicted_seconds, 0.148, 1e-9);
